@@ -1,0 +1,37 @@
+"""What deployer needs to know about an inference engine, as one typed record (`EngineSpec`).
+
+A second engine is a new module that builds one of these, plus its data files; nothing above changes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A startup phase, entered when a log line matches `pattern`."""
+
+    name: str
+    pattern: re.Pattern[str]
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    kind: str
+    launch_module: str                      # run as `<python> -m <launch_module> <argv>`
+    template: str                           # launch script template shipped in deployer/templates
+    ready_line: str                         # printed once the server serves requests
+    phases: tuple[Phase, ...]               # progress lines, in startup order
+    health_path: str = "/health"
+    data_dir: Path = field(default_factory=lambda: Path(__file__).parent)
+    signatures_file: str = ""               # failure signatures (YAML) in data_dir
+    renames_file: str = ""                  # flag/env renames by version (YAML) in data_dir
+
+    def phase_of(self, line: str) -> str | None:
+        for phase in self.phases:
+            if phase.pattern.search(line):
+                return phase.name
+        return None

@@ -1,0 +1,28 @@
+"""SGLang engine knowledge: how it is launched, what its startup log says, where its data files are."""
+
+from __future__ import annotations
+
+import re
+
+from deployer.engines.base import EngineSpec, Phase
+
+READY_LINE = "The server is fired up and ready to roll!"
+
+SGLANG = EngineSpec(
+    kind="sglang",
+    launch_module="sglang.launch_server",
+    template="sglang.sh.j2",
+    ready_line=READY_LINE,
+    phases=(
+        Phase("args", re.compile(r"server_args=(ServerArgs\(|\{)")),
+        Phase("loading weights", re.compile(r"Load weight begin")),
+        Phase("weights loaded", re.compile(r"Load weight end")),
+        Phase("allocating cache", re.compile(r"(Mamba|KV) Cache is allocated")),
+        Phase("capturing cuda graphs", re.compile(r"Capture .*cuda graph", re.IGNORECASE)),
+        Phase("http up", re.compile(r"Uvicorn running on")),
+        Phase("ready", re.compile(re.escape(READY_LINE))),
+    ),
+    health_path="/health",
+    signatures_file="sglang_signatures.yaml",
+    renames_file="sglang_renames.yaml",
+)
