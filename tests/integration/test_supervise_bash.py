@@ -1,0 +1,321 @@
+"""The target-side supervisor run for real: real processes, real bash, tmp run dirs, no SSH.
+
+Each test writes a run dir with a tiny launch.sh that execs `python3 engine.py` (the engine stand-in)
+and drives `supervise.py` through its CLI with the system python3, as the deployer does over SSH.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+SUPERVISE = Path(__file__).resolve().parents[2] / "deployer" / "supervise.py"
+PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+READY = "The server is fired up and ready to roll!"
+LAUNCH = 'set -euo pipefail\ncd "$(dirname "$0")"\nexec python3 engine.py\n'
+FAST_RESTART = {"policy": "on-failure", "max": 2, "backoff_s": [0.2, 0.4], "window_s": 60}
+
+
+def wait_for(pred: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def sup(*args: str, timeout: float = 20, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([PY, str(SUPERVISE), *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def state_of(run: Path) -> dict[str, Any]:
+    proc = sup("status", str(run))
+    assert proc.returncode == 0, proc.stderr
+    result: dict[str, Any] = json.loads(proc.stdout)
+    return result
+
+
+def status_is(run: Path, *wanted: str) -> Callable[[], dict[str, Any] | None]:
+    def check() -> dict[str, Any] | None:
+        st = state_of(run)
+        return st if st["status"] in wanted else None
+    return check
+
+
+def pid_gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+    except OSError:
+        return True
+
+
+@pytest.fixture()
+def make_run(tmp_path: Path) -> Iterator[Callable[..., Path]]:
+    """Builds run dirs; at teardown stops whatever they still run (never leaves processes behind)."""
+    made: list[Path] = []
+
+    def build(engine: str, restart: dict[str, Any] | None = None, env: dict[str, str] | None = None,
+              grace_s: float = 5) -> Path:
+        run = tmp_path / f"run{len(made)}"
+        run.mkdir()
+        (run / "launch.sh").write_text(LAUNCH)
+        (run / "launch.sh").chmod(0o700)
+        (run / "engine.py").write_text(engine)
+        lines = [f"{k}={shlex.quote(v)}" for k, v in (env or {}).items()]
+        (run / "env").write_text("\n".join(lines) + "\n")
+        cfg = {"launch": "launch.sh", "env_file": "env", "log": "engine.log", "grace_s": grace_s,
+               "ready_pattern": READY, "restart": restart or {"policy": "no"}}
+        (run / "supervise.json").write_text(json.dumps(cfg))
+        made.append(run)
+        return run
+
+    yield build
+    for run in made:
+        sup("stop", str(run), "--grace", "0.2")
+
+
+def start(run: Path) -> dict[str, Any]:
+    proc = sup("start", str(run), timeout=15)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("\n") == 1
+    result: dict[str, Any] = json.loads(proc.stdout)
+    return result
+
+
+SLEEPER = "import time\nfor _ in range(600):\n    time.sleep(0.1)\n"
+READY_THEN_SLEEP = f"import time\nprint({READY!r}, flush=True)\n" + SLEEPER
+
+
+def test_start_detaches_from_the_callers_session(make_run: Callable[..., Path]) -> None:
+    run = make_run(SLEEPER)
+    # like an SSH session: a shell in its own session runs `start`, then lingers; we kill its whole group
+    shell = subprocess.Popen(["bash", "-c", f"{PY} {SUPERVISE} start {run}; exec sleep 30"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert shell.stdout is not None
+    first = json.loads(shell.stdout.readline())
+    os.killpg(shell.pid, signal.SIGKILL)
+    shell.wait(timeout=5)
+    shell.stdout.close()
+    assert shell.stderr is not None and shell.stderr.read() == ""
+    time.sleep(0.3)
+    st = state_of(run)
+    assert st["status"] == "running" and st["alive"] and st["supervisor_alive"]
+    assert st["pid"] == first["pid"] == st["pgid"]
+    stat = Path(f"/proc/{st['pid']}/stat").read_bytes().rsplit(b")", 1)[1].split()
+    assert int(stat[2]) == st["pid"]  # engine leads its own process group
+    assert int(stat[3]) != shell.pid  # and is outside the caller's session
+    assert os.readlink(f"/proc/{st['pid']}/fd/0") == "/dev/null"
+    assert os.readlink(f"/proc/{st['pid']}/fd/1") == str(run / "engine.log")
+
+
+def test_start_returns_at_once_with_all_stdio_released(make_run: Callable[..., Path]) -> None:
+    run = make_run(SLEEPER)
+    t0 = time.monotonic()
+    st = start(run)  # capture_output waits for EOF on stdout+stderr: a daemon holding them would hang here
+    assert time.monotonic() - t0 < 5
+    assert st["status"] == "running" and st["pid"] > 0 and st["supervisor_pid"] > 0
+    assert st["log_offset"] == 0 and st["restarts"] == 0 and st["last_crash"] is None
+
+
+def test_env_file_and_daemon_environment_reach_the_engine(make_run: Callable[..., Path]) -> None:
+    tricky = {"QUOTES": "it's \"quoted\" 'x'", "SUBST": "$(touch /tmp/pwned) `id` $HOME",
+              "LINES": "one\ntwo\n\nthree", "UNI": "héllo ☃ 日本", "EMPTY": "", "HASH": "a # not a comment"}
+    engine = ("import json, os\nkeys = %r\n" % sorted([*tricky, "FROM_CALLER", "DEPLOYER_RUN_DIR"])
+              + "json.dump({k: os.environ.get(k) for k in keys}, open('seen.json', 'w'))\n" + SLEEPER)
+    run = make_run(engine, env=tricky)
+    start_env = dict(os.environ, FROM_CALLER="kept")
+    proc = sup("start", str(run), env=start_env)
+    assert proc.returncode == 0, proc.stderr
+    seen = wait_for(lambda: (run / "seen.json").exists() and json.loads((run / "seen.json").read_text()), 10,
+                    "engine env dump")
+    assert seen == {**tricky, "FROM_CALLER": "kept", "DEPLOYER_RUN_DIR": str(run)}
+
+
+def test_ready_when_pattern_appears_in_the_log(make_run: Callable[..., Path]) -> None:
+    engine = f"import time\nprint('loading', flush=True)\ntime.sleep(0.6)\nprint({READY!r}, flush=True)\n" + SLEEPER
+    run = make_run(engine)
+    st = start(run)
+    assert st["ready_at"] is None
+    st = wait_for(status_is(run, "ready"), 10, "ready")
+    assert st["started_at"] + 0.5 < st["ready_at"] <= time.time()
+    assert st["alive"] and st["exit_code"] is None
+
+
+def test_exit_before_ready_is_final_even_with_restart_always(make_run: Callable[..., Path]) -> None:
+    run = make_run("import sys\nprint('Traceback (most recent call last):', flush=True)\nsys.exit(3)\n",
+                   restart={"policy": "always", "max": 5, "backoff_s": [0.1, 0.1], "window_s": 60})
+    start(run)
+    st = wait_for(status_is(run, "exited"), 10, "exited")
+    assert (st["exit_code"], st["signal"], st["restarts"]) == (3, None, 0)
+    assert st["ended_at"] >= st["started_at"] and not st["alive"]
+    time.sleep(0.5)
+    assert state_of(run)["restarts"] == 0
+    assert "Traceback" in (run / "engine.log").read_text()
+
+
+def test_sigkilled_engine_is_recorded_as_signal_9(make_run: Callable[..., Path]) -> None:
+    run = make_run(SLEEPER)
+    pid = start(run)["pid"]
+    os.kill(pid, signal.SIGKILL)
+    t0 = time.monotonic()
+    st = wait_for(status_is(run, "exited"), 5, "exit recorded")
+    assert time.monotonic() - t0 < 2
+    assert (st["exit_code"], st["signal"], st["signal_name"]) == (None, 9, "SIGKILL")
+
+
+def test_stop_sends_sigterm_then_sigkill_to_the_whole_group(make_run: Callable[..., Path]) -> None:
+    engine = ("import signal, subprocess, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+              "child = subprocess.Popen(['sleep', '60'])\nopen('child.pid', 'w').write(str(child.pid))\n"
+              f"print({READY!r}, flush=True)\n" + SLEEPER)
+    run = make_run(engine)
+    start(run)
+    child = int(wait_for(lambda: (run / "child.pid").exists() and (run / "child.pid").read_text(), 10, "child"))
+    t0 = time.monotonic()
+    proc = sup("stop", str(run), "--grace", "0.7")
+    took = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr
+    st = json.loads(proc.stdout)
+    assert 0.6 < took < 5  # waited out the grace: SIGTERM was ignored
+    assert st["status"] == "stopped" and st["signal_name"] == "SIGKILL" and st["was_running"]
+    assert not st["alive"] and not st["supervisor_alive"]
+    assert pid_gone(child) and pid_gone(st["pid"])
+
+
+def test_stop_is_quick_for_a_cooperative_engine_and_idempotent(make_run: Callable[..., Path]) -> None:
+    run = make_run(READY_THEN_SLEEP, grace_s=30)
+    start(run)
+    t0 = time.monotonic()
+    first = json.loads(sup("stop", str(run)).stdout)
+    assert time.monotonic() - t0 < 3
+    assert first["status"] == "stopped" and first["signal_name"] == "SIGTERM" and first["was_running"]
+    again = sup("stop", str(run))
+    assert again.returncode == 0 and json.loads(again.stdout)["was_running"] is False
+
+
+def test_status_lost_when_daemon_and_group_are_gone(make_run: Callable[..., Path]) -> None:
+    run = make_run(SLEEPER)
+    st = start(run)
+    os.kill(st["supervisor_pid"], signal.SIGKILL)
+    os.killpg(st["pgid"], signal.SIGKILL)
+    lost = wait_for(status_is(run, "lost"), 5, "lost")
+    assert not lost["alive"] and not lost["supervisor_alive"]
+    assert json.loads(sup("stop", str(run)).stdout)["was_running"] is False
+
+
+def test_stop_kills_the_group_itself_when_the_daemon_is_gone(make_run: Callable[..., Path]) -> None:
+    run = make_run(SLEEPER)
+    st = start(run)
+    os.kill(st["supervisor_pid"], signal.SIGKILL)
+    wait_for(lambda: not state_of(run)["supervisor_alive"], 5, "daemon gone")
+    proc = sup("stop", str(run), "--grace", "2")
+    assert proc.returncode == 0, proc.stderr
+    final = json.loads(proc.stdout)
+    assert final["status"] == "stopped" and not final["alive"] and pid_gone(st["pid"])
+
+
+def test_restart_after_ready_with_backoff_until_crashloop(make_run: Callable[..., Path]) -> None:
+    engine = (f"import time\nopen('starts.txt', 'a').write('%f\\n' % time.time())\nprint({READY!r}, flush=True)\n"
+              "time.sleep(0.2)\nraise SystemExit(1)\n")
+    run = make_run(engine, restart=FAST_RESTART)
+    start(run)
+    st = wait_for(status_is(run, "crashloop"), 15, "crashloop")
+    assert st["restarts"] == 2 and st["exit_code"] == 1
+    assert st["last_crash"]["exit_code"] == 1 and st["last_crash"]["log_offset"] == st["log_offset"] > 0
+    starts = [float(x) for x in (run / "starts.txt").read_text().split()]
+    assert len(starts) == 3  # first run + max restarts, then no more
+    assert starts[1] - starts[0] >= 0.38 and starts[2] - starts[1] >= 0.58  # 0.2 s run + 0.2 then 0.4 backoff
+    log = (run / "engine.log").read_bytes()
+    assert log.count(b"==== deployer supervisor: restart") == 2
+    assert log[: st["log_offset"]].endswith(b"====\n") and log[st["log_offset"]:].startswith(READY.encode())
+
+
+@pytest.mark.parametrize(("policy", "restarts"), [("no", False), ("on-failure", False), ("always", True)])
+def test_clean_exit_after_ready_restarts_only_with_always(make_run: Callable[..., Path], policy: str,
+                                                          restarts: bool) -> None:
+    engine = f"import time\nprint({READY!r}, flush=True)\ntime.sleep(0.2)\n"
+    run = make_run(engine, restart=dict(FAST_RESTART, policy=policy))
+    start(run)
+    if restarts:
+        st = wait_for(lambda: state_of(run)["restarts"] >= 1 and state_of(run), 10, "a restart")
+        assert st["last_crash"]["exit_code"] == 0
+    else:
+        st = wait_for(status_is(run, "exited"), 10, "exited")
+        assert st["exit_code"] == 0 and st["restarts"] == 0
+
+
+def test_stop_during_restart_backoff(make_run: Callable[..., Path]) -> None:
+    engine = f"print({READY!r}, flush=True)\nimport time\ntime.sleep(0.2)\nraise SystemExit(2)\n"
+    run = make_run(engine, restart=dict(FAST_RESTART, backoff_s=[30, 60]))
+    start(run)
+    wait_for(status_is(run, "restarting"), 10, "restarting")
+    t0 = time.monotonic()
+    final = json.loads(sup("stop", str(run)).stdout)
+    assert time.monotonic() - t0 < 3 and final["status"] == "stopped" and final["restarts"] == 0
+
+
+def test_second_start_is_refused_while_a_supervisor_runs(make_run: Callable[..., Path]) -> None:
+    run = make_run(SLEEPER)
+    first = start(run)
+    again = sup("start", str(run))
+    assert again.returncode == 1 and "already running" in again.stderr
+    assert again.stderr.count("\n") == 1 and "Traceback" not in again.stderr
+    assert state_of(run)["pid"] == first["pid"]
+
+
+def test_restart_in_the_same_run_dir_after_stop_appends_to_the_log(make_run: Callable[..., Path]) -> None:
+    run = make_run(READY_THEN_SLEEP)
+    start(run)
+    wait_for(status_is(run, "ready"), 10, "ready")
+    sup("stop", str(run), "--grace", "2")
+    second = start(run)
+    assert second["log_offset"] > 0 and second["status"] == "running"
+    assert wait_for(status_is(run, "ready"), 10, "ready again")["ready_at"] > second["started_at"]
+
+
+# ---- the per-deployment lock ----
+
+def hold_lock(path: Path, who: str) -> subprocess.Popen[str]:
+    holder = subprocess.Popen([PY, str(SUPERVISE), "lock", str(path), "--who", who], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert holder.stdout is not None
+    assert holder.stdout.readline() == "LOCKED\n"
+    return holder
+
+
+def test_lock_contention_and_release_on_stdin_eof(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "dep" / "lock"
+    holder = hold_lock(path, "alice@laptop up")
+    busy = sup("lock", str(path), "--who", "bob", timeout=5)
+    assert busy.returncode == 75
+    word, _, info = busy.stdout.strip().partition(" ")
+    assert word == "BUSY" and json.loads(info)["who"] == "alice@laptop up"
+    assert json.loads(info)["pid"] == holder.pid
+    assert holder.stdin is not None
+    holder.stdin.close()
+    assert holder.wait(timeout=5) == 0
+    hold_lock(path, "bob").communicate(timeout=5)
+
+
+def test_lock_is_released_when_the_holder_dies(tmp_path: Path) -> None:
+    path = tmp_path / "lock"
+    holder = hold_lock(path, "alice")
+    holder.kill()
+    holder.communicate(timeout=5)
+    second = hold_lock(path, "bob")
+    assert second.communicate(timeout=5)[0] == ""
+    assert second.returncode == 0
