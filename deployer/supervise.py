@@ -49,7 +49,7 @@ class SuperviseError(Exception):
 def read_env_file(path: str) -> dict[str, str]:
     """Parses the run's env file: shell words NAME='value' (values may hold newlines), # comments."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8", newline="") as f:  # keep \r in values as written
             words = shlex.split(f.read(), comments=True, posix=True)
     except OSError as e:
         raise SuperviseError(f"cannot read env file {path}: {e.strerror}", EXIT_BAD_INPUT) from None

@@ -1,0 +1,207 @@
+"""Unit tests of the supervisor's pieces: env file, config, policy maths, state files, liveness, CLI input."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from deployer import supervise as sv
+from deployer.supervise import SuperviseError, read_env_file
+
+SUPERVISE = Path(sv.__file__)
+PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+
+
+def write_env(path: Path, env: dict[str, str]) -> Path:
+    path.write_text("".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items()), encoding="utf-8")
+    return path
+
+
+def test_env_file_tricky_values(tmp_path: Path) -> None:
+    env = {"A": "it's", "B": "$(rm -rf /) `x` $HOME", "C": "l1\nl2\n", "D": "日本 ☃", "E": "", "F": "x # y"}
+    assert read_env_file(str(write_env(tmp_path / "env", env))) == env
+
+
+def test_env_file_comments_export_and_blank_lines(tmp_path: Path) -> None:
+    (tmp_path / "env").write_text("# written by deployer\n\nexport A='1'\nB=two  # trailing\n")
+    assert read_env_file(str(tmp_path / "env")) == {"A": "1", "B": "two"}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.dictionaries(st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,10}", fullmatch=True),
+                       st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+                               max_size=40), max_size=5))
+def test_env_file_round_trips_shell_quoting(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> None:
+    path = write_env(tmp_path_factory.mktemp("env") / "env", env)
+    assert read_env_file(str(path)) == env
+
+
+@pytest.mark.parametrize("text", ["NOT AN ASSIGNMENT\n", "1X='a'\n", "A='unterminated\n", "='v'\n"])
+def test_env_file_bad_entries_are_bad_input_and_do_not_echo_values(tmp_path: Path, text: str) -> None:
+    (tmp_path / "env").write_text(text)
+    with pytest.raises(SuperviseError) as err:
+        read_env_file(str(tmp_path / "env"))
+    assert err.value.code == 2 and "ASSIGNMENT" not in str(err.value)
+
+
+def test_env_file_missing(tmp_path: Path) -> None:
+    with pytest.raises(SuperviseError, match="cannot read env file"):
+        read_env_file(str(tmp_path / "nope"))
+
+
+def run_dir_with(tmp_path: Path, cfg: object) -> Path:
+    (tmp_path / "launch.sh").write_text("exit 0\n")
+    (tmp_path / "supervise.json").write_text(json.dumps(cfg))
+    return tmp_path
+
+
+def test_config_defaults(tmp_path: Path) -> None:
+    cfg = sv.load_config(str(run_dir_with(tmp_path, {"restart": {"policy": "always"}})))
+    assert cfg["grace_s"] == 30 and cfg["log"] == "engine.log" and cfg["env_file"] == "env"
+    assert cfg["restart"] == {"policy": "always", "max": 5, "backoff_s": [10, 300], "window_s": 600}
+
+
+@pytest.mark.parametrize(("cfg", "needle"), [
+    ({"restart": {"policy": "sometimes"}}, "restart.policy"),
+    ({"restart": {"backoff_s": [1]}}, "backoff_s"),
+    ({"restart": {"max": -1}}, "restart.max"),
+    ({"restart": {"max": True}}, "restart.max"),
+    ({"restart": {"window_s": 0}}, "window_s"),
+    ({"restart": "no"}, "restart must be an object"),
+    ({"grace_s": "30"}, "grace_s"),
+    ({"ready_pattern": ""}, "ready_pattern"),
+    ({"launch": "other.sh"}, "launch script"),
+    ([1, 2], "top level"),
+])
+def test_config_rejects_bad_values(tmp_path: Path, cfg: object, needle: str) -> None:
+    with pytest.raises(SuperviseError, match=needle) as err:
+        sv.load_config(str(run_dir_with(tmp_path, cfg)))
+    assert err.value.code == 2
+
+
+def test_config_not_json(tmp_path: Path) -> None:
+    (tmp_path / "supervise.json").write_text("{nope")
+    with pytest.raises(SuperviseError, match="not JSON"):
+        sv.load_config(str(tmp_path))
+
+
+def test_backoff_doubles_up_to_the_cap() -> None:
+    assert [sv.backoff_delay([10, 300], n) for n in range(7)] == [10, 20, 40, 80, 160, 300, 300]
+    assert sv.backoff_delay([0.1, 0.5], 2) == pytest.approx(0.4)
+    assert sv.backoff_delay([1, 5], 10_000) == 5
+
+
+@pytest.mark.parametrize(("policy", "code", "expected"), [
+    ("no", 1, False), ("no", None, False), ("on-failure", 1, True), ("on-failure", None, True),
+    ("on-failure", 0, False), ("always", 0, True), ("always", None, True)])
+def test_restart_policy(policy: str, code: int | None, expected: bool) -> None:
+    assert sv.should_restart(policy, code) is expected
+
+
+def test_signal_names() -> None:
+    assert (sv.signal_name(9), sv.signal_name(15), sv.signal_name(None)) == ("SIGKILL", "SIGTERM", None)
+    assert sv.signal_name(200) == "SIG200"
+
+
+def test_wait_status_of_real_children() -> None:
+    exited = subprocess.Popen(["bash", "-c", "exit 7"])
+    killed = subprocess.Popen(["sleep", "30"])
+    killed.kill()
+    assert sv.decode_wait_status(os.waitpid(exited.pid, 0)[1]) == (7, None)
+    assert sv.decode_wait_status(os.waitpid(killed.pid, 0)[1]) == (None, signal.SIGKILL)
+
+
+def test_write_json_is_atomic_and_leaves_no_temp(tmp_path: Path) -> None:
+    target = tmp_path / "state.json"
+    target.write_text('{"old": true}')
+    sv.write_json(str(target), {"status": "ready", "pid": 5})
+    assert json.loads(target.read_text()) == {"status": "ready", "pid": 5}
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+
+def test_read_state_missing_and_corrupt(tmp_path: Path) -> None:
+    assert sv.read_state(str(tmp_path)) is None
+    (tmp_path / "state.json").write_text("{")
+    with pytest.raises(SuperviseError, match="unreadable"):
+        sv.read_state(str(tmp_path))
+
+
+def test_ready_scanner_reads_from_the_offset_and_across_chunk_boundaries(tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    old = b"old run: READY-LINE\n"
+    log.write_bytes(old)
+    scanner = sv.ReadyScanner(str(log), "READY-LINE", len(old))
+    assert not scanner.found()
+    with log.open("ab") as f:
+        f.write(b"loading...\nREADY-")
+    assert not scanner.found()
+    with log.open("ab") as f:
+        f.write(b"LINE\n")
+    assert scanner.found()
+    assert not sv.ReadyScanner(str(log), None, 0).found()
+
+
+def test_liveness_treats_zombies_as_dead() -> None:
+    child = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        assert sv.pid_alive(child.pid) and sv.group_alive(child.pid)
+        os.kill(child.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5  # unreaped: a zombie, yet kill(pid, 0) still succeeds
+        while sv.pid_alive(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(child.pid, 0)
+        assert not sv.pid_alive(child.pid) and not sv.group_alive(child.pid)
+    finally:
+        child.kill()
+        child.wait(timeout=5)
+    assert not sv.pid_alive(None) and not sv.group_alive(1) and not sv.supervisor_alive(os.getpid() + 10**7)
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([PY, str(SUPERVISE), *args], capture_output=True, text=True, timeout=20)
+
+
+@pytest.mark.parametrize("args", [
+    (), ("frobnicate", "x"), ("start",), ("status", "/nonexistent/run"), ("stop", "/nonexistent/run"),
+    ("stop", ".", "--grace", "soon"), ("ports", "http"), ("ports", "70000"), ("lock", "/tmp/x", "--who"),
+    ("status", ".", "--bogus", "1")])
+def test_bad_input_is_one_stderr_line_and_exit_2(args: tuple[str, ...]) -> None:
+    proc = cli(*args)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("supervise: ") and proc.stderr.count("\n") == 1
+
+
+def test_start_with_bad_config_fails_cleanly(tmp_path: Path) -> None:
+    run_dir_with(tmp_path, {"restart": {"policy": "maybe"}})
+    proc = cli("start", str(tmp_path))
+    assert proc.returncode == 2 and "restart.policy" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "state.json").exists()
+
+
+def test_status_of_a_never_started_run(tmp_path: Path) -> None:
+    proc = cli("status", str(tmp_path))
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout) == {"status": "absent", "alive": False, "supervisor_alive": False}
+
+
+def test_ports_free_and_busy() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        busy = cli("ports", str(port))
+        assert busy.returncode == 1 and busy.stdout.startswith(f"busy {port}")
+        assert f"pid {os.getpid()}" in busy.stdout
+    free = cli("ports", str(port))
+    assert free.returncode == 0 and free.stdout == f"free {port}\n"
