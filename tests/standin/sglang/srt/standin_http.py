@@ -1,0 +1,136 @@
+"""STAND-IN for tests: imitates SGLang 0.5.23 (no GPU here); never used by the product.
+
+The HTTP side of the stand-in (stdlib ThreadingHTTPServer in place of uvicorn/FastAPI): the endpoints a
+deployer looks at, their 503/200 behaviour by phase, and uvicorn-style access log lines on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Dict, Optional, Tuple
+
+STATUS_PHRASES = {200: "OK", 400: "Bad Request", 404: "Not Found", 503: "Service Unavailable"}
+
+
+def stamp() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S")
+
+
+class EngineState:
+    """Phase shared by the startup thread and the request handlers: warmup -> ready -> draining."""
+
+    def __init__(self, model: str, server_info: Dict[str, Any]) -> None:
+        self.model = model
+        self.server_info = server_info
+        self.phase = "warmup"
+        self.lock = threading.Lock()
+        self.requests = 0
+
+    def set_phase(self, phase: str) -> None:
+        with self.lock:
+            self.phase = phase
+
+    def get_phase(self) -> str:
+        with self.lock:
+            return self.phase
+
+
+class Handler(BaseHTTPRequestHandler):
+    server_version = "uvicorn"
+    sys_version = ""
+    protocol_version = "HTTP/1.1"
+
+    @property
+    def state(self) -> EngineState:
+        return self.server.engine_state  # type: ignore[attr-defined]
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+    def _send(self, code: int, body: Any) -> None:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        host, port = self.client_address[:2]
+        sys.stdout.write(
+            f'[{stamp()}] INFO:     {host}:{port} - "{self.command} {self.path} HTTP/1.1" '
+            f"{code} {STATUS_PHRASES.get(code, '')}\n"
+        )
+        sys.stdout.flush()
+
+    def _body(self) -> Dict[str, Any]:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            return json.loads(raw or b"{}")
+        except ValueError:
+            return {}
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+        path = self.path.split("?", 1)[0]
+        phase = self.state.get_phase()
+        if path in ("/health", "/health_generate", "/ready"):
+            self._send(200, b"") if phase == "ready" else self._send(503, b"")
+        elif path == "/model_info":
+            self._send(200, {"model_path": self.state.model, "tokenizer_path": self.state.model,
+                             "is_generation": True, "model_type": None, "architectures": None})
+        elif path == "/v1/models":
+            self._send(200, {"object": "list", "data": [{"id": self.state.model, "object": "model",
+                                                         "created": int(time.time()), "owned_by": "sglang",
+                                                         "root": self.state.model}]})
+        elif path in ("/server_info", "/get_server_info"):
+            self._send(200, self.state.server_info)
+        else:
+            self._send(404, {"detail": "Not Found"})
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib naming
+        path = self.path.split("?", 1)[0]
+        body = self._body()
+        if self.state.get_phase() == "draining":
+            self._send(503, {"error": {"message": "The server is shutting down."}})
+        elif path == "/v1/chat/completions":
+            self._send(200, chat_completion(self.state.model, body))
+        elif path in ("/generate", "/v1/completions"):
+            self._send(200, generate(body))
+        else:
+            self._send(404, {"detail": "Not Found"})
+
+
+def chat_completion(model: str, body: Dict[str, Any]) -> Dict[str, Any]:
+    text = "Hello! This is the stand-in SGLang answering."
+    return {
+        "id": f"chatcmpl-standin{int(time.time() * 1000)}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model") or model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text,
+                                             "reasoning_content": None, "tool_calls": None},
+                     "logprobs": None, "finish_reason": "stop", "matched_stop": 151645}],
+        "usage": {"prompt_tokens": 12, "total_tokens": 22, "completion_tokens": 10,
+                  "prompt_tokens_details": None},
+    }
+
+
+def generate(body: Dict[str, Any]) -> Dict[str, Any]:
+    max_new = int((body.get("sampling_params") or {}).get("max_new_tokens") or 8)
+    return {"text": " stand-in" * max(1, min(max_new, 8)),
+            "meta_info": {"id": "standin", "finish_reason": {"type": "length", "length": max_new},
+                          "prompt_tokens": 4, "completion_tokens": max_new, "cached_tokens": 0}}
+
+
+def bind(host: str, port: int, state: EngineState) -> Tuple[Optional[ThreadingHTTPServer], Optional[OSError]]:
+    """Binds like uvicorn (SO_REUSEADDR); returns the server or the OSError."""
+    try:
+        server = ThreadingHTTPServer((host, port), Handler)
+    except OSError as exc:
+        return None, exc
+    server.daemon_threads = True
+    server.engine_state = state  # type: ignore[attr-defined]
+    return server, None
