@@ -219,6 +219,11 @@ def kill_group(pgid: Any, sig: int) -> None:
             pass
 
 
+def note(message: str) -> None:
+    """One timestamped line in supervisor.log (the daemon's stdout)."""
+    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {message}", flush=True)
+
+
 def wait_until(done: Callable[[], bool], timeout: float, tick: float = TICK) -> bool:
     deadline = time.monotonic() + timeout
     while not done():
@@ -326,6 +331,7 @@ class Daemon:
             pass
         self.engine_pid, self.exit_status = pid, None
         self.scanner = ReadyScanner(self.log, self.cfg["ready_pattern"], offset)
+        note(f"engine started: pid {pid}, log offset {offset}")
         self.state.update(status="running", pid=pid, pgid=pid, started_at=time.time(), ready_at=None,
                           ended_at=None, exit_code=None, signal=None, signal_name=None, log_offset=offset)
         self.save()
@@ -358,6 +364,7 @@ class Daemon:
             self.check_ready()  # it may have printed the ready line just before dying
         was_ready = self.state["status"] == "ready"
         self.record_end(self.exit_status)
+        note(f"engine ended: exit code {self.state['exit_code']}, signal {self.state['signal_name']}")
         self.clear_group(self.state["pgid"])
         s, rs = self.state, self.cfg["restart"]
         s["last_crash"] = {"at": s["ended_at"], "exit_code": s["exit_code"], "signal": s["signal"],
@@ -370,7 +377,9 @@ class Daemon:
             return self.finish("crashloop")
         s["status"] = "restarting"
         self.save()
-        if not self.sleep(backoff_delay(rs["backoff_s"], len(recent))):
+        delay = backoff_delay(rs["backoff_s"], len(recent))
+        note(f"restarting in {delay:g} s ({len(recent)} restarts in the last {rs['window_s']:g} s)")
+        if not self.sleep(delay):
             return self.finish("stopped")
         self.restart_times = recent + [time.time()]
         s["restarts"] += 1
@@ -411,6 +420,7 @@ class Daemon:
         except (OSError, ValueError, KeyError, TypeError):
             pass
         pgid = self.state["pgid"]
+        note(f"stop requested: SIGTERM to group {pgid}, SIGKILL after {grace:g} s")
         if self.engine_pid is not None:
             kill_group(pgid, signal.SIGTERM)
             if not self.wait_group(pgid, grace):
@@ -422,6 +432,7 @@ class Daemon:
         self.finish("stopped")
 
     def finish(self, status: str) -> bool:
+        note(f"supervisor done: {status}")
         self.state["status"] = status
         self.save()
         try:
@@ -455,10 +466,20 @@ def _become_subreaper() -> None:
         pass
 
 
-def _daemon_main(run_dir: str, cfg: dict[str, Any], env: dict[str, str], report_fd: int) -> None:
-    code = EXIT_FAILED
+def _close_fds_except(keep: list[int]) -> None:
+    """Any inherited descriptor (an SSH channel's pipe) would hold the caller open: close all but ours."""
+    low = 3
+    for fd in sorted(keep):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 65536)
+
+
+def _daemon_main(run_dir: str, cfg: dict[str, Any], env: dict[str, str], keep: list[int]) -> None:
+    code, report_fd = EXIT_FAILED, keep[0]
     daemon = None
     try:
+        _close_fds_except(keep)
         os.chdir(run_dir)
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
         out = os.open(os.path.join(run_dir, "supervisor.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
@@ -520,7 +541,7 @@ def cmd_start(run_dir: str) -> int:
             os.close(read_fd)
             os.setsid()
             if os.fork() == 0:
-                _daemon_main(run_dir, cfg, env, write_fd)
+                _daemon_main(run_dir, cfg, env, [write_fd, lock_fd])
         finally:
             os._exit(0)
     os.close(write_fd)
@@ -563,7 +584,10 @@ def cmd_stop(run_dir: str, grace: float | None) -> int:
         return 0
     if before["supervisor_alive"] and isinstance(sup, int):
         write_json(os.path.join(run_dir, STOP_REQUEST), {"grace_s": grace})
-        os.kill(sup, signal.SIGTERM)
+        try:
+            os.kill(sup, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
         wait_until(lambda: not supervisor_alive(sup) and not group_alive(pgid), grace + KILL_WAIT)
     elif before["alive"]:  # the daemon is gone: the group is ours to end
         kill_group(pgid, signal.SIGTERM)

@@ -132,6 +132,31 @@ def test_start_returns_at_once_with_all_stdio_released(make_run: Callable[..., P
     assert st["log_offset"] == 0 and st["restarts"] == 0 and st["last_crash"] is None
 
 
+def test_start_closes_inherited_descriptors(make_run: Callable[..., Path]) -> None:
+    run = make_run(SLEEPER)
+    read_end, write_end = os.pipe()  # stands in for an SSH channel pipe the caller leaked to us
+    try:
+        proc = subprocess.run([PY, str(SUPERVISE), "start", str(run)], capture_output=True, text=True,
+                              timeout=15, pass_fds=[write_end])
+        assert proc.returncode == 0, proc.stderr
+        os.close(write_end)
+        write_end = -1
+        os.set_blocking(read_end, False)
+        wait_for(lambda: _at_eof(read_end), 5, "EOF on the leaked pipe")
+        assert state_of(run)["alive"]
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
+
+
+def _at_eof(fd: int) -> bool:
+    try:
+        return os.read(fd, 1) == b""
+    except BlockingIOError:
+        return False
+
+
 def test_env_file_and_daemon_environment_reach_the_engine(make_run: Callable[..., Path]) -> None:
     tricky = {"QUOTES": "it's \"quoted\" 'x'", "SUBST": "$(touch /tmp/pwned) `id` $HOME",
               "LINES": "one\ntwo\n\nthree", "UNI": "héllo ☃ 日本", "EMPTY": "", "HASH": "a # not a comment"}

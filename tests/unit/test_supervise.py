@@ -38,6 +38,13 @@ def test_env_file_comments_export_and_blank_lines(tmp_path: Path) -> None:
     assert read_env_file(str(tmp_path / "env")) == {"A": "1", "B": "two"}
 
 
+def test_env_file_reads_what_render_writes(tmp_path: Path) -> None:
+    from deployer.render import env_file_text
+    env = {"HF_TOKEN": "hf_'x'$(y)", "MULTI": "a\nb", "CUDA_VISIBLE_DEVICES": "0,1"}
+    (tmp_path / "env").write_text(env_file_text(env), encoding="utf-8")
+    assert read_env_file(str(tmp_path / "env")) == env
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.dictionaries(st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,10}", fullmatch=True),
                        st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
