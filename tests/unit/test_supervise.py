@@ -212,3 +212,14 @@ def test_ports_free_and_busy() -> None:
         assert f"pid {os.getpid()}" in busy.stdout
     free = cli("ports", str(port))
     assert free.returncode == 0 and free.stdout == f"free {port}\n"
+
+
+def test_source_stays_python38_and_stdlib_only() -> None:
+    import ast
+    source = SUPERVISE.read_text()
+    tree = ast.parse(source, feature_version=(3, 8))
+    assert "from __future__ import annotations" in source  # annotations are never evaluated on 3.8
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"}
+    assert not any(isinstance(n, ast.Match) for n in ast.walk(tree))
