@@ -1,0 +1,213 @@
+"""The remote seam: the one interface every step uses to act on a target host.
+
+`connect(spec)` returns a `Remote`: `SSHRemote` (deployer/remote_ssh.py, one SSH connection per host,
+reused for every call) or `LocalRemote` (deployer/remote_local.py, for `host: local`). Both raise only
+classes from deployer.errors (plus the two RemoteError subclasses defined here); no paramiko, socket or
+subprocess exception crosses this seam.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from deployer.errors import CommandFailed, RemoteError
+
+LOCAL = "local"
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a finished command left behind."""
+
+    command: str
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+@dataclass(frozen=True)
+class HttpReply:
+    status: int
+    body: bytes
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """Everything needed to reach a host. Unset fields fall back to ~/.ssh/config, then to ssh's defaults."""
+
+    host: str  # hostname, ~/.ssh/config alias, or "local"
+    user: str | None = None
+    port: int | None = None
+    identity_file: str | None = None
+    known_hosts: str | None = None  # default ~/.ssh/known_hosts (or the config's UserKnownHostsFile)
+    ssh_config: str | None = None  # default ~/.ssh/config; env DEPLOYER_SSH_CONFIG overrides the default
+    trust_new_host: bool = False  # record an unknown host's key instead of refusing
+    connect_timeout: float = 10.0
+
+    @property
+    def label(self) -> str:
+        """`user@host:port` for messages, leaving out what is not set."""
+        if self.host == LOCAL:
+            return LOCAL
+        user = f"{self.user}@" if self.user else ""
+        port = f":{self.port}" if self.port else ""
+        return f"{user}{self.host}{port}"
+
+
+class EndpointUnreachable(RemoteError):
+    """Nothing listening on the port on the target, or the HTTP exchange failed or timed out."""
+
+
+class CommandTimedOut(CommandFailed):
+    """A remote command ran past its timeout; `result` holds the output captured so far (exit_code -1)."""
+
+    def __init__(self, result: Result, timeout: float, *, host: str | None = None) -> None:
+        super().__init__(result, host=host)
+        self.timeout = timeout
+        detail = f": {' | '.join(self.tail)}" if self.tail else ""
+        self.message = f"{host + ': ' if host else ''}command {result.command!r} timed out after {timeout:g}s{detail}"
+        self.args = (self.message,)
+
+
+class Session(Protocol):
+    """A long-running remote command with an open stdin (used for the deployment lock).
+
+    stdout and stderr arrive merged, in one stream.
+    """
+
+    def readline(self, timeout: float) -> str | None:
+        """One output line (without the newline); None at EOF; RemoteError if none came within timeout."""
+        ...
+
+    def close(self) -> None:
+        """Close stdin (the command sees EOF) and the channel; idempotent."""
+        ...
+
+
+class Remote(Protocol):
+    label: str
+
+    def run(
+        self, cmd: str, *, timeout: float = 60.0, check: bool = True, stdin: bytes | None = None
+    ) -> Result:
+        """Run a shell command line (callers quote with shlex.quote). check=True: non-zero -> CommandFailed."""
+        ...
+
+    def put(self, data: bytes, path: str, mode: int = 0o644) -> str:
+        """Atomically replace `path` with `data` at `mode`; returns the verified sha256 hex."""
+        ...
+
+    def read(self, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes:
+        """Up to `limit` bytes from `offset`; b"" at or after EOF; errors.NotFound if the file is missing."""
+        ...
+
+    def size(self, path: str) -> int | None:
+        """The file's size in bytes, None if it does not exist."""
+        ...
+
+    def request(
+        self,
+        method: str,
+        port: int,
+        path: str,
+        *,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = 5.0,
+    ) -> HttpReply:
+        """Real HTTP/1.1 to 127.0.0.1:port on the target; EndpointUnreachable when nothing answers."""
+        ...
+
+    def spawn(self, cmd: str) -> Session:
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+def connect(spec: TargetSpec) -> Remote:
+    """`host: local` -> LocalRemote; anything else -> SSHRemote, connected now (errors surface here)."""
+    if spec.host == LOCAL:
+        from deployer.remote_local import LocalRemote
+
+        return LocalRemote()
+    from deployer.remote_ssh import SSHRemote
+
+    remote = SSHRemote(spec)
+    remote.open()
+    return remote
+
+
+def put_script(dest: str, digest: str, mode: int) -> str:
+    """Shell that atomically installs stdin at `dest` after checking its sha256.
+
+    mktemp creates the temp file 0600 in the same directory, so secrets are never readable by others
+    and the rename stays on one filesystem; the file only lands under its name once synced and verified.
+    """
+    import shlex
+
+    d, base = os.path.split(dest)
+    q = shlex.quote
+    return (
+        f"set -e; t=$(mktemp {q(os.path.join(d or '.', '.' + base + '.XXXXXX'))}); "
+        "trap 'rm -f \"$t\"' EXIT; "
+        'cat > "$t"; '
+        f'chmod {mode:o} "$t"; '
+        'sync -- "$t" 2>/dev/null || sync; '
+        'h=$(sha256sum < "$t"); h=${h%% *}; '
+        f'if [ "$h" != {q(digest)} ]; then echo "sha256 mismatch: got $h" >&2; exit 90; fi; '
+        f'mv -f -T -- "$t" {q(dest)}; trap - EXIT; echo "$h"'
+    )
+
+
+class _PresetHTTPConnection(http.client.HTTPConnection):
+    """http.client over an already-open socket-like object (a socket or a paramiko channel)."""
+
+    def __init__(self, sock: Any, port: int, timeout: float) -> None:
+        super().__init__("127.0.0.1", port, timeout=timeout)
+        self.sock = sock
+
+    def connect(self) -> None:  # the socket is already connected
+        pass
+
+    def close(self) -> None:
+        # http.client closes the socket as soon as it sees "Connection: close", before the body is read;
+        # a closed paramiko channel drops what it buffered. http_exchange closes the socket when done.
+        self.sock = None
+        super().close()
+
+
+def http_exchange(
+    sock: Any,
+    method: str,
+    port: int,
+    path: str,
+    body: bytes | None,
+    headers: dict[str, str] | None,
+    timeout: float,
+    label: str,
+    errors: tuple[type[BaseException], ...] = (),
+) -> HttpReply:
+    """One HTTP/1.1 request/response over `sock`; any failure -> EndpointUnreachable. Closes `sock`."""
+    conn = _PresetHTTPConnection(sock, port, timeout)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        data = resp.read()
+        return HttpReply(resp.status, data, {k.lower(): v for k, v in resp.getheaders()})
+    except Exception as e:
+        if not isinstance(e, (OSError, EOFError, http.client.HTTPException, *errors)):
+            raise
+        why = "timed out" if isinstance(e, TimeoutError) else f"failed: {type(e).__name__}: {e}"
+        raise EndpointUnreachable(f"HTTP {method} 127.0.0.1:{port}{path} {why}", host=label) from None
+    finally:
+        conn.close()
+        sock.close()

@@ -1,0 +1,433 @@
+"""`SSHRemote`: the Remote protocol over one Fabric Connection per host, reused for every call.
+
+The socket is ours (TCP_NODELAY, keepalive, TCP_USER_TIMEOUT: see /work/shared/ssh-notes.md), host keys
+are checked against known_hosts (never AutoAdd), transient connect errors are retried a bounded number of
+times, auth and host-key errors never. Commands run on raw exec channels of the connection's transport so
+that timeouts are exact and no helper threads are involved; HTTP goes over direct-tcpip channels.
+Every paramiko/socket error is translated into deployer.errors here. fabric/paramiko are imported lazily.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import logging
+import os
+import select
+import socket
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from deployer.errors import AuthFailed, CommandFailed, ConnectFailed, NotFound, RemoteError, TransferFailed
+from deployer.remote import (
+    CommandTimedOut,
+    EndpointUnreachable,
+    HttpReply,
+    Result,
+    TargetSpec,
+    http_exchange,
+    put_script,
+)
+from deployer.remote_sshconfig import (
+    Resolved,
+    host_key_policy,
+    known_hosts_name,
+    mismatch_error,
+    resolve,
+    split_hop,
+)
+
+if TYPE_CHECKING:
+    import fabric
+    import paramiko
+
+CONNECT_TRIES = 3
+KEEPALIVE_S = 5
+CHANNEL_TIMEOUT_S = 5.0
+PUT_MIN_TIMEOUT_S = 60.0
+PUT_BYTES_PER_S = 10 << 20  # allow 10 MB/s before an upload counts as hung
+
+
+def _text(data: bytes | bytearray) -> str:
+    return bytes(data).decode("utf-8", errors="replace")
+
+
+class SSHSession:
+    """A remote command with an open stdin over an exec channel; stdout and stderr merged."""
+
+    def __init__(self, chan: paramiko.Channel, label: str) -> None:
+        self._chan = chan
+        self._label = label
+        self._buf = b""
+        self._eof = False
+        self._closed = False
+
+    def readline(self, timeout: float) -> str | None:
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buf and not self._eof:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RemoteError(f"no output line within {timeout:g}s", host=self._label)
+            self._chan.settimeout(left)
+            try:
+                chunk = self._chan.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError as e:
+                raise RemoteError(f"session lost: {e}", host=self._label) from None
+            self._eof = not chunk
+            self._buf += chunk
+        if not self._buf:
+            return None
+        line, sep, rest = self._buf.partition(b"\n")
+        self._buf = rest
+        return _text(line)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            self._chan.shutdown_write()  # the remote command sees EOF on stdin
+            self._chan.status_event.wait(2.0)  # let it finish (e.g. release a lock) before we hang up
+        with contextlib.suppress(Exception):
+            self._chan.close()
+
+
+class SSHRemote:
+    """The Remote protocol over SSH. `open()` connects; calls reconnect once if the link dropped."""
+
+    def __init__(self, spec: TargetSpec, *, proxy_jump: str | None = None) -> None:
+        self.spec = spec
+        self.resolved: Resolved = resolve(spec, proxy_jump)
+        self.label = self.resolved.label
+        self.handshakes = 0  # SSH connections made so far (one per open/reconnect)
+        self._conn: fabric.Connection | None = None
+        self._jump: SSHRemote | None = None
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> SSHRemote:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- connection -------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Connect now (bounded retries for transient errors); no-op if already connected."""
+        with self._lock:
+            if self._conn is not None and self._conn.is_connected:
+                return
+            self._drop()
+            self._conn = self._connect_with_retries()
+            self.handshakes += 1
+
+    def _connect_with_retries(self) -> fabric.Connection:
+        from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
+        from tenacity import wait_exponential
+
+        budget = self.spec.connect_timeout * 2
+        retrying = Retrying(
+            stop=stop_after_attempt(CONNECT_TRIES) | stop_after_delay(budget),
+            wait=wait_exponential(multiplier=0.2, max=1.0),
+            retry=retry_if_exception_type(ConnectFailed),
+            reraise=True,
+        )
+        return retrying(self._connect_once)
+
+    def _connect_once(self) -> fabric.Connection:
+        import fabric
+        import paramiko
+
+        # paramiko logs channel/transport failures itself; we report them as errors, so keep it quiet.
+        logging.getLogger("paramiko").addHandler(logging.NullHandler())
+        r = self.resolved
+        sock = self._dial()
+        timeout = self.spec.connect_timeout
+        conn = fabric.Connection(
+            host=r.hostname,
+            user=r.user,
+            port=r.port,
+            config=fabric.Config(ssh_config=paramiko.SSHConfig(), lazy=True),
+            connect_kwargs=dict(
+                sock=sock,
+                timeout=timeout,
+                banner_timeout=timeout,
+                auth_timeout=timeout,
+                channel_timeout=CHANNEL_TIMEOUT_S,
+                key_filename=list(r.identity_files),
+                look_for_keys=not r.identity_files,
+                allow_agent=True,
+            ),
+        )
+        client = conn.client
+        client.set_missing_host_key_policy(host_key_policy(r.known_hosts, self.spec.trust_new_host, self.label))
+        self._load_known_hosts(client)
+        try:
+            conn.open()
+        except BaseException as e:
+            with contextlib.suppress(Exception):
+                conn.close()
+                client.close()
+                sock.close()
+            raise self._translate_connect_error(e) from None
+        assert conn.transport is not None
+        conn.transport.set_keepalive(KEEPALIVE_S)
+        return conn
+
+    def _load_known_hosts(self, client: paramiko.SSHClient) -> None:
+        path = self.resolved.known_hosts
+        if not os.path.exists(path):
+            return
+        try:
+            client.load_host_keys(path)
+        except OSError as e:
+            raise RemoteError(f"cannot read known_hosts {path}: {e}", host=self.label) from None
+
+    def _dial(self) -> Any:
+        """A connected socket-like object: TCP with our options, or a channel through the ProxyJump hop."""
+        r = self.resolved
+        if r.proxy_jump:
+            return self._dial_via_jump(r.proxy_jump)
+        try:
+            sock = socket.create_connection((r.hostname, r.port), timeout=self.spec.connect_timeout)
+        except OSError as e:
+            raise ConnectFailed(f"cannot reach {r.hostname}:{r.port}: {e.strerror or e}", host=self.label) from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        if hasattr(socket, "TCP_USER_TIMEOUT"):  # a dead link fails fast instead of hanging for minutes
+            ms = int(max(3.0, self.spec.connect_timeout) * 1000)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, ms)
+        return sock
+
+    def _dial_via_jump(self, hops: str) -> Any:
+        import paramiko
+
+        *before, last = [h.strip() for h in hops.split(",")]
+        user, host, port = split_hop(last)
+        if self._jump is None:
+            hop_spec = TargetSpec(
+                host=host,
+                user=user,
+                port=port,
+                known_hosts=self.spec.known_hosts,
+                ssh_config=self.spec.ssh_config,
+                trust_new_host=self.spec.trust_new_host,
+                connect_timeout=self.spec.connect_timeout,
+            )
+            self._jump = SSHRemote(hop_spec, proxy_jump=",".join(before) if before else None)
+        self._jump.open()
+        r = self.resolved
+        try:
+            return self._jump._transport().open_channel(
+                "direct-tcpip", (r.hostname, r.port), ("127.0.0.1", 0), timeout=self.spec.connect_timeout
+            )
+        except (paramiko.SSHException, EOFError, OSError) as e:
+            raise ConnectFailed(f"cannot reach {r.hostname}:{r.port} via {last}: {e}", host=self.label) from None
+
+    def _translate_connect_error(self, e: BaseException) -> BaseException:
+        import paramiko
+
+        if isinstance(e, RemoteError):
+            return e
+        if isinstance(e, paramiko.BadHostKeyException):
+            name = known_hosts_name(self.resolved.hostname, self.resolved.port)
+            return mismatch_error(e, self.resolved.known_hosts, name, self.label)
+        if isinstance(e, paramiko.AuthenticationException) or "No authentication methods" in str(e):
+            keys = ", ".join(self.resolved.identity_files) or "default keys/agent"
+            return AuthFailed(f"authentication as {self.resolved.user} failed (tried {keys}): {e}", host=self.label)
+        if isinstance(e, (paramiko.SSHException, EOFError, OSError)):
+            return ConnectFailed(f"SSH handshake failed: {e or type(e).__name__}", host=self.label)
+        return e
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+            self._conn = None
+
+    def _transport(self) -> paramiko.Transport:
+        if self._conn is None or not self._conn.is_connected:
+            self.open()
+        assert self._conn is not None and self._conn.transport is not None
+        transport: paramiko.Transport = self._conn.transport
+        return transport
+
+    def _with_reconnect(self, op: Any) -> Any:
+        """op(transport); if the link turned out dead, reconnect once and retry. Only for side-effect-free
+        steps (opening a channel), never for a command that may have started."""
+        import paramiko
+
+        try:
+            return op(self._transport())
+        except (paramiko.SSHException, EOFError, OSError) as e:
+            if isinstance(e, paramiko.ChannelException):
+                raise
+            with self._lock:
+                self._drop()
+            try:
+                return op(self._transport())
+            except (paramiko.SSHException, EOFError, OSError) as e2:
+                if isinstance(e2, paramiko.ChannelException):
+                    raise
+                raise ConnectFailed(f"connection lost: {e2 or type(e2).__name__}", host=self.label) from None
+
+    def _session_channel(self) -> paramiko.Channel:
+        return self._with_reconnect(lambda t: t.open_session(timeout=CHANNEL_TIMEOUT_S))  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+            if self._jump is not None:
+                self._jump.close()
+                self._jump = None
+
+    # -- commands -------------------------------------------------------------------------------------
+
+    def run(
+        self, cmd: str, *, timeout: float = 60.0, check: bool = True, stdin: bytes | None = None
+    ) -> Result:
+        deadline = time.monotonic() + timeout
+        chan = self._session_channel()
+        try:
+            chan.exec_command(cmd)
+            _send_stdin(chan, stdin, deadline)
+            out, err = bytearray(), bytearray()
+            finished = _collect(chan, out, err, deadline)
+            if not finished and not chan.closed:
+                raise CommandTimedOut(Result(cmd, -1, _text(out), _text(err)), timeout, host=self.label)
+            if not finished:
+                raise ConnectFailed(f"connection lost while running {cmd!r}", host=self.label)
+            result = Result(cmd, chan.recv_exit_status(), _text(out), _text(err))
+        except RemoteError:
+            raise
+        except Exception as e:  # paramiko/socket trouble mid-command
+            raise ConnectFailed(f"running {cmd!r} failed: {e or type(e).__name__}", host=self.label) from None
+        finally:
+            chan.close()
+        if check and not result.ok:
+            raise CommandFailed(result, host=self.label)
+        return result
+
+    def spawn(self, cmd: str) -> SSHSession:
+        chan = self._session_channel()
+        try:
+            chan.exec_command(f"exec 2>&1\n{cmd}")  # merged by the remote shell, so lines keep their order
+        except Exception as e:
+            chan.close()
+            raise RemoteError(f"cannot start {cmd!r}: {e}", host=self.label) from None
+        return SSHSession(chan, self.label)
+
+    # -- files ----------------------------------------------------------------------------------------
+
+    def put(self, data: bytes, path: str, mode: int = 0o644) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        timeout = max(PUT_MIN_TIMEOUT_S, len(data) / PUT_BYTES_PER_S)
+        try:
+            r = self.run(put_script(path, digest, mode), stdin=data, timeout=timeout, check=False)
+        except CommandTimedOut:
+            raise TransferFailed(f"put {path}: timed out after {timeout:g}s", host=self.label) from None
+        if not r.ok or r.stdout.strip() != digest:
+            why = (r.stderr.strip().splitlines() or [f"exit {r.exit_code}"])[-1]
+            raise TransferFailed(f"cannot write {path}: {why}", host=self.label)
+        return digest
+
+    def _sftp(self) -> paramiko.SFTPClient:
+        def op(_: paramiko.Transport) -> paramiko.SFTPClient:
+            assert self._conn is not None
+            sftp: paramiko.SFTPClient = self._conn.sftp()
+            return sftp
+
+        return self._with_reconnect(op)  # type: ignore[no-any-return]
+
+    def read(self, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes:
+        sftp = self._sftp()
+        try:
+            with sftp.open(path, "rb") as f:
+                size = f.stat().st_size or 0
+                n = min(limit, size - offset)
+                if n <= 0:
+                    return b""
+                f.seek(offset)
+                f.prefetch(offset + n)
+                return bytes(f.read(n))
+        except OSError as e:
+            if e.errno == errno.ENOENT:
+                raise NotFound(f"{self.label}: {path}: no such file") from None
+            raise TransferFailed(f"read {path}: {e}", host=self.label) from None
+        except Exception as e:
+            raise TransferFailed(f"read {path}: {e or type(e).__name__}", host=self.label) from None
+
+    def size(self, path: str) -> int | None:
+        sftp = self._sftp()
+        try:
+            return sftp.stat(path).st_size
+        except OSError as e:
+            if e.errno == errno.ENOENT:
+                return None
+            raise TransferFailed(f"stat {path}: {e}", host=self.label) from None
+        except Exception as e:
+            raise TransferFailed(f"stat {path}: {e or type(e).__name__}", host=self.label) from None
+
+    # -- HTTP -----------------------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        port: int,
+        path: str,
+        *,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = 5.0,
+    ) -> HttpReply:
+        import paramiko
+
+        def op(t: paramiko.Transport) -> paramiko.Channel:
+            return t.open_channel("direct-tcpip", ("127.0.0.1", port), ("127.0.0.1", 0), timeout=timeout)
+
+        try:
+            chan = self._with_reconnect(op)
+        except paramiko.ChannelException as e:
+            raise EndpointUnreachable(f"127.0.0.1:{port}: nothing listening ({e.text})", host=self.label) from None
+        chan.settimeout(timeout)
+        return http_exchange(chan, method, port, path, body, headers, timeout, self.label, (paramiko.SSHException,))
+
+
+def _send_stdin(chan: paramiko.Channel, data: bytes | None, deadline: float) -> None:
+    """Send `data` then EOF. A command that exits without reading closes the channel: not our error."""
+    if data:
+        chan.settimeout(max(0.001, deadline - time.monotonic()))
+        with contextlib.suppress(OSError):
+            chan.sendall(data)
+    with contextlib.suppress(OSError, EOFError):
+        chan.shutdown_write()
+
+
+def _drain(chan: paramiko.Channel, out: bytearray, err: bytearray) -> bool:
+    got = False
+    while chan.recv_ready():
+        out += chan.recv(65536)
+        got = True
+    while chan.recv_stderr_ready():
+        err += chan.recv_stderr(65536)
+        got = True
+    return got
+
+
+def _collect(chan: paramiko.Channel, out: bytearray, err: bytearray, deadline: float) -> bool:
+    """Read stdout/stderr until the command exits; False if the deadline passed or the channel died first."""
+    while True:
+        if _drain(chan, out, err):
+            continue
+        left = deadline - time.monotonic()
+        if chan.eof_received:
+            done = chan.status_event.wait(max(0.0, left))
+            _drain(chan, out, err)
+            return done and chan.exit_status_ready() and not (chan.closed and not chan.eof_received)
+        if chan.closed or left <= 0:
+            return False
+        select.select([chan], [], [], min(left, 1.0))

@@ -1,0 +1,37 @@
+"""Shared pytest fixtures for the test bed: a real OpenSSH sshd on loopback (see tests/sshbed.py)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from sshbed import SSHD, make_sshd  # noqa: E402
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "integration: crosses a real sshd, bash or HTTP server")
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHD]:
+    """One sshd for the whole test session (about 50 ms to start); see SSHD for what it offers."""
+    bed = make_sshd(tmp_path_factory.mktemp("sshd"))
+    try:
+        yield bed
+    finally:
+        bed.stop()
+
+
+@pytest.fixture()
+def fresh_sshd(tmp_path: Path) -> Iterator[SSHD]:
+    """A private sshd for tests that stop, restart or otherwise disturb it."""
+    bed = make_sshd(tmp_path / "sshd")
+    try:
+        yield bed
+    finally:
+        bed.stop()

@@ -1,0 +1,387 @@
+"""Behaviour of the remote seam against a real sshd (SSHRemote) and this machine (LocalRemote)."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import os
+import socket
+import stat
+import time
+from collections.abc import Callable, Iterator
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from deployer.errors import (
+    AuthFailed,
+    CommandFailed,
+    ConnectFailed,
+    HostKeyMismatch,
+    HostKeyUnknown,
+    NotFound,
+    RemoteError,
+    TransferFailed,
+)
+from deployer.remote import CommandTimedOut, EndpointUnreachable, Remote, TargetSpec, connect
+from deployer.remote_ssh import SSHRemote
+from sshbed import SSHD, free_port, keygen
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+
+HTTP_SERVER = r"""
+import http.server, sys, threading
+class H(http.server.BaseHTTPRequestHandler):
+    def _reply(self, code, body):
+        self.send_response(code); self.send_header("Content-Length", str(len(body)))
+        self.send_header("X-Stand-In", "yes"); self.end_headers(); self.wfile.write(body)
+    def do_GET(self):
+        self._reply(200, b"ok") if self.path == "/health" else self._reply(404, b"no such path")
+    def do_POST(self):
+        self._reply(201, self.rfile.read(int(self.headers["Content-Length"])))
+    def log_message(self, *a): pass
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H)
+threading.Thread(target=srv.serve_forever, daemon=True).start()
+print("ready", flush=True)
+sys.stdin.read()  # serve until our stdin closes
+srv.shutdown()
+"""
+
+
+@pytest.fixture(params=["local", "ssh"])
+def remote(request: pytest.FixtureRequest, sshd: SSHD) -> Iterator[Remote]:
+    r = connect(TargetSpec("local") if request.param == "local" else sshd.spec())
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+def wait_for(pred: Callable[[], object], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+# -- run ------------------------------------------------------------------------------------------------
+
+
+def test_run_returns_exit_code_and_both_streams(remote: Remote) -> None:
+    r = remote.run("echo out; echo err >&2; printf 'h\\xc3\\xa9'; exit 3", check=False)
+    assert (r.exit_code, r.ok) == (3, False)
+    assert r.stdout == "out\nhé"
+    assert r.stderr == "err\n"
+    assert remote.run("true").ok
+
+
+def test_run_check_raises_command_failed_with_result(remote: Remote) -> None:
+    with pytest.raises(CommandFailed) as e:
+        remote.run("echo boom >&2; exit 7")
+    assert e.value.result.exit_code == 7
+    assert "boom" in str(e.value) and "exit 7" in str(e.value)
+
+
+def test_run_feeds_stdin_then_eof(remote: Remote) -> None:
+    data = bytes(range(256)) * 4096  # 1 MiB, more than one SSH window
+    r = remote.run("sha256sum", stdin=data)
+    assert r.stdout.split()[0] == hashlib.sha256(data).hexdigest()
+    assert remote.run("cat").stdout == ""  # no stdin given: EOF at once, no hang
+
+
+def test_run_timeout_is_bounded(remote: Remote) -> None:
+    t0 = time.monotonic()
+    with pytest.raises(CommandTimedOut) as e:
+        remote.run("echo started; sleep 30", timeout=0.5)
+    assert time.monotonic() - t0 < 3
+    assert e.value.result.stdout == "started\n"
+    assert "timed out after 0.5s" in str(e.value)
+
+
+# -- put ------------------------------------------------------------------------------------------------
+
+
+def test_put_is_atomic_with_mode_and_hash(remote: Remote, tmp_path: Path) -> None:
+    dest = tmp_path / "launch.sh"
+    data = b"#!/bin/bash\necho hi\n"
+    digest = remote.put(data, str(dest), 0o700)
+    assert digest == hashlib.sha256(data).hexdigest()
+    assert dest.read_bytes() == data
+    assert stat.S_IMODE(dest.stat().st_mode) == 0o700
+    assert remote.run(str(dest)).stdout == "hi\n"
+
+
+def test_put_overwrites_and_leaves_no_temp_files(remote: Remote, tmp_path: Path) -> None:
+    dest = tmp_path / "env"
+    remote.put(b"old" * 1000, str(dest), 0o644)
+    digest = remote.put(b"SECRET=1\n", str(dest), 0o600)
+    assert dest.read_bytes() == b"SECRET=1\n"
+    assert stat.S_IMODE(dest.stat().st_mode) == 0o600
+    assert digest == hashlib.sha256(b"SECRET=1\n").hexdigest()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["env"]
+
+
+def test_put_of_empty_and_large_data(remote: Remote, tmp_path: Path) -> None:
+    remote.put(b"", str(tmp_path / "empty"))
+    assert (tmp_path / "empty").read_bytes() == b""
+    big = os.urandom(3 << 20)
+    assert remote.put(big, str(tmp_path / "big")) == hashlib.sha256(big).hexdigest()
+    assert (tmp_path / "big").read_bytes() == big
+
+
+@pytest.mark.parametrize("where", ["/nonexistent-dir/x", "/sys/deployer-test-file"])
+def test_put_into_unwritable_place_raises_transfer_failed(remote: Remote, where: str) -> None:
+    with pytest.raises(TransferFailed) as e:
+        remote.put(b"data", where)
+    msg = str(e.value)
+    assert where in msg or os.path.dirname(where) in msg
+    assert "No such file" in msg or "Permission denied" in msg
+    assert not os.path.exists(where)
+
+
+# -- read / size ----------------------------------------------------------------------------------------
+
+
+def test_read_incrementally_from_offsets(remote: Remote, tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    log.write_bytes(b"line one\nline two\n")
+    assert remote.read(str(log)) == b"line one\nline two\n"
+    assert remote.read(str(log), 5, 3) == b"one"
+    offset = remote.size(str(log))
+    assert offset == 18
+    assert remote.read(str(log), offset) == b""
+    with log.open("ab") as f:
+        f.write(b"line three\n")
+    assert remote.read(str(log), offset) == b"line three\n"
+    assert remote.read(str(log), 1000) == b""
+
+
+def test_read_after_truncation_returns_nothing_and_size_shrinks(remote: Remote, tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    log.write_bytes(b"x" * 5000)
+    offset = len(remote.read(str(log)))
+    log.write_bytes(b"restarted\n")  # truncated and rewritten between two polls
+    assert remote.read(str(log), offset) == b""
+    assert remote.size(str(log)) == 10
+    assert remote.read(str(log), 0) == b"restarted\n"
+
+
+def test_read_limit_bounds_a_large_file(remote: Remote, tmp_path: Path) -> None:
+    data = os.urandom(3 << 20)
+    (tmp_path / "big").write_bytes(data)
+    assert remote.read(str(tmp_path / "big"), 1000, 2 << 20) == data[1000 : 1000 + (2 << 20)]
+
+
+def test_read_missing_raises_not_found_and_size_is_none(remote: Remote, tmp_path: Path) -> None:
+    with pytest.raises(NotFound):
+        remote.read(str(tmp_path / "missing"))
+    assert remote.size(str(tmp_path / "missing")) is None
+
+
+# -- request --------------------------------------------------------------------------------------------
+
+
+def test_request_reaches_an_http_server_on_the_target(remote: Remote, tmp_path: Path) -> None:
+    script = tmp_path / "server.py"
+    remote.put(HTTP_SERVER.encode(), str(script))
+    port = free_port()
+    session = remote.spawn(f"exec /usr/bin/python3 -u {script} {port}")
+    try:
+        assert session.readline(timeout=10) == "ready"
+        health = remote.request("GET", port, "/health")
+        assert (health.status, health.body, health.headers["x-stand-in"]) == (200, b"ok", "yes")
+        assert remote.request("GET", port, "/nope").status == 404
+        echo = remote.request("POST", port, "/echo", body=b'{"a": 1}', headers={"Content-Type": "application/json"})
+        assert (echo.status, echo.body) == (201, b'{"a": 1}')
+    finally:
+        session.close()
+    # The server exits on stdin EOF, so after close() nothing listens any more.
+    assert wait_for(lambda: _unreachable(remote, port))
+
+
+def _unreachable(remote: Remote, port: int) -> bool:
+    try:
+        remote.request("GET", port, "/health", timeout=1)
+    except EndpointUnreachable:
+        return True
+    return False
+
+
+def test_request_to_closed_port_is_endpoint_unreachable(remote: Remote) -> None:
+    with pytest.raises(EndpointUnreachable) as e:
+        remote.request("GET", free_port(), "/health")
+    assert isinstance(e.value, RemoteError)
+
+
+def test_request_to_silent_listener_times_out(remote: Remote) -> None:
+    with socket.socket() as listener:  # accepts TCP (kernel backlog) but never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        t0 = time.monotonic()
+        with pytest.raises(EndpointUnreachable, match="timed out"):
+            remote.request("GET", listener.getsockname()[1], "/health", timeout=0.5)
+        assert time.monotonic() - t0 < 3
+
+
+# -- spawn ----------------------------------------------------------------------------------------------
+
+
+def test_spawn_readline_and_close_sends_eof(remote: Remote, tmp_path: Path) -> None:
+    marker = tmp_path / "eof-seen"
+    session = remote.spawn(f"echo locked; cat >/dev/null; echo done > {marker}")
+    assert session.readline(timeout=5) == "locked"
+    with pytest.raises(RemoteError, match="no output line"):
+        session.readline(timeout=0.2)
+    assert not marker.exists()
+    session.close()
+    session.close()  # idempotent
+    assert wait_for(marker.exists)
+
+
+def test_spawn_readline_returns_none_at_eof_and_merges_stderr(remote: Remote) -> None:
+    session = remote.spawn("echo a; echo b >&2; printf tail")
+    try:
+        lines = [session.readline(timeout=5) for _ in range(4)]
+    finally:
+        session.close()
+    assert lines == ["a", "b", "tail", None]
+
+
+# -- SSH only: connection handling ----------------------------------------------------------------------
+
+
+def test_one_handshake_serves_every_operation(sshd: SSHD, tmp_path: Path) -> None:
+    before = sshd.log_count("Accepted publickey")
+    with SSHRemote(sshd.spec()) as r:
+        r.open()
+        r.run("true")
+        r.put(b"x", str(tmp_path / "f"))
+        r.read(str(tmp_path / "f"))
+        r.size(str(tmp_path / "f"))
+        with pytest.raises(EndpointUnreachable):
+            r.request("GET", free_port(), "/")
+        r.spawn("true").close()
+        assert r.handshakes == 1
+    assert wait_for(lambda: sshd.log_count("Accepted publickey") == before + 1, 2)
+
+
+def test_sessions_see_bin_dir_first_on_path_and_no_test_environment(sshd: SSHD) -> None:
+    tool = sshd.bin_dir / "stand-in-tool"
+    tool.write_text("#!/bin/sh\necho stand-in here\n")
+    tool.chmod(0o755)
+    with SSHRemote(sshd.spec()) as r:
+        assert r.run("stand-in-tool").stdout == "stand-in here\n"
+        env = r.run("env").stdout
+        assert r.run("echo $PATH").stdout.startswith(f"{sshd.bin_dir}:")
+        assert r.run("command -v python3").stdout.strip() == "/usr/bin/python3"
+    assert "PYTEST" not in env and "VIRTUAL_ENV" not in env
+
+
+def test_unknown_host_refused_then_recorded_when_trusted(sshd: SSHD, tmp_path: Path) -> None:
+    known = tmp_path / "kh" / "known_hosts"
+    with pytest.raises(HostKeyUnknown) as e:
+        connect(sshd.spec(known_hosts=str(known)))
+    assert "--trust-new-host" in str(e.value) and str(known) in str(e.value)
+    assert not known.exists()
+    connect(sshd.spec(known_hosts=str(known), trust_new_host=True)).close()
+    line = known.read_text().strip()
+    assert line.startswith(f"[127.0.0.1]:{sshd.port} ssh-ed25519 ")
+    assert line.split()[2] == sshd.host_key.with_suffix(".pub").read_text().split()[1]
+    with closing(connect(sshd.spec(known_hosts=str(known)))) as r:
+        assert r.run("echo again").stdout == "again\n"
+    assert len(known.read_text().splitlines()) == 1
+
+
+def test_changed_host_key_is_refused_even_when_trusting(sshd: SSHD) -> None:
+    with sshd.second_host_key_sshd() as impostor:
+        for trust in (False, True):
+            with pytest.raises(HostKeyMismatch) as e:
+                connect(impostor.spec(trust_new_host=trust))
+            assert "man-in-the-middle" in str(e.value)
+            assert f"ssh-keygen -f {impostor.known_hosts} -R '[127.0.0.1]:{impostor.port}'" in str(e.value)
+
+
+def test_wrong_key_fails_auth_fast_without_retry(sshd: SSHD, tmp_path: Path) -> None:
+    wrong = keygen(tmp_path / "wrong_key")
+    before = sshd.log_count("Connection from")
+    t0 = time.monotonic()
+    with pytest.raises(AuthFailed) as e:
+        connect(sshd.spec(identity_file=str(wrong)))
+    assert time.monotonic() - t0 < 3
+    assert str(wrong) in str(e.value)
+    assert wait_for(lambda: sshd.log_count("Connection from") == before + 1, 2)
+    time.sleep(0.3)
+    assert sshd.log_count("Connection from") == before + 1
+
+
+def test_closed_port_fails_fast_as_connect_failed() -> None:
+    t0 = time.monotonic()
+    with pytest.raises(ConnectFailed) as e:
+        connect(TargetSpec("127.0.0.1", user="root", port=free_port(), known_hosts="/dev/null", ssh_config="/dev/null"))
+    assert time.monotonic() - t0 < 10
+    assert "Connection refused" in str(e.value)
+
+
+def test_silent_port_times_out_within_budget(tmp_path: Path) -> None:
+    with socket.socket() as listener:  # TCP handshake completes, no SSH banner ever comes
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        spec = TargetSpec(
+            "127.0.0.1", port=listener.getsockname()[1], known_hosts=str(tmp_path / "kh"),
+            ssh_config="/dev/null", connect_timeout=0.5,
+        )
+        t0 = time.monotonic()
+        with pytest.raises(ConnectFailed):
+            connect(spec)
+        assert time.monotonic() - t0 < 4
+
+
+def test_ssh_config_alias_is_honoured(sshd: SSHD, monkeypatch: pytest.MonkeyPatch) -> None:
+    with closing(connect(TargetSpec("deployer-test", ssh_config=str(sshd.ssh_config)))) as r:
+        assert r.label == f"root@127.0.0.1:{sshd.port}"
+        assert r.run("whoami").stdout == "root\n"
+    monkeypatch.setenv("DEPLOYER_SSH_CONFIG", str(sshd.ssh_config))
+    with closing(connect(TargetSpec("deployer-test"))) as r:
+        assert r.run("echo via-env").stdout == "via-env\n"
+
+
+def test_proxy_jump_from_ssh_config(sshd: SSHD) -> None:
+    before = sshd.log_count("Accepted publickey")
+    with closing(connect(TargetSpec("deployer-test-via-jump", ssh_config=str(sshd.ssh_config)))) as r:
+        assert r.run("echo hop").stdout == "hop\n"
+    assert wait_for(lambda: sshd.log_count("Accepted publickey") == before + 2, 2)  # jump host + target
+
+
+def test_missing_explicit_ssh_config_is_an_error(sshd: SSHD, tmp_path: Path) -> None:
+    with pytest.raises(RemoteError, match="does not exist"):
+        connect(TargetSpec("deployer-test", ssh_config=str(tmp_path / "nope")))
+
+
+def test_reconnects_after_the_server_dropped_the_link(fresh_sshd: SSHD) -> None:
+    with SSHRemote(fresh_sshd.spec()) as r:
+        r.open()
+        assert r.run("echo 1").stdout == "1\n"
+        fresh_sshd.restart()  # kills every session: the transport is gone
+        assert wait_for(lambda: r._conn is not None and not r._conn.is_connected, 5)
+        assert r.run("echo 2").stdout == "2\n"
+        assert r.handshakes == 2
+        r.close()
+        assert r.read(str(fresh_sshd.known_hosts)).startswith(b"[127.0.0.1]")  # reopens after close()
+        assert r.handshakes == 3
+
+
+def test_link_lost_mid_command_is_connect_failed(fresh_sshd: SSHD) -> None:
+    with SSHRemote(fresh_sshd.spec()) as r:
+        r.open()
+        killer = threading.Timer(0.5, fresh_sshd.stop)
+        killer.start()
+        t0 = time.monotonic()
+        try:
+            with pytest.raises(ConnectFailed, match="connection lost"):
+                r.run("sleep 30", timeout=20)
+        finally:
+            killer.join()
+        assert time.monotonic() - t0 < 5
