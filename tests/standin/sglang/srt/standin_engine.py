@@ -17,6 +17,7 @@ Env knobs (all optional):
 | STANDIN_WEIGHTS_GB      | min(16, mem/4) | pretended weight size (GiB) |
 | STANDIN_MIN_MFS         | (weights+1)/mem | mem mode: below it -> "Not enough memory" |
 | STANDIN_MAX_MFS         | 1.0     | mem mode: above it -> "Capture cuda graph failed" |
+| STANDIN_DRAIN_S         | 0.1     | after SIGTERM: seconds of draining (/health 503) before exit 0 |
 | STANDIN_FAIL_LOG        |         | fail_text: file printed verbatim |
 | STANDIN_EXIT            | 1       | fail_text: exit status; 128+N or -N means death by signal N |
 
@@ -317,7 +318,7 @@ class Engine:
         self.stop.set()
 
     def shutdown(self) -> int:
-        time.sleep(0.1)  # a short drain window: /health answers 503 meanwhile
+        time.sleep(env_float("STANDIN_DRAIN_S", 0.1))  # drain window: /health answers 503 meanwhile
         uvicorn_log("INFO", "Shutting down")
         self.server.shutdown()
         self.server.server_close()
