@@ -14,7 +14,6 @@ import errno
 import hashlib
 import logging
 import os
-import select
 import socket
 import threading
 import time
@@ -30,6 +29,7 @@ from deployer.remote import (
     http_exchange,
     put_script,
 )
+from deployer.remote_sshchan import SSHSession, collect, send_stdin, text
 from deployer.remote_sshconfig import (
     Resolved,
     host_key_policy,
@@ -48,52 +48,6 @@ KEEPALIVE_S = 5
 CHANNEL_TIMEOUT_S = 5.0
 PUT_MIN_TIMEOUT_S = 60.0
 PUT_BYTES_PER_S = 10 << 20  # allow 10 MB/s before an upload counts as hung
-
-
-def _text(data: bytes | bytearray) -> str:
-    return bytes(data).decode("utf-8", errors="replace")
-
-
-class SSHSession:
-    """A remote command with an open stdin over an exec channel; stdout and stderr merged."""
-
-    def __init__(self, chan: paramiko.Channel, label: str) -> None:
-        self._chan = chan
-        self._label = label
-        self._buf = b""
-        self._eof = False
-        self._closed = False
-
-    def readline(self, timeout: float) -> str | None:
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self._buf and not self._eof:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise RemoteError(f"no output line within {timeout:g}s", host=self._label)
-            self._chan.settimeout(left)
-            try:
-                chunk = self._chan.recv(65536)
-            except socket.timeout:
-                continue
-            except OSError as e:
-                raise RemoteError(f"session lost: {e}", host=self._label) from None
-            self._eof = not chunk
-            self._buf += chunk
-        if not self._buf:
-            return None
-        line, sep, rest = self._buf.partition(b"\n")
-        self._buf = rest
-        return _text(line)
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        with contextlib.suppress(Exception):
-            self._chan.shutdown_write()  # the remote command sees EOF on stdin
-            self._chan.status_event.wait(2.0)  # let it finish (e.g. release a lock) before we hang up
-        with contextlib.suppress(Exception):
-            self._chan.close()
 
 
 class SSHRemote:
@@ -294,14 +248,14 @@ class SSHRemote:
         chan = self._session_channel()
         try:
             chan.exec_command(cmd)
-            _send_stdin(chan, stdin, deadline)
+            send_stdin(chan, stdin, deadline)
             out, err = bytearray(), bytearray()
-            finished = _collect(chan, out, err, deadline)
+            finished = collect(chan, out, err, deadline)
             if not finished and not chan.closed:
-                raise CommandTimedOut(Result(cmd, -1, _text(out), _text(err)), timeout, host=self.label)
+                raise CommandTimedOut(Result(cmd, -1, text(out), text(err)), timeout, host=self.label)
             if not finished:
                 raise ConnectFailed(f"connection lost while running {cmd!r}", host=self.label)
-            result = Result(cmd, chan.recv_exit_status(), _text(out), _text(err))
+            result = Result(cmd, chan.recv_exit_status(), text(out), text(err))
         except RemoteError:
             raise
         except Exception as e:  # paramiko/socket trouble mid-command
@@ -395,39 +349,3 @@ class SSHRemote:
             raise EndpointUnreachable(f"127.0.0.1:{port}: nothing listening ({e.text})", host=self.label) from None
         chan.settimeout(timeout)
         return http_exchange(chan, method, port, path, body, headers, timeout, self.label, (paramiko.SSHException,))
-
-
-def _send_stdin(chan: paramiko.Channel, data: bytes | None, deadline: float) -> None:
-    """Send `data` then EOF. A command that exits without reading closes the channel: not our error."""
-    if data:
-        chan.settimeout(max(0.001, deadline - time.monotonic()))
-        with contextlib.suppress(OSError):
-            chan.sendall(data)
-    with contextlib.suppress(OSError, EOFError):
-        chan.shutdown_write()
-
-
-def _drain(chan: paramiko.Channel, out: bytearray, err: bytearray) -> bool:
-    got = False
-    while chan.recv_ready():
-        out += chan.recv(65536)
-        got = True
-    while chan.recv_stderr_ready():
-        err += chan.recv_stderr(65536)
-        got = True
-    return got
-
-
-def _collect(chan: paramiko.Channel, out: bytearray, err: bytearray, deadline: float) -> bool:
-    """Read stdout/stderr until the command exits; False if the deadline passed or the channel died first."""
-    while True:
-        if _drain(chan, out, err):
-            continue
-        left = deadline - time.monotonic()
-        if chan.eof_received:
-            done = chan.status_event.wait(max(0.0, left))
-            _drain(chan, out, err)
-            return done and chan.exit_status_ready() and not (chan.closed and not chan.eof_received)
-        if chan.closed or left <= 0:
-            return False
-        select.select([chan], [], [], min(left, 1.0))
