@@ -490,7 +490,10 @@ def _daemon_main(run_dir: str, cfg: dict[str, Any], env: dict[str, str], keep: l
     except BaseException:
         traceback.print_exc()
         line = "ERR supervisor crashed; see supervisor.log"
-        daemon.report(line) if daemon else os.write(report_fd, line.encode() + b"\n")
+        if daemon is not None:
+            daemon.report(line)
+        else:
+            os.write(report_fd, line.encode() + b"\n")
     finally:
         sys.stdout.flush()
         sys.stderr.flush()

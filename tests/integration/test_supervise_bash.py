@@ -247,6 +247,8 @@ def test_stop_kills_the_group_itself_when_the_daemon_is_gone(make_run: Callable[
     st = start(run)
     os.kill(st["supervisor_pid"], signal.SIGKILL)
     wait_for(lambda: not state_of(run)["supervisor_alive"], 5, "daemon gone")
+    refused = sup("start", str(run))
+    assert refused.returncode == 1 and "still alive; stop it first" in refused.stderr
     proc = sup("stop", str(run), "--grace", "2")
     assert proc.returncode == 0, proc.stderr
     final = json.loads(proc.stdout)
