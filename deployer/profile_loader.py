@@ -90,6 +90,7 @@ def _parse_yaml(path: Path) -> Layered:
     if not isinstance(data, dict):
         raise ProfileError("a profile must be a YAML mapping (name:, target:, engine: ...)", file=str(path), line=1)
     lines: dict[Loc, tuple[str, int]] = {}
+    assert node is not None
     _record_lines(node, (), str(path), lines)
     return Layered(data=data, lines=lines)
 

@@ -1,0 +1,75 @@
+"""On-call operations read from the target: history of attempts, diagnosis of the latest failure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deployer.diagnose import diagnose
+from deployer.errors import NotFound
+from deployer.ops import Ref, layout_of, make_ref, opened
+from deployer.pipeline import attempt_log
+from deployer.targetview import current_run_id, list_runs, run_view
+
+__all__ = ["make_ref", "history", "diagnose_deployment"]
+
+
+def history(ref: Ref) -> list[dict[str, Any]]:
+    """Every attempt on the target, newest first (the target is the truth; local history is a cache)."""
+    assert ref.name
+    with opened(ref) as (remote, workdir):
+        layout = layout_of(workdir, ref.name)
+        run_ids = list_runs(remote, layout)
+        if not run_ids:
+            raise NotFound(f"no deployment {ref.name!r} under {workdir} on {remote.label}")
+        current = current_run_id(remote, layout)
+        rows = []
+        for run_id in reversed(run_ids):
+            view = run_view(remote, layout, run_id, live=False)
+            outcome = view.outcome or {}
+            rows.append({
+                "run_id": run_id, "current": run_id == current, "attempt": view.record.get("attempt"),
+                "up_id": view.record.get("up_id"), "started_at": view.state.get("started_at")
+                or view.record.get("pushed_at"), "content_hash": view.content_hash,
+                "outcome": outcome.get("outcome") or view.status, "detail": outcome.get("detail"),
+                "diagnosis": outcome.get("diagnosis"), "change": outcome.get("change"),
+                "drift": outcome.get("drift", []), "restarts": view.state.get("restarts", 0),
+            })
+        return rows
+
+
+def diagnose_deployment(ref: Ref, engine_version: str | None) -> dict[str, Any]:
+    """Pull the latest failed attempt's log from the target and diagnose it."""
+    assert ref.name
+    with opened(ref) as (remote, workdir):
+        layout = layout_of(workdir, ref.name)
+        for run_id in reversed(list_runs(remote, layout)):
+            view = run_view(remote, layout, run_id, live=False)
+            state = view.state
+            crashed = state.get("status") in ("exited", "crashloop", "lost") or state.get("last_crash")
+            if not crashed and (view.outcome or {}).get("outcome") in (None, "ready"):
+                continue
+            offset = int((state.get("last_crash") or {}).get("log_offset") or state.get("log_offset") or 0)
+            text = attempt_log(remote, view.run, offset)
+            version = engine_version or (view.record.get("profile") or {}).get("engine", {}).get("version")
+            diag = diagnose(text, engine_version=version, exit_code=state.get("exit_code"),
+                            signal=state.get("signal"))
+            from deployer.remedy import propose
+            from deployer.profile import Profile
+
+            data = {**diag.to_json(), "hint": diag.hint, "run_id": run_id}
+            prof = _profile_of(view.record)
+            change = propose(diag, prof, []) if prof is not None else None
+            data["would_change"] = change.to_json() if change else None
+            return data
+        raise NotFound(f"{ref.name}: no failed attempt on {remote.label}")
+
+
+def _profile_of(record: dict[str, Any]) -> Any:
+    from pydantic import ValidationError
+
+    from deployer.profile import Profile
+
+    try:
+        return Profile.model_validate(record.get("profile") or {})
+    except ValidationError:
+        return None

@@ -1,0 +1,131 @@
+"""Start: drive the target-side supervisor (start/stop/status), the deployment lock, and the port check.
+
+The supervisor (deployer/supervise.py, stdlib only) runs on the target's python3; these functions are the only
+place that knows its command line.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import shlex
+import socket
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from deployer.errors import CommandFailed, Locked, PortBusy, RemoteError, TargetError
+from deployer.push import Layout, RunDir
+from deployer.remote import Remote, Session
+
+SUPERVISOR_PYTHON = "python3"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A started engine: where it runs and where its output goes."""
+
+    run: RunDir
+    pid: int
+    pgid: int
+    started_at: float
+    log_offset: int
+
+
+def supervisor(script: str, *args: str) -> str:
+    words = [SUPERVISOR_PYTHON, script, *args]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def _json_line(text: str) -> dict[str, Any]:
+    for line in reversed(text.strip().splitlines()):
+        if line.startswith("{"):
+            data = json.loads(line)
+            if isinstance(data, dict):
+                return data
+    return {}
+
+
+def start(remote: Remote, run: RunDir) -> Launch:
+    try:
+        result = remote.run(supervisor(run.file("supervise.py"), "start", run.path), timeout=30)
+    except CommandFailed as exc:
+        raise TargetError(f"supervisor could not start the engine: {' '.join(exc.tail) or 'no output'}") from None
+    state = _json_line(result.stdout)
+    if not state.get("pid"):
+        raise TargetError(f"supervisor did not report an engine pid (got {result.stdout.strip()[:200]!r})")
+    return Launch(run=run, pid=int(state["pid"]), pgid=int(state.get("pgid") or state["pid"]),
+                  started_at=float(state.get("started_at") or time.time()),
+                  log_offset=int(state.get("log_offset") or 0))
+
+
+def status(remote: Remote, run: RunDir) -> dict[str, Any]:
+    result = remote.run(supervisor(run.file("supervise.py"), "status", run.path), timeout=30, check=False)
+    if not result.ok:
+        return {"status": "absent", "error": (result.stderr or result.stdout).strip()[:300]}
+    return _json_line(result.stdout)
+
+
+def stop(remote: Remote, run: RunDir, grace: float) -> dict[str, Any]:
+    result = remote.run(supervisor(run.file("supervise.py"), "stop", run.path, "--grace", f"{grace:g}"),
+                        timeout=grace + 30)
+    return _json_line(result.stdout)
+
+
+def port_free(remote: Remote, layout: Layout, port: int, wait_s: float = 0.0) -> tuple[bool, str]:
+    """Whether the engine port can be bound on the target; waits up to wait_s for it to free."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        result = remote.run(supervisor(layout.supervisor, "ports", str(port)), timeout=20, check=False)
+        if result.exit_code == 0:
+            return True, ""
+        if result.exit_code != 1:
+            raise CommandFailed(result, host=remote.label, what="port check")
+        if time.monotonic() >= deadline:
+            return False, result.stdout.strip()
+        time.sleep(0.5)
+
+
+def check_port(remote: Remote, layout: Layout, port: int, wait_s: float = 0.0) -> None:
+    free, detail = port_free(remote, layout, port, wait_s)
+    if not free:
+        raise PortBusy(f"port {port} is already in use on {remote.label} ({detail})",
+                       hint="stop what holds it, or set engine.port to another port")
+
+
+class DeploymentLock:
+    """The per-deployment lock: a supervisor `lock` process on the target, held while our channel is open."""
+
+    def __init__(self, remote: Remote, layout: Layout, what: str) -> None:
+        self.remote = remote
+        self.layout = layout
+        self.who = f"{getpass.getuser()}@{socket.gethostname()} ({what})"
+        self.session: Session | None = None
+
+    def __enter__(self) -> DeploymentLock:
+        session = self.remote.spawn(supervisor(self.layout.supervisor, "lock", self.layout.lock, "--who", self.who))
+        line = session.readline(timeout=20)
+        if line == "LOCKED":
+            self.session = session
+            return self
+        session.close()
+        if line and line.startswith("BUSY "):
+            raise Locked(_busy_message(line[5:]), hint="wait for it to finish, or check `deploy status`")
+        raise RemoteError(f"could not take the deployment lock: {line or 'no answer'}", host=self.remote.label)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+
+
+def _busy_message(payload: str) -> str:
+    try:
+        info = json.loads(payload)
+    except ValueError:
+        info = {}
+    who = info.get("who", "another deploy")
+    since = info.get("since")
+    when = datetime.fromtimestamp(float(since)).strftime("%Y-%m-%d %H:%M:%S") if since else "unknown time"
+    return f"deployment is locked by {who} since {when}"

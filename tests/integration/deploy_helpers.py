@@ -1,0 +1,59 @@
+"""Helpers for end-to-end tests: profiles that point at the test sshd and the stand-in engine, and the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+STANDIN = REPO / "tests" / "standin"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_profile(tmp_path: Path, sshd: Any, *, name: str = "demo", args: dict[str, Any] | None = None,
+                  env: dict[str, str] | None = None, port: int | None = None, extra: dict[str, Any] | None = None,
+                  model: str = "Qwen/Qwen3-8B", workdir: Path | None = None, file: str | None = None) -> Path:
+    """A profile for the stand-in engine on the test sshd; `extra` is deep-merged on top."""
+    data: dict[str, Any] = {
+        "name": name,
+        "target": sshd.target(workdir or tmp_path / "work"),
+        "engine": {"kind": "sglang", "python": "/usr/bin/python3", "model_path": model,
+                   "port": port or free_port(), "args": args or {},
+                   "env": {"PYTHONPATH": str(STANDIN), **(env or {})}},
+        "health": {"interval_s": 0.2, "startup_timeout_s": 60, "stall_timeout_s": 20},
+        "retry": {"max_attempts": 3, "backoff_s": 0.2},
+        "restart": {"grace_s": 3},
+    }
+    for key, value in (extra or {}).items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    path = tmp_path / (file or f"{name}.yaml")
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def deploy(*argv: str, home: Path, timeout: float = 120, env: dict[str, str] | None = None,
+           ) -> subprocess.CompletedProcess[str]:
+    """Run the real `deploy` CLI in a subprocess (fresh interpreter, like a user)."""
+    full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DEPLOYER_HOME": str(home),
+                "HOME": os.environ.get("HOME", "/root"), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "deployer.cli", *argv], capture_output=True, text=True,
+                          timeout=timeout, env=full_env, cwd=str(REPO))
+
+
+def events(stdout: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]

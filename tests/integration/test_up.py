@@ -1,0 +1,44 @@
+"""`deploy up | status | logs | down` end to end: real sshd, real supervisor, stand-in engine, real HTTP."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deploy_helpers import deploy, events, write_profile
+
+pytestmark = pytest.mark.integration
+
+
+def test_up_status_logs_down(tmp_path: Path, sshd: Any) -> None:
+    home = tmp_path / "home"
+    prof = write_profile(tmp_path, sshd, name="demo")
+    up = deploy("up", str(prof), "--json", "--skip-preflight", home=home)
+    assert up.returncode == 0, up.stderr + up.stdout
+    evs = events(up.stdout)
+    phases = [e["phase"] for e in evs if e["event"] == "phase"]
+    assert phases[:2] == ["args", "loading weights"] and "ready" in [e["event"] for e in evs]
+    report = evs[-1]
+    assert report["event"] == "report" and report["status"] == "ready"
+    # on-call from another laptop: only the name, an ~/.ssh/config alias and the workdir
+    st = deploy("status", "demo", "--host", "deployer-test", "--workdir", str(tmp_path / "work"), "--json",
+                home=tmp_path / "other-laptop", env={"DEPLOYER_SSH_CONFIG": str(sshd.ssh_config)})
+    assert st.returncode == 0, st.stderr
+    row = json.loads(st.stdout)
+    assert row["status"] == "ready" and row["healthy"] is True and row["pid"] > 0
+    assert row["content_hash"] == report["content_hash"]
+
+    logs = deploy("logs", str(prof), "-n", "5", home=home)
+    assert logs.returncode == 0 and "The server is fired up and ready to roll!" in logs.stdout
+
+    again = deploy("up", str(prof), "--skip-preflight", home=home)
+    assert again.returncode == 0 and "already running" in again.stderr
+
+    down = deploy("down", str(prof), home=home)
+    assert down.returncode == 0 and "stopped" in down.stdout, down.stderr
+    down2 = deploy("down", str(prof), home=home)
+    assert down2.returncode == 0 and "not running" in down2.stdout

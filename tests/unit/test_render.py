@@ -1,0 +1,166 @@
+"""Rendering: argv from args, env file, masking, stable hash; and the property that makes heredoc bugs impossible.
+
+The property test renders profiles full of hostile values, runs the real launch.sh under bash with the engine
+python replaced by a probe that records its argv and environment, and checks they are exactly what was asked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from deployer.errors import RenderError
+from deployer.profile import Profile
+from deployer.render import flag_tokens, render
+from deployer.supervise import read_env_file
+
+PROBE = """#!/usr/bin/python3 -S
+import json, os, sys
+with open(os.environ["PROBE_OUT"], "w", encoding="utf-8", errors="surrogateescape") as f:
+    json.dump({"argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd()}, f)
+"""
+
+
+def make_profile(**engine: Any) -> Profile:
+    base: dict[str, Any] = {"name": "t", "target": {"host": "h"},
+                            "engine": {"model_path": "m", "python": "/usr/bin/python3"}}
+    base["engine"].update(engine)
+    return Profile.model_validate(base)
+
+
+def test_flag_tokens_cover_bool_none_list_dict_and_dash_values() -> None:
+    assert flag_tokens("trust_remote_code", True) == ["--trust-remote-code"]
+    assert flag_tokens("disable_radix_cache", False) == []
+    assert flag_tokens("x", None) == []
+    assert flag_tokens("cuda_graph_bs_decode", [1, 2, 4]) == ["--cuda-graph-bs-decode", "1", "2", "4"]
+    assert flag_tokens("json_model_override_args", {"b": 1, "a": "x"}) == [
+        "--json-model-override-args", '{"a": "x", "b": 1}']
+    assert flag_tokens("chat_template", "-weird") == ["--chat-template=-weird"]
+    assert flag_tokens("tp_size", 2) == ["--tp-size", "2"]
+
+
+def test_secrets_stay_out_of_script_and_argv_and_are_masked() -> None:
+    prof = make_profile(env={"HF_TOKEN": "hf_supersecret", "PLAIN": "visible"}, gpus=[1, 3])
+    bundle = render(prof)
+    assert "hf_supersecret" not in bundle.script and "hf_supersecret" not in " ".join(bundle.argv)
+    assert "hf_supersecret" in bundle.env
+    assert bundle.masked_env["HF_TOKEN"] == "***" and bundle.masked_env["PLAIN"] == "visible"
+    assert bundle.masked_env["CUDA_VISIBLE_DEVICES"] == "1,3"
+    assert bundle.script.startswith("#!/usr/bin/env bash") and "set -euo pipefail" in bundle.script
+    assert "\nexec /usr/bin/python3 -m sglang.launch_server --model-path m --host 127.0.0.1 --port 30000" \
+        in bundle.script
+
+
+def test_hash_is_stable_and_tracks_effective_content() -> None:
+    a = render(make_profile(args={"tp_size": 1, "dtype": "bf16"}))
+    b = render(make_profile(args={"tp_size": 1, "dtype": "bf16"}))
+    c = render(make_profile(args={"tp_size": 2, "dtype": "bf16"}))
+    d = render(make_profile(args={"tp_size": 1, "dtype": "bf16"}, env={"A": "1"}))
+    assert a.content_hash == b.content_hash
+    assert len({a.content_hash, c.content_hash, d.content_hash}) == 3
+
+
+def test_custom_template_relative_to_profile_and_missing_template(tmp_path: Path) -> None:
+    (tmp_path / "my.sh.j2").write_text("#!/bin/bash\n# {{ name | shq }}\nexec {{ argv | shjoin }}\n")
+    prof = make_profile().model_copy(update={"template": "my.sh.j2"})
+    prof._source = tmp_path / "p.yaml"
+    assert render(prof).script.startswith("#!/bin/bash\n# t\nexec /usr/bin/python3")
+    prof2 = make_profile().model_copy(update={"template": "missing.j2"})
+    prof2._source = tmp_path / "p.yaml"
+    with pytest.raises(RenderError, match="template not found"):
+        render(prof2)
+    (tmp_path / "bad.j2").write_text("{{ nonexistent_variable }}")
+    prof3 = make_profile().model_copy(update={"template": "bad.j2"})
+    prof3._source = tmp_path / "p.yaml"
+    with pytest.raises(RenderError, match="nonexistent_variable"):
+        render(prof3)
+
+
+@pytest.mark.parametrize("key", ["a;b", "$(id)", "--", "x y", "", "A_B"])
+def test_hostile_flag_names_are_rejected(key: str) -> None:
+    with pytest.raises(ValueError):
+        make_profile(args={key: "1"})
+
+
+# --- the property -----------------------------------------------------------------------------------------------
+
+HOSTILE = ["'", '"', "$(touch /tmp/pwned)", "`id`", ";", "&&", "\n", "\\", "\\'", "$HOME", "${PATH}", "-", "--x",
+           "*", "?", "~", "!", "#", " ", "\t", "\r", "é", "日本", "🙂", "$'\\n'", "%s", "{{ x }}", "{% if %}", "<<EOF",
+           "EOF", ">", "|", "\x1b[31m", "\u202e"]
+text = st.lists(st.one_of(st.sampled_from(HOSTILE),
+                          st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+                                  max_size=8)), max_size=5).map("".join)
+scalar = st.one_of(text, st.integers(-10**6, 10**6), st.booleans(),
+                   st.floats(allow_nan=False, allow_infinity=False, width=32))
+flag_name = st.from_regex(r"\A[a-z][a-z0-9_]{0,12}\Z").filter(lambda k: k not in {"model_path", "port", "host"})
+env_name = st.from_regex(r"\AT_[A-Za-z0-9_]{0,10}\Z")
+
+settings.register_profile("ci", max_examples=2000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.register_profile("dev", max_examples=200, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("probe") / "python-probe"
+    path.write_text(PROBE)
+    path.chmod(0o755)
+    return path
+
+
+def expected_tokens(name: str, value: Any) -> list[list[str]]:
+    """Independent of render: the argv forms that mean `--name value` to argparse."""
+    flag = "--" + name.replace("_", "-")
+    if value is True:
+        return [[flag]]
+    if value is False or value is None:
+        return [[]]
+    if isinstance(value, list):
+        return [[flag, *[str(v).lower() if isinstance(v, bool) else str(v) for v in value]]]
+    return [[flag, str(value)], [f"{flag}={value}"]]
+
+
+@settings(settings.get_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev")))
+@given(args=st.dictionaries(flag_name, st.one_of(scalar, st.lists(text, min_size=1, max_size=3)), max_size=6),
+       env=st.dictionaries(env_name, text, max_size=6), model=text.filter(bool),
+       name=st.from_regex(r"\A[a-z0-9][a-z0-9-]{0,20}\Z"))
+def test_launch_script_passes_hostile_values_exactly(tmp_path_factory: pytest.TempPathFactory, probe: Path,
+                                                     args: dict[str, Any], env: dict[str, str], model: str,
+                                                     name: str) -> None:
+    prof = Profile.model_validate({"name": name, "target": {"host": "h"},
+                                   "engine": {"model_path": model, "python": str(probe), "args": args, "env": env}})
+    bundle = render(prof)
+    run_dir = tmp_path_factory.mktemp("run")
+    (run_dir / "launch.sh").write_text(bundle.script, encoding="utf-8")
+    (run_dir / "env").write_text(bundle.env, encoding="utf-8")
+    out = run_dir / "probe.json"
+    loaded = read_env_file(str(run_dir / "env"))
+    assert loaded == env
+    base = {"PATH": "/usr/bin:/bin", "PROBE_OUT": str(out), "LC_ALL": "C.UTF-8"}
+    proc = subprocess.run(["bash", str(run_dir / "launch.sh")], env={**base, **loaded}, cwd="/",
+                          capture_output=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(out.read_text(encoding="utf-8"))
+    assert seen["argv"] == bundle.argv[1:]
+    assert seen["cwd"] == str(run_dir)
+    for key, value in env.items():
+        assert seen["env"][key] == value
+    argv = seen["argv"]
+    assert argv[:2] == ["-m", "sglang.launch_server"]
+    assert ["--model-path", model] in windows(argv, 2) or [f"--model-path={model}"] in windows(argv, 1)
+    for key, value in args.items():
+        forms = expected_tokens(key, value)
+        assert any(form == [] or form in windows(argv, len(form)) for form in forms), (key, value, argv)
+
+
+def windows(items: list[str], size: int) -> list[list[str]]:
+    return [items[i:i + size] for i in range(len(items) - size + 1)]
