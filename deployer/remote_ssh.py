@@ -31,6 +31,7 @@ from deployer.remote import (
 )
 from deployer.remote_sshchan import SSHSession, collect, send_stdin, text
 from deployer.remote_sshconfig import (
+    check_identity,
     Resolved,
     host_key_policy,
     known_hosts_name,
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     import paramiko
 
 CONNECT_TRIES = 3
+SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
 KEEPALIVE_S = 5
 CHANNEL_TIMEOUT_S = 5.0
 PUT_MIN_TIMEOUT_S = 60.0
@@ -99,6 +101,8 @@ class SSHRemote:
         # paramiko logs channel/transport failures itself; we report them as errors, so keep it quiet.
         logging.getLogger("paramiko").addHandler(logging.NullHandler())
         r = self.resolved
+        for path in r.identity_files:
+            check_identity(path, self.label)
         sock = self._dial()
         timeout = self.spec.connect_timeout
         conn = fabric.Connection(
@@ -133,13 +137,15 @@ class SSHRemote:
         return conn
 
     def _load_known_hosts(self, client: paramiko.SSHClient) -> None:
+        """The user's file (the one trust-new-host appends to) and, read-only, the system-wide one."""
         path = self.resolved.known_hosts
-        if not os.path.exists(path):
-            return
         try:
-            client.load_host_keys(path)
+            if os.path.exists(SYSTEM_KNOWN_HOSTS):
+                client.load_system_host_keys(SYSTEM_KNOWN_HOSTS)
+            if os.path.exists(path):
+                client.load_host_keys(path)
         except OSError as e:
-            raise RemoteError(f"cannot read known_hosts {path}: {e}", host=self.label) from None
+            raise RemoteError(f"cannot read known_hosts: {e}", host=self.label) from None
 
     def _dial(self) -> Any:
         """A connected socket-like object: TCP with our options, or a channel through the ProxyJump hop."""
@@ -346,6 +352,12 @@ class SSHRemote:
         try:
             chan = self._with_reconnect(op)
         except paramiko.ChannelException as e:
+            if e.code != paramiko.common.OPEN_FAILED_CONNECT_FAILED:
+                raise RemoteError(
+                    f"sshd refused to forward to 127.0.0.1:{port} ({e.text})",
+                    host=self.label,
+                    hint="health checks need AllowTcpForwarding yes (or local) in the target's sshd_config",
+                ) from None
             raise EndpointUnreachable(f"127.0.0.1:{port}: nothing listening ({e.text})", host=self.label) from None
         chan.settimeout(timeout)
         return http_exchange(chan, method, port, path, body, headers, timeout, self.label, (paramiko.SSHException,))

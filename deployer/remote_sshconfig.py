@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from deployer.errors import HostKeyMismatch, HostKeyUnknown, RemoteError
+from deployer.errors import AuthFailed, HostKeyMismatch, HostKeyUnknown, RemoteError
 
 if TYPE_CHECKING:
     import paramiko
@@ -77,6 +77,22 @@ def resolve(spec: TargetSpec, proxy_jump: str | None = None) -> Resolved:
         known_hosts=os.path.expanduser(known),
         proxy_jump=None if not jump or jump.lower() == "none" else jump,
     )
+
+
+def check_identity(path: str, label: str) -> None:
+    """AuthFailed now (not after a handshake and retries) for a key file that is missing or not a key.
+
+    An encrypted key passes: paramiko then falls back to the agent, as ssh does."""
+    import paramiko
+
+    try:
+        paramiko.PKey.from_path(path)
+    except (paramiko.PasswordRequiredException, TypeError):  # TypeError: cryptography's "password-protected"
+        pass
+    except OSError as e:
+        raise AuthFailed(f"identity file {path}: {e.strerror or e}", host=label) from None
+    except (paramiko.SSHException, ValueError) as e:
+        raise AuthFailed(f"identity file {path} is not a usable private key: {e}", host=label) from None
 
 
 def split_hop(hop: str) -> tuple[str | None, str, int | None]:

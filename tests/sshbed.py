@@ -58,9 +58,10 @@ def known_hosts_name(host: str, port: int) -> str:
     return host if port == 22 else f"[{host}]:{port}"
 
 
-def _sshd_config(d: Path, addr: str, port: int, host_key: Path, bin_dir: Path) -> str:
+def _sshd_config(d: Path, addr: str, port: int, host_key: Path, bin_dir: Path, extra: list[str]) -> str:
     return "\n".join(
         [
+            *extra,  # sshd keeps the first value it reads for an option
             f"ListenAddress {addr}:{port}",
             f"HostKey {host_key}",
             f"PidFile {d / 'sshd.pid'}",
@@ -99,6 +100,7 @@ class SSHD:
     bin_dir: Path
     log: Path
     user: str = "root"
+    extra_config: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     def spec(self, **overrides: Any) -> TargetSpec:
@@ -136,7 +138,7 @@ class SSHD:
     def start(self) -> None:
         Path("/run/sshd").mkdir(mode=0o755, parents=True, exist_ok=True)  # privilege-separation dir
         cfg = self.dir / "sshd_config"
-        cfg.write_text(_sshd_config(self.dir, self.host, self.port, self.host_key, self.bin_dir))
+        cfg.write_text(_sshd_config(self.dir, self.host, self.port, self.host_key, self.bin_dir, self.extra_config))
         argv = [SSHD_BIN, "-D", "-f", str(cfg), "-E", str(self.log)]
         if shutil.which("unshare"):
             argv = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", *argv]
@@ -217,8 +219,13 @@ def _write_ssh_config(d: Path, host: str, port: int, identity: Path, known_hosts
     return path
 
 
-def make_sshd(d: Path, *, addr: str = "127.0.0.1", client_key: Path | None = None) -> SSHD:
-    """Create keys and files under `d` and start an sshd on a free port of `addr`."""
+def make_sshd(
+    d: Path, *, addr: str = "127.0.0.1", client_key: Path | None = None, extra_config: list[str] | None = None
+) -> SSHD:
+    """Create keys and files under `d` and start an sshd on a free port of `addr`.
+
+    `extra_config`: sshd_config lines that take precedence over the defaults (e.g. "AllowTcpForwarding no").
+    """
     d.mkdir(parents=True, exist_ok=True)
     host_key = keygen(d / "host_ed25519", "deployer-test-host")
     identity = client_key or keygen(d / "id_ed25519")
@@ -238,6 +245,7 @@ def make_sshd(d: Path, *, addr: str = "127.0.0.1", client_key: Path | None = Non
         ssh_config=_write_ssh_config(d, addr, port, identity, known_hosts),
         bin_dir=bin_dir,
         log=d / "sshd.log",
+        extra_config=list(extra_config or []),
     )
     bed.start()
     return bed

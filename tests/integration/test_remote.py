@@ -26,7 +26,7 @@ from deployer.errors import (
 )
 from deployer.remote import CommandTimedOut, EndpointUnreachable, Remote, TargetSpec, connect
 from deployer.remote_ssh import SSHRemote
-from sshbed import SSHD, free_port, keygen
+from sshbed import SSHD, free_port, keygen, make_sshd
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -385,3 +385,28 @@ def test_link_lost_mid_command_is_connect_failed(fresh_sshd: SSHD) -> None:
         finally:
             killer.join()
         assert time.monotonic() - t0 < 5
+
+
+@pytest.mark.parametrize("kind", ["missing", "not-a-key"])
+def test_unusable_identity_file_is_auth_failed_at_once(sshd: SSHD, tmp_path: Path, kind: str) -> None:
+    key = tmp_path / "id"
+    if kind == "not-a-key":
+        key.write_text("this is not a key\n")
+    before = sshd.log_count("Connection from")
+    with pytest.raises(AuthFailed, match=f"identity file {key}"):
+        connect(sshd.spec(identity_file=str(key)))
+    assert sshd.log_count("Connection from") == before  # refused before dialling
+
+
+def test_forwarding_disabled_is_not_mistaken_for_a_closed_port(tmp_path: Path) -> None:
+    bed = make_sshd(tmp_path / "nofwd", extra_config=["AllowTcpForwarding no"])
+    try:
+        with closing(connect(bed.spec())) as r, socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(1)
+            with pytest.raises(RemoteError, match="refused to forward") as e:
+                r.request("GET", listener.getsockname()[1], "/health")
+            assert not isinstance(e.value, EndpointUnreachable)
+            assert "AllowTcpForwarding" in str(e.value)
+    finally:
+        bed.stop()
