@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -76,7 +76,7 @@ class Engine:
         except OSError:
             return None
 
-    def post(self, path: str, body: dict) -> tuple:
+    def post(self, path: str, body: Dict[str, Any]) -> Tuple[int, Any]:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
         conn.request("POST", path, body=json.dumps(body), headers={"content-type": "application/json"})
         resp = conn.getresponse()
@@ -98,8 +98,11 @@ class Engine:
             self.proc.wait(timeout=5)
 
 
+Start = Callable[..., Engine]
+
+
 @pytest.fixture
-def engines(tmp_path: Path):
+def engines(tmp_path: Path) -> Iterator[Start]:
     started: List[Engine] = []
 
     def start(args: List[str], env: Optional[Dict[str, str]] = None, port: int = 0) -> Engine:
@@ -139,7 +142,7 @@ ORDER = [
 ]
 
 
-def test_ok_reaches_ready_with_real_log_order_and_serves(engines) -> None:
+def test_ok_reaches_ready_with_real_log_order_and_serves(engines: Start) -> None:
     eng = engines(["--model-path", MODEL])
     assert eng.wait_status("/health", 200)
     log = eng.log()
@@ -157,7 +160,7 @@ def test_ok_reaches_ready_with_real_log_order_and_serves(engines) -> None:
     assert status == 200 and data["text"]
 
 
-def test_server_args_dump_parses_and_shows_resolution(engines) -> None:
+def test_server_args_dump_parses_and_shows_resolution(engines: Start) -> None:
     eng = engines(["--model-path", MODEL])
     assert eng.wait_for_log("server_args={")
     line = next(ln for ln in eng.log().splitlines() if "server_args={" in ln)
@@ -168,7 +171,7 @@ def test_server_args_dump_parses_and_shows_resolution(engines) -> None:
     assert args["port"] == eng.port
 
 
-def test_disable_overlap_makes_auto_no_buffer_and_spec_defaults(engines) -> None:
+def test_disable_overlap_makes_auto_no_buffer_and_spec_defaults(engines: Start) -> None:
     eng = engines(["--model-path", MODEL, "--disable-overlap-schedule", "--speculative-algorithm", "NEXTN"])
     assert eng.wait_for_log("server_args={")
     line = next(ln for ln in eng.log().splitlines() if "server_args={" in ln)
@@ -178,7 +181,7 @@ def test_disable_overlap_makes_auto_no_buffer_and_spec_defaults(engines) -> None
     assert args["speculative_eagle_topk"] == 1 and args["speculative_num_draft_tokens"] == 4
 
 
-def test_nothing_listens_while_loading_then_503_during_warmup(engines) -> None:
+def test_nothing_listens_while_loading_then_503_during_warmup(engines: Start) -> None:
     eng = engines(["--model-path", MODEL], {"STANDIN_STEP_S": "0.15", "STANDIN_READY_DELAY_S": "0.6"})
     assert eng.wait_for_log("Load weight begin")
     assert eng.get("/health", timeout=0.3) is None
@@ -188,7 +191,7 @@ def test_nothing_listens_while_loading_then_503_during_warmup(engines) -> None:
     assert eng.wait_status("/health", 200)
 
 
-def test_sigterm_drains_then_exits_zero(engines) -> None:
+def test_sigterm_drains_then_exits_zero(engines: Start) -> None:
     eng = engines(["--model-path", MODEL], {"STANDIN_DRAIN_S": "1.0"})
     assert eng.wait_status("/health", 200)
     t0 = time.monotonic()
@@ -199,7 +202,7 @@ def test_sigterm_drains_then_exits_zero(engines) -> None:
     assert "Finished server process" in eng.log()
 
 
-def test_unknown_flag_exits_2_with_real_usage(engines) -> None:
+def test_unknown_flag_exits_2_with_real_usage(engines: Start) -> None:
     eng = engines(["--model-path", MODEL, "--bogus-flag", "1"])
     assert eng.wait() == 2
     log = eng.log()
@@ -207,7 +210,7 @@ def test_unknown_flag_exits_2_with_real_usage(engines) -> None:
     assert "sglang serve: error: unrecognized arguments: --bogus-flag 1" in log
 
 
-def test_ambiguous_prefix_and_unique_prefix(engines) -> None:
+def test_ambiguous_prefix_and_unique_prefix(engines: Start) -> None:
     eng = engines(["--model-path", MODEL, "--cuda-graph-max-bs", "4"])
     assert eng.wait() == 2
     assert ("sglang serve: error: ambiguous option: --cuda-graph-max-bs could match "
@@ -225,7 +228,7 @@ def test_ambiguous_prefix_and_unique_prefix(engines) -> None:
         ("0.5.10", "--mamba-scheduler-strategy", "extra_buffer", False),
     ],
 )
-def test_era_flag_names(engines, version: str, flag: str, value: str, rejected: bool) -> None:
+def test_era_flag_names(engines: Start, version: str, flag: str, value: str, rejected: bool) -> None:
     eng = engines(["--model-path", MODEL, flag, value], {"STANDIN_SGLANG_VERSION": version})
     if rejected:
         assert eng.wait() == 2
@@ -250,7 +253,7 @@ def test_old_era_choices_and_version_attribute() -> None:
     assert "argument --mamba-scheduler-strategy: invalid choice: 'extra_buffer_lazy'" in bad.stderr
 
 
-def test_scenario_old_era_spec_with_no_buffer_fails(engines) -> None:
+def test_scenario_old_era_spec_with_no_buffer_fails(engines: Start) -> None:
     eng = engines(["--model-path", MODEL, "--speculative-algorithm", "NEXTN"], {"STANDIN_SGLANG_VERSION": "0.5.10"})
     assert eng.wait() == 1
     log = eng.log()
@@ -259,7 +262,7 @@ def test_scenario_old_era_spec_with_no_buffer_fails(engines) -> None:
     assert "in _handle_mamba_radix_cache" in log
 
 
-def test_scenario_fix_extra_buffer_and_spec_v2_starts(engines) -> None:
+def test_scenario_fix_extra_buffer_and_spec_v2_starts(engines: Start) -> None:
     eng = engines(
         ["--model-path", MODEL, "--speculative-algorithm", "NEXTN", "--mamba-scheduler-strategy", "extra_buffer"],
         {"STANDIN_SGLANG_VERSION": "0.5.10", "SGLANG_ENABLE_SPEC_V2": "1"},
@@ -270,7 +273,7 @@ def test_scenario_fix_extra_buffer_and_spec_v2_starts(engines) -> None:
     assert "mamba_scheduler_strategy='extra_buffer'" in line
 
 
-def test_new_era_explicit_no_buffer_with_overlap_is_plain_traceback(engines) -> None:
+def test_new_era_explicit_no_buffer_with_overlap_is_plain_traceback(engines: Start) -> None:
     eng = engines(["--model-path", MODEL, "--mamba-radix-cache-strategy", "no_buffer"])
     assert eng.wait() == 1
     assert eng.log().rstrip().endswith(
@@ -278,7 +281,7 @@ def test_new_era_explicit_no_buffer_with_overlap_is_plain_traceback(engines) -> 
     assert "server_args=" not in eng.log()
 
 
-def test_crash_is_scheduler_exception_then_sigkill(engines) -> None:
+def test_crash_is_scheduler_exception_then_sigkill(engines: Start) -> None:
     eng = engines(["--model-path", MODEL], {"STANDIN_MODE": "crash"})
     assert eng.wait() == -signal.SIGKILL
     log = eng.log()
@@ -288,13 +291,13 @@ def test_crash_is_scheduler_exception_then_sigkill(engines) -> None:
     assert log.splitlines()[first + 1].startswith("  File ")
 
 
-def test_sigkill_empty_prints_nothing(engines) -> None:
+def test_sigkill_empty_prints_nothing(engines: Start) -> None:
     eng = engines(["--model-path", MODEL], {"STANDIN_MODE": "sigkill_empty"})
     assert eng.wait() == -signal.SIGKILL
     assert eng.log() == ""
 
 
-def test_hang_prints_a_little_then_nothing(engines) -> None:
+def test_hang_prints_a_little_then_nothing(engines: Start) -> None:
     eng = engines(["--model-path", MODEL], {"STANDIN_MODE": "hang"})
     assert eng.wait_for_log("Load weight begin")
     size = len(eng.log())
@@ -304,7 +307,7 @@ def test_hang_prints_a_little_then_nothing(engines) -> None:
     eng.kill_group()
 
 
-def test_slow_spaces_progress_lines(engines) -> None:
+def test_slow_spaces_progress_lines(engines: Start) -> None:
     eng = engines(["--model-path", MODEL], {"STANDIN_MODE": "slow", "STANDIN_STEP_S": "0.3"})
     assert eng.wait_for_log("Load weight begin")
     assert "Load weight end" not in eng.log()
@@ -312,7 +315,7 @@ def test_slow_spaces_progress_lines(engines) -> None:
     assert eng.wait_status("/health", 200, timeout=4)
 
 
-def test_crash_after_ready_dies_by_sigkill(engines) -> None:
+def test_crash_after_ready_dies_by_sigkill(engines: Start) -> None:
     eng = engines(["--model-path", MODEL], {"STANDIN_MODE": "crash_after_ready", "STANDIN_CRASH_AFTER_S": "0.2"})
     assert eng.wait_status("/health", 200)
     assert eng.wait(timeout=3) == -signal.SIGKILL
@@ -321,14 +324,14 @@ def test_crash_after_ready_dies_by_sigkill(engines) -> None:
     assert "RuntimeError: CUDA error: an illegal memory access was encountered" in log
 
 
-def test_crash_after_ready_with_chosen_signal(engines) -> None:
+def test_crash_after_ready_with_chosen_signal(engines: Start) -> None:
     env = {"STANDIN_MODE": "crash_after_ready", "STANDIN_CRASH_AFTER_S": "0.1", "STANDIN_CRASH_SIGNAL": "SIGSEGV"}
     eng = engines(["--model-path", MODEL], env)
     assert eng.wait(timeout=3) == -signal.SIGSEGV
     assert "fired up" in eng.log()
 
 
-def test_mem_weights_too_big_is_cuda_oom_while_loading(engines) -> None:
+def test_mem_weights_too_big_is_cuda_oom_while_loading(engines: Start) -> None:
     eng = engines(["--model-path", MODEL], {"STANDIN_MODE": "mem", "STANDIN_GPU_MEM_GB": "80",
                                             "STANDIN_WEIGHTS_GB": "120"})
     assert eng.wait() == -signal.SIGKILL
@@ -337,7 +340,7 @@ def test_mem_weights_too_big_is_cuda_oom_while_loading(engines) -> None:
     assert "Load weight end" not in log
 
 
-def test_mem_mfs_too_high_is_capture_failure(engines) -> None:
+def test_mem_mfs_too_high_is_capture_failure(engines: Start) -> None:
     eng = engines(["--model-path", MODEL], {"STANDIN_MODE": "mem", "STANDIN_MAX_MFS": "0.85"})
     assert eng.wait() == -signal.SIGKILL
     log = eng.log()
@@ -346,7 +349,7 @@ def test_mem_mfs_too_high_is_capture_failure(engines) -> None:
     assert "During handling of the above exception, another exception occurred:" in log
 
 
-def test_mem_mfs_too_low_is_not_enough_memory(engines) -> None:
+def test_mem_mfs_too_low_is_not_enough_memory(engines: Start) -> None:
     eng = engines(["--model-path", MODEL, "--mem-fraction-static", "0.3"],
                   {"STANDIN_MODE": "mem", "STANDIN_MIN_MFS": "0.5"})
     assert eng.wait() == -signal.SIGKILL
@@ -354,13 +357,13 @@ def test_mem_mfs_too_low_is_not_enough_memory(engines) -> None:
             "Current value: mem_fraction_static=0.3") in eng.log()
 
 
-def test_mem_fitting_config_starts(engines) -> None:
+def test_mem_fitting_config_starts(engines: Start) -> None:
     eng = engines(["--model-path", MODEL, "--mem-fraction-static", "0.8"],
                   {"STANDIN_MODE": "mem", "STANDIN_MAX_MFS": "0.85", "STANDIN_MIN_MFS": "0.5"})
     assert eng.wait_status("/health", 200)
 
 
-def test_fail_text_replays_verbatim(engines, tmp_path: Path) -> None:
+def test_fail_text_replays_verbatim(engines: Start, tmp_path: Path) -> None:
     recorded = tmp_path / "real.log"
     recorded.write_bytes(b"[2026-01-01 00:00:00] something\nTraceback (most recent call last):\nX: y\n")
     eng = engines(["--model-path", MODEL], {"STANDIN_MODE": "fail_text", "STANDIN_FAIL_LOG": str(recorded),
@@ -369,7 +372,7 @@ def test_fail_text_replays_verbatim(engines, tmp_path: Path) -> None:
     assert eng.log() == recorded.read_text()
 
 
-def test_port_busy_is_uvicorn_errno_98_after_loading(engines) -> None:
+def test_port_busy_is_uvicorn_errno_98_after_loading(engines: Start) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
@@ -381,7 +384,7 @@ def test_port_busy_is_uvicorn_errno_98_after_loading(engines) -> None:
     assert line_index(log, "Load weight end") < line_index(log, text)
 
 
-def test_scheduler_child_dies_with_the_group(engines) -> None:
+def test_scheduler_child_dies_with_the_group(engines: Start) -> None:
     eng = engines(["--model-path", MODEL])
     assert eng.wait_status("/health", 200)
     children = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _ppid(p) == eng.proc.pid]
@@ -418,7 +421,7 @@ def test_server_args_module_probe() -> None:
     assert out.stdout.split() == ["532", "2"]
 
 
-def _smi(args: List[str], env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+def _smi(args: List[str], env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess[str]:
     full_env = {"PATH": "/usr/bin:/bin", **(env or {})}
     return subprocess.run([str(NVIDIA_SMI), *args], capture_output=True, text=True, timeout=10, env=full_env)
 
