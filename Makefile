@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-SGLANG_VENV ?= .cache/sglang-venv
+SGLANG_VENV ?= $(HOME)/.cache/deployer/sglang-venv
 
 .PHONY: install test test-unit test-integration test-sglang-real sglang-venv typecheck demo bench clean
 
@@ -10,19 +10,33 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $@
 
 test: install
 	$(PY) -m mypy
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -q -p no:cacheprovider -m "not sglang_real" tests
 
 test-unit: install
 	$(PY) -m pytest -q tests/unit
 
 test-integration: install
 	$(PY) -m pytest -q tests/integration
+
+# Real SGLang 0.5.23 code on the CPU (argument parser + resolution), in a venv cached under .cache/.
+sglang-venv:
+	bash scripts/build-sglang-venv.sh $(SGLANG_VENV)
+
+test-sglang-real: install sglang-venv
+	DEPLOYER_SGLANG_VENV=$(abspath $(SGLANG_VENV)) $(PY) -m pytest -q -p no:cacheprovider -m sglang_real tests/sglang_real
+
+# A throwaway sshd on 127.0.0.1 and the stand-in engine (no GPU): the whole flow, including a failure that heals.
+demo: install
+	$(PY) scripts/demo.py
+
+# Benchmarks: ratios against a baseline run in the same command; results in bench/results/.
+bench: install
+	$(PY) bench/run.py
 
 typecheck: install
 	$(PY) -m mypy

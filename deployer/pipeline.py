@@ -200,6 +200,11 @@ def _after_failure(remote: Remote, run: RunDir, launch: Launch, outcome: Outcome
     item.diagnosis = {**diag.to_json(), "hint": diag.hint}
     emit(Event("diagnosis", {"attempt": item.attempt, **item.diagnosis}))
     if diag.transient:
+        # Retrying unchanged is itself a change (the empty one): made at most once per signature in one `up`.
+        unchanged = Change(reason=f"retry unchanged after transient {diag.signature}")
+        if any(c.is_empty() and c.reason == unchanged.reason for c in tried):
+            return False
+        tried.append(unchanged)
         emit(Event("info", {"message": f"transient failure; retrying unchanged in {profile.retry.backoff_s:g}s"}))
         time.sleep(profile.retry.backoff_s)
         return True

@@ -1,0 +1,120 @@
+"""Self-healing `up` end to end: real sshd and supervisor, the stand-in engine failing like SGLang does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from deploy_helpers import deploy, events, write_profile
+
+pytestmark = pytest.mark.integration
+
+MTP_ARGS = {"speculative_algorithm": "NEXTN", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
+            "speculative_num_draft_tokens": 4, "tp_size": 1}
+
+
+def report_of(stdout: str) -> dict[str, Any]:
+    evs = events(stdout)
+    assert evs and evs[-1]["event"] == "report", stdout[-2000:]
+    return evs[-1]
+
+
+def test_mamba_spec_scenario_heals_in_two_attempts(tmp_path: Path, sshd: Any) -> None:
+    """Old-era SGLang, Qwen3.6 + MTP, no strategy chosen: extra_buffer + SGLANG_ENABLE_SPEC_V2=1 fixes it."""
+    prof = write_profile(tmp_path, sshd, name="qwen36-mtp", model="Qwen/Qwen3.6-27B", args=MTP_ARGS,
+                         env={"STANDIN_SGLANG_VERSION": "0.5.10"})
+    fixed = tmp_path / "fixed.yaml"
+    up = deploy("up", str(prof), "--json", "--skip-preflight", "--save-fixed", str(fixed), home=tmp_path / "h")
+    assert up.returncode == 0, up.stderr + up.stdout[-3000:]
+    report = report_of(up.stdout)
+    first, second = report["attempts"]
+    assert first["outcome"] == "crashed" and second["outcome"] == "ready"
+    assert first["diagnosis"]["signature"] == "mamba-spec-needs-extra-buffer"
+    assert any("not compatible with radix cache" in line for line in first["diagnosis"]["evidence"])
+    assert first["change"]["args"] == {"mamba_scheduler_strategy": "extra_buffer"}
+    assert first["change"]["env"] == {"SGLANG_ENABLE_SPEC_V2": "1"}
+    saved = yaml.safe_load(fixed.read_text())
+    assert saved["engine"]["args"]["mamba_scheduler_strategy"] == "extra_buffer"
+    assert saved["engine"]["env"]["SGLANG_ENABLE_SPEC_V2"] == "1"
+    # the saved profile deploys as is: same content -> already running
+    again = deploy("up", str(fixed), "--skip-preflight", home=tmp_path / "h")
+    assert again.returncode == 0 and "already running" in again.stderr, again.stderr
+    hist = deploy("history", str(prof), "--json", home=tmp_path / "h")
+    rows = json.loads(hist.stdout)
+    assert [r["outcome"] for r in rows[:2]] == ["ready", "crashed"]
+    assert rows[1]["change"]["env"] == {"SGLANG_ENABLE_SPEC_V2": "1"}
+    deploy("down", str(prof), home=tmp_path / "h")
+
+
+def test_human_report_names_attempts_diagnosis_and_change(tmp_path: Path, sshd: Any) -> None:
+    prof = write_profile(tmp_path, sshd, name="qwen36-human", model="Qwen/Qwen3.6-27B", args=MTP_ARGS,
+                         env={"STANDIN_SGLANG_VERSION": "0.5.10"})
+    up = deploy("up", str(prof), "--skip-preflight", home=tmp_path / "h")
+    assert up.returncode == 0, up.stderr
+    err = up.stderr
+    assert "attempt 1: crashed" in err and "attempt 2: ready" in err
+    assert "mamba-spec-needs-extra-buffer" in err and "SGLANG_ENABLE_SPEC_V2" in err
+    assert "Traceback" not in err.split("attempt 1: crashed")[1]
+    deploy("down", str(prof), home=tmp_path / "h")
+
+
+def test_capture_cuda_graph_oom_heals_by_lowering_mem_fraction(tmp_path: Path, sshd: Any) -> None:
+    prof = write_profile(tmp_path, sshd, name="oom", args={"mem_fraction_static": 0.9},
+                         env={"STANDIN_MODE": "mem", "STANDIN_MAX_MFS": "0.82"})
+    up = deploy("up", str(prof), "--json", "--skip-preflight", home=tmp_path / "h")
+    assert up.returncode == 0, up.stderr + up.stdout[-3000:]
+    report = report_of(up.stdout)
+    first = report["attempts"][0]
+    assert first["diagnosis"]["signature"] == "capture-cuda-graph-failed"
+    assert first["change"]["args"]["mem_fraction_static"] == 0.8  # the value SGLang's message suggests
+    assert report["attempts"][-1]["outcome"] == "ready"
+    deploy("down", str(prof), home=tmp_path / "h")
+
+
+def test_unknown_traceback_stops_after_one_attempt_with_traceback(tmp_path: Path, sshd: Any) -> None:
+    prof = write_profile(tmp_path, sshd, name="unknown", env={"STANDIN_MODE": "crash"})
+    up = deploy("up", str(prof), "--json", "--skip-preflight", home=tmp_path / "h")
+    assert up.returncode == 5, up.stderr
+    report = report_of(up.stdout)
+    assert len(report["attempts"]) == 1
+    diag = report["attempts"][0]["diagnosis"]
+    assert diag["signature"] is None and diag["summary"].startswith("unknown failure")
+    assert "RuntimeError" in diag["traceback"]
+    assert "no known change fixes it" in up.stderr and "Traceback" not in up.stderr
+
+
+def test_sigkill_with_empty_log_is_diagnosed_as_killed(tmp_path: Path, sshd: Any) -> None:
+    prof = write_profile(tmp_path, sshd, name="killed", env={"STANDIN_MODE": "sigkill_empty"})
+    up = deploy("up", str(prof), "--json", "--skip-preflight", home=tmp_path / "h")
+    assert up.returncode == 5
+    diag = report_of(up.stdout)["attempts"][0]["diagnosis"]
+    assert diag["signature"] == "killed-by-signal"
+    assert "SIGKILL" in diag["summary"] and "OOM killer" in diag["summary"]
+
+
+def test_hang_is_killed_and_diagnosed(tmp_path: Path, sshd: Any) -> None:
+    prof = write_profile(tmp_path, sshd, name="hang", env={"STANDIN_MODE": "hang"},
+                         extra={"health": {"interval_s": 0.2, "stall_timeout_s": 2, "startup_timeout_s": 60}})
+    up = deploy("up", str(prof), "--json", "--skip-preflight", home=tmp_path / "h")
+    assert up.returncode == 5, up.stderr
+    report = report_of(up.stdout)
+    # a hang may be transient (NCCL init): retried unchanged once, never twice
+    assert [a["outcome"] for a in report["attempts"]] == ["hung", "hung"]
+    diag = report["attempts"][0]["diagnosis"]
+    assert diag["signature"] == "hang" and diag["evidence"]
+    st = deploy("status", str(prof), "--json", home=tmp_path / "h")
+    assert json.loads(st.stdout)["status"] in ("stopped", "exited")
+
+
+def test_no_heal_only_diagnoses(tmp_path: Path, sshd: Any) -> None:
+    prof = write_profile(tmp_path, sshd, name="noheal", model="Qwen/Qwen3.6-27B", args=MTP_ARGS,
+                         env={"STANDIN_SGLANG_VERSION": "0.5.10"})
+    up = deploy("up", str(prof), "--json", "--skip-preflight", "--no-heal", home=tmp_path / "h")
+    assert up.returncode == 5
+    report = report_of(up.stdout)
+    assert len(report["attempts"]) == 1 and report["attempts"][0]["change"] is None
+    assert report["attempts"][0]["diagnosis"]["signature"] == "mamba-spec-needs-extra-buffer"
