@@ -349,21 +349,35 @@ def _matched(sig: Signature, stage: str, found: re.Match[str], tb: Traceback | N
         lines = whole.split("\n")   # the whole (multi-line) exception that matched
     return Diagnosis(
         signature=sig.id,
-        summary=sig.summary,
+        summary=_expand(sig.summary, found),
         transient=sig.transient,
-        evidence=[ln.strip() for ln in lines if ln.strip()][:8],
+        evidence=[_short(ln.strip()) for ln in lines if ln.strip()][:8],
         traceback=tb.text if tb else None,
         remedy=sig.remedy,
-        hint=sig.hint,
+        hint=_expand(sig.hint, found) if sig.hint else None,
     )
+
+
+def _expand(template: str, found: re.Match[str]) -> str:
+    """Signature texts may name what the pattern captured: `\\g<1>`."""
+    if "\\g<" not in template:
+        return template
+    try:
+        return found.expand(template)
+    except (IndexError, re.error):
+        return template
+
+
+def _short(line: str, limit: int = 500) -> str:
+    return line if len(line) <= limit else line[:limit] + " ..."
 
 
 def _unknown(tb: Traceback | None, tail: list[str]) -> Diagnosis:
     if tb is not None:
         last = tb.exception.split("\n", 1)[0]
         return Diagnosis(None, f"unknown failure: {last}", False, [tb.exception], tb.text)
-    last = tail[-1] if tail else "no output"
-    return Diagnosis(None, f"unknown failure: {last}", False, tail[-5:])
+    last = _short(tail[-1]) if tail else "no output"
+    return Diagnosis(None, f"unknown failure: {last}", False, [_short(t) for t in tail[-5:]])
 
 
 def _signal_of_exit(exit_code: int | None) -> int | None:
@@ -397,7 +411,8 @@ def killed_by_signal(signum: int, tail: list[str] | None = None) -> Diagnosis:
     cause = _SIGNAL_CAUSES.get(signum, "see the host's logs")
     how = "with no output" if not tail else "with no error in the log"
     hint = "check `dmesg -T | grep -i -e oom -e killed` on the host; lower host memory use (fewer workers, smaller CPU offload)"
-    return Diagnosis("killed-by-signal", f"killed by {name} {how}: {cause}", False, list(tail or [])[-5:], None, None, hint)
+    evidence = [_short(t) for t in (tail or [])[-5:]]
+    return Diagnosis("killed-by-signal", f"killed by {name} {how}: {cause}", False, evidence, None, None, hint)
 
 
 def hang_diagnosis(last_lines: list[str], stalled_s: float) -> Diagnosis:

@@ -8,12 +8,14 @@ Pure: no I/O apart from reading the engine's renames table once.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -308,3 +310,13 @@ def known_renames(kind: str = "sglang") -> dict[str, str]:
             if item.get("new"):
                 out[str(item["old"]).replace("-", "_")] = str(item["new"]).replace("-", "_")
     return out
+
+
+def did_you_mean(flag: str, known_flags: Iterable[str], kind: str = "sglang") -> list[str]:
+    """Likely intended names for a flag the engine rejected: its rename, else close spellings."""
+    name = flag.lstrip("-").replace("-", "_")
+    renamed = known_renames(kind).get(name)
+    if renamed:
+        return [renamed]
+    known = [k.lstrip("-").replace("-", "_") for k in known_flags]
+    return difflib.get_close_matches(name, known, n=3, cutoff=0.7)

@@ -238,3 +238,14 @@ def test_diagnose_file_tail_error_and_small_file(tmp_path: Path) -> None:
     small = tmp_path / "small.log"
     small.write_text(_log("nccl-shm.log"))
     assert diagnose_file(small).signature == "nccl-shm"
+
+
+def test_summary_and_hint_name_the_rejected_flag() -> None:
+    d = diagnose(_log("unrecognized-arguments-unknown.log"), exit_code=2)
+    assert d.summary == "this SGLang does not know --enable-beta-spec (renamed or removed)"
+    assert d.hint is not None and d.hint.startswith("remove --enable-beta-spec from the profile")
+
+
+def test_evidence_lines_are_capped() -> None:
+    d = diagnose("x" * 5000 + "\n", exit_code=1)
+    assert d.signature is None and len(d.evidence[0]) < 600 and len(d.summary) < 600

@@ -186,3 +186,11 @@ def test_numeric_steps_stay_in_bounds_and_end(start: float, by: float, low: floa
         args = {"mem_fraction_static": new}
     else:
         raise AssertionError("never stopped")
+
+
+def test_did_you_mean() -> None:
+    from deployer.remedy import did_you_mean
+
+    assert did_you_mean("--mamba-scheduler-strategy", []) == ["mamba_radix_cache_strategy"]
+    assert did_you_mean("--mem-fraction-statc", ["--mem-fraction-static", "--tp-size"]) == ["mem_fraction_static"]
+    assert did_you_mean("--enable-beta-spec", ["--tp-size"]) == []
