@@ -43,10 +43,7 @@ class Line:
 
     text: str
     tag: str | None          # rank tag of a timestamped line ("TP0", "" for none); None when not timestamped
-
-    @property
-    def stamped(self) -> bool:
-        return self.tag is not None
+    stamped: bool = False
 
 
 def clean_line(raw: str) -> Line:
@@ -56,7 +53,7 @@ def clean_line(raw: str) -> Line:
         text = segments[-1] if segments else ""
     found = _TS_RE.match(text)
     if found:
-        return Line(text[found.end():].rstrip(), found.group(2).strip())
+        return Line(text[found.end():].rstrip(), found.group(2).strip(), True)
     return Line(text.rstrip(), None)
 
 
@@ -389,13 +386,6 @@ def _signal_of_exit(exit_code: int | None) -> int | None:
     return exit_code - 128 if 128 < exit_code <= 128 + 64 else None
 
 
-def _signal_name(signum: int) -> str:
-    try:
-        return signals.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
-
-
 _SIGNAL_CAUSES: dict[int, str] = {
     signals.SIGKILL.value: "most likely the host's OOM killer",
     signals.SIGTERM.value: "something outside the engine stopped it",
@@ -407,7 +397,7 @@ _SIGNAL_CAUSES: dict[int, str] = {
 
 def killed_by_signal(signum: int, tail: list[str] | None = None) -> Diagnosis:
     """A death by signal with no traceback to explain it."""
-    name = _signal_name(signum)
+    name = signals.Signals(signum).name if signum in set(signals.Signals) else f"signal {signum}"
     cause = _SIGNAL_CAUSES.get(signum, "see the host's logs")
     how = "with no output" if not tail else "with no error in the log"
     hint = "check `dmesg -T | grep -i -e oom -e killed` on the host; lower host memory use (fewer workers, smaller CPU offload)"

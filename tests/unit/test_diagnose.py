@@ -174,6 +174,7 @@ def test_unknown_and_signals() -> None:
     assert k.signature == "killed-by-signal" and "SIGKILL" in k.summary
     assert diagnose("", exit_code=143).summary.startswith("killed by SIGTERM")
     assert diagnose("", exit_code=1).signature is None
+    assert diagnose("", signal=77).summary.startswith("killed by signal 77 with no output")
 
 
 def test_version_filter() -> None:
