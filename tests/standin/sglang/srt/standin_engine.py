@@ -272,7 +272,9 @@ class Engine:
         uvicorn_log("INFO", f"Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)")
         signal.signal(signal.SIGTERM, self.on_sigterm)
         threading.Thread(target=self.warmup, daemon=True).start()
-        self.stop.wait()
+        # Poll: a signal may land on a server thread, and Python handlers only run on the main thread.
+        while not self.stop.wait(0.05):
+            pass
         return self.shutdown()
 
     def warmup(self) -> None:
