@@ -17,6 +17,7 @@ import os
 import socket
 import threading
 import time
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from deployer.errors import AuthFailed, CommandFailed, ConnectFailed, NotFound, RemoteError, TransferFailed
@@ -126,7 +127,7 @@ class SSHRemote:
         self._load_known_hosts(client)
         try:
             conn.open()
-        except BaseException as e:
+        except Exception as e:
             with contextlib.suppress(Exception):
                 conn.close()
                 client.close()
@@ -188,7 +189,7 @@ class SSHRemote:
         except (paramiko.SSHException, EOFError, OSError) as e:
             raise ConnectFailed(f"cannot reach {r.hostname}:{r.port} via {last}: {e}", host=self.label) from None
 
-    def _translate_connect_error(self, e: BaseException) -> BaseException:
+    def _translate_connect_error(self, e: Exception) -> Exception:
         import paramiko
 
         if isinstance(e, RemoteError):
@@ -251,13 +252,17 @@ class SSHRemote:
         self, cmd: str, *, timeout: float = 60.0, check: bool = True, stdin: bytes | None = None
     ) -> Result:
         deadline = time.monotonic() + timeout
+        # sshd makes each command a session leader; the tag lets a timeout find and kill that session.
+        tag = f"deployer-run-{uuid.uuid4().hex[:16]}"
         chan = self._session_channel()
         try:
-            chan.exec_command(cmd)
+            chan.exec_command(f": {tag}; {cmd}")
             send_stdin(chan, stdin, deadline)
             out, err = bytearray(), bytearray()
             finished = collect(chan, out, err, deadline)
             if not finished and not chan.closed:
+                chan.close()
+                self._kill_tagged(tag)
                 raise CommandTimedOut(Result(cmd, -1, text(out), text(err)), timeout, host=self.label)
             if not finished:
                 raise ConnectFailed(f"connection lost while running {cmd!r}", host=self.label)
@@ -271,6 +276,14 @@ class SSHRemote:
         if check and not result.ok:
             raise CommandFailed(result, host=self.label)
         return result
+
+    def _kill_tagged(self, tag: str) -> None:
+        """SIGKILL the session of a timed-out command (daemons it setsid'ed away survive, as they should).
+
+        The pattern's [n] keeps pgrep from matching the shell that runs this very line. Best effort."""
+        pattern = tag.replace("-run-", "-ru[n]-", 1)
+        with contextlib.suppress(RemoteError):
+            self.run(f'sid=$(pgrep -o -f -- {pattern}) && pkill -KILL -s "$sid"', timeout=5, check=False)
 
     def spawn(self, cmd: str) -> SSHSession:
         chan = self._session_channel()

@@ -92,13 +92,17 @@ def test_run_feeds_stdin_then_eof(remote: Remote) -> None:
     assert remote.run("cat").stdout == ""  # no stdin given: EOF at once, no hang
 
 
-def test_run_timeout_is_bounded(remote: Remote) -> None:
+def test_run_timeout_is_bounded_and_kills_what_the_command_started(remote: Remote, tmp_path: Path) -> None:
+    marker = tmp_path / "still-running"
     t0 = time.monotonic()
     with pytest.raises(CommandTimedOut) as e:
-        remote.run("echo started; sleep 30", timeout=0.5)
+        remote.run(f"echo started; (sleep 1.5; touch {marker}) & sleep 30", timeout=0.5)
     assert time.monotonic() - t0 < 3
     assert e.value.result.stdout == "started\n"
     assert "timed out after 0.5s" in str(e.value)
+    time.sleep(1.6)
+    assert not marker.exists()  # the background child was killed with the command
+    assert remote.run("echo next").stdout == "next\n"
 
 
 # -- put ------------------------------------------------------------------------------------------------
