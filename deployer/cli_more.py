@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import click
 
@@ -32,6 +33,56 @@ def history(target: str, host: str | None, workdir: str | None, trust_new_host: 
                    f"{row['outcome']:<9} {diag}{'  -> ' + change if change else ''}")
 
 
+def _oncall(action: str, target: str, host: str | None, workdir: str | None, trust_new_host: bool,
+            as_json: bool, no_heal: bool) -> None:
+    from deployer import oncall, ops
+    from deployer.cli_ops import _final, _progress
+    from deployer.errors import LaunchFailed
+    from deployer.pipeline import UpOptions
+
+    ref = ops.make_ref(target, host, workdir, trust_new_host)
+    sink = _progress(as_json)
+    opts = UpOptions(trust_new_host=trust_new_host, heal=not no_heal, skip_preflight=True)
+    try:
+        report = getattr(oncall, action)(ref, sink, opts)
+    except LaunchFailed as exc:
+        sink.close()
+        if exc.outcome is not None and hasattr(exc.outcome, "attempts"):
+            _final(exc.outcome, as_json, sink)
+        raise
+    sink.close()
+    _final(report, as_json, sink)
+
+
+def _oncall_options(func: Any) -> Any:
+    for option in reversed([
+        click.argument("target"),
+        click.option("--host", default=None, metavar="[USER@]HOST[:PORT]"),
+        click.option("--workdir", default=None),
+        click.option("--trust-new-host", is_flag=True, help="Record the key of a host not yet in known_hosts."),
+        click.option("--json", "as_json", is_flag=True, help="NDJSON events on stdout, then the report."),
+        click.option("--no-heal", is_flag=True, help="Diagnose a failure but change nothing and do not retry."),
+    ]):
+        func = option(func)
+    return func
+
+
+@click.command()
+@_oncall_options
+def restart(target: str, host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool,
+            no_heal: bool) -> None:
+    """Graceful stop and start of the last good version, with the same watch and healing as `up`."""
+    _oncall("restart", target, host, workdir, trust_new_host, as_json, no_heal)
+
+
+@click.command()
+@_oncall_options
+def rollback(target: str, host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool,
+             no_heal: bool) -> None:
+    """Back to the newest other version that reached ready (read from the target's history)."""
+    _oncall("rollback", target, host, workdir, trust_new_host, as_json, no_heal)
+
+
 def register(group: click.Group) -> None:
-    for command in (history,):
+    for command in (history, restart, rollback):
         group.add_command(command)

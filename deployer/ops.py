@@ -87,8 +87,22 @@ def describe(view: RunView, remote: Remote, name: str, runs: int) -> dict[str, A
         "port": port, "restarts": state.get("restarts", 0), "last_crash": state.get("last_crash"),
         "exit_code": state.get("exit_code"), "signal_name": state.get("signal_name"),
         "drift": (view.outcome or {}).get("drift", []), "runs": runs,
-        "diagnosis": (view.outcome or {}).get("diagnosis"),
+        "diagnosis": crash_diagnosis(remote, view) or (view.outcome or {}).get("diagnosis"),
     }
+
+
+def crash_diagnosis(remote: Remote, view: RunView) -> dict[str, Any] | None:
+    """For an engine that died after ready (crash loop, or restart policy "no"): why, from its last run's log."""
+    state = view.state
+    crash = state.get("last_crash")
+    if view.status not in ("crashloop", "exited", "lost") or not crash or not state.get("ready_at"):
+        return None
+    from deployer.diagnose import diagnose
+    from deployer.pipeline import attempt_log
+
+    text = attempt_log(remote, view.run, int(crash.get("log_offset") or 0))
+    diag = diagnose(text, exit_code=crash.get("exit_code"), signal=crash.get("signal"))
+    return {**diag.to_json(), "hint": diag.hint}
 
 
 def status(ref: Ref) -> list[dict[str, Any]]:

@@ -50,10 +50,19 @@ def read_env_file(path: str) -> dict[str, str]:
     """Parses the run's env file: shell words NAME='value' (values may hold newlines), # comments."""
     try:
         with open(path, encoding="utf-8", newline="") as f:  # keep \r in values as written
-            words = shlex.split(f.read(), comments=True, posix=True)
+            text = f.read()
     except OSError as e:
         raise SuperviseError(f"cannot read env file {path}: {e.strerror}", EXIT_BAD_INPUT) from None
-    except (ValueError, UnicodeDecodeError) as e:
+    except UnicodeDecodeError as e:
+        raise SuperviseError(f"env file {path} is not valid shell words: {e}", EXIT_BAD_INPUT) from None
+    return parse_env_text(text, path)
+
+
+def parse_env_text(text: str, path: str = "env") -> dict[str, str]:
+    """The env file's text -> {NAME: value}; entries that are not NAME=value are errors (never echoed)."""
+    try:
+        words = shlex.split(text, comments=True, posix=True)
+    except ValueError as e:
         raise SuperviseError(f"env file {path} is not valid shell words: {e}", EXIT_BAD_INPUT) from None
     env: dict[str, str] = {}
     for i, word in enumerate(words, 1):

@@ -1,0 +1,98 @@
+"""On-call commands from a laptop that never ran `up`: restart, rollback, history, logs --previous, diagnose,
+and the supervisor's restart policy for crashes after ready."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deploy_helpers import deploy, events, write_profile
+
+pytestmark = pytest.mark.integration
+
+
+def oncall(sshd: Any, tmp_path: Path, *argv: str) -> Any:
+    """Run a command as the on-call engineer: name + ssh alias + workdir, fresh DEPLOYER_HOME."""
+    return deploy(*argv, "--host", "deployer-test", "--workdir", str(tmp_path / "work"),
+                  home=tmp_path / "oncall-laptop", env={"DEPLOYER_SSH_CONFIG": str(sshd.ssh_config)})
+
+
+def test_restart_keeps_version_and_secrets(tmp_path: Path, sshd: Any) -> None:
+    prof = write_profile(tmp_path, sshd, name="rs", env={"HF_TOKEN": "${SMOKE_SECRET}"})
+    up = deploy("up", str(prof), "--skip-preflight", "--json", home=tmp_path / "h",
+                env={"SMOKE_SECRET": "hf_very_secret"})
+    assert up.returncode == 0, up.stderr
+    before = json.loads(oncall(sshd, tmp_path, "status", "rs", "--json").stdout)
+    res = oncall(sshd, tmp_path, "restart", "rs", "--json")
+    assert res.returncode == 0, res.stderr + res.stdout[-2000:]
+    report = events(res.stdout)[-1]
+    assert report["status"] == "ready" and report["content_hash"] == before["content_hash"]
+    assert "hf_very_secret" not in res.stdout + res.stderr
+    after = json.loads(oncall(sshd, tmp_path, "status", "rs", "--json").stdout)
+    assert after["pid"] != before["pid"] and after["healthy"] and after["run_dir"] != before["run_dir"]
+    env_text = (Path(after["run_dir"]) / "env").read_text()
+    assert "HF_TOKEN=hf_very_secret" in env_text
+    assert "hf_very_secret" not in (Path(after["run_dir"]) / "profile.json").read_text()
+    oncall(sshd, tmp_path, "down", "rs")
+
+
+def test_rollback_after_a_failed_change(tmp_path: Path, sshd: Any) -> None:
+    good = write_profile(tmp_path, sshd, name="rb")
+    assert deploy("up", str(good), "--skip-preflight", home=tmp_path / "h").returncode == 0
+    good_hash = json.loads(oncall(sshd, tmp_path, "status", "rb", "--json").stdout)["content_hash"]
+    bad = write_profile(tmp_path, sshd, name="rb", env={"STANDIN_MODE": "crash"}, file="rb-bad.yaml",
+                        port=json.loads(oncall(sshd, tmp_path, "status", "rb", "--json").stdout)["port"])
+    failed = deploy("up", str(bad), "--skip-preflight", home=tmp_path / "h")
+    assert failed.returncode == 5
+    assert json.loads(oncall(sshd, tmp_path, "status", "rb", "--json").stdout)["status"] == "exited"
+
+    diag = oncall(sshd, tmp_path, "diagnose", "rb", "--json")
+    assert diag.returncode == 0, diag.stderr
+    assert json.loads(diag.stdout)["summary"].startswith("unknown failure")
+    prev = oncall(sshd, tmp_path, "logs", "rb", "--previous", "-n", "200")
+    assert "The server is fired up and ready to roll!" in prev.stdout
+    cur = oncall(sshd, tmp_path, "logs", "rb", "-n", "40")
+    assert "RuntimeError" in cur.stdout
+
+    back = oncall(sshd, tmp_path, "rollback", "rb", "--json")
+    assert back.returncode == 0, back.stderr + back.stdout[-2000:]
+    st = json.loads(oncall(sshd, tmp_path, "status", "rb", "--json").stdout)
+    assert st["content_hash"] == good_hash and st["healthy"]
+
+    hist = json.loads(oncall(sshd, tmp_path, "history", "rb", "--json").stdout)
+    assert [h["outcome"] for h in hist][:3] == ["ready", "crashed", "ready"]
+    assert hist[0]["current"] and hist[1]["diagnosis"]["signature"] is None
+    oncall(sshd, tmp_path, "down", "rb")
+
+
+def test_rollback_with_nothing_to_go_back_to(tmp_path: Path, sshd: Any) -> None:
+    prof = write_profile(tmp_path, sshd, name="norb")
+    assert deploy("up", str(prof), "--skip-preflight", home=tmp_path / "h").returncode == 0
+    res = oncall(sshd, tmp_path, "rollback", "norb")
+    assert res.returncode == 7 and "nothing to go back to" in res.stderr and "Traceback" not in res.stderr
+    missing = oncall(sshd, tmp_path, "history", "never-deployed")
+    assert missing.returncode == 7 and "no deployment 'never-deployed'" in missing.stderr
+    oncall(sshd, tmp_path, "down", "norb")
+
+
+def test_crash_after_ready_restarts_with_backoff_then_crashloop(tmp_path: Path, sshd: Any) -> None:
+    prof = write_profile(tmp_path, sshd, name="loop", env={"STANDIN_MODE": "crash_after_ready",
+                                                          "STANDIN_CRASH_AFTER_S": "0.6"},
+                         extra={"restart": {"policy": "on-failure", "max": 2, "backoff_s": [0.2, 0.4],
+                                            "window_s": 60, "grace_s": 2}})
+    assert deploy("up", str(prof), "--skip-preflight", home=tmp_path / "h").returncode == 0
+    row: dict[str, Any] = {}
+    for _ in range(60):  # bounded: ~30 s
+        row = json.loads(oncall(sshd, tmp_path, "status", "loop", "--json").stdout)
+        if row["status"] == "crashloop":
+            break
+        time.sleep(0.5)
+    assert row["status"] == "crashloop", row
+    assert row["restarts"] == 2 and row["last_crash"]
+    assert row["diagnosis"] and row["diagnosis"]["traceback"]
+    human = oncall(sshd, tmp_path, "status", "loop")
+    assert "crashloop" in human.stdout and "restarts 2" in human.stdout
