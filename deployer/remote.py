@@ -9,7 +9,6 @@ subprocess exception crosses this seam.
 from __future__ import annotations
 
 import http.client
-import os
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -144,28 +143,6 @@ def connect(spec: TargetSpec) -> Remote:
     remote = SSHRemote(spec)
     remote.open()
     return remote
-
-
-def put_script(dest: str, digest: str, mode: int) -> str:
-    """Shell that atomically installs stdin at `dest` after checking its sha256.
-
-    mktemp creates the temp file 0600 in the same directory, so secrets are never readable by others
-    and the rename stays on one filesystem; the file only lands under its name once synced and verified.
-    """
-    import shlex
-
-    d, base = os.path.split(dest)
-    q = shlex.quote
-    return (
-        f"set -e; t=$(mktemp {q(os.path.join(d or '.', '.' + base + '.XXXXXX'))}); "
-        "trap 'rm -f \"$t\"' EXIT; "
-        'cat > "$t"; '
-        f'chmod {mode:o} "$t"; '
-        'sync -- "$t" 2>/dev/null || sync; '
-        'h=$(sha256sum < "$t"); h=${h%% *}; '
-        f'if [ "$h" != {q(digest)} ]; then echo "sha256 mismatch: got $h" >&2; exit 90; fi; '
-        f'mv -f -T -- "$t" {q(dest)}; trap - EXIT; echo "$h"'
-    )
 
 
 class _PresetHTTPConnection(http.client.HTTPConnection):

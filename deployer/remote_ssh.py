@@ -14,6 +14,7 @@ import errno
 import hashlib
 import logging
 import os
+import shlex
 import socket
 import threading
 import time
@@ -28,7 +29,6 @@ from deployer.remote import (
     Result,
     TargetSpec,
     http_exchange,
-    put_script,
 )
 from deployer.remote_sshchan import SSHSession, collect, send_stdin, text
 from deployer.remote_sshconfig import (
@@ -297,16 +297,40 @@ class SSHRemote:
     # -- files ----------------------------------------------------------------------------------------
 
     def put(self, data: bytes, path: str, mode: int = 0o644) -> str:
+        """SFTP to a 0600 temp name beside `path`, fsync + sha256 on the target, chmod, posix-rename."""
         digest = hashlib.sha256(data).hexdigest()
         timeout = max(PUT_MIN_TIMEOUT_S, len(data) / PUT_BYTES_PER_S)
+        folder, base = os.path.split(path)
+        tmp = os.path.join(folder or ".", f".{base}.{uuid.uuid4().hex[:12]}.part")
+        sftp = self._sftp()
         try:
-            r = self.run(put_script(path, digest, mode), stdin=data, timeout=timeout, check=False)
-        except CommandTimedOut:
-            raise TransferFailed(f"put {path}: timed out after {timeout:g}s", host=self.label) from None
-        if not r.ok or r.stdout.strip() != digest:
-            why = (r.stderr.strip().splitlines() or [f"exit {r.exit_code}"])[-1]
-            raise TransferFailed(f"cannot write {path}: {why}", host=self.label)
+            with sftp.open(tmp, "wx") as f:
+                sftp.chmod(tmp, 0o600)  # before any byte lands: secrets are never readable by others
+                f.set_pipelined(True)
+                f.write(data)
+            self._verify(tmp, digest, timeout)
+            sftp.chmod(tmp, mode)
+            sftp.posix_rename(tmp, path)
+        except (OSError, EOFError) as e:
+            with contextlib.suppress(Exception):
+                sftp.remove(tmp)
+            why = getattr(e, "strerror", None) or str(e) or type(e).__name__
+            raise TransferFailed(f"cannot write {path}: {why}", host=self.label) from None
+        except TransferFailed:
+            with contextlib.suppress(Exception):
+                sftp.remove(tmp)
+            raise
         return digest
+
+    def _verify(self, tmp: str, digest: str, timeout: float) -> None:
+        q = shlex.quote(tmp)
+        try:
+            r = self.run(f"sync -- {q} 2>/dev/null || sync; sha256sum -- {q}", timeout=timeout, check=False)
+        except CommandTimedOut:
+            raise TransferFailed(f"verify {tmp}: timed out after {timeout:g}s", host=self.label) from None
+        got = r.stdout.split()[0] if r.ok and r.stdout.split() else f"nothing (exit {r.exit_code})"
+        if got != digest:
+            raise TransferFailed(f"sha256 mismatch after upload of {tmp}: got {got}", host=self.label)
 
     def _sftp(self) -> paramiko.SFTPClient:
         def op(_: paramiko.Transport) -> paramiko.SFTPClient:
