@@ -16,11 +16,16 @@ from deployer.cli import _emit_json, _target_options
 @click.option("--workdir", default=None)
 @_target_options
 @click.option("--json", "as_json", is_flag=True)
-def history(target: str, host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool) -> None:
+@click.option("--local", is_flag=True, help="Read this machine's history cache instead of the target.")
+def history(target: str, host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool,
+            local: bool) -> None:
     """Every attempt of a deployment: when, content hash, outcome, diagnosis, change made."""
     from deployer import ops_more
 
-    rows = ops_more.history(ops_more.make_ref(target, host, workdir, trust_new_host))
+    if local:
+        rows = ops_more.local_history(target, host)
+    else:
+        rows = ops_more.history(ops_more.make_ref(target, host, workdir, trust_new_host))
     if as_json:
         _emit_json(rows)
         return

@@ -10,7 +10,7 @@ from deployer.ops import Ref, layout_of, make_ref, opened
 from deployer.pipeline import attempt_log
 from deployer.targetview import current_run_id, list_runs, run_view
 
-__all__ = ["make_ref", "history", "diagnose_deployment"]
+__all__ = ["make_ref", "history", "local_history", "diagnose_deployment"]
 
 
 def history(ref: Ref) -> list[dict[str, Any]]:
@@ -35,6 +35,20 @@ def history(ref: Ref) -> list[dict[str, Any]]:
                 "drift": outcome.get("drift", []), "restarts": view.state.get("restarts", 0),
             })
         return rows
+
+
+def local_history(name: str, host: str | None) -> list[dict[str, Any]]:
+    """The attempts this machine ran (the local SQLite cache), newest first; works with the target down."""
+    from deployer.state import History
+
+    store = History()
+    try:
+        rows = store.attempts(name, host)
+    finally:
+        store.close()
+    if not rows:
+        raise NotFound(f"no attempts of {name!r} in the local history")
+    return [{**row.to_json(), "current": False} for row in rows]
 
 
 def diagnose_deployment(ref: Ref, engine_version: str | None) -> dict[str, Any]:

@@ -93,7 +93,8 @@ def prepare(remote: Remote, layout: Layout) -> None:
 
 
 def new_run_id(bundle: Bundle, attempt: int) -> str:
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    now = time.time()  # microseconds keep ids of attempts made within one second in order
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z"
     return f"{stamp}-{bundle.content_hash[:8]}-a{attempt}"
 
 

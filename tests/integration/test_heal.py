@@ -47,6 +47,9 @@ def test_mamba_spec_scenario_heals_in_two_attempts(tmp_path: Path, sshd: Any) ->
     rows = json.loads(hist.stdout)
     assert [r["outcome"] for r in rows[:2]] == ["ready", "crashed"]
     assert rows[1]["change"]["env"] == {"SGLANG_ENABLE_SPEC_V2": "1"}
+    local = json.loads(deploy("history", "qwen36-mtp", "--local", "--json", home=tmp_path / "h").stdout)
+    assert [r["outcome"] for r in local[:2]] == ["ready", "crashed"]
+    assert local[1]["diagnosis"]["signature"] == "mamba-spec-needs-extra-buffer"
     deploy("down", str(prof), home=tmp_path / "h")
 
 
