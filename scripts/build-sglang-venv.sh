@@ -45,8 +45,10 @@ if ! "$DIR/bin/python" -c 'import sys, torch; sys.exit(0 if torch.version.cuda i
   exit 1
 fi
 
-# Smoke: the flag set must be introspectable, or the venv is useless.
-"$DIR/bin/python" - <<'PY'
+# Smoke: the flag set must be introspectable, or the venv is useless. The test bed's sitecustomize
+# (tests/sglang_real/h200) lets the CUDA-built torchvision import on this CPU torch.
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+PYTHONPATH="$HERE/tests/sglang_real/h200" FAKE_H200=0 "$DIR/bin/python" - <<'PY'
 import argparse
 from sglang.srt.server_args import ServerArgs
 p = argparse.ArgumentParser()

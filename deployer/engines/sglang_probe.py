@@ -161,4 +161,7 @@ def main(argv: List[str]) -> int:
 
 
 if __name__ == "__main__":
+    if "__file__" in globals():  # run by path: its own folder must not shadow the `sglang` package
+        _here = os.path.dirname(os.path.abspath(__file__))
+        sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
     sys.exit(main(sys.argv[1:]))

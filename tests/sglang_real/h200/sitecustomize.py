@@ -2,7 +2,7 @@
 
 Put this directory on PYTHONPATH of the test bed's "target" host (tests/sglang_real does). It uses SGLang's
 own platform override and replaces only the device-memory query its memory hook calls; deployer's
-product code knows nothing about it. FAKE_H200=0 turns it off, FAKE_GPU_MIB sets the memory.
+product code knows nothing about it. FAKE_H200=0 turns the H200 off (not the torchvision fix below), FAKE_GPU_MIB sets the memory.
 
 One more accommodation of this host: the only torchvision wheels on its disk are CUDA builds, whose C
 ops cannot load on the CPU torch, and torchvision then fails at import registering fake kernels for
@@ -51,9 +51,9 @@ def _install() -> None:
     memory_hook.get_device_memory_capacity = lambda device=None: H200_MIB
 
 
+try:
+    _declare_torchvision_ops()
+except ImportError:
+    pass
 if os.environ.get("FAKE_H200", "1") == "1":
-    try:
-        _declare_torchvision_ops()
-    except ImportError:
-        pass
     _install()

@@ -1,0 +1,134 @@
+"""Preflight over a real sshd: facts from the stand-in nvidia-smi, flags of the stand-in SGLang, memory plan."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deployer.flags import load_cached_flagset
+from deployer.preflight import gather_facts, run_preflight
+from deployer.profile import Profile
+from deployer.remote import Remote, connect
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+STANDIN = ROOT / "tests" / "standin"
+MODELS = ROOT / "tests" / "fixtures" / "models"
+
+
+@pytest.fixture()
+def bed(fresh_sshd: Any) -> Iterator[Any]:
+    """A private sshd whose PATH has the stand-in nvidia-smi (so tests may change its GPUs)."""
+    os.symlink(STANDIN / "bin" / "nvidia-smi", fresh_sshd.bin_dir / "nvidia-smi")
+    yield fresh_sshd
+
+
+@pytest.fixture()
+def remote(bed: Any) -> Iterator[Remote]:
+    r = connect(bed.spec())
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+def gpus_file(tmp_path: Path, gpus: list[dict[str, Any]]) -> str:
+    path = tmp_path / "gpus.json"
+    path.write_text(json.dumps({"gpus": gpus}))
+    return str(path)
+
+
+def profile(tmp_path: Path, bed: Any, *, args: dict[str, Any] | None = None, env: dict[str, str] | None = None,
+            model: str | None = None, python: str = "python3", port: int | None = None) -> Profile:
+    return Profile.model_validate({
+        "name": "pf",
+        "target": bed.target(tmp_path / "work"),
+        "engine": {"python": python, "model_path": model or str(MODELS / "qwen36-27b-like"),
+                   "port": port or 30000, "args": args or {},
+                   "env": {"PYTHONPATH": str(STANDIN), **(env or {})}},
+    })
+
+
+def test_facts_in_one_round_trip(tmp_path: Path, bed: Any, remote: Remote) -> None:
+    gpus = gpus_file(tmp_path, [
+        {"name": "NVIDIA H200", "memory_total": 143771, "memory_used": 81000,
+         "apps": [{"pid": 4242, "process_name": "python3", "used_memory": 80990}]},
+        {"name": "NVIDIA H200", "memory_total": 143771, "memory_used": 1}])
+    prof = profile(tmp_path, bed, env={"STANDIN_GPUS_FILE": gpus})
+    before = bed.log_count("session opened") + bed.log_count("Starting session")
+    facts = gather_facts(remote, prof)
+    after = bed.log_count("session opened") + bed.log_count("Starting session")
+    assert [(g.index, g.total_mib, g.free_mib) for g in facts.gpus] == [(0, 143771, 62771), (1, 143771, 143770)]
+    assert [(p.pid, p.used_mib, p.gpu_uuid) for p in facts.processes] == [(4242, 80990, facts.gpus[0].uuid)]
+    assert facts.engine_version == "0.5.23" and facts.python_version and facts.python_version.startswith("3.")
+    assert facts.disk_free_bytes and facts.disk_free_bytes > 0 and facts.port_free is True
+    assert facts.model is not None and facts.model.weight_bytes == 51_000_000_000
+    assert facts.model.config and facts.model.config["model_type"] == "qwen3_5"
+    assert facts.flag_probe and len(facts.flag_probe["flags"]) > 10  # cache was empty: flags came along
+    assert facts.problems == []
+    if before or after:  # sshd logs one line per session at VERBOSE
+        assert after - before <= 1
+
+
+def test_missing_nvidia_smi_and_python_are_problems(tmp_path: Path, bed: Any, remote: Remote) -> None:
+    (bed.bin_dir / "nvidia-smi").unlink()
+    facts = gather_facts(remote, profile(tmp_path, bed, python="/nonexistent/python3"))
+    assert "no NVIDIA driver / nvidia-smi on the target" in facts.problems
+    assert any("engine python '/nonexistent/python3' not found" in p for p in facts.problems)
+    assert facts.engine_version is None
+
+
+def test_busy_port_is_a_problem(tmp_path: Path, bed: Any, remote: Remote) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        facts = gather_facts(remote, profile(tmp_path, bed, port=port))
+    assert facts.port_free is False
+    assert f"port {port} is already in use on the target" in facts.problems
+
+
+def test_preflight_translates_checks_and_caches(tmp_path: Path, bed: Any, remote: Remote) -> None:
+    cache = tmp_path / "cache"
+    prof = profile(tmp_path, bed, args={"mamba_scheduler_strategy": "extra_buffer", "mem_frac": 0.85,
+                                        "tp_size": 1},
+                   env={"SGLANG_ENABLE_SPEC_V2": "1"})
+    report = run_preflight(remote, prof, cache_dir=cache)
+    args = report.profile.engine.args
+    assert "mamba_radix_cache_strategy" in args and "mamba_scheduler_strategy" not in args
+    assert args.get("mem_fraction_static") == 0.85 and "mem_frac" not in args
+    assert any("mem-frac" in w and "prefix" in w for w in report.warnings)
+    assert any("SGLANG_ENABLE_SPEC_V2" in w for w in report.warnings)
+    assert load_cached_flagset(cache, "sglang", "0.5.23") is not None
+    assert report.memory is not None and report.memory.gpu_total_mib == 143771
+    text = report.render_text()
+    assert "memory plan" in text and "mamba-radix-cache-strategy" in text
+
+    start = time.monotonic()
+    again = run_preflight(remote, prof, cache_dir=cache)
+    assert again.flags_cached and again.facts.flag_probe is None  # no introspection the second time
+    assert again.profile.engine.args == report.profile.engine.args
+    assert time.monotonic() - start < 30
+
+
+def test_misspelt_flag_is_a_problem_with_did_you_mean(tmp_path: Path, bed: Any, remote: Remote) -> None:
+    report = run_preflight(remote, profile(tmp_path, bed, args={"mem_fraction_statc": 0.8}),
+                           cache_dir=tmp_path / "c")
+    assert any("unknown flag --mem-fraction-statc" in p and "--mem-fraction-static" in p for p in report.problems)
+    assert not report.ok and json.loads(json.dumps(report.to_json()))["ok"] is False
+
+
+def test_memory_plan_from_a_local_model_config(tmp_path: Path, bed: Any, remote: Remote) -> None:
+    gpus = gpus_file(tmp_path, [{"name": "NVIDIA H200", "memory_total": 143771, "memory_used": 100000}])
+    prof = profile(tmp_path, bed, model="/nowhere/on/target", env={"STANDIN_GPUS_FILE": gpus})
+    report = run_preflight(remote, prof, cache_dir=tmp_path / "c", model_config=MODELS / "qwen36-27b-like")
+    assert report.memory is not None and not report.memory.fits
+    assert any(p.startswith("memory: weights") for p in report.problems)
