@@ -238,12 +238,11 @@ def check_flags(profile: Profile, flagset: FlagSet, renames: list[Rename]) -> Fl
     report = FlagReport(profile=profile)
     args: dict[str, Any] = {}
     for key, value in profile.engine.args.items():
-        new_key = _check_arg(key, value, flagset, renames, report)
-        if new_key is not None:
-            if new_key in args or (new_key != key and new_key in profile.engine.args):
-                report.errors.append(f"flag {key_option(new_key)} is given twice (also as {key_option(key)})")
-                continue
-            args[new_key] = value
+        new_key = _check_arg(key, value, flagset, renames, report) or key  # a bad flag stays, as an error
+        if new_key in args or (new_key != key and new_key in profile.engine.args):
+            report.errors.append(f"flag {key_option(new_key)} is given twice (also as {key_option(key)})")
+            continue
+        args[new_key] = value
     env = _check_env(profile.engine.env, flagset, renames, report)
     if args != profile.engine.args or env != profile.engine.env:
         report.profile = _with_engine(profile, args, env)

@@ -270,6 +270,11 @@ class PreflightReport:
     def ok(self) -> bool:
         return not self.problems
 
+    @property
+    def engine_version(self) -> str | None:
+        """The engine version installed on the target (None if none was found)."""
+        return self.facts.engine_version
+
     def to_json(self) -> dict[str, Any]:
         return {
             "ok": self.ok,

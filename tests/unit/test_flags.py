@@ -1,0 +1,155 @@
+"""Flag checks: renames both ways, unknown flags with "did you mean", prefixes, choices, env, cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deployer.flags import (
+    Flag,
+    FlagSet,
+    at_least,
+    cached_versions,
+    check_flags,
+    default_cache_dir,
+    load_cached_flagset,
+    load_renames,
+    parse_probe_output,
+    save_flagset,
+)
+from deployer.profile import Profile
+
+STRATEGIES = ("auto", "extra_buffer", "extra_buffer_lazy", "no_buffer")
+
+
+def flagset(version: str = "0.5.23", *, old_names: bool = False) -> FlagSet:
+    mamba = "--mamba-scheduler-strategy" if old_names else "--mamba-radix-cache-strategy"
+    flags = [
+        Flag(("--model-path", "--model"), "model_path"),
+        Flag(("--mem-fraction-static",), "mem_fraction_static"),
+        Flag((mamba,), mamba[2:].replace("-", "_"), choices=STRATEGIES),
+        Flag(("--cuda-graph-max-bs-decode",), "cuda_graph_max_bs_decode"),
+        Flag(("--cuda-graph-max-bs-prefill",), "cuda_graph_max_bs_prefill"),
+        Flag(("--disable-overlap-schedule",), "disable_overlap_schedule", nargs=0, takes_value=False),
+        Flag(("--disable-cuda-graph",), "disable_cuda_graph", nargs=0, takes_value=False, deprecated=True),
+        Flag(("--tp-size", "--tp"), "tp_size"),
+        Flag(("--lora-paths",), "lora_paths", nargs="*"),
+    ]
+    if old_names:
+        flags.append(Flag(("--cuda-graph-max-bs",), "cuda_graph_max_bs"))
+    env = {"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"} | ({"SGLANG_ENABLE_SPEC_V2"} if old_names else set())
+    return FlagSet("sglang", version, tuple(flags), frozenset(env))
+
+
+def prof(args: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> Profile:
+    return Profile.model_validate({"name": "p", "target": {"host": "local"},
+                                   "engine": {"model_path": "/m", "args": args or {}, "env": env or {}}})
+
+
+RENAMES = load_renames()
+
+
+def test_rename_table_is_data_with_versions() -> None:
+    by_old = {r.old: r for r in RENAMES}
+    mamba = by_old["mamba_scheduler_strategy"]
+    assert (mamba.new, mamba.kind, mamba.since, mamba.removed) == ("mamba_radix_cache_strategy", "arg", "0.5.14",
+                                                                   "0.5.20")
+    assert "#27418" in mamba.source
+    assert by_old["SGLANG_ENABLE_SPEC_V2"].new is None and by_old["SGLANG_ENABLE_SPEC_V2"].kind == "env"
+
+
+def test_old_mamba_name_is_translated_for_a_new_engine() -> None:
+    report = check_flags(prof({"mamba_scheduler_strategy": "extra_buffer", "tp_size": 1}), flagset(), RENAMES)
+    assert report.ok
+    assert list(report.profile.engine.args) == ["mamba_radix_cache_strategy", "tp_size"]
+    assert report.profile.engine.args["mamba_radix_cache_strategy"] == "extra_buffer"
+    assert any("renamed --mamba-radix-cache-strategy in sglang 0.5.14" in w for w in report.warnings)
+
+
+def test_new_mamba_name_is_translated_back_for_an_old_engine() -> None:
+    report = check_flags(prof({"mamba_radix_cache_strategy": "no_buffer"}), flagset("0.5.10", old_names=True),
+                         RENAMES)
+    assert report.ok and report.profile.engine.args == {"mamba_scheduler_strategy": "no_buffer"}
+    assert any("does not exist before sglang 0.5.14" in w for w in report.warnings)
+
+
+def test_cuda_graph_max_bs_becomes_decode() -> None:
+    report = check_flags(prof({"cuda_graph_max_bs": 16}), flagset(), RENAMES)
+    assert report.ok and report.profile.engine.args == {"cuda_graph_max_bs_decode": 16}
+
+
+def test_ambiguous_prefix_without_rename_is_an_error() -> None:
+    report = check_flags(prof({"cuda_graph_max": 16}), flagset(), RENAMES)
+    assert report.errors == ["--cuda-graph-max is ambiguous in sglang 0.5.23: could be "
+                             "--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"]
+
+
+def test_unique_prefix_is_written_in_full_with_a_warning() -> None:
+    report = check_flags(prof({"mem_frac": 0.8}), flagset(), RENAMES)
+    assert report.ok and report.profile.engine.args == {"mem_fraction_static": 0.8}
+    assert any("--mem-frac is only a prefix of --mem-fraction-static" in w for w in report.warnings)
+
+
+def test_unknown_flag_says_did_you_mean() -> None:
+    report = check_flags(prof({"mem_fraction_statik": 0.8, "totally_made_up": 1}), flagset(), RENAMES)
+    assert report.errors[0] == ("unknown flag --mem-fraction-statik for sglang 0.5.23; "
+                                "did you mean --mem-fraction-static?")
+    assert report.errors[1] == "unknown flag --totally-made-up for sglang 0.5.23"
+    assert report.profile.engine.args == {"mem_fraction_statik": 0.8, "totally_made_up": 1}  # untouched
+
+
+def test_choices_and_value_shapes() -> None:
+    report = check_flags(prof({"mamba_radix_cache_strategy": "extra_bufer", "disable_overlap_schedule": "yes",
+                               "tp_size": True, "lora_paths": True}), flagset(), RENAMES)
+    assert report.errors == [
+        "--mamba-radix-cache-strategy extra_bufer: not one of auto, extra_buffer, extra_buffer_lazy, no_buffer; "
+        "did you mean extra_buffer?",
+        "--disable-overlap-schedule takes no value (write disable_overlap_schedule: true), got 'yes'",
+        "--tp-size needs a value, got true",
+    ]
+
+
+def test_deprecated_flag_warns() -> None:
+    report = check_flags(prof({"disable_cuda_graph": True}), flagset(), RENAMES)
+    assert report.ok and report.warnings == ["--disable-cuda-graph is deprecated in sglang 0.5.23"]
+
+
+def test_retired_env_warns_by_version() -> None:
+    env = {"SGLANG_ENABLE_SPEC_V2": "1", "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "0"}
+    new = check_flags(prof(env=env), flagset(), RENAMES)
+    assert new.ok and len(new.warnings) == 1 and "SGLANG_ENABLE_SPEC_V2 is not read by sglang 0.5.23" in new.warnings[0]
+    old = check_flags(prof(env={"SGLANG_ENABLE_SPEC_V2": "1"}), flagset("0.5.10", old_names=True), RENAMES)
+    assert not any("SGLANG_ENABLE_SPEC_V2" in w for w in old.warnings)
+
+
+def test_env_name_not_in_the_engine_source_warns() -> None:
+    report = check_flags(prof(env={"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATIO": "0", "HF_HOME": "/x"}), flagset(),
+                         RENAMES)
+    assert report.warnings == ["env SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATIO is not read anywhere in sglang 0.5.23; "
+                               "did you mean SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION?"]
+
+
+def test_cache_round_trip(tmp_path: Path) -> None:
+    fs = flagset()
+    assert load_cached_flagset(tmp_path, "sglang", "0.5.23") is None
+    save_flagset(tmp_path, fs)
+    again = load_cached_flagset(tmp_path, "sglang", "0.5.23")
+    assert again == fs and cached_versions(tmp_path, "sglang") == ["0.5.23"]
+    assert load_cached_flagset(tmp_path, "sglang", "0.5.22") is None
+
+
+def test_default_cache_dir_follows_deployer_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DEPLOYER_HOME", str(tmp_path))
+    assert default_cache_dir() == tmp_path / "cache"
+
+
+def test_probe_output_is_found_after_engine_logs() -> None:
+    out = "[2026-11-29 10:00:00] noise\nDEPLOYER_PROBE_JSON {\"sglang_version\": \"0.5.23\"}\n"
+    assert parse_probe_output(out) == {"sglang_version": "0.5.23"}
+    assert parse_probe_output("no marker") is None
+
+
+def test_versions_order() -> None:
+    assert at_least("0.5.23", "0.5.14") and at_least("0.5.14.post1", "0.5.14") and not at_least("0.5.9", "0.5.14")
