@@ -17,8 +17,10 @@ pytestmark = pytest.mark.integration
 def test_up_status_logs_down(tmp_path: Path, sshd: Any) -> None:
     home = tmp_path / "home"
     prof = write_profile(tmp_path, sshd, name="demo")
+    handshakes = sshd.log_count("Accepted publickey")
     up = deploy("up", str(prof), "--json", "--skip-preflight", home=home)
     assert up.returncode == 0, up.stderr + up.stdout
+    assert sshd.log_count("Accepted publickey") - handshakes == 1  # one SSH handshake for the whole `up`
     evs = events(up.stdout)
     phases = [e["phase"] for e in evs if e["event"] == "phase"]
     assert phases[:2] == ["args", "loading weights"] and "ready" in [e["event"] for e in evs]
