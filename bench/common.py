@@ -1,0 +1,93 @@
+"""Shared pieces of the benchmarks: a throwaway sshd, bench profiles, timing, and the result record.
+
+Every figure is a ratio against a baseline measured in the same command, so the numbers travel between
+machines; absolute values are recorded too.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+for extra in (REPO / "tests", REPO / "tests" / "integration"):
+    if str(extra) not in sys.path:
+        sys.path.insert(0, str(extra))
+
+from deploy_helpers import write_profile  # noqa: E402
+from sshbed import SSHD as SSHD  # noqa: E402  (re-exported)
+
+DEPLOY = str(REPO / ".venv" / "bin" / "deploy")
+FAST_ENGINE = {"STANDIN_STEP_S": "0", "STANDIN_READY_DELAY_S": "0"}   # the stand-in ready at once
+BENCH_HEALTH = {"interval_s": 0.25, "startup_timeout_s": 120, "stall_timeout_s": 60}
+
+
+@dataclass
+class Figure:
+    """One benchmark line: value against its baseline, and the target it is held to."""
+
+    name: str
+    value: float
+    unit: str
+    baseline: float | None = None
+    baseline_name: str = ""
+    target: str = ""
+    ok: bool | None = None
+    samples: list[float] = field(default_factory=list)
+    baseline_samples: list[float] = field(default_factory=list)
+    notes: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        return None if not self.baseline else self.value / self.baseline
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["ratio"] = None if self.ratio is None else round(self.ratio, 3)
+        return data
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def timed(argv: list[str], *, env: dict[str, str] | None = None, check: bool = True,
+          timeout: float = 60) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """Wall time of one command (fresh process), and what it left."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd=str(REPO))
+    took = time.perf_counter() - t0
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{shlex.join(argv)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return took, proc
+
+
+def deploy_env(home: Path, **extra: str) -> dict[str, str]:
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root"),
+            "DEPLOYER_HOME": str(home), **extra}
+
+
+def bench_profile(tmp: Path, bed: SSHD, name: str, env: dict[str, str], **kw: Any) -> Path:
+    extra = {"health": BENCH_HEALTH, "retry": {"max_attempts": 1, "backoff_s": 0.2}, **kw.pop("extra", {})}
+    path: Path = write_profile(tmp, bed, name=name, env={**FAST_ENGINE, **env}, extra=extra, **kw)
+    return path
+
+
+def ssh_argv(bed: SSHD, *remote: str) -> list[str]:
+    """Plain OpenSSH to the test sshd, as a person would type it (no ControlMaster: one handshake each)."""
+    return ["ssh", "-F", "/dev/null", "-i", str(bed.identity_file), "-p", str(bed.port),
+            "-o", f"UserKnownHostsFile={bed.known_hosts}", "-o", "StrictHostKeyChecking=yes",
+            "-o", "BatchMode=yes", f"{bed.user}@{bed.host}", *remote]
+
+
+def scp_argv(bed: SSHD, src: Path, dest: str) -> list[str]:
+    return ["scp", "-q", "-F", "/dev/null", "-i", str(bed.identity_file), "-P", str(bed.port),
+            "-o", f"UserKnownHostsFile={bed.known_hosts}", "-o", "StrictHostKeyChecking=yes",
+            "-o", "BatchMode=yes", str(src), f"{bed.user}@{bed.host}:{dest}"]
