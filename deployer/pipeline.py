@@ -159,6 +159,7 @@ def _attempts(remote: Remote, layout: Layout, profile: Profile, opts: UpOptions,
             run = push(remote, layout, bundle, profile_record(profile, bundle, attempt=attempt, up_id=up_id),
                        supervisor_config(profile), new_run_id(bundle, attempt))
             set_current(remote, layout, run)
+            emit(Event("pushed", {"run_id": run.run_id, "run_dir": run.path}))
             row = history.begin_attempt(deployment=profile.name, host=remote.label, up_id=up_id, attempt=attempt,
                                         run_id=run.run_id, content_hash=bundle.content_hash,
                                         profile=profile.public_dict())
@@ -223,7 +224,9 @@ def diagnose_attempt(remote: Remote, launch: Launch, outcome: Outcome, version: 
         diag = hang_diagnosis(outcome.tail, stalled)
         return diag if isinstance(outcome, Hung) else dataclasses.replace(diag, summary=outcome.describe())
     assert isinstance(outcome, Crashed)
-    text = attempt_log(remote, launch.run, launch.log_offset)
+    if outcome.traceback_offset is None:  # the supervisor writes its final state after its last scan
+        outcome = dataclasses.replace(outcome, traceback_offset=_state_traceback(remote, launch.run))
+    text = attempt_log(remote, launch.run, launch.log_offset, outcome.traceback_offset)
     diag = diagnose(text, engine_version=version, exit_code=outcome.exit_code, signal=outcome.signal)
     if diag.signature == "killed-by-signal":
         dmesg = remote.run("dmesg 2>/dev/null | tail -n 300", timeout=15, check=False).stdout
@@ -231,19 +234,39 @@ def diagnose_attempt(remote: Remote, launch: Launch, outcome: Outcome, version: 
     return diag
 
 
-def attempt_log(remote: Remote, run: RunDir, offset: int) -> str:
-    """A bounded window of this attempt's log: its first traceback and its tail, whatever the log's size."""
+def _state_traceback(remote: Remote, run: RunDir) -> int | None:
+    from deployer.targetview import read_json
+
+    value = (read_json(remote, run.state) or {}).get("traceback_offset")
+    return int(value) if isinstance(value, int) else None
+
+
+def attempt_log(remote: Remote, run: RunDir, offset: int, traceback_offset: int | None = None) -> str:
+    """A bounded window of this attempt's log: its first traceback and its tail, whatever the log's size.
+
+    The supervisor notes where the first traceback starts while the log is written; without that note (an older
+    supervisor, a log from elsewhere) the target greps for it.
+    """
     size = remote.size(run.log) or 0
     if size - offset <= DIAG_WINDOW + TAIL_WINDOW:
         return remote.read(run.log, offset, DIAG_WINDOW + TAIL_WINDOW).decode("utf-8", "replace")
-    found = remote.run(f"tail -c +{offset + 1} {shlex.quote(run.log)} | grep -a -b -m1 -F {shlex.quote(TRACEBACK)}",
-                       timeout=60, check=False).stdout
+    start = traceback_offset if traceback_offset is not None and traceback_offset >= offset else \
+        _grep_traceback(remote, run, offset)
     parts: list[bytes] = []
-    if found.split(":", 1)[0].isdigit():
-        start = offset + int(found.split(":", 1)[0])
+    if start is not None:
         parts.append(remote.read(run.log, start, DIAG_WINDOW))
-    parts.append(remote.read(run.log, max(offset, size - TAIL_WINDOW), TAIL_WINDOW))
+    tail_from = max(offset, size - TAIL_WINDOW, start + DIAG_WINDOW if start is not None else 0)
+    parts.append(remote.read(run.log, tail_from, TAIL_WINDOW))
     return b"\n".join(parts).decode("utf-8", "replace")
+
+
+def _grep_traceback(remote: Remote, run: RunDir, offset: int) -> int | None:
+    log = shlex.quote(run.log)
+    grep = f"LC_ALL=C grep -a -b -m1 -F {shlex.quote(TRACEBACK)}"
+    cmd = f"{grep} {log}" if offset == 0 else f"tail -c +{offset + 1} {log} | {grep}"
+    found = remote.run(cmd, timeout=60, check=False).stdout
+    head = found.split(":", 1)[0]
+    return offset + int(head) if head.isdigit() else None
 
 
 def _finish_ready(remote: Remote, run: RunDir, launch: Launch, profile: Profile, bundle: Bundle,

@@ -242,29 +242,49 @@ def wait_until(done: Callable[[], bool], timeout: float, tick: float = TICK) -> 
     return True
 
 
-class ReadyScanner:
-    """Looks for the ready pattern in a log from a byte offset on, reading only what is new."""
+class LogScanner:
+    """Reads a log from a byte offset on, only what is new and in bounded chunks, and notes two things:
+    whether the ready pattern appeared, and the offset of the first traceback (so the deployer can read the
+    window that matters from a log of any size without scanning it again)."""
+
+    CHUNK = 4 << 20
+    TRACEBACK = b"Traceback (most recent call last)"
 
     def __init__(self, path: str, pattern: str | None, offset: int) -> None:
         self.path, self.pos, self.carry = path, offset, b""
         self.needle = pattern.encode() if pattern else None
+        self.ready = False
+        self.traceback_at: int | None = None
 
-    def found(self) -> bool:
-        if self.needle is None:
-            return False
+    def scan(self, budget: int = 64 << 20) -> None:
+        """Read up to `budget` new bytes (the rest on the next call)."""
         try:
             with open(self.path, "rb") as f:
                 f.seek(self.pos)
-                chunk = f.read()
+                while budget > 0:
+                    chunk = f.read(min(self.CHUNK, budget))
+                    if not chunk:
+                        return
+                    budget -= len(chunk)
+                    self._look(chunk)
         except OSError:
-            return False
+            return
+
+    def _look(self, chunk: bytes) -> None:
+        data, base = self.carry + chunk, self.pos - len(self.carry)
         self.pos += len(chunk)
-        data = self.carry + chunk
-        if self.needle in data:
-            return True
-        keep = len(self.needle) - 1  # a pattern split across two reads
-        self.carry = data[-keep:] if keep else b""
-        return False
+        if self.needle is not None and not self.ready and self.needle in data:
+            self.ready = True
+        if self.traceback_at is None:
+            at = data.find(self.TRACEBACK)
+            if at >= 0:
+                self.traceback_at = base + at
+        keep = max(len(self.needle or b""), len(self.TRACEBACK)) - 1  # a needle split across two reads
+        self.carry = data[-keep:]
+
+    def found(self) -> bool:
+        self.scan()
+        return self.ready
 
 
 class Daemon:
@@ -278,12 +298,13 @@ class Daemon:
         self.exit_status: int | None = None
         self.stop_requested = False
         self.restart_times: list[float] = []
-        self.scanner = ReadyScanner(self.log, None, 0)
+        self.scanner = LogScanner(self.log, None, 0)
         self.next_scan = 0.0
         self.state: dict[str, Any] = {
             "status": "starting", "supervisor_pid": os.getpid(), "pid": None, "pgid": None,
             "started_at": None, "ready_at": None, "ended_at": None, "exit_code": None, "signal": None,
-            "signal_name": None, "restarts": 0, "last_crash": None, "log_offset": 0}
+            "signal_name": None, "restarts": 0, "last_crash": None, "log_offset": 0,
+            "traceback_offset": None}
 
     def save(self) -> None:
         self.state["updated_at"] = time.time()
@@ -314,7 +335,7 @@ class Daemon:
             if self.exit_status is not None:
                 if not self.handle_exit():
                     return 0
-            elif self.state["status"] == "running" and time.monotonic() >= self.next_scan:
+            elif self.state["status"] in ("running", "ready") and time.monotonic() >= self.next_scan:
                 self.check_ready()
             time.sleep(TICK)
 
@@ -339,10 +360,11 @@ class Daemon:
         except OSError:
             pass
         self.engine_pid, self.exit_status = pid, None
-        self.scanner = ReadyScanner(self.log, self.cfg["ready_pattern"], offset)
+        self.scanner = LogScanner(self.log, self.cfg["ready_pattern"], offset)
         note(f"engine started: pid {pid}, log offset {offset}")
         self.state.update(status="running", pid=pid, pgid=pid, started_at=time.time(), ready_at=None,
-                          ended_at=None, exit_code=None, signal=None, signal_name=None, log_offset=offset)
+                          ended_at=None, exit_code=None, signal=None, signal_name=None, log_offset=offset,
+                          traceback_offset=None)
         self.save()
 
     def reap(self) -> None:
@@ -358,8 +380,12 @@ class Daemon:
 
     def check_ready(self) -> None:
         self.next_scan = time.monotonic() + SCAN_EVERY
-        if self.scanner.found():
+        had_traceback = self.scanner.traceback_at
+        if self.scanner.found() and self.state["status"] == "running":
             self.state.update(status="ready", ready_at=time.time())
+            self.save()
+        if self.scanner.traceback_at != had_traceback:
+            self.state["traceback_offset"] = self.scanner.traceback_at
             self.save()
 
     def record_end(self, status: int | None) -> None:
@@ -369,15 +395,19 @@ class Daemon:
 
     def handle_exit(self) -> bool:
         """Records the engine's end and restarts it if the policy says so; False when the daemon is done."""
-        if self.state["status"] == "running":
-            self.check_ready()  # it may have printed the ready line just before dying
+        for _ in range(1000):  # its last words: the whole rest of the log, however big (bounded passes)
+            before = self.scanner.pos
+            self.check_ready()
+            if self.scanner.pos == before:
+                break
         was_ready = self.state["status"] == "ready"
         self.record_end(self.exit_status)
         note(f"engine ended: exit code {self.state['exit_code']}, signal {self.state['signal_name']}")
         self.clear_group(self.state["pgid"])
         s, rs = self.state, self.cfg["restart"]
         s["last_crash"] = {"at": s["ended_at"], "exit_code": s["exit_code"], "signal": s["signal"],
-                           "signal_name": s["signal_name"], "log_offset": s["log_offset"]}
+                           "signal_name": s["signal_name"], "log_offset": s["log_offset"],
+                           "traceback_offset": self.scanner.traceback_at}
         if not (was_ready and should_restart(rs["policy"], s["exit_code"])):
             return self.finish("exited")
         now = time.time()

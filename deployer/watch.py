@@ -22,7 +22,8 @@ from deployer.start import Launch, status
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 READ_LIMIT = 1 << 20          # bytes read per poll at most
-SKIP_AHEAD = 4 << 20          # further behind than this: jump to the last READ_LIMIT bytes
+SKIP_AHEAD = 4 << 20          # further behind than this: jump to the last JUMP_TO bytes
+JUMP_TO = 64 << 10            # (progress lines are short; the diagnosis reads its own window)
 LIVENESS_EVERY_S = 5.0        # ask the supervisor (not just state.json) this often
 FIRST_POLL_S = 0.05
 DEAD_STATES = {"exited", "stopped", "crashloop", "lost", "absent"}
@@ -51,6 +52,7 @@ class Crashed:
     signal: int | None
     signal_name: str | None
     tail: list[str]
+    traceback_offset: int | None = None     # noted by the supervisor while the log was written
 
     def describe(self) -> str:
         how = f"killed by {self.signal_name or self.signal}" if self.signal else f"exited with code {self.exit_code}"
@@ -106,8 +108,8 @@ class LogTail:
         if size < self.offset:  # truncated or replaced: start again
             self.offset, self.partial = 0, b""
         if size - self.offset > SKIP_AHEAD:
-            self.skipped += size - READ_LIMIT - self.offset
-            self.offset, self.partial = size - READ_LIMIT, b""
+            self.skipped += size - JUMP_TO - self.offset
+            self.offset, self.partial = size - JUMP_TO, b""
         try:
             data = self.remote.read(self.path, self.offset, READ_LIMIT)
         except NotFound:
@@ -152,10 +154,9 @@ class Watcher:
     def poll_once(self) -> Outcome | None:
         now = self.clock()
         elapsed = now - self.started
-        self._read_log(now, elapsed)
-        dead = self._dead_state(now)
+        dead = self._dead_state(now)  # before the log: an exit is noticed without waiting for a log read
+        self._read_log(now, elapsed)  # for a dead engine: its last words
         if dead is not None:
-            self.log.poll()  # the last words, written just before the exit
             return self._crashed(dead, elapsed)
         if self._healthy():
             self.emit(Event("ready", {"elapsed": round(elapsed, 3), "phase": "ready"}))
@@ -208,7 +209,7 @@ class Watcher:
 
     def _crashed(self, state: dict[str, Any], elapsed: float) -> Crashed:
         outcome = Crashed(elapsed, state.get("exit_code"), state.get("signal"), state.get("signal_name"),
-                          self.log.tail())
+                          self.log.tail(), state.get("traceback_offset"))
         self.emit(Event("exited", {"elapsed": round(elapsed, 3), "exit_code": outcome.exit_code,
                                    "signal": outcome.signal, "signal_name": outcome.signal_name,
                                    "status": state.get("status")}))

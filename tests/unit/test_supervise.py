@@ -148,7 +148,7 @@ def test_ready_scanner_reads_from_the_offset_and_across_chunk_boundaries(tmp_pat
     log = tmp_path / "engine.log"
     old = b"old run: READY-LINE\n"
     log.write_bytes(old)
-    scanner = sv.ReadyScanner(str(log), "READY-LINE", len(old))
+    scanner = sv.LogScanner(str(log), "READY-LINE", len(old))
     assert not scanner.found()
     with log.open("ab") as f:
         f.write(b"loading...\nREADY-")
@@ -156,7 +156,18 @@ def test_ready_scanner_reads_from_the_offset_and_across_chunk_boundaries(tmp_pat
     with log.open("ab") as f:
         f.write(b"LINE\n")
     assert scanner.found()
-    assert not sv.ReadyScanner(str(log), None, 0).found()
+    assert not sv.LogScanner(str(log), None, 0).found()
+
+
+def test_log_scanner_notes_the_first_traceback_offset_in_bounded_chunks(tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    noise = b"x" * (sv.LogScanner.CHUNK - 10) + b"\n"
+    log.write_bytes(noise + b"Traceback (most recent call last):\n  boom\nTraceback (most recent call last):\n")
+    scanner = sv.LogScanner(str(log), "READY", 0)
+    scanner.scan(budget=sv.LogScanner.CHUNK)  # the marker straddles the first chunk's end
+    assert scanner.traceback_at is None and scanner.pos == sv.LogScanner.CHUNK
+    scanner.scan()
+    assert scanner.traceback_at == len(noise) and not scanner.ready
 
 
 def test_liveness_treats_zombies_as_dead() -> None:
