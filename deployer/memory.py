@@ -145,7 +145,7 @@ def kv_cell_bytes(shape: Shape, tp: int, kv_dtype: str = "auto", speculative: bo
     """KV bytes per token on one TP rank; the draft (MTP) layers keep their own KV for the same tokens."""
     layers = shape.full_layers + (shape.draft_layers if speculative else 0)
     heads = max(1, shape.kv_heads // tp)
-    return heads * (shape.head_dim + shape.v_head_dim) * layers * DTYPE_BYTES.get(kv_dtype, 1)
+    return heads * (shape.head_dim + shape.v_head_dim) * layers * DTYPE_BYTES.get(kv_dtype, 1 if "fp8" in kv_dtype else 2)
 
 
 def default_chunk_and_bs(gpu_mib: float, tp: int) -> tuple[int, int]:

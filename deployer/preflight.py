@@ -281,7 +281,7 @@ class PreflightReport:
             "problems": self.problems,
             "warnings": self.warnings,
             "overrides": self.overrides,
-            "facts": asdict(self.facts),
+            "facts": {k: v for k, v in asdict(self.facts).items() if k != "flag_probe"},
             "engine_args": self.profile.engine.args,
             "engine_env": self.profile.public_dict()["engine"]["env"],
             "flagset_version": self.flagset_version,
@@ -416,9 +416,8 @@ def _memory(report: PreflightReport, model_config: Path | None) -> None:
     facts, profile = report.facts, report.profile
     if model is None or not facts.gpus:
         return
+    # The engine's own resolution, where there is one, knows the defaults (spec algorithm, chunk size...).
     args: dict[str, Any] = {**profile.engine.args, **(report.resolved or {})}
-    for key, value in profile.engine.args.items():
-        args.setdefault(key, value)
     if report.resolved is not None and "mem_fraction_static" not in profile.engine.args:
         args["mem_fraction_static"] = None  # let the plan show the automatic value the same way SGLang does
     tp = int(args.get("tp_size") or 1)

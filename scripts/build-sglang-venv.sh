@@ -21,6 +21,7 @@ DEPS=(
   "transformers==5.19.0" "tokenizers==0.23.2" huggingface_hub safetensors
   msgspec numpy pydantic packaging psutil requests regex tqdm pyyaml filelock einops orjson pybase64
   pillow starlette pyzmq ipython aiohttp dill "apache-tvm-ffi==0.1.11" "sentencepiece==0.2.1" gguf
+  loguru  # compressed-tensors needs it; it is installed --no-deps below
 )
 # Packages whose requirements name torch: installed without dependencies so the CPU torch stays.
 NODEPS=("sglang==$SGLANG_VERSION" triton "torchvision==0.28.0" "compressed-tensors==0.18.0")

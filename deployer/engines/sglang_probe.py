@@ -114,15 +114,25 @@ def resolve(argv: List[str]) -> Dict[str, Any]:
         return {"ok": False, "supported": True, "stage": "parse", "error": "argparse exit %s" % exc.code}
     try:
         args.resolve_once()
+    except ImportError as exc:  # this install cannot resolve (a missing optional module), not a bad argv
+        return {"ok": False, "supported": False, "error": "resolution needs a module that is missing: %s" % exc}
     except BaseException as exc:  # a failing resolution is the answer, not a crash of the probe
         lines = traceback.format_exception_only(type(exc), exc)
         return {"ok": False, "supported": True, "stage": "resolve", "error": "".join(lines).strip()}
+    try:
+        return _changes(args)
+    except Exception as exc:  # an SGLang whose records look different: say so, do not guess
+        return {"ok": False, "supported": False, "error": "cannot read this SGLang's resolution: %r" % exc}
+
+
+def _changes(args: Any) -> Dict[str, Any]:
     raw = dict(getattr(args, "_raw_input", None) or {})
     resolved = args.resolved_dict()
     sources: Dict[str, str] = {}  # field -> the resolution step that declared its value last
-    for source, declared in getattr(args, "_resolved_overrides", None) or ():
-        for name in declared:
-            sources[name] = str(source)
+    for entry in getattr(args, "_resolved_overrides", None) or ():
+        if isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[1], dict):
+            for name in entry[1]:
+                sources[name] = str(entry[0])
     changed = []
     for name in sorted(sources):
         before, after = _jsonable(raw.get(name)), _jsonable(resolved.get(name))

@@ -1,0 +1,88 @@
+"""Preflight against real SGLang 0.5.23 (parser, flag set, dry resolution) over the SSH test bed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deployer.flags import load_cached_flagset
+from deployer.preflight import PreflightReport, run_preflight
+from deployer.profile import Profile
+from deployer.remote import Remote, connect
+
+MODEL = Path(__file__).resolve().parents[1] / "fixtures" / "models" / "qwen3-next-80b-a3b"
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("flag-cache")
+
+
+@pytest.fixture(scope="module")
+def remote(h200_host: Any) -> Iterator[Remote]:
+    r = connect(h200_host.spec())
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+def preflight(host: Any, remote: Remote, cache: Path, tmp_path: Path, args: dict[str, Any]) -> PreflightReport:
+    profile = Profile.model_validate({
+        "name": "real",
+        "target": host.target(tmp_path / "work"),
+        "engine": {"python": "sglang-python", "model_path": str(MODEL), "args": {"device": "cuda", **args}},
+    })
+    return run_preflight(remote, profile, cache_dir=cache)
+
+
+def test_real_flag_set_is_introspected_and_cached(h200_host: Any, remote: Remote, cache: Path,
+                                                  tmp_path: Path) -> None:
+    report = preflight(h200_host, remote, cache, tmp_path, {})
+    assert report.facts.engine_version == "0.5.23"
+    flagset = load_cached_flagset(cache, "sglang", "0.5.23")
+    assert flagset is not None and 500 <= len(flagset.flags) <= 600  # 531 options in 0.5.23
+    assert flagset.has("mamba_radix_cache_strategy") and not flagset.has("mamba_scheduler_strategy")
+    strategy = flagset.lookup("mamba_radix_cache_strategy")
+    assert strategy is not None and strategy.choices == ("auto", "extra_buffer", "extra_buffer_lazy", "no_buffer")
+    assert "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION" in flagset.env_names
+    # the real Qwen3-Next-80B weights (162.7 GB) cannot fit one H200: the plan says so before launch
+    assert report.memory is not None and not report.memory.fits
+    assert any(p.startswith("memory: weights (151.5 GiB per GPU) leave no memory") for p in report.problems)
+
+
+def test_old_mamba_flag_is_translated_and_resolution_reports_the_strategy(
+        h200_host: Any, remote: Remote, cache: Path, tmp_path: Path) -> None:
+    report = preflight(h200_host, remote, cache, tmp_path, {"mamba_scheduler_strategy": "auto"})
+    assert report.flags_cached  # the first test cached the flag set
+    assert report.profile.engine.args == {"device": "cuda", "mamba_radix_cache_strategy": "auto"}
+    assert any("--mamba-scheduler-strategy was renamed" in w for w in report.warnings)
+    assert report.resolution == "done"
+    assert any(o.startswith("engine will resolve mamba_radix_cache_strategy auto -> extra_buffer")
+               for o in report.overrides), report.overrides
+    assert any(o.startswith("engine will resolve mem_fraction_static unset -> 0.907") for o in report.overrides)
+
+
+def test_without_overlap_the_engine_resolves_no_buffer(h200_host: Any, remote: Remote, cache: Path,
+                                                       tmp_path: Path) -> None:
+    report = preflight(h200_host, remote, cache, tmp_path, {"disable_overlap_schedule": True})
+    assert any(o.startswith("engine will resolve mamba_radix_cache_strategy auto -> no_buffer")
+               for o in report.overrides), report.overrides
+
+
+def test_misspelt_flag_is_caught_before_launch(h200_host: Any, remote: Remote, cache: Path,
+                                               tmp_path: Path) -> None:
+    report = preflight(h200_host, remote, cache, tmp_path, {"mamba_radix_cache_stratgy": "auto"})
+    assert any(p.startswith("unknown flag --mamba-radix-cache-stratgy for sglang 0.5.23; did you mean "
+                            "--mamba-radix-cache-strategy") for p in report.problems), report.problems
+    assert report.resolution == "not run"
+
+
+def test_resolution_catches_an_invalid_combination(h200_host: Any, remote: Remote, cache: Path,
+                                                   tmp_path: Path) -> None:
+    report = preflight(h200_host, remote, cache, tmp_path, {"mamba_radix_cache_strategy": "no_buffer"})
+    assert report.resolution.startswith("failed")
+    assert any("no_buffer do not support overlap schedule" in p for p in report.problems), report.problems
