@@ -35,7 +35,6 @@ def up(profile: str, overrides: tuple[str, ...], host: str | None, trust_new_hos
        force: bool) -> None:
     """Render, push, start and watch a deployment; heal known failures and retry."""
     from deployer.errors import LaunchFailed
-    from deployer.output import print_up_report
     from deployer.pipeline import UpOptions
     from deployer.pipeline import up as run_up
 

@@ -68,7 +68,6 @@ def diagnose_deployment(ref: Ref, engine_version: str | None) -> dict[str, Any]:
             diag = diagnose(text, engine_version=version, exit_code=state.get("exit_code"),
                             signal=state.get("signal"))
             from deployer.remedy import propose
-            from deployer.profile import Profile
 
             data = {**diag.to_json(), "hint": diag.hint, "run_id": run_id}
             prof = _profile_of(view.record)

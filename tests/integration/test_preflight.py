@@ -40,6 +40,17 @@ def remote(bed: Any) -> Iterator[Remote]:
         r.close()
 
 
+class Counting:
+    """A Remote that counts round trips."""
+
+    def __init__(self, inner: Remote) -> None:
+        self.inner, self.runs = inner, 0
+
+    def run(self, cmd: str, **kw: Any) -> Any:
+        self.runs += 1
+        return self.inner.run(cmd, **kw)
+
+
 def gpus_file(tmp_path: Path, gpus: list[dict[str, Any]]) -> str:
     path = tmp_path / "gpus.json"
     path.write_text(json.dumps({"gpus": gpus}))
@@ -63,9 +74,9 @@ def test_facts_in_one_round_trip(tmp_path: Path, bed: Any, remote: Remote) -> No
          "apps": [{"pid": 4242, "process_name": "python3", "used_memory": 80990}]},
         {"name": "NVIDIA H200", "memory_total": 143771, "memory_used": 1}])
     prof = profile(tmp_path, bed, env={"STANDIN_GPUS_FILE": gpus})
-    before = bed.log_count("session opened") + bed.log_count("Starting session")
-    facts = gather_facts(remote, prof)
-    after = bed.log_count("session opened") + bed.log_count("Starting session")
+    counting = Counting(remote)
+    facts = gather_facts(counting, prof)  # type: ignore[arg-type]
+    assert counting.runs == 1
     assert [(g.index, g.total_mib, g.free_mib) for g in facts.gpus] == [(0, 143771, 62771), (1, 143771, 143770)]
     assert [(p.pid, p.used_mib, p.gpu_uuid) for p in facts.processes] == [(4242, 80990, facts.gpus[0].uuid)]
     assert facts.engine_version == "0.5.23" and facts.python_version and facts.python_version.startswith("3.")
@@ -74,8 +85,6 @@ def test_facts_in_one_round_trip(tmp_path: Path, bed: Any, remote: Remote) -> No
     assert facts.model.config and facts.model.config["model_type"] == "qwen3_5"
     assert facts.flag_probe and len(facts.flag_probe["flags"]) > 10  # cache was empty: flags came along
     assert facts.problems == []
-    if before or after:  # sshd logs one line per session at VERBOSE
-        assert after - before <= 1
 
 
 def test_missing_nvidia_smi_and_python_are_problems(tmp_path: Path, bed: Any, remote: Remote) -> None:
@@ -113,7 +122,9 @@ def test_preflight_translates_checks_and_caches(tmp_path: Path, bed: Any, remote
     assert "memory plan" in text and "mamba-radix-cache-strategy" in text
 
     start = time.monotonic()
-    again = run_preflight(remote, prof, cache_dir=cache)
+    counting = Counting(remote)
+    again = run_preflight(counting, prof, cache_dir=cache)  # type: ignore[arg-type]
+    assert counting.runs == 2  # facts, then the dry resolution
     assert again.flags_cached and again.facts.flag_probe is None  # no introspection the second time
     assert again.profile.engine.args == report.profile.engine.args
     assert time.monotonic() - start < 30

@@ -7,29 +7,20 @@ Each test runs the real CLI in a fresh interpreter and reads what CI would read:
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from deploy_helpers import REPO, deploy, events, write_profile
+from deploy_helpers import deploy, events, write_profile
 
 pytestmark = pytest.mark.integration
 
 PHASES = ["preflight", "push", "start", "ready", "request", "stop"]
-# `smoke` may not be wired into deployer.cli yet: register it here (harmless when it already is).
-RUNNER = "import sys; from deployer import cli, cli_smoke; cli_smoke.register(cli.cli); cli.main(sys.argv[1:])"
-
-
 def smoke(*argv: str, home: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DEPLOYER_HOME": str(home),
-           "HOME": os.environ.get("HOME", "/root")}
-    return subprocess.run([sys.executable, "-c", RUNNER, "smoke", *argv], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=str(REPO))
+    return deploy("smoke", *argv, home=home, timeout=timeout)
 
 
 def junit_cases(path: Path) -> tuple[ET.Element, dict[str, ET.Element]]:

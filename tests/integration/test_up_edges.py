@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from deploy_helpers import deploy, events, free_port, write_profile
-from deployer.ops import layout_of
 from deployer.profile import load_profile
 from deployer.remote import connect
 from deployer.start import DeploymentLock
