@@ -123,6 +123,19 @@ def test_request_failure_is_unhealthy(tmp_path: Path, sshd: Any) -> None:
     assert "engine.log tail" in (failure.text or "")
 
 
+@pytest.mark.parametrize("knob,needle", [({"STANDIN_CHAT_TEXT": ""}, "empty"),
+                                         ({"STANDIN_CHAT_STATUS": "500"}, "500")])
+def test_empty_or_failing_answer_is_unhealthy(tmp_path: Path, sshd: Any, knob: dict[str, str], needle: str) -> None:
+    home, xml = tmp_path / "home", tmp_path / "smoke.xml"
+    prof = write_profile(tmp_path, sshd, name="smoke-answer", env=knob)
+    res = smoke(str(prof), "--skip-preflight", "--json", "--junit", str(xml), home=home)
+    assert res.returncode == 6, res.stderr + res.stdout[-2000:]
+    assert needle in res.stderr.strip().splitlines()[-1]
+    _, cases = junit_cases(xml)
+    assert [outcome_of(c) for c in cases.values()] == ["passed"] * 4 + ["failure", "passed"]
+    assert status_of(prof, home)["status"] == "stopped"
+
+
 def test_bad_profile_exit_2_and_junit_still_written(tmp_path: Path, sshd: Any) -> None:
     home, xml = tmp_path / "home", tmp_path / "out" / "smoke.xml"
     prof = write_profile(tmp_path, sshd, name="smoke-bad", extra={"helth": {"interval_s": 1}})

@@ -19,6 +19,8 @@ Env knobs (all optional):
 | STANDIN_MAX_MFS         | 1.0     | mem mode: above it -> "Capture cuda graph failed" |
 | STANDIN_DRAIN_S         | 0.1     | after SIGTERM: seconds of draining (/health 503) before exit 0 |
 | STANDIN_FAIL_LOG        |         | fail_text: file printed verbatim |
+| STANDIN_CHAT_TEXT       | (hello) | content of /v1/chat/completions answers ("" -> an empty answer) |
+| STANDIN_CHAT_STATUS     | 200     | HTTP status of /v1/chat/completions (non-200 -> an OpenAI-style error) |
 | STANDIN_EXIT            | 1       | fail_text: exit status; 128+N or -N means death by signal N |
 
 Modes:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import os
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, Optional, Tuple
@@ -96,7 +97,11 @@ class Handler(BaseHTTPRequestHandler):
         if self.state.get_phase() == "draining":
             self._send(503, {"error": {"message": "The server is shutting down."}})
         elif path == "/v1/chat/completions":
-            self._send(200, chat_completion(self.state.model, body))
+            status = int(os.environ.get("STANDIN_CHAT_STATUS", "200"))
+            if status != 200:
+                self._send(status, {"object": "error", "message": "stand-in: STANDIN_CHAT_STATUS", "code": status})
+            else:
+                self._send(200, chat_completion(self.state.model, body))
         elif path in ("/generate", "/v1/completions"):
             self._send(200, generate(body))
         else:
@@ -104,7 +109,7 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def chat_completion(model: str, body: Dict[str, Any]) -> Dict[str, Any]:
-    text = "Hello! This is the stand-in SGLang answering."
+    text = os.environ.get("STANDIN_CHAT_TEXT", "Hello! This is the stand-in SGLang answering.")
     return {
         "id": f"chatcmpl-standin{int(time.time() * 1000)}",
         "object": "chat.completion",
