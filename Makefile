@@ -28,7 +28,7 @@ sglang-venv:
 	bash scripts/build-sglang-venv.sh $(SGLANG_VENV)
 
 test-sglang-real: install sglang-venv
-	DEPLOYER_SGLANG_VENV=$(abspath $(SGLANG_VENV)) $(PY) -m pytest -q -p no:cacheprovider -m sglang_real tests/sglang_real
+	SGLANG_VENV=$(SGLANG_VENV) $(PY) -m pytest -q -p no:cacheprovider -m sglang_real tests/sglang_real
 
 # A throwaway sshd on 127.0.0.1 and the stand-in engine (no GPU): the whole flow, including a failure that heals.
 demo: install

@@ -74,7 +74,8 @@ class LiveProgress:
         elif event.kind == "diagnosis":
             self._diagnosis(data)
         elif event.kind == "change":
-            self.say(f"  [bold yellow]changing[/]: {_esc(data.get('reason') or _change_text(data))}")
+            when = " before launch" if data.get("before_launch") else ""
+            self.say(f"  [bold yellow]changing{when}[/]: {_esc(data.get('reason') or _change_text(data))}")
         elif event.kind in ("warning", "drift", "override"):
             self.say(f"  [yellow]{event.kind}[/]: {_esc(data['message'])}")
         elif event.kind == "info":
@@ -114,6 +115,9 @@ def print_up_report(report: Any, progress: LiveProgress) -> None:
         progress.say(f"[green]{report.name}[/] is already running this version ({str(report.content_hash)[:12]})"
                      f" on {report.host}: nothing to do")
         return
+    for note in report.before_launch:
+        progress.say(f"before launch: [yellow]{note.get('signature')}[/]: {_esc(note.get('summary', ''))}")
+        progress.say(f"  changed: {_esc((note.get('change') or {}).get('reason', ''))}")
     for item in report.attempts:
         colour = "green" if item.outcome == "ready" else "red"
         progress.say(f"attempt {item.attempt}: [{colour}]{item.outcome}[/] ({_esc(item.detail)})")

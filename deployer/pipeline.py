@@ -19,6 +19,7 @@ from typing import Any
 from deployer.diagnose import Diagnosis, diagnose, hang_diagnosis, oom_killer_lines
 from deployer.drift import compare, parse_server_args
 from deployer.engines import engine_for
+from deployer.prelaunch import checked_profile
 from deployer.errors import LaunchFailed, RetriesExhausted, TargetError
 from deployer.profile import Profile
 from deployer.push import Layout, RunDir, layout_for, new_run_id, prepare, profile_record, push, set_current
@@ -74,6 +75,7 @@ class UpReport:
     warnings: list[str] = field(default_factory=list)
     drift: list[str] = field(default_factory=list)
     saved_fixed: str | None = None
+    before_launch: list[dict[str, Any]] = field(default_factory=list)   # preflight diagnoses and changes
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -101,41 +103,30 @@ def locked_session(profile: Profile, trust_new_host: bool, what: str) -> Iterato
 def up(profile: Profile, opts: UpOptions, emit: EventSink) -> UpReport:
     with locked_session(profile, opts.trust_new_host, opts.what) as (remote, layout):
         report = UpReport(name=profile.name, host=remote.label, status="failed")
-        version = profile.engine.version
+        original, version = profile, profile.engine.version
+        tried: list[Change] = []
+        view = current_view(remote, layout)
+        running = view is not None and view.alive
         if not opts.skip_preflight:
-            profile, version = _preflight(remote, profile, opts, report, emit)
+            own_port = running and view is not None and view.record.get("port") == profile.engine.port
+            profile, version = checked_profile(remote, profile, heal=opts.heal, model_config=opts.model_config,
+                                               own_port=own_port, tried=tried, emit=emit,
+                                               notes=report.before_launch, warnings=report.warnings)
         _check_engine_python(remote, profile)
         bundle = render(profile)
-        view = current_view(remote, layout)
-        if view and view.content_hash == bundle.content_hash and view.alive and not opts.force and \
+        if view and running and view.content_hash == bundle.content_hash and not opts.force and \
                 healthy(remote, profile.engine.port, profile.health.path):
             emit(Event("info", {"message": f"{profile.name} {bundle.short_hash} is already running and healthy"}))
             report.status, report.run_dir, report.content_hash = "already-running", view.run.path, bundle.content_hash
             return report
         waited = 0.0
-        if view and view.alive:
+        if view and running:
             emit(Event("info", {"message": f"stopping the running version {view.content_hash[:12]} "
                                            f"({view.run.run_id}) to replace it"}))
             stop(remote, view.run, profile.restart.grace_s)
             report.replaced, waited = view.run.run_id, 15.0
-        return _attempts(remote, layout, profile, opts, report, emit, version, port_wait=waited)
-
-
-def _preflight(remote: Remote, profile: Profile, opts: UpOptions, report: UpReport,
-               emit: EventSink) -> tuple[Profile, str | None]:
-    from deployer.errors import PreflightFailed
-    from deployer.preflight import run_preflight
-    from deployer.state import home
-
-    result = run_preflight(remote, profile, cache_dir=home() / "cache", model_config=opts.model_config)
-    for warning in result.warnings:
-        emit(Event("warning", {"message": warning}))
-    report.warnings.extend(result.warnings)
-    for line in result.overrides:
-        emit(Event("override", {"message": line}))
-    if result.problems:
-        raise PreflightFailed(result.problems)
-    return result.profile, result.engine_version or profile.engine.version
+        return _attempts(remote, layout, profile, opts, report, emit, version, port_wait=waited, tried=tried,
+                         original=original)
 
 
 def _check_engine_python(remote: Remote, profile: Profile) -> None:
@@ -147,10 +138,10 @@ def _check_engine_python(remote: Remote, profile: Profile) -> None:
 
 
 def _attempts(remote: Remote, layout: Layout, profile: Profile, opts: UpOptions, report: UpReport,
-              emit: EventSink, version: str | None, port_wait: float) -> UpReport:
+              emit: EventSink, version: str | None, port_wait: float, tried: list[Change],
+              original: Profile) -> UpReport:
     history = History()
     up_id = uuid.uuid4().hex[:12]
-    tried: list[Change] = []
     try:
         for attempt in range(1, profile.retry.max_attempts + 1):
             bundle = render(profile)
@@ -170,7 +161,9 @@ def _attempts(remote: Remote, layout: Layout, profile: Profile, opts: UpOptions,
                                  _describe(outcome))
             report.attempts.append(item)
             if isinstance(outcome, Ready):
-                _finish_ready(remote, run, launch, profile, bundle, item, report, opts, emit)
+                _finish_ready(remote, run, launch, profile, bundle, item, report, emit)
+                if opts.save_fixed is not None and original.source is not None:
+                    _save_fixed(original, profile, tried, opts.save_fixed, report)
                 history.end_attempt(row, outcome="ready", diagnosis=None, change=None)
                 return report
             change = _after_failure(remote, run, launch, outcome, profile, opts, item, tried, version, emit)
@@ -269,8 +262,16 @@ def _grep_traceback(remote: Remote, run: RunDir, offset: int) -> int | None:
     return offset + int(head) if head.isdigit() else None
 
 
+def _save_fixed(original: Profile, final: Profile, tried: list[Change], dest: Path, report: UpReport) -> None:
+    from deployer.fixed import save_fixed
+
+    assert original.source is not None
+    save_fixed(original.source, original, final, [c.reason for c in tried if c.reason], dest)
+    report.saved_fixed = str(dest)
+
+
 def _finish_ready(remote: Remote, run: RunDir, launch: Launch, profile: Profile, bundle: Bundle,
-                  item: AttemptReport, report: UpReport, opts: UpOptions, emit: EventSink) -> None:
+                  item: AttemptReport, report: UpReport, emit: EventSink) -> None:
     head = remote.read(run.log, launch.log_offset, 512 << 10).decode("utf-8", "replace")
     resolved = parse_server_args(head)
     if resolved is not None:
@@ -280,12 +281,6 @@ def _finish_ready(remote: Remote, run: RunDir, launch: Launch, profile: Profile,
     write_outcome(remote, run, item.to_json())
     report.status, report.run_dir, report.content_hash, report.drift = "ready", run.path, bundle.content_hash, \
         item.drift
-    if opts.save_fixed is not None and profile.source is not None:
-        from deployer.fixed import save_fixed
-
-        changes = [a.change for a in report.attempts if a.change]
-        save_fixed(profile.source, changes, opts.save_fixed)
-        report.saved_fixed = str(opts.save_fixed)
 
 
 def _outcome_name(outcome: Outcome) -> str:

@@ -265,6 +265,7 @@ class PreflightReport:
     flags_cached: bool = False
     resolution: str = "not run"
     resolved: dict[str, Any] | None = None
+    rejection: str | None = None      # the engine's own error when it rejected these arguments
 
     @property
     def ok(self) -> bool:
@@ -287,6 +288,7 @@ class PreflightReport:
             "flagset_version": self.flagset_version,
             "flags_cached": self.flags_cached,
             "resolution": self.resolution,
+            "rejection": self.rejection,
             "memory": None if self.memory is None else {
                 **self.memory.to_json(), "rows": self.memory.rows()},
         }
@@ -315,11 +317,17 @@ class PreflightReport:
         return "\n".join(lines) + "\n"
 
 
-def run_preflight(remote: Remote, profile: Profile, *, cache_dir: Path,
-                  model_config: Path | None = None) -> PreflightReport:
-    """Everything `deploy plan` shows and `deploy up` checks before pushing anything."""
+def run_preflight(remote: Remote, profile: Profile, *, cache_dir: Path, model_config: Path | None = None,
+                  own_port: bool = False) -> PreflightReport:
+    """Everything `deploy plan` shows and `deploy up` checks before pushing anything.
+
+    own_port: this deployment's running version holds the engine port (`up` stops it first), so a busy port is
+    not a problem.
+    """
     engine = profile.engine.kind
     facts = gather_facts(remote, profile, cached_versions=fl.cached_versions(cache_dir, engine))
+    if own_port and facts.port_free is False:
+        facts.problems = [p for p in facts.problems if not p.startswith(f"port {facts.port} is already in use")]
     report = PreflightReport(facts=facts, profile=profile, problems=list(facts.problems),
                              warnings=list(facts.warnings))
     flagset = _flagset(report, cache_dir, engine)
@@ -392,6 +400,7 @@ def _read_resolution(report: PreflightReport, data: dict[str, Any]) -> None:
                                    "effective args are checked after start")
         else:
             report.resolution = f"failed: {error}"
+            report.rejection = error
             report.problems.append(f"the engine rejects these arguments ({data.get('stage', 'resolve')}): {error}")
         return
     report.resolution = "done"

@@ -12,6 +12,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sshbed import SSHD, make_sshd  # noqa: E402
 
+STANDIN_BIN = Path(__file__).resolve().parent / "standin" / "bin"
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "integration: crosses a real sshd, bash or HTTP server")
@@ -21,6 +23,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHD]:
     """One sshd for the whole test session (about 50 ms to start); see SSHD for what it offers."""
     bed = make_sshd(tmp_path_factory.mktemp("sshd"))
+    # a GPU box has nvidia-smi: the stand-in prints the real CSV (one idle H200 by default)
+    (bed.bin_dir / "nvidia-smi").symlink_to(STANDIN_BIN / "nvidia-smi")
     try:
         yield bed
     finally:

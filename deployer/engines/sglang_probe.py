@@ -106,12 +106,20 @@ def resolve(argv: List[str]) -> Dict[str, Any]:
         from sglang.srt import server_args as sa
     except Exception as exc:
         return {"ok": False, "supported": False, "error": "cannot import sglang.srt.server_args: %s" % exc}
-    if not hasattr(sa, "prepare_server_args") or not hasattr(sa.ServerArgs, "resolve_once"):
-        return {"ok": False, "supported": False, "error": "this SGLang has no resolve_once (older version)"}
-    try:
+    if not hasattr(sa, "prepare_server_args"):
+        return {"ok": False, "supported": False, "error": "this SGLang has no prepare_server_args"}
+    try:  # older versions already run their model-specific checks here (ServerArgs.__post_init__)
         args = sa.prepare_server_args(list(argv))
     except SystemExit as exc:
         return {"ok": False, "supported": True, "stage": "parse", "error": "argparse exit %s" % exc.code}
+    except ImportError as exc:
+        return {"ok": False, "supported": False, "error": "parsing needs a module that is missing: %s" % exc}
+    except BaseException as exc:
+        lines = traceback.format_exception_only(type(exc), exc)
+        return {"ok": False, "supported": True, "stage": "prepare", "error": "".join(lines).strip()}
+    if not hasattr(args, "resolve_once"):
+        return {"ok": False, "supported": False,
+                "error": "this SGLang has no resolve_once (older version; its argument checks passed)"}
     try:
         args.resolve_once()
     except ImportError as exc:  # this install cannot resolve (a missing optional module), not a bad argv

@@ -24,7 +24,9 @@ def report_of(stdout: str) -> dict[str, Any]:
 
 
 def test_mamba_spec_scenario_heals_in_two_attempts(tmp_path: Path, sshd: Any) -> None:
-    """Old-era SGLang, Qwen3.6 + MTP, no strategy chosen: extra_buffer + SGLANG_ENABLE_SPEC_V2=1 fixes it."""
+    """Old-era SGLang, Qwen3.6 + MTP, no strategy chosen: extra_buffer + SGLANG_ENABLE_SPEC_V2=1 fixes it.
+
+    Without preflight the failure shows at launch (attempt 1 dies, attempt 2 is healed)."""
     prof = write_profile(tmp_path, sshd, name="qwen36-mtp", model="Qwen/Qwen3.6-27B", args=MTP_ARGS,
                          env={"STANDIN_SGLANG_VERSION": "0.5.10"})
     fixed = tmp_path / "fixed.yaml"
@@ -40,8 +42,8 @@ def test_mamba_spec_scenario_heals_in_two_attempts(tmp_path: Path, sshd: Any) ->
     saved = yaml.safe_load(fixed.read_text())
     assert saved["engine"]["args"]["mamba_scheduler_strategy"] == "extra_buffer"
     assert saved["engine"]["env"]["SGLANG_ENABLE_SPEC_V2"] == "1"
-    # the saved profile deploys as is: same content -> already running
-    again = deploy("up", str(fixed), "--skip-preflight", home=tmp_path / "h")
+    # the saved profile deploys as is (preflight passes it): same content -> already running
+    again = deploy("up", str(fixed), home=tmp_path / "h")
     assert again.returncode == 0 and "already running" in again.stderr, again.stderr
     hist = deploy("history", str(prof), "--json", home=tmp_path / "h")
     rows = json.loads(hist.stdout)
@@ -50,6 +52,30 @@ def test_mamba_spec_scenario_heals_in_two_attempts(tmp_path: Path, sshd: Any) ->
     local = json.loads(deploy("history", "qwen36-mtp", "--local", "--json", home=tmp_path / "h").stdout)
     assert [r["outcome"] for r in local[:2]] == ["ready", "crashed"]
     assert local[1]["diagnosis"]["signature"] == "mamba-spec-needs-extra-buffer"
+    deploy("down", str(prof), home=tmp_path / "h")
+
+
+def test_preflight_heals_the_scenario_before_launch(tmp_path: Path, sshd: Any) -> None:
+    """With preflight, the engine's own argument check (run on the target) shows the error in seconds: healed
+    before anything is launched, one attempt, and --save-fixed still records the change."""
+    prof = write_profile(tmp_path, sshd, name="qwen36-pre", model="Qwen/Qwen3.6-27B", args=MTP_ARGS,
+                         env={"STANDIN_SGLANG_VERSION": "0.5.10"})
+    fixed = tmp_path / "fixed.yaml"
+    up = deploy("up", str(prof), "--json", "--save-fixed", str(fixed), home=tmp_path / "h")
+    assert up.returncode == 0, up.stderr + up.stdout[-3000:]
+    report = report_of(up.stdout)
+    assert [a["outcome"] for a in report["attempts"]] == ["ready"]
+    (note,) = report["before_launch"]
+    assert note["signature"] == "mamba-spec-needs-extra-buffer"
+    assert note["change"]["args"] == {"mamba_scheduler_strategy": "extra_buffer"}
+    saved = yaml.safe_load(fixed.read_text())
+    assert saved["engine"]["env"]["SGLANG_ENABLE_SPEC_V2"] == "1"
+    no_heal = write_profile(tmp_path, sshd, name="qwen36-pre2", model="Qwen/Qwen3.6-27B", args=MTP_ARGS,
+                            env={"STANDIN_SGLANG_VERSION": "0.5.10"})
+    refused = deploy("up", str(no_heal), "--no-heal", home=tmp_path / "h")
+    assert refused.returncode == 4 and "the engine rejects these arguments" in refused.stderr
+    assert not (tmp_path / "work" / "qwen36-pre2" / "runs").exists() or \
+        not any((tmp_path / "work" / "qwen36-pre2" / "runs").iterdir())
     deploy("down", str(prof), home=tmp_path / "h")
 
 

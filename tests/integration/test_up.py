@@ -17,7 +17,7 @@ def test_up_status_logs_down(tmp_path: Path, sshd: Any) -> None:
     home = tmp_path / "home"
     prof = write_profile(tmp_path, sshd, name="demo")
     handshakes = sshd.log_count("Accepted publickey")
-    up = deploy("up", str(prof), "--json", "--skip-preflight", home=home)
+    up = deploy("up", str(prof), "--json", home=home)
     assert up.returncode == 0, up.stderr + up.stdout
     assert sshd.log_count("Accepted publickey") - handshakes == 1  # one SSH handshake for the whole `up`
     evs = events(up.stdout)

@@ -32,8 +32,8 @@ def test_changed_profile_replaces_the_running_version(tmp_path: Path, sshd: Any)
     first = deploy("up", str(prof), "--json", "--skip-preflight", home=home)
     assert first.returncode == 0, first.stderr
     old_pid = json.loads(deploy("status", str(prof), "--json", home=home).stdout)["pid"]
-    second = deploy("up", str(prof), "--json", "--skip-preflight", "--set", "engine.args.enable_metrics=true",
-                    home=home)
+    # with preflight: the port is held by our own running version, which `up` stops first
+    second = deploy("up", str(prof), "--json", "--set", "engine.args.enable_metrics=true", home=home)
     assert second.returncode == 0, second.stderr
     msgs = [e.get("message", "") for e in events(second.stdout) if e["event"] == "info"]
     assert any(m.startswith("stopping the running version") for m in msgs)

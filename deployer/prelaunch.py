@@ -1,0 +1,55 @@
+"""Before launch: run preflight and heal what it can already see, so a known failure costs seconds, not a load.
+
+When the engine's own dry resolution rejects the arguments (older SGLang raises its model-specific errors while
+parsing), that error is diagnosed like a crash and the same remedy is applied before the first attempt.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from deployer.diagnose import diagnose
+from deployer.errors import PreflightFailed
+from deployer.profile import Profile
+from deployer.remedy import Change, propose
+from deployer.remote import Remote
+from deployer.watch import Event, EventSink
+
+
+def checked_profile(remote: Remote, profile: Profile, *, heal: bool, model_config: Path | None, own_port: bool,
+                    tried: list[Change], emit: EventSink, notes: list[dict[str, Any]],
+                    warnings: list[str]) -> tuple[Profile, str | None]:
+    """The profile to launch (flags translated, pre-launch remedies applied) and the target's engine version."""
+    from deployer.preflight import run_preflight
+    from deployer.state import home
+
+    seen: set[str] = set()
+    for _ in range(profile.retry.max_attempts):
+        result = run_preflight(remote, profile, cache_dir=home() / "cache", model_config=model_config,
+                               own_port=own_port)
+        for kind, lines in (("warning", result.warnings), ("override", result.overrides)):
+            for line in lines:
+                if line not in seen:
+                    seen.add(line)
+                    emit(Event(kind, {"message": line}))
+                    if kind == "warning":
+                        warnings.append(line)
+        version = result.engine_version or profile.engine.version
+        if not result.problems:
+            return result.profile, version
+        if result.rejection is None:
+            raise PreflightFailed(result.problems)
+        diag = diagnose(result.rejection, engine_version=version)
+        note: dict[str, Any] = {"stage": "preflight", **diag.to_json(), "hint": diag.hint}
+        emit(Event("diagnosis", {"attempt": 0, **note}))
+        change = propose(diag, result.profile, tried) if heal and diag.signature else None
+        if change is None:
+            others = [p for p in result.problems if not p.startswith("the engine rejects")]
+            raise PreflightFailed([f"the engine rejects these arguments: {diag.summary}", *others])
+        tried.append(change)
+        note["change"] = change.to_json()
+        notes.append(note)
+        emit(Event("change", {"attempt": 0, "before_launch": True, **change.to_json()}))
+        profile = result.profile.patched(args=change.args, env=change.env)
+    raise PreflightFailed([f"still rejected after {profile.retry.max_attempts} changes before launch"])
