@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from deployer.flags import load_cached_flagset
-from deployer.preflight import gather_facts, run_preflight
+from deployer.facts import gather_facts
+from deployer.preflight import run_preflight
 from deployer.profile import Profile
 from deployer.remote import Remote, connect
 
