@@ -112,7 +112,8 @@ def up(profile: Profile, opts: UpOptions, emit: EventSink) -> UpReport:
             profile, version = checked_profile(remote, profile, heal=opts.heal, model_config=opts.model_config,
                                                own_port=own_port, tried=tried, emit=emit,
                                                notes=report.before_launch, warnings=report.warnings)
-        _check_engine_python(remote, profile)
+        else:
+            _check_engine_python(remote, profile)  # preflight's facts include this
         bundle = render(profile)
         if view and running and view.content_hash == bundle.content_hash and not opts.force and \
                 healthy(remote, profile.engine.port, profile.health.path):

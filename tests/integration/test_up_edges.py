@@ -154,6 +154,9 @@ def test_missing_engine_python(tmp_path: Path, sshd: Any) -> None:
     proc = deploy("up", str(prof), "--skip-preflight", home=tmp_path / "h")
     assert proc.returncode == 4
     assert "engine python /opt/nowhere/bin/python not found" in one_line_error(proc)
+    checked = deploy("up", str(prof), home=tmp_path / "h")  # preflight finds it among its facts
+    assert checked.returncode == 4
+    assert "engine python '/opt/nowhere/bin/python' not found" in one_line_error(checked)
 
 
 def test_bad_profile_changes_nothing_on_the_target(tmp_path: Path, sshd: Any) -> None:
