@@ -41,22 +41,12 @@ def history(target: str, host: str | None, workdir: str | None, trust_new_host: 
 def _oncall(action: str, target: str, host: str | None, workdir: str | None, trust_new_host: bool,
             as_json: bool, no_heal: bool) -> None:
     from deployer import oncall, ops
-    from deployer.cli_ops import _final, _progress
-    from deployer.errors import LaunchFailed
+    from deployer.cli_ops import run_reported
     from deployer.pipeline import UpOptions
 
     ref = ops.make_ref(target, host, workdir, trust_new_host)
-    sink = _progress(as_json)
     opts = UpOptions(trust_new_host=trust_new_host, heal=not no_heal, skip_preflight=True)
-    try:
-        report = getattr(oncall, action)(ref, sink, opts)
-    except LaunchFailed as exc:
-        sink.close()
-        if exc.outcome is not None and hasattr(exc.outcome, "attempts"):
-            _final(exc.outcome, as_json, sink)
-        raise
-    sink.close()
-    _final(report, as_json, sink)
+    run_reported(as_json, lambda sink: getattr(oncall, action)(ref, sink, opts))
 
 
 def _oncall_options(func: Any) -> Any:

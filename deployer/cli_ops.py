@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import click
 
@@ -34,16 +34,22 @@ def up(profile: str, overrides: tuple[str, ...], host: str | None, trust_new_hos
        no_heal: bool, save_fixed: Path | None, skip_preflight: bool, model_config: Path | None,
        force: bool) -> None:
     """Render, push, start and watch a deployment; heal known failures and retry."""
-    from deployer.errors import LaunchFailed
     from deployer.pipeline import UpOptions
     from deployer.pipeline import up as run_up
 
     prof = _load(profile, overrides, host)
-    sink = _progress(as_json)
     opts = UpOptions(trust_new_host=trust_new_host, heal=not no_heal, skip_preflight=skip_preflight,
                      save_fixed=save_fixed, model_config=model_config, force=force)
+    run_reported(as_json, lambda sink: run_up(prof, opts, sink))
+
+
+def run_reported(as_json: bool, action: Callable[[Any], Any]) -> None:
+    """Run an up-like action with live progress (or NDJSON), then print its report, failed or not."""
+    from deployer.errors import LaunchFailed
+
+    sink = _progress(as_json)
     try:
-        report = run_up(prof, opts, sink)
+        report = action(sink)
     except LaunchFailed as exc:
         sink.close()
         if exc.outcome is not None and hasattr(exc.outcome, "attempts"):

@@ -14,7 +14,7 @@ from deployer.pipeline import UpOptions, UpReport, up
 from deployer.profile import Profile
 from deployer.remote import Remote
 from deployer.supervise import parse_env_text
-from deployer.targetview import RunView, current_run_id, list_runs, run_view
+from deployer.targetview import RunView, all_runs
 from deployer.watch import EventSink
 
 MASK = "***"
@@ -54,12 +54,7 @@ def _last_good(views: list[RunView], current: RunView | None, skip_hash: str | N
 def _profile_from(ref: Ref, pick: Any, what: str) -> Profile:
     assert ref.name
     with opened(ref) as (remote, workdir):
-        layout = layout_of(workdir, ref.name)
-        run_ids = list_runs(remote, layout)
-        if not run_ids:
-            raise NotFound(f"no deployment {ref.name!r} under {workdir} on {remote.label}")
-        views = [run_view(remote, layout, r, live=False) for r in run_ids]
-        current_id = current_run_id(remote, layout)
+        views, current_id = all_runs(remote, layout_of(workdir, ref.name))
         current = next((v for v in views if v.run.run_id == current_id), None)
         chosen: RunView = pick(views, current)
         return rebuild_profile(remote, chosen, ref, workdir)

@@ -8,7 +8,7 @@ from deployer.diagnose import diagnose
 from deployer.errors import NotFound
 from deployer.ops import Ref, layout_of, make_ref, opened
 from deployer.pipeline import attempt_log
-from deployer.targetview import current_run_id, list_runs, run_view
+from deployer.targetview import all_runs, list_runs, run_view
 
 __all__ = ["make_ref", "history", "local_history", "diagnose_deployment"]
 
@@ -17,14 +17,10 @@ def history(ref: Ref) -> list[dict[str, Any]]:
     """Every attempt on the target, newest first (the target is the truth; local history is a cache)."""
     assert ref.name
     with opened(ref) as (remote, workdir):
-        layout = layout_of(workdir, ref.name)
-        run_ids = list_runs(remote, layout)
-        if not run_ids:
-            raise NotFound(f"no deployment {ref.name!r} under {workdir} on {remote.label}")
-        current = current_run_id(remote, layout)
+        views, current = all_runs(remote, layout_of(workdir, ref.name))
         rows = []
-        for run_id in reversed(run_ids):
-            view = run_view(remote, layout, run_id, live=False)
+        for view in reversed(views):
+            run_id = view.run.run_id
             outcome = view.outcome or {}
             rows.append({
                 "run_id": run_id, "current": run_id == current, "attempt": view.record.get("attempt"),

@@ -9,6 +9,7 @@ subprocess exception crosses this seam.
 from __future__ import annotations
 
 import http.client
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -89,6 +90,35 @@ class Session(Protocol):
     def close(self) -> None:
         """Close stdin (the command sees EOF) and the channel; idempotent."""
         ...
+
+
+class LineReader:
+    """Splits a command's output into lines for a Session; subclasses supply `_recv`."""
+
+    def __init__(self, label: str) -> None:
+        self._label = label
+        self._buf = b""
+        self._eof = False
+        self._closed = False
+
+    def _recv(self, wait: float) -> bytes | None:
+        """Up to 64 KiB within `wait` seconds: None if nothing came yet, b"" at EOF."""
+        raise NotImplementedError
+
+    def readline(self, timeout: float) -> str | None:
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buf and not self._eof:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RemoteError(f"no output line within {timeout:g}s", host=self._label)
+            chunk = self._recv(left)
+            if chunk is not None:
+                self._eof = not chunk
+                self._buf += chunk
+        if not self._buf:
+            return None
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line.decode("utf-8", errors="replace")
 
 
 class Remote(Protocol):

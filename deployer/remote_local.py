@@ -15,58 +15,36 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 
 from deployer.errors import CommandFailed, NotFound, RemoteError, TransferFailed
-from deployer.remote import LOCAL, CommandTimedOut, EndpointUnreachable, HttpReply, Result, http_exchange
+from deployer.remote import LOCAL, CommandTimedOut, EndpointUnreachable, HttpReply, LineReader, Result, http_exchange
 
 
 def _text(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-class LocalSession:
+class LocalSession(LineReader):
     """A local process with an open stdin; output (stdout+stderr) read line by line."""
 
     def __init__(self, cmd: str) -> None:
+        super().__init__(LOCAL)
         self._proc = subprocess.Popen(
             ["bash", "-c", cmd],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )
-        self._buf = b""
-        self._eof = False
-        self._closed = False
 
-    def readline(self, timeout: float) -> str | None:
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self._buf and not self._eof:
-            left = deadline - time.monotonic()
-            if left <= 0 or not self._fill(left):
-                raise RemoteError(f"no output line within {timeout:g}s", host=LOCAL)
-        if b"\n" in self._buf:
-            line, self._buf = self._buf.split(b"\n", 1)
-            return _text(line)
-        if self._buf:
-            line, self._buf = self._buf, b""
-            return _text(line)
-        return None
-
-    def _fill(self, wait: float) -> bool:
-        """Read what is available within `wait` seconds; False if nothing came."""
+    def _recv(self, wait: float) -> bytes | None:
         out = self._proc.stdout
         if out is None or self._closed:
-            self._eof = True
-            return True
+            return b""
         with selectors.DefaultSelector() as sel:
             sel.register(out, selectors.EVENT_READ)
             if not sel.select(wait):
-                return False
-        chunk = os.read(out.fileno(), 65536)
-        self._eof = not chunk
-        self._buf += chunk
-        return True
+                return None
+        return os.read(out.fileno(), 65536)
 
     def close(self) -> None:
         if self._closed:

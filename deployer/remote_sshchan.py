@@ -10,6 +10,7 @@ import time
 from typing import TYPE_CHECKING
 
 from deployer.errors import RemoteError
+from deployer.remote import LineReader
 
 if TYPE_CHECKING:
     import paramiko
@@ -19,36 +20,21 @@ def text(data: bytes | bytearray) -> str:
     return bytes(data).decode("utf-8", errors="replace")
 
 
-class SSHSession:
+class SSHSession(LineReader):
     """A remote command with an open stdin over an exec channel; stdout and stderr merged."""
 
     def __init__(self, chan: paramiko.Channel, label: str) -> None:
+        super().__init__(label)
         self._chan = chan
-        self._label = label
-        self._buf = b""
-        self._eof = False
-        self._closed = False
 
-    def readline(self, timeout: float) -> str | None:
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self._buf and not self._eof:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise RemoteError(f"no output line within {timeout:g}s", host=self._label)
-            self._chan.settimeout(left)
-            try:
-                chunk = self._chan.recv(65536)
-            except socket.timeout:
-                continue
-            except OSError as e:
-                raise RemoteError(f"session lost: {e}", host=self._label) from None
-            self._eof = not chunk
-            self._buf += chunk
-        if not self._buf:
+    def _recv(self, wait: float) -> bytes | None:
+        self._chan.settimeout(wait)
+        try:
+            return bytes(self._chan.recv(65536))
+        except socket.timeout:
             return None
-        line, sep, rest = self._buf.partition(b"\n")
-        self._buf = rest
-        return text(line)
+        except OSError as e:
+            raise RemoteError(f"session lost: {e}", host=self._label) from None
 
     def close(self) -> None:
         if self._closed:

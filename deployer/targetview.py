@@ -72,6 +72,15 @@ def run_view(remote: Remote, layout: Layout, run_id: str, *, live: bool = True) 
     return RunView(run, record, state, read_json(remote, run.file("outcome.json")))
 
 
+def all_runs(remote: Remote, layout: Layout) -> tuple[list[RunView], str | None]:
+    """Every run of the deployment (oldest first, records only) and the current run's id; NotFound if none."""
+    run_ids = list_runs(remote, layout)
+    if not run_ids:
+        name, workdir = posixpath.basename(layout.root), posixpath.dirname(layout.root)
+        raise NotFound(f"no deployment {name!r} under {workdir} on {remote.label}")
+    return [run_view(remote, layout, r, live=False) for r in run_ids], current_run_id(remote, layout)
+
+
 def current_view(remote: Remote, layout: Layout) -> RunView | None:
     run_id = current_run_id(remote, layout)
     return run_view(remote, layout, run_id) if run_id else None
