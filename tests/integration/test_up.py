@@ -43,3 +43,47 @@ def test_up_status_logs_down(tmp_path: Path, sshd: Any) -> None:
     assert down.returncode == 0 and "stopped" in down.stdout, down.stderr
     down2 = deploy("down", str(prof), home=home)
     assert down2.returncode == 0 and "not running" in down2.stdout
+
+
+def test_logs_follow_prints_new_lines_as_they_come(tmp_path: Path, sshd: Any) -> None:
+    import os
+    import select
+    import subprocess
+    import sys
+    import time
+
+    from deploy_helpers import REPO
+    from deployer.profile import load_profile
+    from deployer.remote import connect
+
+    home = tmp_path / "home"
+    prof = write_profile(tmp_path, sshd, name="follow")
+    assert deploy("up", str(prof), "--skip-preflight", home=home).returncode == 0
+    port = load_profile(prof).engine.port
+    follower = subprocess.Popen([sys.executable, "-m", "deployer.cli", "logs", str(prof), "-f", "-n", "1"],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=str(REPO),
+                                env={"PATH": "/usr/bin:/bin", "DEPLOYER_HOME": str(home)})
+
+    def read_until(needle: bytes, seconds: float) -> bytes:
+        assert follower.stdout is not None
+        got, deadline = b"", time.monotonic() + seconds
+        while needle not in got and (left := deadline - time.monotonic()) > 0:
+            if select.select([follower.stdout], [], [], left)[0]:
+                chunk = os.read(follower.stdout.fileno(), 65536)
+                if not chunk:
+                    break
+                got += chunk
+        return got
+
+    try:
+        assert b"\n" in read_until(b"\n", 15)  # the last line of the log so far
+        remote = connect(sshd.spec())
+        try:  # the engine logs each request (uvicorn's access log): a new line for the follower
+            remote.request("GET", port, "/v1/models?follow-marker", timeout=5)
+        finally:
+            remote.close()
+        assert b"follow-marker" in read_until(b"follow-marker", 15)
+    finally:
+        follower.terminate()
+        follower.wait(timeout=10)
+    deploy("down", str(prof), home=home)
