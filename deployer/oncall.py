@@ -13,6 +13,7 @@ from deployer.ops import Ref, layout_of, opened
 from deployer.pipeline import UpOptions, UpReport, up
 from deployer.profile import Profile
 from deployer.remote import Remote
+from deployer.render import secret_var
 from deployer.supervise import parse_env_text
 from deployer.targetview import RunView, all_runs
 from deployer.watch import EventSink
@@ -69,6 +70,9 @@ def rebuild_profile(remote: Remote, view: RunView, ref: Ref, workdir: str) -> Pr
     engine = dict(data.get("engine") or {})
     masked = {k for k, v in (engine.get("env") or {}).items() if v == MASK}
     engine["env"] = {k: (env_file.get(k, v) if v == MASK else v) for k, v in (engine.get("env") or {}).items()}
+    hidden = {k for k, v in (engine.get("args") or {}).items() if v == MASK}
+    engine["args"] = {k: (env_file.get(secret_var(k), v) if k in hidden else v)
+                      for k, v in (engine.get("args") or {}).items()}
     data["engine"] = engine
     spec = ref.spec
     target = dict(data.get("target") or {})
@@ -81,4 +85,5 @@ def rebuild_profile(remote: Remote, view: RunView, ref: Ref, workdir: str) -> Pr
     data["template"] = None
     profile = Profile.model_validate(data)
     profile._secret_env = frozenset(masked)
+    profile._secret_args = frozenset(hidden)
     return profile

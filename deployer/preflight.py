@@ -139,13 +139,13 @@ def _flagset(report: PreflightReport, cache_dir: Path, engine: str) -> fl.FlagSe
 
 def _resolve(remote: Remote, report: PreflightReport) -> None:
     """Dry resolution on the target: what the engine will change in the args it is given."""
-    from deployer.render import engine_argv
+    from deployer.render import engine_argv, sh_word
 
     profile = report.profile
     argv = engine_argv(profile)[3:]  # drop `python -m module`
     script = env_exports(profile) + (
         f"exec {shlex.quote(profile.engine.python)} -c {shlex.quote(fl.probe_source(profile.engine.kind))} "
-        f"--resolve {' '.join(shlex.quote(a) for a in argv)}\n")
+        f"--resolve {' '.join(sh_word(a) for a in argv)}\n")
     try:
         result = remote.run("bash -s", stdin=script.encode(), timeout=RESOLVE_TIMEOUT, check=False)
     except DeployError as exc:

@@ -155,6 +155,7 @@ class Profile(Strict):
     # Not part of the schema: where the profile came from and which env values are secret.
     _source: Path | None = PrivateAttr(default=None)
     _secret_env: frozenset[str] = PrivateAttr(default=frozenset())
+    _secret_args: frozenset[str] = PrivateAttr(default=frozenset())
 
     @model_validator(mode="after")
     def _stall_vs_startup(self) -> Profile:
@@ -170,6 +171,11 @@ class Profile(Strict):
         """Env keys whose values must never be shown: secret-looking names and `${VAR}`-sourced values."""
         looks_secret = {k for k in self.engine.env if SECRET_KEY_RE.search(k)}
         return frozenset(looks_secret) | self._secret_env
+
+    def secret_arg_keys(self) -> frozenset[str]:
+        """Flags whose values are secret (api_key, ...; `${VAR}`-sourced): passed via the env file, not launch.sh."""
+        looks_secret = {k for k in self.engine.args if SECRET_KEY_RE.search(k)}
+        return frozenset(looks_secret) | self._secret_args
 
     def patched(self, *, args: dict[str, Any] | None = None, env: dict[str, str | None] | None = None) -> Profile:
         """A copy with engine args/env changed; a value of None removes the key."""
@@ -189,6 +195,7 @@ class Profile(Strict):
         copy = self.model_copy(update={"engine": engine})
         copy._source = self._source
         copy._secret_env = self._secret_env
+        copy._secret_args = self._secret_args
         return copy
 
     def public_dict(self) -> dict[str, Any]:
@@ -196,6 +203,9 @@ class Profile(Strict):
         data = self.model_dump(mode="json")
         secret = self.secret_env_keys()
         data["engine"]["env"] = {k: ("***" if k in secret else v) for k, v in self.engine.env.items()}
+        hidden = self.secret_arg_keys()
+        data["engine"]["args"] = {k: ("***" if k in hidden and v not in (None, True, False) else v)
+                                  for k, v in self.engine.args.items()}
         return data
 
 

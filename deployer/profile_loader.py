@@ -31,6 +31,7 @@ class Layered:
     data: dict[str, Any]
     lines: dict[Loc, tuple[str, int]] = field(default_factory=dict)
     secret_env: set[str] = field(default_factory=set)
+    secret_args: set[str] = field(default_factory=set)
 
 
 def load(path: Path, *, overrides: list[str], host: str | None, environ: dict[str, str] | None) -> Profile:
@@ -45,6 +46,7 @@ def load(path: Path, *, overrides: list[str], host: str | None, environ: dict[st
     profile = _validate(layered, str(path))
     profile._source = path.resolve()
     profile._secret_env = frozenset(layered.secret_env)
+    profile._secret_args = frozenset(layered.secret_args)
     return profile
 
 
@@ -172,8 +174,10 @@ def _expand_vars(layered: Layered, env: dict[str, str]) -> None:
             return env[name]
 
         text = VAR_RE.sub(sub, value)
-        if used and len(loc) == 3 and loc[:2] == ("engine", "env"):
+        if used and len(loc) >= 3 and loc[:2] == ("engine", "env"):
             layered.secret_env.add(str(loc[2]))
+        if used and len(loc) >= 3 and loc[:2] == ("engine", "args"):
+            layered.secret_args.add(str(loc[2]).lstrip("-").replace("-", "_"))
         return text
 
     layered.data = expand(layered.data, ())

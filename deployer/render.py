@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import jinja2
 
@@ -22,12 +22,35 @@ from deployer.profile import Profile
 
 
 @dataclass(frozen=True)
+class EnvRef:
+    """An argv word taken from the engine's environment at exec time: secret flag values stay out of launch.sh."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return "${" + self.name + "}"
+
+
+Word = Union[str, EnvRef]
+
+
+def sh_word(word: Word) -> str:
+    """Shell text for one argv word: quoted literal, or a quoted reference to an environment variable."""
+    return f'"${word.name}"' if isinstance(word, EnvRef) else shlex.quote(word)
+
+
+def secret_var(flag: str) -> str:
+    return "DEPLOYER_SECRET_" + flag.upper()
+
+
+@dataclass(frozen=True)
 class Bundle:
     """What one attempt pushes to the target."""
 
     script: str                 # launch.sh
     env: str                    # env file: NAME='value' lines, bash- and shlex-parsable
-    argv: list[str]             # the engine's argv, argv[0] being the engine python
+    argv: list[str]             # the engine's argv for display: secret values shown as ${DEPLOYER_SECRET_...}
+    words: list[Word]           # the same, as launch.sh passes it
     content_hash: str           # sha256 of script + env: same effective profile -> same hash
     env_names: list[str]        # names set in the env file (values never leave the bundle)
     masked_env: dict[str, str]  # the env with secret values replaced by ***, for display
@@ -37,7 +60,7 @@ class Bundle:
         return self.content_hash[:12]
 
 
-def flag_tokens(name: str, value: Any) -> list[str]:
+def flag_tokens(name: str, value: Any) -> list[Word]:
     """One profile arg as argv tokens: true -> bare flag, false/None -> nothing, list -> several values."""
     flag = "--" + name.replace("_", "-")
     if value is None or value is False:
@@ -59,22 +82,31 @@ def _scalar(value: Any) -> str:
     return str(value)
 
 
-def engine_argv(profile: Profile) -> list[str]:
+def engine_argv(profile: Profile) -> list[Word]:
     engine = profile.engine
     spec = engine_for(engine.kind)
-    argv = [engine.python, "-m", spec.launch_module]
+    argv: list[Word] = [engine.python, "-m", spec.launch_module]
     argv += flag_tokens("model_path", engine.model_path)
     argv += flag_tokens("host", engine.host)
     argv += flag_tokens("port", engine.port)
+    secret = profile.secret_arg_keys()
     for name, value in engine.args.items():
-        argv += flag_tokens(name, value)
+        if name in secret and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            argv += ["--" + name.replace("_", "-"), EnvRef(secret_var(name))]
+        else:
+            argv += flag_tokens(name, value)
     return argv
 
 
 def engine_env(profile: Profile) -> dict[str, str]:
+    """The engine's environment: the profile's env, CUDA_VISIBLE_DEVICES, and the values of secret flags."""
     env = dict(profile.engine.env)
     if profile.engine.gpus is not None:
         env.setdefault("CUDA_VISIBLE_DEVICES", ",".join(str(g) for g in profile.engine.gpus))
+    for name in profile.secret_arg_keys():
+        value = profile.engine.args.get(name)
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            env[secret_var(name)] = str(value)
     return env
 
 
@@ -94,17 +126,17 @@ def render(profile: Profile) -> Bundle:
         raise RenderError(f"template error: {exc}") from None
     env_text = env_file_text(env)
     digest = hashlib.sha256(script.encode() + b"\0" + env_text.encode()).hexdigest()
-    secret = profile.secret_env_keys()
+    secret = profile.secret_env_keys() | {secret_var(k) for k in profile.secret_arg_keys()}
     masked = {k: ("***" if k in secret else v) for k, v in sorted(env.items())}
-    return Bundle(script=script, env=env_text, argv=argv, content_hash=digest, env_names=sorted(env),
-                  masked_env=masked)
+    return Bundle(script=script, env=env_text, argv=[str(w) for w in argv], words=argv,
+                  content_hash=digest, env_names=sorted(env), masked_env=masked)
 
 
 def _environment(loader: jinja2.BaseLoader) -> jinja2.Environment:
     env = jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined, autoescape=False,
                              keep_trailing_newline=True)
     env.filters["shq"] = lambda v: shlex.quote(str(v))
-    env.filters["shjoin"] = lambda items: " ".join(shlex.quote(str(i)) for i in items)
+    env.filters["shjoin"] = lambda items: " ".join(sh_word(i if isinstance(i, EnvRef) else str(i)) for i in items)
     return env
 
 

@@ -22,9 +22,10 @@ def oncall(sshd: Any, tmp_path: Path, *argv: str) -> Any:
 
 
 def test_restart_keeps_version_and_secrets(tmp_path: Path, sshd: Any) -> None:
-    prof = write_profile(tmp_path, sshd, name="rs", env={"HF_TOKEN": "${SMOKE_SECRET}"})
+    prof = write_profile(tmp_path, sshd, name="rs", env={"HF_TOKEN": "${SMOKE_SECRET}"},
+                         args={"api_key": "${SMOKE_KEY}"})
     up = deploy("up", str(prof), "--skip-preflight", "--json", home=tmp_path / "h",
-                env={"SMOKE_SECRET": "hf_very_secret"})
+                env={"SMOKE_SECRET": "hf_very_secret", "SMOKE_KEY": "sk-api-secret"})
     assert up.returncode == 0, up.stderr
     before = json.loads(oncall(sshd, tmp_path, "status", "rs", "--json").stdout)
     res = oncall(sshd, tmp_path, "restart", "rs", "--json")
@@ -35,8 +36,10 @@ def test_restart_keeps_version_and_secrets(tmp_path: Path, sshd: Any) -> None:
     after = json.loads(oncall(sshd, tmp_path, "status", "rs", "--json").stdout)
     assert after["pid"] != before["pid"] and after["healthy"] and after["run_dir"] != before["run_dir"]
     env_text = (Path(after["run_dir"]) / "env").read_text()
-    assert "HF_TOKEN=hf_very_secret" in env_text
-    assert "hf_very_secret" not in (Path(after["run_dir"]) / "profile.json").read_text()
+    assert "HF_TOKEN=hf_very_secret" in env_text and "DEPLOYER_SECRET_API_KEY=sk-api-secret" in env_text
+    for name in ("profile.json", "launch.sh"):
+        text = (Path(after["run_dir"]) / name).read_text()
+        assert "hf_very_secret" not in text and "sk-api-secret" not in text
     oncall(sshd, tmp_path, "down", "rs")
 
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from deployer.errors import RenderError
 from deployer.profile import Profile
-from deployer.render import flag_tokens, render
+from deployer.render import EnvRef, flag_tokens, render, secret_var
 from deployer.supervise import read_env_file
 
 PROBE = """#!/usr/bin/python3 -S
@@ -56,6 +56,22 @@ def test_secrets_stay_out_of_script_and_argv_and_are_masked() -> None:
     assert bundle.script.startswith("#!/usr/bin/env bash") and "set -euo pipefail" in bundle.script
     assert "\nexec /usr/bin/python3 -m sglang.launch_server --model-path m --host 127.0.0.1 --port 30000" \
         in bundle.script
+
+
+def test_secret_flags_are_passed_from_the_env_file_not_written_in_launch_sh(tmp_path: Path) -> None:
+    from deployer.profile import load_profile
+
+    path = tmp_path / "p.yaml"
+    path.write_text("name: t\ntarget: {host: h}\nengine:\n  model_path: m\n  python: /usr/bin/python3\n"
+                    "  args:\n    api_key: sk-looks-secret\n    chat_template: ${TEMPLATE}\n    tp_size: 2\n")
+    prof = load_profile(path, environ={"TEMPLATE": "tmpl-from-env"})
+    assert prof.secret_arg_keys() == {"api_key", "chat_template"}
+    bundle = render(prof)
+    for value in ("sk-looks-secret", "tmpl-from-env"):
+        assert value not in bundle.script and value not in " ".join(bundle.argv) and value in bundle.env
+    assert '--api-key "$DEPLOYER_SECRET_API_KEY"' in bundle.script and "--tp-size 2" in bundle.script
+    assert bundle.masked_env["DEPLOYER_SECRET_API_KEY"] == "***"
+    assert prof.public_dict()["engine"]["args"] == {"api_key": "***", "chat_template": "***", "tp_size": 2}
 
 
 def test_hash_is_stable_and_tracks_effective_content() -> None:
@@ -99,7 +115,9 @@ text = st.lists(st.one_of(st.sampled_from(HOSTILE),
                                   max_size=8)), max_size=5).map("".join)
 scalar = st.one_of(text, st.integers(-10**6, 10**6), st.booleans(),
                    st.floats(allow_nan=False, allow_infinity=False, width=32))
-flag_name = st.from_regex(r"\A[a-z][a-z0-9_]{0,12}\Z").filter(lambda k: k not in {"model_path", "port", "host"})
+flag_name = st.one_of(st.from_regex(r"\A[a-z][a-z0-9_]{0,12}\Z"),
+                      st.sampled_from(["api_key", "admin_api_key", "hf_token"])  # secret: passed by env reference
+                      ).filter(lambda k: k not in {"model_path", "port", "host"})
 env_name = st.from_regex(r"\AT_[A-Za-z0-9_]{0,10}\Z")
 
 settings.register_profile("ci", max_examples=2000, deadline=None,
@@ -143,16 +161,23 @@ def test_launch_script_passes_hostile_values_exactly(tmp_path_factory: pytest.Te
     (run_dir / "env").write_text(bundle.env, encoding="utf-8")
     out = run_dir / "probe.json"
     loaded = read_env_file(str(run_dir / "env"))
-    assert loaded == env
+    secret_words = [w.name for w in bundle.words if isinstance(w, EnvRef)]
+    assert {k: v for k, v in loaded.items() if k not in secret_words} == env
+    assert set(loaded) - set(env) == set(secret_words)
     base = {"PATH": "/usr/bin:/bin", "PROBE_OUT": str(out), "LC_ALL": "C.UTF-8"}
     proc = subprocess.run(["bash", str(run_dir / "launch.sh")], env={**base, **loaded}, cwd="/",
                           capture_output=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
     seen = json.loads(out.read_text(encoding="utf-8"))
-    assert seen["argv"] == bundle.argv[1:]
+    concrete = [loaded[w.name] if isinstance(w, EnvRef) else w for w in bundle.words]
+    assert seen["argv"] == concrete[1:]
     assert seen["cwd"] == str(run_dir)
     for key, value in env.items():
         assert seen["env"][key] == value
+    for key in prof.secret_arg_keys():  # values of secret-looking flags never stand in launch.sh
+        value = args[key]
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            assert f"${{{secret_var(key)}}}" in bundle.argv
     argv = seen["argv"]
     assert argv[:2] == ["-m", "sglang.launch_server"]
     assert ["--model-path", model] in windows(argv, 2) or [f"--model-path={model}"] in windows(argv, 1)
