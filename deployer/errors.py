@@ -121,10 +121,10 @@ class PortBusy(TargetError):
 
 
 class PreflightFailed(TargetError):
-    def __init__(self, problems: list[str]) -> None:
+    def __init__(self, problems: list[str], *, hint: str | None = None) -> None:
         first = problems[0] if problems else "preflight failed"
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
-        super().__init__(f"preflight: {first}{more}")
+        super().__init__(f"preflight: {first}{more}", hint=hint)
         self.problems = problems
 
 

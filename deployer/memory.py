@@ -222,7 +222,24 @@ def suggest(model: ModelInfo, args: dict[str, Any], gpu_free_mib: list[int], gpu
             continue
         if alt.fits and (requested is None or alt.max_running_requests >= requested):
             out.append(f"{label}: fits, {alt.max_running_requests} running requests, {alt.kv_tokens} KV tokens")
-    return out
+    return out or _more_gpus(model, args, gpu_free_mib, gpu_total_mib, tp)
+
+
+def _more_gpus(model: ModelInfo, args: dict[str, Any], gpu_free_mib: list[int], gpu_total_mib: list[int],
+               tp: int) -> list[str]:
+    """Nothing fits on the GPUs at hand: the smallest tensor-parallel size that would, on GPUs like these."""
+    free, total = min(gpu_free_mib or [0]), min(gpu_total_mib or [0])
+    for n in (2, 4, 8, 16):
+        if n <= tp:
+            continue
+        try:
+            alt = _plan(model, with_args(args, tp_size=n), [free] * n, [total] * n, n)
+        except (KeyError, ValueError, ZeroDivisionError):
+            return []
+        if alt.fits:
+            return [f"tp_size {n} on {n} GPUs like this one (set engine.gpus): fits, "
+                    f"{alt.max_running_requests} running requests, {alt.kv_tokens} KV tokens"]
+    return []
 
 
 def _alternatives(args: dict[str, Any], tp: int, gpus: int) -> list[tuple[str, dict[str, Any], int]]:

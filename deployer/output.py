@@ -76,8 +76,10 @@ class LiveProgress:
         elif event.kind == "change":
             when = " before launch" if data.get("before_launch") else ""
             self.say(f"  [bold yellow]changing{when}[/]: {_esc(data.get('reason') or _change_text(data))}")
-        elif event.kind in ("warning", "drift", "override"):
+        elif event.kind in ("warning", "drift", "override", "suggestion"):
             self.say(f"  [yellow]{event.kind}[/]: {_esc(data['message'])}")
+        elif event.kind == "problem":
+            self.say(f"  [bold red]problem[/]: {_esc(data['message'])}")
         elif event.kind == "info":
             self.say(f"  {_esc(data['message'])}")
         if self.live is not None:

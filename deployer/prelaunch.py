@@ -39,7 +39,11 @@ def checked_profile(remote: Remote, profile: Profile, *, heal: bool, model_confi
         if not result.problems:
             return result.profile, version
         if result.rejection is None:
-            raise PreflightFailed(result.problems)
+            for problem in result.problems:
+                emit(Event("problem", {"message": problem}))
+            for suggestion in result.memory.suggestions if result.memory else []:
+                emit(Event("suggestion", {"message": suggestion}))
+            raise PreflightFailed(result.problems, hint=_first_suggestion(result.memory))
         diag = diagnose(result.rejection, engine_version=version)
         note: dict[str, Any] = {"stage": "preflight", **diag.to_json(), "hint": diag.hint}
         emit(Event("diagnosis", {"attempt": 0, **note}))
@@ -53,3 +57,7 @@ def checked_profile(remote: Remote, profile: Profile, *, heal: bool, model_confi
         emit(Event("change", {"attempt": 0, "before_launch": True, **change.to_json()}))
         profile = result.profile.patched(args=change.args, env=change.env)
     raise PreflightFailed([f"still rejected after {profile.retry.max_attempts} changes before launch"])
+
+
+def _first_suggestion(plan: Any) -> str | None:
+    return f"would fit: {plan.suggestions[0]}" if plan is not None and plan.suggestions else None

@@ -165,3 +165,16 @@ def test_bad_profile_changes_nothing_on_the_target(tmp_path: Path, sshd: Any) ->
     proc = deploy("up", str(prof), home=tmp_path / "h")
     assert proc.returncode == 2 and "did you mean 'port'" in one_line_error(proc)
     assert not (tmp_path / "untouched").exists()
+
+
+def test_plan_that_cannot_fit_is_refused_before_launch_with_the_fix(tmp_path: Path, sshd: Any) -> None:
+    from deploy_helpers import REPO
+
+    prof = write_profile(tmp_path, sshd, name="toobig", model="Qwen/Qwen3-Next-80B-A3B-Instruct")
+    model = REPO / "tests" / "fixtures" / "models" / "qwen3-next-80b-a3b"
+    proc = deploy("up", str(prof), "--model-config", str(model), home=tmp_path / "h")
+    assert proc.returncode == 4
+    line = one_line_error(proc)
+    assert "leave no memory for the KV cache" in line and "would fit: tp_size 2 on 2 GPUs" in line
+    runs = tmp_path / "work" / "toobig" / "runs"
+    assert not runs.exists() or not any(runs.iterdir())  # nothing was launched

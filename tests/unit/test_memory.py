@@ -106,6 +106,16 @@ def test_weights_that_do_not_fit_are_a_problem_with_a_fix() -> None:
     assert [s.split(":")[0] for s in plan.suggestions] == ["tp_size 2"]
 
 
+def test_too_big_for_the_gpus_at_hand_suggests_more_gpus_like_these() -> None:
+    # 160 GB of weights on one H200: nothing local fits; two H200s (80 GB each) would
+    plan = plan_memory(qwen36(weight_bytes=160_000_000_000), {}, [H200 - 1], [H200], tp=1)
+    assert not plan.fits
+    assert len(plan.suggestions) == 1 and plan.suggestions[0].startswith("tp_size 2 on 2 GPUs like this one")
+    # a model that no number of these GPUs could hold gets no suggestion rather than a wrong one
+    huge = plan_memory(qwen36(weight_bytes=10**15), {}, [H200 - 1], [H200], tp=1)
+    assert not huge.fits and huge.suggestions == []
+
+
 def test_explicit_mamba_cache_too_small_cannot_serve() -> None:
     plan = plan_memory(qwen36(), {**MTP, "max_mamba_cache_size": 4}, [H200 - 1], [H200], tp=1)
     assert not plan.fits and plan.max_running_requests == 0
