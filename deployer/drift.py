@@ -136,13 +136,18 @@ def _partition_top(text: str, sep: str) -> tuple[str, str, str]:
     return first, sep, text[at + 1:]
 
 
-def compare(asked: dict[str, Any], resolved: dict[str, Any]) -> list[Drift]:
-    """Drifts for the flags the profile set (snake_case keys of engine.args); None/false-free flags skipped."""
+def compare(asked: dict[str, Any], resolved: dict[str, Any],
+            aliases: dict[str, dict[str, str]] | None = None) -> list[Drift]:
+    """Drifts for the flags the profile set (snake_case keys of engine.args); None/false-free flags skipped.
+
+    `aliases`: per flag, values the engine rewrites to an equivalent name (SGLang: NEXTN is EAGLE); not drift.
+    """
     drifts = []
     for raw_name, value in asked.items():
         name = raw_name.lstrip("-").replace("-", "_")
         if value is None:
             continue
+        value = (aliases or {}).get(name, {}).get(str(value), value)
         if name not in resolved:
             drifts.append(Drift(name, value, None, "unknown"))
         elif not same_value(value, resolved[name]):

@@ -276,7 +276,8 @@ def _finish_ready(remote: Remote, run: RunDir, launch: Launch, profile: Profile,
     head = remote.read(run.log, launch.log_offset, 512 << 10).decode("utf-8", "replace")
     resolved = parse_server_args(head)
     if resolved is not None:
-        item.drift = [d.describe() for d in compare(dict(profile.engine.args), resolved)]
+        aliases = engine_for(profile.engine.kind).value_aliases
+        item.drift = [d.describe() for d in compare(dict(profile.engine.args), resolved, aliases)]
         for line in item.drift:
             emit(Event("drift", {"message": line}))
     write_outcome(remote, run, item.to_json())

@@ -38,7 +38,8 @@ def checked_profile(remote: Remote, profile: Profile, *, heal: bool, model_confi
         version = result.engine_version or profile.engine.version
         if not result.problems:
             return result.profile, version
-        if result.rejection is None:
+        others = [p for p in result.problems if not p.startswith("the engine rejects")]
+        if result.rejection is None or others:  # healing the arguments cannot fix the rest
             for problem in result.problems:
                 emit(Event("problem", {"message": problem}))
             for suggestion in result.memory.suggestions if result.memory else []:
@@ -49,8 +50,7 @@ def checked_profile(remote: Remote, profile: Profile, *, heal: bool, model_confi
         emit(Event("diagnosis", {"attempt": 0, **note}))
         change = propose(diag, result.profile, tried) if heal and diag.signature else None
         if change is None:
-            others = [p for p in result.problems if not p.startswith("the engine rejects")]
-            raise PreflightFailed([f"the engine rejects these arguments: {diag.summary}", *others])
+            raise PreflightFailed([f"the engine rejects these arguments: {diag.summary}"])
         tried.append(change)
         note["change"] = change.to_json()
         notes.append(note)

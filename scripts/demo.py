@@ -34,6 +34,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="deployer-demo-") as tmp:
         work = Path(tmp)
         bed = make_sshd(work / "sshd")
+        (bed.bin_dir / "nvidia-smi").symlink_to(REPO / "tests/standin/bin/nvidia-smi")  # stand-in: one H200
         try:
             profile = write_profile(work, bed, name="qwen36-mtp-demo", model="Qwen/Qwen3.6-27B",
                                     args={"speculative_algorithm": "NEXTN", "speculative_num_steps": 3,
@@ -42,7 +43,9 @@ def main() -> int:
             env = {**os.environ, "DEPLOYER_HOME": str(work / "home"), "DEPLOYER_SSH_CONFIG": str(bed.ssh_config),
                    "PATH": f"{bed.bin_dir}:{os.environ.get('PATH', '')}"}
             print("DEMO: throwaway sshd on 127.0.0.1:%d, STAND-IN engine (no GPU, no model)" % bed.port)
-            rc = deploy("up", str(profile), "--save-fixed", str(work / "fixed.yaml"), env=env)
+            model = REPO / "tests/fixtures/models/qwen36-27b-like"  # config.json only, for the memory plan
+            rc = deploy("up", str(profile), "--model-config", str(model), "--save-fixed", str(work / "fixed.yaml"),
+                        env=env)
             deploy("status", "qwen36-mtp-demo", "--host", "deployer-test", "--workdir", str(work / "work"), env=env)
             deploy("history", "qwen36-mtp-demo", "--host", "deployer-test", "--workdir", str(work / "work"),
                    env=env)

@@ -95,3 +95,14 @@ def test_same_value_normalisation() -> None:
 def test_ints_match_their_text(n: int) -> None:
     assert same_value(str(n), n) and same_value(n, float(n))
     assert compare({"x": n}, {"x": n}) == [] and compare({"x": n}, {"x": n + 1}) == [Drift("x", n, n + 1)]
+
+
+def test_engine_value_aliases_are_not_drift() -> None:
+    from deployer.drift import compare
+    from deployer.engines.sglang import SGLANG
+
+    asked = {"speculative_algorithm": "NEXTN", "mamba_scheduler_strategy": "extra_buffer"}
+    resolved = {"speculative_algorithm": "EAGLE", "mamba_scheduler_strategy": "no_buffer"}
+    drifts = compare(asked, resolved, SGLANG.value_aliases)
+    assert [d.flag for d in drifts] == ["mamba_scheduler_strategy"]
+    assert [d.flag for d in compare(asked, resolved)] == ["speculative_algorithm", "mamba_scheduler_strategy"]
