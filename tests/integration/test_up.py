@@ -87,3 +87,20 @@ def test_logs_follow_prints_new_lines_as_they_come(tmp_path: Path, sshd: Any) ->
         follower.terminate()
         follower.wait(timeout=10)
     deploy("down", str(prof), home=home)
+
+
+def test_effective_args_drift_is_reported_by_up_and_status(tmp_path: Path, sshd: Any) -> None:
+    """The engine overrides a value the profile asked for (old SGLang forces the overlap scheduler off with
+    no_buffer): `up` and `status` say so in one line."""
+    home = tmp_path / "home"
+    prof = write_profile(tmp_path, sshd, name="drift", model="Qwen/Qwen3.6-27B",
+                         args={"mamba_scheduler_strategy": "no_buffer", "disable_overlap_schedule": False},
+                         env={"STANDIN_SGLANG_VERSION": "0.5.10"})
+    up = deploy("up", str(prof), "--json", home=home)
+    assert up.returncode == 0, up.stderr
+    report = events(up.stdout)[-1]
+    assert report["drift"] == ["asked disable_overlap_schedule=false, engine resolved true"]
+    assert [e["message"] for e in events(up.stdout) if e["event"] == "drift"] == report["drift"]
+    human = deploy("status", str(prof), home=home)
+    assert "drift: asked disable_overlap_schedule=false, engine resolved true" in human.stdout
+    deploy("down", str(prof), home=home)
