@@ -75,6 +75,11 @@ def test_rollback_after_a_failed_change(tmp_path: Path, sshd: Any) -> None:
 def test_rollback_with_nothing_to_go_back_to(tmp_path: Path, sshd: Any) -> None:
     prof = write_profile(tmp_path, sshd, name="norb")
     assert deploy("up", str(prof), "--skip-preflight", home=tmp_path / "h").returncode == 0
+    other = write_profile(tmp_path, sshd, name="second", file="second.yaml")
+    assert deploy("up", str(other), "--skip-preflight", home=tmp_path / "h").returncode == 0
+    listing = json.loads(oncall(sshd, tmp_path, "status", "--json").stdout)  # every deployment on the host
+    assert sorted(r["name"] for r in listing) == ["norb", "second"] and all(r["healthy"] for r in listing)
+    assert oncall(sshd, tmp_path, "down", "second").returncode == 0
     res = oncall(sshd, tmp_path, "rollback", "norb")
     assert res.returncode == 7 and "nothing to go back to" in res.stderr and "Traceback" not in res.stderr
     missing = oncall(sshd, tmp_path, "history", "never-deployed")
