@@ -14,7 +14,7 @@ from deployer.pipeline import UpOptions, UpReport, up
 from deployer.profile import Profile
 from deployer.remote import Remote
 from deployer.render import secret_var
-from deployer.supervise import parse_env_text
+from deployer.supervise_base import parse_env_text
 from deployer.targetview import RunView, all_runs
 from deployer.watch import EventSink
 

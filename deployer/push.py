@@ -22,7 +22,13 @@ from deployer.profile import Profile
 from deployer.remote import Remote
 from deployer.render import Bundle
 
-SUPERVISOR_SOURCE = Path(__file__).with_name("supervise.py")
+# The supervisor program: run as `python3 supervise.py`, it imports the other two from beside it.
+SUPERVISOR_FILES = ("supervise.py", "supervise_base.py", "supervise_daemon.py")
+
+
+def _put_supervisor(remote: Remote, folder: str) -> None:
+    for name in SUPERVISOR_FILES:
+        remote.put(Path(__file__).with_name(name).read_bytes(), posixpath.join(folder, name), 0o644)
 
 
 @dataclass(frozen=True)
@@ -89,7 +95,7 @@ def prepare(remote: Remote, layout: Layout) -> None:
     except CommandFailed as exc:
         raise TargetError(f"cannot create {layout.runs} on {remote.label}: {' '.join(exc.tail) or 'failed'}",
                           hint="check target.workdir and its permissions") from None
-    remote.put(SUPERVISOR_SOURCE.read_bytes(), layout.supervisor, 0o644)
+    _put_supervisor(remote, layout.root)
 
 
 def new_run_id(bundle: Bundle, attempt: int) -> str:
@@ -124,7 +130,7 @@ def push(remote: Remote, layout: Layout, bundle: Bundle, record: dict[str, Any],
     remote.put(bundle.script.encode(), run.file("launch.sh"), 0o700)
     remote.put(json.dumps(record, indent=1).encode(), run.file("profile.json"), 0o644)
     remote.put(json.dumps(config, indent=1).encode(), run.file("supervise.json"), 0o644)
-    remote.put(SUPERVISOR_SOURCE.read_bytes(), run.file("supervise.py"), 0o644)
+    _put_supervisor(remote, run.path)
     return run
 
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from deployer.errors import RenderError
 from deployer.profile import Profile
 from deployer.render import EnvRef, flag_tokens, render, secret_var
-from deployer.supervise import read_env_file
+from deployer.supervise_base import read_env_file
 
 PROBE = """#!/usr/bin/python3 -S
 import json, os, sys

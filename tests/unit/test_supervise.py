@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deployer import supervise as sv
-from deployer.supervise import SuperviseError, read_env_file
+from deployer import supervise_base as base
+from deployer.supervise_base import SuperviseError, read_env_file
 
 SUPERVISE = Path(sv.__file__)
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
@@ -74,7 +75,7 @@ def run_dir_with(tmp_path: Path, cfg: object) -> Path:
 
 
 def test_config_defaults(tmp_path: Path) -> None:
-    cfg = sv.load_config(str(run_dir_with(tmp_path, {"restart": {"policy": "always"}})))
+    cfg = base.load_config(str(run_dir_with(tmp_path, {"restart": {"policy": "always"}})))
     assert cfg["grace_s"] == 30 and cfg["log"] == "engine.log" and cfg["env_file"] == "env"
     assert cfg["restart"] == {"policy": "always", "max": 5, "backoff_s": [10, 300], "window_s": 600}
 
@@ -93,62 +94,62 @@ def test_config_defaults(tmp_path: Path) -> None:
 ])
 def test_config_rejects_bad_values(tmp_path: Path, cfg: object, needle: str) -> None:
     with pytest.raises(SuperviseError, match=needle) as err:
-        sv.load_config(str(run_dir_with(tmp_path, cfg)))
+        base.load_config(str(run_dir_with(tmp_path, cfg)))
     assert err.value.code == 2
 
 
 def test_config_not_json(tmp_path: Path) -> None:
     (tmp_path / "supervise.json").write_text("{nope")
     with pytest.raises(SuperviseError, match="not JSON"):
-        sv.load_config(str(tmp_path))
+        base.load_config(str(tmp_path))
 
 
 def test_backoff_doubles_up_to_the_cap() -> None:
-    assert [sv.backoff_delay([10, 300], n) for n in range(7)] == [10, 20, 40, 80, 160, 300, 300]
-    assert sv.backoff_delay([0.1, 0.5], 2) == pytest.approx(0.4)
-    assert sv.backoff_delay([1, 5], 10_000) == 5
+    assert [base.backoff_delay([10, 300], n) for n in range(7)] == [10, 20, 40, 80, 160, 300, 300]
+    assert base.backoff_delay([0.1, 0.5], 2) == pytest.approx(0.4)
+    assert base.backoff_delay([1, 5], 10_000) == 5
 
 
 @pytest.mark.parametrize(("policy", "code", "expected"), [
     ("no", 1, False), ("no", None, False), ("on-failure", 1, True), ("on-failure", None, True),
     ("on-failure", 0, False), ("always", 0, True), ("always", None, True)])
 def test_restart_policy(policy: str, code: int | None, expected: bool) -> None:
-    assert sv.should_restart(policy, code) is expected
+    assert base.should_restart(policy, code) is expected
 
 
 def test_signal_names() -> None:
-    assert (sv.signal_name(9), sv.signal_name(15), sv.signal_name(None)) == ("SIGKILL", "SIGTERM", None)
-    assert sv.signal_name(200) == "SIG200"
+    assert (base.signal_name(9), base.signal_name(15), base.signal_name(None)) == ("SIGKILL", "SIGTERM", None)
+    assert base.signal_name(200) == "SIG200"
 
 
 def test_wait_status_of_real_children() -> None:
     exited = subprocess.Popen(["bash", "-c", "exit 7"])
     killed = subprocess.Popen(["sleep", "30"])
     killed.kill()
-    assert sv.decode_wait_status(os.waitpid(exited.pid, 0)[1]) == (7, None)
-    assert sv.decode_wait_status(os.waitpid(killed.pid, 0)[1]) == (None, signal.SIGKILL)
+    assert base.decode_wait_status(os.waitpid(exited.pid, 0)[1]) == (7, None)
+    assert base.decode_wait_status(os.waitpid(killed.pid, 0)[1]) == (None, signal.SIGKILL)
 
 
 def test_write_json_is_atomic_and_leaves_no_temp(tmp_path: Path) -> None:
     target = tmp_path / "state.json"
     target.write_text('{"old": true}')
-    sv.write_json(str(target), {"status": "ready", "pid": 5})
+    base.write_json(str(target), {"status": "ready", "pid": 5})
     assert json.loads(target.read_text()) == {"status": "ready", "pid": 5}
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
 
 
 def test_read_state_missing_and_corrupt(tmp_path: Path) -> None:
-    assert sv.read_state(str(tmp_path)) is None
+    assert base.read_state(str(tmp_path)) is None
     (tmp_path / "state.json").write_text("{")
     with pytest.raises(SuperviseError, match="unreadable"):
-        sv.read_state(str(tmp_path))
+        base.read_state(str(tmp_path))
 
 
 def test_ready_scanner_reads_from_the_offset_and_across_chunk_boundaries(tmp_path: Path) -> None:
     log = tmp_path / "engine.log"
     old = b"old run: READY-LINE\n"
     log.write_bytes(old)
-    scanner = sv.LogScanner(str(log), "READY-LINE", len(old))
+    scanner = base.LogScanner(str(log), "READY-LINE", len(old))
     assert not scanner.found()
     with log.open("ab") as f:
         f.write(b"loading...\nREADY-")
@@ -156,16 +157,16 @@ def test_ready_scanner_reads_from_the_offset_and_across_chunk_boundaries(tmp_pat
     with log.open("ab") as f:
         f.write(b"LINE\n")
     assert scanner.found()
-    assert not sv.LogScanner(str(log), None, 0).found()
+    assert not base.LogScanner(str(log), None, 0).found()
 
 
 def test_log_scanner_notes_the_first_traceback_offset_in_bounded_chunks(tmp_path: Path) -> None:
     log = tmp_path / "engine.log"
-    noise = b"x" * (sv.LogScanner.CHUNK - 10) + b"\n"
+    noise = b"x" * (base.LogScanner.CHUNK - 10) + b"\n"
     log.write_bytes(noise + b"Traceback (most recent call last):\n  boom\nTraceback (most recent call last):\n")
-    scanner = sv.LogScanner(str(log), "READY", 0)
-    scanner.scan(budget=sv.LogScanner.CHUNK)  # the marker straddles the first chunk's end
-    assert scanner.traceback_at is None and scanner.pos == sv.LogScanner.CHUNK
+    scanner = base.LogScanner(str(log), "READY", 0)
+    scanner.scan(budget=base.LogScanner.CHUNK)  # the marker straddles the first chunk's end
+    assert scanner.traceback_at is None and scanner.pos == base.LogScanner.CHUNK
     scanner.scan()
     assert scanner.traceback_at == len(noise) and not scanner.ready
 
@@ -173,17 +174,17 @@ def test_log_scanner_notes_the_first_traceback_offset_in_bounded_chunks(tmp_path
 def test_liveness_treats_zombies_as_dead() -> None:
     child = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:
-        assert sv.pid_alive(child.pid) and sv.group_alive(child.pid)
+        assert base.pid_alive(child.pid) and base.group_alive(child.pid)
         os.kill(child.pid, signal.SIGKILL)
         deadline = time.monotonic() + 5  # unreaped: a zombie, yet kill(pid, 0) still succeeds
-        while sv.pid_alive(child.pid) and time.monotonic() < deadline:
+        while base.pid_alive(child.pid) and time.monotonic() < deadline:
             time.sleep(0.02)
         os.kill(child.pid, 0)
-        assert not sv.pid_alive(child.pid) and not sv.group_alive(child.pid)
+        assert not base.pid_alive(child.pid) and not base.group_alive(child.pid)
     finally:
         child.kill()
         child.wait(timeout=5)
-    assert not sv.pid_alive(None) and not sv.group_alive(1) and not sv.supervisor_alive(os.getpid() + 10**7)
+    assert not base.pid_alive(None) and not base.group_alive(1) and not base.supervisor_alive(os.getpid() + 10**7)
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -227,10 +228,13 @@ def test_ports_free_and_busy() -> None:
 
 def test_source_stays_python38_and_stdlib_only() -> None:
     import ast
-    source = SUPERVISE.read_text()
-    tree = ast.parse(source, feature_version=(3, 8))
-    assert "from __future__ import annotations" in source  # annotations are never evaluated on 3.8
-    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert imported <= set(sys.stdlib_module_names) | {"__future__"}
-    assert not any(isinstance(n, ast.Match) for n in ast.walk(tree))
+    siblings = {"supervise_base", "supervise_daemon"}
+    for path in [SUPERVISE] + [SUPERVISE.with_name(f"{name}.py") for name in sorted(siblings)]:
+        source = path.read_text()
+        tree = ast.parse(source, feature_version=(3, 8))
+        assert "from __future__ import annotations" in source  # annotations are never evaluated on 3.8
+        imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        # "deployer" only in the branch taken when imported as part of the package, never on the target
+        assert imported <= set(sys.stdlib_module_names) | {"__future__", "deployer"} | siblings, path
+        assert not any(isinstance(n, ast.Match) for n in ast.walk(tree))

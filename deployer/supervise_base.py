@@ -1,0 +1,273 @@
+"""Shared parts of the target-side supervisor: constants, the env file, supervise.json, state.json, liveness
+of processes and groups, and the incremental log scanner. Stdlib only, Python >= 3.8 (runs on the target).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import time
+from typing import Any, Callable
+
+
+STATE, STOP_REQUEST, RUN_LOCK = "state.json", "stop-request.json", "supervise.lock"
+LIVE = ("starting", "running", "ready", "restarting", "stopping")
+POLICIES = ("no", "on-failure", "always")
+TICK, SCAN_EVERY, START_TIMEOUT, KILL_WAIT = 0.05, 0.5, 10.0, 5.0
+EXIT_FAILED, EXIT_BAD_INPUT, EXIT_BUSY = 1, 2, 75
+DEFAULTS: dict[str, Any] = {"launch": "launch.sh", "env_file": "env", "log": "engine.log", "grace_s": 30,
+                            "ready_pattern": "The server is fired up and ready to roll!"}
+DEFAULT_RESTART: dict[str, Any] = {"policy": "no", "max": 5, "backoff_s": [10, 300], "window_s": 600}
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+class SuperviseError(Exception):
+    """An expected failure: reported as one stderr line and exit `code`."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def read_env_file(path: str) -> dict[str, str]:
+    """Parses the run's env file: shell words NAME='value' (values may hold newlines), # comments."""
+    try:
+        with open(path, encoding="utf-8", newline="") as f:  # keep \r in values as written
+            text = f.read()
+    except OSError as e:
+        raise SuperviseError(f"cannot read env file {path}: {e.strerror}", EXIT_BAD_INPUT) from None
+    except UnicodeDecodeError as e:
+        raise SuperviseError(f"env file {path} is not valid shell words: {e}", EXIT_BAD_INPUT) from None
+    return parse_env_text(text, path)
+
+
+def parse_env_text(text: str, path: str = "env") -> dict[str, str]:
+    """The env file's text -> {NAME: value}; entries that are not NAME=value are errors (never echoed)."""
+    try:
+        words = shlex.split(text, comments=True, posix=True)
+    except ValueError as e:
+        raise SuperviseError(f"env file {path} is not valid shell words: {e}", EXIT_BAD_INPUT) from None
+    env: dict[str, str] = {}
+    for i, word in enumerate(words, 1):
+        name, eq, value = word.partition("=")
+        if word == "export":
+            continue
+        if not eq or not _ENV_NAME.match(name):  # never echo the word: it may be a secret
+            raise SuperviseError(f"env file {path}: entry {i} is not NAME=value", EXIT_BAD_INPUT)
+        env[name] = value
+    return env
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _need(ok: bool, what: str) -> None:
+    if not ok:
+        raise SuperviseError(f"bad supervise.json: {what}", EXIT_BAD_INPUT)
+
+
+def load_config(run_dir: str) -> dict[str, Any]:
+    """Reads and checks RUN_DIR/supervise.json, filling defaults."""
+    try:
+        with open(os.path.join(run_dir, "supervise.json"), encoding="utf-8") as f:
+            raw = json.load(f)
+    except OSError as e:
+        raise SuperviseError(f"cannot read {run_dir}/supervise.json: {e.strerror}", EXIT_BAD_INPUT) from None
+    except ValueError as e:
+        raise SuperviseError(f"{run_dir}/supervise.json is not JSON: {e}", EXIT_BAD_INPUT) from None
+    _need(isinstance(raw, dict), "top level must be an object")
+    cfg = dict(DEFAULTS, **raw)
+    _need(isinstance(cfg.get("restart", {}), dict), "restart must be an object")
+    cfg["restart"] = rs = dict(DEFAULT_RESTART, **cfg.get("restart", {}))
+    _need(isinstance(cfg["launch"], str) and os.path.isfile(os.path.join(run_dir, cfg["launch"])),
+          f"launch script {cfg['launch']!r} not found in the run dir")
+    _need(cfg["env_file"] is None or isinstance(cfg["env_file"], str), "env_file must be a string or null")
+    _need(isinstance(cfg["log"], str) and bool(cfg["log"]), "log must be a file name")
+    _need(_number(cfg["grace_s"]) and cfg["grace_s"] >= 0, "grace_s must be a number >= 0")
+    _need(cfg["ready_pattern"] is None or (isinstance(cfg["ready_pattern"], str) and bool(cfg["ready_pattern"])),
+          "ready_pattern must be a non-empty string or null")
+    _need(rs["policy"] in POLICIES, f"restart.policy must be one of {', '.join(POLICIES)}")
+    _need(isinstance(rs["max"], int) and not isinstance(rs["max"], bool) and rs["max"] >= 0,
+          "restart.max must be an integer >= 0")
+    b = rs["backoff_s"]
+    _need(isinstance(b, list) and len(b) == 2 and all(_number(x) and x >= 0 for x in b),
+          "restart.backoff_s must be [initial, maximum] seconds")
+    _need(_number(rs["window_s"]) and rs["window_s"] > 0, "restart.window_s must be a number > 0")
+    return cfg
+
+
+def backoff_delay(backoff_s: list[float], recent_restarts: int) -> float:
+    """Exponential backoff: initial * 2**n, capped at the maximum."""
+    first, cap = backoff_s
+    return float(min(first * (2 ** min(recent_restarts, 60)), cap))
+
+
+def should_restart(policy: str, exit_code: int | None) -> bool:
+    """Whether the policy restarts an engine that ended after it was ready (exit_code None = by signal)."""
+    return policy == "always" or (policy == "on-failure" and exit_code != 0)
+
+
+def signal_name(num: int | None) -> str | None:
+    if num is None:
+        return None
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"SIG{num}"
+
+
+def decode_wait_status(status: int) -> tuple[int | None, int | None]:
+    """(exit_code, signal) from a waitpid status."""
+    if os.WIFSIGNALED(status):
+        return None, os.WTERMSIG(status)
+    return os.WEXITSTATUS(status), None
+
+
+def write_json(path: str, data: dict[str, Any]) -> None:
+    """Atomic write: temp file, fsync, rename."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, sort_keys=True)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_state(run_dir: str) -> dict[str, Any] | None:
+    try:
+        with open(os.path.join(run_dir, STATE), encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise SuperviseError(f"unreadable {run_dir}/{STATE}: {e}") from None
+    return data if isinstance(data, dict) else None
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, process group) from /proc, or None if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        fields = data[data.rindex(b")") + 2:].split()
+        return fields[0].decode(), int(fields[2])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def pid_alive(pid: Any) -> bool:
+    """True for a live process; a zombie (nobody reaped it yet) counts as dead."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    st = _proc_stat(pid)
+    if st is None:
+        return not os.path.isdir("/proc/self")
+    return st[0] not in ("Z", "X")
+
+
+def supervisor_alive(pid: Any) -> bool:
+    """pid_alive, and (where /proc tells) the process is a supervise.py, not a reused pid."""
+    if not pid_alive(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"supervise" in f.read()
+    except OSError:
+        return True
+
+
+def group_alive(pgid: Any) -> bool:
+    """True while any non-zombie process is in the group (killpg(pgid, 0) alone also sees zombies)."""
+    if not isinstance(pgid, int) or pgid <= 1:
+        return False
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if not os.path.isdir("/proc/self"):
+        return True
+    for name in os.listdir("/proc"):
+        st = _proc_stat(int(name)) if name.isdigit() else None
+        if st is not None and st[1] == pgid and st[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def kill_group(pgid: Any, sig: int) -> None:
+    if isinstance(pgid, int) and pgid > 1:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def note(message: str) -> None:
+    """One timestamped line in supervisor.log (the daemon's stdout)."""
+    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {message}", flush=True)
+
+
+def wait_until(done: Callable[[], bool], timeout: float, tick: float = TICK) -> bool:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(tick)
+    return True
+
+
+class LogScanner:
+    """Reads a log from a byte offset on, only what is new and in bounded chunks, and notes two things:
+    whether the ready pattern appeared, and the offset of the first traceback (so the deployer can read the
+    window that matters from a log of any size without scanning it again)."""
+
+    CHUNK = 4 << 20
+    TRACEBACK = b"Traceback (most recent call last)"
+
+    def __init__(self, path: str, pattern: str | None, offset: int) -> None:
+        self.path, self.pos, self.carry = path, offset, b""
+        self.needle = pattern.encode() if pattern else None
+        self.ready = False
+        self.traceback_at: int | None = None
+
+    def scan(self, budget: int = 64 << 20) -> None:
+        """Read up to `budget` new bytes (the rest on the next call)."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.pos)
+                while budget > 0:
+                    chunk = f.read(min(self.CHUNK, budget))
+                    if not chunk:
+                        return
+                    budget -= len(chunk)
+                    self._look(chunk)
+        except OSError:
+            return
+
+    def _look(self, chunk: bytes) -> None:
+        data, base = self.carry + chunk, self.pos - len(self.carry)
+        self.pos += len(chunk)
+        if self.needle is not None and not self.ready and self.needle in data:
+            self.ready = True
+        if self.traceback_at is None:
+            at = data.find(self.TRACEBACK)
+            if at >= 0:
+                self.traceback_at = base + at
+        keep = max(len(self.needle or b""), len(self.TRACEBACK)) - 1  # a needle split across two reads
+        self.carry = data[-keep:]
+
+    def found(self) -> bool:
+        self.scan()
+        return self.ready
