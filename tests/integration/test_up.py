@@ -104,3 +104,32 @@ def test_effective_args_drift_is_reported_by_up_and_status(tmp_path: Path, sshd:
     human = deploy("status", str(prof), home=home)
     assert "drift: asked disable_overlap_schedule=false, engine resolved true" in human.stdout
     deploy("down", str(prof), home=home)
+
+
+def test_host_local_runs_the_same_flow_without_ssh(tmp_path: Path) -> None:
+    """`target.host: local`: deployer on the GPU box itself; same supervisor, lock, watch and healing."""
+    import os
+
+    from deploy_helpers import STANDIN, free_port
+
+    home = tmp_path / "home"
+    prof = tmp_path / "local.yaml"
+    prof.write_text(f"""
+name: local-demo
+target: {{host: local, workdir: {tmp_path / 'work'}}}
+engine:
+  python: /usr/bin/python3
+  model_path: Qwen/Qwen3-8B
+  port: {free_port()}
+  env: {{PYTHONPATH: {STANDIN}}}
+health: {{interval_s: 0.2, startup_timeout_s: 60, stall_timeout_s: 20}}
+restart: {{grace_s: 3}}
+""")
+    env = {"PATH": f"{STANDIN / 'bin'}:{os.environ['PATH']}"}  # the stand-in nvidia-smi for preflight
+    up = deploy("up", str(prof), "--json", home=home, env=env)
+    assert up.returncode == 0, up.stderr
+    assert events(up.stdout)[-1]["status"] == "ready" and events(up.stdout)[-1]["host"] == "local"
+    st = deploy("status", str(prof), "--json", home=home, env=env)
+    assert json.loads(st.stdout)["healthy"] is True
+    assert deploy("down", str(prof), home=home, env=env).returncode == 0
+    assert json.loads(deploy("status", str(prof), "--json", home=home, env=env).stdout)["status"] == "stopped"
