@@ -75,17 +75,18 @@ def _home_path(path: str) -> str:
     return shlex.quote(path)
 
 
+# Marked lines: a sitecustomize or a warning on the target may print anything around them.
 VERSION_PY = """import sys
-print(sys.version.split()[0])
+print("@@python " + sys.version.split()[0])
 try:
     from importlib import metadata
-    print(metadata.version("sglang"))
+    print("@@engine " + metadata.version("sglang"))
 except Exception:
     try:
         import sglang
-        print(sglang.__version__)
+        print("@@engine " + sglang.__version__)
     except Exception:
-        print("-")
+        print("@@engine -")
 """
 
 FACTS_SCRIPT = r"""
@@ -104,7 +105,7 @@ d=$WORKDIR; while [ ! -e "$d" ] && [ "$d" != / ]; do d=$(dirname "$d"); done
 echo "$d"; df -PB1 "$d" 2>&1 | tail -n 1
 sec python
 if command -v "$PY" >/dev/null 2>&1; then
-  out=$("$PY" -c "$VERSION_PY" 2>&1); printf '%s\n' "$out"; v=$(printf '%s\n' "$out" | sed -n 2p)
+  out=$("$PY" -c "$VERSION_PY" 2>&1); printf '%s\n' "$out"; v=$(printf '%s\n' "$out" | sed -n 's/^@@engine //p')
 else
   echo "@@missing"; v=
 fi
@@ -210,11 +211,15 @@ def _parse_disk(facts: Facts, lines: list[str]) -> None:
 
 def _parse_python(facts: Facts, lines: list[str], profile: Profile) -> None:
     engine = profile.engine
-    if "@@missing" in lines or len(lines) < 2:
-        facts.problems.append(f"engine python {engine.python!r} not found on the target")
+    marked = {line.split(" ", 1)[0]: line.split(" ", 1)[1].strip() for line in lines
+              if line.startswith("@@") and " " in line}
+    if "@@missing" in lines or "@@python" not in marked:
+        said = next((line.strip() for line in lines if line.strip() and not line.startswith("@@")), "")
+        detail = f" ({said[:160]})" if said else ""
+        facts.problems.append(f"engine python {engine.python!r} not found on the target{detail}")
         return
-    facts.python_version = lines[0].strip()
-    version = lines[1].strip()
+    facts.python_version = marked["@@python"]
+    version = marked.get("@@engine", "-")
     if version in ("", "-"):
         facts.problems.append(f"{engine.kind} is not installed for {engine.python} (python {facts.python_version})")
         return

@@ -68,6 +68,7 @@ class MemoryPlan:
     slots_per_request: int = 0
     mamba_strategy: str | None = None
     fits: bool = True
+    mfs_source: str = ""                      # shown beside the value: "auto", "engine resolved", or given
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     suggestions: list[str] = field(default_factory=list)
@@ -76,7 +77,7 @@ class MemoryPlan:
         rows = [
             ("GPU memory (total / free)", f"{self.gpu_total_mib} MiB / {self.gpu_free_mib} MiB"),
             ("weights per GPU", f"{self.weights_per_gpu_mib / 1024:.1f} GiB"),
-            ("mem_fraction_static", f"{self.mem_fraction_static:.3f}" + (" (auto)" if self.mfs_auto else "")),
+            ("mem_fraction_static", f"{self.mem_fraction_static:.3f}" + (f" ({self.source()})" if self.source() else "")),
             ("reserved outside the pools", f"{self.reserved_mib:.0f} MiB" if self.mfs_auto else "-"),
             ("KV bytes per token", f"{self.kv_cell_bytes}"),
             ("KV cache tokens", f"{self.kv_tokens}"),
@@ -91,6 +92,9 @@ class MemoryPlan:
         rows.append(("max running requests", f"{self.max_running_requests}"))
         rows.append(("fits", "yes" if self.fits else "NO"))
         return rows
+
+    def source(self) -> str:
+        return self.mfs_source or ("auto" if self.mfs_auto else "")
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}

@@ -196,10 +196,15 @@ def _memory(report: PreflightReport, model_config: Path | None) -> None:
     facts, profile = report.facts, report.profile
     if model is None or not facts.gpus:
         return
-    # The engine's own resolution, where there is one, knows the defaults (spec algorithm, chunk size...).
+    # The engine's own resolution, where there is one, knows the defaults (spec algorithm, chunk size...) and
+    # its automatic mem_fraction_static, including adjustments this estimate does not model (multimodal ViT
+    # headroom): its value is the one the engine will use.
     args: dict[str, Any] = {**profile.engine.args, **(report.resolved or {})}
-    if report.resolved is not None and "mem_fraction_static" not in profile.engine.args:
-        args["mem_fraction_static"] = None  # let the plan show the automatic value the same way SGLang does
+    resolved_mfs = (report.resolved or {}).get("mem_fraction_static") is not None and \
+        "mem_fraction_static" not in profile.engine.args
+    if report.resolved is None and _multimodal(model) and "mem_fraction_static" not in profile.engine.args:
+        report.warnings.append("memory: a multimodal model gets a lower automatic mem_fraction_static from SGLang "
+                               "(ViT headroom) than this estimate uses; the estimate is optimistic")
     tp = int(args.get("tp_size") or 1)
     used = [g for g in facts.gpus if profile.engine.gpus is None or g.index in profile.engine.gpus]
     try:
@@ -207,9 +212,15 @@ def _memory(report: PreflightReport, model_config: Path | None) -> None:
     except (UnsupportedModel, KeyError, ValueError, ZeroDivisionError) as exc:
         report.warnings.append(f"no memory estimate for this model: {exc}")
         return
+    plan.mfs_source = "engine resolved" if resolved_mfs else plan.mfs_source
     report.memory = plan
     report.problems += [f"memory: {p}" for p in plan.problems]
     report.warnings += [f"memory: {w}" for w in plan.warnings]
+
+
+def _multimodal(model: ModelInfo) -> bool:
+    arch = " ".join(model.config.get("architectures") or [])
+    return "vision_config" in model.config or "ForConditionalGeneration" in arch
 
 
 def _model_info(report: PreflightReport, model_config: Path | None) -> ModelInfo | None:
