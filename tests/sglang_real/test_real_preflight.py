@@ -86,3 +86,31 @@ def test_resolution_catches_an_invalid_combination(h200_host: Any, remote: Remot
     report = preflight(h200_host, remote, cache, tmp_path, {"mamba_radix_cache_strategy": "no_buffer"})
     assert report.resolution.startswith("failed")
     assert any("no_buffer do not support overlap schedule" in p for p in report.problems), report.problems
+
+
+def test_the_shipped_qwen36_profile_against_real_sglang(h200_host: Any, tmp_path: Path) -> None:
+    """`deploy plan profiles/qwen36-mtp.yaml` (written for the mamba_scheduler_strategy era) on a 0.5.23 target."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    shipped = os.path.relpath(repo / "profiles" / "qwen36-mtp.yaml", tmp_path)
+    model = repo / "tests" / "fixtures" / "models" / "qwen36-27b-like"
+    target = json.dumps(h200_host.target(tmp_path / "work"))
+    (tmp_path / "p.yaml").write_text(f"extends: {shipped}\nname: qwen36-mtp\ntarget: {target}\n"
+                                     f"engine: {{python: sglang-python, model_path: {model}, "
+                                     f"args: {{device: cuda}}}}\n")
+    proc = subprocess.run([sys.executable, "-m", "deployer.cli", "plan", str(tmp_path / "p.yaml"), "--json"],
+                          capture_output=True, text=True, timeout=300, cwd=str(repo),
+                          env={"PATH": os.environ["PATH"], "HF_TOKEN": "hf_test", "DEPLOYER_HOME": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["facts"]["engine_version"] == "0.5.23"  # base.yaml's HF env makes the target print warnings
+    assert plan["engine_args"]["mamba_radix_cache_strategy"] == "extra_buffer"
+    assert "mamba_scheduler_strategy" not in plan["engine_args"]
+    assert any("SGLANG_ENABLE_SPEC_V2" in w for w in plan["warnings"])
+    assert any(o.startswith("engine will resolve speculative_algorithm NEXTN -> EAGLE") for o in plan["overrides"])
+    memory = plan["memory"]
+    assert memory["mfs_source"] == "engine resolved" and memory["mem_fraction_static"] < 0.9  # ViT headroom
