@@ -147,3 +147,18 @@ def test_no_heal_only_diagnoses(tmp_path: Path, sshd: Any) -> None:
     report = report_of(up.stdout)
     assert len(report["attempts"]) == 1 and report["attempts"][0]["change"] is None
     assert report["attempts"][0]["diagnosis"]["signature"] == "mamba-spec-needs-extra-buffer"
+
+
+def test_renamed_flag_rejected_at_launch_is_renamed_and_retried(tmp_path: Path, sshd: Any) -> None:
+    """A profile of the mamba_scheduler_strategy era on SGLang 0.5.23 without preflight: argparse rejects the
+    old name (exit 2); the rename table turns it into mamba_radix_cache_strategy, keeping the value."""
+    prof = write_profile(tmp_path, sshd, name="renamed", model="Qwen/Qwen3.6-27B",
+                         args={**MTP_ARGS, "mamba_scheduler_strategy": "extra_buffer"})
+    up = deploy("up", str(prof), "--json", "--skip-preflight", home=tmp_path / "h")
+    assert up.returncode == 0, up.stderr + up.stdout[-3000:]
+    first, second = report_of(up.stdout)["attempts"]
+    assert first["diagnosis"]["signature"] == "unrecognized-arguments"
+    assert any("unrecognized arguments: --mamba-scheduler-strategy" in e for e in first["diagnosis"]["evidence"])
+    assert first["change"]["args"] == {"mamba_scheduler_strategy": None, "mamba_radix_cache_strategy": "extra_buffer"}
+    assert second["outcome"] == "ready"
+    deploy("down", str(prof), home=tmp_path / "h")
