@@ -24,22 +24,16 @@ def checked_profile(remote: Remote, profile: Profile, *, heal: bool, model_confi
     from deployer.preflight import run_preflight
     from deployer.state import home
 
-    seen: set[str] = set()
     for _ in range(profile.retry.max_attempts):
         result = run_preflight(remote, profile, cache_dir=home() / "cache", model_config=model_config,
                                own_port=own_port)
-        for kind, lines in (("warning", result.warnings), ("override", result.overrides)):
-            for line in lines:
-                if line not in seen:
-                    seen.add(line)
-                    emit(Event(kind, {"message": line}))
-                    if kind == "warning":
-                        warnings.append(line)
         version = result.engine_version or profile.engine.version
         if not result.problems:
+            _tell(result, emit, warnings)
             return result.profile, version
         others = [p for p in result.problems if not p.startswith("the engine rejects")]
         if result.rejection is None or others:  # healing the arguments cannot fix the rest
+            _tell(result, emit, warnings)
             for problem in result.problems:
                 emit(Event("problem", {"message": problem}))
             for suggestion in result.memory.suggestions if result.memory else []:
@@ -50,13 +44,22 @@ def checked_profile(remote: Remote, profile: Profile, *, heal: bool, model_confi
         emit(Event("diagnosis", {"attempt": 0, **note}))
         change = propose(diag, result.profile, tried) if heal and diag.signature else None
         if change is None:
-            raise PreflightFailed([f"the engine rejects these arguments: {diag.summary}"])
+            raise PreflightFailed([f"the engine rejects these arguments: {diag.summary}"], hint=diag.hint)
         tried.append(change)
         note["change"] = change.to_json()
         notes.append(note)
         emit(Event("change", {"attempt": 0, "before_launch": True, **change.to_json()}))
         profile = result.profile.patched(args=change.args, env=change.env)
     raise PreflightFailed([f"still rejected after {profile.retry.max_attempts} changes before launch"])
+
+
+def _tell(result: Any, emit: EventSink, warnings: list[str]) -> None:
+    """Warnings and overrides of the round that counts (not of arguments that were rejected and changed)."""
+    for line in result.warnings:
+        emit(Event("warning", {"message": line}))
+        warnings.append(line)
+    for line in result.overrides:
+        emit(Event("override", {"message": line}))
 
 
 def _first_suggestion(plan: Any) -> str | None:
