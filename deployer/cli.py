@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
+        click.echo("interrupted: anything already started keeps running on the target (the supervisor outlives "
+                   "us); see `deploy status`, or stop it with `deploy down`", err=True)
         sys.exit(130)
     sys.exit(rc if isinstance(rc, int) else 0)
 
