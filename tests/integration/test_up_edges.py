@@ -178,3 +178,31 @@ def test_plan_that_cannot_fit_is_refused_before_launch_with_the_fix(tmp_path: Pa
     assert "leave no memory for the KV cache" in line and "would fit: tp_size 2 on 2 GPUs" in line
     runs = tmp_path / "work" / "toobig" / "runs"
     assert not runs.exists() or not any(runs.iterdir())  # nothing was launched
+
+
+def test_ctrl_c_during_watch_releases_the_lock_and_says_what_runs(tmp_path: Path, sshd: Any) -> None:
+    import os
+    import select
+    import signal
+    import subprocess
+    import sys
+
+    from deploy_helpers import REPO
+
+    home = tmp_path / "h"
+    prof = write_profile(tmp_path, sshd, name="ctrlc", env={"STANDIN_MODE": "slow", "STANDIN_STEP_S": "0.5"})
+    proc = subprocess.Popen([sys.executable, "-m", "deployer.cli", "up", str(prof), "--json", "--skip-preflight"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(REPO),
+                            env={"PATH": os.environ["PATH"], "DEPLOYER_HOME": str(home)})
+    assert proc.stdout is not None
+    got, deadline = b"", time.monotonic() + 30
+    while b'"event": "phase"' not in got and time.monotonic() < deadline:
+        if select.select([proc.stdout], [], [], 1)[0]:
+            got += os.read(proc.stdout.fileno(), 65536)
+    assert b'"event": "phase"' in got  # the engine is loading
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and b"interrupted" in err and b"Traceback" not in err
+    again = deploy("up", str(prof), "--skip-preflight", home=home)  # the lock went with the session
+    assert again.returncode == 0, again.stderr
+    deploy("down", str(prof), home=home)
