@@ -19,7 +19,8 @@ from deployer.errors import CommandFailed, Locked, PortBusy, RemoteError, Target
 from deployer.push import Layout, RunDir
 from deployer.remote import Remote, Session
 
-SUPERVISOR_PYTHON = "python3"
+# The target's python3 (stdlib only, >= 3.8); images that ship only `python` work too.
+SUPERVISOR_PYTHON = '"$(command -v python3 || command -v python || echo python3)"'
 
 
 @dataclass(frozen=True)
@@ -34,8 +35,7 @@ class Launch:
 
 
 def supervisor(script: str, *args: str) -> str:
-    words = [SUPERVISOR_PYTHON, script, *args]
-    return " ".join(shlex.quote(w) for w in words)
+    return " ".join([SUPERVISOR_PYTHON, *(shlex.quote(w) for w in (script, *args))])
 
 
 def _json_line(text: str) -> dict[str, Any]:
