@@ -186,6 +186,10 @@ class Watcher:
         state = self._state_file()
         if state.get("status") in DEAD_STATES:
             return state
+        if state.get("status") == "ready":
+            # The engine printed its ready line and went quiet, as it should: not a hang while health catches up
+            # (SGLang's /health runs a one-token generation that can be slow the first time).
+            self.last_progress = now
         if now - self.last_liveness >= LIVENESS_EVERY_S:
             self.last_liveness = now
             live = status(self.remote, self.launch.run)

@@ -133,3 +133,16 @@ restart: {{grace_s: 3}}
     assert json.loads(st.stdout)["healthy"] is True
     assert deploy("down", str(prof), home=home, env=env).returncode == 0
     assert json.loads(deploy("status", str(prof), "--json", home=home, env=env).stdout)["status"] == "stopped"
+
+
+def test_quiet_after_the_ready_line_is_not_a_hang(tmp_path: Path, sshd: Any) -> None:
+    """SGLang prints its ready line and goes quiet; a slow first /health (a one-token generation) must not be
+    taken for a hang, however short stall_timeout_s is."""
+    home = tmp_path / "home"
+    prof = write_profile(tmp_path, sshd, name="quiet", env={"STANDIN_HEALTH_SLOW_S": "3"},
+                         args={"log_level_http": "warning"},  # no access-log lines: truly quiet
+                         extra={"health": {"interval_s": 0.2, "stall_timeout_s": 1, "startup_timeout_s": 60}})
+    up = deploy("up", str(prof), "--json", "--skip-preflight", home=home)
+    assert up.returncode == 0, up.stderr
+    assert [a["outcome"] for a in events(up.stdout)[-1]["attempts"]] == ["ready"]
+    deploy("down", str(prof), home=home)

@@ -19,6 +19,7 @@ Env knobs (all optional):
 | STANDIN_MAX_MFS         | 1.0     | mem mode: above it -> "Capture cuda graph failed" |
 | STANDIN_DRAIN_S         | 0.1     | after SIGTERM: seconds of draining (/health 503) before exit 0 |
 | STANDIN_FAIL_LOG        |         | fail_text: file printed verbatim |
+| STANDIN_HEALTH_SLOW_S   | 0       | /health and /health_generate keep answering 503 this long after the ready line |
 | STANDIN_CHAT_TEXT       | (hello) | content of /v1/chat/completions answers ("" -> an empty answer) |
 | STANDIN_CHAT_STATUS     | 200     | HTTP status of /v1/chat/completions (non-200 -> an OpenAI-style error) |
 | STANDIN_EXIT            | 1       | fail_text: exit status; 128+N or -N means death by signal N |
@@ -221,6 +222,9 @@ class Engine:
         self.stop = threading.Event()
         self.server: Any = None
         self.state = standin_http.EngineState(self.view.model_path, {"version": _version(), **_jsonable(self.view)})
+        # uvicorn's access log follows --log-level-http (else --log-level): warning and above hide request lines
+        level = str(getattr(self.view, "log_level_http", None) or getattr(self.view, "log_level", None) or "info")
+        self.state.access_log = level.lower() in ("debug", "info", "trace")
 
     def kill_process_tree(self) -> None:
         if self.child is not None and self.child.poll() is None:

@@ -28,12 +28,22 @@ class EngineState:
         self.model = model
         self.server_info = server_info
         self.phase = "warmup"
+        self.ready_at = 0.0
+        self.access_log = True
         self.lock = threading.Lock()
         self.requests = 0
 
     def set_phase(self, phase: str) -> None:
         with self.lock:
             self.phase = phase
+            if phase == "ready":
+                self.ready_at = time.monotonic()
+
+    def health_ok(self) -> bool:
+        """/health runs a one-token generation in SGLang; STANDIN_HEALTH_SLOW_S makes it fail for a while."""
+        slow = float(os.environ.get("STANDIN_HEALTH_SLOW_S", "0") or 0)
+        with self.lock:
+            return self.phase == "ready" and time.monotonic() - self.ready_at >= slow
 
     def get_phase(self) -> str:
         with self.lock:
@@ -59,6 +69,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("content-length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+        if not self.state.access_log:
+            return
         host, port = self.client_address[:2]
         sys.stdout.write(
             f'[{stamp()}] INFO:     {host}:{port} - "{self.command} {self.path} HTTP/1.1" '
@@ -77,7 +89,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - stdlib naming
         path = self.path.split("?", 1)[0]
         phase = self.state.get_phase()
-        if path in ("/health", "/health_generate", "/ready"):
+        if path in ("/health", "/health_generate"):
+            self._send(200, b"") if self.state.health_ok() else self._send(503, b"")
+        elif path == "/ready":
             self._send(200, b"") if phase == "ready" else self._send(503, b"")
         elif path == "/model_info":
             self._send(200, {"model_path": self.state.model, "tokenizer_path": self.state.model,
