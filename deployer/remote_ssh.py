@@ -49,6 +49,7 @@ CONNECT_TRIES = 3
 SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
 KEEPALIVE_S = 5
 CHANNEL_TIMEOUT_S = 5.0
+SFTP_TIMEOUT_S = 30.0  # a hung host (TCP alive, sshd frozen) answers nothing: only this notices it
 PUT_MIN_TIMEOUT_S = 60.0
 PUT_BYTES_PER_S = 10 << 20  # allow 10 MB/s before an upload counts as hung
 
@@ -201,7 +202,10 @@ class SSHRemote:
             keys = ", ".join(self.resolved.identity_files) or "default keys/agent"
             return AuthFailed(f"authentication as {self.resolved.user} failed (tried {keys}): {e}", host=self.label)
         if isinstance(e, (paramiko.SSHException, EOFError, OSError)):
-            return ConnectFailed(f"SSH handshake failed: {e or type(e).__name__}", host=self.label)
+            why = str(e) or type(e).__name__
+            if "banner" in why.lower() or "No existing session" in why:  # TCP connected, sshd said nothing
+                why = f"no SSH answer within {self.spec.connect_timeout:g}s (sshd hung or overloaded)"
+            return ConnectFailed(f"SSH handshake failed: {why}", host=self.label)
         return e
 
     def _drop(self) -> None:
@@ -336,9 +340,19 @@ class SSHRemote:
         def op(_: paramiko.Transport) -> paramiko.SFTPClient:
             assert self._conn is not None
             sftp: paramiko.SFTPClient = self._conn.sftp()
+            channel = sftp.get_channel()
+            if channel is not None:
+                channel.settimeout(SFTP_TIMEOUT_S)
             return sftp
 
         return self._with_reconnect(op)  # type: ignore[no-any-return]
+
+    def _no_answer(self, what: str) -> ConnectFailed:
+        """An SFTP call timed out: the session is in an unknown state, so the next call reconnects."""
+        with self._lock:
+            self._drop()
+        return ConnectFailed(f"{what}: no answer within {SFTP_TIMEOUT_S:g}s (host hung or link dead)",
+                             host=self.label)
 
     def read(self, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes:
         sftp = self._sftp()
@@ -351,6 +365,8 @@ class SSHRemote:
                 f.seek(offset)
                 f.prefetch(offset + n)
                 return bytes(f.read(n))
+        except socket.timeout:
+            raise self._no_answer(f"read {path}") from None
         except OSError as e:
             if e.errno == errno.ENOENT:
                 raise NotFound(f"{self.label}: {path}: no such file") from None
@@ -362,6 +378,8 @@ class SSHRemote:
         sftp = self._sftp()
         try:
             return sftp.stat(path).st_size
+        except socket.timeout:
+            raise self._no_answer(f"stat {path}") from None
         except OSError as e:
             if e.errno == errno.ENOENT:
                 return None
