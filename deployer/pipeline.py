@@ -171,7 +171,9 @@ def _attempts(remote: Remote, layout: Layout, profile: Profile, opts: UpOptions,
             history.end_attempt(row, outcome=item.outcome, diagnosis=item.diagnosis, change=item.change)
             write_outcome(remote, run, item.to_json())
             if change is False:
-                why = "healing disabled (--no-heal)" if not opts.heal else "no known change fixes it"
+                why = "healing disabled (--no-heal)" if not opts.heal else \
+                    "the known changes are used up" if (item.diagnosis or {}).get("remedy") else \
+                    "no known change fixes it"
                 summary = (item.diagnosis or {}).get("summary", "unknown failure")
                 raise LaunchFailed(f"{profile.name}: {item.detail}: {summary} ({why})", outcome=report)
             if isinstance(change, Change):
@@ -194,6 +196,8 @@ def _after_failure(remote: Remote, run: RunDir, launch: Launch, outcome: Outcome
     diag = diagnose_attempt(remote, launch, outcome, version)
     item.diagnosis = {**diag.to_json(), "hint": diag.hint}
     emit(Event("diagnosis", {"attempt": item.attempt, **item.diagnosis}))
+    if not opts.heal:
+        return False
     if diag.transient:
         # Retrying unchanged is itself a change (the empty one): made at most once per signature in one `up`.
         unchanged = Change(reason=f"retry unchanged after transient {diag.signature}")
@@ -203,7 +207,7 @@ def _after_failure(remote: Remote, run: RunDir, launch: Launch, outcome: Outcome
         emit(Event("info", {"message": f"transient failure; retrying unchanged in {profile.retry.backoff_s:g}s"}))
         time.sleep(profile.retry.backoff_s)
         return True
-    change = propose(diag, profile, tried) if opts.heal else None
+    change = propose(diag, profile, tried)
     if change is None:
         return False
     tried.append(change)
@@ -267,7 +271,7 @@ def _save_fixed(original: Profile, final: Profile, tried: list[Change], dest: Pa
     from deployer.fixed import save_fixed
 
     assert original.source is not None
-    save_fixed(original.source, original, final, [c.reason for c in tried if c.reason], dest)
+    save_fixed(original.source, original, final, [c.reason for c in tried if c.reason and not c.is_empty()], dest)
     report.saved_fixed = str(dest)
 
 

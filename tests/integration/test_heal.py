@@ -137,6 +137,9 @@ def test_hang_is_killed_and_diagnosed(tmp_path: Path, sshd: Any) -> None:
     assert diag["signature"] == "hang" and diag["evidence"]
     st = deploy("status", str(prof), "--json", home=tmp_path / "h")
     assert json.loads(st.stdout)["status"] in ("stopped", "exited")
+    once = deploy("up", str(prof), "--json", "--skip-preflight", "--no-heal", home=tmp_path / "h")
+    assert once.returncode == 5 and len(report_of(once.stdout)["attempts"]) == 1  # --no-heal: no retry at all
+    assert "healing disabled (--no-heal)" in once.stderr
 
 
 def test_no_heal_only_diagnoses(tmp_path: Path, sshd: Any) -> None:
