@@ -15,7 +15,7 @@ from typing import Any
 from deployer.errors import NotFound, ProfileError
 from deployer.profile import NAME_RE, Profile
 from deployer.push import Layout, expand_workdir
-from deployer.remote import Remote, TargetSpec, connect
+from deployer.remote import Remote, TargetSpec, connect, parse_host
 from deployer.start import DeploymentLock, stop
 from deployer.targetview import RunView, current_view, healthy, list_deployments, list_runs, run_view
 from deployer.watch import clean_line
@@ -33,14 +33,6 @@ class Ref:
     profile: Profile | None = None
 
 
-def parse_host(text: str) -> tuple[str | None, str, int | None]:
-    user, _, rest = text.rpartition("@")
-    host, port = rest, None
-    if rest.count(":") == 1 and rest.rsplit(":", 1)[1].isdigit():
-        host, port = rest.rsplit(":", 1)[0], int(rest.rsplit(":", 1)[1])
-    return user or None, host, port
-
-
 def make_ref(arg: str | None, host: str | None, workdir: str | None, trust_new_host: bool = False,
              overrides: tuple[str, ...] = ()) -> Ref:
     """NAME|PROFILE (+ --host): a profile file gives everything; a bare name needs --host."""
@@ -56,7 +48,10 @@ def make_ref(arg: str | None, host: str | None, workdir: str | None, trust_new_h
         raise ProfileError("give --host [USER@]HOST[:PORT] (or a profile file instead of a name)")
     if arg is not None and not re.match(NAME_RE, arg):
         raise ProfileError(f"{arg!r} is neither a profile file nor a deployment name")
-    user, hostname, port = parse_host(host)
+    try:
+        user, hostname, port = parse_host(host)
+    except ValueError as exc:
+        raise ProfileError(str(exc)) from None
     return Ref(arg, TargetSpec(host=hostname, user=user, port=port, trust_new_host=trust_new_host),
                workdir or DEFAULT_WORKDIR)
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from deployer.errors import ProfileError
 from deployer.profile import Profile
+from deployer.remote import parse_host
 
 Loc = tuple[Any, ...]
 VAR_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -209,17 +210,12 @@ def _apply_host(layered: Layered, text: str) -> None:
     target = layered.data.setdefault("target", {})
     if not isinstance(target, dict):
         raise ProfileError("target: must be a mapping", file="--host")
-    user, at, rest = text.rpartition("@")
-    host, port = rest, None
-    if rest.count(":") == 1:
-        host, _, port_text = rest.partition(":")
-        if not port_text.isdigit():
-            raise ProfileError(f"--host {text!r}: port must be a number", file="--host")
-        port = int(port_text)
-    if not host:
-        raise ProfileError(f"--host {text!r}: empty host name", file="--host")
+    try:
+        user, host, port = parse_host(text)
+    except ValueError as exc:
+        raise ProfileError(str(exc), file="--host") from None
     target["host"] = host
-    if at:
+    if user:
         target["user"] = user
     if port is not None:
         target["port"] = port

@@ -58,6 +58,20 @@ def test_set_overrides_are_typed_and_host_override(tmp_path: Path) -> None:
     assert (prof.target.user, prof.target.host, prof.target.port) == ("ops", "10.1.2.3", 2222)
 
 
+@pytest.mark.parametrize("text,expected", [("gpu-box", (None, "gpu-box", None)), ("ops@box:2222", ("ops", "box", 2222)),
+                                           ("a@b@host", ("a@b", "host", None))])
+def test_host_option_forms(text: str, expected: tuple[object, ...]) -> None:
+    from deployer.remote import parse_host
+
+    assert parse_host(text) == expected
+
+
+@pytest.mark.parametrize("text", ["box:ssh", "box:0", "box:70000", "@box", "user@", ""])
+def test_bad_host_option_is_a_profile_error(tmp_path: Path, text: str) -> None:
+    with pytest.raises(ProfileError, match="--host"):
+        load_profile(write(tmp_path, GOOD), environ={"HF_TOKEN": "x"}, host=text or "@")
+
+
 def test_extends_deep_merges_child_over_base(tmp_path: Path) -> None:
     write(tmp_path, "name: base\ntarget: {host: a, workdir: /w}\nengine:\n  model_path: m\n"
                     "  args: {tp_size: 1, dtype: bfloat16}\n", "base.yaml")
