@@ -15,12 +15,12 @@ import signal as signals
 from dataclasses import dataclass, field
 from typing import Any
 
+from deployer.logtext import ANSI_RE, readable
 from deployer.remedy import RemedySpec, resolve
 from deployer.signatures import Signature, load_signatures, version_in
 
 TB_MARK = "Traceback (most recent call last):"
 _TS_RE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?)([^\]]*)\] ?")
-_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _CHAIN_RE = re.compile(
     r"^(During handling of the above exception, another exception occurred:"
     r"|The above exception was the direct cause of the following exception:)$"
@@ -43,10 +43,7 @@ class Line:
 
 
 def clean_line(raw: str) -> Line:
-    text = _ANSI_RE.sub("", raw)
-    if "\r" in text:
-        segments = [s for s in text.split("\r") if s.strip()]
-        text = segments[-1] if segments else ""
+    text = readable(raw)
     found = _TS_RE.match(text)
     if found:
         return Line(text[found.end():].rstrip(), found.group(2).strip(), True)
@@ -74,7 +71,7 @@ def first_traceback(text: str) -> Traceback | None:
     """The first `Traceback (most recent call last):` block of `text`, or None."""
     start = text.find(TB_MARK)
     if start < 0 and "\x1b" in text:
-        text = _ANSI_RE.sub("", text)
+        text = ANSI_RE.sub("", text)
         start = text.find(TB_MARK)
     if start < 0:
         return None

@@ -18,7 +18,7 @@ from deployer.push import Layout, expand_workdir
 from deployer.remote import Remote, TargetSpec, connect, parse_host
 from deployer.start import DeploymentLock, stop
 from deployer.targetview import RunView, current_view, healthy, list_deployments, list_runs, run_view
-from deployer.watch import clean_line
+from deployer.logtext import readable
 
 DEFAULT_WORKDIR = "/workspace/deployer"
 
@@ -155,7 +155,7 @@ def logs(ref: Ref, *, lines: int, follow: bool, previous: bool, out: Callable[[s
         chunk = text.split("\n")
         if size > window:
             chunk = chunk[1:]  # the first line is cut
-        for line in [clean_line(c) for c in chunk if c][-lines:]:
+        for line in [readable(c) for c in chunk if c][-lines:]:
             out(line)
         if follow:
             _follow(remote, view, size, out, follow_for)

@@ -260,7 +260,7 @@ def _engine_tail(profile: Profile, opts: SmokeOptions, run_id: str) -> list[str]
     if not run_id:
         return []
     from deployer.push import layout_for
-    from deployer.watch import clean_line
+    from deployer.logtext import readable
 
     try:
         with _session(profile, opts) as remote:
@@ -269,7 +269,7 @@ def _engine_tail(profile: Profile, opts: SmokeOptions, run_id: str) -> list[str]
             data = remote.read(log, max(0, size - (32 << 10)), 32 << 10).decode("utf-8", "replace")
     except DeployError:
         return []
-    lines = [clean_line(x) for x in data.split("\n")[1 if size > (32 << 10) else 0:]]
+    lines = [readable(x) for x in data.split("\n")[1 if size > (32 << 10) else 0:]]
     return [x[:LINE_MAX] for x in lines if x][-TAIL_LINES:]
 
 

@@ -8,7 +8,6 @@ a byte offset, so a poll costs the same whatever the log's size; polls start fas
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -16,11 +15,11 @@ from typing import Any, Callable, Union
 
 from deployer.engines.base import EngineSpec
 from deployer.errors import DeployError, NotFound
+from deployer.logtext import readable
 from deployer.profile import Health
 from deployer.remote import EndpointUnreachable, Remote
 from deployer.start import Launch, status
 
-ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 READ_LIMIT = 1 << 20          # bytes read per poll at most
 SKIP_AHEAD = 4 << 20          # further behind than this: jump to the last JUMP_TO bytes
 JUMP_TO = 64 << 10            # (progress lines are short; the diagnosis reads its own window)
@@ -81,15 +80,6 @@ class TimedOut:
 Outcome = Union[Ready, Crashed, Hung, TimedOut]
 
 
-def clean_line(raw: str) -> str:
-    """A log line as a person reads it: no colour codes, only the last state of a \\r-redrawn progress bar."""
-    text = ANSI_RE.sub("", raw)
-    if "\r" in text:
-        parts = [p for p in text.split("\r") if p.strip()]
-        text = parts[-1] if parts else ""
-    return text.rstrip()
-
-
 class LogTail:
     """Reads a remote log from a byte offset; never re-reads, never holds more than a bounded window."""
 
@@ -117,13 +107,13 @@ class LogTail:
         self.offset += len(data)
         chunks = (self.partial + data).split(b"\n")
         self.partial = chunks.pop()
-        new = [clean_line(c.decode("utf-8", "replace")) for c in chunks]
+        new = [readable(c.decode("utf-8", "replace")) for c in chunks]
         new = [line for line in new if line]
         self.lines.extend(new)
         return new
 
     def tail(self, n: int = 30) -> list[str]:
-        pending = clean_line(self.partial.decode("utf-8", "replace"))
+        pending = readable(self.partial.decode("utf-8", "replace"))
         lines = list(self.lines) + ([pending] if pending else [])
         return lines[-n:]
 
