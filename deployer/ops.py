@@ -17,8 +17,7 @@ from deployer.profile import NAME_RE, Profile
 from deployer.push import Layout, expand_workdir
 from deployer.remote import Remote, TargetSpec, connect, parse_host
 from deployer.start import DeploymentLock, stop
-from deployer.targetview import RunView, current_view, healthy, list_deployments, list_runs, run_view
-from deployer.logtext import readable
+from deployer.targetview import RunView, current_view, healthy, list_deployments, list_runs, run_view, tail_lines
 
 DEFAULT_WORKDIR = "/workspace/deployer"
 
@@ -150,12 +149,7 @@ def logs(ref: Ref, *, lines: int, follow: bool, previous: bool, out: Callable[[s
     with opened(ref) as (remote, workdir):
         view = pick_run(remote, layout_of(workdir, ref.name), previous)
         size = remote.size(view.run.log) or 0
-        window = min(size, max(64 << 10, lines * 400))
-        text = remote.read(view.run.log, size - window, window).decode("utf-8", "replace")
-        chunk = text.split("\n")
-        if size > window:
-            chunk = chunk[1:]  # the first line is cut
-        for line in [readable(c) for c in chunk if c][-lines:]:
+        for line in tail_lines(remote, view.run.log, lines):
             out(line)
         if follow:
             _follow(remote, view, size, out, follow_for)

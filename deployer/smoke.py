@@ -260,17 +260,15 @@ def _engine_tail(profile: Profile, opts: SmokeOptions, run_id: str) -> list[str]
     if not run_id:
         return []
     from deployer.push import layout_for
-    from deployer.logtext import readable
+    from deployer.targetview import tail_lines
 
     try:
         with _session(profile, opts) as remote:
             log = posixpath.join(layout_for(remote, profile).root, "runs", run_id, "engine.log")
-            size = remote.size(log) or 0
-            data = remote.read(log, max(0, size - (32 << 10)), 32 << 10).decode("utf-8", "replace")
+            lines = tail_lines(remote, log, TAIL_LINES, window=32 << 10)
     except DeployError:
         return []
-    lines = [readable(x) for x in data.split("\n")[1 if size > (32 << 10) else 0:]]
-    return [x[:LINE_MAX] for x in lines if x][-TAIL_LINES:]
+    return [x[:LINE_MAX] for x in lines]
 
 
 class _session:

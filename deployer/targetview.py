@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deployer.errors import NotFound
+from deployer.logtext import readable
 from deployer.push import Layout, RunDir
 from deployer.remote import EndpointUnreachable, Remote
 from deployer.start import status
@@ -84,6 +85,16 @@ def all_runs(remote: Remote, layout: Layout) -> tuple[list[RunView], str | None]
 def current_view(remote: Remote, layout: Layout) -> RunView | None:
     run_id = current_run_id(remote, layout)
     return run_view(remote, layout, run_id) if run_id else None
+
+
+def tail_lines(remote: Remote, path: str, n: int, window: int | None = None) -> list[str]:
+    """The last `n` readable lines of a remote log, reading one bounded window from its end."""
+    size = remote.size(path) or 0
+    window = min(size, window or max(64 << 10, n * 400))
+    chunk = remote.read(path, size - window, window).decode("utf-8", "replace").split("\n")
+    if size > window:
+        chunk = chunk[1:]  # the first line is cut
+    return [line for line in map(readable, chunk) if line][-n:]
 
 
 def healthy(remote: Remote, port: int, path: str, timeout: float = 5.0) -> bool:
