@@ -91,11 +91,10 @@ def crash_diagnosis(remote: Remote, view: RunView) -> dict[str, Any] | None:
     crash = state.get("last_crash")
     if view.status not in ("crashloop", "exited", "lost") or not crash or not state.get("ready_at"):
         return None
-    from deployer.diagnose import diagnose
-    from deployer.pipeline import attempt_log
+    from deployer.pipeline import diagnose_state
 
-    text = attempt_log(remote, view.run, int(crash.get("log_offset") or 0))
-    diag = diagnose(text, exit_code=crash.get("exit_code"), signal=crash.get("signal"))
+    version = (view.record.get("profile") or {}).get("engine", {}).get("version")
+    diag = diagnose_state(remote, view.run, state, version)
     return {**diag.to_json(), "hint": diag.hint}
 
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from deployer.diagnose import diagnose
 from deployer.errors import NotFound
 from deployer.ops import Ref, layout_of, make_ref, opened
-from deployer.pipeline import attempt_log
+from deployer.pipeline import diagnose_state
 from deployer.targetview import all_runs, list_runs, run_view
 
 __all__ = ["make_ref", "history", "local_history", "diagnose_deployment"]
@@ -58,11 +57,8 @@ def diagnose_deployment(ref: Ref, engine_version: str | None) -> dict[str, Any]:
             crashed = state.get("status") in ("exited", "crashloop", "lost") or state.get("last_crash")
             if not crashed and (view.outcome or {}).get("outcome") in (None, "ready"):
                 continue
-            offset = int((state.get("last_crash") or {}).get("log_offset") or state.get("log_offset") or 0)
-            text = attempt_log(remote, view.run, offset)
             version = engine_version or (view.record.get("profile") or {}).get("engine", {}).get("version")
-            diag = diagnose(text, engine_version=version, exit_code=state.get("exit_code"),
-                            signal=state.get("signal"))
+            diag = diagnose_state(remote, view.run, state, version)
             from deployer.remedy import propose
 
             data = {**diag.to_json(), "hint": diag.hint, "run_id": run_id}

@@ -222,10 +222,25 @@ def diagnose_attempt(remote: Remote, launch: Launch, outcome: Outcome, version: 
         diag = hang_diagnosis(outcome.tail, stalled)
         return diag if isinstance(outcome, Hung) else dataclasses.replace(diag, summary=outcome.describe())
     assert isinstance(outcome, Crashed)
-    if outcome.traceback_offset is None:  # the supervisor writes its final state after its last scan
-        outcome = dataclasses.replace(outcome, traceback_offset=_state_traceback(remote, launch.run))
-    text = attempt_log(remote, launch.run, launch.log_offset, outcome.traceback_offset)
-    diag = diagnose(text, engine_version=version, exit_code=outcome.exit_code, signal=outcome.signal)
+    tb_offset = outcome.traceback_offset
+    if tb_offset is None:  # the supervisor writes its final state after its last scan
+        tb_offset = _state_traceback(remote, launch.run)
+    return diagnose_run(remote, launch.run, launch.log_offset, tb_offset, outcome.exit_code, outcome.signal,
+                        version)
+
+
+def diagnose_state(remote: Remote, run: RunDir, state: dict[str, Any], version: str | None) -> Diagnosis:
+    """The diagnosis of a run's last engine death, from what its supervisor recorded (state.json)."""
+    end = state.get("last_crash") or state
+    return diagnose_run(remote, run, int(end.get("log_offset") or 0), end.get("traceback_offset"),
+                        end.get("exit_code"), end.get("signal"), version)
+
+
+def diagnose_run(remote: Remote, run: RunDir, offset: int, traceback_offset: int | None, exit_code: int | None,
+                 signal: int | None, version: str | None) -> Diagnosis:
+    """Diagnose one engine run's log window; a death by signal with no traceback gets the host's OOM-killer lines."""
+    text = attempt_log(remote, run, offset, traceback_offset)
+    diag = diagnose(text, engine_version=version, exit_code=exit_code, signal=signal)
     if diag.signature == "killed-by-signal":
         dmesg = remote.run("dmesg 2>/dev/null | tail -n 300", timeout=15, check=False).stdout
         diag = dataclasses.replace(diag, evidence=[*diag.evidence, *oom_killer_lines(dmesg)[-3:]])
