@@ -218,7 +218,12 @@ def parse_probe_output(stdout: str) -> dict[str, Any] | None:
 
 def load_renames(path: Path | None = None, engine: str = "sglang") -> list[Rename]:
     if path is None:
-        text = resources.files("deployer.engines").joinpath(f"{engine}_renames.yaml").read_text(encoding="utf-8")
+        from deployer.engines import engine_for
+
+        spec = engine_for(engine)
+        if not spec.renames_file:
+            return []
+        text = (Path(spec.data_dir) / spec.renames_file).read_text(encoding="utf-8")
     else:
         text = path.read_text(encoding="utf-8")
     entries = yaml.safe_load(text) or []

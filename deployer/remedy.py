@@ -14,11 +14,9 @@ import math
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 if TYPE_CHECKING:
@@ -294,22 +292,11 @@ def _rename(spec: RenameSpec, message: str, args: dict[str, Any]) -> dict[str, A
 
 @lru_cache(maxsize=4)
 def known_renames(kind: str = "sglang") -> dict[str, str]:
-    """Old flag name -> new flag name from the engine's renames table (empty if there is none)."""
-    from deployer.engines import engine_for
+    """Old flag name -> new flag name from the engine's renames table (the one preflight reads too)."""
+    from deployer.flags import load_renames
 
-    spec = engine_for(kind)
-    path = Path(spec.data_dir) / spec.renames_file if spec.renames_file else None
-    if path is None or not path.is_file():
-        return {}
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    if isinstance(data, dict):
-        data = next((v for k, v in data.items() if k in ("flags", "args", "renames")), [])
-    out: dict[str, str] = {}
-    for item in data or []:
-        if isinstance(item, dict) and item.get("kind", "flag") in ("flag", "arg") and item.get("old"):
-            if item.get("new"):
-                out[str(item["old"]).replace("-", "_")] = str(item["new"]).replace("-", "_")
-    return out
+    return {r.old.replace("-", "_"): r.new.replace("-", "_") for r in load_renames(engine=kind)
+            if r.kind in ("flag", "arg") and r.new}
 
 
 def did_you_mean(flag: str, known_flags: Iterable[str], kind: str = "sglang") -> list[str]:
