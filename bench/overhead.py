@@ -18,8 +18,8 @@ from common import DEPLOY, SSHD, Figure, bench_profile, deploy_env, median, scp_
 
 
 def _baseline_script(profile: Path, dest: Path) -> Path:
-    from deployer.profile import load_profile
-    from deployer.render import render
+    from deployer.profile.model import load_profile
+    from deployer.render.bundle import render
 
     prof = load_profile(str(profile))
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in prof.engine.env.items())

@@ -18,9 +18,9 @@ from typing import Any
 
 from deployer.engines import engine_for
 from deployer.errors import CommandFailed, TargetError
-from deployer.profile import Profile
-from deployer.remote import Remote
-from deployer.render import Bundle
+from deployer.profile.model import Profile
+from deployer.remote.base import Remote
+from deployer.render.bundle import Bundle
 
 # The supervisor program: run as `python3 supervise.py`, it imports the other two from beside it.
 SUPERVISOR_FILES = ("supervise.py", "supervise_base.py", "supervise_daemon.py")
@@ -28,7 +28,7 @@ SUPERVISOR_FILES = ("supervise.py", "supervise_base.py", "supervise_daemon.py")
 
 def _put_supervisor(remote: Remote, folder: str) -> None:
     for name in SUPERVISOR_FILES:
-        remote.put(Path(__file__).with_name(name).read_bytes(), posixpath.join(folder, name), 0o644)
+        remote.put((Path(__file__).parent / "supervisor" / name).read_bytes(), posixpath.join(folder, name), 0o644)
 
 
 @dataclass(frozen=True)

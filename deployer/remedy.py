@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 if TYPE_CHECKING:
-    from deployer.diagnose import Diagnosis
-    from deployer.profile import Profile
+    from deployer.diagnose.diagnosis import Diagnosis
+    from deployer.profile.model import Profile
 
 
 class _Data(BaseModel):
@@ -293,7 +293,7 @@ def _rename(spec: RenameSpec, message: str, args: dict[str, Any]) -> dict[str, A
 @lru_cache(maxsize=4)
 def known_renames(kind: str = "sglang") -> dict[str, str]:
     """Old flag name -> new flag name from the engine's renames table (the one preflight reads too)."""
-    from deployer.flags import load_renames
+    from deployer.preflight.flags import load_renames
 
     return {r.old.replace("-", "_"): r.new.replace("-", "_") for r in load_renames(engine=kind)
             if r.kind in ("flag", "arg") and r.new}

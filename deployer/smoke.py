@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deployer.errors import DeployError, LaunchFailed, ProfileError, Unhealthy
-from deployer.profile import Profile
-from deployer.remote import EndpointUnreachable, Remote
-from deployer.watch import Event, EventSink
+from deployer.profile.model import Profile
+from deployer.remote.base import EndpointUnreachable, Remote
+from deployer.watch.watcher import Event, EventSink
 
 PHASES = ("preflight", "push", "start", "ready", "request", "stop")
 LOADED_PHASES = ("http up", "ready")   # engine log phases that mean "loaded, warming up"
@@ -180,7 +180,7 @@ def _skip_rest(report: SmokeReport, why: str) -> None:
 
 def _deploy(profile: Profile, opts: SmokeOptions, clock: PhaseClock, report: SmokeReport) -> bool:
     """`up`; True when this smoke started the engine that is now running (so it is ours to stop)."""
-    from deployer.pipeline import UpOptions, up
+    from deployer.pipeline.up import UpOptions, up
 
     up_opts = UpOptions(trust_new_host=opts.trust_new_host, heal=opts.heal, skip_preflight=opts.skip_preflight,
                         force=opts.force, what="smoke")
@@ -260,7 +260,7 @@ def _engine_tail(profile: Profile, opts: SmokeOptions, run_id: str) -> list[str]
     if not run_id:
         return []
     from deployer.push import layout_for
-    from deployer.targetview import tail_lines
+    from deployer.target.records import tail_lines
 
     try:
         with _session(profile, opts) as remote:
@@ -279,8 +279,8 @@ class _session:
         self.remote: Remote | None = None
 
     def __enter__(self) -> Remote:
-        from deployer.pipeline import target_spec
-        from deployer.remote import connect
+        from deployer.pipeline.up import target_spec
+        from deployer.remote.base import connect
 
         self.remote = connect(target_spec(self.profile, self.opts.trust_new_host))
         return self.remote
@@ -384,7 +384,7 @@ def stop_current(profile: Profile, opts: SmokeOptions) -> dict[str, Any]:
     """Graceful stop of the deployment's current run under its lock (like `deploy down`)."""
     from deployer.push import layout_for
     from deployer.start import DeploymentLock, stop
-    from deployer.targetview import current_view
+    from deployer.target.records import current_view
 
     with _session(profile, opts) as remote:
         layout = layout_for(remote, profile)

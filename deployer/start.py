@@ -17,7 +17,7 @@ from typing import Any
 
 from deployer.errors import CommandFailed, Locked, PortBusy, RemoteError, TargetError
 from deployer.push import Layout, RunDir
-from deployer.remote import Remote, Session
+from deployer.remote.base import Remote, Session
 
 # The target's python3 (stdlib only, >= 3.8); images that ship only `python` work too.
 SUPERVISOR_PYTHON = '"$(command -v python3 || command -v python || echo python3)"'

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deployer.remote import TargetSpec
+from deployer.remote.base import TargetSpec
 
 SSHD_BIN = "/usr/sbin/sshd"
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"

@@ -7,7 +7,7 @@ from deployer.engines.base import EngineSpec
 
 def engine_for(kind: str) -> EngineSpec:
     if kind == "sglang":
-        from deployer.engines.sglang import SGLANG
+        from deployer.engines.sglang.spec import SGLANG
 
         return SGLANG
     raise KeyError(f"unknown engine kind {kind!r}")

@@ -22,7 +22,7 @@ class Phase:
 class EngineSpec:
     kind: str
     launch_module: str                      # run as `<python> -m <launch_module> <argv>`
-    template: str                           # launch script template shipped in deployer/templates
+    template: str                           # launch script template shipped in deployer/render/templates
     ready_line: str                         # printed once the server serves requests
     phases: tuple[Phase, ...]               # progress lines, in startup order
     health_path: str = "/health"

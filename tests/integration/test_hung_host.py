@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from deployer import remote_ssh
+from deployer.remote.ssh import connection as remote_ssh
 from deployer.errors import ConnectFailed, RemoteError
-from deployer.remote import connect
+from deployer.remote.base import connect
 
 pytestmark = pytest.mark.integration
 

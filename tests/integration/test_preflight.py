@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from deployer.flags import load_cached_flagset
-from deployer.facts import gather_facts
-from deployer.preflight import run_preflight
-from deployer.profile import Profile
-from deployer.remote import Remote, connect
+from deployer.preflight.flags import load_cached_flagset
+from deployer.preflight.facts import gather_facts
+from deployer.preflight.checks import run_preflight
+from deployer.profile.model import Profile
+from deployer.remote.base import Remote, connect
 
 pytestmark = pytest.mark.integration
 

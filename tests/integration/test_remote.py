@@ -24,8 +24,8 @@ from deployer.errors import (
     RemoteError,
     TransferFailed,
 )
-from deployer.remote import CommandTimedOut, EndpointUnreachable, Remote, TargetSpec, connect
-from deployer.remote_ssh import SSHRemote
+from deployer.remote.base import CommandTimedOut, EndpointUnreachable, Remote, TargetSpec, connect
+from deployer.remote.ssh.connection import SSHRemote
 from sshbed import SSHD, free_port, keygen, make_sshd
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]

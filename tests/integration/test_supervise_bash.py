@@ -21,7 +21,7 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-SUPERVISE = Path(__file__).resolve().parents[2] / "deployer" / "supervise.py"
+SUPERVISE = Path(__file__).resolve().parents[2] / "deployer" / "supervisor" / "supervise.py"
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 READY = "The server is fired up and ready to roll!"
 LAUNCH = 'set -euo pipefail\ncd "$(dirname "$0")"\nexec python3 engine.py\n'

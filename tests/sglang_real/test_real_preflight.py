@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from deployer.flags import load_cached_flagset
-from deployer.preflight import PreflightReport, run_preflight
-from deployer.profile import Profile
-from deployer.remote import Remote, connect
+from deployer.preflight.flags import load_cached_flagset
+from deployer.preflight.checks import PreflightReport, run_preflight
+from deployer.profile.model import Profile
+from deployer.remote.base import Remote, connect
 
 MODEL = Path(__file__).resolve().parents[1] / "fixtures" / "models" / "qwen3-next-80b-a3b"
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from deployer.diagnose import (
+from deployer.diagnose.diagnosis import (
     Diagnosis,
     clean_line,
     diagnose,

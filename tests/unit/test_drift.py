@@ -7,7 +7,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from deployer.drift import Drift, compare, parse_server_args, same_value
+from deployer.diagnose.drift import Drift, compare, parse_server_args, same_value
 
 CASES = Path(__file__).parent.parent / "cases" / "sglang"
 
@@ -98,8 +98,8 @@ def test_ints_match_their_text(n: int) -> None:
 
 
 def test_engine_value_aliases_are_not_drift() -> None:
-    from deployer.drift import compare
-    from deployer.engines.sglang import SGLANG
+    from deployer.diagnose.drift import compare
+    from deployer.engines.sglang.spec import SGLANG
 
     asked = {"speculative_algorithm": "NEXTN", "mamba_scheduler_strategy": "extra_buffer"}
     resolved = {"speculative_algorithm": "EAGLE", "mamba_scheduler_strategy": "no_buffer"}

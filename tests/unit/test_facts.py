@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from deployer.facts import parse_facts
-from deployer.profile import Profile
+from deployer.preflight.facts import parse_facts
+from deployer.profile.model import Profile
 
 PROFILE = Profile.model_validate({"name": "p", "target": {"host": "h"}, "engine": {"model_path": "m",
                                                                                  "python": "/venv/bin/python"}})

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from deployer.flags import (
+from deployer.preflight.flags import (
     Flag,
     FlagSet,
     at_least,
@@ -19,7 +19,7 @@ from deployer.flags import (
     parse_probe_output,
     save_flagset,
 )
-from deployer.profile import Profile
+from deployer.profile.model import Profile
 
 STRATEGIES = ("auto", "extra_buffer", "extra_buffer_lazy", "no_buffer")
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deployer.junit import Case, Suite, to_xml, write, xml_safe
+from deployer.output.junit import Case, Suite, to_xml, write, xml_safe
 
 
 def suite_of(*cases: Case) -> Suite:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from deployer.memory import (
+from deployer.preflight.memory import (
     ModelInfo,
     UnsupportedModel,
     auto_mem_fraction,

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deployer.diagnose import Diagnosis, diagnose
-from deployer.profile import Profile
+from deployer.diagnose.diagnosis import Diagnosis, diagnose
+from deployer.profile.model import Profile
 from deployer.remedy import Change, known_renames, propose, remedy_spec, resolve
 
 CASES = Path(__file__).parent.parent / "cases" / "sglang"

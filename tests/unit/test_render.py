@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from deployer.errors import RenderError
-from deployer.profile import Profile
-from deployer.render import EnvRef, flag_tokens, render, secret_var
-from deployer.supervise_base import read_env_file
+from deployer.profile.model import Profile
+from deployer.render.bundle import EnvRef, flag_tokens, render, secret_var
+from deployer.supervisor.supervise_base import read_env_file
 
 PROBE = """#!/usr/bin/python3 -S
 import json, os, sys
@@ -59,7 +59,7 @@ def test_secrets_stay_out_of_script_and_argv_and_are_masked() -> None:
 
 
 def test_secret_flags_are_passed_from_the_env_file_not_written_in_launch_sh(tmp_path: Path) -> None:
-    from deployer.profile import load_profile
+    from deployer.profile.model import load_profile
 
     path = tmp_path / "p.yaml"
     path.write_text("name: t\ntarget: {host: h}\nengine:\n  model_path: m\n  python: /usr/bin/python3\n"

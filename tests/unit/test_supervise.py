@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deployer import supervise as sv
-from deployer import supervise_base as base
-from deployer.supervise_base import SuperviseError, read_env_file
+from deployer.supervisor import supervise as sv
+from deployer.supervisor import supervise_base as base
+from deployer.supervisor.supervise_base import SuperviseError, read_env_file
 
 SUPERVISE = Path(sv.__file__)
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
@@ -40,7 +40,7 @@ def test_env_file_comments_export_and_blank_lines(tmp_path: Path) -> None:
 
 
 def test_env_file_reads_what_render_writes(tmp_path: Path) -> None:
-    from deployer.render import env_file_text
+    from deployer.render.bundle import env_file_text
     env = {"HF_TOKEN": "hf_'x'$(y)", "MULTI": "a\nb", "CUDA_VISIBLE_DEVICES": "0,1"}
     (tmp_path / "env").write_text(env_file_text(env), encoding="utf-8")
     assert read_env_file(str(tmp_path / "env")) == env

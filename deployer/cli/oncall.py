@@ -1,0 +1,84 @@
+"""On-call commands (history, ...): options and output only; the work is in ops_more."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+
+from deployer.cli.main import _emit_json, _target_options
+
+
+@click.command()
+@click.argument("target")
+@click.option("--host", default=None, metavar="[USER@]HOST[:PORT]")
+@click.option("--workdir", default=None)
+@_target_options
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--local", is_flag=True, help="Read this machine's history cache instead of the target.")
+def history(target: str, host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool,
+            local: bool) -> None:
+    """Every attempt of a deployment: when, content hash, outcome, diagnosis, change made."""
+    from deployer.oncall import history as ops_more
+
+    if local:
+        rows = ops_more.local_history(target, host)
+    else:
+        rows = ops_more.history(ops_more.make_ref(target, host, workdir, trust_new_host))
+    if as_json:
+        _emit_json(rows)
+        return
+    for row in rows:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["started_at"])) if row["started_at"] else "?"
+        diag = (row.get("diagnosis") or {}).get("signature") or ""
+        change = (row.get("change") or {}).get("reason") or ""
+        current = "*" if row.get("current") else " "
+        click.echo(f"{current} {when}  {row['run_id']:<34} {row['content_hash'][:12]}  attempt {row['attempt']}  "
+                   f"{row['outcome']:<9} {diag}{'  -> ' + change if change else ''}")
+
+
+def _oncall(action: str, target: str, host: str | None, workdir: str | None, trust_new_host: bool,
+            as_json: bool, no_heal: bool) -> None:
+    from deployer.oncall import rollback as oncall
+    from deployer.oncall import deployment as ops
+    from deployer.cli.targets import run_reported
+    from deployer.pipeline.up import UpOptions
+
+    ref = ops.make_ref(target, host, workdir, trust_new_host)
+    opts = UpOptions(trust_new_host=trust_new_host, heal=not no_heal, skip_preflight=True)
+    run_reported(as_json, lambda sink: getattr(oncall, action)(ref, sink, opts))
+
+
+def _oncall_options(func: Any) -> Any:
+    for option in reversed([
+        click.argument("target"),
+        click.option("--host", default=None, metavar="[USER@]HOST[:PORT]"),
+        click.option("--workdir", default=None),
+        click.option("--trust-new-host", is_flag=True, help="Record the key of a host not yet in known_hosts."),
+        click.option("--json", "as_json", is_flag=True, help="NDJSON events on stdout, then the report."),
+        click.option("--no-heal", is_flag=True, help="Diagnose a failure but change nothing and do not retry."),
+    ]):
+        func = option(func)
+    return func
+
+
+@click.command()
+@_oncall_options
+def restart(target: str, host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool,
+            no_heal: bool) -> None:
+    """Graceful stop and start of the last good version, with the same watch and healing as `up`."""
+    _oncall("restart", target, host, workdir, trust_new_host, as_json, no_heal)
+
+
+@click.command()
+@_oncall_options
+def rollback(target: str, host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool,
+             no_heal: bool) -> None:
+    """Back to the newest other version that reached ready (read from the target's history)."""
+    _oncall("rollback", target, host, workdir, trust_new_host, as_json, no_heal)
+
+
+def register(group: click.Group) -> None:
+    for command in (history, restart, rollback):
+        group.add_command(command)

@@ -1,0 +1,214 @@
+"""Commands that act on targets (up, status, logs, down, diagnose, plan, history): options and output only."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from deployer.cli.main import _emit_json, _load, _profile_options, _target_options
+
+
+def _progress(as_json: bool) -> Any:
+    from deployer.output.console import JsonEvents, LiveProgress
+
+    return JsonEvents() if as_json else LiveProgress()
+
+
+@click.command()
+@click.argument("profile", type=click.Path(dir_okay=False))
+@_profile_options
+@_target_options
+@click.option("--json", "as_json", is_flag=True, help="NDJSON events on stdout, then the report.")
+@click.option("--no-heal", is_flag=True, help="Diagnose a failure but change nothing and do not retry.")
+@click.option("--save-fixed", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the profile that worked (with healing's changes) to this file.")
+@click.option("--skip-preflight", is_flag=True, help="Do not check GPUs, flags and memory before launch.")
+@click.option("--model-config", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="A local folder with the model's config.json for the memory plan.")
+@click.option("--force", is_flag=True, help="Restart even if the same version is running and healthy.")
+def up(profile: str, overrides: tuple[str, ...], host: str | None, trust_new_host: bool, as_json: bool,
+       no_heal: bool, save_fixed: Path | None, skip_preflight: bool, model_config: Path | None,
+       force: bool) -> None:
+    """Render, push, start and watch a deployment; heal known failures and retry."""
+    from deployer.pipeline.up import UpOptions
+    from deployer.pipeline.up import up as run_up
+
+    prof = _load(profile, overrides, host)
+    opts = UpOptions(trust_new_host=trust_new_host, heal=not no_heal, skip_preflight=skip_preflight,
+                     save_fixed=save_fixed, model_config=model_config, force=force)
+    run_reported(as_json, lambda sink: run_up(prof, opts, sink))
+
+
+def run_reported(as_json: bool, action: Callable[[Any], Any]) -> None:
+    """Run an up-like action with live progress (or NDJSON), then print its report, failed or not."""
+    from deployer.errors import LaunchFailed
+
+    sink = _progress(as_json)
+    try:
+        report = action(sink)
+    except LaunchFailed as exc:
+        sink.close()
+        if exc.outcome is not None and hasattr(exc.outcome, "attempts"):
+            _final(exc.outcome, as_json, sink)
+        raise
+    sink.close()
+    _final(report, as_json, sink)
+
+
+def _final(report: Any, as_json: bool, sink: Any) -> None:
+    from deployer.output.console import print_up_report
+
+    if as_json:
+        sys.stdout.write(json.dumps({"event": "report", **report.to_json()}, default=str) + "\n")
+    else:
+        print_up_report(report, sink)
+
+
+@click.command()
+@click.argument("target", required=False)
+@click.option("--host", default=None, metavar="[USER@]HOST[:PORT]")
+@click.option("--workdir", default=None, help="Workdir on the target (default: the profile's or /workspace/deployer).")
+@_target_options
+@click.option("--json", "as_json", is_flag=True)
+def status(target: str | None, host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool) -> None:
+    """State, pid, uptime, health, attempt, content hash and run dir; every deployment with only --host."""
+    from deployer.oncall import deployment as ops
+
+    rows = ops.status(ops.make_ref(target, host, workdir, trust_new_host))
+    if as_json:
+        _emit_json(rows if target is None else rows[0])
+        return
+    if not rows:
+        click.echo("no deployments")
+    for row in rows:
+        health = "healthy" if row["healthy"] else "not healthy"
+        uptime = f", up {row['uptime_s']:.0f}s" if row["uptime_s"] is not None else ""
+        click.echo(f"{row['name']}: {row['status']} ({health}{uptime}) pid {row['pid']} port {row['port']} "
+                   f"attempt {row['attempt']} content {row['content_hash'][:12]} restarts {row['restarts']}")
+        click.echo(f"  run dir {row['run_dir']} on {row['host']}")
+        if row.get("last_crash"):
+            click.echo(f"  last crash: {row['last_crash']}")
+        for line in row.get("drift") or []:
+            click.echo(f"  drift: {line}")
+
+
+@click.command()
+@click.argument("target")
+@click.option("--host", default=None, metavar="[USER@]HOST[:PORT]")
+@click.option("--workdir", default=None)
+@_target_options
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
+@click.option("-n", "--lines", default=50, show_default=True, type=click.IntRange(1, 100000))
+@click.option("--previous", is_flag=True, help="The log of the attempt before the current one.")
+def logs(target: str, host: str | None, workdir: str | None, trust_new_host: bool, follow: bool, lines: int,
+         previous: bool) -> None:
+    """Print the engine log of the current (or previous) attempt."""
+    from deployer.oncall import deployment as ops
+
+    ops.logs(ops.make_ref(target, host, workdir, trust_new_host), lines=lines, follow=follow, previous=previous,
+             out=click.echo)
+
+
+@click.command()
+@click.argument("target")
+@click.option("--host", default=None, metavar="[USER@]HOST[:PORT]")
+@click.option("--workdir", default=None)
+@_target_options
+@click.option("--grace", type=float, default=None, help="Seconds between SIGTERM and SIGKILL.")
+@click.option("--json", "as_json", is_flag=True)
+def down(target: str, host: str | None, workdir: str | None, trust_new_host: bool, grace: float | None,
+         as_json: bool) -> None:
+    """Stop a deployment gracefully (idempotent: 'not running' is success)."""
+    from deployer.oncall import deployment as ops
+
+    result = ops.down(ops.make_ref(target, host, workdir, trust_new_host), grace)
+    if as_json:
+        _emit_json(result)
+    elif result["was_running"]:
+        click.echo(f"{result['name']}: stopped on {result['host']}")
+    else:
+        click.echo(f"{result['name']}: not running on {result['host']}")
+
+
+@click.command()
+@click.argument("target", required=False)
+@click.option("--log", "log_file", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Diagnose a local log file (no target needed).")
+@click.option("--engine-version", default=None, help="Engine version the log came from.")
+@click.option("--host", default=None, metavar="[USER@]HOST[:PORT]")
+@click.option("--workdir", default=None)
+@_target_options
+@click.option("--json", "as_json", is_flag=True)
+def diagnose(target: str | None, log_file: str | None, engine_version: str | None, host: str | None,
+             workdir: str | None, trust_new_host: bool, as_json: bool) -> None:
+    """The first traceback and diagnosis of a log file, or of a deployment's latest failed attempt."""
+    if log_file is None:
+        from deployer.oncall import history as ops_more
+
+        data = ops_more.diagnose_deployment(ops_more.make_ref(target, host, workdir, trust_new_host),
+                                            engine_version)
+    else:
+        from deployer.diagnose.diagnosis import diagnose_file
+
+        data = diagnose_file(log_file, engine_version=engine_version).to_json()
+        data["hint"] = None
+    if as_json:
+        _emit_json(data)
+        return
+    _print_diagnosis(data)
+
+
+def _print_diagnosis(data: dict[str, Any]) -> None:
+    click.echo(f"signature: {data.get('signature') or 'none (unknown failure)'}")
+    click.echo(f"summary:   {data.get('summary')}")
+    click.echo(f"transient: {'yes' if data.get('transient') else 'no (retrying unchanged is pointless)'}")
+    for line in data.get("evidence") or []:
+        click.echo(f"evidence:  {line}")
+    if data.get("remedy"):
+        click.echo(f"remedy:    {json.dumps(data['remedy'])}")
+    if data.get("traceback"):
+        click.echo("traceback:")
+        click.echo(data["traceback"])
+
+
+@click.command()
+@click.argument("profile", type=click.Path(dir_okay=False))
+@_profile_options
+@_target_options
+@click.option("--model-config", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="A local folder with the model's config.json (else read on the target).")
+@click.option("--json", "as_json", is_flag=True)
+def plan(profile: str, overrides: tuple[str, ...], host: str | None, trust_new_host: bool,
+         model_config: Path | None, as_json: bool) -> None:
+    """Preflight without launching: GPUs, engine version, flags, effective args, memory plan."""
+    from deployer.errors import PreflightFailed
+    from deployer.pipeline.up import target_spec
+    from deployer.preflight.checks import run_preflight
+    from deployer.remote.base import connect
+    from deployer.local_history import home
+
+    prof = _load(profile, overrides, host)
+    remote = connect(target_spec(prof, trust_new_host))
+    try:
+        report = run_preflight(remote, prof, cache_dir=home() / "cache", model_config=model_config)
+    finally:
+        remote.close()
+    if as_json:
+        _emit_json(report.to_json())
+    else:
+        click.echo(report.render_text())
+    if report.problems:
+        raise PreflightFailed(report.problems)
+
+
+def register(group: click.Group) -> None:
+    """Attach the target commands to the top-level group."""
+    for command in (up, status, logs, down, diagnose, plan):
+        group.add_command(command)
+    from deployer.cli import oncall as cli_more
+
+    cli_more.register(group)

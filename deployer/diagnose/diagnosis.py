@@ -1,0 +1,360 @@
+"""Diagnosis: an engine log -> its first traceback -> the known failure signature it matches (`Diagnosis`).
+
+Signatures are data (`engines/<kind>_signatures.yaml`), tried in file order: first against the final
+exception lines of the first traceback, then the whole traceback, then the lines right after it, then the
+tail of the log (argparse, uvicorn, NCCL and "scheduler died" errors are not tracebacks). Pure, except
+`diagnose_file`, which reads a bounded window of a log of any size.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import signal as signals
+from dataclasses import dataclass, field
+from typing import Any
+
+from deployer.logtext import ANSI_RE, readable
+from deployer.remedy import RemedySpec, resolve
+from deployer.diagnose.signatures import Signature, load_signatures, version_in
+
+TB_MARK = "Traceback (most recent call last):"
+_TS_RE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?)([^\]]*)\] ?")
+_CHAIN_RE = re.compile(
+    r"^(During handling of the above exception, another exception occurred:"
+    r"|The above exception was the direct cause of the following exception:)$"
+)
+_PROGRESS_RE = re.compile(r"\d+%\||\d+% Completed \|")
+_OOM_KILL_RE = re.compile(r"Out of memory: Killed process|oom-kill:|invoked oom-killer|Memory cgroup out of memory")
+MAX_MESSAGE_LINES = 40      # an exception message longer than this is cut (the rest is still in the log)
+BLOCK_CHARS = 2 << 20       # how far past its start a traceback is parsed
+TAIL_CHARS = 256 << 10      # how much of the log's end the non-traceback errors are looked for in
+CONTEXT_BYTES = 64 << 10    # diagnose_file: bytes kept before the first traceback
+
+
+@dataclass(frozen=True)
+class Line:
+    """One log line without ANSI codes, progress-bar redraws and the logger's timestamp prefix."""
+
+    text: str
+    tag: str | None          # rank tag of a timestamped line ("TP0", "" for none); None when not timestamped
+    stamped: bool = False
+
+
+def clean_line(raw: str) -> Line:
+    text = readable(raw)
+    found = _TS_RE.match(text)
+    if found:
+        return Line(text[found.end():].rstrip(), found.group(2).strip(), True)
+    return Line(text.rstrip(), None)
+
+
+@dataclass(frozen=True)
+class Traceback:
+    """The first traceback of a log with its chained exceptions, cleaned."""
+
+    text: str                        # the whole block, chained parts included, ending with the final exception
+    exception: str                   # the final exception line(s): "ValueError: ..." (multi-line message kept)
+    exceptions: tuple[str, ...]      # every part's exception, oldest first (the final one last)
+    rank: str | None = None          # rank tag of the process that printed it ("TP0"), "" if none, None if unknown
+    prefix: str | None = None        # what preceded it on its first line ("Scheduler hit an exception:")
+    after: tuple[str, ...] = ()      # a few cleaned lines that followed it
+
+    @property
+    def exception_type(self) -> str:
+        head = self.exception.split("\n", 1)[0]
+        return head.split(":", 1)[0].strip()
+
+
+def first_traceback(text: str) -> Traceback | None:
+    """The first `Traceback (most recent call last):` block of `text`, or None."""
+    start = text.find(TB_MARK)
+    if start < 0 and "\x1b" in text:
+        text = ANSI_RE.sub("", text)
+        start = text.find(TB_MARK)
+    if start < 0:
+        return None
+    line_start = text.rfind("\n", 0, start) + 1
+    lines = [clean_line(raw) for raw in text[line_start:line_start + BLOCK_CHARS].split("\n")]
+    parsed = _parse_block(lines, 0)
+    if parsed is None:
+        return None
+    parts, end = parsed
+    first = lines[0]
+    prefix = first.text[: first.text.find(TB_MARK)].strip() if TB_MARK in first.text else ""
+    after = tuple(ln.text for ln in lines[end:end + 8] if ln.text.strip())
+    body: list[str] = []
+    for marker, frames, exc in parts:
+        if marker:
+            body += ["", marker, ""]
+        body += [TB_MARK, *frames, *exc]
+    return Traceback(
+        text="\n".join(body),
+        exception="\n".join(parts[-1][2]),
+        exceptions=tuple("\n".join(exc) for _, _, exc in parts),
+        rank=first.tag,
+        prefix=prefix or None,
+        after=after,
+    )
+
+
+_Part = tuple[str | None, list[str], list[str]]   # (chain marker before it, frame lines, exception lines)
+
+
+def _parse_block(lines: list[Line], i: int) -> tuple[list[_Part], int] | None:
+    """Parse a traceback whose header is lines[i]; returns its parts and the index after it."""
+    parts: list[_Part] = []
+    marker: str | None = None
+    i += 1
+    while True:
+        frames: list[str] = []
+        i = _parse_frames(lines, i, frames)
+        if i >= len(lines):
+            if frames:
+                parts.append((marker, frames, ["(log ends inside the traceback)"]))
+            return (parts, i) if parts else None
+        exc = [lines[i].text]
+        i = _parse_message(lines, i + 1, exc)
+        parts.append((marker, frames, exc))
+        marker, nxt = _chained(lines, i)
+        if marker is None:
+            return parts, i
+        i = nxt
+
+
+def _parse_frames(lines: list[Line], i: int, frames: list[str]) -> int:
+    """Collect indented frame lines; skip other ranks' records. Returns the index of the exception line."""
+    while i < len(lines):
+        line = lines[i]
+        if line.stamped:
+            i = _skip_record(lines, i)
+            continue
+        if not line.text.strip() or _PROGRESS_RE.search(line.text):
+            i += 1
+            continue
+        if not line.text.startswith(" "):
+            return i
+        frames.append(line.text)
+        i += 1
+    return i
+
+
+def _skip_record(lines: list[Line], i: int) -> int:
+    """Skip a timestamped line of another record; if it opens a traceback, skip that traceback too."""
+    if TB_MARK not in lines[i].text:
+        return i + 1
+    parsed = _parse_block(lines, i)
+    return parsed[1] if parsed else i + 1
+
+
+def _parse_message(lines: list[Line], i: int, exc: list[str]) -> int:
+    """Extend the exception line with its message's further lines; stop at the next record or a blank."""
+    while i < len(lines) and len(exc) < MAX_MESSAGE_LINES:
+        line = lines[i]
+        text = line.text
+        if line.stamped or not text.strip() or _CHAIN_RE.match(text.strip()):
+            break
+        if text.startswith(TB_MARK) or _PROGRESS_RE.search(text):
+            break
+        exc.append(text)
+        i += 1
+    return i
+
+
+def _chained(lines: list[Line], i: int) -> tuple[str | None, int]:
+    """After an exception: a chain marker then another traceback? Returns (marker, index after its header)."""
+    j = _next_text(lines, i)
+    if j is None or lines[j].stamped or not _CHAIN_RE.match(lines[j].text.strip()):
+        return None, i
+    k = _next_text(lines, j + 1)
+    if k is None or lines[k].text.strip() != TB_MARK:
+        return None, i
+    return lines[j].text.strip(), k + 1
+
+
+def _next_text(lines: list[Line], i: int) -> int | None:
+    while i < len(lines) and not lines[i].text.strip():
+        i += 1
+    return i if i < len(lines) else None
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """What went wrong with one attempt, and what the signature's data says to do about it."""
+
+    signature: str | None
+    summary: str
+    transient: bool
+    evidence: list[str] = field(default_factory=list)
+    traceback: str | None = None
+    remedy: RemedySpec | None = None
+    hint: str | None = None
+
+    def message_text(self) -> str:
+        """The text a remedy reads values from (the matching lines, then the traceback)."""
+        return "\n".join([*self.evidence, self.traceback or ""])
+
+    def to_json(self) -> dict[str, Any]:
+        change = None
+        if self.remedy is not None:
+            change = resolve(self.remedy, self.message_text(), args={}, env={})
+        return {
+            "signature": self.signature,
+            "summary": self.summary,
+            "transient": self.transient,
+            "evidence": list(self.evidence),
+            "traceback": self.traceback,
+            "remedy": None if change is None else {"args": dict(change.args), "env": dict(change.env)},
+        }
+
+
+def diagnose(
+    text: str,
+    *,
+    engine_version: str | None = None,
+    exit_code: int | None = None,
+    signal: int | None = None,
+    kind: str = "sglang",
+) -> Diagnosis:
+    """Diagnose one attempt from (a bounded window of) its log and how the process ended."""
+    signatures = [s for s in load_signatures(kind) if engine_version is None or version_in(engine_version, s.versions)]
+    tb = first_traceback(text)
+    tail = _tail_lines(text)
+    for stage in _stages(tb, tail):
+        for sig in signatures:
+            found = sig.search(stage)
+            if found and sig.fits(text):
+                return _matched(sig, stage, found, tb)
+    signum = signal if signal is not None else _signal_of_exit(exit_code)
+    if tb is None and signum is not None:
+        return killed_by_signal(signum, tail)
+    return _unknown(tb, tail)
+
+
+def _stages(tb: Traceback | None, tail: list[str]) -> list[str]:
+    stages = []
+    if tb is not None:
+        stages += ["\n".join(tb.exceptions), tb.text, "\n".join([tb.prefix or "", *tb.after])]
+    stages.append("\n".join(tail))
+    return stages
+
+
+def _tail_lines(text: str) -> list[str]:
+    chunk = text[-TAIL_CHARS:]
+    if len(text) > TAIL_CHARS:
+        chunk = chunk[chunk.find("\n") + 1:]
+    return [ln.text for ln in map(clean_line, chunk.split("\n")) if ln.text.strip()]
+
+
+def _matched(sig: Signature, stage: str, found: re.Match[str], tb: Traceback | None) -> Diagnosis:
+    begin = stage.rfind("\n", 0, found.start()) + 1
+    end = stage.find("\n", found.end())
+    lines = stage[begin: end if end >= 0 else len(stage)].split("\n")
+    whole = next((exc for exc in (tb.exceptions if tb else ()) if found.group(0) in exc), None)
+    if whole is not None and len(whole) > len(found.group(0)):
+        lines = whole.split("\n")   # the whole (multi-line) exception that matched
+    return Diagnosis(
+        signature=sig.id,
+        summary=_expand(sig.summary, found),
+        transient=sig.transient,
+        evidence=[_short(ln.strip()) for ln in lines if ln.strip()][:8],
+        traceback=tb.text if tb else None,
+        remedy=sig.remedy,
+        hint=_expand(sig.hint, found) if sig.hint else None,
+    )
+
+
+def _expand(template: str, found: re.Match[str]) -> str:
+    """Signature texts may name what the pattern captured: `\\g<1>`."""
+    if "\\g<" not in template:
+        return template
+    try:
+        return found.expand(template)
+    except (IndexError, re.error):
+        return template
+
+
+def _short(line: str, limit: int = 500) -> str:
+    return line if len(line) <= limit else line[:limit] + " ..."
+
+
+def _unknown(tb: Traceback | None, tail: list[str]) -> Diagnosis:
+    if tb is not None:
+        last = tb.exception.split("\n", 1)[0]
+        return Diagnosis(None, f"unknown failure: {last}", False, [tb.exception], tb.text)
+    last = _short(tail[-1]) if tail else "no output"
+    return Diagnosis(None, f"unknown failure: {last}", False, [_short(t) for t in tail[-5:]])
+
+
+def _signal_of_exit(exit_code: int | None) -> int | None:
+    """Shells report death by signal N as 128+N; Python's subprocess as -N."""
+    if exit_code is None:
+        return None
+    if exit_code < 0:
+        return -exit_code
+    return exit_code - 128 if 128 < exit_code <= 128 + 64 else None
+
+
+_SIGNAL_CAUSES: dict[int, str] = {
+    signals.SIGKILL.value: "most likely the host's OOM killer",
+    signals.SIGTERM.value: "something outside the engine stopped it",
+    signals.SIGSEGV.value: "a crash in native code (driver, CUDA kernel, extension)",
+    signals.SIGABRT.value: "a native abort (CUDA/NCCL assertion, C++ exception)",
+    signals.SIGBUS.value: "a bus error (often /dev/shm too small)",
+}
+
+
+def killed_by_signal(signum: int, tail: list[str] | None = None) -> Diagnosis:
+    """A death by signal with no traceback to explain it."""
+    name = signals.Signals(signum).name if signum in set(signals.Signals) else f"signal {signum}"
+    cause = _SIGNAL_CAUSES.get(signum, "see the host's logs")
+    how = "with no output" if not tail else "with no error in the log"
+    hint = "check `dmesg -T | grep -i -e oom -e killed` on the host; lower host memory use (fewer workers, smaller CPU offload)"
+    evidence = [_short(t) for t in (tail or [])[-5:]]
+    return Diagnosis("killed-by-signal", f"killed by {name} {how}: {cause}", False, evidence, None, None, hint)
+
+
+def hang_diagnosis(last_lines: list[str], stalled_s: float) -> Diagnosis:
+    """The engine printed nothing for `stalled_s` seconds (the pipeline noticed and stopped it)."""
+    lines = [ln.text for ln in map(clean_line, last_lines) if ln.text.strip()]
+    last = lines[-1] if lines else "(no output at all)"
+    return Diagnosis(
+        signature="hang",
+        summary=f"no output for {stalled_s:.0f} s; last line: {last}",
+        transient=True,
+        evidence=lines[-5:],
+        hint="a stall at NCCL init often means P2P/IB trouble (try NCCL_P2P_DISABLE=1, NCCL_DEBUG=INFO); "
+        "at weight loading, a slow or stuck download or filesystem; raise health.stall_timeout_s if it is just slow",
+    )
+
+
+def oom_killer_lines(dmesg_text: str) -> list[str]:
+    """The kernel OOM killer's lines in `dmesg` output."""
+    return [line.strip() for line in dmesg_text.splitlines() if _OOM_KILL_RE.search(line)]
+
+
+def diagnose_file(path: str | os.PathLike[str], *, window_bytes: int = 8 << 20, **kw: Any) -> Diagnosis:
+    """`diagnose` a log file of any size, reading at most ~2 windows of it."""
+    return diagnose(read_window(path, window_bytes), **kw)
+
+
+def read_window(path: str | os.PathLike[str], window_bytes: int = 8 << 20) -> str:
+    """The log around its first traceback plus its last `window_bytes`, cut at line boundaries."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size <= 2 * window_bytes:
+            return f.read().decode("utf-8", "replace")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            tail_start = size - window_bytes
+            pos = mm.find(TB_MARK.encode(), 0, tail_start)
+            parts = []
+            if pos >= 0:
+                head = max(0, pos - CONTEXT_BYTES)
+                parts.append(_from_line(mm[head: min(pos + window_bytes, tail_start)], head > 0))
+            parts.append(_from_line(mm[tail_start:], True))
+    return b"\n".join(parts).decode("utf-8", "replace")
+
+
+def _from_line(chunk: bytes, cut: bool) -> bytes:
+    return chunk[chunk.find(b"\n") + 1:] if cut else chunk

@@ -1,0 +1,80 @@
+"""On-call operations read from the target: history of attempts, diagnosis of the latest failure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deployer.errors import NotFound
+from deployer.oncall.deployment import Ref, layout_of, make_ref, opened
+from deployer.pipeline.up import diagnose_state
+from deployer.target.records import all_runs, list_runs, run_view
+
+__all__ = ["make_ref", "history", "local_history", "diagnose_deployment"]
+
+
+def history(ref: Ref) -> list[dict[str, Any]]:
+    """Every attempt on the target, newest first (the target is the truth; local history is a cache)."""
+    assert ref.name
+    with opened(ref) as (remote, workdir):
+        views, current = all_runs(remote, layout_of(workdir, ref.name))
+        rows = []
+        for view in reversed(views):
+            run_id = view.run.run_id
+            outcome = view.outcome or {}
+            rows.append({
+                "run_id": run_id, "current": run_id == current, "attempt": view.record.get("attempt"),
+                "up_id": view.record.get("up_id"), "started_at": view.state.get("started_at")
+                or view.record.get("pushed_at"), "content_hash": view.content_hash,
+                "outcome": outcome.get("outcome") or view.status, "detail": outcome.get("detail"),
+                "diagnosis": outcome.get("diagnosis"), "change": outcome.get("change"),
+                "drift": outcome.get("drift", []), "restarts": view.state.get("restarts", 0),
+            })
+        return rows
+
+
+def local_history(name: str, host: str | None) -> list[dict[str, Any]]:
+    """The attempts this machine ran (the local SQLite cache), newest first; works with the target down."""
+    from deployer.local_history import History
+
+    store = History()
+    try:
+        rows = store.attempts(name, host)
+    finally:
+        store.close()
+    if not rows:
+        raise NotFound(f"no attempts of {name!r} in the local history")
+    return [{**row.to_json(), "current": False} for row in rows]
+
+
+def diagnose_deployment(ref: Ref, engine_version: str | None) -> dict[str, Any]:
+    """Pull the latest failed attempt's log from the target and diagnose it."""
+    assert ref.name
+    with opened(ref) as (remote, workdir):
+        layout = layout_of(workdir, ref.name)
+        for run_id in reversed(list_runs(remote, layout)):
+            view = run_view(remote, layout, run_id, live=False)
+            state = view.state
+            crashed = state.get("status") in ("exited", "crashloop", "lost") or state.get("last_crash")
+            if not crashed and (view.outcome or {}).get("outcome") in (None, "ready"):
+                continue
+            version = engine_version or (view.record.get("profile") or {}).get("engine", {}).get("version")
+            diag = diagnose_state(remote, view.run, state, version)
+            from deployer.remedy import propose
+
+            data = {**diag.to_json(), "hint": diag.hint, "run_id": run_id}
+            prof = _profile_of(view.record)
+            change = propose(diag, prof, []) if prof is not None else None
+            data["would_change"] = change.to_json() if change else None
+            return data
+        raise NotFound(f"{ref.name}: no failed attempt on {remote.label}")
+
+
+def _profile_of(record: dict[str, Any]) -> Any:
+    from pydantic import ValidationError
+
+    from deployer.profile.model import Profile
+
+    try:
+        return Profile.model_validate(record.get("profile") or {})
+    except ValidationError:
+        return None

@@ -1,0 +1,5 @@
+"""Preflight: facts from the target (GPUs, disk, ports, engine version, flag table) -> report + fixes.
+
+`facts` gathers them in one round trip, `flags` checks the profile's flags against the target's own parser,
+`memory` plans GPU memory, `checks` puts it together. May import render, remote, engines, profile, leaves.
+"""

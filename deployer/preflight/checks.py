@@ -1,0 +1,247 @@
+"""Preflight on the target: facts (GPUs, disk, engine, port, model), flags, dry resolution, memory plan.
+
+Two round trips at most: one bash script that prints every fact in sections (and, when this engine
+version's flag set is not cached locally yet, the probe's flag set), then one probe run that resolves
+the translated argv the way the engine will. Problems would fail the launch; warnings would not.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deployer.preflight import flags as fl
+from deployer.errors import DeployError
+from deployer.preflight.facts import Facts, ModelFiles, env_exports, gather_facts, weight_bytes_from_index
+from deployer.preflight.memory import MemoryPlan, ModelInfo, UnsupportedModel, plan_memory
+from deployer.profile.model import Profile
+from deployer.remote.base import Remote
+
+RESOLVE_TIMEOUT = 180.0
+NOISE = {"random_seed", "served_model_name", "tokenizer_path"}
+
+
+@dataclass
+class PreflightReport:
+    facts: Facts
+    profile: Profile
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    overrides: list[str] = field(default_factory=list)
+    memory: MemoryPlan | None = None
+    flagset_version: str | None = None
+    flags_cached: bool = False
+    resolution: str = "not run"
+    resolved: dict[str, Any] | None = None
+    rejection: str | None = None      # the engine's own error when it rejected these arguments
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def engine_version(self) -> str | None:
+        """The engine version installed on the target (None if none was found)."""
+        return self.facts.engine_version
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "problems": self.problems,
+            "warnings": self.warnings,
+            "overrides": self.overrides,
+            "facts": {k: v for k, v in asdict(self.facts).items() if k != "flag_probe"},
+            "engine_args": self.profile.engine.args,
+            "engine_env": self.profile.public_dict()["engine"]["env"],
+            "flagset_version": self.flagset_version,
+            "flags_cached": self.flags_cached,
+            "resolution": self.resolution,
+            "rejection": self.rejection,
+            "memory": None if self.memory is None else {
+                **self.memory.to_json(), "rows": self.memory.rows()},
+        }
+
+    def render_text(self) -> str:
+        """The table `deploy plan` prints."""
+        f = self.facts
+        lines = [f"preflight of {self.profile.name}: {'OK' if self.ok else 'PROBLEMS'}"]
+        for g in f.gpus:
+            lines.append(f"  GPU {g.index} {g.name}: {g.free_mib}/{g.total_mib} MiB free")
+        for p in f.processes:
+            lines.append(f"  process {p.pid} {p.name} uses {p.used_mib} MiB on {p.gpu_uuid}")
+        disk = "?" if f.disk_free_bytes is None else f"{f.disk_free_bytes / (1 << 30):.1f} GiB"
+        lines += [f"  python {f.python_version or '?'}, {self.profile.engine.kind} {f.engine_version or '?'}; "
+                  f"port {f.port} {'free' if f.port_free else 'BUSY'}; disk free {disk}",
+                  f"  flags: {self.flagset_version or 'not checked'}{' (cached)' if self.flags_cached else ''}; "
+                  f"dry resolution: {self.resolution}"]
+        if self.memory is not None:
+            width = max(len(k) for k, _ in self.memory.rows())
+            lines += ["memory plan (one GPU):"] + [f"  {k.ljust(width)}  {v}" for k, v in self.memory.rows()]
+            lines += [f"  suggestion: {s}" for s in self.memory.suggestions]
+        for title, items in (("problems", self.problems), ("warnings", self.warnings),
+                             ("overrides", self.overrides)):
+            if items:
+                lines += [f"{title}:"] + [f"  - {item}" for item in items]
+        return "\n".join(lines) + "\n"
+
+
+def run_preflight(remote: Remote, profile: Profile, *, cache_dir: Path, model_config: Path | None = None,
+                  own_port: bool = False) -> PreflightReport:
+    """Everything `deploy plan` shows and `deploy up` checks before pushing anything.
+
+    own_port: this deployment's running version holds the engine port (`up` stops it first), so a busy port is
+    not a problem.
+    """
+    engine = profile.engine.kind
+    facts = gather_facts(remote, profile, cached_versions=fl.cached_versions(cache_dir, engine))
+    if own_port and facts.port_free is False:
+        facts.problems = [p for p in facts.problems if not p.startswith(f"port {facts.port} is already in use")]
+    report = PreflightReport(facts=facts, profile=profile, problems=list(facts.problems),
+                             warnings=list(facts.warnings))
+    flagset = _flagset(report, cache_dir, engine)
+    if flagset is not None:
+        checked = fl.check_flags(profile, flagset, fl.load_renames(engine=engine))
+        report.profile = checked.profile
+        report.problems += checked.errors
+        report.warnings += checked.warnings
+        if checked.ok:
+            _resolve(remote, report)
+    _memory(report, model_config)
+    return report
+
+
+def _flagset(report: PreflightReport, cache_dir: Path, engine: str) -> fl.FlagSet | None:
+    facts = report.facts
+    if facts.engine_version is None:
+        return None
+    cached = fl.load_cached_flagset(cache_dir, engine, facts.engine_version)
+    if cached is not None:
+        report.flags_cached = True
+        report.flagset_version = cached.version
+        return cached
+    probe = facts.flag_probe or {}
+    if not probe.get("flags"):
+        why = probe.get("flags_error") or probe.get("error") or "the probe printed no flag set"
+        report.warnings.append(f"could not introspect the flags of {engine} {facts.engine_version}: {why}; "
+                               "flags are not checked before launch")
+        return None
+    flagset = fl.FlagSet.from_json({**probe, "version": facts.engine_version}, engine=engine)
+    try:
+        fl.save_flagset(cache_dir, flagset)
+    except OSError as exc:
+        report.warnings.append(f"could not cache the flag set under {cache_dir}: {exc.strerror or exc}")
+    report.flagset_version = flagset.version
+    return flagset
+
+
+def _resolve(remote: Remote, report: PreflightReport) -> None:
+    """Dry resolution on the target: what the engine will change in the args it is given."""
+    from deployer.render.bundle import engine_argv, sh_word
+
+    profile = report.profile
+    argv = engine_argv(profile)[3:]  # drop `python -m module`
+    script = env_exports(profile) + (
+        f"exec {shlex.quote(profile.engine.python)} -c {shlex.quote(fl.probe_source(profile.engine.kind))} "
+        f"--resolve {' '.join(sh_word(a) for a in argv)}\n")
+    try:
+        result = remote.run("bash -s", stdin=script.encode(), timeout=RESOLVE_TIMEOUT, check=False)
+    except DeployError as exc:
+        report.resolution = f"not available: {exc}"
+        report.warnings.append(f"dry resolution failed to run ({exc}); effective args are checked after start")
+        return
+    data = (fl.parse_probe_output(result.stdout) or {}).get("resolve")
+    if not isinstance(data, dict):
+        tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+        report.resolution = f"not available: {tail[0]}"
+        report.warnings.append(f"dry resolution printed nothing usable ({tail[0]}); "
+                               "effective args are checked after start")
+        return
+    _read_resolution(report, data)
+
+
+def _read_resolution(report: PreflightReport, data: dict[str, Any]) -> None:
+    if not data.get("ok"):
+        error = str(data.get("error", "unknown error"))
+        if data.get("supported") is False:
+            report.resolution = f"not supported: {error}"
+            report.warnings.append(f"this engine version cannot resolve args without starting ({error}); "
+                                   "effective args are checked after start")
+        else:
+            report.resolution = f"failed: {error}"
+            report.rejection = error
+            report.problems.append(f"the engine rejects these arguments ({data.get('stage', 'resolve')}): {error}")
+        return
+    report.resolution = "done"
+    report.resolved = data.get("resolved") or {}
+    given = set(report.profile.engine.args)
+    for change in data.get("changed") or []:
+        name = str(change["name"])
+        if name.startswith("_") or name in NOISE:
+            continue
+        before, after = _short(change.get("from")), _short(change.get("to"))
+        note = " (overrides the profile)" if name in given else ""
+        report.overrides.append(f"engine will resolve {name} {before} -> {after}{note}")
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = "unset" if value is None else value if isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _memory(report: PreflightReport, model_config: Path | None) -> None:
+    model = _model_info(report, model_config)
+    facts, profile = report.facts, report.profile
+    if model is None or not facts.gpus:
+        return
+    # The engine's own resolution, where there is one, knows the defaults (spec algorithm, chunk size...) and
+    # its automatic mem_fraction_static, including adjustments this estimate does not model (multimodal ViT
+    # headroom): its value is the one the engine will use.
+    args: dict[str, Any] = {**profile.engine.args, **(report.resolved or {})}
+    resolved_mfs = (report.resolved or {}).get("mem_fraction_static") is not None and \
+        "mem_fraction_static" not in profile.engine.args
+    if report.resolved is None and _multimodal(model) and "mem_fraction_static" not in profile.engine.args:
+        report.warnings.append("memory: a multimodal model gets a lower automatic mem_fraction_static from SGLang "
+                               "(ViT headroom) than this estimate uses; the estimate is optimistic")
+    tp = int(args.get("tp_size") or 1)
+    used = [g for g in facts.gpus if profile.engine.gpus is None or g.index in profile.engine.gpus]
+    try:
+        plan = plan_memory(model, args, [g.free_mib for g in used], [g.total_mib for g in used], tp)
+    except (UnsupportedModel, KeyError, ValueError, ZeroDivisionError) as exc:
+        report.warnings.append(f"no memory estimate for this model: {exc}")
+        return
+    plan.mfs_source = "engine resolved" if resolved_mfs else plan.mfs_source
+    report.memory = plan
+    report.problems += [f"memory: {p}" for p in plan.problems]
+    report.warnings += [f"memory: {w}" for w in plan.warnings]
+
+
+def _multimodal(model: ModelInfo) -> bool:
+    arch = " ".join(model.config.get("architectures") or [])
+    return "vision_config" in model.config or "ForConditionalGeneration" in arch
+
+
+def _model_info(report: PreflightReport, model_config: Path | None) -> ModelInfo | None:
+    if model_config is not None:
+        return _local_model(report, model_config)
+    files: ModelFiles | None = report.facts.model
+    if files is None or files.config is None:
+        why = files.error if files is not None and files.error else "config.json not found on the target"
+        report.warnings.append(f"no memory estimate: {why} (give a local copy with --model-config DIR)")
+        return None
+    return ModelInfo(config=files.config, weight_bytes=files.weight_bytes, source=files.dir)
+
+
+def _local_model(report: PreflightReport, folder: Path) -> ModelInfo | None:
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        report.problems.append(f"--model-config {folder}: cannot read config.json: {exc}")
+        return None
+    index = folder / "model.safetensors.index.json"
+    size = weight_bytes_from_index(index.read_text(encoding="utf-8")) if index.is_file() else None
+    if size is None:
+        size = sum(p.stat().st_size for p in folder.glob("*.safetensors")) or None
+    return ModelInfo(config=config, weight_bytes=size, source=str(folder))

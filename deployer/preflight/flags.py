@@ -1,0 +1,366 @@
+"""Engine flags checked against the flag set of the engine version installed on the target.
+
+The flag set comes from the target's own argument parser (engines/sglang_probe.py) and is cached
+locally per engine version, so only the first preflight against a version pays for introspection.
+`check_flags` translates known renames (either direction, by what the target accepts), catches
+unknown flags ("did you mean"), bad choices, value/no-value mistakes and argparse's silent prefix
+matching, and warns about environment variables the installed version no longer reads.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from deployer.profile.model import Profile
+
+PROBE_MARKER = "DEPLOYER_PROBE_JSON "
+PROBE_SCHEMA = 1
+ENV_PREFIXES = ("SGLANG_", "SGL_")
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One option of the engine's argument parser."""
+
+    options: tuple[str, ...]
+    dest: str
+    nargs: str | int | None = None
+    choices: tuple[str, ...] | None = None
+    takes_value: bool = True
+    deprecated: bool = False
+
+    @property
+    def key(self) -> str:
+        """The profile key that renders to this flag's first long option (`--mem-fraction-static`)."""
+        longs = [o for o in self.options if o.startswith("--")]
+        return option_key(longs[0] if longs else self.options[0])
+
+
+@dataclass(frozen=True)
+class FlagSet:
+    """Every option one engine version accepts, and the env names its source mentions."""
+
+    engine: str
+    version: str
+    flags: tuple[Flag, ...]
+    env_names: frozenset[str] = frozenset()
+
+    @cached_property
+    def by_option(self) -> dict[str, Flag]:
+        return {opt: f for f in self.flags for opt in f.options}
+
+    def lookup(self, key: str) -> Flag | None:
+        return self.by_option.get(key_option(key))
+
+    def has(self, key: str) -> bool:
+        return self.lookup(key) is not None
+
+    def prefix_matches(self, key: str) -> list[str]:
+        """Long options argparse would take `key` as an abbreviation of (allow_abbrev)."""
+        opt = key_option(key)
+        return sorted(o for o in self.by_option if o.startswith("--") and o.startswith(opt) and o != opt)
+
+    def option_keys(self) -> list[str]:
+        return sorted({option_key(o) for o in self.by_option if o.startswith("--")})
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": PROBE_SCHEMA,
+            "engine": self.engine,
+            "version": self.version,
+            "flags": [asdict(f) for f in self.flags],
+            "env_names": sorted(self.env_names),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], *, engine: str = "sglang") -> FlagSet:
+        flags = tuple(
+            Flag(
+                options=tuple(f["options"]),
+                dest=str(f["dest"]),
+                nargs=f.get("nargs"),
+                choices=None if f.get("choices") is None else tuple(str(c) for c in f["choices"]),
+                takes_value=bool(f.get("takes_value", True)),
+                deprecated=bool(f.get("deprecated", False)),
+            )
+            for f in data["flags"]
+        )
+        version = str(data.get("version") or data.get("sglang_version") or "unknown")
+        return cls(engine=str(data.get("engine", engine)), version=version, flags=flags,
+                   env_names=frozenset(data.get("env_names", ())))
+
+
+@dataclass(frozen=True)
+class Rename:
+    """One entry of engines/<engine>_renames.yaml."""
+
+    old: str
+    new: str | None
+    kind: str  # "arg" | "env"
+    since: str
+    removed: str | None
+    source: str
+
+
+@dataclass
+class FlagReport:
+    """The profile translated for the target, and what is wrong or was changed."""
+
+    profile: Profile
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def option_key(option: str) -> str:
+    return option.lstrip("-").replace("-", "_")
+
+
+def key_option(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """`0.5.14.post1` -> (0, 5, 14, 1); enough to order engine releases."""
+    return tuple(int(n) for n in re.findall(r"\d+", version))
+
+
+def at_least(version: str, floor: str) -> bool:
+    return version_tuple(version) >= version_tuple(floor)
+
+
+# --- cache -------------------------------------------------------------------------------------
+
+
+def default_cache_dir() -> Path:
+    """`$DEPLOYER_HOME/cache`, else the platform's user cache dir for deployer."""
+    home = os.environ.get("DEPLOYER_HOME")
+    if home:
+        return Path(home) / "cache"
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("deployer"))
+
+
+def _cache_file(cache_dir: Path, engine: str, version: str) -> Path:
+    safe = re.sub(r"[^A-Za-z0-9._+-]", "_", version)
+    return cache_dir / "flagsets" / f"{engine}-{safe}.json"
+
+
+def load_cached_flagset(cache_dir: Path, engine: str, version: str) -> FlagSet | None:
+    path = _cache_file(cache_dir, engine, version)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if data.get("schema") != PROBE_SCHEMA or data.get("version") != version:
+        return None
+    return FlagSet.from_json(data, engine=engine)
+
+
+def save_flagset(cache_dir: Path, flagset: FlagSet) -> Path:
+    """Write atomically, so a concurrent preflight never reads half a file."""
+    path = _cache_file(cache_dir, flagset.engine, flagset.version)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(flagset.to_json()), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def cached_versions(cache_dir: Path, engine: str) -> list[str]:
+    found = []
+    for path in sorted((cache_dir / "flagsets").glob(f"{engine}-*.json")):
+        try:
+            version = json.loads(path.read_text(encoding="utf-8")).get("version")
+        except (OSError, ValueError):
+            continue
+        if isinstance(version, str):
+            found.append(version)
+    return found
+
+
+# --- probe ---------------------------------------------------------------------------------------
+
+
+def probe_source(engine: str = "sglang") -> str:
+    """The probe script's text, to be run by the target's engine python."""
+    return resources.files(f"deployer.engines.{engine}").joinpath("probe.py").read_text(encoding="utf-8")
+
+
+def parse_probe_output(stdout: str) -> dict[str, Any] | None:
+    """The probe's JSON (last marker line), or None if it printed none."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(PROBE_MARKER):
+            try:
+                data = json.loads(line[len(PROBE_MARKER):])
+            except ValueError:
+                return None
+            return data if isinstance(data, dict) else None
+    return None
+
+
+# --- renames -------------------------------------------------------------------------------------
+
+
+def load_renames(path: Path | None = None, engine: str = "sglang") -> list[Rename]:
+    if path is None:
+        from deployer.engines import engine_for
+
+        spec = engine_for(engine)
+        if not spec.renames_file:
+            return []
+        text = (Path(spec.data_dir) / spec.renames_file).read_text(encoding="utf-8")
+    else:
+        text = path.read_text(encoding="utf-8")
+    entries = yaml.safe_load(text) or []
+    return [
+        Rename(old=str(e["old"]), new=None if e.get("new") is None else str(e["new"]), kind=str(e["kind"]),
+               since=str(e["since"]), removed=None if e.get("removed") is None else str(e["removed"]),
+               source=str(e.get("source", "")))
+        for e in entries
+    ]
+
+
+# --- the check -----------------------------------------------------------------------------------
+
+
+def check_flags(profile: Profile, flagset: FlagSet, renames: list[Rename]) -> FlagReport:
+    """Translate and check `profile.engine.args`/`env` against what the target's engine accepts."""
+    report = FlagReport(profile=profile)
+    args: dict[str, Any] = {}
+    for key, value in profile.engine.args.items():
+        new_key = _check_arg(key, value, flagset, renames, report) or key  # a bad flag stays, as an error
+        if new_key in args or (new_key != key and new_key in profile.engine.args):
+            report.errors.append(f"flag {key_option(new_key)} is given twice (also as {key_option(key)})")
+            continue
+        args[new_key] = value
+    env = _check_env(profile.engine.env, flagset, renames, report)
+    if args != profile.engine.args or env != profile.engine.env:
+        report.profile = _with_engine(profile, args, env)
+    return report
+
+
+def _with_engine(profile: Profile, args: dict[str, Any], env: dict[str, str]) -> Profile:
+    """A copy of `profile` with these engine args/env, in this order (argv follows it)."""
+    engine = profile.engine.model_copy(update={"args": args, "env": env})
+    copy = profile.model_copy(update={"engine": engine})
+    copy._source = profile._source
+    copy._secret_env = profile._secret_env
+    return copy
+
+
+def _check_arg(key: str, value: Any, fs: FlagSet, renames: list[Rename], report: FlagReport) -> str | None:
+    """The key to use on the target (maybe translated), or None when the flag cannot be passed."""
+    flag = fs.lookup(key)
+    if flag is None:
+        translated = _translate_arg(key, fs, renames, report)
+        if translated is None:
+            translated = _unique_prefix(key, fs, report)
+        if translated is None:
+            return None
+        key = translated
+        flag = fs.lookup(key)
+        assert flag is not None
+    elif flag.deprecated:
+        newer = [r.new for r in renames if r.kind == "arg" and r.old == key and r.new and fs.has(r.new)]
+        if newer:
+            report.warnings.append(
+                f"{key_option(key)} is deprecated in {fs.engine} {fs.version}: written as {key_option(newer[0])}")
+            key = newer[0]
+            flag = fs.lookup(key)
+            assert flag is not None
+        else:
+            report.warnings.append(f"{key_option(key)} is deprecated in {fs.engine} {fs.version}")
+    _check_value(key, value, flag, report)
+    return key
+
+
+def _translate_arg(key: str, fs: FlagSet, renames: list[Rename], report: FlagReport) -> str | None:
+    for r in renames:
+        if r.kind != "arg" or r.new is None:
+            continue
+        if r.old == key and fs.has(r.new):
+            report.warnings.append(
+                f"{key_option(key)} was renamed {key_option(r.new)} in {fs.engine} {r.since} ({r.source}); "
+                f"the target has {fs.version}: written as {key_option(r.new)}")
+            return r.new
+        if r.new == key and fs.has(r.old):
+            report.warnings.append(
+                f"{key_option(key)} does not exist before {fs.engine} {r.since} ({r.source}); "
+                f"the target has {fs.version}: written as {key_option(r.old)}")
+            return r.old
+    return None
+
+
+def _unique_prefix(key: str, fs: FlagSet, report: FlagReport) -> str | None:
+    matches = fs.prefix_matches(key)
+    if len(matches) == 1:
+        full = option_key(matches[0])
+        report.warnings.append(
+            f"{key_option(key)} is only a prefix of {matches[0]} (argparse would accept it silently): "
+            f"written as {matches[0]}")
+        return full
+    if len(matches) > 1:
+        report.errors.append(
+            f"{key_option(key)} is ambiguous in {fs.engine} {fs.version}: could be {', '.join(matches[:6])}")
+        return None
+    hint = difflib.get_close_matches(key, fs.option_keys(), n=3, cutoff=0.6)
+    did = f"; did you mean {' or '.join(key_option(h) for h in hint)}?" if hint else ""
+    report.errors.append(f"unknown flag {key_option(key)} for {fs.engine} {fs.version}{did}")
+    return None
+
+
+def _check_value(key: str, value: Any, flag: Flag, report: FlagReport) -> None:
+    opt = key_option(key)
+    if not flag.takes_value:
+        if not isinstance(value, bool) and value is not None:
+            report.errors.append(f"{opt} takes no value (write {key}: true), got {value!r}")
+        return
+    if value is True and flag.nargs not in ("?", "*"):
+        report.errors.append(f"{opt} needs a value, got true")
+        return
+    if flag.choices is None or value is None or isinstance(value, bool):
+        return
+    values = value if isinstance(value, list) else [value]
+    for item in values:
+        if str(item) not in flag.choices:
+            hint = difflib.get_close_matches(str(item), list(flag.choices), n=1, cutoff=0.5)
+            did = f"; did you mean {hint[0]}?" if hint else ""
+            report.errors.append(
+                f"{opt} {item}: not one of {', '.join(flag.choices)}{did}")
+
+
+def _check_env(env: dict[str, str], fs: FlagSet, renames: list[Rename], report: FlagReport) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, value in env.items():
+        rename = next((r for r in renames if r.kind == "env" and r.old == name), None)
+        if rename is not None and at_least(fs.version, rename.since):
+            if rename.new is None:
+                report.warnings.append(
+                    f"env {name} is not read by {fs.engine} {fs.version} (retired in {rename.since}, "
+                    f"{rename.source}); it has no effect")
+            elif rename.new not in env:
+                report.warnings.append(
+                    f"env {name} was renamed {rename.new} in {fs.engine} {rename.since}: written as {rename.new}")
+                out[rename.new] = value
+                continue
+        elif name.startswith(ENV_PREFIXES) and fs.env_names and name not in fs.env_names:
+            hint = difflib.get_close_matches(name, sorted(fs.env_names), n=1, cutoff=0.8)
+            did = f"; did you mean {hint[0]}?" if hint else ""
+            report.warnings.append(f"env {name} is not read anywhere in {fs.engine} {fs.version}{did}")
+        out[name] = value
+    return out

@@ -1,0 +1,58 @@
+"""`--save-fixed PATH`: write the profile that worked: the user's file plus what `up` changed.
+
+The user's own file is the base (not the merged, expanded profile), so `extends:` and `${VAR}` references stay
+as written and no secret is ever written out. What changed is the difference between the profile as loaded and
+the profile that reached ready: healing's remedies and preflight's flag translations alike.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from deployer.profile.model import Profile
+
+
+def profile_diff(before: Profile, after: Profile) -> dict[str, dict[str, Any]]:
+    """{"args": {flag: value or None}, "env": {NAME: value or None}}; secret env values are never included."""
+    diff: dict[str, dict[str, Any]] = {"args": {}, "env": {}}
+    secret = before.secret_env_keys() | after.secret_env_keys()
+    for key, old, new in (("args", before.engine.args, after.engine.args), ("env", before.engine.env,
+                                                                            after.engine.env)):
+        for name in sorted(set(old) | set(new)):
+            if key == "env" and name in secret:
+                continue
+            if name not in new:
+                diff[key][name] = None
+            elif old.get(name) != new[name] or name not in old:
+                diff[key][name] = new[name]
+    return diff
+
+
+def save_fixed(source: Path, before: Profile, after: Profile, reasons: list[str], dest: Path) -> None:
+    data = yaml.safe_load(source.read_text(encoding="utf-8")) or {}
+    engine = data.setdefault("engine", {})
+    diff = profile_diff(before, after)
+    _apply(engine.setdefault("args", {}), diff["args"])
+    _apply(engine.setdefault("env", {}), diff["env"])
+    for key in ("args", "env"):
+        if not engine.get(key):
+            engine.pop(key, None)
+    if isinstance(data.get("extends"), str):
+        base = (source.parent / data["extends"]).resolve()
+        data["extends"] = os.path.relpath(base, dest.resolve().parent)
+    header = f"# Written by `deploy up --save-fixed` from {source.name}. Changes: {'; '.join(reasons) or 'none'}\n"
+    dest.write_text(header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
+
+
+def _apply(mapping: dict[str, Any], updates: dict[str, Any]) -> None:
+    for key, value in updates.items():
+        for spelling in (key.replace("_", "-"), "--" + key.replace("_", "-"), "--" + key):
+            mapping.pop(spelling, None)  # the user may have written another form of the flag
+        if value is None:
+            mapping.pop(key, None)
+        else:
+            mapping[key] = value

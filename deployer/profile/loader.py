@@ -1,0 +1,281 @@
+"""Reading profile files: YAML with line numbers, `extends:` layering, `${VAR}` expansion, `--set` overrides.
+
+The output is a validated `Profile`; every problem becomes one `ProfileError` that names the file, the line and
+the field, with a "did you mean" for misspelt keys.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from deployer.errors import ProfileError
+from deployer.profile.model import Profile
+from deployer.remote.base import parse_host
+
+Loc = tuple[Any, ...]
+VAR_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+MAX_BYTES = 1 << 20
+
+
+@dataclass
+class Layered:
+    """Raw profile data with, for every key path, the file and line it came from."""
+
+    data: dict[str, Any]
+    lines: dict[Loc, tuple[str, int]] = field(default_factory=dict)
+    secret_env: set[str] = field(default_factory=set)
+    secret_args: set[str] = field(default_factory=set)
+
+
+def load(path: Path, *, overrides: list[str], host: str | None, environ: dict[str, str] | None) -> Profile:
+    env = dict(os.environ if environ is None else environ)
+    layered = _load_layers(path, stack=[])
+    _expand_vars(layered, env)
+    for text in overrides:
+        _apply_override(layered, text)
+    if host:
+        _apply_host(layered, host)
+    layered.data.pop("extends", None)
+    profile = _validate(layered, str(path))
+    profile._source = path.resolve()
+    profile._secret_env = frozenset(layered.secret_env)
+    profile._secret_args = frozenset(layered.secret_args)
+    return profile
+
+
+# --- YAML with lines -------------------------------------------------------------------------------------------
+
+
+def _read_text(path: Path) -> str:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ProfileError("file not found", file=str(path)) from None
+    except IsADirectoryError:
+        raise ProfileError("is a directory, not a profile file", file=str(path)) from None
+    except OSError as exc:
+        raise ProfileError(f"cannot read: {exc.strerror}", file=str(path)) from None
+    if len(raw) > MAX_BYTES:
+        raise ProfileError(f"file is too large ({len(raw)} bytes) for a profile", file=str(path))
+    if b"\x00" in raw:
+        raise ProfileError("not a text file (binary content)", file=str(path))
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ProfileError("not a UTF-8 text file (binary content?)", file=str(path)) from None
+
+
+def _parse_yaml(path: Path) -> Layered:
+    text = _read_text(path)
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else None
+        problem = exc.problem or exc.context or "invalid YAML"
+        raise ProfileError(f"YAML syntax error: {problem}", file=str(path), line=line) from None
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"YAML error: {exc}", file=str(path)) from None
+    finally:
+        loader.dispose()
+    if data is None:
+        raise ProfileError("file is empty", file=str(path))
+    if not isinstance(data, dict):
+        raise ProfileError("a profile must be a YAML mapping (name:, target:, engine: ...)", file=str(path), line=1)
+    lines: dict[Loc, tuple[str, int]] = {}
+    assert node is not None
+    _record_lines(node, (), str(path), lines)
+    return Layered(data=data, lines=lines)
+
+
+def _record_lines(node: yaml.Node, loc: Loc, file: str, lines: dict[Loc, tuple[str, int]]) -> None:
+    lines.setdefault(loc, (file, node.start_mark.line + 1))
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            key = key_node.value
+            if key in seen:
+                raise ProfileError(f"duplicate key {key!r}", file=file, line=key_node.start_mark.line + 1,
+                                   field=_dotted(loc) or None)
+            seen.add(key)
+            lines[loc + (key,)] = (file, key_node.start_mark.line + 1)
+            _record_lines(value_node, loc + (key,), file, lines)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _record_lines(item, loc + (index,), file, lines)
+
+
+# --- extends ---------------------------------------------------------------------------------------------------
+
+
+def _load_layers(path: Path, stack: list[Path]) -> Layered:
+    resolved = path.resolve()
+    if resolved in stack:
+        chain = " -> ".join(p.name for p in stack + [resolved])
+        raise ProfileError(f"extends loop: {chain}", file=str(path))
+    layer = _parse_yaml(path)
+    base_name = layer.data.get("extends")
+    if base_name is None:
+        return layer
+    if not isinstance(base_name, str) or not base_name:
+        raise ProfileError("must be a relative file path", file=str(path), line=_line(layer, ("extends",)),
+                           field="extends")
+    base_path = (path.parent / base_name)
+    if not base_path.exists():
+        raise ProfileError(f"extends file not found: {base_path}", file=str(path),
+                           line=_line(layer, ("extends",)), field="extends")
+    base = _load_layers(base_path, stack + [resolved])
+    base.data.pop("extends", None)
+    return Layered(data=_merge(base.data, layer.data), lines={**base.lines, **layer.lines})
+
+
+def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+# --- ${VAR} and overrides --------------------------------------------------------------------------------------
+
+
+def _expand_vars(layered: Layered, env: dict[str, str]) -> None:
+    def expand(value: Any, loc: Loc) -> Any:
+        if isinstance(value, dict):
+            return {k: expand(v, loc + (k,)) for k, v in value.items()}
+        if isinstance(value, list):
+            return [expand(v, loc + (i,)) for i, v in enumerate(value)]
+        if not isinstance(value, str) or "$" not in value:
+            return value
+        used = False
+
+        def sub(match: re.Match[str]) -> str:
+            nonlocal used
+            name = match.group(1)
+            if name is None:
+                return "$"
+            if name not in env:
+                file, line = layered.lines.get(loc, (None, None))
+                raise ProfileError(f"${{{name}}} is not set in the local environment", file=file, line=line,
+                                   field=_dotted(loc))
+            used = True
+            return env[name]
+
+        text = VAR_RE.sub(sub, value)
+        if used and len(loc) >= 3 and loc[:2] == ("engine", "env"):
+            layered.secret_env.add(str(loc[2]))
+        if used and len(loc) >= 3 and loc[:2] == ("engine", "args"):
+            layered.secret_args.add(str(loc[2]).lstrip("-").replace("-", "_"))
+        return text
+
+    layered.data = expand(layered.data, ())
+
+
+def _apply_override(layered: Layered, text: str) -> None:
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ProfileError(f"--set {text!r}: expected KEY=VALUE like engine.args.tp_size=2", file="--set")
+    parts = key.strip().split(".")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    node = layered.data
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ProfileError(f"--set {key}: {'.'.join(parts[:i + 1])} is not a mapping", file="--set")
+        node = child
+    node[parts[-1]] = value
+    layered.lines[tuple(parts)] = ("--set", 0)
+
+
+def _apply_host(layered: Layered, text: str) -> None:
+    """`--host [user@]host[:port]` replaces the profile's target host (and user/port when given)."""
+    target = layered.data.setdefault("target", {})
+    if not isinstance(target, dict):
+        raise ProfileError("target: must be a mapping", file="--host")
+    try:
+        user, host, port = parse_host(text)
+    except ValueError as exc:
+        raise ProfileError(str(exc), file="--host") from None
+    target["host"] = host
+    if user:
+        target["user"] = user
+    if port is not None:
+        target["port"] = port
+
+
+# --- validation ------------------------------------------------------------------------------------------------
+
+
+def _validate(layered: Layered, path: str) -> Profile:
+    try:
+        return Profile.model_validate(layered.data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = tuple(err["loc"])
+        file, line = _where(layered, loc, path)
+        more = exc.error_count() - 1
+        hint = f"+{more} more problem{'s' if more > 1 else ''}" if more else None
+        raise ProfileError(_message(err, loc), file=file, line=line, field=_dotted(loc) or None,
+                           hint=hint) from None
+
+
+def _message(err: Any, loc: Loc) -> str:
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        key = str(loc[-1])
+        known = _known_fields(loc[:-1])
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        suggestion = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"unknown key {key!r}{suggestion}; known keys: {', '.join(sorted(known))}"
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "literal_error" and loc[-1:] == ("kind",):
+        return f"unknown engine kind {err.get('input')!r} (known: sglang)"
+    msg = str(err["msg"])
+    return msg[len("Value error, "):] if msg.startswith("Value error, ") else msg
+
+
+def _known_fields(loc: Loc) -> list[str]:
+    model: type[BaseModel] = Profile
+    for part in loc:
+        info = model.model_fields.get(str(part))
+        annotation = info.annotation if info else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        model = annotation
+    return list(model.model_fields)
+
+
+def _where(layered: Layered, loc: Loc, path: str) -> tuple[str, int | None]:
+    for end in range(len(loc), -1, -1):
+        hit = layered.lines.get(loc[:end])
+        if hit:
+            return hit[0], hit[1] or None
+    return path, None
+
+
+def _line(layered: Layered, loc: Loc) -> int | None:
+    hit = layered.lines.get(loc)
+    return hit[1] if hit else None
+
+
+def _dotted(loc: Loc) -> str:
+    return ".".join(str(p) for p in loc)

@@ -1,0 +1,234 @@
+"""The remote seam: the one interface every step uses to act on a target host.
+
+`connect(spec)` returns a `Remote`: `SSHRemote` (deployer/remote_ssh.py, one SSH connection per host,
+reused for every call) or `LocalRemote` (deployer/remote_local.py, for `host: local`). Both raise only
+classes from deployer.errors (plus the two RemoteError subclasses defined here); no paramiko, socket or
+subprocess exception crosses this seam.
+"""
+
+from __future__ import annotations
+
+import http.client
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from deployer.errors import CommandFailed, RemoteError
+
+LOCAL = "local"
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a finished command left behind."""
+
+    command: str
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+@dataclass(frozen=True)
+class HttpReply:
+    status: int
+    body: bytes
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """Everything needed to reach a host. Unset fields fall back to ~/.ssh/config, then to ssh's defaults."""
+
+    host: str  # hostname, ~/.ssh/config alias, or "local"
+    user: str | None = None
+    port: int | None = None
+    identity_file: str | None = None
+    known_hosts: str | None = None  # default ~/.ssh/known_hosts (or the config's UserKnownHostsFile)
+    ssh_config: str | None = None  # default ~/.ssh/config; env DEPLOYER_SSH_CONFIG overrides the default
+    trust_new_host: bool = False  # record an unknown host's key instead of refusing
+    connect_timeout: float = 10.0
+
+    @property
+    def label(self) -> str:
+        """`user@host:port` for messages, leaving out what is not set."""
+        if self.host == LOCAL:
+            return LOCAL
+        user = f"{self.user}@" if self.user else ""
+        port = f":{self.port}" if self.port else ""
+        return f"{user}{self.host}{port}"
+
+
+def parse_host(text: str) -> tuple[str | None, str, int | None]:
+    """`[user@]host[:port]` (the --host option) -> (user, host, port); ValueError when malformed."""
+    user, at, rest = text.rpartition("@")
+    host, port = rest, None
+    if rest.count(":") == 1:
+        host, _, port_text = rest.partition(":")
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise ValueError(f"--host {text!r}: port must be a number from 1 to 65535")
+        port = int(port_text)
+    if not host or (at and not user):
+        raise ValueError(f"--host {text!r}: expected [USER@]HOST[:PORT]")
+    return (user or None), host, port
+
+
+class EndpointUnreachable(RemoteError):
+    """Nothing listening on the port on the target, or the HTTP exchange failed or timed out."""
+
+
+class CommandTimedOut(CommandFailed):
+    """A remote command ran past its timeout; `result` holds the output captured so far (exit_code -1)."""
+
+    def __init__(self, result: Result, timeout: float, *, host: str | None = None) -> None:
+        super().__init__(result, host=host)
+        self.timeout = timeout
+        detail = f": {' | '.join(self.tail)}" if self.tail else ""
+        self.message = f"{host + ': ' if host else ''}command {result.command!r} timed out after {timeout:g}s{detail}"
+        self.args = (self.message,)
+
+
+class Session(Protocol):
+    """A long-running remote command with an open stdin (used for the deployment lock).
+
+    stdout and stderr arrive merged, in one stream.
+    """
+
+    def readline(self, timeout: float) -> str | None:
+        """One output line (without the newline); None at EOF; RemoteError if none came within timeout."""
+        ...
+
+    def close(self) -> None:
+        """Close stdin (the command sees EOF) and the channel; idempotent."""
+        ...
+
+
+class LineReader:
+    """Splits a command's output into lines for a Session; subclasses supply `_recv`."""
+
+    def __init__(self, label: str) -> None:
+        self._label = label
+        self._buf = b""
+        self._eof = False
+        self._closed = False
+
+    def _recv(self, wait: float) -> bytes | None:
+        """Up to 64 KiB within `wait` seconds: None if nothing came yet, b"" at EOF."""
+        raise NotImplementedError
+
+    def readline(self, timeout: float) -> str | None:
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buf and not self._eof:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RemoteError(f"no output line within {timeout:g}s", host=self._label)
+            chunk = self._recv(left)
+            if chunk is not None:
+                self._eof = not chunk
+                self._buf += chunk
+        if not self._buf:
+            return None
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line.decode("utf-8", errors="replace")
+
+
+class Remote(Protocol):
+    label: str
+
+    def run(
+        self, cmd: str, *, timeout: float = 60.0, check: bool = True, stdin: bytes | None = None
+    ) -> Result:
+        """Run a shell command line (callers quote with shlex.quote). check=True: non-zero -> CommandFailed."""
+        ...
+
+    def put(self, data: bytes, path: str, mode: int = 0o644) -> str:
+        """Atomically replace `path` with `data` at `mode`; returns the verified sha256 hex."""
+        ...
+
+    def read(self, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes:
+        """Up to `limit` bytes from `offset`; b"" at or after EOF; errors.NotFound if the file is missing."""
+        ...
+
+    def size(self, path: str) -> int | None:
+        """The file's size in bytes, None if it does not exist."""
+        ...
+
+    def request(
+        self,
+        method: str,
+        port: int,
+        path: str,
+        *,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = 5.0,
+    ) -> HttpReply:
+        """Real HTTP/1.1 to 127.0.0.1:port on the target; EndpointUnreachable when nothing answers."""
+        ...
+
+    def spawn(self, cmd: str) -> Session:
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+def connect(spec: TargetSpec) -> Remote:
+    """`host: local` -> LocalRemote; anything else -> SSHRemote, connected now (errors surface here)."""
+    if spec.host == LOCAL:
+        from deployer.remote.local import LocalRemote
+
+        return LocalRemote()
+    from deployer.remote.ssh.connection import SSHRemote
+
+    remote = SSHRemote(spec)
+    remote.open()
+    return remote
+
+
+class _PresetHTTPConnection(http.client.HTTPConnection):
+    """http.client over an already-open socket-like object (a socket or a paramiko channel)."""
+
+    def __init__(self, sock: Any, port: int, timeout: float) -> None:
+        super().__init__("127.0.0.1", port, timeout=timeout)
+        self.sock = sock
+
+    def connect(self) -> None:  # the socket is already connected
+        pass
+
+    def close(self) -> None:
+        # http.client closes the socket as soon as it sees "Connection: close", before the body is read;
+        # a closed paramiko channel drops what it buffered. http_exchange closes the socket when done.
+        self.sock = None
+        super().close()
+
+
+def http_exchange(
+    sock: Any,
+    method: str,
+    port: int,
+    path: str,
+    body: bytes | None,
+    headers: dict[str, str] | None,
+    timeout: float,
+    label: str,
+    errors: tuple[type[BaseException], ...] = (),
+) -> HttpReply:
+    """One HTTP/1.1 request/response over `sock`; any failure -> EndpointUnreachable. Closes `sock`."""
+    conn = _PresetHTTPConnection(sock, port, timeout)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        data = resp.read()
+        return HttpReply(resp.status, data, {k.lower(): v for k, v in resp.getheaders()})
+    except Exception as e:
+        if not isinstance(e, (OSError, EOFError, http.client.HTTPException, *errors)):
+            raise
+        why = "timed out" if isinstance(e, TimeoutError) else f"failed: {type(e).__name__}: {e}"
+        raise EndpointUnreachable(f"HTTP {method} 127.0.0.1:{port}{path} {why}", host=label) from None
+    finally:
+        conn.close()
+        sock.close()

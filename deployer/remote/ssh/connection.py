@@ -1,0 +1,418 @@
+"""`SSHRemote`: the Remote protocol over one Fabric Connection per host, reused for every call.
+
+The socket is ours (TCP_NODELAY, keepalive, TCP_USER_TIMEOUT: see /work/shared/ssh-notes.md), host keys
+are checked against known_hosts (never AutoAdd), transient connect errors are retried a bounded number of
+times, auth and host-key errors never. Commands run on raw exec channels of the connection's transport so
+that timeouts are exact and no helper threads are involved; HTTP goes over direct-tcpip channels.
+Every paramiko/socket error is translated into deployer.errors here. fabric/paramiko are imported lazily.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import logging
+import os
+import shlex
+import socket
+import threading
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from deployer.errors import AuthFailed, CommandFailed, ConnectFailed, NotFound, RemoteError, TransferFailed
+from deployer.remote.base import (
+    CommandTimedOut,
+    EndpointUnreachable,
+    HttpReply,
+    Result,
+    TargetSpec,
+    http_exchange,
+)
+from deployer.remote.ssh.channel import SSHSession, collect, send_stdin, text
+from deployer.remote.ssh.config import (
+    check_identity,
+    Resolved,
+    host_key_policy,
+    known_hosts_name,
+    mismatch_error,
+    resolve,
+    split_hop,
+)
+
+if TYPE_CHECKING:
+    import fabric
+    import paramiko
+
+CONNECT_TRIES = 3
+SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
+KEEPALIVE_S = 5
+CHANNEL_TIMEOUT_S = 5.0
+SFTP_TIMEOUT_S = 30.0  # a hung host (TCP alive, sshd frozen) answers nothing: only this notices it
+PUT_MIN_TIMEOUT_S = 60.0
+PUT_BYTES_PER_S = 10 << 20  # allow 10 MB/s before an upload counts as hung
+
+
+class SSHRemote:
+    """The Remote protocol over SSH. `open()` connects; calls reconnect once if the link dropped."""
+
+    def __init__(self, spec: TargetSpec, *, proxy_jump: str | None = None) -> None:
+        self.spec = spec
+        self.resolved: Resolved = resolve(spec, proxy_jump)
+        self.label = self.resolved.label
+        self.handshakes = 0  # SSH connections made so far (one per open/reconnect)
+        self._conn: fabric.Connection | None = None
+        self._jump: SSHRemote | None = None
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> SSHRemote:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- connection -------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Connect now (bounded retries for transient errors); no-op if already connected."""
+        with self._lock:
+            if self._conn is not None and self._conn.is_connected:
+                return
+            self._drop()
+            self._conn = self._connect_with_retries()
+            self.handshakes += 1
+
+    def _connect_with_retries(self) -> fabric.Connection:
+        from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
+        from tenacity import wait_exponential
+
+        budget = self.spec.connect_timeout * 2
+        retrying = Retrying(
+            stop=stop_after_attempt(CONNECT_TRIES) | stop_after_delay(budget),
+            wait=wait_exponential(multiplier=0.2, max=1.0),
+            retry=retry_if_exception_type(ConnectFailed),
+            reraise=True,
+        )
+        return retrying(self._connect_once)
+
+    def _connect_once(self) -> fabric.Connection:
+        import fabric
+        import paramiko
+
+        # paramiko logs channel/transport failures itself; we report them as errors, so keep it quiet.
+        logging.getLogger("paramiko").addHandler(logging.NullHandler())
+        r = self.resolved
+        for path in r.identity_files:
+            check_identity(path, self.label)
+        sock = self._dial()
+        timeout = self.spec.connect_timeout
+        conn = fabric.Connection(
+            host=r.hostname,
+            user=r.user,
+            port=r.port,
+            config=fabric.Config(ssh_config=paramiko.SSHConfig(), lazy=True),
+            connect_kwargs=dict(
+                sock=sock,
+                timeout=timeout,
+                banner_timeout=timeout,
+                auth_timeout=timeout,
+                channel_timeout=CHANNEL_TIMEOUT_S,
+                key_filename=list(r.identity_files),
+                look_for_keys=not r.identity_files,
+                allow_agent=True,
+            ),
+        )
+        client = conn.client
+        client.set_missing_host_key_policy(host_key_policy(r.known_hosts, self.spec.trust_new_host, self.label))
+        self._load_known_hosts(client)
+        try:
+            conn.open()
+        except Exception as e:
+            with contextlib.suppress(Exception):
+                conn.close()
+                client.close()
+                sock.close()
+            raise self._translate_connect_error(e) from None
+        assert conn.transport is not None
+        conn.transport.set_keepalive(KEEPALIVE_S)
+        return conn
+
+    def _load_known_hosts(self, client: paramiko.SSHClient) -> None:
+        """The user's file (the one trust-new-host appends to) and, read-only, the system-wide one."""
+        path = self.resolved.known_hosts
+        try:
+            if os.path.exists(SYSTEM_KNOWN_HOSTS):
+                client.load_system_host_keys(SYSTEM_KNOWN_HOSTS)
+            if os.path.exists(path):
+                client.load_host_keys(path)
+        except OSError as e:
+            raise RemoteError(f"cannot read known_hosts: {e}", host=self.label) from None
+
+    def _dial(self) -> Any:
+        """A connected socket-like object: TCP with our options, or a channel through the ProxyJump hop."""
+        r = self.resolved
+        if r.proxy_jump:
+            return self._dial_via_jump(r.proxy_jump)
+        try:
+            sock = socket.create_connection((r.hostname, r.port), timeout=self.spec.connect_timeout)
+        except OSError as e:
+            raise ConnectFailed(f"cannot reach {r.hostname}:{r.port}: {e.strerror or e}", host=self.label) from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        if hasattr(socket, "TCP_USER_TIMEOUT"):  # a dead link fails fast instead of hanging for minutes
+            ms = int(max(3.0, self.spec.connect_timeout) * 1000)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, ms)
+        return sock
+
+    def _dial_via_jump(self, hops: str) -> Any:
+        import paramiko
+
+        *before, last = [h.strip() for h in hops.split(",")]
+        user, host, port = split_hop(last)
+        if self._jump is None:
+            hop_spec = TargetSpec(
+                host=host,
+                user=user,
+                port=port,
+                known_hosts=self.spec.known_hosts,
+                ssh_config=self.spec.ssh_config,
+                trust_new_host=self.spec.trust_new_host,
+                connect_timeout=self.spec.connect_timeout,
+            )
+            self._jump = SSHRemote(hop_spec, proxy_jump=",".join(before) if before else None)
+        self._jump.open()
+        r = self.resolved
+        try:
+            return self._jump._transport().open_channel(
+                "direct-tcpip", (r.hostname, r.port), ("127.0.0.1", 0), timeout=self.spec.connect_timeout
+            )
+        except (paramiko.SSHException, EOFError, OSError) as e:
+            raise ConnectFailed(f"cannot reach {r.hostname}:{r.port} via {last}: {e}", host=self.label) from None
+
+    def _translate_connect_error(self, e: Exception) -> Exception:
+        import paramiko
+
+        if isinstance(e, RemoteError):
+            return e
+        if isinstance(e, paramiko.BadHostKeyException):
+            name = known_hosts_name(self.resolved.hostname, self.resolved.port)
+            return mismatch_error(e, self.resolved.known_hosts, name, self.label)
+        if isinstance(e, paramiko.AuthenticationException) or "No authentication methods" in str(e):
+            keys = ", ".join(self.resolved.identity_files) or "default keys/agent"
+            return AuthFailed(f"authentication as {self.resolved.user} failed (tried {keys}): {e}", host=self.label)
+        if isinstance(e, (paramiko.SSHException, EOFError, OSError)):
+            why = str(e) or type(e).__name__
+            if "banner" in why.lower() or "No existing session" in why:  # TCP connected, sshd said nothing
+                why = f"no SSH answer within {self.spec.connect_timeout:g}s (sshd hung or overloaded)"
+            return ConnectFailed(f"SSH handshake failed: {why}", host=self.label)
+        return e
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+            self._conn = None
+
+    def _transport(self) -> paramiko.Transport:
+        if self._conn is None or not self._conn.is_connected:
+            self.open()
+        assert self._conn is not None and self._conn.transport is not None
+        transport: paramiko.Transport = self._conn.transport
+        return transport
+
+    def _with_reconnect(self, op: Any) -> Any:
+        """op(transport); if the link turned out dead, reconnect once and retry. Only for side-effect-free
+        steps (opening a channel), never for a command that may have started."""
+        import paramiko
+
+        try:
+            return op(self._transport())
+        except (paramiko.SSHException, EOFError, OSError) as e:
+            if isinstance(e, paramiko.ChannelException):
+                raise
+            with self._lock:
+                self._drop()
+            try:
+                return op(self._transport())
+            except (paramiko.SSHException, EOFError, OSError) as e2:
+                if isinstance(e2, paramiko.ChannelException):
+                    raise
+                raise ConnectFailed(f"connection lost: {e2 or type(e2).__name__}", host=self.label) from None
+
+    def _session_channel(self) -> paramiko.Channel:
+        return self._with_reconnect(lambda t: t.open_session(timeout=CHANNEL_TIMEOUT_S))  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+            if self._jump is not None:
+                self._jump.close()
+                self._jump = None
+
+    # -- commands -------------------------------------------------------------------------------------
+
+    def run(
+        self, cmd: str, *, timeout: float = 60.0, check: bool = True, stdin: bytes | None = None
+    ) -> Result:
+        deadline = time.monotonic() + timeout
+        # sshd makes each command a session leader; the tag lets a timeout find and kill that session.
+        tag = f"deployer-run-{uuid.uuid4().hex[:16]}"
+        chan = self._session_channel()
+        try:
+            chan.exec_command(f": {tag}; {cmd}")
+            send_stdin(chan, stdin, deadline)
+            out, err = bytearray(), bytearray()
+            finished = collect(chan, out, err, deadline)
+            if not finished and not chan.closed:
+                chan.close()
+                self._kill_tagged(tag)
+                raise CommandTimedOut(Result(cmd, -1, text(out), text(err)), timeout, host=self.label)
+            if not finished:
+                raise ConnectFailed(f"connection lost while running {cmd!r}", host=self.label)
+            result = Result(cmd, chan.recv_exit_status(), text(out), text(err))
+        except RemoteError:
+            raise
+        except Exception as e:  # paramiko/socket trouble mid-command
+            raise ConnectFailed(f"running {cmd!r} failed: {e or type(e).__name__}", host=self.label) from None
+        finally:
+            chan.close()
+        if check and not result.ok:
+            raise CommandFailed(result, host=self.label)
+        return result
+
+    def _kill_tagged(self, tag: str) -> None:
+        """SIGKILL the session of a timed-out command (daemons it setsid'ed away survive, as they should).
+
+        The pattern's [n] keeps pgrep from matching the shell that runs this very line. Best effort."""
+        pattern = tag.replace("-run-", "-ru[n]-", 1)
+        with contextlib.suppress(RemoteError):
+            self.run(f'sid=$(pgrep -o -f -- {pattern}) && pkill -KILL -s "$sid"', timeout=5, check=False)
+
+    def spawn(self, cmd: str) -> SSHSession:
+        chan = self._session_channel()
+        try:
+            chan.exec_command(f"exec 2>&1\n{cmd}")  # merged by the remote shell, so lines keep their order
+        except Exception as e:
+            chan.close()
+            raise RemoteError(f"cannot start {cmd!r}: {e}", host=self.label) from None
+        return SSHSession(chan, self.label)
+
+    # -- files ----------------------------------------------------------------------------------------
+
+    def put(self, data: bytes, path: str, mode: int = 0o644) -> str:
+        """SFTP to a 0600 temp name beside `path`, fsync + sha256 on the target, chmod, posix-rename."""
+        digest = hashlib.sha256(data).hexdigest()
+        timeout = max(PUT_MIN_TIMEOUT_S, len(data) / PUT_BYTES_PER_S)
+        folder, base = os.path.split(path)
+        tmp = os.path.join(folder or ".", f".{base}.{uuid.uuid4().hex[:12]}.part")
+        sftp = self._sftp()
+        try:
+            with sftp.open(tmp, "wx") as f:
+                sftp.chmod(tmp, 0o600)  # before any byte lands: secrets are never readable by others
+                f.set_pipelined(True)
+                f.write(data)
+            self._verify(tmp, digest, timeout)
+            sftp.chmod(tmp, mode)
+            sftp.posix_rename(tmp, path)
+        except (OSError, EOFError) as e:
+            with contextlib.suppress(Exception):
+                sftp.remove(tmp)
+            why = getattr(e, "strerror", None) or str(e) or type(e).__name__
+            raise TransferFailed(f"cannot write {path}: {why}", host=self.label) from None
+        except TransferFailed:
+            with contextlib.suppress(Exception):
+                sftp.remove(tmp)
+            raise
+        return digest
+
+    def _verify(self, tmp: str, digest: str, timeout: float) -> None:
+        q = shlex.quote(tmp)
+        try:
+            r = self.run(f"sync -- {q} 2>/dev/null || sync; sha256sum -- {q}", timeout=timeout, check=False)
+        except CommandTimedOut:
+            raise TransferFailed(f"verify {tmp}: timed out after {timeout:g}s", host=self.label) from None
+        got = r.stdout.split()[0] if r.ok and r.stdout.split() else f"nothing (exit {r.exit_code})"
+        if got != digest:
+            raise TransferFailed(f"sha256 mismatch after upload of {tmp}: got {got}", host=self.label)
+
+    def _sftp(self) -> paramiko.SFTPClient:
+        def op(_: paramiko.Transport) -> paramiko.SFTPClient:
+            assert self._conn is not None
+            sftp: paramiko.SFTPClient = self._conn.sftp()
+            channel = sftp.get_channel()
+            if channel is not None:
+                channel.settimeout(SFTP_TIMEOUT_S)
+            return sftp
+
+        return self._with_reconnect(op)  # type: ignore[no-any-return]
+
+    def _no_answer(self, what: str) -> ConnectFailed:
+        """An SFTP call timed out: the session is in an unknown state, so the next call reconnects."""
+        with self._lock:
+            self._drop()
+        return ConnectFailed(f"{what}: no answer within {SFTP_TIMEOUT_S:g}s (host hung or link dead)",
+                             host=self.label)
+
+    def read(self, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes:
+        sftp = self._sftp()
+        try:
+            with sftp.open(path, "rb") as f:
+                size = f.stat().st_size or 0
+                n = min(limit, size - offset)
+                if n <= 0:
+                    return b""
+                f.seek(offset)
+                f.prefetch(offset + n)
+                return bytes(f.read(n))
+        except socket.timeout:
+            raise self._no_answer(f"read {path}") from None
+        except OSError as e:
+            if e.errno == errno.ENOENT:
+                raise NotFound(f"{self.label}: {path}: no such file") from None
+            raise TransferFailed(f"read {path}: {e}", host=self.label) from None
+        except Exception as e:
+            raise TransferFailed(f"read {path}: {e or type(e).__name__}", host=self.label) from None
+
+    def size(self, path: str) -> int | None:
+        sftp = self._sftp()
+        try:
+            return sftp.stat(path).st_size
+        except socket.timeout:
+            raise self._no_answer(f"stat {path}") from None
+        except OSError as e:
+            if e.errno == errno.ENOENT:
+                return None
+            raise TransferFailed(f"stat {path}: {e}", host=self.label) from None
+        except Exception as e:
+            raise TransferFailed(f"stat {path}: {e or type(e).__name__}", host=self.label) from None
+
+    # -- HTTP -----------------------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        port: int,
+        path: str,
+        *,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = 5.0,
+    ) -> HttpReply:
+        import paramiko
+
+        def op(t: paramiko.Transport) -> paramiko.Channel:
+            return t.open_channel("direct-tcpip", ("127.0.0.1", port), ("127.0.0.1", 0), timeout=timeout)
+
+        try:
+            chan = self._with_reconnect(op)
+        except paramiko.ChannelException as e:
+            if e.code != paramiko.common.OPEN_FAILED_CONNECT_FAILED:
+                raise RemoteError(
+                    f"sshd refused to forward to 127.0.0.1:{port} ({e.text})",
+                    host=self.label,
+                    hint="health checks need AllowTcpForwarding yes (or local) in the target's sshd_config",
+                ) from None
+            raise EndpointUnreachable(f"127.0.0.1:{port}: nothing listening ({e.text})", host=self.label) from None
+        chan.settimeout(timeout)
+        return http_exchange(chan, method, port, path, body, headers, timeout, self.label, (paramiko.SSHException,))

@@ -1,0 +1,156 @@
+"""Rendering: `Profile` -> `Bundle` (launch script, env file, argv, content hash). Pure: no I/O but templates.
+
+Every value that reaches shell text goes through `shq` (shlex.quote); secrets live only in the env file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Union
+
+import jinja2
+
+from deployer import __version__
+from deployer.engines import engine_for
+from deployer.errors import RenderError
+from deployer.profile.model import Profile
+
+
+@dataclass(frozen=True)
+class EnvRef:
+    """An argv word taken from the engine's environment at exec time: secret flag values stay out of launch.sh."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return "${" + self.name + "}"
+
+
+Word = Union[str, EnvRef]
+
+
+def sh_word(word: Word) -> str:
+    """Shell text for one argv word: quoted literal, or a quoted reference to an environment variable."""
+    return f'"${word.name}"' if isinstance(word, EnvRef) else shlex.quote(word)
+
+
+def secret_var(flag: str) -> str:
+    return "DEPLOYER_SECRET_" + flag.upper()
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """What one attempt pushes to the target."""
+
+    script: str                 # launch.sh
+    env: str                    # env file: NAME='value' lines, bash- and shlex-parsable
+    argv: list[str]             # the engine's argv for display: secret values shown as ${DEPLOYER_SECRET_...}
+    words: list[Word]           # the same, as launch.sh passes it
+    content_hash: str           # sha256 of script + env: same effective profile -> same hash
+    env_names: list[str]        # names set in the env file (values never leave the bundle)
+    masked_env: dict[str, str]  # the env with secret values replaced by ***, for display
+
+    @property
+    def short_hash(self) -> str:
+        return self.content_hash[:12]
+
+
+def flag_tokens(name: str, value: Any) -> list[Word]:
+    """One profile arg as argv tokens: true -> bare flag, false/None -> nothing, list -> several values."""
+    flag = "--" + name.replace("_", "-")
+    if value is None or value is False:
+        return []
+    if value is True:
+        return [flag]
+    if isinstance(value, dict):
+        return [flag, json.dumps(value, sort_keys=True)]
+    if isinstance(value, list):
+        return [flag, *(_scalar(v) for v in value)]
+    text = _scalar(value)
+    # "--flag -x" would make argparse read -x as an option; the = form keeps it a value.
+    return [f"{flag}={text}"] if text.startswith("-") else [flag, text]
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def engine_argv(profile: Profile) -> list[Word]:
+    engine = profile.engine
+    spec = engine_for(engine.kind)
+    argv: list[Word] = [engine.python, "-m", spec.launch_module]
+    argv += flag_tokens("model_path", engine.model_path)
+    argv += flag_tokens("host", engine.host)
+    argv += flag_tokens("port", engine.port)
+    secret = profile.secret_arg_keys()
+    for name, value in engine.args.items():
+        if name in secret and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            argv += ["--" + name.replace("_", "-"), EnvRef(secret_var(name))]
+        else:
+            argv += flag_tokens(name, value)
+    return argv
+
+
+def engine_env(profile: Profile) -> dict[str, str]:
+    """The engine's environment: the profile's env, CUDA_VISIBLE_DEVICES, and the values of secret flags."""
+    env = dict(profile.engine.env)
+    if profile.engine.gpus is not None:
+        env.setdefault("CUDA_VISIBLE_DEVICES", ",".join(str(g) for g in profile.engine.gpus))
+    for name in profile.secret_arg_keys():
+        value = profile.engine.args.get(name)
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            env[secret_var(name)] = str(value)
+    return env
+
+
+def env_file_text(env: dict[str, str]) -> str:
+    lines = ["# Environment of the engine, written by deployer. Mode 0600: it may hold secrets."]
+    lines += [f"{name}={shlex.quote(value)}" for name, value in sorted(env.items())]
+    return "\n".join(lines) + "\n"
+
+
+def render(profile: Profile) -> Bundle:
+    argv = engine_argv(profile)
+    env = engine_env(profile)
+    try:
+        script = _template(profile).render(name=profile.name, argv=argv, deployer_version=__version__,
+                                           profile=profile.public_dict())
+    except jinja2.TemplateError as exc:
+        raise RenderError(f"template error: {exc}") from None
+    env_text = env_file_text(env)
+    digest = hashlib.sha256(script.encode() + b"\0" + env_text.encode()).hexdigest()
+    secret = profile.secret_env_keys() | {secret_var(k) for k in profile.secret_arg_keys()}
+    masked = {k: ("***" if k in secret else v) for k, v in sorted(env.items())}
+    return Bundle(script=script, env=env_text, argv=[str(w) for w in argv], words=argv,
+                  content_hash=digest, env_names=sorted(env), masked_env=masked)
+
+
+def _environment(loader: jinja2.BaseLoader) -> jinja2.Environment:
+    env = jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined, autoescape=False,
+                             keep_trailing_newline=True)
+    env.filters["shq"] = lambda v: shlex.quote(str(v))
+    env.filters["shjoin"] = lambda items: " ".join(sh_word(i if isinstance(i, EnvRef) else str(i)) for i in items)
+    return env
+
+
+def _template(profile: Profile) -> jinja2.Template:
+    try:
+        if profile.template:
+            base = profile.source.parent if profile.source else Path.cwd()
+            path = (base / profile.template).resolve()
+            if not path.is_file():
+                raise RenderError(f"template not found: {path}")
+            env = _environment(jinja2.FileSystemLoader(str(path.parent)))
+            return env.get_template(path.name)
+        name = engine_for(profile.engine.kind).template
+        text = resources.files("deployer.render.templates").joinpath(name).read_text(encoding="utf-8")
+        return _environment(jinja2.BaseLoader()).from_string(text)
+    except jinja2.TemplateError as exc:
+        raise RenderError(f"template error: {exc}") from None

@@ -1,0 +1,1 @@
+"""Launch script templates (shipped as the package data `deployer.render.templates`)."""

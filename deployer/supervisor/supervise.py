@@ -1,0 +1,292 @@
+#!/usr/bin/env python3
+"""The supervisor deployer pushes into every run dir; it runs on the TARGET with its system python3.
+
+Stdlib only, Python >= 3.8.  `python3 supervise.py CMD ...`:
+  start RUN_DIR              detach a daemon that runs launch.sh in its own process group; print state JSON
+  stop RUN_DIR [--grace S]   SIGTERM the engine group, SIGKILL after the grace; print the final state JSON
+  status RUN_DIR             print state.json plus "alive" / "supervisor_alive" ("lost" when both are gone)
+  lock LOCK_PATH --who TEXT  hold the per-deployment flock until stdin closes (LOCKED, or BUSY + exit 75)
+  ports PORT                 exit 0 if PORT is free on 127.0.0.1 and 0.0.0.0, else 1 and who holds it
+State: starting -> running -> ready [-> restarting -> running ...] -> stopped | exited | crashloop.
+Bad input exits 2, other failures 1, always with one line on stderr.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING or __package__:  # imported as part of the deployer package
+    from deployer.supervisor.supervise_base import (
+        DEFAULTS, EXIT_BAD_INPUT, EXIT_BUSY, KILL_WAIT, LIVE, RUN_LOCK, START_TIMEOUT, STATE,
+        STOP_REQUEST, SuperviseError, group_alive, kill_group, load_config, read_env_file,
+        read_state, supervisor_alive, wait_until, write_json,
+    )
+else:  # run as a script on the target, where the supervisor's files sit side by side
+    from supervise_base import (  # type: ignore[no-redef]
+        DEFAULTS, EXIT_BAD_INPUT, EXIT_BUSY, KILL_WAIT, LIVE, RUN_LOCK, START_TIMEOUT, STATE,
+        STOP_REQUEST, SuperviseError, group_alive, kill_group, load_config, read_env_file,
+        read_state, supervisor_alive, wait_until, write_json,
+    )
+
+if TYPE_CHECKING or __package__:
+    from deployer.supervisor.supervise_daemon import _daemon_main
+else:
+    from supervise_daemon import _daemon_main  # type: ignore[no-redef]
+
+def _take_run_lock(run_dir: str) -> int:
+    fd = os.open(os.path.join(run_dir, RUN_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        pid = (read_state(run_dir) or {}).get("supervisor_pid")
+        raise SuperviseError(f"a supervisor is already running in {run_dir} (pid {pid})") from None
+    return fd
+
+
+def _read_report(fd: int, timeout: float) -> str:
+    deadline, buf = time.monotonic() + timeout, b""
+    while b"\n" not in buf:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise SuperviseError(f"supervisor did not start the engine within {timeout:g} s; see supervisor.log")
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            raise SuperviseError("supervisor exited before starting the engine; see supervisor.log")
+        buf += chunk
+    return buf.split(b"\n", 1)[0].decode()
+
+
+def cmd_start(run_dir: str) -> int:
+    cfg = load_config(run_dir)
+    env = read_env_file(os.path.join(run_dir, cfg["env_file"])) if cfg["env_file"] else {}
+    lock_fd = _take_run_lock(run_dir)  # inherited by the daemon, held for its whole life
+    old = read_state(run_dir) or {}
+    if group_alive(old.get("pgid")):
+        os.close(lock_fd)
+        raise SuperviseError(f"engine group {old['pgid']} of an earlier supervisor is still alive; stop it first")
+    for stale in (STATE, STOP_REQUEST):
+        if os.path.exists(os.path.join(run_dir, stale)):
+            os.unlink(os.path.join(run_dir, stale))
+    read_fd, write_fd = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    child = os.fork()
+    if child == 0:
+        try:
+            os.close(read_fd)
+            os.setsid()
+            if os.fork() == 0:
+                _daemon_main(run_dir, cfg, env, [write_fd, lock_fd])
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    os.close(lock_fd)
+    os.waitpid(child, 0)
+    line = _read_report(read_fd, START_TIMEOUT)
+    if line.startswith("ERR "):
+        raise SuperviseError(line[4:])
+    print(line, flush=True)
+    return 0
+
+
+def status_of(run_dir: str) -> dict[str, Any]:
+    """state.json plus liveness; a live-looking state whose daemon and group are gone is "lost"."""
+    state = read_state(run_dir)
+    if state is None:
+        return {"status": "absent", "alive": False, "supervisor_alive": False}
+    state["alive"] = group_alive(state.get("pgid"))
+    state["supervisor_alive"] = supervisor_alive(state.get("supervisor_pid"))
+    if state.get("status") in LIVE and not state["alive"] and not state["supervisor_alive"]:
+        state["status"] = "lost"
+    return state
+
+
+def cmd_status(run_dir: str) -> int:
+    print(json.dumps(status_of(run_dir), sort_keys=True), flush=True)
+    return 0
+
+
+def cmd_stop(run_dir: str, grace: float | None) -> int:
+    if grace is None:
+        try:
+            grace = float(load_config(run_dir)["grace_s"])
+        except SuperviseError:
+            grace = float(DEFAULTS["grace_s"])
+    before = status_of(run_dir)
+    sup, pgid = before.get("supervisor_pid"), before.get("pgid")
+    if not before["alive"] and not before["supervisor_alive"]:
+        print(json.dumps(dict(before, was_running=False), sort_keys=True), flush=True)
+        return 0
+    if before["supervisor_alive"] and isinstance(sup, int):
+        write_json(os.path.join(run_dir, STOP_REQUEST), {"grace_s": grace})
+        try:
+            os.kill(sup, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        wait_until(lambda: not supervisor_alive(sup) and not group_alive(pgid), grace + KILL_WAIT)
+    elif before["alive"]:  # the daemon is gone: the group is ours to end
+        kill_group(pgid, signal.SIGTERM)
+        wait_until(lambda: not group_alive(pgid), grace)
+    if group_alive(pgid):
+        kill_group(pgid, signal.SIGKILL)
+        if not wait_until(lambda: not group_alive(pgid), KILL_WAIT):
+            raise SuperviseError(f"engine process group {pgid} survived SIGKILL")
+    state = read_state(run_dir) or {}
+    if state.get("status") in LIVE:  # nobody left to write the final state
+        state.update(status="stopped", ended_at=time.time(), updated_at=time.time())
+        write_json(os.path.join(run_dir, STATE), state)
+    print(json.dumps(dict(status_of(run_dir), was_running=True), sort_keys=True), flush=True)
+    return 0
+
+
+def _lock_holder(fd: int) -> dict[str, Any]:
+    text = b""
+    for _ in range(20):  # the holder writes its info just after taking the lock
+        text = os.pread(fd, 65536, 0)
+        if text.strip():
+            break
+        time.sleep(0.01)
+    try:
+        info = json.loads(text.decode("utf-8", "replace"))
+        return info if isinstance(info, dict) else {"raw": str(info)}
+    except ValueError:
+        return {"raw": text.decode("utf-8", "replace")[:200]}
+
+
+def cmd_lock(path: str, who: str) -> int:
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise SuperviseError(f"cannot open lock {path}: {e.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        print("BUSY " + json.dumps(_lock_holder(fd), sort_keys=True), flush=True)
+        return EXIT_BUSY
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps({"who": who, "since": time.time(), "pid": os.getpid()}).encode(), 0)
+    os.fsync(fd)
+    print("LOCKED", flush=True)
+    try:
+        while os.read(0, 65536):  # held until the deployer's channel (our stdin) closes
+            pass
+    except OSError:
+        pass
+    os.ftruncate(fd, 0)
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+    return 0
+
+
+def _can_bind(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: TIME_WAIT is not busy
+        try:
+            s.bind((host, port))
+            return True
+        except OSError:
+            return False
+
+
+def _port_holders(port: int) -> list[str]:
+    """Best effort from /proc: 'pid N (comm)' for listeners on port (needs rights to read their fds)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as f:
+                rows = [line.split() for line in f.readlines()[1:]]
+        except OSError:
+            continue
+        inodes |= {r[9] for r in rows if len(r) > 9 and r[3] == "0A" and int(r[1].rsplit(":", 1)[1], 16) == port}
+    found = []
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()) if inodes else ():
+        try:
+            links = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+            if any(f"socket:[{i}]" in links for i in inodes):
+                with open(f"/proc/{pid}/comm", encoding="utf-8") as f:
+                    found.append(f"pid {pid} ({f.read().strip()})")
+        except OSError:
+            continue
+    return found
+
+
+def cmd_ports(port: int) -> int:
+    if not 0 < port < 65536:
+        raise SuperviseError(f"bad port {port}", EXIT_BAD_INPUT)
+    if all(_can_bind(host, port) for host in ("127.0.0.1", "0.0.0.0")):
+        print(f"free {port}", flush=True)
+        return 0
+    print(f"busy {port}: {', '.join(_port_holders(port)) or 'holder unknown'}", flush=True)
+    return 1
+
+
+def _run_dir(arg: str) -> str:
+    path = os.path.abspath(arg)
+    if not os.path.isdir(path):
+        raise SuperviseError(f"no such run dir: {arg}", EXIT_BAD_INPUT)
+    return path
+
+
+def _parse(argv: list[str]) -> tuple[str, list[str], dict[str, str]]:
+    """Tiny parser: (command, positionals, --options); argparse would print usage over several lines."""
+    if not argv:
+        raise SuperviseError("usage: supervise.py start|stop|status|lock|ports ...", EXIT_BAD_INPUT)
+    pos, opts, rest = [], {}, list(argv[1:])
+    while rest:
+        word = rest.pop(0)
+        if word.startswith("--"):
+            name, eq, value = word[2:].partition("=")
+            if not eq:
+                if not rest:
+                    raise SuperviseError(f"--{name} needs a value", EXIT_BAD_INPUT)
+                value = rest.pop(0)
+            opts[name] = value
+        else:
+            pos.append(word)
+    return argv[0], pos, opts
+
+
+def dispatch(argv: list[str]) -> int:
+    cmd, pos, opts = _parse(argv)
+    allowed = {"start": (), "status": (), "stop": ("grace",), "lock": ("who",), "ports": ()}
+    if cmd not in allowed:
+        raise SuperviseError(f"unknown command {cmd!r} (start|stop|status|lock|ports)", EXIT_BAD_INPUT)
+    if len(pos) != 1 or set(opts) - set(allowed[cmd]):
+        raise SuperviseError(f"usage: supervise.py {cmd} ARG {' '.join('--' + o + ' X' for o in allowed[cmd])}",
+                             EXIT_BAD_INPUT)
+    try:
+        grace = float(opts["grace"]) if "grace" in opts else None
+        port = int(pos[0]) if cmd == "ports" else 0
+    except ValueError:
+        raise SuperviseError(f"{cmd}: not a number: {opts.get('grace', pos[0])}", EXIT_BAD_INPUT) from None
+    if cmd == "lock":
+        return cmd_lock(pos[0], opts.get("who", f"pid {os.getpid()}"))
+    if cmd == "ports":
+        return cmd_ports(port)
+    run_dir = _run_dir(pos[0])
+    return cmd_start(run_dir) if cmd == "start" else cmd_stop(run_dir, grace) if cmd == "stop" \
+        else cmd_status(run_dir)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return dispatch(sys.argv[1:] if argv is None else argv)
+    except SuperviseError as e:
+        print(f"supervise: {e}", file=sys.stderr, flush=True)
+        return e.code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,280 @@
+"""The supervisor's daemon: detached from the SSH session, it runs launch.sh as the leader of its own process
+group, records its state, watches the log for the ready line, and restarts the engine per policy.
+Stdlib only, Python >= 3.8 (runs on the target).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+import traceback
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING or __package__:  # imported as part of the deployer package
+    from deployer.supervisor.supervise_base import (
+        EXIT_FAILED, KILL_WAIT, LogScanner, SCAN_EVERY, STATE, STOP_REQUEST, TICK, backoff_delay,
+        decode_wait_status, group_alive, kill_group, note, should_restart, signal_name, wait_until,
+        write_json,
+    )
+else:  # run as a script on the target, where the supervisor's files sit side by side
+    from supervise_base import (  # type: ignore[no-redef]
+        EXIT_FAILED, KILL_WAIT, LogScanner, SCAN_EVERY, STATE, STOP_REQUEST, TICK, backoff_delay,
+        decode_wait_status, group_alive, kill_group, note, should_restart, signal_name, wait_until,
+        write_json,
+    )
+
+
+class Daemon:
+    """The detached supervisor: runs the engine, records its state, restarts it per policy."""
+
+    def __init__(self, run_dir: str, cfg: dict[str, Any], env: dict[str, str], report_fd: int) -> None:
+        self.run_dir, self.cfg, self.env = run_dir, cfg, env
+        self.report_fd: int | None = report_fd
+        self.log = os.path.join(run_dir, cfg["log"])
+        self.engine_pid: int | None = None
+        self.exit_status: int | None = None
+        self.stop_requested = False
+        self.restart_times: list[float] = []
+        self.scanner = LogScanner(self.log, None, 0)
+        self.next_scan = 0.0
+        self.state: dict[str, Any] = {
+            "status": "starting", "supervisor_pid": os.getpid(), "pid": None, "pgid": None,
+            "started_at": None, "ready_at": None, "ended_at": None, "exit_code": None, "signal": None,
+            "signal_name": None, "restarts": 0, "last_crash": None, "log_offset": 0,
+            "traceback_offset": None}
+
+    def save(self) -> None:
+        self.state["updated_at"] = time.time()
+        write_json(os.path.join(self.run_dir, STATE), self.state)
+
+    def report(self, line: str) -> None:
+        if self.report_fd is not None:
+            try:
+                os.write(self.report_fd, line.encode() + b"\n")
+                os.close(self.report_fd)
+            except OSError:
+                pass
+            self.report_fd = None
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._on_stop)
+        signal.signal(signal.SIGINT, self._on_stop)
+        signal.signal(signal.SIGHUP, lambda *_: None)
+        _become_subreaper()
+        self.save()
+        self.spawn()
+        self.report(json.dumps(self.state, sort_keys=True))
+        while True:
+            if self.stop_requested:
+                self.stop()
+                return 0
+            self.reap()
+            if self.exit_status is not None:
+                if not self.handle_exit():
+                    return 0
+            elif self.state["status"] in ("running", "ready") and time.monotonic() >= self.next_scan:
+                self.check_ready()
+            time.sleep(TICK)
+
+    def _on_stop(self, signum: int, frame: Any) -> None:
+        self.stop_requested = True
+
+    def spawn(self) -> None:
+        fd = os.open(self.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+        if os.fstat(fd).st_size > 0:
+            what = f"restart {self.state['restarts']}" if self.state["restarts"] else "start"
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+            os.write(fd, f"\n==== deployer supervisor: {what} at {stamp} ====\n".encode())
+        offset = os.fstat(fd).st_size
+        env = dict(os.environ, **self.env, DEPLOYER_RUN_DIR=self.run_dir)
+        bash = shutil.which("bash") or "/bin/bash"
+        pid = os.fork()
+        if pid == 0:
+            _exec_engine(fd, bash, os.path.join(self.run_dir, self.cfg["launch"]), env)
+        os.close(fd)
+        try:
+            os.setpgid(pid, pid)  # also in the child: whichever runs first wins the race
+        except OSError:
+            pass
+        self.engine_pid, self.exit_status = pid, None
+        self.scanner = LogScanner(self.log, self.cfg["ready_pattern"], offset)
+        note(f"engine started: pid {pid}, log offset {offset}")
+        self.state.update(status="running", pid=pid, pgid=pid, started_at=time.time(), ready_at=None,
+                          ended_at=None, exit_code=None, signal=None, signal_name=None, log_offset=offset,
+                          traceback_offset=None)
+        self.save()
+
+    def reap(self) -> None:
+        for _ in range(1000):  # the engine and, as subreaper, its orphans
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == self.engine_pid:
+                self.exit_status = status
+
+    def check_ready(self) -> None:
+        self.next_scan = time.monotonic() + SCAN_EVERY
+        had_traceback = self.scanner.traceback_at
+        if self.scanner.found() and self.state["status"] == "running":
+            self.state.update(status="ready", ready_at=time.time())
+            self.save()
+        if self.scanner.traceback_at != had_traceback:
+            self.state["traceback_offset"] = self.scanner.traceback_at
+            self.save()
+
+    def record_end(self, status: int | None) -> None:
+        code, sig = decode_wait_status(status) if status is not None else (None, None)
+        self.state.update(ended_at=time.time(), exit_code=code, signal=sig, signal_name=signal_name(sig))
+        self.engine_pid = self.exit_status = None
+
+    def handle_exit(self) -> bool:
+        """Records the engine's end and restarts it if the policy says so; False when the daemon is done."""
+        for _ in range(1000):  # its last words: the whole rest of the log, however big (bounded passes)
+            before = self.scanner.pos
+            self.check_ready()
+            if self.scanner.pos == before:
+                break
+        was_ready = self.state["status"] == "ready"
+        self.record_end(self.exit_status)
+        note(f"engine ended: exit code {self.state['exit_code']}, signal {self.state['signal_name']}")
+        self.clear_group(self.state["pgid"])
+        s, rs = self.state, self.cfg["restart"]
+        s["last_crash"] = {"at": s["ended_at"], "exit_code": s["exit_code"], "signal": s["signal"],
+                           "signal_name": s["signal_name"], "log_offset": s["log_offset"],
+                           "traceback_offset": self.scanner.traceback_at}
+        if not (was_ready and should_restart(rs["policy"], s["exit_code"])):
+            return self.finish("exited")
+        now = time.time()
+        recent = [t for t in self.restart_times if now - t < rs["window_s"]]
+        if len(recent) >= rs["max"]:
+            return self.finish("crashloop")
+        s["status"] = "restarting"
+        self.save()
+        delay = backoff_delay(rs["backoff_s"], len(recent))
+        note(f"restarting in {delay:g} s ({len(recent)} restarts in the last {rs['window_s']:g} s)")
+        if not self.sleep(delay):
+            return self.finish("stopped")
+        self.restart_times = recent + [time.time()]
+        s["restarts"] += 1
+        self.spawn()
+        return True
+
+    def sleep(self, seconds: float) -> bool:
+        """Backoff wait that reaps and gives way to a stop request (then False)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.stop_requested:
+                return False
+            self.reap()
+            time.sleep(TICK)
+        return not self.stop_requested
+
+    def clear_group(self, pgid: Any) -> None:
+        """Leftover children of an engine that ended still hold GPU memory: end them too."""
+        if group_alive(pgid):
+            kill_group(pgid, signal.SIGTERM)
+            if not self.wait_group(pgid, min(float(self.cfg["grace_s"]), KILL_WAIT)):
+                kill_group(pgid, signal.SIGKILL)
+                self.wait_group(pgid, KILL_WAIT)
+
+    def wait_group(self, pgid: Any, timeout: float) -> bool:
+        def gone() -> bool:
+            self.reap()
+            return (self.engine_pid is None or self.exit_status is not None) and not group_alive(pgid)
+        return wait_until(gone, timeout)
+
+    def stop(self) -> None:
+        self.state["status"] = "stopping"
+        self.save()
+        grace = float(self.cfg["grace_s"])
+        try:
+            with open(os.path.join(self.run_dir, STOP_REQUEST), encoding="utf-8") as f:
+                grace = float(json.load(f)["grace_s"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        pgid = self.state["pgid"]
+        note(f"stop requested: SIGTERM to group {pgid}, SIGKILL after {grace:g} s")
+        if self.engine_pid is not None:
+            kill_group(pgid, signal.SIGTERM)
+            if not self.wait_group(pgid, grace):
+                kill_group(pgid, signal.SIGKILL)
+                self.wait_group(pgid, KILL_WAIT)
+            self.record_end(self.exit_status)
+        else:
+            self.clear_group(pgid)
+        self.finish("stopped")
+
+    def finish(self, status: str) -> bool:
+        note(f"supervisor done: {status}")
+        self.state["status"] = status
+        self.save()
+        try:
+            os.unlink(os.path.join(self.run_dir, STOP_REQUEST))
+        except OSError:
+            pass
+        return False
+
+
+def _exec_engine(log_fd: int, bash: str, launch: str, env: dict[str, str]) -> None:
+    """In the forked child: own process group, default signals, stdio to the log, exec bash launch.sh."""
+    try:
+        os.setpgid(0, 0)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.execve(bash, [bash, launch], env)
+    except BaseException as e:
+        os.write(2, f"deployer supervisor: cannot run {launch}: {e}\n".encode())
+    os._exit(127)
+
+
+def _become_subreaper() -> None:
+    """Orphans of the engine are reparented to us (and reaped), not to an init that may not reap."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+def _close_fds_except(keep: list[int]) -> None:
+    """Any inherited descriptor (an SSH channel's pipe) would hold the caller open: close all but ours."""
+    low = 3
+    for fd in sorted(keep):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 65536)
+
+
+def _daemon_main(run_dir: str, cfg: dict[str, Any], env: dict[str, str], keep: list[int]) -> None:
+    code, report_fd = EXIT_FAILED, keep[0]
+    daemon = None
+    try:
+        _close_fds_except(keep)
+        os.chdir(run_dir)
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        out = os.open(os.path.join(run_dir, "supervisor.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        daemon = Daemon(run_dir, cfg, env, report_fd)
+        code = daemon.run()
+    except BaseException:
+        traceback.print_exc()
+        line = "ERR supervisor crashed; see supervisor.log"
+        if daemon is not None:
+            daemon.report(line)
+        else:
+            os.write(report_fd, line.encode() + b"\n")
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)

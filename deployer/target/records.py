@@ -1,0 +1,111 @@
+"""What the target says about a deployment: its runs, the current one, their records, states and outcomes.
+
+The target is the source of truth, so status, history, logs and rollback work from any laptop with only the
+deployment name and the host.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from deployer.errors import NotFound
+from deployer.logtext import readable
+from deployer.push import Layout, RunDir
+from deployer.remote.base import EndpointUnreachable, Remote
+from deployer.start import status
+
+LIVE = {"starting", "running", "ready", "restarting", "stopping"}
+
+
+@dataclass(frozen=True)
+class RunView:
+    run: RunDir
+    record: dict[str, Any]
+    state: dict[str, Any]
+    outcome: dict[str, Any] | None
+
+    @property
+    def content_hash(self) -> str:
+        return str(self.record.get("content_hash", ""))
+
+    @property
+    def alive(self) -> bool:
+        return bool(self.state.get("alive")) or self.state.get("status") in LIVE - {"stopping"} and \
+            bool(self.state.get("supervisor_alive"))
+
+    @property
+    def status(self) -> str:
+        return str(self.state.get("status", "unknown"))
+
+    @property
+    def reached_ready(self) -> bool:
+        return bool(self.state.get("ready_at")) or (self.outcome or {}).get("outcome") == "ready"
+
+
+def read_json(remote: Remote, path: str) -> dict[str, Any] | None:
+    try:
+        data = json.loads(remote.read(path, 0, 4 << 20) or b"null")
+    except (NotFound, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def list_runs(remote: Remote, layout: Layout) -> list[str]:
+    """Run ids, oldest first (ids start with a UTC timestamp)."""
+    result = remote.run(f"ls -1 {shlex.quote(layout.runs)} 2>/dev/null", timeout=20, check=False)
+    return sorted(line for line in result.stdout.split() if line and not line.startswith("."))
+
+
+def current_run_id(remote: Remote, layout: Layout) -> str | None:
+    result = remote.run(f"readlink {shlex.quote(layout.current)}", timeout=20, check=False)
+    link = result.stdout.strip()
+    return posixpath.basename(link) if result.ok and link else None
+
+
+def run_view(remote: Remote, layout: Layout, run_id: str, *, live: bool = True) -> RunView:
+    run = layout.run(run_id)
+    record = read_json(remote, run.file("profile.json")) or {}
+    state = status(remote, run) if live else (read_json(remote, run.state) or {})
+    return RunView(run, record, state, read_json(remote, run.file("outcome.json")))
+
+
+def all_runs(remote: Remote, layout: Layout) -> tuple[list[RunView], str | None]:
+    """Every run of the deployment (oldest first, records only) and the current run's id; NotFound if none."""
+    run_ids = list_runs(remote, layout)
+    if not run_ids:
+        name, workdir = posixpath.basename(layout.root), posixpath.dirname(layout.root)
+        raise NotFound(f"no deployment {name!r} under {workdir} on {remote.label}")
+    return [run_view(remote, layout, r, live=False) for r in run_ids], current_run_id(remote, layout)
+
+
+def current_view(remote: Remote, layout: Layout) -> RunView | None:
+    run_id = current_run_id(remote, layout)
+    return run_view(remote, layout, run_id) if run_id else None
+
+
+def tail_lines(remote: Remote, path: str, n: int, window: int | None = None) -> list[str]:
+    """The last `n` readable lines of a remote log, reading one bounded window from its end."""
+    size = remote.size(path) or 0
+    window = min(size, window or max(64 << 10, n * 400))
+    chunk = remote.read(path, size - window, window).decode("utf-8", "replace").split("\n")
+    if size > window:
+        chunk = chunk[1:]  # the first line is cut
+    return [line for line in map(readable, chunk) if line][-n:]
+
+
+def healthy(remote: Remote, port: int, path: str, timeout: float = 5.0) -> bool:
+    try:
+        return remote.request("GET", port, path, timeout=timeout).status == 200
+    except EndpointUnreachable:
+        return False
+
+
+def list_deployments(remote: Remote, workdir: str) -> list[str]:
+    """Names of deployments under a workdir (directories that have a runs/ dir)."""
+    result = remote.run(f"cd {shlex.quote(workdir)} 2>/dev/null && ls -1d */runs 2>/dev/null", timeout=20,
+                        check=False)
+    return sorted(line.split("/", 1)[0] for line in result.stdout.split() if line.endswith("/runs"))

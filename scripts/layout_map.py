@@ -1,0 +1,119 @@
+"""The module moves of the layout restructure (issue 12): old dotted module -> new dotted module.
+
+`python scripts/layout_map.py FILE...` rewrites imports of the old flat modules in place (for branches that
+were started before the move); `--markdown` prints the table of docs/layout-map.md.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+MOVES: dict[str, str] = {
+    "deployer.cli": "deployer.cli.main",
+    "deployer.cli_ops": "deployer.cli.targets",
+    "deployer.cli_more": "deployer.cli.oncall",
+    "deployer.cli_smoke": "deployer.cli.smoke",
+    "deployer.output": "deployer.output.console",
+    "deployer.junit": "deployer.output.junit",
+    "deployer.oncall": "deployer.oncall.rollback",
+    "deployer.ops": "deployer.oncall.deployment",
+    "deployer.ops_more": "deployer.oncall.history",
+    "deployer.pipeline": "deployer.pipeline.up",
+    "deployer.prelaunch": "deployer.pipeline.before_launch",
+    "deployer.fixed": "deployer.profile.fixed",
+    "deployer.profile": "deployer.profile.model",
+    "deployer.profile_loader": "deployer.profile.loader",
+    "deployer.render": "deployer.render.bundle",
+    "deployer.templates": "deployer.render.templates",
+    "deployer.preflight": "deployer.preflight.checks",
+    "deployer.facts": "deployer.preflight.facts",
+    "deployer.flags": "deployer.preflight.flags",
+    "deployer.memory": "deployer.preflight.memory",
+    "deployer.targetview": "deployer.target.records",
+    "deployer.watch": "deployer.watch.watcher",
+    "deployer.diagnose": "deployer.diagnose.diagnosis",
+    "deployer.drift": "deployer.diagnose.drift",
+    "deployer.signatures": "deployer.diagnose.signatures",
+    "deployer.state": "deployer.local_history",
+    "deployer.remote": "deployer.remote.base",
+    "deployer.remote_local": "deployer.remote.local",
+    "deployer.remote_ssh": "deployer.remote.ssh.connection",
+    "deployer.remote_sshchan": "deployer.remote.ssh.channel",
+    "deployer.remote_sshconfig": "deployer.remote.ssh.config",
+    "deployer.supervise": "deployer.supervisor.supervise",
+    "deployer.supervise_base": "deployer.supervisor.supervise_base",
+    "deployer.supervise_daemon": "deployer.supervisor.supervise_daemon",
+    "deployer.engines.sglang": "deployer.engines.sglang.spec",
+    "deployer.engines.sglang_probe": "deployer.engines.sglang.probe",
+}
+FILES: dict[str, str] = {
+    "templates/sglang.sh.j2": "deployer/render/templates/sglang.sh.j2",
+    "templates/__init__.py": "deployer/render/templates/__init__.py",
+    "deployer/engines/sglang_renames.yaml": "deployer/engines/sglang/renames.yaml",
+    "deployer/engines/sglang_signatures.yaml": "deployer/engines/sglang/signatures.yaml",
+}
+
+_FROM_DOTTED = re.compile(r"^(\s*from\s+)(deployer(?:\.\w+)+)(\s+import\s+\(?\s*(\w+))", re.MULTILINE)
+_IMPORT_DOTTED = re.compile(r"^(\s*import\s+)(deployer(?:\.\w+)+)\b", re.MULTILINE)
+_FROM_PACKAGE = re.compile(r"^(\s*)from deployer(\.engines)? import ([\w, ]+)$", re.MULTILINE)
+
+
+def _new(old: str) -> str:
+    return MOVES.get(old, old)
+
+
+def _from_package(found: re.Match[str]) -> str:
+    indent, sub = found.group(1), found.group(2) or ""
+    lines = []
+    for item in (part.strip() for part in found.group(3).split(",")):
+        name, _, alias = item.partition(" as ")
+        old = f"deployer{sub}.{name.strip()}"
+        local = alias.strip() or name.strip()
+        if old not in MOVES:
+            lines.append(f"{indent}from deployer{sub} import {item}")
+            continue
+        parent, _, leaf = _new(old).rpartition(".")
+        lines.append(f"{indent}from {parent} import {leaf}" + ("" if leaf == local else f" as {local}"))
+    return "\n".join(lines)
+
+
+_NEW_MODULES = set(MOVES.values())
+
+
+def _from_dotted(found: re.Match[str]) -> str:
+    module, first = found.group(2), found.group(4)
+    if f"{module}.{first}" in _NEW_MODULES:  # already the new form: `from deployer.output import junit`
+        return found.group(0)
+    return found.group(1) + _new(module) + found.group(3)
+
+
+def rewrite(text: str) -> str:
+    text = _FROM_DOTTED.sub(_from_dotted, text)
+    text = _IMPORT_DOTTED.sub(lambda m: m.group(1) + _new(m.group(2)), text)
+    return _FROM_PACKAGE.sub(_from_package, text)
+
+
+def markdown() -> str:
+    rows = [f"| `{old}` | `{new}` |" for old, new in MOVES.items()]
+    rows += [f"| `{old}` | `{new}` |" for old, new in FILES.items()]
+    return "| old | new |\n|---|---|\n" + "\n".join(rows) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--markdown"]:
+        sys.stdout.write(markdown())
+        return 0
+    for name in argv:
+        path = Path(name)
+        text = path.read_text(encoding="utf-8")
+        new = rewrite(text)
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+            print(f"rewrote {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
