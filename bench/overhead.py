@@ -18,7 +18,7 @@ from common import DEPLOY, SSHD, Figure, bench_profile, deploy_env, median, scp_
 
 
 def _baseline_script(profile: Path, dest: Path) -> Path:
-    from deployer.profile.model import load_profile
+    from deployer.profile.loader import load_profile
     from deployer.render.bundle import render
 
     prof = load_profile(str(profile))

@@ -15,13 +15,12 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-if TYPE_CHECKING:
-    from deployer.diagnose.diagnosis import Diagnosis
-    from deployer.profile.model import Profile
+from deployer.engines.renames import load_renames
+from deployer.profile.model import Profile
 
 
 class _Data(BaseModel):
@@ -81,6 +80,16 @@ def remedy_spec(data: Any) -> RemedySpec:
     return RemedySpec(options=tuple(RemedyOption.model_validate(item) for item in items))
 
 
+class Diagnosed(Protocol):
+    """What a remedy needs from a diagnosis (`deployer.diagnose.Diagnosis`, which shows a remedy's preview
+    and so sits above this module)."""
+
+    @property
+    def remedy(self) -> RemedySpec | None: ...
+
+    def message_text(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class Change:
     """One concrete patch of a profile: args/env to set (None = remove) and why."""
@@ -99,7 +108,7 @@ class Change:
         return not self.args and not self.env
 
 
-def propose(diagnosis: Diagnosis, profile: Profile, tried: list[Change]) -> Change | None:
+def propose(diagnosis: Diagnosed, profile: Profile, tried: list[Change]) -> Change | None:
     """The change the diagnosis' remedy makes to this profile, or None when nothing new applies."""
     if diagnosis.remedy is None:
         return None
@@ -293,8 +302,6 @@ def _rename(spec: RenameSpec, message: str, args: dict[str, Any]) -> dict[str, A
 @lru_cache(maxsize=4)
 def known_renames(kind: str = "sglang") -> dict[str, str]:
     """Old flag name -> new flag name from the engine's renames table (the one preflight reads too)."""
-    from deployer.preflight.flags import load_renames
-
     return {r.old.replace("-", "_"): r.new.replace("-", "_") for r in load_renames(engine=kind)
             if r.kind in ("flag", "arg") and r.new}
 

@@ -22,8 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deployer.errors import DeployError, LaunchFailed, ProfileError, Unhealthy
+from deployer.pipeline.up import UpOptions, target_spec, up
 from deployer.profile.model import Profile
+from deployer.push import layout_for
 from deployer.remote.base import EndpointUnreachable, Remote
+from deployer.remote.connect import connect
+from deployer.start import DeploymentLock, stop
+from deployer.target.records import current_view, tail_lines
 from deployer.watch.watcher import Event, EventSink
 
 PHASES = ("preflight", "push", "start", "ready", "request", "stop")
@@ -180,8 +185,6 @@ def _skip_rest(report: SmokeReport, why: str) -> None:
 
 def _deploy(profile: Profile, opts: SmokeOptions, clock: PhaseClock, report: SmokeReport) -> bool:
     """`up`; True when this smoke started the engine that is now running (so it is ours to stop)."""
-    from deployer.pipeline.up import UpOptions, up
-
     up_opts = UpOptions(trust_new_host=opts.trust_new_host, heal=opts.heal, skip_preflight=opts.skip_preflight,
                         force=opts.force, what="smoke")
     try:
@@ -259,8 +262,6 @@ def _engine_tail(profile: Profile, opts: SmokeOptions, run_id: str) -> list[str]
     """The last lines of the failed attempt's engine.log (best effort: [] when the target cannot say)."""
     if not run_id:
         return []
-    from deployer.push import layout_for
-    from deployer.target.records import tail_lines
 
     try:
         with _session(profile, opts) as remote:
@@ -279,9 +280,6 @@ class _session:
         self.remote: Remote | None = None
 
     def __enter__(self) -> Remote:
-        from deployer.pipeline.up import target_spec
-        from deployer.remote.base import connect
-
         self.remote = connect(target_spec(self.profile, self.opts.trust_new_host))
         return self.remote
 
@@ -382,10 +380,6 @@ def _stop_phase(profile: Profile, opts: SmokeOptions, clock: PhaseClock, report:
 
 def stop_current(profile: Profile, opts: SmokeOptions) -> dict[str, Any]:
     """Graceful stop of the deployment's current run under its lock (like `deploy down`)."""
-    from deployer.push import layout_for
-    from deployer.start import DeploymentLock, stop
-    from deployer.target.records import current_view
-
     with _session(profile, opts) as remote:
         layout = layout_for(remote, profile)
         view = current_view(remote, layout)

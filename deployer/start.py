@@ -1,6 +1,6 @@
 """Start: drive the target-side supervisor (start/stop/status), the deployment lock, and the port check.
 
-The supervisor (deployer/supervise.py, stdlib only) runs on the target's python3; these functions are the only
+The supervisor (deployer/supervisor/, stdlib only) runs on the target's python3; these functions are the only
 place that knows its command line.
 """
 

@@ -48,6 +48,14 @@ MOVES: dict[str, str] = {
     "deployer.engines.sglang": "deployer.engines.sglang.spec",
     "deployer.engines.sglang_probe": "deployer.engines.sglang.probe",
 }
+# Names that later commits moved to another module: (module after the pure moves, name) -> new module.
+SYMBOLS: dict[tuple[str, str], str] = {
+    ("deployer.profile.model", "load_profile"): "deployer.profile.loader",
+    ("deployer.remote.base", "parse_host"): "deployer.profile.host",
+    ("deployer.remote.base", "connect"): "deployer.remote.connect",
+    ("deployer.preflight.flags", "load_renames"): "deployer.engines.renames",
+    ("deployer.preflight.flags", "Rename"): "deployer.engines.renames",
+}
 FILES: dict[str, str] = {
     "templates/sglang.sh.j2": "deployer/render/templates/sglang.sh.j2",
     "templates/__init__.py": "deployer/render/templates/__init__.py",
@@ -89,8 +97,25 @@ def _from_dotted(found: re.Match[str]) -> str:
     return found.group(1) + _new(module) + found.group(3)
 
 
+_ONE_LINE_FROM = re.compile(r"^(\s*)from\s+(deployer(?:\.\w+)+)\s+import\s+([\w, ]+)$", re.MULTILINE)
+
+
+def _split_moved(found: re.Match[str]) -> str:
+    """`from M import a, b` where b moved to N -> `from M import a` + `from N import b` (one-line imports)."""
+    indent, module = found.group(1), found.group(2)
+    names = [n.strip() for n in found.group(3).split(",") if n.strip()]
+    by_module: dict[str, list[str]] = {}
+    for item in names:
+        target = SYMBOLS.get((module, item.split(" as ")[0].strip()), module)
+        by_module.setdefault(target, []).append(item)
+    if list(by_module) == [module]:
+        return found.group(0)
+    return "\n".join(f"{indent}from {m} import {', '.join(items)}" for m, items in by_module.items())
+
+
 def rewrite(text: str) -> str:
     text = _FROM_DOTTED.sub(_from_dotted, text)
+    text = _ONE_LINE_FROM.sub(_split_moved, text)
     text = _IMPORT_DOTTED.sub(lambda m: m.group(1) + _new(m.group(2)), text)
     return _FROM_PACKAGE.sub(_from_package, text)
 
@@ -98,6 +123,7 @@ def rewrite(text: str) -> str:
 def markdown() -> str:
     rows = [f"| `{old}` | `{new}` |" for old, new in MOVES.items()]
     rows += [f"| `{old}` | `{new}` |" for old, new in FILES.items()]
+    rows += [f"| `{old}.{name}` | `{new}.{name}` |" for (old, name), new in SYMBOLS.items()]
     return "| old | new |\n|---|---|\n" + "\n".join(rows) + "\n"
 
 

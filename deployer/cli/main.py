@@ -1,46 +1,21 @@
 """Command line: argv -> calls into the pipeline -> output and exit codes. No deployment logic lives here.
 
-Imports of heavy modules (fabric, rich, pydantic) happen inside the commands so `deploy --help` stays fast.
+Imports of heavy modules (fabric, rich, pydantic) happen inside the commands so `deploy --help` stays fast:
+that is the only reason for function-level imports anywhere in `deployer.cli`.
 Exit codes: 0 ok, 1 other error, 2 bad profile or usage, 3 connection/SSH, 4 target unfit (locked, port busy,
 preflight), 5 launch failed, 6 unhealthy, 7 not found, 130 interrupted.
 """
 
 from __future__ import annotations
 
-import json
 import sys
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import click
 
-if TYPE_CHECKING:
-    from deployer.profile.model import Profile
+from deployer.cli import oncall, smoke, targets
+from deployer.cli.options import _emit_json, _load, _profile_options
+from deployer.errors import DeployError
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _profile_options(func: F) -> F:
-    func = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-                        help="Override a profile field, e.g. engine.args.tp_size=2 (repeatable).")(func)
-    func = click.option("--host", default=None, metavar="[USER@]HOST[:PORT]",
-                        help="Deploy to this host instead of the profile's target.host.")(func)
-    return func
-
-
-def _target_options(func: F) -> F:
-    func = click.option("--trust-new-host", is_flag=True,
-                        help="Record the key of a host not yet in known_hosts (never a changed key).")(func)
-    return func
-
-
-def _load(path: str, overrides: tuple[str, ...], host: str | None) -> Profile:
-    from deployer.profile.model import load_profile
-
-    return load_profile(path, overrides=list(overrides), host=host)
-
-
-def _emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -96,17 +71,13 @@ def schema() -> None:
 
 
 def _register_more() -> None:
-    """Commands that talk to targets live in cli_ops to keep this module small."""
-    from deployer.cli import targets as cli_ops
-    from deployer.cli import smoke as cli_smoke
-
-    cli_ops.register(cli)
-    cli_smoke.register(cli)
+    """Commands that talk to targets, on-call commands and `smoke` live in their own modules."""
+    targets.register(cli)
+    oncall.register(cli)
+    smoke.register(cli)
 
 
 def main(argv: list[str] | None = None) -> None:
-    from deployer.errors import DeployError
-
     _register_more()
     try:
         rc = cli.main(args=argv, prog_name="deploy", standalone_mode=False)

@@ -1,4 +1,4 @@
-"""On-call commands (history, ...): options and output only; the work is in ops_more."""
+"""On-call commands (history, ...): options and output only; the work is in attempts."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from deployer.cli.main import _emit_json, _target_options
+from deployer.cli.options import _emit_json, _target_options
 
 
 @click.command()
@@ -20,12 +20,12 @@ from deployer.cli.main import _emit_json, _target_options
 def history(target: str, host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool,
             local: bool) -> None:
     """Every attempt of a deployment: when, content hash, outcome, diagnosis, change made."""
-    from deployer.oncall import history as ops_more
+    from deployer.oncall import history as attempts
 
     if local:
-        rows = ops_more.local_history(target, host)
+        rows = attempts.local_history(target, host)
     else:
-        rows = ops_more.history(ops_more.make_ref(target, host, workdir, trust_new_host))
+        rows = attempts.history(attempts.make_ref(target, host, workdir, trust_new_host))
     if as_json:
         _emit_json(rows)
         return
@@ -40,14 +40,14 @@ def history(target: str, host: str | None, workdir: str | None, trust_new_host: 
 
 def _oncall(action: str, target: str, host: str | None, workdir: str | None, trust_new_host: bool,
             as_json: bool, no_heal: bool) -> None:
-    from deployer.oncall import rollback as oncall
+    from deployer.oncall import rollback as going_back
     from deployer.oncall import deployment as ops
     from deployer.cli.targets import run_reported
     from deployer.pipeline.up import UpOptions
 
     ref = ops.make_ref(target, host, workdir, trust_new_host)
     opts = UpOptions(trust_new_host=trust_new_host, heal=not no_heal, skip_preflight=True)
-    run_reported(as_json, lambda sink: getattr(oncall, action)(ref, sink, opts))
+    run_reported(as_json, lambda sink: getattr(going_back, action)(ref, sink, opts))
 
 
 def _oncall_options(func: Any) -> Any:

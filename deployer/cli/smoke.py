@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from deployer.cli.main import _load, _profile_options, _target_options
+from deployer.cli.options import _load, _profile_options, _target_options
 
 if TYPE_CHECKING:
     from deployer.output.junit import Suite
@@ -125,5 +125,5 @@ def _print_summary(report: SmokeReport) -> None:
 
 
 def register(group: click.Group) -> None:
-    """Attach `smoke` to the top-level group (called from deployer.cli)."""
+    """Attach `smoke` to the top-level group (called from deployer.cli.main)."""
     group.add_command(smoke)

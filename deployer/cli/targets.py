@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import click
 
-from deployer.cli.main import _emit_json, _load, _profile_options, _target_options
+from deployer.cli.options import _emit_json, _load, _profile_options, _target_options
 
 
 def _progress(as_json: bool) -> Any:
@@ -147,9 +147,9 @@ def diagnose(target: str | None, log_file: str | None, engine_version: str | Non
              workdir: str | None, trust_new_host: bool, as_json: bool) -> None:
     """The first traceback and diagnosis of a log file, or of a deployment's latest failed attempt."""
     if log_file is None:
-        from deployer.oncall import history as ops_more
+        from deployer.oncall import history as attempts
 
-        data = ops_more.diagnose_deployment(ops_more.make_ref(target, host, workdir, trust_new_host),
+        data = attempts.diagnose_deployment(attempts.make_ref(target, host, workdir, trust_new_host),
                                             engine_version)
     else:
         from deployer.diagnose.diagnosis import diagnose_file
@@ -188,7 +188,7 @@ def plan(profile: str, overrides: tuple[str, ...], host: str | None, trust_new_h
     from deployer.errors import PreflightFailed
     from deployer.pipeline.up import target_spec
     from deployer.preflight.checks import run_preflight
-    from deployer.remote.base import connect
+    from deployer.remote.connect import connect
     from deployer.local_history import home
 
     prof = _load(profile, overrides, host)
@@ -209,6 +209,3 @@ def register(group: click.Group) -> None:
     """Attach the target commands to the top-level group."""
     for command in (up, status, logs, down, diagnose, plan):
         group.add_command(command)
-    from deployer.cli import oncall as cli_more
-
-    cli_more.register(group)

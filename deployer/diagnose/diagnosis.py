@@ -1,6 +1,6 @@
 """Diagnosis: an engine log -> its first traceback -> the known failure signature it matches (`Diagnosis`).
 
-Signatures are data (`engines/<kind>_signatures.yaml`), tried in file order: first against the final
+Signatures are data (`engines/<kind>/signatures.yaml`), tried in file order: first against the final
 exception lines of the first traceback, then the whole traceback, then the lines right after it, then the
 tail of the log (argparse, uvicorn, NCCL and "scheduler died" errors are not tracebacks). Pure, except
 `diagnose_file`, which reads a bounded window of a log of any size.

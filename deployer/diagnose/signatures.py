@@ -1,4 +1,4 @@
-"""Failure signatures: the engine's known failures as data (`engines/<kind>_signatures.yaml`), and version ranges.
+"""Failure signatures: the engine's known failures as data (`engines/<kind>/signatures.yaml`), and version ranges.
 
 Each signature has an id, regexes, the engine versions it applies to, a summary, whether it is transient, the
 source of its text, a hint for people, and a remedy (see remedy.py).
@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
+from deployer.engines import engine_for
 from deployer.remedy import RemedySpec, remedy_spec
 
 
@@ -58,8 +59,6 @@ class Signature(BaseModel):
 @lru_cache(maxsize=8)
 def load_signatures(kind: str = "sglang", path: str | None = None) -> tuple[Signature, ...]:
     """The engine's signatures, in file order (earlier = more specific, tried first)."""
-    from deployer.engines import engine_for
-
     spec = engine_for(kind)
     file = Path(path) if path else Path(spec.data_dir) / spec.signatures_file
     data = yaml.safe_load(file.read_text(encoding="utf-8"))

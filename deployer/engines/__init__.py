@@ -1,4 +1,9 @@
-"""Engine knowledge, one module per engine kind; `engine_for(kind)` picks it."""
+"""Engine knowledge: the EngineSpec interface (`base`), one package per engine (`sglang/`), the renames
+table reader (`renames`); `engine_for(kind)` picks an engine.
+
+Layer beside remote, below render: may import only the leaves and third-party libraries. No engine package
+imports another (import-linter contract).
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""On-call operations on an existing deployment: status, logs, down, history, diagnose NAME, restart, rollback.
+"""On-call operations on an existing deployment: status, logs, down (`deployment`), history and diagnose NAME
+(`history`), restart and rollback (`rollback`).
 
-Everything is read from the target, so these work from any laptop. May import the pipeline and everything
-below it (steps, target, remote, render, profile, errors); never output or cli.
+Everything is read from the target, so these work from any laptop. Layer beside smoke, below output: may
+import pipeline and everything below it; never smoke, output or cli.
 """

@@ -5,6 +5,7 @@ Everything is read from the target, so these work from a laptop that never ran t
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -13,11 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from deployer.errors import NotFound, ProfileError
+from deployer.pipeline.up import diagnose_state, target_spec
+from deployer.profile.host import parse_host
+from deployer.profile.loader import load_profile
 from deployer.profile.model import NAME_RE, Profile
 from deployer.push import Layout, expand_workdir
-from deployer.remote.base import Remote, TargetSpec, connect, parse_host
+from deployer.remote.base import Remote, TargetSpec
+from deployer.remote.connect import connect
 from deployer.start import DeploymentLock, stop
 from deployer.target.records import RunView, current_view, healthy, list_deployments, list_runs, run_view, tail_lines
+from deployer.watch.watcher import LogTail
 
 DEFAULT_WORKDIR = "/workspace/deployer"
 
@@ -35,11 +41,6 @@ class Ref:
 def make_ref(arg: str | None, host: str | None, workdir: str | None, trust_new_host: bool = False,
              overrides: tuple[str, ...] = ()) -> Ref:
     """NAME|PROFILE (+ --host): a profile file gives everything; a bare name needs --host."""
-    import re
-
-    from deployer.pipeline.up import target_spec
-    from deployer.profile.model import load_profile
-
     if arg and (Path(arg).is_file() or arg.endswith((".yaml", ".yml"))):
         prof = load_profile(arg, overrides=list(overrides), host=host)
         return Ref(prof.name, target_spec(prof, trust_new_host), workdir or prof.target.workdir, prof)
@@ -91,7 +92,6 @@ def crash_diagnosis(remote: Remote, view: RunView) -> dict[str, Any] | None:
     crash = state.get("last_crash")
     if view.status not in ("crashloop", "exited", "lost") or not crash or not state.get("ready_at"):
         return None
-    from deployer.pipeline.up import diagnose_state
 
     version = (view.record.get("profile") or {}).get("engine", {}).get("version")
     diag = diagnose_state(remote, view.run, state, version)
@@ -155,8 +155,6 @@ def logs(ref: Ref, *, lines: int, follow: bool, previous: bool, out: Callable[[s
 
 
 def _follow(remote: Remote, view: RunView, offset: int, out: Callable[[str], None], limit_s: float | None) -> None:
-    from deployer.watch.watcher import LogTail
-
     tail = LogTail(remote, view.run.log, offset)
     deadline = time.monotonic() + limit_s if limit_s else None
     while deadline is None or time.monotonic() < deadline:

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
+
 from deployer.errors import NotFound
+from deployer.local_history import History
 from deployer.oncall.deployment import Ref, layout_of, make_ref, opened
 from deployer.pipeline.up import diagnose_state
+from deployer.profile.model import Profile
+from deployer.remedy import propose
 from deployer.target.records import all_runs, list_runs, run_view
 
 __all__ = ["make_ref", "history", "local_history", "diagnose_deployment"]
@@ -34,8 +39,6 @@ def history(ref: Ref) -> list[dict[str, Any]]:
 
 def local_history(name: str, host: str | None) -> list[dict[str, Any]]:
     """The attempts this machine ran (the local SQLite cache), newest first; works with the target down."""
-    from deployer.local_history import History
-
     store = History()
     try:
         rows = store.attempts(name, host)
@@ -59,7 +62,6 @@ def diagnose_deployment(ref: Ref, engine_version: str | None) -> dict[str, Any]:
                 continue
             version = engine_version or (view.record.get("profile") or {}).get("engine", {}).get("version")
             diag = diagnose_state(remote, view.run, state, version)
-            from deployer.remedy import propose
 
             data = {**diag.to_json(), "hint": diag.hint, "run_id": run_id}
             prof = _profile_of(view.record)
@@ -70,10 +72,6 @@ def diagnose_deployment(ref: Ref, engine_version: str | None) -> dict[str, Any]:
 
 
 def _profile_of(record: dict[str, Any]) -> Any:
-    from pydantic import ValidationError
-
-    from deployer.profile.model import Profile
-
     try:
         return Profile.model_validate(record.get("profile") or {})
     except ValidationError:

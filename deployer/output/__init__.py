@@ -1,4 +1,4 @@
 """Output for people (rich console, reports) and machines (NDJSON events, JSON, JUnit XML).
 
-May import the use cases' report types and the watch events below it; never the cli.
+Layer below cli: may import the use cases (oncall, smoke, pipeline) and everything below; never cli.
 """

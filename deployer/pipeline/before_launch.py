@@ -11,6 +11,8 @@ from typing import Any
 
 from deployer.diagnose.diagnosis import diagnose
 from deployer.errors import PreflightFailed
+from deployer.local_history import home
+from deployer.preflight.checks import run_preflight
 from deployer.profile.model import Profile
 from deployer.remedy import Change, propose
 from deployer.remote.base import Remote
@@ -21,9 +23,6 @@ def checked_profile(remote: Remote, profile: Profile, *, heal: bool, model_confi
                     tried: list[Change], emit: EventSink, notes: list[dict[str, Any]],
                     warnings: list[str]) -> tuple[Profile, str | None]:
     """The profile to launch (flags translated, pre-launch remedies applied) and the target's engine version."""
-    from deployer.preflight.checks import run_preflight
-    from deployer.local_history import home
-
     for _ in range(profile.retry.max_attempts):
         result = run_preflight(remote, profile, cache_dir=home() / "cache", model_config=model_config,
                                own_port=own_port)

@@ -19,17 +19,19 @@ from typing import Any
 from deployer.diagnose.diagnosis import Diagnosis, diagnose, hang_diagnosis, oom_killer_lines
 from deployer.diagnose.drift import compare, parse_server_args
 from deployer.engines import engine_for
-from deployer.pipeline.before_launch import checked_profile
 from deployer.errors import LaunchFailed, RetriesExhausted, TargetError
+from deployer.local_history import History
+from deployer.pipeline.before_launch import checked_profile
+from deployer.profile.fixed import save_fixed
 from deployer.profile.model import Profile
 from deployer.push import Layout, RunDir, layout_for, new_run_id, prepare, profile_record, push, set_current
 from deployer.push import supervisor_config, write_outcome
 from deployer.remedy import Change, propose
-from deployer.remote.base import Remote, TargetSpec, connect
+from deployer.remote.base import Remote, TargetSpec
+from deployer.remote.connect import connect
 from deployer.render.bundle import Bundle, render
 from deployer.start import DeploymentLock, Launch, check_port, start, stop
-from deployer.local_history import History
-from deployer.target.records import current_view, healthy
+from deployer.target.records import current_view, healthy, read_json
 from deployer.watch.watcher import Crashed, Event, EventSink, Hung, Outcome, Ready, TimedOut, Watcher
 
 DIAG_WINDOW = 1 << 20
@@ -248,8 +250,6 @@ def diagnose_run(remote: Remote, run: RunDir, offset: int, traceback_offset: int
 
 
 def _state_traceback(remote: Remote, run: RunDir) -> int | None:
-    from deployer.target.records import read_json
-
     value = (read_json(remote, run.state) or {}).get("traceback_offset")
     return int(value) if isinstance(value, int) else None
 
@@ -283,8 +283,6 @@ def _grep_traceback(remote: Remote, run: RunDir, offset: int) -> int | None:
 
 
 def _save_fixed(original: Profile, final: Profile, tried: list[Change], dest: Path, report: UpReport) -> None:
-    from deployer.profile.fixed import save_fixed
-
     assert original.source is not None
     save_fixed(original.source, original, final, [c.reason for c in tried if c.reason and not c.is_empty()], dest)
     report.saved_fixed = str(dest)

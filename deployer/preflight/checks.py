@@ -13,12 +13,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deployer.preflight import flags as fl
+from deployer.engines.renames import load_renames
 from deployer.errors import DeployError
+from deployer.preflight import flags as fl
 from deployer.preflight.facts import Facts, ModelFiles, env_exports, gather_facts, weight_bytes_from_index
 from deployer.preflight.memory import MemoryPlan, ModelInfo, UnsupportedModel, plan_memory
 from deployer.profile.model import Profile
 from deployer.remote.base import Remote
+from deployer.render.bundle import engine_argv, sh_word
 
 RESOLVE_TIMEOUT = 180.0
 NOISE = {"random_seed", "served_model_name", "tokenizer_path"}
@@ -103,7 +105,7 @@ def run_preflight(remote: Remote, profile: Profile, *, cache_dir: Path, model_co
                              warnings=list(facts.warnings))
     flagset = _flagset(report, cache_dir, engine)
     if flagset is not None:
-        checked = fl.check_flags(profile, flagset, fl.load_renames(engine=engine))
+        checked = fl.check_flags(profile, flagset, load_renames(engine=engine))
         report.profile = checked.profile
         report.problems += checked.errors
         report.warnings += checked.warnings
@@ -139,8 +141,6 @@ def _flagset(report: PreflightReport, cache_dir: Path, engine: str) -> fl.FlagSe
 
 def _resolve(remote: Remote, report: PreflightReport) -> None:
     """Dry resolution on the target: what the engine will change in the args it is given."""
-    from deployer.render.bundle import engine_argv, sh_word
-
     profile = report.profile
     argv = engine_argv(profile)[3:]  # drop `python -m module`
     script = env_exports(profile) + (

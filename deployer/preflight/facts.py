@@ -14,6 +14,7 @@ from typing import Any
 from deployer.preflight import flags as fl
 from deployer.profile.model import Profile
 from deployer.remote.base import Remote
+from deployer.render.bundle import engine_env
 
 FACTS_TIMEOUT = 120.0
 DISK_WARN_BYTES = 2 << 30
@@ -63,8 +64,6 @@ class Facts:
 
 def env_exports(profile: Profile) -> str:
     """`export NAME=value` lines for the engine's environment (sent on stdin, never in argv)."""
-    from deployer.render.bundle import engine_env
-
     return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(engine_env(profile).items()))
 
 

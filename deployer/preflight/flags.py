@@ -1,6 +1,6 @@
 """Engine flags checked against the flag set of the engine version installed on the target.
 
-The flag set comes from the target's own argument parser (engines/sglang_probe.py) and is cached
+The flag set comes from the target's own argument parser (engines/<kind>/probe.py) and is cached
 locally per engine version, so only the first preflight against a version pays for introspection.
 `check_flags` translates known renames (either direction, by what the target accepts), catches
 unknown flags ("did you mean"), bad choices, value/no-value mistakes and argparse's silent prefix
@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from deployer.engines.renames import Rename, load_renames
 from deployer.profile.model import Profile
 
 PROBE_MARKER = "DEPLOYER_PROBE_JSON "
@@ -98,18 +99,6 @@ class FlagSet:
         version = str(data.get("version") or data.get("sglang_version") or "unknown")
         return cls(engine=str(data.get("engine", engine)), version=version, flags=flags,
                    env_names=frozenset(data.get("env_names", ())))
-
-
-@dataclass(frozen=True)
-class Rename:
-    """One entry of engines/<engine>_renames.yaml."""
-
-    old: str
-    new: str | None
-    kind: str  # "arg" | "env"
-    since: str
-    removed: str | None
-    source: str
 
 
 @dataclass
@@ -211,28 +200,6 @@ def parse_probe_output(stdout: str) -> dict[str, Any] | None:
                 return None
             return data if isinstance(data, dict) else None
     return None
-
-
-# --- renames -------------------------------------------------------------------------------------
-
-
-def load_renames(path: Path | None = None, engine: str = "sglang") -> list[Rename]:
-    if path is None:
-        from deployer.engines import engine_for
-
-        spec = engine_for(engine)
-        if not spec.renames_file:
-            return []
-        text = (Path(spec.data_dir) / spec.renames_file).read_text(encoding="utf-8")
-    else:
-        text = path.read_text(encoding="utf-8")
-    entries = yaml.safe_load(text) or []
-    return [
-        Rename(old=str(e["old"]), new=None if e.get("new") is None else str(e["new"]), kind=str(e["kind"]),
-               since=str(e["since"]), removed=None if e.get("removed") is None else str(e["removed"]),
-               source=str(e.get("source", "")))
-        for e in entries
-    ]
 
 
 # --- the check -----------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""Deployment profiles: the strict Pydantic model, loading (YAML with file:line, extends, ${VAR}, --set) and
-writing back the profile that worked (`fixed`).
+"""Deployment profiles: the strict Pydantic model (`model`), loading (`loader`: YAML with file:line, extends,
+${VAR}, --set), host addresses (`host`) and writing back the profile that worked (`fixed`).
 
-May import only the leaves (errors) and third-party libraries: every other package builds on it.
+Layer above the leaves only: may import errors and third-party libraries; every other package builds on it.
 """

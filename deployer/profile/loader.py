@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from deployer.errors import ProfileError
 from deployer.profile.model import Profile
-from deployer.remote.base import parse_host
+from deployer.profile.host import parse_host
 
 Loc = tuple[Any, ...]
 VAR_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -279,3 +279,14 @@ def _line(layered: Layered, loc: Loc) -> int | None:
 
 def _dotted(loc: Loc) -> str:
     return ".".join(str(p) for p in loc)
+
+
+def load_profile(
+    path: str | Path,
+    *,
+    overrides: list[str] | None = None,
+    host: str | None = None,
+    environ: dict[str, str] | None = None,
+) -> Profile:
+    """Load, layer, expand and validate a profile file. Raises ProfileError."""
+    return load(Path(path), overrides=overrides or [], host=host, environ=environ)

@@ -207,16 +207,3 @@ class Profile(Strict):
         data["engine"]["args"] = {k: ("***" if k in hidden and v not in (None, True, False) else v)
                                   for k, v in self.engine.args.items()}
         return data
-
-
-def load_profile(
-    path: str | Path,
-    *,
-    overrides: list[str] | None = None,
-    host: str | None = None,
-    environ: dict[str, str] | None = None,
-) -> Profile:
-    """Load, layer, expand and validate a profile file. Raises ProfileError."""
-    from deployer.profile.loader import load
-
-    return load(Path(path), overrides=overrides or [], host=host, environ=environ)

@@ -1,5 +1,6 @@
-"""The remote seam: the `Remote` protocol (`base`), over SSH (`ssh/`) or on this machine (`local`).
+"""The remote seam: the `Remote` protocol (`base`), over SSH (`ssh/`) or on this machine (`local`); `connect`
+picks one for a target.
 
-Library errors (paramiko, socket, subprocess) are translated into deployer.errors here and never cross
-the seam. May import only profile-free leaves (errors) and third-party libraries.
+Library errors (paramiko, socket, subprocess) are translated into deployer.errors here and never cross the
+seam. May import only the leaves (errors) and third-party libraries.
 """

@@ -1,7 +1,7 @@
 """The remote seam: the one interface every step uses to act on a target host.
 
-`connect(spec)` returns a `Remote`: `SSHRemote` (deployer/remote_ssh.py, one SSH connection per host,
-reused for every call) or `LocalRemote` (deployer/remote_local.py, for `host: local`). Both raise only
+`remote.connect.connect(spec)` returns a `Remote`: `SSHRemote` (remote/ssh/connection.py, one SSH connection
+per host, reused for every call) or `LocalRemote` (remote/local.py, for `host: local`). Both raise only
 classes from deployer.errors (plus the two RemoteError subclasses defined here); no paramiko, socket or
 subprocess exception crosses this seam.
 """
@@ -60,20 +60,6 @@ class TargetSpec:
         user = f"{self.user}@" if self.user else ""
         port = f":{self.port}" if self.port else ""
         return f"{user}{self.host}{port}"
-
-
-def parse_host(text: str) -> tuple[str | None, str, int | None]:
-    """`[user@]host[:port]` (the --host option) -> (user, host, port); ValueError when malformed."""
-    user, at, rest = text.rpartition("@")
-    host, port = rest, None
-    if rest.count(":") == 1:
-        host, _, port_text = rest.partition(":")
-        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            raise ValueError(f"--host {text!r}: port must be a number from 1 to 65535")
-        port = int(port_text)
-    if not host or (at and not user):
-        raise ValueError(f"--host {text!r}: expected [USER@]HOST[:PORT]")
-    return (user or None), host, port
 
 
 class EndpointUnreachable(RemoteError):
@@ -174,19 +160,6 @@ class Remote(Protocol):
 
     def close(self) -> None:
         ...
-
-
-def connect(spec: TargetSpec) -> Remote:
-    """`host: local` -> LocalRemote; anything else -> SSHRemote, connected now (errors surface here)."""
-    if spec.host == LOCAL:
-        from deployer.remote.local import LocalRemote
-
-        return LocalRemote()
-    from deployer.remote.ssh.connection import SSHRemote
-
-    remote = SSHRemote(spec)
-    remote.open()
-    return remote
 
 
 class _PresetHTTPConnection(http.client.HTTPConnection):

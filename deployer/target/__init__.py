@@ -1,4 +1,5 @@
 """The deployment as the target keeps it: its runs, the current one, their records, states and outcomes.
 
-May import remote, profile and the leaves (and the supervisor's constants); never a use case.
+A step-level package (it reads the supervisor's status through `start` and the run dirs laid out by `push`):
+may import start, push, render, remote, engines, profile and the leaves; never a use case.
 """

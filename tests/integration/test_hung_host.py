@@ -14,7 +14,7 @@ import pytest
 
 from deployer.remote.ssh import connection as remote_ssh
 from deployer.errors import ConnectFailed, RemoteError
-from deployer.remote.base import connect
+from deployer.remote.connect import connect
 
 pytestmark = pytest.mark.integration
 

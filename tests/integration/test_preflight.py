@@ -16,7 +16,8 @@ from deployer.preflight.flags import load_cached_flagset
 from deployer.preflight.facts import gather_facts
 from deployer.preflight.checks import run_preflight
 from deployer.profile.model import Profile
-from deployer.remote.base import Remote, connect
+from deployer.remote.base import Remote
+from deployer.remote.connect import connect
 
 pytestmark = pytest.mark.integration
 

@@ -24,7 +24,8 @@ from deployer.errors import (
     RemoteError,
     TransferFailed,
 )
-from deployer.remote.base import CommandTimedOut, EndpointUnreachable, Remote, TargetSpec, connect
+from deployer.remote.base import CommandTimedOut, EndpointUnreachable, Remote, TargetSpec
+from deployer.remote.connect import connect
 from deployer.remote.ssh.connection import SSHRemote
 from sshbed import SSHD, free_port, keygen, make_sshd
 

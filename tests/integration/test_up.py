@@ -53,8 +53,8 @@ def test_logs_follow_prints_new_lines_as_they_come(tmp_path: Path, sshd: Any) ->
     import time
 
     from deploy_helpers import REPO
-    from deployer.profile.model import load_profile
-    from deployer.remote.base import connect
+    from deployer.profile.loader import load_profile
+    from deployer.remote.connect import connect
 
     home = tmp_path / "home"
     prof = write_profile(tmp_path, sshd, name="follow")

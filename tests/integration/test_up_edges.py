@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from deploy_helpers import deploy, events, free_port, write_profile
-from deployer.profile.model import load_profile
-from deployer.remote.base import connect
+from deployer.profile.loader import load_profile
+from deployer.remote.connect import connect
 from deployer.start import DeploymentLock
 from sshbed import keygen
 

@@ -11,7 +11,8 @@ import pytest
 from deployer.preflight.flags import load_cached_flagset
 from deployer.preflight.checks import PreflightReport, run_preflight
 from deployer.profile.model import Profile
-from deployer.remote.base import Remote, connect
+from deployer.remote.base import Remote
+from deployer.remote.connect import connect
 
 MODEL = Path(__file__).resolve().parents[1] / "fixtures" / "models" / "qwen3-next-80b-a3b"
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from deployer.engines.renames import load_renames
 from deployer.preflight.flags import (
     Flag,
     FlagSet,
@@ -15,7 +16,6 @@ from deployer.preflight.flags import (
     check_flags,
     default_cache_dir,
     load_cached_flagset,
-    load_renames,
     parse_probe_output,
     save_flagset,
 )

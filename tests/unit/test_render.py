@@ -59,7 +59,7 @@ def test_secrets_stay_out_of_script_and_argv_and_are_masked() -> None:
 
 
 def test_secret_flags_are_passed_from_the_env_file_not_written_in_launch_sh(tmp_path: Path) -> None:
-    from deployer.profile.model import load_profile
+    from deployer.profile.loader import load_profile
 
     path = tmp_path / "p.yaml"
     path.write_text("name: t\ntarget: {host: h}\nengine:\n  model_path: m\n  python: /usr/bin/python3\n"

@@ -3,7 +3,7 @@
 Stdlib and the engine's own modules only; Python >= 3.8. Prints exactly one line
 `DEPLOYER_PROBE_JSON {...}` on stdout (SGLang may log to stdout too, so callers look for the marker).
 
-    python sglang_probe.py [--flags] [--resolve ARGV...]
+    python probe.py [--flags] [--resolve ARGV...]
 
 --flags    the sglang version, every argparse option of `ServerArgs.add_cli_args` (option strings, dest,
            nargs, choices, whether it takes a value, whether it is deprecated) and the SGLANG_*/SGL_*
