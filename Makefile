@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 SGLANG_VENV ?= $(HOME)/.cache/deployer/sglang-venv
 
-.PHONY: install test test-unit test-integration test-sglang-real sglang-venv typecheck demo bench clean
+.PHONY: install test lint-imports test-unit test-integration test-sglang-real sglang-venv typecheck demo bench clean
 
 install: $(VENV)/.installed
 
@@ -15,6 +15,7 @@ $(VENV)/.installed: pyproject.toml
 
 test: install
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports --no-logo
 	$(PY) -m pytest -q -p no:cacheprovider -m "not sglang_real" tests
 
 test-unit: install
@@ -40,6 +41,10 @@ bench: install
 
 typecheck: install
 	$(PY) -m mypy
+
+# The import contracts in pyproject.toml ([tool.importlinter]): layers, no cycles, stdlib-only supervisor.
+lint-imports: install
+	$(VENV)/bin/lint-imports --no-logo
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache
