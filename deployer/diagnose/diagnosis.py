@@ -17,7 +17,8 @@ from typing import Any
 
 from deployer.logtext import ANSI_RE, readable
 from deployer.remedy import RemedySpec, resolve
-from deployer.diagnose.signatures import Signature, load_signatures, version_in
+from deployer.versions import version_in
+from deployer.diagnose.signatures import Signature, load_signatures
 
 TB_MARK = "Traceback (most recent call last):"
 _TS_RE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?)([^\]]*)\] ?")

@@ -23,6 +23,7 @@ import yaml
 
 from deployer.engines.renames import Rename, load_renames
 from deployer.profile.model import Profile
+from deployer.versions import at_least
 
 PROBE_MARKER = "DEPLOYER_PROBE_JSON "
 PROBE_SCHEMA = 1
@@ -120,15 +121,6 @@ def option_key(option: str) -> str:
 
 def key_option(key: str) -> str:
     return "--" + key.replace("_", "-")
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    """`0.5.14.post1` -> (0, 5, 14, 1); enough to order engine releases."""
-    return tuple(int(n) for n in re.findall(r"\d+", version))
-
-
-def at_least(version: str, floor: str) -> bool:
-    return version_tuple(version) >= version_tuple(floor)
 
 
 # --- cache -------------------------------------------------------------------------------------

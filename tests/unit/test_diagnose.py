@@ -22,8 +22,8 @@ from deployer.diagnose.diagnosis import (
     load_signatures,
     oom_killer_lines,
     read_window,
-    version_in,
 )
+from deployer.versions import version_in
 
 CASES = Path(__file__).parent.parent / "cases" / "sglang"
 

@@ -11,7 +11,6 @@ from deployer.engines.renames import load_renames
 from deployer.preflight.flags import (
     Flag,
     FlagSet,
-    at_least,
     cached_versions,
     check_flags,
     default_cache_dir,
@@ -20,6 +19,7 @@ from deployer.preflight.flags import (
     save_flagset,
 )
 from deployer.profile.model import Profile
+from deployer.versions import at_least
 
 STRATEGIES = ("auto", "extra_buffer", "extra_buffer_lazy", "no_buffer")
 
