@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from deployer.engines.renames import load_renames
+from deployer.flag_names import option_key
 from deployer.profile.model import Profile
 
 
@@ -284,7 +285,7 @@ def _rename(spec: RenameSpec, message: str, args: dict[str, Any]) -> dict[str, A
         found = re.search(spec.from_message, message, re.MULTILINE)
         if found is None:
             return None
-        old = found.group(1).lstrip("-").replace("-", "_")
+        old = option_key(found.group(1))
         if found.lastindex and found.lastindex >= 2 and found.group(2):
             value = _typed(found.group(2))
     if old is None:
@@ -302,15 +303,15 @@ def _rename(spec: RenameSpec, message: str, args: dict[str, Any]) -> dict[str, A
 @lru_cache(maxsize=4)
 def known_renames(kind: str = "sglang") -> dict[str, str]:
     """Old flag name -> new flag name from the engine's renames table (the one preflight reads too)."""
-    return {r.old.replace("-", "_"): r.new.replace("-", "_") for r in load_renames(engine=kind)
+    return {option_key(r.old): option_key(r.new) for r in load_renames(engine=kind)
             if r.kind in ("flag", "arg") and r.new}
 
 
 def did_you_mean(flag: str, known_flags: Iterable[str], kind: str = "sglang") -> list[str]:
     """Likely intended names for a flag the engine rejected: its rename, else close spellings."""
-    name = flag.lstrip("-").replace("-", "_")
+    name = option_key(flag)
     renamed = known_renames(kind).get(name)
     if renamed:
         return [renamed]
-    known = [k.lstrip("-").replace("-", "_") for k in known_flags]
+    known = [option_key(k) for k in known_flags]
     return difflib.get_close_matches(name, known, n=3, cutoff=0.7)

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from deployer.flag_names import option_key
+
 _ARGS_RE = re.compile(r"server_args=(ServerArgs\(|\{)")
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _TRUE = {"true", "1", "yes", "on"}
@@ -144,7 +146,7 @@ def compare(asked: dict[str, Any], resolved: dict[str, Any],
     """
     drifts = []
     for raw_name, value in asked.items():
-        name = raw_name.lstrip("-").replace("-", "_")
+        name = option_key(raw_name)
         if value is None:
             continue
         value = (aliases or {}).get(name, {}).get(str(value), value)

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from deployer.engines.renames import Rename, load_renames
+from deployer.flag_names import key_option, option_key
 from deployer.profile.model import Profile
 from deployer.versions import at_least
 
@@ -113,14 +114,6 @@ class FlagReport:
     @property
     def ok(self) -> bool:
         return not self.errors
-
-
-def option_key(option: str) -> str:
-    return option.lstrip("-").replace("-", "_")
-
-
-def key_option(key: str) -> str:
-    return "--" + key.replace("_", "-")
 
 
 # --- cache -------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from deployer.flag_names import key_option
 from deployer.profile.model import Profile
 
 
@@ -50,7 +51,7 @@ def save_fixed(source: Path, before: Profile, after: Profile, reasons: list[str]
 
 def _apply(mapping: dict[str, Any], updates: dict[str, Any]) -> None:
     for key, value in updates.items():
-        for spelling in (key.replace("_", "-"), "--" + key.replace("_", "-"), "--" + key):
+        for spelling in (key_option(key)[2:], key_option(key), "--" + key):
             mapping.pop(spelling, None)  # the user may have written another form of the flag
         if value is None:
             mapping.pop(key, None)

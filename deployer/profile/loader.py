@@ -17,8 +17,9 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from deployer.errors import ProfileError
-from deployer.profile.model import Profile
+from deployer.flag_names import option_key
 from deployer.profile.host import parse_host
+from deployer.profile.model import Profile
 
 Loc = tuple[Any, ...]
 VAR_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -178,7 +179,7 @@ def _expand_vars(layered: Layered, env: dict[str, str]) -> None:
         if used and len(loc) >= 3 and loc[:2] == ("engine", "env"):
             layered.secret_env.add(str(loc[2]))
         if used and len(loc) >= 3 and loc[:2] == ("engine", "args"):
-            layered.secret_args.add(str(loc[2]).lstrip("-").replace("-", "_"))
+            layered.secret_args.add(option_key(str(loc[2])))
         return text
 
     layered.data = expand(layered.data, ())

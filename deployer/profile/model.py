@@ -12,6 +12,8 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from deployer.flag_names import option_key
+
 ArgScalar = Union[bool, int, float, str]
 ArgValue = Union[ArgScalar, list[ArgScalar], dict[str, Any], None]
 
@@ -75,7 +77,7 @@ class Engine(Strict):
                 key = key[2:]
             if not FLAG_KEY_RE.match(key):
                 raise ValueError(f"bad flag name {key!r} (use snake_case like tp_size)")
-            snake = key.replace("-", "_")
+            snake = option_key(key)
             if snake in out:
                 raise ValueError(f"flag {snake!r} is given twice (as {snake} and {key})")
             if snake in RESERVED_ARGS:

@@ -18,6 +18,7 @@ import jinja2
 from deployer import __version__
 from deployer.engines import engine_for
 from deployer.errors import RenderError
+from deployer.flag_names import key_option
 from deployer.profile.model import Profile
 
 
@@ -62,7 +63,7 @@ class Bundle:
 
 def flag_tokens(name: str, value: Any) -> list[Word]:
     """One profile arg as argv tokens: true -> bare flag, false/None -> nothing, list -> several values."""
-    flag = "--" + name.replace("_", "-")
+    flag = key_option(name)
     if value is None or value is False:
         return []
     if value is True:
@@ -92,7 +93,7 @@ def engine_argv(profile: Profile) -> list[Word]:
     secret = profile.secret_arg_keys()
     for name, value in engine.args.items():
         if name in secret and isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            argv += ["--" + name.replace("_", "-"), EnvRef(secret_var(name))]
+            argv += [key_option(name), EnvRef(secret_var(name))]
         else:
             argv += flag_tokens(name, value)
     return argv
