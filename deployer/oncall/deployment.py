@@ -22,6 +22,7 @@ from deployer.push import Layout, expand_workdir
 from deployer.remote.base import Remote, TargetSpec
 from deployer.remote.connect import connect
 from deployer.start import DeploymentLock, stop
+from deployer.supervisor.supervise_base import CRASHED, UP
 from deployer.target.records import RunView, current_view, healthy, list_deployments, list_runs, run_view, tail_lines
 from deployer.watch.watcher import LogTail
 
@@ -73,7 +74,7 @@ def describe(view: RunView, remote: Remote, name: str, runs: int) -> dict[str, A
     state, record = view.state, view.record
     port = int(record.get("port") or 0)
     started = state.get("started_at")
-    alive = view.status in ("running", "ready", "starting", "restarting")
+    alive = view.status in UP
     return {
         "name": name, "host": remote.label, "status": view.status, "pid": state.get("pid"),
         "uptime_s": round(time.time() - started, 1) if started and alive else None,
@@ -90,7 +91,7 @@ def crash_diagnosis(remote: Remote, view: RunView) -> dict[str, Any] | None:
     """For an engine that died after ready (crash loop, or restart policy "no"): why, from its last run's log."""
     state = view.state
     crash = state.get("last_crash")
-    if view.status not in ("crashloop", "exited", "lost") or not crash or not state.get("ready_at"):
+    if view.status not in CRASHED or not crash or not state.get("ready_at"):
         return None
 
     version = (view.record.get("profile") or {}).get("engine", {}).get("version")

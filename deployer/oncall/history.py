@@ -12,6 +12,7 @@ from deployer.oncall.deployment import Ref, layout_of, make_ref, opened
 from deployer.pipeline.up import diagnose_state
 from deployer.profile.model import Profile
 from deployer.remedy import propose
+from deployer.supervisor.supervise_base import CRASHED
 from deployer.target.records import all_runs, list_runs, run_view
 
 __all__ = ["make_ref", "history", "local_history", "diagnose_deployment"]
@@ -57,7 +58,7 @@ def diagnose_deployment(ref: Ref, engine_version: str | None) -> dict[str, Any]:
         for run_id in reversed(list_runs(remote, layout)):
             view = run_view(remote, layout, run_id, live=False)
             state = view.state
-            crashed = state.get("status") in ("exited", "crashloop", "lost") or state.get("last_crash")
+            crashed = state.get("status") in CRASHED or state.get("last_crash")
             if not crashed and (view.outcome or {}).get("outcome") in (None, "ready"):
                 continue
             version = engine_version or (view.record.get("profile") or {}).get("engine", {}).get("version")

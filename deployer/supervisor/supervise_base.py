@@ -14,7 +14,11 @@ from typing import Any, Callable
 
 
 STATE, STOP_REQUEST, RUN_LOCK = "state.json", "stop-request.json", "supervise.lock"
+# The run statuses the supervisor writes, as sets the deployer side reads too (one definition).
 LIVE = ("starting", "running", "ready", "restarting", "stopping")
+UP = tuple(s for s in LIVE if s != "stopping")          # live and not on its way down
+CRASHED = ("exited", "crashloop", "lost")               # ended without being asked to
+ENDED = CRASHED + ("stopped",)
 POLICIES = ("no", "on-failure", "always")
 TICK, SCAN_EVERY, START_TIMEOUT, KILL_WAIT = 0.05, 0.5, 10.0, 5.0
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_BUSY = 1, 2, 75

@@ -17,8 +17,7 @@ from deployer.logtext import readable
 from deployer.push import Layout, RunDir
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.start import status
-
-LIVE = {"starting", "running", "ready", "restarting", "stopping"}
+from deployer.supervisor.supervise_base import UP
 
 
 @dataclass(frozen=True)
@@ -34,7 +33,7 @@ class RunView:
 
     @property
     def alive(self) -> bool:
-        return bool(self.state.get("alive")) or self.state.get("status") in LIVE - {"stopping"} and \
+        return bool(self.state.get("alive")) or self.state.get("status") in UP and \
             bool(self.state.get("supervisor_alive"))
 
     @property

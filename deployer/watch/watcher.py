@@ -19,13 +19,14 @@ from deployer.logtext import readable
 from deployer.profile.model import Health
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.start import Launch, status
+from deployer.supervisor.supervise_base import ENDED
 
 READ_LIMIT = 1 << 20          # bytes read per poll at most
 SKIP_AHEAD = 4 << 20          # further behind than this: jump to the last JUMP_TO bytes
 JUMP_TO = 64 << 10            # (progress lines are short; the diagnosis reads its own window)
 LIVENESS_EVERY_S = 5.0        # ask the supervisor (not just state.json) this often
 FIRST_POLL_S = 0.05
-DEAD_STATES = {"exited", "stopped", "crashloop", "lost", "absent"}
+DEAD_STATES = {*ENDED, "absent"}  # absent: no state.json at all
 
 
 @dataclass(frozen=True)
