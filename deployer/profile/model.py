@@ -18,6 +18,7 @@ ArgScalar = Union[bool, int, float, str]
 ArgValue = Union[ArgScalar, list[ArgScalar], dict[str, Any], None]
 
 NAME_RE = r"^[a-z0-9][a-z0-9-]*$"
+MASK = "***"  # what a secret value reads as wherever a profile or env is shown or recorded
 FLAG_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SECRET_KEY_RE = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
@@ -204,8 +205,8 @@ class Profile(Strict):
         """The profile as plain data with secret env values masked (safe to print or store)."""
         data = self.model_dump(mode="json")
         secret = self.secret_env_keys()
-        data["engine"]["env"] = {k: ("***" if k in secret else v) for k, v in self.engine.env.items()}
+        data["engine"]["env"] = {k: (MASK if k in secret else v) for k, v in self.engine.env.items()}
         hidden = self.secret_arg_keys()
-        data["engine"]["args"] = {k: ("***" if k in hidden and v not in (None, True, False) else v)
+        data["engine"]["args"] = {k: (MASK if k in hidden and v not in (None, True, False) else v)
                                   for k, v in self.engine.args.items()}
         return data

@@ -19,7 +19,7 @@ from deployer import __version__
 from deployer.engines import engine_for
 from deployer.errors import RenderError
 from deployer.flag_names import key_option
-from deployer.profile.model import Profile
+from deployer.profile.model import MASK, Profile
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ def render(profile: Profile) -> Bundle:
     env_text = env_file_text(env)
     digest = hashlib.sha256(script.encode() + b"\0" + env_text.encode()).hexdigest()
     secret = profile.secret_env_keys() | {secret_var(k) for k in profile.secret_arg_keys()}
-    masked = {k: ("***" if k in secret else v) for k, v in sorted(env.items())}
+    masked = {k: (MASK if k in secret else v) for k, v in sorted(env.items())}
     return Bundle(script=script, env=env_text, argv=[str(w) for w in argv], words=argv,
                   content_hash=digest, env_names=sorted(env), masked_env=masked)
 
