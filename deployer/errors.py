@@ -14,6 +14,7 @@
     |   +-- Locked                    another operation holds the deployment lock
     |   +-- PortBusy                  the engine port is already taken on the target
     |   +-- PreflightFailed           preflight found problems that would fail the launch
+    |   +-- RecordUnreadable          a record the target keeps (env file, state) cannot be read
     +-- LaunchFailed                  the engine did not become ready (exit 5); carries the Outcome
     |   +-- RetriesExhausted          every attempt failed; carries the attempt reports
     +-- Unhealthy                     engine up but failing health or smoke requests (exit 6)
@@ -118,6 +119,11 @@ class Locked(TargetError):
 
 class PortBusy(TargetError):
     pass
+
+
+class RecordUnreadable(TargetError):
+    """The supervisor's own parsers (SuperviseError, outside this tree: it runs on the target) are translated
+    into this one where the deployer calls them."""
 
 
 class PreflightFailed(TargetError):

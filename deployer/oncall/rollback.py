@@ -8,17 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from deployer.errors import NotFound
+from deployer.errors import NotFound, RecordUnreadable
 from deployer.oncall.deployment import Ref, layout_of, opened
 from deployer.pipeline.up import UpOptions, UpReport, up
-from deployer.profile.model import Profile
+from deployer.profile.model import MASK, Profile
 from deployer.remote.base import Remote
 from deployer.render.bundle import secret_var
-from deployer.supervisor.supervise_base import parse_env_text
+from deployer.supervisor.supervise_base import SuperviseError, parse_env_text
 from deployer.target.records import RunView, all_runs
 from deployer.watch.watcher import EventSink
-
-MASK = "***"
 
 
 def restart(ref: Ref, emit: EventSink, opts: UpOptions) -> UpReport:
@@ -66,7 +64,11 @@ def rebuild_profile(remote: Remote, view: RunView, ref: Ref, workdir: str) -> Pr
     data = dict(view.record.get("profile") or {})
     if not data:
         raise NotFound(f"run {view.run.run_id} has no profile record")
-    env_file = parse_env_text(remote.read(view.run.file("env"), 0, 1 << 20).decode("utf-8"))
+    env_path = view.run.file("env")
+    try:
+        env_file = parse_env_text(remote.read(env_path, 0, 1 << 20).decode("utf-8", "replace"), env_path)
+    except SuperviseError as exc:
+        raise RecordUnreadable(f"run {view.run.run_id}: {exc}") from None
     engine = dict(data.get("engine") or {})
     masked = {k for k, v in (engine.get("env") or {}).items() if v == MASK}
     engine["env"] = {k: (env_file.get(k, v) if v == MASK else v) for k, v in (engine.get("env") or {}).items()}

@@ -104,3 +104,20 @@ def test_crash_after_ready_restarts_with_backoff_then_crashloop(tmp_path: Path, 
     assert row["diagnosis"] and row["diagnosis"]["traceback"]
     human = oncall(sshd, tmp_path, "status", "loop")
     assert "crashloop" in human.stdout and "restarts 2" in human.stdout
+
+
+def test_restart_with_an_unreadable_env_file_is_one_error_line(tmp_path: Path, sshd: Any) -> None:
+    prof = write_profile(tmp_path, sshd, name="badenv", env={"HF_TOKEN": "${SMOKE_SECRET}"})
+    up = deploy("up", str(prof), "--skip-preflight", home=tmp_path / "h", env={"SMOKE_SECRET": "hf_secret_1"})
+    assert up.returncode == 0, up.stderr
+    before = json.loads(oncall(sshd, tmp_path, "status", "badenv", "--json").stdout)
+    env_file = Path(before["run_dir"]) / "env"
+    env_file.write_text("HF_TOKEN='hf_secret_1\n")  # an unclosed quote: not shell words
+    res = oncall(sshd, tmp_path, "restart", "badenv")
+    assert res.returncode == 4, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: run ") and "not valid shell words" in lines[0]
+    assert "Traceback" not in res.stderr and "hf_secret_1" not in res.stderr
+    after = json.loads(oncall(sshd, tmp_path, "status", "badenv", "--json").stdout)
+    assert after["pid"] == before["pid"] and after["healthy"]  # nothing on the target was touched
+    oncall(sshd, tmp_path, "down", "badenv")
