@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -43,3 +44,21 @@ def test_render_works_from_the_installed_wheel(wheel: Path, tmp_path: Path) -> N
     assert proc.returncode == 0, proc.stderr
     assert "exec /workspace/venv/bin/python -m sglang.launch_server --model-path Qwen/Qwen3.6-27B" in proc.stdout
     assert "hf_wheel_secret" not in proc.stdout
+
+
+def test_render_works_from_a_plain_checkout(tmp_path: Path) -> None:
+    """A checkout that was never installed (a copy of the tree on PYTHONPATH, no editable finder) renders too."""
+    checkout = tmp_path / "checkout"
+    shutil.copytree(REPO / "deployer", checkout / "deployer", ignore=shutil.ignore_patterns("__pycache__"))
+    code = ("import sys\n"
+            "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]\n"
+            "from deployer.cli.main import main\n"
+            "import deployer\n"
+            "assert deployer.__file__.startswith(sys.argv[1]), deployer.__file__\n"
+            "main(['render', sys.argv[2]])\n")
+    env = {**os.environ, "PYTHONPATH": str(checkout), "HF_TOKEN": "hf_checkout_secret"}
+    proc = subprocess.run([sys.executable, "-c", code, str(checkout), str(REPO / "profiles/qwen36-mtp.yaml")],
+                          env=env, capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "exec /workspace/venv/bin/python -m sglang.launch_server --model-path Qwen/Qwen3.6-27B" in proc.stdout
+    assert "hf_checkout_secret" not in proc.stdout
