@@ -55,6 +55,17 @@ SYMBOLS: dict[tuple[str, str], str] = {
     ("deployer.remote.base", "connect"): "deployer.remote.connect",
     ("deployer.preflight.flags", "load_renames"): "deployer.engines.renames",
     ("deployer.preflight.flags", "Rename"): "deployer.engines.renames",
+    ("deployer.preflight.flags", "option_key"): "deployer.flag_names",
+    ("deployer.preflight.flags", "key_option"): "deployer.flag_names",
+    ("deployer.preflight.flags", "at_least"): "deployer.versions",
+    ("deployer.diagnose.signatures", "version_in"): "deployer.versions",
+    ("deployer.diagnose.diagnosis", "version_in"): "deployer.versions",
+    ("deployer.oncall.rollback", "MASK"): "deployer.profile.model",
+    ("deployer.target.records", "LIVE"): "deployer.supervisor.supervise_base",
+    ("deployer.cli.main", "_load"): "deployer.cli.options",
+    ("deployer.cli.main", "_emit_json"): "deployer.cli.options",
+    ("deployer.cli.main", "_profile_options"): "deployer.cli.options",
+    ("deployer.cli.main", "_target_options"): "deployer.cli.options",
 }
 FILES: dict[str, str] = {
     "templates/sglang.sh.j2": "deployer/render/templates/sglang.sh.j2",
