@@ -1,6 +1,7 @@
 """Output for people (rich: live phase, elapsed, last log line; reports) and for machines (NDJSON events, JSON).
 
-Progress goes to stderr so stdout stays clean for `--json` and for piping.
+Progress goes to stderr so stdout stays clean for `--json` and for piping. rich is imported where it draws, so
+`--json` runs and `deploy --help` never load it.
 """
 
 from __future__ import annotations
