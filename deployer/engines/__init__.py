@@ -1,18 +1,44 @@
 """Engine knowledge: the EngineSpec interface (`base`), one package per engine (`sglang/`), the renames
-table reader (`renames`); `engine_for(kind)` picks an engine.
+table reader (`renames`); the registry below finds the engines.
 
-Layer beside remote, below render: may import only the leaves and third-party libraries. No engine package
-imports another (import-linter contract).
+The registry scans this package: every subpackage that defines `ENGINE` (an EngineSpec) is an engine,
+registered under its `kind`. Adding an engine touches only its own package; nothing here names one.
+Layer below profile (which validates `engine.kind` against `kinds()`): may import only the leaves and
+third-party libraries, never a Profile (engines take plain values). No engine package imports another
+(import-linter contract).
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+from functools import lru_cache
+
 from deployer.engines.base import EngineSpec
 
 
-def engine_for(kind: str) -> EngineSpec:
-    if kind == "sglang":
-        from deployer.engines.sglang.spec import SGLANG
+@lru_cache(maxsize=1)
+def _registry() -> dict[str, EngineSpec]:
+    found: dict[str, EngineSpec] = {}
+    for info in pkgutil.iter_modules(__path__, prefix=f"{__name__}."):
+        if not info.ispkg:
+            continue
+        spec = getattr(importlib.import_module(info.name), "ENGINE", None)
+        if isinstance(spec, EngineSpec):
+            if spec.kind in found:
+                raise RuntimeError(f"engine kind {spec.kind!r} is defined twice ({info.name})")
+            found[spec.kind] = spec
+    return found
 
-        return SGLANG
-    raise KeyError(f"unknown engine kind {kind!r}")
+
+def kinds() -> tuple[str, ...]:
+    """The engine kinds this deployer knows, sorted."""
+    return tuple(sorted(_registry()))
+
+
+def engine_for(kind: str) -> EngineSpec:
+    """The engine registered under `kind`; KeyError naming the known kinds when there is none."""
+    try:
+        return _registry()[kind]
+    except KeyError:
+        raise KeyError(f"unknown engine kind {kind!r} (known: {', '.join(kinds())})") from None

@@ -248,8 +248,6 @@ def _message(err: Any, loc: Loc) -> str:
         return f"unknown key {key!r}{suggestion}; known keys: {', '.join(sorted(known))}"
     if kind == "missing":
         return "required field is missing"
-    if kind == "literal_error" and loc[-1:] == ("kind",):
-        return f"unknown engine kind {err.get('input')!r} (known: sglang)"
     msg = str(err["msg"])
     return msg[len("Value error, "):] if msg.startswith("Value error, ") else msg
 

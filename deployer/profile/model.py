@@ -12,6 +12,7 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from deployer.engines import kinds
 from deployer.flag_names import option_key
 
 ArgScalar = Union[bool, int, float, str]
@@ -49,7 +50,9 @@ class Target(Strict):
 
 
 class Engine(Strict):
-    kind: Literal["sglang"] = "sglang"
+    # The default keeps profiles written before a second engine existed valid; functions never default.
+    kind: str = Field(default="sglang", description="the inference engine: a kind registered in deployer.engines",
+                      json_schema_extra={"enum": list(kinds())})
     python: str = Field(default="python3", min_length=1, description="interpreter that has the engine installed")
     model_path: str = Field(min_length=1)
     host: str = "127.0.0.1"
@@ -86,6 +89,13 @@ class Engine(Strict):
             _check_text(value, f"args.{snake}")
             out[snake] = value
         return out
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v: str) -> str:
+        if v not in kinds():
+            raise ValueError(f"unknown engine kind {v!r} (known: {', '.join(kinds())})")
+        return v
 
     @field_validator("env", mode="before")
     @classmethod
