@@ -57,7 +57,7 @@ class Signature(BaseModel):
 
 
 @lru_cache(maxsize=8)
-def load_signatures(kind: str = "sglang", path: str | None = None) -> tuple[Signature, ...]:
+def load_signatures(kind: str, path: str | None = None) -> tuple[Signature, ...]:
     """The engine's signatures, in file order (earlier = more specific, tried first)."""
     spec = engine_for(kind)
     file = Path(path) if path else Path(spec.data_dir) / spec.signatures_file

@@ -24,7 +24,8 @@ class Rename:
     source: str
 
 
-def load_renames(path: Path | None = None, engine: str = "sglang") -> list[Rename]:
+def load_renames(*, engine: str, path: Path | None = None) -> list[Rename]:
+    """The engine's renames table (or the table at `path`), in file order."""
     if path is None:
         spec = engine_for(engine)
         if not spec.renames_file:

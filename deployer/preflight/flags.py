@@ -86,7 +86,7 @@ class FlagSet:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], *, engine: str = "sglang") -> FlagSet:
+    def from_json(cls, data: dict[str, Any], *, engine: str) -> FlagSet:
         flags = tuple(
             Flag(
                 options=tuple(f["options"]),
@@ -170,7 +170,7 @@ def cached_versions(cache_dir: Path, engine: str) -> list[str]:
 # --- probe ---------------------------------------------------------------------------------------
 
 
-def probe_source(engine: str = "sglang") -> str:
+def probe_source(engine: str) -> str:
     """The probe script's text, to be run by the target's engine python."""
     return resources.files(f"deployer.engines.{engine}").joinpath("probe.py").read_text(encoding="utf-8")
 

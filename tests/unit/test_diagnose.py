@@ -58,9 +58,9 @@ def test_case(name: str) -> None:
 
 def test_every_signature_has_a_case() -> None:
     covered = {e["signature"] for e in EXPECTED.values()}
-    missing = {s.id for s in load_signatures()} - covered
+    missing = {s.id for s in load_signatures("sglang")} - covered
     assert not missing
-    assert len(load_signatures()) >= 20
+    assert len(load_signatures("sglang")) >= 20
 
 
 def test_cases_are_full_logs() -> None:
@@ -74,7 +74,7 @@ def test_cases_are_full_logs() -> None:
 
 
 def test_signatures_have_sources_and_valid_versions() -> None:
-    for sig in load_signatures():
+    for sig in load_signatures("sglang"):
         assert sig.source and sig.summary and "\n" not in sig.summary
         version_in("0.5.23", sig.versions)  # raises on a bad range
         for pattern in sig.patterns:

@@ -48,7 +48,7 @@ def prof(args: dict[str, Any] | None = None, env: dict[str, str] | None = None) 
                                    "engine": {"model_path": "/m", "args": args or {}, "env": env or {}}})
 
 
-RENAMES = load_renames()
+RENAMES = load_renames(engine="sglang")
 
 
 def test_rename_table_is_data_with_versions() -> None:
