@@ -97,10 +97,11 @@ def schema() -> None:
 
 def _register_more() -> None:
     """Commands that talk to targets live in cli_ops to keep this module small."""
-    from deployer import cli_ops, cli_smoke
+    from deployer import cli_export, cli_ops, cli_smoke
 
     cli_ops.register(cli)
     cli_smoke.register(cli)
+    cli_export.register(cli)
 
 
 def main(argv: list[str] | None = None) -> None:

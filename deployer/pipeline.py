@@ -20,7 +20,7 @@ from deployer.diagnose import Diagnosis, diagnose, hang_diagnosis, oom_killer_li
 from deployer.drift import compare, parse_server_args
 from deployer.engines import engine_for
 from deployer.prelaunch import checked_profile
-from deployer.errors import LaunchFailed, RetriesExhausted, TargetError
+from deployer.errors import LaunchFailed, ProfileError, RetriesExhausted, TargetError
 from deployer.profile import Profile
 from deployer.push import Layout, RunDir, layout_for, new_run_id, prepare, profile_record, push, set_current
 from deployer.push import supervisor_config, write_outcome
@@ -82,6 +82,9 @@ class UpReport:
 
 
 def target_spec(profile: Profile, trust_new_host: bool = False) -> TargetSpec:
+    if profile.is_fleet:  # every command that reaches a host comes through here
+        raise ProfileError("replicas/nodes/router: deploying a fleet over SSH is not built yet (issue 14); "
+                           "`deploy export k8s` supports these profiles", file=str(profile.source or "<profile>"))
     t = profile.target
     return TargetSpec(host=t.host, user=t.user, port=t.port, identity_file=t.identity_file,
                       known_hosts=t.known_hosts, trust_new_host=trust_new_host)

@@ -25,7 +25,8 @@ def test_wheel_holds_package_data(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in ("deployer/templates/sglang.sh.j2", "deployer/supervise.py", "deployer/supervise_base.py",
                    "deployer/supervise_daemon.py",
-                   "deployer/engines/sglang_signatures.yaml", "deployer/engines/sglang_renames.yaml"):
+                   "deployer/engines/sglang_signatures.yaml", "deployer/engines/sglang_renames.yaml",
+                   "deployer/export/schemas/leaderworkerset-v1.schema.json.gz"):
         assert needed in names, sorted(names)
 
 
