@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from deployer.cli import oncall, smoke, targets
+from deployer.cli import export, oncall, smoke, targets
 from deployer.cli.options import _emit_json, _load, _profile_options
 from deployer.errors import DeployError
 
@@ -75,6 +75,7 @@ def _register_more() -> None:
     targets.register(cli)
     oncall.register(cli)
     smoke.register(cli)
+    export.register(cli)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -19,6 +19,15 @@ class Phase:
 
 
 @dataclass(frozen=True)
+class MultiNode:
+    """The engine's own flags for one engine spread over several hosts (as `--flag`)."""
+
+    nnodes: str
+    node_rank: str
+    dist_init_addr: str
+
+
+@dataclass(frozen=True)
 class EngineSpec:
     kind: str
     launch_module: str                      # run as `<python> -m <launch_module> <argv>`
@@ -30,6 +39,7 @@ class EngineSpec:
     signatures_file: str = ""               # failure signatures (YAML) in data_dir
     renames_file: str = ""                  # flag/env renames by version (YAML) in data_dir
     value_aliases: dict[str, dict[str, str]] = field(default_factory=dict)  # flag -> {given: engine's name}
+    multinode: MultiNode | None = None      # None: no multi-node launch known
 
     def phase_of(self, line: str) -> str | None:
         for phase in self.phases:

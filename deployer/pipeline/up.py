@@ -19,7 +19,7 @@ from typing import Any
 from deployer.diagnose.diagnosis import Diagnosis, diagnose, hang_diagnosis, oom_killer_lines
 from deployer.diagnose.drift import compare, parse_server_args
 from deployer.engines import engine_for
-from deployer.errors import LaunchFailed, RetriesExhausted, TargetError
+from deployer.errors import LaunchFailed, ProfileError, RetriesExhausted, TargetError
 from deployer.local_history import History
 from deployer.pipeline.before_launch import checked_profile
 from deployer.profile.fixed import save_fixed
@@ -84,6 +84,9 @@ class UpReport:
 
 
 def target_spec(profile: Profile, trust_new_host: bool = False) -> TargetSpec:
+    if profile.is_fleet:  # every command that reaches a host comes through here
+        raise ProfileError("replicas/nodes/router: deploying a fleet over SSH is not built yet (issue 14); "
+                           "`deploy export k8s` supports these profiles", file=str(profile.source or "<profile>"))
     t = profile.target
     return TargetSpec(host=t.host, user=t.user, port=t.port, identity_file=t.identity_file,
                       known_hosts=t.known_hosts, trust_new_host=trust_new_host)

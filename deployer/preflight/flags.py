@@ -316,3 +316,33 @@ def _check_env(env: dict[str, str], fs: FlagSet, renames: list[Rename], report: 
             report.warnings.append(f"env {name} is not read anywhere in {fs.engine} {fs.version}{did}")
         out[name] = value
     return out
+
+
+def translate_offline(profile: Profile, engine: str, version: str, renames: list[Rename]) -> FlagReport:
+    """Translate for `version` from the renames table alone (no flag table of that release at hand).
+
+    A flag renamed in or before `version` takes its new name; a new name used against an older release takes
+    the old one; environment renames and retirements are handled as `check_flags` does. Unknown flags are not
+    caught here: only the target's (or a cached) flag table knows them.
+    """
+    report = FlagReport(profile=profile)
+    fs = FlagSet(engine=engine, version=version, flags=())
+    args: dict[str, Any] = {}
+    for key, value in profile.engine.args.items():
+        new_key = key
+        for r in renames:
+            if r.kind != "arg" or r.new is None:
+                continue
+            if r.old == key and at_least(version, r.since):
+                report.warnings.append(f"{key_option(key)} was renamed {key_option(r.new)} in {engine} {r.since} "
+                                       f"({r.source}): written as {key_option(r.new)} for {version}")
+                new_key = r.new
+            elif r.new == key and not at_least(version, r.since):
+                report.warnings.append(f"{key_option(key)} does not exist before {engine} {r.since}: written as "
+                                       f"{key_option(r.old)} for {version}")
+                new_key = r.old
+        args[new_key] = value
+    env = _check_env(profile.engine.env, fs, renames, report)
+    if args != profile.engine.args or env != profile.engine.env:
+        report.profile = _with_engine(profile, args, env)
+    return report

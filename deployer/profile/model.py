@@ -23,6 +23,9 @@ MASK = "***"  # what a secret value reads as wherever a profile or env is shown 
 FLAG_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SECRET_KEY_RE = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+# Policies of the SGLang Model Gateway (smg 1.13.0, smg/router_args.py COMMON_POLICY_CHOICES).
+ROUTER_POLICIES = ("random", "round_robin", "passthrough", "cache_aware", "power_of_two", "least_load",
+                   "manual", "consistent_hashing", "prefix_hash")
 # Flags the profile sets through dedicated fields; giving them in `args` too would be ambiguous.
 RESERVED_ARGS = {"model_path": "engine.model_path", "port": "engine.port", "host": "engine.host"}
 
@@ -49,6 +52,48 @@ class Target(Strict):
         return v.rstrip("/") or "/"
 
 
+class Replica(Target):
+    """One engine of a `replicas:` fleet: a full target plus what may differ per replica."""
+
+    gpus: list[int] | None = None
+    engine_port: int | None = Field(default=None, ge=1, le=65535)
+    listen: str | None = Field(default=None, min_length=1,
+                               description="address the engine binds, where the router reaches it "
+                                           "(default: the replica's host address; never 0.0.0.0 unless asked)")
+
+
+class Node(Target):
+    """One host of a multi-node engine (`nodes:`); node_rank is its position in the list."""
+
+    gpus: list[int] | None = None
+
+
+class RouterTarget(Strict):
+    """Where the router runs: target fields, host optional (default: the first replica's host)."""
+
+    host: str | None = Field(default=None, min_length=1)
+    user: str | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    workdir: str | None = None
+
+
+class Router(Strict):
+    """The SGLang Model Gateway (`smg`, PyPI) in front of the replicas."""
+
+    target: RouterTarget = Field(default_factory=RouterTarget)
+    python: str = Field(default="python3", min_length=1, description="the python that has `smg` installed")
+    port: int = Field(default=8000, ge=1, le=65535)
+    policy: str = Field(default="cache_aware", min_length=1, description="any policy smg accepts")
+    args: dict[str, ArgValue] = Field(default_factory=dict, description="extra smg flags, as engine.args")
+
+    @field_validator("args", mode="before")
+    @classmethod
+    def _args(cls, v: Any) -> Any:
+        return _flag_mapping(v, reserved={"port": "router.port", "policy": "router.policy"})
+
+
 class Engine(Strict):
     # The default keeps profiles written before a second engine existed valid; functions never default.
     kind: str = Field(default="sglang", description="the inference engine: a kind registered in deployer.engines",
@@ -61,6 +106,10 @@ class Engine(Strict):
     version: str | None = Field(default=None, description="expected engine version (checked by preflight)")
     args: dict[str, ArgValue] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
+    dist_init_port: int = Field(default=20000, ge=1, le=65535,
+                                description="multi-node (`nodes:`): the rendezvous port on node 0")
+    nic: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:-]{1,15}$",
+                            description="multi-node: NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME")
 
     @field_validator("gpus")
     @classmethod
@@ -72,23 +121,7 @@ class Engine(Strict):
     @field_validator("args", mode="before")
     @classmethod
     def _args(cls, v: Any) -> Any:
-        if not isinstance(v, dict):
-            raise ValueError("must be a mapping of flag name to value")
-        out: dict[str, Any] = {}
-        for key, value in v.items():
-            key = str(key)
-            if key.startswith("--"):
-                key = key[2:]
-            if not FLAG_KEY_RE.match(key):
-                raise ValueError(f"bad flag name {key!r} (use snake_case like tp_size)")
-            snake = option_key(key)
-            if snake in out:
-                raise ValueError(f"flag {snake!r} is given twice (as {snake} and {key})")
-            if snake in RESERVED_ARGS:
-                raise ValueError(f"set {RESERVED_ARGS[snake]} instead of args.{snake}")
-            _check_text(value, f"args.{snake}")
-            out[snake] = value
-        return out
+        return _flag_mapping(v, reserved=RESERVED_ARGS)
 
     @field_validator("kind")
     @classmethod
@@ -115,6 +148,27 @@ class Engine(Strict):
             _check_text(value, f"env.{key}")
             out[key] = value
         return out
+
+
+def _flag_mapping(v: Any, *, reserved: dict[str, str]) -> dict[str, Any]:
+    """`flag: value` as written in a profile -> snake_case keys; reserved keys point at their own field."""
+    if not isinstance(v, dict):
+        raise ValueError("must be a mapping of flag name to value")
+    out: dict[str, Any] = {}
+    for key, value in v.items():
+        key = str(key)
+        if key.startswith("--"):
+            key = key[2:]
+        if not FLAG_KEY_RE.match(key):
+            raise ValueError(f"bad flag name {key!r} (use snake_case like tp_size)")
+        snake = option_key(key)
+        if snake in out:
+            raise ValueError(f"flag {snake!r} is given twice (as {snake} and {key})")
+        if snake in reserved:
+            raise ValueError(f"set {reserved[snake]} instead of args.{snake}")
+        _check_text(value, f"args.{snake}")
+        out[snake] = value
+    return out
 
 
 def _check_text(value: Any, where: str) -> None:
@@ -159,16 +213,56 @@ class Profile(Strict):
     name: str = Field(pattern=NAME_RE, max_length=63)
     extends: str | None = Field(default=None, description="profile file layered under this one (relative path)")
     template: str | None = Field(default=None, description="launch script template (relative to the profile)")
-    target: Target
+    target: Target = Field(description="the host (single-host profiles); with replicas/nodes: the first one's")
     engine: Engine
     health: Health = Field(default_factory=Health)
     retry: Retry = Field(default_factory=Retry)
     restart: Restart = Field(default_factory=Restart)
+    replicas: list[Replica] | int | None = Field(
+        default=None, description="one engine per entry (each a full target), or a count (Kubernetes export)")
+    nodes: list[Node] | None = Field(default=None, min_length=2,
+                                     description="ONE engine spread over these hosts, node_rank in this order")
+    router: Router | None = None
 
     # Not part of the schema: where the profile came from and which env values are secret.
     _source: Path | None = PrivateAttr(default=None)
     _secret_env: frozenset[str] = PrivateAttr(default=frozenset())
     _secret_args: frozenset[str] = PrivateAttr(default=frozenset())
+
+    @model_validator(mode="before")
+    @classmethod
+    def _primary_target(cls, data: Any) -> Any:
+        """`replicas:` (hosts) and `nodes:` exclude `target:` and each other; the first host becomes `target`."""
+        if not isinstance(data, dict):
+            return data
+        replicas, nodes = data.get("replicas"), data.get("nodes")
+        hosts = replicas if isinstance(replicas, list) else None
+        if hosts is not None and nodes is not None:
+            raise ValueError("replicas and nodes exclude each other (a multi-node replica is not supported yet)")
+        group = hosts if hosts is not None else nodes
+        if group is None:
+            if data.get("router") is not None and replicas is None:
+                raise ValueError("router needs replicas to route to")
+            return data
+        if "target" in data:
+            raise ValueError(f"target: not allowed with {'replicas' if hosts is not None else 'nodes'} "
+                             "(each entry is its own target)")
+        if not group or not isinstance(group[0], dict):
+            return data  # the field validators say what is wrong
+        data = dict(data)
+        data["target"] = {k: v for k, v in group[0].items() if k in Target.model_fields}
+        return data
+
+    @model_validator(mode="after")
+    def _router_policy(self) -> Profile:
+        if self.router is not None and self.router.policy not in ROUTER_POLICIES:
+            raise ValueError(f"router.policy {self.router.policy!r}: not one of {', '.join(ROUTER_POLICIES)}")
+        return self
+
+    @property
+    def is_fleet(self) -> bool:
+        """More than one engine or host: replicas, nodes or a router."""
+        return self.replicas is not None or self.nodes is not None or self.router is not None
 
     @model_validator(mode="after")
     def _stall_vs_startup(self) -> Profile:

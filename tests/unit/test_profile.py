@@ -91,7 +91,7 @@ def test_shipped_profiles_validate() -> None:
     for path in sorted((REPO / "profiles").glob("*.yaml")):
         if path.name == "base.yaml":
             continue
-        prof = load_profile(path, environ={"HF_TOKEN": "hf_test"})
+        prof = load_profile(path, environ={"HF_TOKEN": "hf_test", "SGLANG_API_KEY": "sk_test"})
         assert prof.name == path.stem
 
 

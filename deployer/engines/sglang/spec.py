@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from deployer.engines.base import EngineSpec, Phase
+from deployer.engines.base import EngineSpec, MultiNode, Phase
 
 READY_LINE = "The server is fired up and ready to roll!"
 
@@ -29,4 +29,6 @@ SGLANG = EngineSpec(
     renames_file="renames.yaml",
     # arg_groups/speculative_hook.py (0.5.23): "NEXTN aliases EAGLE"; the resolved args say EAGLE
     value_aliases={"speculative_algorithm": {"NEXTN": "EAGLE"}},
+    # server_args.py: --nnodes, --node-rank, --dist-init-addr HOST:PORT (rank 0 listens there)
+    multinode=MultiNode(nnodes="--nnodes", node_rank="--node-rank", dist_init_addr="--dist-init-addr"),
 )

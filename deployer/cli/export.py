@@ -1,0 +1,92 @@
+"""`deploy export k8s`: the profile (or the run that last reached ready) as Kubernetes manifests; options and
+output only, the work is in deployer.export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from deployer.cli.options import _load, _profile_options, _target_options
+
+
+@click.group("export")
+def export_group() -> None:
+    """Write a profile for another platform (Kubernetes)."""
+
+
+@export_group.command("k8s")
+@click.argument("profile", required=False, type=click.Path(dir_okay=False))
+@_profile_options
+@_target_options
+@click.option("-o", "--output-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write one YAML file per component here (default: print to stdout).")
+@click.option("--image", default=None, help="Engine container image, e.g. lmsysorg/sglang:v0.5.23.")
+@click.option("--router-image", default=None, help="Router image (default: the engine image).")
+@click.option("--namespace", default="default", show_default=True)
+@click.option("--engine-version", default=None,
+              help="Engine release in the image (default: from the image tag, else engine.version).")
+@click.option("--model-cache", default="pvc", show_default=True,
+              help="Weights volume: pvc[:NAME] (default NAME: <name>-model-cache), hostpath:/PATH or emptydir.")
+@click.option("--shm-size", default=None, help="sizeLimit of the /dev/shm memory volume, e.g. 32Gi.")
+@click.option("--python", "python", default="python3", show_default=True, help="Interpreter inside the image.")
+@click.option("--kubernetes-version", default=None, help="Validate against this release (with --check).")
+@click.option("--check", is_flag=True, help="Validate the manifests offline; exit 1 on any problem.")
+@click.option("--from-run", "from_run", default=None, metavar="NAME",
+              help="Export the run of NAME on --host that last reached ready (the healed profile).")
+@click.option("--workdir", default=None, help="Target workdir for --from-run (default /workspace/deployer).")
+def k8s(profile: str | None, overrides: tuple[str, ...], host: str | None, trust_new_host: bool,
+        output_dir: Path | None, image: str | None, router_image: str | None, namespace: str,
+        engine_version: str | None, model_cache: str, shm_size: str | None, python: str,
+        kubernetes_version: str | None, check: bool, from_run: str | None, workdir: str | None) -> None:
+    """Kubernetes manifests for PROFILE: Deployment or LeaderWorkerSet, Services, the router with its RBAC."""
+    from deployer import __version__
+    from deployer.errors import DeployError, ProfileError
+    from deployer.export import check as chk
+    from deployer.export import files, k8s as k8s_export
+    from deployer.export.translate import for_version
+
+    if from_run:
+        from deployer.export.runs import last_ready_profile
+        from deployer.oncall.deployment import make_ref
+
+        if profile:
+            raise ProfileError("give PROFILE or --from-run NAME, not both")
+        prof, run_id = last_ready_profile(make_ref(from_run, host, workdir, trust_new_host))
+        click.echo(f"exporting run {run_id} of {from_run} (the last that reached ready)", err=True)
+    elif profile:
+        prof = _load(profile, overrides, None)
+    else:
+        raise ProfileError("give a PROFILE file, or --from-run NAME --host HOST")
+    version = engine_version or (k8s_export.version_from_image(image) if image else None) or prof.engine.version
+    translated, notes = for_version(prof, version)
+    opts = k8s_export.ExportOptions(image=image, namespace=namespace, engine_version=version,
+                                    model_cache=model_cache, router_image=router_image, python=python,
+                                    shm_size=shm_size)
+    export = k8s_export.export_k8s(translated, opts)
+    texts = files.texts(export, prof.name, __version__)
+    for note in notes + export.notes:
+        click.echo(f"note: {note}", err=True)
+    if output_dir is not None:
+        for path in files.write(output_dir, texts):
+            click.echo(f"wrote {path}", err=True)
+    else:
+        click.echo("---\n".join(text for _, text in texts), nl=False)
+    command = export.secret_command()
+    if command:
+        click.echo(f"create the Secret first (values from your shell): {command}", err=True)
+    if check:
+        problems = chk.check(texts, expect=k8s_export.expectations(translated),
+                             secret_values=k8s_export.secret_values(prof),
+                             kubernetes_version=kubernetes_version or chk.KUBERNETES_VERSION)
+        for problem in problems:
+            click.echo(f"problem: {problem}", err=True)
+        if problems:
+            raise DeployError(f"{len(problems)} problem(s) in the exported manifests")
+        click.echo(f"checked {len(export.objects)} objects: valid for Kubernetes "
+                   f"{kubernetes_version or chk.KUBERNETES_VERSION} (strict) and LeaderWorkerSet v1; probes, "
+                   "GPU limits and secrets as the profile says", err=True)
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(export_group)
