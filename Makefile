@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 SGLANG_VENV ?= $(HOME)/.cache/deployer/sglang-venv
+SMG_VENV ?= $(HOME)/.cache/deployer/smg-venv
 
-.PHONY: install test lint-imports test-unit test-integration test-sglang-real sglang-venv typecheck demo bench clean
+.PHONY: install test lint-imports test-unit test-integration test-sglang-real sglang-venv smg-venv typecheck demo bench clean
 
 install: $(VENV)/.installed
 
@@ -13,10 +14,10 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $@
 
-test: install
+test: install smg-venv
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports --no-logo
-	$(PY) -m pytest -q -p no:cacheprovider -m "not sglang_real" tests
+	SMG_VENV=$(SMG_VENV) $(PY) -m pytest -q -p no:cacheprovider -m "not sglang_real" tests
 
 test-unit: install
 	$(PY) -m pytest -q tests/unit
@@ -27,6 +28,10 @@ test-integration: install
 # Real SGLang 0.5.23 code on the CPU (argument parser + resolution), in a venv cached under .cache/.
 sglang-venv:
 	bash scripts/build-sglang-venv.sh $(SGLANG_VENV)
+
+# The real SGLang Model Gateway (smg, PyPI; runs on a CPU) for the fleet tests, cached like the SGLang venv.
+smg-venv:
+	bash scripts/build-smg-venv.sh $(SMG_VENV)
 
 test-sglang-real: install sglang-venv
 	SGLANG_VENV=$(SGLANG_VENV) $(PY) -m pytest -q -p no:cacheprovider -m sglang_real tests/sglang_real

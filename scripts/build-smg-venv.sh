@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Build (or reuse) a venv with the real SGLang Model Gateway (`smg` from PyPI; a Rust binary in a wheel, runs on
+# a CPU), for the fleet tests that put the real router in front of stand-in engines.
+#
+#   scripts/build-smg-venv.sh DIR      # e.g. ~/.cache/deployer/smg-venv
+#
+# Rebuilt only when DIR/.stamp differs from the stamp below.
+set -euo pipefail
+
+DIR=${1:?usage: build-smg-venv.sh DIR}
+PY=${PYTHON:-python3}
+SMG_VERSION=${SMG_VERSION:-1.13.0}
+STAMP="smg=$SMG_VERSION py=$($PY -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+
+if [[ -x "$DIR/bin/smg" && -f "$DIR/.stamp" && "$(cat "$DIR/.stamp")" == "$STAMP" ]]; then
+  echo "smg venv up to date: $DIR"
+  exit 0
+fi
+exec 9>"$DIR.lock"
+flock 9
+start=$(date +%s)
+rm -rf "$DIR"
+mkdir -p "$(dirname "$DIR")"
+$PY -m venv "$DIR"
+"$DIR/bin/python" -m pip install --quiet --disable-pip-version-check "smg==$SMG_VERSION"
+"$DIR/bin/smg" launch --help >/dev/null
+echo "$STAMP" > "$DIR/.stamp"
+echo "smg venv built in $(( $(date +%s) - start ))s: $DIR ($("$DIR/bin/python" -c 'import smg.version as v; print(v.__version__)'))"
