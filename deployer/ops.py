@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deployer.errors import NotFound, ProfileError
+from deployer.errors import LaunchFailed, NotFound, ProfileError, Unhealthy
 from deployer.profile import NAME_RE, Profile
 from deployer.push import Layout, expand_workdir
 from deployer.remote import Remote, TargetSpec, connect, parse_host
@@ -20,6 +20,14 @@ from deployer.start import DeploymentLock, stop
 from deployer.targetview import RunView, current_view, healthy, list_deployments, list_runs, run_view, tail_lines
 
 DEFAULT_WORKDIR = "/workspace/deployer"
+
+# `deploy status` exits like `systemctl is-active`: 0 only while the deployment serves (README, exit codes).
+SERVING = 0
+CRASHED = LaunchFailed.exit_code  # 5: exited, crashloop, lost (the engine died and stays down)
+NOT_SERVING = Unhealthy.exit_code  # 6: alive but /health fails: starting, restarting, hung, overloaded
+STOPPED = 8  # stopped (or stopping) on purpose, by `deploy down`
+NO_DEPLOYMENT = NotFound.exit_code  # 7
+ALIVE = ("starting", "running", "ready", "restarting")
 
 
 @dataclass(frozen=True)
@@ -72,7 +80,7 @@ def describe(view: RunView, remote: Remote, name: str, runs: int) -> dict[str, A
     state, record = view.state, view.record
     port = int(record.get("port") or 0)
     started = state.get("started_at")
-    alive = view.status in ("running", "ready", "starting", "restarting")
+    alive = view.status in ALIVE
     return {
         "name": name, "host": remote.label, "status": view.status, "pid": state.get("pid"),
         "uptime_s": round(time.time() - started, 1) if started and alive else None,
@@ -83,6 +91,25 @@ def describe(view: RunView, remote: Remote, name: str, runs: int) -> dict[str, A
         "drift": (view.outcome or {}).get("drift", []), "runs": runs,
         "diagnosis": crash_diagnosis(remote, view) or (view.outcome or {}).get("diagnosis"),
     }
+
+
+def status_exit_code(row: dict[str, Any]) -> int:
+    """One deployment's row -> the exit code of `deploy status` (SERVING only when it answers /health)."""
+    if row["status"] in ("ready", "running") and row["healthy"]:
+        return SERVING
+    if row["status"] in ALIVE:
+        return NOT_SERVING
+    if row["status"] in ("stopped", "stopping"):
+        return STOPPED
+    return CRASHED
+
+
+def worst_exit_code(rows: list[dict[str, Any]]) -> int:
+    """Several deployments: the most urgent problem wins (crashed, then not serving, then stopped)."""
+    if not rows:
+        return NO_DEPLOYMENT
+    codes = {status_exit_code(row) for row in rows}
+    return next((c for c in (CRASHED, NOT_SERVING, STOPPED) if c in codes), SERVING)
 
 
 def crash_diagnosis(remote: Remote, view: RunView) -> dict[str, Any] | None:
@@ -109,7 +136,8 @@ def status(ref: Ref) -> list[dict[str, Any]]:
                 if ref.name:
                     raise NotFound(f"no deployment {name!r} under {workdir} on {remote.label}")
                 continue
-            out.append(describe(view, remote, name, len(list_runs(remote, layout))))
+            row = describe(view, remote, name, len(list_runs(remote, layout)))
+            out.append({**row, "serving": status_exit_code(row) == SERVING})
         return out
 
 
