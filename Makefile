@@ -1,41 +1,48 @@
 # deployer: `make install` sets up .venv with the `deploy` command; `make test` runs the whole suite.
+# Both first check this machine has what they need (scripts/provision-test-host.sh): as root with apt-get they
+# install it, otherwise they stop with one line naming the command to run.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 SGLANG_VENV ?= $(HOME)/.cache/deployer/sglang-venv
 
-.PHONY: install test test-unit test-integration test-sglang-real sglang-venv typecheck demo bench clean
+.PHONY: install provision test test-unit test-integration test-sglang-real sglang-venv typecheck demo bench clean
 
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
+	@PYTHON=$(PYTHON) bash scripts/provision-test-host.sh install
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $@
 
-test: install
+# What the tests need on this machine (sshd, sftp-server, ssh client, unshare, pkill, iproute2, nft, python3).
+provision:
+	@PYTHON=$(PYTHON) bash scripts/provision-test-host.sh test
+
+test: provision install
 	$(PY) -m mypy
 	$(PY) -m pytest -q -p no:cacheprovider -m "not sglang_real" tests
 
 test-unit: install
 	$(PY) -m pytest -q tests/unit
 
-test-integration: install
+test-integration: provision install
 	$(PY) -m pytest -q tests/integration
 
 # Real SGLang 0.5.23 code on the CPU (argument parser + resolution), in a venv cached under .cache/.
 sglang-venv:
 	bash scripts/build-sglang-venv.sh $(SGLANG_VENV)
 
-test-sglang-real: install sglang-venv
+test-sglang-real: provision install sglang-venv
 	SGLANG_VENV=$(SGLANG_VENV) $(PY) -m pytest -q -p no:cacheprovider -m sglang_real tests/sglang_real
 
 # A throwaway sshd on 127.0.0.1 and the stand-in engine (no GPU): the whole flow, including a failure that heals.
-demo: install
+demo: provision install
 	$(PY) scripts/demo.py
 
 # Benchmarks: ratios against a baseline run in the same command; results in bench/results/.
-bench: install
+bench: provision install
 	$(PY) bench/run.py
 
 typecheck: install
