@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 SGLANG_VENV ?= $(HOME)/.cache/deployer/sglang-venv
 
-.PHONY: install provision test test-unit test-integration test-sglang-real sglang-venv typecheck demo bench clean
+.PHONY: install provision walkthrough test test-unit test-integration test-sglang-real sglang-venv typecheck demo bench clean
 
 install: $(VENV)/.installed
 
@@ -40,6 +40,10 @@ test-sglang-real: provision install sglang-venv
 # A throwaway sshd on 127.0.0.1 and the stand-in engine (no GPU): the whole flow, including a failure that heals.
 demo: provision install
 	$(PY) scripts/demo.py
+
+# README's newcomer walkthrough, run for real against a throwaway sshd and the stand-in engine: docs/walkthrough.md.
+walkthrough: provision install
+	$(PY) scripts/walkthrough.py docs/walkthrough.md
 
 # Benchmarks: ratios against a baseline run in the same command; results in bench/results/.
 bench: provision install

@@ -30,7 +30,7 @@ def host_block(alias: str, sshd: SSHD, *, identity: Path | None = None, port: bo
 
 
 def accepted(sshd: SSHD) -> int:
-    return sshd.log_count("Accepted publickey")
+    return int(sshd.log_count("Accepted publickey"))
 
 
 def wait_count(sshd: SSHD, want: int, timeout: float = 3.0) -> int:
