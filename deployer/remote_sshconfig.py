@@ -76,34 +76,47 @@ def include_paths(pattern: str, base: str) -> list[str]:
     return sorted(p for p in glob.glob(pattern) if os.path.isfile(p))
 
 
-def expand_includes(path: str, depth: int = 0) -> str:
+def expand_includes(path: str, depth: int = 0, outer: str = "") -> str:
     """The config text with every `Include` replaced by the files it names, as ssh reads them.
 
-    After an included file, the block that held the Include line (its `Host`/`Match` header) is opened
-    again, so the lines that follow keep applying to the same hosts. ProxyCommand's `%` are protected
-    from paramiko's token expansion (see `_proxy_command`)."""
+    An Include inside a Host/Match block applies the included file only to that block's hosts, its own Host
+    and Match blocks too: `outer` carries the enclosing condition as Match criteria, and the included headers
+    become `Match <outer> originalhost <patterns>`. After an included file, the enclosing block is opened
+    again, so the lines that follow keep applying to the same hosts. ProxyCommand's `%` are protected from
+    paramiko's token expansion (see `_proxy_command`)."""
     if depth > MAX_INCLUDE_DEPTH:
         raise RemoteError(f"ssh config {path}: Include nested more than {MAX_INCLUDE_DEPTH} deep")
     base = os.path.expanduser("~/.ssh")
     out: list[str] = []
-    header = "Host *"
+    header, criteria = (f"Match {outer}", outer) if outer else ("Host *", "")
     with open(path, encoding="utf-8", errors="replace") as f:
         lines = f.read().splitlines()
     for line in lines:
         m = _KEYWORD_RE.match(line)
         keyword = m.group(1).lower() if m else ""
-        if keyword in ("host", "match"):
-            header = line.strip()
-        elif keyword == "proxycommand" and m is not None:
+        if keyword in ("host", "match") and m is not None:
+            criteria = " ".join(c for c in (outer, _criteria(keyword, m.group(2))) if c)
+            header = f"Match {criteria}" if outer else line.strip()
+            out.append(header)
+            continue
+        if keyword == "proxycommand" and m is not None:
             line = f"ProxyCommand {m.group(2).replace('%', _PCT)}"
         elif keyword == "include" and m is not None:
             for word in m.group(2).split():
                 for included in include_paths(word.strip('"'), base):
-                    out.append(expand_includes(included, depth + 1))
+                    out.append(expand_includes(included, depth + 1, criteria))
             out.append(header)
             continue
         out.append(line)
     return "\n".join(out) + "\n"
+
+
+def _criteria(keyword: str, value: str) -> str:
+    """A Host/Match line's condition as Match criteria ('' = every host)."""
+    if keyword == "match":
+        return "" if value.strip().lower() == "all" else value.strip()
+    patterns = value.split()
+    return "" if patterns == ["*"] else "originalhost " + ",".join(patterns)
 
 
 def _proxy_command(raw: str | None, hostname: str, alias: str, port: int, user: str) -> str | None:

@@ -222,3 +222,15 @@ def test_cli_encrypted_key_is_one_line_and_exit_3(encrypted_bed: tuple[SSHD, Pat
     assert len(lines) == 1 and "Traceback" not in r.stderr
     assert f"ssh-add {enc}" in lines[0]
 
+
+
+def test_include_inside_a_host_block_applies_only_to_that_host(tmp_path: Path) -> None:
+    """As ssh: the included file, its own Host blocks too, counts only for the hosts of the enclosing block."""
+    (tmp_path / "inner.conf").write_text("Port 7\nHost box-*\n    User bob\n")
+    config = tmp_path / "config"
+    config.write_text(f"Host box-a\n    Include {tmp_path}/inner.conf\n    HostName a.example\n"
+                      "Host box-b\n    HostName b.example\nHost *\n    User carol\n")
+    a = resolve(TargetSpec("box-a", ssh_config=str(config)))
+    b = resolve(TargetSpec("box-b", ssh_config=str(config)))
+    assert (a.hostname, a.port, a.user) == ("a.example", 7, "bob")
+    assert (b.hostname, b.port, b.user) == ("b.example", 22, "carol")
