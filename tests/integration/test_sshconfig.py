@@ -234,3 +234,15 @@ def test_include_inside_a_host_block_applies_only_to_that_host(tmp_path: Path) -
     b = resolve(TargetSpec("box-b", ssh_config=str(config)))
     assert (a.hostname, a.port, a.user) == ("a.example", 7, "bob")
     assert (b.hostname, b.port, b.user) == ("b.example", 22, "carol")
+
+
+def test_cli_through_a_proxy_command_alias_and_the_command_ends(sshd: SSHD, tmp_path: Path) -> None:
+    config = tmp_path / "config"
+    marker = tmp_path / "proxy-command.log"  # `ssh -E FILE`: makes this test's ProxyCommand findable by pgrep
+    command = ssh_w(sshd).replace("ssh ", f"ssh -E {marker} ", 1)
+    config.write_text(host_block("cli-via-cmd", sshd) + f"    ProxyCommand {command}\n")
+    r = deploy("status", "no-such", "--host", "cli-via-cmd", "--workdir", str(tmp_path / "work"),
+               home=tmp_path / "home", env={"DEPLOYER_SSH_CONFIG": str(config)}, timeout=60)
+    assert r.returncode == 7 and "no deployment 'no-such'" in r.stderr, r.stderr
+    left = subprocess.run(["pgrep", "-f", str(marker)], capture_output=True, text=True, timeout=10)
+    assert left.stdout == ""  # the ProxyCommand's ssh ended with deployer
