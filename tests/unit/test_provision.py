@@ -142,3 +142,16 @@ def test_this_machine_after_provisioning_lacks_nothing() -> None:
     r = subprocess.run(["/bin/bash", str(SCRIPT), "test", "--dry-run"], env=env, capture_output=True, text=True,
                        timeout=30)
     assert r.stdout == "nothing to install\n", r.stdout + r.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/unshare").exists(), reason="needs root and unshare")
+def test_real_machine_with_sshd_hidden_in_a_private_mount_namespace() -> None:
+    """No seams: the real paths, with /usr/sbin/sshd covered by /dev/null only inside a private mount namespace."""
+    hide = "mount --bind /dev/null /usr/sbin/sshd && "
+    dry = subprocess.run(["unshare", "-m", "bash", "-c", hide + f"bash {SCRIPT} test --dry-run"],
+                         capture_output=True, text=True, timeout=30)
+    assert dry.stdout == "would run: apt-get update && apt-get install -y openssh-server\n", dry.stderr
+    user = subprocess.run(["unshare", "-m", "bash", "-c", hide + f"bash {SCRIPT} test"], capture_output=True,
+                          text=True, timeout=30, env={**os.environ, "DEPLOYER_PROVISION_EUID": "1000"})
+    assert user.returncode == 1 and user.stderr.startswith("make test needs openssh-server: run  sudo apt-get")
+    assert os.access("/usr/sbin/sshd", os.X_OK)  # the real one was never touched
