@@ -1,20 +1,27 @@
 # deployer: `make install` sets up .venv with the `deploy` command; `make test` runs the whole suite.
+# Both first check this machine has what they need (scripts/provision-test-host.sh): as root with apt-get they
+# install it, otherwise they stop with one line naming the command to run.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 SGLANG_VENV ?= $(HOME)/.cache/deployer/sglang-venv
 SMG_VENV ?= $(HOME)/.cache/deployer/smg-venv
 
-.PHONY: install test lint-imports test-unit test-integration test-sglang-real sglang-venv smg-venv typecheck demo bench clean
+.PHONY: install provision walkthrough test lint-imports test-unit test-integration test-sglang-real sglang-venv smg-venv typecheck demo bench clean
 
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
+	@PYTHON=$(PYTHON) bash scripts/provision-test-host.sh install
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $@
 
-test: install smg-venv
+# What the tests need on this machine (sshd, sftp-server, ssh client, unshare, pkill, iproute2, nft, python3).
+provision:
+	@PYTHON=$(PYTHON) bash scripts/provision-test-host.sh test
+
+test: provision install smg-venv
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports --no-logo
 	SMG_VENV=$(SMG_VENV) $(PY) -m pytest -q -p no:cacheprovider -m "not sglang_real" tests
@@ -22,7 +29,7 @@ test: install smg-venv
 test-unit: install
 	$(PY) -m pytest -q tests/unit
 
-test-integration: install
+test-integration: provision install
 	$(PY) -m pytest -q tests/integration
 
 # Real SGLang 0.5.23 code on the CPU (argument parser + resolution), in a venv cached under .cache/.
@@ -33,15 +40,19 @@ sglang-venv:
 smg-venv:
 	bash scripts/build-smg-venv.sh $(SMG_VENV)
 
-test-sglang-real: install sglang-venv
+test-sglang-real: provision install sglang-venv
 	SGLANG_VENV=$(SGLANG_VENV) $(PY) -m pytest -q -p no:cacheprovider -m sglang_real tests/sglang_real
 
 # A throwaway sshd on 127.0.0.1 and the stand-in engine (no GPU): the whole flow, including a failure that heals.
-demo: install
+demo: provision install
 	$(PY) scripts/demo.py
 
+# README's newcomer walkthrough, run for real against a throwaway sshd and the stand-in engine: docs/walkthrough.md.
+walkthrough: provision install
+	$(PY) scripts/walkthrough.py docs/walkthrough.md
+
 # Benchmarks: ratios against a baseline run in the same command; results in bench/results/.
-bench: install
+bench: provision install
 	$(PY) bench/run.py
 
 typecheck: install

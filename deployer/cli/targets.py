@@ -75,13 +75,22 @@ def _final(report: Any, as_json: bool, sink: Any) -> None:
 @_target_options
 @click.option("--json", "as_json", is_flag=True)
 def status(target: str | None, host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool) -> None:
-    """State, pid, uptime, health, attempt, content hash and run dir; every deployment with only --host."""
+    """State, pid, uptime, health, attempt, content hash and run dir; every deployment with only --host.
+
+    Exits 0 only while the deployment serves (every one, with only --host): 5 crashed, crash-looping or
+    lost; 6 alive but not answering /health (starting, restarting, hung); 8 stopped; 7 none there."""
     from deployer.oncall import deployment as ops
 
     rows = ops.status(ops.make_ref(target, host, workdir, trust_new_host))
+    code = ops.worst_exit_code(rows)
     if as_json:
         _emit_json(rows if target is None else rows[0])
-        return
+    else:
+        _print_status(rows)
+    click.get_current_context().exit(code)
+
+
+def _print_status(rows: list[dict[str, Any]]) -> None:
     if not rows:
         click.echo("no deployments")
     for row in rows:

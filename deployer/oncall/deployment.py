@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deployer.errors import NotFound, ProfileError
+from deployer.errors import LaunchFailed, NotFound, ProfileError, Unhealthy
 from deployer.pipeline.up import diagnose_state, target_spec
 from deployer.profile.host import parse_host
 from deployer.profile.loader import load_profile
@@ -22,11 +22,19 @@ from deployer.push import Layout, expand_workdir
 from deployer.remote.base import Remote, TargetSpec
 from deployer.remote.connect import connect
 from deployer.start import DeploymentLock, stop
-from deployer.supervisor.supervise_base import CRASHED, UP
+from deployer.supervisor.supervise_base import CRASHED as CRASHED_STATES
+from deployer.supervisor.supervise_base import UP
 from deployer.target.records import RunView, current_view, healthy, list_deployments, list_runs, run_view, tail_lines
 from deployer.watch.watcher import LogTail
 
 DEFAULT_WORKDIR = "/workspace/deployer"
+
+# `deploy status` exits like `systemctl is-active`: 0 only while the deployment serves (README, exit codes).
+SERVING = 0
+CRASHED = LaunchFailed.exit_code  # 5: exited, crashloop, lost (the engine died and stays down)
+NOT_SERVING = Unhealthy.exit_code  # 6: alive but /health fails: starting, restarting, hung, overloaded
+STOPPED = 8  # stopped (or stopping) on purpose, by `deploy down`
+NO_DEPLOYMENT = NotFound.exit_code  # 7
 
 
 @dataclass(frozen=True)
@@ -87,11 +95,30 @@ def describe(view: RunView, remote: Remote, name: str, runs: int) -> dict[str, A
     }
 
 
+def status_exit_code(row: dict[str, Any]) -> int:
+    """One deployment's row -> the exit code of `deploy status` (SERVING only when it answers /health)."""
+    if row["status"] in ("ready", "running") and row["healthy"]:
+        return SERVING
+    if row["status"] in UP:
+        return NOT_SERVING
+    if row["status"] in ("stopped", "stopping"):
+        return STOPPED
+    return CRASHED
+
+
+def worst_exit_code(rows: list[dict[str, Any]]) -> int:
+    """Several deployments: the most urgent problem wins (crashed, then not serving, then stopped)."""
+    if not rows:
+        return NO_DEPLOYMENT
+    codes = {status_exit_code(row) for row in rows}
+    return next((c for c in (CRASHED, NOT_SERVING, STOPPED) if c in codes), SERVING)
+
+
 def crash_diagnosis(remote: Remote, view: RunView) -> dict[str, Any] | None:
     """For an engine that died after ready (crash loop, or restart policy "no"): why, from its last run's log."""
     state = view.state
     crash = state.get("last_crash")
-    if view.status not in CRASHED or not crash or not state.get("ready_at"):
+    if view.status not in CRASHED_STATES or not crash or not state.get("ready_at"):
         return None
 
     version = (view.record.get("profile") or {}).get("engine", {}).get("version")
@@ -110,7 +137,8 @@ def status(ref: Ref) -> list[dict[str, Any]]:
                 if ref.name:
                     raise NotFound(f"no deployment {name!r} under {workdir} on {remote.label}")
                 continue
-            out.append(describe(view, remote, name, len(list_runs(remote, layout))))
+            row = describe(view, remote, name, len(list_runs(remote, layout)))
+            out.append({**row, "serving": status_exit_code(row) == SERVING})
         return out
 
 

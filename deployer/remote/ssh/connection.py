@@ -34,6 +34,7 @@ from deployer.remote.base import (
 from deployer.remote.ssh.channel import SSHSession, collect, send_stdin, text
 from deployer.remote.ssh.config import (
     check_identity,
+    encrypted_key_error,
     Resolved,
     host_key_policy,
     known_hosts_name,
@@ -65,6 +66,7 @@ class SSHRemote:
         self.handshakes = 0  # SSH connections made so far (one per open/reconnect)
         self._conn: fabric.Connection | None = None
         self._jump: SSHRemote | None = None
+        self._encrypted: list[str] = []  # identity files that need a passphrase (so: the agent)
         self._lock = threading.Lock()
 
     def __enter__(self) -> SSHRemote:
@@ -104,8 +106,7 @@ class SSHRemote:
         # paramiko logs channel/transport failures itself; we report them as errors, so keep it quiet.
         logging.getLogger("paramiko").addHandler(logging.NullHandler())
         r = self.resolved
-        for path in r.identity_files:
-            check_identity(path, self.label)
+        self._encrypted = [path for path in r.identity_files if check_identity(path, self.label)]
         sock = self._dial()
         timeout = self.spec.connect_timeout
         conn = fabric.Connection(
@@ -151,10 +152,13 @@ class SSHRemote:
             raise RemoteError(f"cannot read known_hosts: {e}", host=self.label) from None
 
     def _dial(self) -> Any:
-        """A connected socket-like object: TCP with our options, or a channel through the ProxyJump hop."""
+        """A connected socket-like object: TCP with our options, a channel through the ProxyJump hop, or the
+        ProxyCommand's stdin/stdout."""
         r = self.resolved
         if r.proxy_jump:
             return self._dial_via_jump(r.proxy_jump)
+        if r.proxy_command:
+            return self._dial_via_command(r.proxy_command)
         try:
             sock = socket.create_connection((r.hostname, r.port), timeout=self.spec.connect_timeout)
         except OSError as e:
@@ -165,6 +169,16 @@ class SSHRemote:
             ms = int(max(3.0, self.spec.connect_timeout) * 1000)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, ms)
         return sock
+
+    def _dial_via_command(self, command: str) -> Any:
+        """paramiko's ProxyCommand runs `command` under /bin/sh-like splitting; we run it under sh -c, as ssh
+        does, so pipes and quoting in the config work."""
+        import paramiko
+
+        try:
+            return paramiko.ProxyCommand(f"/bin/sh -c {shlex.quote('exec ' + command)}")
+        except (paramiko.SSHException, OSError) as e:
+            raise ConnectFailed(f"ProxyCommand {command!r} did not start: {e}", host=self.label) from None
 
     def _dial_via_jump(self, hops: str) -> Any:
         import paramiko
@@ -199,13 +213,19 @@ class SSHRemote:
         if isinstance(e, paramiko.BadHostKeyException):
             name = known_hosts_name(self.resolved.hostname, self.resolved.port)
             return mismatch_error(e, self.resolved.known_hosts, name, self.label)
-        if isinstance(e, paramiko.AuthenticationException) or "No authentication methods" in str(e):
+        auth_failed = isinstance(e, paramiko.AuthenticationException) or "No authentication methods" in str(e)
+        if auth_failed and self._encrypted:
+            return encrypted_key_error(self._encrypted, self.resolved.user, self.label)
+        if auth_failed:
             keys = ", ".join(self.resolved.identity_files) or "default keys/agent"
             return AuthFailed(f"authentication as {self.resolved.user} failed (tried {keys}): {e}", host=self.label)
         if isinstance(e, (paramiko.SSHException, EOFError, OSError)):
             why = str(e) or type(e).__name__
             if "banner" in why.lower() or "No existing session" in why:  # TCP connected, sshd said nothing
                 why = f"no SSH answer within {self.spec.connect_timeout:g}s (sshd hung or overloaded)"
+            if self.resolved.proxy_command:
+                return ConnectFailed(f"SSH handshake through ProxyCommand {self.resolved.proxy_command!r} failed: "
+                                     f"{e or type(e).__name__} (the command's own errors are above)", host=self.label)
             return ConnectFailed(f"SSH handshake failed: {why}", host=self.label)
         return e
 

@@ -1,0 +1,95 @@
+"""`deploy status` exits like `systemctl is-active`: 0 only while the deployment serves, and a documented code
+for each way it does not (README, exit codes). Real sshd, real supervisor, stand-in engine; JSON always printed."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deploy_helpers import deploy, write_profile
+from sshbed import SSHD
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+def status(sshd: SSHD, tmp_path: Path, *names: str) -> tuple[int, Any]:
+    """`deploy status [NAME] --json` as a monitor runs it: from a laptop with only the alias and the name."""
+    r = deploy("status", *names, "--json", "--host", "deployer-test", "--workdir", str(tmp_path / "work"),
+               home=tmp_path / "monitor", env={"DEPLOYER_SSH_CONFIG": str(sshd.ssh_config)})
+    assert "Traceback" not in r.stderr
+    return r.returncode, json.loads(r.stdout) if r.stdout.strip() else None
+
+
+def wait_status(sshd: SSHD, tmp_path: Path, name: str, want: str) -> tuple[int, Any]:
+    code, row = status(sshd, tmp_path, name)
+    for _ in range(60):  # bounded: ~30 s
+        if row and row["status"] == want:
+            break
+        time.sleep(0.5)
+        code, row = status(sshd, tmp_path, name)
+    assert row and row["status"] == want, row
+    return code, row
+
+
+def up(tmp_path: Path, sshd: SSHD, name: str, **kw: Any) -> None:
+    prof = write_profile(tmp_path, sshd, name=name, **kw)
+    r = deploy("up", str(prof), "--skip-preflight", home=tmp_path / "h")
+    assert r.returncode == 0, r.stderr
+
+
+def signal_engine(sshd: SSHD, tmp_path: Path, name: str, sig: str) -> None:
+    from contextlib import closing
+
+    from deployer.remote.connect import connect
+
+    code, row = status(sshd, tmp_path, name)
+    with closing(connect(sshd.spec())) as remote:
+        remote.run(f"kill -{sig} {int(row['pid'])}")
+
+
+def test_serving_then_hung_then_stopped(tmp_path: Path, sshd: SSHD) -> None:
+    up(tmp_path, sshd, "svc")
+    code, row = status(sshd, tmp_path, "svc")
+    assert (code, row["status"], row["healthy"], row["serving"]) == (0, "ready", True, True)
+
+    signal_engine(sshd, tmp_path, "svc", "STOP")  # a hung engine: the process lives, /health never answers
+    try:
+        code, row = status(sshd, tmp_path, "svc")
+        assert (code, row["status"], row["healthy"], row["serving"]) == (6, "ready", False, False)
+    finally:
+        signal_engine(sshd, tmp_path, "svc", "CONT")
+    assert status(sshd, tmp_path, "svc")[0] == 0  # serving again
+
+    prof = tmp_path / "svc.yaml"
+    assert deploy("down", str(prof), home=tmp_path / "h").returncode == 0
+    code, row = status(sshd, tmp_path, "svc")
+    assert (code, row["status"], row["serving"]) == (8, "stopped", False)
+
+
+def test_crashed_and_crash_looping_are_5(tmp_path: Path, sshd: SSHD) -> None:
+    crash = {"STANDIN_MODE": "crash_after_ready", "STANDIN_CRASH_AFTER_S": "0.5"}
+    up(tmp_path, sshd, "dies", env=crash, extra={"restart": {"policy": "no", "grace_s": 2}})
+    up(tmp_path, sshd, "loops", env=crash, extra={"restart": {"policy": "on-failure", "max": 1,
+                                                              "backoff_s": [0.2, 0.2], "grace_s": 2}})
+    up(tmp_path, sshd, "fine")
+    code, row = wait_status(sshd, tmp_path, "dies", "exited")
+    assert code == 5 and row["last_crash"] and row["serving"] is False
+    code, row = wait_status(sshd, tmp_path, "loops", "crashloop")
+    assert code == 5 and row["restarts"] == 1
+
+    # every deployment on the host: the worst wins, and the rows are all printed
+    code, rows = status(sshd, tmp_path)
+    assert code == 5
+    assert {r["name"]: r["serving"] for r in rows} == {"dies": False, "loops": False, "fine": True}
+    assert deploy("down", str(tmp_path / "fine.yaml"), home=tmp_path / "h").returncode == 0
+
+
+def test_no_such_deployment_is_7(tmp_path: Path, sshd: SSHD) -> None:
+    code, row = status(sshd, tmp_path, "never-deployed")
+    assert code == 7 and row is None
+    code, rows = status(sshd, tmp_path)  # nothing at all under the workdir
+    assert code == 7 and rows == []
