@@ -34,7 +34,9 @@ class EngineSpec:
     template: str                           # launch script template shipped in deployer/render/templates
     ready_line: str                         # printed once the server serves requests
     phases: tuple[Phase, ...]               # progress lines, in startup order
+    distribution: str                       # the installed package whose version the target reports
     health_path: str = "/health"
+    env_prefixes: tuple[str, ...] = ()      # environment variables the engine reads start with one of these
     data_dir: Path = field(default_factory=lambda: Path(__file__).parent)
     signatures_file: str = ""               # failure signatures (YAML) in data_dir
     renames_file: str = ""                  # flag/env renames by version (YAML) in data_dir

@@ -11,6 +11,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from deployer.engines import engine_for
 from deployer.preflight import flags as fl
 from deployer.profile.model import Profile
 from deployer.remote.base import Remote
@@ -79,14 +80,19 @@ VERSION_PY = """import sys
 print("@@python " + sys.version.split()[0])
 try:
     from importlib import metadata
-    print("@@engine " + metadata.version("sglang"))
+    print("@@engine " + metadata.version(DISTRIBUTION))
 except Exception:
     try:
-        import sglang
-        print("@@engine " + sglang.__version__)
+        import importlib
+        print("@@engine " + importlib.import_module(DISTRIBUTION).__version__)
     except Exception:
         print("@@engine -")
 """
+
+
+def version_py(distribution: str) -> str:
+    """The target-side snippet that prints the python and the engine's version."""
+    return f"DISTRIBUTION = {distribution!r}\n" + VERSION_PY
 
 FACTS_SCRIPT = r"""
 sec() { printf '\n@@@%s\n' "$1"; }
@@ -138,7 +144,7 @@ def gather_facts(remote: Remote, profile: Profile, *, cached_versions: list[str]
         f"{name}={value}\n" for name, value in (
             ("PY", shlex.quote(engine.python)), ("WORKDIR", _home_path(profile.target.workdir)),
             ("PORT", str(engine.port)), ("MODEL", _home_path(engine.model_path)),
-            ("CACHED", shlex.quote(" ".join(cached_versions))), ("VERSION_PY", shlex.quote(VERSION_PY)),
+            ("CACHED", shlex.quote(" ".join(cached_versions))), ("VERSION_PY", shlex.quote(version_py(engine_for(engine.kind).distribution))),
             ("PROBE", shlex.quote(fl.probe_source(engine.kind)))))
     result = remote.run("bash -s", stdin=(head + FACTS_SCRIPT).encode(), timeout=FACTS_TIMEOUT, check=False)
     return parse_facts(result.stdout, profile)

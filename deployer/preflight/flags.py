@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from deployer.engines import engine_for
 from deployer.engines.renames import Rename, load_renames
 from deployer.flag_names import key_option, option_key
 from deployer.profile.model import Profile
@@ -28,7 +29,6 @@ from deployer.versions import at_least
 
 PROBE_MARKER = "DEPLOYER_PROBE_JSON "
 PROBE_SCHEMA = 1
-ENV_PREFIXES = ("SGLANG_", "SGL_")
 
 
 @dataclass(frozen=True)
@@ -200,7 +200,7 @@ def check_flags(profile: Profile, flagset: FlagSet, renames: list[Rename]) -> Fl
             report.errors.append(f"flag {key_option(new_key)} is given twice (also as {key_option(key)})")
             continue
         args[new_key] = value
-    env = _check_env(profile.engine.env, flagset, renames, report)
+    env = _check_env(profile.engine.env, flagset, renames, report, engine_for(profile.engine.kind).env_prefixes)
     if args != profile.engine.args or env != profile.engine.env:
         report.profile = _with_engine(profile, args, env)
     return report
@@ -296,7 +296,8 @@ def _check_value(key: str, value: Any, flag: Flag, report: FlagReport) -> None:
                 f"{opt} {item}: not one of {', '.join(flag.choices)}{did}")
 
 
-def _check_env(env: dict[str, str], fs: FlagSet, renames: list[Rename], report: FlagReport) -> dict[str, str]:
+def _check_env(env: dict[str, str], fs: FlagSet, renames: list[Rename], report: FlagReport,
+               prefixes: tuple[str, ...]) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, value in env.items():
         rename = next((r for r in renames if r.kind == "env" and r.old == name), None)
@@ -310,7 +311,7 @@ def _check_env(env: dict[str, str], fs: FlagSet, renames: list[Rename], report: 
                     f"env {name} was renamed {rename.new} in {fs.engine} {rename.since}: written as {rename.new}")
                 out[rename.new] = value
                 continue
-        elif name.startswith(ENV_PREFIXES) and fs.env_names and name not in fs.env_names:
+        elif prefixes and name.startswith(prefixes) and fs.env_names and name not in fs.env_names:
             hint = difflib.get_close_matches(name, sorted(fs.env_names), n=1, cutoff=0.8)
             did = f"; did you mean {hint[0]}?" if hint else ""
             report.warnings.append(f"env {name} is not read anywhere in {fs.engine} {fs.version}{did}")

@@ -16,7 +16,7 @@ DEMO = '''
 import re
 from deployer.engines.base import EngineSpec, Phase
 ENGINE = EngineSpec(kind="demo", launch_module="demo.serve", template="demo.sh.j2", ready_line="up",
-                    phases=(Phase("ready", re.compile("up")),))
+                    phases=(Phase("ready", re.compile("up")),), distribution="demo-serve")
 '''
 
 
