@@ -343,7 +343,7 @@ def translate_offline(profile: Profile, engine: str, version: str, renames: list
                                        f"{key_option(r.old)} for {version}")
                 new_key = r.old
         args[new_key] = value
-    env = _check_env(profile.engine.env, fs, renames, report)
+    env = _check_env(profile.engine.env, fs, renames, report, engine_for(profile.engine.kind).env_prefixes)
     if args != profile.engine.args or env != profile.engine.env:
         report.profile = _with_engine(profile, args, env)
     return report
