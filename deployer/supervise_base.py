@@ -90,6 +90,9 @@ def load_config(run_dir: str) -> dict[str, Any]:
     _need(_number(cfg["grace_s"]) and cfg["grace_s"] >= 0, "grace_s must be a number >= 0")
     _need(cfg["ready_pattern"] is None or (isinstance(cfg["ready_pattern"], str) and bool(cfg["ready_pattern"])),
           "ready_pattern must be a non-empty string or null")
+    port = cfg.get("port")
+    _need(port is None or (isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536),
+          "port must be a TCP port number or null")
     _need(rs["policy"] in POLICIES, f"restart.policy must be one of {', '.join(POLICIES)}")
     _need(isinstance(rs["max"], int) and not isinstance(rs["max"], bool) and rs["max"] >= 0,
           "restart.max must be an integer >= 0")
