@@ -147,7 +147,8 @@ def port_free(remote: Remote, layout: Layout, port: int, wait_s: float = 0.0) ->
 def check_port(remote: Remote, layout: Layout, port: int, wait_s: float = 0.0) -> None:
     free, detail = port_free(remote, layout, port, wait_s)
     if not free:
-        raise PortBusy(f"port {port} is already in use on {remote.label} ({detail})",
+        holders = detail.split(": ", 1)[1] if detail.startswith("busy ") and ": " in detail else detail
+        raise PortBusy(f"port {port} taken by {holders} on {remote.label}",
                        hint="stop what holds it, or set engine.port to another port")
 
 

@@ -223,7 +223,7 @@ def cmd_ports(port: int) -> int:
         print(f"free {port}", flush=True)
         return 0
     who = [claim] if claim else []
-    print(f"busy {port}: {', '.join(who + port_holders(port)) or 'holder unknown'}", flush=True)
+    print(f"busy {port}: {', '.join(who + port_holders(port)) or 'a process that cannot be inspected from here'}", flush=True)
     return 1
 
 

@@ -199,5 +199,5 @@ def listener_of(port: int, pgid: Any) -> Dict[str, Any]:
         else:
             holders.append(_describe(pid))
     if not ours and not holders:  # a listener we may not inspect (another user's): name the claim, if any
-        holders = [claimed_by(port) or "a process this user cannot inspect"]
+        holders = [claimed_by(port) or "a process that cannot be inspected from here"]
     return {"port": port, "ours": ours, "holders": holders}
