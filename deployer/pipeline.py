@@ -228,9 +228,11 @@ def _stop_serving(remote: Remote, serving: Serving | None, profile: Profile, rep
 
 def _start(remote: Remote, layout: Layout, run: RunDir, port: int, port_wait: float, history: History,
            row: int) -> Launch:
-    """Wait for the port, then claim it and start (one step on the target); a failure is recorded as such."""
+    """Wait for the port to free (after a stop), then claim it and start: one step on the target, which also
+    refuses a port that cannot be bound. A failure is recorded as such."""
     try:
-        check_port(remote, layout, port, wait_s=port_wait)
+        if port_wait > 0:
+            check_port(remote, layout, port, wait_s=port_wait)
         return start(remote, run)
     except DeployError as exc:
         history.end_attempt(row, outcome="not-started", diagnosis=None, change=None)

@@ -1,7 +1,7 @@
 """The supervisor's view of the engine port on the target: the host-wide port claim, who listens on a port,
 and whether that listener belongs to a given process group. Stdlib only, Python >= 3.8 (runs on the target).
 
-The claim is a flock on CLAIM_DIR/<port>, shared by every deployment on the host whatever its workdir: the
+The claim is a flock on CLAIM_DIR/<port> (/dev/shm/deployer-ports), shared by every deployment on the host whatever its workdir: the
 supervisor takes it before it starts an engine and hands it down to the engine process, so it is held for as
 long as either of them lives. Two deployments can never both start on one port.
 """
@@ -15,7 +15,8 @@ import socket
 import time
 from typing import Any, Dict, List, Optional, Set
 
-CLAIM_DIR = "/tmp/deployer-ports"
+# /dev/shm: host-wide, and not aged out like /tmp (systemd-tmpfiles would delete a weeks-old claim file while held).
+CLAIM_DIR = "/dev/shm/deployer-ports" if os.path.isdir("/dev/shm") else "/tmp/deployer-ports"
 LISTEN = "0A"
 
 
