@@ -14,7 +14,7 @@ from deployer.pipeline import UpOptions, UpReport, up
 from deployer.profile import Profile
 from deployer.remote import Remote
 from deployer.render import secret_var
-from deployer.supervise_base import parse_env_text
+from deployer.supervise_base import SuperviseError, parse_env_text
 from deployer.targetview import RunView, all_runs
 from deployer.watch import EventSink
 
@@ -61,12 +61,21 @@ def _profile_from(ref: Ref, pick: Any, what: str) -> Profile:
         return rebuild_profile(remote, chosen, ref, workdir)
 
 
+def _env_of(remote: Remote, view: RunView) -> dict[str, str]:
+    """The run's env file (the real secret values); one clear line when it is missing or damaged."""
+    try:
+        return parse_env_text(remote.read(view.run.file("env"), 0, 1 << 20).decode("utf-8"))
+    except (NotFound, SuperviseError, UnicodeDecodeError) as exc:
+        raise NotFound(f"run {view.run.run_id}: its env file is missing or damaged ({exc}); "
+                       f"cannot restore its environment") from None
+
+
 def rebuild_profile(remote: Remote, view: RunView, ref: Ref, workdir: str) -> Profile:
     """The run's profile with its real env values and the target as given now (host, user, port, workdir)."""
     data = dict(view.record.get("profile") or {})
     if not data:
         raise NotFound(f"run {view.run.run_id} has no profile record")
-    env_file = parse_env_text(remote.read(view.run.file("env"), 0, 1 << 20).decode("utf-8"))
+    env_file = _env_of(remote, view)
     engine = dict(data.get("engine") or {})
     masked = {k for k, v in (engine.get("env") or {}).items() if v == MASK}
     engine["env"] = {k: (env_file.get(k, v) if v == MASK else v) for k, v in (engine.get("env") or {}).items()}

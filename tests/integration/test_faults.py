@@ -296,16 +296,25 @@ def test_up_puts_a_healthy_engine_whose_supervisor_was_killed_back_under_one(tmp
         deploy("down", str(prof), home=home)
 
 
-def test_down_and_status_work_on_a_run_whose_payload_is_damaged(tmp_path: Path, sshd: Any) -> None:
-    home = tmp_path / "h"
-    prof = write_profile(tmp_path, sshd, name="damaged")
-    assert deploy("up", str(prof), "--skip-preflight", home=home).returncode == 0
-    run = Path(status_of(prof, home)["run_dir"])
+def damage(run: Path) -> None:
     for name in ("supervise.py", "supervise_base.py", "supervise_daemon.py"):
         (run / name).write_bytes((run / name).read_bytes()[:100])  # truncated, as on a full disk
     (run / "supervise.json").unlink()
+
+
+def test_on_call_commands_work_on_a_run_whose_payload_is_damaged(tmp_path: Path, sshd: Any) -> None:
+    home = tmp_path / "h"
+    prof = write_profile(tmp_path, sshd, name="damaged")
+    assert deploy("up", str(prof), "--skip-preflight", home=home).returncode == 0
+    first = status_of(prof, home)
+    damage(Path(first["run_dir"]))
     st = status_of(prof, home)
     assert st["status"] == "ready" and st["healthy"]
+    restarted = deploy("restart", str(prof), home=home)
+    assert restarted.returncode == 0 and "Traceback" not in restarted.stderr, restarted.stderr
+    now = status_of(prof, home)
+    assert now["healthy"] and now["run_dir"] != first["run_dir"] and now["content_hash"] == first["content_hash"]
+    damage(Path(now["run_dir"]))
     down = deploy("down", str(prof), home=home)
     assert down.returncode == 0 and "Traceback" not in down.stderr, down.stderr
     assert status_of(prof, home)["status"] == "stopped"
