@@ -1,7 +1,7 @@
 """Push: the deployment's directory layout on the target and the atomic upload of one attempt's run dir.
 
     <workdir>/<name>/lock, supervise.py, current -> runs/<id>
-    <workdir>/<name>/runs/<id>/launch.sh (0700), env (0600), profile.json, supervise.py, supervise.json,
+    <workdir>/<name>/runs/<id>/launch.sh (0700), env (0600), profile.json, supervise*.py, supervise.json,
                                state.json, engine.log, outcome.json
 Every file goes over SFTP to a temporary name and is renamed into place after its hash is checked. A push
 checks the free space first and either completes (every file verified) or removes its half-written run dir.
@@ -9,6 +9,7 @@ checks the free space first and either completes (every file verified) or remove
 
 from __future__ import annotations
 
+import hashlib
 import json
 import posixpath
 import shlex
@@ -34,9 +35,16 @@ def supervisor_sources() -> dict[str, bytes]:
     return {name: Path(__file__).with_name(name).read_bytes() for name in SUPERVISOR_FILES}
 
 
-def _put_supervisor(remote: Remote, folder: str) -> None:
-    for name, data in supervisor_sources().items():
-        remote.put(data, posixpath.join(folder, name), 0o644)
+def _sync_supervisor(remote: Remote, folder: str) -> None:
+    """Put the supervisor files that differ from this deployer's copy (none: one round trip, nothing written)."""
+    sources = supervisor_sources()
+    paths = " ".join(shlex.quote(posixpath.join(folder, name)) for name in sources)
+    listed = remote.run(f"sha256sum -- {paths} 2>/dev/null", timeout=20, check=False).stdout
+    have = {posixpath.basename(parts[1]): parts[0] for parts in (line.split(None, 1) for line in listed.splitlines())
+            if len(parts) == 2}
+    for name, data in sources.items():
+        if have.get(name) != hashlib.sha256(data).hexdigest():
+            remote.put(data, posixpath.join(folder, name), 0o644)
 
 
 @dataclass(frozen=True)
@@ -103,7 +111,7 @@ def prepare(remote: Remote, layout: Layout) -> None:
     except CommandFailed as exc:
         raise TargetError(f"cannot create {layout.runs} on {remote.label}: {' '.join(exc.tail) or 'failed'}",
                           hint="check target.workdir and its permissions") from None
-    _put_supervisor(remote, layout.root)
+    _sync_supervisor(remote, layout.root)
 
 
 def new_run_id(bundle: Bundle, attempt: int) -> str:

@@ -154,7 +154,10 @@ def cmd_stop(run_dir: str, grace: float | None) -> int:
         print(json.dumps(dict(before, was_running=False), sort_keys=True), flush=True)
         return 0
     if before["supervisor_alive"] and isinstance(sup, int):
-        write_json(os.path.join(run_dir, STOP_REQUEST), {"grace_s": grace})
+        try:
+            write_json(os.path.join(run_dir, STOP_REQUEST), {"grace_s": grace})
+        except OSError:
+            pass  # a full disk: the supervisor stops with its configured grace
         try:
             os.kill(sup, signal.SIGTERM)
         except ProcessLookupError:
@@ -168,10 +171,14 @@ def cmd_stop(run_dir: str, grace: float | None) -> int:
         if not wait_until(lambda: not group_alive(pgid), KILL_WAIT):
             raise SuperviseError(f"engine process group {pgid} survived SIGKILL")
     state = read_state(run_dir) or {}
+    final: dict[str, Any] | None = None
     if state.get("status") in LIVE:  # nobody left to write the final state
         state.update(status="stopped", ended_at=time.time(), updated_at=time.time())
-        write_json(os.path.join(run_dir, STATE), state)
-    print(json.dumps(dict(status_of(run_dir), was_running=True), sort_keys=True), flush=True)
+        try:
+            write_json(os.path.join(run_dir, STATE), state)
+        except OSError as e:
+            final = dict(state, alive=False, supervisor_alive=False, note=f"{STATE} not updated: {e.strerror}")
+    print(json.dumps(dict(final or status_of(run_dir), was_running=True), sort_keys=True), flush=True)
     return 0
 
 

@@ -51,7 +51,10 @@ class Daemon:
 
     def save(self) -> None:
         self.state["updated_at"] = time.time()
-        write_json(os.path.join(self.run_dir, STATE), self.state)
+        try:
+            write_json(os.path.join(self.run_dir, STATE), self.state)
+        except OSError as e:  # a full disk must not kill the supervisor: the next save that fits catches up
+            note(f"cannot write {STATE}: {e.strerror}")
 
     def report(self, line: str) -> None:
         if self.report_fd is not None:

@@ -144,7 +144,7 @@ def test_disk_full_leaves_the_old_version_serving(tmp_path: Path, small_disk: Pa
     assert deploy("up", str(prof), "--skip-preflight", home=home).returncode == 0
     before = status_of(prof, home)
     runs = sorted(p.name for p in (small_disk / "work" / "full" / "runs").iterdir())
-    fill(small_disk, leave=96 << 10)
+    fill(small_disk, leave=8 << 10)  # less than any of the supervisor's files
     proc = deploy("up", str(prof), "--skip-preflight", "--set", "engine.args.enable_metrics=true", home=home)
     assert proc.returncode == 4, proc.stderr
     line = proc.stderr.strip().splitlines()[-1]
@@ -153,8 +153,10 @@ def test_disk_full_leaves_the_old_version_serving(tmp_path: Path, small_disk: Pa
     assert after["healthy"] and after["pid"] == before["pid"] and after["run_dir"] == before["run_dir"]
     assert sorted(p.name for p in (small_disk / "work" / "full" / "runs").iterdir()) == runs
     assert not list((small_disk / "work").rglob("__pycache__"))  # the supervisor runs with -B
-    down = deploy("down", str(prof), home=home)
+    down = deploy("down", str(prof), home=home)  # on the full disk too
     assert down.returncode == 0 and "Traceback" not in down.stderr, down.stderr
+    gone = status_of(prof, home)
+    assert not gone["healthy"] and gone["status"] in ("stopped", "lost"), gone
 
 
 def in_process_up(prof: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **opts: Any) -> Any:
