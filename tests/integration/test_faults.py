@@ -36,9 +36,11 @@ def supervisor_state(remote: Remote, run_dir: str) -> dict[str, Any]:
     return status(remote, RunDir(run_dir, os.path.basename(run_dir)))
 
 
-def stray_server(remote: Remote, port: int) -> Any:
-    """A plain HTTP server on the target (not a deployment) that takes `port` as soon as it is free."""
-    code = ("import http.server, socket, time\n"
+def stray_server(remote: Remote, port: int, answer: bool = True) -> Any:
+    """A plain HTTP server on the target (not a deployment) that takes `port` as soon as it is free; with
+    answer=False it only listens and never answers."""
+    code = (f"ANSWER = {answer}\n"
+            "import http.server, socket, time\n"
             "class H(http.server.BaseHTTPRequestHandler):\n"
             "    def do_GET(self):\n"
             "        self.send_response(200); self.send_header('Content-Length', '2'); self.end_headers()\n"
@@ -51,7 +53,7 @@ def stray_server(remote: Remote, port: int) -> Any:
             "print('LISTENING', flush=True)\n"
             "srv.timeout = 0.2\n"
             "end = time.time() + 120\n"
-            "while time.time() < end: srv.handle_request()\n")
+            "while time.time() < end: srv.handle_request() if ANSWER else time.sleep(0.2)\n")
     return remote.spawn(f"exec python3 -B -c {shlex.quote(code)}")
 
 
@@ -85,11 +87,15 @@ def test_two_deployments_on_one_port_at_once_exactly_one_is_ready(tmp_path: Path
             deploy("down", str(p), home=home)
 
 
-def test_a_health_answer_from_another_server_is_not_ready(tmp_path: Path, sshd: Any) -> None:
-    """Our engine is still loading when a stray server takes the port and answers /health 200: exit 4."""
+@pytest.mark.parametrize("answer", [True, False], ids=["stray-answers-200", "stray-only-listens"])
+def test_a_port_taken_while_the_engine_loads_is_exit_4_naming_the_holder(tmp_path: Path, sshd: Any,
+                                                                        answer: bool) -> None:
+    """Our engine is still loading when a stray server takes the port: its /health 200 is not our ready (and
+    our engine's bind error is not a launch failure to heal): exit 4 naming the holder."""
     port, home = free_port(), tmp_path / "h"
     prof = write_profile(tmp_path, sshd, name="notours", port=port,
-                         env={"STANDIN_MODE": "slow", "STANDIN_STEP_S": "0.5"}, extra={"health": {"path": "/"}})
+                         env={"STANDIN_MODE": "slow", "STANDIN_STEP_S": "0.5"},
+                         extra={"health": {"path": "/", "interval_s": 0.2, "request_timeout_s": 0.5}})
     remote = connect(sshd.spec())
     proc = subprocess.Popen([sys.executable, "-m", "deployer.cli", "up", str(prof), "--skip-preflight"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO),
@@ -99,14 +105,14 @@ def test_a_health_answer_from_another_server_is_not_ready(tmp_path: Path, sshd: 
         deadline = time.monotonic() + 30
         while not list(runs.glob("*/state.json")) and time.monotonic() < deadline:
             time.sleep(0.05)
-        stray = stray_server(remote, port)  # after our start took the claim, before the engine binds
+        stray = stray_server(remote, port, answer)  # after our start took the claim, before the engine binds
         assert stray.readline(timeout=20) == "LISTENING"
         _, err = proc.communicate(timeout=90)
         assert proc.returncode == 4, err
         line = err.strip().splitlines()[-1]
         assert line.startswith(f"error: notours: port {port} taken by pid ") and "(python3)" in line, line
         run = next(runs.iterdir())
-        assert json.loads((run / "outcome.json").read_text())["outcome"] == "port-taken"
+        assert json.loads((run / "outcome.json").read_text())["outcome"] == ("port-taken" if answer else "crashed")
         assert supervisor_state(remote, str(run))["status"] in ("stopped", "exited")
         stray.close()
     finally:
