@@ -229,8 +229,8 @@ def cmd_ports(port: int) -> int:
     if claim is None and port_bindable(port):
         print(f"free {port}", flush=True)
         return 0
-    who = [claim] if claim else []
-    print(f"busy {port}: {', '.join(who + port_holders(port)) or 'a process that cannot be inspected from here'}", flush=True)
+    who = ([claim] if claim else []) + port_holders(port)
+    print(f"busy {port}: {', '.join(who) or 'a process that cannot be inspected from here'}", flush=True)
     return 1
 
 

@@ -1,9 +1,9 @@
 """The supervisor's view of the engine port on the target: the host-wide port claim, who listens on a port,
 and whether that listener belongs to a given process group. Stdlib only, Python >= 3.8 (runs on the target).
 
-The claim is a flock on CLAIM_DIR/<port> (/dev/shm/deployer-ports), shared by every deployment on the host whatever its workdir: the
-supervisor takes it before it starts an engine and hands it down to the engine process, so it is held for as
-long as either of them lives. Two deployments can never both start on one port.
+The claim is a flock on CLAIM_DIR/<port> (/dev/shm/deployer-ports), shared by every deployment on the host
+whatever its workdir: the supervisor takes it before it starts an engine and hands it down to the engine
+process, so it is held for as long as either of them lives. Two deployments can never both start on one port.
 """
 
 from __future__ import annotations

@@ -192,7 +192,8 @@ def test_a_push_cut_halfway_changes_nothing(tmp_path: Path, sshd: Any, monkeypat
         return real_put(self, data, path, mode)
 
     monkeypatch.setattr(remote_ssh.SSHRemote, "put", cut_put)
-    with pytest.raises(TransferFailed, match="push of .* failed, nothing of it kept: .*cannot write .*connection dropped"):
+    cut = "push of .* failed, nothing of it kept: .*cannot write .*connection dropped"
+    with pytest.raises(TransferFailed, match=cut):
         in_process_up(prof, monkeypatch, tmp_path)
     after = status_of(prof, home)
     assert after["healthy"] and after["pid"] == before["pid"] and after["run_dir"] == before["run_dir"]
