@@ -1,13 +1,15 @@
 """Push: the deployment's directory layout on the target and the atomic upload of one attempt's run dir.
 
     <workdir>/<name>/lock, supervise.py, current -> runs/<id>
-    <workdir>/<name>/runs/<id>/launch.sh (0700), env (0600), profile.json, supervise.py, supervise.json,
+    <workdir>/<name>/runs/<id>/launch.sh (0700), env (0600), profile.json, supervise*.py, supervise.json,
                                state.json, engine.log, outcome.json
-Every file goes over SFTP to a temporary name and is renamed into place after its hash is checked.
+Every file goes over SFTP to a temporary name and is renamed into place after its hash is checked. A push
+checks the free space first and either completes (every file verified) or removes its half-written run dir.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import posixpath
 import shlex
@@ -17,18 +19,32 @@ from pathlib import Path
 from typing import Any
 
 from deployer.engines import engine_for
-from deployer.errors import CommandFailed, TargetError
+from deployer.errors import CommandFailed, DeployError, TargetError
 from deployer.profile.model import Profile
 from deployer.remote.base import Remote
 from deployer.render.bundle import Bundle
 
-# The supervisor program: run as `python3 supervise.py`, it imports the other two from beside it.
-SUPERVISOR_FILES = ("supervise.py", "supervise_base.py", "supervise_daemon.py")
+# The supervisor program: run as `python3 -B supervise.py`, it imports the others from beside it.
+SUPERVISOR_FILES = ("supervise.py", "supervise_base.py", "supervise_daemon.py", "supervise_ports.py")
+# Free space a push needs beyond its files: state.json, outcome.json and the engine's first log lines.
+SPACE_HEADROOM = 256 << 10
+NO_SPACE = 75
 
 
-def _put_supervisor(remote: Remote, folder: str) -> None:
-    for name in SUPERVISOR_FILES:
-        remote.put((Path(__file__).parent / "supervisor" / name).read_bytes(), posixpath.join(folder, name), 0o644)
+def supervisor_sources() -> dict[str, bytes]:
+    return {name: (Path(__file__).parent / "supervisor" / name).read_bytes() for name in SUPERVISOR_FILES}
+
+
+def _sync_supervisor(remote: Remote, folder: str) -> None:
+    """Put the supervisor files that differ from this deployer's copy (none: one round trip, nothing written)."""
+    sources = supervisor_sources()
+    paths = " ".join(shlex.quote(posixpath.join(folder, name)) for name in sources)
+    listed = remote.run(f"sha256sum -- {paths} 2>/dev/null", timeout=20, check=False).stdout
+    have = {posixpath.basename(parts[1]): parts[0] for parts in (line.split(None, 1) for line in listed.splitlines())
+            if len(parts) == 2}
+    for name, data in sources.items():
+        if have.get(name) != hashlib.sha256(data).hexdigest():
+            remote.put(data, posixpath.join(folder, name), 0o644)
 
 
 @dataclass(frozen=True)
@@ -95,7 +111,7 @@ def prepare(remote: Remote, layout: Layout) -> None:
     except CommandFailed as exc:
         raise TargetError(f"cannot create {layout.runs} on {remote.label}: {' '.join(exc.tail) or 'failed'}",
                           hint="check target.workdir and its permissions") from None
-    _put_supervisor(remote, layout.root)
+    _sync_supervisor(remote, layout.root)
 
 
 def new_run_id(bundle: Bundle, attempt: int) -> str:
@@ -108,6 +124,7 @@ def supervisor_config(profile: Profile) -> dict[str, Any]:
     restart = profile.restart
     return {
         "launch": "launch.sh", "env_file": "env", "log": "engine.log", "grace_s": restart.grace_s,
+        "port": profile.engine.port, "name": profile.name,
         "ready_pattern": engine_for(profile.engine.kind).ready_line,
         "restart": {"policy": restart.policy, "max": restart.max, "backoff_s": list(restart.backoff_s),
                     "window_s": restart.window_s},
@@ -124,14 +141,38 @@ def profile_record(profile: Profile, bundle: Bundle, *, attempt: int, up_id: str
 
 def push(remote: Remote, layout: Layout, bundle: Bundle, record: dict[str, Any], config: dict[str, Any],
          run_id: str) -> RunDir:
+    """Upload one attempt's run dir completely, or fail having left nothing of it (TargetError when full)."""
     run = layout.run(run_id)
-    remote.run(f"mkdir -m 0700 {shlex.quote(run.path)}", timeout=20)
-    remote.put(bundle.env.encode(), run.file("env"), 0o600)
-    remote.put(bundle.script.encode(), run.file("launch.sh"), 0o700)
-    remote.put(json.dumps(record, indent=1).encode(), run.file("profile.json"), 0o644)
-    remote.put(json.dumps(config, indent=1).encode(), run.file("supervise.json"), 0o644)
-    _put_supervisor(remote, run.path)
+    files = [("env", bundle.env.encode(), 0o600), ("launch.sh", bundle.script.encode(), 0o700),
+             ("profile.json", json.dumps(record, indent=1).encode(), 0o644),
+             ("supervise.json", json.dumps(config, indent=1).encode(), 0o644),
+             *((name, data, 0o644) for name, data in supervisor_sources().items())]
+    _make_run_dir(remote, layout, run, sum(len(data) for _, data, _ in files) + SPACE_HEADROOM)
+    try:
+        for name, data, mode in files:
+            remote.put(data, run.file(name), mode)
+    except DeployError as exc:
+        remote.run(f"rm -rf -- {shlex.quote(run.path)}", timeout=30, check=False)
+        exc.message = f"push of {run_id} failed, nothing of it kept: {exc.message}"
+        exc.args = (exc.message,)
+        raise
     return run
+
+
+def _make_run_dir(remote: Remote, layout: Layout, run: RunDir, need: int) -> None:
+    """Check the free space under the deployment dir and create the run dir, in one round trip."""
+    need_k = -(-need // 1024)
+    root = shlex.quote(layout.root)
+    result = remote.run(f"avail=$(df -Pk {root} | awk 'NR==2 {{print $4}}'); "
+                        f"if [ -n \"$avail\" ] && [ \"$avail\" -lt {need_k} ]; then echo \"$avail\"; "
+                        f"exit {NO_SPACE}; fi; mkdir -m 0700 {shlex.quote(run.path)}", timeout=20, check=False)
+    if result.exit_code == NO_SPACE:
+        avail = result.stdout.strip()
+        raise TargetError(f"not enough free space on {remote.label} under {layout.root}: {avail} KiB free, "
+                          f"{need_k} KiB needed for the new run; nothing was changed",
+                          hint="free space there or set target.workdir to a larger disk")
+    if not result.ok:
+        raise CommandFailed(result, host=remote.label, what=f"creating {run.path}")
 
 
 def set_current(remote: Remote, layout: Layout, run: RunDir) -> None:

@@ -1,7 +1,9 @@
 """Start: drive the target-side supervisor (start/stop/status), the deployment lock, and the port check.
 
-The supervisor (deployer/supervisor/, stdlib only) runs on the target's python3; these functions are the only
-place that knows its command line.
+The supervisor (deployer/supervisor/, stdlib only) runs on the target's python3 with -B (no __pycache__ that a
+full disk could truncate); these functions are the only place that knows its command line. `start` runs the
+run dir's own copy (it becomes the daemon); the other commands send this deployer's copy over stdin, so they
+work on a run whose payload is damaged or missing.
 """
 
 from __future__ import annotations
@@ -16,11 +18,25 @@ from datetime import datetime
 from typing import Any
 
 from deployer.errors import CommandFailed, Locked, PortBusy, RemoteError, TargetError
-from deployer.push import Layout, RunDir
-from deployer.remote.base import Remote, Session
+from deployer.push import Layout, RunDir, supervisor_sources
+from deployer.remote.base import Remote, Result, Session
 
-# The target's python3 (stdlib only, >= 3.8); images that ship only `python` work too.
-SUPERVISOR_PYTHON = '"$(command -v python3 || command -v python || echo python3)"'
+# The target's python3 (stdlib only, >= 3.8); images that ship only `python` work too. -B: no bytecode written.
+SUPERVISOR_PYTHON = '"$(command -v python3 || command -v python || echo python3)" -B'
+EXIT_BUSY = 75
+
+# Loads the supervisor's modules from their sources in memory and runs it: `python3 -B - CMD ARGS < this`.
+_BOOTSTRAP = """import sys, types
+def _load(name, source):
+    mod = types.ModuleType(name)
+    sys.modules[name] = mod
+    exec(compile(source, "<deployer " + name + ".py>", "exec"), mod.__dict__)
+    return mod
+SOURCES = %r
+for _name in ("supervise_base", "supervise_ports", "supervise_daemon"):
+    _load(_name, SOURCES[_name])
+sys.exit(_load("supervise", SOURCES["supervise"]).main(sys.argv[1:]))
+"""
 
 
 @dataclass(frozen=True)
@@ -38,20 +54,44 @@ def supervisor(script: str, *args: str) -> str:
     return " ".join([SUPERVISOR_PYTHON, *(shlex.quote(w) for w in (script, *args))])
 
 
+_bootstrap_text: bytes | None = None
+
+
+def _bootstrap() -> bytes:
+    global _bootstrap_text
+    if _bootstrap_text is None:
+        sources = {name[:-3]: data.decode() for name, data in supervisor_sources().items()}
+        _bootstrap_text = (_BOOTSTRAP % (sources,)).encode()
+    return _bootstrap_text
+
+
+def run_supervisor(remote: Remote, *args: str, timeout: float, check: bool = True) -> Result:
+    """Run a supervisor command from this deployer's own copy, sent over stdin (nothing on disk is used)."""
+    return remote.run(" ".join([SUPERVISOR_PYTHON, "-", *(shlex.quote(w) for w in args)]), timeout=timeout,
+                      check=check, stdin=_bootstrap())
+
+
 def _json_line(text: str) -> dict[str, Any]:
     for line in reversed(text.strip().splitlines()):
         if line.startswith("{"):
-            data = json.loads(line)
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
             if isinstance(data, dict):
                 return data
     return {}
 
 
 def start(remote: Remote, run: RunDir) -> Launch:
-    try:
-        result = remote.run(supervisor(run.file("supervise.py"), "start", run.path), timeout=30)
-    except CommandFailed as exc:
-        raise TargetError(f"supervisor could not start the engine: {' '.join(exc.tail) or 'no output'}") from None
+    """Start the run's engine under its supervisor; the port claim and the start are one step on the target."""
+    result = remote.run(supervisor(run.file("supervise.py"), "start", run.path), timeout=30, check=False)
+    if not result.ok:
+        tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
+        detail = " | ".join(line.removeprefix("supervise: ") for line in tail) or "no output"
+        if result.exit_code == EXIT_BUSY:
+            raise PortBusy(f"{detail} on {remote.label}", hint="stop what holds it, or set engine.port to another port")
+        raise TargetError(f"supervisor could not start the engine: {detail}")
     state = _json_line(result.stdout)
     if not state.get("pid"):
         raise TargetError(f"supervisor did not report an engine pid (got {result.stdout.strip()[:200]!r})")
@@ -61,23 +101,40 @@ def start(remote: Remote, run: RunDir) -> Launch:
 
 
 def status(remote: Remote, run: RunDir) -> dict[str, Any]:
-    result = remote.run(supervisor(run.file("supervise.py"), "status", run.path), timeout=30, check=False)
+    result = run_supervisor(remote, "status", run.path, timeout=30, check=False)
     if not result.ok:
         return {"status": "absent", "error": (result.stderr or result.stdout).strip()[:300]}
     return _json_line(result.stdout)
 
 
 def stop(remote: Remote, run: RunDir, grace: float) -> dict[str, Any]:
-    result = remote.run(supervisor(run.file("supervise.py"), "stop", run.path, "--grace", f"{grace:g}"),
-                        timeout=grace + 30)
+    result = run_supervisor(remote, "stop", run.path, "--grace", f"{grace:g}", timeout=grace + 30)
     return _json_line(result.stdout)
 
 
+@dataclass(frozen=True)
+class Listener:
+    """Who listens on the engine port: `ours` True when a process of the run's engine group does."""
+
+    ours: bool | None                # None: nobody listens
+    holders: list[str]               # the listeners that are not ours ("pid N (comm) of run DIR")
+
+    def describe(self) -> str:
+        return ", ".join(self.holders) or "nobody"
+
+
+def listener(remote: Remote, run: RunDir, port: int) -> Listener:
+    """Whether the listener on `port` is a process of this run's engine group (mapped from /proc on the target)."""
+    data = _json_line(run_supervisor(remote, "listener", run.path, str(port), timeout=30).stdout)
+    ours = data.get("ours")
+    return Listener(ours if isinstance(ours, bool) else None, [str(h) for h in data.get("holders") or []])
+
+
 def port_free(remote: Remote, layout: Layout, port: int, wait_s: float = 0.0) -> tuple[bool, str]:
-    """Whether the engine port can be bound on the target; waits up to wait_s for it to free."""
+    """Whether the engine port is unclaimed and can be bound on the target; waits up to wait_s for it to free."""
     deadline = time.monotonic() + wait_s
     while True:
-        result = remote.run(supervisor(layout.supervisor, "ports", str(port)), timeout=20, check=False)
+        result = run_supervisor(remote, "ports", str(port), timeout=20, check=False)
         if result.exit_code == 0:
             return True, ""
         if result.exit_code != 1:
@@ -90,7 +147,8 @@ def port_free(remote: Remote, layout: Layout, port: int, wait_s: float = 0.0) ->
 def check_port(remote: Remote, layout: Layout, port: int, wait_s: float = 0.0) -> None:
     free, detail = port_free(remote, layout, port, wait_s)
     if not free:
-        raise PortBusy(f"port {port} is already in use on {remote.label} ({detail})",
+        holders = detail.split(": ", 1)[1] if detail.startswith("busy ") and ": " in detail else detail
+        raise PortBusy(f"port {port} taken by {holders} on {remote.label}",
                        hint="stop what holds it, or set engine.port to another port")
 
 

@@ -30,16 +30,18 @@ def _progress(as_json: bool) -> Any:
 @click.option("--model-config", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="A local folder with the model's config.json for the memory plan.")
 @click.option("--force", is_flag=True, help="Restart even if the same version is running and healthy.")
+@click.option("--no-rollback", is_flag=True,
+              help="If the new version cannot be started, leave it as it failed: do not bring back the old one.")
 def up(profile: str, overrides: tuple[str, ...], host: str | None, trust_new_host: bool, as_json: bool,
        no_heal: bool, save_fixed: Path | None, skip_preflight: bool, model_config: Path | None,
-       force: bool) -> None:
+       force: bool, no_rollback: bool) -> None:
     """Render, push, start and watch a deployment; heal known failures and retry."""
     from deployer.pipeline.up import UpOptions
     from deployer.pipeline.up import up as run_up
 
     prof = _load(profile, overrides, host)
     opts = UpOptions(trust_new_host=trust_new_host, heal=not no_heal, skip_preflight=skip_preflight,
-                     save_fixed=save_fixed, model_config=model_config, force=force)
+                     save_fixed=save_fixed, model_config=model_config, force=force, rollback=not no_rollback)
     run_reported(as_json, lambda sink: run_up(prof, opts, sink))
 
 

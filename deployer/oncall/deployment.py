@@ -115,10 +115,12 @@ def worst_exit_code(rows: list[dict[str, Any]]) -> int:
 
 
 def crash_diagnosis(remote: Remote, view: RunView) -> dict[str, Any] | None:
-    """For an engine that died after ready (crash loop, or restart policy "no"): why, from its last run's log."""
+    """For an engine that died after ready (crash loop, or restart policy "no"), or whose restart by the policy
+    died before ready: why, from its last run's log."""
     state = view.state
     crash = state.get("last_crash")
-    if view.status not in CRASHED_STATES or not crash or not state.get("ready_at"):
+    after_ready = state.get("ready_at") or state.get("restarts")  # the policy restarts only a ready engine
+    if view.status not in CRASHED_STATES or not crash or not after_ready:
         return None
 
     version = (view.record.get("profile") or {}).get("engine", {}).get("version")

@@ -37,7 +37,7 @@ def rollback(ref: Ref, emit: EventSink, opts: UpOptions) -> UpReport:
 
 def _forced(opts: UpOptions, what: str) -> UpOptions:
     return UpOptions(trust_new_host=opts.trust_new_host, heal=opts.heal, skip_preflight=opts.skip_preflight,
-                     save_fixed=None, force=True, what=what)
+                     save_fixed=None, force=True, what=what, rollback=opts.rollback)
 
 
 def _last_good(views: list[RunView], current: RunView | None, skip_hash: str | None) -> RunView:
@@ -59,16 +59,26 @@ def _profile_from(ref: Ref, pick: Any, what: str) -> Profile:
         return rebuild_profile(remote, chosen, ref, workdir)
 
 
+def _env_of(remote: Remote, view: RunView) -> dict[str, str]:
+    """The run's env file (the real secret values); one clear line when it is missing or damaged."""
+    env_path = view.run.file("env")
+    try:
+        text = remote.read(env_path, 0, 1 << 20).decode("utf-8", "replace")
+    except NotFound as exc:
+        raise NotFound(f"run {view.run.run_id}: its env file is missing ({exc}); cannot restore its environment") \
+            from None
+    try:
+        return parse_env_text(text, env_path)
+    except SuperviseError as exc:
+        raise RecordUnreadable(f"run {view.run.run_id}: {exc}") from None
+
+
 def rebuild_profile(remote: Remote, view: RunView, ref: Ref, workdir: str) -> Profile:
     """The run's profile with its real env values and the target as given now (host, user, port, workdir)."""
     data = dict(view.record.get("profile") or {})
     if not data:
         raise NotFound(f"run {view.run.run_id} has no profile record")
-    env_path = view.run.file("env")
-    try:
-        env_file = parse_env_text(remote.read(env_path, 0, 1 << 20).decode("utf-8", "replace"), env_path)
-    except SuperviseError as exc:
-        raise RecordUnreadable(f"run {view.run.run_id}: {exc}") from None
+    env_file = _env_of(remote, view)
     engine = dict(data.get("engine") or {})
     masked = {k for k, v in (engine.get("env") or {}).items() if v == MASK}
     engine["env"] = {k: (env_file.get(k, v) if v == MASK else v) for k, v in (engine.get("env") or {}).items()}

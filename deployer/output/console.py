@@ -81,6 +81,10 @@ class LiveProgress:
             self.say(f"  [yellow]{event.kind}[/]: {_esc(data['message'])}")
         elif event.kind == "problem":
             self.say(f"  [bold red]problem[/]: {_esc(data['message'])}")
+        elif event.kind in ("rollback", "restored"):
+            self.say(f"  [bold yellow]{_esc(data['message'])}[/]")
+        elif event.kind == "port-taken":
+            self.say(f"  [bold red]port {data['port']} taken[/] by {_esc(', '.join(data.get('holders') or []))}")
         elif event.kind == "info":
             self.say(f"  {_esc(data['message'])}")
         if self.live is not None:
@@ -133,6 +137,14 @@ def print_up_report(report: Any, progress: LiveProgress) -> None:
             progress.say(f"  changed: {_esc(item.change.get('reason') or _change_text(item.change))}")
     if report.status == "ready":
         progress.say(f"[bold green]{report.name} is ready[/] on {report.host} ({report.run_dir})")
+    restored = report.restored
+    if restored:
+        back = f"{str(restored.get('content_hash'))[:12]} ({restored.get('run_id')})"
+        if restored.get("status") == "ready":
+            progress.say(f"[bold yellow]brought back the previous version {back}[/]: it is serving again")
+        else:
+            progress.say(f"[bold red]could not bring back the previous version {back}[/]: "
+                         f"{_esc(restored.get('detail', ''))}")
     for line in report.drift:
         progress.say(f"[yellow]drift[/]: {_esc(line)}")
     if report.saved_fixed:

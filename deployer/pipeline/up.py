@@ -2,6 +2,11 @@
 
 Each step lives in its own module; this one composes them, keeps the attempts bounded, makes no identical change
 twice, and writes what happened to the target (outcome.json) and to the local history.
+
+Push first, stop last: the serving version is stopped only once the new run dir is on the target, complete and
+verified. If anything fails after that stop (the new version cannot be made to start, the port is taken, the
+connection or the disk fails), the version that was serving is started again (unless --no-rollback) and the
+report says so.
 """
 
 from __future__ import annotations
@@ -14,12 +19,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from deployer.diagnose.diagnosis import Diagnosis, diagnose, hang_diagnosis, oom_killer_lines
 from deployer.diagnose.drift import compare, parse_server_args
 from deployer.engines import engine_for
-from deployer.errors import LaunchFailed, ProfileError, RetriesExhausted, TargetError
+from deployer.errors import DeployError, LaunchFailed, PortBusy, ProfileError, RetriesExhausted, TargetError
 from deployer.local_history import History
 from deployer.pipeline.before_launch import checked_profile
 from deployer.profile.fixed import save_fixed
@@ -30,13 +35,14 @@ from deployer.remedy import Change, propose
 from deployer.remote.base import Remote, TargetSpec
 from deployer.remote.connect import connect
 from deployer.render.bundle import Bundle, render
-from deployer.start import DeploymentLock, Launch, check_port, start, stop
-from deployer.target.records import current_view, healthy, read_json
-from deployer.watch.watcher import Crashed, Event, EventSink, Hung, Outcome, Ready, TimedOut, Watcher
+from deployer.start import DeploymentLock, Launch, check_port, listener, start, status, stop
+from deployer.target.records import RunView, current_run_id, current_view, healthy, read_json
+from deployer.watch.watcher import Crashed, Event, EventSink, Hung, Outcome, PortTaken, Ready, TimedOut, Watcher
 
 DIAG_WINDOW = 1 << 20
 TAIL_WINDOW = 512 << 10
 TRACEBACK = "Traceback (most recent call last)"
+PORT_WAIT_S = 15.0            # for the port to free after a stop (a just-stopped server can hold it a while)
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,7 @@ class UpOptions:
     model_config: Path | None = None
     force: bool = False
     what: str = "up"
+    rollback: bool = True     # a failed replace brings the version that was serving back
 
 
 @dataclass
@@ -78,6 +85,7 @@ class UpReport:
     drift: list[str] = field(default_factory=list)
     saved_fixed: str | None = None
     before_launch: list[dict[str, Any]] = field(default_factory=list)   # preflight diagnoses and changes
+    restored: dict[str, Any] | None = None    # the version brought back after a failed replace: run_id, status
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -105,6 +113,14 @@ def locked_session(profile: Profile, trust_new_host: bool, what: str) -> Iterato
         remote.close()
 
 
+@dataclass
+class Serving:
+    """The version that was serving when `up` began: stopped only after the push, brought back on failure."""
+
+    view: RunView
+    stopped: bool = False
+
+
 def up(profile: Profile, opts: UpOptions, emit: EventSink) -> UpReport:
     with locked_session(profile, opts.trust_new_host, opts.what) as (remote, layout):
         report = UpReport(name=profile.name, host=remote.label, status="failed")
@@ -112,8 +128,8 @@ def up(profile: Profile, opts: UpOptions, emit: EventSink) -> UpReport:
         tried: list[Change] = []
         view = current_view(remote, layout)
         running = view is not None and view.alive
+        own_port = running and view is not None and view.record.get("port") == profile.engine.port
         if not opts.skip_preflight:
-            own_port = running and view is not None and view.record.get("port") == profile.engine.port
             profile, version = checked_profile(remote, profile, heal=opts.heal, model_config=opts.model_config,
                                                own_port=own_port, tried=tried, emit=emit,
                                                notes=report.before_launch, warnings=report.warnings)
@@ -122,17 +138,26 @@ def up(profile: Profile, opts: UpOptions, emit: EventSink) -> UpReport:
         bundle = render(profile)
         if view and running and view.content_hash == bundle.content_hash and not opts.force and \
                 healthy(remote, profile.engine.port, profile.health.path):
-            emit(Event("info", {"message": f"{profile.name} {bundle.short_hash} is already running and healthy"}))
-            report.status, report.run_dir, report.content_hash = "already-running", view.run.path, bundle.content_hash
-            return report
-        waited = 0.0
-        if view and running:
-            emit(Event("info", {"message": f"stopping the running version {view.content_hash[:12]} "
-                                           f"({view.run.run_id}) to replace it"}))
-            stop(remote, view.run, profile.restart.grace_s)
-            report.replaced, waited = view.run.run_id, 15.0
-        return _attempts(remote, layout, profile, opts, report, emit, version, port_wait=waited, tried=tried,
-                         original=original)
+            if view.state.get("supervisor_alive"):
+                emit(Event("info", {"message": f"{profile.name} {bundle.short_hash} is already running and healthy"}))
+                report.status, report.run_dir, report.content_hash = "already-running", view.run.path, \
+                    bundle.content_hash
+                return report
+            _unsupervised(view, profile, report, emit)
+        if not own_port:  # someone else's port: refused before anything changes
+            check_port(remote, layout, profile.engine.port)
+        serving = Serving(view) if view is not None and running else None
+        return _attempts(remote, layout, profile, opts, report, emit, version, tried=tried, original=original,
+                         serving=serving)
+
+
+def _unsupervised(view: RunView, profile: Profile, report: UpReport, emit: EventSink) -> None:
+    """A healthy engine whose supervisor is gone is no longer covered by the restart policy: replace it."""
+    message = (f"{profile.name} {view.content_hash[:12]} is healthy but its supervisor (pid "
+               f"{view.state.get('supervisor_pid')}) is gone, so the restart policy no longer covers it: "
+               f"restarting it under a new supervisor")
+    report.warnings.append(message)
+    emit(Event("warning", {"message": message}))
 
 
 def _check_engine_python(remote: Remote, profile: Profile) -> None:
@@ -144,23 +169,23 @@ def _check_engine_python(remote: Remote, profile: Profile) -> None:
 
 
 def _attempts(remote: Remote, layout: Layout, profile: Profile, opts: UpOptions, report: UpReport,
-              emit: EventSink, version: str | None, port_wait: float, tried: list[Change],
-              original: Profile) -> UpReport:
+              emit: EventSink, version: str | None, *, tried: list[Change], original: Profile,
+              serving: Serving | None) -> UpReport:
     history = History()
     up_id = uuid.uuid4().hex[:12]
     try:
         for attempt in range(1, profile.retry.max_attempts + 1):
             bundle = render(profile)
             emit(Event("attempt", {"attempt": attempt, "content_hash": bundle.content_hash}))
-            check_port(remote, layout, profile.engine.port, wait_s=port_wait)
             run = push(remote, layout, bundle, profile_record(profile, bundle, attempt=attempt, up_id=up_id),
                        supervisor_config(profile), new_run_id(bundle, attempt))
-            set_current(remote, layout, run)
             emit(Event("pushed", {"run_id": run.run_id, "run_dir": run.path}))
+            port_wait = _stop_serving(remote, serving, profile, report, emit) if attempt == 1 else 5.0
+            set_current(remote, layout, run)
             row = history.begin_attempt(deployment=profile.name, host=remote.label, up_id=up_id, attempt=attempt,
                                         run_id=run.run_id, content_hash=bundle.content_hash,
                                         profile=profile.public_dict())
-            launch = start(remote, run)
+            launch = _start(remote, layout, run, profile.engine.port, port_wait, history, row)
             outcome = Watcher(remote, launch, profile.engine.port, profile.health,
                               engine_for(profile.engine.kind), emit).run()
             item = AttemptReport(attempt, run.run_id, bundle.content_hash, _outcome_name(outcome),
@@ -172,24 +197,130 @@ def _attempts(remote: Remote, layout: Layout, profile: Profile, opts: UpOptions,
                     _save_fixed(original, profile, tried, opts.save_fixed, report)
                 history.end_attempt(row, outcome="ready", diagnosis=None, change=None)
                 return report
+            if isinstance(outcome, PortTaken):
+                _port_taken(remote, run, profile, item, history, row)
             change = _after_failure(remote, run, launch, outcome, profile, opts, item, tried, version, emit)
             history.end_attempt(row, outcome=item.outcome, diagnosis=item.diagnosis, change=item.change)
             write_outcome(remote, run, item.to_json())
             if change is False:
-                why = "healing disabled (--no-heal)" if not opts.heal else \
-                    "the known changes are used up" if (item.diagnosis or {}).get("remedy") else \
-                    "no known change fixes it"
-                summary = (item.diagnosis or {}).get("summary", "unknown failure")
-                raise LaunchFailed(f"{profile.name}: {item.detail}: {summary} ({why})", outcome=report)
+                _raise_not_started(remote, run, profile, opts, item, report)
             if isinstance(change, Change):
                 profile = profile.patched(args=change.args, env=change.env)
-            port_wait = 5.0
         exhausted = RetriesExhausted(f"{profile.name}: not ready after {profile.retry.max_attempts} attempts; "
                                      f"last: {report.attempts[-1].detail}", attempts=report.attempts)
         exhausted.outcome = report
         raise exhausted
+    except DeployError as exc:
+        _bring_back(remote, layout, serving, profile, opts, report, emit, exc)
+        raise
     finally:
         history.close()
+
+
+def _stop_serving(remote: Remote, serving: Serving | None, profile: Profile, report: UpReport,
+                  emit: EventSink) -> float:
+    """Stop the version that was serving (the new run dir is already complete); the wait for its port."""
+    if serving is None or serving.stopped:
+        return 0.0
+    view = serving.view
+    emit(Event("info", {"message": f"stopping the running version {view.content_hash[:12]} "
+                                   f"({view.run.run_id}) to replace it"}))
+    serving.stopped = True  # from here on, a failure brings it back
+    stop(remote, view.run, profile.restart.grace_s)
+    report.replaced = view.run.run_id
+    return PORT_WAIT_S
+
+
+def _start(remote: Remote, layout: Layout, run: RunDir, port: int, port_wait: float, history: History,
+           row: int) -> Launch:
+    """Wait for the port to free (after a stop), then claim it and start: one step on the target, which also
+    refuses a port that cannot be bound. A failure is recorded as such."""
+    try:
+        if port_wait > 0:
+            check_port(remote, layout, port, wait_s=port_wait)
+        return start(remote, run)
+    except DeployError as exc:
+        history.end_attempt(row, outcome="not-started", diagnosis=None, change=None)
+        _try_write_outcome(remote, run, {"outcome": "not-started", "detail": exc.message})
+        raise
+
+
+def _try_write_outcome(remote: Remote, run: RunDir, data: dict[str, Any]) -> None:
+    try:
+        write_outcome(remote, run, data)
+    except DeployError:
+        pass  # the failure being reported matters more than its record (a full disk, a dropped connection)
+
+
+def _port_taken(remote: Remote, run: RunDir, profile: Profile, item: AttemptReport, history: History,
+                row: int) -> NoReturn:
+    """The health answer came from another server: stop our engine, record it, exit 4 naming the holder."""
+    stop(remote, run, min(profile.restart.grace_s, 10.0))
+    history.end_attempt(row, outcome=item.outcome, diagnosis=None, change=None)
+    _try_write_outcome(remote, run, item.to_json())
+    raise PortBusy(f"{profile.name}: {item.detail} on {remote.label}; this run's engine was stopped",
+                   hint="stop what holds it, or set engine.port to another port")
+
+
+def _raise_not_started(remote: Remote, run: RunDir, profile: Profile, opts: UpOptions, item: AttemptReport,
+                       report: UpReport) -> NoReturn:
+    diagnosis = item.diagnosis or {}
+    if diagnosis.get("signature") == "port-in-use":  # lost the port to a process that is not a deployment
+        holder = listener(remote, run, profile.engine.port)
+        raise PortBusy(f"{profile.name}: port {profile.engine.port} taken by {holder.describe()} on "
+                       f"{remote.label} (the engine could not bind it)",
+                       hint="stop what holds it, or set engine.port to another port")
+    why = "healing disabled (--no-heal)" if not opts.heal else \
+        "the known changes are used up" if diagnosis.get("remedy") else "no known change fixes it"
+    summary = diagnosis.get("summary", "unknown failure")
+    raise LaunchFailed(f"{profile.name}: {item.detail}: {summary} ({why})", outcome=report)
+
+
+def _bring_back(remote: Remote, layout: Layout, serving: Serving | None, profile: Profile, opts: UpOptions,
+                report: UpReport, emit: EventSink, exc: DeployError) -> None:
+    """Last resort after a failed replace: start the version that was serving again, and say so."""
+    if serving is None or not serving.stopped or not serving.view.reached_ready:
+        return
+    view = serving.view
+    name = f"{view.content_hash[:12]} ({view.run.run_id})"
+    if not opts.rollback:
+        _amend(exc, f"the previous version {name} was not brought back (--no-rollback)")
+        return
+    emit(Event("rollback", {"message": f"bringing back the previous version {name}", "run_id": view.run.run_id,
+                            "content_hash": view.content_hash, "reason": exc.message}))
+    report.restored = {"run_id": view.run.run_id, "content_hash": view.content_hash, "run_dir": view.run.path}
+    try:
+        outcome = _restart_run(remote, layout, view, profile, emit)
+    except DeployError as err:
+        report.restored.update(status="failed", detail=err.message)
+        _amend(exc, f"bringing back the previous version {name} failed too: {err.message}")
+        return
+    report.restored.update(status=_outcome_name(outcome), detail=_describe(outcome))
+    if isinstance(outcome, Ready):
+        emit(Event("restored", {"message": f"the previous version {name} is serving again",
+                                "run_id": view.run.run_id, "content_hash": view.content_hash}))
+        _amend(exc, f"brought back the previous version {name}: it is serving again")
+    else:
+        _amend(exc, f"brought back the previous version {name}, but it did not become ready: {_describe(outcome)}")
+
+
+def _restart_run(remote: Remote, layout: Layout, view: RunView, profile: Profile, emit: EventSink) -> Outcome:
+    """Start an earlier run dir again in place (its own files, its own port) and watch it."""
+    failed = current_run_id(remote, layout)
+    if failed and failed != view.run.run_id and status(remote, layout.run(failed)).get("alive"):
+        stop(remote, layout.run(failed), min(profile.restart.grace_s, 10.0))
+    set_current(remote, layout, view.run)
+    port = int(view.record.get("port") or profile.engine.port)
+    check_port(remote, layout, port, wait_s=PORT_WAIT_S)
+    launch = start(remote, view.run)
+    health = profile.health.model_copy(update={"path": str(view.record.get("health_path") or profile.health.path)})
+    return Watcher(remote, launch, port, health, engine_for(str(view.record.get("kind") or profile.engine.kind)),
+                   emit).run()
+
+
+def _amend(exc: DeployError, note: str) -> None:
+    exc.message = f"{exc.message}; {note}"
+    exc.args = (exc.message,)
 
 
 def _after_failure(remote: Remote, run: RunDir, launch: Launch, outcome: Outcome, profile: Profile,
@@ -306,7 +437,8 @@ def _finish_ready(remote: Remote, run: RunDir, launch: Launch, profile: Profile,
 
 
 def _outcome_name(outcome: Outcome) -> str:
-    return {Ready: "ready", Crashed: "crashed", Hung: "hung", TimedOut: "timeout"}[type(outcome)]
+    return {Ready: "ready", Crashed: "crashed", Hung: "hung", TimedOut: "timeout", PortTaken: "port-taken"}[
+        type(outcome)]
 
 
 def _describe(outcome: Outcome) -> str:

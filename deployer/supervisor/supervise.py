@@ -6,7 +6,9 @@ Stdlib only, Python >= 3.8.  `python3 supervise.py CMD ...`:
   stop RUN_DIR [--grace S]   SIGTERM the engine group, SIGKILL after the grace; print the final state JSON
   status RUN_DIR             print state.json plus "alive" / "supervisor_alive" ("lost" when both are gone)
   lock LOCK_PATH --who TEXT  hold the per-deployment flock until stdin closes (LOCKED, or BUSY + exit 75)
-  ports PORT                 exit 0 if PORT is free on 127.0.0.1 and 0.0.0.0, else 1 and who holds it
+  ports PORT                 exit 0 if PORT is unclaimed and free on 127.0.0.1 and 0.0.0.0, else 1 and who holds it
+  listener RUN_DIR PORT      print whether the listener on PORT is a process of the run's engine group
+start claims the engine port host-wide first (supervise_ports.py); a port taken exits 75 naming its holder.
 State: starting -> running -> ready [-> restarting -> running ...] -> stopped | exited | crashloop.
 Bad input exits 2, other failures 1, always with one line on stderr.
 """
@@ -18,7 +20,6 @@ import json
 import os
 import select
 import signal
-import socket
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -38,8 +39,12 @@ else:  # run as a script on the target, where the supervisor's files sit side by
 
 if TYPE_CHECKING or __package__:
     from deployer.supervisor.supervise_daemon import _daemon_main
+    from deployer.supervisor.supervise_ports import PortTaken, claim_port, claimed_by, listener_of, port_bindable, port_holders
 else:
     from supervise_daemon import _daemon_main  # type: ignore[no-redef]
+    from supervise_ports import (  # type: ignore[no-redef]
+        PortTaken, claim_port, claimed_by, listener_of, port_bindable, port_holders,
+    )
 
 def _take_run_lock(run_dir: str) -> int:
     fd = os.open(os.path.join(run_dir, RUN_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
@@ -73,6 +78,7 @@ def cmd_start(run_dir: str) -> int:
     if group_alive(old.get("pgid")):
         os.close(lock_fd)
         raise SuperviseError(f"engine group {old['pgid']} of an earlier supervisor is still alive; stop it first")
+    claim_fd = _claim(run_dir, cfg, lock_fd)  # inherited by the daemon and the engine: held while either lives
     for stale in (STATE, STOP_REQUEST):
         if os.path.exists(os.path.join(run_dir, stale)):
             os.unlink(os.path.join(run_dir, stale))
@@ -85,17 +91,38 @@ def cmd_start(run_dir: str) -> int:
             os.close(read_fd)
             os.setsid()
             if os.fork() == 0:
-                _daemon_main(run_dir, cfg, env, [write_fd, lock_fd])
+                _daemon_main(run_dir, cfg, env, [write_fd, lock_fd], claim_fd)
         finally:
             os._exit(0)
     os.close(write_fd)
     os.close(lock_fd)
+    if claim_fd is not None:
+        os.close(claim_fd)
     os.waitpid(child, 0)
     line = _read_report(read_fd, START_TIMEOUT)
     if line.startswith("ERR "):
         raise SuperviseError(line[4:])
     print(line, flush=True)
     return 0
+
+
+def _claim(run_dir: str, cfg: dict[str, Any], lock_fd: int) -> int | None:
+    """The port claim and a bind check as one step, before anything starts; None for a config with no port."""
+    port = cfg.get("port")
+    if not isinstance(port, int) or isinstance(port, bool):
+        return None
+    try:
+        fd = claim_port(port, run_dir, str(cfg.get("name") or os.path.basename(os.path.dirname(
+            os.path.dirname(run_dir)))))
+    except PortTaken as e:
+        os.close(lock_fd)
+        raise SuperviseError(str(e), EXIT_BUSY) from None
+    if not port_bindable(port):
+        os.close(fd)
+        os.close(lock_fd)
+        raise SuperviseError(f"port {port} taken by {', '.join(port_holders(port)) or 'a process unknown'}",
+                             EXIT_BUSY)
+    return fd
 
 
 def status_of(run_dir: str) -> dict[str, Any]:
@@ -127,7 +154,10 @@ def cmd_stop(run_dir: str, grace: float | None) -> int:
         print(json.dumps(dict(before, was_running=False), sort_keys=True), flush=True)
         return 0
     if before["supervisor_alive"] and isinstance(sup, int):
-        write_json(os.path.join(run_dir, STOP_REQUEST), {"grace_s": grace})
+        try:
+            write_json(os.path.join(run_dir, STOP_REQUEST), {"grace_s": grace})
+        except OSError:
+            pass  # a full disk: the supervisor stops with its configured grace
         try:
             os.kill(sup, signal.SIGTERM)
         except ProcessLookupError:
@@ -141,10 +171,14 @@ def cmd_stop(run_dir: str, grace: float | None) -> int:
         if not wait_until(lambda: not group_alive(pgid), KILL_WAIT):
             raise SuperviseError(f"engine process group {pgid} survived SIGKILL")
     state = read_state(run_dir) or {}
+    final: dict[str, Any] | None = None
     if state.get("status") in LIVE:  # nobody left to write the final state
         state.update(status="stopped", ended_at=time.time(), updated_at=time.time())
-        write_json(os.path.join(run_dir, STATE), state)
-    print(json.dumps(dict(status_of(run_dir), was_running=True), sort_keys=True), flush=True)
+        try:
+            write_json(os.path.join(run_dir, STATE), state)
+        except OSError as e:
+            final = dict(state, alive=False, supervisor_alive=False, note=f"{STATE} not updated: {e.strerror}")
+    print(json.dumps(dict(final or status_of(run_dir), was_running=True), sort_keys=True), flush=True)
     return 0
 
 
@@ -188,46 +222,23 @@ def cmd_lock(path: str, who: str) -> int:
     return 0
 
 
-def _can_bind(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: TIME_WAIT is not busy
-        try:
-            s.bind((host, port))
-            return True
-        except OSError:
-            return False
-
-
-def _port_holders(port: int) -> list[str]:
-    """Best effort from /proc: 'pid N (comm)' for listeners on port (needs rights to read their fds)."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table, encoding="ascii") as f:
-                rows = [line.split() for line in f.readlines()[1:]]
-        except OSError:
-            continue
-        inodes |= {r[9] for r in rows if len(r) > 9 and r[3] == "0A" and int(r[1].rsplit(":", 1)[1], 16) == port}
-    found = []
-    for pid in (p for p in os.listdir("/proc") if p.isdigit()) if inodes else ():
-        try:
-            links = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
-            if any(f"socket:[{i}]" in links for i in inodes):
-                with open(f"/proc/{pid}/comm", encoding="utf-8") as f:
-                    found.append(f"pid {pid} ({f.read().strip()})")
-        except OSError:
-            continue
-    return found
-
-
 def cmd_ports(port: int) -> int:
     if not 0 < port < 65536:
         raise SuperviseError(f"bad port {port}", EXIT_BAD_INPUT)
-    if all(_can_bind(host, port) for host in ("127.0.0.1", "0.0.0.0")):
+    claim = claimed_by(port)
+    if claim is None and port_bindable(port):
         print(f"free {port}", flush=True)
         return 0
-    print(f"busy {port}: {', '.join(_port_holders(port)) or 'holder unknown'}", flush=True)
+    who = ([claim] if claim else []) + port_holders(port)
+    print(f"busy {port}: {', '.join(who) or 'a process that cannot be inspected from here'}", flush=True)
     return 1
+
+
+def cmd_listener(run_dir: str, port: int) -> int:
+    """Whether the listener on PORT belongs to the run's engine group (ready means this run's engine)."""
+    state = read_state(run_dir) or {}
+    print(json.dumps(listener_of(port, state.get("pgid")), sort_keys=True), flush=True)
+    return 0
 
 
 def _run_dir(arg: str) -> str:
@@ -240,7 +251,7 @@ def _run_dir(arg: str) -> str:
 def _parse(argv: list[str]) -> tuple[str, list[str], dict[str, str]]:
     """Tiny parser: (command, positionals, --options); argparse would print usage over several lines."""
     if not argv:
-        raise SuperviseError("usage: supervise.py start|stop|status|lock|ports ...", EXIT_BAD_INPUT)
+        raise SuperviseError("usage: supervise.py start|stop|status|lock|ports|listener ...", EXIT_BAD_INPUT)
     pos, opts, rest = [], {}, list(argv[1:])
     while rest:
         word = rest.pop(0)
@@ -258,22 +269,24 @@ def _parse(argv: list[str]) -> tuple[str, list[str], dict[str, str]]:
 
 def dispatch(argv: list[str]) -> int:
     cmd, pos, opts = _parse(argv)
-    allowed = {"start": (), "status": (), "stop": ("grace",), "lock": ("who",), "ports": ()}
+    allowed = {"start": (), "status": (), "stop": ("grace",), "lock": ("who",), "ports": (), "listener": ()}
     if cmd not in allowed:
-        raise SuperviseError(f"unknown command {cmd!r} (start|stop|status|lock|ports)", EXIT_BAD_INPUT)
-    if len(pos) != 1 or set(opts) - set(allowed[cmd]):
+        raise SuperviseError(f"unknown command {cmd!r} (start|stop|status|lock|ports|listener)", EXIT_BAD_INPUT)
+    if len(pos) != (2 if cmd == "listener" else 1) or set(opts) - set(allowed[cmd]):
         raise SuperviseError(f"usage: supervise.py {cmd} ARG {' '.join('--' + o + ' X' for o in allowed[cmd])}",
                              EXIT_BAD_INPUT)
     try:
         grace = float(opts["grace"]) if "grace" in opts else None
-        port = int(pos[0]) if cmd == "ports" else 0
+        port = int(pos[-1]) if cmd in ("ports", "listener") else 0
     except ValueError:
-        raise SuperviseError(f"{cmd}: not a number: {opts.get('grace', pos[0])}", EXIT_BAD_INPUT) from None
+        raise SuperviseError(f"{cmd}: not a number: {opts.get('grace', pos[-1])}", EXIT_BAD_INPUT) from None
     if cmd == "lock":
         return cmd_lock(pos[0], opts.get("who", f"pid {os.getpid()}"))
     if cmd == "ports":
         return cmd_ports(port)
     run_dir = _run_dir(pos[0])
+    if cmd == "listener":
+        return cmd_listener(run_dir, port)
     return cmd_start(run_dir) if cmd == "start" else cmd_stop(run_dir, grace) if cmd == "stop" \
         else cmd_status(run_dir)
 

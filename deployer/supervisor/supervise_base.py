@@ -94,6 +94,9 @@ def load_config(run_dir: str) -> dict[str, Any]:
     _need(_number(cfg["grace_s"]) and cfg["grace_s"] >= 0, "grace_s must be a number >= 0")
     _need(cfg["ready_pattern"] is None or (isinstance(cfg["ready_pattern"], str) and bool(cfg["ready_pattern"])),
           "ready_pattern must be a non-empty string or null")
+    port = cfg.get("port")
+    _need(port is None or (isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536),
+          "port must be a TCP port number or null")
     _need(rs["policy"] in POLICIES, f"restart.policy must be one of {', '.join(POLICIES)}")
     _need(isinstance(rs["max"], int) and not isinstance(rs["max"], bool) and rs["max"] >= 0,
           "restart.max must be an integer >= 0")
@@ -132,14 +135,21 @@ def decode_wait_status(status: int) -> tuple[int | None, int | None]:
 
 
 def write_json(path: str, data: dict[str, Any]) -> None:
-    """Atomic write: temp file, fsync, rename."""
+    """Atomic write: temp file, fsync, rename. On failure (a full disk) the temp file goes and `path` is as it was."""
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, sort_keys=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def read_state(run_dir: str) -> dict[str, Any] | None:
@@ -219,8 +229,11 @@ def kill_group(pgid: Any, sig: int) -> None:
 
 
 def note(message: str) -> None:
-    """One timestamped line in supervisor.log (the daemon's stdout)."""
-    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {message}", flush=True)
+    """One timestamped line in supervisor.log (the daemon's stdout); lost, not fatal, on a full disk."""
+    try:
+        print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {message}", flush=True)
+    except OSError:
+        pass
 
 
 def wait_until(done: Callable[[], bool], timeout: float, tick: float = TICK) -> bool:

@@ -31,8 +31,10 @@ else:  # run as a script on the target, where the supervisor's files sit side by
 class Daemon:
     """The detached supervisor: runs the engine, records its state, restarts it per policy."""
 
-    def __init__(self, run_dir: str, cfg: dict[str, Any], env: dict[str, str], report_fd: int) -> None:
+    def __init__(self, run_dir: str, cfg: dict[str, Any], env: dict[str, str], report_fd: int,
+                 claim_fd: int | None = None) -> None:
         self.run_dir, self.cfg, self.env = run_dir, cfg, env
+        self.claim_fd = claim_fd  # the host-wide port claim: handed to every engine it starts
         self.report_fd: int | None = report_fd
         self.log = os.path.join(run_dir, cfg["log"])
         self.engine_pid: int | None = None
@@ -49,7 +51,10 @@ class Daemon:
 
     def save(self) -> None:
         self.state["updated_at"] = time.time()
-        write_json(os.path.join(self.run_dir, STATE), self.state)
+        try:
+            write_json(os.path.join(self.run_dir, STATE), self.state)
+        except OSError as e:  # a full disk must not kill the supervisor: the next save that fits catches up
+            note(f"cannot write {STATE}: {e.strerror}")
 
     def report(self, line: str) -> None:
         if self.report_fd is not None:
@@ -94,7 +99,7 @@ class Daemon:
         bash = shutil.which("bash") or "/bin/bash"
         pid = os.fork()
         if pid == 0:
-            _exec_engine(fd, bash, os.path.join(self.run_dir, self.cfg["launch"]), env)
+            _exec_engine(fd, bash, os.path.join(self.run_dir, self.cfg["launch"]), env, self.claim_fd)
         os.close(fd)
         try:
             os.setpgid(pid, pid)  # also in the child: whichever runs first wins the race
@@ -222,10 +227,14 @@ class Daemon:
         return False
 
 
-def _exec_engine(log_fd: int, bash: str, launch: str, env: dict[str, str]) -> None:
-    """In the forked child: own process group, default signals, stdio to the log, exec bash launch.sh."""
+def _exec_engine(log_fd: int, bash: str, launch: str, env: dict[str, str], claim_fd: int | None) -> None:
+    """In the forked child: own process group, default signals, stdio to the log, exec bash launch.sh.
+
+    The port claim goes down to the engine, so the port stays claimed while it lives, even if we are killed."""
     try:
         os.setpgid(0, 0)
+        if claim_fd is not None:
+            os.set_inheritable(claim_fd, True)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_DFL)
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
@@ -255,17 +264,18 @@ def _close_fds_except(keep: list[int]) -> None:
     os.closerange(low, 65536)
 
 
-def _daemon_main(run_dir: str, cfg: dict[str, Any], env: dict[str, str], keep: list[int]) -> None:
+def _daemon_main(run_dir: str, cfg: dict[str, Any], env: dict[str, str], keep: list[int],
+                 claim_fd: int | None = None) -> None:
     code, report_fd = EXIT_FAILED, keep[0]
     daemon = None
     try:
-        _close_fds_except(keep)
+        _close_fds_except(keep + ([claim_fd] if claim_fd is not None else []))
         os.chdir(run_dir)
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
         out = os.open(os.path.join(run_dir, "supervisor.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
         os.dup2(out, 1)
         os.dup2(out, 2)
-        daemon = Daemon(run_dir, cfg, env, report_fd)
+        daemon = Daemon(run_dir, cfg, env, report_fd, claim_fd)
         code = daemon.run()
     except BaseException:
         traceback.print_exc()

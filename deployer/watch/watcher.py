@@ -1,7 +1,8 @@
 """Watch: follow a starting engine until it is ready or has failed.
 
 A small state machine: starting (process alive, nothing listening) -> loading (the log shows progress lines) ->
-ready (the health endpoint answers 200) or failed (exited, hung, timed out). The log is read incrementally from
+ready (the health endpoint answers 200 and the listener on the port is a process of this run's engine group) or
+failed (exited, hung, timed out, or the port answered from someone else's server). The log is read incrementally from
 a byte offset, so a poll costs the same whatever the log's size; polls start fast and back off to interval_s.
 """
 
@@ -18,7 +19,7 @@ from deployer.errors import DeployError, NotFound
 from deployer.logtext import readable
 from deployer.profile.model import Health
 from deployer.remote.base import EndpointUnreachable, Remote
-from deployer.start import Launch, status
+from deployer.start import Launch, listener, status
 from deployer.supervisor.supervise_base import ENDED
 
 READ_LIMIT = 1 << 20          # bytes read per poll at most
@@ -78,7 +79,20 @@ class TimedOut:
         return f"engine not ready after {self.elapsed:.0f}s (startup_timeout_s)"
 
 
-Outcome = Union[Ready, Crashed, Hung, TimedOut]
+@dataclass(frozen=True)
+class PortTaken:
+    """The port answered, but from a server that is not this run's engine (another deployment, a stray)."""
+
+    elapsed: float
+    port: int
+    holders: str
+    tail: list[str]
+
+    def describe(self) -> str:
+        return f"port {self.port} taken by {self.holders}"
+
+
+Outcome = Union[Ready, Crashed, Hung, TimedOut, PortTaken]
 
 
 class LogTail:
@@ -150,8 +164,14 @@ class Watcher:
         if dead is not None:
             return self._crashed(dead, elapsed)
         if self._healthy():
-            self.emit(Event("ready", {"elapsed": round(elapsed, 3), "phase": "ready"}))
-            return Ready(elapsed)
+            owner = listener(self.remote, self.launch.run, self.port)
+            if owner.ours is False:
+                self.emit(Event("port-taken", {"elapsed": round(elapsed, 3), "port": self.port,
+                                               "holders": owner.holders}))
+                return PortTaken(elapsed, self.port, owner.describe(), self.log.tail())
+            if owner.ours:
+                self.emit(Event("ready", {"elapsed": round(elapsed, 3), "phase": "ready"}))
+                return Ready(elapsed)
         stalled = now - self.last_progress
         if stalled > self.health.stall_timeout_s:
             self.emit(Event("hung", {"elapsed": elapsed, "stalled_s": stalled}))

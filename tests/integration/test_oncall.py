@@ -49,8 +49,8 @@ def test_rollback_after_a_failed_change(tmp_path: Path, sshd: Any) -> None:
     good_hash = json.loads(oncall(sshd, tmp_path, "status", "rb", "--json").stdout)["content_hash"]
     bad = write_profile(tmp_path, sshd, name="rb", env={"STANDIN_MODE": "crash"}, file="rb-bad.yaml",
                         port=json.loads(oncall(sshd, tmp_path, "status", "rb", "--json").stdout)["port"])
-    failed = deploy("up", str(bad), "--skip-preflight", home=tmp_path / "h")
-    assert failed.returncode == 5
+    failed = deploy("up", str(bad), "--skip-preflight", "--no-rollback", home=tmp_path / "h")
+    assert failed.returncode == 5 and "was not brought back (--no-rollback)" in failed.stderr
     assert json.loads(oncall(sshd, tmp_path, "status", "rb", "--json").stdout)["status"] == "exited"
 
     diag = oncall(sshd, tmp_path, "diagnose", "rb", "--json")

@@ -92,7 +92,7 @@ def test_busy_port_is_a_clear_error_before_start(tmp_path: Path, sshd: Any) -> N
         prof = write_profile(tmp_path, sshd, name="busy", port=port)
         proc = deploy("up", str(prof), "--skip-preflight", home=tmp_path / "h")
     assert proc.returncode == 4
-    assert f"port {port} is already in use" in one_line_error(proc)
+    assert f"port {port} taken by " in one_line_error(proc)
 
 
 def test_unknown_host_key_refused_then_trusted_on_request(tmp_path: Path, sshd: Any) -> None:

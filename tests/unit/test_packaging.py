@@ -26,7 +26,7 @@ def test_wheel_holds_package_data(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in ("deployer/render/templates/sglang.sh.j2", "deployer/supervisor/supervise.py",
                    "deployer/supervisor/supervise_base.py",
-                   "deployer/supervisor/supervise_daemon.py",
+                   "deployer/supervisor/supervise_daemon.py", "deployer/supervisor/supervise_ports.py",
                    "deployer/engines/sglang/signatures.yaml", "deployer/engines/sglang/renames.yaml",
                    "deployer/export/schemas/leaderworkerset-v1.schema.json.gz"):
         assert needed in names, sorted(names)
