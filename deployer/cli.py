@@ -103,25 +103,39 @@ def _register_more() -> None:
     cli_smoke.register(cli)
 
 
+def wants_json(argv: list[str]) -> bool:
+    """Whether the command line asked for `--json` (options end at a bare `--`)."""
+    return "--json" in (argv[:argv.index("--")] if "--" in argv else argv)
+
+
+def _fail(code: int, message: str, as_json: bool) -> None:
+    """The end of a failed run: one line on stderr, and for `--json` one error event on stdout; then the exit code."""
+    click.echo(message, err=True)
+    if as_json:
+        sys.stdout.write(json.dumps({"event": "error", "code": code, "message": message}) + "\n")
+        sys.stdout.flush()
+    sys.exit(code)
+
+
 def main(argv: list[str] | None = None) -> None:
     from deployer.errors import DeployError
 
     _register_more()
+    as_json = wants_json(list(sys.argv[1:] if argv is None else argv))
     try:
         rc = cli.main(args=argv, prog_name="deploy", standalone_mode=False)
     except click.exceptions.Abort:
-        click.echo("interrupted", err=True)
-        sys.exit(130)
+        _fail(130, "interrupted", as_json)
     except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
+        if not as_json:
+            exc.show()
+            sys.exit(exc.exit_code)
+        _fail(exc.exit_code, f"error: {exc.format_message()}", as_json)
     except DeployError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(exc.exit_code)
+        _fail(exc.exit_code, f"error: {exc}", as_json)
     except KeyboardInterrupt:
-        click.echo("interrupted: anything already started keeps running on the target (the supervisor outlives "
-                   "us); see `deploy status`, or stop it with `deploy down`", err=True)
-        sys.exit(130)
+        _fail(130, "interrupted: anything already started keeps running on the target (the supervisor outlives "
+                   "us); see `deploy status`, or stop it with `deploy down`", as_json)
     sys.exit(rc if isinstance(rc, int) else 0)
 
 

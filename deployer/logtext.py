@@ -46,12 +46,15 @@ def clip(text: str, limit: int = EXCERPT_CHARS) -> str:
     return f"{text[:limit]} ... [{len(text) - limit} more characters cut]"
 
 
-def clip_tail(text: str, limit: int = EXCERPT_CHARS, cut_before: int = 0) -> str:
-    """The end of an overlong line (where a progress bar or the last words are), noting what was cut before it."""
-    cut = cut_before + max(len(text) - limit, 0)
-    if not cut:
+def clip_tail(text: str, limit: int = EXCERPT_CHARS, head_missing: bool = False) -> str:
+    """The end of an overlong line (where a progress bar or the last words are), noting what was cut before it;
+    `head_missing`: the text is already only the end of a longer line."""
+    over = max(len(text) - limit, 0)
+    if not over and not head_missing:
         return text
-    return f"[{cut} characters cut] ... {text[-limit:]}"
+    note = f"{over} characters cut" if not head_missing else \
+        "start of line cut" + (f" and {over} more characters" if over else "")
+    return f"[{note}] ... {text[-limit:]}"
 
 
 def bounded_diagnosis(data: dict[str, Any]) -> dict[str, Any]:

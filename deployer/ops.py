@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from deployer.errors import NotFound, ProfileError
+from deployer.logtext import bounded_diagnosis
 from deployer.profile import NAME_RE, Profile
 from deployer.push import Layout, expand_workdir
 from deployer.remote import Remote, TargetSpec, connect, parse_host
@@ -95,7 +96,7 @@ def crash_diagnosis(remote: Remote, view: RunView) -> dict[str, Any] | None:
 
     version = (view.record.get("profile") or {}).get("engine", {}).get("version")
     diag = diagnose_state(remote, view.run, state, version)
-    return {**diag.to_json(), "hint": diag.hint}
+    return bounded_diagnosis({**diag.to_json(), "hint": diag.hint})
 
 
 def status(ref: Ref) -> list[dict[str, Any]]:

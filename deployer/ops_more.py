@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from deployer.errors import NotFound
+from deployer.logtext import bounded_diagnosis
 from deployer.ops import Ref, layout_of, make_ref, opened
 from deployer.pipeline import diagnose_state
 from deployer.targetview import all_runs, list_runs, run_view
@@ -61,7 +62,7 @@ def diagnose_deployment(ref: Ref, engine_version: str | None) -> dict[str, Any]:
             diag = diagnose_state(remote, view.run, state, version)
             from deployer.remedy import propose
 
-            data = {**diag.to_json(), "hint": diag.hint, "run_id": run_id}
+            data = {**bounded_diagnosis({**diag.to_json(), "hint": diag.hint}), "run_id": run_id}
             prof = _profile_of(view.record)
             change = propose(diag, prof, []) if prof is not None else None
             data["would_change"] = change.to_json() if change else None

@@ -21,6 +21,7 @@ from deployer.drift import compare, parse_server_args
 from deployer.engines import engine_for
 from deployer.prelaunch import checked_profile
 from deployer.errors import LaunchFailed, RetriesExhausted, TargetError
+from deployer.logtext import bounded_diagnosis
 from deployer.profile import Profile
 from deployer.push import Layout, RunDir, layout_for, new_run_id, prepare, profile_record, push, set_current
 from deployer.push import supervisor_config, write_outcome
@@ -194,7 +195,7 @@ def _after_failure(remote: Remote, run: RunDir, launch: Launch, outcome: Outcome
     if isinstance(outcome, (Hung, TimedOut)):
         stop(remote, run, min(profile.restart.grace_s, 10.0))
     diag = diagnose_attempt(remote, launch, outcome, version)
-    item.diagnosis = {**diag.to_json(), "hint": diag.hint}
+    item.diagnosis = bounded_diagnosis({**diag.to_json(), "hint": diag.hint})  # outcome.json, history, output
     emit(Event("diagnosis", {"attempt": item.attempt, **item.diagnosis}))
     if not opts.heal:
         return False
