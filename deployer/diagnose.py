@@ -15,7 +15,7 @@ import signal as signals
 from dataclasses import dataclass, field
 from typing import Any
 
-from deployer.logtext import ANSI_RE, readable
+from deployer.logtext import ANSI_RE, clip, readable
 from deployer.remedy import RemedySpec, resolve
 from deployer.signatures import Signature, load_signatures, version_in
 
@@ -31,6 +31,7 @@ MAX_MESSAGE_LINES = 40      # an exception message longer than this is cut (the 
 BLOCK_CHARS = 2 << 20       # how far past its start a traceback is parsed
 TAIL_CHARS = 256 << 10      # how much of the log's end the non-traceback errors are looked for in
 CONTEXT_BYTES = 64 << 10    # diagnose_file: bytes kept before the first traceback
+LINE_CHARS = 4096           # one line as matched against the signatures: a hostile 8 MB line costs what 4 KB does
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class Line:
 
 
 def clean_line(raw: str) -> Line:
-    text = readable(raw)
+    text = clip(readable(raw), LINE_CHARS)
     found = _TS_RE.match(text)
     if found:
         return Line(text[found.end():].rstrip(), found.group(2).strip(), True)
