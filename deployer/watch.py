@@ -239,6 +239,8 @@ class Watcher:
         moved = False
         for line in update.lines:
             moved = self._saw(line, elapsed) or moved
+            if self.bar is not None and self.bar.text == line and self.bar.is_download:
+                self._emit_progress(elapsed)  # a bar ended by a newline: that file is done, say so
         if update.screen is not None:
             if update.screen != self.screen:
                 moved = self._saw(update.screen, elapsed) or moved
