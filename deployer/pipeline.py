@@ -21,6 +21,7 @@ from deployer.drift import compare, parse_server_args
 from deployer.engines import engine_for
 from deployer.prelaunch import checked_profile
 from deployer.errors import LaunchFailed, RetriesExhausted, TargetError
+from deployer.hubcache import hub_cache
 from deployer.logtext import bounded_diagnosis
 from deployer.profile import Profile
 from deployer.push import Layout, RunDir, layout_for, new_run_id, prepare, profile_record, push, set_current
@@ -157,8 +158,8 @@ def _attempts(remote: Remote, layout: Layout, profile: Profile, opts: UpOptions,
                                         run_id=run.run_id, content_hash=bundle.content_hash,
                                         profile=profile.public_dict())
             launch = start(remote, run)
-            outcome = Watcher(remote, launch, profile.engine.port, profile.health,
-                              engine_for(profile.engine.kind), emit).run()
+            outcome = Watcher(remote, launch, profile.engine.port, profile.health, engine_for(profile.engine.kind),
+                              emit, cache=hub_cache(profile.engine.model_path, profile.engine.env)).run()
             item = AttemptReport(attempt, run.run_id, bundle.content_hash, _outcome_name(outcome),
                                  _describe(outcome))
             report.attempts.append(item)

@@ -18,8 +18,9 @@ from typing import Any, Callable, Union
 
 from deployer.engines.base import EngineSpec
 from deployer.errors import DeployError, NotFound
+from deployer.hubcache import HubCache
 from deployer.logtext import clip, readable
-from deployer.progressbar import Bar, describe, parse
+from deployer.progressbar import Bar, describe, human_bytes, parse
 from deployer.profile import Health
 from deployer.remote import EndpointUnreachable, Remote
 from deployer.start import Launch, status
@@ -32,6 +33,7 @@ LINE_KEEP = 8 << 10           # characters of one line handed on (phases, tail, 
 BARS_KEPT = 64                # progress bars remembered (by description) to tell moving from frozen
 LIVENESS_EVERY_S = 5.0        # ask the supervisor (not just state.json) this often
 FIRST_POLL_S = 0.05
+CACHE_EVERY_S = 5.0           # a quiet log: look at the model's hub cache this often (at most)
 DEAD_STATES = {"exited", "stopped", "crashloop", "lost", "absent"}
 
 
@@ -187,8 +189,10 @@ class Watcher:
     """Polls one launch: supervisor state, log, health. `run()` returns the Outcome."""
 
     def __init__(self, remote: Remote, launch: Launch, port: int, health: Health, spec: EngineSpec,
-                 emit: EventSink, clock: Callable[[], float] = time.monotonic) -> None:
+                 emit: EventSink, clock: Callable[[], float] = time.monotonic, cache: HubCache | None = None) -> None:
         self.remote, self.launch, self.port, self.health, self.spec = remote, launch, port, health, spec
+        self.cache = cache
+        self.cache_bytes: tuple[float, int] | None = None    # (when, size) of the last look at the hub cache
         self.emit, self.clock = emit, clock
         self.log = LogTail(remote, launch.run.log, launch.log_offset)
         self.phase = "starting"
@@ -216,6 +220,8 @@ class Watcher:
         elapsed = now - self.started
         dead = self._dead_state(now)  # before the log: an exit is noticed without waiting for a log read
         self._read_log(now, elapsed)  # for a dead engine: its last words
+        if dead is None:
+            self._look_at_cache(now, elapsed)
         if dead is not None:
             return self._crashed(dead, elapsed)
         if self._healthy():
@@ -269,6 +275,31 @@ class Watcher:
         while len(self.bars) > BARS_KEPT:
             self.bars.popitem(last=False)
         return before is None or before != bar.n
+
+    def _look_at_cache(self, now: float, elapsed: float) -> None:
+        """A log quiet for a while: bytes growing in the model's hub cache are a download (whose bars are off)."""
+        every = min(CACHE_EVERY_S, self.health.stall_timeout_s / 3)
+        if self.cache is None or now - self.last_progress < every:
+            return
+        if self.cache_bytes is not None and now - self.cache_bytes[0] < every:
+            return
+        size = self.cache.size(self.remote)
+        if size is None:
+            return
+        before, self.cache_bytes = self.cache_bytes, (now, size)
+        if before is None or size <= before[1]:
+            return
+        self.last_progress = now
+        if self.phase != "downloading":
+            self.before_download = self.phase
+        rate = (size - before[1]) / max(now - before[0], 1e-3)
+        text = f"{self.cache.folder_name} in the hub cache: {human_bytes(size)}, {human_bytes(rate)}/s"
+        self._enter("downloading", elapsed, text)
+        self.last_line = text
+        self.emit(Event("progress", {"phase": self.phase, "elapsed": round(elapsed, 3), "line": text,
+                                     "file": self.cache.repo_id, "percent": None, "bytes": size,
+                                     "total_bytes": None, "rate_bytes_s": round(rate), "text": text,
+                                     "source": "hub cache"}))
 
     def _enter(self, phase: str | None, elapsed: float, line: str) -> None:
         if phase and phase != self.phase:

@@ -94,3 +94,21 @@ def test_a_hostile_line_is_bounded_in_output_outcome_history_and_logs(tmp_path: 
     last = logs.stdout.splitlines()[-1]
     assert last.endswith("LAST WORDS") and last.startswith("[start of line cut")
     assert len(logs.stdout) < 64 << 10 and "\x1b" not in logs.stdout and "\x07" not in logs.stdout
+
+
+def test_a_download_that_prints_nothing_is_seen_in_the_hub_cache(tmp_path: Path, sshd: Any) -> None:
+    """huggingface_hub turns its bars off when stderr is not a terminal (the supervisor's log file): the bytes
+    growing in the hub cache are the progress then."""
+    home = tmp_path / "home"
+    hub = tmp_path / "hf-hub"
+    prof = write_profile(tmp_path, sshd, name="quietdl", extra=SHORT_STALL,
+                         env={**DOWNLOAD, "STANDIN_MODE": "download_quiet", "HF_HUB_CACHE": str(hub)})
+    up = deploy("up", str(prof), "--json", "--skip-preflight", home=home)
+    assert up.returncode == 0, up.stderr + up.stdout[-3000:]
+    evs = events(up.stdout)
+    assert [a["outcome"] for a in evs[-1]["attempts"]] == ["ready"]
+    cached = [e for e in evs if e["event"] == "progress" and e.get("source") == "hub cache"]
+    assert cached and cached[0]["phase"] == "downloading" and cached[0]["file"] == "Qwen/Qwen3-8B"
+    assert all(e["bytes"] > 0 and e["rate_bytes_s"] > 0 for e in cached)
+    assert sorted(p.name for p in (hub / "models--Qwen--Qwen3-8B" / "blobs").iterdir())[0].endswith("5a1d0c3e")
+    deploy("down", str(prof), home=home)

@@ -194,3 +194,22 @@ def test_other_output_that_changes_is_progress_and_the_same_line_redrawn_is_not(
         if outcome is not None:
             break
     assert isinstance(outcome, Hung)
+
+
+def test_the_hub_cache_folder_of_a_model(tmp_path: Path) -> None:
+    from deployer.hubcache import hub_cache
+
+    assert hub_cache("/models/qwen", {}) is None and hub_cache("./qwen", {}) is None
+    default = hub_cache("Qwen/Qwen3.6-27B", {})
+    assert default is not None and default.folder_name == "models--Qwen--Qwen3.6-27B"
+    assert "${HF_HUB_CACHE:-${HF_HOME:-$HOME/.cache/huggingface}/hub}" in default.command()
+    home = hub_cache("Qwen/Qwen3-8B", {"HF_HOME": "~/hf"})
+    assert home is not None and home.hub == '"$HOME"/hf/hub'
+    blobs = tmp_path / "hub" / "models--Qwen--Qwen3-8B" / "blobs"
+    blobs.mkdir(parents=True)
+    cache = hub_cache("Qwen/Qwen3-8B", {"HF_HUB_CACHE": str(tmp_path / "hub")})
+    assert cache is not None
+    with (blobs / "a.incomplete").open("wb") as f:
+        f.truncate(5_000_000_000)  # sizes past 2**31 must add up (awk's %d would cap them)
+    (blobs / "b").write_bytes(b"x" * 10)
+    assert cache.size(LocalRemote()) == 5_000_000_010

@@ -5,7 +5,12 @@ bar per file (`unit="B", unit_scale=True, desc=<file name>`), redrawn with \\r a
 ended by a newline when the file is done. The text is tqdm's `format_meter` for a file that is not a terminal
 (a 10-cell bar, SI prefixes with divisor 1000); tests/unit/test_progress.py checks it against the real tqdm.
 
-Env knobs (mode `download`, `download_frozen`):
+Mode `download_quiet` is the same download as huggingface_hub really does it under a supervisor, whose stderr is
+a file: tqdm's `disable=None` turns the bars off, so nothing is printed; the bytes grow in the hub cache instead,
+`$HF_HUB_CACHE/models--ORG--NAME/blobs/<etag>.incomplete` (sparse files: the sizes are real, the disk is spared),
+renamed to `<etag>` when complete.
+
+Env knobs (mode `download`, `download_frozen`, `download_quiet`):
 
 | env                       | default | meaning |
 |---------------------------|---------|---------|
@@ -100,6 +105,30 @@ def download(frozen: bool = False) -> None:
                 break
         sys.stderr.write("\n")
         sys.stderr.flush()
+
+
+def download_quiet(model_path: str) -> None:
+    """No output at all: the files grow in the hub cache (huggingface_hub's layout), then are renamed complete."""
+    seconds = _env_float("STANDIN_DOWNLOAD_S", 3.0)
+    files = max(int(_env_float("STANDIN_DOWNLOAD_FILES", 3)), 1)
+    size = int(_env_float("STANDIN_DOWNLOAD_GB", 54.0) * 1e9 / files)
+    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
+        os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface"), "hub")
+    blobs = os.path.join(hub, "models--" + model_path.replace("/", "--"), "blobs")
+    os.makedirs(blobs, exist_ok=True)
+    per_file = seconds / files
+    for index in range(files):
+        etag = f"{index:02d}" + "5a1d0c3e" * 8
+        part = os.path.join(blobs, etag + ".incomplete")
+        start = time.monotonic()
+        while True:
+            frac = min((time.monotonic() - start) / per_file, 1.0) if per_file > 0 else 1.0
+            with open(part, "ab") as fh:
+                fh.truncate(int(size * frac))
+            if frac >= 1.0:
+                break
+            time.sleep(MIN_INTERVAL_S)
+        os.replace(part, os.path.join(blobs, etag))
 
 
 def _freeze(desc: str, size: float, started: float, frac: float) -> None:

@@ -8,7 +8,7 @@ Env knobs (all optional):
 
 | env                     | default | meaning |
 |-------------------------|---------|---------|
-| STANDIN_MODE            | ok      | ok, crash, sigkill_empty, hang, slow, crash_after_ready, mem, fail_text, download, download_frozen |
+| STANDIN_MODE            | ok      | ok, crash, sigkill_empty, hang, slow, crash_after_ready, mem, fail_text, download, download_frozen, download_quiet |
 | STANDIN_STEP_S          | 0.01    | pause between progress lines (slow mode: 0.5 when unset) |
 | STANDIN_READY_DELAY_S   | 0.05    | warmup time: HTTP up, /health 503, before "fired up" |
 | STANDIN_CRASH_AFTER_S   | 0.3     | crash_after_ready: seconds of readiness before dying |
@@ -38,6 +38,8 @@ Modes:
 - download: ok, with the weights downloaded first after "Load weight begin": huggingface_hub's tqdm bars on
   stderr, \r-redrawn with no newline (standin_download.py has its knobs).
 - download_frozen: the download stops part-way and its bar never moves again (until killed, capped at 1 hour).
+- download_quiet: the download as it really goes under a supervisor (bars off without a terminal): no output,
+  the files grow in the hub cache.
 """
 
 from __future__ import annotations
@@ -132,6 +134,8 @@ class ModelRunner:
                 time.sleep(1.0)
         if mode() in ("download", "download_frozen"):
             standin_download.download(frozen=mode() == "download_frozen")
+        if mode() == "download_quiet":
+            standin_download.download_quiet(self.view.model_path)
         step()
         if mode() == "mem" and self.cap.weights_gb > self.avail:
             raise OutOfMemoryError(oom_text(1.0, self.cap.gpu_gb, self.avail - (self.cap.weights_gb % 1)))
