@@ -30,6 +30,7 @@ NO_TOTAL = re.compile(
 RATE_PARTS = re.compile(r"^(?P<num>[0-9.]+|\?)(?P<prefix>[kKMGTPEZY]?)(?P<unit>[^/]*)/s$")
 INVERSE_RATE = re.compile(r"^(?P<num>[0-9.]+)(?P<prefix>[kKMGTPEZY]?)s/(?P<unit>.+)$")
 FETCHING = re.compile(r"^Fetching [0-9]+ files?$")
+MAX_BAR_CHARS = 1000          # a bar is one screen line; anything longer is not one (and is not worth a regex)
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ def _rate(text: str | None) -> tuple[float | None, str | None]:
 
 def parse(line: str) -> Bar | None:
     """The bar a (readable) line shows, or None when it is not a tqdm bar."""
-    if "[" not in line or ":" not in line and "%" not in line:
+    if len(line) > MAX_BAR_CHARS or "[" not in line or ":" not in line and "%" not in line:
         return None
     found = WITH_TOTAL.match(line)
     try:

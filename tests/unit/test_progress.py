@@ -213,3 +213,10 @@ def test_the_hub_cache_folder_of_a_model(tmp_path: Path) -> None:
         f.truncate(5_000_000_000)  # sizes past 2**31 must add up (awk's %d would cap them)
     (blobs / "b").write_bytes(b"x" * 10)
     assert cache.size(LocalRemote()) == 5_000_000_010
+
+
+def test_a_long_line_is_not_taken_for_a_bar_and_costs_nothing() -> None:
+    began = time.monotonic()
+    assert parse("x: 1" + "y" * 100_000 + " [00:01, 1B/s]") is None
+    assert parse(":1" * 50_000 + "[") is None
+    assert time.monotonic() - began < 0.5
