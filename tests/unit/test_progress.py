@@ -220,3 +220,32 @@ def test_a_long_line_is_not_taken_for_a_bar_and_costs_nothing() -> None:
     assert parse("x: 1" + "y" * 100_000 + " [00:01, 1B/s]") is None
     assert parse(":1" * 50_000 + "[") is None
     assert time.monotonic() - began < 0.5
+
+
+RSS_PROBE = """
+import os, resource, sys
+from deployer.remote_local import LocalRemote
+from deployer.watch import LogTail
+log = sys.argv[1]
+tail = LogTail(LocalRemote(), log)
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+chunk = b"z" * (1 << 20)
+for _ in range(150):
+    with open(log, "ab") as f:
+        f.write(chunk)
+    tail.update()
+print(base, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def test_a_slowly_written_150mb_line_does_not_grow_the_reader(tmp_path: Path) -> None:
+    """The issue's case: a 150 MB line written as it is read took `up` to 189 MB RSS (before: 486 MB here)."""
+    import subprocess
+
+    log = tmp_path / "engine.log"
+    log.write_bytes(b"")
+    out = subprocess.run([sys.executable, "-c", RSS_PROBE, str(log)], capture_output=True, text=True, timeout=120,
+                         cwd=str(Path(__file__).resolve().parents[2]))
+    assert out.returncode == 0, out.stderr
+    base_kb, peak_kb = map(int, out.stdout.split())
+    assert peak_kb - base_kb < 24 << 10, (base_kb, peak_kb)
