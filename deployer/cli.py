@@ -2,7 +2,8 @@
 
 Imports of heavy modules (fabric, rich, pydantic) happen inside the commands so `deploy --help` stays fast.
 Exit codes: 0 ok, 1 other error, 2 bad profile or usage, 3 connection/SSH, 4 target unfit (locked, port busy,
-preflight), 5 launch failed, 6 unhealthy, 7 not found, 130 interrupted.
+preflight), 5 launch failed, 6 unhealthy, 7 not found, 130 interrupted. With `--json`, a failure also ends stdout
+with one `{"event": "error", "code": N, "message": ...}` line.
 """
 
 from __future__ import annotations

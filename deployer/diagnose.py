@@ -317,12 +317,13 @@ def killed_by_signal(signum: int, tail: list[str] | None = None) -> Diagnosis:
 
 
 def hang_diagnosis(last_lines: list[str], stalled_s: float) -> Diagnosis:
-    """The engine printed nothing for `stalled_s` seconds (the pipeline noticed and stopped it)."""
+    """The engine's output did not move for `stalled_s` seconds: nothing new, or a frozen progress bar (the pipeline
+    noticed and stopped it)."""
     lines = [ln.text for ln in map(clean_line, last_lines) if ln.text.strip()]
     last = lines[-1] if lines else "(no output at all)"
     return Diagnosis(
         signature="hang",
-        summary=f"no output for {stalled_s:.0f} s; last line: {last}",
+        summary=f"output did not move for {stalled_s:.0f} s; last line: {last}",
         transient=True,
         evidence=lines[-5:],
         hint="a stall at NCCL init often means P2P/IB trouble (try NCCL_P2P_DISABLE=1, NCCL_DEBUG=INFO); "
