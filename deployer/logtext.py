@@ -1,15 +1,74 @@
-"""Engine log text as a person reads it: no ANSI colour codes, only the last state of a \\r-redrawn line."""
+"""Engine log text as a person reads it, and as much of it as may be shown or stored.
+
+`readable`: no escape or control sequences (colour, cursor moves, OSC titles and hyperlinks, bells, C1 codes), only
+the last state of a \\r-redrawn line. `clip` and `clip_tail`: one excerpt of a line capped in size, saying how
+much was cut. `bounded_diagnosis`: a diagnosis as it may go to the terminal, outcome.json and the history.
+"""
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+# Everything a terminal would act on rather than print: CSI (colour included: log text is shown plain), OSC up to
+# BEL or ST (or the end of the text when unterminated), DCS/SOS/PM/APC strings, other two-byte escapes, C1 codes
+# and C0 controls other than tab.
+CONTROL_RE = re.compile(
+    r"\x1b\[[0-9;?<=>!]*[ -/]*[@-~]?"
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\|$)"
+    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\|$)"
+    r"|\x1b[ -/]*[0-~]?"
+    r"|[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f\x80-\x9f]"
+)
+
+EXCERPT_CHARS = 500           # one log line quoted in output, outcome.json and history
+TRACEBACK_CHARS = 32 << 10    # a traceback stored or shown with a diagnosis
+EVIDENCE_LINES = 8
+
+
+def printable(text: str) -> str:
+    """Text safe to print on a terminal: every control sequence removed (newlines and tabs kept)."""
+    return "\n".join(CONTROL_RE.sub("", part) for part in text.split("\n"))
 
 
 def readable(raw: str) -> str:
-    text = ANSI_RE.sub("", raw)
-    if "\r" in text:  # tqdm-style progress bars redraw with \r: keep what was last on screen
-        parts = [p for p in text.split("\r") if p.strip()]
-        text = parts[-1] if parts else ""
-    return text.rstrip()
+    if "\r" in raw:  # tqdm-style progress bars redraw with \r: keep what was last on screen
+        parts = [p for p in raw.split("\r") if CONTROL_RE.sub("", p).strip()]
+        raw = parts[-1] if parts else ""
+    return CONTROL_RE.sub("", raw).rstrip()
+
+
+def clip(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """At most `limit` characters of the head of a line, with a note of how much was cut."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]} ... [{len(text) - limit} more characters cut]"
+
+
+def clip_tail(text: str, limit: int = EXCERPT_CHARS, head_missing: bool = False) -> str:
+    """The end of an overlong line (where a progress bar or the last words are), noting what was cut before it;
+    `head_missing`: the text is already only the end of a longer line."""
+    over = max(len(text) - limit, 0)
+    if not over and not head_missing:
+        return text
+    note = f"{over} characters cut" if not head_missing else \
+        "start of line cut" + (f" and {over} more characters" if over else "")
+    return f"[{note}] ... {text[-limit:]}"
+
+
+def bounded_diagnosis(data: dict[str, Any]) -> dict[str, Any]:
+    """A diagnosis's texts capped (summary, hint, evidence lines, traceback) so a hostile log cannot blow up what
+    is printed or stored; the rest is kept as it is."""
+    out = dict(data)
+    for key in ("summary", "hint"):
+        if isinstance(out.get(key), str):
+            out[key] = clip(printable(out[key]))
+    if isinstance(out.get("evidence"), list):
+        out["evidence"] = [clip(printable(str(line))) for line in out["evidence"][:EVIDENCE_LINES]]
+    if isinstance(out.get("traceback"), str):
+        lines = [clip(line) for line in printable(out["traceback"]).split("\n")]
+        text = "\n".join(lines)
+        out["traceback"] = text if len(text) <= TRACEBACK_CHARS else \
+            text[:TRACEBACK_CHARS] + f"\n... [{len(text) - TRACEBACK_CHARS} more characters of traceback cut]"
+    return out

@@ -3,11 +3,13 @@
 Imports of heavy modules (fabric, rich, pydantic) happen inside the commands so `deploy --help` stays fast:
 that is the only reason for function-level imports anywhere in `deployer.cli`.
 Exit codes: 0 ok, 1 other error, 2 bad profile or usage, 3 connection/SSH, 4 target unfit (locked, port busy,
-preflight), 5 launch failed, 6 unhealthy, 7 not found, 130 interrupted.
+preflight), 5 launch failed, 6 unhealthy, 7 not found, 130 interrupted. With `--json`, a failure also ends stdout
+with one `{"event": "error", "code": N, "message": ...}` line.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 
 import click
@@ -78,23 +80,37 @@ def _register_more() -> None:
     export.register(cli)
 
 
+def wants_json(argv: list[str]) -> bool:
+    """Whether the command line asked for `--json` (options end at a bare `--`)."""
+    return "--json" in (argv[:argv.index("--")] if "--" in argv else argv)
+
+
+def _fail(code: int, message: str, as_json: bool) -> None:
+    """The end of a failed run: one line on stderr, and for `--json` one error event on stdout; then the exit code."""
+    click.echo(message, err=True)
+    if as_json:
+        sys.stdout.write(json.dumps({"event": "error", "code": code, "message": message}) + "\n")
+        sys.stdout.flush()
+    sys.exit(code)
+
+
 def main(argv: list[str] | None = None) -> None:
     _register_more()
+    as_json = wants_json(list(sys.argv[1:] if argv is None else argv))
     try:
         rc = cli.main(args=argv, prog_name="deploy", standalone_mode=False)
     except click.exceptions.Abort:
-        click.echo("interrupted", err=True)
-        sys.exit(130)
+        _fail(130, "interrupted", as_json)
     except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
+        if not as_json:
+            exc.show()
+            sys.exit(exc.exit_code)
+        _fail(exc.exit_code, f"error: {exc.format_message()}", as_json)
     except DeployError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(exc.exit_code)
+        _fail(exc.exit_code, f"error: {exc}", as_json)
     except KeyboardInterrupt:
-        click.echo("interrupted: anything already started keeps running on the target (the supervisor outlives "
-                   "us); see `deploy status`, or stop it with `deploy down`", err=True)
-        sys.exit(130)
+        _fail(130, "interrupted: anything already started keeps running on the target (the supervisor outlives "
+                   "us); see `deploy status`, or stop it with `deploy down`", as_json)
     sys.exit(rc if isinstance(rc, int) else 0)
 
 

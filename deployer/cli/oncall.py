@@ -34,8 +34,9 @@ def history(target: str, host: str | None, workdir: str | None, trust_new_host: 
         diag = (row.get("diagnosis") or {}).get("signature") or ""
         change = (row.get("change") or {}).get("reason") or ""
         current = "*" if row.get("current") else " "
-        click.echo(f"{current} {when}  {row['run_id']:<34} {row['content_hash'][:12]}  attempt {row['attempt']}  "
-                   f"{row['outcome']:<9} {diag}{'  -> ' + change if change else ''}")
+        outcome = row.get("outcome") or "unfinished"  # an `up` interrupted (or still running) never recorded one
+        click.echo(f"{current} {when}  {row['run_id']:<34} {str(row['content_hash'] or '')[:12]}  "
+                   f"attempt {row['attempt']}  {outcome:<10} {diag}{'  -> ' + change if change else ''}")
 
 
 def _oncall(action: str, target: str, host: str | None, workdir: str | None, trust_new_host: bool,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -102,9 +103,37 @@ def _print_status(rows: list[dict[str, Any]]) -> None:
                    f"attempt {row['attempt']} content {row['content_hash'][:12]} restarts {row['restarts']}")
         click.echo(f"  run dir {row['run_dir']} on {row['host']}")
         if row.get("last_crash"):
-            click.echo(f"  last crash: {row['last_crash']}")
+            click.echo(f"  last crash: {describe_crash(row['last_crash'])}")
         for line in row.get("drift") or []:
             click.echo(f"  drift: {line}")
+
+
+def describe_crash(crash: Any, now: float | None = None) -> str:
+    """The supervisor's last_crash record for people: how the engine ended, when (local time) and how long ago."""
+    if not isinstance(crash, dict):
+        return str(crash)
+    if crash.get("signal"):
+        how = f"killed by {crash.get('signal_name') or 'signal ' + str(crash['signal'])}"
+    elif crash.get("exit_code") is not None:
+        how = f"exited with code {crash['exit_code']}"
+    else:
+        how = "ended"
+    at = crash.get("at")
+    if not isinstance(at, (int, float)):
+        return how
+    ago = max((time.time() if now is None else now) - at, 0)
+    when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(at))
+    return f"{how} at {when} ({_ago(ago)} ago)"
+
+
+def _ago(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.0f}h"
+    return f"{seconds / 86400:.0f}d"
 
 
 @click.command()
@@ -165,7 +194,9 @@ def diagnose(target: str | None, log_file: str | None, engine_version: str | Non
     else:
         from deployer.diagnose.diagnosis import diagnose_file
 
-        data = diagnose_file(log_file, engine_version=engine_version).to_json()
+        from deployer.logtext import bounded_diagnosis
+
+        data = bounded_diagnosis(diagnose_file(log_file, engine_version=engine_version).to_json())
         data["hint"] = None
     if as_json:
         _emit_json(data)

@@ -15,7 +15,7 @@ import signal as signals
 from dataclasses import dataclass, field
 from typing import Any
 
-from deployer.logtext import ANSI_RE, readable
+from deployer.logtext import ANSI_RE, clip, readable
 from deployer.remedy import RemedySpec, resolve
 from deployer.versions import version_in
 from deployer.diagnose.signatures import Signature, load_signatures
@@ -32,6 +32,7 @@ MAX_MESSAGE_LINES = 40      # an exception message longer than this is cut (the 
 BLOCK_CHARS = 2 << 20       # how far past its start a traceback is parsed
 TAIL_CHARS = 256 << 10      # how much of the log's end the non-traceback errors are looked for in
 CONTEXT_BYTES = 64 << 10    # diagnose_file: bytes kept before the first traceback
+LINE_CHARS = 4096           # one line as matched against the signatures: a hostile 8 MB line costs what 4 KB does
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class Line:
 
 
 def clean_line(raw: str) -> Line:
-    text = readable(raw)
+    text = clip(readable(raw), LINE_CHARS)
     found = _TS_RE.match(text)
     if found:
         return Line(text[found.end():].rstrip(), found.group(2).strip(), True)
@@ -317,12 +318,13 @@ def killed_by_signal(signum: int, tail: list[str] | None = None) -> Diagnosis:
 
 
 def hang_diagnosis(last_lines: list[str], stalled_s: float) -> Diagnosis:
-    """The engine printed nothing for `stalled_s` seconds (the pipeline noticed and stopped it)."""
+    """The engine's output did not move for `stalled_s` seconds: nothing new, or a frozen progress bar (the pipeline
+    noticed and stopped it)."""
     lines = [ln.text for ln in map(clean_line, last_lines) if ln.text.strip()]
     last = lines[-1] if lines else "(no output at all)"
     return Diagnosis(
         signature="hang",
-        summary=f"no output for {stalled_s:.0f} s; last line: {last}",
+        summary=f"output did not move for {stalled_s:.0f} s; last line: {last}",
         transient=True,
         evidence=lines[-5:],
         hint="a stall at NCCL init often means P2P/IB trouble (try NCCL_P2P_DISABLE=1, NCCL_DEBUG=INFO); "

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from deployer.errors import LaunchFailed, NotFound, ProfileError, Unhealthy
+from deployer.logtext import bounded_diagnosis
 from deployer.pipeline.up import diagnose_state, target_spec
 from deployer.profile.host import parse_host
 from deployer.profile.loader import load_profile
@@ -125,7 +126,7 @@ def crash_diagnosis(remote: Remote, view: RunView) -> dict[str, Any] | None:
 
     version = (view.record.get("profile") or {}).get("engine", {}).get("version")
     diag = diagnose_state(remote, view.run, state, version)
-    return {**diag.to_json(), "hint": diag.hint}
+    return bounded_diagnosis({**diag.to_json(), "hint": diag.hint})
 
 
 def status(ref: Ref) -> list[dict[str, Any]]:

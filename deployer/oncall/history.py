@@ -8,6 +8,7 @@ from pydantic import ValidationError
 
 from deployer.errors import NotFound
 from deployer.local_history import History
+from deployer.logtext import bounded_diagnosis
 from deployer.oncall.deployment import Ref, layout_of, make_ref, opened
 from deployer.pipeline.up import diagnose_state
 from deployer.profile.model import Profile
@@ -64,7 +65,7 @@ def diagnose_deployment(ref: Ref, engine_version: str | None) -> dict[str, Any]:
             version = engine_version or (view.record.get("profile") or {}).get("engine", {}).get("version")
             diag = diagnose_state(remote, view.run, state, version)
 
-            data = {**diag.to_json(), "hint": diag.hint, "run_id": run_id}
+            data = {**bounded_diagnosis({**diag.to_json(), "hint": diag.hint}), "run_id": run_id}
             prof = _profile_of(view.record)
             change = propose(diag, prof, []) if prof is not None else None
             data["would_change"] = change.to_json() if change else None

@@ -1,6 +1,7 @@
 """Output for people (rich: live phase, elapsed, last log line; reports) and for machines (NDJSON events, JSON).
 
-Progress goes to stderr so stdout stays clean for `--json` and for piping. rich is imported where it draws, so
+Progress goes to stderr so stdout stays clean for `--json` and for piping. Lines are never wrapped (a CI log or a
+pipe is not 80 columns wide), and engine text is printed without its control sequences. rich is imported where it draws, so
 `--json` runs and `deploy --help` never load it.
 """
 
@@ -11,7 +12,10 @@ import sys
 import time
 from typing import Any
 
+from deployer.logtext import clip, printable
 from deployer.watch.watcher import Event
+
+DOWNLOAD_NOTE_EVERY_S = 30.0   # without a terminal: a download's progress line at most this often
 
 
 class JsonEvents:
@@ -31,11 +35,12 @@ class LiveProgress:
     def __init__(self) -> None:
         from rich.console import Console
 
-        self.console = Console(stderr=True, highlight=False)
+        self.console = Console(stderr=True, highlight=False, soft_wrap=True)
         self.live: Any = None
         self.phase = "connecting"
         self.line = ""
         self.started = time.monotonic()
+        self.download_noted: tuple[str, float, bool] = ("", 0.0, False)  # file, when, done: last download line
         if self.console.is_terminal:
             from rich.live import Live
 
@@ -56,7 +61,9 @@ class LiveProgress:
     def __call__(self, event: Event) -> None:
         data = event.data
         if event.kind in ("phase", "progress"):
-            self.phase, self.line = data.get("phase", self.phase), data.get("line", self.line)
+            self.phase, self.line = data.get("phase", self.phase), printable(str(data.get("line", self.line)))
+            if event.kind == "progress" and data.get("file") is not None:
+                self._download(data)
             if event.kind == "phase":
                 self.say(f"  [cyan]{data['phase']:<22}[/] [dim]{data.get('elapsed', 0):7.1f}s  "
                          f"{_esc(data.get('line', ''))[:110]}[/]")
@@ -90,6 +97,17 @@ class LiveProgress:
         if self.live is not None:
             self.live.update(self._render())
 
+    def _download(self, data: dict[str, Any]) -> None:
+        """The live line shows the download; a log without a terminal gets a line per file and every 30 s."""
+        self.line = str(data.get("text") or self.line)
+        if self.live is not None:
+            return
+        file, now, done = str(data["file"]), time.monotonic(), data.get("percent") == 100
+        last_file, last_at, last_done = self.download_noted
+        if file != last_file or now - last_at >= DOWNLOAD_NOTE_EVERY_S or (done and not last_done):
+            self.download_noted = (file, now, done)
+            self.say(f"  [cyan]{'downloading':<22}[/] [dim]{data.get('elapsed', 0):7.1f}s  {_esc(self.line)}[/]")
+
     def _diagnosis(self, data: dict[str, Any]) -> None:
         sig = data.get("signature") or "unknown"
         self.say(f"  [bold]diagnosis[/] [magenta]{sig}[/]: {_esc(data.get('summary', ''))}")
@@ -107,7 +125,7 @@ class LiveProgress:
 def _esc(text: Any) -> str:
     from rich.markup import escape
 
-    return escape(str(text))
+    return escape(clip(printable(str(text)), 2000))
 
 
 def _change_text(data: dict[str, Any]) -> str:

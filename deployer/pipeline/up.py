@@ -29,6 +29,8 @@ from deployer.local_history import History
 from deployer.pipeline.before_launch import checked_profile
 from deployer.profile.fixed import save_fixed
 from deployer.profile.model import Profile
+from deployer.logtext import bounded_diagnosis
+from deployer.watch.hubcache import hub_cache
 from deployer.push import Layout, RunDir, layout_for, new_run_id, prepare, profile_record, push, set_current
 from deployer.push import supervisor_config, write_outcome
 from deployer.remedy import Change, propose
@@ -187,7 +189,8 @@ def _attempts(remote: Remote, layout: Layout, profile: Profile, opts: UpOptions,
                                         profile=profile.public_dict())
             launch = _start(remote, layout, run, profile.engine.port, port_wait, history, row)
             outcome = Watcher(remote, launch, profile.engine.port, profile.health,
-                              engine_for(profile.engine.kind), emit).run()
+                              engine_for(profile.engine.kind), emit,
+                              cache=hub_cache(profile.engine.model_path, profile.engine.env)).run()
             item = AttemptReport(attempt, run.run_id, bundle.content_hash, _outcome_name(outcome),
                                  _describe(outcome))
             report.attempts.append(item)
@@ -330,7 +333,7 @@ def _after_failure(remote: Remote, run: RunDir, launch: Launch, outcome: Outcome
     if isinstance(outcome, (Hung, TimedOut)):
         stop(remote, run, min(profile.restart.grace_s, 10.0))
     diag = diagnose_attempt(remote, launch, outcome, version)
-    item.diagnosis = {**diag.to_json(), "hint": diag.hint}
+    item.diagnosis = bounded_diagnosis({**diag.to_json(), "hint": diag.hint})  # outcome.json, history, output
     emit(Event("diagnosis", {"attempt": item.attempt, **item.diagnosis}))
     if not opts.heal:
         return False

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from deployer.errors import NotFound
-from deployer.logtext import readable
+from deployer.logtext import clip_tail, readable
 from deployer.push import Layout, RunDir
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.start import status
 from deployer.supervisor.supervise_base import UP
+LINE_CHARS = 16 << 10     # one log line shown by `logs` (its end; the cut is noted)
 
 
 @dataclass(frozen=True)
@@ -87,13 +88,24 @@ def current_view(remote: Remote, layout: Layout) -> RunView | None:
 
 
 def tail_lines(remote: Remote, path: str, n: int, window: int | None = None) -> list[str]:
-    """The last `n` readable lines of a remote log, reading one bounded window from its end."""
+    """The last `n` readable lines of a remote log, reading one bounded window from its end.
+
+    A line longer than the window (a hostile one, or a bar redrawn for an hour without newline) is shown by its
+    end, saying how much came before it; every line is capped at LINE_CHARS the same way.
+    """
     size = remote.size(path) or 0
     window = min(size, window or max(64 << 10, n * 400))
-    chunk = remote.read(path, size - window, window).decode("utf-8", "replace").split("\n")
-    if size > window:
-        chunk = chunk[1:]  # the first line is cut
-    return [line for line in map(readable, chunk) if line][-n:]
+    start = size - window
+    chunk = remote.read(path, start, window).decode("utf-8", "replace").split("\n")
+    first_cut = start > 0
+    if first_cut and len(chunk) > 1 and any(readable(line) for line in chunk[1:]):
+        chunk, first_cut = chunk[1:], False  # the first line is cut and there is more to show
+    lines: list[str] = []
+    for i, raw in enumerate(chunk):
+        text = readable(raw)
+        if text:
+            lines.append(clip_tail(text, LINE_CHARS, head_missing=first_cut and i == 0))
+    return lines[-n:]
 
 
 def healthy(remote: Remote, port: int, path: str, timeout: float = 5.0) -> bool:

@@ -1,32 +1,41 @@
 """Watch: follow a starting engine until it is ready or has failed.
 
-A small state machine: starting (process alive, nothing listening) -> loading (the log shows progress lines) ->
-ready (the health endpoint answers 200 and the listener on the port is a process of this run's engine group) or
-failed (exited, hung, timed out, or the port answered from someone else's server). The log is read incrementally from
-a byte offset, so a poll costs the same whatever the log's size; polls start fast and back off to interval_s.
+A small state machine: starting (process alive, nothing listening) -> loading (the log shows progress lines, or
+`downloading` while weight files are fetched) -> ready (the health endpoint answers 200 and the listener on the
+port is a process of this run's engine group) or failed (exited, hung, timed out, or the port answered from
+someone else's server). Progress is output that moves (new lines, a bar whose count changes), not only new lines:
+a 54 GB download drawn with \r on one line is progress; a frozen bar is a stall. The log is read incrementally
+from a byte offset, in bounded reads, so a poll costs the same whatever the log's size or the length of its
+lines; polls start fast and back off to interval_s.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Union
 
 from deployer.engines.base import EngineSpec
 from deployer.errors import DeployError, NotFound
-from deployer.logtext import readable
+from deployer.logtext import clip, readable
 from deployer.profile.model import Health
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.start import Launch, listener, status
 from deployer.supervisor.supervise_base import ENDED
+from deployer.watch.hubcache import HubCache
+from deployer.watch.progress import Bar, describe, human_bytes, parse
 
 READ_LIMIT = 1 << 20          # bytes read per poll at most
 SKIP_AHEAD = 4 << 20          # further behind than this: jump to the last JUMP_TO bytes
 JUMP_TO = 64 << 10            # (progress lines are short; the diagnosis reads its own window)
+PARTIAL_KEEP = 64 << 10       # bytes of a line without newline held between polls
+LINE_KEEP = 8 << 10           # characters of one line handed on (phases, tail, events)
+BARS_KEPT = 64                # progress bars remembered (by description) to tell moving from frozen
 LIVENESS_EVERY_S = 5.0        # ask the supervisor (not just state.json) this often
 FIRST_POLL_S = 0.05
+CACHE_EVERY_S = 5.0           # a quiet log: look at the model's hub cache this often (at most)
 DEAD_STATES = {*ENDED, "absent"}  # absent: no state.json at all
 
 
@@ -67,7 +76,7 @@ class Hung:
     tail: list[str]
 
     def describe(self) -> str:
-        return f"engine printed nothing for {self.stalled_s:.0f}s (hung) after {self.elapsed:.1f}s"
+        return f"engine output did not move for {self.stalled_s:.0f}s (hung) after {self.elapsed:.1f}s"
 
 
 @dataclass(frozen=True)
@@ -95,56 +104,121 @@ class PortTaken:
 Outcome = Union[Ready, Crashed, Hung, TimedOut, PortTaken]
 
 
+@dataclass(frozen=True)
+class LogUpdate:
+    """What one poll of the log found: how many bytes it grew, its new complete lines, and the unfinished line as
+    it stands on screen now (a bar redrawn with \\r and no newline) when that changed."""
+
+    grew: int
+    lines: list[str]
+    screen: str | None = None
+
+
 class LogTail:
-    """Reads a remote log from a byte offset; never re-reads, never holds more than a bounded window."""
+    """Reads a remote log from a byte offset; never re-reads, never holds more than a bounded window.
+
+    A line with no newline (a progress bar redrawn with \\r, or a hostile 10 MB line) is held only as its last
+    redraw, and at most PARTIAL_KEEP bytes of it; each line handed on is at most LINE_KEEP characters, with a note
+    of what was cut.
+    """
 
     def __init__(self, remote: Remote, path: str, offset: int = 0, keep: int = 80) -> None:
         self.remote = remote
         self.path = path
         self.offset = offset
         self.partial = b""
+        self.dropped = 0            # bytes of the unfinished line not held (past PARTIAL_KEEP)
         self.lines: deque[str] = deque(maxlen=keep)
         self.skipped = 0
 
     def poll(self) -> list[str]:
+        return self.update().lines
+
+    def update(self) -> LogUpdate:
         size = self.remote.size(self.path)
         if size is None:
-            return []
+            return LogUpdate(0, [])
         if size < self.offset:  # truncated or replaced: start again
-            self.offset, self.partial = 0, b""
+            self.offset, self.partial, self.dropped = 0, b"", 0
         if size - self.offset > SKIP_AHEAD:
             self.skipped += size - JUMP_TO - self.offset
-            self.offset, self.partial = size - JUMP_TO, b""
+            self.offset, self.partial, self.dropped = size - JUMP_TO, b"", 0
         try:
             data = self.remote.read(self.path, self.offset, READ_LIMIT)
         except NotFound:
-            return []
+            return LogUpdate(0, [])
+        if not data:
+            return LogUpdate(0, [])
         self.offset += len(data)
-        chunks = (self.partial + data).split(b"\n")
-        self.partial = chunks.pop()
-        new = [readable(c.decode("utf-8", "replace")) for c in chunks]
-        new = [line for line in new if line]
+        pieces = (self.partial + data).split(b"\n")
+        new = []
+        for i, piece in enumerate(pieces[:-1]):
+            line = self._line(piece, self.dropped if i == 0 else 0)
+            if line:
+                new.append(line)
+        if len(pieces) > 1:
+            self.dropped = 0
+        self._hold(pieces[-1])
         self.lines.extend(new)
-        return new
+        screen = self._line(self.partial, self.dropped) if b"\n" not in data[-1:] and self.partial else None
+        return LogUpdate(len(data), new, screen or None)
+
+    def _hold(self, rest: bytes) -> None:
+        """Keep the unfinished line bounded: only its last redraw, and at most PARTIAL_KEEP bytes of that."""
+        at = rest.rfind(b"\r")
+        if at >= 0:
+            if not rest[at + 1:].strip():  # a trailing \r: what is on screen is the redraw before it
+                at = rest.rfind(b"\r", 0, at)
+            if at > 0:
+                rest, self.dropped = rest[at:], 0
+        if len(rest) > PARTIAL_KEEP:
+            self.dropped += len(rest) - PARTIAL_KEEP
+            rest = rest[:PARTIAL_KEEP]
+        self.partial = rest
+
+    @staticmethod
+    def _line(raw: bytes, dropped: int) -> str:
+        text = readable(raw.decode("utf-8", "replace"))
+        if dropped:
+            return clip(text, LINE_KEEP) + f" ... [{dropped} more bytes cut]"
+        return clip(text, LINE_KEEP)
 
     def tail(self, n: int = 30) -> list[str]:
-        pending = readable(self.partial.decode("utf-8", "replace"))
+        pending = self._line(self.partial, self.dropped) if self.partial else ""
         lines = list(self.lines) + ([pending] if pending else [])
         return lines[-n:]
+
+
+def download_fields(bar: Bar) -> dict[str, Any]:
+    """A download bar as the fields of a `progress` event."""
+    fields: dict[str, Any] = {"file": bar.file, "percent": bar.percent, "text": describe(bar)}
+    if bar.is_bytes:
+        fields.update(bytes=int(bar.n), total_bytes=int(bar.total) if bar.total else None,
+                      rate_bytes_s=round(bar.rate) if bar.rate is not None else None)
+    else:
+        fields.update(done=bar.n, total=bar.total, unit=bar.unit)
+    return fields
 
 
 class Watcher:
     """Polls one launch: supervisor state, log, health. `run()` returns the Outcome."""
 
     def __init__(self, remote: Remote, launch: Launch, port: int, health: Health, spec: EngineSpec,
-                 emit: EventSink, clock: Callable[[], float] = time.monotonic) -> None:
+                 emit: EventSink, clock: Callable[[], float] = time.monotonic, cache: HubCache | None = None) -> None:
         self.remote, self.launch, self.port, self.health, self.spec = remote, launch, port, health, spec
+        self.cache = cache
+        self.cache_bytes: tuple[float, int] | None = None    # (when, size) of the last look at the hub cache
         self.emit, self.clock = emit, clock
         self.log = LogTail(remote, launch.run.log, launch.log_offset)
         self.phase = "starting"
         self.started = clock()
         self.last_progress = self.started
         self.last_liveness = self.started
+        self.screen: str | None = None               # the unfinished line as last seen
+        self.last_line = ""
+        self.bar: Bar | None = None                  # the last progress bar seen
+        self.bars: OrderedDict[str, float] = OrderedDict()   # bar description -> its count when last seen
+        self.before_download: str | None = None
 
     def run(self) -> Outcome:
         delay = FIRST_POLL_S
@@ -161,6 +235,8 @@ class Watcher:
         elapsed = now - self.started
         dead = self._dead_state(now)  # before the log: an exit is noticed without waiting for a log read
         self._read_log(now, elapsed)  # for a dead engine: its last words
+        if dead is None:
+            self._look_at_cache(now, elapsed)
         if dead is not None:
             return self._crashed(dead, elapsed)
         if self._healthy():
@@ -182,16 +258,80 @@ class Watcher:
         return None
 
     def _read_log(self, now: float, elapsed: float) -> None:
-        new = self.log.poll()
-        if not new:
+        """Progress is output that moves: a new line, a bar whose count changed, an unfinished line that changed.
+        The same text redrawn (a frozen bar) or nothing at all is not, and stall_timeout_s counts on."""
+        update = self.log.update()
+        if not update.grew:
+            return
+        moved = False
+        for line in update.lines:
+            moved = self._saw(line, elapsed) or moved
+            if self.bar is not None and self.bar.text == line and self.bar.is_download:
+                self._emit_progress(elapsed)  # a bar ended by a newline: that file is done, say so
+        if update.screen is not None:
+            if update.screen != self.screen:
+                moved = self._saw(update.screen, elapsed) or moved
+            self.screen = update.screen
+        elif update.lines:
+            self.screen = None
+        if moved:
+            self.last_progress = now
+            self._emit_progress(elapsed)
+
+    def _saw(self, line: str, elapsed: float) -> bool:
+        """Note one line (or redraw); True when it is progress."""
+        bar = parse(line)
+        if bar is None:
+            self.last_line = line
+            self._enter(self.spec.phase_of(line), elapsed, line)
+            return True
+        self.last_line, self.bar = line, bar
+        if bar.is_download and self.phase != "downloading":
+            self.before_download = self.phase
+            self._enter("downloading", elapsed, line)
+        elif not bar.is_download and self.phase == "downloading" and self.before_download is not None:
+            self._enter(self.before_download, elapsed, line)  # the download is over: back to what it was doing
+        before = self.bars.pop(bar.desc, None)
+        self.bars[bar.desc] = bar.n
+        while len(self.bars) > BARS_KEPT:
+            self.bars.popitem(last=False)
+        return before is None or before != bar.n
+
+    def _look_at_cache(self, now: float, elapsed: float) -> None:
+        """A log quiet for a while: bytes growing in the model's hub cache are a download (whose bars are off)."""
+        every = min(CACHE_EVERY_S, self.health.stall_timeout_s / 3)
+        if self.cache is None or now - self.last_progress < every:
+            return
+        if self.cache_bytes is not None and now - self.cache_bytes[0] < every:
+            return
+        size = self.cache.size(self.remote)
+        if size is None:
+            return
+        before, self.cache_bytes = self.cache_bytes, (now, size)
+        if before is None or size <= before[1]:
             return
         self.last_progress = now
-        for line in new:
-            phase = self.spec.phase_of(line)
-            if phase and phase != self.phase:
-                self.phase = phase
-                self.emit(Event("phase", {"phase": phase, "elapsed": round(elapsed, 3), "line": line[:300]}))
-        self.emit(Event("progress", {"phase": self.phase, "elapsed": round(elapsed, 3), "line": new[-1][:300]}))
+        if self.phase != "downloading":
+            self.before_download = self.phase
+        rate = (size - before[1]) / max(now - before[0], 1e-3)
+        text = f"{self.cache.folder_name} in the hub cache: {human_bytes(size)}, {human_bytes(rate)}/s"
+        self._enter("downloading", elapsed, text)
+        self.last_line = text
+        self.emit(Event("progress", {"phase": self.phase, "elapsed": round(elapsed, 3), "line": text,
+                                     "file": self.cache.repo_id, "percent": None, "bytes": size,
+                                     "total_bytes": None, "rate_bytes_s": round(rate), "text": text,
+                                     "source": "hub cache"}))
+
+    def _enter(self, phase: str | None, elapsed: float, line: str) -> None:
+        if phase and phase != self.phase:
+            self.phase = phase
+            self.emit(Event("phase", {"phase": phase, "elapsed": round(elapsed, 3), "line": clip(line, 300)}))
+
+    def _emit_progress(self, elapsed: float) -> None:
+        data: dict[str, Any] = {"phase": self.phase, "elapsed": round(elapsed, 3), "line": clip(self.last_line, 300)}
+        if self.phase == "downloading" and self.bar is not None and self.bar.is_download:
+            data.update(download_fields(self.bar))
+        self.emit(Event("progress", data))
 
     def _dead_state(self, now: float) -> dict[str, Any] | None:
         state = self._state_file()

@@ -19,6 +19,8 @@ MTP_ARGS = {"speculative_algorithm": "NEXTN", "speculative_num_steps": 3, "specu
 
 def report_of(stdout: str) -> dict[str, Any]:
     evs = events(stdout)
+    if evs and evs[-1]["event"] == "error":  # a failed --json run ends with its error event, after the report
+        evs = evs[:-1]
     assert evs and evs[-1]["event"] == "report", stdout[-2000:]
     return evs[-1]
 

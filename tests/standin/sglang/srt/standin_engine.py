@@ -8,7 +8,7 @@ Env knobs (all optional):
 
 | env                     | default | meaning |
 |-------------------------|---------|---------|
-| STANDIN_MODE            | ok      | ok, crash, sigkill_empty, hang, slow, crash_after_ready, mem, fail_text |
+| STANDIN_MODE            | ok      | ok, crash, sigkill_empty, hang, slow, crash_after_ready, mem, fail_text, download, download_frozen, download_quiet |
 | STANDIN_STEP_S          | 0.01    | pause between progress lines (slow mode: 0.5 when unset) |
 | STANDIN_READY_DELAY_S   | 0.05    | warmup time: HTTP up, /health 503, before "fired up" |
 | STANDIN_CRASH_AFTER_S   | 0.3     | crash_after_ready: seconds of readiness before dying |
@@ -35,6 +35,11 @@ Modes:
   failed: ... Possible solutions: ..."; mfs < STANDIN_MIN_MFS -> "Not enough memory. Please try to
   increase --mem-fraction-static." (all in the scheduler exception form, exit 137).
 - fail_text: prints STANDIN_FAIL_LOG verbatim, exits with STANDIN_EXIT (handled in launch_server).
+- download: ok, with the weights downloaded first after "Load weight begin": huggingface_hub's tqdm bars on
+  stderr, \r-redrawn with no newline (standin_download.py has its knobs).
+- download_frozen: the download stops part-way and its bar never moves again (until killed, capped at 1 hour).
+- download_quiet: the download as it really goes under a supervisor (bars off without a terminal): no output,
+  the files grow in the hub cache.
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ import urllib.request
 from types import SimpleNamespace
 from typing import Any, Optional
 
-from sglang.srt import standin_http, standin_model
+from sglang.srt import standin_download, standin_http, standin_model
 from sglang.srt.server_args import ServerArgs, server_args_log_text
 
 logger = logging.getLogger("sglang.srt.entrypoints.engine")
@@ -127,6 +132,10 @@ class ModelRunner:
             deadline = time.monotonic() + HANG_CAP_S
             while time.monotonic() < deadline:
                 time.sleep(1.0)
+        if mode() in ("download", "download_frozen"):
+            standin_download.download(frozen=mode() == "download_frozen")
+        if mode() == "download_quiet":
+            standin_download.download_quiet(self.view.model_path)
         step()
         if mode() == "mem" and self.cap.weights_gb > self.avail:
             raise OutOfMemoryError(oom_text(1.0, self.cap.gpu_gb, self.avail - (self.cap.weights_gb % 1)))
