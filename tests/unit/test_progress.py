@@ -121,7 +121,7 @@ class Clock:
 
 def _watcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stall_s: float) -> tuple[Watcher, list[Event],
                                                                                              Clock, Path]:
-    monkeypatch.setattr("deployer.watch.status", lambda remote, run: {"status": "running"})
+    monkeypatch.setattr("deployer.watch.watcher.status", lambda remote, run: {"status": "running"})
     run = RunDir(str(tmp_path), "run-1")
     (tmp_path / "state.json").write_text(json.dumps({"status": "running"}))
     log = tmp_path / "engine.log"
