@@ -8,6 +8,7 @@ tail of the log (argparse, uvicorn, NCCL and "scheduler died" errors are not tra
 
 from __future__ import annotations
 
+import dataclasses
 import mmap
 import os
 import re
@@ -15,6 +16,8 @@ import signal as signals
 from dataclasses import dataclass, field
 from typing import Any
 
+from deployer.drift import parse_server_args
+from deployer.effective import ENGINE_RESOLVED, PROFILE, EngineValues
 from deployer.logtext import ANSI_RE, readable
 from deployer.remedy import RemedySpec, resolve
 from deployer.signatures import Signature, load_signatures, version_in
@@ -190,22 +193,32 @@ class Diagnosis:
     traceback: str | None = None
     remedy: RemedySpec | None = None
     hint: str | None = None
+    engine_args: dict[str, Any] | None = None   # the attempt's own `server_args=` dump, when the log has one
+    context: str = ""                           # more of the log a remedy may read (argparse's usage text)
+    engine_version: str | None = None           # the engine version the log is from, when known
 
     def message_text(self) -> str:
-        """The text a remedy reads values from (the matching lines, then the traceback)."""
-        return "\n".join([*self.evidence, self.traceback or ""])
+        """The text a remedy reads values from (the matching lines, the traceback, the error's context)."""
+        return "\n".join([*self.evidence, self.traceback or "", self.context])
+
+    def engine_values(self, profile_args: dict[str, Any] | None = None) -> EngineValues:
+        """What the engine used: its dump in this log, then the profile's args."""
+        return EngineValues().then(ENGINE_RESOLVED, self.engine_args).then(PROFILE, profile_args)
 
     def to_json(self) -> dict[str, Any]:
         change = None
         if self.remedy is not None:
-            change = resolve(self.remedy, self.message_text(), args={}, env={})
+            change = resolve(self.remedy, self.message_text(), args={}, env={}, values=self.engine_values(),
+                             version=self.engine_version)
+        remedy = None if change is None else {"args": dict(change.args), "env": dict(change.env),
+                                              "reason": change.reason}
         return {
             "signature": self.signature,
             "summary": self.summary,
             "transient": self.transient,
             "evidence": list(self.evidence),
             "traceback": self.traceback,
-            "remedy": None if change is None else {"args": dict(change.args), "env": dict(change.env)},
+            "remedy": remedy,
         }
 
 
@@ -225,7 +238,9 @@ def diagnose(
         for sig in signatures:
             found = sig.search(stage)
             if found and sig.fits(text):
-                return _matched(sig, stage, found, tb)
+                matched = _matched(sig, stage, found, tb)
+                return dataclasses.replace(matched, engine_args=parse_server_args(text),
+                                           context=_usage(tail), engine_version=engine_version)
     signum = signal if signal is not None else _signal_of_exit(exit_code)
     if tb is None and signum is not None:
         return killed_by_signal(signum, tail)
@@ -238,6 +253,16 @@ def _stages(tb: Traceback | None, tail: list[str]) -> list[str]:
         stages += ["\n".join(tb.exceptions), tb.text, "\n".join([tb.prefix or "", *tb.after])]
     stages.append("\n".join(tail))
     return stages
+
+
+def _usage(tail: list[str]) -> str:
+    """argparse's usage block before its error (it lists every flag the engine knows: did-you-mean reads it)."""
+    starts = [i for i, line in enumerate(tail) if line.startswith("usage: ")]
+    if not starts:
+        return ""
+    block = tail[starts[-1]:]
+    end = next((i for i, line in enumerate(block) if ": error: " in line), len(block) - 1)
+    return "\n".join(block[: end + 1])
 
 
 def _tail_lines(text: str) -> list[str]:

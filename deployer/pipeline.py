@@ -18,6 +18,7 @@ from typing import Any
 
 from deployer.diagnose import Diagnosis, diagnose, hang_diagnosis, oom_killer_lines
 from deployer.drift import compare, parse_server_args
+from deployer.effective import DryResolution, EngineValues, engine_values
 from deployer.engines import engine_for
 from deployer.prelaunch import checked_profile
 from deployer.errors import LaunchFailed, RetriesExhausted, TargetError
@@ -105,11 +106,12 @@ def up(profile: Profile, opts: UpOptions, emit: EventSink) -> UpReport:
         report = UpReport(name=profile.name, host=remote.label, status="failed")
         original, version = profile, profile.engine.version
         tried: list[Change] = []
+        dry: DryResolution | None = None
         view = current_view(remote, layout)
         running = view is not None and view.alive
         if not opts.skip_preflight:
             own_port = running and view is not None and view.record.get("port") == profile.engine.port
-            profile, version = checked_profile(remote, profile, heal=opts.heal, model_config=opts.model_config,
+            profile, version, dry = checked_profile(remote, profile, heal=opts.heal, model_config=opts.model_config,
                                                own_port=own_port, tried=tried, emit=emit,
                                                notes=report.before_launch, warnings=report.warnings)
         else:
@@ -127,7 +129,7 @@ def up(profile: Profile, opts: UpOptions, emit: EventSink) -> UpReport:
             stop(remote, view.run, profile.restart.grace_s)
             report.replaced, waited = view.run.run_id, 15.0
         return _attempts(remote, layout, profile, opts, report, emit, version, port_wait=waited, tried=tried,
-                         original=original)
+                         original=original, dry=dry)
 
 
 def _check_engine_python(remote: Remote, profile: Profile) -> None:
@@ -140,7 +142,7 @@ def _check_engine_python(remote: Remote, profile: Profile) -> None:
 
 def _attempts(remote: Remote, layout: Layout, profile: Profile, opts: UpOptions, report: UpReport,
               emit: EventSink, version: str | None, port_wait: float, tried: list[Change],
-              original: Profile) -> UpReport:
+              original: Profile, dry: DryResolution | None = None) -> UpReport:
     history = History()
     up_id = uuid.uuid4().hex[:12]
     try:
@@ -167,7 +169,7 @@ def _attempts(remote: Remote, layout: Layout, profile: Profile, opts: UpOptions,
                     _save_fixed(original, profile, tried, opts.save_fixed, report)
                 history.end_attempt(row, outcome="ready", diagnosis=None, change=None)
                 return report
-            change = _after_failure(remote, run, launch, outcome, profile, opts, item, tried, version, emit)
+            change = _after_failure(remote, run, launch, outcome, profile, opts, item, tried, version, emit, dry)
             history.end_attempt(row, outcome=item.outcome, diagnosis=item.diagnosis, change=item.change)
             write_outcome(remote, run, item.to_json())
             if change is False:
@@ -189,7 +191,7 @@ def _attempts(remote: Remote, layout: Layout, profile: Profile, opts: UpOptions,
 
 def _after_failure(remote: Remote, run: RunDir, launch: Launch, outcome: Outcome, profile: Profile,
                    opts: UpOptions, item: AttemptReport, tried: list[Change], version: str | None,
-                   emit: EventSink) -> Change | bool:
+                   emit: EventSink, dry: DryResolution | None = None) -> Change | bool:
     """Diagnose a failed attempt: the change to make, True to retry unchanged (transient), False to stop."""
     if isinstance(outcome, (Hung, TimedOut)):
         stop(remote, run, min(profile.restart.grace_s, 10.0))
@@ -207,13 +209,24 @@ def _after_failure(remote: Remote, run: RunDir, launch: Launch, outcome: Outcome
         emit(Event("info", {"message": f"transient failure; retrying unchanged in {profile.retry.backoff_s:g}s"}))
         time.sleep(profile.retry.backoff_s)
         return True
-    change = propose(diag, profile, tried)
+    change = propose(diag, profile, tried, _attempt_values(remote, launch, diag, profile, dry))
     if change is None:
         return False
     tried.append(change)
     item.change = change.to_json()
     emit(Event("change", {"attempt": item.attempt, **item.change}))
     return change
+
+
+def _attempt_values(remote: Remote, launch: Launch, diag: Diagnosis, profile: Profile,
+                    dry: DryResolution | None) -> EngineValues:
+    """What the engine used in this attempt: its own args dump (in the diagnosed window, else the log's head),
+    else the dry resolution of these args, else the profile."""
+    dump = diag.engine_args
+    if dump is None:
+        head = remote.read(launch.run.log, launch.log_offset, 512 << 10).decode("utf-8", "replace")
+        dump = parse_server_args(head)
+    return engine_values(dump, dry, dict(profile.engine.args))
 
 
 def diagnose_attempt(remote: Remote, launch: Launch, outcome: Outcome, version: str | None) -> Diagnosis:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from deployer.diagnose import diagnose
+from deployer.effective import DryResolution
 from deployer.errors import PreflightFailed
 from deployer.profile import Profile
 from deployer.remedy import Change, propose
@@ -19,8 +20,9 @@ from deployer.watch import Event, EventSink
 
 def checked_profile(remote: Remote, profile: Profile, *, heal: bool, model_config: Path | None, own_port: bool,
                     tried: list[Change], emit: EventSink, notes: list[dict[str, Any]],
-                    warnings: list[str]) -> tuple[Profile, str | None]:
-    """The profile to launch (flags translated, pre-launch remedies applied) and the target's engine version."""
+                    warnings: list[str]) -> tuple[Profile, str | None, DryResolution | None]:
+    """The profile to launch (flags translated, pre-launch remedies applied), the target's engine version, and
+    the engine's dry resolution of that profile's args (where it ran): the effective values remedies start from."""
     from deployer.preflight import run_preflight
     from deployer.state import home
 
@@ -30,7 +32,9 @@ def checked_profile(remote: Remote, profile: Profile, *, heal: bool, model_confi
         version = result.engine_version or profile.engine.version
         if not result.problems:
             _tell(result, emit, warnings)
-            return result.profile, version
+            dry = None if result.resolved is None else \
+                DryResolution(args=dict(result.profile.engine.args), resolved=result.resolved)
+            return result.profile, version, dry
         others = [p for p in result.problems if not p.startswith("the engine rejects")]
         if result.rejection is None or others:  # healing the arguments cannot fix the rest
             _tell(result, emit, warnings)

@@ -25,6 +25,7 @@ SGLANG = EngineSpec(
     health_path="/health",
     signatures_file="sglang_signatures.yaml",
     renames_file="sglang_renames.yaml",
+    followons_file="sglang_followons.yaml",
     # arg_groups/speculative_hook.py (0.5.23): "NEXTN aliases EAGLE"; the resolved args say EAGLE
     value_aliases={"speculative_algorithm": {"NEXTN": "EAGLE"}},
 )
