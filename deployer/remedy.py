@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from deployer.effective import DEFAULT, MESSAGE, PROFILE, EngineValues, Known
 from deployer.followons import complete
+from deployer.versions import version_in
 
 if TYPE_CHECKING:
     from deployer.diagnose import Diagnosis
@@ -187,7 +188,7 @@ def resolve(
     for option in spec.options:
         if any(c.holds(message) for c in option.skip_if):
             continue
-        change = _option_change(option, message, args, env, values)
+        change = _option_change(option, message, args, env, values, version)
         if change is None:
             continue
         change = _completed(change, args, env, values, version, kind)
@@ -200,23 +201,23 @@ def resolve(
 
 
 def _option_change(option: RemedyOption, message: str, args: dict[str, Any], env: dict[str, str],
-                   values: EngineValues) -> Change | None:
+                   values: EngineValues, version: str | None = None) -> Change | None:
     new_args: dict[str, Any] = {}
     new_env: dict[str, str | None] = {}
     basis: dict[str, str] = {}
     passed: set[str] = set()
     notes: list[str] = []
     for name, value in option.set_args.items():
-        new_args[_pick_name(name, args, values)] = value
+        new_args[_pick_name(name, args, values, version)] = value
     for name in option.unset_args:
-        new_args[_pick_name(name, args, values)] = None
+        new_args[_pick_name(name, args, values, version)] = None
     new_env.update(option.set_env)
     new_env.update({name: None for name in option.unset_env})
     for name, pattern in option.set_args_from_message.items():
         found = re.search(pattern, message, re.MULTILINE)
         if found is None:
             return None
-        new_args[_pick_name(name, args, values)] = _typed(found.group(1))
+        new_args[_pick_name(name, args, values, version)] = _typed(found.group(1))
     if option.rename_arg is not None:
         renamed = _rename(option.rename_arg, message, args)
         if renamed is None:
@@ -258,13 +259,17 @@ def _completed(change: Change, args: dict[str, Any], env: dict[str, str], values
     return dataclasses.replace(merged, reason=_reason(merged, args, env, values, [*old_notes, *notes]))
 
 
-def _pick_name(name: str, args: dict[str, Any], values: EngineValues | None = None) -> str:
+def _pick_name(name: str, args: dict[str, Any], values: EngineValues | None = None,
+               version: str | None = None) -> str:
     """`a|b`: the alternative the profile already uses (a flag renamed across versions), else the one the
-    engine reported (its dump names its own spelling), else the first."""
+    engine reported (its dump names its own spelling), else the one the engine version has, else the first."""
     names = name.split("|")
     known = next((n for n in names if n in args), None)
     if known is None and values is not None:
         known = next((n for n in names if values.lookup(n) is not None), None)
+    if known is None and version is not None:
+        older = {old: new for old, (new, since) in rename_history().items() if not version_in(version, f">={since}")}
+        known = next((old for old, new in older.items() if old in names and new in names), None)
     return known or names[0]
 
 
@@ -472,6 +477,8 @@ def _fix_unknown_flags(pattern: str, message: str, args: dict[str, Any]) -> tupl
         new = known_renames().get(old)
         if new is not None and known and new not in known:
             new = None
+        if new is None and known:  # a newer name on an older engine: its old name
+            new = next((o for o, n in known_renames().items() if n == old and o in known), None)
         if new is None and known:
             close = difflib.get_close_matches(old, sorted(known), n=1, cutoff=0.8)
             new = close[0] if close else None
@@ -508,6 +515,15 @@ def usage_flags(message: str) -> set[str]:
     end = message.find("error: ", start)
     block = message[start: end if end >= 0 else len(message)]
     return {m.lstrip("-").replace("-", "_") for m in _USAGE_FLAG_RE.findall(block)} - {"h", "help"}
+
+
+@lru_cache(maxsize=4)
+def rename_history(kind: str = "sglang") -> dict[str, tuple[str, str]]:
+    """Old flag name -> (new name, first release with the new name), from the engine's renames table."""
+    from deployer.flags import load_renames
+
+    return {r.old.replace("-", "_"): (r.new.replace("-", "_"), r.since) for r in load_renames(engine=kind)
+            if r.kind in ("flag", "arg") and r.new}
 
 
 @lru_cache(maxsize=4)
