@@ -166,7 +166,8 @@ def _post_init_changes(sa: Any, args: Any, argv: List[str]) -> Dict[str, Any]:
     parser = argparse.ArgumentParser()
     sa.ServerArgs.add_cli_args(parser)
     raw = vars(parser.parse_args(list(argv)))
-    resolved = {f.name: getattr(args, f.name) for f in dataclasses.fields(args)}
+    names = [f.name for f in dataclasses.fields(args)] if dataclasses.is_dataclass(args) else list(raw)
+    resolved = {name: getattr(args, name) for name in names if hasattr(args, name)}
     changed = []
     for name in sorted(resolved):
         if name not in raw:
