@@ -34,6 +34,7 @@ MAX_MESSAGE_LINES = 40      # an exception message longer than this is cut (the 
 BLOCK_CHARS = 2 << 20       # how far past its start a traceback is parsed
 TAIL_CHARS = 256 << 10      # how much of the log's end the non-traceback errors are looked for in
 CONTEXT_BYTES = 64 << 10    # diagnose_file: bytes kept before the first traceback
+MAX_TRACEBACKS = 8          # how many tracebacks of one log are tried (harmless ones can come first)
 
 
 @dataclass(frozen=True)
@@ -232,9 +233,11 @@ def diagnose(
 ) -> Diagnosis:
     """Diagnose one attempt from (a bounded window of) its log and how the process ended."""
     signatures = [s for s in load_signatures(kind) if engine_version is None or version_in(engine_version, s.versions)]
-    tb = first_traceback(text)
+    tbs = tracebacks(text)
     tail = _tail_lines(text)
-    for stage in _stages(tb, tail):
+    # A harmless traceback (a warning logged with its stack) can come first: each traceback in turn, then the tail.
+    stages = [(stage, tb) for tb in tbs for stage in _stages(tb)] + [("\n".join(tail), tbs[0] if tbs else None)]
+    for stage, tb in stages:
         for sig in signatures:
             found = sig.search(stage)
             if found and sig.fits(text):
@@ -242,17 +245,48 @@ def diagnose(
                 return dataclasses.replace(matched, engine_args=parse_server_args(text),
                                            context=_usage(tail), engine_version=engine_version)
     signum = signal if signal is not None else _signal_of_exit(exit_code)
-    if tb is None and signum is not None:
+    if not tbs and signum is not None:
         return killed_by_signal(signum, tail)
-    return _unknown(tb, tail)
+    return _unknown(_fatal(tbs), tail)
 
 
-def _stages(tb: Traceback | None, tail: list[str]) -> list[str]:
-    stages = []
-    if tb is not None:
-        stages += ["\n".join(tb.exceptions), tb.text, "\n".join([tb.prefix or "", *tb.after])]
-    stages.append("\n".join(tail))
-    return stages
+def tracebacks(text: str, limit: int = MAX_TRACEBACKS) -> list[Traceback]:
+    """The first `limit` tracebacks of `text`, in order (chained parts belong to their traceback)."""
+    found: list[Traceback] = []
+    start = 0
+    while len(found) < limit:
+        pos = text.find(TB_MARK, start)
+        if pos < 0:
+            break
+        tb = first_traceback(text[text.rfind("\n", 0, pos) + 1:])
+        if tb is None:
+            break
+        found.append(tb)
+        start = _after(text, pos, tb)
+    return found
+
+
+def _after(text: str, pos: int, tb: Traceback) -> int:
+    """Past a chained traceback: after its last part's header."""
+    at = pos
+    for _ in range(tb.text.count(TB_MARK)):
+        nxt = text.find(TB_MARK, at)
+        if nxt < 0:
+            break
+        at = nxt + len(TB_MARK)
+    return at
+
+
+def _fatal(tbs: list[Traceback]) -> Traceback | None:
+    """For an unknown failure: the first traceback that is not a logged warning's, else the first."""
+    for tb in tbs:
+        if not (tb.prefix and "warn" in tb.prefix.lower()):
+            return tb
+    return tbs[0] if tbs else None
+
+
+def _stages(tb: Traceback) -> list[str]:
+    return ["\n".join(tb.exceptions), tb.text, "\n".join([tb.prefix or "", *tb.after])]
 
 
 def _usage(tail: list[str]) -> str:

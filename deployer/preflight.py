@@ -208,7 +208,8 @@ def _memory(report: PreflightReport, model_config: Path | None) -> None:
     tp = int(args.get("tp_size") or 1)
     used = [g for g in facts.gpus if profile.engine.gpus is None or g.index in profile.engine.gpus]
     try:
-        plan = plan_memory(model, args, [g.free_mib for g in used], [g.total_mib for g in used], tp)
+        plan = plan_memory(model, args, [g.free_mib for g in used], [g.total_mib for g in used], tp,
+                           version=facts.engine_version)
     except (UnsupportedModel, KeyError, ValueError, ZeroDivisionError) as exc:
         report.warnings.append(f"no memory estimate for this model: {exc}")
         return

@@ -13,6 +13,10 @@ from deployer.preflight import PreflightReport, run_preflight
 from deployer.profile import Profile
 from deployer.remote import Remote, connect
 
+from sglang_release import only_release
+
+pytestmark = only_release("0.5.23")
+
 MODEL = Path(__file__).resolve().parents[1] / "fixtures" / "models" / "qwen3-next-80b-a3b"
 
 
