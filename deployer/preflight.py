@@ -37,6 +37,8 @@ class PreflightReport:
     resolution: str = "not run"
     resolved: dict[str, Any] | None = None
     rejection: str | None = None      # the engine's own error when it rejected these arguments
+    unknown_flags: dict[str, str] = field(default_factory=dict)   # flags the engine does not have -> problem
+    flag_names: list[str] = field(default_factory=list)           # every flag the target's engine has
 
     @property
     def ok(self) -> bool:
@@ -107,6 +109,8 @@ def run_preflight(remote: Remote, profile: Profile, *, cache_dir: Path, model_co
         report.profile = checked.profile
         report.problems += checked.errors
         report.warnings += checked.warnings
+        report.unknown_flags = dict(checked.unknown)
+        report.flag_names = flagset.option_keys()
         if checked.ok:
             _resolve(remote, report)
     _memory(report, model_config)

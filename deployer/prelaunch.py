@@ -12,6 +12,8 @@ from typing import Any
 from deployer.diagnose import diagnose
 from deployer.effective import DryResolution
 from deployer.errors import PreflightFailed
+from deployer.flags import key_option
+from deployer.preflight import PreflightReport
 from deployer.profile import Profile
 from deployer.remedy import Change, propose
 from deployer.remote import Remote
@@ -35,15 +37,17 @@ def checked_profile(remote: Remote, profile: Profile, *, heal: bool, model_confi
             dry = None if result.resolved is None else \
                 DryResolution(args=dict(result.profile.engine.args), resolved=result.resolved)
             return result.profile, version, dry
-        others = [p for p in result.problems if not p.startswith("the engine rejects")]
-        if result.rejection is None or others:  # healing the arguments cannot fix the rest
+        rejection = result.rejection or _as_argparse_error(result)
+        known = set(result.unknown_flags.values())
+        others = [p for p in result.problems if not p.startswith("the engine rejects") and p not in known]
+        if rejection is None or others:  # healing the arguments cannot fix the rest
             _tell(result, emit, warnings)
             for problem in result.problems:
                 emit(Event("problem", {"message": problem}))
             for suggestion in result.memory.suggestions if result.memory else []:
                 emit(Event("suggestion", {"message": suggestion}))
             raise PreflightFailed(result.problems, hint=_first_suggestion(result.memory))
-        diag = diagnose(result.rejection, engine_version=version)
+        diag = diagnose(rejection, engine_version=version)
         note: dict[str, Any] = {"stage": "preflight", **diag.to_json(), "hint": diag.hint}
         emit(Event("diagnosis", {"attempt": 0, **note}))
         change = propose(diag, result.profile, tried) if heal and diag.signature else None
@@ -55,6 +59,19 @@ def checked_profile(remote: Remote, profile: Profile, *, heal: bool, model_confi
         emit(Event("change", {"attempt": 0, "before_launch": True, **change.to_json()}))
         profile = result.profile.patched(args=change.args, env=change.env)
     raise PreflightFailed([f"still rejected after {profile.retry.max_attempts} changes before launch"])
+
+
+def _as_argparse_error(result: PreflightReport) -> str | None:
+    """Flags the target's engine does not have, as its argparse would reject them (usage lists its own flags):
+    the same remedy then renames, respells (did-you-mean) or drops them as after a rejected launch."""
+    if not result.unknown_flags:
+        return None
+    usage = "usage: sglang serve " + " ".join(f"[{key_option(k)}]" for k in result.flag_names)
+    words = []
+    for key in result.unknown_flags:
+        value = result.profile.engine.args.get(key)
+        words += [key_option(key)] + ([] if isinstance(value, (bool, list, dict)) or value is None else [str(value)])
+    return f"{usage}\nsglang serve: error: unrecognized arguments: {' '.join(words)}\n"
 
 
 def _tell(result: Any, emit: EventSink, warnings: list[str]) -> None:
