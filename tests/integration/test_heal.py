@@ -205,3 +205,19 @@ def test_typo_and_retired_flags_are_respelt_and_dropped_before_launch(tmp_path: 
     assert saved == {"mem_fraction_static": 0.85}
     assert [a["outcome"] for a in report["attempts"]] == ["ready"]
     deploy("down", str(prof), home=tmp_path / "h")
+
+
+def test_kv_cache_too_small_raises_past_the_effective_value(tmp_path: Path, sshd: Any) -> None:
+    """The engine resolved 0.72 and has no room for a KV cache: the raise starts from 0.72 (not the old 0.88
+    default, which would "raise" by lowering) and moves a real step past it."""
+    prof = write_profile(tmp_path, sshd, name="kv-eff",
+                         env={"STANDIN_MODE": "mem", "STANDIN_GPU_MEM_GB": "24", "STANDIN_MIN_MFS": "0.74"})
+    up = deploy("up", str(prof), "--json", "--skip-preflight", home=tmp_path / "h")
+    assert up.returncode == 0, up.stderr + up.stdout[-3000:]
+    attempts = report_of(up.stdout)["attempts"]
+    first = attempts[0]
+    assert first["diagnosis"]["signature"] == "kv-cache-not-enough-memory"
+    assert first["change"]["args"] == {"mem_fraction_static": 0.75}
+    assert first["change"]["basis"]["mem_fraction_static"] in ("engine message 0.72", "engine resolved 0.72")
+    assert [a["outcome"] for a in attempts] == ["crashed", "ready"]
+    deploy("down", str(prof), home=tmp_path / "h")
