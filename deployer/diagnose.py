@@ -258,7 +258,8 @@ def tracebacks(text: str, limit: int = MAX_TRACEBACKS) -> list[Traceback]:
         pos = text.find(TB_MARK, start)
         if pos < 0:
             break
-        tb = first_traceback(text[text.rfind("\n", 0, pos) + 1:])
+        begin = text.rfind("\n", 0, pos) + 1
+        tb = first_traceback(text[begin: begin + BLOCK_CHARS])
         if tb is None:
             break
         found.append(tb)

@@ -21,7 +21,7 @@ from deployer.drift import compare, parse_server_args
 from deployer.effective import DryResolution, EngineValues, engine_values
 from deployer.engines import engine_for
 from deployer.prelaunch import checked_profile
-from deployer.errors import LaunchFailed, RetriesExhausted, TargetError
+from deployer.errors import DeployError, LaunchFailed, RetriesExhausted, TargetError
 from deployer.profile import Profile
 from deployer.push import Layout, RunDir, layout_for, new_run_id, prepare, profile_record, push, set_current
 from deployer.push import supervisor_config, write_outcome
@@ -209,7 +209,8 @@ def _after_failure(remote: Remote, run: RunDir, launch: Launch, outcome: Outcome
         emit(Event("info", {"message": f"transient failure; retrying unchanged in {profile.retry.backoff_s:g}s"}))
         time.sleep(profile.retry.backoff_s)
         return True
-    change = propose(diag, profile, tried, _attempt_values(remote, launch, diag, profile, dry))
+    values = _attempt_values(remote, launch, diag, profile, dry) if diag.remedy is not None else None
+    change = propose(diag, profile, tried, values)
     if change is None:
         return False
     tried.append(change)
@@ -224,7 +225,10 @@ def _attempt_values(remote: Remote, launch: Launch, diag: Diagnosis, profile: Pr
     else the dry resolution of these args, else the profile."""
     dump = diag.engine_args
     if dump is None:
-        head = remote.read(launch.run.log, launch.log_offset, 512 << 10).decode("utf-8", "replace")
+        try:
+            head = remote.read(launch.run.log, launch.log_offset, 512 << 10).decode("utf-8", "replace")
+        except (DeployError, OSError):
+            head = ""   # no log to read: the dry resolution and the profile still say what was asked
         dump = parse_server_args(head)
     return engine_values(dump, dry, dict(profile.engine.args))
 
