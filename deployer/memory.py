@@ -2,8 +2,10 @@
 
 Follows SGLang 0.5.23's own sizing (arg_groups/memory_hook.py for the automatic mem_fraction_static,
 mem_cache/kv_cache_configurator.py for the KV/Mamba split, configs/mamba_utils.py for the state size),
-written from reading it, in MiB/bytes like SGLang. It is an estimate: activation peaks, CUDA context and
-allocator slack are what SGLang's reserve covers, and are not measured here.
+written from reading it, in MiB/bytes like SGLang. Where an installed release differs (the seed era's
+0.5.9-0.5.13 turn an `auto` Mamba strategy into no_buffer) its own rule is used; preflight passes the
+engine-resolved mem_fraction_static when the dry resolution ran. It is an estimate: activation peaks, CUDA
+context and allocator slack are what SGLang's reserve covers, and are not measured here.
 """
 
 from __future__ import annotations
