@@ -6,8 +6,11 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 SGLANG_VENV ?= $(HOME)/.cache/deployer/sglang-venv
 SMG_VENV ?= $(HOME)/.cache/deployer/smg-venv
+# The seed era: the release the shipped qwen36-mtp profile was written for (--mamba-scheduler-strategy).
+SGLANG_SEED_VERSION ?= 0.5.10
+SGLANG_SEED_VENV ?= $(HOME)/.cache/deployer/sglang-venv-$(SGLANG_SEED_VERSION)
 
-.PHONY: install provision walkthrough test lint-imports test-unit test-integration test-sglang-real sglang-venv smg-venv typecheck demo bench clean
+.PHONY: install provision walkthrough test lint-imports test-unit test-integration test-sglang-real sglang-venv sglang-seed-venv smg-venv typecheck demo bench clean
 
 install: $(VENV)/.installed
 
@@ -32,16 +35,21 @@ test-unit: install
 test-integration: provision install
 	$(PY) -m pytest -q tests/integration
 
-# Real SGLang 0.5.23 code on the CPU (argument parser + resolution), in a venv cached under .cache/.
+# Real SGLang code on the CPU (argument parser + resolution), in venvs cached under ~/.cache/deployer:
+# 0.5.23 and the seed-era release. The tier runs once per release.
 sglang-venv:
-	bash scripts/build-sglang-venv.sh $(SGLANG_VENV)
+	bash scripts/build-sglang-venv.sh $(SGLANG_VENV) 0.5.23
 
 # The real SGLang Model Gateway (smg, PyPI; runs on a CPU) for the fleet tests, cached like the SGLang venv.
 smg-venv:
 	bash scripts/build-smg-venv.sh $(SMG_VENV)
 
-test-sglang-real: provision install sglang-venv
+sglang-seed-venv:
+	bash scripts/build-sglang-venv.sh $(SGLANG_SEED_VENV) $(SGLANG_SEED_VERSION)
+
+test-sglang-real: provision install sglang-venv sglang-seed-venv
 	SGLANG_VENV=$(SGLANG_VENV) $(PY) -m pytest -q -p no:cacheprovider -m sglang_real tests/sglang_real
+	SGLANG_VENV=$(SGLANG_SEED_VENV) $(PY) -m pytest -q -p no:cacheprovider -m sglang_real tests/sglang_real
 
 # A throwaway sshd on 127.0.0.1 and the stand-in engine (no GPU): the whole flow, including a failure that heals.
 demo: provision install

@@ -2,12 +2,20 @@
 
 A remedy is a list of options tried in order; the first option that yields a change which is neither a
 no-op for this profile nor already in `tried` wins. An option combines fixed edits (set/unset args and
-env), a rename of a flag, values read from the engine's message, and a numeric step within bounds.
+env), a rename of a flag, the unrecognized flags of an argparse error (renamed, respelt or dropped),
+values read from the engine's message, and a numeric step within bounds. An option whose suggestion the
+message's own numbers rule out (`skip_if`) is passed over.
+
+Numeric steps start from the engine's effective value (`deployer.effective`): the message's value, the
+attempt's `server_args` dump, preflight's dry resolution, the profile, and only then the documented default;
+the change's reason says which ("engine resolved 0.771"). A change says everything it changes: a removed
+flag maps to None, a rename is that removal plus the new name with the value carried over.
 Pure: no I/O apart from reading the engine's renames table once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import math
@@ -22,6 +30,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from deployer.engines.renames import load_renames
 from deployer.flag_names import option_key
 from deployer.profile.model import Profile
+from deployer.effective import DEFAULT, MESSAGE, PROFILE, EngineValues, Known
+from deployer.engines.followons import complete
+from deployer.versions import version_in
 
 
 class _Data(BaseModel):
@@ -41,6 +52,12 @@ class StepSpec(_Data):
     integer: bool = False
     prefer_from_message: str | None = Field(default=None, description="regex; its groups name candidate values")
     current_from_message: str | None = Field(default=None, description="regex; the engine's resolved value")
+    exceed_from_message: str | None = Field(
+        default=None, description="regex; a value the result must be strictly above: it becomes that value + by")
+    shortfall_from_message: str | None = Field(
+        default=None, description="regex with groups need/need_unit, free/free_unit, total/total_unit (a CUDA OOM): "
+        "a lowering frees at least (need - free) / total plus `margin`")
+    margin: float = 0.01
 
     @model_validator(mode="after")
     def _one_way(self) -> StepSpec:
@@ -61,7 +78,30 @@ class RenameSpec(_Data):
     from_message: str | None = None
 
 
+class Comparison(_Data):
+    """`left op right` over two numbers read from the message (each regex's first group, times its scale)."""
+
+    left: str
+    op: str = Field(pattern=r"^(<|<=|>|>=)$")
+    right: str
+    left_scale: float = 1.0
+    right_scale: float = 1.0
+    why: str = ""
+
+    def holds(self, message: str) -> bool | None:
+        """None when either number is missing from the message."""
+        a, b = _candidates(self.left, message), _candidates(self.right, message)
+        if not a or not b:
+            return None
+        x, y = a[0] * self.left_scale, b[0] * self.right_scale
+        return {"<": x < y, "<=": x <= y, ">": x > y, ">=": x >= y}[self.op]
+
+
 class RemedyOption(_Data):
+    skip_if: list[Comparison] = Field(default_factory=list, description="the message's numbers rule this out")
+    fix_unknown_flags: str | None = Field(
+        default=None, description="regex; group 1 = argparse's unrecognized arguments: each flag is renamed "
+        "(renames table), respelt (did-you-mean against the usage text in the log) or dropped")
     set_args: dict[str, Any] = Field(default_factory=dict)
     unset_args: list[str] = Field(default_factory=list)
     set_env: dict[str, str] = Field(default_factory=dict)
@@ -88,37 +128,59 @@ class Diagnosed(Protocol):
     @property
     def remedy(self) -> RemedySpec | None: ...
 
+    @property
+    def engine_version(self) -> str | None: ...
+
     def message_text(self) -> str: ...
+
+    def engine_values(self, profile_args: dict[str, Any] | None = None) -> EngineValues: ...
 
 
 @dataclass(frozen=True)
 class Change:
-    """One concrete patch of a profile: args/env to set (None = remove) and why."""
+    """One concrete patch of a profile: args/env to set (None = remove) and why.
+
+    basis: for each moved number, the value it started from and its source ("engine resolved 0.771").
+    passed: flags the engine's message shows were given, so their removal is real even when the profile
+    does not name them (a flag from the template, a log diagnosed without its profile).
+    """
 
     args: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str | None] = field(default_factory=dict)
     reason: str = ""
+    basis: dict[str, str] = field(default_factory=dict)
+    passed: frozenset[str] = frozenset()
 
     def key(self) -> str:
         return json.dumps({"args": self.args, "env": self.env}, sort_keys=True, default=str)
 
     def to_json(self) -> dict[str, Any]:
-        return {"args": dict(self.args), "env": dict(self.env), "reason": self.reason}
+        return {"args": dict(self.args), "env": dict(self.env), "reason": self.reason, "basis": dict(self.basis)}
 
     def is_empty(self) -> bool:
         return not self.args and not self.env
 
 
-def propose(diagnosis: Diagnosed, profile: Profile, tried: list[Change]) -> Change | None:
-    """The change the diagnosis' remedy makes to this profile, or None when nothing new applies."""
+def propose(diagnosis: Diagnosed, profile: Profile, tried: list[Change],
+            values: EngineValues | None = None) -> Change | None:
+    """The change the diagnosis' remedy makes to this profile, or None when nothing new applies.
+
+    values: the engine's effective values for the failed attempt (its dump, the dry resolution); without
+    them, the dump found in the diagnosed log, if any, and the profile.
+    """
     if diagnosis.remedy is None:
         return None
+    if values is None:
+        values = diagnosis.engine_values(dict(profile.engine.args))
     return resolve(
         diagnosis.remedy,
         diagnosis.message_text(),
         args=dict(profile.engine.args),
         env=dict(profile.engine.env),
         tried=tried,
+        values=values,
+        version=diagnosis.engine_version,
+        kind=profile.engine.kind,
     )
 
 
@@ -129,59 +191,118 @@ def resolve(
     args: dict[str, Any],
     env: dict[str, str],
     tried: list[Change] | None = None,
+    values: EngineValues | None = None,
+    version: str | None = None,
+    kind: str = "sglang",
 ) -> Change | None:
-    """First option whose change is real (not a no-op) and new (not in `tried`)."""
+    """First option whose change is real (not a no-op), new (not in `tried`), not ruled out by the message,
+    and complete: what the engine's next startup check needs is added (`deployer.engines.followons`)."""
     seen = {c.key() for c in tried or []}
+    values = values if values is not None else EngineValues().then(PROFILE, args)
     for option in spec.options:
-        change = _option_change(option, message, args, env)
+        if any(c.holds(message) for c in option.skip_if):
+            continue
+        change = _option_change(option, message, args, env, values, version)
         if change is None:
             continue
-        change = _without_noops(change, args, env)
+        change = _completed(change, args, env, values, version, kind)
+        if change is None:
+            continue
+        change = _without_noops(change, args, env, values)
         if not change.is_empty() and change.key() not in seen:
             return change
     return None
 
 
-def _option_change(option: RemedyOption, message: str, args: dict[str, Any], env: dict[str, str]) -> Change | None:
+def _option_change(option: RemedyOption, message: str, args: dict[str, Any], env: dict[str, str],
+                   values: EngineValues, version: str | None = None) -> Change | None:
     new_args: dict[str, Any] = {}
     new_env: dict[str, str | None] = {}
+    basis: dict[str, str] = {}
+    passed: set[str] = set()
+    notes: list[str] = []
     for name, value in option.set_args.items():
-        new_args[_pick_name(name, args)] = value
+        new_args[_pick_name(name, args, values, version)] = value
     for name in option.unset_args:
-        new_args[_pick_name(name, args)] = None
+        new_args[_pick_name(name, args, values, version)] = None
     new_env.update(option.set_env)
     new_env.update({name: None for name in option.unset_env})
     for name, pattern in option.set_args_from_message.items():
         found = re.search(pattern, message, re.MULTILINE)
         if found is None:
             return None
-        new_args[_pick_name(name, args)] = _typed(found.group(1))
+        new_args[_pick_name(name, args, values, version)] = _typed(found.group(1))
     if option.rename_arg is not None:
         renamed = _rename(option.rename_arg, message, args)
         if renamed is None:
             return None
         new_args.update(renamed)
+        passed.update(k for k, v in renamed.items() if v is None)
+    if option.fix_unknown_flags is not None:
+        fixed = _fix_unknown_flags(option.fix_unknown_flags, message, args)
+        if fixed is None:
+            return None
+        new_args.update(fixed[0])
+        passed.update(k for k, v in fixed[0].items() if v is None)
+        notes += fixed[1]
     if option.step_arg is not None:
-        stepped = _step(option.step_arg, message, args)
+        stepped = _step(option.step_arg, message, values)
         if stepped is None:
             return None
-        new_args[option.step_arg.arg] = stepped
-    change = Change(args=new_args, env=new_env)
-    return Change(args=new_args, env=new_env, reason=describe(change, args, env))
+        new_args[option.step_arg.arg], start = stepped
+        basis[option.step_arg.arg] = start.describe()
+    change = Change(args=new_args, env=new_env, basis=basis, passed=frozenset(passed))
+    return dataclasses.replace(change, reason=_reason(change, args, env, values, notes))
 
 
-def _pick_name(name: str, args: dict[str, Any]) -> str:
-    """`a|b`: the alternative the profile already uses (a flag renamed across versions), else the first."""
+def _completed(change: Change, args: dict[str, Any], env: dict[str, str], values: EngineValues,
+               version: str | None, kind: str) -> Change | None:
+    """The change plus what the next known startup check needs; None when that would undo the change."""
+    def lookup(name: str) -> Any:
+        known = values.lookup(name)
+        return None if known is None else known.value
+
+    done = complete(change.args, lookup, version, kind)
+    if done is None:
+        return None
+    more_args, more_env, notes = done
+    if not more_args and not more_env:
+        return change
+    merged = dataclasses.replace(change, args={**change.args, **more_args}, env={**change.env, **more_env})
+    old_notes = change.reason.split(" | ")[1:]
+    return dataclasses.replace(merged, reason=_reason(merged, args, env, values, [*old_notes, *notes]))
+
+
+def _pick_name(name: str, args: dict[str, Any], values: EngineValues | None = None,
+               version: str | None = None) -> str:
+    """`a|b`: the alternative the profile already uses (a flag renamed across versions), else the one the
+    engine reported (its dump names its own spelling), else the one the engine version has, else the first."""
     names = name.split("|")
-    return next((n for n in names if n in args), names[0])
+    known = next((n for n in names if n in args), None)
+    if known is None and values is not None:
+        known = next((n for n in names if values.lookup(n) is not None), None)
+    if known is None and version is not None:
+        older = {old: new for old, (new, since) in rename_history().items() if not version_in(version, f">={since}")}
+        known = next((old for old, new in older.items() if old in names and new in names), None)
+    return known or names[0]
 
 
-def _without_noops(change: Change, args: dict[str, Any], env: dict[str, str]) -> Change:
-    new_args = {
-        k: v for k, v in change.args.items() if (v is None and k in args) or (v is not None and not _same(args.get(k), v))
-    }
+def _without_noops(change: Change, args: dict[str, Any], env: dict[str, str], values: EngineValues) -> Change:
+    """Drop what would not change anything: a value the profile or the engine already has, an absent removal."""
+    new_args = {k: v for k, v in change.args.items()
+                if (v is None and (k in args or k in change.passed)) or (v is not None and not _has(k, v, args, values))}
     new_env = {k: v for k, v in change.env.items() if env.get(k) != v and not (v is None and k not in env)}
-    return Change(args=new_args, env=new_env, reason=describe(Change(new_args, new_env), args, env))
+    kept = Change(new_args, new_env, basis={k: b for k, b in change.basis.items() if k in new_args},
+                  passed=change.passed)
+    notes = [n for n in change.reason.split(" | ")[1:]]
+    return dataclasses.replace(kept, reason=_reason(kept, args, env, values, notes))
+
+
+def _has(name: str, value: Any, args: dict[str, Any], values: EngineValues) -> bool:
+    if name in args:
+        return _same(args[name], value)
+    known = values.lookup(name)
+    return known is not None and _same(known.value, value)
 
 
 def _same(old: Any, new: Any) -> bool:
@@ -194,15 +315,30 @@ def _same(old: Any, new: Any) -> bool:
     return str(old) == str(new)
 
 
-def describe(change: Change, args: dict[str, Any], env: dict[str, str]) -> str:
-    """`flag: old -> new; NAME=value` in one line."""
+def describe(change: Change, args: dict[str, Any], env: dict[str, str], values: EngineValues | None = None) -> str:
+    """`flag: old -> new; NAME=value` in one line; a moved number says where it started ("engine resolved 0.771")."""
     parts = []
     for name, value in change.args.items():
-        old = args.get(name, "(engine default)")
-        parts.append(f"{name}: {old} -> {'(removed)' if value is None else value}")
+        parts.append(f"{name}: {_old(name, change, args, values)} -> {'(removed)' if value is None else value}")
     for name, text in change.env.items():
         parts.append(f"unset {name}" if text is None else f"{name}={text}")
     return "; ".join(parts)
+
+
+def _old(name: str, change: Change, args: dict[str, Any], values: EngineValues | None) -> str:
+    if name in change.basis:
+        return change.basis[name]
+    if name in args:
+        return str(args[name])
+    known = values.lookup(name) if values is not None else None
+    if known is not None:
+        return known.describe()
+    return "(given)" if name in change.passed else "(engine default)"
+
+
+def _reason(change: Change, args: dict[str, Any], env: dict[str, str], values: EngineValues,
+            notes: list[str]) -> str:
+    return " | ".join([describe(change, args, env, values), *notes])
 
 
 def _typed(text: str) -> Any:
@@ -217,14 +353,15 @@ def _typed(text: str) -> Any:
         return text
 
 
-def _step(step: StepSpec, message: str, args: dict[str, Any]) -> float | int | None:
-    current = _current(step, message, args)
+def _step(step: StepSpec, message: str, values: EngineValues) -> tuple[float | int, Known] | None:
+    """The next value and the effective value it moves from; None when none is forward and in bounds."""
+    start = _current(step, message, values)
+    current = float(start.value)
     if step.prefer_from_message:
         for candidate in _candidates(step.prefer_from_message, message):
             if _forward(step, current, candidate) and _in_bounds(step, candidate):
-                return _rounded(step, candidate)
-    nxt = current + step.by if step.by is not None else current * (step.factor or 1.0)
-    nxt = _rounded(step, nxt)
+                return _rounded(step, candidate), start
+    nxt = _rounded(step, _next_value(step, message, current))
     if step.min is not None and nxt < step.min:
         nxt = step.min if current > step.min else nxt
     if step.max is not None and nxt > step.max:
@@ -232,23 +369,63 @@ def _step(step: StepSpec, message: str, args: dict[str, Any]) -> float | int | N
     nxt = _rounded(step, nxt)
     if not _in_bounds(step, nxt) or not _forward(step, current, nxt):
         return None
+    return nxt, start
+
+
+def _next_value(step: StepSpec, message: str, current: float) -> float:
+    """One step from `current`; a threshold or a shortfall in the message can make the step larger."""
+    nxt = current + step.by if step.by is not None else current * (step.factor or 1.0)
+    if step.exceed_from_message and step.upward:
+        above = _candidates(step.exceed_from_message, message)
+        if above:
+            nxt = max(nxt, above[0] + abs(step.by or 0.0) if step.by is not None else above[0] * (step.factor or 1))
+    if step.shortfall_from_message and not step.upward:
+        short = _shortfall(step.shortfall_from_message, message)
+        if short is not None:
+            nxt = min(nxt, current - math.ceil((short + step.margin) * 100) / 100)
     return nxt
 
 
-def _current(step: StepSpec, message: str, args: dict[str, Any]) -> float:
-    value = args.get(step.arg)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            pass
+_UNITS = {"b": 1.0 / (1 << 30), "kib": 1.0 / (1 << 20), "mib": 1.0 / 1024, "gib": 1.0, "tib": 1024.0,
+          "kb": 1e3 / (1 << 30), "mb": 1e6 / (1 << 30), "gb": 1e9 / (1 << 30)}
+
+
+def _shortfall(pattern: str, message: str) -> float | None:
+    """(need - free) / total from a CUDA OOM message: the fraction of the GPU that was missing."""
+    found = re.search(pattern, message, re.MULTILINE)
+    if found is None:
+        return None
+    try:
+        need, free, total = (float(found.group(n)) * _UNITS[found.group(n + "_unit").lower()]
+                             for n in ("need", "free", "total"))
+    except (IndexError, KeyError, TypeError, ValueError):
+        return None
+    return max(0.0, need - free) / total if total > 0 else None
+
+
+def _current(step: StepSpec, message: str, values: EngineValues) -> Known:
+    """The value the engine used: its message, its dump, the dry resolution, the profile, the documented default."""
     if step.current_from_message:
         found = _candidates(step.current_from_message, message)
         if found:
-            return found[0]
-    return step.default
+            return Known(found[0], MESSAGE)
+    known = values.lookup(step.arg)
+    if known is not None:
+        number = _number(known.value)
+        if number is not None:
+            return Known(number, known.source)
+    return Known(step.default, DEFAULT)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return float(str(value))
+    except ValueError:
+        return None
 
 
 def _candidates(pattern: str, message: str) -> list[float]:
@@ -298,6 +475,69 @@ def _rename(spec: RenameSpec, message: str, args: dict[str, Any]) -> dict[str, A
     if value is None:
         return None
     return {old: None, new: value}
+
+
+def _fix_unknown_flags(pattern: str, message: str, args: dict[str, Any]) -> tuple[dict[str, Any], list[str]] | None:
+    """Each flag argparse did not recognize: renamed (table), respelt (did-you-mean), else dropped, loudly."""
+    found = re.search(pattern, message, re.MULTILINE)
+    if found is None:
+        return None
+    known = usage_flags(message)
+    out: dict[str, Any] = {}
+    notes: list[str] = []
+    for flag, value in _flag_tokens(found.group(1).split()):
+        old = flag.lstrip("-").replace("-", "_")
+        carried = args.get(old, value if value is not None else True)
+        new = known_renames().get(old)
+        if new is not None and known and new not in known:
+            new = None
+        if new is None and known:  # a newer name on an older engine: its old name
+            new = next((o for o, n in known_renames().items() if n == old and o in known), None)
+        if new is None and known:
+            close = difflib.get_close_matches(old, sorted(known), n=1, cutoff=0.8)
+            new = close[0] if close else None
+            if new is not None:
+                notes.append(f"{flag} is not a flag of this engine; did you mean --{new.replace('_', '-')}? renamed")
+        out[old] = None
+        if new is not None:
+            out[new] = carried
+        else:
+            notes.append(f"dropped {flag}: this engine version does not have it (no rename, no close spelling)")
+    return out, notes
+
+
+def _flag_tokens(tokens: list[str]) -> list[tuple[str, Any]]:
+    """argparse's `unrecognized arguments:` list -> (flag, value or None) pairs (`--a 1 --b --c=x`)."""
+    pairs: list[tuple[str, Any]] = []
+    for token in tokens:
+        if token.startswith("--"):
+            flag, eq, value = token.partition("=")
+            pairs.append((flag, _typed(value) if eq else None))
+        elif pairs and pairs[-1][1] is None:
+            pairs[-1] = (pairs[-1][0], _typed(token))
+    return pairs
+
+
+_USAGE_FLAG_RE = re.compile(r"\[?(--[a-z0-9][a-z0-9-]*)")
+
+
+def usage_flags(message: str) -> set[str]:
+    """The flags argparse's usage text (printed with its error) lists, as profile keys."""
+    start = message.find("usage: ")
+    if start < 0:
+        return set()
+    end = message.find("error: ", start)
+    block = message[start: end if end >= 0 else len(message)]
+    return {m.lstrip("-").replace("-", "_") for m in _USAGE_FLAG_RE.findall(block)} - {"h", "help"}
+
+
+@lru_cache(maxsize=4)
+def rename_history(kind: str = "sglang") -> dict[str, tuple[str, str]]:
+    """Old flag name -> (new name, first release with the new name), from the engine's renames table."""
+    from deployer.engines.renames import load_renames
+
+    return {r.old.replace("-", "_"): (r.new.replace("-", "_"), r.since) for r in load_renames(engine=kind)
+            if r.kind in ("flag", "arg") and r.new}
 
 
 @lru_cache(maxsize=4)

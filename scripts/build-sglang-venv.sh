@@ -2,7 +2,11 @@
 # Build (or reuse) a CPU-only venv with real SGLang code, enough to run its argument parser and
 # its argument resolution (`prepare_server_args` + `resolve_once`) without a GPU.
 #
-#   scripts/build-sglang-venv.sh DIR      # e.g. .cache/sglang-venv
+#   scripts/build-sglang-venv.sh DIR [VERSION]   # e.g. ~/.cache/deployer/sglang-venv 0.5.23
+#
+# VERSION (default 0.5.23, or env SGLANG_VERSION) picks the release and the dependency pins it needs:
+# 0.5.23 is the current release; 0.5.10 is the seed era (the first release whose resolution raises the
+# radix-cache error of `--mamba-scheduler-strategy no_buffer` with speculative decoding).
 #
 # The venv is rebuilt only when DIR/.stamp is missing or differs from the stamp below (versions and
 # package list), so a warm run costs a file comparison. torch comes from the local CPU wheel
@@ -10,24 +14,39 @@
 # so pip can never pull a CUDA torch.
 set -euo pipefail
 
-DIR=${1:?usage: build-sglang-venv.sh DIR}
+DIR=${1:?usage: build-sglang-venv.sh DIR [VERSION]}
+SGLANG_VERSION=${2:-${SGLANG_VERSION:-0.5.23}}
 PY=${PYTHON:-python3}
-SGLANG_VERSION=${SGLANG_VERSION:-0.5.23}
+# The only torch wheel here is the local CPU build; each release pins another torch, but its argument
+# parser and resolution run on this one (checked by the smoke below and by tests/sglang_real).
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}
 
 # The minimal set that `sglang.srt.server_args` and its resolution import, found by trial: start from
-# nothing, import, install what is missing, repeat. Pins follow sglang 0.5.23's own requirements.
-DEPS=(
-  "transformers==5.19.0" "tokenizers==0.23.2" huggingface_hub safetensors
+# nothing, import, install what is missing, repeat. Pins follow each release's own requirements.
+COMMON=(
+  huggingface_hub safetensors
   msgspec numpy pydantic packaging psutil requests regex tqdm pyyaml filelock einops orjson pybase64
-  pillow starlette pyzmq ipython aiohttp dill "apache-tvm-ffi==0.1.11" "sentencepiece==0.2.1" gguf
+  pillow starlette pyzmq ipython aiohttp dill "sentencepiece==0.2.1" gguf
   loguru  # compressed-tensors needs it; it is installed --no-deps below
 )
+case "$SGLANG_VERSION" in
+  0.5.23)
+    DEPS=("${COMMON[@]}" "transformers==5.19.0" "tokenizers==0.23.2" "apache-tvm-ffi==0.1.11")
+    NODEPS=("sglang==$SGLANG_VERSION" triton "torchvision==0.28.0" "compressed-tensors==0.18.0") ;;
+  0.5.10)  # its METADATA: transformers==5.3.0, openai==2.6.1, apache-tvm-ffi>=0.1.5,<0.2
+    DEPS=("${COMMON[@]}" "transformers==5.3.0" "apache-tvm-ffi==0.1.11" "openai==2.6.1" partial_json_parser)
+    NODEPS=("sglang==$SGLANG_VERSION" triton "torchvision==0.28.0" "compressed-tensors==0.18.0") ;;
+  *) echo "build-sglang-venv: no dependency pins for sglang $SGLANG_VERSION (known: 0.5.23, 0.5.10)" >&2
+     exit 2 ;;
+esac
 # Packages whose requirements name torch: installed without dependencies so the CPU torch stays.
-NODEPS=("sglang==$SGLANG_VERSION" triton "torchvision==0.28.0" "compressed-tensors==0.18.0")
 
-STAMP="torch=$TORCH_VERSION nodeps=${NODEPS[*]} deps=${DEPS[*]} py=$($PY -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+STAMP="sglang=$SGLANG_VERSION torch=$TORCH_VERSION nodeps=${NODEPS[*]} deps=${DEPS[*]} py=$($PY -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 
+mkdir -p "$(dirname "$DIR")"
+# One builder per DIR: a second `make sglang-venv` waits for the first instead of deleting its work.
+exec 9>"$DIR.lock"
+flock 9
 if [[ -x "$DIR/bin/python" && -f "$DIR/.stamp" && "$(cat "$DIR/.stamp")" == "$STAMP" ]]; then
   echo "sglang venv up to date: $DIR"
   exit 0
@@ -35,7 +54,6 @@ fi
 
 start=$(date +%s)
 rm -rf "$DIR"
-mkdir -p "$(dirname "$DIR")"
 $PY -m venv "$DIR"
 PIP=("$DIR/bin/python" -m pip install --quiet --disable-pip-version-check)
 "${PIP[@]}" "torch==$TORCH_VERSION"
@@ -49,12 +67,14 @@ fi
 # Smoke: the flag set must be introspectable, or the venv is useless. The test bed's sitecustomize
 # (tests/sglang_real/h200) lets the CUDA-built torchvision import on this CPU torch.
 HERE=$(cd "$(dirname "$0")/.." && pwd)
-PYTHONPATH="$HERE/tests/sglang_real/h200" FAKE_H200=0 "$DIR/bin/python" - <<'PY'
-import argparse
+PYTHONPATH="$HERE/tests/sglang_real/h200" FAKE_H200=0 "$DIR/bin/python" - "$SGLANG_VERSION" <<'PY'
+import argparse, sys
 from sglang.srt.server_args import ServerArgs
+from sglang.version import __version__
+assert __version__ == sys.argv[1], (__version__, sys.argv[1])
 p = argparse.ArgumentParser()
 ServerArgs.add_cli_args(p)
-print(f"sglang venv ok: {len(p._actions)} argparse actions")
+print(f"sglang {__version__} venv ok: {len(p._actions)} argparse actions")
 PY
 echo "$STAMP" > "$DIR/.stamp"
 echo "built $DIR in $(( $(date +%s) - start ))s"

@@ -8,6 +8,7 @@ tail of the log (argparse, uvicorn, NCCL and "scheduler died" errors are not tra
 
 from __future__ import annotations
 
+import dataclasses
 import mmap
 import os
 import re
@@ -15,6 +16,8 @@ import signal as signals
 from dataclasses import dataclass, field
 from typing import Any
 
+from deployer.diagnose.drift import parse_server_args
+from deployer.effective import ENGINE_RESOLVED, PROFILE, EngineValues
 from deployer.logtext import ANSI_RE, clip, readable
 from deployer.remedy import RemedySpec, resolve
 from deployer.versions import version_in
@@ -33,6 +36,7 @@ BLOCK_CHARS = 2 << 20       # how far past its start a traceback is parsed
 TAIL_CHARS = 256 << 10      # how much of the log's end the non-traceback errors are looked for in
 CONTEXT_BYTES = 64 << 10    # diagnose_file: bytes kept before the first traceback
 LINE_CHARS = 4096           # one line as matched against the signatures: a hostile 8 MB line costs what 4 KB does
+MAX_TRACEBACKS = 8          # how many tracebacks of one log are tried (harmless ones can come first)
 
 
 @dataclass(frozen=True)
@@ -192,22 +196,32 @@ class Diagnosis:
     traceback: str | None = None
     remedy: RemedySpec | None = None
     hint: str | None = None
+    engine_args: dict[str, Any] | None = None   # the attempt's own `server_args=` dump, when the log has one
+    context: str = ""                           # more of the log a remedy may read (argparse's usage text)
+    engine_version: str | None = None           # the engine version the log is from, when known
 
     def message_text(self) -> str:
-        """The text a remedy reads values from (the matching lines, then the traceback)."""
-        return "\n".join([*self.evidence, self.traceback or ""])
+        """The text a remedy reads values from (the matching lines, the traceback, the error's context)."""
+        return "\n".join([*self.evidence, self.traceback or "", self.context])
+
+    def engine_values(self, profile_args: dict[str, Any] | None = None) -> EngineValues:
+        """What the engine used: its dump in this log, then the profile's args."""
+        return EngineValues().then(ENGINE_RESOLVED, self.engine_args).then(PROFILE, profile_args)
 
     def to_json(self) -> dict[str, Any]:
         change = None
         if self.remedy is not None:
-            change = resolve(self.remedy, self.message_text(), args={}, env={})
+            change = resolve(self.remedy, self.message_text(), args={}, env={}, values=self.engine_values(),
+                             version=self.engine_version)
+        remedy = None if change is None else {"args": dict(change.args), "env": dict(change.env),
+                                              "reason": change.reason}
         return {
             "signature": self.signature,
             "summary": self.summary,
             "transient": self.transient,
             "evidence": list(self.evidence),
             "traceback": self.traceback,
-            "remedy": None if change is None else {"args": dict(change.args), "env": dict(change.env)},
+            "remedy": remedy,
         }
 
 
@@ -221,25 +235,71 @@ def diagnose(
 ) -> Diagnosis:
     """Diagnose one attempt from (a bounded window of) its log and how the process ended."""
     signatures = [s for s in load_signatures(kind) if engine_version is None or version_in(engine_version, s.versions)]
-    tb = first_traceback(text)
+    tbs = tracebacks(text)
     tail = _tail_lines(text)
-    for stage in _stages(tb, tail):
+    # A harmless traceback (a warning logged with its stack) can come first: each traceback in turn, then the tail.
+    stages = [(stage, tb) for tb in tbs for stage in _stages(tb)] + [("\n".join(tail), tbs[0] if tbs else None)]
+    for stage, tb in stages:
         for sig in signatures:
             found = sig.search(stage)
             if found and sig.fits(text):
-                return _matched(sig, stage, found, tb)
+                matched = _matched(sig, stage, found, tb)
+                return dataclasses.replace(matched, engine_args=parse_server_args(text),
+                                           context=_usage(tail), engine_version=engine_version)
     signum = signal if signal is not None else _signal_of_exit(exit_code)
-    if tb is None and signum is not None:
+    if not tbs and signum is not None:
         return killed_by_signal(signum, tail)
-    return _unknown(tb, tail)
+    return _unknown(_fatal(tbs), tail)
 
 
-def _stages(tb: Traceback | None, tail: list[str]) -> list[str]:
-    stages = []
-    if tb is not None:
-        stages += ["\n".join(tb.exceptions), tb.text, "\n".join([tb.prefix or "", *tb.after])]
-    stages.append("\n".join(tail))
-    return stages
+def tracebacks(text: str, limit: int = MAX_TRACEBACKS) -> list[Traceback]:
+    """The first `limit` tracebacks of `text`, in order (chained parts belong to their traceback)."""
+    found: list[Traceback] = []
+    start = 0
+    while len(found) < limit:
+        pos = text.find(TB_MARK, start)
+        if pos < 0:
+            break
+        begin = text.rfind("\n", 0, pos) + 1
+        tb = first_traceback(text[begin: begin + BLOCK_CHARS])
+        if tb is None:
+            break
+        found.append(tb)
+        start = _after(text, pos, tb)
+    return found
+
+
+def _after(text: str, pos: int, tb: Traceback) -> int:
+    """Past a chained traceback: after its last part's header."""
+    at = pos
+    for _ in range(tb.text.count(TB_MARK)):
+        nxt = text.find(TB_MARK, at)
+        if nxt < 0:
+            break
+        at = nxt + len(TB_MARK)
+    return at
+
+
+def _fatal(tbs: list[Traceback]) -> Traceback | None:
+    """For an unknown failure: the first traceback that is not a logged warning's, else the first."""
+    for tb in tbs:
+        if not (tb.prefix and "warn" in tb.prefix.lower()):
+            return tb
+    return tbs[0] if tbs else None
+
+
+def _stages(tb: Traceback) -> list[str]:
+    return ["\n".join(tb.exceptions), tb.text, "\n".join([tb.prefix or "", *tb.after])]
+
+
+def _usage(tail: list[str]) -> str:
+    """argparse's usage block before its error (it lists every flag the engine knows: did-you-mean reads it)."""
+    starts = [i for i, line in enumerate(tail) if line.startswith("usage: ")]
+    if not starts:
+        return ""
+    block = tail[starts[-1]:]
+    end = next((i for i, line in enumerate(block) if ": error: " in line), len(block) - 1)
+    return "\n".join(block[: end + 1])
 
 
 def _tail_lines(text: str) -> list[str]:

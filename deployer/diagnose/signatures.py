@@ -16,6 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from deployer.engines import engine_for
 from deployer.remedy import RemedySpec, remedy_spec
+from deployer.versions import version_in
+
+__all__ = ["Signature", "load_signatures", "version_in"]
 
 
 class Signature(BaseModel):

@@ -40,6 +40,7 @@ class EngineSpec:
     data_dir: Path = field(default_factory=lambda: Path(__file__).parent)
     signatures_file: str = ""               # failure signatures (YAML) in data_dir
     renames_file: str = ""                  # flag/env renames by version (YAML) in data_dir
+    followons_file: str = ""                # startup checks a remedy must also satisfy (YAML) in data_dir
     value_aliases: dict[str, dict[str, str]] = field(default_factory=dict)  # flag -> {given: engine's name}
     multinode: MultiNode | None = None      # None: no multi-node launch known
 

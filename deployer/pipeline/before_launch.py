@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from deployer.diagnose.diagnosis import diagnose
+from deployer.effective import DryResolution
 from deployer.errors import PreflightFailed
+from deployer.flag_names import key_option
 from deployer.local_history import home
-from deployer.preflight.checks import run_preflight
+from deployer.preflight.checks import PreflightReport, run_preflight
 from deployer.profile.model import Profile
 from deployer.remedy import Change, propose
 from deployer.remote.base import Remote
@@ -21,24 +23,29 @@ from deployer.watch.watcher import Event, EventSink
 
 def checked_profile(remote: Remote, profile: Profile, *, heal: bool, model_config: Path | None, own_port: bool,
                     tried: list[Change], emit: EventSink, notes: list[dict[str, Any]],
-                    warnings: list[str]) -> tuple[Profile, str | None]:
-    """The profile to launch (flags translated, pre-launch remedies applied) and the target's engine version."""
+                    warnings: list[str]) -> tuple[Profile, str | None, DryResolution | None]:
+    """The profile to launch (flags translated, pre-launch remedies applied), the target's engine version, and
+    the engine's dry resolution of that profile's args (where it ran): the effective values remedies start from."""
     for _ in range(profile.retry.max_attempts):
         result = run_preflight(remote, profile, cache_dir=home() / "cache", model_config=model_config,
                                own_port=own_port)
         version = result.engine_version or profile.engine.version
         if not result.problems:
             _tell(result, emit, warnings)
-            return result.profile, version
-        others = [p for p in result.problems if not p.startswith("the engine rejects")]
-        if result.rejection is None or others:  # healing the arguments cannot fix the rest
+            dry = None if result.resolved is None else \
+                DryResolution(args=dict(result.profile.engine.args), resolved=result.resolved)
+            return result.profile, version, dry
+        rejection = result.rejection or _as_argparse_error(result)
+        known = set(result.unknown_flags.values())
+        others = [p for p in result.problems if not p.startswith("the engine rejects") and p not in known]
+        if rejection is None or others:  # healing the arguments cannot fix the rest
             _tell(result, emit, warnings)
             for problem in result.problems:
                 emit(Event("problem", {"message": problem}))
             for suggestion in result.memory.suggestions if result.memory else []:
                 emit(Event("suggestion", {"message": suggestion}))
             raise PreflightFailed(result.problems, hint=_first_suggestion(result.memory))
-        diag = diagnose(result.rejection, engine_version=version)
+        diag = diagnose(rejection, engine_version=version)
         note: dict[str, Any] = {"stage": "preflight", **diag.to_json(), "hint": diag.hint}
         emit(Event("diagnosis", {"attempt": 0, **note}))
         change = propose(diag, result.profile, tried) if heal and diag.signature else None
@@ -50,6 +57,19 @@ def checked_profile(remote: Remote, profile: Profile, *, heal: bool, model_confi
         emit(Event("change", {"attempt": 0, "before_launch": True, **change.to_json()}))
         profile = result.profile.patched(args=change.args, env=change.env)
     raise PreflightFailed([f"still rejected after {profile.retry.max_attempts} changes before launch"])
+
+
+def _as_argparse_error(result: PreflightReport) -> str | None:
+    """Flags the target's engine does not have, as its argparse would reject them (usage lists its own flags):
+    the same remedy then renames, respells (did-you-mean) or drops them as after a rejected launch."""
+    if not result.unknown_flags:
+        return None
+    usage = "usage: sglang serve " + " ".join(f"[{key_option(k)}]" for k in result.flag_names)
+    words = []
+    for key in result.unknown_flags:
+        value = result.profile.engine.args.get(key)
+        words += [key_option(key)] + ([] if isinstance(value, (bool, list, dict)) or value is None else [str(value)])
+    return f"{usage}\nsglang serve: error: unrecognized arguments: {' '.join(words)}\n"
 
 
 def _tell(result: Any, emit: EventSink, warnings: list[str]) -> None:

@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 
 from deployer.diagnose.diagnosis import Diagnosis, diagnose, hang_diagnosis, oom_killer_lines
 from deployer.diagnose.drift import compare, parse_server_args
+from deployer.effective import DryResolution, EngineValues, engine_values
 from deployer.engines import engine_for
 from deployer.errors import DeployError, LaunchFailed, PortBusy, ProfileError, RetriesExhausted, TargetError
 from deployer.local_history import History
@@ -128,11 +129,12 @@ def up(profile: Profile, opts: UpOptions, emit: EventSink) -> UpReport:
         report = UpReport(name=profile.name, host=remote.label, status="failed")
         original, version = profile, profile.engine.version
         tried: list[Change] = []
+        dry: DryResolution | None = None
         view = current_view(remote, layout)
         running = view is not None and view.alive
         own_port = running and view is not None and view.record.get("port") == profile.engine.port
         if not opts.skip_preflight:
-            profile, version = checked_profile(remote, profile, heal=opts.heal, model_config=opts.model_config,
+            profile, version, dry = checked_profile(remote, profile, heal=opts.heal, model_config=opts.model_config,
                                                own_port=own_port, tried=tried, emit=emit,
                                                notes=report.before_launch, warnings=report.warnings)
         else:
@@ -150,7 +152,7 @@ def up(profile: Profile, opts: UpOptions, emit: EventSink) -> UpReport:
             check_port(remote, layout, profile.engine.port)
         serving = Serving(view) if view is not None and running else None
         return _attempts(remote, layout, profile, opts, report, emit, version, tried=tried, original=original,
-                         serving=serving)
+                         serving=serving, dry=dry)
 
 
 def _unsupervised(view: RunView, profile: Profile, report: UpReport, emit: EventSink) -> None:
@@ -172,7 +174,7 @@ def _check_engine_python(remote: Remote, profile: Profile) -> None:
 
 def _attempts(remote: Remote, layout: Layout, profile: Profile, opts: UpOptions, report: UpReport,
               emit: EventSink, version: str | None, *, tried: list[Change], original: Profile,
-              serving: Serving | None) -> UpReport:
+              serving: Serving | None, dry: DryResolution | None = None) -> UpReport:
     history = History()
     up_id = uuid.uuid4().hex[:12]
     try:
@@ -202,7 +204,7 @@ def _attempts(remote: Remote, layout: Layout, profile: Profile, opts: UpOptions,
                 return report
             if isinstance(outcome, PortTaken):
                 _port_taken(remote, run, profile, item, history, row)
-            change = _after_failure(remote, run, launch, outcome, profile, opts, item, tried, version, emit)
+            change = _after_failure(remote, run, launch, outcome, profile, opts, item, tried, version, emit, dry)
             history.end_attempt(row, outcome=item.outcome, diagnosis=item.diagnosis, change=item.change)
             write_outcome(remote, run, item.to_json())
             if change is False:
@@ -328,7 +330,7 @@ def _amend(exc: DeployError, note: str) -> None:
 
 def _after_failure(remote: Remote, run: RunDir, launch: Launch, outcome: Outcome, profile: Profile,
                    opts: UpOptions, item: AttemptReport, tried: list[Change], version: str | None,
-                   emit: EventSink) -> Change | bool:
+                   emit: EventSink, dry: DryResolution | None = None) -> Change | bool:
     """Diagnose a failed attempt: the change to make, True to retry unchanged (transient), False to stop."""
     if isinstance(outcome, (Hung, TimedOut)):
         stop(remote, run, min(profile.restart.grace_s, 10.0))
@@ -346,13 +348,28 @@ def _after_failure(remote: Remote, run: RunDir, launch: Launch, outcome: Outcome
         emit(Event("info", {"message": f"transient failure; retrying unchanged in {profile.retry.backoff_s:g}s"}))
         time.sleep(profile.retry.backoff_s)
         return True
-    change = propose(diag, profile, tried)
+    values = _attempt_values(remote, launch, diag, profile, dry) if diag.remedy is not None else None
+    change = propose(diag, profile, tried, values)
     if change is None:
         return False
     tried.append(change)
     item.change = change.to_json()
     emit(Event("change", {"attempt": item.attempt, **item.change}))
     return change
+
+
+def _attempt_values(remote: Remote, launch: Launch, diag: Diagnosis, profile: Profile,
+                    dry: DryResolution | None) -> EngineValues:
+    """What the engine used in this attempt: its own args dump (in the diagnosed window, else the log's head),
+    else the dry resolution of these args, else the profile."""
+    dump = diag.engine_args
+    if dump is None:
+        try:
+            head = remote.read(launch.run.log, launch.log_offset, 512 << 10).decode("utf-8", "replace")
+        except (DeployError, OSError):
+            head = ""   # no log to read: the dry resolution and the profile still say what was asked
+        dump = parse_server_args(head)
+    return engine_values(dump, dry, dict(profile.engine.args))
 
 
 def diagnose_attempt(remote: Remote, launch: Launch, outcome: Outcome, version: str | None) -> Diagnosis:

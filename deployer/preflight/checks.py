@@ -39,6 +39,8 @@ class PreflightReport:
     resolution: str = "not run"
     resolved: dict[str, Any] | None = None
     rejection: str | None = None      # the engine's own error when it rejected these arguments
+    unknown_flags: dict[str, str] = field(default_factory=dict)   # flags the engine does not have -> problem
+    flag_names: list[str] = field(default_factory=list)           # every flag the target's engine has
 
     @property
     def ok(self) -> bool:
@@ -109,6 +111,8 @@ def run_preflight(remote: Remote, profile: Profile, *, cache_dir: Path, model_co
         report.profile = checked.profile
         report.problems += checked.errors
         report.warnings += checked.warnings
+        report.unknown_flags = dict(checked.unknown)
+        report.flag_names = flagset.option_keys()
         if checked.ok:
             _resolve(remote, report)
     _memory(report, model_config)
@@ -208,7 +212,8 @@ def _memory(report: PreflightReport, model_config: Path | None) -> None:
     tp = int(args.get("tp_size") or 1)
     used = [g for g in facts.gpus if profile.engine.gpus is None or g.index in profile.engine.gpus]
     try:
-        plan = plan_memory(model, args, [g.free_mib for g in used], [g.total_mib for g in used], tp)
+        plan = plan_memory(model, args, [g.free_mib for g in used], [g.total_mib for g in used], tp,
+                           version=facts.engine_version)
     except (UnsupportedModel, KeyError, ValueError, ZeroDivisionError) as exc:
         report.warnings.append(f"no memory estimate for this model: {exc}")
         return

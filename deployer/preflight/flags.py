@@ -110,6 +110,7 @@ class FlagReport:
     profile: Profile
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    unknown: dict[str, str] = field(default_factory=dict)   # profile key -> its error line (no such flag)
 
     @property
     def ok(self) -> bool:
@@ -273,6 +274,7 @@ def _unique_prefix(key: str, fs: FlagSet, report: FlagReport) -> str | None:
     hint = difflib.get_close_matches(key, fs.option_keys(), n=3, cutoff=0.6)
     did = f"; did you mean {' or '.join(key_option(h) for h in hint)}?" if hint else ""
     report.errors.append(f"unknown flag {key_option(key)} for {fs.engine} {fs.version}{did}")
+    report.unknown[key] = report.errors[-1]
     return None
 
 

@@ -2,14 +2,18 @@
 
 Follows SGLang 0.5.23's own sizing (arg_groups/memory_hook.py for the automatic mem_fraction_static,
 mem_cache/kv_cache_configurator.py for the KV/Mamba split, configs/mamba_utils.py for the state size),
-written from reading it, in MiB/bytes like SGLang. It is an estimate: activation peaks, CUDA context and
-allocator slack are what SGLang's reserve covers, and are not measured here.
+written from reading it, in MiB/bytes like SGLang. Where an installed release differs (the seed era's
+0.5.9-0.5.13 turn an `auto` Mamba strategy into no_buffer) its own rule is used; preflight passes the
+engine-resolved mem_fraction_static when the dry resolution ran. It is an estimate: activation peaks, CUDA
+context and allocator slack are what SGLang's reserve covers, and are not measured here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from deployer.versions import version_in
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -186,6 +190,20 @@ def _running_requests(args: dict[str, Any]) -> int | None:
     return None if value is None else int(value)
 
 
+# Releases whose `--mamba-scheduler-strategy auto` always means no_buffer (server_args.py __post_init__ of the
+# 0.5.9-0.5.13 wheels: "if self.mamba_scheduler_strategy == 'auto': ... = 'no_buffer'"); later releases pick
+# extra_buffer unless overlap scheduling is off (0.5.23 arg_groups/mamba_hook.py).
+AUTO_IS_NO_BUFFER = ">=0.5.9,<0.5.14"
+
+
+def with_release_rules(args: dict[str, Any], version: str | None) -> dict[str, Any]:
+    """`auto` (or unset) Mamba strategy resolved as the installed release does, where that differs from 0.5.23."""
+    strategy = args.get("mamba_radix_cache_strategy") or args.get("mamba_scheduler_strategy") or "auto"
+    if strategy != "auto" or version is None or not version_in(version, AUTO_IS_NO_BUFFER):
+        return args
+    return with_args(args, mamba_scheduler_strategy="no_buffer", mamba_radix_cache_strategy=None)
+
+
 def mamba_strategy(args: dict[str, Any]) -> str:
     strategy = str(args.get("mamba_radix_cache_strategy") or args.get("mamba_scheduler_strategy") or "auto")
     if strategy == "auto":
@@ -206,8 +224,10 @@ def slots_per_request(args: dict[str, Any]) -> int:
 
 
 def plan_memory(model: ModelInfo, args: dict[str, Any], gpu_free_mib: list[int], gpu_total_mib: list[int],
-                tp: int) -> MemoryPlan:
-    """Estimate one GPU's budget (the one with least free memory among those used) for these args."""
+                tp: int, version: str | None = None) -> MemoryPlan:
+    """Estimate one GPU's budget (the one with least free memory among those used) for these args, under the
+    installed release's rules where they differ (`version`)."""
+    args = with_release_rules(args, version)
     plan = _plan(model, args, gpu_free_mib, gpu_total_mib, tp)
     if not plan.fits or any("capped" in w for w in plan.warnings):
         plan.suggestions = suggest(model, args, gpu_free_mib, gpu_total_mib, tp)

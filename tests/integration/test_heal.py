@@ -167,3 +167,59 @@ def test_renamed_flag_rejected_at_launch_is_renamed_and_retried(tmp_path: Path, 
     assert first["change"]["args"] == {"mamba_scheduler_strategy": None, "mamba_radix_cache_strategy": "extra_buffer"}
     assert second["outcome"] == "ready"
     deploy("down", str(prof), home=tmp_path / "h")
+
+
+def test_graph_oom_below_the_old_default_heals_below_the_effective_value(tmp_path: Path, sshd: Any) -> None:
+    """No mem_fraction_static in the profile; the engine resolves 0.72 (a 24 GB GPU) and graph capture runs out
+    of memory. SGLang suggests "0.8 or 0.7": 0.8 would raise it (the old default-based heal did exactly that),
+    so every value tried is below the engine's own 0.72, and the report says where it started."""
+    prof = write_profile(tmp_path, sshd, name="oom-eff",
+                         env={"STANDIN_MODE": "mem", "STANDIN_GPU_MEM_GB": "24", "STANDIN_MAX_MFS": "0.66"})
+    up = deploy("up", str(prof), "--json", "--skip-preflight", home=tmp_path / "h")
+    assert up.returncode == 0, up.stderr + up.stdout[-3000:]
+    attempts = report_of(up.stdout)["attempts"]
+    changes = [a["change"] for a in attempts if a["change"]]
+    assert all(a["diagnosis"]["signature"] == "capture-cuda-graph-failed" for a in attempts[:-1])
+    tried = [c["args"]["mem_fraction_static"] for c in changes]
+    assert tried == [0.7, 0.65] and all(v < 0.72 for v in tried)
+    assert changes[0]["basis"] == {"mem_fraction_static": "engine resolved 0.72"}
+    assert changes[0]["reason"] == "mem_fraction_static: engine resolved 0.72 -> 0.7"
+    assert attempts[-1]["outcome"] == "ready"
+    deploy("down", str(prof), home=tmp_path / "h")
+
+
+def test_typo_and_retired_flags_are_respelt_and_dropped_before_launch(tmp_path: Path, sshd: Any) -> None:
+    """Preflight finds flags 0.5.23 does not have: a typo is respelt (did-you-mean, value kept), a retired flag
+    with no rename is dropped, loudly; the change says both (null = removed) and --save-fixed writes them."""
+    prof = write_profile(tmp_path, sshd, name="flags", model="Qwen/Qwen3.6-27B",
+                         args={"mem_fraction_statc": 0.85, "enable_beta_spec": True})
+    fixed = tmp_path / "fixed.yaml"
+    up = deploy("up", str(prof), "--json", "--save-fixed", str(fixed), home=tmp_path / "h")
+    assert up.returncode == 0, up.stderr + up.stdout[-3000:]
+    report = report_of(up.stdout)
+    (note,) = report["before_launch"]
+    assert note["signature"] == "unrecognized-arguments"
+    assert note["change"]["args"] == {"mem_fraction_statc": None, "mem_fraction_static": 0.85,
+                                      "enable_beta_spec": None}
+    assert "dropped --enable-beta-spec" in note["change"]["reason"]
+    assert "did you mean --mem-fraction-static?" in note["change"]["reason"]
+    saved = yaml.safe_load(fixed.read_text())["engine"]["args"]
+    assert saved == {"mem_fraction_static": 0.85}
+    assert [a["outcome"] for a in report["attempts"]] == ["ready"]
+    deploy("down", str(prof), home=tmp_path / "h")
+
+
+def test_kv_cache_too_small_raises_past_the_effective_value(tmp_path: Path, sshd: Any) -> None:
+    """The engine resolved 0.72 and has no room for a KV cache: the raise starts from 0.72 (not the old 0.88
+    default, which would "raise" by lowering) and moves a real step past it."""
+    prof = write_profile(tmp_path, sshd, name="kv-eff",
+                         env={"STANDIN_MODE": "mem", "STANDIN_GPU_MEM_GB": "24", "STANDIN_MIN_MFS": "0.74"})
+    up = deploy("up", str(prof), "--json", "--skip-preflight", home=tmp_path / "h")
+    assert up.returncode == 0, up.stderr + up.stdout[-3000:]
+    attempts = report_of(up.stdout)["attempts"]
+    first = attempts[0]
+    assert first["diagnosis"]["signature"] == "kv-cache-not-enough-memory"
+    assert first["change"]["args"] == {"mem_fraction_static": 0.75}
+    assert first["change"]["basis"]["mem_fraction_static"] in ("engine message 0.72", "engine resolved 0.72")
+    assert [a["outcome"] for a in attempts] == ["crashed", "ready"]
+    deploy("down", str(prof), home=tmp_path / "h")

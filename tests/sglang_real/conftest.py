@@ -1,8 +1,9 @@
-"""The real-SGLang tier: SGLang 0.5.23's own parser and resolution, on this CPU, as the target's engine.
+"""The real-SGLang tier: a real SGLang release's own parser and resolution, on this CPU, as the target's engine.
 
-The venv comes from `scripts/build-sglang-venv.sh .cache/sglang-venv` (or env SGLANG_VENV); without it
-every test here is skipped with the reason. The "target" is the SSH test bed; its engine python is a
-wrapper that puts tests/sglang_real/h200 (a sitecustomize making SGLang see one H200) on PYTHONPATH.
+The venv comes from `scripts/build-sglang-venv.sh DIR VERSION` (env SGLANG_VENV; `make test-sglang-real` runs
+the tier once against 0.5.23 and once against the seed era's 0.5.10); without it every test here is skipped
+with the reason. Modules for one release skip on the other (sglang_release.py). The "target" is the SSH test
+bed; its engine python is a wrapper that puts tests/sglang_real/h200 (a sitecustomize making SGLang see one H200) on PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-VENV = Path(os.environ.get("SGLANG_VENV", ROOT / ".cache" / "sglang-venv"))
+from sglang_release import ROOT, VENV
+
 H200_DIR = Path(__file__).resolve().parent / "h200"
 
 

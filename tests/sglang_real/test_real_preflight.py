@@ -14,6 +14,10 @@ from deployer.profile.model import Profile
 from deployer.remote.base import Remote
 from deployer.remote.connect import connect
 
+from sglang_release import only_release
+
+pytestmark = only_release("0.5.23")
+
 MODEL = Path(__file__).resolve().parents[1] / "fixtures" / "models" / "qwen3-next-80b-a3b"
 
 

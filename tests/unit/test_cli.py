@@ -48,9 +48,19 @@ def test_diagnose_log_offline_json_contract() -> None:
     assert set(data) >= {"signature", "summary", "transient", "evidence", "traceback", "remedy"}
     assert data["signature"] == "mamba-spec-needs-extra-buffer" and data["transient"] is False
     assert data["remedy"] == {"args": {"mamba_scheduler_strategy": "extra_buffer"},
-                              "env": {"SGLANG_ENABLE_SPEC_V2": "1"}}
+                              "env": {"SGLANG_ENABLE_SPEC_V2": "1"},
+                              "reason": "mamba_scheduler_strategy: (engine default) -> extra_buffer; "
+                                        "SGLANG_ENABLE_SPEC_V2=1"}
     human = cli("diagnose", "--log", str(CASES / "mamba-spec-needs-extra-buffer.log"))
     assert "signature: mamba-spec-needs-extra-buffer" in human.stdout
+
+
+def test_diagnose_json_shows_a_rename_as_removal_plus_new_name() -> None:
+    """Real 0.5.23 argparse output: the old flag maps to null, the new one carries the value."""
+    out = cli("diagnose", "--log", str(CASES / "unrecognized-arguments.log"), "--json", "--engine-version", "0.5.23")
+    assert out.returncode == 0, out.stderr
+    remedy = json.loads(out.stdout)["remedy"]
+    assert remedy["args"] == {"mamba_scheduler_strategy": None, "mamba_radix_cache_strategy": "extra_buffer"}
 
 
 def test_diagnose_unknown_log_still_exits_0_and_missing_file_exits_2(tmp_path: Path) -> None:

@@ -134,3 +134,16 @@ def test_dense_model_has_no_mamba_rows() -> None:
 def test_mla_is_not_modelled() -> None:
     with pytest.raises(UnsupportedModel):
         model_shape(ModelInfo({"num_hidden_layers": 61, "kv_lora_rank": 512, "hidden_size": 7168}, None))
+
+
+def test_auto_strategy_follows_the_installed_release() -> None:
+    """0.5.10-0.5.13 turn `auto` into no_buffer (3 slots per request); 0.5.23 picks extra_buffer (5 with overlap)."""
+    seed = plan_memory(qwen36(), {"mamba_scheduler_strategy": "auto"}, [H200 - 1], [H200], tp=1, version="0.5.10")
+    assert (seed.mamba_strategy, seed.slots_per_request) == ("no_buffer", 3)
+    unset = plan_memory(qwen36(), {}, [H200 - 1], [H200], tp=1, version="0.5.13")
+    assert unset.mamba_strategy == "no_buffer"
+    now = plan_memory(qwen36(), {"mamba_radix_cache_strategy": "auto"}, [H200 - 1], [H200], tp=1, version="0.5.23")
+    assert (now.mamba_strategy, now.slots_per_request) == ("extra_buffer", 5)
+    chosen = plan_memory(qwen36(), {"mamba_scheduler_strategy": "extra_buffer"}, [H200 - 1], [H200], tp=1,
+                         version="0.5.10")
+    assert chosen.mamba_strategy == "extra_buffer"      # an explicit choice is kept

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from deployer.diagnose.diagnosis import Diagnosis, diagnose
 from deployer.profile.model import Profile
+from deployer.effective import DRY_RESOLUTION, EngineValues
 from deployer.remedy import Change, known_renames, propose, remedy_spec, resolve
 
 CASES = Path(__file__).parent.parent / "cases" / "sglang"
@@ -31,9 +33,14 @@ def case(name: str, **kw: Any) -> Diagnosis:
 
 
 def heal(d: Diagnosis, prof: Profile, limit: int = 20) -> list[Change]:
-    """Propose and apply until nothing applies; the list of changes made."""
+    """Propose and apply until nothing applies; the list of changes made.
+
+    Like the engine, each new attempt dumps the args it ran with: the log's dump with the profile's values.
+    """
     tried: list[Change] = []
     for _ in range(limit):
+        if d.engine_args is not None:
+            d = dataclasses.replace(d, engine_args={**d.engine_args, **prof.engine.args})
         change = propose(d, prof, tried)
         if change is None:
             return tried
@@ -65,23 +72,39 @@ def test_partial_noop_keeps_only_the_missing_part() -> None:
     assert change is not None and change.args == {"mamba_scheduler_strategy": "extra_buffer"} and change.env == {}
 
 
-def test_capture_failed_prefers_message_values_then_steps_then_halves_batch() -> None:
+def test_capture_failed_every_lowering_is_below_the_engine_resolved_value() -> None:
+    """The issue's measurement: no mfs in the profile, the engine resolved 0.771, graph capture ran out of memory.
+
+    SGLang suggests "0.8 or 0.7": 0.8 would raise it, so 0.7 first, then steps down, then smaller graphs."""
     d = case("capture-cuda-graph-failed")
+    assert d.engine_args is not None and d.engine_args["mem_fraction_static"] == 0.771
+    first = propose(d, profile(), [])
+    assert first is not None and first.args == {"mem_fraction_static": 0.7}
+    assert first.reason == "mem_fraction_static: engine resolved 0.771 -> 0.7"
+    assert first.basis == {"mem_fraction_static": "engine resolved 0.771"}
     steps = heal(d, profile())
     mfs = [c.args["mem_fraction_static"] for c in steps if "mem_fraction_static" in c.args]
-    assert mfs == [0.8, 0.7, 0.65, 0.6]
+    assert mfs == [0.7, 0.65, 0.6]
+    assert all(m < 0.771 for m in mfs)
     bs = [c.args["cuda_graph_max_bs_decode"] for c in steps if "cuda_graph_max_bs_decode" in c.args]
-    assert bs == [128, 64, 32, 16, 8]
+    assert bs == [24, 12, 8]                # from the engine's resolved cuda_graph_max_bs_decode (48)
     assert all(isinstance(b, int) for b in bs)
 
 
-def test_capture_failed_from_profile_value() -> None:
+def test_lowering_from_each_source_of_the_effective_value() -> None:
     d = case("capture-cuda-graph-failed")
-    c = propose(d, profile({"mem_fraction_static": 0.75}), [])
-    assert c is not None and c.args == {"mem_fraction_static": 0.7}
-    c = propose(d, profile({"mem_fraction_static": 0.68}), [])
+    no_dump = dataclasses.replace(d, engine_args=None)
+    c = propose(no_dump, profile({"mem_fraction_static": 0.75}), [])
+    assert c is not None and c.args == {"mem_fraction_static": 0.7} and c.basis == {"mem_fraction_static": "profile 0.75"}
+    c = propose(no_dump, profile({"mem_fraction_static": 0.68}), [])
     assert c is not None and c.args == {"mem_fraction_static": 0.63}
-    c = propose(d, profile({"mem_fraction_static": 0.6, "cuda_graph_max_bs_decode": 8}), [])
+    dry = EngineValues().then(DRY_RESOLUTION, {"mem_fraction_static": 0.812}).then("profile", {})
+    c = propose(no_dump, profile(), [], dry)
+    assert c is not None and c.args == {"mem_fraction_static": 0.8}
+    assert c.reason == "mem_fraction_static: dry resolution 0.812 -> 0.8"
+    c = propose(no_dump, profile(), [])
+    assert c is not None and c.basis == {"mem_fraction_static": "documented default 0.88"}
+    c = propose(no_dump, profile({"mem_fraction_static": 0.6, "cuda_graph_max_bs_decode": 8}), [])
     assert c is None                                      # both at their bounds
 
 
@@ -92,35 +115,102 @@ def test_tried_change_is_not_repeated() -> None:
     assert first is not None
     second = propose(d, prof, [first])                    # same profile: the next option, not the same again
     assert second is not None and second.key() != first.key()
-    assert second.args == {"cuda_graph_max_bs_decode": 128}
+    assert second.args == {"cuda_graph_max_bs_decode": 24}   # half the engine's resolved 48
 
 
-def test_raise_mfs_reads_engine_value_and_clamps() -> None:
+def test_oom_below_the_old_default_heals_with_every_value_below_the_effective_one() -> None:
+    """Done-when: an OOM whose effective value (0.771) is below the old default (0.88)."""
+    d = dataclasses.replace(case("cuda-oom"), engine_args={"mem_fraction_static": 0.771})
+    steps = heal(d, profile())
+    tried = [c.args["mem_fraction_static"] for c in steps]
+    assert tried and tried[0] == 0.721 and all(v < 0.771 for v in tried)
+    assert tried == sorted(tried, reverse=True) and tried[-1] >= 0.6
+
+
+def test_oom_numbers_size_the_lowering() -> None:
+    """torch says how much was missing: the lowering frees at least that share of the GPU, plus a margin."""
+    text = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 12.00 GiB. GPU 0 has a total capacity " \
+           "of 139.81 GiB of which 1.50 GiB is free."
+    d = dataclasses.replace(case("cuda-oom"), evidence=[text], engine_args={"mem_fraction_static": 0.907})
+    c = propose(d, profile(), [])
+    # (12 - 1.5) / 139.81 = 0.075 (+0.01 margin -> 0.09) is more than the 0.05 step
+    assert c is not None and c.args == {"mem_fraction_static": 0.817}
+
+
+def test_raise_moves_past_the_effective_value_by_a_meaningful_step() -> None:
     d = case("kv-cache-not-enough-memory")
     c = propose(d, profile(), [])
     assert c is not None and c.args == {"mem_fraction_static": 0.937}    # 0.907 from the message + 0.03
-    c = propose(d, profile({"mem_fraction_static": 0.94}), [])
+    assert c.basis == {"mem_fraction_static": "engine message 0.907"}
+    d = case("mamba-cache-too-small")                                    # no value in its message: the dump's
+    c = propose(d, profile({"mem_fraction_static": 0.8}), [])
+    assert c is not None and c.args == {"mem_fraction_static": 0.937}
+    assert c.reason.startswith("mem_fraction_static: engine resolved 0.907 -> 0.937")
+    at_top = dataclasses.replace(d, engine_args={**(d.engine_args or {}), "mem_fraction_static": 0.94})
+    c = propose(at_top, profile(), [])
     assert c is not None and c.args == {"mem_fraction_static": 0.95}
-    assert propose(d, profile({"mem_fraction_static": 0.95}), []) is None
+    c = propose(dataclasses.replace(d, engine_args={**(d.engine_args or {}), "mem_fraction_static": 0.95}),
+                profile(), [])
+    assert c is not None and c.args == {"mamba_ssm_dtype": "bfloat16"}   # no more memory: a smaller state
 
 
-def test_weights_leave_no_kv_cache_prefers_named_value_only_upwards() -> None:
-    d = case("weights-leave-no-kv-cache")
-    c = propose(d, profile({"mem_fraction_static": 0.5}), [])
-    assert c is not None and c.args == {"mem_fraction_static": 0.612}
-    c = propose(d, profile({"mem_fraction_static": 0.7}), [])
-    assert c is not None and c.args == {"mem_fraction_static": 0.73}
+def test_weights_leave_no_kv_cache_goes_past_the_minimum_it_names() -> None:
+    d = case("weights-leave-no-kv-cache")          # under 0.771 (engine resolved), "raise above 0.812"
+    c = propose(d, profile(), [])
+    assert c is not None and c.args == {"mem_fraction_static": 0.842}
+    assert c.args["mem_fraction_static"] > 0.812 and c.basis == {"mem_fraction_static": "engine message 0.771"}
+    c = propose(d, profile({"mem_fraction_static": 0.7}), [])       # the engine's value wins over the profile's
+    assert c is not None and c.args == {"mem_fraction_static": 0.842}
+
+
+def test_numbers_that_rule_out_a_suggestion_get_another() -> None:
+    """Too small to serve one request (4 slots, 5 per request): fewer requests cannot help; memory can."""
+    d = case("mamba-cache-too-small")
+    c = propose(d, profile({"max_running_requests": 48}), [])
+    assert c is not None and "max_running_requests" not in c.args and c.args == {"mem_fraction_static": 0.937}
+    fits = d.evidence[0].replace("max_mamba_cache_size=4,", "max_mamba_cache_size=40,")
+    c = propose(dataclasses.replace(d, evidence=[fits]), profile({"max_running_requests": 48}), [])
+    assert c is not None and c.args == {"max_running_requests": 24}    # 40 slots / 5: fewer requests do fit
+    # One request's state (181.25 MB) is more than the whole Mamba pool (0.12 GB x 0.47): raise memory instead.
+    d = case("mamba-cache-not-enough-memory")
+    c = propose(d, profile(), [])
+    assert c is not None and c.args == {"mem_fraction_static": 0.937}
+    roomy = d.evidence[0].replace("total_rest_memory=0.12 GB", "total_rest_memory=4.00 GB")
+    c = propose(dataclasses.replace(d, evidence=[roomy]), profile(), [])
+    assert c is not None and c.args == {"max_running_requests": 24}
 
 
 def test_unrecognized_flag_is_renamed_via_table() -> None:
     assert known_renames().get("mamba_scheduler_strategy") == "mamba_radix_cache_strategy"
-    d = case("unrecognized-arguments")
+    d = case("unrecognized-arguments")             # real 0.5.23 output
     c = propose(d, profile({"mamba_scheduler_strategy": "extra_buffer"}), [])
     assert c is not None
     assert c.args == {"mamba_scheduler_strategy": None, "mamba_radix_cache_strategy": "extra_buffer"}
     patched = profile({"mamba_scheduler_strategy": "extra_buffer"}).patched(args=c.args)
     assert patched.engine.args == {"mamba_radix_cache_strategy": "extra_buffer"}
-    assert propose(case("unrecognized-arguments-unknown"), profile({"enable_beta_spec": True}), []) is None
+
+
+def test_removals_and_renames_are_explicit_in_diagnose_json() -> None:
+    out = case("unrecognized-arguments", engine_version="0.5.23").to_json()["remedy"]
+    assert out["args"] == {"mamba_scheduler_strategy": None, "mamba_radix_cache_strategy": "extra_buffer"}
+    out = case("unrecognized-arguments-unknown", engine_version="0.5.23").to_json()["remedy"]
+    assert out["args"] == {"enable_beta_spec": None}
+    assert "dropped --enable-beta-spec: this engine version does not have it" in out["reason"]
+    out = case("unrecognized-arguments-typo", engine_version="0.5.23").to_json()["remedy"]
+    assert out["args"] == {"mem_fraction_statc": None, "mem_fraction_static": 0.8}
+    assert "did you mean --mem-fraction-static?" in out["reason"]
+    out = case("unrecognized-arguments-several", engine_version="0.5.23").to_json()["remedy"]
+    assert out["args"] == {"mamba_scheduler_strategy": None, "mamba_radix_cache_strategy": "extra_buffer",
+                           "stream_output": None}
+
+
+def test_unknown_flag_is_dropped_loudly_and_typo_respelt_for_a_profile() -> None:
+    c = propose(case("unrecognized-arguments-unknown"), profile({"enable_beta_spec": True, "tp_size": 1}), [])
+    assert c is not None and c.args == {"enable_beta_spec": None}
+    assert "enable_beta_spec: True -> (removed)" in c.reason and "dropped --enable-beta-spec" in c.reason
+    assert profile({"enable_beta_spec": True}).patched(args=c.args).engine.args == {}
+    c = propose(case("unrecognized-arguments-typo"), profile({"mem_fraction_statc": 0.75}), [])
+    assert c is not None and c.args == {"mem_fraction_statc": None, "mem_fraction_static": 0.75}
 
 
 def test_ambiguous_cuda_graph_flag_renamed() -> None:
@@ -148,15 +238,15 @@ def test_unset_args_and_noop_detection() -> None:
 
 
 def test_context_length_taken_from_message() -> None:
-    c = propose(case("context-length-too-long"), profile({"context_length": 131072}), [])
-    assert c is not None and c.args == {"context_length": 65536}
+    c = propose(case("context-length-too-long"), profile({"context_length": 10000000}), [])
+    assert c is not None and c.args == {"context_length": 262144}
 
 
 def test_change_identity() -> None:
     a = Change(args={"a": 1, "b": None}, env={"X": "1"}, reason="r1")
     b = Change(args={"b": None, "a": 1}, env={"X": "1"}, reason="r2")
     assert a.key() == b.key() and a.key() != Change(args={"a": 2}).key()
-    assert a.to_json() == {"args": {"a": 1, "b": None}, "env": {"X": "1"}, "reason": "r1"}
+    assert a.to_json() == {"args": {"a": 1, "b": None}, "env": {"X": "1"}, "reason": "r1", "basis": {}}
 
 
 def test_spec_validation() -> None:

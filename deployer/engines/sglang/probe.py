@@ -10,7 +10,10 @@ Stdlib and the engine's own modules only; Python >= 3.8. Prints exactly one line
            environment names that appear anywhere in the installed package's source.
 --resolve  the rest of the command line is the engine argv (without python -m ...): build the args with
            `prepare_server_args`, run `resolve_once()` and report each value the engine changed.
-           Needs no weights (config.json is enough); where this SGLang cannot, says why.
+           Releases without `resolve_once` (0.5.1x and older) resolve everything inside
+           `prepare_server_args` (`ServerArgs.__post_init__`): that IS their dry resolution, compared
+           against the plain argparse values. Needs no weights (config.json is enough); where this SGLang
+           cannot, says why.
 """
 
 from __future__ import annotations
@@ -118,8 +121,10 @@ def resolve(argv: List[str]) -> Dict[str, Any]:
         lines = traceback.format_exception_only(type(exc), exc)
         return {"ok": False, "supported": True, "stage": "prepare", "error": "".join(lines).strip()}
     if not hasattr(args, "resolve_once"):
-        return {"ok": False, "supported": False,
-                "error": "this SGLang has no resolve_once (older version; its argument checks passed)"}
+        try:
+            return _post_init_changes(sa, args, argv)
+        except Exception as exc:
+            return {"ok": False, "supported": False, "error": "cannot read this SGLang's resolution: %r" % exc}
     try:
         args.resolve_once()
     except ImportError as exc:  # this install cannot resolve (a missing optional module), not a bad argv
@@ -149,6 +154,31 @@ def _changes(args: Any) -> Dict[str, Any]:
     return {
         "ok": True,
         "supported": True,
+        "changed": changed,
+        "resolved": {k: _jsonable(v) for k, v in resolved.items()},
+    }
+
+
+def _post_init_changes(sa: Any, args: Any, argv: List[str]) -> Dict[str, Any]:
+    """An older release: `prepare_server_args` already resolved; compare with what argparse alone gives."""
+    import dataclasses
+
+    parser = argparse.ArgumentParser()
+    sa.ServerArgs.add_cli_args(parser)
+    raw = vars(parser.parse_args(list(argv)))
+    names = [f.name for f in dataclasses.fields(args)] if dataclasses.is_dataclass(args) else list(raw)
+    resolved = {name: getattr(args, name) for name in names if hasattr(args, name)}
+    changed = []
+    for name in sorted(resolved):
+        if name not in raw:
+            continue
+        before, after = _jsonable(raw[name]), _jsonable(resolved[name])
+        if before != after:
+            changed.append({"name": name, "from": before, "to": after, "source": "prepare_server_args"})
+    return {
+        "ok": True,
+        "supported": True,
+        "by": "prepare_server_args",
         "changed": changed,
         "resolved": {k: _jsonable(v) for k, v in resolved.items()},
     }

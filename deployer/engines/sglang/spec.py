@@ -29,6 +29,7 @@ SGLANG = EngineSpec(
     data_dir=Path(__file__).parent,
     signatures_file="signatures.yaml",
     renames_file="renames.yaml",
+    followons_file="followons.yaml",
     # arg_groups/speculative_hook.py (0.5.23): "NEXTN aliases EAGLE"; the resolved args say EAGLE
     value_aliases={"speculative_algorithm": {"NEXTN": "EAGLE"}},
     # server_args.py: --nnodes, --node-rank, --dist-init-addr HOST:PORT (rank 0 listens there)

@@ -29,7 +29,9 @@ def run_server(server_args) -> int:
     from sglang.srt.standin_engine import launch_server
 
     # 0.5.23 resolves here, in the main process: a resolution error is a plain traceback, exit 1.
-    server_args.resolve_once()
+    # The seed era (0.5.10) already resolved inside prepare_server_args and has no resolve_once.
+    if hasattr(server_args, "resolve_once"):
+        server_args.resolve_once()
     return launch_server(server_args)
 
 

@@ -2,10 +2,10 @@
 
 Builds the real SGLang option table into an argparse parser.
 
-The table `flags_0_5_23.json` was generated from the real 0.5.23 parser by `tools/gen_flags.py`: every
-option string, dest, kind, nargs, type, choices, default, metavar and help, in the real order, so usage
-text, abbreviation matching and error messages come out as the real argparse prints them. Older eras
-(`version.is_old_era`) swap in the flags that were renamed since.
+The tables `flags_0_5_23.json` and `flags_0_5_10.json` were generated from the real parsers of SGLang
+0.5.23 and of the seed era's 0.5.10 by `tools/gen_flags.py`: every option string, dest, kind, nargs, type,
+choices, default, metavar and help, in the real order, so usage text, abbreviation matching and error
+messages come out as the real argparse prints them. Older eras (`version.is_old_era`) use 0.5.10's table.
 """
 
 from __future__ import annotations
@@ -19,26 +19,12 @@ from typing import Any, Dict, List
 
 from sglang.version import __version__, is_old_era
 
-DATA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flags_0_5_23.json")
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA_FILE = os.path.join(HERE, "flags_0_5_23.json")
+SEED_ERA_FILE = os.path.join(HERE, "flags_0_5_10.json")
 PROG = "sglang serve"
 
 logger = logging.getLogger("sglang.srt.arg_groups.argparse_actions")
-
-# Before the rename (#27418) and the alias removal (#38375): the old Mamba flag, its choices and default.
-OLD_MAMBA_ROW: Dict[str, Any] = {
-    "option_strings": ["--mamba-scheduler-strategy"],
-    "dest": "mamba_scheduler_strategy",
-    "kind": "store",
-    "nargs": None,
-    "type": "str",
-    "choices": ["auto", "no_buffer", "extra_buffer"],
-    "required": False,
-    "metavar": None,
-    "help": "The strategy to use for mamba scheduler.",
-    "default": "no_buffer",
-    "const": None,
-}
-
 
 def _print_deprecated_warning(message: str) -> None:
     # Real SGLang warns before logging is configured, so Python's last-resort handler prints it bare.
@@ -78,6 +64,18 @@ class DeprecatedStoreConstAction(argparse.Action):
         setattr(namespace, self.dest, self.const_value)
 
 
+class DeprecatedAction(argparse.Action):
+    """0.5.10: a retired flag that is still accepted, stores nothing and prints the real warning."""
+
+    def __init__(self, option_strings, dest, nargs=0, **kw):
+        super().__init__(option_strings, dest, nargs=nargs, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        _print_deprecated_warning(
+            f"The command line argument '{option_string}' is deprecated and will be removed in future versions."
+        )
+
+
 class LoRAPathAction(argparse.Action):
     """Stores the list of LoRA paths (JSON objects kept as text: nothing here loads adapters)."""
 
@@ -90,11 +88,8 @@ _TYPES = {"int": int, "float": float, "str": str}
 
 def load_rows(version: str = __version__) -> List[Dict[str, Any]]:
     """The option rows of the given era, in the real registration order."""
-    with open(DATA_FILE, encoding="utf-8") as fh:
-        rows = json.load(fh)["actions"]
-    if is_old_era(version):
-        rows = [OLD_MAMBA_ROW if r["dest"] == "mamba_radix_cache_strategy" else r for r in rows]
-    return rows
+    with open(SEED_ERA_FILE if is_old_era(version) else DATA_FILE, encoding="utf-8") as fh:
+        return list(json.load(fh)["actions"])
 
 
 def _kwargs(row: Dict[str, Any]) -> Dict[str, Any]:
@@ -113,6 +108,8 @@ def _kwargs(row: Dict[str, Any]) -> Dict[str, Any]:
         kw.update(action="store_const", const=row["const"])
     elif kind == "boolean_optional":
         kw["action"] = argparse.BooleanOptionalAction
+    elif kind == "deprecated":
+        kw.update(action=DeprecatedAction, nargs=row["nargs"])
     elif kind == "deprecated_store_true":
         kw.update(action=DeprecatedStoreTrueAction, new_flag=row.get("new_flag"))
     elif kind == "deprecated_store_const":

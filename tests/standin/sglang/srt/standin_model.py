@@ -41,6 +41,16 @@ def architecture(model_path: str) -> str:
     return "LlamaForCausalLM"
 
 
+def vision_config(model_path: str) -> Optional[dict]:
+    """`vision_config` of <model_path>/config.json (a multimodal model), else None."""
+    try:
+        with open(os.path.join(model_path, "config.json"), encoding="utf-8") as fh:
+            found = json.load(fh).get("vision_config")
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
 def is_hybrid(arch: str) -> bool:
     return arch in HYBRID_ARCHS
 
