@@ -67,7 +67,7 @@ def test_wording_variants_across_releases_are_covered() -> None:
     """Each text the extra_buffer platform check has had is a signature pattern, and one is real output."""
     from deployer.diagnose.signatures import load_signatures
 
-    sig = next(s for s in load_signatures() if s.id == "extra-buffer-unsupported-platform")
+    sig = next(s for s in load_signatures("sglang") if s.id == "extra-buffer-unsupported-platform")
     for text in ("extra_buffer requires platform support for Mamba cache state snapshots.",
                  "Mamba extra_buffer is only supported on CUDA devices with FLA backend",
                  "extra_buffer needs CUDA/MUSA/NPU (FLA)"):
