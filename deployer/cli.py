@@ -33,10 +33,14 @@ def _target_options(func: F) -> F:
     return func
 
 
-def _load(path: str, overrides: tuple[str, ...], host: str | None) -> Profile:
+def _load(path: str, overrides: tuple[str, ...], host: str | None, allow_unset: bool = False) -> Profile:
+    """allow_unset (validate, render): an unset `${VAR}` is a warning on stderr; secret values are never needed."""
     from deployer.profile import load_profile
 
-    return load_profile(path, overrides=list(overrides), host=host)
+    prof = load_profile(path, overrides=list(overrides), host=host, allow_unset=allow_unset)
+    for unset in prof.unset:
+        click.echo(f"warning: {unset.warning()}", err=True)
+    return prof
 
 
 def _emit_json(data: Any) -> None:
@@ -62,8 +66,8 @@ def cli() -> None:
 @_profile_options
 @click.option("--json", "as_json", is_flag=True, help="Print the validated profile as JSON (secrets masked).")
 def validate(profile: str, overrides: tuple[str, ...], host: str | None, as_json: bool) -> None:
-    """Check a profile; exit 0 when good, 2 with one clear line when not."""
-    prof = _load(profile, overrides, host)
+    """Check a profile; exit 0 when good, 2 with one clear line when not (secrets need not be set)."""
+    prof = _load(profile, overrides, host, allow_unset=True)
     if as_json:
         _emit_json(prof.public_dict())
     else:
@@ -79,7 +83,7 @@ def render(profile: str, overrides: tuple[str, ...], host: str | None, as_json: 
     """Print the launch script a profile renders to (secrets never shown)."""
     from deployer.render import render as render_bundle
 
-    bundle = render_bundle(_load(profile, overrides, host))
+    bundle = render_bundle(_load(profile, overrides, host, allow_unset=True))
     if as_json:
         _emit_json({"script": bundle.script, "argv": bundle.argv, "env": bundle.masked_env,
                     "content_hash": bundle.content_hash})
@@ -105,7 +109,9 @@ def _register_more() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     from deployer.errors import DeployError
+    from deployer.secrets import guard_std_streams
 
+    guard_std_streams()  # whatever deployer prints passes the secret masking first
     _register_more()
     try:
         rc = cli.main(args=argv, prog_name="deploy", standalone_mode=False)

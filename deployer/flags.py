@@ -256,11 +256,7 @@ def check_flags(profile: Profile, flagset: FlagSet, renames: list[Rename]) -> Fl
 
 def _with_engine(profile: Profile, args: dict[str, Any], env: dict[str, str]) -> Profile:
     """A copy of `profile` with these engine args/env, in this order (argv follows it)."""
-    engine = profile.engine.model_copy(update={"args": args, "env": env})
-    copy = profile.model_copy(update={"engine": engine})
-    copy._source = profile._source
-    copy._secret_env = profile._secret_env
-    return copy
+    return profile.with_engine(profile.engine.model_copy(update={"args": args, "env": env}))
 
 
 def _check_arg(key: str, value: Any, fs: FlagSet, renames: list[Rename], report: FlagReport) -> str | None:

@@ -1,7 +1,8 @@
 """On-call: restart the last good version, roll back to the last version that reached ready.
 
-Both rebuild the profile of an earlier run from what the target keeps (profile.json, with secrets masked, plus
-the run's 0600 env file for the real values), then go through the same `up` flow: lock, stop, start, watch, heal.
+Both rebuild the profile of an earlier run from what the target keeps (profile.json, with secrets masked) and the
+real secret values (secret_restore: the run's 0600 env file, or `${VAR}` from the local environment), then go
+through the same `up` flow: lock, stop, start, watch, heal.
 """
 
 from __future__ import annotations
@@ -13,12 +14,10 @@ from deployer.ops import Ref, layout_of, opened
 from deployer.pipeline import UpOptions, UpReport, up
 from deployer.profile import Profile
 from deployer.remote import Remote
-from deployer.render import secret_var
-from deployer.supervise_base import parse_env_text
+from deployer.secret_restore import Restorer, read_env_file
+from deployer.secrets import MASK
 from deployer.targetview import RunView, all_runs
 from deployer.watch import EventSink
-
-MASK = "***"
 
 
 def restart(ref: Ref, emit: EventSink, opts: UpOptions) -> UpReport:
@@ -62,18 +61,14 @@ def _profile_from(ref: Ref, pick: Any, what: str) -> Profile:
 
 
 def rebuild_profile(remote: Remote, view: RunView, ref: Ref, workdir: str) -> Profile:
-    """The run's profile with its real env values and the target as given now (host, user, port, workdir)."""
+    """The run's profile with its real secret values and the target as given now (host, user, port, workdir)."""
     data = dict(view.record.get("profile") or {})
     if not data:
         raise NotFound(f"run {view.run.run_id} has no profile record")
-    env_file = parse_env_text(remote.read(view.run.file("env"), 0, 1 << 20).decode("utf-8"))
-    engine = dict(data.get("engine") or {})
-    masked = {k for k, v in (engine.get("env") or {}).items() if v == MASK}
-    engine["env"] = {k: (env_file.get(k, v) if v == MASK else v) for k, v in (engine.get("env") or {}).items()}
-    hidden = {k for k, v in (engine.get("args") or {}).items() if v == MASK}
-    engine["args"] = {k: (env_file.get(secret_var(k), v) if k in hidden else v)
-                      for k, v in (engine.get("args") or {}).items()}
-    data["engine"] = engine
+    templates = dict(view.record.get("secret_templates") or {})
+    restorer = Restorer(view.run.run_id, read_env_file(remote, view.run.file("env")), templates)
+    recorded = dict(data.get("engine") or {})
+    data["engine"] = restorer.engine(recorded)
     spec = ref.spec
     target = dict(data.get("target") or {})
     target.update(host=spec.host, workdir=workdir)
@@ -84,6 +79,8 @@ def rebuild_profile(remote: Remote, view: RunView, ref: Ref, workdir: str) -> Pr
     data.pop("extends", None)
     data["template"] = None
     profile = Profile.model_validate(data)
-    profile._secret_env = frozenset(masked)
-    profile._secret_args = frozenset(hidden)
+    # Secret exactly where the run had secrets: the same render, so the same content hash.
+    profile._secret_env = frozenset(k for k, v in (recorded.get("env") or {}).items() if v == MASK)
+    profile._secret_args = frozenset(k for k, v in (recorded.get("args") or {}).items() if v == MASK)
+    profile._templates = templates
     return profile

@@ -27,6 +27,7 @@ from deployer.push import supervisor_config, write_outcome
 from deployer.remedy import Change, propose
 from deployer.remote import Remote, TargetSpec, connect
 from deployer.render import Bundle, render
+from deployer.secrets import masking_sink
 from deployer.start import DeploymentLock, Launch, check_port, start, stop
 from deployer.state import History
 from deployer.targetview import current_view, healthy
@@ -101,6 +102,7 @@ def locked_session(profile: Profile, trust_new_host: bool, what: str) -> Iterato
 
 
 def up(profile: Profile, opts: UpOptions, emit: EventSink) -> UpReport:
+    emit = masking_sink(emit)  # events carry engine text: the engine may print a secret (its own args dump)
     with locked_session(profile, opts.trust_new_host, opts.what) as (remote, layout):
         report = UpReport(name=profile.name, host=remote.label, status="failed")
         original, version = profile, profile.engine.version

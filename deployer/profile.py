@@ -6,11 +6,15 @@ Loading layers `extends:` files, expands `${VAR}` from the local environment, ap
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+from deployer.engines import engine_for
+from deployer.secrets import MASK, is_secret_env_name
 
 ArgScalar = Union[bool, int, float, str]
 ArgValue = Union[ArgScalar, list[ArgScalar], dict[str, Any], None]
@@ -18,7 +22,6 @@ ArgValue = Union[ArgScalar, list[ArgScalar], dict[str, Any], None]
 NAME_RE = r"^[a-z0-9][a-z0-9-]*$"
 FLAG_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-SECRET_KEY_RE = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 # Flags the profile sets through dedicated fields; giving them in `args` too would be ambiguous.
 RESERVED_ARGS = {"model_path": "engine.model_path", "port": "engine.port", "host": "engine.host"}
 
@@ -142,6 +145,11 @@ class Restart(Strict):
         return v
 
 
+class Retention(Strict):
+    keep_runs: int = Field(default=10, ge=1, le=10000,
+                           description="run dirs kept per deployment (the current and last good run always stay)")
+
+
 class Profile(Strict):
     name: str = Field(pattern=NAME_RE, max_length=63)
     extends: str | None = Field(default=None, description="profile file layered under this one (relative path)")
@@ -151,11 +159,16 @@ class Profile(Strict):
     health: Health = Field(default_factory=Health)
     retry: Retry = Field(default_factory=Retry)
     restart: Restart = Field(default_factory=Restart)
+    retention: Retention = Field(default_factory=Retention)
 
-    # Not part of the schema: where the profile came from and which env values are secret.
+    # Not part of the schema: where the profile came from and which values are secret. `_templates` maps the
+    # dotted path of every value that came from `${VAR}` (engine.env.HF_TOKEN, engine.args.lora_paths.1) to its
+    # text as written: that path's value is secret, and the text says where it comes from.
     _source: Path | None = PrivateAttr(default=None)
     _secret_env: frozenset[str] = PrivateAttr(default=frozenset())
     _secret_args: frozenset[str] = PrivateAttr(default=frozenset())
+    _templates: dict[str, str] = PrivateAttr(default_factory=dict)
+    _unset: list[Any] = PrivateAttr(default_factory=list)  # profile_loader.UnsetVar: `${VAR}`s not set here
 
     @model_validator(mode="after")
     def _stall_vs_startup(self) -> Profile:
@@ -167,15 +180,50 @@ class Profile(Strict):
     def source(self) -> Path | None:
         return self._source
 
+    @property
+    def unset(self) -> list[Any]:
+        """The `${VAR}`s the local environment does not set (only when loaded with allow_unset)."""
+        return list(self._unset)
+
+    @property
+    def templates(self) -> dict[str, str]:
+        """Dotted path -> `${VAR}` text as written, for every value that came from the local environment."""
+        return dict(self._templates)
+
     def secret_env_keys(self) -> frozenset[str]:
-        """Env keys whose values must never be shown: secret-looking names and `${VAR}`-sourced values."""
-        looks_secret = {k for k in self.engine.env if SECRET_KEY_RE.search(k)}
-        return frozenset(looks_secret) | self._secret_env
+        """Env keys whose values must never be shown: secret words in the name, or a `${VAR}`-sourced value."""
+        looks_secret = {k for k in self.engine.env if is_secret_env_name(k)}
+        sourced = {k for k in self.engine.env if f"engine.env.{k}" in self._templates}
+        return frozenset(looks_secret | sourced) | self._secret_env
 
     def secret_arg_keys(self) -> frozenset[str]:
-        """Flags whose values are secret (api_key, ...; `${VAR}`-sourced): passed via the env file, not launch.sh."""
-        looks_secret = {k for k in self.engine.args if SECRET_KEY_RE.search(k)}
-        return frozenset(looks_secret) | self._secret_args
+        """Flags with a secret value (or item): the engine's secret flags and `${VAR}`-sourced ones."""
+        listed = engine_for(self.engine.kind).secret_flags
+        sourced = {k for k in self.engine.args if _under(self._templates, f"engine.args.{k}")}
+        return frozenset({k for k in self.engine.args if k in listed} | sourced) | self._secret_args
+
+    def secret_arg_paths(self, name: str) -> tuple[bool, frozenset[str]]:
+        """(whole value secret, dotted sub-paths of the secret items) for one flag of engine.args."""
+        whole = name in engine_for(self.engine.kind).secret_flags or name in self._secret_args or \
+            f"engine.args.{name}" in self._templates
+        prefix = f"engine.args.{name}."
+        return whole, frozenset(p[len(prefix):] for p in self._templates if p.startswith(prefix))
+
+    def masked_arg(self, name: str, value: Any) -> Any:
+        """One flag's value as it may be shown: secret scalars, items and leaves replaced by ***."""
+        if value is None or isinstance(value, bool):
+            return value
+        whole, items = self.secret_arg_paths(name)
+        if whole:
+            return [MASK for _ in value] if isinstance(value, list) else MASK
+        return _mask_leaves(value, items, "") if items else value
+
+    def secret_values(self) -> list[str]:
+        """Every literal secret value of this profile (to hunt for in text deployer shows or stores)."""
+        out = [v for k, v in self.engine.env.items() if k in self.secret_env_keys()]
+        for name, value in self.engine.args.items():
+            _collect_masked(value, self.masked_arg(name, value), out)
+        return out
 
     def patched(self, *, args: dict[str, Any] | None = None, env: dict[str, str | None] | None = None) -> Profile:
         """A copy with engine args/env changed; a value of None removes the key."""
@@ -192,10 +240,15 @@ class Profile(Strict):
             else:
                 new_env[key] = text
         engine = self.engine.model_copy(update={"args": new_args, "env": new_env})
+        return self.with_engine(engine)
+
+    def with_engine(self, engine: Engine) -> Profile:
+        """A copy with another engine section that keeps what the profile knows about its secrets."""
         copy = self.model_copy(update={"engine": engine})
         copy._source = self._source
         copy._secret_env = self._secret_env
         copy._secret_args = self._secret_args
+        copy._templates = dict(self._templates)
         return copy
 
     def public_dict(self) -> dict[str, Any]:
@@ -203,10 +256,40 @@ class Profile(Strict):
         data = self.model_dump(mode="json")
         secret = self.secret_env_keys()
         data["engine"]["env"] = {k: ("***" if k in secret else v) for k, v in self.engine.env.items()}
-        hidden = self.secret_arg_keys()
-        data["engine"]["args"] = {k: ("***" if k in hidden and v not in (None, True, False) else v)
-                                  for k, v in self.engine.args.items()}
+        data["engine"]["args"] = {k: self.masked_arg(k, v) for k, v in data["engine"]["args"].items()}
         return data
+
+
+def _under(templates: dict[str, str], path: str) -> bool:
+    return path in templates or any(p.startswith(path + ".") for p in templates)
+
+
+def _mask_leaves(value: Any, paths: frozenset[str], at: str) -> Any:
+    """`value` with the leaves at `paths` (dotted, relative) replaced by ***."""
+    if at and at in paths:
+        return MASK
+    if isinstance(value, dict):
+        return {k: _mask_leaves(v, paths, f"{at}.{k}" if at else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mask_leaves(v, paths, f"{at}.{i}" if at else str(i)) for i, v in enumerate(value)]
+    return value
+
+
+def _collect_masked(value: Any, masked: Any, out: list[str]) -> None:
+    """The literal values that `masked` hides (where it says *** and `value` does not)."""
+    if masked == MASK and value != MASK:
+        out.append(value if isinstance(value, str) else json.dumps(value, sort_keys=True) if
+                   isinstance(value, (dict, list)) else str(value))
+        if isinstance(value, (dict, list)):  # its leaves show up on their own in the engine's args dump
+            leaves = value.values() if isinstance(value, dict) else value
+            for leaf in leaves:
+                _collect_masked(leaf, MASK, out)
+    elif isinstance(value, dict) and isinstance(masked, dict):
+        for key, item in value.items():
+            _collect_masked(item, masked.get(key), out)
+    elif isinstance(value, list) and isinstance(masked, list):
+        for item, hidden in zip(value, masked):
+            _collect_masked(item, hidden, out)
 
 
 def load_profile(
@@ -215,8 +298,13 @@ def load_profile(
     overrides: list[str] | None = None,
     host: str | None = None,
     environ: dict[str, str] | None = None,
+    allow_unset: bool = False,
 ) -> Profile:
-    """Load, layer, expand and validate a profile file. Raises ProfileError."""
+    """Load, layer, expand and validate a profile file. Raises ProfileError.
+
+    allow_unset: an unset `${VAR}` is a warning (`profile.unset`), not an error; for validate and render, which
+    never need secret values. Everything that starts an engine loads without it.
+    """
     from deployer.profile_loader import load
 
-    return load(Path(path), overrides=overrides or [], host=host, environ=environ)
+    return load(Path(path), overrides=overrides or [], host=host, environ=environ, allow_unset=allow_unset)

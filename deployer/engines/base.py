@@ -30,6 +30,7 @@ class EngineSpec:
     signatures_file: str = ""               # failure signatures (YAML) in data_dir
     renames_file: str = ""                  # flag/env renames by version (YAML) in data_dir
     value_aliases: dict[str, dict[str, str]] = field(default_factory=dict)  # flag -> {given: engine's name}
+    secret_flags: frozenset[str] = frozenset()  # flags (profile keys) that take a credential: always masked
 
     def phase_of(self, line: str) -> str | None:
         for phase in self.phases:

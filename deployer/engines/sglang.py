@@ -27,4 +27,7 @@ SGLANG = EngineSpec(
     renames_file="sglang_renames.yaml",
     # arg_groups/speculative_hook.py (0.5.23): "NEXTN aliases EAGLE"; the resolved args say EAGLE
     value_aliases={"speculative_algorithm": {"NEXTN": "EAGLE"}},
+    # Every option of the 0.5.23 parser that takes a credential (its help: "API key of the server", "admin API
+    # key", "password to decrypt the SSL keyfile"); tests/unit/test_secrets.py checks this over the real table.
+    secret_flags=frozenset({"api_key", "admin_api_key", "ssl_keyfile_password"}),
 )
