@@ -7,9 +7,33 @@ from typing import Any
 from deployer.errors import NotFound
 from deployer.ops import Ref, layout_of, make_ref, opened
 from deployer.pipeline import diagnose_state
+from deployer.secret_restore import learn_secrets
+from deployer.secrets import mask_data
 from deployer.targetview import all_runs, list_runs, run_view
 
-__all__ = ["make_ref", "history", "local_history", "diagnose_deployment"]
+__all__ = ["make_ref", "history", "local_history", "diagnose_deployment", "prune"]
+
+
+def prune(ref: Ref, keep: int | None, dry_run: bool) -> dict[str, Any]:
+    """Apply the retention now (under the deployment lock); `keep` defaults to the current run's profile's."""
+    from deployer.retention import DEFAULT_KEEP, apply_plan, retention_plan
+    from deployer.start import DeploymentLock
+    from deployer.targetview import current_view
+
+    assert ref.name
+    with opened(ref) as (remote, workdir):
+        layout = layout_of(workdir, ref.name)
+        if keep is None:
+            view = current_view(remote, layout)
+            recorded = ((view.record.get("profile") or {}).get("retention") or {}) if view else {}
+            keep = int(recorded.get("keep_runs") or DEFAULT_KEEP)
+        if dry_run:
+            plan = retention_plan(remote, layout, keep)
+        else:
+            with DeploymentLock(remote, layout, "prune"):
+                plan = retention_plan(remote, layout, keep)
+                apply_plan(remote, layout, plan)
+        return {"name": ref.name, "host": remote.label, "dry_run": dry_run, **plan.to_json()}
 
 
 def history(ref: Ref) -> list[dict[str, Any]]:
@@ -17,6 +41,9 @@ def history(ref: Ref) -> list[dict[str, Any]]:
     assert ref.name
     with opened(ref) as (remote, workdir):
         views, current = all_runs(remote, layout_of(workdir, ref.name))
+        for view in views:
+            if view.run.run_id == current:
+                learn_secrets(remote, view.run.file("env"), view.record)  # diagnoses quote engine text
         rows = []
         for view in reversed(views):
             run_id = view.run.run_id
@@ -29,7 +56,7 @@ def history(ref: Ref) -> list[dict[str, Any]]:
                 "diagnosis": outcome.get("diagnosis"), "change": outcome.get("change"),
                 "drift": outcome.get("drift", []), "restarts": view.state.get("restarts", 0),
             })
-        return rows
+        return list(mask_data(rows))
 
 
 def local_history(name: str, host: str | None) -> list[dict[str, Any]]:
@@ -57,6 +84,7 @@ def diagnose_deployment(ref: Ref, engine_version: str | None) -> dict[str, Any]:
             crashed = state.get("status") in ("exited", "crashloop", "lost") or state.get("last_crash")
             if not crashed and (view.outcome or {}).get("outcome") in (None, "ready"):
                 continue
+            learn_secrets(remote, view.run.file("env"), view.record)
             version = engine_version or (view.record.get("profile") or {}).get("engine", {}).get("version")
             diag = diagnose_state(remote, view.run, state, version)
             from deployer.remedy import propose
@@ -65,7 +93,7 @@ def diagnose_deployment(ref: Ref, engine_version: str | None) -> dict[str, Any]:
             prof = _profile_of(view.record)
             change = propose(diag, prof, []) if prof is not None else None
             data["would_change"] = change.to_json() if change else None
-            return data
+            return dict(mask_data(data))
         raise NotFound(f"{ref.name}: no failed attempt on {remote.label}")
 
 

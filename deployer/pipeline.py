@@ -20,13 +20,14 @@ from deployer.diagnose import Diagnosis, diagnose, hang_diagnosis, oom_killer_li
 from deployer.drift import compare, parse_server_args
 from deployer.engines import engine_for
 from deployer.prelaunch import checked_profile
-from deployer.errors import LaunchFailed, RetriesExhausted, TargetError
+from deployer.errors import DeployError, LaunchFailed, RetriesExhausted, TargetError
 from deployer.profile import Profile
 from deployer.push import Layout, RunDir, layout_for, new_run_id, prepare, profile_record, push, set_current
 from deployer.push import supervisor_config, write_outcome
 from deployer.remedy import Change, propose
 from deployer.remote import Remote, TargetSpec, connect
 from deployer.render import Bundle, render
+from deployer.retention import tidy
 from deployer.secrets import masking_sink
 from deployer.start import DeploymentLock, Launch, check_port, start, stop
 from deployer.state import History
@@ -128,8 +129,19 @@ def up(profile: Profile, opts: UpOptions, emit: EventSink) -> UpReport:
                                            f"({view.run.run_id}) to replace it"}))
             stop(remote, view.run, profile.restart.grace_s)
             report.replaced, waited = view.run.run_id, 15.0
-        return _attempts(remote, layout, profile, opts, report, emit, version, port_wait=waited, tried=tried,
-                         original=original)
+        try:
+            return _attempts(remote, layout, profile, opts, report, emit, version, port_wait=waited, tried=tried,
+                             original=original)
+        finally:
+            _tidy(remote, layout, profile, emit)
+
+
+def _tidy(remote: Remote, layout: Layout, profile: Profile, emit: EventSink) -> None:
+    """Retention after every up: old runs lose their env file (secrets) at once, their dirs beyond keep_runs."""
+    try:
+        tidy(remote, layout, profile.retention.keep_runs)
+    except DeployError as exc:  # never hides the outcome of the up itself
+        emit(Event("warning", {"message": f"retention of old runs skipped: {exc}"}))
 
 
 def _check_engine_python(remote: Remote, profile: Profile) -> None:

@@ -17,12 +17,20 @@ from typing import Any
 from deployer.errors import NotFound, ProfileError
 from deployer.profile_loader import expand_template
 from deployer.remote import Remote
-from deployer.secrets import MASK, remember, secret_var
+from deployer.secrets import MASK, SECRET_ENV_PREFIX, is_secret_env_name, remember, secret_var
 from deployer.supervise_base import SuperviseError, parse_env_text
 
 
 class SecretUnavailable(ProfileError):
     """A secret of the recorded run is neither in its env file on the target nor settable from here (exit 2)."""
+
+
+def learn_secrets(remote: Remote, env_path: str, record: dict[str, Any]) -> None:
+    """Remember the secret values of a run (its env file) so that engine text shown from it is masked."""
+    env = read_env_file(remote, env_path)
+    masked = {k for k, v in (record.get("env") or {}).items() if v == MASK}
+    remember(v for k, v in (env or {}).items()
+             if k in masked or k.startswith(SECRET_ENV_PREFIX) or is_secret_env_name(k))
 
 
 def read_env_file(remote: Remote, path: str) -> dict[str, str] | None:
