@@ -197,3 +197,17 @@ def test_mask_text_hides_known_values_and_the_engines_own_args_dump() -> None:
     assert "zzz3" not in cli and "zzz4" not in cli and "--tp-size 2" in cli and "$DEPLOYER_SECRET_API_KEY" in cli
     call = mask_text("ServerArgs(model_path='m', api_key='zzz5', port=1)")
     assert "zzz5" not in call and "model_path='m'" in call and "port=1" in call
+
+
+def test_the_cli_streams_mask_what_is_written_through_them() -> None:
+    import io
+
+    from deployer.secrets import MaskingStream
+
+    remember(["stream-secret-31337"])
+    inner = io.StringIO()
+    stream = MaskingStream(inner)
+    print("line with stream-secret-31337 and --api-key unknown-one", file=stream)
+    stream.writelines(["stream-secret-31337\n"])
+    assert inner.getvalue() == "line with *** and --api-key ***\n***\n"
+    assert stream.isatty() is False and stream.getvalue() == inner.getvalue()  # the rest is the inner stream's

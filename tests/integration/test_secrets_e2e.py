@@ -65,8 +65,9 @@ def test_nothing_deployer_writes_or_prints_carries_a_secret(tmp_path: Path, sshd
         outputs.append((" ".join(argv), res))
         return res
 
-    up = run("up", str(prof), "--json")
+    up = run("up", str(prof))  # people's output: live phases with the engine's lines, then the report
     assert up.returncode == 0, up.stderr + up.stdout[-3000:]
+    assert "ready" in up.stdout + up.stderr
     target = ["--host", "deployer-test", "--workdir", str(tmp_path / "work")]
     for argv in (["status", "sec"], ["status", "sec", "--json"], ["logs", "sec", "-n", "500"],
                  ["history", "sec"], ["history", "sec", "--json"], ["history", "sec", "--local", "--json"],
