@@ -242,21 +242,25 @@ def check_flags(profile: Profile, flagset: FlagSet, renames: list[Rename]) -> Fl
     """Translate and check `profile.engine.args`/`env` against what the target's engine accepts."""
     report = FlagReport(profile=profile)
     args: dict[str, Any] = {}
+    renamed: dict[str, str] = {}
     for key, value in profile.engine.args.items():
         new_key = _check_arg(key, value, flagset, renames, report) or key  # a bad flag stays, as an error
         if new_key in args or (new_key != key and new_key in profile.engine.args):
             report.errors.append(f"flag {key_option(new_key)} is given twice (also as {key_option(key)})")
             continue
         args[new_key] = value
+        if new_key != key:
+            renamed[key] = new_key
     env = _check_env(profile.engine.env, flagset, renames, report)
     if args != profile.engine.args or env != profile.engine.env:
-        report.profile = _with_engine(profile, args, env)
+        report.profile = _with_engine(profile, args, env, renamed)
     return report
 
 
-def _with_engine(profile: Profile, args: dict[str, Any], env: dict[str, str]) -> Profile:
-    """A copy of `profile` with these engine args/env, in this order (argv follows it)."""
-    return profile.with_engine(profile.engine.model_copy(update={"args": args, "env": env}))
+def _with_engine(profile: Profile, args: dict[str, Any], env: dict[str, str], renamed: dict[str, str]) -> Profile:
+    """A copy of `profile` with these engine args/env, in this order (argv follows it); a renamed flag stays
+    as secret as it was."""
+    return profile.with_engine(profile.engine.model_copy(update={"args": args, "env": env}), renamed)
 
 
 def _check_arg(key: str, value: Any, fs: FlagSet, renames: list[Rename], report: FlagReport) -> str | None:

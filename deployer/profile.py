@@ -218,6 +218,19 @@ class Profile(Strict):
             return [MASK for _ in value] if isinstance(value, list) else MASK
         return _mask_leaves(value, items, "") if items else value
 
+    def written_arg(self, name: str, value: Any) -> Any:
+        """One flag's value as the user wrote it: `${VAR}` text where the value came from the environment."""
+        def walk(item: Any, path: str) -> Any:
+            if path in self._templates:
+                return self._templates[path]
+            if isinstance(item, dict):
+                return {k: walk(v, f"{path}.{k}") for k, v in item.items()}
+            if isinstance(item, list):
+                return [walk(v, f"{path}.{i}") for i, v in enumerate(item)]
+            return item
+
+        return walk(value, f"engine.args.{name}")
+
     def secret_values(self) -> list[str]:
         """Every literal secret value of this profile (to hunt for in text deployer shows or stores)."""
         out = [v for k, v in self.engine.env.items() if k in self.secret_env_keys()]
@@ -242,13 +255,23 @@ class Profile(Strict):
         engine = self.engine.model_copy(update={"args": new_args, "env": new_env})
         return self.with_engine(engine)
 
-    def with_engine(self, engine: Engine) -> Profile:
-        """A copy with another engine section that keeps what the profile knows about its secrets."""
+    def with_engine(self, engine: Engine, renamed: dict[str, str] | None = None) -> Profile:
+        """A copy with another engine section that keeps what the profile knows about its secrets, following
+        flags `renamed` (old key -> new key)."""
+        moves = {f"engine.args.{old}": f"engine.args.{new}" for old, new in (renamed or {}).items()}
+
+        def moved(path: str) -> str:
+            for old, new in moves.items():
+                if path == old or path.startswith(old + "."):
+                    return new + path[len(old):]
+            return path
+
         copy = self.model_copy(update={"engine": engine})
         copy._source = self._source
         copy._secret_env = self._secret_env
-        copy._secret_args = self._secret_args
-        copy._templates = dict(self._templates)
+        copy._secret_args = frozenset((renamed or {}).get(k, k) for k in self._secret_args)
+        copy._templates = {moved(p): text for p, text in self._templates.items()}
+        copy._unset = list(self._unset)
         return copy
 
     def public_dict(self) -> dict[str, Any]:

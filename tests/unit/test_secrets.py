@@ -211,3 +211,28 @@ def test_the_cli_streams_mask_what_is_written_through_them() -> None:
     stream.writelines(["stream-secret-31337\n"])
     assert inner.getvalue() == "line with *** and --api-key ***\n***\n"
     assert stream.isatty() is False and stream.getvalue() == inner.getvalue()  # the rest is the inner stream's
+
+
+def test_a_flag_renamed_by_preflight_stays_secret(tmp_path: Path) -> None:
+    """cuda_graph_max_bs is renamed for 0.5.23; had its value come from ${VAR}, the new name is just as secret."""
+    from deployer.flags import Flag, FlagSet, check_flags, load_renames
+
+    path = _write(tmp_path, "    cuda_graph_max_bs: '${GRAPH}'\n    tp_size: 1\n")
+    prof = load_profile(path, environ={"GRAPH": "renamed-secret-4242"})
+    flagset = FlagSet("sglang", "0.5.23", (Flag(("--cuda-graph-max-bs-decode",), "cuda_graph_max_bs_decode"),
+                                           Flag(("--tp-size",), "tp_size")))
+    checked = check_flags(prof, flagset, load_renames())
+    assert "cuda_graph_max_bs_decode" in checked.profile.engine.args, checked.errors
+    bundle = render(checked.profile)
+    assert "renamed-secret-4242" not in bundle.script and "renamed-secret-4242" in bundle.env
+    assert checked.profile.public_dict()["engine"]["args"]["cuda_graph_max_bs_decode"] == MASK
+
+
+def test_save_fixed_writes_a_renamed_secret_flag_as_its_var(tmp_path: Path) -> None:
+    from deployer.fixed import profile_diff
+    from deployer.flags import Flag, FlagSet, check_flags, load_renames
+
+    prof = load_profile(_write(tmp_path, "    cuda_graph_max_bs: '${GRAPH}'\n"), environ={"GRAPH": "fx-secret-99"})
+    flagset = FlagSet("sglang", "0.5.23", (Flag(("--cuda-graph-max-bs-decode",), "cuda_graph_max_bs_decode"),))
+    after = check_flags(prof, flagset, load_renames()).profile
+    assert profile_diff(prof, after)["args"] == {"cuda_graph_max_bs": None, "cuda_graph_max_bs_decode": "${GRAPH}"}
