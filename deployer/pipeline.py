@@ -130,10 +130,13 @@ def up(profile: Profile, opts: UpOptions, emit: EventSink) -> UpReport:
             stop(remote, view.run, profile.restart.grace_s)
             report.replaced, waited = view.run.run_id, 15.0
         try:
-            return _attempts(remote, layout, profile, opts, report, emit, version, port_wait=waited, tried=tried,
+            done = _attempts(remote, layout, profile, opts, report, emit, version, port_wait=waited, tried=tried,
                              original=original)
-        finally:
+        except DeployError:  # a failed launch too (not Ctrl-C: that leaves at once)
             _tidy(remote, layout, profile, emit)
+            raise
+        _tidy(remote, layout, profile, emit)
+        return done
 
 
 def _tidy(remote: Remote, layout: Layout, profile: Profile, emit: EventSink) -> None:
