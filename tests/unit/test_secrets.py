@@ -236,3 +236,22 @@ def test_save_fixed_writes_a_renamed_secret_flag_as_its_var(tmp_path: Path) -> N
     flagset = FlagSet("sglang", "0.5.23", (Flag(("--cuda-graph-max-bs-decode",), "cuda_graph_max_bs_decode"),))
     after = check_flags(prof, flagset, load_renames()).profile
     assert profile_diff(prof, after)["args"] == {"cuda_graph_max_bs": None, "cuda_graph_max_bs_decode": "${GRAPH}"}
+
+
+def test_validate_and_render_of_the_shipped_profiles_need_no_secret() -> None:
+    import os
+    import subprocess
+    import sys
+
+    def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "deployer.cli", *argv], capture_output=True, text=True,
+                              timeout=60, env={"PATH": os.environ["PATH"]}, cwd=str(REPO))
+
+    for path in sorted((REPO / "profiles").glob("*.yaml")):
+        res = cli("validate", str(path.relative_to(REPO)))
+        assert res.returncode == 0, res.stderr
+    rendered = cli("render", "profiles/qwen36-mtp.yaml")
+    assert rendered.returncode == 0 and "--speculative-num-draft-tokens 4" in rendered.stdout
+    assert "DEPLOYER_SECRET" not in rendered.stdout
+    assert rendered.stderr.startswith("warning: profiles/qwen36-mtp.yaml:") and "${HF_TOKEN} is not set" in \
+        rendered.stderr
