@@ -6,15 +6,17 @@ Loading layers `extends:` files, expands `${VAR}` from the local environment, ap
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from deployer.engines import engine_for
-from deployer.secrets import MASK, is_secret_env_name
+if TYPE_CHECKING:
+    from deployer.profile_loader import UnsetVar
+
+from deployer.secrets import MASK, hidden_values, is_secret_env_name, mask_leaves
 
 ArgScalar = Union[bool, int, float, str]
 ArgValue = Union[ArgScalar, list[ArgScalar], dict[str, Any], None]
@@ -168,7 +170,7 @@ class Profile(Strict):
     _secret_env: frozenset[str] = PrivateAttr(default=frozenset())
     _secret_args: frozenset[str] = PrivateAttr(default=frozenset())
     _templates: dict[str, str] = PrivateAttr(default_factory=dict)
-    _unset: list[Any] = PrivateAttr(default_factory=list)  # profile_loader.UnsetVar: `${VAR}`s not set here
+    _unset: list[UnsetVar] = PrivateAttr(default_factory=list)  # `${VAR}`s not set here (validate, render)
 
     @model_validator(mode="after")
     def _stall_vs_startup(self) -> Profile:
@@ -181,7 +183,7 @@ class Profile(Strict):
         return self._source
 
     @property
-    def unset(self) -> list[Any]:
+    def unset(self) -> list[UnsetVar]:
         """The `${VAR}`s the local environment does not set (only when loaded with allow_unset)."""
         return list(self._unset)
 
@@ -216,7 +218,7 @@ class Profile(Strict):
         whole, items = self.secret_arg_paths(name)
         if whole:
             return [MASK for _ in value] if isinstance(value, list) else MASK
-        return _mask_leaves(value, items, "") if items else value
+        return mask_leaves(value, items, "") if items else value
 
     def written_arg(self, name: str, value: Any) -> Any:
         """One flag's value as the user wrote it: `${VAR}` text where the value came from the environment."""
@@ -235,7 +237,7 @@ class Profile(Strict):
         """Every literal secret value of this profile (to hunt for in text deployer shows or stores)."""
         out = [v for k, v in self.engine.env.items() if k in self.secret_env_keys()]
         for name, value in self.engine.args.items():
-            _collect_masked(value, self.masked_arg(name, value), out)
+            hidden_values(value, self.masked_arg(name, value), out)
         return out
 
     def patched(self, *, args: dict[str, Any] | None = None, env: dict[str, str | None] | None = None) -> Profile:
@@ -285,34 +287,6 @@ class Profile(Strict):
 
 def _under(templates: dict[str, str], path: str) -> bool:
     return path in templates or any(p.startswith(path + ".") for p in templates)
-
-
-def _mask_leaves(value: Any, paths: frozenset[str], at: str) -> Any:
-    """`value` with the leaves at `paths` (dotted, relative) replaced by ***."""
-    if at and at in paths:
-        return MASK
-    if isinstance(value, dict):
-        return {k: _mask_leaves(v, paths, f"{at}.{k}" if at else str(k)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_mask_leaves(v, paths, f"{at}.{i}" if at else str(i)) for i, v in enumerate(value)]
-    return value
-
-
-def _collect_masked(value: Any, masked: Any, out: list[str]) -> None:
-    """The literal values that `masked` hides (where it says *** and `value` does not)."""
-    if masked == MASK and value != MASK:
-        out.append(value if isinstance(value, str) else json.dumps(value, sort_keys=True) if
-                   isinstance(value, (dict, list)) else str(value))
-        if isinstance(value, (dict, list)):  # its leaves show up on their own in the engine's args dump
-            leaves = value.values() if isinstance(value, dict) else value
-            for leaf in leaves:
-                _collect_masked(leaf, MASK, out)
-    elif isinstance(value, dict) and isinstance(masked, dict):
-        for key, item in value.items():
-            _collect_masked(item, masked.get(key), out)
-    elif isinstance(value, list) and isinstance(masked, list):
-        for item, hidden in zip(value, masked):
-            _collect_masked(item, hidden, out)
 
 
 def load_profile(

@@ -15,6 +15,7 @@ engine's own dump of its arguments (`api_key='...'`, `--api-key X`) is masked ev
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import threading
 from collections.abc import Callable, Iterable
@@ -116,6 +117,34 @@ def mask_data(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [mask_data(v) for v in value]
     return value
+
+
+def mask_leaves(value: Any, paths: frozenset[str], at: str) -> Any:
+    """`value` with the leaves at `paths` (dotted, relative) replaced by ***."""
+    if at and at in paths:
+        return MASK
+    if isinstance(value, dict):
+        return {k: mask_leaves(v, paths, f"{at}.{k}" if at else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [mask_leaves(v, paths, f"{at}.{i}" if at else str(i)) for i, v in enumerate(value)]
+    return value
+
+
+def hidden_values(value: Any, masked: Any, out: list[str]) -> None:
+    """The literal values that `masked` hides (where it says *** and `value` does not)."""
+    if masked == MASK and value != MASK:
+        out.append(value if isinstance(value, str) else json.dumps(value, sort_keys=True) if
+                   isinstance(value, (dict, list)) else str(value))
+        if isinstance(value, (dict, list)):  # its leaves show up on their own in the engine's args dump
+            leaves = value.values() if isinstance(value, dict) else value
+            for leaf in leaves:
+                hidden_values(leaf, MASK, out)
+    elif isinstance(value, dict) and isinstance(masked, dict):
+        for key, item in value.items():
+            hidden_values(item, masked.get(key), out)
+    elif isinstance(value, list) and isinstance(masked, list):
+        for item, hidden in zip(value, masked):
+            hidden_values(item, hidden, out)
 
 
 def masking_sink(emit: Callable[[E], None]) -> Callable[[E], None]:
