@@ -83,10 +83,12 @@ def render(profile: str, overrides: tuple[str, ...], host: str | None, as_json: 
     """Print the launch script a profile renders to (secrets never shown)."""
     from deployer.render import render as render_bundle
 
-    bundle = render_bundle(_load(profile, overrides, host, allow_unset=True))
-    if as_json:
+    prof = _load(profile, overrides, host, allow_unset=True)
+    bundle = render_bundle(prof)
+    if as_json:  # secret_sources: where each secret value will come from (field -> ${VAR} text)
         _emit_json({"script": bundle.script, "argv": bundle.argv, "env": bundle.masked_env,
-                    "content_hash": bundle.content_hash})
+                    "content_hash": bundle.content_hash, "secret_sources": prof.templates,
+                    "unset": sorted({u.name for u in prof.unset})})
     else:
         click.echo(bundle.script, nl=False)
 

@@ -255,3 +255,15 @@ def test_validate_and_render_of_the_shipped_profiles_need_no_secret() -> None:
     assert "DEPLOYER_SECRET" not in rendered.stdout
     assert rendered.stderr.startswith("warning: profiles/qwen36-mtp.yaml:") and "${HF_TOKEN} is not set" in \
         rendered.stderr
+
+
+def test_render_json_says_where_each_secret_comes_from() -> None:
+    import os
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "deployer.cli", "render", "profiles/qwen36-mtp.yaml", "--json"],
+                         capture_output=True, text=True, timeout=60, env={"PATH": os.environ["PATH"]}, cwd=str(REPO))
+    data = json.loads(res.stdout)
+    assert data["secret_sources"] == {"engine.env.HF_TOKEN": "${HF_TOKEN}"} and data["unset"] == ["HF_TOKEN"]
+    assert data["env"]["HF_TOKEN"] == MASK
