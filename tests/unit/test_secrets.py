@@ -267,3 +267,11 @@ def test_render_json_says_where_each_secret_comes_from() -> None:
     data = json.loads(res.stdout)
     assert data["secret_sources"] == {"engine.env.HF_TOKEN": "${HF_TOKEN}"} and data["unset"] == ["HF_TOKEN"]
     assert data["env"]["HF_TOKEN"] == MASK
+
+
+def test_structured_output_is_masked_before_json_escaping() -> None:
+    """The stdout guard sees `"pa\\"ss\\u00e9"`, not the value: structured output is masked first."""
+    remember(['quo"te-s\u00e9cret'])
+    data = mask_data({"detail": 'engine said quo"te-s\u00e9cret', "list": ['quo"te-s\u00e9cret']})
+    text = json.dumps(data)
+    assert data == {"detail": "engine said ***", "list": ["***"]} and "cret" not in text
