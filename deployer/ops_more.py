@@ -27,6 +27,8 @@ def prune(ref: Ref, keep: int | None, dry_run: bool) -> dict[str, Any]:
             view = current_view(remote, layout)
             recorded = ((view.record.get("profile") or {}).get("retention") or {}) if view else {}
             keep = int(recorded.get("keep_runs") or DEFAULT_KEEP)
+        if not list_runs(remote, layout):
+            raise NotFound(f"no deployment {ref.name!r} under {workdir} on {remote.label}")
         if dry_run:
             plan = retention_plan(remote, layout, keep)
         else:

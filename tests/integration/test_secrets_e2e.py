@@ -151,6 +151,8 @@ def test_retention_drops_old_secrets_and_prune_keeps_what_restart_and_rollback_n
     with_env = [r.name for r in runs if (r / "env").exists()]
     assert with_env == [runs[-2].name, runs[-1].name]  # newest ready (rollback's target) and current
 
+    missing = oncall(sshd, tmp_path, "prune", "no-such-deployment")
+    assert missing.returncode == 7 and "no deployment 'no-such-deployment'" in missing.stderr
     dry = oncall(sshd, tmp_path, "prune", "ret", "--keep", "1", "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
     plan = json.loads(dry.stdout)
