@@ -7,28 +7,26 @@ from typing import Any
 from deployer.errors import NotFound
 from deployer.ops import Ref, layout_of, make_ref, opened
 from deployer.pipeline import diagnose_state
+from deployer.retention import DEFAULT_KEEP, apply_plan, retention_plan
 from deployer.secret_restore import learn_secrets
 from deployer.secrets import mask_data
-from deployer.targetview import all_runs, list_runs, run_view
+from deployer.start import DeploymentLock
+from deployer.targetview import all_runs, current_view, list_runs, run_view
 
 __all__ = ["make_ref", "history", "local_history", "diagnose_deployment", "prune"]
 
 
 def prune(ref: Ref, keep: int | None, dry_run: bool) -> dict[str, Any]:
     """Apply the retention now (under the deployment lock); `keep` defaults to the current run's profile's."""
-    from deployer.retention import DEFAULT_KEEP, apply_plan, retention_plan
-    from deployer.start import DeploymentLock
-    from deployer.targetview import current_view
-
     assert ref.name
     with opened(ref) as (remote, workdir):
         layout = layout_of(workdir, ref.name)
+        if not list_runs(remote, layout):
+            raise NotFound(f"no deployment {ref.name!r} under {workdir} on {remote.label}")
         if keep is None:
             view = current_view(remote, layout)
             recorded = ((view.record.get("profile") or {}).get("retention") or {}) if view else {}
             keep = int(recorded.get("keep_runs") or DEFAULT_KEEP)
-        if not list_runs(remote, layout):
-            raise NotFound(f"no deployment {ref.name!r} under {workdir} on {remote.label}")
         if dry_run:
             plan = retention_plan(remote, layout, keep)
         else:
