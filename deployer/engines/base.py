@@ -43,6 +43,7 @@ class EngineSpec:
     followons_file: str = ""                # startup checks a remedy must also satisfy (YAML) in data_dir
     value_aliases: dict[str, dict[str, str]] = field(default_factory=dict)  # flag -> {given: engine's name}
     multinode: MultiNode | None = None      # None: no multi-node launch known
+    secret_flags: frozenset[str] = frozenset()  # flags (profile keys) that take a credential: always masked
 
     def phase_of(self, line: str) -> str | None:
         for phase in self.phases:
