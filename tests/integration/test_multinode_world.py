@@ -124,12 +124,14 @@ def test_rank0_serves_the_api_and_rank1_only_a_dummy_health(bed: HostBed) -> Non
     assert rank1.get("/v1/models") == 404 and rank1.get("/model_info") == 404
     log0, log1 = rank0.log(), rank1.log()
     assert "The server is fired up and ready to roll!" in log0
-    assert "fired up" not in log1 and "Uvicorn running" not in log1
+    for rank0_only in ("fired up", "Uvicorn running", "Engine startup timings"):
+        assert rank0_only not in log1
     assert f"Dummy health check server started in background thread at {rank1.host.addr}:{rank1.port}" in log1
     assert '"GET /health' not in log1  # the dummy server runs uvicorn at log level warning
     # each node logs its own TP ranks (node 1 holds TP2 and TP3 of tp 4), main-process lines carry no tag
     assert {"TP0", "TP1"} <= set(re.findall(r"^\[[\d\- :]+ (TP\d+)\]", log0, re.M)) and "TP2" not in log0
     assert set(re.findall(r"^\[[\d\- :]+ (TP\d+)\]", log1, re.M)) == {"TP2", "TP3"}
+    assert len(re.findall(r"^\[[\d\- :]+ TP[23]\] Load weight begin", log1, re.M)) == 2
     assert re.search(r"^\[[\d\- :]+\] server_args=", log1, re.M)
 
 
@@ -193,7 +195,8 @@ def test_rank1_times_out_on_a_wrong_dist_init_address(bed: HostBed) -> None:
     rank1 = start_rank(bed, 1, wrong, extra="--dist-timeout 2")
     _wait(lambda: rank1.rc() is not None, "rank 1 to give up connecting")
     log1 = rank1.log()
-    text = f"The client socket has timed out after 2000ms while trying to connect to (127.0.0.9, {wrong.split(':')[1]})."
+    port = wrong.split(":")[1]
+    text = f"The client socket has timed out after 2000ms while trying to connect to (127.0.0.9, {port})."
     assert f"torch.distributed.DistNetworkError: {text}" in log1, log1
     assert re.search(rf"^\[E\d{{4}} [\d:.]+ socket\.cpp:\d+\] \[c10d\] {re.escape(text)}$", log1, re.M), log1
     assert rank1.rc() == 137 and rank1.get("/health") is None

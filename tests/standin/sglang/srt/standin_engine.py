@@ -258,12 +258,12 @@ class Engine:
                 run_scheduler_process(self.view, standin_model.Capacity.from_env())
         except Exception:
             self.scheduler_failed()
+        if self.group is not None and self.group.node_rank > 0:
+            return self.group.serve_follower()  # no tokenizer manager there: no timings line, no API
         elapsed = time.monotonic() - t0
         logger.info(f"Engine startup timings (s): load_weight={elapsed / 3:.2f}, kv_cache_allocation="
                     f"{elapsed / 3:.2f}, scheduler_e2e={elapsed:.2f}, cuda_graph={{decode=0.52}}, "
                     f"tokenizer_e2e={elapsed + 0.05:.2f}")
-        if self.group is not None and self.group.node_rank > 0:
-            return self.group.serve_follower()
         return self.serve()
 
     def serve(self) -> int:

@@ -74,22 +74,25 @@ def env_float(name: str, default: float) -> float:
 
 
 class RankFormatter(logging.Formatter):
-    """`[time TPn] message`: the rank comes from the record (extra tp_prefix), else the node's first rank."""
+    """`[time TPn] message`. A record that names its rank (extra tp_prefix) prints once; the others are the
+    scheduler step every local rank takes, so they print once per rank, in a random order; with no ranks
+    (the main process) a record prints once without a tag."""
 
-    def __init__(self, default_prefix: str) -> None:
+    def __init__(self, prefixes: List[str]) -> None:
         super().__init__(datefmt="%Y-%m-%d %H:%M:%S")
-        self.default_prefix = default_prefix
+        self.prefixes = prefixes or [""]
 
     def format(self, record: logging.LogRecord) -> str:
-        prefix = getattr(record, "tp_prefix", self.default_prefix)
-        return f"[{self.formatTime(record, self.datefmt)}{prefix}] {record.getMessage()}" + (
-            "\n" + self.formatException(record.exc_info) if record.exc_info else "")
+        stamp = self.formatTime(record, self.datefmt)
+        prefixes = [getattr(record, "tp_prefix")] if hasattr(record, "tp_prefix") else self.prefixes
+        text = record.getMessage() + ("\n" + self.formatException(record.exc_info) if record.exc_info else "")
+        return "\n".join(f"[{stamp}{p}] {text}" for p in random.sample(prefixes, len(prefixes)))
 
 
-def _set_formatter(default_prefix: str) -> None:
-    """The main process logs without a prefix (""); scheduler lines carry their rank."""
+def _set_formatter(prefixes: List[str]) -> None:
+    """Main-process lines carry no rank ([]); scheduler lines carry this node's ranks."""
     for handler in logging.getLogger().handlers:
-        handler.setFormatter(RankFormatter(default_prefix))
+        handler.setFormatter(RankFormatter(prefixes))
 
 
 class Group:
@@ -113,20 +116,18 @@ class Group:
     def prefix(self, rank: int) -> str:
         return f" TP{rank}" if self.world_size > 1 else ""
 
-    def each_rank(self, message: str) -> None:
-        """One line per local rank, in a random order (separate processes in the real engine)."""
-        for rank in random.sample(self.ranks, len(self.ranks)):
-            logger.info(message, extra={"tp_prefix": self.prefix(rank)})
+    def prefixes(self) -> List[str]:
+        return [self.prefix(rank) for rank in self.ranks]
 
     # ---- rendezvous ----
     def rendezvous(self) -> None:
         t0 = time.perf_counter()
-        self.each_rank("Init parallel begin.")
+        logger.info("Init parallel begin.")
         if self.node_rank == 0:
             self._host_store()
         else:
             self._join_store()
-        self.each_rank(f"Init parallel ends. elapsed={time.perf_counter() - t0:.2f} s")
+        logger.info(f"Init parallel ends. elapsed={time.perf_counter() - t0:.2f} s")
         for peer in self.peers:
             threading.Thread(target=self._watch, args=(peer,), daemon=True).start()
 
@@ -232,7 +233,7 @@ class Group:
         """The scheduler's except block: its traceback with its TP prefix, then SIGQUIT to the main process."""
         logger.error(f"Scheduler hit an exception: {traceback.format_exc()}",
                      extra={"tp_prefix": self.prefix(self.ranks[0])})
-        _set_formatter("")
+        _set_formatter([])
         os.kill(os.getpid(), signal.SIGQUIT)
         time.sleep(5)  # the sigquit handler ends the process
 
@@ -301,10 +302,10 @@ def scheduler_ranks(view: SimpleNamespace) -> Iterator[Optional[Group]]:
         yield None
         return
     group = Group(view)
-    _set_formatter(group.prefix(group.ranks[0]))
+    _set_formatter(group.prefixes())
     try:
         group.rendezvous()
         yield group
     except Exception:
         group.scheduler_failed()
-    _set_formatter("")
+    _set_formatter([])
