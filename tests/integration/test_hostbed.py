@@ -6,6 +6,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,10 +83,10 @@ def test_a_failing_start_stops_the_hosts_already_started(tmp_path: Path, monkeyp
     started: list[int] = []
     real = sshbed.make_sshd
 
-    def second_fails(d: Path, **kw: object) -> object:
+    def second_fails(d: Path, **kw: Any) -> sshbed.SSHD:
         if started:
             raise RuntimeError("sshd did not start")
-        sshd = real(d, **kw)  # type: ignore[arg-type]
+        sshd = real(d, **kw)
         started.append(sshd.port)
         return sshd
 
