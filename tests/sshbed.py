@@ -140,20 +140,34 @@ def _bashrc(init_dir: Path, rounds: int) -> str:
     )
 
 
-def _rc_seconds(home: Path, reps: int = 3) -> float:
-    """Median wall time of sourcing `home`'s .bashrc in a bare bash, minus bash's own start."""
+def _timed_bash(home: Path, cmd: str, reps: int = 5) -> float:
+    """Median wall time of `bash -c cmd` in a bare environment with HOME=`home`."""
 
-    def once(cmd: str) -> float:
+    def once() -> float:
         t0 = time.perf_counter()
         subprocess.run(["bash", "-c", cmd], env={"PATH": SYSTEM_PATH, "HOME": str(home)}, check=True, timeout=30)
         return time.perf_counter() - t0
 
-    bare = statistics.median(once("true") for _ in range(reps))
-    return max(0.0, statistics.median(once(". ~/.bashrc") for _ in range(reps)) - bare)
+    return statistics.median(once() for _ in range(reps))
 
 
 _ROUNDS: dict[float, int] = {}  # rc_cost -> calibrated rounds, once per process
-PROBE_ROUNDS = 4000
+PROBE_ROUNDS = 40000  # ~50 ms of hashing: enough to see above the noise of a loaded machine
+
+
+def _calibrate(home: Path, init_dir: Path, rc_cost: float) -> int:
+    """Hook rounds that make sourcing the rc file cost about `rc_cost` s on this machine: a probe, then one
+    correction step (Python's start-up time swings with load, so a single probe over- or undershoots)."""
+
+    def cost(rounds: int) -> float:
+        (home / ".bashrc").write_text(_bashrc(init_dir, rounds))
+        return max(0.0, _timed_bash(home, ". ~/.bashrc") - bare)
+
+    bare = _timed_bash(home, "true")
+    base = cost(0)
+    per_round = max(cost(PROBE_ROUNDS) - base, 1e-3) / PROBE_ROUNDS
+    rounds = max(0, int((rc_cost - base) / per_round))
+    return max(0, rounds + int((rc_cost - cost(rounds)) / per_round))
 
 
 def write_rc_home(home: Path, rc_cost: float) -> int:
@@ -163,11 +177,7 @@ def write_rc_home(home: Path, rc_cost: float) -> int:
     (init_dir / "condabin").mkdir(exist_ok=True)
     (init_dir / "hook.py").write_text(HOOK_PY)
     if rc_cost not in _ROUNDS:
-        (home / ".bashrc").write_text(_bashrc(init_dir, 0))
-        base = _rc_seconds(home)
-        (home / ".bashrc").write_text(_bashrc(init_dir, PROBE_ROUNDS))
-        per_round = max(_rc_seconds(home) - base, 1e-3) / PROBE_ROUNDS
-        _ROUNDS[rc_cost] = max(0, int((rc_cost - base) / per_round))
+        _ROUNDS[rc_cost] = _calibrate(home, init_dir, rc_cost)
     (home / ".bashrc").write_text(_bashrc(init_dir, _ROUNDS[rc_cost]))
     (init_dir / "runs").write_text("")
     return _ROUNDS[rc_cost]
