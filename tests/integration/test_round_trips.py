@@ -10,7 +10,7 @@ This module runs one deployment's commands against an sshd whose `.bashrc` is th
   xfail(strict=True): the day a command reaches its target the test XPASSes, which fails the run, and whoever
   got there moves that command's line in TODAY down and removes it from the xfail list.
 
-The counts are printed in the test output (`-rA` or the terminal summary shows them even under `-q`).
+The counts are printed in the test output, past pytest's capture (so `-q` runs show them too).
 docs/round-trips.md says where each channel comes from.
 """
 
@@ -61,7 +61,7 @@ TODAY: dict[str, Bound] = {
     "status": Bound(exec=3, sftp=1),
     "logs": Bound(exec=3, sftp=1),
     "history": Bound(exec=2, sftp=1),
-    "up (no change)": Bound(exec=9, sftp=1),
+    "up (no change)": Bound(exec=9, sftp=1),  # 8 or 9 seen across runs (not investigated)
     "down": Bound(exec=4, sftp=1),
     "up": Bound(exec=21, sftp=1),
 }
@@ -149,18 +149,19 @@ def test_issue13_oncall_in_one_round_trip(flow: dict[str, Measured], name: str) 
     assert got.channels <= TARGET_CHANNELS_ONCALL, f"deploy {name}: {got}"
 
 
-def test_rc_bed_is_as_slow_as_a_real_image_and_private(rc_bed: SSHD) -> None:
+def test_rc_bed_runs_its_own_rc_file_for_every_session(rc_bed: SSHD) -> None:
     """The bed's own rc file runs for `ssh host cmd` and SFTP (HOME is the bed's, SHLVL not preset); the
-    real ~/.bashrc is not the one that runs."""
+    real ~/.bashrc (it exports PYENV_ROOT here) is not the one that runs."""
     ssh = ["ssh", "-F", str(rc_bed.ssh_config), "deployer-test"]
     offset, before = rc_bed.log_offset(), rc_bed.rc_runs()
-    out = subprocess.run([*ssh, 'echo "$HOME|$SHLVL|$BED_RC_DIGEST"; type -t bed_activate'],
+    out = subprocess.run([*ssh, 'echo "$HOME|$SHLVL|$BED_RC_DIGEST|${PYENV_ROOT-}"; type -t bed_activate'],
                          capture_output=True, text=True, timeout=30)
     sftp = subprocess.run(["sftp", "-F", str(rc_bed.ssh_config), "-b", "-", "deployer-test"], input="pwd\n",
                           capture_output=True, text=True, timeout=30)
     assert out.returncode == 0 and sftp.returncode == 0, out.stderr + sftp.stderr
-    home, shlvl, digest = out.stdout.splitlines()[0].split("|")
+    home, shlvl, digest, pyenv = out.stdout.splitlines()[0].split("|")
     assert home == str(rc_bed.home) and shlvl == "1" and len(digest) == 12  # bash started at level 0
+    assert pyenv == ""
     assert out.stdout.splitlines()[1] == "function"
     assert rc_bed.sessions_since(offset) == Sessions(connections=2, exec=1, sftp=1, shell=0)
     assert rc_bed.rc_runs() - before == 2
