@@ -95,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.write_text(json.dumps({"when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "took_s": round(took, 1),
                                    "machine": {"python": platform.python_version(), "platform": platform.platform(),
                                                "cpus": os.cpu_count()},
-                                   "reps": args.reps, "rc_cost_s": args.rc_cost, "figures": [f.to_json() for f in figures]}, indent=2) + "\n")
+                                   "reps": args.reps, "rc_cost_s": args.rc_cost,
+                                   "figures": [f.to_json() for f in figures]}, indent=2) + "\n")
     print(table(figures))
     print(f"\n{len(figures)} figures in {took:.0f} s; written to {RESULTS.relative_to(REPO)}")
     return 0
