@@ -112,8 +112,8 @@ def flow(rc_bed: SSHD, tmp_path_factory: pytest.TempPathFactory, request: pytest
     finally:
         deploy("down", str(profile), home=tmp / "home", timeout=60)
         shutil.rmtree(tmp / "work", ignore_errors=True)
-    _report(request.config, [f"round trips per command (login shell rc file ~{RC_COST_S * 1000:.0f} ms, "
-                             f"calibrated {rc_bed.rc_cost * 1000:.0f} ms):"]
+    _report(request.config, [f"round trips per command (login shell's .bashrc calibrated to "
+                             f"~{rc_bed.rc_cost * 1000:.0f} ms):"]
             + [f"  deploy {name:<20} {m.sessions}; .bashrc ran {m.rc_runs}x" for name, m in got.items()])
     return got
 
