@@ -43,9 +43,10 @@ def _sync_supervisor(remote: Remote, folder: str) -> None:
     listed = remote.run(f"sha256sum -- {paths} 2>/dev/null", timeout=20, check=False).stdout
     have = {posixpath.basename(parts[1]): parts[0] for parts in (line.split(None, 1) for line in listed.splitlines())
             if len(parts) == 2}
-    for name, data in sources.items():
-        if have.get(name) != hashlib.sha256(data).hexdigest():
-            remote.put(data, posixpath.join(folder, name), 0o644)
+    stale = [(data, posixpath.join(folder, name), 0o644) for name, data in sources.items()
+             if have.get(name) != hashlib.sha256(data).hexdigest()]
+    if stale:
+        remote.put_all(stale)
 
 
 @dataclass(frozen=True)
@@ -150,8 +151,7 @@ def push(remote: Remote, layout: Layout, bundle: Bundle, record: dict[str, Any],
              *((name, data, 0o644) for name, data in supervisor_sources().items())]
     _make_run_dir(remote, layout, run, sum(len(data) for _, data, _ in files) + SPACE_HEADROOM)
     try:
-        for name, data, mode in files:
-            remote.put(data, run.file(name), mode)
+        remote.put_all([(data, run.file(name), mode) for name, data, mode in files])
     except DeployError as exc:
         remote.run(f"rm -rf -- {shlex.quote(run.path)}", timeout=30, check=False)
         exc.message = f"push of {run_id} failed, nothing of it kept: {exc.message}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.client
 import time
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from deployer.errors import CommandFailed, RemoteError
@@ -132,6 +133,11 @@ class Remote(Protocol):
 
     def put(self, data: bytes, path: str, mode: int = 0o644) -> str:
         """Atomically replace `path` with `data` at `mode`; returns the verified sha256 hex."""
+        ...
+
+    def put_all(self, files: Sequence[tuple[bytes, str, int]]) -> list[str]:
+        """`put` for several (data, path, mode): each replaced atomically, all verified in one round trip;
+        nothing is renamed into place before every file has verified (the temps are removed on failure)."""
         ...
 
     def read(self, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes:

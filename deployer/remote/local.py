@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+from collections.abc import Sequence
 
 from deployer.errors import CommandFailed, NotFound, RemoteError, TransferFailed
 from deployer.remote.base import LOCAL, CommandTimedOut, EndpointUnreachable, HttpReply, LineReader, Result, http_exchange
@@ -91,28 +92,30 @@ class LocalRemote:
         return result
 
     def put(self, data: bytes, path: str, mode: int = 0o644) -> str:
-        digest = hashlib.sha256(data).hexdigest()
-        d, base = os.path.split(path)
-        tmp = None
+        return self.put_all([(data, path, mode)])[0]
+
+    def put_all(self, files: Sequence[tuple[bytes, str, int]]) -> list[str]:
+        """Every file to a temp name beside it (fsync, hash), then each renamed into place."""
+        digests: list[str] = []
+        temps: list[str] = []
+        path = files[0][1] if files else ""
         try:
-            fd, tmp = tempfile.mkstemp(dir=d or ".", prefix=f".{base}.")
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-                os.fchmod(f.fileno(), mode)
-            got = _sha256_file(tmp)
-            if got != digest:
-                raise TransferFailed(f"put {path}: sha256 mismatch (sent {digest}, wrote {got})", host=LOCAL)
-            os.replace(tmp, path)
-            tmp = None
+            for data, path, mode in files:
+                temps.append(_write_temp(data, path, mode))
+                digest, got = hashlib.sha256(data).hexdigest(), _sha256_file(temps[-1])
+                if got != digest:
+                    raise TransferFailed(f"put {path}: sha256 mismatch (sent {digest}, wrote {got})", host=LOCAL)
+                digests.append(digest)
+            for (_, path, _), tmp in zip(files, list(temps)):
+                os.replace(tmp, path)
+                temps.remove(tmp)
         except OSError as e:
             raise TransferFailed(f"put {path}: {e.strerror or e}", host=LOCAL) from None
         finally:
-            if tmp is not None:
+            for tmp in temps:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
-        return digest
+        return digests
 
     def read(self, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes:
         try:
@@ -166,3 +169,19 @@ def _sha256_file(path: str) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def _write_temp(data: bytes, path: str, mode: int) -> str:
+    d, base = os.path.split(path)
+    fd, tmp = tempfile.mkstemp(dir=d or ".", prefix=f".{base}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+            os.fchmod(f.fileno(), mode)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return tmp

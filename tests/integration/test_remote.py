@@ -147,6 +147,24 @@ def test_put_into_unwritable_place_raises_transfer_failed(remote: Remote, where:
     assert not os.path.exists(where)
 
 
+def test_put_all_places_every_file_after_one_verification(remote: Remote, tmp_path: Path) -> None:
+    files = [(b"A=1\n", str(tmp_path / "env"), 0o600), (b"#!/bin/bash\necho ok\n", str(tmp_path / "run.sh"), 0o700),
+             (os.urandom(1 << 20), str(tmp_path / "blob"), 0o644)]
+    digests = remote.put_all(files)
+    assert digests == [hashlib.sha256(data).hexdigest() for data, _, _ in files]
+    for data, path, mode in files:
+        assert Path(path).read_bytes() == data and stat.S_IMODE(Path(path).stat().st_mode) == mode
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blob", "env", "run.sh"]  # no temp file left
+
+
+def test_put_all_with_one_unwritable_file_places_none(remote: Remote, tmp_path: Path) -> None:
+    files = [(b"first", str(tmp_path / "first"), 0o644), (b"second", "/nonexistent-dir/second", 0o644)]
+    with pytest.raises(TransferFailed) as e:
+        remote.put_all(files)
+    assert "/nonexistent-dir/second" in str(e.value)
+    assert list(tmp_path.iterdir()) == []  # the first file's temp was removed, nothing renamed into place
+
+
 # -- read / size ----------------------------------------------------------------------------------------
 
 

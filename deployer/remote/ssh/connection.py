@@ -20,6 +20,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from deployer.errors import AuthFailed, CommandFailed, ConnectFailed, NotFound, RemoteError, TransferFailed
@@ -323,39 +324,55 @@ class SSHRemote:
 
     def put(self, data: bytes, path: str, mode: int = 0o644) -> str:
         """SFTP to a 0600 temp name beside `path`, fsync + sha256 on the target, chmod, posix-rename."""
-        digest = hashlib.sha256(data).hexdigest()
-        timeout = max(PUT_MIN_TIMEOUT_S, len(data) / PUT_BYTES_PER_S)
-        folder, base = os.path.split(path)
-        tmp = os.path.join(folder or ".", f".{base}.{uuid.uuid4().hex[:12]}.part")
-        sftp = self._sftp()
-        try:
-            with sftp.open(tmp, "wx") as f:
-                sftp.chmod(tmp, 0o600)  # before any byte lands: secrets are never readable by others
-                f.set_pipelined(True)
-                f.write(data)
-            self._verify(tmp, digest, timeout)
-            sftp.chmod(tmp, mode)
-            sftp.posix_rename(tmp, path)
-        except (OSError, EOFError) as e:
-            with contextlib.suppress(Exception):
-                sftp.remove(tmp)
-            why = getattr(e, "strerror", None) or str(e) or type(e).__name__
-            raise TransferFailed(f"cannot write {path}: {why}", host=self.label) from None
-        except TransferFailed:
-            with contextlib.suppress(Exception):
-                sftp.remove(tmp)
-            raise
-        return digest
+        return self.put_all([(data, path, mode)])[0]
 
-    def _verify(self, tmp: str, digest: str, timeout: float) -> None:
-        q = shlex.quote(tmp)
+    def put_all(self, files: Sequence[tuple[bytes, str, int]]) -> list[str]:
+        """Every file to a 0600 temp name over the one SFTP session (pipelined), then one exec that fsyncs and
+        hashes them all, then chmod + posix-rename each: one login shell for the lot, not one per file."""
+        digests = [hashlib.sha256(data).hexdigest() for data, _, _ in files]
+        timeout = max(PUT_MIN_TIMEOUT_S, sum(len(data) for data, _, _ in files) / PUT_BYTES_PER_S)
+        temps = [_temp_name(path) for _, path, _ in files]
+        sftp = self._sftp()
+        written: list[str] = []
+        where = files[0][1] if files else ""
+        try:
+            for (data, where, _), tmp in zip(files, temps):
+                with sftp.open(tmp, "wx") as f:
+                    written.append(tmp)
+                    sftp.chmod(tmp, 0o600)  # before any byte lands: secrets are never readable by others
+                    f.set_pipelined(True)
+                    f.write(data)
+            self._verify(temps, digests, timeout)
+            for (_, where, mode), tmp in zip(files, temps):
+                sftp.chmod(tmp, mode)
+                sftp.posix_rename(tmp, where)
+                written.remove(tmp)
+        except (OSError, EOFError) as e:
+            self._discard(sftp, written)
+            why = getattr(e, "strerror", None) or str(e) or type(e).__name__
+            raise TransferFailed(f"cannot write {where}: {why}", host=self.label) from None
+        except TransferFailed:
+            self._discard(sftp, written)
+            raise
+        return digests
+
+    @staticmethod
+    def _discard(sftp: paramiko.SFTPClient, temps: list[str]) -> None:
+        for tmp in temps:
+            with contextlib.suppress(Exception):
+                sftp.remove(tmp)
+
+    def _verify(self, temps: list[str], digests: list[str], timeout: float) -> None:
+        q = " ".join(shlex.quote(tmp) for tmp in temps)
         try:
             r = self.run(f"sync -- {q} 2>/dev/null || sync; sha256sum -- {q}", timeout=timeout, check=False)
         except CommandTimedOut:
-            raise TransferFailed(f"verify {tmp}: timed out after {timeout:g}s", host=self.label) from None
-        got = r.stdout.split()[0] if r.ok and r.stdout.split() else f"nothing (exit {r.exit_code})"
-        if got != digest:
-            raise TransferFailed(f"sha256 mismatch after upload of {tmp}: got {got}", host=self.label)
+            raise TransferFailed(f"verify {temps[0]}: timed out after {timeout:g}s", host=self.label) from None
+        got = [line.split()[0] for line in r.stdout.splitlines() if line.split()] if r.ok else []
+        for i, (tmp, digest) in enumerate(zip(temps, digests)):
+            seen = got[i] if i < len(got) else f"nothing (exit {r.exit_code})"
+            if seen != digest:
+                raise TransferFailed(f"sha256 mismatch after upload of {tmp}: got {seen}", host=self.label)
 
     def _sftp(self) -> paramiko.SFTPClient:
         def op(_: paramiko.Transport) -> paramiko.SFTPClient:
@@ -437,3 +454,8 @@ class SSHRemote:
             raise EndpointUnreachable(f"127.0.0.1:{port}: nothing listening ({e.text})", host=self.label) from None
         chan.settimeout(timeout)
         return http_exchange(chan, method, port, path, body, headers, timeout, self.label, (paramiko.SSHException,))
+
+
+def _temp_name(path: str) -> str:
+    folder, base = os.path.split(path)
+    return os.path.join(folder or ".", f".{base}.{uuid.uuid4().hex[:12]}.part")
