@@ -6,6 +6,8 @@ parsing), that error is diagnosed like a crash and the same remedy is applied be
 
 from __future__ import annotations
 
+import textwrap
+
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +66,9 @@ def _as_argparse_error(result: PreflightReport) -> str | None:
     the same remedy then renames, respells (did-you-mean) or drops them as after a rejected launch."""
     if not result.unknown_flags:
         return None
-    usage = "usage: sglang serve " + " ".join(f"[{key_option(k)}]" for k in result.flag_names)
+    # Wrapped as argparse wraps it: one line of every flag would be cut by the diagnosis' per-line cap.
+    usage = "\n".join(textwrap.wrap("usage: sglang serve " + " ".join(f"[{key_option(k)}]" for k in result.flag_names),
+                                    width=100, subsequent_indent="    ", break_long_words=False))
     words = []
     for key in result.unknown_flags:
         value = result.profile.engine.args.get(key)
