@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 SGLANG_VENV ?= $(HOME)/.cache/deployer/sglang-venv
+VLLM_VENV ?= $(HOME)/.cache/deployer/vllm-venv
 
-.PHONY: install test test-unit test-integration test-sglang-real sglang-venv typecheck demo bench clean
+.PHONY: install test test-unit test-integration test-sglang-real sglang-venv test-vllm-real vllm-venv typecheck demo bench clean
 
 install: $(VENV)/.installed
 
@@ -15,7 +16,7 @@ $(VENV)/.installed: pyproject.toml
 
 test: install
 	$(PY) -m mypy
-	$(PY) -m pytest -q -p no:cacheprovider -m "not sglang_real" tests
+	$(PY) -m pytest -q -p no:cacheprovider -m "not sglang_real and not vllm_real" tests
 
 test-unit: install
 	$(PY) -m pytest -q tests/unit
@@ -29,6 +30,13 @@ sglang-venv:
 
 test-sglang-real: install sglang-venv
 	SGLANG_VENV=$(SGLANG_VENV) $(PY) -m pytest -q -p no:cacheprovider -m sglang_real tests/sglang_real
+
+# Real vLLM 0.33.0 code on the CPU (its serve argument parser), in a venv cached under ~/.cache/deployer.
+vllm-venv:
+	bash scripts/build-vllm-venv.sh $(VLLM_VENV)
+
+test-vllm-real: install vllm-venv
+	VLLM_VENV=$(VLLM_VENV) $(PY) -m pytest -q -p no:cacheprovider -m vllm_real tests/vllm_real
 
 # A throwaway sshd on 127.0.0.1 and the stand-in engine (no GPU): the whole flow, including a failure that heals.
 demo: install
