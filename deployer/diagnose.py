@@ -15,6 +15,7 @@ import signal as signals
 from dataclasses import dataclass, field
 from typing import Any
 
+from deployer.engines import engine_for
 from deployer.logtext import ANSI_RE, readable
 from deployer.remedy import RemedySpec, resolve
 from deployer.signatures import Signature, load_signatures, version_in
@@ -42,11 +43,15 @@ class Line:
     stamped: bool = False
 
 
-def clean_line(raw: str) -> Line:
+def clean_line(raw: str, prefix: re.Pattern[str] | None = None) -> Line:
+    """`prefix`: the engine's own logger prefix (EngineSpec.log_prefix), stripped too; its group "tag" is the rank."""
     text = readable(raw)
     found = _TS_RE.match(text)
     if found:
         return Line(text[found.end():].rstrip(), found.group(2).strip(), True)
+    own = prefix.match(text) if prefix is not None else None
+    if own is not None and own.end() > 0:
+        return Line(text[own.end():].rstrip(), own.group("tag") or "", True)
     return Line(text.rstrip(), None)
 
 
@@ -67,8 +72,8 @@ class Traceback:
         return head.split(":", 1)[0].strip()
 
 
-def first_traceback(text: str) -> Traceback | None:
-    """The first `Traceback (most recent call last):` block of `text`, or None."""
+def first_traceback(text: str, log_prefix: re.Pattern[str] | None = None) -> Traceback | None:
+    """The first `Traceback (most recent call last):` block of `text`, or None (`log_prefix`: see clean_line)."""
     start = text.find(TB_MARK)
     if start < 0 and "\x1b" in text:
         text = ANSI_RE.sub("", text)
@@ -76,7 +81,7 @@ def first_traceback(text: str) -> Traceback | None:
     if start < 0:
         return None
     line_start = text.rfind("\n", 0, start) + 1
-    lines = [clean_line(raw) for raw in text[line_start:line_start + BLOCK_CHARS].split("\n")]
+    lines = [clean_line(raw, log_prefix) for raw in text[line_start:line_start + BLOCK_CHARS].split("\n")]
     parsed = _parse_block(lines, 0)
     if parsed is None:
         return None
@@ -219,8 +224,9 @@ def diagnose(
 ) -> Diagnosis:
     """Diagnose one attempt from (a bounded window of) its log and how the process ended."""
     signatures = [s for s in load_signatures(kind) if engine_version is None or version_in(engine_version, s.versions)]
-    tb = first_traceback(text)
-    tail = _tail_lines(text)
+    prefix = engine_for(kind).log_prefix
+    tb = first_traceback(text, prefix)
+    tail = _tail_lines(text, prefix)
     for stage in _stages(tb, tail):
         for sig in signatures:
             found = sig.search(stage)
@@ -240,11 +246,11 @@ def _stages(tb: Traceback | None, tail: list[str]) -> list[str]:
     return stages
 
 
-def _tail_lines(text: str) -> list[str]:
+def _tail_lines(text: str, prefix: re.Pattern[str] | None = None) -> list[str]:
     chunk = text[-TAIL_CHARS:]
     if len(text) > TAIL_CHARS:
         chunk = chunk[chunk.find("\n") + 1:]
-    return [ln.text for ln in map(clean_line, chunk.split("\n")) if ln.text.strip()]
+    return [ln.text for ln in (clean_line(raw, prefix) for raw in chunk.split("\n")) if ln.text.strip()]
 
 
 def _matched(sig: Signature, stage: str, found: re.Match[str], tb: Traceback | None) -> Diagnosis:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deployer import flags as fl
+from deployer.engines import engine_for
 from deployer.profile import Profile
 from deployer.remote import Remote
 
@@ -80,14 +81,19 @@ VERSION_PY = """import sys
 print("@@python " + sys.version.split()[0])
 try:
     from importlib import metadata
-    print("@@engine " + metadata.version("sglang"))
+    print("@@engine " + metadata.version("ENGINE_PACKAGE"))
 except Exception:
     try:
-        import sglang
-        print("@@engine " + sglang.__version__)
+        import ENGINE_PACKAGE
+        print("@@engine " + ENGINE_PACKAGE.__version__)
     except Exception:
         print("@@engine -")
 """
+
+
+def version_py(package: str) -> str:
+    """VERSION_PY for the engine's distribution (`sglang`, `vllm`)."""
+    return VERSION_PY.replace("ENGINE_PACKAGE", package)
 
 FACTS_SCRIPT = r"""
 sec() { printf '\n@@@%s\n' "$1"; }
@@ -139,7 +145,8 @@ def gather_facts(remote: Remote, profile: Profile, *, cached_versions: list[str]
         f"{name}={value}\n" for name, value in (
             ("PY", shlex.quote(engine.python)), ("WORKDIR", _home_path(profile.target.workdir)),
             ("PORT", str(engine.port)), ("MODEL", _home_path(engine.model_path)),
-            ("CACHED", shlex.quote(" ".join(cached_versions))), ("VERSION_PY", shlex.quote(VERSION_PY)),
+            ("CACHED", shlex.quote(" ".join(cached_versions))),
+            ("VERSION_PY", shlex.quote(version_py(engine_for(engine.kind).package))),
             ("PROBE", shlex.quote(fl.probe_source(engine.kind)))))
     result = remote.run("bash -s", stdin=(head + FACTS_SCRIPT).encode(), timeout=FACTS_TIMEOUT, check=False)
     return parse_facts(result.stdout, profile)

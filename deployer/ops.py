@@ -17,7 +17,8 @@ from deployer.profile import NAME_RE, Profile
 from deployer.push import Layout, expand_workdir
 from deployer.remote import Remote, TargetSpec, connect, parse_host
 from deployer.start import DeploymentLock, stop
-from deployer.targetview import RunView, current_view, healthy, list_deployments, list_runs, run_view, tail_lines
+from deployer.targetview import (RunView, current_view, healthy, list_deployments, list_runs, record_kind, run_view,
+                                 tail_lines)
 
 DEFAULT_WORKDIR = "/workspace/deployer"
 
@@ -94,7 +95,7 @@ def crash_diagnosis(remote: Remote, view: RunView) -> dict[str, Any] | None:
     from deployer.pipeline import diagnose_state
 
     version = (view.record.get("profile") or {}).get("engine", {}).get("version")
-    diag = diagnose_state(remote, view.run, state, version)
+    diag = diagnose_state(remote, view.run, state, version, kind=record_kind(view.record))
     return {**diag.to_json(), "hint": diag.hint}
 
 

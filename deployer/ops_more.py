@@ -7,7 +7,7 @@ from typing import Any
 from deployer.errors import NotFound
 from deployer.ops import Ref, layout_of, make_ref, opened
 from deployer.pipeline import diagnose_state
-from deployer.targetview import all_runs, list_runs, run_view
+from deployer.targetview import all_runs, list_runs, record_kind, run_view
 
 __all__ = ["make_ref", "history", "local_history", "diagnose_deployment"]
 
@@ -58,7 +58,7 @@ def diagnose_deployment(ref: Ref, engine_version: str | None) -> dict[str, Any]:
             if not crashed and (view.outcome or {}).get("outcome") in (None, "ready"):
                 continue
             version = engine_version or (view.record.get("profile") or {}).get("engine", {}).get("version")
-            diag = diagnose_state(remote, view.run, state, version)
+            diag = diagnose_state(remote, view.run, state, version, kind=record_kind(view.record))
             from deployer.remedy import propose
 
             data = {**diag.to_json(), "hint": diag.hint, "run_id": run_id}

@@ -46,7 +46,7 @@ class Target(Strict):
 
 
 class Engine(Strict):
-    kind: Literal["sglang"] = "sglang"
+    kind: Literal["sglang", "vllm"] = "sglang"
     python: str = Field(default="python3", min_length=1, description="interpreter that has the engine installed")
     model_path: str = Field(min_length=1)
     host: str = "127.0.0.1"

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from deployer.engines import known_kinds
 from deployer.errors import ProfileError
 from deployer.profile import Profile
 from deployer.remote import parse_host
@@ -248,7 +249,7 @@ def _message(err: Any, loc: Loc) -> str:
     if kind == "missing":
         return "required field is missing"
     if kind == "literal_error" and loc[-1:] == ("kind",):
-        return f"unknown engine kind {err.get('input')!r} (known: sglang)"
+        return f"unknown engine kind {err.get('input')!r} (known: {', '.join(known_kinds())})"
     msg = str(err["msg"])
     return msg[len("Value error, "):] if msg.startswith("Value error, ") else msg
 

@@ -86,7 +86,7 @@ def engine_argv(profile: Profile) -> list[Word]:
     engine = profile.engine
     spec = engine_for(engine.kind)
     argv: list[Word] = [engine.python, "-m", spec.launch_module]
-    argv += flag_tokens("model_path", engine.model_path)
+    argv += flag_tokens(spec.model_flag, engine.model_path)
     argv += flag_tokens("host", engine.host)
     argv += flag_tokens("port", engine.port)
     secret = profile.secret_arg_keys()

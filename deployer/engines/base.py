@@ -30,6 +30,13 @@ class EngineSpec:
     signatures_file: str = ""               # failure signatures (YAML) in data_dir
     renames_file: str = ""                  # flag/env renames by version (YAML) in data_dir
     value_aliases: dict[str, dict[str, str]] = field(default_factory=dict)  # flag -> {given: engine's name}
+    model_flag: str = "model_path"          # the flag that names the model in the launch argv
+    package: str = ""                       # distribution whose version is the engine's version
+    args_dump: re.Pattern[str] | None = None  # the startup line of the args dump; group 1 starts the dict
+    args_dump_complete: bool = True         # every flag is in the dump (else only the non-default ones)
+    secret_flags: frozenset[str] = frozenset()  # flags whose values never go into drift lines
+    log_prefix: re.Pattern[str] | None = None  # the logger's line prefix, group "tag" = process/rank
+    memory_plan: bool = False               # preflight has a memory model for this engine (memory.py)
 
     def phase_of(self, line: str) -> str | None:
         for phase in self.phases:

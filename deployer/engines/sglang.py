@@ -27,4 +27,7 @@ SGLANG = EngineSpec(
     renames_file="sglang_renames.yaml",
     # arg_groups/speculative_hook.py (0.5.23): "NEXTN aliases EAGLE"; the resolved args say EAGLE
     value_aliases={"speculative_algorithm": {"NEXTN": "EAGLE"}},
+    package="sglang",
+    args_dump=re.compile(r"server_args=(ServerArgs\(|\{)"),
+    memory_plan=True,
 )
