@@ -41,6 +41,9 @@ class StepSpec(_Data):
     integer: bool = False
     prefer_from_message: str | None = Field(default=None, description="regex; its groups name candidate values")
     current_from_message: str | None = Field(default=None, description="regex; the engine's resolved value")
+    prefer_ratio_from_message: str | None = Field(
+        default=None, description="regex with two groups: candidate = group 1 / group 2 - ratio_margin (vLLM free/total)")
+    ratio_margin: float = 0.0
 
     @model_validator(mode="after")
     def _one_way(self) -> StepSpec:
@@ -209,10 +212,12 @@ def _typed(text: str) -> Any:
 
 def _step(step: StepSpec, message: str, args: dict[str, Any]) -> float | int | None:
     current = _current(step, message, args)
-    if step.prefer_from_message:
-        for candidate in _candidates(step.prefer_from_message, message):
-            if _forward(step, current, candidate) and _in_bounds(step, candidate):
-                return _rounded(step, candidate)
+    preferred = _candidates(step.prefer_from_message, message) if step.prefer_from_message else []
+    if step.prefer_ratio_from_message:
+        preferred += _ratios(step, message)
+    for candidate in preferred:
+        if _forward(step, current, candidate) and _in_bounds(step, candidate):
+            return _rounded(step, candidate)
     nxt = current + step.by if step.by is not None else current * (step.factor or 1.0)
     nxt = _rounded(step, nxt)
     if step.min is not None and nxt < step.min:
@@ -249,6 +254,18 @@ def _candidates(pattern: str, message: str) -> list[float]:
                 out.append(float(group))
             except (TypeError, ValueError):
                 continue
+    return out
+
+
+def _ratios(step: StepSpec, message: str) -> list[float]:
+    """group 1 / group 2 - margin, rounded down to the step's digits (a fraction that must not be exceeded)."""
+    out: list[float] = []
+    for match in re.finditer(step.prefer_ratio_from_message or "", message, re.MULTILINE):
+        try:
+            ratio = float(match.group(1)) / float(match.group(2)) - step.ratio_margin
+        except (IndexError, TypeError, ValueError, ZeroDivisionError):
+            continue
+        out.append(math.floor(ratio * 10 ** step.digits) / 10 ** step.digits)
     return out
 
 

@@ -54,12 +54,13 @@ def jsonable(value: Any) -> tuple[bool, Any]:
         return False, None
 
 
-def describe(action: argparse.Action) -> dict[str, Any]:
+def describe(action: argparse.Action, accepted: list[str]) -> dict[str, Any]:
     kind = KINDS.get(type(action).__name__)
     if kind is None:
         raise SystemExit(f"unknown action class {type(action).__name__} for {action.option_strings}")
     row: dict[str, Any] = {
         "option_strings": list(action.option_strings),
+        "accepted": accepted,
         "dest": action.dest,
         "kind": kind,
         "action_class": type(action).__name__,
@@ -69,11 +70,19 @@ def describe(action: argparse.Action) -> dict[str, Any]:
         "required": action.required,
         "metavar": action.metavar,
     }
+    negative = getattr(action, "negative_option_strings", None)
+    if negative is not None:
+        row["negative"] = sorted(negative)
     ok, default = jsonable(action.default)
     row["default"] = default if ok else None
     if not ok:
         row["default_repr"] = repr(action.default)
     return row
+
+
+def _accepted(parser: argparse.ArgumentParser, action: argparse.Action) -> list[str]:
+    """Every option string the parser accepts for the action (hidden ones such as --no-enable-x included)."""
+    return sorted(s for s, a in parser._option_string_actions.items() if a is action)
 
 
 def main() -> None:
@@ -87,7 +96,7 @@ def main() -> None:
         "vllm_version": vllm.__version__,
         "source": "vllm.entrypoints.common.cli_args.make_arg_parser(FlexibleArgumentParser())",
         "allow_abbrev": parser.allow_abbrev,
-        "actions": [describe(a) for a in parser._actions if a.dest != "help"],
+        "actions": [describe(a, _accepted(parser, a)) for a in parser._actions if a.dest != "help"],
     }
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(data, indent=0) + "\n")
