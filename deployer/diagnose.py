@@ -41,6 +41,7 @@ class Line:
     text: str
     tag: str | None          # rank tag of a timestamped line ("TP0", "" for none); None when not timestamped
     stamped: bool = False
+    prefixed: bool = False   # carried the engine's own logger prefix (EngineSpec.log_prefix)
 
 
 def clean_line(raw: str, prefix: re.Pattern[str] | None = None) -> Line:
@@ -51,7 +52,7 @@ def clean_line(raw: str, prefix: re.Pattern[str] | None = None) -> Line:
         return Line(text[found.end():].rstrip(), found.group(2).strip(), True)
     own = prefix.match(text) if prefix is not None else None
     if own is not None and own.end() > 0:
-        return Line(text[own.end():].rstrip(), own.group("tag") or "", True)
+        return Line(text[own.end():].rstrip(), own.group("tag") or "", True, True)
     return Line(text.rstrip(), None)
 
 
@@ -81,7 +82,7 @@ def first_traceback(text: str, log_prefix: re.Pattern[str] | None = None) -> Tra
     if start < 0:
         return None
     line_start = text.rfind("\n", 0, start) + 1
-    lines = [clean_line(raw, log_prefix) for raw in text[line_start:line_start + BLOCK_CHARS].split("\n")]
+    lines = _record_lines(text[line_start:line_start + BLOCK_CHARS].split("\n"), log_prefix)
     parsed = _parse_block(lines, 0)
     if parsed is None:
         return None
@@ -104,6 +105,16 @@ def first_traceback(text: str, log_prefix: re.Pattern[str] | None = None) -> Tra
     )
 
 
+def _record_lines(raws: list[str], log_prefix: re.Pattern[str] | None) -> list[Line]:
+    """Cleaned lines; a line after one that ends in \\r continues the same record (vLLM's formatter re-prefixes
+    each line of a multi-line message after "\\r\\n"), so it is not a new record even though it is prefixed."""
+    lines = [clean_line(raw, log_prefix) for raw in raws]
+    for i in range(1, len(lines)):
+        if lines[i].stamped and raws[i - 1].endswith("\r"):
+            lines[i] = Line(lines[i].text, lines[i].tag, False, True)
+    return lines
+
+
 _Part = tuple[str | None, list[str], list[str]]   # (chain marker before it, frame lines, exception lines)
 
 
@@ -120,7 +131,7 @@ def _parse_block(lines: list[Line], i: int) -> tuple[list[_Part], int] | None:
                 parts.append((marker, frames, ["(log ends inside the traceback)"]))
             return (parts, i) if parts else None
         exc = [lines[i].text]
-        i = _parse_message(lines, i + 1, exc)
+        i = _parse_message(lines, i + 1, exc, lines[i].prefixed)
         parts.append((marker, frames, exc))
         marker, nxt = _chained(lines, i)
         if marker is None:
@@ -153,12 +164,14 @@ def _skip_record(lines: list[Line], i: int) -> int:
     return parsed[1] if parsed else i + 1
 
 
-def _parse_message(lines: list[Line], i: int, exc: list[str]) -> int:
-    """Extend the exception line with its message's further lines; stop at the next record or a blank."""
+def _parse_message(lines: list[Line], i: int, exc: list[str], prefixed: bool = False) -> int:
+    """Extend the exception line with its message's further lines; stop at the next record or a blank.
+
+    `prefixed`: the exception came through the engine's logger, so its further lines carry the prefix too."""
     while i < len(lines) and len(exc) < MAX_MESSAGE_LINES:
         line = lines[i]
         text = line.text
-        if line.stamped or not text.strip() or _CHAIN_RE.match(text.strip()):
+        if line.stamped or not text.strip() or _CHAIN_RE.match(text.strip()) or line.prefixed != prefixed:
             break
         if text.startswith(TB_MARK) or _PROGRESS_RE.search(text):
             break

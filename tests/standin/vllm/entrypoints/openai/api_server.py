@@ -21,19 +21,19 @@ def run_fail_text() -> None:
 
 
 def main() -> None:
+    from vllm.standin_log import SITE
+
     mode = os.environ.get("STANDIN_MODE", "ok")
     if mode == "sigkill_empty":
         os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(5)
     if mode == "fail_text":
         run_fail_text()
-    # api_server.py:51 (0.33.0), printed by the warnings module on stderr
-    warnings.warn(
+    # api_server.py:51 (0.33.0), printed by the warnings module on stderr, naming the real file
+    warnings.warn_explicit(
         "The `python -m vllm.entrypoints.openai.api_server` command is deprecated "
         "and may be removed in a future release. Please use `vllm server` instead.",
-        DeprecationWarning,
-        stacklevel=1,
-    )
+        DeprecationWarning, SITE + "entrypoints/openai/api_server.py", 51, module="__main__")
     from vllm.entrypoints.common.cli_args import make_arg_parser, validate_parsed_serve_args
     from vllm.standin_engine import run_server
     from vllm.utils.argparse_utils import FlexibleArgumentParser
