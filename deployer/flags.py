@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from deployer.engines import REGISTRY, engine_for
 from deployer.profile import Profile
 
 PROBE_MARKER = "DEPLOYER_PROBE_JSON "
@@ -358,9 +359,14 @@ def _check_env(env: dict[str, str], fs: FlagSet, renames: list[Rename], report: 
                     f"env {name} was renamed {rename.new} in {fs.engine} {rename.since}: written as {rename.new}")
                 out[rename.new] = value
                 continue
-        elif name.startswith(ENV_PREFIXES) and fs.env_names and name not in fs.env_names:
+        elif name.startswith(_env_prefixes(fs.engine)) and fs.env_names and name not in fs.env_names:
             hint = difflib.get_close_matches(name, sorted(fs.env_names), n=1, cutoff=0.8)
             did = f"; did you mean {hint[0]}?" if hint else ""
             report.warnings.append(f"env {name} is not read anywhere in {fs.engine} {fs.version}{did}")
         out[name] = value
     return out
+
+
+def _env_prefixes(engine: str) -> tuple[str, ...]:
+    """The environment prefixes the engine owns (SGLANG_ for SGLang, VLLM_ for vLLM)."""
+    return engine_for(engine).env_prefixes if engine in REGISTRY else ENV_PREFIXES

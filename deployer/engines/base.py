@@ -37,6 +37,7 @@ class EngineSpec:
     secret_flags: frozenset[str] = frozenset()  # flags whose values never go into drift lines
     log_prefix: re.Pattern[str] | None = None  # the logger's line prefix, group "tag" = process/rank
     memory_plan: bool = False               # preflight has a memory model for this engine (memory.py)
+    env_prefixes: tuple[str, ...] = ()      # environment names the engine owns (checked against what it reads)
 
     def phase_of(self, line: str) -> str | None:
         for phase in self.phases:

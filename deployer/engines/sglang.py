@@ -30,4 +30,5 @@ SGLANG = EngineSpec(
     package="sglang",
     args_dump=re.compile(r"server_args=(ServerArgs\(|\{)"),
     memory_plan=True,
+    env_prefixes=("SGLANG_", "SGL_"),
 )

@@ -49,4 +49,5 @@ VLLM = EngineSpec(
     secret_flags=frozenset({"api_key", "hf_token"}),
     log_prefix=LOG_PREFIX,
     memory_plan=False,
+    env_prefixes=("VLLM_",),
 )
