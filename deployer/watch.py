@@ -165,6 +165,7 @@ class Watcher:
         if not new:
             return
         self.last_progress = now
+        new = [self.spec.masked(line) for line in new]
         for line in new:
             phase = self.spec.phase_of(line)
             if phase and phase != self.phase:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 
@@ -39,8 +40,24 @@ class EngineSpec:
     memory_plan: bool = False               # preflight has a memory model for this engine (memory.py)
     env_prefixes: tuple[str, ...] = ()      # environment names the engine owns (checked against what it reads)
 
+    def masked(self, line: str) -> str:
+        """The line with the values of secret flags in the engine's args dump replaced by '***'.
+
+        vLLM before its redaction printed `'api_key': ['sk-...']` in clear in `non-default args: {...}`."""
+        if not self.secret_flags or self.args_dump is None or not self.args_dump.search(line):
+            return line
+        return _secret_values(self.secret_flags).sub(lambda m: m.group(1) + "'***'", line)
+
     def phase_of(self, line: str) -> str | None:
         for phase in self.phases:
             if phase.pattern.search(line):
                 return phase.name
         return None
+
+
+@lru_cache(maxsize=8)
+def _secret_values(names: frozenset[str]) -> re.Pattern[str]:
+    """`'name': value` (dict repr) or `name=value` (call repr): a quoted string, a list, or a bare word."""
+    keys = "|".join(re.escape(n) for n in sorted(names))
+    return re.compile(r"""((?:'|")?\b(?:""" + keys + r""")\b(?:'|")?\s*[:=]\s*)"""
+                      r"""(\[[^\]]*\]|'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^,})\s]+)""")
