@@ -86,6 +86,9 @@ def _accepted(parser: argparse.ArgumentParser, action: argparse.Action) -> list[
 
 
 def main() -> None:
+    cli = argparse.ArgumentParser()
+    cli.add_argument("--out", type=Path, default=OUT)
+    out = cli.parse_args().out
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     import vllm
     from vllm.entrypoints.common.cli_args import make_arg_parser
@@ -98,9 +101,9 @@ def main() -> None:
         "allow_abbrev": parser.allow_abbrev,
         "actions": [describe(a, _accepted(parser, a)) for a in parser._actions if a.dest != "help"],
     }
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(data, indent=0) + "\n")
-    print(f"wrote {len(data['actions'])} actions of vLLM {data['vllm_version']} to {OUT}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=0) + "\n")
+    print(f"wrote {len(data['actions'])} actions of vLLM {data['vllm_version']} to {out}")
 
 
 if __name__ == "__main__":
