@@ -60,9 +60,13 @@ class Bundle:
         return self.content_hash[:12]
 
 
-def flag_tokens(name: str, value: Any) -> list[Word]:
-    """One profile arg as argv tokens: true -> bare flag, false/None -> nothing, list -> several values."""
+def flag_tokens(name: str, value: Any, false_prefix: str = "") -> list[Word]:
+    """One profile arg as argv tokens: true -> bare flag, false/None -> nothing, list -> several values.
+
+    `false_prefix` ("--no-" for vLLM, whose booleans are --x/--no-x): false is written as that form instead."""
     flag = "--" + name.replace("_", "-")
+    if value is False and false_prefix:
+        return [false_prefix + name.replace("_", "-")]
     if value is None or value is False:
         return []
     if value is True:
@@ -94,7 +98,7 @@ def engine_argv(profile: Profile) -> list[Word]:
         if name in secret and isinstance(value, (str, int, float)) and not isinstance(value, bool):
             argv += ["--" + name.replace("_", "-"), EnvRef(secret_var(name))]
         else:
-            argv += flag_tokens(name, value)
+            argv += flag_tokens(name, value, spec.false_prefix)
     return argv
 
 

@@ -39,6 +39,7 @@ class EngineSpec:
     log_prefix: re.Pattern[str] | None = None  # the logger's line prefix, group "tag" = process/rank
     memory_plan: bool = False               # preflight has a memory model for this engine (memory.py)
     env_prefixes: tuple[str, ...] = ()      # environment names the engine owns (checked against what it reads)
+    false_prefix: str = ""                  # how `flag: false` is written ("--no-"); "" = the flag is left out
 
     def masked(self, line: str) -> str:
         """The line with the values of secret flags in the engine's args dump replaced by '***'.

@@ -50,4 +50,8 @@ VLLM = EngineSpec(
     log_prefix=LOG_PREFIX,
     memory_plan=False,
     env_prefixes=("VLLM_",),
+    # 89 of vLLM 0.33.0's 94 boolean flags are --x/--no-x (several default to None or True): false must be
+    # said. The 5 plain store_true ones (--headless, --grpc, --disable-log-stats, --aggregate-engine-logging,
+    # --data-parallel-multi-port-external-lb) have no --no- form: leave them out rather than false.
+    false_prefix="--no-",
 )
