@@ -114,3 +114,34 @@ def test_free_memory_remedy_is_computed_from_free_over_total() -> None:
     # already below the ratio: a plain step down instead (never up)
     change = resolve(sig.remedy, msg, args={"gpu_memory_utilization": 0.7}, env={})
     assert change is not None and change.args == {"gpu_memory_utilization": 0.65}
+
+
+def _cli(*argv: str) -> Any:
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    return subprocess.run([sys.executable, "-m", "deployer.cli", *argv], capture_output=True, text=True, timeout=60,
+                          env={"PATH": os.environ["PATH"]}, cwd=str(repo))
+
+
+def test_cli_diagnoses_a_vllm_log_file_with_engine_vllm() -> None:
+    log = str(CASES / "kv-cache-too-small.log")
+    out = _cli("diagnose", "--log", log, "--engine", "vllm", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["signature"] == "kv-cache-too-small-for-max-model-len"
+    assert data["remedy"] == {"args": {"max_model_len": 30000}, "env": {}}
+    as_sglang = json.loads(_cli("diagnose", "--log", log, "--json").stdout)   # the default engine is SGLang
+    assert as_sglang["signature"] != data["signature"]
+    bad = _cli("diagnose", "--log", log, "--engine", "tgi")
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr
+
+
+def test_cli_renders_the_vllm_profile() -> None:
+    out = _cli("render", "profiles/qwen3-8b-vllm.yaml", "--json")
+    assert out.returncode == 0, out.stderr
+    argv = json.loads(out.stdout)["argv"]
+    assert argv[1:5] == ["-m", "vllm.entrypoints.openai.api_server", "--model", "Qwen/Qwen3-8B"]
+    assert "--enable-prefix-caching" in argv and argv[argv.index("--max-model-len") + 1] == "32768"
