@@ -58,6 +58,9 @@ class StepSpec(_Data):
         default=None, description="regex with groups need/need_unit, free/free_unit, total/total_unit (a CUDA OOM): "
         "a lowering frees at least (need - free) / total plus `margin`")
     margin: float = 0.01
+    prefer_ratio_from_message: str | None = Field(
+        default=None, description="regex with two groups: candidate = group 1 / group 2 - ratio_margin (vLLM free/total)")
+    ratio_margin: float = 0.0
 
     @model_validator(mode="after")
     def _one_way(self) -> StepSpec:
@@ -357,10 +360,12 @@ def _step(step: StepSpec, message: str, values: EngineValues) -> tuple[float | i
     """The next value and the effective value it moves from; None when none is forward and in bounds."""
     start = _current(step, message, values)
     current = float(start.value)
-    if step.prefer_from_message:
-        for candidate in _candidates(step.prefer_from_message, message):
-            if _forward(step, current, candidate) and _in_bounds(step, candidate):
-                return _rounded(step, candidate), start
+    preferred = _candidates(step.prefer_from_message, message) if step.prefer_from_message else []
+    if step.prefer_ratio_from_message:
+        preferred += _ratios(step, message)
+    for candidate in preferred:
+        if _forward(step, current, candidate) and _in_bounds(step, candidate):
+            return _rounded(step, candidate), start
     nxt = _rounded(step, _next_value(step, message, current))
     if step.min is not None and nxt < step.min:
         nxt = step.min if current > step.min else nxt
@@ -436,6 +441,18 @@ def _candidates(pattern: str, message: str) -> list[float]:
                 out.append(float(group))
             except (TypeError, ValueError):
                 continue
+    return out
+
+
+def _ratios(step: StepSpec, message: str) -> list[float]:
+    """group 1 / group 2 - margin, rounded down to the step's digits (a fraction that must not be exceeded)."""
+    out: list[float] = []
+    for match in re.finditer(step.prefer_ratio_from_message or "", message, re.MULTILINE):
+        try:
+            ratio = float(match.group(1)) / float(match.group(2)) - step.ratio_margin
+        except (IndexError, TypeError, ValueError, ZeroDivisionError):
+            continue
+        out.append(math.floor(ratio * 10 ** step.digits) / 10 ** step.digits)
     return out
 
 

@@ -14,7 +14,7 @@ from deployer.pipeline.up import diagnose_state
 from deployer.profile.model import Profile
 from deployer.remedy import propose
 from deployer.supervisor.supervise_base import CRASHED
-from deployer.target.records import all_runs, list_runs, run_view
+from deployer.target.records import all_runs, list_runs, record_kind, run_view
 
 __all__ = ["make_ref", "history", "local_history", "diagnose_deployment"]
 
@@ -63,7 +63,7 @@ def diagnose_deployment(ref: Ref, engine_version: str | None) -> dict[str, Any]:
             if not crashed and (view.outcome or {}).get("outcome") in (None, "ready"):
                 continue
             version = engine_version or (view.record.get("profile") or {}).get("engine", {}).get("version")
-            diag = diagnose_state(remote, view.run, state, version)
+            diag = diagnose_state(remote, view.run, state, version, kind=record_kind(view.record))
 
             data = {**bounded_diagnosis({**diag.to_json(), "hint": diag.hint}), "run_id": run_id}
             prof = _profile_of(view.record)

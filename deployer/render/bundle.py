@@ -61,9 +61,13 @@ class Bundle:
         return self.content_hash[:12]
 
 
-def flag_tokens(name: str, value: Any) -> list[Word]:
-    """One profile arg as argv tokens: true -> bare flag, false/None -> nothing, list -> several values."""
+def flag_tokens(name: str, value: Any, false_prefix: str = "") -> list[Word]:
+    """One profile arg as argv tokens: true -> bare flag, false/None -> nothing, list -> several values.
+
+    `false_prefix` ("--no-" for vLLM, whose booleans are --x/--no-x): false is written as that form instead."""
     flag = key_option(name)
+    if value is False and false_prefix:
+        return [false_prefix + key_option(name)[2:]]
     if value is None or value is False:
         return []
     if value is True:
@@ -87,7 +91,7 @@ def engine_argv(profile: Profile) -> list[Word]:
     engine = profile.engine
     spec = engine_for(engine.kind)
     argv: list[Word] = [engine.python, "-m", spec.launch_module]
-    argv += flag_tokens("model_path", engine.model_path)
+    argv += flag_tokens(spec.model_flag, engine.model_path)
     argv += flag_tokens("host", engine.host)
     argv += flag_tokens("port", engine.port)
     secret = profile.secret_arg_keys()
@@ -95,7 +99,7 @@ def engine_argv(profile: Profile) -> list[Word]:
         if name in secret and isinstance(value, (str, int, float)) and not isinstance(value, bool):
             argv += [key_option(name), EnvRef(secret_var(name))]
         else:
-            argv += flag_tokens(name, value)
+            argv += flag_tokens(name, value, spec.false_prefix)
     return argv
 
 

@@ -34,4 +34,6 @@ SGLANG = EngineSpec(
     value_aliases={"speculative_algorithm": {"NEXTN": "EAGLE"}},
     # server_args.py: --nnodes, --node-rank, --dist-init-addr HOST:PORT (rank 0 listens there)
     multinode=MultiNode(nnodes="--nnodes", node_rank="--node-rank", dist_init_addr="--dist-init-addr"),
+    args_dump=re.compile(r"server_args=(ServerArgs\(|\{)"),
+    memory_plan=True,
 )
