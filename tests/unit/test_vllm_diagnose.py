@@ -11,7 +11,7 @@ import yaml
 
 from deployer.diagnose.diagnosis import clean_line, diagnose, first_traceback
 from deployer.engines import engine_for
-from deployer.remedy import resolve
+from deployer.remedy import remedy_spec, resolve
 from deployer.diagnose.signatures import load_signatures
 
 CASES = Path(__file__).parent.parent / "cases" / "vllm"
@@ -151,3 +151,22 @@ def test_cli_renders_the_vllm_profile() -> None:
     argv = json.loads(out.stdout)["argv"]
     assert argv[1:5] == ["-m", "vllm.entrypoints.openai.api_server", "--model", "Qwen/Qwen3-8B"]
     assert "--enable-prefix-caching" in argv and argv[argv.index("--max-model-len") + 1] == "32768"
+
+
+def test_unknown_flag_fixes_read_the_engines_own_renames_table() -> None:
+    """SGLang renamed --cuda-graph-max-bs to --cuda-graph-max-bs-decode (its renames table); vLLM has no renames
+    table, so for a vLLM log the same unknown flag is only respelt from the usage text (did-you-mean, said so), or
+    dropped when the usage has nothing close: never renamed by SGLang's table."""
+    spec = remedy_spec({"fix_unknown_flags": r"error: unrecognized arguments: (.+)$"})
+    usage = "usage: api_server.py [-h] [--cuda-graph-max-bs-decode N] [--max-num-seqs N]\n"
+    msg = usage + "api_server.py: error: unrecognized arguments: --cuda-graph-max-bs 8"
+    args = {"cuda_graph_max_bs": 8}
+    as_sglang = resolve(spec, msg, args=args, env={}, kind="sglang")
+    assert as_sglang is not None and as_sglang.args == {"cuda_graph_max_bs": None, "cuda_graph_max_bs_decode": 8}
+    assert "did you mean" not in as_sglang.reason           # the table renamed it
+    as_vllm = resolve(spec, msg, args=args, env={}, kind="vllm")
+    assert as_vllm is not None and as_vllm.args == as_sglang.args
+    assert "did you mean --cuda-graph-max-bs-decode?" in as_vllm.reason
+    far = msg.replace("--cuda-graph-max-bs-decode N", "--max-cudagraph-capture-size N")
+    dropped = resolve(spec, far, args=args, env={}, kind="vllm")
+    assert dropped is not None and dropped.args == {"cuda_graph_max_bs": None}
