@@ -43,6 +43,7 @@ class Figure:
     samples: list[float] = field(default_factory=list)
     baseline_samples: list[float] = field(default_factory=list)
     notes: str = ""
+    shell_cost_s: float | None = None  # `ssh host true` on the target it was measured on; None: no SSH
 
     @property
     def ratio(self) -> float | None:

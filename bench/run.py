@@ -1,9 +1,11 @@
 """Benchmarks of deployer on the SSH test bed; each figure against a baseline measured in the same command.
 
-    .venv/bin/python bench/run.py [--reps N] [--only overhead,detection,cli]
+    .venv/bin/python bench/run.py [--reps N] [--only overhead,status,detection,cli] [--rc-cost S]
 
-Starts a throwaway sshd on 127.0.0.1 (tests/sshbed.py) and the stand-in engine, prints a table, and writes
-bench/results/latest.json. Exit 0 even when a target is missed (the table says MISS): these are measurements.
+Starts a throwaway sshd on 127.0.0.1 (tests/sshbed.py) whose login shell's .bashrc costs about --rc-cost
+seconds per command (as conda/pyenv init do on a real GPU image; never skipped), and the stand-in engine;
+measures `ssh host true` on it first and states that shell cost beside every SSH figure; prints a table, and
+writes bench/results/latest.json. Exit 0 even when a target is missed (the table says MISS): these are measurements.
 """
 
 from __future__ import annotations
@@ -22,17 +24,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import cli_start  # noqa: E402
 import detection  # noqa: E402
+import oncall_status  # noqa: E402
 import overhead  # noqa: E402
+import shell_cost  # noqa: E402
 from common import REPO, Figure  # noqa: E402
 from sshbed import make_sshd  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "latest.json"
-SECTIONS = ("overhead", "detection", "cli")
+SECTIONS = ("overhead", "status", "detection", "cli")
+RC_COST_S = 0.15  # conda init on a GPU image: ~120-230 ms (/work/shared/ssh-notes.md)
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5, help="repetitions per measurement (median reported)")
+    parser.add_argument("--rc-cost", type=float, default=RC_COST_S,
+                        help="seconds the target's .bashrc costs per command (default %(default)s)")
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS}")
     return parser.parse_args(argv)
 
@@ -44,11 +51,12 @@ def _fmt(value: float | None, unit: str) -> str:
 
 
 def table(figures: list[Figure]) -> str:
-    rows = [("benchmark", "value", "baseline", "ratio", "target", "")]
+    rows = [("benchmark", "value", "baseline", "ratio", "target", "", "shell cost")]
     for f in figures:
         verdict = "" if f.ok is None else ("ok" if f.ok else "MISS")
+        shell = "local" if f.shell_cost_s is None else f"ssh true {f.shell_cost_s * 1000:.0f} ms"
         rows.append((f.name, _fmt(f.value, f.unit), _fmt(f.baseline, f.unit),
-                     "-" if f.ratio is None else f"{f.ratio:.2f}x", f.target or "-", verdict))
+                     "-" if f.ratio is None else f"{f.ratio:.2f}x", f.target or "-", verdict, shell))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     notes = [f"  {f.name}: {f.notes}" for f in figures if f.notes]
@@ -64,15 +72,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if "cli" in only:
             figures += cli_start.run(tmp, max(args.reps, 10))
-        if only & {"overhead", "detection"}:
-            bed = make_sshd(tmp / "sshd")
+        if only & {"overhead", "status", "detection"}:
+            bed = make_sshd(tmp / "sshd", rc_cost=args.rc_cost)
             try:
+                shell = shell_cost.run(bed, tmp, args.reps)
+                over_ssh = [shell]
                 if "overhead" in only:
-                    figures.append(overhead.run(bed, tmp, args.reps))
+                    over_ssh.append(overhead.run(bed, tmp, args.reps))
+                if "status" in only:
+                    over_ssh.append(oncall_status.run(bed, tmp, args.reps))
                 if "detection" in only:
-                    figures += detection.run(bed, tmp, args.reps)
+                    over_ssh += detection.run(bed, tmp, args.reps)
             finally:
                 bed.stop()
+            for fig in over_ssh:
+                fig.shell_cost_s = shell.value
+            figures += over_ssh
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     took = time.monotonic() - started
@@ -80,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.write_text(json.dumps({"when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "took_s": round(took, 1),
                                    "machine": {"python": platform.python_version(), "platform": platform.platform(),
                                                "cpus": os.cpu_count()},
-                                   "reps": args.reps, "figures": [f.to_json() for f in figures]}, indent=2) + "\n")
+                                   "reps": args.reps, "rc_cost_s": args.rc_cost,
+                                   "figures": [f.to_json() for f in figures]}, indent=2) + "\n")
     print(table(figures))
     print(f"\n{len(figures)} figures in {took:.0f} s; written to {RESULTS.relative_to(REPO)}")
     return 0

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from deployer.secrets import mask_data
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS attempts (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -98,7 +100,7 @@ class History:
 
     def event(self, deployment: str, kind: str, data: dict[str, Any], attempt_id: int | None = None) -> None:
         self._db.execute("INSERT INTO events (attempt_id, deployment, at, kind, data) VALUES (?, ?, ?, ?, ?)",
-                         (attempt_id, deployment, time.time(), kind, json.dumps(data, default=str)))
+                         (attempt_id, deployment, time.time(), kind, json.dumps(mask_data(data), default=str)))
         self._db.commit()
 
     def attempts(self, deployment: str, host: str | None = None, limit: int = 200) -> list[AttemptRow]:
@@ -116,7 +118,7 @@ class History:
 
 
 def _dump(value: dict[str, Any] | None) -> str | None:
-    return None if value is None else json.dumps(value, default=str)
+    return None if value is None else json.dumps(mask_data(value), default=str)
 
 
 def _load(text: str | None) -> dict[str, Any] | None:

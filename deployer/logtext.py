@@ -1,7 +1,7 @@
 """Engine log text as a person reads it, and as much of it as may be shown or stored.
 
 `readable`: no escape or control sequences (colour, cursor moves, OSC titles and hyperlinks, bells, C1 codes), only
-the last state of a \\r-redrawn line. `clip` and `clip_tail`: one excerpt of a line capped in size, saying how
+the last state of a \\r-redrawn line. `clip`, `clip_tail` and `clip_middle`: one excerpt of a line capped in size, saying how
 much was cut. `bounded_diagnosis`: a diagnosis as it may go to the terminal, outcome.json and the history.
 """
 
@@ -55,6 +55,16 @@ def clip_tail(text: str, limit: int = EXCERPT_CHARS, head_missing: bool = False)
     note = f"{over} characters cut" if not head_missing else \
         "start of line cut" + (f" and {over} more characters" if over else "")
     return f"[{note}] ... {text[-limit:]}"
+
+
+def clip_middle(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """An overlong line by its head and its end (an engine's argument dump starts with its name, a progress line
+    ends with its state), noting how much was cut between them."""
+    over = len(text) - limit
+    if over <= 0:
+        return text
+    half = limit // 2
+    return f"{text[:half]} ... [{over} characters cut] ... {text[-(limit - half):]}"
 
 
 def bounded_diagnosis(data: dict[str, Any]) -> dict[str, Any]:

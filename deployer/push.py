@@ -23,6 +23,7 @@ from deployer.errors import CommandFailed, DeployError, TargetError
 from deployer.profile.model import Profile
 from deployer.remote.base import Remote
 from deployer.render.bundle import Bundle
+from deployer.secrets import mask_data
 
 # The supervisor program: run as `python3 -B supervise.py`, it imports the others from beside it.
 SUPERVISOR_FILES = ("supervise.py", "supervise_base.py", "supervise_daemon.py", "supervise_ports.py")
@@ -136,7 +137,7 @@ def profile_record(profile: Profile, bundle: Bundle, *, attempt: int, up_id: str
     return {"name": profile.name, "content_hash": bundle.content_hash, "attempt": attempt, "up_id": up_id,
             "argv": bundle.argv, "env": bundle.masked_env, "port": profile.engine.port,
             "health_path": profile.health.path, "kind": profile.engine.kind, "profile": profile.public_dict(),
-            "pushed_at": time.time()}
+            "secret_templates": profile.templates, "pushed_at": time.time()}
 
 
 def push(remote: Remote, layout: Layout, bundle: Bundle, record: dict[str, Any], config: dict[str, Any],
@@ -184,4 +185,4 @@ def set_current(remote: Remote, layout: Layout, run: RunDir) -> None:
 
 
 def write_outcome(remote: Remote, run: RunDir, outcome: dict[str, Any]) -> None:
-    remote.put(json.dumps(outcome, indent=1, default=str).encode(), run.file("outcome.json"), 0o644)
+    remote.put(json.dumps(mask_data(outcome), indent=1, default=str).encode(), run.file("outcome.json"), 0o644)

@@ -5,16 +5,26 @@ Each `SSHD` runs `/usr/sbin/sshd -D` as PID 1 of its own PID namespace (via `uns
 Keys, known_hosts, ssh_config, authorized_keys, the log and the pid file all live in one temp dir; the real
 ~/.ssh is never read or written. Sessions see a fixed environment whose PATH starts with `bin_dir`, where
 tests drop stand-in tools (e.g. `nvidia-smi`).
+
+By default sessions skip ~/.bashrc (SHLVL=1): quick, and root's real rc file is not ours to run. A bed made
+with `rc_cost=` is as slow as a real GPU image instead: sessions get HOME = a bed-private home whose `.bashrc`
+runs a Python "shell hook" and evals what it prints, the way conda's and pyenv's init do, calibrated to cost
+about `rc_cost` seconds per command; nothing sets SHLVL, so every exec channel and every SFTP session (sshd
+runs the subsystem through the login shell too) pays it. The real ~/.bashrc is never read or written.
+`SSHD.sessions_since()` counts what a client opened, from sshd's own VERBOSE log.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
+import statistics
 import signal
 import socket
 import subprocess
+import textwrap
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -58,7 +68,18 @@ def known_hosts_name(host: str, port: int) -> str:
     return host if port == 22 else f"[{host}]:{port}"
 
 
-def _sshd_config(d: Path, addr: str, port: int, host_key: Path, bin_dir: Path, extra: list[str]) -> str:
+def _session_env(bin_dir: Path, home: Path | None) -> str:
+    """sshd's SetEnv line. SHLVL=1 makes bash skip ~/.bashrc for ssh commands (it only sources it at level
+    < 2): root's real bashrc here prepends pyenv/cargo dirs to PATH and costs ~120 ms per command. With a bed
+    home, HOME points there and nothing skips its rc file."""
+    if home is not None:
+        return f"SetEnv PATH={bin_dir}:{SYSTEM_PATH} HOME={home}"
+    return f"SetEnv PATH={bin_dir}:{SYSTEM_PATH} SHLVL=1"
+
+
+def _sshd_config(
+    d: Path, addr: str, port: int, host_key: Path, bin_dir: Path, extra: list[str], home: Path | None = None
+) -> str:
     return "\n".join(
         [
             *extra,  # sshd keeps the first value it reads for an option
@@ -67,9 +88,7 @@ def _sshd_config(d: Path, addr: str, port: int, host_key: Path, bin_dir: Path, e
             f"PidFile {d / 'sshd.pid'}",
             f"AuthorizedKeysFile {d / 'authorized_keys'}",
             f"Subsystem sftp {SFTP_SERVER}",
-            # SHLVL=1 makes bash skip ~/.bashrc for ssh commands (it only sources it at level < 2): root's
-            # real bashrc here prepends pyenv/cargo dirs to PATH and costs ~120 ms per command.
-            f"SetEnv PATH={bin_dir}:{SYSTEM_PATH} SHLVL=1",
+            _session_env(bin_dir, home),
             "StrictModes no",
             "UsePAM no",
             "UseDNS no",
@@ -83,6 +102,119 @@ def _sshd_config(d: Path, addr: str, port: int, host_key: Path, bin_dir: Path, e
             "LogLevel VERBOSE",
             "",
         ]
+    )
+
+
+# -- a login shell that costs what a real GPU image's does -------------------------------------------------
+
+HOOK_PY = textwrap.dedent(
+    """\
+    # A stand-in for `conda shell.bash hook` / `pyenv init -`, written by tests/sshbed.py: a Python start-up
+    # with imports, some work (ROUNDS, calibrated to the bed's rc_cost), and shell code for bash to eval.
+    import hashlib, json, os, re, sys
+
+    ROUNDS = int(sys.argv[1])
+    root = os.path.dirname(os.path.abspath(__file__))
+    digest = hashlib.sha256(json.dumps({"root": root, "envs": ["base", "py311"]}).encode())
+    block = bytes(4096)
+    for _ in range(ROUNDS):
+        digest.update(block)
+    safe = re.sub(r"[^A-Za-z0-9_/.-]", "_", root)
+    print(f'export BED_RC_ROOT="{safe}"')
+    print(f'export BED_RC_DIGEST="{digest.hexdigest()[:12]}"')
+    print(f'export PATH="{safe}/condabin:$PATH"')
+    print('bed_activate() { export BED_ENV="${1:-base}"; }')
+    """
+)
+
+
+def _bashrc(init_dir: Path, rounds: int) -> str:
+    """The bed's ~/.bashrc: eval a Python hook's output (as conda's init block does) and note the run."""
+    hook, runs = shlex.quote(str(init_dir / "hook.py")), shlex.quote(str(init_dir / "runs"))
+    return (
+        "# written by tests/sshbed.py: costs like a conda/pyenv init block, on every ssh command\n"
+        f'__bed_setup="$(/usr/bin/python3 {hook} {rounds} 2>/dev/null)"\n'
+        'if [ $? -eq 0 ]; then eval "$__bed_setup"; fi\n'
+        "unset __bed_setup\n"
+        f'printf "%s\\n" "$$" >> {runs}\n'
+    )
+
+
+def _timed_bash(home: Path, cmd: str, reps: int = 5) -> float:
+    """Median wall time of `bash -c cmd` in a bare environment with HOME=`home`."""
+
+    def once() -> float:
+        t0 = time.perf_counter()
+        subprocess.run(["bash", "-c", cmd], env={"PATH": SYSTEM_PATH, "HOME": str(home)}, check=True, timeout=30)
+        return time.perf_counter() - t0
+
+    return statistics.median(once() for _ in range(reps))
+
+
+_ROUNDS: dict[float, int] = {}  # rc_cost -> calibrated rounds, once per process
+PROBE_ROUNDS = 40000  # ~50 ms of hashing: enough to see above the noise of a loaded machine
+
+
+def _calibrate(home: Path, init_dir: Path, rc_cost: float) -> int:
+    """Hook rounds that make sourcing the rc file cost about `rc_cost` s on this machine: a probe, then one
+    correction step (Python's start-up time swings with load, so a single probe over- or undershoots)."""
+
+    def cost(rounds: int) -> float:
+        (home / ".bashrc").write_text(_bashrc(init_dir, rounds))
+        return max(0.0, _timed_bash(home, ". ~/.bashrc") - bare)
+
+    bare = _timed_bash(home, "true")
+    base = cost(0)
+    per_round = max(cost(PROBE_ROUNDS) - base, 1e-3) / PROBE_ROUNDS
+    rounds = max(0, int((rc_cost - base) / per_round))
+    return max(0, rounds + int((rc_cost - cost(rounds)) / per_round))
+
+
+def write_rc_home(home: Path, rc_cost: float) -> int:
+    """A bed-private home whose .bashrc costs about `rc_cost` s; returns the hook's work rounds."""
+    init_dir = home / ".bed-init"
+    init_dir.mkdir(parents=True, exist_ok=True)
+    (init_dir / "condabin").mkdir(exist_ok=True)
+    (init_dir / "hook.py").write_text(HOOK_PY)
+    if rc_cost not in _ROUNDS:
+        _ROUNDS[rc_cost] = _calibrate(home, init_dir, rc_cost)
+    (home / ".bashrc").write_text(_bashrc(init_dir, _ROUNDS[rc_cost]))
+    (init_dir / "runs").write_text("")
+    return _ROUNDS[rc_cost]
+
+
+# -- what a client opened, from sshd's log -----------------------------------------------------------------
+
+STARTING_SESSION = "Starting session: "  # session.c's verbose() line for every exec/shell/subsystem request
+
+
+@dataclass(frozen=True)
+class Sessions:
+    """SSH connections and session channels opened between two points of the sshd log."""
+
+    connections: int  # "Accepted publickey": one per handshake
+    exec: int  # exec requests (`ssh host cmd`, paramiko exec_command): each runs the login shell
+    sftp: int  # SFTP subsystem sessions (also started through the login shell)
+    shell: int  # interactive shells
+
+    @property
+    def channels(self) -> int:
+        """Session channels that each paid one login-shell start."""
+        return self.exec + self.sftp + self.shell
+
+    def __str__(self) -> str:
+        return f"{self.exec} exec + {self.sftp} sftp ({self.connections} connection(s))"
+
+
+def count_sessions(log_text: str) -> Sessions:
+    """Tally sshd (LogLevel VERBOSE) log lines: 'Accepted publickey for ...', 'Starting session: command for
+    ...', "Starting session: subsystem 'sftp' for ...", 'Starting session: shell on pts/N for ...'."""
+    kinds = [line.split(STARTING_SESSION, 1)[1] for line in log_text.splitlines() if STARTING_SESSION in line]
+    return Sessions(
+        connections=sum("Accepted publickey for " in line for line in log_text.splitlines()),
+        exec=sum(k.startswith(("command ", "forced-command ")) for k in kinds),
+        sftp=sum(k.startswith("subsystem 'sftp' ") for k in kinds),
+        shell=sum(k.startswith("shell ") for k in kinds),
     )
 
 
@@ -101,6 +233,8 @@ class SSHD:
     log: Path
     user: str = "root"
     extra_config: list[str] = field(default_factory=list)
+    home: Path | None = None  # sessions' HOME when the bed has its own rc file (rc_cost), else the user's
+    rc_cost: float = 0.0  # what the bed's .bashrc was calibrated to cost per command, seconds
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     def spec(self, **overrides: Any) -> TargetSpec:
@@ -135,10 +269,32 @@ class SSHD:
         except FileNotFoundError:
             return 0
 
+    def log_offset(self) -> int:
+        """The log's current size: pass it to `sessions_since` to count what happens after this point."""
+        try:
+            return self.log.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def sessions_since(self, offset: int) -> Sessions:
+        """What clients opened since `offset` (from `log_offset()`): connections, exec and SFTP sessions."""
+        try:
+            with self.log.open("rb") as fh:
+                fh.seek(offset)
+                return count_sessions(fh.read().decode("utf-8", "replace"))
+        except FileNotFoundError:
+            return count_sessions("")
+
+    def rc_runs(self) -> int:
+        """How many times the bed's .bashrc has run (0 without rc_cost)."""
+        runs = self.home / ".bed-init" / "runs" if self.home else None
+        return len(runs.read_text().split()) if runs and runs.exists() else 0
+
     def start(self) -> None:
         Path("/run/sshd").mkdir(mode=0o755, parents=True, exist_ok=True)  # privilege-separation dir
         cfg = self.dir / "sshd_config"
-        cfg.write_text(_sshd_config(self.dir, self.host, self.port, self.host_key, self.bin_dir, self.extra_config))
+        cfg.write_text(_sshd_config(self.dir, self.host, self.port, self.host_key, self.bin_dir, self.extra_config,
+                                 self.home))
         argv = [SSHD_BIN, "-D", "-f", str(cfg), "-E", str(self.log)]
         if shutil.which("unshare"):
             argv = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", *argv]
@@ -220,11 +376,18 @@ def _write_ssh_config(d: Path, host: str, port: int, identity: Path, known_hosts
 
 
 def make_sshd(
-    d: Path, *, addr: str = "127.0.0.1", client_key: Path | None = None, extra_config: list[str] | None = None
+    d: Path,
+    *,
+    addr: str = "127.0.0.1",
+    client_key: Path | None = None,
+    extra_config: list[str] | None = None,
+    rc_cost: float | None = None,
 ) -> SSHD:
     """Create keys and files under `d` and start an sshd on a free port of `addr`.
 
     `extra_config`: sshd_config lines that take precedence over the defaults (e.g. "AllowTcpForwarding no").
+    `rc_cost`: seconds each command's login shell spends in `~/.bashrc` (a real GPU image: ~0.15); sessions
+    then get HOME=`d`/home and its calibrated rc file. None: the rc file is skipped (SHLVL=1).
     """
     d.mkdir(parents=True, exist_ok=True)
     host_key = keygen(d / "host_ed25519", "deployer-test-host")
@@ -247,5 +410,8 @@ def make_sshd(
         log=d / "sshd.log",
         extra_config=list(extra_config or []),
     )
+    if rc_cost is not None:
+        bed.home, bed.rc_cost = d / "home", rc_cost
+        write_rc_home(bed.home, rc_cost)
     bed.start()
     return bed

@@ -39,8 +39,8 @@ def cli() -> None:
 @_profile_options
 @click.option("--json", "as_json", is_flag=True, help="Print the validated profile as JSON (secrets masked).")
 def validate(profile: str, overrides: tuple[str, ...], host: str | None, as_json: bool) -> None:
-    """Check a profile; exit 0 when good, 2 with one clear line when not."""
-    prof = _load(profile, overrides, host)
+    """Check a profile; exit 0 when good, 2 with one clear line when not (secrets need not be set)."""
+    prof = _load(profile, overrides, host, allow_unset=True)
     if as_json:
         _emit_json(prof.public_dict())
     else:
@@ -56,10 +56,12 @@ def render(profile: str, overrides: tuple[str, ...], host: str | None, as_json: 
     """Print the launch script a profile renders to (secrets never shown)."""
     from deployer.render.bundle import render as render_bundle
 
-    bundle = render_bundle(_load(profile, overrides, host))
-    if as_json:
+    prof = _load(profile, overrides, host, allow_unset=True)
+    bundle = render_bundle(prof)
+    if as_json:  # secret_sources: where each secret value will come from (field -> ${VAR} text)
         _emit_json({"script": bundle.script, "argv": bundle.argv, "env": bundle.masked_env,
-                    "content_hash": bundle.content_hash})
+                    "content_hash": bundle.content_hash, "secret_sources": prof.templates,
+                    "unset": sorted({u.name for u in prof.unset})})
     else:
         click.echo(bundle.script, nl=False)
 
@@ -95,6 +97,10 @@ def _fail(code: int, message: str, as_json: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from deployer.errors import DeployError
+    from deployer.secrets import guard_std_streams
+
+    guard_std_streams()  # whatever deployer prints passes the secret masking first
     _register_more()
     as_json = wants_json(list(sys.argv[1:] if argv is None else argv))
     try:

@@ -80,6 +80,40 @@ def rollback(target: str, host: str | None, workdir: str | None, trust_new_host:
     _oncall("rollback", target, host, workdir, trust_new_host, as_json, no_heal)
 
 
+@click.command()
+@click.argument("target")
+@click.option("--host", default=None, metavar="[USER@]HOST[:PORT]")
+@click.option("--workdir", default=None)
+@_target_options
+@click.option("--keep", type=click.IntRange(1, 10000), default=None,
+              help="Run dirs to keep (default: the profile's retention.keep_runs, 10).")
+@click.option("--dry-run", is_flag=True, help="Say what would go; change nothing.")
+@click.option("--json", "as_json", is_flag=True)
+def prune(target: str, host: str | None, workdir: str | None, trust_new_host: bool, keep: int | None,
+          dry_run: bool, as_json: bool) -> None:
+    """Delete old run dirs beyond the newest N and the env files (secrets) of runs no restart or rollback needs.
+
+    The current run and the newest run that reached ready (and rollback's target) are never deleted.
+    """
+    from deployer.oncall import history as ops_more
+
+    result = ops_more.prune(ops_more.make_ref(target, host, workdir, trust_new_host), keep, dry_run)
+    if as_json:
+        _emit_json(result)
+        return
+    verb = "would delete" if dry_run else "deleted"
+    click.echo(f"{result['name']} on {result['host']}: {result['runs']} runs, keeping the newest {result['keep']}"
+               f"{' (dry run: nothing changed)' if dry_run else ''}")
+    for run_id in result["delete"]:
+        click.echo(f"  {verb} run {run_id}")
+    for run_id in result["drop_env"]:
+        click.echo(f"  {verb} the env file of run {run_id}")
+    for run_id, why in result["protected"].items():
+        click.echo(f"  kept run {run_id}: {why}")
+    if not result["delete"] and not result["drop_env"]:
+        click.echo("  nothing to prune")
+
+
 def register(group: click.Group) -> None:
-    for command in (history, restart, rollback):
+    for command in (history, restart, rollback, prune):
         group.add_command(command)

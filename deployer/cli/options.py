@@ -27,10 +27,14 @@ def _target_options(func: F) -> F:
     return func
 
 
-def _load(path: str, overrides: tuple[str, ...], host: str | None) -> Profile:
+def _load(path: str, overrides: tuple[str, ...], host: str | None, allow_unset: bool = False) -> Profile:
+    """allow_unset (validate, render): an unset `${VAR}` is a warning on stderr; secret values are never needed."""
     from deployer.profile.loader import load_profile
 
-    return load_profile(path, overrides=list(overrides), host=host)
+    prof = load_profile(path, overrides=list(overrides), host=host, allow_unset=allow_unset)
+    for unset in prof.unset:
+        click.echo(f"warning: {unset.warning()}", err=True)
+    return prof
 
 
 def _emit_json(data: Any) -> None:

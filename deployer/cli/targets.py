@@ -65,9 +65,10 @@ def run_reported(as_json: bool, action: Callable[[Any], Any]) -> None:
 
 def _final(report: Any, as_json: bool, sink: Any) -> None:
     from deployer.output.console import print_up_report
+    from deployer.secrets import mask_data
 
-    if as_json:
-        sys.stdout.write(json.dumps({"event": "report", **report.to_json()}, default=str) + "\n")
+    if as_json:  # masked before JSON escaping (the stdout guard sees only the escaped text)
+        sys.stdout.write(json.dumps({"event": "report", **mask_data(report.to_json())}, default=str) + "\n")
     else:
         print_up_report(report, sink)
 
@@ -234,6 +235,7 @@ def plan(profile: str, overrides: tuple[str, ...], host: str | None, trust_new_h
     from deployer.preflight.checks import run_preflight
     from deployer.remote.connect import connect
     from deployer.local_history import home
+    from deployer.secrets import mask_data
 
     prof = _load(profile, overrides, host)
     remote = connect(target_spec(prof, trust_new_host))
@@ -241,8 +243,8 @@ def plan(profile: str, overrides: tuple[str, ...], host: str | None, trust_new_h
         report = run_preflight(remote, prof, cache_dir=home() / "cache", model_config=model_config)
     finally:
         remote.close()
-    if as_json:
-        _emit_json(report.to_json())
+    if as_json:  # masked before JSON escaping: a secret with quotes or non-ASCII is hidden too
+        _emit_json(mask_data(report.to_json()))
     else:
         click.echo(report.render_text())
     if report.problems:

@@ -42,3 +42,11 @@ def engine_for(kind: str) -> EngineSpec:
         return _registry()[kind]
     except KeyError:
         raise KeyError(f"unknown engine kind {kind!r} (known: {', '.join(kinds())})") from None
+
+
+def all_secret_flags() -> frozenset[str]:
+    """The secret flags of every engine kind (for masking text whose engine is not known)."""
+    out: frozenset[str] = frozenset()
+    for kind in kinds():
+        out |= engine_for(kind).secret_flags
+    return out

@@ -47,7 +47,8 @@ class EngineSpec:
     model_flag: str = "model_path"          # the flag that names the model in the launch argv
     args_dump: re.Pattern[str] | None = None  # the startup line of the args dump; group 1 starts the dict
     args_dump_complete: bool = True         # every flag is in the dump (else only the non-default ones)
-    secret_flags: frozenset[str] = frozenset()  # flags whose values never go into drift lines
+    # flags (profile keys) that take a credential: always masked (env file, records, drift, the args dump line)
+    secret_flags: frozenset[str] = frozenset()
     log_prefix: re.Pattern[str] | None = None  # the logger's line prefix, group "tag" = process/rank
     memory_plan: bool = False               # preflight has a memory model for this engine (memory.py)
     false_prefix: str = ""                  # how `flag: false` is written ("--no-"); "" = the flag is left out

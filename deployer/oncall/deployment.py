@@ -22,6 +22,8 @@ from deployer.profile.model import NAME_RE, Profile
 from deployer.push import Layout, expand_workdir
 from deployer.remote.base import Remote, TargetSpec
 from deployer.remote.connect import connect
+from deployer.oncall.secret_restore import learn_secrets
+from deployer.secrets import mask_data, mask_text
 from deployer.start import DeploymentLock, stop
 from deployer.supervisor.supervise_base import CRASHED as CRASHED_STATES
 from deployer.supervisor.supervise_base import UP
@@ -82,6 +84,7 @@ def layout_of(workdir: str, name: str) -> Layout:
 
 def describe(view: RunView, remote: Remote, name: str, runs: int) -> dict[str, Any]:
     state, record = view.state, view.record
+    learn_secrets(remote, view.run.file("env"), record)  # the diagnosis quotes engine text
     port = int(record.get("port") or 0)
     started = state.get("started_at")
     alive = view.status in UP
@@ -143,7 +146,7 @@ def status(ref: Ref) -> list[dict[str, Any]]:
                 continue
             row = describe(view, remote, name, len(list_runs(remote, layout)))
             out.append({**row, "serving": status_exit_code(row) == SERVING})
-        return out
+        return list(mask_data(out))
 
 
 def down(ref: Ref, grace: float | None = None) -> dict[str, Any]:
@@ -179,12 +182,18 @@ def logs(ref: Ref, *, lines: int, follow: bool, previous: bool, out: Callable[[s
          follow_for: float | None = None) -> None:
     assert ref.name
     with opened(ref) as (remote, workdir):
-        view = pick_run(remote, layout_of(workdir, ref.name), previous)
+        layout = layout_of(workdir, ref.name)
+        view = pick_run(remote, layout, previous)
+        learn_secrets(remote, view.run.file("env"), view.record)
+        if previous:  # an older run's env file may be pruned; the secrets are usually the current run's too
+            now = current_view(remote, layout)
+            if now is not None:
+                learn_secrets(remote, now.run.file("env"), now.record)
         size = remote.size(view.run.log) or 0
         for line in tail_lines(remote, view.run.log, lines):
-            out(line)
+            out(mask_text(line))
         if follow:
-            _follow(remote, view, size, out, follow_for)
+            _follow(remote, view, size, lambda line: out(mask_text(line)), follow_for)
 
 
 def _follow(remote: Remote, view: RunView, offset: int, out: Callable[[str], None], limit_s: float | None) -> None:

@@ -10,13 +10,37 @@ from deployer.errors import NotFound
 from deployer.local_history import History
 from deployer.logtext import bounded_diagnosis
 from deployer.oncall.deployment import Ref, layout_of, make_ref, opened
+from deployer.oncall.secret_restore import learn_secrets
 from deployer.pipeline.up import diagnose_state
 from deployer.profile.model import Profile
 from deployer.remedy import propose
+from deployer.secrets import mask_data
+from deployer.start import DeploymentLock
 from deployer.supervisor.supervise_base import CRASHED
-from deployer.target.records import all_runs, list_runs, record_kind, run_view
+from deployer.target.records import all_runs, current_view, list_runs, record_kind, run_view
+from deployer.target.retention import DEFAULT_KEEP, apply_plan, retention_plan
 
-__all__ = ["make_ref", "history", "local_history", "diagnose_deployment"]
+__all__ = ["make_ref", "history", "local_history", "diagnose_deployment", "prune"]
+
+
+def prune(ref: Ref, keep: int | None, dry_run: bool) -> dict[str, Any]:
+    """Apply the retention now (under the deployment lock); `keep` defaults to the current run's profile's."""
+    assert ref.name
+    with opened(ref) as (remote, workdir):
+        layout = layout_of(workdir, ref.name)
+        if not list_runs(remote, layout):
+            raise NotFound(f"no deployment {ref.name!r} under {workdir} on {remote.label}")
+        if keep is None:
+            view = current_view(remote, layout)
+            recorded = ((view.record.get("profile") or {}).get("retention") or {}) if view else {}
+            keep = int(recorded.get("keep_runs") or DEFAULT_KEEP)
+        if dry_run:
+            plan = retention_plan(remote, layout, keep)
+        else:
+            with DeploymentLock(remote, layout, "prune"):
+                plan = retention_plan(remote, layout, keep)
+                apply_plan(remote, layout, plan)
+        return {"name": ref.name, "host": remote.label, "dry_run": dry_run, **plan.to_json()}
 
 
 def history(ref: Ref) -> list[dict[str, Any]]:
@@ -24,6 +48,9 @@ def history(ref: Ref) -> list[dict[str, Any]]:
     assert ref.name
     with opened(ref) as (remote, workdir):
         views, current = all_runs(remote, layout_of(workdir, ref.name))
+        for view in views:
+            if view.run.run_id == current:
+                learn_secrets(remote, view.run.file("env"), view.record)  # diagnoses quote engine text
         rows = []
         for view in reversed(views):
             run_id = view.run.run_id
@@ -36,7 +63,7 @@ def history(ref: Ref) -> list[dict[str, Any]]:
                 "diagnosis": outcome.get("diagnosis"), "change": outcome.get("change"),
                 "drift": outcome.get("drift", []), "restarts": view.state.get("restarts", 0),
             })
-        return rows
+        return list(mask_data(rows))
 
 
 def local_history(name: str, host: str | None) -> list[dict[str, Any]]:
@@ -62,6 +89,7 @@ def diagnose_deployment(ref: Ref, engine_version: str | None) -> dict[str, Any]:
             crashed = state.get("status") in CRASHED or state.get("last_crash")
             if not crashed and (view.outcome or {}).get("outcome") in (None, "ready"):
                 continue
+            learn_secrets(remote, view.run.file("env"), view.record)
             version = engine_version or (view.record.get("profile") or {}).get("engine", {}).get("version")
             diag = diagnose_state(remote, view.run, state, version, kind=record_kind(view.record))
 
@@ -69,7 +97,7 @@ def diagnose_deployment(ref: Ref, engine_version: str | None) -> dict[str, Any]:
             prof = _profile_of(view.record)
             change = propose(diag, prof, []) if prof is not None else None
             data["would_change"] = change.to_json() if change else None
-            return data
+            return dict(mask_data(data))
         raise NotFound(f"{ref.name}: no failed attempt on {remote.label}")
 
 

@@ -1,7 +1,8 @@
 """On-call: restart the last good version, roll back to the last version that reached ready.
 
-Both rebuild the profile of an earlier run from what the target keeps (profile.json, with secrets masked, plus
-the run's 0600 env file for the real values), then go through the same `up` flow: lock, stop, start, watch, heal.
+Both rebuild the profile of an earlier run from what the target keeps (profile.json, with secrets masked) and the
+real secret values (secret_restore: the run's 0600 env file, or `${VAR}` from the local environment), then go
+through the same `up` flow: lock, stop, start, watch, heal.
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ from typing import Any
 
 from deployer.errors import NotFound, RecordUnreadable
 from deployer.oncall.deployment import Ref, layout_of, opened
+from deployer.oncall.secret_restore import Restorer, read_env_file
 from deployer.pipeline.up import UpOptions, UpReport, up
-from deployer.profile.model import MASK, Profile
+from deployer.profile.model import Profile
 from deployer.remote.base import Remote
-from deployer.render.bundle import secret_var
-from deployer.supervisor.supervise_base import SuperviseError, parse_env_text
+from deployer.secrets import MASK
 from deployer.target.records import RunView, all_runs
 from deployer.watch.watcher import EventSink
 
@@ -59,33 +60,16 @@ def _profile_from(ref: Ref, pick: Any, what: str) -> Profile:
         return rebuild_profile(remote, chosen, ref, workdir)
 
 
-def _env_of(remote: Remote, view: RunView) -> dict[str, str]:
-    """The run's env file (the real secret values); one clear line when it is missing or damaged."""
-    env_path = view.run.file("env")
-    try:
-        text = remote.read(env_path, 0, 1 << 20).decode("utf-8", "replace")
-    except NotFound as exc:
-        raise NotFound(f"run {view.run.run_id}: its env file is missing ({exc}); cannot restore its environment") \
-            from None
-    try:
-        return parse_env_text(text, env_path)
-    except SuperviseError as exc:
-        raise RecordUnreadable(f"run {view.run.run_id}: {exc}") from None
-
-
 def rebuild_profile(remote: Remote, view: RunView, ref: Ref, workdir: str) -> Profile:
-    """The run's profile with its real env values and the target as given now (host, user, port, workdir)."""
+    """The run's profile with its real secret values and the target as given now (host, user, port, workdir)."""
     data = dict(view.record.get("profile") or {})
     if not data:
         raise NotFound(f"run {view.run.run_id} has no profile record")
-    env_file = _env_of(remote, view)
-    engine = dict(data.get("engine") or {})
-    masked = {k for k, v in (engine.get("env") or {}).items() if v == MASK}
-    engine["env"] = {k: (env_file.get(k, v) if v == MASK else v) for k, v in (engine.get("env") or {}).items()}
-    hidden = {k for k, v in (engine.get("args") or {}).items() if v == MASK}
-    engine["args"] = {k: (env_file.get(secret_var(k), v) if k in hidden else v)
-                      for k, v in (engine.get("args") or {}).items()}
-    data["engine"] = engine
+    templates = dict(view.record.get("secret_templates") or {})
+    restorer = Restorer(view.run.run_id, read_env_file(remote, view.run.file("env"), view.run.run_id),
+                        templates)
+    recorded = dict(data.get("engine") or {})
+    data["engine"] = restorer.engine(recorded)
     spec = ref.spec
     target = dict(data.get("target") or {})
     target.update(host=spec.host, workdir=workdir)
@@ -96,6 +80,8 @@ def rebuild_profile(remote: Remote, view: RunView, ref: Ref, workdir: str) -> Pr
     data.pop("extends", None)
     data["template"] = None
     profile = Profile.model_validate(data)
-    profile._secret_env = frozenset(masked)
-    profile._secret_args = frozenset(hidden)
+    # Secret exactly where the run had secrets: the same render, so the same content hash.
+    profile._secret_env = frozenset(k for k, v in (recorded.get("env") or {}).items() if v == MASK)
+    profile._secret_args = frozenset(k for k, v in (recorded.get("args") or {}).items() if v == MASK)
+    profile._templates = templates
     return profile

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from deployer.secrets import mask_text
+
 STATUSES = ("passed", "failed", "error", "skipped")
 _INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
 MESSAGE_MAX = 500
@@ -30,7 +32,7 @@ MESSAGE_MAX = 500
 
 def xml_safe(text: str) -> str:
     """`text` with the characters XML 1.0 cannot hold shown as \\xNN (ESC -> \\x1b), everything else kept."""
-    return _INVALID_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return _INVALID_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", mask_text(text))
 
 
 @dataclass(frozen=True)

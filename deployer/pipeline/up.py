@@ -38,8 +38,10 @@ from deployer.remedy import Change, propose
 from deployer.remote.base import Remote, TargetSpec
 from deployer.remote.connect import connect
 from deployer.render.bundle import Bundle, render
+from deployer.secrets import masking_sink
 from deployer.start import DeploymentLock, Launch, check_port, listener, start, status, stop
 from deployer.target.records import RunView, current_run_id, current_view, healthy, read_json
+from deployer.target.retention import tidy
 from deployer.watch.watcher import Crashed, Event, EventSink, Hung, Outcome, PortTaken, Ready, TimedOut, Watcher
 
 DIAG_WINDOW = 1 << 20
@@ -125,6 +127,7 @@ class Serving:
 
 
 def up(profile: Profile, opts: UpOptions, emit: EventSink) -> UpReport:
+    emit = masking_sink(emit)  # events carry engine text: the engine may print a secret (its own args dump)
     with locked_session(profile, opts.trust_new_host, opts.what) as (remote, layout):
         report = UpReport(name=profile.name, host=remote.label, status="failed")
         original, version = profile, profile.engine.version
@@ -151,8 +154,22 @@ def up(profile: Profile, opts: UpOptions, emit: EventSink) -> UpReport:
         if not own_port:  # someone else's port: refused before anything changes
             check_port(remote, layout, profile.engine.port)
         serving = Serving(view) if view is not None and running else None
-        return _attempts(remote, layout, profile, opts, report, emit, version, tried=tried, original=original,
-                         serving=serving, dry=dry)
+        try:
+            done = _attempts(remote, layout, profile, opts, report, emit, version, tried=tried, original=original,
+                             serving=serving, dry=dry)
+        except DeployError:  # a failed launch too (not Ctrl-C: that leaves at once)
+            _tidy(remote, layout, profile, emit)
+            raise
+        _tidy(remote, layout, profile, emit)
+        return done
+
+
+def _tidy(remote: Remote, layout: Layout, profile: Profile, emit: EventSink) -> None:
+    """Retention after every up: old runs lose their env file (secrets) at once, their dirs beyond keep_runs."""
+    try:
+        tidy(remote, layout, profile.retention.keep_runs)
+    except DeployError as exc:  # never hides the outcome of the up itself
+        emit(Event("warning", {"message": f"retention of old runs skipped: {exc}"}))
 
 
 def _unsupervised(view: RunView, profile: Profile, report: UpReport, emit: EventSink) -> None:

@@ -59,7 +59,7 @@ class PreflightReport:
             "warnings": self.warnings,
             "overrides": self.overrides,
             "facts": {k: v for k, v in asdict(self.facts).items() if k != "flag_probe"},
-            "engine_args": self.profile.engine.args,
+            "engine_args": self.profile.public_dict()["engine"]["args"],
             "engine_env": self.profile.public_dict()["engine"]["env"],
             "flagset_version": self.flagset_version,
             "flags_cached": self.flags_cached,

@@ -195,25 +195,25 @@ def check_flags(profile: Profile, flagset: FlagSet, renames: list[Rename]) -> Fl
     """Translate and check `profile.engine.args`/`env` against what the target's engine accepts."""
     report = FlagReport(profile=profile)
     args: dict[str, Any] = {}
+    renamed: dict[str, str] = {}
     for key, value in profile.engine.args.items():
         new_key = _check_arg(key, value, flagset, renames, report) or key  # a bad flag stays, as an error
         if new_key in args or (new_key != key and new_key in profile.engine.args):
             report.errors.append(f"flag {key_option(new_key)} is given twice (also as {key_option(key)})")
             continue
         args[new_key] = value
+        if new_key != key:
+            renamed[key] = new_key
     env = _check_env(profile.engine.env, flagset, renames, report, engine_for(profile.engine.kind).env_prefixes)
     if args != profile.engine.args or env != profile.engine.env:
-        report.profile = _with_engine(profile, args, env)
+        report.profile = _with_engine(profile, args, env, renamed)
     return report
 
 
-def _with_engine(profile: Profile, args: dict[str, Any], env: dict[str, str]) -> Profile:
-    """A copy of `profile` with these engine args/env, in this order (argv follows it)."""
-    engine = profile.engine.model_copy(update={"args": args, "env": env})
-    copy = profile.model_copy(update={"engine": engine})
-    copy._source = profile._source
-    copy._secret_env = profile._secret_env
-    return copy
+def _with_engine(profile: Profile, args: dict[str, Any], env: dict[str, str], renamed: dict[str, str]) -> Profile:
+    """A copy of `profile` with these engine args/env, in this order (argv follows it); a renamed flag stays
+    as secret as it was."""
+    return profile.with_engine(profile.engine.model_copy(update={"args": args, "env": env}), renamed)
 
 
 def _check_arg(key: str, value: Any, fs: FlagSet, renames: list[Rename], report: FlagReport) -> str | None:
@@ -331,6 +331,7 @@ def translate_offline(profile: Profile, engine: str, version: str, renames: list
     report = FlagReport(profile=profile)
     fs = FlagSet(engine=engine, version=version, flags=())
     args: dict[str, Any] = {}
+    renamed: dict[str, str] = {}
     for key, value in profile.engine.args.items():
         new_key = key
         for r in renames:
@@ -344,8 +345,10 @@ def translate_offline(profile: Profile, engine: str, version: str, renames: list
                 report.warnings.append(f"{key_option(key)} does not exist before {engine} {r.since}: written as "
                                        f"{key_option(r.old)} for {version}")
                 new_key = r.old
+        if new_key != key:
+            renamed[key] = new_key
         args[new_key] = value
     env = _check_env(profile.engine.env, fs, renames, report, engine_for(profile.engine.kind).env_prefixes)
     if args != profile.engine.args or env != profile.engine.env:
-        report.profile = _with_engine(profile, args, env)
+        report.profile = _with_engine(profile, args, env, renamed)
     return report

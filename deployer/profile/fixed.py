@@ -29,7 +29,7 @@ def profile_diff(before: Profile, after: Profile) -> dict[str, dict[str, Any]]:
             if name not in new:
                 diff[key][name] = None
             elif old.get(name) != new[name] or name not in old:
-                diff[key][name] = new[name]
+                diff[key][name] = after.written_arg(name, new[name]) if key == "args" else new[name]
     return diff
 
 

@@ -17,9 +17,9 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from deployer.errors import ProfileError
-from deployer.flag_names import option_key
 from deployer.profile.host import parse_host
-from deployer.profile.model import Profile
+from deployer.profile.model import Profile, UnsetVar
+from deployer.secrets import remember
 
 Loc = tuple[Any, ...]
 VAR_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -32,14 +32,17 @@ class Layered:
 
     data: dict[str, Any]
     lines: dict[Loc, tuple[str, int]] = field(default_factory=dict)
-    secret_env: set[str] = field(default_factory=set)
-    secret_args: set[str] = field(default_factory=set)
+    templates: dict[str, str] = field(default_factory=dict)  # dotted path -> text with ${VAR}, as written
+    unset: list[UnsetVar] = field(default_factory=list)
+    unexpanded: set[str] = field(default_factory=set)  # texts left as written because a ${VAR} is not set
 
 
-def load(path: Path, *, overrides: list[str], host: str | None, environ: dict[str, str] | None) -> Profile:
+def load(path: Path, *, overrides: list[str], host: str | None, environ: dict[str, str] | None,
+         allow_unset: bool = False) -> Profile:
+    """allow_unset: an unset `${VAR}` is left as written and listed in `profile.unset` (validate, render)."""
     env = dict(os.environ if environ is None else environ)
     layered = _load_layers(path, stack=[])
-    _expand_vars(layered, env)
+    _expand_vars(layered, env, allow_unset)
     for text in overrides:
         _apply_override(layered, text)
     if host:
@@ -47,8 +50,9 @@ def load(path: Path, *, overrides: list[str], host: str | None, environ: dict[st
     layered.data.pop("extends", None)
     profile = _validate(layered, str(path))
     profile._source = path.resolve()
-    profile._secret_env = frozenset(layered.secret_env)
-    profile._secret_args = frozenset(layered.secret_args)
+    profile._templates = dict(layered.templates)
+    profile._unset = list(layered.unset)
+    remember(v for v in profile.secret_values() if v not in layered.unexpanded)
     return profile
 
 
@@ -153,7 +157,7 @@ def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
 # --- ${VAR} and overrides --------------------------------------------------------------------------------------
 
 
-def _expand_vars(layered: Layered, env: dict[str, str]) -> None:
+def _expand_vars(layered: Layered, env: dict[str, str], allow_unset: bool) -> None:
     def expand(value: Any, loc: Loc) -> Any:
         if isinstance(value, dict):
             return {k: expand(v, loc + (k,)) for k, v in value.items()}
@@ -161,28 +165,46 @@ def _expand_vars(layered: Layered, env: dict[str, str]) -> None:
             return [expand(v, loc + (i,)) for i, v in enumerate(value)]
         if not isinstance(value, str) or "$" not in value:
             return value
-        used = False
-
-        def sub(match: re.Match[str]) -> str:
-            nonlocal used
-            name = match.group(1)
-            if name is None:
-                return "$"
-            if name not in env:
-                file, line = layered.lines.get(loc, (None, None))
-                raise ProfileError(f"${{{name}}} is not set in the local environment", file=file, line=line,
-                                   field=_dotted(loc))
-            used = True
-            return env[name]
-
-        text = VAR_RE.sub(sub, value)
-        if used and len(loc) >= 3 and loc[:2] == ("engine", "env"):
-            layered.secret_env.add(str(loc[2]))
-        if used and len(loc) >= 3 and loc[:2] == ("engine", "args"):
-            layered.secret_args.add(option_key(str(loc[2])))
-        return text
+        text, used, missing = expand_template(value, env)
+        if missing and not allow_unset:
+            file, line = layered.lines.get(loc, (None, None))
+            raise ProfileError(f"${{{missing[0]}}} is not set in the local environment", file=file, line=line,
+                               field=_dotted(loc))
+        if used or missing:
+            layered.templates[_dotted(_secret_loc(loc))] = value
+        if missing:
+            layered.unexpanded.add(value)
+        for name in missing:
+            file, line = layered.lines.get(loc, (None, None))
+            layered.unset.append(UnsetVar(name, _dotted(loc), file, line))
+        return value if missing else text
 
     layered.data = expand(layered.data, ())
+
+
+def expand_template(text: str, env: dict[str, str]) -> tuple[str, list[str], list[str]]:
+    """`${VAR}` and `$$` expanded from `env`: (text, names used, names not set)."""
+    used: list[str] = []
+    missing: list[str] = []
+
+    def sub(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name is None:
+            return "$"
+        if name not in env:
+            missing.append(name)
+            return match.group(0)
+        used.append(name)
+        return env[name]
+
+    return VAR_RE.sub(sub, text), used, missing
+
+
+def _secret_loc(loc: Loc) -> Loc:
+    """Flag names are normalised by the schema (`--tp-size` -> tp_size); their paths follow."""
+    if len(loc) >= 3 and loc[:2] == ("engine", "args"):
+        return loc[:2] + (str(loc[2]).lstrip("-").replace("-", "_"),) + loc[3:]
+    return loc
 
 
 def _apply_override(layered: Layered, text: str) -> None:
@@ -204,6 +226,9 @@ def _apply_override(layered: Layered, text: str) -> None:
         node = child
     node[parts[-1]] = value
     layered.lines[tuple(parts)] = ("--set", 0)
+    path = _dotted(_secret_loc(tuple(parts)))
+    for old in [p for p in layered.templates if p == path or p.startswith(path + ".")]:
+        del layered.templates[old]  # a value given on the command line replaces the ${VAR} one
 
 
 def _apply_host(layered: Layered, text: str) -> None:
@@ -286,6 +311,11 @@ def load_profile(
     overrides: list[str] | None = None,
     host: str | None = None,
     environ: dict[str, str] | None = None,
+    allow_unset: bool = False,
 ) -> Profile:
-    """Load, layer, expand and validate a profile file. Raises ProfileError."""
-    return load(Path(path), overrides=overrides or [], host=host, environ=environ)
+    """Load, layer, expand and validate a profile file. Raises ProfileError.
+
+    allow_unset: an unset `${VAR}` is a warning (`profile.unset`), not an error; for validate and render, which
+    never need secret values. Everything that starts an engine loads without it.
+    """
+    return load(Path(path), overrides=overrides or [], host=host, environ=environ, allow_unset=allow_unset)

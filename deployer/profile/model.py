@@ -7,27 +7,42 @@ Loading layers `extends:` files, expands `${VAR}` from the local environment, ap
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from deployer.engines import kinds
+from deployer.engines import engine_for, kinds
 from deployer.flag_names import option_key
+from deployer.secrets import MASK, hidden_values, is_secret_env_name, mask_leaves
 
 ArgScalar = Union[bool, int, float, str]
 ArgValue = Union[ArgScalar, list[ArgScalar], dict[str, Any], None]
 
 NAME_RE = r"^[a-z0-9][a-z0-9-]*$"
-MASK = "***"  # what a secret value reads as wherever a profile or env is shown or recorded
 FLAG_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-SECRET_KEY_RE = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 # Policies of the SGLang Model Gateway (smg 1.13.0, smg/router_args.py COMMON_POLICY_CHOICES).
 ROUTER_POLICIES = ("random", "round_robin", "passthrough", "cache_aware", "power_of_two", "least_load",
                    "manual", "consistent_hashing", "prefix_hash")
 # Flags the profile sets through dedicated fields; giving them in `args` too would be ambiguous.
 RESERVED_ARGS = {"model_path": "engine.model_path", "port": "engine.port", "host": "engine.host"}
+
+
+@dataclass(frozen=True)
+class UnsetVar:
+    """A `${VAR}` that the local environment does not set (allowed by validate and render, not by up)."""
+
+    name: str
+    field: str
+    file: str | None
+    line: int | None
+
+    def warning(self) -> str:
+        where = f"{self.file}:{self.line}: " if self.file and self.line else f"{self.file}: " if self.file else ""
+        return (f"{where}{self.field}: ${{{self.name}}} is not set here; `up` takes it from the local "
+                "environment and writes it only to the target's 0600 env file")
 
 
 class Strict(BaseModel):
@@ -209,6 +224,11 @@ class Restart(Strict):
         return v
 
 
+class Retention(Strict):
+    keep_runs: int = Field(default=10, ge=1, le=10000,
+                           description="run dirs kept per deployment (the current and last good run always stay)")
+
+
 class Profile(Strict):
     name: str = Field(pattern=NAME_RE, max_length=63)
     extends: str | None = Field(default=None, description="profile file layered under this one (relative path)")
@@ -223,11 +243,16 @@ class Profile(Strict):
     nodes: list[Node] | None = Field(default=None, min_length=2,
                                      description="ONE engine spread over these hosts, node_rank in this order")
     router: Router | None = None
+    retention: Retention = Field(default_factory=Retention)
 
-    # Not part of the schema: where the profile came from and which env values are secret.
+    # Not part of the schema: where the profile came from and which values are secret. `_templates` maps the
+    # dotted path of every value that came from `${VAR}` (engine.env.HF_TOKEN, engine.args.lora_paths.1) to its
+    # text as written: that path's value is secret, and the text says where it comes from.
     _source: Path | None = PrivateAttr(default=None)
     _secret_env: frozenset[str] = PrivateAttr(default=frozenset())
     _secret_args: frozenset[str] = PrivateAttr(default=frozenset())
+    _templates: dict[str, str] = PrivateAttr(default_factory=dict)
+    _unset: list[UnsetVar] = PrivateAttr(default_factory=list)  # `${VAR}`s not set here (validate, render)
 
     @model_validator(mode="before")
     @classmethod
@@ -274,15 +299,63 @@ class Profile(Strict):
     def source(self) -> Path | None:
         return self._source
 
+    @property
+    def unset(self) -> list[UnsetVar]:
+        """The `${VAR}`s the local environment does not set (only when loaded with allow_unset)."""
+        return list(self._unset)
+
+    @property
+    def templates(self) -> dict[str, str]:
+        """Dotted path -> `${VAR}` text as written, for every value that came from the local environment."""
+        return dict(self._templates)
+
     def secret_env_keys(self) -> frozenset[str]:
-        """Env keys whose values must never be shown: secret-looking names and `${VAR}`-sourced values."""
-        looks_secret = {k for k in self.engine.env if SECRET_KEY_RE.search(k)}
-        return frozenset(looks_secret) | self._secret_env
+        """Env keys whose values must never be shown: secret words in the name, or a `${VAR}`-sourced value."""
+        looks_secret = {k for k in self.engine.env if is_secret_env_name(k)}
+        sourced = {k for k in self.engine.env if f"engine.env.{k}" in self._templates}
+        return frozenset(looks_secret | sourced) | self._secret_env
 
     def secret_arg_keys(self) -> frozenset[str]:
-        """Flags whose values are secret (api_key, ...; `${VAR}`-sourced): passed via the env file, not launch.sh."""
-        looks_secret = {k for k in self.engine.args if SECRET_KEY_RE.search(k)}
-        return frozenset(looks_secret) | self._secret_args
+        """Flags with a secret value (or item): the engine's secret flags and `${VAR}`-sourced ones."""
+        listed = engine_for(self.engine.kind).secret_flags
+        sourced = {k for k in self.engine.args if _under(self._templates, f"engine.args.{k}")}
+        return frozenset({k for k in self.engine.args if k in listed} | sourced) | self._secret_args
+
+    def secret_arg_paths(self, name: str) -> tuple[bool, frozenset[str]]:
+        """(whole value secret, dotted sub-paths of the secret items) for one flag of engine.args."""
+        whole = name in engine_for(self.engine.kind).secret_flags or name in self._secret_args or \
+            f"engine.args.{name}" in self._templates
+        prefix = f"engine.args.{name}."
+        return whole, frozenset(p[len(prefix):] for p in self._templates if p.startswith(prefix))
+
+    def masked_arg(self, name: str, value: Any) -> Any:
+        """One flag's value as it may be shown: secret scalars, items and leaves replaced by ***."""
+        if value is None or isinstance(value, bool):
+            return value
+        whole, items = self.secret_arg_paths(name)
+        if whole:
+            return [MASK for _ in value] if isinstance(value, list) else MASK
+        return mask_leaves(value, items, "") if items else value
+
+    def written_arg(self, name: str, value: Any) -> Any:
+        """One flag's value as the user wrote it: `${VAR}` text where the value came from the environment."""
+        def walk(item: Any, path: str) -> Any:
+            if path in self._templates:
+                return self._templates[path]
+            if isinstance(item, dict):
+                return {k: walk(v, f"{path}.{k}") for k, v in item.items()}
+            if isinstance(item, list):
+                return [walk(v, f"{path}.{i}") for i, v in enumerate(item)]
+            return item
+
+        return walk(value, f"engine.args.{name}")
+
+    def secret_values(self) -> list[str]:
+        """Every literal secret value of this profile (to hunt for in text deployer shows or stores)."""
+        out = [v for k, v in self.engine.env.items() if k in self.secret_env_keys()]
+        for name, value in self.engine.args.items():
+            hidden_values(value, self.masked_arg(name, value), out)
+        return out
 
     def patched(self, *, args: dict[str, Any] | None = None, env: dict[str, str | None] | None = None) -> Profile:
         """A copy with engine args/env changed; a value of None removes the key."""
@@ -299,10 +372,25 @@ class Profile(Strict):
             else:
                 new_env[key] = text
         engine = self.engine.model_copy(update={"args": new_args, "env": new_env})
+        return self.with_engine(engine)
+
+    def with_engine(self, engine: Engine, renamed: dict[str, str] | None = None) -> Profile:
+        """A copy with another engine section that keeps what the profile knows about its secrets, following
+        flags `renamed` (old key -> new key)."""
+        moves = {f"engine.args.{old}": f"engine.args.{new}" for old, new in (renamed or {}).items()}
+
+        def moved(path: str) -> str:
+            for old, new in moves.items():
+                if path == old or path.startswith(old + "."):
+                    return new + path[len(old):]
+            return path
+
         copy = self.model_copy(update={"engine": engine})
         copy._source = self._source
         copy._secret_env = self._secret_env
-        copy._secret_args = self._secret_args
+        copy._secret_args = frozenset((renamed or {}).get(k, k) for k in self._secret_args)
+        copy._templates = {moved(p): text for p, text in self._templates.items()}
+        copy._unset = list(self._unset)
         return copy
 
     def public_dict(self) -> dict[str, Any]:
@@ -310,7 +398,10 @@ class Profile(Strict):
         data = self.model_dump(mode="json")
         secret = self.secret_env_keys()
         data["engine"]["env"] = {k: (MASK if k in secret else v) for k, v in self.engine.env.items()}
-        hidden = self.secret_arg_keys()
-        data["engine"]["args"] = {k: (MASK if k in hidden and v not in (None, True, False) else v)
-                                  for k, v in self.engine.args.items()}
+        data["engine"]["args"] = {k: self.masked_arg(k, v) for k, v in data["engine"]["args"].items()}
         return data
+
+
+def _under(templates: dict[str, str], path: str) -> bool:
+    return path in templates or any(p.startswith(path + ".") for p in templates)
+

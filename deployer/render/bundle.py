@@ -19,17 +19,24 @@ from deployer import __version__
 from deployer.engines import engine_for
 from deployer.errors import RenderError
 from deployer.flag_names import key_option
-from deployer.profile.model import MASK, Profile
+from deployer.profile.model import Profile
+from deployer.secrets import MASK, SECRET_ENV_PREFIX, secret_var
+
+__all__ = ["Bundle", "EnvRef", "Word", "engine_argv", "engine_env", "render", "secret_var", "sh_word"]
 
 
 @dataclass(frozen=True)
 class EnvRef:
-    """An argv word taken from the engine's environment at exec time: secret flag values stay out of launch.sh."""
+    """An argv word taken from the engine's environment at exec time: secret flag values stay out of launch.sh.
+
+    `prefix` is literal text before the value in the same word (`--api-key=` for a value that starts with -).
+    """
 
     name: str
+    prefix: str = ""
 
     def __str__(self) -> str:
-        return "${" + self.name + "}"
+        return self.prefix + "${" + self.name + "}"
 
 
 Word = Union[str, EnvRef]
@@ -37,11 +44,7 @@ Word = Union[str, EnvRef]
 
 def sh_word(word: Word) -> str:
     """Shell text for one argv word: quoted literal, or a quoted reference to an environment variable."""
-    return f'"${word.name}"' if isinstance(word, EnvRef) else shlex.quote(word)
-
-
-def secret_var(flag: str) -> str:
-    return "DEPLOYER_SECRET_" + flag.upper()
+    return f'"{word.prefix}${word.name}"' if isinstance(word, EnvRef) else shlex.quote(word)
 
 
 @dataclass(frozen=True)
@@ -88,31 +91,51 @@ def _scalar(value: Any) -> str:
 
 
 def engine_argv(profile: Profile) -> list[Word]:
+    return _engine_words(profile)[0]
+
+
+def engine_env(profile: Profile) -> dict[str, str]:
+    """The engine's environment: the profile's env, CUDA_VISIBLE_DEVICES, and the values of secret flags."""
+    return _engine_words(profile)[1]
+
+
+def _engine_words(profile: Profile) -> tuple[list[Word], dict[str, str]]:
     engine = profile.engine
     spec = engine_for(engine.kind)
+    env = dict(profile.engine.env)
+    if profile.engine.gpus is not None:
+        env.setdefault("CUDA_VISIBLE_DEVICES", ",".join(str(g) for g in profile.engine.gpus))
     argv: list[Word] = [engine.python, "-m", spec.launch_module]
     argv += flag_tokens(spec.model_flag, engine.model_path)
     argv += flag_tokens("host", engine.host)
     argv += flag_tokens("port", engine.port)
     secret = profile.secret_arg_keys()
     for name, value in engine.args.items():
-        if name in secret and isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            argv += [key_option(name), EnvRef(secret_var(name))]
+        if name in secret and value is not None and not isinstance(value, bool):
+            argv += _secret_tokens(profile, name, value, env)
         else:
             argv += flag_tokens(name, value, spec.false_prefix)
-    return argv
+    return argv, env
 
 
-def engine_env(profile: Profile) -> dict[str, str]:
-    """The engine's environment: the profile's env, CUDA_VISIBLE_DEVICES, and the values of secret flags."""
-    env = dict(profile.engine.env)
-    if profile.engine.gpus is not None:
-        env.setdefault("CUDA_VISIBLE_DEVICES", ",".join(str(g) for g in profile.engine.gpus))
-    for name in profile.secret_arg_keys():
-        value = profile.engine.args.get(name)
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            env[secret_var(name)] = str(value)
-    return env
+def _secret_tokens(profile: Profile, name: str, value: Any, env: dict[str, str]) -> list[Word]:
+    """A secret flag: its value (each secret item of a list; a whole dict) goes to the env file by reference."""
+    flag = "--" + name.replace("_", "-")
+    whole, items = profile.secret_arg_paths(name)
+    if isinstance(value, list):
+        words: list[Word] = [flag]
+        for index, item in enumerate(value):
+            text = _scalar(item)
+            if whole or str(index) in items:
+                env[secret_var(name, index)] = text
+                words.append(EnvRef(secret_var(name, index)))
+            else:
+                words.append(text)
+        return words
+    text = json.dumps(value, sort_keys=True) if isinstance(value, dict) else _scalar(value)
+    env[secret_var(name)] = text
+    # "--flag -x" would make argparse read -x as an option; the = form keeps it a value.
+    return [EnvRef(secret_var(name), prefix=flag + "=")] if text.startswith("-") else [flag, EnvRef(secret_var(name))]
 
 
 def env_file_text(env: dict[str, str]) -> str:
@@ -131,8 +154,8 @@ def render(profile: Profile) -> Bundle:
         raise RenderError(f"template error: {exc}") from None
     env_text = env_file_text(env)
     digest = hashlib.sha256(script.encode() + b"\0" + env_text.encode()).hexdigest()
-    secret = profile.secret_env_keys() | {secret_var(k) for k in profile.secret_arg_keys()}
-    masked = {k: (MASK if k in secret else v) for k, v in sorted(env.items())}
+    secret = profile.secret_env_keys()
+    masked = {k: (MASK if k in secret or k.startswith(SECRET_ENV_PREFIX) else v) for k, v in sorted(env.items())}
     return Bundle(script=script, env=env_text, argv=[str(w) for w in argv], words=argv,
                   content_hash=digest, env_names=sorted(env), masked_env=masked)
 

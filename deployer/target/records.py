@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from deployer.errors import NotFound
-from deployer.logtext import clip_tail, readable
+from deployer.logtext import clip_middle, clip_tail, readable
 from deployer.push import Layout, RunDir
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.start import status
 from deployer.supervisor.supervise_base import UP
-LINE_CHARS = 16 << 10     # one log line shown by `logs` (its end; the cut is noted)
+LINE_CHARS = 16 << 10     # one log line shown by `logs` (its head and end; the cut is noted)
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,8 @@ def tail_lines(remote: Remote, path: str, n: int, window: int | None = None) -> 
     """The last `n` readable lines of a remote log, reading one bounded window from its end.
 
     A line longer than the window (a hostile one, or a bar redrawn for an hour without newline) is shown by its
-    end, saying how much came before it; every line is capped at LINE_CHARS the same way.
+    end, saying how much came before it; every other line is capped at LINE_CHARS by its head and end (an
+    engine's argument dump is read from its start, a progress line from its end).
     """
     size = remote.size(path) or 0
     window = min(size, window or max(64 << 10, n * 400))
@@ -104,7 +105,8 @@ def tail_lines(remote: Remote, path: str, n: int, window: int | None = None) -> 
     for i, raw in enumerate(chunk):
         text = readable(raw)
         if text:
-            lines.append(clip_tail(text, LINE_CHARS, head_missing=first_cut and i == 0))
+            cut = first_cut and i == 0
+            lines.append(clip_tail(text, LINE_CHARS, head_missing=True) if cut else clip_middle(text, LINE_CHARS))
     return lines[-n:]
 
 

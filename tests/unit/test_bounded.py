@@ -107,3 +107,15 @@ def test_output_is_not_wrapped_without_a_terminal(capsys: pytest.CaptureFixture[
     err = capsys.readouterr().err
     assert long.strip() in err  # one line, whatever its length
     assert "downloading" in err and "model-1.safetensors  10%  1.00 GB of 10.00 GB" in err
+
+
+def test_an_overlong_log_line_keeps_its_head_and_its_end() -> None:
+    """`deploy logs`: an engine's 20 KB argument dump is read from its start, a bar from its end."""
+    from deployer.logtext import clip_middle
+
+    line = "server_args={'api_key': '***', " + "x" * 40_000 + " 'lora_paths': ['a=/m']}"
+    shown = clip_middle(line, 16 << 10)
+    assert shown.startswith("server_args={'api_key'") and shown.endswith("'lora_paths': ['a=/m']}")
+    assert f"[{len(line) - (16 << 10)} characters cut]" in shown
+    assert len(shown) < (16 << 10) + 100
+    assert clip_middle("short", 16) == "short"

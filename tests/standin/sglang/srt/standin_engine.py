@@ -56,7 +56,7 @@ import urllib.request
 from types import SimpleNamespace
 from typing import Any, Optional
 
-from sglang.srt import standin_download, standin_http, standin_model
+from sglang.srt import standin_download, standin_http, standin_model, standin_multinode
 from sglang.srt.server_args import ServerArgs, server_args_log_text
 
 logger = logging.getLogger("sglang.srt.entrypoints.engine")
@@ -230,6 +230,7 @@ class Engine:
         self.child: Optional[subprocess.Popen] = None
         self.stop = threading.Event()
         self.server: Any = None
+        self.group: Optional[standin_multinode.Group] = None  # set on a multi-node engine (--nnodes > 1)
         self.state = standin_http.EngineState(self.view.model_path, {"version": _version(), **_jsonable(self.view)})
         # uvicorn's access log follows --log-level-http (else --log-level): warning and above hide request lines
         level = str(getattr(self.view, "log_level_http", None) or getattr(self.view, "log_level", None) or "info")
@@ -262,9 +263,12 @@ class Engine:
         self.spawn_scheduler()
         t0 = time.monotonic()
         try:
-            run_scheduler_process(self.view, standin_model.Capacity.from_env())
+            with standin_multinode.scheduler_ranks(self.view) as self.group:
+                run_scheduler_process(self.view, standin_model.Capacity.from_env())
         except Exception:
             self.scheduler_failed()
+        if self.group is not None and self.group.node_rank > 0:
+            return self.group.serve_follower()  # no tokenizer manager there: no timings line, no API
         elapsed = time.monotonic() - t0
         logger.info(f"Engine startup timings (s): load_weight={elapsed / 3:.2f}, kv_cache_allocation="
                     f"{elapsed / 3:.2f}, scheduler_e2e={elapsed:.2f}, cuda_graph={{decode=0.52}}, "
@@ -336,6 +340,8 @@ class Engine:
 
     def shutdown(self) -> int:
         time.sleep(env_float("STANDIN_DRAIN_S", 0.1))  # drain window: /health answers 503 meanwhile
+        if self.group is not None:
+            self.group.broadcast_shutdown()
         uvicorn_log("INFO", "Shutting down")
         self.server.shutdown()
         self.server.server_close()

@@ -1,0 +1,141 @@
+"""Retention: what the target keeps of a deployment's old runs (their dirs, and the secrets in their env files).
+
+An env file (0600, the run's secret values) stays only where a restart or rollback may need it: the current run,
+the newest run that reached ready, and the newest ready run of another version (rollback's target). Every other
+run loses its env file as soon as an `up` (restart, rollback) ends. Run dirs beyond the newest `keep` are
+deleted whole, except those same runs and any run whose state still looks alive: they are never deleted.
+`deploy prune` applies the same plan on demand, with `--keep` and `--dry-run`.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from deployer.errors import TargetError
+from deployer.push import Layout
+from deployer.remote.base import Remote
+from deployer.start import SUPERVISOR_PYTHON
+from deployer.supervisor.supervise_base import LIVE
+
+DEFAULT_KEEP = 10
+
+# Run on the target by its python3 (stdlib, >= 3.8): one round trip however many runs there are.
+SUMMARY_PY = r"""
+import json, os, sys
+runs = sys.argv[1]
+def load(path):
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read(4 << 20) or b"null")
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+out = []
+for rid in sorted(os.listdir(runs)) if os.path.isdir(runs) else []:
+    d = os.path.join(runs, rid)
+    if rid.startswith(".") or not os.path.isdir(d):
+        continue
+    state, outcome = load(os.path.join(d, "state.json")), load(os.path.join(d, "outcome.json"))
+    out.append({"id": rid, "hash": str(load(os.path.join(d, "profile.json")).get("content_hash", "")),
+                "ready": bool(state.get("ready_at")) or outcome.get("outcome") == "ready",
+                "status": str(state.get("status", "unknown")), "env": os.path.exists(os.path.join(d, "env"))})
+link = os.path.join(os.path.dirname(runs), "current")
+print(json.dumps({"runs": out, "current": os.path.basename(os.readlink(link)) if os.path.islink(link) else None}))
+"""
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What retention needs to know of one run."""
+
+    run_id: str
+    content_hash: str
+    reached_ready: bool
+    status: str
+    has_env: bool
+
+
+@dataclass
+class RetentionPlan:
+    keep: int
+    runs: int
+    delete: list[str] = field(default_factory=list)          # run ids whose dir goes
+    drop_env: list[str] = field(default_factory=list)        # run ids (kept) whose env file goes
+    protected: dict[str, str] = field(default_factory=dict)  # run id -> why it is never deleted
+
+    def to_json(self) -> dict[str, Any]:
+        return {"keep": self.keep, "runs": self.runs, "delete": self.delete, "drop_env": self.drop_env,
+                "protected": self.protected}
+
+
+def plan_retention(runs: list[RunSummary], current: str | None, keep: int) -> RetentionPlan:
+    """Pure: what to delete and which env files to drop, for runs listed oldest first."""
+    protected = _protected(runs, current)
+    for run in runs:
+        if run.run_id not in protected and run.status in LIVE:
+            protected[run.run_id] = f"its state says {run.status}"
+    newest = {r.run_id for r in runs[-keep:]}
+    plan = RetentionPlan(keep=keep, runs=len(runs), protected=protected)
+    for run in runs:
+        if run.run_id not in newest and run.run_id not in protected:
+            plan.delete.append(run.run_id)
+        elif run.has_env and run.run_id not in protected:
+            plan.drop_env.append(run.run_id)
+    return plan
+
+
+def _protected(runs: list[RunSummary], current: str | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if current is not None and any(r.run_id == current for r in runs):
+        out[current] = "current"
+    ready = [r for r in runs if r.reached_ready]
+    if ready:
+        out.setdefault(ready[-1].run_id, "newest run that reached ready")
+        current_hash = next((r.content_hash for r in runs if r.run_id == current), ready[-1].content_hash)
+        other = [r for r in ready if r.content_hash != current_hash]
+        if other:
+            out.setdefault(other[-1].run_id, "rollback's target (newest ready run of another version)")
+    return out
+
+
+def run_summaries(remote: Remote, layout: Layout) -> tuple[list[RunSummary], str | None]:
+    """Every run (oldest first) and the current run's id, read on the target in one round trip."""
+    result = remote.run(f"{SUPERVISOR_PYTHON} -S - {shlex.quote(layout.runs)}", stdin=SUMMARY_PY.encode(),
+                        timeout=60, check=False)
+    try:
+        data = json.loads(result.stdout.strip().splitlines()[-1])
+        runs = [RunSummary(str(r["id"]), str(r["hash"]), bool(r["ready"]), str(r["status"]), bool(r["env"]))
+                for r in data["runs"]]
+    except (ValueError, KeyError, IndexError, TypeError):
+        why = (result.stderr or result.stdout).strip()[-300:] or "no answer"
+        raise TargetError(f"cannot list the runs of {layout.root} on {remote.label}: {why}") from None
+    current = data.get("current")
+    return runs, str(current) if current else None
+
+
+def retention_plan(remote: Remote, layout: Layout, keep: int) -> RetentionPlan:
+    runs, current = run_summaries(remote, layout)
+    return plan_retention(runs, current, keep)
+
+
+def apply_plan(remote: Remote, layout: Layout, plan: RetentionPlan) -> None:
+    """Env files first (the secrets), then whole run dirs; one remote command."""
+    paths = [posixpath.join(layout.runs, r, "env") for r in plan.drop_env]
+    dirs = [posixpath.join(layout.runs, r) for r in plan.delete]
+    if not paths and not dirs:
+        return
+    words = " ".join(shlex.quote(p) for p in paths)
+    script = (f"rm -f -- {words}\n" if paths else "") + \
+        "".join(f"rm -f -- {shlex.quote(d + '/env')} && rm -rf -- {shlex.quote(d)}\n" for d in dirs)
+    remote.run("bash -s", stdin=script.encode(), timeout=120)
+
+
+def tidy(remote: Remote, layout: Layout, keep: int) -> RetentionPlan:
+    """Apply the retention now (called at the end of every up, restart and rollback, under the lock)."""
+    plan = retention_plan(remote, layout, keep)
+    apply_plan(remote, layout, plan)
+    return plan
