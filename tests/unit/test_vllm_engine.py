@@ -42,14 +42,16 @@ def test_registry_knows_both_engines_and_nothing_else() -> None:
 
 
 def test_argv_names_the_model_with_model_and_secrets_come_from_the_env() -> None:
-    p = profile({"max_model_len": 32768, "enable_prefix_caching": False, "api_key": "sk-1",
+    p = profile({"max_model_len": 32768, "enable_prefix_caching": False, "api_key": "sk-1", "hf_token": "hf_2",
                  "served_model_name": ["qwen3-8b"]})
     argv = engine_argv(p)
     assert argv[:5] == ["/opt/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", "Qwen/Qwen3-8B"]
     assert "--model-path" not in argv and EnvRef("DEPLOYER_SECRET_API_KEY") in argv
+    assert argv[argv.index("--hf-token") + 1] == EnvRef("DEPLOYER_SECRET_HF_TOKEN")   # a literal in the profile too
     bundle = render(p)
-    assert "sk-1" not in bundle.script and "vllm.entrypoints.openai.api_server" in bundle.script
-    assert bundle.masked_env["DEPLOYER_SECRET_API_KEY"] == "***"
+    assert "sk-1" not in bundle.script and "hf_2" not in bundle.script
+    assert "vllm.entrypoints.openai.api_server" in bundle.script
+    assert bundle.masked_env["DEPLOYER_SECRET_API_KEY"] == "***" == bundle.masked_env["DEPLOYER_SECRET_HF_TOKEN"]
 
 
 def test_rendered_argv_is_accepted_by_the_parser_table_of_vllm_0_33_0() -> None:
