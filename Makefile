@@ -5,12 +5,13 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 SGLANG_VENV ?= $(HOME)/.cache/deployer/sglang-venv
+VLLM_VENV ?= $(HOME)/.cache/deployer/vllm-venv
 SMG_VENV ?= $(HOME)/.cache/deployer/smg-venv
 # The seed era: the release the shipped qwen36-mtp profile was written for (--mamba-scheduler-strategy).
 SGLANG_SEED_VERSION ?= 0.5.10
 SGLANG_SEED_VENV ?= $(HOME)/.cache/deployer/sglang-venv-$(SGLANG_SEED_VERSION)
 
-.PHONY: install provision walkthrough test lint-imports test-unit test-integration test-sglang-real sglang-venv sglang-seed-venv smg-venv typecheck demo bench clean
+.PHONY: install provision walkthrough test lint-imports test-unit test-integration test-sglang-real sglang-venv sglang-seed-venv smg-venv test-vllm-real vllm-venv typecheck demo bench clean
 
 install: $(VENV)/.installed
 
@@ -27,7 +28,7 @@ provision:
 test: provision install smg-venv
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports --no-logo
-	SMG_VENV=$(SMG_VENV) $(PY) -m pytest -q -p no:cacheprovider -m "not sglang_real" tests
+	SMG_VENV=$(SMG_VENV) $(PY) -m pytest -q -p no:cacheprovider -m "not sglang_real and not vllm_real" tests
 
 test-unit: install
 	$(PY) -m pytest -q tests/unit
@@ -50,6 +51,13 @@ sglang-seed-venv:
 test-sglang-real: provision install sglang-venv sglang-seed-venv
 	SGLANG_VENV=$(SGLANG_VENV) $(PY) -m pytest -q -p no:cacheprovider -m sglang_real tests/sglang_real
 	SGLANG_VENV=$(SGLANG_SEED_VENV) $(PY) -m pytest -q -p no:cacheprovider -m sglang_real tests/sglang_real
+
+# Real vLLM 0.33.0 code on the CPU (its serve argument parser), in a venv cached under ~/.cache/deployer.
+vllm-venv:
+	bash scripts/build-vllm-venv.sh $(VLLM_VENV)
+
+test-vllm-real: provision install vllm-venv
+	VLLM_VENV=$(VLLM_VENV) $(PY) -m pytest -q -p no:cacheprovider -m vllm_real tests/vllm_real
 
 # A throwaway sshd on 127.0.0.1 and the stand-in engine (no GPU): the whole flow, including a failure that heals.
 demo: provision install

@@ -58,6 +58,9 @@ class StepSpec(_Data):
         default=None, description="regex with groups need/need_unit, free/free_unit, total/total_unit (a CUDA OOM): "
         "a lowering frees at least (need - free) / total plus `margin`")
     margin: float = 0.01
+    prefer_ratio_from_message: str | None = Field(
+        default=None, description="regex with two groups: candidate = group 1 / group 2 - ratio_margin (vLLM free/total)")
+    ratio_margin: float = 0.0
 
     @model_validator(mode="after")
     def _one_way(self) -> StepSpec:
@@ -202,7 +205,7 @@ def resolve(
     for option in spec.options:
         if any(c.holds(message) for c in option.skip_if):
             continue
-        change = _option_change(option, message, args, env, values, version)
+        change = _option_change(option, message, args, env, values, version, kind)
         if change is None:
             continue
         change = _completed(change, args, env, values, version, kind)
@@ -215,31 +218,31 @@ def resolve(
 
 
 def _option_change(option: RemedyOption, message: str, args: dict[str, Any], env: dict[str, str],
-                   values: EngineValues, version: str | None = None) -> Change | None:
+                   values: EngineValues, version: str | None = None, kind: str = "sglang") -> Change | None:
     new_args: dict[str, Any] = {}
     new_env: dict[str, str | None] = {}
     basis: dict[str, str] = {}
     passed: set[str] = set()
     notes: list[str] = []
     for name, value in option.set_args.items():
-        new_args[_pick_name(name, args, values, version)] = value
+        new_args[_pick_name(name, args, values, version, kind)] = value
     for name in option.unset_args:
-        new_args[_pick_name(name, args, values, version)] = None
+        new_args[_pick_name(name, args, values, version, kind)] = None
     new_env.update(option.set_env)
     new_env.update({name: None for name in option.unset_env})
     for name, pattern in option.set_args_from_message.items():
         found = re.search(pattern, message, re.MULTILINE)
         if found is None:
             return None
-        new_args[_pick_name(name, args, values, version)] = _typed(found.group(1))
+        new_args[_pick_name(name, args, values, version, kind)] = _typed(found.group(1))
     if option.rename_arg is not None:
-        renamed = _rename(option.rename_arg, message, args)
+        renamed = _rename(option.rename_arg, message, args, kind)
         if renamed is None:
             return None
         new_args.update(renamed)
         passed.update(k for k, v in renamed.items() if v is None)
     if option.fix_unknown_flags is not None:
-        fixed = _fix_unknown_flags(option.fix_unknown_flags, message, args)
+        fixed = _fix_unknown_flags(option.fix_unknown_flags, message, args, kind)
         if fixed is None:
             return None
         new_args.update(fixed[0])
@@ -274,7 +277,7 @@ def _completed(change: Change, args: dict[str, Any], env: dict[str, str], values
 
 
 def _pick_name(name: str, args: dict[str, Any], values: EngineValues | None = None,
-               version: str | None = None) -> str:
+               version: str | None = None, kind: str = "sglang") -> str:
     """`a|b`: the alternative the profile already uses (a flag renamed across versions), else the one the
     engine reported (its dump names its own spelling), else the one the engine version has, else the first."""
     names = name.split("|")
@@ -282,7 +285,7 @@ def _pick_name(name: str, args: dict[str, Any], values: EngineValues | None = No
     if known is None and values is not None:
         known = next((n for n in names if values.lookup(n) is not None), None)
     if known is None and version is not None:
-        older = {old: new for old, (new, since) in rename_history().items() if not version_in(version, f">={since}")}
+        older = {old: new for old, (new, since) in rename_history(kind).items() if not version_in(version, f">={since}")}
         known = next((old for old, new in older.items() if old in names and new in names), None)
     return known or names[0]
 
@@ -357,10 +360,12 @@ def _step(step: StepSpec, message: str, values: EngineValues) -> tuple[float | i
     """The next value and the effective value it moves from; None when none is forward and in bounds."""
     start = _current(step, message, values)
     current = float(start.value)
-    if step.prefer_from_message:
-        for candidate in _candidates(step.prefer_from_message, message):
-            if _forward(step, current, candidate) and _in_bounds(step, candidate):
-                return _rounded(step, candidate), start
+    preferred = _candidates(step.prefer_from_message, message) if step.prefer_from_message else []
+    if step.prefer_ratio_from_message:
+        preferred += _ratios(step, message)
+    for candidate in preferred:
+        if _forward(step, current, candidate) and _in_bounds(step, candidate):
+            return _rounded(step, candidate), start
     nxt = _rounded(step, _next_value(step, message, current))
     if step.min is not None and nxt < step.min:
         nxt = step.min if current > step.min else nxt
@@ -439,6 +444,18 @@ def _candidates(pattern: str, message: str) -> list[float]:
     return out
 
 
+def _ratios(step: StepSpec, message: str) -> list[float]:
+    """group 1 / group 2 - margin, rounded down to the step's digits (a fraction that must not be exceeded)."""
+    out: list[float] = []
+    for match in re.finditer(step.prefer_ratio_from_message or "", message, re.MULTILINE):
+        try:
+            ratio = float(match.group(1)) / float(match.group(2)) - step.ratio_margin
+        except (IndexError, TypeError, ValueError, ZeroDivisionError):
+            continue
+        out.append(math.floor(ratio * 10 ** step.digits) / 10 ** step.digits)
+    return out
+
+
 def _forward(step: StepSpec, current: float, candidate: float) -> bool:
     return candidate > current + 1e-9 if step.upward else candidate < current - 1e-9
 
@@ -455,7 +472,7 @@ def _rounded(step: StepSpec, value: float) -> float | int:
     return round(value, step.digits)
 
 
-def _rename(spec: RenameSpec, message: str, args: dict[str, Any]) -> dict[str, Any] | None:
+def _rename(spec: RenameSpec, message: str, args: dict[str, Any], kind: str) -> dict[str, Any] | None:
     """{old: None, new: value}; the value is the profile's, else the one the message shows."""
     old, new, value = spec.from_, spec.to, None
     if spec.from_message:
@@ -467,7 +484,7 @@ def _rename(spec: RenameSpec, message: str, args: dict[str, Any]) -> dict[str, A
             value = _typed(found.group(2))
     if old is None:
         return None
-    new = new or known_renames().get(old)
+    new = new or known_renames(kind).get(old)
     if new is None:
         return None
     if old in args:
@@ -477,8 +494,10 @@ def _rename(spec: RenameSpec, message: str, args: dict[str, Any]) -> dict[str, A
     return {old: None, new: value}
 
 
-def _fix_unknown_flags(pattern: str, message: str, args: dict[str, Any]) -> tuple[dict[str, Any], list[str]] | None:
-    """Each flag argparse did not recognize: renamed (table), respelt (did-you-mean), else dropped, loudly."""
+def _fix_unknown_flags(pattern: str, message: str, args: dict[str, Any],
+                       kind: str) -> tuple[dict[str, Any], list[str]] | None:
+    """Each flag argparse did not recognize: renamed (the engine's table), respelt (did-you-mean), else dropped,
+    loudly."""
     found = re.search(pattern, message, re.MULTILINE)
     if found is None:
         return None
@@ -488,11 +507,11 @@ def _fix_unknown_flags(pattern: str, message: str, args: dict[str, Any]) -> tupl
     for flag, value in _flag_tokens(found.group(1).split()):
         old = flag.lstrip("-").replace("-", "_")
         carried = args.get(old, value if value is not None else True)
-        new = known_renames().get(old)
+        new = known_renames(kind).get(old)
         if new is not None and known and new not in known:
             new = None
         if new is None and known:  # a newer name on an older engine: its old name
-            new = next((o for o, n in known_renames().items() if n == old and o in known), None)
+            new = next((o for o, n in known_renames(kind).items() if n == old and o in known), None)
         if new is None and known:
             close = difflib.get_close_matches(old, sorted(known), n=1, cutoff=0.8)
             new = close[0] if close else None

@@ -11,6 +11,7 @@ from typing import Any, Callable
 import click
 
 from deployer.cli.options import _emit_json, _load, _profile_options, _target_options
+from deployer.engines import kinds
 
 
 def _progress(as_json: bool) -> Any:
@@ -180,12 +181,14 @@ def down(target: str, host: str | None, workdir: str | None, trust_new_host: boo
 @click.option("--log", "log_file", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Diagnose a local log file (no target needed).")
 @click.option("--engine-version", default=None, help="Engine version the log came from.")
+@click.option("--engine", "engine_kind", type=click.Choice(kinds()), default="sglang", show_default=True,
+              help="Engine the log file came from (a deployment's own record says it).")
 @click.option("--host", default=None, metavar="[USER@]HOST[:PORT]")
 @click.option("--workdir", default=None)
 @_target_options
 @click.option("--json", "as_json", is_flag=True)
-def diagnose(target: str | None, log_file: str | None, engine_version: str | None, host: str | None,
-             workdir: str | None, trust_new_host: bool, as_json: bool) -> None:
+def diagnose(target: str | None, log_file: str | None, engine_version: str | None, engine_kind: str,
+             host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool) -> None:
     """The first traceback and diagnosis of a log file, or of a deployment's latest failed attempt."""
     if log_file is None:
         from deployer.oncall import history as attempts
@@ -194,10 +197,9 @@ def diagnose(target: str | None, log_file: str | None, engine_version: str | Non
                                             engine_version)
     else:
         from deployer.diagnose.diagnosis import diagnose_file
-
         from deployer.logtext import bounded_diagnosis
 
-        data = bounded_diagnosis(diagnose_file(log_file, engine_version=engine_version).to_json())
+        data = bounded_diagnosis(diagnose_file(log_file, engine_version=engine_version, kind=engine_kind).to_json())
         data["hint"] = None
     if as_json:
         _emit_json(data)

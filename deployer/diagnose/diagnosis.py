@@ -16,8 +16,9 @@ import signal as signals
 from dataclasses import dataclass, field
 from typing import Any
 
-from deployer.diagnose.drift import parse_server_args
+from deployer.diagnose.drift import masked, parse_server_args
 from deployer.effective import ENGINE_RESOLVED, PROFILE, EngineValues
+from deployer.engines import engine_for
 from deployer.logtext import ANSI_RE, clip, readable
 from deployer.remedy import RemedySpec, resolve
 from deployer.versions import version_in
@@ -46,13 +47,18 @@ class Line:
     text: str
     tag: str | None          # rank tag of a timestamped line ("TP0", "" for none); None when not timestamped
     stamped: bool = False
+    prefixed: bool = False   # carried the engine's own logger prefix (EngineSpec.log_prefix)
 
 
-def clean_line(raw: str) -> Line:
+def clean_line(raw: str, prefix: re.Pattern[str] | None = None) -> Line:
+    """`prefix`: the engine's own logger prefix (EngineSpec.log_prefix), stripped too; its group "tag" is the rank."""
     text = clip(readable(raw), LINE_CHARS)
     found = _TS_RE.match(text)
     if found:
         return Line(text[found.end():].rstrip(), found.group(2).strip(), True)
+    own = prefix.match(text) if prefix is not None else None
+    if own is not None and own.end() > 0:
+        return Line(text[own.end():].rstrip(), own.group("tag") or "", True, True)
     return Line(text.rstrip(), None)
 
 
@@ -73,8 +79,8 @@ class Traceback:
         return head.split(":", 1)[0].strip()
 
 
-def first_traceback(text: str) -> Traceback | None:
-    """The first `Traceback (most recent call last):` block of `text`, or None."""
+def first_traceback(text: str, log_prefix: re.Pattern[str] | None = None) -> Traceback | None:
+    """The first `Traceback (most recent call last):` block of `text`, or None (`log_prefix`: see clean_line)."""
     start = text.find(TB_MARK)
     if start < 0 and "\x1b" in text:
         text = ANSI_RE.sub("", text)
@@ -82,7 +88,7 @@ def first_traceback(text: str) -> Traceback | None:
     if start < 0:
         return None
     line_start = text.rfind("\n", 0, start) + 1
-    lines = [clean_line(raw) for raw in text[line_start:line_start + BLOCK_CHARS].split("\n")]
+    lines = _record_lines(text[line_start:line_start + BLOCK_CHARS].split("\n"), log_prefix)
     parsed = _parse_block(lines, 0)
     if parsed is None:
         return None
@@ -105,6 +111,17 @@ def first_traceback(text: str) -> Traceback | None:
     )
 
 
+def _record_lines(raws: list[str], log_prefix: re.Pattern[str] | None) -> list[Line]:
+    """Cleaned lines; a line with the engine's logger prefix after one that ends in \\r continues the same record
+    (vLLM's formatter re-prefixes each line of a multi-line message after "\\r\\n"), so it is not a new record
+    even though it is prefixed. Lines without the prefix (SGLang's timestamps) keep their own meaning."""
+    lines = [clean_line(raw, log_prefix) for raw in raws]
+    for i in range(1, len(lines)):
+        if lines[i].prefixed and raws[i - 1].endswith("\r"):
+            lines[i] = Line(lines[i].text, lines[i].tag, False, True)
+    return lines
+
+
 _Part = tuple[str | None, list[str], list[str]]   # (chain marker before it, frame lines, exception lines)
 
 
@@ -121,7 +138,7 @@ def _parse_block(lines: list[Line], i: int) -> tuple[list[_Part], int] | None:
                 parts.append((marker, frames, ["(log ends inside the traceback)"]))
             return (parts, i) if parts else None
         exc = [lines[i].text]
-        i = _parse_message(lines, i + 1, exc)
+        i = _parse_message(lines, i + 1, exc, lines[i].prefixed)
         parts.append((marker, frames, exc))
         marker, nxt = _chained(lines, i)
         if marker is None:
@@ -154,12 +171,14 @@ def _skip_record(lines: list[Line], i: int) -> int:
     return parsed[1] if parsed else i + 1
 
 
-def _parse_message(lines: list[Line], i: int, exc: list[str]) -> int:
-    """Extend the exception line with its message's further lines; stop at the next record or a blank."""
+def _parse_message(lines: list[Line], i: int, exc: list[str], prefixed: bool = False) -> int:
+    """Extend the exception line with its message's further lines; stop at the next record or a blank.
+
+    `prefixed`: the exception came through the engine's logger, so its further lines carry the prefix too."""
     while i < len(lines) and len(exc) < MAX_MESSAGE_LINES:
         line = lines[i]
         text = line.text
-        if line.stamped or not text.strip() or _CHAIN_RE.match(text.strip()):
+        if line.stamped or not text.strip() or _CHAIN_RE.match(text.strip()) or line.prefixed != prefixed:
             break
         if text.startswith(TB_MARK) or _PROGRESS_RE.search(text):
             break
@@ -235,8 +254,9 @@ def diagnose(
 ) -> Diagnosis:
     """Diagnose one attempt from (a bounded window of) its log and how the process ended."""
     signatures = [s for s in load_signatures(kind) if engine_version is None or version_in(engine_version, s.versions)]
-    tbs = tracebacks(text)
-    tail = _tail_lines(text)
+    spec = engine_for(kind)
+    tbs = tracebacks(text, log_prefix=spec.log_prefix)
+    tail = _tail_lines(text, spec.log_prefix)
     # A harmless traceback (a warning logged with its stack) can come first: each traceback in turn, then the tail.
     stages = [(stage, tb) for tb in tbs for stage in _stages(tb)] + [("\n".join(tail), tbs[0] if tbs else None)]
     for stage, tb in stages:
@@ -244,7 +264,8 @@ def diagnose(
             found = sig.search(stage)
             if found and sig.fits(text):
                 matched = _matched(sig, stage, found, tb)
-                return dataclasses.replace(matched, engine_args=parse_server_args(text),
+                dump = parse_server_args(text, spec.args_dump)
+                return dataclasses.replace(matched, engine_args=dump and masked(dump, spec.secret_flags),
                                            context=_usage(tail), engine_version=engine_version)
     signum = signal if signal is not None else _signal_of_exit(exit_code)
     if not tbs and signum is not None:
@@ -252,8 +273,9 @@ def diagnose(
     return _unknown(_fatal(tbs), tail)
 
 
-def tracebacks(text: str, limit: int = MAX_TRACEBACKS) -> list[Traceback]:
-    """The first `limit` tracebacks of `text`, in order (chained parts belong to their traceback)."""
+def tracebacks(text: str, limit: int = MAX_TRACEBACKS, log_prefix: re.Pattern[str] | None = None) -> list[Traceback]:
+    """The first `limit` tracebacks of `text`, in order (chained parts belong to their traceback;
+    `log_prefix`: see clean_line)."""
     found: list[Traceback] = []
     start = 0
     while len(found) < limit:
@@ -261,7 +283,7 @@ def tracebacks(text: str, limit: int = MAX_TRACEBACKS) -> list[Traceback]:
         if pos < 0:
             break
         begin = text.rfind("\n", 0, pos) + 1
-        tb = first_traceback(text[begin: begin + BLOCK_CHARS])
+        tb = first_traceback(text[begin: begin + BLOCK_CHARS], log_prefix)
         if tb is None:
             break
         found.append(tb)
@@ -302,11 +324,11 @@ def _usage(tail: list[str]) -> str:
     return "\n".join(block[: end + 1])
 
 
-def _tail_lines(text: str) -> list[str]:
+def _tail_lines(text: str, prefix: re.Pattern[str] | None = None) -> list[str]:
     chunk = text[-TAIL_CHARS:]
     if len(text) > TAIL_CHARS:
         chunk = chunk[chunk.find("\n") + 1:]
-    return [ln.text for ln in map(clean_line, chunk.split("\n")) if ln.text.strip()]
+    return [ln.text for ln in (clean_line(raw, prefix) for raw in chunk.split("\n")) if ln.text.strip()]
 
 
 def _matched(sig: Signature, stage: str, found: re.Match[str], tb: Traceback | None) -> Diagnosis:

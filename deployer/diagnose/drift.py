@@ -51,9 +51,12 @@ def _show(value: Any) -> str:
     return str(value)
 
 
-def parse_server_args(log_text: str) -> dict[str, Any] | None:
-    """The first `server_args=` dump of a log as a dict, or None when there is none (or it is cut off)."""
-    found = _ARGS_RE.search(log_text)
+def parse_server_args(log_text: str, marker: re.Pattern[str] | None = None) -> dict[str, Any] | None:
+    """The first args dump of a log as a dict, or None when there is none (or it is cut off).
+
+    `marker`: the engine's dump line (group 1 = where the dict or call starts); SGLang's `server_args=` when None.
+    """
+    found = (marker or _ARGS_RE).search(log_text)
     if found is None:
         return None
     end = log_text.find("\n", found.start(1))
@@ -63,6 +66,11 @@ def parse_server_args(log_text: str) -> dict[str, Any] | None:
     if not text.endswith(")"):
         return None
     return _parse_call(text[len("ServerArgs("):-1])
+
+
+def masked(dump: dict[str, Any], secret: set[str] | frozenset[str]) -> dict[str, Any]:
+    """The dump with the values of secret flags replaced by *** (older vLLM printed api_key in clear)."""
+    return {k: ("***" if k in secret and v is not None else v) for k, v in dump.items()}
 
 
 def _parse_dict(text: str) -> dict[str, Any] | None:
@@ -139,10 +147,11 @@ def _partition_top(text: str, sep: str) -> tuple[str, str, str]:
 
 
 def compare(asked: dict[str, Any], resolved: dict[str, Any],
-            aliases: dict[str, dict[str, str]] | None = None) -> list[Drift]:
+            aliases: dict[str, dict[str, str]] | None = None, *, complete: bool = True) -> list[Drift]:
     """Drifts for the flags the profile set (snake_case keys of engine.args); None/false-free flags skipped.
 
     `aliases`: per flag, values the engine rewrites to an equivalent name (SGLang: NEXTN is EAGLE); not drift.
+    `complete`: the dump lists every flag; when False (vLLM's non-default args) a missing flag kept its default.
     """
     drifts = []
     for raw_name, value in asked.items():
@@ -151,7 +160,8 @@ def compare(asked: dict[str, Any], resolved: dict[str, Any],
             continue
         value = (aliases or {}).get(name, {}).get(str(value), value)
         if name not in resolved:
-            drifts.append(Drift(name, value, None, "unknown"))
+            if complete:
+                drifts.append(Drift(name, value, None, "unknown"))
         elif not same_value(value, resolved[name]):
             drifts.append(Drift(name, value, resolved[name]))
     return drifts

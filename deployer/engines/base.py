@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 
@@ -43,10 +44,33 @@ class EngineSpec:
     followons_file: str = ""                # startup checks a remedy must also satisfy (YAML) in data_dir
     value_aliases: dict[str, dict[str, str]] = field(default_factory=dict)  # flag -> {given: engine's name}
     multinode: MultiNode | None = None      # None: no multi-node launch known
-    secret_flags: frozenset[str] = frozenset()  # flags (profile keys) that take a credential: always masked
+    model_flag: str = "model_path"          # the flag that names the model in the launch argv
+    args_dump: re.Pattern[str] | None = None  # the startup line of the args dump; group 1 starts the dict
+    args_dump_complete: bool = True         # every flag is in the dump (else only the non-default ones)
+    # flags (profile keys) that take a credential: always masked (env file, records, drift, the args dump line)
+    secret_flags: frozenset[str] = frozenset()
+    log_prefix: re.Pattern[str] | None = None  # the logger's line prefix, group "tag" = process/rank
+    memory_plan: bool = False               # preflight has a memory model for this engine (memory.py)
+    false_prefix: str = ""                  # how `flag: false` is written ("--no-"); "" = the flag is left out
+
+    def masked(self, line: str) -> str:
+        """The line with the values of secret flags in the engine's args dump replaced by '***'.
+
+        vLLM before its redaction printed `'api_key': ['sk-...']` in clear in `non-default args: {...}`."""
+        if not self.secret_flags or self.args_dump is None or not self.args_dump.search(line):
+            return line
+        return _secret_values(self.secret_flags).sub(lambda m: m.group(1) + "'***'", line)
 
     def phase_of(self, line: str) -> str | None:
         for phase in self.phases:
             if phase.pattern.search(line):
                 return phase.name
         return None
+
+
+@lru_cache(maxsize=8)
+def _secret_values(names: frozenset[str]) -> re.Pattern[str]:
+    """`'name': value` (dict repr) or `name=value` (call repr): a quoted string, a list, or a bare word."""
+    keys = "|".join(re.escape(n) for n in sorted(names))
+    return re.compile(r"""((?:'|")?\b(?:""" + keys + r""")\b(?:'|")?\s*[:=]\s*)"""
+                      r"""(\[[^\]]*\]|'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^,})\s]+)""")

@@ -27,7 +27,8 @@ from deployer.secrets import mask_data, mask_text
 from deployer.start import DeploymentLock, stop
 from deployer.supervisor.supervise_base import CRASHED as CRASHED_STATES
 from deployer.supervisor.supervise_base import UP
-from deployer.target.records import RunView, current_view, healthy, list_deployments, list_runs, run_view, tail_lines
+from deployer.target.records import (RunView, current_view, healthy, list_deployments, list_runs, record_kind,
+                                     run_view, tail_lines)
 from deployer.watch.watcher import LogTail
 
 DEFAULT_WORKDIR = "/workspace/deployer"
@@ -128,7 +129,7 @@ def crash_diagnosis(remote: Remote, view: RunView) -> dict[str, Any] | None:
         return None
 
     version = (view.record.get("profile") or {}).get("engine", {}).get("version")
-    diag = diagnose_state(remote, view.run, state, version)
+    diag = diagnose_state(remote, view.run, state, version, kind=record_kind(view.record))
     return bounded_diagnosis({**diag.to_json(), "hint": diag.hint})
 
 

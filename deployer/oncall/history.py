@@ -17,7 +17,7 @@ from deployer.remedy import propose
 from deployer.secrets import mask_data
 from deployer.start import DeploymentLock
 from deployer.supervisor.supervise_base import CRASHED
-from deployer.target.records import all_runs, current_view, list_runs, run_view
+from deployer.target.records import all_runs, current_view, list_runs, record_kind, run_view
 from deployer.target.retention import DEFAULT_KEEP, apply_plan, retention_plan
 
 __all__ = ["make_ref", "history", "local_history", "diagnose_deployment", "prune"]
@@ -91,7 +91,7 @@ def diagnose_deployment(ref: Ref, engine_version: str | None) -> dict[str, Any]:
                 continue
             learn_secrets(remote, view.run.file("env"), view.record)
             version = engine_version or (view.record.get("profile") or {}).get("engine", {}).get("version")
-            diag = diagnose_state(remote, view.run, state, version)
+            diag = diagnose_state(remote, view.run, state, version, kind=record_kind(view.record))
 
             data = {**bounded_diagnosis({**diag.to_json(), "hint": diag.hint}), "run_id": run_id}
             prof = _profile_of(view.record)

@@ -47,7 +47,7 @@ def checked_profile(remote: Remote, profile: Profile, *, heal: bool, model_confi
             for suggestion in result.memory.suggestions if result.memory else []:
                 emit(Event("suggestion", {"message": suggestion}))
             raise PreflightFailed(result.problems, hint=_first_suggestion(result.memory))
-        diag = diagnose(rejection, engine_version=version)
+        diag = diagnose(rejection, engine_version=version, kind=profile.engine.kind)
         note: dict[str, Any] = {"stage": "preflight", **diag.to_json(), "hint": diag.hint}
         emit(Event("diagnosis", {"attempt": 0, **note}))
         change = propose(diag, result.profile, tried) if heal and diag.signature else None

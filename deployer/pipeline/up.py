@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from deployer.diagnose.diagnosis import Diagnosis, diagnose, hang_diagnosis, oom_killer_lines
-from deployer.diagnose.drift import compare, parse_server_args
+from deployer.diagnose.drift import compare, masked, parse_server_args
 from deployer.effective import DryResolution, EngineValues, engine_values
 from deployer.engines import engine_for
 from deployer.errors import DeployError, LaunchFailed, PortBusy, ProfileError, RetriesExhausted, TargetError
@@ -351,7 +351,7 @@ def _after_failure(remote: Remote, run: RunDir, launch: Launch, outcome: Outcome
     """Diagnose a failed attempt: the change to make, True to retry unchanged (transient), False to stop."""
     if isinstance(outcome, (Hung, TimedOut)):
         stop(remote, run, min(profile.restart.grace_s, 10.0))
-    diag = diagnose_attempt(remote, launch, outcome, version)
+    diag = diagnose_attempt(remote, launch, outcome, version, kind=profile.engine.kind)
     item.diagnosis = bounded_diagnosis({**diag.to_json(), "hint": diag.hint})  # outcome.json, history, output
     emit(Event("diagnosis", {"attempt": item.attempt, **item.diagnosis}))
     if not opts.heal:
@@ -385,11 +385,12 @@ def _attempt_values(remote: Remote, launch: Launch, diag: Diagnosis, profile: Pr
             head = remote.read(launch.run.log, launch.log_offset, 512 << 10).decode("utf-8", "replace")
         except (DeployError, OSError):
             head = ""   # no log to read: the dry resolution and the profile still say what was asked
-        dump = parse_server_args(head)
+        dump = parse_server_args(head, engine_for(profile.engine.kind).args_dump)
     return engine_values(dump, dry, dict(profile.engine.args))
 
 
-def diagnose_attempt(remote: Remote, launch: Launch, outcome: Outcome, version: str | None) -> Diagnosis:
+def diagnose_attempt(remote: Remote, launch: Launch, outcome: Outcome, version: str | None, *,
+                     kind: str) -> Diagnosis:
     if isinstance(outcome, (Hung, TimedOut)):
         stalled = outcome.stalled_s if isinstance(outcome, Hung) else outcome.elapsed
         diag = hang_diagnosis(outcome.tail, stalled)
@@ -399,21 +400,22 @@ def diagnose_attempt(remote: Remote, launch: Launch, outcome: Outcome, version: 
     if tb_offset is None:  # the supervisor writes its final state after its last scan
         tb_offset = _state_traceback(remote, launch.run)
     return diagnose_run(remote, launch.run, launch.log_offset, tb_offset, outcome.exit_code, outcome.signal,
-                        version)
+                        version, kind=kind)
 
 
-def diagnose_state(remote: Remote, run: RunDir, state: dict[str, Any], version: str | None) -> Diagnosis:
+def diagnose_state(remote: Remote, run: RunDir, state: dict[str, Any], version: str | None, *,
+                   kind: str) -> Diagnosis:
     """The diagnosis of a run's last engine death, from what its supervisor recorded (state.json)."""
     end = state.get("last_crash") or state
     return diagnose_run(remote, run, int(end.get("log_offset") or 0), end.get("traceback_offset"),
-                        end.get("exit_code"), end.get("signal"), version)
+                        end.get("exit_code"), end.get("signal"), version, kind=kind)
 
 
 def diagnose_run(remote: Remote, run: RunDir, offset: int, traceback_offset: int | None, exit_code: int | None,
-                 signal: int | None, version: str | None) -> Diagnosis:
+                 signal: int | None, version: str | None, *, kind: str) -> Diagnosis:
     """Diagnose one engine run's log window; a death by signal with no traceback gets the host's OOM-killer lines."""
     text = attempt_log(remote, run, offset, traceback_offset)
-    diag = diagnose(text, engine_version=version, exit_code=exit_code, signal=signal)
+    diag = diagnose(text, engine_version=version, exit_code=exit_code, signal=signal, kind=kind)
     if diag.signature == "killed-by-signal":
         dmesg = remote.run("dmesg 2>/dev/null | tail -n 300", timeout=15, check=False).stdout
         diag = dataclasses.replace(diag, evidence=[*diag.evidence, *oom_killer_lines(dmesg)[-3:]])
@@ -462,10 +464,13 @@ def _save_fixed(original: Profile, final: Profile, tried: list[Change], dest: Pa
 def _finish_ready(remote: Remote, run: RunDir, launch: Launch, profile: Profile, bundle: Bundle,
                   item: AttemptReport, report: UpReport, emit: EventSink) -> None:
     head = remote.read(run.log, launch.log_offset, 512 << 10).decode("utf-8", "replace")
-    resolved = parse_server_args(head)
+    spec = engine_for(profile.engine.kind)
+    resolved = parse_server_args(head, spec.args_dump)
     if resolved is not None:
-        aliases = engine_for(profile.engine.kind).value_aliases
-        item.drift = [d.describe() for d in compare(dict(profile.engine.args), resolved, aliases)]
+        secret = spec.secret_flags | profile.secret_arg_keys()
+        asked = {k: v for k, v in profile.engine.args.items() if k not in secret}
+        drifts = compare(asked, masked(resolved, secret), spec.value_aliases, complete=spec.args_dump_complete)
+        item.drift = [d.describe() for d in drifts]
         for line in item.drift:
             emit(Event("drift", {"message": line}))
     write_outcome(remote, run, item.to_json())

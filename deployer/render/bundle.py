@@ -64,9 +64,13 @@ class Bundle:
         return self.content_hash[:12]
 
 
-def flag_tokens(name: str, value: Any) -> list[Word]:
-    """One profile arg as argv tokens: true -> bare flag, false/None -> nothing, list -> several values."""
+def flag_tokens(name: str, value: Any, false_prefix: str = "") -> list[Word]:
+    """One profile arg as argv tokens: true -> bare flag, false/None -> nothing, list -> several values.
+
+    `false_prefix` ("--no-" for vLLM, whose booleans are --x/--no-x): false is written as that form instead."""
     flag = key_option(name)
+    if value is False and false_prefix:
+        return [false_prefix + key_option(name)[2:]]
     if value is None or value is False:
         return []
     if value is True:
@@ -102,7 +106,7 @@ def _engine_words(profile: Profile) -> tuple[list[Word], dict[str, str]]:
     if profile.engine.gpus is not None:
         env.setdefault("CUDA_VISIBLE_DEVICES", ",".join(str(g) for g in profile.engine.gpus))
     argv: list[Word] = [engine.python, "-m", spec.launch_module]
-    argv += flag_tokens("model_path", engine.model_path)
+    argv += flag_tokens(spec.model_flag, engine.model_path)
     argv += flag_tokens("host", engine.host)
     argv += flag_tokens("port", engine.port)
     secret = profile.secret_arg_keys()
@@ -110,7 +114,7 @@ def _engine_words(profile: Profile) -> tuple[list[Word], dict[str, str]]:
         if name in secret and value is not None and not isinstance(value, bool):
             argv += _secret_tokens(profile, name, value, env)
         else:
-            argv += flag_tokens(name, value)
+            argv += flag_tokens(name, value, spec.false_prefix)
     return argv, env
 
 

@@ -122,3 +122,8 @@ def list_deployments(remote: Remote, workdir: str) -> list[str]:
     result = remote.run(f"cd {shlex.quote(workdir)} 2>/dev/null && ls -1d */runs 2>/dev/null", timeout=20,
                         check=False)
     return sorted(line.split("/", 1)[0] for line in result.stdout.split() if line.endswith("/runs"))
+
+
+def record_kind(record: dict[str, Any]) -> str:
+    """The engine kind of a pushed attempt (profile.json); records written before `kind` existed were SGLang's."""
+    return str(record.get("kind") or (record.get("profile") or {}).get("engine", {}).get("kind") or "sglang")

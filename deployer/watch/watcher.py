@@ -280,6 +280,7 @@ class Watcher:
 
     def _saw(self, line: str, elapsed: float) -> bool:
         """Note one line (or redraw); True when it is progress."""
+        line = self.spec.masked(line)  # an args dump that prints secret values in clear (old vLLM)
         bar = parse(line)
         if bar is None:
             self.last_line = line

@@ -43,12 +43,12 @@ def test_unknown_kind_names_the_known_ones() -> None:
 
 
 def test_a_new_engine_package_is_found_by_the_scan(demo_engine: None) -> None:
-    assert kinds() == ("demo", "sglang")
+    assert kinds() == ("demo", "sglang", "vllm")
     assert engine_for("demo").ready_line == "up"
 
 
 def test_profile_kind_is_checked_against_the_registry(demo_engine: None) -> None:
     base = {"name": "x", "target": {"host": "gpu"}, "engine": {"model_path": "m"}}
     assert Profile.model_validate({**base, "engine": {"kind": "demo", "model_path": "m"}}).engine.kind == "demo"
-    with pytest.raises(ValueError, match="unknown engine kind 'vllm'"):
-        Profile.model_validate({**base, "engine": {"kind": "vllm", "model_path": "m"}})
+    with pytest.raises(ValueError, match="unknown engine kind 'tgi'"):
+        Profile.model_validate({**base, "engine": {"kind": "tgi", "model_path": "m"}})

@@ -34,6 +34,8 @@ SGLANG = EngineSpec(
     value_aliases={"speculative_algorithm": {"NEXTN": "EAGLE"}},
     # server_args.py: --nnodes, --node-rank, --dist-init-addr HOST:PORT (rank 0 listens there)
     multinode=MultiNode(nnodes="--nnodes", node_rank="--node-rank", dist_init_addr="--dist-init-addr"),
+    args_dump=re.compile(r"server_args=(ServerArgs\(|\{)"),
+    memory_plan=True,
     # Every option of the 0.5.23 parser that takes a credential (its help: "API key of the server", "admin API
     # key", "password to decrypt the SSL keyfile"); tests/unit/test_secrets.py checks this over the real table.
     secret_flags=frozenset({"api_key", "admin_api_key", "ssl_keyfile_password"}),

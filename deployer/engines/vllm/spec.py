@@ -1,0 +1,58 @@
+"""vLLM engine knowledge: how it is launched, what its startup log says, where its data files are.
+
+Texts are vLLM 0.33.0's (paths relative to vllm/ in the wheel): the logger prefix
+`(APIServer pid=N) INFO 11-30 23:40:00 [entry.py:139] ` (logger.py _FORMAT), the startup lines of
+entrypoints/launchers/launcher.py:367-368 and api_server/entry.py:139, uvicorn's own lines.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from deployer.engines.base import EngineSpec, Phase
+
+READY_LINE = "Application startup complete."
+
+# logger.py:28 _FORMAT, with the optional VLLM_LOGGING_PREFIX before it; older releases (<0.11) printed
+# `INFO 11-30 23:40:00 [file.py:1] ` without the process tag.
+LOG_PREFIX = re.compile(
+    r"^(?:[^(\n]*?\((?P<tag>[A-Za-z][\w-]*) pid=\d+\) )?"
+    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]\n]*:\d+\] ?"
+)
+
+VLLM = EngineSpec(
+    kind="vllm",
+    launch_module="vllm.entrypoints.openai.api_server",
+    template="vllm.sh.j2",
+    ready_line=READY_LINE,
+    phases=(
+        Phase("args", re.compile(r"non-default args: \{")),
+        Phase("loading weights", re.compile(r"Starting to load model ")),
+        Phase("weights loaded", re.compile(r"Model loading took [0-9.]+ GiB")),
+        Phase("allocating cache", re.compile(r"(Available KV cache memory:|KV cache size: [0-9,]+ tokens)")),
+        Phase("capturing cuda graphs", re.compile(r"Capturing CUDA graphs|Graph capturing finished")),
+        # 0.33.0 says "Starting vLLM server on http://...", releases before 0.11 "Starting vLLM API server"
+        Phase("http up", re.compile(r"Starting vLLM (API )?server")),
+        Phase("ready", re.compile(re.escape(READY_LINE))),
+    ),
+    distribution="vllm",
+    health_path="/health",
+    env_prefixes=("VLLM_",),
+    data_dir=Path(__file__).parent,
+    signatures_file="signatures.yaml",
+    # The api_server module ignores the positional model_tag (only `vllm serve` reads it): --model it is.
+    model_flag="model",
+    # launcher.py:368 logs the parsed args that differ from the parser's defaults, not resolved values:
+    # a flag the profile set to the default is absent from the dump, which is no drift.
+    args_dump=re.compile(r"non-default args: (\{)"),
+    args_dump_complete=False,
+    # entrypoints/common/startup.py:51 redacts these in 0.33.0; older releases printed them in clear.
+    secret_flags=frozenset({"api_key", "hf_token"}),
+    log_prefix=LOG_PREFIX,
+    memory_plan=False,
+    # 89 of vLLM 0.33.0's 94 boolean flags are --x/--no-x (several default to None or True): false must be
+    # said. The 5 plain store_true ones (--headless, --grpc, --disable-log-stats, --aggregate-engine-logging,
+    # --data-parallel-multi-port-external-lb) have no --no- form: leave them out rather than false.
+    false_prefix="--no-",
+)
