@@ -67,13 +67,14 @@ def _as_argparse_error(result: PreflightReport) -> str | None:
     if not result.unknown_flags:
         return None
     # Wrapped as argparse wraps it: one line of every flag would be cut by the diagnosis' per-line cap.
-    usage = "\n".join(textwrap.wrap("usage: sglang serve " + " ".join(f"[{key_option(k)}]" for k in result.flag_names),
+    prog = f"{result.profile.engine.kind} serve"  # both engines' CLIs: `sglang serve`, `vllm serve`
+    usage = "\n".join(textwrap.wrap(f"usage: {prog} " + " ".join(f"[{key_option(k)}]" for k in result.flag_names),
                                     width=100, subsequent_indent="    ", break_long_words=False))
     words = []
     for key in result.unknown_flags:
         value = result.profile.engine.args.get(key)
         words += [key_option(key)] + ([] if isinstance(value, (bool, list, dict)) or value is None else [str(value)])
-    return f"{usage}\nsglang serve: error: unrecognized arguments: {' '.join(words)}\n"
+    return f"{usage}\n{prog}: error: unrecognized arguments: {' '.join(words)}\n"
 
 
 def _tell(result: Any, emit: EventSink, warnings: list[str]) -> None:
