@@ -16,7 +16,8 @@ from deployer.errors import NotFound, ProfileError
 from deployer.profile import NAME_RE, Profile
 from deployer.push import Layout, expand_workdir
 from deployer.remote import Remote, TargetSpec, connect, parse_host
-from deployer.start import DeploymentLock, stop
+from deployer.lock import DeploymentLock, Notify
+from deployer.start import stop
 from deployer.targetview import RunView, current_view, healthy, list_deployments, list_runs, run_view, tail_lines
 
 DEFAULT_WORKDIR = "/workspace/deployer"
@@ -113,7 +114,8 @@ def status(ref: Ref) -> list[dict[str, Any]]:
         return out
 
 
-def down(ref: Ref, grace: float | None = None) -> dict[str, Any]:
+def down(ref: Ref, grace: float | None = None, *, break_lock: bool = False,
+         notify: Notify | None = None) -> dict[str, Any]:
     """Graceful stop of the current run; 'not running' is success."""
     assert ref.name
     with opened(ref) as (remote, workdir):
@@ -122,8 +124,8 @@ def down(ref: Ref, grace: float | None = None) -> dict[str, Any]:
         if view is None:
             return {"name": ref.name, "host": remote.label, "was_running": False, "status": "absent"}
         wait = grace if grace is not None else (ref.profile.restart.grace_s if ref.profile else 30.0)
-        with DeploymentLock(remote, layout, "down"):
-            final = stop(remote, view.run, wait)
+        with DeploymentLock(remote, layout, "down", break_lock=break_lock, notify=notify) as lock:
+            final = stop(lock.guarded(), view.run, wait)
         return {"name": ref.name, "host": remote.label, "was_running": bool(final.get("was_running")),
                 "status": final.get("status"), "run_dir": view.run.path}
 

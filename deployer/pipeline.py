@@ -27,7 +27,8 @@ from deployer.push import supervisor_config, write_outcome
 from deployer.remedy import Change, propose
 from deployer.remote import Remote, TargetSpec, connect
 from deployer.render import Bundle, render
-from deployer.start import DeploymentLock, Launch, check_port, start, stop
+from deployer.lock import DeploymentLock
+from deployer.start import Launch, check_port, start, stop
 from deployer.state import History
 from deployer.targetview import current_view, healthy
 from deployer.watch import Crashed, Event, EventSink, Hung, Outcome, Ready, TimedOut, Watcher
@@ -46,6 +47,7 @@ class UpOptions:
     model_config: Path | None = None
     force: bool = False
     what: str = "up"
+    break_lock: bool = False
 
 
 @dataclass
@@ -88,20 +90,23 @@ def target_spec(profile: Profile, trust_new_host: bool = False) -> TargetSpec:
 
 
 @contextmanager
-def locked_session(profile: Profile, trust_new_host: bool, what: str) -> Iterator[tuple[Remote, Layout]]:
-    """Connect once, create the deployment dir, hold the deployment lock; release everything on exit."""
-    remote = connect(target_spec(profile, trust_new_host))
+def locked_session(profile: Profile, opts: UpOptions, emit: EventSink) -> Iterator[tuple[Remote, Layout]]:
+    """Connect once, create the deployment dir, hold the deployment lock; release everything on exit.
+
+    The remote handed out acts only while the lock is held: once it is lost, every call raises LockLost."""
+    remote = connect(target_spec(profile, opts.trust_new_host))
     try:
         layout = layout_for(remote, profile)
         prepare(remote, layout)
-        with DeploymentLock(remote, layout, what):
-            yield remote, layout
+        with DeploymentLock(remote, layout, opts.what, break_lock=opts.break_lock,
+                            notify=lambda m: emit(Event("warning", {"message": m}))) as lock:
+            yield lock.guarded(), layout
     finally:
         remote.close()
 
 
 def up(profile: Profile, opts: UpOptions, emit: EventSink) -> UpReport:
-    with locked_session(profile, opts.trust_new_host, opts.what) as (remote, layout):
+    with locked_session(profile, opts, emit) as (remote, layout):
         report = UpReport(name=profile.name, host=remote.label, status="failed")
         original, version = profile, profile.engine.version
         tried: list[Change] = []

@@ -22,8 +22,9 @@ from deployer.profile import Profile
 from deployer.remote import Remote
 from deployer.render import Bundle
 
-# The supervisor program: run as `python3 supervise.py`, it imports the other two from beside it.
-SUPERVISOR_FILES = ("supervise.py", "supervise_base.py", "supervise_daemon.py")
+# The supervisor program: run as `python3 supervise.py`, it imports the other two from beside it;
+# supervise_lease.py (the deployment lock) is a program of its own.
+SUPERVISOR_FILES = ("supervise.py", "supervise_base.py", "supervise_daemon.py", "supervise_lease.py")
 
 
 def _put_supervisor(remote: Remote, folder: str) -> None:
@@ -59,6 +60,14 @@ class Layout:
     @property
     def lock(self) -> str:
         return posixpath.join(self.root, "lock")
+
+    @property
+    def lease_program(self) -> str:
+        return posixpath.join(self.root, "supervise_lease.py")
+
+    @property
+    def lock_events(self) -> str:
+        return self.lock + "-events.jsonl"
 
     @property
     def current(self) -> str:

@@ -383,7 +383,8 @@ def _stop_phase(profile: Profile, opts: SmokeOptions, clock: PhaseClock, report:
 def stop_current(profile: Profile, opts: SmokeOptions) -> dict[str, Any]:
     """Graceful stop of the deployment's current run under its lock (like `deploy down`)."""
     from deployer.push import layout_for
-    from deployer.start import DeploymentLock, stop
+    from deployer.lock import DeploymentLock
+    from deployer.start import stop
     from deployer.targetview import current_view
 
     with _session(profile, opts) as remote:
@@ -391,5 +392,5 @@ def stop_current(profile: Profile, opts: SmokeOptions) -> dict[str, Any]:
         view = current_view(remote, layout)
         if view is None:
             return {"was_running": False}
-        with DeploymentLock(remote, layout, "smoke stop"):
-            return stop(remote, view.run, profile.restart.grace_s)
+        with DeploymentLock(remote, layout, "smoke stop") as lock:
+            return stop(lock.guarded(), view.run, profile.restart.grace_s)

@@ -13,7 +13,7 @@ import pytest
 from deploy_helpers import deploy, events, free_port, write_profile
 from deployer.profile import load_profile
 from deployer.remote import connect
-from deployer.start import DeploymentLock
+from deployer.lock import DeploymentLock
 from sshbed import keygen
 
 pytestmark = pytest.mark.integration
