@@ -182,6 +182,23 @@ class SSHD:
         self.stop()
         self.start()
 
+    def session_pids(self) -> list[int]:
+        """The per-connection sshd processes (children of the listening daemon), as seen from this namespace."""
+        if self.proc is None:
+            return []
+        listeners = _children(self.proc.pid) if shutil.which("unshare") else [self.proc.pid]
+        # orphans (the engines' supervisors) are re-parented to the namespace's init, the daemon: keep sshd's own
+        return [pid for listener in listeners for pid in _children(listener) if _comm(pid) == "sshd"]
+
+    def drop_connections(self) -> int:
+        """SIGKILL every client connection's sshd process, as a dropped link would end them; the daemon (and
+        the engines its sessions started) stay. Returns how many were dropped."""
+        pids = self.session_pids()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return len(pids)
+
     @contextlib.contextmanager
     def second_host_key_sshd(self) -> Iterator[SSHD]:
         """Another sshd whose known_hosts still lists THIS sshd's key under the new one's address.
@@ -196,6 +213,21 @@ class SSHD:
             yield other
         finally:
             other.stop()
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(p) for p in text.split()]
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def _write_ssh_config(d: Path, host: str, port: int, identity: Path, known_hosts: Path) -> Path:
