@@ -17,7 +17,8 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -233,6 +234,27 @@ class DeploymentLock:
         self._lost = f"the lock is now held by {describe_holder(lease)}" if isinstance(lease, dict) and \
             lease.get("held") else "the lease expired and was taken over or released by someone else"
 
+    def lost_error(self) -> LockLost | None:
+        """Why the lock cannot be counted on any more (lost, or the lease ran out unrenewed); None while held."""
+        if self._lost is None and time.monotonic() >= self._valid_until:
+            self._lost = f"could not renew the lease within {self.lease_s:g}s (connection to {self.remote.label} lost)"
+        if self._lost is None:
+            return None
+        return LockLost(f"lost the deployment lock of {self.layout.root} on {self.remote.label}: {self._lost}; "
+                        f"stopped without changing anything more",
+                        hint="see `deploy status` and `deploy history`, then run the operation again")
+
+    @contextmanager
+    def reporting_loss(self) -> Iterator[None]:
+        """A connection error while the lock was lost (or its lease ran out) is reported as the lost lock."""
+        try:
+            yield
+        except RemoteError as exc:
+            lost = self.lost_error()
+            if lost is None:
+                raise
+            raise lost from exc
+
     def ensure(self) -> None:
         """Raise LockLost unless the lease is certainly still ours; waits (bounded) while it is being re-taken."""
         margin = self.heartbeat_s
@@ -242,10 +264,9 @@ class DeploymentLock:
                 self._lost = self._lost or f"the lease of {self.lease_s:g}s could not be renewed"
                 break
             time.sleep(0.05)
-        if self._lost is not None:
-            raise LockLost(f"lost the deployment lock of {self.layout.root} on {self.remote.label}: {self._lost}; "
-                           f"stopped without changing anything more",
-                           hint="see `deploy status` and `deploy history`, then run the operation again")
+        lost = self.lost_error() if self._lost is not None else None
+        if lost is not None:
+            raise lost
 
     @property
     def lost(self) -> str | None:

@@ -124,7 +124,8 @@ def down(ref: Ref, grace: float | None = None, *, break_lock: bool = False,
         if view is None:
             return {"name": ref.name, "host": remote.label, "was_running": False, "status": "absent"}
         wait = grace if grace is not None else (ref.profile.restart.grace_s if ref.profile else 30.0)
-        with DeploymentLock(remote, layout, "down", break_lock=break_lock, notify=notify) as lock:
+        with DeploymentLock(remote, layout, "down", break_lock=break_lock, notify=notify) as lock, \
+                lock.reporting_loss():
             final = stop(lock.guarded(), view.run, wait)
         return {"name": ref.name, "host": remote.label, "was_running": bool(final.get("was_running")),
                 "status": final.get("status"), "run_dir": view.run.path}

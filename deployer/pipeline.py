@@ -100,7 +100,8 @@ def locked_session(profile: Profile, opts: UpOptions, emit: EventSink) -> Iterat
         prepare(remote, layout)
         with DeploymentLock(remote, layout, opts.what, break_lock=opts.break_lock,
                             notify=lambda m: emit(Event("warning", {"message": m}))) as lock:
-            yield lock.guarded(), layout
+            with lock.reporting_loss():
+                yield lock.guarded(), layout
     finally:
         remote.close()
 

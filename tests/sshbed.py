@@ -101,6 +101,7 @@ class SSHD:
     log: Path
     user: str = "root"
     extra_config: list[str] = field(default_factory=list)
+    netns: str | None = None  # run inside this network namespace (tests/netbed.py)
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     def spec(self, **overrides: Any) -> TargetSpec:
@@ -142,6 +143,8 @@ class SSHD:
         argv = [SSHD_BIN, "-D", "-f", str(cfg), "-E", str(self.log)]
         if shutil.which("unshare"):
             argv = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", *argv]
+        if self.netns:
+            argv = ["ip", "netns", "exec", self.netns, *argv]
         # A bare environment: nothing from the test process leaks into sessions.
         self.proc = subprocess.Popen(
             argv,
@@ -252,11 +255,13 @@ def _write_ssh_config(d: Path, host: str, port: int, identity: Path, known_hosts
 
 
 def make_sshd(
-    d: Path, *, addr: str = "127.0.0.1", client_key: Path | None = None, extra_config: list[str] | None = None
+    d: Path, *, addr: str = "127.0.0.1", client_key: Path | None = None, extra_config: list[str] | None = None,
+    port: int | None = None, netns: str | None = None,
 ) -> SSHD:
     """Create keys and files under `d` and start an sshd on a free port of `addr`.
 
     `extra_config`: sshd_config lines that take precedence over the defaults (e.g. "AllowTcpForwarding no").
+    `netns`: start it inside that network namespace, on `port` (a free port of this namespace is meaningless there).
     """
     d.mkdir(parents=True, exist_ok=True)
     host_key = keygen(d / "host_ed25519", "deployer-test-host")
@@ -264,7 +269,7 @@ def make_sshd(
     (d / "authorized_keys").write_text(public_key(identity) + "\n")
     bin_dir = d / "bin"
     bin_dir.mkdir(exist_ok=True)
-    port = free_port(addr)
+    port = port or free_port(addr)
     known_hosts = d / "known_hosts"
     known_hosts.write_text(f"{known_hosts_name(addr, port)} {public_key(host_key)}\n")
     bed = SSHD(
@@ -278,6 +283,7 @@ def make_sshd(
         bin_dir=bin_dir,
         log=d / "sshd.log",
         extra_config=list(extra_config or []),
+        netns=netns,
     )
     bed.start()
     return bed
