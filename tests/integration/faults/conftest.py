@@ -120,6 +120,18 @@ def assert_nothing_leaked(workdir: Path, home: Path, name: str, *, serving: bool
                 assert path.stat().st_mode & 0o077 == 0, f"{path} readable by others"
 
 
+def host_pid(ns_pid: int, near: Path) -> int:
+    """The pid, in this namespace, of a target process known by its pid in the sshd's PID namespace."""
+    for pid in processes_under(near):
+        try:
+            line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("NSpid:"))
+        except (OSError, StopIteration):
+            continue
+        if int(line.split()[-1]) == ns_pid:
+            return pid
+    raise AssertionError(f"no process with namespace pid {ns_pid} under {near}")
+
+
 def _belongs(pid: int, run: Path) -> bool:
     try:
         return os.readlink(f"/proc/{pid}/cwd").startswith(str(run)) or \
