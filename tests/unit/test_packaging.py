@@ -24,7 +24,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_wheel_holds_package_data(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in ("deployer/templates/sglang.sh.j2", "deployer/supervise.py", "deployer/supervise_base.py",
-                   "deployer/supervise_daemon.py",
+                   "deployer/supervise_daemon.py", "deployer/supervise_lease.py",
                    "deployer/engines/sglang_signatures.yaml", "deployer/engines/sglang_renames.yaml"):
         assert needed in names, sorted(names)
 
