@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SECRET, assert_lock_free, assert_nothing_leaked, lease, secret_env, status_of
+from faultbed import SECRET, assert_lock_free, assert_nothing_leaked, lease, secret_env, status_of
 from deploy_helpers import deploy, write_profile
 from deployer.lock import DeploymentLock
 from deployer.profile import load_profile

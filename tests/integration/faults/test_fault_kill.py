@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_lock_free, assert_nothing_leaked, current_run, secret_env, start_deploy, status_of
-from conftest import host_pid, wait_for_event
+from faultbed import assert_lock_free, assert_nothing_leaked, current_run, secret_env, start_deploy, status_of
+from faultbed import host_pid, wait_for_event
 from deploy_helpers import deploy, free_port, write_profile
 
 pytestmark = pytest.mark.integration

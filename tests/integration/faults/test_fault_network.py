@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (
+from faultbed import (
     SECRET, assert_lock_free, assert_nothing_leaked, deploy_in, inside_profile, lease, secret_env, start_deploy,
     status_of, wait_for_event,
 )
