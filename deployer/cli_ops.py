@@ -94,6 +94,8 @@ def status(target: str | None, host: str | None, workdir: str | None, trust_new_
         click.echo(f"  run dir {row['run_dir']} on {row['host']}")
         if row.get("last_crash"):
             click.echo(f"  last crash: {row['last_crash']}")
+        if row.get("lock"):
+            click.echo(f"  lock: {row['lock']['text']}")
         for line in row.get("drift") or []:
             click.echo(f"  drift: {line}")
 

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from deployer.errors import Locked, LockLost, RemoteError
+from deployer.errors import Locked, LockLost, NotFound, RemoteError
 from deployer.push import Layout
 from deployer.remote import HttpReply, Remote, Result, Session
 from deployer.start import supervisor
@@ -86,6 +86,39 @@ def takeover_message(info: dict[str, Any]) -> str | None:
     ago = -float(prev.get("expires_in") or 0)
     return f"took over the deployment lock from {who}: its lease expired {ago:.0f}s ago " \
            f"(no heartbeat for {prev.get('renewed_ago', '?')}s)"
+
+
+def lock_state(remote: Remote, layout: Layout) -> dict[str, Any] | None:
+    """What the lock says now (owner, since, held, expires_in, renewed_ago), or None when nobody holds a lease.
+
+    A released lock is seen by reading the file; only a lease that may be live costs a command (its expiry is
+    judged on the target's clock)."""
+    try:
+        raw = remote.read(layout.lock, 0, 64 << 10).strip(b"\0 \n")
+        data = json.loads(raw) if raw else {}
+    except (NotFound, ValueError):
+        return None
+    if not isinstance(data, dict) or not (data.get("token") or data.get("who")):
+        return None
+    shown = remote.run(supervisor(layout.lease_program, layout.lock, "--show"), timeout=20, check=False)
+    word, _, payload = shown.stdout.strip().partition(" ")
+    try:
+        lease = json.loads(payload) if word == "LEASE" else None
+    except ValueError:
+        lease = None
+    if not isinstance(lease, dict):  # an older target without the lease program: report the file as it is
+        lease = {k: v for k, v in data.items() if k != "token"}
+    lease["text"] = describe_lease(lease)
+    return lease
+
+
+def describe_lease(lease: dict[str, Any]) -> str:
+    if lease.get("held"):
+        return f"locked by {describe_holder(lease)} (heartbeat {lease.get('renewed_ago', '?')}s ago, " \
+               f"lease expires in {lease.get('expires_in', '?')}s)"
+    if lease.get("expires_in") is not None:
+        return f"expired lease of {describe_holder(lease)} (the next operation takes it over)"
+    return f"locked by {describe_holder(lease)}"
 
 
 def _pid_gone(pid: Any) -> bool:

@@ -5,6 +5,7 @@ Everything is read from the target, so these work from a laptop that never ran t
 
 from __future__ import annotations
 
+import posixpath
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,7 +17,7 @@ from deployer.errors import NotFound, ProfileError
 from deployer.profile import NAME_RE, Profile
 from deployer.push import Layout, expand_workdir
 from deployer.remote import Remote, TargetSpec, connect, parse_host
-from deployer.lock import DeploymentLock, Notify
+from deployer.lock import DeploymentLock, Notify, lock_state
 from deployer.start import stop
 from deployer.targetview import RunView, current_view, healthy, list_deployments, list_runs, run_view, tail_lines
 
@@ -83,6 +84,7 @@ def describe(view: RunView, remote: Remote, name: str, runs: int) -> dict[str, A
         "exit_code": state.get("exit_code"), "signal_name": state.get("signal_name"),
         "drift": (view.outcome or {}).get("drift", []), "runs": runs,
         "diagnosis": crash_diagnosis(remote, view) or (view.outcome or {}).get("diagnosis"),
+        "lock": lock_state(remote, Layout(posixpath.dirname(posixpath.dirname(view.run.path)))),
     }
 
 

@@ -92,8 +92,8 @@ def test_a_dropped_client_keeps_its_lease_for_the_retake_and_others_are_refused(
 
 def test_an_expired_lease_is_taken_over_and_recorded(tmp_path: Path) -> None:
     path = tmp_path / "lock"
-    first = Holder(path, "tok-a", lease=1)
-    time.sleep(1.3)  # no heartbeat: the holder is gone as far as anyone can tell
+    first = Holder(path, "tok-a", lease=2)
+    time.sleep(2.3)  # no heartbeat: the holder is gone as far as anyone can tell (it waits two leases to exit)
     taker = Holder(path, "tok-b", who=holder("bob@desk", 222, "down"))
     assert taker.word == "LOCKED" and taker.info["reason"] == "expired"
     assert taker.info["previous"]["owner"] == "alice@laptop" and taker.info["previous"]["expires_in"] < 0

@@ -25,7 +25,7 @@ from deployer.remote import connect
 
 pytestmark = pytest.mark.integration
 
-SHORT_LEASE = {"DEPLOYER_LOCK_LEASE_S": "3"}
+SHORT_LEASE = {"DEPLOYER_LOCK_LEASE_S": "6"}
 
 
 def last_error(proc: Any) -> str:
@@ -121,12 +121,18 @@ def test_a_frozen_clients_lease_expires_and_is_taken_over_saying_from_whom(tmp_p
     home = tmp_path / "h"
     prof = write_profile(tmp_path, sshd, name="frozen")
     assert deploy("up", str(prof), "--skip-preflight", home=home).returncode == 0
-    holder = hold_then_freeze(prof, tmp_path, "2")
+    holder = hold_then_freeze(prof, tmp_path, "8")
     try:
         os.kill(holder.pid, signal.SIGSTOP)  # TCP stays open, the heartbeat stops: a client that vanished
+        frozen = time.monotonic()
         refused = deploy("down", str(prof), home=home)
         assert refused.returncode == 4 and f"pid {holder.pid} (frozen up)" in last_error(refused)
-        time.sleep(2.5)
+        lock = json.loads(deploy("status", str(prof), "--json", home=home).stdout)["lock"]
+        assert lock["held"] and lock["pid"] == holder.pid and lock["command"] == "frozen up" and "token" not in lock
+        assert time.monotonic() - frozen < 6.5, "too slow to see the lease held"
+        time.sleep(max(0.0, frozen + 8.5 - time.monotonic()))  # the lease runs out
+        shown = deploy("status", str(prof), home=home).stdout
+        assert "lock: expired lease of root@" in shown and "(frozen up)" in shown, shown
         taken = deploy("down", str(prof), home=home)
         assert taken.returncode == 0, taken.stderr
         assert f"took over the deployment lock from root@" in taken.stderr
@@ -138,6 +144,7 @@ def test_a_frozen_clients_lease_expires_and_is_taken_over_saying_from_whom(tmp_p
         if holder.poll() is None:
             os.kill(holder.pid, signal.SIGCONT)
             holder.kill()
+    assert json.loads(deploy("status", str(prof), "--json", home=home).stdout)["lock"] is None  # released
     rows = json.loads(deploy("history", str(prof), "--json", home=home).stdout)
     lock_rows = [r for r in rows if r.get("kind") == "lock"]
     assert lock_rows and lock_rows[0]["outcome"] == "lock-taken-over"
