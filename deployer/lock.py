@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from deployer.errors import Locked, LockLost, NotFound, RemoteError
+from deployer.errors import Locked, LockLost, NotFound, ProfileError, RemoteError
 from deployer.push import Layout
 from deployer.remote import HttpReply, Remote, Result, Session
 from deployer.start import supervisor
@@ -34,12 +34,14 @@ Notify = Callable[[str], None]
 
 
 def lease_seconds() -> float:
-    text = os.environ.get(LEASE_ENV, "")
+    text = os.environ.get(LEASE_ENV, "").strip()
     try:
         value = float(text) if text else LEASE_S
     except ValueError:
-        return LEASE_S
-    return value if 1.0 <= value <= 3600 else LEASE_S
+        value = -1.0
+    if not 1.0 <= value <= 3600:
+        raise ProfileError(f"{LEASE_ENV}={text!r}: the lock's lease must be a number of seconds from 1 to 3600")
+    return value
 
 
 def host_id() -> str:
@@ -207,10 +209,9 @@ class DeploymentLock:
         session, self.session = self.session, None
         if session is None:
             return
-        try:
-            if self._lost is None:
-                session.send(b"RELEASE\n")
-                session.readline(timeout=5.0)
+        try:  # even after a loss: the target frees the lease only if it is still ours (a late re-take)
+            session.send(b"RELEASE\n")
+            session.readline(timeout=5.0)
         except RemoteError:
             pass  # the lease expires on its own
         finally:
