@@ -106,3 +106,23 @@ def test_packet_loss_does_not_break_up(tmp_path: Path, net: NetHost) -> None:
     assert_lock_free(work, "lossy")
     assert_nothing_leaked(work, home, "lossy", serving=True)
     assert deploy("down", str(prof), home=home, env=env).returncode == 0
+
+
+def test_link_down_is_a_quick_clear_error_and_changes_nothing(tmp_path: Path, net: NetHost) -> None:
+    home, work = tmp_path / "h", tmp_path / "work"
+    prof = profile_on(net, tmp_path, "linkdown", env={"HF_TOKEN": "${FAULT_SECRET}"})
+    env = secret_env(lease_s=10)
+    assert deploy("up", str(prof), "--skip-preflight", home=home, env=env).returncode == 0
+    net.link(False)  # the route goes; the blackhole answers at once
+    try:
+        t0 = time.monotonic()
+        down = deploy("down", str(prof), home=home, env=env, timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        net.heal()
+    assert down.returncode == 3 and "Traceback" not in down.stderr, down.stderr
+    assert down.stderr.strip().splitlines()[-1].startswith("error: ") and took < 30
+    st = status_of(prof, home, env)  # link back: the engine served on, untouched
+    assert st["status"] == "ready" and st["healthy"] and st["lock"] is None
+    assert_nothing_leaked(work, home, "linkdown", serving=True)
+    assert deploy("down", str(prof), home=home, env=env).returncode == 0
