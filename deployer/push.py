@@ -26,18 +26,20 @@ from deployer.render.bundle import Bundle
 
 # The supervisor program: run as `python3 -B supervise.py`, it imports the others from beside it.
 SUPERVISOR_FILES = ("supervise.py", "supervise_base.py", "supervise_daemon.py", "supervise_ports.py")
+# The deployment lock's lease, a program of its own kept at the deployment's root (deployer/lock.py runs it).
+LEASE_FILE = "supervise_lease.py"
 # Free space a push needs beyond its files: state.json, outcome.json and the engine's first log lines.
 SPACE_HEADROOM = 256 << 10
 NO_SPACE = 75
 
 
-def supervisor_sources() -> dict[str, bytes]:
-    return {name: (Path(__file__).parent / "supervisor" / name).read_bytes() for name in SUPERVISOR_FILES}
+def supervisor_sources(names: tuple[str, ...] = SUPERVISOR_FILES) -> dict[str, bytes]:
+    return {name: (Path(__file__).parent / "supervisor" / name).read_bytes() for name in names}
 
 
 def _sync_supervisor(remote: Remote, folder: str) -> None:
-    """Put the supervisor files that differ from this deployer's copy (none: one round trip, nothing written)."""
-    sources = supervisor_sources()
+    """Put the supervisor and lease files that differ from this deployer's copy (none: one round trip)."""
+    sources = supervisor_sources((*SUPERVISOR_FILES, LEASE_FILE))
     paths = " ".join(shlex.quote(posixpath.join(folder, name)) for name in sources)
     listed = remote.run(f"sha256sum -- {paths} 2>/dev/null", timeout=20, check=False).stdout
     have = {posixpath.basename(parts[1]): parts[0] for parts in (line.split(None, 1) for line in listed.splitlines())
@@ -75,6 +77,14 @@ class Layout:
     @property
     def lock(self) -> str:
         return posixpath.join(self.root, "lock")
+
+    @property
+    def lease_program(self) -> str:
+        return posixpath.join(self.root, LEASE_FILE)
+
+    @property
+    def lock_events(self) -> str:
+        return self.lock + "-events.jsonl"
 
     @property
     def current(self) -> str:

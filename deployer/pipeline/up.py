@@ -25,8 +25,9 @@ from deployer.diagnose.diagnosis import Diagnosis, diagnose, hang_diagnosis, oom
 from deployer.diagnose.drift import compare, parse_server_args
 from deployer.effective import DryResolution, EngineValues, engine_values
 from deployer.engines import engine_for
-from deployer.errors import DeployError, LaunchFailed, PortBusy, ProfileError, RetriesExhausted, TargetError
+from deployer.errors import DeployError, LaunchFailed, LockLost, PortBusy, ProfileError, RetriesExhausted, TargetError
 from deployer.local_history import History
+from deployer.lock import DeploymentLock
 from deployer.pipeline.before_launch import checked_profile
 from deployer.profile.fixed import save_fixed
 from deployer.profile.model import Profile
@@ -38,7 +39,7 @@ from deployer.remedy import Change, propose
 from deployer.remote.base import Remote, TargetSpec
 from deployer.remote.connect import connect
 from deployer.render.bundle import Bundle, render
-from deployer.start import DeploymentLock, Launch, check_port, listener, start, status, stop
+from deployer.start import Launch, check_port, listener, start, status, stop
 from deployer.target.records import RunView, current_run_id, current_view, healthy, read_json
 from deployer.watch.watcher import Crashed, Event, EventSink, Hung, Outcome, PortTaken, Ready, TimedOut, Watcher
 
@@ -58,6 +59,7 @@ class UpOptions:
     force: bool = False
     what: str = "up"
     rollback: bool = True     # a failed replace brings the version that was serving back
+    break_lock: bool = False
 
 
 @dataclass
@@ -104,14 +106,18 @@ def target_spec(profile: Profile, trust_new_host: bool = False) -> TargetSpec:
 
 
 @contextmanager
-def locked_session(profile: Profile, trust_new_host: bool, what: str) -> Iterator[tuple[Remote, Layout]]:
-    """Connect once, create the deployment dir, hold the deployment lock; release everything on exit."""
-    remote = connect(target_spec(profile, trust_new_host))
+def locked_session(profile: Profile, opts: UpOptions, emit: EventSink) -> Iterator[tuple[Remote, Layout]]:
+    """Connect once, create the deployment dir, hold the deployment lock; release everything on exit.
+
+    The remote handed out acts only while the lock is held: once it is lost, every call raises LockLost."""
+    remote = connect(target_spec(profile, opts.trust_new_host))
     try:
         layout = layout_for(remote, profile)
         prepare(remote, layout)
-        with DeploymentLock(remote, layout, what):
-            yield remote, layout
+        with DeploymentLock(remote, layout, opts.what, break_lock=opts.break_lock,
+                            notify=lambda m: emit(Event("warning", {"message": m}))) as lock:
+            with lock.reporting_loss():
+                yield lock.guarded(), layout
     finally:
         remote.close()
 
@@ -125,7 +131,7 @@ class Serving:
 
 
 def up(profile: Profile, opts: UpOptions, emit: EventSink) -> UpReport:
-    with locked_session(profile, opts.trust_new_host, opts.what) as (remote, layout):
+    with locked_session(profile, opts, emit) as (remote, layout):
         report = UpReport(name=profile.name, host=remote.label, status="failed")
         original, version = profile, profile.engine.version
         tried: list[Change] = []
@@ -290,6 +296,9 @@ def _bring_back(remote: Remote, layout: Layout, serving: Serving | None, profile
     name = f"{view.content_hash[:12]} ({view.run.run_id})"
     if not opts.rollback:
         _amend(exc, f"the previous version {name} was not brought back (--no-rollback)")
+        return
+    if isinstance(exc, LockLost):  # whoever holds the lock now owns the target: change nothing more
+        _amend(exc, f"the previous version {name} was not brought back (the lock is no longer ours)")
         return
     emit(Event("rollback", {"message": f"bringing back the previous version {name}", "run_id": view.run.run_id,
                             "content_hash": view.content_hash, "reason": exc.message}))
