@@ -31,6 +31,8 @@ LEASE_FILE = "supervise_lease.py"
 # Free space a push needs beyond its files: state.json, outcome.json and the engine's first log lines.
 SPACE_HEADROOM = 256 << 10
 NO_SPACE = 75
+# ... and beyond the supervisor files at the deployment's root: the lock's lease record and its events.
+SYNC_HEADROOM = 64 << 10
 
 
 def supervisor_sources(names: tuple[str, ...] = SUPERVISOR_FILES) -> dict[str, bytes]:
@@ -44,9 +46,28 @@ def _sync_supervisor(remote: Remote, folder: str) -> None:
     listed = remote.run(f"sha256sum -- {paths} 2>/dev/null", timeout=20, check=False).stdout
     have = {posixpath.basename(parts[1]): parts[0] for parts in (line.split(None, 1) for line in listed.splitlines())
             if len(parts) == 2}
-    for name, data in sources.items():
-        if have.get(name) != hashlib.sha256(data).hexdigest():
-            remote.put(data, posixpath.join(folder, name), 0o644)
+    stale = {name: data for name, data in sources.items() if have.get(name) != hashlib.sha256(data).hexdigest()}
+    if not stale:
+        return
+    need_k = -(-(sum(len(data) for data in stale.values()) + SYNC_HEADROOM) // 1024)
+    result = remote.run(_space_check(folder, need_k), timeout=20, check=False)
+    if result.exit_code == NO_SPACE:
+        raise _no_space(remote, folder, result.stdout.strip(), need_k, "the supervisor and the lock")
+    for name, data in stale.items():
+        remote.put(data, posixpath.join(folder, name), 0o644)
+
+
+def _space_check(folder: str, need_k: int) -> str:
+    """Shell that prints the KiB free under folder and exits NO_SPACE when fewer than need_k are."""
+    q = shlex.quote(folder)
+    return (f"avail=$(df -Pk {q} | awk 'NR==2 {{print $4}}'); "
+            f"if [ -n \"$avail\" ] && [ \"$avail\" -lt {need_k} ]; then echo \"$avail\"; exit {NO_SPACE}; fi")
+
+
+def _no_space(remote: Remote, folder: str, avail: str, need_k: int, what: str) -> TargetError:
+    return TargetError(f"not enough free space on {remote.label} under {folder}: {avail} KiB free, {need_k} KiB "
+                       f"needed for {what}; nothing was changed",
+                       hint="free space there or set target.workdir to a larger disk")
 
 
 @dataclass(frozen=True)
@@ -172,15 +193,10 @@ def push(remote: Remote, layout: Layout, bundle: Bundle, record: dict[str, Any],
 def _make_run_dir(remote: Remote, layout: Layout, run: RunDir, need: int) -> None:
     """Check the free space under the deployment dir and create the run dir, in one round trip."""
     need_k = -(-need // 1024)
-    root = shlex.quote(layout.root)
-    result = remote.run(f"avail=$(df -Pk {root} | awk 'NR==2 {{print $4}}'); "
-                        f"if [ -n \"$avail\" ] && [ \"$avail\" -lt {need_k} ]; then echo \"$avail\"; "
-                        f"exit {NO_SPACE}; fi; mkdir -m 0700 {shlex.quote(run.path)}", timeout=20, check=False)
+    result = remote.run(f"{_space_check(layout.root, need_k)}; mkdir -m 0700 {shlex.quote(run.path)}", timeout=20,
+                        check=False)
     if result.exit_code == NO_SPACE:
-        avail = result.stdout.strip()
-        raise TargetError(f"not enough free space on {remote.label} under {layout.root}: {avail} KiB free, "
-                          f"{need_k} KiB needed for the new run; nothing was changed",
-                          hint="free space there or set target.workdir to a larger disk")
+        raise _no_space(remote, layout.root, result.stdout.strip(), need_k, "the new run")
     if not result.ok:
         raise CommandFailed(result, host=remote.label, what=f"creating {run.path}")
 
