@@ -41,7 +41,8 @@ from deployer.remote.connect import connect
 from deployer.render.bundle import Bundle, render
 from deployer.start import Launch, check_port, listener, start, status, stop
 from deployer.target.records import RunView, current_run_id, current_view, healthy, read_json
-from deployer.watch.watcher import Crashed, Event, EventSink, Hung, Outcome, PortTaken, Ready, TimedOut, Watcher
+from deployer.watch.watcher import Crashed, Event, EventSink, Hung, Outcome, PortTaken, Ready, TimedOut, Unsupervised
+from deployer.watch.watcher import Watcher
 
 DIAG_WINDOW = 1 << 20
 TAIL_WINDOW = 512 << 10
@@ -341,7 +342,7 @@ def _after_failure(remote: Remote, run: RunDir, launch: Launch, outcome: Outcome
                    opts: UpOptions, item: AttemptReport, tried: list[Change], version: str | None,
                    emit: EventSink, dry: DryResolution | None = None) -> Change | bool:
     """Diagnose a failed attempt: the change to make, True to retry unchanged (transient), False to stop."""
-    if isinstance(outcome, (Hung, TimedOut)):
+    if isinstance(outcome, (Hung, TimedOut, Unsupervised)):  # an unsupervised engine: no restart policy covers it
         stop(remote, run, min(profile.restart.grace_s, 10.0))
     diag = diagnose_attempt(remote, launch, outcome, version)
     item.diagnosis = bounded_diagnosis({**diag.to_json(), "hint": diag.hint})  # outcome.json, history, output
@@ -382,6 +383,11 @@ def _attempt_values(remote: Remote, launch: Launch, diag: Diagnosis, profile: Pr
 
 
 def diagnose_attempt(remote: Remote, launch: Launch, outcome: Outcome, version: str | None) -> Diagnosis:
+    if isinstance(outcome, Unsupervised):  # started again under a new supervisor, once per `up`
+        return Diagnosis(signature="supervisor-lost", summary=outcome.describe(), transient=True,
+                         evidence=outcome.tail[-5:],
+                         hint="something killed the supervisor (the OOM killer? a cleanup job?): see the target's "
+                              "kernel log; the engine was stopped so that it runs only under a supervisor")
     if isinstance(outcome, (Hung, TimedOut)):
         stalled = outcome.stalled_s if isinstance(outcome, Hung) else outcome.elapsed
         diag = hang_diagnosis(outcome.tail, stalled)
@@ -466,8 +472,8 @@ def _finish_ready(remote: Remote, run: RunDir, launch: Launch, profile: Profile,
 
 
 def _outcome_name(outcome: Outcome) -> str:
-    return {Ready: "ready", Crashed: "crashed", Hung: "hung", TimedOut: "timeout", PortTaken: "port-taken"}[
-        type(outcome)]
+    return {Ready: "ready", Crashed: "crashed", Hung: "hung", TimedOut: "timeout", PortTaken: "port-taken",
+            Unsupervised: "supervisor-lost"}[type(outcome)]
 
 
 def _describe(outcome: Outcome) -> str:
