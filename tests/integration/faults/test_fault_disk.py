@@ -86,8 +86,6 @@ def test_on_a_full_disk_the_lock_is_taken_refused_and_released(tmp_path: Path, s
     assert_nothing_leaked(work, home, "fulllock", serving=False)
 
 
-@pytest.mark.xfail(strict=True, reason="needs faults: down works on a full disk (supervisor stop writes "
-                                       "stop-request.json first; issue 10 item 2)")
 def test_down_on_a_full_disk_stops_the_engine(tmp_path: Path, small_disk: tuple[SSHD, Path]) -> None:
     sshd, work = small_disk
     home, env = tmp_path / "h", secret_env()
@@ -120,8 +118,6 @@ def test_first_up_onto_a_full_disk_fails_with_one_line_and_leaves_nothing(
     filler.unlink()
 
 
-@pytest.mark.xfail(strict=True, reason="needs faults: a free-space check before the push names the full disk "
-                                       "(today: 'sha256 mismatch after upload'; issue 10 item 2)")
 def test_a_full_disk_is_named_as_such(tmp_path: Path, small_disk: tuple[SSHD, Path]) -> None:
     sshd, work = small_disk
     work.mkdir()
@@ -134,7 +130,6 @@ def test_a_full_disk_is_named_as_such(tmp_path: Path, small_disk: tuple[SSHD, Pa
         filler.unlink()
 
 
-@pytest.mark.xfail(strict=True, reason="needs faults: push first, stop last (issue 10 item 2)")
 def test_a_new_version_on_a_nearly_full_disk_keeps_the_old_one_serving(
         tmp_path: Path, small_disk: tuple[SSHD, Path]) -> None:
     sshd, work = small_disk
