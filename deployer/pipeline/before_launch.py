@@ -6,6 +6,7 @@ parsing), that error is diagnosed like a crash and the same remedy is applied be
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,11 @@ def _as_argparse_error(result: PreflightReport) -> str | None:
     the same remedy then renames, respells (did-you-mean) or drops them as after a rejected launch."""
     if not result.unknown_flags:
         return None
-    usage = "usage: sglang serve " + " ".join(f"[{key_option(k)}]" for k in result.flag_names)
+    prog = "usage: sglang serve "
+    # wrapped as argparse wraps its usage: one line would pass the diagnosis' per-line cut (did-you-mean reads it)
+    usage = textwrap.fill(" ".join(f"[{key_option(k)}]" for k in result.flag_names), width=100,
+                          initial_indent=prog, subsequent_indent=" " * len(prog), break_long_words=False,
+                          break_on_hyphens=False)
     words = []
     for key in result.unknown_flags:
         value = result.profile.engine.args.get(key)
