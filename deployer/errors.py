@@ -12,6 +12,7 @@
     |   +-- TransferFailed            an upload/download failed or its hash did not match
     +-- TargetError                   the target is not fit for this deployment (exit 4)
     |   +-- Locked                    another operation holds the deployment lock
+    |   +-- LockLost                  this operation lost its lock part way and stopped changing the target
     |   +-- PortBusy                  the engine port is already taken on the target
     |   +-- PreflightFailed           preflight found problems that would fail the launch
     |   +-- RecordUnreadable          a record the target keeps (env file, state) cannot be read
@@ -115,6 +116,10 @@ class TargetError(DeployError):
 
 class Locked(TargetError):
     pass
+
+
+class LockLost(TargetError):
+    """The lease could not be renewed (link down too long) or was broken/taken over: stop touching the target."""
 
 
 class PortBusy(TargetError):

@@ -27,26 +27,49 @@ from deployer.secrets import mask_data
 
 # The supervisor program: run as `python3 -B supervise.py`, it imports the others from beside it.
 SUPERVISOR_FILES = ("supervise.py", "supervise_base.py", "supervise_daemon.py", "supervise_ports.py")
+# The deployment lock's lease, a program of its own kept at the deployment's root (deployer/lock.py runs it).
+LEASE_FILE = "supervise_lease.py"
 # Free space a push needs beyond its files: state.json, outcome.json and the engine's first log lines.
 SPACE_HEADROOM = 256 << 10
 NO_SPACE = 75
+# ... and beyond the supervisor files at the deployment's root: the lock's lease record and its events.
+SYNC_HEADROOM = 64 << 10
 
 
-def supervisor_sources() -> dict[str, bytes]:
-    return {name: (Path(__file__).parent / "supervisor" / name).read_bytes() for name in SUPERVISOR_FILES}
+def supervisor_sources(names: tuple[str, ...] = SUPERVISOR_FILES) -> dict[str, bytes]:
+    return {name: (Path(__file__).parent / "supervisor" / name).read_bytes() for name in names}
 
 
 def _sync_supervisor(remote: Remote, folder: str) -> None:
-    """Put the supervisor files that differ from this deployer's copy (none: one round trip, nothing written)."""
-    sources = supervisor_sources()
+    """Put the supervisor and lease files that differ from this deployer's copy (none: one round trip)."""
+    sources = supervisor_sources((*SUPERVISOR_FILES, LEASE_FILE))
     paths = " ".join(shlex.quote(posixpath.join(folder, name)) for name in sources)
-    listed = remote.run(f"sha256sum -- {paths} 2>/dev/null", timeout=20, check=False).stdout
+    # The hashes and the free space in one round trip: a fresh target's full disk is named before any write.
+    listed = remote.run(f"sha256sum -- {paths} 2>/dev/null; df -Pk {shlex.quote(folder)} | "
+                        "awk 'NR==2 {print \"avail\", $4}'", timeout=20, check=False).stdout
     have = {posixpath.basename(parts[1]): parts[0] for parts in (line.split(None, 1) for line in listed.splitlines())
-            if len(parts) == 2}
-    stale = [(data, posixpath.join(folder, name), 0o644) for name, data in sources.items()
-             if have.get(name) != hashlib.sha256(data).hexdigest()]
-    if stale:
-        remote.put_all(stale)
+            if len(parts) == 2 and parts[0] != "avail"}
+    stale = {name: data for name, data in sources.items() if have.get(name) != hashlib.sha256(data).hexdigest()}
+    if not stale:
+        return
+    need_k = -(-(sum(len(data) for data in stale.values()) + SYNC_HEADROOM) // 1024)
+    avail = next((line.split()[1] for line in listed.splitlines() if line.startswith("avail ")), "")
+    if avail.isdigit() and int(avail) < need_k:
+        raise _no_space(remote, folder, avail, need_k, "the supervisor and the lock")
+    remote.put_all([(data, posixpath.join(folder, name), 0o644) for name, data in stale.items()])
+
+
+def _space_check(folder: str, need_k: int) -> str:
+    """Shell that prints the KiB free under folder and exits NO_SPACE when fewer than need_k are."""
+    q = shlex.quote(folder)
+    return (f"avail=$(df -Pk {q} | awk 'NR==2 {{print $4}}'); "
+            f"if [ -n \"$avail\" ] && [ \"$avail\" -lt {need_k} ]; then echo \"$avail\"; exit {NO_SPACE}; fi")
+
+
+def _no_space(remote: Remote, folder: str, avail: str, need_k: int, what: str) -> TargetError:
+    return TargetError(f"not enough free space on {remote.label} under {folder}: {avail} KiB free, {need_k} KiB "
+                       f"needed for {what}; nothing was changed",
+                       hint="free space there or set target.workdir to a larger disk")
 
 
 @dataclass(frozen=True)
@@ -77,6 +100,14 @@ class Layout:
     @property
     def lock(self) -> str:
         return posixpath.join(self.root, "lock")
+
+    @property
+    def lease_program(self) -> str:
+        return posixpath.join(self.root, LEASE_FILE)
+
+    @property
+    def lock_events(self) -> str:
+        return self.lock + "-events.jsonl"
 
     @property
     def current(self) -> str:
@@ -163,15 +194,10 @@ def push(remote: Remote, layout: Layout, bundle: Bundle, record: dict[str, Any],
 def _make_run_dir(remote: Remote, layout: Layout, run: RunDir, need: int) -> None:
     """Check the free space under the deployment dir and create the run dir, in one round trip."""
     need_k = -(-need // 1024)
-    root = shlex.quote(layout.root)
-    result = remote.run(f"avail=$(df -Pk {root} | awk 'NR==2 {{print $4}}'); "
-                        f"if [ -n \"$avail\" ] && [ \"$avail\" -lt {need_k} ]; then echo \"$avail\"; "
-                        f"exit {NO_SPACE}; fi; mkdir -m 0700 {shlex.quote(run.path)}", timeout=20, check=False)
+    result = remote.run(f"{_space_check(layout.root, need_k)}; mkdir -m 0700 {shlex.quote(run.path)}", timeout=20,
+                        check=False)
     if result.exit_code == NO_SPACE:
-        avail = result.stdout.strip()
-        raise TargetError(f"not enough free space on {remote.label} under {layout.root}: {avail} KiB free, "
-                          f"{need_k} KiB needed for the new run; nothing was changed",
-                          hint="free space there or set target.workdir to a larger disk")
+        raise _no_space(remote, layout.root, result.stdout.strip(), need_k, "the new run")
     if not result.ok:
         raise CommandFailed(result, host=remote.label, what=f"creating {run.path}")
 

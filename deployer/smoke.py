@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deployer.errors import DeployError, LaunchFailed, ProfileError, Unhealthy
+from deployer.lock import DeploymentLock
 from deployer.pipeline.up import UpOptions, target_spec, up
 from deployer.profile.model import Profile
 from deployer.push import layout_for
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.remote.connect import connect
-from deployer.start import DeploymentLock, stop
+from deployer.start import stop
 from deployer.target.records import current_view, tail_lines
 from deployer.watch.watcher import Event, EventSink
 
@@ -385,5 +386,5 @@ def stop_current(profile: Profile, opts: SmokeOptions) -> dict[str, Any]:
         view = current_view(remote, layout)
         if view is None:
             return {"was_running": False}
-        with DeploymentLock(remote, layout, "smoke stop"):
-            return stop(remote, view.run, profile.restart.grace_s)
+        with DeploymentLock(remote, layout, "smoke stop") as lock:
+            return stop(lock.guarded(), view.run, profile.restart.grace_s)

@@ -1,4 +1,4 @@
-"""Start: drive the target-side supervisor (start/stop/status), the deployment lock, and the port check.
+"""Start: drive the target-side supervisor (start/stop/status) and the port check (the lock: deployer/lock.py).
 
 The supervisor (deployer/supervisor/, stdlib only) runs on the target's python3 with -B (no __pycache__ that a
 full disk could truncate); these functions are the only place that knows its command line. `start` runs the
@@ -8,18 +8,15 @@ work on a run whose payload is damaged or missing.
 
 from __future__ import annotations
 
-import getpass
 import json
 import shlex
-import socket
 import time
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-from deployer.errors import CommandFailed, Locked, PortBusy, RemoteError, TargetError
+from deployer.errors import CommandFailed, PortBusy, TargetError
 from deployer.push import Layout, RunDir, supervisor_sources
-from deployer.remote.base import Remote, Result, Session
+from deployer.remote.base import Remote, Result
 
 # The target's python3 (stdlib only, >= 3.8); images that ship only `python` work too. -B: no bytecode written.
 SUPERVISOR_PYTHON = '"$(command -v python3 || command -v python || echo python3)" -B'
@@ -150,40 +147,3 @@ def check_port(remote: Remote, layout: Layout, port: int, wait_s: float = 0.0) -
         holders = detail.split(": ", 1)[1] if detail.startswith("busy ") and ": " in detail else detail
         raise PortBusy(f"port {port} taken by {holders} on {remote.label}",
                        hint="stop what holds it, or set engine.port to another port")
-
-
-class DeploymentLock:
-    """The per-deployment lock: a supervisor `lock` process on the target, held while our channel is open."""
-
-    def __init__(self, remote: Remote, layout: Layout, what: str) -> None:
-        self.remote = remote
-        self.layout = layout
-        self.who = f"{getpass.getuser()}@{socket.gethostname()} ({what})"
-        self.session: Session | None = None
-
-    def __enter__(self) -> DeploymentLock:
-        session = self.remote.spawn(supervisor(self.layout.supervisor, "lock", self.layout.lock, "--who", self.who))
-        line = session.readline(timeout=20)
-        if line == "LOCKED":
-            self.session = session
-            return self
-        session.close()
-        if line and line.startswith("BUSY "):
-            raise Locked(_busy_message(line[5:]), hint="wait for it to finish, or check `deploy status`")
-        raise RemoteError(f"could not take the deployment lock: {line or 'no answer'}", host=self.remote.label)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.session is not None:
-            self.session.close()
-            self.session = None
-
-
-def _busy_message(payload: str) -> str:
-    try:
-        info = json.loads(payload)
-    except ValueError:
-        info = {}
-    who = info.get("who", "another deploy")
-    since = info.get("since")
-    when = datetime.fromtimestamp(float(since)).strftime("%Y-%m-%d %H:%M:%S") if since else "unknown time"
-    return f"deployment is locked by {who} since {when}"

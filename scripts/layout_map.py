@@ -45,6 +45,7 @@ MOVES: dict[str, str] = {
     "deployer.supervise": "deployer.supervisor.supervise",
     "deployer.supervise_base": "deployer.supervisor.supervise_base",
     "deployer.supervise_daemon": "deployer.supervisor.supervise_daemon",
+    "deployer.supervise_lease": "deployer.supervisor.supervise_lease",
     "deployer.engines.sglang": "deployer.engines.sglang.spec",
     "deployer.engines.sglang_probe": "deployer.engines.sglang.probe",
 }
@@ -66,6 +67,7 @@ SYMBOLS: dict[tuple[str, str], str] = {
     ("deployer.cli.main", "_emit_json"): "deployer.cli.options",
     ("deployer.cli.main", "_profile_options"): "deployer.cli.options",
     ("deployer.cli.main", "_target_options"): "deployer.cli.options",
+    ("deployer.start", "DeploymentLock"): "deployer.lock",
 }
 FILES: dict[str, str] = {
     "templates/sglang.sh.j2": "deployer/render/templates/sglang.sh.j2",

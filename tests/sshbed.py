@@ -235,6 +235,7 @@ class SSHD:
     extra_config: list[str] = field(default_factory=list)
     home: Path | None = None  # sessions' HOME when the bed has its own rc file (rc_cost), else the user's
     rc_cost: float = 0.0  # what the bed's .bashrc was calibrated to cost per command, seconds
+    netns: str | None = None  # run inside this network namespace (tests/netbed.py)
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     def spec(self, **overrides: Any) -> TargetSpec:
@@ -298,6 +299,8 @@ class SSHD:
         argv = [SSHD_BIN, "-D", "-f", str(cfg), "-E", str(self.log)]
         if shutil.which("unshare"):
             argv = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", *argv]
+        if self.netns:
+            argv = ["ip", "netns", "exec", self.netns, *argv]
         # A bare environment: nothing from the test process leaks into sessions.
         self.proc = subprocess.Popen(
             argv,
@@ -338,6 +341,23 @@ class SSHD:
         self.stop()
         self.start()
 
+    def session_pids(self) -> list[int]:
+        """The per-connection sshd processes (children of the listening daemon), as seen from this namespace."""
+        if self.proc is None:
+            return []
+        listeners = _children(self.proc.pid) if shutil.which("unshare") else [self.proc.pid]
+        # orphans (the engines' supervisors) are re-parented to the namespace's init, the daemon: keep sshd's own
+        return [pid for listener in listeners for pid in _children(listener) if _comm(pid) == "sshd"]
+
+    def drop_connections(self) -> int:
+        """SIGKILL every client connection's sshd process, as a dropped link would end them; the daemon (and
+        the engines its sessions started) stay. Returns how many were dropped."""
+        pids = self.session_pids()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return len(pids)
+
     @contextlib.contextmanager
     def second_host_key_sshd(self) -> Iterator[SSHD]:
         """Another sshd whose known_hosts still lists THIS sshd's key under the new one's address.
@@ -352,6 +372,21 @@ class SSHD:
             yield other
         finally:
             other.stop()
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(p) for p in text.split()]
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def _write_ssh_config(d: Path, host: str, port: int, identity: Path, known_hosts: Path) -> Path:
@@ -382,12 +417,15 @@ def make_sshd(
     client_key: Path | None = None,
     extra_config: list[str] | None = None,
     rc_cost: float | None = None,
+    port: int | None = None,
+    netns: str | None = None,
 ) -> SSHD:
     """Create keys and files under `d` and start an sshd on a free port of `addr`.
 
     `extra_config`: sshd_config lines that take precedence over the defaults (e.g. "AllowTcpForwarding no").
     `rc_cost`: seconds each command's login shell spends in `~/.bashrc` (a real GPU image: ~0.15); sessions
     then get HOME=`d`/home and its calibrated rc file. None: the rc file is skipped (SHLVL=1).
+    `netns`: start it inside that network namespace, on `port` (a free port of this namespace is meaningless there).
     """
     d.mkdir(parents=True, exist_ok=True)
     host_key = keygen(d / "host_ed25519", "deployer-test-host")
@@ -395,7 +433,7 @@ def make_sshd(
     (d / "authorized_keys").write_text(public_key(identity) + "\n")
     bin_dir = d / "bin"
     bin_dir.mkdir(exist_ok=True)
-    port = free_port(addr)
+    port = port or free_port(addr)
     known_hosts = d / "known_hosts"
     known_hosts.write_text(f"{known_hosts_name(addr, port)} {public_key(host_key)}\n")
     bed = SSHD(
@@ -409,6 +447,7 @@ def make_sshd(
         bin_dir=bin_dir,
         log=d / "sshd.log",
         extra_config=list(extra_config or []),
+        netns=netns,
     )
     if rc_cost is not None:
         bed.home, bed.rc_cost = d / "home", rc_cost

@@ -31,6 +31,9 @@ def history(target: str, host: str | None, workdir: str | None, trust_new_host: 
         return
     for row in rows:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["started_at"])) if row["started_at"] else "?"
+        if row.get("kind") == "lock":
+            click.echo(f"  {when}  {row['outcome']:<34} {row['detail']}")
+            continue
         diag = (row.get("diagnosis") or {}).get("signature") or ""
         change = (row.get("change") or {}).get("reason") or ""
         current = "*" if row.get("current") else " "
@@ -40,14 +43,14 @@ def history(target: str, host: str | None, workdir: str | None, trust_new_host: 
 
 
 def _oncall(action: str, target: str, host: str | None, workdir: str | None, trust_new_host: bool,
-            as_json: bool, no_heal: bool) -> None:
+            as_json: bool, no_heal: bool, break_lock: bool) -> None:
     from deployer.oncall import rollback as going_back
     from deployer.oncall import deployment as ops
     from deployer.cli.targets import run_reported
     from deployer.pipeline.up import UpOptions
 
     ref = ops.make_ref(target, host, workdir, trust_new_host)
-    opts = UpOptions(trust_new_host=trust_new_host, heal=not no_heal, skip_preflight=True)
+    opts = UpOptions(trust_new_host=trust_new_host, heal=not no_heal, skip_preflight=True, break_lock=break_lock)
     run_reported(as_json, lambda sink: getattr(going_back, action)(ref, sink, opts))
 
 
@@ -59,6 +62,8 @@ def _oncall_options(func: Any) -> Any:
         click.option("--trust-new-host", is_flag=True, help="Record the key of a host not yet in known_hosts."),
         click.option("--json", "as_json", is_flag=True, help="NDJSON events on stdout, then the report."),
         click.option("--no-heal", is_flag=True, help="Diagnose a failure but change nothing and do not retry."),
+        click.option("--break-lock", is_flag=True,
+                     help="Take the deployment lock even if another operation holds it (recorded in the history)."),
     ]):
         func = option(func)
     return func
@@ -67,17 +72,17 @@ def _oncall_options(func: Any) -> Any:
 @click.command()
 @_oncall_options
 def restart(target: str, host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool,
-            no_heal: bool) -> None:
+            no_heal: bool, break_lock: bool) -> None:
     """Graceful stop and start of the last good version, with the same watch and healing as `up`."""
-    _oncall("restart", target, host, workdir, trust_new_host, as_json, no_heal)
+    _oncall("restart", target, host, workdir, trust_new_host, as_json, no_heal, break_lock)
 
 
 @click.command()
 @_oncall_options
 def rollback(target: str, host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool,
-             no_heal: bool) -> None:
+             no_heal: bool, break_lock: bool) -> None:
     """Back to the newest other version that reached ready (read from the target's history)."""
-    _oncall("rollback", target, host, workdir, trust_new_host, as_json, no_heal)
+    _oncall("rollback", target, host, workdir, trust_new_host, as_json, no_heal, break_lock)
 
 
 @click.command()

@@ -34,16 +34,19 @@ def _progress(as_json: bool) -> Any:
 @click.option("--force", is_flag=True, help="Restart even if the same version is running and healthy.")
 @click.option("--no-rollback", is_flag=True,
               help="If the new version cannot be started, leave it as it failed: do not bring back the old one.")
+@click.option("--break-lock", is_flag=True,
+              help="Take the deployment lock even if another operation holds it (recorded in the history).")
 def up(profile: str, overrides: tuple[str, ...], host: str | None, trust_new_host: bool, as_json: bool,
        no_heal: bool, save_fixed: Path | None, skip_preflight: bool, model_config: Path | None,
-       force: bool, no_rollback: bool) -> None:
+       force: bool, no_rollback: bool, break_lock: bool) -> None:
     """Render, push, start and watch a deployment; heal known failures and retry."""
     from deployer.pipeline.up import UpOptions
     from deployer.pipeline.up import up as run_up
 
     prof = _load(profile, overrides, host)
     opts = UpOptions(trust_new_host=trust_new_host, heal=not no_heal, skip_preflight=skip_preflight,
-                     save_fixed=save_fixed, model_config=model_config, force=force, rollback=not no_rollback)
+                     save_fixed=save_fixed, model_config=model_config, force=force, rollback=not no_rollback,
+                     break_lock=break_lock)
     run_reported(as_json, lambda sink: run_up(prof, opts, sink))
 
 
@@ -106,6 +109,8 @@ def _print_status(rows: list[dict[str, Any]]) -> None:
         click.echo(f"  run dir {row['run_dir']} on {row['host']}")
         if row.get("last_crash"):
             click.echo(f"  last crash: {describe_crash(row['last_crash'])}")
+        if row.get("lock"):
+            click.echo(f"  lock: {row['lock']['text']}")
         for line in row.get("drift") or []:
             click.echo(f"  drift: {line}")
 
@@ -162,12 +167,15 @@ def logs(target: str, host: str | None, workdir: str | None, trust_new_host: boo
 @_target_options
 @click.option("--grace", type=float, default=None, help="Seconds between SIGTERM and SIGKILL.")
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--break-lock", is_flag=True,
+              help="Take the deployment lock even if another operation holds it (recorded in the history).")
 def down(target: str, host: str | None, workdir: str | None, trust_new_host: bool, grace: float | None,
-         as_json: bool) -> None:
+         as_json: bool, break_lock: bool) -> None:
     """Stop a deployment gracefully (idempotent: 'not running' is success)."""
     from deployer.oncall import deployment as ops
 
-    result = ops.down(ops.make_ref(target, host, workdir, trust_new_host), grace)
+    result = ops.down(ops.make_ref(target, host, workdir, trust_new_host), grace, break_lock=break_lock,
+                      notify=lambda m: click.echo(f"warning: {m}", err=True))
     if as_json:
         _emit_json(result)
     elif result["was_running"]:

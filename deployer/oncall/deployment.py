@@ -5,6 +5,7 @@ Everything is read from the target, so these work from a laptop that never ran t
 
 from __future__ import annotations
 
+import posixpath
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from deployer.errors import LaunchFailed, NotFound, ProfileError, Unhealthy
+from deployer.lock import DeploymentLock, Notify, lock_state
 from deployer.logtext import bounded_diagnosis
 from deployer.pipeline.up import diagnose_state, target_spec
 from deployer.profile.host import parse_host
@@ -24,7 +26,7 @@ from deployer.remote.base import Remote, TargetSpec
 from deployer.remote.connect import connect
 from deployer.oncall.secret_restore import learn_secrets
 from deployer.secrets import mask_data, mask_text
-from deployer.start import DeploymentLock, stop
+from deployer.start import stop
 from deployer.supervisor.supervise_base import CRASHED as CRASHED_STATES
 from deployer.supervisor.supervise_base import UP
 from deployer.target.records import (RunView, current_view, healthy, list_deployments, list_runs, record_kind,
@@ -97,6 +99,7 @@ def describe(view: RunView, remote: Remote, name: str, runs: int) -> dict[str, A
         "exit_code": state.get("exit_code"), "signal_name": state.get("signal_name"),
         "drift": (view.outcome or {}).get("drift", []), "runs": runs,
         "diagnosis": crash_diagnosis(remote, view) or (view.outcome or {}).get("diagnosis"),
+        "lock": lock_state(remote, Layout(posixpath.dirname(posixpath.dirname(view.run.path)))),
     }
 
 
@@ -149,7 +152,8 @@ def status(ref: Ref) -> list[dict[str, Any]]:
         return list(mask_data(out))
 
 
-def down(ref: Ref, grace: float | None = None) -> dict[str, Any]:
+def down(ref: Ref, grace: float | None = None, *, break_lock: bool = False,
+         notify: Notify | None = None) -> dict[str, Any]:
     """Graceful stop of the current run; 'not running' is success."""
     assert ref.name
     with opened(ref) as (remote, workdir):
@@ -158,8 +162,9 @@ def down(ref: Ref, grace: float | None = None) -> dict[str, Any]:
         if view is None:
             return {"name": ref.name, "host": remote.label, "was_running": False, "status": "absent"}
         wait = grace if grace is not None else (ref.profile.restart.grace_s if ref.profile else 30.0)
-        with DeploymentLock(remote, layout, "down"):
-            final = stop(remote, view.run, wait)
+        with DeploymentLock(remote, layout, "down", break_lock=break_lock, notify=notify) as lock, \
+                lock.reporting_loss():
+            final = stop(lock.guarded(), view.run, wait)
         return {"name": ref.name, "host": remote.label, "was_running": bool(final.get("was_running")),
                 "status": final.get("status"), "run_dir": view.run.path}
 

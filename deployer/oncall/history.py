@@ -1,26 +1,31 @@
-"""On-call operations read from the target: history of attempts, diagnosis of the latest failure."""
+"""On-call operations read from the target: history of attempts (and of the lock), diagnosis of the latest failure."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import ValidationError
 
 from deployer.errors import NotFound
 from deployer.local_history import History
+from deployer.lock import DeploymentLock, describe_holder
 from deployer.logtext import bounded_diagnosis
 from deployer.oncall.deployment import Ref, layout_of, make_ref, opened
 from deployer.oncall.secret_restore import learn_secrets
 from deployer.pipeline.up import diagnose_state
 from deployer.profile.model import Profile
+from deployer.push import Layout
 from deployer.remedy import propose
+from deployer.remote.base import Remote
 from deployer.secrets import mask_data
-from deployer.start import DeploymentLock
 from deployer.supervisor.supervise_base import CRASHED
 from deployer.target.records import all_runs, current_view, list_runs, record_kind, run_view
 from deployer.target.retention import DEFAULT_KEEP, apply_plan, retention_plan
 
-__all__ = ["make_ref", "history", "local_history", "diagnose_deployment", "prune"]
+__all__ = ["make_ref", "history", "local_history", "diagnose_deployment", "prune", "lock_events"]
+
+LOCK_EVENTS_WINDOW = 64 << 10
 
 
 def prune(ref: Ref, keep: int | None, dry_run: bool) -> dict[str, Any]:
@@ -44,10 +49,12 @@ def prune(ref: Ref, keep: int | None, dry_run: bool) -> dict[str, Any]:
 
 
 def history(ref: Ref) -> list[dict[str, Any]]:
-    """Every attempt on the target, newest first (the target is the truth; local history is a cache)."""
+    """Every attempt on the target, newest first, with the lock's takeovers and breaks among them
+    (the target is the truth; local history is a cache)."""
     assert ref.name
     with opened(ref) as (remote, workdir):
-        views, current = all_runs(remote, layout_of(workdir, ref.name))
+        layout = layout_of(workdir, ref.name)
+        views, current = all_runs(remote, layout)
         for view in views:
             if view.run.run_id == current:
                 learn_secrets(remote, view.run.file("env"), view.record)  # diagnoses quote engine text
@@ -56,14 +63,51 @@ def history(ref: Ref) -> list[dict[str, Any]]:
             run_id = view.run.run_id
             outcome = view.outcome or {}
             rows.append({
-                "run_id": run_id, "current": run_id == current, "attempt": view.record.get("attempt"),
-                "up_id": view.record.get("up_id"), "started_at": view.state.get("started_at")
+                "kind": "attempt", "run_id": run_id, "current": run_id == current,
+                "attempt": view.record.get("attempt"), "up_id": view.record.get("up_id"), "started_at": view.state.get("started_at")
                 or view.record.get("pushed_at"), "content_hash": view.content_hash,
                 "outcome": outcome.get("outcome") or view.status, "detail": outcome.get("detail"),
                 "diagnosis": outcome.get("diagnosis"), "change": outcome.get("change"),
                 "drift": outcome.get("drift", []), "restarts": view.state.get("restarts", 0),
             })
-        return list(mask_data(rows))
+        return list(mask_data(_merge_newest_first(rows, lock_events(remote, layout))))
+
+
+def lock_events(remote: Remote, layout: Layout) -> list[dict[str, Any]]:
+    """The lock's takeovers and breaks recorded on the target (supervise_lease.py), newest first."""
+    size = remote.size(layout.lock_events)
+    if not size:
+        return []
+    text = remote.read(layout.lock_events, max(0, size - LOCK_EVENTS_WINDOW), LOCK_EVENTS_WINDOW).decode("utf-8",
+                                                                                                     "replace")
+    rows = []
+    for line in text.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # the first line of a window, cut in the middle
+        if isinstance(event, dict) and isinstance(event.get("at"), (int, float)):
+            rows.append({"kind": "lock", "started_at": event["at"], "outcome": event.get("event"),
+                         "detail": lock_event_text(event), "by": event.get("by"), "from": event.get("from")})
+    return rows[::-1]
+
+
+def lock_event_text(event: dict[str, Any]) -> str:
+    by, old = describe_holder(event.get("by") or {}), describe_holder(event.get("from") or {})
+    if event.get("event") == "lock-broken":
+        return f"{by} broke the lock held by {old} (--break-lock)"
+    why = "its process was gone" if event.get("reason") == "holder-gone" else "its lease had expired"
+    return f"{by} took over the lock from {old}: {why}"
+
+
+def _merge_newest_first(runs: list[dict[str, Any]], events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    pending = list(events)
+    for row in runs:
+        while pending and row.get("started_at") is not None and pending[0]["started_at"] >= row["started_at"]:
+            out.append(pending.pop(0))
+        out.append(row)
+    return out + pending
 
 
 def local_history(name: str, host: str | None) -> list[dict[str, Any]]:

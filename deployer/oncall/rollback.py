@@ -38,7 +38,7 @@ def rollback(ref: Ref, emit: EventSink, opts: UpOptions) -> UpReport:
 
 def _forced(opts: UpOptions, what: str) -> UpOptions:
     return UpOptions(trust_new_host=opts.trust_new_host, heal=opts.heal, skip_preflight=opts.skip_preflight,
-                     save_fixed=None, force=True, what=what, rollback=opts.rollback)
+                     save_fixed=None, force=True, what=what, rollback=opts.rollback, break_lock=opts.break_lock)
 
 
 def _last_good(views: list[RunView], current: RunView | None, skip_hash: str | None) -> RunView:

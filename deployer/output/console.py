@@ -90,6 +90,8 @@ class LiveProgress:
             self.say(f"  [bold red]problem[/]: {_esc(data['message'])}")
         elif event.kind in ("rollback", "restored"):
             self.say(f"  [bold yellow]{_esc(data['message'])}[/]")
+        elif event.kind == "supervisor-lost":
+            self.say(f"  [bold red]supervisor lost[/]: {_esc(data['message'])}")
         elif event.kind == "port-taken":
             self.say(f"  [bold red]port {data['port']} taken[/] by {_esc(', '.join(data.get('holders') or []))}")
         elif event.kind == "info":

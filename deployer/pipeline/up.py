@@ -25,8 +25,9 @@ from deployer.diagnose.diagnosis import Diagnosis, diagnose, hang_diagnosis, oom
 from deployer.diagnose.drift import compare, masked, parse_server_args
 from deployer.effective import DryResolution, EngineValues, engine_values
 from deployer.engines import engine_for
-from deployer.errors import DeployError, LaunchFailed, PortBusy, ProfileError, RetriesExhausted, TargetError
+from deployer.errors import DeployError, LaunchFailed, LockLost, PortBusy, ProfileError, RetriesExhausted, TargetError
 from deployer.local_history import History
+from deployer.lock import DeploymentLock
 from deployer.pipeline.before_launch import checked_profile
 from deployer.profile.fixed import save_fixed
 from deployer.profile.model import Profile
@@ -39,10 +40,11 @@ from deployer.remote.base import Remote, TargetSpec
 from deployer.remote.connect import connect
 from deployer.render.bundle import Bundle, render
 from deployer.secrets import masking_sink
-from deployer.start import DeploymentLock, Launch, check_port, listener, start, status, stop
+from deployer.start import Launch, check_port, listener, start, status, stop
 from deployer.target.records import RunView, current_run_id, current_view, healthy, read_json
 from deployer.target.retention import tidy
-from deployer.watch.watcher import Crashed, Event, EventSink, Hung, Outcome, PortTaken, Ready, TimedOut, Watcher
+from deployer.watch.watcher import Crashed, Event, EventSink, Hung, Outcome, PortTaken, Ready, TimedOut, Unsupervised
+from deployer.watch.watcher import Watcher
 
 DIAG_WINDOW = 1 << 20
 TAIL_WINDOW = 512 << 10
@@ -60,6 +62,7 @@ class UpOptions:
     force: bool = False
     what: str = "up"
     rollback: bool = True     # a failed replace brings the version that was serving back
+    break_lock: bool = False
 
 
 @dataclass
@@ -106,14 +109,18 @@ def target_spec(profile: Profile, trust_new_host: bool = False) -> TargetSpec:
 
 
 @contextmanager
-def locked_session(profile: Profile, trust_new_host: bool, what: str) -> Iterator[tuple[Remote, Layout]]:
-    """Connect once, create the deployment dir, hold the deployment lock; release everything on exit."""
-    remote = connect(target_spec(profile, trust_new_host))
+def locked_session(profile: Profile, opts: UpOptions, emit: EventSink) -> Iterator[tuple[Remote, Layout]]:
+    """Connect once, create the deployment dir, hold the deployment lock; release everything on exit.
+
+    The remote handed out acts only while the lock is held: once it is lost, every call raises LockLost."""
+    remote = connect(target_spec(profile, opts.trust_new_host))
     try:
         layout = layout_for(remote, profile)
         prepare(remote, layout)
-        with DeploymentLock(remote, layout, what):
-            yield remote, layout
+        with DeploymentLock(remote, layout, opts.what, break_lock=opts.break_lock,
+                            notify=lambda m: emit(Event("warning", {"message": m}))) as lock:
+            with lock.reporting_loss():
+                yield lock.guarded(), layout
     finally:
         remote.close()
 
@@ -128,7 +135,7 @@ class Serving:
 
 def up(profile: Profile, opts: UpOptions, emit: EventSink) -> UpReport:
     emit = masking_sink(emit)  # events carry engine text: the engine may print a secret (its own args dump)
-    with locked_session(profile, opts.trust_new_host, opts.what) as (remote, layout):
+    with locked_session(profile, opts, emit) as (remote, layout):
         report = UpReport(name=profile.name, host=remote.label, status="failed")
         original, version = profile, profile.engine.version
         tried: list[Change] = []
@@ -308,6 +315,9 @@ def _bring_back(remote: Remote, layout: Layout, serving: Serving | None, profile
     if not opts.rollback:
         _amend(exc, f"the previous version {name} was not brought back (--no-rollback)")
         return
+    if isinstance(exc, LockLost):  # whoever holds the lock now owns the target: change nothing more
+        _amend(exc, f"the previous version {name} was not brought back (the lock is no longer ours)")
+        return
     emit(Event("rollback", {"message": f"bringing back the previous version {name}", "run_id": view.run.run_id,
                             "content_hash": view.content_hash, "reason": exc.message}))
     report.restored = {"run_id": view.run.run_id, "content_hash": view.content_hash, "run_dir": view.run.path}
@@ -349,7 +359,7 @@ def _after_failure(remote: Remote, run: RunDir, launch: Launch, outcome: Outcome
                    opts: UpOptions, item: AttemptReport, tried: list[Change], version: str | None,
                    emit: EventSink, dry: DryResolution | None = None) -> Change | bool:
     """Diagnose a failed attempt: the change to make, True to retry unchanged (transient), False to stop."""
-    if isinstance(outcome, (Hung, TimedOut)):
+    if isinstance(outcome, (Hung, TimedOut, Unsupervised)):  # an unsupervised engine: no restart policy covers it
         stop(remote, run, min(profile.restart.grace_s, 10.0))
     diag = diagnose_attempt(remote, launch, outcome, version, kind=profile.engine.kind)
     item.diagnosis = bounded_diagnosis({**diag.to_json(), "hint": diag.hint})  # outcome.json, history, output
@@ -391,6 +401,11 @@ def _attempt_values(remote: Remote, launch: Launch, diag: Diagnosis, profile: Pr
 
 def diagnose_attempt(remote: Remote, launch: Launch, outcome: Outcome, version: str | None, *,
                      kind: str) -> Diagnosis:
+    if isinstance(outcome, Unsupervised):  # started again under a new supervisor, once per `up`
+        return Diagnosis(signature="supervisor-lost", summary=outcome.describe(), transient=True,
+                         evidence=outcome.tail[-5:],
+                         hint="something killed the supervisor (the OOM killer? a cleanup job?): see the target's "
+                              "kernel log; the engine was stopped so that it runs only under a supervisor")
     if isinstance(outcome, (Hung, TimedOut)):
         stalled = outcome.stalled_s if isinstance(outcome, Hung) else outcome.elapsed
         diag = hang_diagnosis(outcome.tail, stalled)
@@ -479,8 +494,8 @@ def _finish_ready(remote: Remote, run: RunDir, launch: Launch, profile: Profile,
 
 
 def _outcome_name(outcome: Outcome) -> str:
-    return {Ready: "ready", Crashed: "crashed", Hung: "hung", TimedOut: "timeout", PortTaken: "port-taken"}[
-        type(outcome)]
+    return {Ready: "ready", Crashed: "crashed", Hung: "hung", TimedOut: "timeout", PortTaken: "port-taken",
+            Unsupervised: "supervisor-lost"}[type(outcome)]
 
 
 def _describe(outcome: Outcome) -> str:

@@ -88,6 +88,10 @@ class Session(Protocol):
         """One output line (without the newline); None at EOF; RemoteError if none came within timeout."""
         ...
 
+    def send(self, data: bytes) -> None:
+        """Write to the command's stdin; RemoteError if the session is gone."""
+        ...
+
     def close(self) -> None:
         """Close stdin (the command sees EOF) and the channel; idempotent."""
         ...

@@ -47,6 +47,16 @@ class LocalSession(LineReader):
                 return None
         return os.read(out.fileno(), 65536)
 
+    def send(self, data: bytes) -> None:
+        stdin = self._proc.stdin
+        if self._closed or stdin is None:
+            raise RemoteError("session closed", host=LOCAL)
+        try:
+            stdin.write(data)
+            stdin.flush()
+        except OSError as e:
+            raise RemoteError(f"session lost: {e}", host=LOCAL) from None
+
     def close(self) -> None:
         if self._closed:
             return

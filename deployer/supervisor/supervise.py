@@ -5,12 +5,11 @@ Stdlib only, Python >= 3.8.  `python3 supervise.py CMD ...`:
   start RUN_DIR              detach a daemon that runs launch.sh in its own process group; print state JSON
   stop RUN_DIR [--grace S]   SIGTERM the engine group, SIGKILL after the grace; print the final state JSON
   status RUN_DIR             print state.json plus "alive" / "supervisor_alive" ("lost" when both are gone)
-  lock LOCK_PATH --who TEXT  hold the per-deployment flock until stdin closes (LOCKED, or BUSY + exit 75)
   ports PORT                 exit 0 if PORT is unclaimed and free on 127.0.0.1 and 0.0.0.0, else 1 and who holds it
   listener RUN_DIR PORT      print whether the listener on PORT is a process of the run's engine group
 start claims the engine port host-wide first (supervise_ports.py); a port taken exits 75 naming its holder.
 State: starting -> running -> ready [-> restarting -> running ...] -> stopped | exited | crashloop.
-Bad input exits 2, other failures 1, always with one line on stderr.
+Bad input exits 2, other failures 1, always with one line on stderr. The deployment lock is supervise_lease.py.
 """
 
 from __future__ import annotations
@@ -182,46 +181,6 @@ def cmd_stop(run_dir: str, grace: float | None) -> int:
     return 0
 
 
-def _lock_holder(fd: int) -> dict[str, Any]:
-    text = b""
-    for _ in range(20):  # the holder writes its info just after taking the lock
-        text = os.pread(fd, 65536, 0)
-        if text.strip():
-            break
-        time.sleep(0.01)
-    try:
-        info = json.loads(text.decode("utf-8", "replace"))
-        return info if isinstance(info, dict) else {"raw": str(info)}
-    except ValueError:
-        return {"raw": text.decode("utf-8", "replace")[:200]}
-
-
-def cmd_lock(path: str, who: str) -> int:
-    try:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
-        raise SuperviseError(f"cannot open lock {path}: {e.strerror}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        print("BUSY " + json.dumps(_lock_holder(fd), sort_keys=True), flush=True)
-        return EXIT_BUSY
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps({"who": who, "since": time.time(), "pid": os.getpid()}).encode(), 0)
-    os.fsync(fd)
-    print("LOCKED", flush=True)
-    try:
-        while os.read(0, 65536):  # held until the deployer's channel (our stdin) closes
-            pass
-    except OSError:
-        pass
-    os.ftruncate(fd, 0)
-    fcntl.flock(fd, fcntl.LOCK_UN)
-    os.close(fd)
-    return 0
-
-
 def cmd_ports(port: int) -> int:
     if not 0 < port < 65536:
         raise SuperviseError(f"bad port {port}", EXIT_BAD_INPUT)
@@ -251,7 +210,7 @@ def _run_dir(arg: str) -> str:
 def _parse(argv: list[str]) -> tuple[str, list[str], dict[str, str]]:
     """Tiny parser: (command, positionals, --options); argparse would print usage over several lines."""
     if not argv:
-        raise SuperviseError("usage: supervise.py start|stop|status|lock|ports|listener ...", EXIT_BAD_INPUT)
+        raise SuperviseError("usage: supervise.py start|stop|status|ports|listener ...", EXIT_BAD_INPUT)
     pos, opts, rest = [], {}, list(argv[1:])
     while rest:
         word = rest.pop(0)
@@ -269,9 +228,9 @@ def _parse(argv: list[str]) -> tuple[str, list[str], dict[str, str]]:
 
 def dispatch(argv: list[str]) -> int:
     cmd, pos, opts = _parse(argv)
-    allowed = {"start": (), "status": (), "stop": ("grace",), "lock": ("who",), "ports": (), "listener": ()}
+    allowed = {"start": (), "status": (), "stop": ("grace",), "ports": (), "listener": ()}
     if cmd not in allowed:
-        raise SuperviseError(f"unknown command {cmd!r} (start|stop|status|lock|ports|listener)", EXIT_BAD_INPUT)
+        raise SuperviseError(f"unknown command {cmd!r} (start|stop|status|ports|listener)", EXIT_BAD_INPUT)
     if len(pos) != (2 if cmd == "listener" else 1) or set(opts) - set(allowed[cmd]):
         raise SuperviseError(f"usage: supervise.py {cmd} ARG {' '.join('--' + o + ' X' for o in allowed[cmd])}",
                              EXIT_BAD_INPUT)
@@ -280,8 +239,6 @@ def dispatch(argv: list[str]) -> int:
         port = int(pos[-1]) if cmd in ("ports", "listener") else 0
     except ValueError:
         raise SuperviseError(f"{cmd}: not a number: {opts.get('grace', pos[-1])}", EXIT_BAD_INPUT) from None
-    if cmd == "lock":
-        return cmd_lock(pos[0], opts.get("who", f"pid {os.getpid()}"))
     if cmd == "ports":
         return cmd_ports(port)
     run_dir = _run_dir(pos[0])

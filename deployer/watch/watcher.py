@@ -2,11 +2,12 @@
 
 A small state machine: starting (process alive, nothing listening) -> loading (the log shows progress lines, or
 `downloading` while weight files are fetched) -> ready (the health endpoint answers 200 and the listener on the
-port is a process of this run's engine group) or failed (exited, hung, timed out, or the port answered from
-someone else's server). Progress is output that moves (new lines, a bar whose count changes), not only new lines:
-a 54 GB download drawn with \r on one line is progress; a frozen bar is a stall. The log is read incrementally
-from a byte offset, in bounded reads, so a poll costs the same whatever the log's size or the length of its
-lines; polls start fast and back off to interval_s.
+port is a process of this run's engine group, still under its supervisor) or failed (exited, hung, timed out,
+the port answered from someone else's server, or the supervisor died and left the engine unsupervised).
+Progress is output that moves (new lines, a bar whose count changes), not only new lines: a 54 GB download
+drawn with \r on one line is progress; a frozen bar is a stall. The log is read incrementally from a byte
+offset, in bounded reads, so a poll costs the same whatever the log's size or the length of its lines; polls
+start fast and back off to interval_s.
 """
 
 from __future__ import annotations
@@ -101,7 +102,20 @@ class PortTaken:
         return f"port {self.port} taken by {self.holders}"
 
 
-Outcome = Union[Ready, Crashed, Hung, TimedOut, PortTaken]
+@dataclass(frozen=True)
+class Unsupervised:
+    """The engine runs on, but its supervisor died: no restart policy covers it, so it is not ready."""
+
+    elapsed: float
+    supervisor_pid: int | None
+    tail: list[str]
+
+    def describe(self) -> str:
+        return f"the engine's supervisor (pid {self.supervisor_pid}) died after {self.elapsed:.1f}s; " \
+               f"the engine ran on unsupervised"
+
+
+Outcome = Union[Ready, Crashed, Hung, TimedOut, PortTaken, Unsupervised]
 
 
 @dataclass(frozen=True)
@@ -219,6 +233,7 @@ class Watcher:
         self.bar: Bar | None = None                  # the last progress bar seen
         self.bars: OrderedDict[str, float] = OrderedDict()   # bar description -> its count when last seen
         self.before_download: str | None = None
+        self.orphaned: dict[str, Any] | None = None  # the supervisor's status once it died with the engine alive
 
     def run(self) -> Outcome:
         delay = FIRST_POLL_S
@@ -239,6 +254,8 @@ class Watcher:
             self._look_at_cache(now, elapsed)
         if dead is not None:
             return self._crashed(dead, elapsed)
+        if self.orphaned is not None:
+            return self._unsupervised(self.orphaned, elapsed)
         if self._healthy():
             owner = listener(self.remote, self.launch.run, self.port)
             if owner.ours is False:
@@ -246,8 +263,7 @@ class Watcher:
                                                "holders": owner.holders}))
                 return PortTaken(elapsed, self.port, owner.describe(), self.log.tail())
             if owner.ours:
-                self.emit(Event("ready", {"elapsed": round(elapsed, 3), "phase": "ready"}))
-                return Ready(elapsed)
+                return self._ready(elapsed)
         stalled = now - self.last_progress
         if stalled > self.health.stall_timeout_s:
             self.emit(Event("hung", {"elapsed": elapsed, "stalled_s": stalled}))
@@ -256,6 +272,23 @@ class Watcher:
             self.emit(Event("timeout", {"elapsed": elapsed}))
             return TimedOut(elapsed, self.log.tail())
         return None
+
+    def _ready(self, elapsed: float) -> Outcome:
+        """Health answers from our engine; ready also means supervised (the restart policy covers it)."""
+        live = status(self.remote, self.launch.run)
+        if live.get("status") in DEAD_STATES:
+            return self._crashed(live, elapsed)
+        if not live.get("supervisor_alive"):
+            return self._unsupervised(live, elapsed)
+        self.emit(Event("ready", {"elapsed": round(elapsed, 3), "phase": "ready"}))
+        return Ready(elapsed)
+
+    def _unsupervised(self, live: dict[str, Any], elapsed: float) -> Unsupervised:
+        pid = live.get("supervisor_pid")
+        outcome = Unsupervised(elapsed, pid if isinstance(pid, int) else None, self.log.tail())
+        self.emit(Event("supervisor-lost", {"elapsed": round(elapsed, 3), "supervisor_pid": outcome.supervisor_pid,
+                                            "message": outcome.describe()}))
+        return outcome
 
     def _read_log(self, now: float, elapsed: float) -> None:
         """Progress is output that moves: a new line, a bar whose count changed, an unfinished line that changed.
@@ -347,6 +380,8 @@ class Watcher:
             live = status(self.remote, self.launch.run)
             if live.get("status") in DEAD_STATES:
                 return live
+            if live.get("alive") and not live.get("supervisor_alive"):
+                self.orphaned = live
         return None
 
     def _state_file(self) -> dict[str, Any]:

@@ -241,8 +241,8 @@ def test_a_replacement_that_cannot_start_brings_the_old_version_back(tmp_path: P
                         port=before["port"])
     proc = deploy("up", str(bad), "--skip-preflight", "--json", home=home)
     assert proc.returncode == 5, proc.stderr
-    *_, report, error = events(proc.stdout)  # a failure ends with its error line, after the report
-    assert error["event"] == "error" and error["code"] == 5
+    *_, report, error = events(proc.stdout)  # a failed --json run ends with its error event, after the report
+    assert report["event"] == "report" and error["event"] == "error" and error["code"] == 5, error
     assert report["attempts"][-1]["outcome"] == "crashed"
     assert report["restored"]["status"] == "ready" and report["restored"]["run_id"] == Path(before["run_dir"]).name
     assert "brought back the previous version" in proc.stderr and "it is serving again" in proc.stderr

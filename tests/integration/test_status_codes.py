@@ -21,7 +21,11 @@ def status(sshd: SSHD, tmp_path: Path, *names: str) -> tuple[int, Any]:
     r = deploy("status", *names, "--json", "--host", "deployer-test", "--workdir", str(tmp_path / "work"),
                home=tmp_path / "monitor", env={"DEPLOYER_SSH_CONFIG": str(sshd.ssh_config)})
     assert "Traceback" not in r.stderr
-    return r.returncode, json.loads(r.stdout) if r.stdout.strip() else None
+    data = json.loads(r.stdout) if r.stdout.strip() else None
+    if isinstance(data, dict) and data.get("event") == "error":  # a failed --json command's last (only) line
+        assert data["code"] == r.returncode and r.returncode != 0, data
+        return r.returncode, None
+    return r.returncode, data
 
 
 def wait_status(sshd: SSHD, tmp_path: Path, name: str, want: str) -> tuple[int, Any]:

@@ -312,37 +312,3 @@ def test_restart_in_the_same_run_dir_after_stop_appends_to_the_log(make_run: Cal
     second = start(run)
     assert second["log_offset"] > 0 and second["status"] == "running"
     assert wait_for(status_is(run, "ready"), 10, "ready again")["ready_at"] > second["started_at"]
-
-
-# ---- the per-deployment lock ----
-
-def hold_lock(path: Path, who: str) -> subprocess.Popen[str]:
-    holder = subprocess.Popen([PY, str(SUPERVISE), "lock", str(path), "--who", who], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert holder.stdout is not None
-    assert holder.stdout.readline() == "LOCKED\n"
-    return holder
-
-
-def test_lock_contention_and_release_on_stdin_eof(tmp_path: Path) -> None:
-    path = tmp_path / "deep" / "dep" / "lock"
-    holder = hold_lock(path, "alice@laptop up")
-    busy = sup("lock", str(path), "--who", "bob", timeout=5)
-    assert busy.returncode == 75
-    word, _, info = busy.stdout.strip().partition(" ")
-    assert word == "BUSY" and json.loads(info)["who"] == "alice@laptop up"
-    assert json.loads(info)["pid"] == holder.pid
-    assert holder.stdin is not None
-    holder.stdin.close()
-    assert holder.wait(timeout=5) == 0
-    hold_lock(path, "bob").communicate(timeout=5)
-
-
-def test_lock_is_released_when_the_holder_dies(tmp_path: Path) -> None:
-    path = tmp_path / "lock"
-    holder = hold_lock(path, "alice")
-    holder.kill()
-    holder.communicate(timeout=5)
-    second = hold_lock(path, "bob")
-    assert second.communicate(timeout=5)[0] == ""
-    assert second.returncode == 0

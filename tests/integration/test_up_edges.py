@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from deploy_helpers import deploy, events, free_port, write_profile
+from deployer.lock import DeploymentLock
 from deployer.profile.loader import load_profile
 from deployer.remote.connect import connect
-from deployer.start import DeploymentLock
 from sshbed import keygen
 
 pytestmark = pytest.mark.integration

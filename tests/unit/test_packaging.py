@@ -27,6 +27,7 @@ def test_wheel_holds_package_data(wheel: Path) -> None:
     for needed in ("deployer/render/templates/sglang.sh.j2", "deployer/supervisor/supervise.py",
                    "deployer/supervisor/supervise_base.py",
                    "deployer/supervisor/supervise_daemon.py", "deployer/supervisor/supervise_ports.py",
+                   "deployer/supervisor/supervise_lease.py",
                    "deployer/engines/sglang/signatures.yaml", "deployer/engines/sglang/renames.yaml",
                    "deployer/render/templates/vllm.sh.j2", "deployer/engines/vllm/signatures.yaml",
                    "deployer/engines/vllm/probe.py",

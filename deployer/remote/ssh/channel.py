@@ -36,6 +36,15 @@ class SSHSession(LineReader):
         except OSError as e:
             raise RemoteError(f"session lost: {e}", host=self._label) from None
 
+    def send(self, data: bytes) -> None:
+        if self._closed or self._chan.closed:
+            raise RemoteError("session closed", host=self._label)
+        self._chan.settimeout(5.0)
+        try:
+            self._chan.sendall(data)
+        except (OSError, EOFError) as e:
+            raise RemoteError(f"session lost: {e or type(e).__name__}", host=self._label) from None
+
     def close(self) -> None:
         if self._closed:
             return

@@ -248,13 +248,15 @@ class SSHRemote:
         steps (opening a channel), never for a command that may have started."""
         import paramiko
 
+        transport = self._transport()
         try:
-            return op(self._transport())
+            return op(transport)
         except (paramiko.SSHException, EOFError, OSError) as e:
             if isinstance(e, paramiko.ChannelException):
                 raise
-            with self._lock:
-                self._drop()
+            with self._lock:  # another thread (the lock's heartbeat) may have reconnected already: keep that one
+                if self._conn is not None and self._conn.transport is transport:
+                    self._drop()
             try:
                 return op(self._transport())
             except (paramiko.SSHException, EOFError, OSError) as e2:

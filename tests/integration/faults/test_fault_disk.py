@@ -1,0 +1,150 @@
+"""Disk full on the target: the workdir on a small tmpfs, filled up at the worst moments. Each case checks what
+serves afterwards, what the lock says, and that nothing was lost or leaked."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from faultbed import SECRET, assert_lock_free, assert_nothing_leaked, lease, secret_env, status_of
+from deploy_helpers import deploy, write_profile
+from deployer.lock import DeploymentLock
+from deployer.profile.loader import load_profile
+from deployer.push import layout_for
+from deployer.remote.connect import connect
+from sshbed import SSHD, make_sshd
+
+pytestmark = pytest.mark.integration
+
+ENV = {"HF_TOKEN": "${FAULT_SECRET}"}
+
+
+@pytest.fixture()
+def small_disk(tmp_path: Path) -> Iterator[tuple[SSHD, Path]]:
+    """An 8 MB tmpfs workdir, mounted before the sshd starts (its PID namespace copies the mounts)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0755", "tmpfs", str(disk)],
+                             capture_output=True, text=True, timeout=20)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.strip()}")
+    bed = None
+    try:
+        bed = make_sshd(tmp_path / "sshd")
+        yield bed, disk / "work"
+    finally:
+        if bed is not None:
+            bed.stop()
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True, timeout=20)
+
+
+def fill(disk: Path, leave: int = 0) -> Path:
+    """Write until ENOSPC, then give back `leave` bytes; returns the filler (delete it to free the space)."""
+    filler = disk.parent / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * (16 << 10))
+        except OSError as e:
+            assert e.errno == errno.ENOSPC
+    if leave:
+        os.truncate(filler, max(0, filler.stat().st_size - leave))
+    return filler
+
+
+def test_on_a_full_disk_the_lock_is_taken_refused_and_released(tmp_path: Path, small_disk: tuple[SSHD, Path],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    sshd, work = small_disk
+    home, env = tmp_path / "h", secret_env()
+    prof = write_profile(tmp_path, sshd, name="fulllock", env=ENV, workdir=work)
+    assert deploy("up", str(prof), "--skip-preflight", home=home, env=env).returncode == 0
+    filler = fill(work)
+    monkeypatch.setenv("FAULT_SECRET", SECRET)
+    profile = load_profile(prof)
+    remote = connect(sshd.spec())
+    try:
+        layout = layout_for(remote, profile)
+        with DeploymentLock(remote, layout, "on a full disk"):  # the lease is rewritten in place: no new blocks
+            held = lease(work, "fulllock")
+            assert held["command"] == "on a full disk" and held["expires_at"] > held["renewed_at"]
+            refused = deploy("down", str(prof), home=home, env=env)
+            assert refused.returncode == 4 and "(on a full disk)" in refused.stderr, refused.stderr
+        assert lease(work, "fulllock").get("released_at")  # intact JSON, released
+    finally:
+        remote.close()
+    assert status_of(prof, home, env)["healthy"]  # nothing was lost meanwhile
+    assert_nothing_leaked(work, home, "fulllock", serving=True)
+    filler.unlink()
+    assert deploy("down", str(prof), home=home, env=env).returncode == 0
+    assert_nothing_leaked(work, home, "fulllock", serving=False)
+
+
+def test_down_on_a_full_disk_stops_the_engine(tmp_path: Path, small_disk: tuple[SSHD, Path]) -> None:
+    sshd, work = small_disk
+    home, env = tmp_path / "h", secret_env()
+    prof = write_profile(tmp_path, sshd, name="fulldown", env=ENV, workdir=work)
+    assert deploy("up", str(prof), "--skip-preflight", home=home, env=env).returncode == 0
+    filler = fill(work)
+    try:
+        down = deploy("down", str(prof), home=home, env=env)
+        assert down.returncode == 0, down.stderr
+        assert_lock_free(work, "fulldown")
+        assert_nothing_leaked(work, home, "fulldown", serving=False)
+    finally:
+        filler.unlink()
+        deploy("down", str(prof), home=home, env=env)
+
+
+def test_first_up_onto_a_full_disk_fails_with_one_line_and_leaves_nothing(
+        tmp_path: Path, small_disk: tuple[SSHD, Path]) -> None:
+    sshd, work = small_disk
+    home, env = tmp_path / "h", secret_env()
+    work.mkdir()
+    filler = fill(work)
+    prof = write_profile(tmp_path, sshd, name="fullfirst", env=ENV, workdir=work)
+    proc = deploy("up", str(prof), "--skip-preflight", home=home, env=env)
+    assert proc.returncode in (3, 4) and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert not list(work.rglob("*.part")), "half-written uploads left behind"
+    assert_lock_free(work, "fullfirst")
+    assert_nothing_leaked(work, home, "fullfirst", serving=False)
+    filler.unlink()
+
+
+def test_a_full_disk_is_named_as_such(tmp_path: Path, small_disk: tuple[SSHD, Path]) -> None:
+    sshd, work = small_disk
+    work.mkdir()
+    filler = fill(work)
+    prof = write_profile(tmp_path, sshd, name="fullname", env=ENV, workdir=work)
+    try:
+        proc = deploy("up", str(prof), "--skip-preflight", home=tmp_path / "h", env=secret_env())
+        assert "space" in proc.stderr.strip().splitlines()[-1].lower(), proc.stderr
+    finally:
+        filler.unlink()
+
+
+def test_a_new_version_on_a_nearly_full_disk_keeps_the_old_one_serving(
+        tmp_path: Path, small_disk: tuple[SSHD, Path]) -> None:
+    sshd, work = small_disk
+    home, env = tmp_path / "h", secret_env()
+    prof = write_profile(tmp_path, sshd, name="fullnew", env=ENV, workdir=work)
+    assert deploy("up", str(prof), "--skip-preflight", home=home, env=env).returncode == 0
+    before = status_of(prof, home, env)
+    filler = fill(work, leave=32 << 10)  # room to take the lock and refresh the supervisor, not for a new run
+    try:
+        proc = deploy("up", str(prof), "--skip-preflight", "--set", "engine.args.enable_metrics=true", home=home,
+                      env=env)
+        assert proc.returncode != 0 and "Traceback" not in proc.stderr
+        after = status_of(prof, home, env)
+        assert after["healthy"] and after["pid"] == before["pid"] and after["run_dir"] == before["run_dir"]
+        assert_lock_free(work, "fullnew")
+    finally:
+        filler.unlink()
+        deploy("down", str(prof), home=home, env=env)
