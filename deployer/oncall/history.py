@@ -9,15 +9,16 @@ from pydantic import ValidationError
 from deployer.errors import NotFound
 from deployer.local_history import History
 from deployer.logtext import bounded_diagnosis
-from deployer.oncall.deployment import Ref, layout_of, make_ref, opened
-from deployer.oncall.secret_restore import learn_secrets
+from deployer.oncall.deployment import Ref, connected, layout_of, make_ref, opened
+from deployer.oncall.secret_restore import learn_env_text, learn_secrets
 from deployer.pipeline.up import diagnose_state
 from deployer.profile.model import Profile
 from deployer.remedy import propose
 from deployer.secrets import mask_data
 from deployer.start import DeploymentLock
 from deployer.supervisor.supervise_base import CRASHED
-from deployer.target.records import all_runs, current_view, list_runs, run_view
+from deployer.target import snapshot
+from deployer.target.records import current_view, list_runs, run_view
 from deployer.target.retention import DEFAULT_KEEP, apply_plan, retention_plan
 
 __all__ = ["make_ref", "history", "local_history", "diagnose_deployment", "prune"]
@@ -46,11 +47,14 @@ def prune(ref: Ref, keep: int | None, dry_run: bool) -> dict[str, Any]:
 def history(ref: Ref) -> list[dict[str, Any]]:
     """Every attempt on the target, newest first (the target is the truth; local history is a cache)."""
     assert ref.name
-    with opened(ref) as (remote, workdir):
-        views, current = all_runs(remote, layout_of(workdir, ref.name))
+    with connected(ref) as remote:
+        snap = snapshot.take(remote, layout_of(ref.workdir, ref.name).root, runs=None)  # one exec channel
+        if not snap.runs:
+            raise NotFound(f"no deployment {ref.name!r} under {snap.workdir} on {remote.label}")
+        views, current = [snap.view(r) for r in snap.runs], snap.current
         for view in views:
-            if view.run.run_id == current:
-                learn_secrets(remote, view.run.file("env"), view.record)  # diagnoses quote engine text
+            if view.run.run_id == current:  # diagnoses quote engine text
+                learn_env_text(snap.env.get(current), view.record, view.run.file("env"))
         rows = []
         for view in reversed(views):
             run_id = view.run.run_id
