@@ -5,6 +5,7 @@ Everything is read from the target, so these work from a laptop that never ran t
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from deployer.diagnose.diagnosis import Diagnosis, diagnose, oom_killer_lines
 from deployer.errors import LaunchFailed, NotFound, ProfileError, TargetError, Unhealthy
 from deployer.logtext import bounded_diagnosis
 from deployer.pipeline.up import diagnose_state, target_spec
@@ -92,7 +94,8 @@ def layout_of(workdir: str, name: str) -> Layout:
     return Layout(f"{workdir.rstrip('/')}/{name}")
 
 
-def describe(view: RunView, remote: Remote, name: str, runs: int, env_text: str | None) -> dict[str, Any]:
+def describe(view: RunView, remote: Remote, name: str, runs: int, env_text: str | None,
+             attempt: snapshot.Attempt | None = None) -> dict[str, Any]:
     state, record = view.state, view.record
     learn_env_text(env_text, record, view.run.file("env"))  # the diagnosis quotes engine text
     port = int(record.get("port") or 0)
@@ -106,7 +109,7 @@ def describe(view: RunView, remote: Remote, name: str, runs: int, env_text: str 
         "port": port, "restarts": state.get("restarts", 0), "last_crash": state.get("last_crash"),
         "exit_code": state.get("exit_code"), "signal_name": state.get("signal_name"),
         "drift": (view.outcome or {}).get("drift", []), "runs": runs,
-        "diagnosis": crash_diagnosis(remote, view) or (view.outcome or {}).get("diagnosis"),
+        "diagnosis": crash_diagnosis(remote, view, attempt) or (view.outcome or {}).get("diagnosis"),
     }
 
 
@@ -129,9 +132,9 @@ def worst_exit_code(rows: list[dict[str, Any]]) -> int:
     return next((c for c in (CRASHED, NOT_SERVING, STOPPED) if c in codes), SERVING)
 
 
-def crash_diagnosis(remote: Remote, view: RunView) -> dict[str, Any] | None:
+def crash_diagnosis(remote: Remote, view: RunView, attempt: snapshot.Attempt | None = None) -> dict[str, Any] | None:
     """For an engine that died after ready (crash loop, or restart policy "no"), or whose restart by the policy
-    died before ready: why, from its last run's log."""
+    died before ready: why, from its last run's log (the snapshot's `attempt` when it has this run's)."""
     state = view.state
     crash = state.get("last_crash")
     after_ready = state.get("ready_at") or state.get("restarts")  # the policy restarts only a ready engine
@@ -139,8 +142,20 @@ def crash_diagnosis(remote: Remote, view: RunView) -> dict[str, Any] | None:
         return None
 
     version = (view.record.get("profile") or {}).get("engine", {}).get("version")
-    diag = diagnose_state(remote, view.run, state, version)
+    if attempt is not None and attempt.run_id == view.run.run_id:
+        diag = diagnose_attempt(attempt, state, version)
+    else:
+        diag = diagnose_state(remote, view.run, state, version)
     return bounded_diagnosis({**diag.to_json(), "hint": diag.hint})
+
+
+def diagnose_attempt(attempt: snapshot.Attempt, state: dict[str, Any], version: str | None) -> Diagnosis:
+    """pipeline.up.diagnose_state on what a snapshot brought: no further trip to the target."""
+    end = state.get("last_crash") or state
+    diag = diagnose(attempt.text, engine_version=version, exit_code=end.get("exit_code"), signal=end.get("signal"))
+    if diag.signature == "killed-by-signal":
+        diag = dataclasses.replace(diag, evidence=[*diag.evidence, *oom_killer_lines(attempt.dmesg or "")[-3:]])
+    return diag
 
 
 def status(ref: Ref) -> list[dict[str, Any]]:
@@ -158,7 +173,7 @@ def status(ref: Ref) -> list[dict[str, Any]]:
             view = snap.current_view()
             if view is None:
                 continue
-            row = describe(view, remote, name, len(snap.runs), snap.env.get(view.run.run_id))
+            row = describe(view, remote, name, len(snap.runs), snap.env.get(view.run.run_id), snap.attempt)
             out.append({**row, "serving": status_exit_code(row) == SERVING})
         return list(mask_data(out))
 

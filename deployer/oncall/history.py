@@ -6,19 +6,18 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from deployer.errors import NotFound
+from deployer.errors import NotFound, TargetError
 from deployer.local_history import History
 from deployer.logtext import bounded_diagnosis
-from deployer.oncall.deployment import Ref, connected, layout_of, make_ref, opened
-from deployer.oncall.secret_restore import learn_env_text, learn_secrets
-from deployer.pipeline.up import diagnose_state
+from deployer.oncall.deployment import Ref, connected, diagnose_attempt, layout_of, make_ref, opened
+from deployer.oncall.secret_restore import learn_env_text
 from deployer.profile.model import Profile
 from deployer.remedy import propose
 from deployer.secrets import mask_data
 from deployer.start import DeploymentLock
 from deployer.supervisor.supervise_base import CRASHED
 from deployer.target import snapshot
-from deployer.target.records import current_view, list_runs, run_view
+from deployer.target.records import current_view, list_runs
 from deployer.target.retention import DEFAULT_KEEP, apply_plan, retention_plan
 
 __all__ = ["make_ref", "history", "local_history", "diagnose_deployment", "prune"]
@@ -83,19 +82,21 @@ def local_history(name: str, host: str | None) -> list[dict[str, Any]]:
 
 
 def diagnose_deployment(ref: Ref, engine_version: str | None) -> dict[str, Any]:
-    """Pull the latest failed attempt's log from the target and diagnose it."""
+    """Diagnose the latest failed attempt from its log on the target: one snapshot brings records and log."""
     assert ref.name
-    with opened(ref) as (remote, workdir):
-        layout = layout_of(workdir, ref.name)
-        for run_id in reversed(list_runs(remote, layout)):
-            view = run_view(remote, layout, run_id, live=False)
+    with connected(ref) as remote:
+        snap = snapshot.take(remote, layout_of(ref.workdir, ref.name).root, runs=None, attempt="failed")
+        for run_id in reversed(snap.runs):
+            view = snap.view(run_id)
             state = view.state
             crashed = state.get("status") in CRASHED or state.get("last_crash")
             if not crashed and (view.outcome or {}).get("outcome") in (None, "ready"):
                 continue
-            learn_secrets(remote, view.run.file("env"), view.record)
+            if snap.attempt is None or snap.attempt.run_id != run_id:
+                raise TargetError(f"the target's snapshot of {snap.layout.root} has no log of run {run_id}")
+            learn_env_text(snap.env.get(run_id), view.record, view.run.file("env"))
             version = engine_version or (view.record.get("profile") or {}).get("engine", {}).get("version")
-            diag = diagnose_state(remote, view.run, state, version)
+            diag = diagnose_attempt(snap.attempt, state, version)
 
             data = {**bounded_diagnosis({**diag.to_json(), "hint": diag.hint}), "run_id": run_id}
             prof = _profile_of(view.record)

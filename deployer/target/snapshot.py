@@ -63,6 +63,16 @@ class LogWindow:
 
 
 @dataclass(frozen=True)
+class Attempt:
+    """What the diagnosis reads of one run's last engine life: its log windows joined (the first traceback and
+    the tail, as pipeline.up.attempt_log reads them) and, for a death by signal, the kernel log's tail."""
+
+    run_id: str
+    text: str
+    dmesg: str | None
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """One deployment as its target saw it in one instant."""
 
@@ -73,6 +83,7 @@ class Snapshot:
     live: dict[str, Any] | None          # the current run's status (state.json plus liveness)
     env: dict[str, str | None]           # env file text of the current run and the run whose log is shown
     log: LogWindow | None
+    attempt: Attempt | None = None
 
     @property
     def name(self) -> str:
@@ -93,10 +104,11 @@ class Snapshot:
 
 
 def take(remote: Remote, root: str, *, runs: int | None = 0, log_tail: int | None = None,
-         previous: bool = False) -> Snapshot:
+         previous: bool = False, attempt: str = "current") -> Snapshot:
     """Snapshot of the deployment dir `root` (`~` is the target user's home): records of the newest `runs` runs
-    (None: all) and the current one; with `log_tail`, the last that many bytes of the log `logs` shows."""
-    args = [root, "--runs", "all" if runs is None else str(runs)]
+    (None: all) and the current one; with `log_tail`, the last that many bytes of the log `logs` shows;
+    `attempt` "current": the diagnosis windows of a crashed current run, "failed": of the newest failed run."""
+    args = [root, "--runs", "all" if runs is None else str(runs), "--attempt", attempt]
     if log_tail is not None:
         args += ["--log-tail", str(log_tail)] + (["--previous"] if previous else [])
     return _parse(_ask(remote, args, root))
@@ -134,14 +146,26 @@ def _parse(data: dict[str, Any]) -> Snapshot:
     live = data.get("status")
     return Snapshot(Layout(str(data["root"])), [str(r) for r in data.get("runs") or []],
                     str(data["current"]) if data.get("current") else None, records,
-                    live if isinstance(live, dict) else None, env, _log(data.get("log")))
+                    live if isinstance(live, dict) else None, env, _log(data.get("log")), _attempt(data.get("attempt")))
+
+
+def _attempt(data: Any) -> Attempt | None:
+    if not isinstance(data, dict) or not data.get("run"):
+        return None
+    parts = [_b64(w.get("data")) for w in data.get("windows") or [] if isinstance(w, dict)]
+    dmesg = data.get("dmesg")
+    return Attempt(str(data["run"]), b"\n".join(parts).decode("utf-8", "replace"),
+                   dmesg if isinstance(dmesg, str) else None)
+
+
+def _b64(text: Any) -> bytes:
+    try:
+        return base64.b64decode(str(text or ""), validate=True)
+    except (binascii.Error, ValueError):
+        return b""
 
 
 def _log(data: Any) -> LogWindow | None:
     if not isinstance(data, dict) or not data.get("run"):
         return None
-    try:
-        raw = base64.b64decode(str(data.get("data") or ""), validate=True)
-    except (binascii.Error, ValueError):
-        raw = b""
-    return LogWindow(str(data["run"]), int(data.get("size") or 0), int(data.get("start") or 0), raw)
+    return LogWindow(str(data["run"]), int(data.get("size") or 0), int(data.get("start") or 0), _b64(data.get("data")))

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from deployer.errors import NotFound, TargetError
-from deployer.oncall.deployment import pick_run
+from deployer.oncall.deployment import diagnose_attempt, pick_run
 from deployer.remote.local import LocalRemote
 from deployer.supervisor import supervise_snapshot as snap_mod
 from deployer.target import snapshot
@@ -229,3 +229,63 @@ def test_take_says_one_line_when_the_target_cannot_answer(tmp_path: Path) -> Non
     with pytest.raises(TargetError) as err:
         snapshot.take(NoPython(), str(tmp_path))
     assert "python3: command not found" in str(err.value) and "leak" not in str(err.value)
+
+
+# --- the attempt windows `deploy diagnose` (and `status` of a crashed run) read, in the same trip ---
+
+def test_attempt_of_the_newest_failed_run(tmp_path: Path) -> None:
+    root = tmp_path / "dep"
+    make_run(root, RUN_A, state={"status": "exited", "exit_code": 1, "log_offset": 0}, log=b"boom A\n",
+             env="A_TOKEN='a'\n")
+    make_run(root, RUN_B, state={"status": "stopped"}, outcome={"outcome": "failed"}, log=b"old\nboom B\n")
+    make_run(root, RUN_C, state={"status": "stopped"}, outcome={"outcome": "ready"}, log=b"fine\n")
+    set_current(root, RUN_C)
+    data = snapshot_json(str(root), "--runs", "all", "--attempt", "failed")
+    assert data["attempt"]["run"] == RUN_B  # the newest that did not end ready, not the current one
+    assert [base64.b64decode(w["data"]) for w in data["attempt"]["windows"]] == [b"old\nboom B\n"]
+    assert data["attempt"]["dmesg"] is None  # no signal: the kernel log is not read
+    assert sorted(data["env"]) == [RUN_B, RUN_C]
+    assert snapshot_json(str(root), "--runs", "all", "--attempt", "current")["attempt"] is None  # C is fine
+    (root / "runs" / RUN_C / "state.json").write_text(json.dumps({"status": "ready", "pid": dead_pid()}))
+    lost = snapshot_json(str(root), "--attempt", "current")  # a "ready" whose processes are gone is lost
+    assert lost["status"]["status"] == "lost" and lost["attempt"]["run"] == RUN_C
+    assert snapshot_json(str(root), "--runs", "all")["attempt"] is None
+
+
+def test_attempt_of_a_big_log_is_its_first_traceback_and_its_tail(tmp_path: Path) -> None:
+    root = tmp_path / "dep"
+    filler = b"loading shard\n" * ((snap_mod.DIAG_WINDOW + snap_mod.TAIL_WINDOW) // 14 + 1000)
+    offset = 7  # the last engine life starts here; an earlier life's traceback is before it
+    log = b"Trace\n" + b"x" * (offset - 6) + filler + b"[rank0] Traceback (most recent call last):\n  File x\n" + \
+        filler + b"the very end\n"
+    state = {"status": "crashloop", "last_crash": {"log_offset": offset, "exit_code": 1, "signal": None}}
+    make_run(root, RUN_A, state=state, log=log)
+    set_current(root, RUN_A)
+    tb_line = log.index(b"[rank0] Traceback")
+    # the traceback's line start, as `grep -b -m1` finds it (the state has no traceback_offset: an older supervisor)
+    assert snap_mod.find_traceback(str(root / "runs" / RUN_A / "engine.log"), offset) == tb_line
+    data = snapshot_json(str(root), "--attempt", "current")
+    windows = data["attempt"]["windows"]
+    assert [w["start"] for w in windows] == [tb_line, len(log) - snap_mod.TAIL_WINDOW]
+    assert base64.b64decode(windows[0]["data"]).startswith(b"[rank0] Traceback")
+    assert len(base64.b64decode(windows[0]["data"])) == snap_mod.DIAG_WINDOW
+    assert base64.b64decode(windows[1]["data"]).endswith(b"the very end\n")
+
+
+def test_find_traceback_across_read_chunks_and_none(tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    head = b"a" * ((1 << 20) - 10)  # the marker straddles the 1 MiB read boundary, on a line of its own
+    log.write_bytes(head + b"\nTraceback (most recent call last):\n")
+    assert snap_mod.find_traceback(str(log), 0) == len(head) + 1
+    assert snap_mod.find_traceback(str(log), len(head) + 5) is None  # starts past the marker's beginning
+    assert snap_mod.find_traceback(str(tmp_path / "missing"), 0) is None
+
+
+def test_diagnose_from_the_snapshot_reads_the_failed_attempt(tmp_path: Path) -> None:
+    root = tmp_path / "dep"
+    log = b"Traceback (most recent call last):\n  File \"x.py\"\ntorch.OutOfMemoryError: CUDA out of memory.\n"
+    make_run(root, RUN_A, state={"status": "exited", "exit_code": 1, "log_offset": 0}, log=log)
+    snap = snapshot.take(LocalRemote(), str(root), runs=None, attempt="failed")
+    assert snap.attempt is not None and snap.attempt.run_id == RUN_A and "OutOfMemoryError" in snap.attempt.text
+    diag = diagnose_attempt(snap.attempt, snap.view(RUN_A).state, None)
+    assert diag.signature == "cuda-oom" and diag.evidence
