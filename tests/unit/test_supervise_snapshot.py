@@ -3,6 +3,7 @@ on run dirs in tmp: as a script, and the way deployer runs it (its own copy over
 
 from __future__ import annotations
 
+import ast
 import base64
 import json
 import os
@@ -62,6 +63,16 @@ def set_current(root: Path, run_id: str) -> None:
 def dead_pid() -> int:
     proc = subprocess.run([PY, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, timeout=30)
     return int(proc.stdout)
+
+
+def test_source_stays_python38_and_stdlib_only() -> None:
+    source = SCRIPT.read_text()
+    tree = ast.parse(source, feature_version=(3, 8))
+    assert "from __future__ import annotations" in source  # annotations are never evaluated on 3.8
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported <= set(sys.stdlib_module_names) | {"__future__", "deployer", "supervise", "supervise_base"}
+    assert "removeprefix" not in source and "removesuffix" not in source  # 3.9 str methods
 
 
 def test_missing_everything_is_null_not_an_error(tmp_path: Path) -> None:
