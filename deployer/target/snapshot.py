@@ -21,7 +21,7 @@ from typing import Any
 
 from deployer.errors import TargetError
 from deployer.push import Layout, supervisor_sources
-from deployer.remote.base import Remote
+from deployer.remote.base import CommandTimedOut, Remote
 from deployer.start import SUPERVISOR_PYTHON
 from deployer.supervisor import supervise_snapshot
 from deployer.target.records import RunView
@@ -124,8 +124,11 @@ def take_workdir(remote: Remote, workdir: str) -> tuple[str, dict[str, Snapshot]
 
 
 def _ask(remote: Remote, args: list[str], what: str) -> dict[str, Any]:
-    result = remote.run(" ".join([SUPERVISOR_PYTHON, "-", *(shlex.quote(a) for a in args)]), timeout=TIMEOUT_S,
-                        check=False, stdin=_bootstrap())
+    try:
+        result = remote.run(" ".join([SUPERVISOR_PYTHON, "-", *(shlex.quote(a) for a in args)]), timeout=TIMEOUT_S,
+                            check=False, stdin=_bootstrap())
+    except CommandTimedOut:  # its message would quote the output so far: an env file's text, maybe
+        raise TargetError(f"cannot read {what} on {remote.label}: no answer within {TIMEOUT_S:g} s") from None
     if not result.ok:  # stderr only: stdout may hold an env file's text
         tail = [line.removeprefix("supervise: ") for line in result.stderr.strip().splitlines()[-2:]]
         raise TargetError(f"cannot read {what} on {remote.label}: {' | '.join(tail) or f'exit {result.exit_code}'}")

@@ -300,3 +300,13 @@ def test_diagnose_from_the_snapshot_reads_the_failed_attempt(tmp_path: Path) -> 
     assert snap.attempt is not None and snap.attempt.run_id == RUN_A and "OutOfMemoryError" in snap.attempt.text
     diag = diagnose_attempt(snap.attempt, snap.view(RUN_A).state, None)
     assert diag.signature == "cuda-oom" and diag.evidence
+
+
+def test_take_that_times_out_does_not_quote_the_output(tmp_path: Path) -> None:
+    class Slow(LocalRemote):
+        def run(self, cmd: str, **kw: Any) -> Any:
+            return super().run("echo HF_TOKEN=leak; sleep 5", **{**kw, "timeout": 0.5})
+
+    with pytest.raises(TargetError) as err:
+        snapshot.take(Slow(), str(tmp_path))
+    assert "no answer within" in str(err.value) and "leak" not in str(err.value)
