@@ -126,9 +126,3 @@ def healthy(remote: Remote, port: int, path: str, timeout: float = 5.0) -> bool:
     except EndpointUnreachable:
         return False
 
-
-def list_deployments(remote: Remote, workdir: str) -> list[str]:
-    """Names of deployments under a workdir (directories that have a runs/ dir)."""
-    result = remote.run(f"cd {shlex.quote(workdir)} 2>/dev/null && ls -1d */runs 2>/dev/null", timeout=20,
-                        check=False)
-    return sorted(line.split("/", 1)[0] for line in result.stdout.split() if line.endswith("/runs"))
