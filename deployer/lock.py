@@ -91,14 +91,22 @@ def takeover_message(info: dict[str, Any]) -> str | None:
 
 
 def lock_state(remote: Remote, layout: Layout) -> dict[str, Any] | None:
-    """What the lock says now (owner, since, held, expires_in, renewed_ago), or None when nobody holds a lease.
-
-    A released lock is seen by reading the file; only a lease that may be live costs a command (its expiry is
-    judged on the target's clock)."""
+    """What the lock says now (owner, since, held, expires_in, renewed_ago), or None when nobody holds a lease."""
     try:
-        raw = remote.read(layout.lock, 0, 64 << 10).strip(b"\0 \n")
-        data = json.loads(raw) if raw else {}
-    except (NotFound, ValueError):
+        raw: bytes | None = remote.read(layout.lock, 0, 64 << 10)
+    except NotFound:
+        raw = None
+    return lease_of(remote, layout, raw)
+
+
+def lease_of(remote: Remote, layout: Layout, raw: bytes | str | None) -> dict[str, Any] | None:
+    """The lock as its file `raw` says (read by the caller, e.g. in a snapshot). A released lock is seen from the
+    file alone; only a lease that may be live costs a command (its expiry is judged on the target's clock)."""
+    text = raw.encode() if isinstance(raw, str) else raw
+    try:
+        stripped = (text or b"").strip(b"\0 \n")
+        data = json.loads(stripped) if stripped else {}
+    except ValueError:
         return None
     if not isinstance(data, dict) or not (data.get("token") or data.get("who")):
         return None

@@ -5,6 +5,7 @@ Everything is read from the target, so these work from a laptop that never ran t
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 import re
 import time
@@ -14,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deployer.errors import LaunchFailed, NotFound, ProfileError, Unhealthy
-from deployer.lock import DeploymentLock, Notify, lock_state
+from deployer.diagnose.diagnosis import Diagnosis, diagnose, oom_killer_lines
+from deployer.errors import LaunchFailed, NotFound, ProfileError, TargetError, Unhealthy
+from deployer.lock import DeploymentLock, Notify, lease_of
 from deployer.logtext import bounded_diagnosis
 from deployer.pipeline.up import diagnose_state, target_spec
 from deployer.profile.host import parse_host
@@ -24,13 +26,13 @@ from deployer.profile.model import NAME_RE, Profile
 from deployer.push import Layout, expand_workdir
 from deployer.remote.base import Remote, TargetSpec
 from deployer.remote.connect import connect
-from deployer.oncall.secret_restore import learn_secrets
+from deployer.oncall.secret_restore import learn_env_text
 from deployer.secrets import mask_data, mask_text
 from deployer.start import stop
 from deployer.supervisor.supervise_base import CRASHED as CRASHED_STATES
 from deployer.supervisor.supervise_base import UP
-from deployer.target.records import (RunView, current_view, healthy, list_deployments, list_runs, record_kind,
-                                     run_view, tail_lines)
+from deployer.target import snapshot
+from deployer.target.records import RunView, current_view, healthy, record_kind, tail_window, window_lines
 from deployer.watch.watcher import LogTail
 
 DEFAULT_WORKDIR = "/workspace/deployer"
@@ -80,13 +82,24 @@ def opened(ref: Ref) -> Iterator[tuple[Remote, str]]:
         remote.close()
 
 
+@contextmanager
+def connected(ref: Ref) -> Iterator[Remote]:
+    """The connection alone: a snapshot takes the workdir as given (`~` is expanded on the target, no trip)."""
+    remote = connect(ref.spec)
+    try:
+        yield remote
+    finally:
+        remote.close()
+
+
 def layout_of(workdir: str, name: str) -> Layout:
     return Layout(f"{workdir.rstrip('/')}/{name}")
 
 
-def describe(view: RunView, remote: Remote, name: str, runs: int) -> dict[str, Any]:
+def describe(view: RunView, remote: Remote, name: str, runs: int, env_text: str | None,
+             attempt: snapshot.Attempt | None = None, lock: dict[str, Any] | None = None) -> dict[str, Any]:
     state, record = view.state, view.record
-    learn_secrets(remote, view.run.file("env"), record)  # the diagnosis quotes engine text
+    learn_env_text(env_text, record, view.run.file("env"))  # the diagnosis quotes engine text
     port = int(record.get("port") or 0)
     started = state.get("started_at")
     alive = view.status in UP
@@ -98,8 +111,8 @@ def describe(view: RunView, remote: Remote, name: str, runs: int) -> dict[str, A
         "port": port, "restarts": state.get("restarts", 0), "last_crash": state.get("last_crash"),
         "exit_code": state.get("exit_code"), "signal_name": state.get("signal_name"),
         "drift": (view.outcome or {}).get("drift", []), "runs": runs,
-        "diagnosis": crash_diagnosis(remote, view) or (view.outcome or {}).get("diagnosis"),
-        "lock": lock_state(remote, Layout(posixpath.dirname(posixpath.dirname(view.run.path)))),
+        "diagnosis": crash_diagnosis(remote, view, attempt) or (view.outcome or {}).get("diagnosis"),
+        "lock": lock,
     }
 
 
@@ -122,9 +135,9 @@ def worst_exit_code(rows: list[dict[str, Any]]) -> int:
     return next((c for c in (CRASHED, NOT_SERVING, STOPPED) if c in codes), SERVING)
 
 
-def crash_diagnosis(remote: Remote, view: RunView) -> dict[str, Any] | None:
+def crash_diagnosis(remote: Remote, view: RunView, attempt: snapshot.Attempt | None = None) -> dict[str, Any] | None:
     """For an engine that died after ready (crash loop, or restart policy "no"), or whose restart by the policy
-    died before ready: why, from its last run's log."""
+    died before ready: why, from its last run's log (the snapshot's `attempt` when it has this run's)."""
     state = view.state
     crash = state.get("last_crash")
     after_ready = state.get("ready_at") or state.get("restarts")  # the policy restarts only a ready engine
@@ -132,22 +145,42 @@ def crash_diagnosis(remote: Remote, view: RunView) -> dict[str, Any] | None:
         return None
 
     version = (view.record.get("profile") or {}).get("engine", {}).get("version")
-    diag = diagnose_state(remote, view.run, state, version, kind=record_kind(view.record))
+    kind = record_kind(view.record)
+    if attempt is not None and attempt.run_id == view.run.run_id:
+        diag = diagnose_attempt(attempt, state, version, kind=kind)
+    else:
+        diag = diagnose_state(remote, view.run, state, version, kind=kind)
     return bounded_diagnosis({**diag.to_json(), "hint": diag.hint})
 
 
+def diagnose_attempt(attempt: snapshot.Attempt, state: dict[str, Any], version: str | None, *,
+                     kind: str) -> Diagnosis:
+    """pipeline.up.diagnose_state on what a snapshot brought: no further trip to the target."""
+    end = state.get("last_crash") or state
+    diag = diagnose(attempt.text, engine_version=version, exit_code=end.get("exit_code"), signal=end.get("signal"),
+                    kind=kind)
+    if diag.signature == "killed-by-signal":
+        diag = dataclasses.replace(diag, evidence=[*diag.evidence, *oom_killer_lines(attempt.dmesg or "")[-3:]])
+    return diag
+
+
 def status(ref: Ref) -> list[dict[str, Any]]:
-    with opened(ref) as (remote, workdir):
-        names = [ref.name] if ref.name else list_deployments(remote, workdir)
+    """One deployment's row, or (no name) every deployment's under the workdir; one exec channel either way."""
+    with connected(ref) as remote:
+        if ref.name:
+            snap = snapshot.take(remote, layout_of(ref.workdir, ref.name).root)
+            snaps = {ref.name: snap}
+            if snap.current is None:
+                raise NotFound(f"no deployment {ref.name!r} under {snap.workdir} on {remote.label}")
+        else:
+            snaps = snapshot.take_workdir(remote, ref.workdir)[1]
         out = []
-        for name in names:
-            layout = layout_of(workdir, name)
-            view = current_view(remote, layout)
+        for name, snap in snaps.items():
+            view = snap.current_view()
             if view is None:
-                if ref.name:
-                    raise NotFound(f"no deployment {name!r} under {workdir} on {remote.label}")
                 continue
-            row = describe(view, remote, name, len(list_runs(remote, layout)))
+            row = describe(view, remote, name, len(snap.runs), snap.env.get(view.run.run_id), snap.attempt,
+                           lease_of(remote, snap.layout, snap.lock))
             out.append({**row, "serving": status_exit_code(row) == SERVING})
         return list(mask_data(out))
 
@@ -169,33 +202,36 @@ def down(ref: Ref, grace: float | None = None, *, break_lock: bool = False,
                 "status": final.get("status"), "run_dir": view.run.path}
 
 
-def pick_run(remote: Remote, layout: Layout, previous: bool) -> RunView:
-    views = list_runs(remote, layout)
-    if not views:
-        raise NotFound(f"no runs of {layout.root} on {remote.label}")
-    current = current_view(remote, layout)
-    run_id = current.run.run_id if current else views[-1]
+def pick_run(snap: snapshot.Snapshot, previous: bool, label: str) -> RunView:
+    """The run `logs` shows: the current one (else the newest), or with `previous` the one before it."""
+    if not snap.runs:
+        raise NotFound(f"no runs of {snap.layout.root} on {label}")
+    run_id = snap.current or snap.runs[-1]
     if previous:
-        older = [r for r in views if r < run_id]
+        older = [r for r in snap.runs if r < run_id]
         if not older:
             raise NotFound(f"no run before {run_id}")
         run_id = older[-1]
-    return run_view(remote, layout, run_id, live=False)
+    return snap.view(run_id)
 
 
 def logs(ref: Ref, *, lines: int, follow: bool, previous: bool, out: Callable[[str], None],
          follow_for: float | None = None) -> None:
+    """The last `lines` lines of the run's log, masked, from one snapshot; `follow` then reads on over SFTP."""
     assert ref.name
-    with opened(ref) as (remote, workdir):
-        layout = layout_of(workdir, ref.name)
-        view = pick_run(remote, layout, previous)
-        learn_secrets(remote, view.run.file("env"), view.record)
-        if previous:  # an older run's env file may be pruned; the secrets are usually the current run's too
-            now = current_view(remote, layout)
-            if now is not None:
-                learn_secrets(remote, now.run.file("env"), now.record)
-        size = remote.size(view.run.log) or 0
-        for line in tail_lines(remote, view.run.log, lines):
+    with connected(ref) as remote:
+        snap = snapshot.take(remote, layout_of(ref.workdir, ref.name).root, log_tail=tail_window(lines),
+                             previous=previous)
+        view = pick_run(snap, previous, remote.label)
+        learn_env_text(snap.env.get(view.run.run_id), view.record, view.run.file("env"))
+        now = snap.current_view()
+        if previous and now is not None:  # an older run's env file may be pruned; the current's secrets help
+            learn_env_text(snap.env.get(now.run.run_id), now.record, now.run.file("env"))
+        window = snap.log
+        if window is None or window.run_id != view.run.run_id:
+            raise TargetError(f"the target's snapshot of {snap.layout.root} has no log of run {view.run.run_id}")
+        size = window.size
+        for line in window_lines(window.data, window.start, lines):
             out(mask_text(line))
         if follow:
             _follow(remote, view, size, lambda line: out(mask_text(line)), follow_for)

@@ -7,25 +7,23 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from deployer.errors import NotFound
+from deployer.errors import NotFound, TargetError
 from deployer.local_history import History
 from deployer.lock import DeploymentLock, describe_holder
 from deployer.logtext import bounded_diagnosis
-from deployer.oncall.deployment import Ref, layout_of, make_ref, opened
-from deployer.oncall.secret_restore import learn_secrets
-from deployer.pipeline.up import diagnose_state
+from deployer.oncall.deployment import Ref, connected, diagnose_attempt, layout_of, make_ref, opened
+from deployer.oncall.secret_restore import learn_env_text
 from deployer.profile.model import Profile
 from deployer.push import Layout
 from deployer.remedy import propose
 from deployer.remote.base import Remote
 from deployer.secrets import mask_data
 from deployer.supervisor.supervise_base import CRASHED
-from deployer.target.records import all_runs, current_view, list_runs, record_kind, run_view
+from deployer.target import snapshot
+from deployer.target.records import current_view, list_runs, record_kind
 from deployer.target.retention import DEFAULT_KEEP, apply_plan, retention_plan
 
 __all__ = ["make_ref", "history", "local_history", "diagnose_deployment", "prune", "lock_events"]
-
-LOCK_EVENTS_WINDOW = 64 << 10
 
 
 def prune(ref: Ref, keep: int | None, dry_run: bool) -> dict[str, Any]:
@@ -52,12 +50,14 @@ def history(ref: Ref) -> list[dict[str, Any]]:
     """Every attempt on the target, newest first, with the lock's takeovers and breaks among them
     (the target is the truth; local history is a cache)."""
     assert ref.name
-    with opened(ref) as (remote, workdir):
-        layout = layout_of(workdir, ref.name)
-        views, current = all_runs(remote, layout)
+    with connected(ref) as remote:
+        snap = snapshot.take(remote, layout_of(ref.workdir, ref.name).root, runs=None)  # one exec channel
+        if not snap.runs:
+            raise NotFound(f"no deployment {ref.name!r} under {snap.workdir} on {remote.label}")
+        views, current = [snap.view(r) for r in snap.runs], snap.current
         for view in views:
-            if view.run.run_id == current:
-                learn_secrets(remote, view.run.file("env"), view.record)  # diagnoses quote engine text
+            if view.run.run_id == current:  # diagnoses quote engine text
+                learn_env_text(snap.env.get(current), view.record, view.run.file("env"))
         rows = []
         for view in reversed(views):
             run_id = view.run.run_id
@@ -70,16 +70,12 @@ def history(ref: Ref) -> list[dict[str, Any]]:
                 "diagnosis": outcome.get("diagnosis"), "change": outcome.get("change"),
                 "drift": outcome.get("drift", []), "restarts": view.state.get("restarts", 0),
             })
-        return list(mask_data(_merge_newest_first(rows, lock_events(remote, layout))))
+        return list(mask_data(_merge_newest_first(rows, lock_events(snap.lock_events))))
 
 
-def lock_events(remote: Remote, layout: Layout) -> list[dict[str, Any]]:
-    """The lock's takeovers and breaks recorded on the target (supervise_lease.py), newest first."""
-    size = remote.size(layout.lock_events)
-    if not size:
-        return []
-    text = remote.read(layout.lock_events, max(0, size - LOCK_EVENTS_WINDOW), LOCK_EVENTS_WINDOW).decode("utf-8",
-                                                                                                     "replace")
+def lock_events(text: str) -> list[dict[str, Any]]:
+    """The lock's takeovers and breaks recorded on the target (supervise_lease.py; the snapshot carries the tail
+    of that file), newest first."""
     rows = []
     for line in text.splitlines():
         try:
@@ -123,19 +119,21 @@ def local_history(name: str, host: str | None) -> list[dict[str, Any]]:
 
 
 def diagnose_deployment(ref: Ref, engine_version: str | None) -> dict[str, Any]:
-    """Pull the latest failed attempt's log from the target and diagnose it."""
+    """Diagnose the latest failed attempt from its log on the target: one snapshot brings records and log."""
     assert ref.name
-    with opened(ref) as (remote, workdir):
-        layout = layout_of(workdir, ref.name)
-        for run_id in reversed(list_runs(remote, layout)):
-            view = run_view(remote, layout, run_id, live=False)
+    with connected(ref) as remote:
+        snap = snapshot.take(remote, layout_of(ref.workdir, ref.name).root, runs=None, attempt="failed")
+        for run_id in reversed(snap.runs):
+            view = snap.view(run_id)
             state = view.state
             crashed = state.get("status") in CRASHED or state.get("last_crash")
             if not crashed and (view.outcome or {}).get("outcome") in (None, "ready"):
                 continue
-            learn_secrets(remote, view.run.file("env"), view.record)
+            if snap.attempt is None or snap.attempt.run_id != run_id:
+                raise TargetError(f"the target's snapshot of {snap.layout.root} has no log of run {run_id}")
+            learn_env_text(snap.env.get(run_id), view.record, view.run.file("env"))
             version = engine_version or (view.record.get("profile") or {}).get("engine", {}).get("version")
-            diag = diagnose_state(remote, view.run, state, version, kind=record_kind(view.record))
+            diag = diagnose_attempt(snap.attempt, state, version, kind=record_kind(view.record))
 
             data = {**bounded_diagnosis({**diag.to_json(), "hint": diag.hint}), "run_id": run_id}
             prof = _profile_of(view.record)

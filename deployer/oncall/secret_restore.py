@@ -27,7 +27,20 @@ class SecretUnavailable(ProfileError):
 
 def learn_secrets(remote: Remote, env_path: str, record: dict[str, Any]) -> None:
     """Remember the secret values of a run (its env file) so that engine text shown from it is masked."""
-    env = read_env_file(remote, env_path)
+    learn_env(read_env_file(remote, env_path), record)
+
+
+def learn_env_text(text: str | None, record: dict[str, Any], path: str = "env") -> None:
+    """learn_secrets for an env file's text already fetched (None: gone); a damaged one teaches nothing."""
+    try:
+        env = parse_env_text(text, path) if text is not None else None
+    except SuperviseError:
+        env = None
+    learn_env(env, record)
+
+
+def learn_env(env: dict[str, str] | None, record: dict[str, Any]) -> None:
+    """Remember the values of `env` that are secrets: masked in the run's record, or secret by their name."""
     masked = {k for k, v in (record.get("env") or {}).items() if v == MASK}
     remember(v for k, v in (env or {}).items()
              if k in masked or k.startswith(SECRET_ENV_PREFIX) or is_secret_env_name(k))

@@ -95,9 +95,19 @@ def tail_lines(remote: Remote, path: str, n: int, window: int | None = None) -> 
     engine's argument dump is read from its start, a progress line from its end).
     """
     size = remote.size(path) or 0
-    window = min(size, window or max(64 << 10, n * 400))
+    window = min(size, window or tail_window(n))
     start = size - window
-    chunk = remote.read(path, start, window).decode("utf-8", "replace").split("\n")
+    return window_lines(remote.read(path, start, window), start, n)
+
+
+def tail_window(n: int) -> int:
+    """How many bytes from a log's end `tail_lines` reads for its last `n` lines."""
+    return max(64 << 10, n * 400)
+
+
+def window_lines(data: bytes, start: int, n: int) -> list[str]:
+    """The last `n` readable lines of a log window that begins at byte `start` of the log (see tail_lines)."""
+    chunk = data.decode("utf-8", "replace").split("\n")
     first_cut = start > 0
     if first_cut and len(chunk) > 1 and any(readable(line) for line in chunk[1:]):
         chunk, first_cut = chunk[1:], False  # the first line is cut and there is more to show
@@ -115,13 +125,6 @@ def healthy(remote: Remote, port: int, path: str, timeout: float = 5.0) -> bool:
         return remote.request("GET", port, path, timeout=timeout).status == 200
     except EndpointUnreachable:
         return False
-
-
-def list_deployments(remote: Remote, workdir: str) -> list[str]:
-    """Names of deployments under a workdir (directories that have a runs/ dir)."""
-    result = remote.run(f"cd {shlex.quote(workdir)} 2>/dev/null && ls -1d */runs 2>/dev/null", timeout=20,
-                        check=False)
-    return sorted(line.split("/", 1)[0] for line in result.stdout.split() if line.endswith("/runs"))
 
 
 def record_kind(record: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from deploy_helpers import deploy, events, write_profile
+from sshbed import Sessions
 
 pytestmark = pytest.mark.integration
 
@@ -53,11 +54,15 @@ def test_rollback_after_a_failed_change(tmp_path: Path, sshd: Any) -> None:
     assert failed.returncode == 5 and "was not brought back (--no-rollback)" in failed.stderr
     assert json.loads(oncall(sshd, tmp_path, "status", "rb", "--json").stdout)["status"] == "exited"
 
+    offset = sshd.log_offset()
     diag = oncall(sshd, tmp_path, "diagnose", "rb", "--json")
     assert diag.returncode == 0, diag.stderr
     assert json.loads(diag.stdout)["summary"].startswith("unknown failure")
+    assert sshd.sessions_since(offset) == Sessions(connections=1, exec=1, sftp=0, shell=0)  # issue 13
+    offset = sshd.log_offset()
     prev = oncall(sshd, tmp_path, "logs", "rb", "--previous", "-n", "200")
     assert "The server is fired up and ready to roll!" in prev.stdout
+    assert sshd.sessions_since(offset) == Sessions(connections=1, exec=1, sftp=0, shell=0)
     cur = oncall(sshd, tmp_path, "logs", "rb", "-n", "40")
     assert "RuntimeError" in cur.stdout
 
@@ -102,6 +107,10 @@ def test_crash_after_ready_restarts_with_backoff_then_crashloop(tmp_path: Path, 
     assert row["status"] == "crashloop", row
     assert row["restarts"] == 2 and row["last_crash"]
     assert row["diagnosis"] and row["diagnosis"]["traceback"]
+    offset = sshd.log_offset()
+    again = json.loads(oncall(sshd, tmp_path, "status", "loop", "--json").stdout)
+    assert again["diagnosis"] == row["diagnosis"]  # the crash's log windows came with the one snapshot
+    assert sshd.sessions_since(offset) == Sessions(connections=1, exec=1, sftp=0, shell=0)
     human = oncall(sshd, tmp_path, "status", "loop")
     assert "crashloop" in human.stdout and "restarts 2" in human.stdout
 

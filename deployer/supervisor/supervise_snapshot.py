@@ -1,0 +1,332 @@
+#!/usr/bin/env python3
+"""The read-only snapshot of a deployment that the on-call commands ask for in one round trip (issue 13).
+
+Runs on the TARGET (stdlib only, Python >= 3.8), from the deployer's own copy sent over stdin (it is not
+pushed into run dirs, so `up` uploads nothing more).
+`python3 supervise_snapshot.py DIR [--runs N|all] [--log-tail BYTES] [--previous] [--attempt failed|current]`
+prints one JSON object: the deployment's run ids, the current one, the records (profile/state/outcome) of the
+runs asked for, the live status of the current run (what `supervise.py status` says), the env file of the
+runs whose text will be shown (so it can be masked), the engine.log window of the run `logs` shows, and with
+--attempt the log windows the diagnosis reads of the newest failed run (or of a crashed current run).
+`--workdir` treats DIR as a workdir and snapshots every deployment under it (current runs, --attempt current).
+Every read is bounded; a missing file is null and a damaged one is null plus a line under "unreadable";
+nothing here writes, and bad input exits 2 with one stderr line, never a traceback.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING or __package__:  # imported as part of the deployer package
+    from deployer.supervisor.supervise import status_of
+    from deployer.supervisor.supervise_base import CRASHED, EXIT_BAD_INPUT, SuperviseError
+else:  # run on the target, where the supervisor's modules are loaded side by side
+    from supervise import status_of  # type: ignore[no-redef]
+    from supervise_base import CRASHED, EXIT_BAD_INPUT, SuperviseError  # type: ignore[no-redef]
+
+RECORDS = ("profile.json", "state.json", "outcome.json")
+RECORD_LIMIT = 4 << 20       # one JSON record (the deployer reads no more of one either)
+ENV_LIMIT = 1 << 20          # one env file
+LOG_LIMIT = 48 << 20         # the engine.log window one snapshot carries (`logs -n 100000` wants 40 MB)
+TOTAL_LIMIT = 64 << 20       # all records of one snapshot together; later runs' records are then left out
+LOG_NAME = "engine.log"
+LOCK_EVENTS = "lock-events.jsonl"  # the lease program's takeovers and breaks (deployer.push.Layout.lock_events)
+# An attempt's log as the diagnosis reads it (the deployer's attempt_log): its first traceback and its tail.
+DIAG_WINDOW, TAIL_WINDOW = 1 << 20, 512 << 10
+TRACEBACK = b"Traceback (most recent call last)"
+DMESG_LINES = 300
+LOCK_LIMIT = 64 << 10        # the lock file (a lease record) and the tail of its events
+
+
+def _read_bounded(path: str, limit: int) -> tuple[bytes | None, str | None]:
+    """(data, None); (None, None) for a missing file; (None, why) for one that cannot be read or is too big."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except FileNotFoundError:
+        return None, None
+    except OSError as e:
+        return None, e.strerror or str(e)
+    if len(data) > limit:
+        return None, f"larger than {limit} bytes"
+    return data, None
+
+
+def read_record(path: str) -> tuple[dict[str, Any] | None, str | None]:
+    """A JSON object record: (data, None), (None, None) when absent, (None, why) when damaged or unreadable."""
+    data, why = _read_bounded(path, RECORD_LIMIT)
+    if data is None:
+        return None, why
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        return None, f"not JSON: {e}"
+    if not isinstance(value, dict):
+        return None, f"not a JSON object ({type(value).__name__})"
+    return value, None
+
+
+def list_runs(root: str) -> list[str]:
+    """Run ids, oldest first (ids start with a UTC timestamp); hidden entries are not runs."""
+    try:
+        names = os.listdir(os.path.join(root, "runs"))
+    except OSError:
+        return []
+    return sorted(n for n in names if n and not n.startswith("."))
+
+
+def current_run(root: str) -> str | None:
+    try:
+        link = os.readlink(os.path.join(root, "current"))
+    except OSError:
+        return None
+    return os.path.basename(link.rstrip("/")) or None
+
+
+def _records(run_dir: str, budget: list[int]) -> dict[str, Any]:
+    out: dict[str, Any] = {"unreadable": {}}
+    for name in RECORDS:
+        key = name[:-5]
+        if budget[0] <= 0:
+            out[key] = None
+            out["unreadable"][name] = "left out: snapshot size limit"
+            continue
+        value, why = read_record(os.path.join(run_dir, name))
+        out[key] = value
+        if why:
+            out["unreadable"][name] = why
+        elif value is not None:
+            budget[0] -= len(json.dumps(value))
+    return out
+
+
+def _env_text(run_dir: str) -> str | None:
+    data, why = _read_bounded(os.path.join(run_dir, "env"), ENV_LIMIT)
+    return None if data is None else data.decode("utf-8", "replace")
+
+
+def log_window(path: str, tail: int) -> dict[str, Any]:
+    """The last `tail` bytes (at most LOG_LIMIT) of a log: {size, start, data (base64)} or {size: 0, error}."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            want = min(size, tail, LOG_LIMIT)
+            f.seek(size - want)
+            data = f.read(want)
+    except FileNotFoundError:
+        return {"size": 0, "start": 0, "data": ""}
+    except OSError as e:
+        return {"size": 0, "start": 0, "data": "", "error": e.strerror or str(e)}
+    return {"size": size, "start": size - want, "data": base64.b64encode(data).decode("ascii")}
+
+
+def log_run(runs: list[str], current: str | None, previous: bool) -> str | None:
+    """The run `deploy logs` shows: the current one (else the newest), or the one before it."""
+    if not runs:
+        return None
+    shown = current or runs[-1]
+    if previous:
+        older = [r for r in runs if r < shown]
+        return older[-1] if older else None
+    return shown
+
+
+def failed_run(runs: list[str], records: dict[str, Any]) -> str | None:
+    """The newest run whose engine died or whose attempt did not end ready (what `deploy diagnose` explains)."""
+    for run_id in reversed(runs):
+        rec = records.get(run_id) or {}
+        state, outcome = rec.get("state") or {}, rec.get("outcome") or {}
+        if state.get("status") in CRASHED or state.get("last_crash") or outcome.get("outcome") not in (None, "ready"):
+            return run_id
+    return None
+
+
+def find_traceback(path: str, offset: int) -> int | None:
+    """Where the line holding the first traceback at or after `offset` starts (as `grep -b -m1` says), or None."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            base, line_start, carry = offset, offset, b""
+            while True:
+                chunk = f.read(1 << 20)
+                if not chunk:
+                    return None
+                buf = carry + chunk
+                found = buf.find(TRACEBACK)
+                if found >= 0:
+                    nl = buf.rfind(b"\n", 0, found)
+                    return base + nl + 1 if nl >= 0 else line_start
+                nl = buf.rfind(b"\n")
+                if nl >= 0:
+                    line_start = base + nl + 1
+                carry = buf[-(len(TRACEBACK) - 1):]
+                base += len(buf) - len(carry)
+    except OSError:
+        return None
+
+
+def _read_at(path: str, start: int, limit: int) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            data = f.read(limit)
+    except OSError:
+        data = b""
+    return {"start": start, "data": base64.b64encode(data).decode("ascii")}
+
+
+def attempt(run_dir: str, state: dict[str, Any]) -> dict[str, Any]:
+    """The windows of the run's last engine life the diagnosis reads, plus the kernel's log for a death by signal."""
+    end = state.get("last_crash") or state
+    end = end if isinstance(end, dict) else state
+    path = os.path.join(run_dir, LOG_NAME)
+    offset, known = end.get("log_offset"), end.get("traceback_offset")
+    offset = offset if isinstance(offset, int) and offset > 0 else 0
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        size = 0
+    if size - offset <= DIAG_WINDOW + TAIL_WINDOW:
+        windows = [_read_at(path, offset, DIAG_WINDOW + TAIL_WINDOW)]
+    else:
+        start = known if isinstance(known, int) and known >= offset else find_traceback(path, offset)
+        windows = [_read_at(path, start, DIAG_WINDOW)] if start is not None else []
+        tail_from = max(offset, size - TAIL_WINDOW, start + DIAG_WINDOW if start is not None else 0)
+        windows.append(_read_at(path, tail_from, TAIL_WINDOW))
+    return {"size": size, "windows": windows, "dmesg": _dmesg() if end.get("signal") else None}
+
+
+def _dmesg() -> str | None:
+    """The kernel log's tail (the OOM killer's lines); None where it cannot be read (no permission, no dmesg)."""
+    try:
+        proc = subprocess.run(["dmesg"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, timeout=15)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return "\n".join(proc.stdout.decode("utf-8", "replace").splitlines()[-DMESG_LINES:])
+
+
+def deployment(root: str, runs_wanted: int | None, log_tail: int | None, previous: bool,
+               which_attempt: str | None = None) -> dict[str, Any]:
+    """Everything the on-call read commands need of one deployment dir."""
+    runs, current = list_runs(root), current_run(root)
+    shown = log_run(runs, current, previous) if log_tail is not None else None
+    picked = set(runs if runs_wanted is None else runs[len(runs) - runs_wanted:] if runs_wanted else [])
+    picked.update(r for r in (current, shown) if r)
+    budget = [TOTAL_LIMIT]
+    records = {r: _records(os.path.join(root, "runs", r), budget) for r in runs if r in picked}
+    if current and current not in records:  # `current` names a run dir that is gone
+        records[current] = _records(os.path.join(root, "runs", current), budget)
+    status = None
+    if current:
+        try:
+            status = status_of(os.path.join(root, "runs", current))
+        except SuperviseError as e:
+            status = {"status": "absent", "error": str(e)[:300]}
+    told = None  # the run whose attempt is diagnosed: the newest failed one, or a crashed current one
+    if which_attempt == "failed":
+        told = failed_run(runs, records)
+    elif which_attempt == "current" and current and (status or {}).get("status") in CRASHED:
+        told = current
+    env = {r: _env_text(os.path.join(root, "runs", r)) for r in (current, shown, told) if r}
+    log = None
+    if shown is not None and log_tail is not None:
+        log = dict(log_window(os.path.join(root, "runs", shown, LOG_NAME), log_tail), run=shown)
+    diag = None
+    if told is not None:
+        state = (status if told == current else None) or records.get(told, {}).get("state") or {}
+        diag = dict(attempt(os.path.join(root, "runs", told), state), run=told)
+    return {"root": root, "exists": os.path.isdir(os.path.join(root, "runs")), "runs": runs, "current": current,
+            "records": records, "status": status, "env": env, "log": log, "attempt": diag,
+            "lock": _text(os.path.join(root, "lock")), "lock_events": _tail_text(os.path.join(root, LOCK_EVENTS))}
+
+
+def _text(path: str) -> str | None:
+    data, _ = _read_bounded(path, LOCK_LIMIT)
+    return None if data is None else data.decode("utf-8", "replace")
+
+
+def _tail_text(path: str) -> str:
+    """The end of an append-only JSON-lines file (its first line may be cut: the reader skips it)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - LOCK_LIMIT))
+            return f.read(LOCK_LIMIT).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def workdir(path: str) -> dict[str, Any]:
+    """Every deployment under a workdir (directories that have a runs/ dir), each with its current run only."""
+    try:
+        names = sorted(n for n in os.listdir(path) if not n.startswith(".")
+                       and os.path.isdir(os.path.join(path, n)) and os.path.exists(os.path.join(path, n, "runs")))
+    except OSError:
+        names = []
+    return {"workdir": path,
+            "deployments": {n: deployment(os.path.join(path, n), 0, None, False, "current") for n in names}}
+
+
+def _count(opts: dict[str, str], name: str) -> int | None:
+    value = opts.get(name)
+    if value is None or value == "all":
+        return None
+    if not value.isdigit():
+        raise SuperviseError(f"--{name} wants a count, not {value!r}", EXIT_BAD_INPUT)
+    return int(value)
+
+
+def _parse(argv: list[str]) -> tuple[str, dict[str, str], set[str]]:
+    pos: list[str] = []
+    opts: dict[str, str] = {}
+    flags: set[str] = set()
+    rest = list(argv)
+    while rest:
+        word = rest.pop(0)
+        if word in ("--previous", "--workdir"):
+            flags.add(word[2:])
+        elif word in ("--runs", "--log-tail", "--attempt"):
+            if not rest:
+                raise SuperviseError(f"{word} needs a value", EXIT_BAD_INPUT)
+            opts[word[2:]] = rest.pop(0)
+        elif word.startswith("--"):
+            raise SuperviseError(f"unknown option {word}", EXIT_BAD_INPUT)
+        else:
+            pos.append(word)
+    if len(pos) != 1:
+        raise SuperviseError("usage: snapshot DIR [--runs N|all] [--log-tail BYTES] [--previous] "
+                             "[--attempt failed|current] [--workdir]", EXIT_BAD_INPUT)
+    if opts.get("attempt", "failed") not in ("failed", "current"):
+        raise SuperviseError(f"--attempt is failed or current, not {opts['attempt']!r}", EXIT_BAD_INPUT)
+    return pos[0], opts, flags
+
+
+def snapshot(argv: list[str]) -> dict[str, Any]:
+    path, opts, flags = _parse(argv)
+    root = os.path.abspath(os.path.expanduser(path))  # `~/x` arrives unexpanded: the target's home, no extra trip
+    if "workdir" in flags:
+        return workdir(root)
+    runs = _count(opts, "runs") if "runs" in opts else 0
+    return deployment(root, runs, _count(opts, "log-tail") if "log-tail" in opts else None, "previous" in flags,
+                      opts.get("attempt"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        data = snapshot(sys.argv[1:] if argv is None else argv)
+    except SuperviseError as e:
+        print(f"supervise: {e}", file=sys.stderr, flush=True)
+        return e.code
+    sys.stdout.write(json.dumps(data, sort_keys=True) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,177 @@
+"""One round trip for the on-call read commands: the target's snapshot of a deployment, read as RunViews.
+
+`status`, `logs`, `history` need the run list, the current run, records, the live state, an env file (to mask
+what they show) and a log window. Asking each of those separately costs an exec channel or an SFTP session
+apiece, and every one runs the user's login shell (~150 ms with conda in .bashrc). Here they come from one
+exec of the supervisor's read-only `snapshot` command (deployer/supervisor/supervise_snapshot.py), sent over
+stdin from this deployer's own copy like the other supervisor commands (start.run_supervisor), so a target
+whose run dirs are damaged or whose payload is older still answers.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import posixpath
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from deployer.errors import TargetError
+from deployer.push import Layout, supervisor_sources
+from deployer.remote.base import CommandTimedOut, Remote
+from deployer.start import SUPERVISOR_PYTHON
+from deployer.supervisor import supervise_snapshot
+from deployer.target.records import RunView
+
+# Loads the supervisor's modules from their sources in memory and runs the snapshot: `python3 -B - ARGS < this`.
+_BOOTSTRAP = """import sys, types
+def _load(name, source):
+    mod = types.ModuleType(name)
+    sys.modules[name] = mod
+    exec(compile(source, "<deployer " + name + ".py>", "exec"), mod.__dict__)
+    return mod
+SOURCES = %r
+for _name in ("supervise_base", "supervise_ports", "supervise_daemon", "supervise"):
+    _load(_name, SOURCES[_name])
+sys.exit(_load("supervise_snapshot", SOURCES["supervise_snapshot"]).main(sys.argv[1:]))
+"""
+TIMEOUT_S = 60.0
+
+_bootstrap_text: bytes | None = None
+
+
+def _bootstrap() -> bytes:
+    global _bootstrap_text
+    if _bootstrap_text is None:
+        sources = {name[:-3]: data.decode() for name, data in supervisor_sources().items()}
+        sources["supervise_snapshot"] = Path(supervise_snapshot.__file__).read_text(encoding="utf-8")
+        _bootstrap_text = (_BOOTSTRAP % (sources,)).encode()
+    return _bootstrap_text
+
+
+@dataclass(frozen=True)
+class LogWindow:
+    """The end of one run's engine.log: `data` is the file's bytes from `start` to `size` (at snapshot time)."""
+
+    run_id: str
+    size: int
+    start: int
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What the diagnosis reads of one run's last engine life: its log windows joined (the first traceback and
+    the tail, as pipeline.up.attempt_log reads them) and, for a death by signal, the kernel log's tail."""
+
+    run_id: str
+    text: str
+    dmesg: str | None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One deployment as its target saw it in one instant."""
+
+    layout: Layout
+    runs: list[str]                      # oldest first
+    current: str | None
+    records: dict[str, dict[str, Any]]   # run id -> {"profile", "state", "outcome", "unreadable"} (runs asked for)
+    live: dict[str, Any] | None          # the current run's status (state.json plus liveness)
+    env: dict[str, str | None]           # env file text of the current run and the run whose log is shown
+    log: LogWindow | None
+    attempt: Attempt | None = None
+    lock: str | None = None              # the lock file's text (a lease record), None when there is none
+    lock_events: str = ""                # the tail of the lock's events (JSON lines, the first maybe cut)
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.layout.root)
+
+    @property
+    def workdir(self) -> str:
+        return posixpath.dirname(self.layout.root)
+
+    def view(self, run_id: str, *, live: bool = False) -> RunView:
+        """The run's records, as records.run_view reads them; `live` gives the current run its live status."""
+        rec = self.records.get(run_id) or {}
+        state = (self.live or {}) if live and run_id == self.current else rec.get("state") or {}
+        return RunView(self.layout.run(run_id), rec.get("profile") or {}, dict(state), rec.get("outcome"))
+
+    def current_view(self) -> RunView | None:
+        return self.view(self.current, live=True) if self.current else None
+
+
+def take(remote: Remote, root: str, *, runs: int | None = 0, log_tail: int | None = None,
+         previous: bool = False, attempt: str = "current") -> Snapshot:
+    """Snapshot of the deployment dir `root` (`~` is the target user's home): records of the newest `runs` runs
+    (None: all) and the current one; with `log_tail`, the last that many bytes of the log `logs` shows;
+    `attempt` "current": the diagnosis windows of a crashed current run, "failed": of the newest failed run."""
+    args = [root, "--runs", "all" if runs is None else str(runs), "--attempt", attempt]
+    if log_tail is not None:
+        args += ["--log-tail", str(log_tail)] + (["--previous"] if previous else [])
+    return _parse(_ask(remote, args, root))
+
+
+def take_workdir(remote: Remote, workdir: str) -> tuple[str, dict[str, Snapshot]]:
+    """Every deployment under `workdir` (its current run only) and the workdir as the target spells it."""
+    data = _ask(remote, [workdir, "--workdir"], workdir)
+    deployments = data.get("deployments")
+    if not isinstance(deployments, dict):
+        raise TargetError(f"unexpected snapshot of {workdir} from {remote.label}")
+    return str(data.get("workdir") or workdir), {str(n): _parse(d) for n, d in sorted(deployments.items())}
+
+
+def _ask(remote: Remote, args: list[str], what: str) -> dict[str, Any]:
+    try:
+        result = remote.run(" ".join([SUPERVISOR_PYTHON, "-", *(shlex.quote(a) for a in args)]), timeout=TIMEOUT_S,
+                            check=False, stdin=_bootstrap())
+    except CommandTimedOut:  # its message would quote the output so far: an env file's text, maybe
+        raise TargetError(f"cannot read {what} on {remote.label}: no answer within {TIMEOUT_S:g} s") from None
+    if not result.ok:  # stderr only: stdout may hold an env file's text
+        tail = [line.removeprefix("supervise: ") for line in result.stderr.strip().splitlines()[-2:]]
+        raise TargetError(f"cannot read {what} on {remote.label}: {' | '.join(tail) or f'exit {result.exit_code}'}")
+    try:
+        data = json.loads(result.stdout)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise TargetError(f"cannot read {what} on {remote.label}: the snapshot was not JSON")
+    return data
+
+
+def _parse(data: dict[str, Any]) -> Snapshot:
+    if not isinstance(data.get("root"), str):
+        raise TargetError("unexpected snapshot from the target: no deployment dir in it")
+    records = {str(k): v for k, v in (data.get("records") or {}).items() if isinstance(v, dict)}
+    env = {str(k): v if isinstance(v, str) else None for k, v in (data.get("env") or {}).items()}
+    live, lock = data.get("status"), data.get("lock")
+    return Snapshot(Layout(str(data["root"])), [str(r) for r in data.get("runs") or []],
+                    str(data["current"]) if data.get("current") else None, records,
+                    live if isinstance(live, dict) else None, env, _log(data.get("log")), _attempt(data.get("attempt")),
+                    lock if isinstance(lock, str) else None, str(data.get("lock_events") or ""))
+
+
+def _attempt(data: Any) -> Attempt | None:
+    if not isinstance(data, dict) or not data.get("run"):
+        return None
+    parts = [_b64(w.get("data")) for w in data.get("windows") or [] if isinstance(w, dict)]
+    dmesg = data.get("dmesg")
+    return Attempt(str(data["run"]), b"\n".join(parts).decode("utf-8", "replace"),
+                   dmesg if isinstance(dmesg, str) else None)
+
+
+def _b64(text: Any) -> bytes:
+    try:
+        return base64.b64decode(str(text or ""), validate=True)
+    except (binascii.Error, ValueError):
+        return b""
+
+
+def _log(data: Any) -> LogWindow | None:
+    if not isinstance(data, dict) or not data.get("run"):
+        return None
+    return LogWindow(str(data["run"]), int(data.get("size") or 0), int(data.get("start") or 0), _b64(data.get("data")))
