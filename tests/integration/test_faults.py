@@ -183,17 +183,15 @@ def test_a_push_cut_halfway_changes_nothing(tmp_path: Path, sshd: Any, monkeypat
     prof = write_profile(tmp_path, sshd, name="cut")
     assert deploy("up", str(prof), "--skip-preflight", home=home).returncode == 0
     before = status_of(prof, home)
-    real_put = remote_ssh.SSHRemote.put
-    count = {"n": 0}
+    real_put_all = remote_ssh.SSHRemote.put_all
 
-    def cut_put(self: Any, data: bytes, path: str, mode: int = 0o644) -> str:
-        if "/runs/" in path:
-            count["n"] += 1
-            if count["n"] == 4:
-                raise TransferFailed(f"cannot write {path}: connection dropped", host=self.label)
-        return real_put(self, data, path, mode)
+    def cut_put_all(self: Any, files: list[tuple[bytes, str, int]]) -> list[str]:
+        if any("/runs/" in path for _, path, _ in files):  # the run dir: three files land, then the link drops
+            real_put_all(self, files[:3])
+            raise TransferFailed(f"cannot write {files[3][1]}: connection dropped", host=self.label)
+        return real_put_all(self, files)
 
-    monkeypatch.setattr(remote_ssh.SSHRemote, "put", cut_put)
+    monkeypatch.setattr(remote_ssh.SSHRemote, "put_all", cut_put_all)
     cut = "push of .* failed, nothing of it kept: .*cannot write .*connection dropped"
     with pytest.raises(TransferFailed, match=cut):
         in_process_up(prof, monkeypatch, tmp_path)
