@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from deployer.engines import engine_for
 from deployer.versions import version_in
 
 
@@ -36,9 +37,7 @@ class FollowOn(BaseModel):
 
 
 @lru_cache(maxsize=4)
-def load_followons(kind: str = "sglang") -> tuple[FollowOn, ...]:
-    from deployer.engines import engine_for
-
+def load_followons(kind: str) -> tuple[FollowOn, ...]:
     spec = engine_for(kind)
     if not spec.followons_file:
         return ()
@@ -50,7 +49,7 @@ Lookup = Callable[[str], Any]
 
 
 def complete(changes: Mapping[str, Any], lookup: Lookup, version: str | None,
-             kind: str = "sglang") -> tuple[dict[str, Any], dict[str, str], list[str]] | None:
+             kind: str) -> tuple[dict[str, Any], dict[str, str], list[str]] | None:
     """What else the change must set so that no known check fails: (args, env, notes), or None when a check
     could only pass by undoing part of the change itself.
 

@@ -1,0 +1,68 @@
+"""Every table a diagnosis or remedy reads is the named engine's: a vLLM log never meets SGLang's renames,
+follow-ons or signatures through the public entry points (diagnose, Diagnosis.to_json, propose, resolve)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deployer.diagnose.diagnosis import diagnose
+from deployer.diagnose.signatures import load_signatures
+from deployer.engines.followons import load_followons
+from deployer.profile.model import Profile
+from deployer.remedy import RemedySpec, did_you_mean, known_renames, propose, rename_history, resolve
+
+VLLM_CASES = Path(__file__).parent.parent / "cases" / "vllm"
+# SGLang renamed this flag in 0.5.x (engines/sglang/renames.yaml); vLLM never had either name.
+UNKNOWN = "api_server.py: error: unrecognized arguments: --mamba-scheduler-strategy extra_buffer"
+
+
+def _profile(kind: str, args: dict[str, Any]) -> Profile:
+    return Profile.model_validate({"name": "t", "target": {"host": "gpu-box"},
+                                  "engine": {"kind": kind, "model_path": "Qwen/Qwen3-8B", "args": args}})
+
+
+def _unknown_flags_remedy() -> RemedySpec:
+    """SGLang's remedy for argparse's rejection: rename (from the engine's table), respell, else drop."""
+    spec = next(s.remedy for s in load_signatures("sglang") if s.id == "unrecognized-arguments")
+    assert spec is not None
+    return spec
+
+
+def test_the_diagnosis_carries_its_engine_and_to_json_resolves_with_its_tables() -> None:
+    text = (VLLM_CASES / "kv-cache-too-small.log").read_bytes().decode()
+    as_vllm = diagnose(text, exit_code=1, kind="vllm")
+    assert as_vllm.engine_kind == "vllm"
+    assert as_vllm.to_json()["remedy"]["args"] == {"max_model_len": 30000}
+    assert diagnose(text, exit_code=1, kind="sglang").signature != as_vllm.signature
+
+
+def test_a_diagnosis_of_no_engine_offers_no_remedy_rather_than_guessing_one() -> None:
+    text = (VLLM_CASES / "kv-cache-too-small.log").read_bytes().decode()
+    anonymous = dataclasses.replace(diagnose(text, exit_code=1, kind="vllm"), engine_kind=None)
+    assert anonymous.remedy is not None and anonymous.to_json()["remedy"] is None
+
+
+@pytest.mark.parametrize("kind, expected", [
+    ("sglang", {"mamba_scheduler_strategy": None, "mamba_radix_cache_strategy": "extra_buffer"}),
+    ("vllm", {"mamba_scheduler_strategy": None}),   # no vLLM rename: dropped, never SGLang's new name
+])
+def test_unknown_flags_are_renamed_only_by_the_profiles_own_engine(kind: str, expected: dict[str, Any]) -> None:
+    args = {"mamba_scheduler_strategy": "extra_buffer"}
+    change = resolve(_unknown_flags_remedy(), UNKNOWN, args=args, env={}, kind=kind)
+    assert change is not None and dict(change.args) == expected
+    diag = dataclasses.replace(diagnose(UNKNOWN + "\n", exit_code=2, kind="vllm"), remedy=_unknown_flags_remedy())
+    proposed = propose(diag, _profile(kind, args), [])
+    assert proposed is not None and dict(proposed.args) == expected
+
+
+def test_rename_tables_are_per_engine() -> None:
+    assert known_renames("sglang")["mamba_scheduler_strategy"] == "mamba_radix_cache_strategy"
+    assert "mamba_scheduler_strategy" not in known_renames("vllm")
+    assert "mamba_scheduler_strategy" not in rename_history("vllm")
+    assert did_you_mean("--mamba-scheduler-strategy", [], "sglang") == ["mamba_radix_cache_strategy"]
+    assert did_you_mean("--mamba-scheduler-strategy", [], "vllm") == []
+    assert load_followons("sglang") and not load_followons("vllm")
