@@ -188,8 +188,7 @@ def plan_memory(model: ModelInfo, args: dict[str, Any], gpu_free_mib: list[int],
                 gpu_total_mib: list[int]) -> VllmMemoryPlan:
     """One GPU's budget (the one with least free memory among those the engine uses) for these args."""
     shape = model_shape(model)
-    probe = settings(args, shape, min(gpu_total_mib or [0]))
-    used = probe.tp * probe.pp
+    used = int(args.get("tensor_parallel_size") or 1) * int(args.get("pipeline_parallel_size") or 1)
     total, free = min(gpu_total_mib[:used] or [0]), min(gpu_free_mib[:used] or [0])
     s = settings(args, shape, total)
     requested = math.ceil(total * MIB * s.utilization) / MIB
@@ -236,6 +235,12 @@ def needed_bytes(max_model_len: int, per_block: int, block_size: int) -> int:
     return -(-max_model_len // block_size) * per_block
 
 
+def estimated_max_model_len(available_bytes: float, per_block: int, block_size: int, max_model_len: int) -> int:
+    """The longest request that fits, as vLLM's binary search finds it (kv_cache_planning.py:96-146): the
+    largest len <= max_model_len with needed_bytes(len) <= available; 0 when not even one token fits."""
+    return max(0, min(max_model_len, int(available_bytes // per_block) * block_size))
+
+
 def suggest(model: ModelInfo, args: dict[str, Any], gpu_free_mib: list[int], gpu_total_mib: list[int],
             failed: VllmMemoryPlan) -> list[str]:
     """Single changes that make the plan fit: the estimated maximum model length, a utilization the free
@@ -243,10 +248,11 @@ def suggest(model: ModelInfo, args: dict[str, Any], gpu_free_mib: list[int], gpu
     out: list[str] = []
     room = failed.gpu_free_mib / failed.gpu_total_mib if failed.gpu_total_mib else 0.0
     if failed.kv_memory_mib > 0 and failed.gpu_free_mib >= failed.requested_mib:
-        longest = int(failed.kv_memory_mib * MIB // failed.bytes_per_block) * failed.block_size
+        longest = estimated_max_model_len(failed.kv_memory_mib * MIB, failed.bytes_per_block, failed.block_size,
+                                          failed.max_model_len)
         if longest > 0:
-            out.append(f"max_model_len {min(longest, failed.max_model_len)}: fits, the estimated maximum model "
-                       f"length for {failed.kv_memory_mib / 1024:.2f} GiB of KV cache")
+            out.append(f"max_model_len {longest}: fits, the estimated maximum model length for "
+                       f"{failed.kv_memory_mib / 1024:.2f} GiB of KV cache")
     short = needed_bytes(failed.max_model_len, failed.bytes_per_block, failed.block_size) / MIB - failed.kv_memory_mib
     for label, new_args in _alternatives(args, failed, short, room, len(gpu_free_mib)):
         alt = plan_memory(model, new_args, gpu_free_mib, gpu_total_mib)
