@@ -3,6 +3,7 @@ the source lines) and against the numbers vLLM printed in the recorded logs of t
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -26,11 +27,10 @@ from deployer.engines.vllm.memory import (
 CASES = Path(__file__).parent.parent / "cases" / "vllm"
 GIB = 1 << 30
 H200 = 143771   # MiB
-# Qwen/Qwen3-8B's config.json (the model of the recorded vLLM logs)
-QWEN3_8B = {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 36,
-            "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288,
-            "vocab_size": 151936, "max_position_embeddings": 40960, "torch_dtype": "bfloat16"}
-WEIGHTS = 16_381_470_720   # "Model loading took 15.27 GiB" in the recorded logs
+# Qwen/Qwen3-8B (the model of the recorded vLLM logs): its config.json and weights' total_size
+MODEL_DIR = Path(__file__).parent.parent / "fixtures" / "models" / "qwen3-8b"
+QWEN3_8B: dict[str, Any] = json.loads((MODEL_DIR / "config.json").read_text())
+WEIGHTS = json.loads((MODEL_DIR / "model.safetensors.index.json").read_text())["metadata"]["total_size"]
 
 
 def ask(args: dict[str, Any], free: list[int] | None = None, total: list[int] | None = None,
