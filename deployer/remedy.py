@@ -59,7 +59,7 @@ class StepSpec(_Data):
         "a lowering frees at least (need - free) / total plus `margin`")
     margin: float = 0.01
     prefer_ratio_from_message: str | None = Field(
-        default=None, description="regex with two groups: candidate = group 1 / group 2 - ratio_margin (vLLM free/total)")
+        default=None, description="regex with two groups: candidate = group 1 / group 2 - ratio_margin (e.g. free/total)")
     ratio_margin: float = 0.0
 
     @model_validator(mode="after")

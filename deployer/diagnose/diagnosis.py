@@ -113,8 +113,8 @@ def first_traceback(text: str, log_prefix: re.Pattern[str] | None = None) -> Tra
 
 def _record_lines(raws: list[str], log_prefix: re.Pattern[str] | None) -> list[Line]:
     """Cleaned lines; a line with the engine's logger prefix after one that ends in \\r continues the same record
-    (vLLM's formatter re-prefixes each line of a multi-line message after "\\r\\n"), so it is not a new record
-    even though it is prefixed. Lines without the prefix (SGLang's timestamps) keep their own meaning."""
+    (a formatter may re-prefix each line of a multi-line message after "\\r\\n"), so it is not a new record
+    even though it is prefixed. Lines without the prefix (`[date time TAG]` timestamps) keep their own meaning."""
     lines = [clean_line(raw, log_prefix) for raw in raws]
     for i in range(1, len(lines)):
         if lines[i].prefixed and raws[i - 1].endswith("\r"):

@@ -114,11 +114,16 @@ class EngineSpec:
     log_prefix: re.Pattern[str] | None = None  # the logger's line prefix, group "tag" = process/rank
     memory: MemoryModel | None = None       # the engine's GPU memory model for preflight; None: none known
     false_prefix: str = ""                  # how `flag: false` is written ("--no-"); "" = the flag is left out
+    cli_prog: str = ""                      # the engine CLI's name in its argparse usage ("<kind> serve")
+    image_example: str = ""                 # a container image of the engine, as help text shows it
+    # The engine assumed where nothing names one (a profile without engine.kind, a record from before kinds,
+    # `deploy diagnose --log`): exactly one registered engine says so.
+    default: bool = False
 
     def masked(self, line: str) -> str:
         """The line with the values of secret flags in the engine's args dump replaced by '***'.
 
-        vLLM before its redaction printed `'api_key': ['sk-...']` in clear in `non-default args: {...}`."""
+        Some releases print `'api_key': ['sk-...']` in clear in their args dump (see the engine's spec)."""
         if not self.secret_flags or self.args_dump is None or not self.args_dump.search(line):
             return line
         return _secret_values(self.secret_flags).sub(lambda m: m.group(1) + "'***'", line)

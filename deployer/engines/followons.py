@@ -1,7 +1,7 @@
 """Follow-on constraints: startup checks that a remedy's new arguments must also pass.
 
-A remedy that fixes one check can walk straight into another (SGLang's no_buffer cache strategy forbids
-overlap scheduling). The engine's table of such checks (`engines/<kind>_followons.yaml`, from the real
+A remedy that fixes one check can walk straight into another (a cache strategy that forbids overlap
+scheduling). The engine's table of such checks (`engines/<kind>_followons.yaml`, from the real
 source, with the releases each holds for) lets `complete` add what the next check needs, or say that the
 remedy cannot be completed (its own changes would have to be undone), so the caller picks another option.
 Pure, apart from reading the table once.

@@ -4,6 +4,7 @@ follow-ons or signatures through the public entry points (diagnose, Diagnosis.to
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,10 @@ import pytest
 
 from deployer.diagnose.diagnosis import diagnose
 from deployer.diagnose.signatures import load_signatures
+from deployer.engines import default_kind, engine_for, kinds
 from deployer.engines.followons import load_followons
+from deployer.errors import ProfileError
+from deployer.export.k8s import ExportOptions, export_k8s
 from deployer.profile.model import Profile
 from deployer.remedy import RemedySpec, did_you_mean, known_renames, propose, rename_history, resolve
 
@@ -66,3 +70,26 @@ def test_rename_tables_are_per_engine() -> None:
     assert did_you_mean("--mamba-scheduler-strategy", [], "sglang") == ["mamba_radix_cache_strategy"]
     assert did_you_mean("--mamba-scheduler-strategy", [], "vllm") == []
     assert load_followons("sglang") and not load_followons("vllm")
+
+
+def test_the_default_engine_is_the_registrys_one_marked_default() -> None:
+    marked = [kind for kind in kinds() if engine_for(kind).default]
+    assert marked == [default_kind()]
+    bare = Profile.model_validate({"name": "t", "target": {"host": "gpu-box"}, "engine": {"model_path": "m"}})
+    assert bare.engine.kind == default_kind()
+
+
+def test_the_export_names_an_image_of_the_profiles_engine() -> None:
+    for kind in kinds():
+        with pytest.raises(ProfileError, match=re.escape(engine_for(kind).image_example)):
+            export_k8s(_profile(kind, {}), ExportOptions(image=None))
+
+
+def test_only_the_engines_own_package_names_it() -> None:
+    """Engine knowledge lives in deployer/engines/<kind>/: generic modules never name an engine (the registry's
+    docstring lists the packages)."""
+    root = Path(__file__).resolve().parents[2] / "deployer"
+    for kind in kinds():
+        named = {p.relative_to(root).as_posix() for p in root.rglob("*.py")
+                 if kind in p.read_text(encoding="utf-8").lower()}
+        assert {p for p in named if not p.startswith(f"engines/{kind}/")} <= {"engines/__init__.py"}, kind

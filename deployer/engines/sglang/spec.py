@@ -37,6 +37,9 @@ SGLANG = EngineSpec(
     multinode=MultiNode(nnodes="--nnodes", node_rank="--node-rank", dist_init_addr="--dist-init-addr"),
     args_dump=re.compile(r"server_args=(ServerArgs\(|\{)"),
     memory=memory.plan,
+    cli_prog="sglang serve",
+    image_example="lmsysorg/sglang:v0.5.23",
+    default=True,   # the first engine: profiles and records from before engine.kind are SGLang's
     # Every option of the 0.5.23 parser that takes a credential (its help: "API key of the server", "admin API
     # key", "password to decrypt the SSL keyfile"); tests/unit/test_secrets.py checks this over the real table.
     secret_flags=frozenset({"api_key", "admin_api_key", "ssl_keyfile_password"}),
