@@ -146,6 +146,14 @@ class Engine(Strict):
             raise ValueError(f"unknown engine kind {v!r} (known: {', '.join(kinds())})")
         return v
 
+    @model_validator(mode="after")
+    def _model_flag(self) -> Engine:
+        """The engine's own model flag (EngineSpec.model_flag) is what engine.model_path becomes: never an arg too."""
+        flag = engine_for(self.kind).model_flag
+        if flag in self.args:
+            raise ValueError(f"set engine.model_path instead of args.{flag} (the {self.kind} flag it becomes)")
+        return self
+
     @field_validator("env", mode="before")
     @classmethod
     def _env(cls, v: Any) -> Any:

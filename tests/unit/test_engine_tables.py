@@ -93,3 +93,10 @@ def test_only_the_engines_own_package_names_it() -> None:
         named = {p.relative_to(root).as_posix() for p in root.rglob("*.py")
                  if kind in p.read_text(encoding="utf-8").lower()}
         assert {p for p in named if not p.startswith(f"engines/{kind}/")} <= {"engines/__init__.py"}, kind
+
+
+def test_the_engines_model_flag_is_not_an_arg() -> None:
+    with pytest.raises(ValueError, match=r"set engine.model_path instead of args.model \(the vllm flag"):
+        _profile("vllm", {"model": "Qwen/Qwen3-8B"})
+    with pytest.raises(ValueError, match="set engine.model_path instead of args.model_path"):
+        _profile("sglang", {"model_path": "Qwen/Qwen3-8B"})
