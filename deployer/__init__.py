@@ -1,3 +1,4 @@
-"""deployer: deploy LLM inference servers (SGLang first) onto GPU boxes over SSH and keep them healthy."""
+"""deployer: deploy LLM inference servers (the engines of `deployer.engines`) onto GPU boxes over SSH and keep
+them healthy."""
 
 __version__ = "0.1.0"

@@ -59,7 +59,7 @@ class StepSpec(_Data):
         "a lowering frees at least (need - free) / total plus `margin`")
     margin: float = 0.01
     prefer_ratio_from_message: str | None = Field(
-        default=None, description="regex with two groups: candidate = group 1 / group 2 - ratio_margin (vLLM free/total)")
+        default=None, description="regex with two groups: candidate = group 1 / group 2 - ratio_margin (e.g. free/total)")
     ratio_margin: float = 0.0
 
     @model_validator(mode="after")
@@ -196,7 +196,7 @@ def resolve(
     tried: list[Change] | None = None,
     values: EngineValues | None = None,
     version: str | None = None,
-    kind: str = "sglang",
+    kind: str,
 ) -> Change | None:
     """First option whose change is real (not a no-op), new (not in `tried`), not ruled out by the message,
     and complete: what the engine's next startup check needs is added (`deployer.engines.followons`)."""
@@ -218,7 +218,7 @@ def resolve(
 
 
 def _option_change(option: RemedyOption, message: str, args: dict[str, Any], env: dict[str, str],
-                   values: EngineValues, version: str | None = None, kind: str = "sglang") -> Change | None:
+                   values: EngineValues, version: str | None, kind: str) -> Change | None:
     new_args: dict[str, Any] = {}
     new_env: dict[str, str | None] = {}
     basis: dict[str, str] = {}
@@ -276,8 +276,8 @@ def _completed(change: Change, args: dict[str, Any], env: dict[str, str], values
     return dataclasses.replace(merged, reason=_reason(merged, args, env, values, [*old_notes, *notes]))
 
 
-def _pick_name(name: str, args: dict[str, Any], values: EngineValues | None = None,
-               version: str | None = None, kind: str = "sglang") -> str:
+def _pick_name(name: str, args: dict[str, Any], values: EngineValues | None,
+               version: str | None, kind: str) -> str:
     """`a|b`: the alternative the profile already uses (a flag renamed across versions), else the one the
     engine reported (its dump names its own spelling), else the one the engine version has, else the first."""
     names = name.split("|")
@@ -551,22 +551,20 @@ def usage_flags(message: str) -> set[str]:
 
 
 @lru_cache(maxsize=4)
-def rename_history(kind: str = "sglang") -> dict[str, tuple[str, str]]:
+def rename_history(kind: str) -> dict[str, tuple[str, str]]:
     """Old flag name -> (new name, first release with the new name), from the engine's renames table."""
-    from deployer.engines.renames import load_renames
-
     return {r.old.replace("-", "_"): (r.new.replace("-", "_"), r.since) for r in load_renames(engine=kind)
             if r.kind in ("flag", "arg") and r.new}
 
 
 @lru_cache(maxsize=4)
-def known_renames(kind: str = "sglang") -> dict[str, str]:
+def known_renames(kind: str) -> dict[str, str]:
     """Old flag name -> new flag name from the engine's renames table (the one preflight reads too)."""
     return {option_key(r.old): option_key(r.new) for r in load_renames(engine=kind)
             if r.kind in ("flag", "arg") and r.new}
 
 
-def did_you_mean(flag: str, known_flags: Iterable[str], kind: str = "sglang") -> list[str]:
+def did_you_mean(flag: str, known_flags: Iterable[str], kind: str) -> list[str]:
     """Likely intended names for a flag the engine rejected: its rename, else close spellings."""
     name = option_key(flag)
     renamed = known_renames(kind).get(name)

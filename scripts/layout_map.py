@@ -30,7 +30,7 @@ MOVES: dict[str, str] = {
     "deployer.preflight": "deployer.preflight.checks",
     "deployer.facts": "deployer.preflight.facts",
     "deployer.flags": "deployer.preflight.flags",
-    "deployer.memory": "deployer.preflight.memory",
+    "deployer.memory": "deployer.engines.sglang.memory",
     "deployer.targetview": "deployer.target.records",
     "deployer.watch": "deployer.watch.watcher",
     "deployer.diagnose": "deployer.diagnose.diagnosis",

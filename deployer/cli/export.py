@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from deployer.cli.options import _load, _profile_options, _target_options
+from deployer.engines import engine_for, kinds
 
 
 @click.group("export")
@@ -21,7 +22,8 @@ def export_group() -> None:
 @_target_options
 @click.option("-o", "--output-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write one YAML file per component here (default: print to stdout).")
-@click.option("--image", default=None, help="Engine container image, e.g. lmsysorg/sglang:v0.5.23.")
+@click.option("--image", default=None, help="Engine container image, e.g. "
+              + ", ".join(engine_for(kind).image_example for kind in kinds()) + ".")
 @click.option("--router-image", default=None, help="Router image (default: the engine image).")
 @click.option("--namespace", default="default", show_default=True)
 @click.option("--engine-version", default=None,

@@ -23,7 +23,7 @@ from deployer.errors import DeployError
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="deployer", prog_name="deploy")
 def cli() -> None:
-    """Deploy LLM inference servers (SGLang) onto GPU boxes over SSH and keep them healthy.
+    """Deploy LLM inference servers onto GPU boxes over SSH and keep them healthy.
 
     \b
     Typical use:

@@ -11,7 +11,7 @@ from typing import Any, Callable
 import click
 
 from deployer.cli.options import _emit_json, _load, _profile_options, _target_options
-from deployer.engines import kinds
+from deployer.engines import default_kind, kinds
 
 
 def _progress(as_json: bool) -> Any:
@@ -189,7 +189,7 @@ def down(target: str, host: str | None, workdir: str | None, trust_new_host: boo
 @click.option("--log", "log_file", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Diagnose a local log file (no target needed).")
 @click.option("--engine-version", default=None, help="Engine version the log came from.")
-@click.option("--engine", "engine_kind", type=click.Choice(kinds()), default="sglang", show_default=True,
+@click.option("--engine", "engine_kind", type=click.Choice(kinds()), default=default_kind(), show_default=True,
               help="Engine the log file came from (a deployment's own record says it).")
 @click.option("--host", default=None, metavar="[USER@]HOST[:PORT]")
 @click.option("--workdir", default=None)

@@ -113,8 +113,8 @@ def first_traceback(text: str, log_prefix: re.Pattern[str] | None = None) -> Tra
 
 def _record_lines(raws: list[str], log_prefix: re.Pattern[str] | None) -> list[Line]:
     """Cleaned lines; a line with the engine's logger prefix after one that ends in \\r continues the same record
-    (vLLM's formatter re-prefixes each line of a multi-line message after "\\r\\n"), so it is not a new record
-    even though it is prefixed. Lines without the prefix (SGLang's timestamps) keep their own meaning."""
+    (a formatter may re-prefix each line of a multi-line message after "\\r\\n"), so it is not a new record
+    even though it is prefixed. Lines without the prefix (`[date time TAG]` timestamps) keep their own meaning."""
     lines = [clean_line(raw, log_prefix) for raw in raws]
     for i in range(1, len(lines)):
         if lines[i].prefixed and raws[i - 1].endswith("\r"):
@@ -218,6 +218,7 @@ class Diagnosis:
     engine_args: dict[str, Any] | None = None   # the attempt's own `server_args=` dump, when the log has one
     context: str = ""                           # more of the log a remedy may read (argparse's usage text)
     engine_version: str | None = None           # the engine version the log is from, when known
+    engine_kind: str | None = None              # the engine whose tables matched (None: no engine's, e.g. a hang)
 
     def message_text(self) -> str:
         """The text a remedy reads values from (the matching lines, the traceback, the error's context)."""
@@ -229,9 +230,9 @@ class Diagnosis:
 
     def to_json(self) -> dict[str, Any]:
         change = None
-        if self.remedy is not None:
+        if self.remedy is not None and self.engine_kind is not None:
             change = resolve(self.remedy, self.message_text(), args={}, env={}, values=self.engine_values(),
-                             version=self.engine_version)
+                             version=self.engine_version, kind=self.engine_kind)
         remedy = None if change is None else {"args": dict(change.args), "env": dict(change.env),
                                               "reason": change.reason}
         return {
@@ -250,7 +251,7 @@ def diagnose(
     engine_version: str | None = None,
     exit_code: int | None = None,
     signal: int | None = None,
-    kind: str = "sglang",
+    kind: str,
 ) -> Diagnosis:
     """Diagnose one attempt from (a bounded window of) its log and how the process ended."""
     signatures = [s for s in load_signatures(kind) if engine_version is None or version_in(engine_version, s.versions)]
@@ -266,7 +267,7 @@ def diagnose(
                 matched = _matched(sig, stage, found, tb)
                 dump = parse_server_args(text, spec.args_dump)
                 return dataclasses.replace(matched, engine_args=dump and masked(dump, spec.secret_flags),
-                                           context=_usage(tail), engine_version=engine_version)
+                                           context=_usage(tail), engine_version=engine_version, engine_kind=kind)
     signum = signal if signal is not None else _signal_of_exit(exit_code)
     if not tbs and signum is not None:
         return killed_by_signal(signum, tail)
@@ -419,9 +420,9 @@ def oom_killer_lines(dmesg_text: str) -> list[str]:
     return [line.strip() for line in dmesg_text.splitlines() if _OOM_KILL_RE.search(line)]
 
 
-def diagnose_file(path: str | os.PathLike[str], *, window_bytes: int = 8 << 20, **kw: Any) -> Diagnosis:
-    """`diagnose` a log file of any size, reading at most ~2 windows of it."""
-    return diagnose(read_window(path, window_bytes), **kw)
+def diagnose_file(path: str | os.PathLike[str], *, kind: str, window_bytes: int = 8 << 20, **kw: Any) -> Diagnosis:
+    """`diagnose` a log file of any size (from engine `kind`), reading at most ~2 windows of it."""
+    return diagnose(read_window(path, window_bytes), kind=kind, **kw)
 
 
 def read_window(path: str | os.PathLike[str], window_bytes: int = 8 << 20) -> str:

@@ -1,7 +1,7 @@
 """Effective-args drift: what the profile asked for vs what the engine says it resolved.
 
-SGLang logs its resolved arguments once at startup, as `server_args={...}` (a dict repr, 0.5.2x) or
-`server_args=ServerArgs(model_path='...', ...)` (older releases). `parse_server_args` reads either;
+An engine logs its arguments once at startup (its EngineSpec.args_dump line), as a dict repr `{...}` or a
+call repr `Name(model_path='...', ...)`. `parse_server_args` reads either;
 `compare` reports every flag the profile set that the engine resolved differently or does not know. Pure.
 """
 
@@ -16,7 +16,6 @@ from typing import Any
 
 from deployer.flag_names import option_key
 
-_ARGS_RE = re.compile(r"server_args=(ServerArgs\(|\{)")
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", "none", ""}
@@ -51,25 +50,27 @@ def _show(value: Any) -> str:
     return str(value)
 
 
-def parse_server_args(log_text: str, marker: re.Pattern[str] | None = None) -> dict[str, Any] | None:
+def parse_server_args(log_text: str, marker: re.Pattern[str] | None) -> dict[str, Any] | None:
     """The first args dump of a log as a dict, or None when there is none (or it is cut off).
 
-    `marker`: the engine's dump line (group 1 = where the dict or call starts); SGLang's `server_args=` when None.
+    `marker`: the engine's dump line (EngineSpec.args_dump, group 1 = where the dict or call starts); None: the
+    engine prints no dump.
     """
-    found = (marker or _ARGS_RE).search(log_text)
+    found = marker.search(log_text) if marker is not None else None
     if found is None:
         return None
     end = log_text.find("\n", found.start(1))
     text = _ANSI_RE.sub("", log_text[found.start(1): end if end >= 0 else len(log_text)]).rstrip()
     if text.startswith("{"):
         return _parse_dict(text)
-    if not text.endswith(")"):
+    opening = text.find("(")
+    if opening < 0 or not text.endswith(")"):
         return None
-    return _parse_call(text[len("ServerArgs("):-1])
+    return _parse_call(text[opening + 1:-1])
 
 
 def masked(dump: dict[str, Any], secret: set[str] | frozenset[str]) -> dict[str, Any]:
-    """The dump with the values of secret flags replaced by *** (older vLLM printed api_key in clear)."""
+    """The dump with the values of secret flags replaced by *** (some engine releases printed api_key in clear)."""
     return {k: ("***" if k in secret and v is not None else v) for k, v in dump.items()}
 
 
@@ -150,8 +151,8 @@ def compare(asked: dict[str, Any], resolved: dict[str, Any],
             aliases: dict[str, dict[str, str]] | None = None, *, complete: bool = True) -> list[Drift]:
     """Drifts for the flags the profile set (snake_case keys of engine.args); None/false-free flags skipped.
 
-    `aliases`: per flag, values the engine rewrites to an equivalent name (SGLang: NEXTN is EAGLE); not drift.
-    `complete`: the dump lists every flag; when False (vLLM's non-default args) a missing flag kept its default.
+    `aliases`: per flag, values the engine rewrites to an equivalent name (EngineSpec.value_aliases); not drift.
+    `complete`: the dump lists every flag; when False (a dump of the non-default args only) a missing flag kept its default.
     """
     drifts = []
     for raw_name, value in asked.items():

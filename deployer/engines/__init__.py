@@ -1,5 +1,5 @@
-"""Engine knowledge: the EngineSpec interface (`base`), one package per engine (`sglang/`), the renames
-table reader (`renames`); the registry below finds the engines.
+"""Engine knowledge: the EngineSpec interface (`base`), one package per engine (`sglang/`, `vllm/`), the
+renames and follow-on table readers (`renames`, `followons`); the registry below finds the engines.
 
 The registry scans this package: every subpackage that defines `ENGINE` (an EngineSpec) is an engine,
 registered under its `kind`. Adding an engine touches only its own package; nothing here names one.
@@ -42,6 +42,14 @@ def engine_for(kind: str) -> EngineSpec:
         return _registry()[kind]
     except KeyError:
         raise KeyError(f"unknown engine kind {kind!r} (known: {', '.join(kinds())})") from None
+
+
+def default_kind() -> str:
+    """The kind of the one engine marked `default` (where nothing names an engine)."""
+    marked = [kind for kind in kinds() if engine_for(kind).default]
+    if len(marked) != 1:
+        raise RuntimeError(f"exactly one engine must be the default, found {marked or 'none'}")
+    return marked[0]
 
 
 def all_secret_flags() -> frozenset[str]:

@@ -1,4 +1,5 @@
-"""What deployer needs to know about an inference engine, as one typed record (`EngineSpec`).
+"""What deployer needs to know about an inference engine, as one typed record (`EngineSpec`), and the
+interface of an engine's memory model (`MemoryInput` -> `MemoryPlan`).
 
 A second engine is a new module that builds one of these, plus its data files; nothing above changes.
 """
@@ -6,9 +7,11 @@ A second engine is a new module that builds one of these, plus its data files; n
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,65 @@ class MultiNode:
     nnodes: str
     node_rank: str
     dist_init_addr: str
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a memory plan needs from the model folder: config.json and the weights' total size."""
+
+    config: dict[str, Any]
+    weight_bytes: int | None
+    source: str = ""
+
+    @property
+    def text(self) -> dict[str, Any]:
+        """The language model's config (multimodal configs nest it under text_config)."""
+        inner = self.config.get("text_config")
+        return {**self.config, **inner} if isinstance(inner, dict) else self.config
+
+    @property
+    def multimodal(self) -> bool:
+        arch = " ".join(self.config.get("architectures") or [])
+        return "vision_config" in self.config or "ForConditionalGeneration" in arch
+
+
+class UnsupportedModel(ValueError):
+    """config.json describes an architecture the engine's memory model does not cover (e.g. MLA)."""
+
+
+@dataclass(frozen=True)
+class MemoryInput:
+    """What preflight knows when it asks an engine for a memory plan (plain values, no Profile)."""
+
+    model: ModelInfo
+    args: dict[str, Any]                    # the profile's engine args (profile keys)
+    resolved: dict[str, Any] | None         # the engine's dry resolution of them; None when it did not run
+    gpu_free_mib: list[int]                 # the GPUs the engine will use, in order
+    gpu_total_mib: list[int]
+    version: str | None                     # the installed engine version, when known
+
+    def effective_args(self) -> dict[str, Any]:
+        """The profile's args under the engine's own resolution (it knows the defaults)."""
+        return {**self.args, **(self.resolved or {})}
+
+
+class MemoryPlan(Protocol):
+    """One GPU's memory budget as the engine would lay it out; `fits` False comes with `problems`."""
+
+    @property
+    def fits(self) -> bool: ...
+    @property
+    def problems(self) -> list[str]: ...
+    @property
+    def warnings(self) -> list[str]: ...
+    @property
+    def suggestions(self) -> list[str]: ...
+    def rows(self) -> list[tuple[str, str]]: ...
+    def to_json(self) -> dict[str, Any]: ...
+
+
+# UnsupportedModel, KeyError, ValueError: the model's config is not one the engine's model covers.
+MemoryModel = Callable[[MemoryInput], MemoryPlan]
 
 
 @dataclass(frozen=True)
@@ -50,13 +112,18 @@ class EngineSpec:
     # flags (profile keys) that take a credential: always masked (env file, records, drift, the args dump line)
     secret_flags: frozenset[str] = frozenset()
     log_prefix: re.Pattern[str] | None = None  # the logger's line prefix, group "tag" = process/rank
-    memory_plan: bool = False               # preflight has a memory model for this engine (memory.py)
+    memory: MemoryModel | None = None       # the engine's GPU memory model for preflight; None: none known
     false_prefix: str = ""                  # how `flag: false` is written ("--no-"); "" = the flag is left out
+    cli_prog: str = ""                      # the engine CLI's name in its argparse usage ("<kind> serve")
+    image_example: str = ""                 # a container image of the engine, as help text shows it
+    # The engine assumed where nothing names one (a profile without engine.kind, a record from before kinds,
+    # `deploy diagnose --log`): exactly one registered engine says so.
+    default: bool = False
 
     def masked(self, line: str) -> str:
         """The line with the values of secret flags in the engine's args dump replaced by '***'.
 
-        vLLM before its redaction printed `'api_key': ['sk-...']` in clear in `non-default args: {...}`."""
+        Some releases print `'api_key': ['sk-...']` in clear in their args dump (see the engine's spec)."""
         if not self.secret_flags or self.args_dump is None or not self.args_dump.search(line):
             return line
         return _secret_values(self.secret_flags).sub(lambda m: m.group(1) + "'***'", line)

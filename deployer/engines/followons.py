@@ -1,7 +1,7 @@
 """Follow-on constraints: startup checks that a remedy's new arguments must also pass.
 
-A remedy that fixes one check can walk straight into another (SGLang's no_buffer cache strategy forbids
-overlap scheduling). The engine's table of such checks (`engines/<kind>_followons.yaml`, from the real
+A remedy that fixes one check can walk straight into another (a cache strategy that forbids overlap
+scheduling). The engine's table of such checks (`engines/<kind>_followons.yaml`, from the real
 source, with the releases each holds for) lets `complete` add what the next check needs, or say that the
 remedy cannot be completed (its own changes would have to be undone), so the caller picks another option.
 Pure, apart from reading the table once.
@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from deployer.engines import engine_for
 from deployer.versions import version_in
 
 
@@ -36,9 +37,7 @@ class FollowOn(BaseModel):
 
 
 @lru_cache(maxsize=4)
-def load_followons(kind: str = "sglang") -> tuple[FollowOn, ...]:
-    from deployer.engines import engine_for
-
+def load_followons(kind: str) -> tuple[FollowOn, ...]:
     spec = engine_for(kind)
     if not spec.followons_file:
         return ()
@@ -50,7 +49,7 @@ Lookup = Callable[[str], Any]
 
 
 def complete(changes: Mapping[str, Any], lookup: Lookup, version: str | None,
-             kind: str = "sglang") -> tuple[dict[str, Any], dict[str, str], list[str]] | None:
+             kind: str) -> tuple[dict[str, Any], dict[str, str], list[str]] | None:
     """What else the change must set so that no known check fails: (args, env, notes), or None when a check
     could only pass by undoing part of the change itself.
 

@@ -1,5 +1,5 @@
 """Kubernetes manifests for a profile: one node -> Deployment + Service; `nodes:` -> LeaderWorkerSet + Service
-on the leader; `router:` -> the SGLang Model Gateway with Kubernetes service discovery (and its RBAC).
+on the leader; `router:` -> the `smg` model gateway with Kubernetes service discovery (and its RBAC).
 
 The engine's argv is the one `deploy render` produces for the same profile, with two pod-specific changes that
 a pod needs: the engine listens on 0.0.0.0 (probes and the Service reach the pod IP) and secret flag values are
@@ -101,7 +101,7 @@ class Export:
 
 
 def version_from_image(image: str) -> str | None:
-    """`lmsysorg/sglang:v0.5.23-cu129` -> `0.5.23`."""
+    """The release in an image's tag: `<repository>:v0.5.23-cu129` -> `0.5.23`."""
     match = _TAG_VERSION.search(image.rsplit("/", 1)[-1])
     return match.group(1) if match else None
 
@@ -109,7 +109,8 @@ def version_from_image(image: str) -> str | None:
 def export_k8s(profile: Profile, opts: ExportOptions) -> Export:
     """Manifests for `profile` (already translated for the engine version and healed)."""
     if not opts.image:
-        raise ProfileError("--image: which container image runs the engine? (e.g. lmsysorg/sglang:v0.5.23)")
+        example = engine_for(profile.engine.kind).image_example
+        raise ProfileError(f"--image: which container image runs the engine? (e.g. {example})")
     pod_profile = profile.model_copy(update={"engine": profile.engine.model_copy(update={"host": "0.0.0.0"})})
     _keep_private(pod_profile, profile)
     export = Export(manifests=[], secret_name=f"{profile.name}-secrets", secret_keys=_secret_keys(profile),

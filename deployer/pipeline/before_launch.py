@@ -1,6 +1,6 @@
 """Before launch: run preflight and heal what it can already see, so a known failure costs seconds, not a load.
 
-When the engine's own dry resolution rejects the arguments (older SGLang raises its model-specific errors while
+When the engine's own dry resolution rejects the arguments (some releases raise model-specific errors while
 parsing), that error is diagnosed like a crash and the same remedy is applied before the first attempt.
 """
 
@@ -13,6 +13,7 @@ from typing import Any
 
 from deployer.diagnose.diagnosis import diagnose
 from deployer.effective import DryResolution
+from deployer.engines import engine_for
 from deployer.errors import PreflightFailed
 from deployer.flag_names import key_option
 from deployer.local_history import home
@@ -67,7 +68,7 @@ def _as_argparse_error(result: PreflightReport) -> str | None:
     if not result.unknown_flags:
         return None
     # Wrapped as argparse wraps it: one line of every flag would be cut by the diagnosis' per-line cap.
-    prog = f"{result.profile.engine.kind} serve"  # both engines' CLIs: `sglang serve`, `vllm serve`
+    prog = engine_for(result.profile.engine.kind).cli_prog
     usage = "\n".join(textwrap.wrap(f"usage: {prog} " + " ".join(f"[{key_option(k)}]" for k in result.flag_names),
                                     width=100, subsequent_indent="    ", break_long_words=False))
     words = []

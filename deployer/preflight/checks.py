@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from deployer.engines import engine_for
+from deployer.engines.base import MemoryInput, MemoryPlan, ModelInfo, UnsupportedModel
 from deployer.engines.renames import load_renames
 from deployer.errors import DeployError
 from deployer.preflight import flags as fl
 from deployer.preflight.facts import Facts, ModelFiles, env_exports, gather_facts, weight_bytes_from_index
-from deployer.preflight.memory import MemoryPlan, ModelInfo, UnsupportedModel, plan_memory
 from deployer.profile.model import Profile
 from deployer.remote.base import Remote
 from deployer.render.bundle import engine_argv, sh_word
@@ -197,39 +197,27 @@ def _short(value: Any, limit: int = 60) -> str:
 
 
 def _memory(report: PreflightReport, model_config: Path | None) -> None:
+    """The engine's own memory model (EngineSpec.memory) on the GPUs the profile uses."""
     facts, profile = report.facts, report.profile
-    if not engine_for(profile.engine.kind).memory_plan:
+    model_of = engine_for(profile.engine.kind).memory
+    if model_of is None:
         report.warnings.append(f"memory: no memory plan for {profile.engine.kind} yet (not checked before launch)")
         return
     model = _model_info(report, model_config)
     if model is None or not facts.gpus:
         return
-    # The engine's own resolution, where there is one, knows the defaults (spec algorithm, chunk size...) and
-    # its automatic mem_fraction_static, including adjustments this estimate does not model (multimodal ViT
-    # headroom): its value is the one the engine will use.
-    args: dict[str, Any] = {**profile.engine.args, **(report.resolved or {})}
-    resolved_mfs = (report.resolved or {}).get("mem_fraction_static") is not None and \
-        "mem_fraction_static" not in profile.engine.args
-    if report.resolved is None and _multimodal(model) and "mem_fraction_static" not in profile.engine.args:
-        report.warnings.append("memory: a multimodal model gets a lower automatic mem_fraction_static from SGLang "
-                               "(ViT headroom) than this estimate uses; the estimate is optimistic")
-    tp = int(args.get("tp_size") or 1)
     used = [g for g in facts.gpus if profile.engine.gpus is None or g.index in profile.engine.gpus]
+    request = MemoryInput(model=model, args=dict(profile.engine.args), resolved=report.resolved,
+                          gpu_free_mib=[g.free_mib for g in used], gpu_total_mib=[g.total_mib for g in used],
+                          version=facts.engine_version)
     try:
-        plan = plan_memory(model, args, [g.free_mib for g in used], [g.total_mib for g in used], tp,
-                           version=facts.engine_version)
+        plan = model_of(request)
     except (UnsupportedModel, KeyError, ValueError, ZeroDivisionError) as exc:
         report.warnings.append(f"no memory estimate for this model: {exc}")
         return
-    plan.mfs_source = "engine resolved" if resolved_mfs else plan.mfs_source
     report.memory = plan
     report.problems += [f"memory: {p}" for p in plan.problems]
     report.warnings += [f"memory: {w}" for w in plan.warnings]
-
-
-def _multimodal(model: ModelInfo) -> bool:
-    arch = " ".join(model.config.get("architectures") or [])
-    return "vision_config" in model.config or "ForConditionalGeneration" in arch
 
 
 def _model_info(report: PreflightReport, model_config: Path | None) -> ModelInfo | None:

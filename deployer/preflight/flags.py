@@ -98,7 +98,7 @@ class FlagSet:
             )
             for f in data["flags"]
         )
-        version = str(data.get("version") or data.get("sglang_version") or "unknown")
+        version = str(data.get("version") or "unknown")
         return cls(engine=str(data.get("engine", engine)), version=version, flags=flags,
                    env_names=frozenset(data.get("env_names", ())))
 

@@ -13,7 +13,7 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from deployer.engines import engine_for, kinds
+from deployer.engines import default_kind, engine_for, kinds
 from deployer.flag_names import option_key
 from deployer.secrets import MASK, hidden_values, is_secret_env_name, mask_leaves
 
@@ -23,7 +23,7 @@ ArgValue = Union[ArgScalar, list[ArgScalar], dict[str, Any], None]
 NAME_RE = r"^[a-z0-9][a-z0-9-]*$"
 FLAG_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Policies of the SGLang Model Gateway (smg 1.13.0, smg/router_args.py COMMON_POLICY_CHOICES).
+# Policies of the model gateway `smg` (PyPI smg 1.13.0, smg/router_args.py COMMON_POLICY_CHOICES).
 ROUTER_POLICIES = ("random", "round_robin", "passthrough", "cache_aware", "power_of_two", "least_load",
                    "manual", "consistent_hashing", "prefix_hash")
 # Flags the profile sets through dedicated fields; giving them in `args` too would be ambiguous.
@@ -95,7 +95,7 @@ class RouterTarget(Strict):
 
 
 class Router(Strict):
-    """The SGLang Model Gateway (`smg`, PyPI) in front of the replicas."""
+    """The model gateway `smg` (PyPI) in front of the replicas."""
 
     target: RouterTarget = Field(default_factory=RouterTarget)
     python: str = Field(default="python3", min_length=1, description="the python that has `smg` installed")
@@ -110,8 +110,9 @@ class Router(Strict):
 
 
 class Engine(Strict):
-    # The default keeps profiles written before a second engine existed valid; functions never default.
-    kind: str = Field(default="sglang", description="the inference engine: a kind registered in deployer.engines",
+    # The registry's default engine (the one whose EngineSpec says `default`, see README) keeps profiles written
+    # before a second engine existed valid; functions below the profile never default.
+    kind: str = Field(default=default_kind(), description="the inference engine: a kind registered in deployer.engines",
                       json_schema_extra={"enum": list(kinds())})
     python: str = Field(default="python3", min_length=1, description="interpreter that has the engine installed")
     model_path: str = Field(min_length=1)
@@ -144,6 +145,14 @@ class Engine(Strict):
         if v not in kinds():
             raise ValueError(f"unknown engine kind {v!r} (known: {', '.join(kinds())})")
         return v
+
+    @model_validator(mode="after")
+    def _model_flag(self) -> Engine:
+        """The engine's own model flag (EngineSpec.model_flag) is what engine.model_path becomes: never an arg too."""
+        flag = engine_for(self.kind).model_flag
+        if flag in self.args:
+            raise ValueError(f"set engine.model_path instead of args.{flag} (the {self.kind} flag it becomes)")
+        return self
 
     @field_validator("env", mode="before")
     @classmethod

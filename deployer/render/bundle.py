@@ -67,7 +67,7 @@ class Bundle:
 def flag_tokens(name: str, value: Any, false_prefix: str = "") -> list[Word]:
     """One profile arg as argv tokens: true -> bare flag, false/None -> nothing, list -> several values.
 
-    `false_prefix` ("--no-" for vLLM, whose booleans are --x/--no-x): false is written as that form instead."""
+    `false_prefix` ("--no-" for an engine whose booleans are --x/--no-x): false is written as that form instead."""
     flag = key_option(name)
     if value is False and false_prefix:
         return [false_prefix + key_option(name)[2:]]

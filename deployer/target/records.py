@@ -12,6 +12,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from deployer.engines import default_kind
 from deployer.errors import NotFound
 from deployer.logtext import clip_middle, clip_tail, readable
 from deployer.push import Layout, RunDir
@@ -128,5 +129,6 @@ def healthy(remote: Remote, port: int, path: str, timeout: float = 5.0) -> bool:
 
 
 def record_kind(record: dict[str, Any]) -> str:
-    """The engine kind of a pushed attempt (profile.json); records written before `kind` existed were SGLang's."""
-    return str(record.get("kind") or (record.get("profile") or {}).get("engine", {}).get("kind") or "sglang")
+    """The engine kind of a pushed attempt (profile.json); records written before `kind` existed were the default
+    engine's (the only one then)."""
+    return str(record.get("kind") or (record.get("profile") or {}).get("engine", {}).get("kind") or default_kind())

@@ -1,4 +1,4 @@
-"""Progress bars in engine output: tqdm's text (as huggingface_hub, hf_transfer through it, and SGLang draw it)
+"""Progress bars in engine output: tqdm's text (as huggingface_hub, hf_transfer through it, and the engines draw it)
 read back into numbers, so a download shows file, percent, bytes and rate, and a frozen bar can be told from a
 moving one.
 
@@ -7,7 +7,7 @@ and no unit, the unit only in the rate):
 
     {desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]
     {desc}: {n_fmt}{unit} [{elapsed}, {rate_fmt}{postfix}]                               (total unknown)
-    {desc}: {percentage:3.0f}% Completed | {n_fmt}/{total_fmt} [...]                      (SGLang's loading bars)
+    {desc}: {percentage:3.0f}% Completed | {n_fmt}/{total_fmt} [...]                      (engines' weight loading)
 
 huggingface_hub's file downloads: `tqdm(unit="B", unit_scale=True, desc=<file name, "(…)" + its last 40
 characters when longer>)`; with hf_transfer the same bar is driven by hf_transfer's callback; `snapshot_download`

@@ -313,7 +313,7 @@ class Watcher:
 
     def _saw(self, line: str, elapsed: float) -> bool:
         """Note one line (or redraw); True when it is progress."""
-        line = self.spec.masked(line)  # an args dump that prints secret values in clear (old vLLM)
+        line = self.spec.masked(line)  # an args dump that prints secret values in clear (EngineSpec.masked)
         bar = parse(line)
         if bar is None:
             self.last_line = line
@@ -373,7 +373,7 @@ class Watcher:
             return state
         if state.get("status") == "ready":
             # The engine printed its ready line and went quiet, as it should: not a hang while health catches up
-            # (SGLang's /health runs a one-token generation that can be slow the first time).
+            # (a /health that runs a one-token generation can be slow the first time).
             self.last_progress = now
         if now - self.last_liveness >= LIVENESS_EVERY_S:
             self.last_liveness = now

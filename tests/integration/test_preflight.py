@@ -145,3 +145,29 @@ def test_memory_plan_from_a_local_model_config(tmp_path: Path, bed: Any, remote:
     report = run_preflight(remote, prof, cache_dir=tmp_path / "c", model_config=MODELS / "qwen36-27b-like")
     assert report.memory is not None and not report.memory.fits
     assert any(p.startswith("memory: weights") for p in report.problems)
+
+
+def vllm_profile(tmp_path: Path, bed: Any, args: dict[str, Any], gpus: str) -> Profile:
+    return Profile.model_validate({
+        "name": "pf-vllm", "target": bed.target(tmp_path / "work"),
+        "engine": {"kind": "vllm", "python": "python3", "model_path": str(MODELS / "qwen3-8b"), "port": 30000,
+                   "args": args, "env": {"PYTHONPATH": str(STANDIN), "STANDIN_GPUS_FILE": gpus}},
+    })
+
+
+def test_vllm_memory_plan_from_the_targets_facts(tmp_path: Path, bed: Any, remote: Remote) -> None:
+    """The stand-in nvidia-smi's GPUs and the model's config.json on the target feed vLLM's own memory model."""
+    gpus = gpus_file(tmp_path, [{"name": "NVIDIA H200", "memory_total": 143771, "memory_used": 700}])
+    ok = run_preflight(remote, vllm_profile(tmp_path, bed, {"max_model_len": 32768, "gpu_memory_utilization": 0.9},
+                                            gpus), cache_dir=tmp_path / "c")
+    assert ok.memory is not None and ok.memory.fits, ok.warnings
+    rows = dict(ok.memory.rows())
+    assert rows["max_model_len"] == "32768" and rows["GPU memory (total / free)"] == "143771 MiB / 143071 MiB"
+    assert "KV blocks x block size" in ok.render_text() and ok.to_json()["memory"]["kv_tokens"] > 32768
+    assert not any("no memory plan" in w for w in ok.warnings)
+
+    small = run_preflight(remote, vllm_profile(tmp_path, bed, {"gpu_memory_utilization": 0.14}, gpus),
+                          cache_dir=tmp_path / "c")
+    assert small.memory is not None and not small.memory.fits and not small.ok
+    assert any(p.startswith("memory: one request of max_model_len 40960 needs 5.62 GiB") for p in small.problems)
+    assert small.memory.suggestions[0].startswith("max_model_len ")

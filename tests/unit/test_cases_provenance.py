@@ -9,11 +9,14 @@ from typing import Any
 import pytest
 import yaml
 
+from deployer.engines import engine_for
 from deployer.diagnose.drift import parse_server_args
 
 CASES = Path(__file__).parent.parent / "cases" / "sglang"
 EXPECTED: dict[str, dict[str, Any]] = yaml.safe_load((CASES / "expected.yaml").read_text(encoding="utf-8"))
 NUMBER = r"([0-9]+(?:\.[0-9]+)?)"
+
+SGLANG_DUMP = engine_for("sglang").args_dump
 
 
 def _log(name: str) -> str:
@@ -44,7 +47,7 @@ def test_real_runs_are_the_named_release_output(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_dump_values_agree_with_the_error(name: str) -> None:
     text = _log(name)
-    dump = parse_server_args(text)
+    dump = parse_server_args(text, SGLANG_DUMP)
     if dump is None:
         return
     for pattern, key in ((rf"--mem-fraction-static={NUMBER}", "mem_fraction_static"),

@@ -40,7 +40,7 @@ EXPECTED: dict[str, dict[str, Any]] = yaml.safe_load(_log("expected.yaml"))
 def test_case(name: str) -> None:
     exp = EXPECTED[name]
     text = _log(f"{name}.log")
-    d = diagnose(text, engine_version=exp.get("version"), exit_code=exp.get("exit_code"), signal=exp.get("signal"))
+    d = diagnose(text, engine_version=exp.get("version"), exit_code=exp.get("exit_code"), signal=exp.get("signal"), kind="sglang")
     assert d.signature == exp["signature"], d.summary
     out = d.to_json()
     assert set(out) == {"signature", "summary", "transient", "evidence", "traceback", "remedy"}
@@ -96,7 +96,7 @@ def test_scenario_multiline_message_and_evidence() -> None:
     assert tb.exception == SCENARIO
     assert tb.exception_type == "ValueError"
     assert tb.text.startswith("Traceback (most recent call last):\n  File \"<frozen runpy>\"")
-    d = diagnose(_log("mamba-spec-needs-extra-buffer-wrapped.log"), exit_code=1)
+    d = diagnose(_log("mamba-spec-needs-extra-buffer-wrapped.log"), exit_code=1, kind="sglang")
     assert d.evidence == SCENARIO.split("\n")
 
 
@@ -168,20 +168,20 @@ def test_clean_line() -> None:
 
 
 def test_unknown_and_signals() -> None:
-    d = diagnose("Traceback (most recent call last):\n  File \"a\", line 1, in f\nZeroDivisionError: division by zero\n", exit_code=137)
+    d = diagnose("Traceback (most recent call last):\n  File \"a\", line 1, in f\nZeroDivisionError: division by zero\n", exit_code=137, kind="sglang")
     assert d.signature is None and d.summary == "unknown failure: ZeroDivisionError: division by zero"
     assert d.traceback and not d.transient
-    k = diagnose("", exit_code=-9)
+    k = diagnose("", exit_code=-9, kind="sglang")
     assert k.signature == "killed-by-signal" and "SIGKILL" in k.summary
-    assert diagnose("", exit_code=143).summary.startswith("killed by SIGTERM")
-    assert diagnose("", exit_code=1).signature is None
-    assert diagnose("", signal=77).summary.startswith("killed by signal 77 with no output")
+    assert diagnose("", exit_code=143, kind="sglang").summary.startswith("killed by SIGTERM")
+    assert diagnose("", exit_code=1, kind="sglang").signature is None
+    assert diagnose("", signal=77, kind="sglang").summary.startswith("killed by signal 77 with no output")
 
 
 def test_version_filter() -> None:
     text = _log("mamba-spec-needs-extra-buffer-wrapped.log")
-    assert diagnose(text, engine_version="0.5.9").signature == "mamba-spec-needs-extra-buffer"
-    assert diagnose(text, engine_version="0.5.23").signature is None
+    assert diagnose(text, engine_version="0.5.9", kind="sglang").signature == "mamba-spec-needs-extra-buffer"
+    assert diagnose(text, engine_version="0.5.23", kind="sglang").signature is None
     assert version_in("0.5.19", ">=0.5.0,<0.5.20") and not version_in("0.5.20", ">=0.5.0,<0.5.20")
     assert version_in("0.5.23rc1", "<0.5.24") and version_in("anything", "*")
 
@@ -222,7 +222,7 @@ def test_diagnose_file_first_traceback_before_a_huge_tail(tmp_path: Path) -> Non
     _big_log(log, 200 << 20, head)
     tracemalloc.start()
     began = time.perf_counter()
-    d = diagnose_file(log, window_bytes=1 << 20, exit_code=137)
+    d = diagnose_file(log, window_bytes=1 << 20, exit_code=137, kind="sglang")
     elapsed = time.perf_counter() - began
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
@@ -234,20 +234,20 @@ def test_diagnose_file_first_traceback_before_a_huge_tail(tmp_path: Path) -> Non
 def test_diagnose_file_tail_error_and_small_file(tmp_path: Path) -> None:
     log = tmp_path / "engine.log"
     _big_log(log, 40 << 20, "", "sglang serve: error: unrecognized arguments: --stream-output\n")
-    assert diagnose_file(log, window_bytes=1 << 20).signature == "unrecognized-arguments"
+    assert diagnose_file(log, window_bytes=1 << 20, kind="sglang").signature == "unrecognized-arguments"
     text = read_window(log, 1 << 20)
     assert len(text) <= (1 << 20) + 1
     small = tmp_path / "small.log"
     small.write_text(_log("nccl-shm.log"))
-    assert diagnose_file(small).signature == "nccl-shm"
+    assert diagnose_file(small, kind="sglang").signature == "nccl-shm"
 
 
 def test_summary_and_hint_name_the_rejected_flag() -> None:
-    d = diagnose(_log("unrecognized-arguments-unknown.log"), exit_code=2)
+    d = diagnose(_log("unrecognized-arguments-unknown.log"), exit_code=2, kind="sglang")
     assert d.summary == "this SGLang does not know --enable-beta-spec (renamed or removed)"
     assert d.hint is not None and d.hint.startswith("remove --enable-beta-spec from the profile")
 
 
 def test_evidence_lines_are_capped() -> None:
-    d = diagnose("x" * 5000 + "\n", exit_code=1)
+    d = diagnose("x" * 5000 + "\n", exit_code=1, kind="sglang")
     assert d.signature is None and len(d.evidence[0]) < 600 and len(d.summary) < 600

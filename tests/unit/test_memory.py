@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from deployer.preflight.memory import (
+from deployer.engines.sglang.memory import (
     ModelInfo,
     UnsupportedModel,
     auto_mem_fraction,

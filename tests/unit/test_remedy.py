@@ -27,7 +27,7 @@ def profile(args: dict[str, Any] | None = None, env: dict[str, str] | None = Non
 
 
 def case(name: str, **kw: Any) -> Diagnosis:
-    d = diagnose((CASES / f"{name}.log").read_bytes().decode(), **kw)
+    d = diagnose((CASES / f"{name}.log").read_bytes().decode(), **{"kind": "sglang", **kw})
     assert d.signature is not None
     return d
 
@@ -181,7 +181,7 @@ def test_numbers_that_rule_out_a_suggestion_get_another() -> None:
 
 
 def test_unrecognized_flag_is_renamed_via_table() -> None:
-    assert known_renames().get("mamba_scheduler_strategy") == "mamba_radix_cache_strategy"
+    assert known_renames("sglang").get("mamba_scheduler_strategy") == "mamba_radix_cache_strategy"
     d = case("unrecognized-arguments")             # real 0.5.23 output
     c = propose(d, profile({"mamba_scheduler_strategy": "extra_buffer"}), [])
     assert c is not None
@@ -267,7 +267,7 @@ def test_numeric_steps_stay_in_bounds_and_end(start: float, by: float, low: floa
     args: dict[str, Any] = {"mem_fraction_static": round(start, 3)}
     tried: list[Change] = []
     for _ in range(100):
-        c = resolve(spec, "", args=args, env={}, tried=tried)
+        c = resolve(spec, "", args=args, env={}, tried=tried, kind="sglang")
         if c is None:
             break
         new = c.args["mem_fraction_static"]
@@ -281,6 +281,6 @@ def test_numeric_steps_stay_in_bounds_and_end(start: float, by: float, low: floa
 def test_did_you_mean() -> None:
     from deployer.remedy import did_you_mean
 
-    assert did_you_mean("--mamba-scheduler-strategy", []) == ["mamba_radix_cache_strategy"]
-    assert did_you_mean("--mem-fraction-statc", ["--mem-fraction-static", "--tp-size"]) == ["mem_fraction_static"]
-    assert did_you_mean("--enable-beta-spec", ["--tp-size"]) == []
+    assert did_you_mean("--mamba-scheduler-strategy", [], "sglang") == ["mamba_radix_cache_strategy"]
+    assert did_you_mean("--mem-fraction-statc", ["--mem-fraction-static", "--tp-size"], "sglang") == ["mem_fraction_static"]
+    assert did_you_mean("--enable-beta-spec", ["--tp-size"], "sglang") == []

@@ -97,11 +97,11 @@ def test_kv_remedy_uses_the_estimate_and_falls_back_to_utilization() -> None:
     msg = ("ValueError: To serve at least one request with the model's max seq len (131072), (16.00 GiB KV cache is "
            "needed, which is larger than the available KV cache memory (9.25 GiB). Based on the available memory, "
            "the estimated maximum model length is 75776. Try increasing `gpu_memory_utilization`")
-    change = resolve(sig.remedy, msg, args={"max_model_len": 131072}, env={})
+    change = resolve(sig.remedy, msg, args={"max_model_len": 131072}, env={}, kind="vllm")
     assert change is not None and change.args == {"max_model_len": 75776}
     # no estimate in the message (it is omitted when it would be 0): raise the utilization instead
     bare = msg.replace("Based on the available memory, the estimated maximum model length is 75776. ", "")
-    change = resolve(sig.remedy, bare, args={"max_model_len": 131072, "gpu_memory_utilization": 0.85}, env={})
+    change = resolve(sig.remedy, bare, args={"max_model_len": 131072, "gpu_memory_utilization": 0.85}, env={}, kind="vllm")
     assert change is not None and change.args == {"gpu_memory_utilization": 0.88}
 
 
@@ -110,14 +110,14 @@ def test_free_memory_remedy_is_computed_from_free_over_total() -> None:
     assert sig.remedy is not None
     msg = ("ValueError: Free memory on device cuda:0 (60.00/80.00 GiB) on startup is less than desired GPU memory "
            "utilization (0.9, 72.00 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.")
-    change = resolve(sig.remedy, msg, args={"gpu_memory_utilization": 0.9}, env={})
+    change = resolve(sig.remedy, msg, args={"gpu_memory_utilization": 0.9}, env={}, kind="vllm")
     assert change is not None and change.args == {"gpu_memory_utilization": 0.73}  # 0.75 - 0.02
     # already below the ratio: a plain step down instead (never up); the message's value is what the engine used
     below = msg.replace("utilization (0.9, 72.00 GiB)", "utilization (0.7, 56.00 GiB)")
-    change = resolve(sig.remedy, below, args={"gpu_memory_utilization": 0.7}, env={})
+    change = resolve(sig.remedy, below, args={"gpu_memory_utilization": 0.7}, env={}, kind="vllm")
     assert change is not None and change.args == {"gpu_memory_utilization": 0.65}
     # the message wins over the profile: the engine said 0.9 (the profile is stale or was overridden)
-    change = resolve(sig.remedy, msg, args={"gpu_memory_utilization": 0.7}, env={})
+    change = resolve(sig.remedy, msg, args={"gpu_memory_utilization": 0.7}, env={}, kind="vllm")
     assert change is not None and change.args == {"gpu_memory_utilization": 0.73}
     assert "engine message 0.9" in change.reason
 

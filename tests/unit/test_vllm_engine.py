@@ -79,7 +79,7 @@ def test_rendered_argv_is_accepted_by_the_parser_table_of_vllm_0_33_0() -> None:
 def test_non_default_args_dump_is_parsed_for_drift() -> None:
     dump = parse_server_args("some line\n" + DUMP_033, VLLM.args_dump)
     assert dump is not None and dump["max_model_len"] == 4000 and dump["compilation_config"]["level"] == 3
-    assert parse_server_args(DUMP_033) is None  # SGLang's marker does not read vLLM's dump
+    assert parse_server_args(DUMP_033, engine_for("sglang").args_dump) is None  # SGLang's marker does not read vLLM's dump
     drifts = compare({"max_model_len": "4k", "gpu_memory_utilization": 0.92, "enable_prefix_caching": False},
                      dump, VLLM.value_aliases, complete=VLLM.args_dump_complete)
     # 0.92 is the default (absent from a non-default dump): not "unknown"; 4k became 4000: drift

@@ -98,3 +98,18 @@ def test_preflight_checks_a_vllm_profile_against_the_targets_real_parser(vllm_ho
                          cache_dir=tmp_path / "cache")
     assert not good.problems, good.problems
     assert good.resolved is not None and good.resolved["max_model_len"] == 4000
+
+
+def test_the_memory_plan_uses_the_real_parsers_resolution(vllm_host: Any, remote: Remote, tmp_path: Path) -> None:
+    """vLLM's own parser turns `4k` into 4000 in the dry resolution; the plan (model config on the target, GPUs from
+    the stand-in nvidia-smi) sizes the KV cache for that, not for the model's 40960."""
+    model = ROOT / "tests" / "fixtures" / "models" / "qwen3-8b"
+    prof = Profile.model_validate({
+        "name": "real-vllm", "target": vllm_host.target(tmp_path / "work"),
+        "engine": {"kind": "vllm", "python": "vllm-python", "model_path": str(model), "port": 8000,
+                   "args": {"max_model_len": "4k", "gpu_memory_utilization": 0.9}}})
+    report = run_preflight(remote, prof, cache_dir=tmp_path / "cache")
+    assert report.resolved is not None and report.resolved["max_model_len"] == 4000, report.resolution
+    assert report.memory is not None and report.memory.fits, report.problems
+    rows = dict(report.memory.rows())
+    assert rows["max_model_len"] == "4000" and rows["KV blocks x block size"].endswith("(2359296 bytes each)")

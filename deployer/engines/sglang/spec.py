@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from deployer.engines.base import EngineSpec, MultiNode, Phase
+from deployer.engines.sglang import memory
 
 READY_LINE = "The server is fired up and ready to roll!"
 
@@ -35,7 +36,10 @@ SGLANG = EngineSpec(
     # server_args.py: --nnodes, --node-rank, --dist-init-addr HOST:PORT (rank 0 listens there)
     multinode=MultiNode(nnodes="--nnodes", node_rank="--node-rank", dist_init_addr="--dist-init-addr"),
     args_dump=re.compile(r"server_args=(ServerArgs\(|\{)"),
-    memory_plan=True,
+    memory=memory.plan,
+    cli_prog="sglang serve",
+    image_example="lmsysorg/sglang:v0.5.23",
+    default=True,   # the first engine: profiles and records from before engine.kind are SGLang's
     # Every option of the 0.5.23 parser that takes a credential (its help: "API key of the server", "admin API
     # key", "password to decrypt the SSL keyfile"); tests/unit/test_secrets.py checks this over the real table.
     secret_flags=frozenset({"api_key", "admin_api_key", "ssl_keyfile_password"}),

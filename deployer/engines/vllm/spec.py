@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from deployer.engines.base import EngineSpec, Phase
+from deployer.engines.vllm import memory
 
 READY_LINE = "Application startup complete."
 
@@ -50,7 +51,9 @@ VLLM = EngineSpec(
     # entrypoints/common/startup.py:51 redacts these in 0.33.0; older releases printed them in clear.
     secret_flags=frozenset({"api_key", "hf_token"}),
     log_prefix=LOG_PREFIX,
-    memory_plan=False,
+    memory=memory.plan,
+    cli_prog="vllm serve",
+    image_example="vllm/vllm-openai:v0.33.0",
     # 89 of vLLM 0.33.0's 94 boolean flags are --x/--no-x (several default to None or True): false must be
     # said. The 5 plain store_true ones (--headless, --grpc, --disable-log-stats, --aggregate-engine-logging,
     # --data-parallel-multi-port-external-lb) have no --no- form: leave them out rather than false.

@@ -1,4 +1,5 @@
-"""GPU memory plan before launch: will the model, its KV cache and its Mamba state fit, and what fits if not.
+"""SGLang's GPU memory model for preflight: will the model, its KV cache and its Mamba state fit, and what
+fits if not (`plan`, this engine's EngineSpec.memory).
 
 Follows SGLang 0.5.23's own sizing (arg_groups/memory_hook.py for the automatic mem_fraction_static,
 mem_cache/kv_cache_configurator.py for the KV/Mamba split, configs/mamba_utils.py for the state size),
@@ -13,7 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from deployer.engines.base import MemoryInput, ModelInfo, UnsupportedModel
 from deployer.versions import version_in
+
+__all__ = ["MemoryPlan", "ModelInfo", "UnsupportedModel", "plan", "plan_memory"]
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -21,21 +25,8 @@ MAMBA_FULL_MEMORY_RATIO = 0.9      # --mamba-full-memory-ratio fallback
 MAMBA_BASE_SLOTS = 3               # MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO
 SPEC_DEFAULTS = {"steps": 3, "topk": 1, "draft_tokens": 4, "max_running_requests": 48}
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": 2, "fp8_e4m3": 1, "fp8_e5m2": 1}
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What the plan needs from the model folder: config.json and the weights' total size."""
-
-    config: dict[str, Any]
-    weight_bytes: int | None
-    source: str = ""
-
-    @property
-    def text(self) -> dict[str, Any]:
-        """The language model's config (multimodal configs nest it under text_config)."""
-        inner = self.config.get("text_config")
-        return {**self.config, **inner} if isinstance(inner, dict) else self.config
+MULTIMODAL_NOTE = ("a multimodal model gets a lower automatic mem_fraction_static from SGLang (ViT headroom) "
+                   "than this estimate uses; the estimate is optimistic")
 
 
 @dataclass(frozen=True)
@@ -102,10 +93,6 @@ class MemoryPlan:
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}
-
-
-class UnsupportedModel(ValueError):
-    """config.json describes an architecture this estimate does not model (e.g. MLA)."""
 
 
 def model_shape(model: ModelInfo) -> Shape:
@@ -221,6 +208,23 @@ def slots_per_request(args: dict[str, Any]) -> int:
     if strategy == "extra_buffer":
         return MAMBA_BASE_SLOTS + (1 if args.get("disable_overlap_schedule") else 2)
     return MAMBA_BASE_SLOTS
+
+
+def plan(request: MemoryInput) -> MemoryPlan:
+    """Preflight's question, answered for SGLang: the plan under the engine's resolved args, the automatic
+    mem_fraction_static labelled "engine resolved" when the dry resolution chose it."""
+    args = request.effective_args()
+    notes = []
+    # The engine's own resolution knows its automatic mem_fraction_static, including the multimodal ViT
+    # headroom this estimate does not model; without it, say the estimate is optimistic.
+    if request.resolved is None and request.model.multimodal and "mem_fraction_static" not in request.args:
+        notes.append(MULTIMODAL_NOTE)
+    result = plan_memory(request.model, args, request.gpu_free_mib, request.gpu_total_mib,
+                         int(args.get("tp_size") or 1), version=request.version)
+    if (request.resolved or {}).get("mem_fraction_static") is not None and "mem_fraction_static" not in request.args:
+        result.mfs_source = "engine resolved"
+    result.warnings[:0] = notes
+    return result
 
 
 def plan_memory(model: ModelInfo, args: dict[str, Any], gpu_free_mib: list[int], gpu_total_mib: list[int],
