@@ -32,7 +32,7 @@ from deployer.start import stop
 from deployer.supervisor.supervise_base import CRASHED as CRASHED_STATES
 from deployer.supervisor.supervise_base import UP
 from deployer.target import snapshot
-from deployer.target.records import RunView, current_view, healthy, record_kind, tail_window, window_lines
+from deployer.target.records import RunView, healthy, record_kind, tail_window, window_lines
 from deployer.watch.watcher import LogTail
 
 DEFAULT_WORKDIR = "/workspace/deployer"
@@ -189,9 +189,9 @@ def down(ref: Ref, grace: float | None = None, *, break_lock: bool = False,
          notify: Notify | None = None) -> dict[str, Any]:
     """Graceful stop of the current run; 'not running' is success."""
     assert ref.name
-    with opened(ref) as (remote, workdir):
-        layout = layout_of(workdir, ref.name)
-        view = current_view(remote, layout)
+    with connected(ref) as remote:
+        snap = snapshot.take(remote, layout_of(ref.workdir, ref.name).root)  # what runs: one exec channel
+        layout, view = snap.layout, snap.current_view()
         if view is None:
             return {"name": ref.name, "host": remote.label, "was_running": False, "status": "absent"}
         wait = grace if grace is not None else (ref.profile.restart.grace_s if ref.profile else 30.0)

@@ -68,7 +68,7 @@ TODAY: dict[str, Bound] = {
     "logs": Bound(exec=1, sftp=0),
     "history": Bound(exec=1, sftp=0),
     "up (no change)": Bound(exec=9, sftp=1),  # 8 or 9 seen across runs (not investigated)
-    "down": Bound(exec=4, sftp=1),
+    "down": Bound(exec=3, sftp=0),  # snapshot, lock, stop
     "up": Bound(exec=17, sftp=1),
     "logs --previous": Bound(exec=1, sftp=0),
     "status --host (all)": Bound(exec=1, sftp=0),
