@@ -275,6 +275,7 @@ class Watcher:
 
     def _ready(self, elapsed: float) -> Outcome:
         """Health answers from our engine; ready also means supervised (the restart policy covers it)."""
+        self._read_log(self.clock(), elapsed)  # what it printed since the last read (its phases) comes first
         live = status(self.remote, self.launch.run)
         if live.get("status") in DEAD_STATES:
             return self._crashed(live, elapsed)

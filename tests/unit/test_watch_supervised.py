@@ -112,3 +112,24 @@ def test_a_loading_engine_whose_supervisor_died_is_noticed_before_it_serves(tmp_
     clock.now += LIVENESS_EVERY_S + 0.1
     assert isinstance(watcher.poll_once(), Unsupervised)
     assert [e.kind for e in events].count("supervisor-lost") == 1
+
+
+def test_what_the_engine_printed_just_before_serving_is_shown_before_ready(
+        tmp_path: Path, serving_port: int, supervisor: subprocess.Popen[bytes],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine prints its last phases and starts serving between the poll's log read and its health check:
+    those phases are still shown, before `ready` (a fast engine's `up` showed no phase at all)."""
+    watcher, events, _ = _watcher(tmp_path, serving_port, supervisor.pid)
+    (tmp_path / "engine.log").write_text("")  # nothing yet when the poll reads the log
+    real_healthy = watcher._healthy
+
+    def healthy_after_printing() -> bool:
+        with open(tmp_path / "engine.log", "a") as log:
+            log.write("[2026-11-30 10:00:01] Load weight begin. avail mem=139.80 GB\n")
+        return real_healthy()
+
+    monkeypatch.setattr(watcher, "_healthy", healthy_after_printing)
+    assert isinstance(watcher.poll_once(), Ready)
+    kinds = [(e.kind, e.data.get("phase")) for e in events if e.kind in ("phase", "ready")]
+    assert kinds[-1] == ("ready", "ready")
+    assert ("phase", "loading weights") in kinds[:-1], kinds
