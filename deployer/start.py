@@ -22,7 +22,7 @@ from deployer.remote.base import Remote, Result
 SUPERVISOR_PYTHON = '"$(command -v python3 || command -v python || echo python3)" -B'
 EXIT_BUSY = 75
 
-# Loads the supervisor's modules from their sources in memory and runs it: `python3 -B - CMD ARGS < this`.
+# Loads modules from their sources in memory, in order, and runs the last one's main: `python3 -B - ARGS < this`.
 _BOOTSTRAP = """import sys, types
 def _load(name, source):
     mod = types.ModuleType(name)
@@ -30,10 +30,15 @@ def _load(name, source):
     exec(compile(source, "<deployer " + name + ".py>", "exec"), mod.__dict__)
     return mod
 SOURCES = %r
-for _name in ("supervise_base", "supervise_ports", "supervise_daemon"):
-    _load(_name, SOURCES[_name])
-sys.exit(_load("supervise", SOURCES["supervise"]).main(sys.argv[1:]))
+for _name in SOURCES[:-1]:
+    _load(*_name)
+sys.exit(_load(*SOURCES[-1]).main(sys.argv[1:]))
 """
+
+
+def bootstrap(sources: list[tuple[str, str]]) -> bytes:
+    """A program for `python3 -B -` that loads (module name, source) in order and runs the last one's main."""
+    return (_BOOTSTRAP % (sources,)).encode()
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,8 @@ def _bootstrap() -> bytes:
     global _bootstrap_text
     if _bootstrap_text is None:
         sources = {name[:-3]: data.decode() for name, data in supervisor_sources().items()}
-        _bootstrap_text = (_BOOTSTRAP % (sources,)).encode()
+        order = ("supervise_base", "supervise_ports", "supervise_daemon", "supervise")
+        _bootstrap_text = bootstrap([(name, sources[name]) for name in order])
     return _bootstrap_text
 
 

@@ -22,22 +22,10 @@ from typing import Any
 from deployer.errors import TargetError
 from deployer.push import Layout, supervisor_sources
 from deployer.remote.base import CommandTimedOut, Remote
-from deployer.start import SUPERVISOR_PYTHON
+from deployer.start import SUPERVISOR_PYTHON, bootstrap
 from deployer.supervisor import supervise_snapshot
 from deployer.target.records import RunView
 
-# Loads the supervisor's modules from their sources in memory and runs the snapshot: `python3 -B - ARGS < this`.
-_BOOTSTRAP = """import sys, types
-def _load(name, source):
-    mod = types.ModuleType(name)
-    sys.modules[name] = mod
-    exec(compile(source, "<deployer " + name + ".py>", "exec"), mod.__dict__)
-    return mod
-SOURCES = %r
-for _name in ("supervise_base", "supervise_ports", "supervise_daemon", "supervise"):
-    _load(_name, SOURCES[_name])
-sys.exit(_load("supervise_snapshot", SOURCES["supervise_snapshot"]).main(sys.argv[1:]))
-"""
 TIMEOUT_S = 60.0
 
 _bootstrap_text: bytes | None = None
@@ -48,7 +36,8 @@ def _bootstrap() -> bytes:
     if _bootstrap_text is None:
         sources = {name[:-3]: data.decode() for name, data in supervisor_sources().items()}
         sources["supervise_snapshot"] = Path(supervise_snapshot.__file__).read_text(encoding="utf-8")
-        _bootstrap_text = (_BOOTSTRAP % (sources,)).encode()
+        order = ("supervise_base", "supervise_ports", "supervise_daemon", "supervise", "supervise_snapshot")
+        _bootstrap_text = bootstrap([(name, sources[name]) for name in order])
     return _bootstrap_text
 
 
