@@ -106,6 +106,9 @@ class EngineSpec:
     followons_file: str = ""                # startup checks a remedy must also satisfy (YAML) in data_dir
     value_aliases: dict[str, dict[str, str]] = field(default_factory=dict)  # flag -> {given: engine's name}
     multinode: MultiNode | None = None      # None: no multi-node launch known
+    # The parallelism flags whose values multiply to the GPUs one engine uses, each with every profile key the
+    # engine's parser accepts for it (aliases); unset counts 1.
+    gpu_flags: tuple[tuple[str, ...], ...] = ()
     model_flag: str = "model_path"          # the flag that names the model in the launch argv
     args_dump: re.Pattern[str] | None = None  # the startup line of the args dump; group 1 starts the dict
     args_dump_complete: bool = True         # every flag is in the dump (else only the non-default ones)
@@ -127,6 +130,14 @@ class EngineSpec:
         if not self.secret_flags or self.args_dump is None or not self.args_dump.search(line):
             return line
         return _secret_values(self.secret_flags).sub(lambda m: m.group(1) + "'***'", line)
+
+    def gpus_per_engine(self, args: dict[str, Any]) -> int:
+        """The GPUs one engine uses according to its parallelism flags in `args` (1 when none is set)."""
+        count = 1
+        for names in self.gpu_flags:
+            count *= next((v for v in (args.get(n) for n in names)
+                           if isinstance(v, int) and not isinstance(v, bool) and v > 0), 1)
+        return count
 
     def phase_of(self, line: str) -> str | None:
         for phase in self.phases:

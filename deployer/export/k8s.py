@@ -199,18 +199,8 @@ def _env(profile: Profile, secret_name: str) -> list[dict[str, Any]]:
 def _gpu_count(profile: Profile, gpus: list[int] | None, nodes: int = 1) -> int:
     if gpus:
         return len(gpus)
-    args = profile.engine.args
-    per_engine = _int_arg(args, "tp_size", "tensor_parallel_size") * _int_arg(args, "pp_size",
-                                                                              "pipeline_parallel_size")
+    per_engine = engine_for(profile.engine.kind).gpus_per_engine(profile.engine.args)
     return max(1, math.ceil(per_engine / nodes))
-
-
-def _int_arg(args: dict[str, Any], *names: str) -> int:
-    for name in names:
-        value = args.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return 1
 
 
 def _probes(profile: Profile) -> dict[str, Any]:

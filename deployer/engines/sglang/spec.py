@@ -35,6 +35,8 @@ SGLANG = EngineSpec(
     value_aliases={"speculative_algorithm": {"NEXTN": "EAGLE"}},
     # server_args.py: --nnodes, --node-rank, --dist-init-addr HOST:PORT (rank 0 listens there)
     multinode=MultiNode(nnodes="--nnodes", node_rank="--node-rank", dist_init_addr="--dist-init-addr"),
+    # server_args.py (0.5.10 and 0.5.23): --tp-size/--tensor-parallel-size, --pp-size/--pipeline-parallel-size
+    gpu_flags=(("tp_size", "tensor_parallel_size"), ("pp_size", "pipeline_parallel_size")),
     args_dump=re.compile(r"server_args=(ServerArgs\(|\{)"),
     memory=memory.plan,
     cli_prog="sglang serve",

@@ -44,6 +44,8 @@ VLLM = EngineSpec(
     signatures_file="signatures.yaml",
     # The api_server module ignores the positional model_tag (only `vllm serve` reads it): --model it is.
     model_flag="model",
+    # arg_utils.py (0.33.0): --tensor-parallel-size/-tp, --pipeline-parallel-size/-pp
+    gpu_flags=(("tensor_parallel_size",), ("pipeline_parallel_size",)),
     # launcher.py:368 logs the parsed args that differ from the parser's defaults, not resolved values:
     # a flag the profile set to the default is absent from the dump, which is no drift.
     args_dump=re.compile(r"non-default args: (\{)"),
