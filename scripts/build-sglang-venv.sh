@@ -39,34 +39,21 @@ case "$SGLANG_VERSION" in
   *) echo "build-sglang-venv: no dependency pins for sglang $SGLANG_VERSION (known: 0.5.23, 0.5.10)" >&2
      exit 2 ;;
 esac
-# Packages whose requirements name torch: installed without dependencies so the CPU torch stays.
 
 STAMP="sglang=$SGLANG_VERSION torch=$TORCH_VERSION nodeps=${NODEPS[*]} deps=${DEPS[*]} py=$($PY -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 
-mkdir -p "$(dirname "$DIR")"
-# One builder per DIR: a second `make sglang-venv` waits for the first instead of deleting its work.
-exec 9>"$DIR.lock"
-flock 9
-if [[ -x "$DIR/bin/python" && -f "$DIR/.stamp" && "$(cat "$DIR/.stamp")" == "$STAMP" ]]; then
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+source "$HERE/scripts/cpu-venv-lib.sh"
+cpu_venv_lock "$DIR"
+if cpu_venv_fresh "$DIR" "$STAMP"; then
   echo "sglang venv up to date: $DIR"
   exit 0
 fi
-
 start=$(date +%s)
-rm -rf "$DIR"
-$PY -m venv "$DIR"
-PIP=("$DIR/bin/python" -m pip install --quiet --disable-pip-version-check)
-"${PIP[@]}" "torch==$TORCH_VERSION"
-"${PIP[@]}" --no-deps "${NODEPS[@]}"
-"${PIP[@]}" "${DEPS[@]}"
-if ! "$DIR/bin/python" -c 'import sys, torch; sys.exit(0 if torch.version.cuda is None else 1)'; then
-  echo "build-sglang-venv: pip replaced the CPU torch with a CUDA one; refusing this venv" >&2
-  exit 1
-fi
+cpu_venv_build "$DIR" build-sglang-venv "$TORCH_VERSION" NODEPS DEPS
 
 # Smoke: the flag set must be introspectable, or the venv is useless. The test bed's sitecustomize
 # (tests/sglang_real/h200) lets the CUDA-built torchvision import on this CPU torch.
-HERE=$(cd "$(dirname "$0")/.." && pwd)
 PYTHONPATH="$HERE/tests/sglang_real/h200" FAKE_H200=0 "$DIR/bin/python" - "$SGLANG_VERSION" <<'PY'
 import argparse, sys
 from sglang.srt.server_args import ServerArgs
@@ -76,5 +63,4 @@ p = argparse.ArgumentParser()
 ServerArgs.add_cli_args(p)
 print(f"sglang {__version__} venv ok: {len(p._actions)} argparse actions")
 PY
-echo "$STAMP" > "$DIR/.stamp"
-echo "built $DIR in $(( $(date +%s) - start ))s"
+cpu_venv_done "$DIR" "$STAMP" "$start"

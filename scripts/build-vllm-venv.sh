@@ -28,23 +28,14 @@ NODEPS=("vllm==$VLLM_VERSION" "xgrammar==0.2.8" "apache-tvm-ffi==0.1.11")
 
 STAMP="torch=$TORCH_VERSION nodeps=${NODEPS[*]} deps=${DEPS[*]} py=$($PY -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 
-if [[ -x "$DIR/bin/python" && -f "$DIR/.stamp" && "$(cat "$DIR/.stamp")" == "$STAMP" ]]; then
+source "$(cd "$(dirname "$0")" && pwd)/cpu-venv-lib.sh"
+cpu_venv_lock "$DIR"
+if cpu_venv_fresh "$DIR" "$STAMP"; then
   echo "vllm venv up to date: $DIR"
   exit 0
 fi
-
 start=$(date +%s)
-rm -rf "$DIR"
-mkdir -p "$(dirname "$DIR")"
-$PY -m venv "$DIR"
-PIP=("$DIR/bin/python" -m pip install --quiet --disable-pip-version-check)
-"${PIP[@]}" "torch==$TORCH_VERSION"
-"${PIP[@]}" --no-deps "${NODEPS[@]}"
-"${PIP[@]}" "${DEPS[@]}"
-if ! "$DIR/bin/python" -c 'import sys, torch; sys.exit(0 if torch.version.cuda is None else 1)'; then
-  echo "build-vllm-venv: pip replaced the CPU torch with a CUDA one; refusing this venv" >&2
-  exit 1
-fi
+cpu_venv_build "$DIR" build-vllm-venv "$TORCH_VERSION" NODEPS DEPS
 
 # Smoke: the real parser must build, or the venv is useless.
 VLLM_TARGET_DEVICE=cpu "$DIR/bin/python" - <<'PY'
@@ -54,5 +45,4 @@ from vllm.utils.argparse_utils import FlexibleArgumentParser
 p = make_arg_parser(FlexibleArgumentParser())
 print(f"vllm venv ok: vLLM {vllm.__version__}, {len(p._actions)} argparse actions")
 PY
-echo "$STAMP" > "$DIR/.stamp"
-echo "built $DIR in $(( $(date +%s) - start ))s"
+cpu_venv_done "$DIR" "$STAMP" "$start"

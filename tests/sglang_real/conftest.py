@@ -8,41 +8,23 @@ bed; its engine python is a wrapper that puts tests/sglang_real/h200 (a sitecust
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from sglang_release import ROOT, VENV
+from realtier import engine_host, mark_tier
+from sglang_release import VENV
+from sshbed import SSHD
 
 H200_DIR = Path(__file__).resolve().parent / "h200"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).resolve().parent
-    skip = None
-    if not (VENV / "bin" / "python").exists():
-        skip = pytest.mark.skip(reason=f"no SGLang venv at {VENV} (run scripts/build-sglang-venv.sh {VENV})")
-    for item in items:
-        if here in Path(str(item.fspath)).resolve().parents:
-            item.add_marker(pytest.mark.sglang_real)
-            if skip is not None:
-                item.add_marker(skip)
+    mark_tier(items, Path(__file__).resolve().parent, pytest.mark.sglang_real, VENV, "scripts/build-sglang-venv.sh")
 
 
 @pytest.fixture(scope="module")
-def h200_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def h200_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHD]:
     """An sshd whose sessions have the stand-in nvidia-smi and `sglang-python`, the H200-pretending venv."""
-    from sshbed import make_sshd
-
-    bed = make_sshd(tmp_path_factory.mktemp("sshd-sglang"))
-    os.symlink(ROOT / "tests" / "standin" / "bin" / "nvidia-smi", bed.bin_dir / "nvidia-smi")
-    wrapper = bed.bin_dir / "sglang-python"
-    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={H200_DIR} exec {VENV / "bin" / "python"} "$@"\n')
-    wrapper.chmod(0o755)
-    try:
-        yield bed
-    finally:
-        bed.stop()
+    yield from engine_host(tmp_path_factory.mktemp("sshd-sglang"), "sglang-python", f"PYTHONPATH={H200_DIR}", VENV)
