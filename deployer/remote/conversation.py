@@ -8,9 +8,10 @@ shell set up (same exit code and output as an exec channel, minus the shell's st
 SFTP with their hashes checked by the helper, reads stay on SFTP and HTTP on direct-tcpip. Typed requests beyond
 `run`: `verify` (fsync + sha256 of uploaded files) and `lease` (the deployment lock's lease, held by the helper).
 
-The helper is shipped once: the exec line runs `<cache>/helper-<sha256>.py` when the target has it, else it
-asks for the program (`DEPLOYER-HELPER-SEND`), reads it from the channel, checks its hash, stores it and runs it,
-so a fresh target still costs one exec channel. A target whose home is not writable runs it from memory.
+The helper is shipped once: the exec line's loader runs `~/.cache/deployer/helper-<sha256>.py` when the target
+has it intact, else it asks for the program (`DEPLOYER-HELPER-SEND`), reads it from the channel, checks its hash,
+stores it and runs it, so a fresh target still costs one exec channel. A home that cannot be written runs it from
+memory.
 
 Replies are matched to requests by id (requests run concurrently on the helper: a heartbeat never waits behind a
 long command). Every wait is bounded; a helper that dies or a channel that drops fails the calls in flight with a
@@ -40,25 +41,32 @@ SEND_MARKER = "DEPLOYER-HELPER-SEND"
 NOISE_KEPT = 20          # lines that were not the helper's (an rc file's chatter, a traceback): for errors
 POLL_S = 5.0
 
-# Runs on the target under `python3 -B -c`: read the helper program from stdin, check it, cache it, run it.
+# Runs on the target under `python3 -B -c`: the cached helper if it is intact, else ask for the program, read it
+# from stdin, check it, cache it (atomically; a home that cannot be written runs it from memory) and run it.
 _LOADER = """import hashlib, os, sys
 path, digest, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
-sys.stdout.write("%s " + digest + "\\n")
-sys.stdout.flush()
-src = sys.stdin.buffer.read(size)
-if hashlib.sha256(src).hexdigest() != digest:
-    sys.stderr.write("deployer helper: the program arrived damaged (%%d of %%d bytes)\\n" %% (len(src), size))
-    sys.exit(3)
 try:
-    os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
-    tmp = path + ".%%d.tmp" %% os.getpid()
-    with open(tmp, "wb") as f:
-        f.write(src)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    with open(path, "rb") as f:
+        src = f.read(size + 1)
 except OSError:
-    pass
+    src = b""
+if hashlib.sha256(src).hexdigest() != digest:
+    sys.stdout.write("%s " + digest + "\\n")
+    sys.stdout.flush()
+    src = sys.stdin.buffer.read(size)
+    if hashlib.sha256(src).hexdigest() != digest:
+        sys.stderr.write("deployer helper: the program arrived damaged (%%d of %%d bytes)\\n" %% (len(src), size))
+        sys.exit(3)
+    try:
+        os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
+        tmp = path + ".%%d.tmp" %% os.getpid()
+        with open(tmp, "wb") as f:
+            f.write(src)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        pass
 sys.argv = [path, "serve", digest]
 exec(compile(src, path, "exec"), {"__name__": "__main__"})
 """ % SEND_MARKER
@@ -67,11 +75,9 @@ HELPER_DIR = '"${XDG_CACHE_HOME:-$HOME/.cache}/deployer"'
 
 
 def start_line() -> str:
-    """The one exec line: run the cached helper, or receive it, cache it and run it."""
+    """The one exec line: run the cached helper, or receive it, cache it and run it (one python either way)."""
     payload, digest = helper_bundle()
-    return (f'f={HELPER_DIR}/helper-{digest}.py; '
-            f'if [ -r "$f" ]; then exec {SUPERVISOR_PYTHON} "$f" serve {digest}; fi; '
-            f'exec {SUPERVISOR_PYTHON} -c {shlex.quote(_LOADER)} "$f" {digest} {len(payload)}')
+    return f'exec {SUPERVISOR_PYTHON} -c {shlex.quote(_LOADER)} {HELPER_DIR}/helper-{digest}.py {digest} {len(payload)}'
 
 
 class _Pending:
@@ -88,6 +94,7 @@ class Conversation:
         self.label = inner.label
         self.hello: dict[str, Any] = {}
         self.starts = 0            # helper processes started (1 unless a conversation broke)
+        self.shipped = 0           # times the helper program had to be sent (a fresh or damaged cache)
         self._session: Session | None = None
         self._pending: dict[int, _Pending] = {}
         self._ids = itertools.count(1)
@@ -144,6 +151,7 @@ class Conversation:
                                   hint="the target needs python3 (>= 3.8) on the login shell's PATH")
             if line.strip() == f"{SEND_MARKER} {digest}":
                 session.send(payload)
+                self.shipped += 1
                 continue
             data = _json(line)
             if data is not None and isinstance(data.get("hello"), dict):
