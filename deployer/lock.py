@@ -26,7 +26,7 @@ from typing import Any
 from deployer.errors import Locked, LockLost, NotFound, ProfileError, RemoteError
 from deployer.push import Layout
 from deployer.remote.base import HttpReply, Remote, Result, Session
-from deployer.remote.conversation import Conversation
+from deployer.remote.conversation import Conversation, SupervisorHost
 from deployer.start import supervisor
 
 LEASE_S = 30.0  # env DEPLOYER_LOCK_LEASE_S; a vanished client blocks others at most this long
@@ -360,6 +360,11 @@ class Guarded:
     def spawn(self, cmd: str) -> Session:
         self.lock.ensure()
         return self.inner.spawn(cmd)
+
+    def supervise(self, argv: Sequence[str], timeout: float) -> Result | None:
+        """The helper's own supervisor commands (start.run_supervisor), when the inner remote has a helper."""
+        self.lock.ensure()
+        return self.inner.supervise(argv, timeout) if isinstance(self.inner, SupervisorHost) else None
 
     def close(self) -> None:
         self.inner.close()

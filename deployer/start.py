@@ -17,6 +17,7 @@ from typing import Any
 from deployer.errors import CommandFailed, PortBusy, TargetError
 from deployer.push import Layout, RunDir, supervisor_sources
 from deployer.remote.base import Remote, Result
+from deployer.remote.conversation import SupervisorHost
 from deployer.remote.program import SUPERVISOR_PYTHON, bootstrap
 
 EXIT_BUSY = 75
@@ -50,7 +51,14 @@ def _bootstrap() -> bytes:
 
 
 def run_supervisor(remote: Remote, *args: str, timeout: float, check: bool = True) -> Result:
-    """Run a supervisor command from this deployer's own copy, sent over stdin (nothing on disk is used)."""
+    """Run a supervisor command from this deployer's own copy, sent over stdin (nothing on disk is used); on a
+    helper conversation the read-only ones are answered by the helper itself (the same code, no new process)."""
+    if isinstance(remote, SupervisorHost):
+        result = remote.supervise(args, timeout)
+        if result is not None:
+            if check and not result.ok:
+                raise CommandFailed(result, host=remote.label)
+            return result
     return remote.run(" ".join([SUPERVISOR_PYTHON, "-", *(shlex.quote(w) for w in args)]), timeout=timeout,
                       check=check, stdin=_bootstrap())
 

@@ -28,7 +28,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from deployer.errors import CommandFailed, ConnectFailed, RemoteError, TargetError, TransferFailed
 from deployer.remote.base import CommandTimedOut, HttpReply, NoLine, Remote, Result, Session
@@ -40,6 +40,7 @@ VERIFY_TIMEOUT_S = 60.0
 SEND_MARKER = "DEPLOYER-HELPER-SEND"
 NOISE_KEPT = 20          # lines that were not the helper's (an rc file's chatter, a traceback): for errors
 POLL_S = 5.0
+IN_HELPER = ("status", "ports", "listener")   # supervisor commands the helper answers itself
 
 # Runs on the target under `python3 -B -c`: the cached helper if it is intact, else ask for the program, read it
 # from stdin, check it, cache it (atomically; a home that cannot be written runs it from memory) and run it.
@@ -78,6 +79,15 @@ def start_line() -> str:
     """The one exec line: run the cached helper, or receive it, cache it and run it (one python either way)."""
     payload, digest = helper_bundle()
     return f'exec {SUPERVISOR_PYTHON} -c {shlex.quote(_LOADER)} {HELPER_DIR}/helper-{digest}.py {digest} {len(payload)}'
+
+
+@runtime_checkable
+class SupervisorHost(Protocol):
+    """A Remote that can answer some supervisor commands without starting a process (a Conversation, or the
+    deployment lock's guard around one): `supervise` gives their Result, None for a command it does not run."""
+
+    def supervise(self, argv: Sequence[str], timeout: float) -> Result | None:
+        ...
 
 
 class _Pending:
@@ -247,6 +257,19 @@ class Conversation:
         if not isinstance(digests, list) or len(digests) != len(paths):
             raise TransferFailed(f"verify {paths[0]}: the helper answered {str(reply)[:200]}", host=self.label)
         return [d if isinstance(d, str) else None for d in digests]
+
+    def supervise(self, argv: Sequence[str], timeout: float) -> Result | None:
+        """A supervisor command answered inside the helper (status, ports, listener: no process started for it);
+        None for the others, which run as `python3 -B -` commands."""
+        if not argv or argv[0] not in IN_HELPER:
+            return None
+        cmd = "supervise " + " ".join(argv)
+        try:
+            reply = self.call("supervise", {"argv": list(argv)}, timeout + REPLY_MARGIN_S, cmd)
+        except NoLine:
+            raise CommandTimedOut(Result(cmd, -1, "", ""), timeout, host=self.label) from None
+        return Result(cmd, int(reply.get("exit_code", -1)), str(reply.get("stdout") or ""),
+                      str(reply.get("stderr") or ""))
 
     def lease(self, path: str, holder: dict[str, Any], token: str, lease_s: float, mode: str,
               from_holder: str = "") -> LeaseSession:

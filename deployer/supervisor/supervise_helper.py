@@ -14,6 +14,8 @@ come out of order and carry the request's id.
 
 - `run {cmd, stdin_b64?, timeout}`: `bash -c cmd` in its own session (the environment the login shell set up is
   inherited), killed with its whole process group after `timeout`; `{exit_code, stdout, stderr, timed_out}`.
+- `supervise {argv}`: a read-only supervisor command (`status`, `ports`, `listener`) answered in this process,
+  with the exit code and output `supervise.py ARGV` would give (no python start-up per call).
 - `verify {paths}`: fsync and sha256 each uploaded file; `{digests}` (null for a file that cannot be read).
 - `lease_take {path, holder, token, lease_s, mode, from?}`: the deployment lock's lease (supervise_lease.py's
   rules, events and file format); `{word: LOCKED|BUSY|LOST, data}`. The helper keeps the lease file open.
@@ -27,7 +29,9 @@ Commands still running keep running (a `stop` in progress is not cut short); the
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
+import io
 import json
 import os
 import signal
@@ -37,13 +41,19 @@ import threading
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable
 
 if TYPE_CHECKING or __package__:  # imported as part of the deployer package
+    from deployer.supervisor.supervise import dispatch
+    from deployer.supervisor.supervise_base import SuperviseError
     from deployer.supervisor.supervise_lease import LeaseError, Refused, acquire, update
 else:  # run on the target from the helper bundle, where the modules are loaded by their bare names
+    from supervise import dispatch  # type: ignore[no-redef]
+    from supervise_base import SuperviseError  # type: ignore[no-redef]
     from supervise_lease import LeaseError, Refused, acquire, update  # type: ignore[no-redef]
 
 PROTOCOL = 1
 KILL_WAIT_S = 2.0
 MAX_TIMEOUT_S = 3600.0
+# Supervisor commands answered inside the helper (quick, read-only); start and stop stay processes of their own.
+IN_PROCESS = ("status", "ports", "listener")
 
 
 class RequestError(Exception):
@@ -60,8 +70,10 @@ class Helper:
         self._write = threading.Lock()
         self._leases: dict[str, tuple[int, float]] = {}  # token -> (open lease fd, lease seconds)
         self._lease_lock = threading.Lock()
+        self._supervise_lock = threading.Lock()  # their output is captured from sys.stdout: one at a time
         self.ops: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "run": self.run, "verify": self.verify, "lease_take": self.lease_take, "lease_beat": self.lease_beat,
+            "supervise": self.supervise,
         }
 
     def say(self, data: dict[str, Any]) -> None:
@@ -117,6 +129,20 @@ class Helper:
                 out, err = b"", b""
         return {"exit_code": -1 if timed_out else proc.returncode, "timed_out": timed_out,
                 "stdout": out.decode("utf-8", "replace"), "stderr": err.decode("utf-8", "replace")}
+
+    def supervise(self, req: dict[str, Any]) -> dict[str, Any]:
+        """A read-only supervisor command run in this process: the output `supervise.py ARGV` would print."""
+        argv = [str(a) for a in req["argv"]]
+        if not argv or argv[0] not in IN_PROCESS:
+            raise RequestError(f"supervise: only {', '.join(IN_PROCESS)} run inside the helper")
+        out, err = io.StringIO(), io.StringIO()
+        with self._supervise_lock, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = dispatch(argv)
+            except SuperviseError as e:
+                print(f"supervise: {e}", file=sys.stderr)
+                code = e.code
+        return {"exit_code": code, "timed_out": False, "stdout": out.getvalue(), "stderr": err.getvalue()}
 
     def verify(self, req: dict[str, Any]) -> dict[str, Any]:
         return {"digests": [_fsync_sha256(str(p)) for p in req["paths"]]}

@@ -7,6 +7,7 @@ import base64
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -162,3 +163,22 @@ def test_eof_ends_the_helper_at_once_and_leaves_a_held_lease_to_expire(helper: H
     assert helper.close() == 0 and time.monotonic() - t0 < 2
     lease = json.loads(lock.read_text())
     assert lease["token"] == "t1" and lease["expires_at"] > time.time()  # a reconnecting client re-takes it
+
+
+def test_read_only_supervisor_commands_are_answered_inside_the_helper(helper: Helper, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    status = helper.ask("supervise", argv=["status", str(run)])
+    assert status["exit_code"] == 0 and json.loads(status["stdout"])["status"] == "absent"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        busy = helper.ask("supervise", argv=["ports", str(port)])
+        assert busy["exit_code"] == 1 and busy["stdout"].startswith(f"busy {port}: pid ")
+    free = helper.ask("supervise", argv=["ports", str(port)])
+    assert (free["exit_code"], free["stdout"]) == (0, f"free {port}\n")
+    missing = helper.ask("supervise", argv=["status", str(tmp_path / "nope")])
+    assert missing["exit_code"] == 2 and missing["stderr"].startswith("supervise: no such run dir")
+    refused = helper.ask("supervise", argv=["start", str(run)])  # start daemonizes: never inside the helper
+    assert not refused["ok"] and "only status, ports, listener" in refused["error"]
