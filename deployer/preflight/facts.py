@@ -115,9 +115,12 @@ def version_py(distribution: str) -> str:
 
 # What the target keeps of probe runs (flag tables, dry resolutions), keyed by what decides their answer.
 PROBE_CACHE = '"${XDG_CACHE_HOME:-$HOME/.cache}/deployer/probes"'
-# `store FILE TEXT`: write atomically, best effort (a full disk only costs the next probe run).
-STORE_SH = """store() { mkdir -p -m 0700 "${1%/*}" && printf '%s\\n' "$2" > "$1.$$.tmp" && mv -f "$1.$$.tmp" "$1"; } 2>/dev/null
-"""
+PROBES_KEPT = 200
+# `store FILE TEXT`: write atomically, best effort (a full disk only costs the next probe run); the oldest answers
+# beyond PROBES_KEPT go.
+STORE_SH = """store() { mkdir -p -m 0700 "${1%%/*}" && printf '%%s\\n' "$2" > "$1.$$.tmp" && mv -f "$1.$$.tmp" "$1" &&
+  (cd "${1%%/*}" && ls -1t | tail -n +%d | xargs -r rm -f --); } 2>/dev/null
+""" % (PROBES_KEPT + 1)
 
 FACTS_SCRIPT = r"""
 sec() { printf '\n@@@%s\n' "$1"; }

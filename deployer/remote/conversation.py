@@ -40,11 +40,13 @@ VERIFY_TIMEOUT_S = 60.0
 SEND_MARKER = "DEPLOYER-HELPER-SEND"
 NOISE_KEPT = 20          # lines that were not the helper's (an rc file's chatter, a traceback): for errors
 POLL_S = 5.0
+HELPERS_KEPT = 5         # helper versions kept on a target (the newest stored; an older deployer resends its own)
 IN_HELPER = ("status", "ports", "listener")   # supervisor commands the helper answers itself
 
 # Runs on the target under `python3 -B -c`: the cached helper if it is intact, else ask for the program, read it
-# from stdin, check it, cache it (atomically; a home that cannot be written runs it from memory) and run it.
-_LOADER = """import hashlib, os, sys
+# from stdin, check it, cache it (atomically; a home that cannot be written runs it from memory; the oldest versions
+# beyond HELPERS_KEPT go) and run it.
+_LOADER = """import glob, hashlib, os, sys
 path, digest, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
 try:
     with open(path, "rb") as f:
@@ -66,11 +68,14 @@ if hashlib.sha256(src).hexdigest() != digest:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        kept = sorted(glob.glob(os.path.join(os.path.dirname(path), "helper-*.py")), key=os.path.getmtime)
+        for old in kept[:-%d]:
+            os.unlink(old)
     except OSError:
         pass
 sys.argv = [path, "serve", digest]
 exec(compile(src, path, "exec"), {"__name__": "__main__"})
-""" % SEND_MARKER
+""" % (SEND_MARKER, HELPERS_KEPT)
 
 HELPER_DIR = '"${XDG_CACHE_HOME:-$HOME/.cache}/deployer"'
 

@@ -6,6 +6,7 @@ is tests/integration/test_remote.py's, which runs over a Conversation too."""
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ import pytest
 from deployer.errors import ConnectFailed, TargetError
 from deployer.remote.base import Remote, Session, TargetSpec
 from deployer.remote.connect import connect
-from deployer.remote.conversation import Conversation, start_line
+from deployer.remote.conversation import HELPERS_KEPT, Conversation, start_line
 from deployer.remote.program import helper_bundle
 from deployer.remote.ssh.connection import SSHRemote
 from sshbed import SSHD
@@ -152,3 +153,21 @@ def test_a_link_lost_mid_command_is_connect_failed_and_the_next_call_starts_a_ne
 def test_start_line_is_one_shell_line_that_holds_no_secret_and_no_program() -> None:
     line = start_line()
     assert len(line) < 2000 and "supervise_lease" not in line  # the program travels over stdin, not argv
+
+
+def test_storing_a_new_helper_keeps_only_the_newest_versions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "xdg" / "deployer"
+    cache.mkdir(parents=True)
+    for i in range(7):  # helpers older deployers left, oldest first
+        old = cache / f"helper-{i:064x}.py"
+        old.write_text("# an older helper\n")
+        os.utime(old, (1_000_000 + i, 1_000_000 + i))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    conv = Conversation.open(connect(TargetSpec("local")))
+    try:
+        assert conv.shipped == 1
+    finally:
+        conv.close()
+    kept = sorted(p.name for p in cache.glob("helper-*.py"))
+    assert len(kept) == HELPERS_KEPT and f"helper-{helper_bundle()[1]}.py" in kept
+    assert f"helper-{6:064x}.py" in kept and f"helper-{0:064x}.py" not in kept  # the oldest went
