@@ -117,6 +117,7 @@ class Conversation:
         self._send_lock = threading.Lock()
         self._noise: deque[str] = deque(maxlen=NOISE_KEPT)
         self._dead: str | None = None
+        self._closed = False
 
     @classmethod
     def open(cls, inner: Remote) -> Conversation:
@@ -135,6 +136,8 @@ class Conversation:
 
     def _ensure(self) -> Session:
         with self._lock:
+            if self._closed:
+                raise RemoteError("the conversation with the deployer helper was closed", host=self.label)
             if self._session is not None and self._dead is None:
                 return self._session
             self._close_session()
@@ -216,6 +219,8 @@ class Conversation:
         rid = next(self._ids)
         waiting = _Pending()
         with self._lock:
+            if self._session is not session or self._dead is not None:  # it broke just now: fail fast, not late
+                raise ConnectFailed(f"connection lost: {self._dead or 'the helper was restarted'}", host=self.label)
             self._pending[rid] = waiting
         line = json.dumps({"id": rid, "op": op, **fields}).encode() + b"\n"
         try:
@@ -324,6 +329,7 @@ class Conversation:
         if getattr(self.inner, "hash_uploads", None) == self.verify:
             setattr(self.inner, "hash_uploads", None)
         with self._lock:
+            self._closed = True
             self._dead = self._dead or "the conversation was closed"
             self._close_session()
 

@@ -85,6 +85,16 @@ class Helper:
             except (OSError, ValueError):
                 pass  # the client is gone; EOF on stdin ends the conversation
 
+    def finish(self) -> None:
+        """Leave now, without the interpreter's shutdown: it would flush stdout while a request's thread may hold
+        its lock (a reply just written), and wait a second for it per stream. Requests still running are left."""
+        if self._write.acquire(timeout=KILL_WAIT_S):  # no reply half-written
+            try:
+                self._out.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(0)
+
     def handle(self, raw: bytes) -> None:
         rid: Any = None
         try:
@@ -221,6 +231,7 @@ def serve(version: str, stdin: BinaryIO, stdout: BinaryIO) -> int:
     while True:
         line = stdin.readline()
         if not line:
+            helper.finish()
             return 0
         if line.strip():
             threading.Thread(target=helper.handle, args=(line,), daemon=True).start()
