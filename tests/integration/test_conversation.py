@@ -6,6 +6,7 @@ is tests/integration/test_remote.py's, which runs over a Conversation too."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import threading
 import time
@@ -15,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from deployer.errors import ConnectFailed, TargetError
+from deployer.lock import DeploymentLock
+from deployer.push import Layout
 from deployer.remote.base import Remote, Session, TargetSpec
 from deployer.remote.connect import connect
 from deployer.remote.conversation import HELPERS_KEPT, Conversation, start_line
@@ -171,3 +174,28 @@ def test_storing_a_new_helper_keeps_only_the_newest_versions(tmp_path: Path, mon
     kept = sorted(p.name for p in cache.glob("helper-*.py"))
     assert len(kept) == HELPERS_KEPT and f"helper-{helper_bundle()[1]}.py" in kept
     assert f"helper-{6:064x}.py" in kept and f"helper-{0:064x}.py" not in kept  # the oldest went
+
+
+def test_the_lock_over_a_conversation_survives_its_helper_being_killed(ssh: SSHRemote, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The helper holds the lease file for the lock; killed (OOM killer, a cleanup job), the next heartbeat starts
+    a new helper that re-takes the same lease with the token; nobody else could take it meanwhile."""
+    monkeypatch.setenv("DEPLOYER_LOCK_LEASE_S", "3")
+    layout = Layout(str(tmp_path / "dep"))
+    conv = Conversation.open(ssh)
+    said: list[str] = []
+    try:
+        with DeploymentLock(conv, layout, "up", notify=said.append) as lock:
+            first = conv.hello["pid"]
+            ssh.run(f"kill -9 {first}")  # from outside the conversation
+            deadline = time.monotonic() + 10
+            while not said and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert said == ["the connection dropped; re-took the same deployment lock and carried on"]
+            lock.ensure()  # still ours
+            assert conv.starts == 2 and conv.hello["pid"] != first
+            lease = json.loads((tmp_path / "dep" / "lock").read_text())
+            assert lease["token"] == lock.token and lease["expires_at"] > time.time()
+        assert json.loads((tmp_path / "dep" / "lock").read_text()).get("released_at")
+    finally:
+        conv.close()
