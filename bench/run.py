@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                 shell = shell_cost.run(bed, tmp, args.reps)
                 over_ssh = [shell]
                 if "overhead" in only:
-                    over_ssh.append(overhead.run(bed, tmp, args.reps))
+                    over_ssh += overhead.run(bed, tmp, args.reps)
                 if "status" in only:
                     over_ssh.append(oncall_status.run(bed, tmp, args.reps))
                 if "detection" in only:

@@ -2,7 +2,8 @@
 
 The lease itself lives on the target (deployer/supervisor/supervise_lease.py): an owner (user@client-host, pid,
 command, since), renewed by a heartbeat over the SSH connection, expiring `lease_s` after the last renewal. A
-background thread sends the heartbeat; when the connection drops it re-takes the same lease over a new connection
+background thread sends the heartbeat (over the command's helper conversation when it has one, else to a lease
+program of its own on an exec channel); when the connection drops it re-takes the same lease over a new connection
 (the lease cannot be taken by anyone else before it expires). Every remote call of the operation goes through
 `Guarded`, which refuses to act once the lease may have expired or was broken: the operation then stops with
 LockLost instead of changing a target that someone else may now be changing.
@@ -25,6 +26,7 @@ from typing import Any
 from deployer.errors import Locked, LockLost, NotFound, ProfileError, RemoteError
 from deployer.push import Layout
 from deployer.remote.base import HttpReply, Remote, Result, Session
+from deployer.remote.conversation import Conversation, SupervisorHost
 from deployer.start import supervisor
 
 LEASE_S = 30.0  # env DEPLOYER_LOCK_LEASE_S; a vanished client blocks others at most this long
@@ -170,7 +172,11 @@ class DeploymentLock:
                 "--lease", f"{self.lease_s:g}", "--mode", mode]
         if from_holder:
             args += ["--from", from_holder]
-        session = self.remote.spawn(supervisor(self.layout.lease_program, self.layout.lock, *args))
+        if isinstance(self.remote, Conversation):  # the command's helper holds the lease: no channel of its own
+            session: Session = self.remote.lease(self.layout.lock, self.holder, self.token, self.lease_s, mode,
+                                                 from_holder)
+        else:
+            session = self.remote.spawn(supervisor(self.layout.lease_program, self.layout.lock, *args))
         try:
             line = session.readline(timeout=FIRST_LINE_S) or ""
         except RemoteError:
@@ -354,6 +360,11 @@ class Guarded:
     def spawn(self, cmd: str) -> Session:
         self.lock.ensure()
         return self.inner.spawn(cmd)
+
+    def supervise(self, argv: Sequence[str], timeout: float) -> Result | None:
+        """The helper's own supervisor commands (start.run_supervisor), when the inner remote has a helper."""
+        self.lock.ensure()
+        return self.inner.supervise(argv, timeout) if isinstance(self.inner, SupervisorHost) else None
 
     def close(self) -> None:
         self.inner.close()

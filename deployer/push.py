@@ -22,6 +22,7 @@ from deployer.engines import engine_for
 from deployer.errors import CommandFailed, DeployError, TargetError
 from deployer.profile.model import Profile
 from deployer.remote.base import Remote
+from deployer.remote.program import helper_bundle
 from deployer.render.bundle import Bundle
 from deployer.secrets import mask_data
 
@@ -169,7 +170,8 @@ def profile_record(profile: Profile, bundle: Bundle, *, attempt: int, up_id: str
     return {"name": profile.name, "content_hash": bundle.content_hash, "attempt": attempt, "up_id": up_id,
             "argv": bundle.argv, "env": bundle.masked_env, "port": profile.engine.port,
             "health_path": profile.health.path, "kind": profile.engine.kind, "profile": profile.public_dict(),
-            "secret_templates": profile.templates, "pushed_at": time.time()}
+            "secret_templates": profile.templates, "pushed_at": time.time(),
+            "helper": helper_bundle()[1]}  # the target-side helper (its content hash) that wrote this run dir
 
 
 def push(remote: Remote, layout: Layout, bundle: Bundle, record: dict[str, Any], config: dict[str, Any],

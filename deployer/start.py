@@ -17,28 +17,10 @@ from typing import Any
 from deployer.errors import CommandFailed, PortBusy, TargetError
 from deployer.push import Layout, RunDir, supervisor_sources
 from deployer.remote.base import Remote, Result
+from deployer.remote.conversation import SupervisorHost
+from deployer.remote.program import SUPERVISOR_PYTHON, bootstrap
 
-# The target's python3 (stdlib only, >= 3.8); images that ship only `python` work too. -B: no bytecode written.
-SUPERVISOR_PYTHON = '"$(command -v python3 || command -v python || echo python3)" -B'
 EXIT_BUSY = 75
-
-# Loads modules from their sources in memory, in order, and runs the last one's main: `python3 -B - ARGS < this`.
-_BOOTSTRAP = """import sys, types
-def _load(name, source):
-    mod = types.ModuleType(name)
-    sys.modules[name] = mod
-    exec(compile(source, "<deployer " + name + ".py>", "exec"), mod.__dict__)
-    return mod
-SOURCES = %r
-for _name in SOURCES[:-1]:
-    _load(*_name)
-sys.exit(_load(*SOURCES[-1]).main(sys.argv[1:]))
-"""
-
-
-def bootstrap(sources: list[tuple[str, str]]) -> bytes:
-    """A program for `python3 -B -` that loads (module name, source) in order and runs the last one's main."""
-    return (_BOOTSTRAP % (sources,)).encode()
 
 
 @dataclass(frozen=True)
@@ -69,7 +51,14 @@ def _bootstrap() -> bytes:
 
 
 def run_supervisor(remote: Remote, *args: str, timeout: float, check: bool = True) -> Result:
-    """Run a supervisor command from this deployer's own copy, sent over stdin (nothing on disk is used)."""
+    """Run a supervisor command from this deployer's own copy, sent over stdin (nothing on disk is used); on a
+    helper conversation the read-only ones are answered by the helper itself (the same code, no new process)."""
+    if isinstance(remote, SupervisorHost):
+        result = remote.supervise(args, timeout)
+        if result is not None:
+            if check and not result.ok:
+                raise CommandFailed(result, host=remote.label)
+            return result
     return remote.run(" ".join([SUPERVISOR_PYTHON, "-", *(shlex.quote(w) for w in args)]), timeout=timeout,
                       check=check, stdin=_bootstrap())
 

@@ -38,6 +38,7 @@ from deployer.push import supervisor_config, write_outcome
 from deployer.remedy import Change, propose
 from deployer.remote.base import Remote, TargetSpec
 from deployer.remote.connect import connect
+from deployer.remote.conversation import Conversation
 from deployer.render.bundle import Bundle, render
 from deployer.secrets import masking_sink
 from deployer.start import Launch, check_port, listener, start, status, stop
@@ -110,18 +111,23 @@ def target_spec(profile: Profile, trust_new_host: bool = False) -> TargetSpec:
 
 @contextmanager
 def locked_session(profile: Profile, opts: UpOptions, emit: EventSink) -> Iterator[tuple[Remote, Layout]]:
-    """Connect once, create the deployment dir, hold the deployment lock; release everything on exit.
+    """Connect once, start the target-side helper, create the deployment dir, hold the deployment lock; release
+    everything on exit.
 
     The remote handed out acts only while the lock is held: once it is lost, every call raises LockLost."""
     remote = connect(target_spec(profile, opts.trust_new_host))
+    conv: Conversation | None = None
     try:
-        layout = layout_for(remote, profile)
-        prepare(remote, layout)
-        with DeploymentLock(remote, layout, opts.what, break_lock=opts.break_lock,
+        conv = Conversation.open(remote)  # the one exec channel: every step below talks to this helper
+        layout = layout_for(conv, profile)
+        prepare(conv, layout)
+        with DeploymentLock(conv, layout, opts.what, break_lock=opts.break_lock,
                             notify=lambda m: emit(Event("warning", {"message": m}))) as lock:
             with lock.reporting_loss():
                 yield lock.guarded(), layout
     finally:
+        if conv is not None:
+            conv.close()
         remote.close()
 
 

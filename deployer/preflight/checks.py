@@ -7,6 +7,7 @@ the translated argv the way the engine will. Problems would fail the launch; war
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 from dataclasses import asdict, dataclass, field
@@ -18,7 +19,8 @@ from deployer.engines.base import MemoryInput, MemoryPlan, ModelInfo, Unsupporte
 from deployer.engines.renames import load_renames
 from deployer.errors import DeployError
 from deployer.preflight import flags as fl
-from deployer.preflight.facts import Facts, ModelFiles, env_exports, gather_facts, weight_bytes_from_index
+from deployer.preflight.facts import PROBE_CACHE, STORE_SH, Facts, ModelFiles, env_exports, gather_facts
+from deployer.preflight.facts import weight_bytes_from_index
 from deployer.profile.model import Profile
 from deployer.remote.base import Remote
 from deployer.render.bundle import engine_argv, sh_word
@@ -38,6 +40,7 @@ class PreflightReport:
     flagset_version: str | None = None
     flags_cached: bool = False
     resolution: str = "not run"
+    resolution_cached: bool = False   # answered from the target's probe cache (same install, GPUs, args, env)
     resolved: dict[str, Any] | None = None
     rejection: str | None = None      # the engine's own error when it rejected these arguments
     unknown_flags: dict[str, str] = field(default_factory=dict)   # flags the engine does not have -> problem
@@ -63,7 +66,9 @@ class PreflightReport:
             "engine_env": self.profile.public_dict()["engine"]["env"],
             "flagset_version": self.flagset_version,
             "flags_cached": self.flags_cached,
+            "flags_from_target_cache": self.facts.flags_from_target_cache,
             "resolution": self.resolution,
+            "resolution_cached": self.resolution_cached,
             "rejection": self.rejection,
             "memory": None if self.memory is None else {
                 **self.memory.to_json(), "rows": self.memory.rows()},
@@ -81,7 +86,7 @@ class PreflightReport:
         lines += [f"  python {f.python_version or '?'}, {self.profile.engine.kind} {f.engine_version or '?'}; "
                   f"port {f.port} {'free' if f.port_free else 'BUSY'}; disk free {disk}",
                   f"  flags: {self.flagset_version or 'not checked'}{' (cached)' if self.flags_cached else ''}; "
-                  f"dry resolution: {self.resolution}"]
+                  f"dry resolution: {self.resolution}{' (cached on the target)' if self.resolution_cached else ''}"]
         if self.memory is not None:
             width = max(len(k) for k, _ in self.memory.rows())
             lines += ["memory plan (one GPU):"] + [f"  {k.ljust(width)}  {v}" for k, v in self.memory.rows()]
@@ -148,9 +153,10 @@ def _resolve(remote: Remote, report: PreflightReport) -> None:
     """Dry resolution on the target: what the engine will change in the args it is given."""
     profile = report.profile
     argv = engine_argv(profile)[3:]  # drop `python -m module`
-    script = env_exports(profile) + (
-        f"exec {shlex.quote(profile.engine.python)} -c {shlex.quote(fl.probe_source(profile.engine.kind))} "
-        f"--resolve {' '.join(sh_word(a) for a in argv)}\n")
+    probe = (f"{shlex.quote(profile.engine.python)} -c {shlex.quote(fl.probe_source(profile.engine.kind))} "
+             f"--resolve {' '.join(sh_word(a) for a in argv)}")
+    key = _resolution_cache(report, env_exports(profile) + probe)
+    script = env_exports(profile) + (f"exec {probe}\n" if key is None else _cached(probe, f"resolve-{key}"))
     try:
         result = remote.run("bash -s", stdin=script.encode(), timeout=RESOLVE_TIMEOUT, check=False)
     except DeployError as exc:
@@ -164,7 +170,30 @@ def _resolve(remote: Remote, report: PreflightReport) -> None:
         report.warnings.append(f"dry resolution printed nothing usable ({tail[0]}); "
                                "effective args are checked after start")
         return
+    report.resolution_cached = "@@cached" in result.stdout.splitlines()
     _read_resolution(report, data)
+
+
+def _cached(probe: str, name: str) -> str:
+    """Shell that answers from the target's probe cache (then prints @@cached), else runs `probe` and keeps what
+    it printed when that holds the probe's JSON."""
+    return STORE_SH + (f'f={PROBE_CACHE}/{name}.out\n'
+                       'if [ -s "$f" ]; then cat "$f"; echo "@@cached"; exit 0; fi\n'
+                       f'o=$({probe}); rc=$?\n'
+                       "printf '%s\\n' \"$o\"\n"
+                       f'case "$o" in *{shlex.quote(fl.PROBE_MARKER)}*) store "$f" "$o" ;; esac\n'
+                       'exit $rc\n')
+
+
+def _resolution_cache(report: PreflightReport, probe: str) -> str | None:
+    """The key of this dry resolution in the target's probe cache, None when it must not be kept: no install
+    stamp to key it by, or secret args (the resolved values would hold them)."""
+    facts, profile = report.facts, report.profile
+    if not facts.engine_stamp or profile.secret_arg_keys():
+        return None
+    material = json.dumps([profile.engine.kind, facts.engine_version, facts.engine_stamp,
+                           [[g.name, g.total_mib] for g in facts.gpus], probe])
+    return hashlib.sha256(material.encode()).hexdigest()[:40]
 
 
 def _read_resolution(report: PreflightReport, data: dict[str, Any]) -> None:

@@ -59,6 +59,8 @@ class Facts:
     port_free: bool | None = None
     model: ModelFiles | None = None
     flag_probe: dict[str, Any] | None = None
+    engine_stamp: str | None = None   # engine python realpath, package origin, their mtimes (probe cache key)
+    flags_from_target_cache: bool = False
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -87,12 +89,38 @@ except Exception:
         print("@@engine " + importlib.import_module(DISTRIBUTION).__version__)
     except Exception:
         print("@@engine -")
+try:  # where the engine is installed and when it last changed (an upgrade, a reinstall, an edit): nothing imported
+    import importlib.util, os
+    origin = importlib.util.find_spec(DISTRIBUTION).origin
+    newest, seen = 0, 0
+    for root, dirs, files in os.walk(os.path.dirname(origin)):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]  # bytecode comes and goes with every import
+        for name in files:
+            seen += 1
+            if seen > 50000:
+                break
+            try:
+                newest = max(newest, os.stat(os.path.join(root, name)).st_mtime_ns)
+            except OSError:
+                pass
+    print("@@stamp %s %s %d %d" % (os.path.realpath(sys.executable), origin, newest, seen))
+except Exception:
+    pass
 """
 
 
 def version_py(distribution: str) -> str:
     """The target-side snippet that prints the python and the engine's version."""
     return f"DISTRIBUTION = {distribution!r}\n" + VERSION_PY
+
+# What the target keeps of probe runs (flag tables, dry resolutions), keyed by what decides their answer.
+PROBE_CACHE = '"${XDG_CACHE_HOME:-$HOME/.cache}/deployer/probes"'
+PROBES_KEPT = 200
+# `store FILE TEXT`: write atomically, best effort (a full disk only costs the next probe run); the oldest answers
+# beyond PROBES_KEPT go.
+STORE_SH = """store() { mkdir -p -m 0700 "${1%%/*}" && printf '%%s\\n' "$2" > "$1.$$.tmp" && mv -f "$1.$$.tmp" "$1" &&
+  (cd "${1%%/*}" && ls -1t | tail -n +%d | xargs -r rm -f --); } 2>/dev/null
+""" % (PROBES_KEPT + 1)
 
 FACTS_SCRIPT = r"""
 sec() { printf '\n@@@%s\n' "$1"; }
@@ -132,7 +160,15 @@ grep -o '"total_size"[^,}]*' "$m/model.safetensors.index.json" 2>/dev/null | hea
 sec stsize
 ls "$m"/*.safetensors >/dev/null 2>&1 && du -cbL "$m"/*.safetensors 2>/dev/null | tail -n 1
 sec flags
-case " $CACHED " in *" $v "*) ;; *) [ -n "$v" ] && [ "$v" != - ] && "$PY" -c "$PROBE" --flags 2>/dev/null ;; esac
+st=$(printf '%s\n' "$out" | sed -n 's/^@@stamp //p')
+case " $CACHED " in *" $v "*) ;; *) if [ -n "$v" ] && [ "$v" != - ]; then
+  # the flag table, kept on the target for this engine install (any laptop's next preflight skips the probe)
+  f=""; [ -n "$st" ] && f="$PROBES/flags-$(printf '%s\n' "$KIND" "$v" "$st" "$PROBE" | sha256sum | cut -c1-40).out"
+  if [ -n "$f" ] && [ -s "$f" ]; then cat "$f"; echo "@@cached"
+  else o=$("$PY" -c "$PROBE" --flags 2>/dev/null); printf '%s\n' "$o"
+    [ -n "$f" ] && case "$o" in *"$MARKER"*) store "$f" "$o" ;; esac
+  fi
+fi ;; esac
 sec end
 """
 
@@ -145,8 +181,10 @@ def gather_facts(remote: Remote, profile: Profile, *, cached_versions: list[str]
             ("PY", shlex.quote(engine.python)), ("WORKDIR", _home_path(profile.target.workdir)),
             ("PORT", str(engine.port)), ("MODEL", _home_path(engine.model_path)),
             ("CACHED", shlex.quote(" ".join(cached_versions))), ("VERSION_PY", shlex.quote(version_py(engine_for(engine.kind).distribution))),
-            ("PROBE", shlex.quote(fl.probe_source(engine.kind)))))
-    result = remote.run("bash -s", stdin=(head + FACTS_SCRIPT).encode(), timeout=FACTS_TIMEOUT, check=False)
+            ("PROBE", shlex.quote(fl.probe_source(engine.kind))), ("KIND", shlex.quote(engine.kind)),
+            ("MARKER", shlex.quote(fl.PROBE_MARKER)), ("PROBES", PROBE_CACHE)))
+    script = head + STORE_SH + FACTS_SCRIPT
+    result = remote.run("bash -s", stdin=script.encode(), timeout=FACTS_TIMEOUT, check=False)
     return parse_facts(result.stdout, profile)
 
 
@@ -173,6 +211,7 @@ def parse_facts(text: str, profile: Profile) -> Facts:
         facts.problems.append(f"port {facts.port} is already in use on the target")
     facts.model = _parse_model(sec)
     facts.flag_probe = fl.parse_probe_output("\n".join(sec.get("flags", [])))
+    facts.flags_from_target_cache = facts.flag_probe is not None and "@@cached" in sec.get("flags", [])
     return facts
 
 
@@ -224,6 +263,7 @@ def _parse_python(facts: Facts, lines: list[str], profile: Profile) -> None:
         facts.problems.append(f"engine python {engine.python!r} not found on the target{detail}")
         return
     facts.python_version = marked["@@python"]
+    facts.engine_stamp = marked.get("@@stamp")
     version = marked.get("@@engine", "-")
     if version in ("", "-"):
         facts.problems.append(f"{engine.kind} is not installed for {engine.python} (python {facts.python_version})")

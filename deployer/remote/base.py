@@ -78,6 +78,10 @@ class CommandTimedOut(CommandFailed):
         self.args = (self.message,)
 
 
+class NoLine(RemoteError):
+    """A Session's readline got no line within its timeout (the session itself may be fine)."""
+
+
 class Session(Protocol):
     """A long-running remote command with an open stdin (used for the deployment lock).
 
@@ -115,7 +119,7 @@ class LineReader:
         while b"\n" not in self._buf and not self._eof:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise RemoteError(f"no output line within {timeout:g}s", host=self._label)
+                raise NoLine(f"no output line within {timeout:g}s", host=self._label)
             chunk = self._recv(left)
             if chunk is not None:
                 self._eof = not chunk

@@ -18,7 +18,7 @@ from typing import Any
 from deployer.errors import TargetError
 from deployer.push import Layout
 from deployer.remote.base import Remote
-from deployer.start import SUPERVISOR_PYTHON
+from deployer.remote.program import SUPERVISOR_PYTHON
 from deployer.supervisor.supervise_base import LIVE
 
 DEFAULT_KEEP = 10

@@ -22,7 +22,7 @@ from typing import Any
 from deployer.errors import TargetError
 from deployer.push import Layout, supervisor_sources
 from deployer.remote.base import CommandTimedOut, Remote
-from deployer.start import SUPERVISOR_PYTHON, bootstrap
+from deployer.remote.program import SUPERVISOR_PYTHON, bootstrap
 from deployer.supervisor import supervise_snapshot
 from deployer.target.records import RunView
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import time
 from collections.abc import Iterator
@@ -171,3 +172,45 @@ def test_vllm_memory_plan_from_the_targets_facts(tmp_path: Path, bed: Any, remot
     assert small.memory is not None and not small.memory.fits and not small.ok
     assert any(p.startswith("memory: one request of max_model_len 40960 needs 5.62 GiB") for p in small.problems)
     assert small.memory.suggestions[0].startswith("max_model_len ")
+
+
+def test_the_probe_is_cached_on_the_target_by_engine_install_gpus_and_args(tmp_path: Path, bed: Any,
+                                                                          remote: Remote) -> None:
+    """A second laptop's preflight (empty local cache) reads the flag table and the dry resolution the target kept;
+    changing the engine install (a file in its package) or the args runs the probe again."""
+    engine = tmp_path / "engine"
+    shutil.copytree(STANDIN / "sglang", engine / "sglang", ignore=shutil.ignore_patterns("__pycache__"))
+    probes = tmp_path / "xdg"
+    args = {"mem_fraction_static": 0.8, "tp_size": 1}
+
+    def preflight(laptop: str, **changes: Any) -> Any:
+        prof = profile(tmp_path, bed, args={**args, **changes}, env={"XDG_CACHE_HOME": str(probes)})
+        prof = prof.patched(env={**prof.engine.env, "PYTHONPATH": str(engine)})
+        return run_preflight(remote, prof, cache_dir=tmp_path / laptop)
+
+    first = preflight("laptop-1")
+    assert not first.facts.flags_from_target_cache and not first.resolution_cached and first.resolution == "done"
+    kept = sorted(p.name.split("-")[0] for p in (probes / "deployer" / "probes").iterdir())
+    assert kept == ["flags", "resolve"]
+    second = preflight("laptop-2")
+    assert second.facts.flags_from_target_cache and second.resolution_cached
+    assert second.flag_names == first.flag_names and second.overrides == first.overrides
+    assert second.resolved == first.resolved and "(cached on the target)" in second.render_text()
+    assert not preflight("laptop-3", mem_fraction_static=0.7).resolution_cached  # other args: resolved anew
+
+    server_args = engine / "sglang" / "srt" / "server_args.py"
+    os.utime(server_args, ns=(time.time_ns(), time.time_ns()))  # the install changed (an upgrade, an edit)
+    changed = preflight("laptop-4")
+    assert not changed.facts.flags_from_target_cache and not changed.resolution_cached
+    assert changed.resolution == "done"
+
+
+def test_a_resolution_with_secret_args_is_never_kept_on_the_target(tmp_path: Path, bed: Any, remote: Remote) -> None:
+    probes = tmp_path / "xdg"
+    prof = profile(tmp_path, bed, args={"api_key": "sk-secret-in-the-args-123"}, env={"XDG_CACHE_HOME": str(probes)})
+    for _ in range(2):
+        report = run_preflight(remote, prof, cache_dir=tmp_path / "cache")
+        assert report.resolution == "done" and not report.resolution_cached
+    for path in (probes / "deployer" / "probes").iterdir():
+        assert not path.name.startswith("resolve-")
+        assert b"sk-secret-in-the-args-123" not in path.read_bytes()

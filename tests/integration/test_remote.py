@@ -26,6 +26,7 @@ from deployer.errors import (
 )
 from deployer.remote.base import CommandTimedOut, EndpointUnreachable, Remote, TargetSpec
 from deployer.remote.connect import connect
+from deployer.remote.conversation import Conversation
 from deployer.remote.ssh.connection import SSHRemote
 from sshbed import SSHD, free_port, keygen, make_sshd
 
@@ -50,12 +51,17 @@ srv.shutdown()
 """
 
 
-@pytest.fixture(params=["local", "ssh"])
+@pytest.fixture(params=["local", "ssh", "local+helper", "ssh+helper"])
 def remote(request: pytest.FixtureRequest, sshd: SSHD) -> Iterator[Remote]:
-    r = connect(TargetSpec("local") if request.param == "local" else sshd.spec())
+    """Each Remote, and each with its commands sent to the target-side helper (remote/conversation.py, what `up`
+    uses): the same contract either way."""
+    r = connect(TargetSpec("local") if request.param.startswith("local") else sshd.spec())
+    conv = Conversation.open(r) if request.param.endswith("+helper") else None
     try:
-        yield r
+        yield conv or r
     finally:
+        if conv is not None:
+            conv.close()
         r.close()
 
 

@@ -6,10 +6,10 @@ This module runs one deployment's commands against an sshd whose `.bashrc` is th
 `rc_cost`) and counts, from sshd's own log, what each command opened. Two kinds of assertion:
 
 - today's counts as an upper bound (TODAY): a change that adds a round trip fails now;
-- issue 13's targets (`up` <= 2 exec channels, `status`/`logs`/`history` one channel in all); those not yet
-  reached are marked xfail(strict=True): the day a command reaches its target the test XPASSes, which fails the
-  run, and whoever got there moves that command's line in TODAY down and removes it from the xfail list (the
-  on-call commands got there: one snapshot exec each, no SFTP).
+- issue 13's targets (`up` <= 2 exec channels, `status`/`logs`/`history` one channel in all), all reached: the
+  on-call commands run one snapshot exec each (no SFTP), `up` one conversation with the target-side helper
+  (deployer/remote/conversation.py) plus the SFTP session its files travel by. A target not yet reached would be
+  marked xfail(strict=True), so that reaching it XPASSes and fails the run until TODAY is lowered.
 
 The counts are printed in the test output, past pytest's capture (so `-q` runs show them too).
 docs/round-trips.md says where each channel comes from.
@@ -63,13 +63,13 @@ FLOW: dict[str, list[str]] = {
 # Measured on this branch (see docs/round-trips.md for where each comes from). Lower a line when a change
 # removes round trips; never raise it to make a test pass.
 TODAY: dict[str, Bound] = {
-    "up --skip-preflight": Bound(exec=15, sftp=1),  # put_all: one verify exec; +1: ready means supervised
+    "up --skip-preflight": Bound(exec=1, sftp=1),  # issue 13 reached: one helper conversation (was 15 exec)
     "status": Bound(exec=1, sftp=0),  # issue 13 reached: one snapshot exec (target/snapshot.py)
     "logs": Bound(exec=1, sftp=0),
     "history": Bound(exec=1, sftp=0),
-    "up (no change)": Bound(exec=9, sftp=1),  # 8 or 9 seen across runs (not investigated)
+    "up (no change)": Bound(exec=1, sftp=1),  # was 8-9 exec
     "down": Bound(exec=3, sftp=0),  # snapshot, lock, stop
-    "up": Bound(exec=17, sftp=1),
+    "up": Bound(exec=1, sftp=1),  # preflight's facts and flag resolution ride the conversation (was 17 exec)
     "logs --previous": Bound(exec=1, sftp=0),
     "status --host (all)": Bound(exec=1, sftp=0),
 }
@@ -147,8 +147,7 @@ def test_round_trips_do_not_grow(flow: dict[str, Measured], name: str) -> None:
     assert got.sftp <= bound.sftp, f"deploy {name}: {got} (was {bound})"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13: one conversation per command; `up` opens many exec channels")
-@pytest.mark.parametrize("name", ["up --skip-preflight", "up"])
+@pytest.mark.parametrize("name", ["up --skip-preflight", "up", "up (no change)"])
 def test_issue13_up_in_two_exec_channels(flow: dict[str, Measured], name: str) -> None:
     got = flow[name].sessions
     assert got.exec <= TARGET_EXEC_UP, f"deploy {name}: {got}"

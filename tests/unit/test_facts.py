@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from deployer.preflight.facts import parse_facts
+import os
+import subprocess
+from pathlib import Path
+
+from deployer.preflight.facts import PROBES_KEPT, STORE_SH, parse_facts
 from deployer.profile.model import Profile
 
 PROFILE = Profile.model_validate({"name": "p", "target": {"host": "h"}, "engine": {"model_path": "m",
@@ -35,3 +39,17 @@ def test_engine_missing_and_version_pinned() -> None:
     pinned = PROFILE.model_copy(update={"engine": PROFILE.engine.model_copy(update={"version": "0.5.22"})})
     other = parse_facts(GPUS + "@@@python\n@@python 3.11.7\n@@engine 0.5.23\n@@@port\n", pinned)
     assert other.problems == ["the profile expects sglang 0.5.22, the target has 0.5.23"]
+
+
+def test_the_probe_cache_keeps_its_newest_answers_only(tmp_path: Path) -> None:
+    probes = tmp_path / "probes"
+    probes.mkdir()
+    for i in range(PROBES_KEPT + 5):
+        (probes / f"old-{i}.out").write_text("x\n")
+        os.utime(probes / f"old-{i}.out", (1_000_000 + i, 1_000_000 + i))
+    script = STORE_SH + f'store {probes}/new.out "$(printf "two\\nlines")"\n'
+    subprocess.run(["bash", "-c", script], check=True, timeout=30)
+    assert (probes / "new.out").read_text() == "two\nlines\n"
+    names = {p.name for p in probes.iterdir()}
+    assert len(names) == PROBES_KEPT and "new.out" in names and "old-0.out" not in names
+    assert not [n for n in names if n.endswith(".tmp")]

@@ -20,7 +20,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from deployer.errors import AuthFailed, CommandFailed, ConnectFailed, NotFound, RemoteError, TransferFailed
@@ -69,6 +69,9 @@ class SSHRemote:
         self._jump: SSHRemote | None = None
         self._encrypted: list[str] = []  # identity files that need a passphrase (so: the agent)
         self._lock = threading.Lock()
+        # fsync + sha256 of uploaded files on the target; None: one `sync; sha256sum` exec per put_all. A helper
+        # conversation (remote/conversation.py) sets it, so uploads cost no exec channel of their own.
+        self.hash_uploads: Callable[[Sequence[str], float], list[str | None]] | None = None
 
     def __enter__(self) -> SSHRemote:
         return self
@@ -365,16 +368,26 @@ class SSHRemote:
                 sftp.remove(tmp)
 
     def _verify(self, temps: list[str], digests: list[str], timeout: float) -> None:
+        if self.hash_uploads is not None:
+            hashed = self.hash_uploads(temps, timeout)
+            got = [h or "nothing (unreadable)" for h in hashed]
+        else:
+            got = self._sha256sum(temps, timeout)
+        for i, (tmp, digest) in enumerate(zip(temps, digests)):
+            seen = got[i] if i < len(got) else "nothing"
+            if seen != digest:
+                raise TransferFailed(f"sha256 mismatch after upload of {tmp}: got {seen}", host=self.label)
+
+    def _sha256sum(self, temps: list[str], timeout: float) -> list[str]:
+        """fsync + hashes in one exec; a failed command gives an entry per file saying so."""
         q = " ".join(shlex.quote(tmp) for tmp in temps)
         try:
             r = self.run(f"sync -- {q} 2>/dev/null || sync; sha256sum -- {q}", timeout=timeout, check=False)
         except CommandTimedOut:
             raise TransferFailed(f"verify {temps[0]}: timed out after {timeout:g}s", host=self.label) from None
-        got = [line.split()[0] for line in r.stdout.splitlines() if line.split()] if r.ok else []
-        for i, (tmp, digest) in enumerate(zip(temps, digests)):
-            seen = got[i] if i < len(got) else f"nothing (exit {r.exit_code})"
-            if seen != digest:
-                raise TransferFailed(f"sha256 mismatch after upload of {tmp}: got {seen}", host=self.label)
+        if not r.ok:
+            return [f"nothing (exit {r.exit_code})"] * len(temps)
+        return [line.split()[0] for line in r.stdout.splitlines() if line.split()]
 
     def _sftp(self) -> paramiko.SFTPClient:
         def op(_: paramiko.Transport) -> paramiko.SFTPClient:

@@ -1,0 +1,384 @@
+"""`Conversation`: one target-side helper process per command, spoken to in line-delimited JSON over one channel.
+
+Every exec channel pays the target's login shell (conda/pyenv init in its rc file, ~150 ms on a GPU image), so a
+command that ran a dozen small commands paid for a dozen shells. `Conversation.open(remote)` starts the helper
+(deployer/supervisor/supervise_helper.py) once over a single exec channel, and the Conversation is itself a
+`Remote`: `run` sends the command line to the helper, which runs it under bash with the environment the login
+shell set up (same exit code and output as an exec channel, minus the shell's start-up), uploads keep going over
+SFTP with their hashes checked by the helper, reads stay on SFTP and HTTP on direct-tcpip. Typed requests beyond
+`run`: `verify` (fsync + sha256 of uploaded files) and `lease` (the deployment lock's lease, held by the helper).
+
+The helper is shipped once: the exec line's loader runs `~/.cache/deployer/helper-<sha256>.py` when the target
+has it intact, else it asks for the program (`DEPLOYER-HELPER-SEND`), reads it from the channel, checks its hash,
+stores it and runs it, so a fresh target still costs one exec channel. A home that cannot be written runs it from
+memory.
+
+Replies are matched to requests by id (requests run concurrently on the helper: a heartbeat never waits behind a
+long command). Every wait is bounded; a helper that dies or a channel that drops fails the calls in flight with a
+RemoteError, and the next call starts a new conversation (one exec channel, as a reconnect would have).
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import shlex
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from deployer.errors import CommandFailed, ConnectFailed, RemoteError, TargetError, TransferFailed
+from deployer.remote.base import CommandTimedOut, HttpReply, NoLine, Remote, Result, Session
+from deployer.remote.program import SUPERVISOR_PYTHON, helper_bundle
+
+START_TIMEOUT_S = 30.0   # from the exec to the helper's hello (a first contact also uploads it)
+REPLY_MARGIN_S = 15.0    # beyond a command's own timeout (the helper enforces that one and answers)
+VERIFY_TIMEOUT_S = 60.0
+SEND_MARKER = "DEPLOYER-HELPER-SEND"
+NOISE_KEPT = 20          # lines that were not the helper's (an rc file's chatter, a traceback): for errors
+POLL_S = 5.0
+HELPERS_KEPT = 5         # helper versions kept on a target (the newest stored; an older deployer resends its own)
+IN_HELPER = ("status", "ports", "listener")   # supervisor commands the helper answers itself
+
+# Runs on the target under `python3 -B -c`: the cached helper if it is intact, else ask for the program, read it
+# from stdin, check it, cache it (atomically; a home that cannot be written runs it from memory; the oldest versions
+# beyond HELPERS_KEPT go) and run it.
+_LOADER = """import glob, hashlib, os, sys
+path, digest, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
+try:
+    with open(path, "rb") as f:
+        src = f.read(size + 1)
+except OSError:
+    src = b""
+if hashlib.sha256(src).hexdigest() != digest:
+    sys.stdout.write("%s " + digest + "\\n")
+    sys.stdout.flush()
+    src = sys.stdin.buffer.read(size)
+    if hashlib.sha256(src).hexdigest() != digest:
+        sys.stderr.write("deployer helper: the program arrived damaged (%%d of %%d bytes)\\n" %% (len(src), size))
+        sys.exit(3)
+    try:
+        os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
+        tmp = path + ".%%d.tmp" %% os.getpid()
+        with open(tmp, "wb") as f:
+            f.write(src)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        kept = sorted(glob.glob(os.path.join(os.path.dirname(path), "helper-*.py")), key=os.path.getmtime)
+        for old in kept[:-%d]:
+            os.unlink(old)
+    except OSError:
+        pass
+sys.argv = [path, "serve", digest]
+exec(compile(src, path, "exec"), {"__name__": "__main__"})
+""" % (SEND_MARKER, HELPERS_KEPT)
+
+HELPER_DIR = '"${XDG_CACHE_HOME:-$HOME/.cache}/deployer"'
+
+
+def start_line() -> str:
+    """The one exec line: run the cached helper, or receive it, cache it and run it (one python either way)."""
+    payload, digest = helper_bundle()
+    return f'exec {SUPERVISOR_PYTHON} -c {shlex.quote(_LOADER)} {HELPER_DIR}/helper-{digest}.py {digest} {len(payload)}'
+
+
+@runtime_checkable
+class SupervisorHost(Protocol):
+    """A Remote that can answer some supervisor commands without starting a process (a Conversation, or the
+    deployment lock's guard around one): `supervise` gives their Result, None for a command it does not run."""
+
+    def supervise(self, argv: Sequence[str], timeout: float) -> Result | None:
+        ...
+
+
+class _Pending:
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.reply: dict[str, Any] | None = None
+
+
+class Conversation:
+    """The Remote protocol with every command sent to one helper process on the target."""
+
+    def __init__(self, inner: Remote) -> None:
+        self.inner = inner
+        self.label = inner.label
+        self.hello: dict[str, Any] = {}
+        self.starts = 0            # helper processes started (1 unless a conversation broke)
+        self.shipped = 0           # times the helper program had to be sent (a fresh or damaged cache)
+        self._session: Session | None = None
+        self._pending: dict[int, _Pending] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()        # the session, the pending table
+        self._send_lock = threading.Lock()
+        self._noise: deque[str] = deque(maxlen=NOISE_KEPT)
+        self._dead: str | None = None
+        self._closed = False
+
+    @classmethod
+    def open(cls, inner: Remote) -> Conversation:
+        conv = cls(inner)
+        conv._ensure()
+        if hasattr(inner, "hash_uploads"):  # SSHRemote: its uploads are checked by the helper, not an exec each
+            setattr(inner, "hash_uploads", conv.verify)
+        return conv
+
+    @property
+    def version(self) -> str:
+        """The helper's content hash (what a run dir records as the helper that wrote it)."""
+        return str(self.hello.get("version") or helper_bundle()[1])
+
+    # -- the conversation ---------------------------------------------------------------------------------
+
+    def _ensure(self) -> Session:
+        with self._lock:
+            if self._closed:
+                raise RemoteError("the conversation with the deployer helper was closed", host=self.label)
+            if self._session is not None and self._dead is None:
+                return self._session
+            self._close_session()
+            session = self.inner.spawn(start_line())
+            self.starts += 1
+            try:
+                self.hello = self._greet(session)
+            except BaseException:
+                session.close()
+                raise
+            self._session, self._dead, self._pending = session, None, {}
+            threading.Thread(target=self._read, args=(session,), name="deployer-helper-reader", daemon=True).start()
+            return session
+
+    def _greet(self, session: Session) -> dict[str, Any]:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        payload, digest = helper_bundle()
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TargetError(f"the deployer helper did not start on {self.label} within "
+                                  f"{START_TIMEOUT_S:g}s{self._said()}")
+            try:
+                line = session.readline(timeout=left)
+            except NoLine:
+                continue
+            if line is None:
+                raise TargetError(f"the deployer helper did not start on {self.label}{self._said()}",
+                                  hint="the target needs python3 (>= 3.8) on the login shell's PATH")
+            if line.strip() == f"{SEND_MARKER} {digest}":
+                session.send(payload)
+                self.shipped += 1
+                continue
+            data = _json(line)
+            if data is not None and isinstance(data.get("hello"), dict):
+                return dict(data["hello"])
+            self._noise.append(line)
+
+    def _said(self) -> str:
+        return f": {' | '.join(list(self._noise)[-3:])}" if self._noise else ""
+
+    def _read(self, session: Session) -> None:
+        """Hand each reply line to the request that waits for it; anything else is kept as noise."""
+        why = "the helper ended the conversation"
+        try:
+            while True:
+                try:
+                    line = session.readline(timeout=POLL_S)
+                except NoLine:
+                    continue
+                if line is None:
+                    break
+                data = _json(line)
+                rid = data.get("id") if data is not None else None
+                with self._lock:
+                    waiting = self._pending.pop(rid, None) if isinstance(rid, int) else None
+                if waiting is None:
+                    self._noise.append(line)
+                    continue
+                waiting.reply = data
+                waiting.done.set()
+        except (RemoteError, OSError, ValueError) as e:
+            why = f"the helper's channel broke: {e}"
+        with self._lock:
+            if self._session is session:
+                self._dead = why + self._said()
+            pending, self._pending = (self._pending, {}) if self._session is session else ({}, self._pending)
+        for waiting in pending.values():
+            waiting.done.set()
+
+    def _close_session(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            session.close()
+
+    def send(self, op: str, fields: dict[str, Any]) -> _Pending:
+        """Send one request; wait for its reply with `wait`."""
+        session = self._ensure()
+        rid = next(self._ids)
+        waiting = _Pending()
+        with self._lock:
+            if self._session is not session or self._dead is not None:  # it broke just now: fail fast, not late
+                raise ConnectFailed(f"connection lost: {self._dead or 'the helper was restarted'}", host=self.label)
+            self._pending[rid] = waiting
+        line = json.dumps({"id": rid, "op": op, **fields}).encode() + b"\n"
+        try:
+            with self._send_lock:
+                session.send(line)
+        except RemoteError as e:
+            with self._lock:
+                self._pending.pop(rid, None)
+                if self._session is session:
+                    self._dead = str(e)
+            raise ConnectFailed(f"connection lost: the deployer helper's channel broke: {e.message}",
+                                host=self.label) from None
+        return waiting
+
+    def wait(self, waiting: _Pending, timeout: float, what: str) -> dict[str, Any]:
+        """The reply (ok true); a failed request raises TargetError, a broken conversation RemoteError, no reply
+        within `timeout` NoLine."""
+        if not waiting.done.wait(timeout):
+            with self._lock:
+                for rid, other in list(self._pending.items()):
+                    if other is waiting:
+                        del self._pending[rid]
+            raise NoLine(f"{what}: no answer from the deployer helper within {timeout:g}s", host=self.label)
+        reply = waiting.reply
+        if reply is None:  # the channel dropped (or the helper died) with the request in flight
+            raise ConnectFailed(f"connection lost while {what}: {self._dead or 'the helper ended the conversation'}",
+                                host=self.label)
+        if not reply.get("ok"):
+            raise TargetError(f"{what} on {self.label}: the deployer helper said: {reply.get('error')}")
+        return reply
+
+    def call(self, op: str, fields: dict[str, Any], wait_s: float, what: str) -> dict[str, Any]:
+        return self.wait(self.send(op, fields), wait_s, what)
+
+    # -- typed requests -----------------------------------------------------------------------------------
+
+    def verify(self, paths: Sequence[str], timeout: float = VERIFY_TIMEOUT_S) -> list[str | None]:
+        """fsync + sha256 of files on the target (uploads under their temp names), in one request."""
+        try:
+            reply = self.call("verify", {"paths": list(paths)}, timeout, f"verify {paths[0] if paths else ''}")
+        except NoLine:
+            raise TransferFailed(f"verify {paths[0]}: timed out after {timeout:g}s", host=self.label) from None
+        digests = reply.get("digests")
+        if not isinstance(digests, list) or len(digests) != len(paths):
+            raise TransferFailed(f"verify {paths[0]}: the helper answered {str(reply)[:200]}", host=self.label)
+        return [d if isinstance(d, str) else None for d in digests]
+
+    def supervise(self, argv: Sequence[str], timeout: float) -> Result | None:
+        """A supervisor command answered inside the helper (status, ports, listener: no process started for it);
+        None for the others, which run as `python3 -B -` commands."""
+        if not argv or argv[0] not in IN_HELPER:
+            return None
+        cmd = "supervise " + " ".join(argv)
+        try:
+            reply = self.call("supervise", {"argv": list(argv)}, timeout + REPLY_MARGIN_S, cmd)
+        except NoLine:
+            raise CommandTimedOut(Result(cmd, -1, "", ""), timeout, host=self.label) from None
+        return Result(cmd, int(reply.get("exit_code", -1)), str(reply.get("stdout") or ""),
+                      str(reply.get("stderr") or ""))
+
+    def lease(self, path: str, holder: dict[str, Any], token: str, lease_s: float, mode: str,
+              from_holder: str = "") -> LeaseSession:
+        """Take the deployment lock's lease through the helper: a Session that speaks the lease program's lines."""
+        return LeaseSession(self, {"path": path, "holder": holder, "token": token, "lease_s": lease_s,
+                                   "mode": mode, "from": from_holder})
+
+    # -- the Remote protocol ------------------------------------------------------------------------------
+
+    def run(self, cmd: str, *, timeout: float = 60.0, check: bool = True, stdin: bytes | None = None) -> Result:
+        fields: dict[str, Any] = {"cmd": cmd, "timeout": timeout}
+        if stdin is not None:
+            fields["stdin_b64"] = base64.b64encode(stdin).decode("ascii")
+        try:
+            reply = self.call("run", fields, timeout + REPLY_MARGIN_S, f"running {cmd[:80]!r}")
+        except NoLine:
+            raise CommandTimedOut(Result(cmd, -1, "", ""), timeout, host=self.label) from None
+        result = Result(cmd, int(reply.get("exit_code", -1)), str(reply.get("stdout") or ""),
+                        str(reply.get("stderr") or ""))
+        if reply.get("timed_out"):
+            raise CommandTimedOut(result, timeout, host=self.label)
+        if check and not result.ok:
+            raise CommandFailed(result, host=self.label)
+        return result
+
+    def put(self, data: bytes, path: str, mode: int = 0o644) -> str:
+        return self.inner.put(data, path, mode)
+
+    def put_all(self, files: Sequence[tuple[bytes, str, int]]) -> list[str]:
+        return self.inner.put_all(files)
+
+    def read(self, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes:
+        return self.inner.read(path, offset, limit)
+
+    def size(self, path: str) -> int | None:
+        return self.inner.size(path)
+
+    def request(self, method: str, port: int, path: str, *, body: bytes | None = None,
+                headers: dict[str, str] | None = None, timeout: float = 5.0) -> HttpReply:
+        return self.inner.request(method, port, path, body=body, headers=headers, timeout=timeout)
+
+    def spawn(self, cmd: str) -> Session:
+        return self.inner.spawn(cmd)
+
+    def close(self) -> None:
+        """End the conversation (the helper exits on EOF); the connection itself is the inner remote's."""
+        if getattr(self.inner, "hash_uploads", None) == self.verify:
+            setattr(self.inner, "hash_uploads", None)
+        with self._lock:
+            self._closed = True
+            self._dead = self._dead or "the conversation was closed"
+            self._close_session()
+
+
+class LeaseSession:
+    """The lease program's line protocol (deployer/lock.py speaks it) over the helper's typed lease requests:
+    the first line answers the take (`LOCKED|BUSY|LOST {json}`), `HB` -> `OK <s>`|`LOST {json}`, `RELEASE` ->
+    `RELEASED`. Each sent word is one request; readline waits for the oldest answer."""
+
+    def __init__(self, conv: Conversation, take: dict[str, Any]) -> None:
+        self._conv = conv
+        self._token = str(take["token"])
+        self._queue: deque[tuple[_Pending, str]] = deque([(conv.send("lease_take", take), "take")])
+        self._closed = False
+
+    def send(self, data: bytes) -> None:
+        if self._closed:
+            raise RemoteError("session closed", host=self._conv.label)
+        for word in data.decode("ascii", "replace").split():
+            if word in ("HB", "RELEASE"):
+                waiting = self._conv.send("lease_beat", {"token": self._token, "release": word == "RELEASE"})
+                self._queue.append((waiting, word))
+
+    def readline(self, timeout: float) -> str | None:
+        if not self._queue:
+            raise NoLine("no request waits for an answer", host=self._conv.label)
+        waiting, what = self._queue[0]
+        try:
+            reply = self._conv.wait(waiting, timeout, f"the deployment lock ({what})")
+        except TargetError as e:  # the helper could not do it (a lock file it cannot open): said as the program did
+            self._queue.popleft()
+            return f"supervise_lease: {e.message.rpartition('said: ')[2]}"
+        self._queue.popleft()
+        word, data = str(reply.get("word") or ""), reply.get("data")
+        if word == "OK":
+            return f"OK {(data or {}).get('lease_s', '')}"
+        if word == "RELEASED":
+            return word
+        return f"{word} {json.dumps(data if isinstance(data, dict) else {}, sort_keys=True)}"
+
+    def close(self) -> None:
+        self._closed = True   # the helper keeps the lease file open until RELEASE or the conversation's end
+
+
+def _json(line: str) -> dict[str, Any] | None:
+    if not line.startswith("{"):
+        return None
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None

@@ -1,0 +1,50 @@
+"""The target-side programs as the remote seam ships them: the supervisor modules' sources loaded in memory.
+
+`bootstrap(sources)` builds one Python program that loads (module name, source) pairs in order and runs the last
+one's `main(argv)`: sent over stdin (`python3 -B - ARGS`, start.py and target/snapshot.py) or stored on the target
+as one file (the helper, conversation.py). Nothing here runs a command; it only builds bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import lru_cache
+from pathlib import Path
+
+import deployer.supervisor
+
+# The target's python3 (stdlib only, >= 3.8); images that ship only `python` work too. -B: no bytecode written.
+SUPERVISOR_PYTHON = '"$(command -v python3 || command -v python || echo python3)" -B'
+
+_BOOTSTRAP = """import sys, types
+def _load(name, source):
+    mod = types.ModuleType(name)
+    sys.modules[name] = mod
+    exec(compile(source, "<deployer " + name + ".py>", "exec"), mod.__dict__)
+    return mod
+SOURCES = %r
+for _name in SOURCES[:-1]:
+    _load(*_name)
+sys.exit(_load(*SOURCES[-1]).main(sys.argv[1:]))
+"""
+
+# The helper's modules, in load order (each imports the ones before it by bare name).
+HELPER_MODULES = ("supervise_base", "supervise_ports", "supervise_daemon", "supervise", "supervise_lease",
+                  "supervise_helper")
+
+
+def bootstrap(sources: list[tuple[str, str]]) -> bytes:
+    """A program for `python3 -B -` that loads (module name, source) in order and runs the last one's main."""
+    return (_BOOTSTRAP % (sources,)).encode()
+
+
+def supervisor_source(name: str) -> str:
+    """The source of one supervisor module (`supervise_base`), as this deployer ships it."""
+    return (Path(deployer.supervisor.__file__).parent / f"{name}.py").read_text(encoding="utf-8")
+
+
+@lru_cache(maxsize=1)
+def helper_bundle() -> tuple[bytes, str]:
+    """The helper program (one file) and its content hash: the name it is cached under on a target."""
+    payload = bootstrap([(name, supervisor_source(name)) for name in HELPER_MODULES])
+    return payload, hashlib.sha256(payload).hexdigest()

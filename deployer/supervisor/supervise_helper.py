@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""The target-side helper: one process per deployer command, answering line-delimited JSON on stdin/stdout.
+
+Stdlib only, Python >= 3.8. The deployer starts it once over a single exec channel (deployer/remote/conversation.py;
+`serve HASH`) and sends everything it needs done on the target as requests on that channel, so a command pays the
+target's login shell (its rc file: conda/pyenv init, ~150 ms) once instead of once per step. The helper announces
+itself with one line `{"hello": {...}}`, then reads requests
+
+    {"id": N, "op": "run" | "verify" | "lease_take" | "lease_beat", ...}
+
+and answers each with one line `{"id": N, "ok": true, ...}` or `{"id": N, "ok": false, "error": "...", "kind": K}`.
+Requests run concurrently (one thread each), so a heartbeat is never queued behind a long command; replies may
+come out of order and carry the request's id.
+
+- `run {cmd, stdin_b64?, timeout}`: `bash -c cmd` in its own session (the environment the login shell set up is
+  inherited), killed with its whole process group after `timeout`; `{exit_code, stdout, stderr, timed_out}`.
+- `supervise {argv}`: a read-only supervisor command (`status`, `ports`, `listener`) answered in this process,
+  with the exit code and output `supervise.py ARGV` would give (no python start-up per call).
+- `verify {paths}`: fsync and sha256 each uploaded file; `{digests}` (null for a file that cannot be read).
+- `lease_take {path, holder, token, lease_s, mode, from?}`: the deployment lock's lease (supervise_lease.py's
+  rules, events and file format); `{word: LOCKED|BUSY|LOST, data}`. The helper keeps the lease file open.
+- `lease_beat {token, release}`: renew (or release) it; `{word: OK|LOST|RELEASED, data}`.
+
+EOF on stdin ends the conversation: the helper exits at once without releasing a lease it holds (as the lease
+program does: a client whose connection dropped re-takes it with its token, anyone else after it expires).
+Commands still running keep running (a `stop` in progress is not cut short); their replies go nowhere.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable
+
+if TYPE_CHECKING or __package__:  # imported as part of the deployer package
+    from deployer.supervisor.supervise import dispatch
+    from deployer.supervisor.supervise_base import SuperviseError
+    from deployer.supervisor.supervise_lease import LeaseError, Refused, acquire, update
+else:  # run on the target from the helper bundle, where the modules are loaded by their bare names
+    from supervise import dispatch  # type: ignore[no-redef]
+    from supervise_base import SuperviseError  # type: ignore[no-redef]
+    from supervise_lease import LeaseError, Refused, acquire, update  # type: ignore[no-redef]
+
+PROTOCOL = 1
+KILL_WAIT_S = 2.0
+MAX_TIMEOUT_S = 3600.0
+# Supervisor commands answered inside the helper (quick, read-only); start and stop stay processes of their own.
+IN_PROCESS = ("status", "ports", "listener")
+
+
+class RequestError(Exception):
+    def __init__(self, message: str, kind: str = "bad-request") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class Helper:
+    """The request dispatcher; `out` is where reply lines go (one write per line, under a lock)."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self._out = out
+        self._write = threading.Lock()
+        self._leases: dict[str, tuple[int, float]] = {}  # token -> (open lease fd, lease seconds)
+        self._lease_lock = threading.Lock()
+        self._supervise_lock = threading.Lock()  # their output is captured from sys.stdout: one at a time
+        self.ops: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+            "run": self.run, "verify": self.verify, "lease_take": self.lease_take, "lease_beat": self.lease_beat,
+            "supervise": self.supervise,
+        }
+
+    def say(self, data: dict[str, Any]) -> None:
+        line = json.dumps(data, sort_keys=True).encode() + b"\n"
+        with self._write:
+            try:
+                self._out.write(line)
+                self._out.flush()
+            except (OSError, ValueError):
+                pass  # the client is gone; EOF on stdin ends the conversation
+
+    def finish(self) -> None:
+        """Leave now, without the interpreter's shutdown: it would flush stdout while a request's thread may hold
+        its lock (a reply just written), and wait a second for it per stream. Requests still running are left."""
+        if self._write.acquire(timeout=KILL_WAIT_S):  # no reply half-written
+            try:
+                self._out.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(0)
+
+    def handle(self, raw: bytes) -> None:
+        rid: Any = None
+        try:
+            req = json.loads(raw.decode("utf-8"))
+            if not isinstance(req, dict):
+                raise RequestError("a request is a JSON object")
+            rid = req.get("id")
+            op = self.ops.get(str(req.get("op")))
+            if op is None:
+                raise RequestError(f"unknown op {req.get('op')!r}")
+            self.say({"id": rid, "ok": True, **op(req)})
+        except RequestError as e:
+            self.say({"id": rid, "ok": False, "error": str(e), "kind": e.kind})
+        except LeaseError as e:
+            self.say({"id": rid, "ok": False, "error": str(e), "kind": "lease"})
+        except (ValueError, KeyError, TypeError) as e:
+            self.say({"id": rid, "ok": False, "error": f"bad request: {type(e).__name__}: {e}", "kind": "bad-request"})
+        except OSError as e:
+            self.say({"id": rid, "ok": False, "error": f"{e.strerror or e}", "kind": "os"})
+
+    # -- ops ----------------------------------------------------------------------------------------------
+
+    def run(self, req: dict[str, Any]) -> dict[str, Any]:
+        cmd, timeout = str(req["cmd"]), min(float(req.get("timeout") or 60.0), MAX_TIMEOUT_S)
+        stdin = base64.b64decode(req["stdin_b64"]) if req.get("stdin_b64") is not None else None
+        proc = subprocess.Popen(["bash", "-c", cmd], stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                env=_child_env())
+        timed_out = False
+        try:
+            out, err = proc.communicate(stdin, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            try:
+                out, err = proc.communicate(timeout=KILL_WAIT_S)
+            except subprocess.TimeoutExpired:  # a daemon that left the group still holds the pipes
+                proc.kill()
+                out, err = b"", b""
+        return {"exit_code": -1 if timed_out else proc.returncode, "timed_out": timed_out,
+                "stdout": out.decode("utf-8", "replace"), "stderr": err.decode("utf-8", "replace")}
+
+    def supervise(self, req: dict[str, Any]) -> dict[str, Any]:
+        """A read-only supervisor command run in this process: the output `supervise.py ARGV` would print."""
+        argv = [str(a) for a in req["argv"]]
+        if not argv or argv[0] not in IN_PROCESS:
+            raise RequestError(f"supervise: only {', '.join(IN_PROCESS)} run inside the helper")
+        out, err = io.StringIO(), io.StringIO()
+        with self._supervise_lock, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = dispatch(argv)
+            except SuperviseError as e:
+                print(f"supervise: {e}", file=sys.stderr)
+                code = e.code
+        return {"exit_code": code, "timed_out": False, "stdout": out.getvalue(), "stderr": err.getvalue()}
+
+    def verify(self, req: dict[str, Any]) -> dict[str, Any]:
+        return {"digests": [_fsync_sha256(str(p)) for p in req["paths"]]}
+
+    def lease_take(self, req: dict[str, Any]) -> dict[str, Any]:
+        holder, token, lease_s = req["holder"], str(req["token"]), float(req["lease_s"])
+        if not isinstance(holder, dict) or not token or lease_s <= 0:
+            raise RequestError("lease_take needs a holder object, a token and a positive lease_s")
+        try:
+            fd, info = acquire(str(req["path"]), holder, token, lease_s, str(req.get("mode") or "take"),
+                               str(req.get("from") or ""))
+        except Refused as r:
+            return {"word": "BUSY" if r.verdict == "busy" else "LOST", "data": r.lease}
+        with self._lease_lock:
+            old = self._leases.pop(token, None)
+            self._leases[token] = (fd, lease_s)
+        if old is not None:
+            _close(old[0])
+        return {"word": "LOCKED", "data": info}
+
+    def lease_beat(self, req: dict[str, Any]) -> dict[str, Any]:
+        token, release = str(req["token"]), bool(req.get("release"))
+        with self._lease_lock:
+            held = self._leases.get(token)
+        if held is None:
+            raise RequestError("no lease with this token is held by this helper", "lease")
+        fd, lease_s = held
+        ok, lease = update(fd, token, lease_s, release=release)
+        if not ok or release:
+            with self._lease_lock:
+                self._leases.pop(token, None)
+            _close(fd)
+        if not ok:
+            return {"word": "LOST", "data": lease}
+        return {"word": "RELEASED" if release else "OK", "data": {"lease_s": lease_s}}
+
+
+def _child_env() -> dict[str, str]:
+    """The login shell's environment, one shell level down, as a command it ran itself would see it.
+
+    The login shell exec'ed this helper, which lowers SHLVL to 0; bash under sshd reads ~/.bashrc at a level
+    below 2, so each command would run the rc file (conda init, ~150 ms) again. Its effects are inherited already.
+    """
+    env = dict(os.environ)
+    try:
+        level = int(env.get("SHLVL") or 0)
+    except ValueError:
+        level = 0
+    env["SHLVL"] = str(max(1, level))
+    return env
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def _fsync_sha256(path: str) -> str | None:
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            os.fsync(f.fileno())
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+def serve(version: str, stdin: BinaryIO, stdout: BinaryIO) -> int:
+    helper = Helper(stdout)
+    helper.say({"hello": {"protocol": PROTOCOL, "version": version, "pid": os.getpid(),
+                          "home": os.environ.get("HOME", ""), "python": sys.executable}})
+    while True:
+        line = stdin.readline()
+        if not line:
+            helper.finish()
+            return 0
+        if line.strip():
+            threading.Thread(target=helper.handle, args=(line,), daemon=True).start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] != "serve":
+        print("usage: supervise_helper.py serve [VERSION]", file=sys.stderr)
+        return 2
+    try:
+        return serve(args[1] if len(args) > 1 else "", sys.stdin.buffer, sys.stdout.buffer)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""The helper conversation (deployer/remote/conversation.py) over the real sshd: one exec channel for everything,
+the helper shipped once and kept by its content hash, a login shell that talks, a target without python3, a link
+that drops mid-command, requests that do not wait for each other. The Remote contract itself (run, put_all, ...)
+is tests/integration/test_remote.py's, which runs over a Conversation too."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from deployer.errors import ConnectFailed, TargetError
+from deployer.lock import DeploymentLock
+from deployer.push import Layout
+from deployer.remote.base import Remote, Session, TargetSpec
+from deployer.remote.connect import connect
+from deployer.remote.conversation import HELPERS_KEPT, Conversation, start_line
+from deployer.remote.program import helper_bundle
+from deployer.remote.ssh.connection import SSHRemote
+from sshbed import SSHD
+
+pytestmark = pytest.mark.integration
+
+CACHED = '"${XDG_CACHE_HOME:-$HOME/.cache}/deployer/helper-%s.py"' % helper_bundle()[1]
+
+
+@pytest.fixture
+def ssh(sshd: SSHD) -> Iterator[SSHRemote]:
+    r = SSHRemote(sshd.spec())
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+def test_first_contact_ships_the_helper_in_the_same_exec_and_later_ones_reuse_it(ssh: SSHRemote, sshd: SSHD) -> None:
+    payload, digest = helper_bundle()
+    ssh.run(f"rm -f {CACHED}")
+    offset = sshd.log_offset()
+    first = Conversation.open(ssh)
+    try:
+        assert first.shipped == 1 and first.version == digest
+        assert first.run("echo $((6 * 7))").stdout == "42\n"
+        assert first.run(f"sha256sum {CACHED}").stdout.split()[0] == digest  # stored, intact
+    finally:
+        first.close()
+    again = Conversation.open(ssh)
+    try:
+        assert again.shipped == 0 and again.run("true").ok
+    finally:
+        again.close()
+    seen = sshd.sessions_since(offset)
+    assert (seen.exec, seen.sftp) == (2, 0), seen  # one exec channel per conversation, nothing else
+
+
+def test_a_damaged_cached_helper_is_replaced(ssh: SSHRemote) -> None:
+    ssh.run(f"mkdir -p $(dirname {CACHED}) && printf 'import sys; sys.exit(9)' > {CACHED}")
+    conv = Conversation.open(ssh)
+    try:
+        assert conv.shipped == 1 and conv.run("echo ok").stdout == "ok\n"
+    finally:
+        conv.close()
+    assert hashlib.sha256(ssh.run(f"cat {CACHED}").stdout.encode()).hexdigest() == helper_bundle()[1]
+
+
+def test_an_unwritable_cache_runs_the_helper_from_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "not-a-dir").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "not-a-dir"))
+    local = connect(TargetSpec("local"))
+    conv = Conversation.open(local)
+    try:
+        assert conv.shipped == 1 and conv.run("echo from-memory").stdout == "from-memory\n"
+    finally:
+        conv.close()
+
+
+class Prefixed:
+    """A Remote whose exec channels first run `prefix` (a login shell's rc file that prints, a PATH without
+    python3)."""
+
+    def __init__(self, inner: Remote, prefix: str) -> None:
+        self.inner, self.prefix, self.label = inner, prefix, inner.label
+
+    def spawn(self, cmd: str) -> Session:
+        return self.inner.spawn(f"{self.prefix}\n{cmd}")
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+def test_a_login_shell_that_prints_does_not_confuse_the_conversation(ssh: SSHRemote) -> None:
+    chatty = Prefixed(ssh, "echo '(base) conda: environment activated'; echo '{\"not\": \"the helper\"}'")
+    conv = Conversation.open(chatty)  # type: ignore[arg-type]
+    try:
+        assert conv.run("echo fine").stdout == "fine\n"
+    finally:
+        conv.close()
+
+
+def test_a_target_without_python3_is_one_clear_error(ssh: SSHRemote) -> None:
+    bare = Prefixed(ssh, "PATH=/nonexistent")
+    t0 = time.monotonic()
+    with pytest.raises(TargetError, match="deployer helper did not start on .*python3") as e:
+        Conversation.open(bare)  # type: ignore[arg-type]
+    assert e.value.hint and "python3" in e.value.hint
+    assert time.monotonic() - t0 < 10
+
+
+def test_requests_do_not_wait_for_each_other(ssh: SSHRemote) -> None:
+    conv = Conversation.open(ssh)
+    try:
+        slow: list[str] = []
+        worker = threading.Thread(target=lambda: slow.append(conv.run("sleep 2; echo slow").stdout))
+        worker.start()
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        assert conv.run("echo fast").stdout == "fast\n"
+        assert time.monotonic() - t0 < 1.0
+        worker.join(timeout=10)
+        assert slow == ["slow\n"]
+    finally:
+        conv.close()
+
+
+def test_a_link_lost_mid_command_is_connect_failed_and_the_next_call_starts_a_new_helper(fresh_sshd: SSHD) -> None:
+    with SSHRemote(fresh_sshd.spec()) as r:
+        conv = Conversation.open(r)
+        killer = threading.Timer(0.5, fresh_sshd.restart)
+        killer.start()
+        t0 = time.monotonic()
+        try:
+            with pytest.raises(ConnectFailed, match="connection lost"):
+                conv.run("sleep 30", timeout=20)
+        finally:
+            killer.join()
+        assert time.monotonic() - t0 < 5
+        deadline = time.monotonic() + 10
+        while True:  # the restarted sshd takes a moment to listen again
+            try:
+                assert conv.run("echo back").stdout == "back\n"
+                break
+            except ConnectFailed:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        assert conv.starts == 2
+        conv.close()
+
+
+def test_start_line_is_one_shell_line_that_holds_no_secret_and_no_program() -> None:
+    line = start_line()
+    assert len(line) < 2000 and "supervise_lease" not in line  # the program travels over stdin, not argv
+
+
+def test_storing_a_new_helper_keeps_only_the_newest_versions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "xdg" / "deployer"
+    cache.mkdir(parents=True)
+    for i in range(7):  # helpers older deployers left, oldest first
+        old = cache / f"helper-{i:064x}.py"
+        old.write_text("# an older helper\n")
+        os.utime(old, (1_000_000 + i, 1_000_000 + i))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    conv = Conversation.open(connect(TargetSpec("local")))
+    try:
+        assert conv.shipped == 1
+    finally:
+        conv.close()
+    kept = sorted(p.name for p in cache.glob("helper-*.py"))
+    assert len(kept) == HELPERS_KEPT and f"helper-{helper_bundle()[1]}.py" in kept
+    assert f"helper-{6:064x}.py" in kept and f"helper-{0:064x}.py" not in kept  # the oldest went
+
+
+def test_the_lock_over_a_conversation_survives_its_helper_being_killed(ssh: SSHRemote, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The helper holds the lease file for the lock; killed (OOM killer, a cleanup job), the next heartbeat starts
+    a new helper that re-takes the same lease with the token; nobody else could take it meanwhile."""
+    monkeypatch.setenv("DEPLOYER_LOCK_LEASE_S", "3")
+    layout = Layout(str(tmp_path / "dep"))
+    conv = Conversation.open(ssh)
+    said: list[str] = []
+    try:
+        with DeploymentLock(conv, layout, "up", notify=said.append) as lock:
+            first = conv.hello["pid"]
+            ssh.run(f"kill -9 {first}")  # from outside the conversation
+            deadline = time.monotonic() + 10
+            while not said and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert said == ["the connection dropped; re-took the same deployment lock and carried on"]
+            lock.ensure()  # still ours
+            assert conv.starts == 2 and conv.hello["pid"] != first
+            lease = json.loads((tmp_path / "dep" / "lock").read_text())
+            assert lease["token"] == lock.token and lease["expires_at"] > time.time()
+        assert json.loads((tmp_path / "dep" / "lock").read_text()).get("released_at")
+    finally:
+        conv.close()

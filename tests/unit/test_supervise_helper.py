@@ -1,0 +1,184 @@
+"""The target-side helper (deployer/supervisor/supervise_helper.py) as the target runs it: the one-file bundle
+(remote/program.py) under the system python3, spoken to in line-delimited JSON over its stdin/stdout."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deployer.remote.program import helper_bundle
+
+PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+
+
+class Helper:
+    """One helper process; `ask` sends requests and collects the replies by id (they may come out of order)."""
+
+    def __init__(self, tmp: Path) -> None:
+        payload, digest = helper_bundle()
+        self.program = tmp / f"helper-{digest}.py"
+        self.program.write_bytes(payload)
+        env = {"PATH": os.environ["PATH"], "HOME": str(tmp)}
+        self.proc = subprocess.Popen([PY, "-B", str(self.program), "serve", digest], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env=env)
+        self.hello = json.loads(self._line())["hello"]
+        self.ids = 0
+
+    def _line(self) -> bytes:
+        assert self.proc.stdout is not None
+        return self.proc.stdout.readline()
+
+    def send(self, op: str, **fields: Any) -> int:
+        assert self.proc.stdin is not None
+        self.ids += 1
+        self.proc.stdin.write(json.dumps({"id": self.ids, "op": op, **fields}).encode() + b"\n")
+        self.proc.stdin.flush()
+        return self.ids
+
+    def replies(self, count: int) -> list[dict[str, Any]]:
+        return [json.loads(self._line()) for _ in range(count)]
+
+    def ask(self, op: str, **fields: Any) -> dict[str, Any]:
+        rid = self.send(op, **fields)
+        (reply,) = self.replies(1)
+        assert reply["id"] == rid
+        return reply
+
+    def close(self) -> int:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        return self.proc.wait(timeout=5)
+
+
+@pytest.fixture
+def helper(tmp_path: Path) -> Iterator[Helper]:
+    h = Helper(tmp_path)
+    try:
+        yield h
+    finally:
+        if h.proc.poll() is None:
+            h.proc.kill()
+            h.proc.wait(timeout=5)
+
+
+def test_hello_names_the_version_and_the_home(helper: Helper, tmp_path: Path) -> None:
+    assert helper.hello["version"] == helper_bundle()[1] and helper.hello["home"] == str(tmp_path)
+    assert helper.hello["pid"] == helper.proc.pid and helper.hello["protocol"] == 1
+
+
+def test_run_gives_exit_code_streams_and_stdin(helper: Helper) -> None:
+    r = helper.ask("run", cmd="echo out; echo err >&2; exit 3", timeout=10)
+    assert (r["ok"], r["exit_code"], r["stdout"], r["stderr"], r["timed_out"]) == (True, 3, "out\n", "err\n", False)
+    data = bytes(range(256)) * 1024
+    r = helper.ask("run", cmd="sha256sum", timeout=10, stdin_b64=base64.b64encode(data).decode())
+    assert r["stdout"].split()[0] == hashlib.sha256(data).hexdigest()
+    assert helper.ask("run", cmd="cat", timeout=10)["stdout"] == ""  # no stdin: EOF at once
+
+
+def test_commands_do_not_run_the_login_shells_rc_file_again(helper: Helper, tmp_path: Path) -> None:
+    """The helper was exec'ed by the login shell (SHLVL 0 now); bash under sshd reads ~/.bashrc below level 2."""
+    (tmp_path / ".bashrc").write_text(f"echo ran >> {tmp_path / 'rc-ran'}\n")
+    r = helper.ask("run", cmd="SSH_CLIENT='127.0.0.1 1 22' bash -c 'echo $SHLVL'", timeout=10)
+    assert r["stdout"].strip() == "2" and not (tmp_path / "rc-ran").exists()
+
+
+def test_a_timed_out_command_is_killed_with_its_group(helper: Helper, tmp_path: Path) -> None:
+    marker = tmp_path / "still-running"
+    t0 = time.monotonic()
+    r = helper.ask("run", cmd=f"echo started; (sleep 1.5; touch {marker}) & sleep 30", timeout=0.5)
+    assert time.monotonic() - t0 < 3 and r["timed_out"] and r["exit_code"] == -1 and r["stdout"] == "started\n"
+    time.sleep(1.6)
+    assert not marker.exists()
+
+
+def test_requests_run_concurrently_and_replies_carry_their_id(helper: Helper) -> None:
+    slow = helper.send("run", cmd="sleep 2; echo slow", timeout=10)
+    fast = helper.send("run", cmd="echo fast", timeout=10)
+    t0 = time.monotonic()
+    (first,) = helper.replies(1)
+    assert (first["id"], first["stdout"]) == (fast, "fast\n") and time.monotonic() - t0 < 1.5
+    (second,) = helper.replies(1)
+    assert (second["id"], second["stdout"]) == (slow, "slow\n")
+
+
+def test_verify_hashes_files_and_names_the_missing(helper: Helper, tmp_path: Path) -> None:
+    (tmp_path / "a").write_bytes(b"alpha")
+    r = helper.ask("verify", paths=[str(tmp_path / "a"), str(tmp_path / "missing")])
+    assert r["digests"] == [hashlib.sha256(b"alpha").hexdigest(), None]
+
+
+def test_bad_requests_get_one_error_reply_and_the_helper_carries_on(helper: Helper) -> None:
+    assert helper.ask("nope") == {"id": 1, "ok": False, "error": "unknown op 'nope'", "kind": "bad-request"}
+    r = helper.ask("run")  # no cmd
+    assert not r["ok"] and r["kind"] == "bad-request" and "cmd" in r["error"]
+    assert helper.proc.stdin is not None
+    helper.proc.stdin.write(b"not json\n")
+    helper.proc.stdin.flush()
+    assert helper.replies(1)[0]["ok"] is False
+    assert helper.ask("run", cmd="echo still", timeout=5)["stdout"] == "still\n"
+
+
+def holder(command: str) -> dict[str, Any]:
+    return {"owner": "t@laptop", "pid": 1, "host_id": "laptop/boot", "command": command}
+
+
+def test_lease_take_busy_beat_release(helper: Helper, tmp_path: Path) -> None:
+    lock = str(tmp_path / "dep" / "lock")
+    took = helper.ask("lease_take", path=lock, holder=holder("up"), token="t1", lease_s=30, mode="take")
+    assert took["word"] == "LOCKED" and took["data"]["reason"] is None
+    busy = helper.ask("lease_take", path=lock, holder=holder("down"), token="t2", lease_s=30, mode="take")
+    assert busy["word"] == "BUSY" and busy["data"]["command"] == "up" and "token" not in busy["data"]
+    assert helper.ask("lease_beat", token="t1")["word"] == "OK"
+    assert helper.ask("lease_beat", token="t1", release=True)["word"] == "RELEASED"
+    assert json.loads(Path(lock).read_text())["released_at"]
+    assert helper.ask("lease_beat", token="t1")["kind"] == "lease"  # no longer held here
+
+
+def test_a_broken_lease_beats_lost_and_the_break_is_recorded(helper: Helper, tmp_path: Path) -> None:
+    lock = str(tmp_path / "lock")
+    helper.ask("lease_take", path=lock, holder=holder("up"), token="t1", lease_s=30, mode="take")
+    broke = helper.ask("lease_take", path=lock, holder=holder("down"), token="t2", lease_s=30, mode="break")
+    assert broke["word"] == "LOCKED" and broke["data"]["reason"] == "broken"
+    lost = helper.ask("lease_beat", token="t1")
+    assert lost["word"] == "LOST" and lost["data"]["command"] == "down" and lost["data"]["held"]
+    events = [json.loads(line) for line in Path(lock + "-events.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events] == ["lock-broken"]
+
+
+def test_eof_ends_the_helper_at_once_and_leaves_a_held_lease_to_expire(helper: Helper, tmp_path: Path) -> None:
+    lock = tmp_path / "lock"
+    helper.ask("lease_take", path=str(lock), holder=holder("up"), token="t1", lease_s=30, mode="take")
+    t0 = time.monotonic()
+    assert helper.close() == 0 and time.monotonic() - t0 < 2
+    lease = json.loads(lock.read_text())
+    assert lease["token"] == "t1" and lease["expires_at"] > time.time()  # a reconnecting client re-takes it
+
+
+def test_read_only_supervisor_commands_are_answered_inside_the_helper(helper: Helper, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    status = helper.ask("supervise", argv=["status", str(run)])
+    assert status["exit_code"] == 0 and json.loads(status["stdout"])["status"] == "absent"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        busy = helper.ask("supervise", argv=["ports", str(port)])
+        assert busy["exit_code"] == 1 and busy["stdout"].startswith(f"busy {port}: pid ")
+    free = helper.ask("supervise", argv=["ports", str(port)])
+    assert (free["exit_code"], free["stdout"]) == (0, f"free {port}\n")
+    missing = helper.ask("supervise", argv=["status", str(tmp_path / "nope")])
+    assert missing["exit_code"] == 2 and missing["stderr"].startswith("supervise: no such run dir")
+    refused = helper.ask("supervise", argv=["start", str(run)])  # start daemonizes: never inside the helper
+    assert not refused["ok"] and "only status, ports, listener" in refused["error"]
