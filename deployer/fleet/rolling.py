@@ -1,0 +1,94 @@
+"""Rolling replacement: one replica at a time, out of the router first and back in once healthy.
+
+Never below N-1 serving: a replica that serves is taken out only while every other replica serves. A replica that
+will not come back stops the rollout; the single-host `up` has already brought its previous version back (unless
+--no-rollback), and that version goes back into the router when it serves. Without a router the replicas are
+still replaced one after another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from deployer.errors import DeployError, Unhealthy
+from deployer.fleet.fanout import TaggedSink
+from deployer.fleet.members import Fleet, ReplicaMember, RouterMember
+from deployer.fleet.report import FleetReport, ReplicaResult, failed_result, replica_result
+from deployer.fleet.router import DRAIN_TIMEOUT_S, READY_TIMEOUT_S, add_worker, remove_worker, wait_workers, workers
+from deployer.remote.base import Remote
+from deployer.watch.watcher import Event, EventSink
+
+Replace = Callable[[ReplicaMember, EventSink], Any]   # -> the replica's UpReport; raises DeployError
+Unchanged = Callable[[ReplicaMember], bool]            # whether the replica already runs what it should
+
+
+def roll(fleet: Fleet, report: FleetReport, sink: TaggedSink, replace: Replace, router_remote: Remote | None,
+         unchanged: Unchanged | None = None) -> None:
+    """Replace the replicas in order; stops at the first that does not serve again (the rest stay untouched)."""
+    report.mode = "rolling"
+    for replica in fleet.replicas:
+        result = roll_one(fleet, replica, sink, replace, router_remote, unchanged)
+        report.replicas.append(result)
+        if not result.serving or result.status == "failed":
+            report.notes.append(f"rollout stopped at r{replica.index}@{replica.host}: {result.error}")
+            _untouched(fleet, report, replica.index + 1, router_remote)
+            return
+
+
+def _untouched(fleet: Fleet, report: FleetReport, start: int, router_remote: Remote | None) -> None:
+    """Replicas after a stopped rollout: left as they were; serving if the router says they are healthy."""
+    have = workers(router_remote, fleet.router) if router_remote and fleet.router else {}
+    for replica in fleet.replicas[start:]:
+        healthy = replica.url in have and have[replica.url].healthy
+        report.replicas.append(ReplicaResult(replica.index, replica.host, replica.name, replica.url,
+                                             "unchanged" if healthy else "skipped",
+                                             error=None if healthy else "not replaced: the rollout stopped before it"))
+
+
+def roll_one(fleet: Fleet, replica: ReplicaMember, sink: TaggedSink, replace: Replace, router_remote: Remote | None,
+             unchanged: Unchanged | None = None) -> ReplicaResult:
+    emit = sink.tagged(replica.host, f"r{replica.index}")
+    router = fleet.router
+    if router is None or router_remote is None:
+        return _replace(replica, emit, replace)
+    have = workers(router_remote, router)
+    mine = have.get(replica.url)
+    serving = mine is not None and mine.healthy
+    if serving and unchanged is not None and unchanged(replica):
+        emit(Event("info", {"message": f"r{replica.index} already runs this version: left in the router"}))
+        return ReplicaResult(replica.index, replica.host, replica.name, replica.url, "unchanged")
+    others = sum(1 for r in fleet.replicas if r is not replica and r.url in have and have[r.url].healthy)
+    if serving and others < len(fleet.replicas) - 1:
+        return ReplicaResult(replica.index, replica.host, replica.name, replica.url, "failed", exit_code=6,
+                             error=f"only {others} other replicas serve: taking r{replica.index} out would leave "
+                                   f"fewer than {len(fleet.replicas) - 1} serving")
+    if mine is not None:
+        emit(Event("info", {"message": f"taking r{replica.index} ({replica.url}) out of the router; waiting for "
+                                       "its requests to finish"}))
+        remove_worker(router_remote, router, replica.url)
+        wait_workers(router_remote, router, healthy=set(), gone={replica.url}, deadline_s=DRAIN_TIMEOUT_S)
+    result = _replace(replica, emit, replace)
+    if result.serving:
+        _back_in(router_remote, router, replica, result, emit)
+    return result
+
+
+def _replace(replica: ReplicaMember, emit: EventSink, replace: Replace) -> ReplicaResult:
+    try:
+        return replica_result(replica, replace(replica, emit))
+    except DeployError as exc:
+        return failed_result(replica, exc)
+
+
+def _back_in(remote: Remote, router: RouterMember, replica: ReplicaMember, result: ReplicaResult,
+             emit: EventSink) -> None:
+    """Add the replica back and wait until the router calls it healthy; a failure marks the result failed."""
+    try:
+        add_worker(remote, router, replica.url)
+        wait_workers(remote, router, healthy={replica.url}, gone=set(), deadline_s=READY_TIMEOUT_S)
+    except DeployError as exc:
+        result.status, result.error, result.exit_code = "failed", f"not back in the router: {exc.message}", \
+            Unhealthy.exit_code
+        return
+    emit(Event("info", {"message": f"r{replica.index} is back in the router ({replica.url})"}))
