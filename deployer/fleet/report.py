@@ -19,7 +19,7 @@ class ReplicaResult:
     host: str
     name: str
     url: str
-    status: str                                  # ready | already-running | unchanged | failed | skipped
+    status: str           # ready | already-running | unchanged | failed | skipped | left-running (not replaced)
     run_dir: str | None = None
     content_hash: str | None = None
     error: str | None = None
@@ -30,7 +30,7 @@ class ReplicaResult:
 
     @property
     def serving(self) -> bool:
-        return self.status in SERVING or (self.restored or {}).get("status") == "ready"
+        return self.status in (*SERVING, "left-running") or (self.restored or {}).get("status") == "ready"
 
 
 @dataclass
@@ -52,17 +52,17 @@ class FleetReport:
 
     def settle(self) -> FleetReport:
         """The fleet's status from its members'; raises when not everything is ready (the report travels along)."""
-        ready = [r for r in self.replicas if r.serving]
+        ready = [r for r in self.replicas if r.status in SERVING]
         router_ok = self.router is None or self.router.status == "ready"
         if len(ready) == len(self.replicas) and router_ok:
             self.status = "ready"
             return self
-        failed = [r for r in self.replicas if not r.serving]
+        failed = [r for r in self.replicas if r.status not in SERVING]
         parts = [f"r{r.index}@{r.host}: {r.error or r.status}" for r in failed]
         if not router_ok and self.router is not None:
             parts.append(f"router@{self.router.host}: {self.router.detail or self.router.status}")
         summary = f"{len(ready)} of {len(self.replicas)} replicas ready"
-        if ready:  # something serves: partial failure (exit 9), whatever failed beside it
+        if any(r.serving for r in self.replicas):  # something serves: partial failure (exit 9)
             self.status = "partial"
             raise PartlyFailed(f"{self.name}: {summary}; " + "; ".join(parts), outcome=self)
         self.status = "failed"

@@ -42,7 +42,7 @@ def _untouched(fleet: Fleet, report: FleetReport, start: int, router_remote: Rem
     for replica in fleet.replicas[start:]:
         healthy = replica.url in have and have[replica.url].healthy
         report.replicas.append(ReplicaResult(replica.index, replica.host, replica.name, replica.url,
-                                             "unchanged" if healthy else "skipped",
+                                             "left-running" if healthy else "skipped",
                                              error=None if healthy else "not replaced: the rollout stopped before it"))
 
 

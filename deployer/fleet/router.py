@@ -228,6 +228,8 @@ def readiness(remote: Remote, member: RouterMember) -> dict[str, Any]:
 
 def add_worker(remote: Remote, member: RouterMember, url: str) -> None:
     code, data = _request(remote, member, "POST", "/workers", {"url": url})
+    if code == 409 and url in workers(remote, member):
+        return  # already registered (smg: "Worker already exists at URL ...")
     if code not in (200, 201, 202):
         raise Unhealthy(f"router {member.name}: adding worker {url} answered HTTP {code}: {str(data)[:200]}")
 
