@@ -16,8 +16,11 @@ import click
 from deployer.cli.options import _emit_json, _load
 
 if TYPE_CHECKING:
+    from deployer.fleet.smoke import FleetSmokeReport
+    from deployer.output.junit import Suite
     from deployer.pipeline.up import UpOptions
     from deployer.profile.model import Profile
+    from deployer.smoke import SmokeOptions
 
 
 def dispatch_kind(profile: Profile) -> str | None:
@@ -143,3 +146,42 @@ def logs(prof: Profile, *, replica: int | None, host: str | None, router: bool, 
     member = pick_member(fleet, replica=replica, host=host, router=router)
     fleet_logs(fleet, member, lines=lines, follow=follow, previous=previous, out=click.echo,
                trust_new_host=trust_new_host)
+
+
+def smoke(prof: Profile, opts: SmokeOptions, as_json: bool, junit_file: Path | None, profile_path: str) -> None:
+    """A fleet's smoke: the cases per member and phase, JUnit written whatever happened."""
+    from deployer.fleet.smoke import smoke_fleet
+    from deployer.secrets import mask_data
+
+    sink = _sink(as_json)
+    try:
+        report = smoke_fleet(prof, opts, sink)
+    finally:
+        sink.close()
+    if junit_file is not None:
+        from deployer.output import junit
+
+        junit.write(junit_file, [junit_suite(report, profile_path)])
+    if as_json:
+        sys.stdout.write(json.dumps({"event": "report", **mask_data(report.to_json())}, default=str) + "\n")
+    else:
+        verdict = "ok" if report.ok else f"FAILED (exit {report.exit_code})"
+        click.echo(f"smoke {report.name} (fleet): {verdict}")
+        for c in report.cases:
+            took = f"{c.duration_s:6.2f}s" if c.status != "skipped" else " " * 7
+            click.echo(f"  {c.phase:<8} {c.member + '@' + c.host:<20} {c.status:<7} {took}  {c.details}")
+    if report.error is not None:
+        raise report.error
+
+
+def junit_suite(report: FleetSmokeReport, profile_path: str) -> Suite:
+    """One testcase per member (host) and phase: `up r0@gpu-a`, `request router@gpu-a`, ..."""
+    from deployer.output.junit import Case, Suite
+
+    cases = [Case(name=f"{c.phase} {c.member}@{c.host}", classname=f"smoke.{report.name}.{c.host}",
+                  time_s=c.duration_s, status=c.status, message=c.details, text=c.details,
+                  kind=type(report.error).__name__ if c.status == "failed" and report.error else "",
+                  stdout=c.details if c.status == "passed" else "")
+             for c in report.cases]
+    props = {"profile": profile_path, "exit_code": str(report.exit_code), "fleet": report.name}
+    return Suite(name=f"deploy smoke {report.name}", cases=cases, properties=props)
