@@ -66,7 +66,11 @@ class FleetReport:
             self.status = "partial"
             raise PartlyFailed(f"{self.name}: {summary}; " + "; ".join(parts), outcome=self)
         self.status = "failed"
-        raise LaunchFailed(f"{self.name}: {summary}; " + "; ".join(parts), outcome=self)
+        error = LaunchFailed(f"{self.name}: {summary}; " + "; ".join(parts), outcome=self)
+        codes = {r.exit_code for r in failed}
+        if len(codes) == 1 and None not in codes:  # every host failed the same way (all unreachable: 3)
+            error.exit_code = int(codes.pop() or LaunchFailed.exit_code)
+        raise error
 
 
 def replica_result(member: ReplicaMember, report: Any) -> ReplicaResult:

@@ -1,4 +1,4 @@
-"""The router in front of the replicas: the SGLang Model Gateway (`smg`, PyPI) as a deployment of its own.
+"""The router in front of the replicas: the model gateway `smg` (PyPI) as a deployment of its own.
 
 Its run dir is rendered like an engine's (launch.sh that exec's `python -m smg launch ...`, a 0600 env file,
 profile.json, supervise.json) and runs under the same supervisor, so `status`, `logs`, `down` read it like any

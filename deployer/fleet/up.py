@@ -94,7 +94,10 @@ def _router_serves(fleet: Fleet, opts: UpOptions) -> bool:
     """Whether the fleet's router runs and answers (then an `up` replaces replicas one at a time)."""
     member = fleet.router
     assert member is not None
-    remote = connect(spec_of(member.target, opts.trust_new_host))
+    try:
+        remote = connect(spec_of(member.target, opts.trust_new_host))
+    except DeployError:
+        return False  # the router's host is unreachable: the fan-out reports it with every other host
     try:
         layout = Layout(f"{expand_workdir(remote, member.target.workdir).rstrip('/')}/{member.name}")
         view = current_view(remote, layout)
