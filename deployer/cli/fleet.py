@@ -47,6 +47,18 @@ def fleet_profile(arg: str | None, overrides: tuple[str, ...] = ()) -> Profile |
     return prof
 
 
+def fleet_by_name(name: str | None, host: str | None, workdir: str | None, trust_new_host: bool) -> Profile | None:
+    """A bare NAME with --host that is no deployment there: the fleet of that name whose router runs on that host
+    (its record, fleet.json), or None."""
+    from deployer.fleet.record import find_fleet
+    from deployer.oncall.deployment import make_ref
+
+    if not name or not host:
+        return None
+    ref = make_ref(name, host, workdir, trust_new_host)
+    return find_fleet(ref.spec, ref.workdir, name)
+
+
 def _no_host(host: str | None, what: str) -> None:
     if host:
         from deployer.errors import ProfileError

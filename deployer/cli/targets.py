@@ -93,11 +93,20 @@ def status(target: str | None, host: str | None, workdir: str | None, trust_new_
     lost; 6 alive but not answering /health (starting, restarting, hung); 8 stopped; 7 none there."""
     from deployer.oncall import deployment as ops
 
+    from deployer.errors import NotFound
+
     fleet_prof = fleet.fleet_profile(target)
     if fleet_prof is not None:
         fleet.status(fleet_prof, host, trust_new_host, as_json)
         return
-    rows = ops.status(ops.make_ref(target, host, workdir, trust_new_host))
+    try:
+        rows = ops.status(ops.make_ref(target, host, workdir, trust_new_host))
+    except NotFound:
+        fleet_prof = fleet.fleet_by_name(target, host, workdir, trust_new_host)
+        if fleet_prof is None:
+            raise
+        fleet.status(fleet_prof, None, trust_new_host, as_json)
+        return
     code = ops.worst_exit_code(rows)
     if as_json:
         _emit_json(rows if target is None else rows[0])
@@ -168,14 +177,18 @@ def logs(target: str, host: str | None, workdir: str | None, trust_new_host: boo
     from deployer.oncall import deployment as ops
 
     fleet_prof = fleet.fleet_profile(target)
+    if fleet_prof is None and (replica is not None or router):
+        fleet_prof = fleet.fleet_by_name(target, host, workdir, trust_new_host)
+        if fleet_prof is None:
+            from deployer.errors import NotFound
+
+            raise NotFound(f"no fleet {target!r} here: --replica and --router need a fleet profile file, or a "
+                           "fleet's name with --host of its router's host")
+        host = None if replica is not None or router else host
     if fleet_prof is not None:
         fleet.logs(fleet_prof, replica=replica, host=host, router=router, trust_new_host=trust_new_host, lines=lines,
                    follow=follow, previous=previous)
         return
-    if replica is not None or router:
-        from deployer.errors import ProfileError
-
-        raise ProfileError("--replica and --router need a fleet profile file (replicas:) as TARGET")
 
     ops.logs(ops.make_ref(target, host, workdir, trust_new_host), lines=lines, follow=follow, previous=previous,
              out=click.echo)
@@ -201,6 +214,11 @@ def down(target: str, host: str | None, workdir: str | None, trust_new_host: boo
         return
     result = ops.down(ops.make_ref(target, host, workdir, trust_new_host), grace, break_lock=break_lock,
                       notify=lambda m: click.echo(f"warning: {m}", err=True))
+    if result.get("status") == "absent":  # no such deployment here: perhaps the fleet whose router runs here
+        fleet_prof = fleet.fleet_by_name(target, host, workdir, trust_new_host)
+        if fleet_prof is not None:
+            fleet.down(fleet_prof, None, trust_new_host, grace, as_json, break_lock)
+            return
     if as_json:
         _emit_json(result)
     elif result["was_running"]:

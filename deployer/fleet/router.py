@@ -26,6 +26,7 @@ from typing import Any
 from deployer import __version__
 from deployer.errors import LaunchFailed, NotFound, Unhealthy
 from deployer.fleet.members import ROUTER_HEALTH_PATH, RouterMember, spec_of
+from deployer.fleet.record import try_write_record
 from deployer.lock import DeploymentLock
 from deployer.profile.model import Profile, probe_address
 from deployer.push import Layout, RunDir, expand_workdir, new_run_id, prepare, push, set_current
@@ -174,6 +175,9 @@ def ensure_router(remote: Remote, layout: Layout, member: RouterMember, fleet: P
     wait_workers(remote, member, healthy=set(urls), gone=set(), deadline_s=READY_TIMEOUT_S, run=run)
     report.status, report.workers = "ready", list(urls)
     emit(Event("ready", {"elapsed": 0.0, "message": f"router ready with {len(urls)} workers"}))
+    warning = try_write_record(remote, member.target.workdir, fleet)
+    if warning:
+        emit(Event("warning", {"message": warning}))
     return report
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -48,9 +49,14 @@ def test_fleet_up_routes_status_logs_down(tmp_path: Path, bed: HostBed) -> None:
     assert code == 200 and ready["healthy_workers"] == 2, ready
     answers = [chat(addr, port) for _ in range(4)]
     assert all(a["choices"][0]["message"]["content"] for a in answers)
-    served = [engine_log(str(h.workdir), f"fleet-r{i}").count("POST /v1/chat/completions")
-              for i, h in enumerate(bed.hosts)]
-    assert served == [2, 2], served                     # round_robin over both replicas
+    def served() -> list[int]:
+        return [engine_log(str(h.workdir), f"fleet-r{i}").count("POST /v1/chat/completions")
+                for i, h in enumerate(bed.hosts)]
+
+    end = time.monotonic() + 10    # an access line is written just after its answer
+    while served() != [2, 2] and time.monotonic() < end:
+        time.sleep(0.1)
+    assert served() == [2, 2], served()                 # round_robin over both replicas
 
     st = fleet_deploy(bed, "status", str(prof), "--json", home=home)
     assert st.returncode == 0, st.stderr
@@ -77,9 +83,22 @@ def test_fleet_up_routes_status_logs_down(tmp_path: Path, bed: HostBed) -> None:
     assert again_report["mode"] == "rolling" and [r["status"] for r in again_report["replicas"]] == \
         ["unchanged", "unchanged"] and again_report["router"]["action"] == "reconciled"
 
-    down = fleet_deploy(bed, "down", str(prof), home=home)
+    # on call from another laptop: the fleet's name and its router's host are enough (the record fleet.json)
+    laptop = tmp_path / "other-laptop"
+    by_name = fleet_deploy(bed, "status", "fleet", "--host", "node-0", "--workdir", str(bed.hosts[0].workdir),
+                           "--json", home=laptop)
+    assert by_name.returncode == 0, by_name.stderr
+    assert [r["member"] for r in json.loads(by_name.stdout)["replicas"]] == ["r0", "r1"]
+    assert "secret" not in (bed.hosts[0].workdir / "fleet" / "fleet.json").read_text()
+    logs_by_name = fleet_deploy(bed, "logs", "fleet", "--host", "node-0", "--workdir", str(bed.hosts[0].workdir),
+                                "--replica", "1", "-n", "200", home=laptop)
+    assert logs_by_name.returncode == 0 and "fired up and ready" in logs_by_name.stdout, logs_by_name.stderr
+    down = fleet_deploy(bed, "down", "fleet", "--host", "node-0", "--workdir", str(bed.hosts[0].workdir),
+                        home=laptop)
     assert down.returncode == 0, down.stderr
     assert sorted(down.stdout.split()).count("stopped") == 3, down.stdout
+    again_down = fleet_deploy(bed, "down", str(prof), home=home)
+    assert again_down.returncode == 0 and again_down.stdout.count("not running") == 3, again_down.stdout
     st2 = fleet_deploy(bed, "status", str(prof), "--json", home=home)
     assert st2.returncode == 8, st2.stdout + st2.stderr
     assert get_json(f"http://{addr}:{port}/readiness")[0] == 0   # the router is gone
