@@ -8,12 +8,13 @@ router is the deployment `<fleet>-router`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from deployer.errors import ProfileError
 from deployer.profile.model import Profile, Replica, Router, Target
 from deployer.remote.base import LOCAL, TargetSpec
 from deployer.remote.ssh.config import resolve
+from deployer.secrets import MASK
 
 AddressOf = Callable[[Target], str]
 ROUTER_HEALTH_PATH = "/readiness"
@@ -52,6 +53,8 @@ class RouterMember:
     target: Target
     bind: str
     router: Router
+    # smg's --api-key: what it sends to the replicas and what its own API asks for (the replicas' key by default)
+    api_key: str | None = field(default=None, repr=False)
 
     @property
     def host(self) -> str:
@@ -139,7 +142,9 @@ def router_member(profile: Profile, address_of: AddressOf) -> RouterMember:
     first = profile.target.model_dump()
     target = Target(**({**first, **given} if "host" not in given else {**{"workdir": first["workdir"]}, **given}))
     bind = str(profile.router.args.get("host") or address_of(target))
-    return RouterMember(f"{profile.name}-router", target, bind, profile.router)
+    key = profile.router.args.get("api_key", profile.engine.args.get("api_key"))
+    usable = key if isinstance(key, str) and key != MASK else None  # a fleet read from its record has it masked
+    return RouterMember(f"{profile.name}-router", target, bind, profile.router, usable)
 
 
 def _distinct_endpoints(name: str, replicas: list[ReplicaMember], address_of: AddressOf) -> None:

@@ -72,6 +72,9 @@ def router_words(member: RouterMember, urls: list[str], fleet: Profile) -> tuple
     if urls:
         words += ["--worker-urls", *urls]
     env: dict[str, str] = {}
+    if member.api_key is not None and "api_key" not in router.args:  # the replicas' key, for smg to send them
+        env[secret_var("router_api_key")] = member.api_key
+        words += ["--api-key", EnvRef(secret_var("router_api_key"))]
     for name, value in router.args.items():
         if name == "host":
             continue  # the bind address, above
@@ -193,6 +196,8 @@ def _request(remote: Remote, member: RouterMember, method: str, path: str, body:
              timeout: float = 5.0) -> tuple[int, Any]:
     data = json.dumps(body).encode() if body is not None else None
     headers = {"content-type": "application/json"} if data is not None else {}
+    if member.api_key:  # smg's shared --api-key gates its worker API too
+        headers["authorization"] = f"Bearer {member.api_key}"
     try:
         reply = remote.request(method, member.router.port, path, body=data, headers=headers, timeout=timeout,
                                address=probe_address(member.bind))
@@ -231,7 +236,8 @@ def readiness(remote: Remote, member: RouterMember) -> dict[str, Any]:
 
 
 def add_worker(remote: Remote, member: RouterMember, url: str) -> None:
-    code, data = _request(remote, member, "POST", "/workers", {"url": url})
+    spec = {"url": url, **({"api_key": member.api_key} if member.api_key else {})}
+    code, data = _request(remote, member, "POST", "/workers", spec)
     if code == 409 and url in workers(remote, member):
         return  # already registered (smg: "Worker already exists at URL ...")
     if code not in (200, 201, 202):

@@ -129,7 +129,7 @@ def _request_cases(fleet: Fleet, report: FleetSmokeReport, outcome: FleetReport,
         r = fleet.router
         ready = outcome.router is not None and outcome.router.status == "ready"
         report.cases.append(_ask_case("router", r.target, r.router.port, probe_address(r.bind), opts, ready,
-                                      None))
+                                      r.api_key))
     served = {x.index for x in outcome.replicas if x.status in SERVING}
     for replica in fleet.replicas:
         engine = replica.profile.engine

@@ -51,8 +51,8 @@ def fleet_profile(tmp_path: Path, bed: HostBed, *, name: str = "fleet", router: 
     return path, data
 
 
-def fleet_deploy(bed: HostBed, *argv: str, home: Path, timeout: float = 180) -> Any:
-    return deploy(*argv, home=home, timeout=timeout, env={"DEPLOYER_SSH_CONFIG": str(bed.ssh_config)})
+def fleet_deploy(bed: HostBed, *argv: str, home: Path, timeout: float = 180, env: dict[str, str] | None = None) -> Any:
+    return deploy(*argv, home=home, timeout=timeout, env={"DEPLOYER_SSH_CONFIG": str(bed.ssh_config), **(env or {})})
 
 
 def chat(addr: str, port: int, timeout: float = 10.0) -> dict[str, Any]:

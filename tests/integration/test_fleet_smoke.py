@@ -37,16 +37,28 @@ def _cases(junit: Path) -> dict[str, str]:
 def test_fleet_smoke_asks_the_router_and_every_replica(tmp_path: Path, bed: HostBed) -> None:
     home = tmp_path / "home"
     prof, data = fleet_profile(tmp_path, bed, name="smk")
+    # the replicas' key: the router gets it too (smg --api-key), and then its worker API asks for it
+    data["engine"]["args"] = {"api_key": "${FLEET_TEST_KEY}"}
+    prof.write_text(yaml.safe_dump(data, sort_keys=False))
+    key = "sk-fleet-smoke-4242"
     junit = tmp_path / "junit.xml"
-    run = fleet_deploy(bed, "smoke", str(prof), "--skip-preflight", "--junit", str(junit), "--json", home=home)
+    run = fleet_deploy(bed, "smoke", str(prof), "--skip-preflight", "--junit", str(junit), "--json", "--keep",
+                       home=home, env={"FLEET_TEST_KEY": key})
     assert run.returncode == 0, run.stderr[-3000:]
+    assert key not in run.stdout + run.stderr + junit.read_text()
+    router_dir = bed.hosts[0].workdir / "smk-router" / "current"
+    assert key not in (router_dir / "launch.sh").read_text() and key in (router_dir / "env").read_text()
+    addr, port = bed.hosts[0].addr, data["router"]["port"]
+    assert get_json(f"http://{addr}:{port}/workers")[0] == 401          # smg's API wants the key ...
+    down = fleet_deploy(bed, "down", str(prof), home=home, env={"FLEET_TEST_KEY": key})
+    assert down.returncode == 0, down.stderr
     report = events(run.stdout)[-1]
     assert report["ok"] is True
     cases = _cases(junit)
-    assert cases == {
+    assert cases == {                                                   # ... and deployer sent it
         "up r0@node-0": "passed", "up r1@node-1": "passed", "router router@node-0": "passed",
         "request router@node-0": "passed", "request r0@node-0": "passed", "request r1@node-1": "passed",
-        "stop r0@node-0": "passed", "stop r1@node-1": "passed", "stop router@node-0": "passed",
+        "stop r0@node-0": "skipped", "stop r1@node-1": "skipped", "stop router@node-0": "skipped",
     }, cases
     # one request through the router (round_robin sends it to one replica) plus one straight to each
     served = [engine_log(str(h.workdir), f"smk-r{i}").count("POST /v1/chat/completions")

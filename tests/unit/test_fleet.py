@@ -221,3 +221,18 @@ def test_logs_picks_one_member(tmp_path: Path) -> None:
         with pytest.raises(ProfileError) as err:
             pick_member(fleet, **kwargs)  # type: ignore[arg-type]
         assert message in str(err.value)
+
+
+def test_the_router_gets_the_replicas_key_by_reference(tmp_path: Path) -> None:
+    prof = _profile(tmp_path, router={"port": 8000})
+    prof = load_profile(tmp_path / "fleet.yaml", environ={"TOKEN_FOR_TEST": "t" * 8})  # no key anywhere
+    assert fleet_of(prof, addr).router.api_key is None  # type: ignore[union-attr]
+    data = yaml.safe_load((tmp_path / "fleet.yaml").read_text())
+    data["engine"]["args"] = {"api_key": "${ENGINE_KEY_FOR_TEST}"}
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(data))
+    prof = load_profile(tmp_path / "fleet.yaml", environ={"TOKEN_FOR_TEST": "t" * 8, "ENGINE_KEY_FOR_TEST": "ek-77-secret"})
+    router = fleet_of(prof, addr).router
+    assert router is not None and router.api_key == "ek-77-secret" and "ek-77" not in repr(router)
+    bundle = render_router(router, ["http://10.0.0.1:30000"], prof)
+    assert '--api-key "$DEPLOYER_SECRET_ROUTER_API_KEY"' in bundle.script and "ek-77" not in bundle.script
+    assert "DEPLOYER_SECRET_ROUTER_API_KEY=ek-77-secret\n" in bundle.env
