@@ -146,7 +146,7 @@ def down(prof: Profile, host: str | None, trust_new_host: bool, grace: float | N
         return
     for row in result["members"]:
         what = "stopped" if row.get("was_running") else "not running"
-        click.echo(f"{row['member']}@{row['host']}: {row['name']} {what}")
+        click.echo(f"{row['member']}@{row.get('alias') or row['host']}: {row['name']} {what}")
 
 
 def logs(prof: Profile, *, replica: int | None, host: str | None, router: bool, trust_new_host: bool, lines: int,

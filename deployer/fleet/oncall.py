@@ -67,15 +67,17 @@ def fleet_status(fleet: Fleet, trust_new_host: bool = False) -> tuple[dict[str, 
         except NotFound:
             row = {"name": member.name, "host": member.host, "status": "absent", "healthy": False,
                    "serving": False}
-        row = {**row, "role": member.role, "index": member.index, "member": member.tag, "url": member.url}
+        row = {**row, "role": member.role, "index": member.index, "member": member.tag, "url": member.url,
+               "alias": member.host}
         if member.role == "router" and row.get("healthy"):
             row["readiness"] = _router_readiness(fleet, trust_new_host)
         return row
 
     done = fan_out(everyone, lambda m: m.host, lambda m: m.tag, one, TaggedSink(_quiet))
     rows = [d.value if d.value is not None else
-            {"name": d.member.name, "host": d.member.host, "role": d.member.role, "index": d.member.index,
-             "member": d.member.tag, "url": d.member.url, "status": "unreachable", "healthy": False,
+            {"name": d.member.name, "host": d.member.host, "alias": d.member.host, "role": d.member.role,
+             "index": d.member.index, "member": d.member.tag, "url": d.member.url, "status": "unreachable",
+             "healthy": False,
              "serving": False, "error": d.error.message if d.error else None, "code": d.error.exit_code if d.error
              else 1}
             for d in done]
@@ -128,7 +130,7 @@ def fleet_down(fleet: Fleet, grace: float | None, *, trust_new_host: bool = Fals
     def one(member: Member, e: EventSink) -> dict[str, Any]:
         result = ops.down(_ref(member, trust_new_host), grace, break_lock=break_lock,
                           notify=lambda m: e(Event("warning", {"message": m})))
-        return {**result, "role": member.role, "member": member.tag}
+        return {**result, "role": member.role, "member": member.tag, "alias": member.host}
 
     routers = fan_out([m for m in everyone if m.role == "router"], lambda m: m.host, lambda m: m.tag, one, sink)
     replicas = fan_out([m for m in everyone if m.role == "replica"], lambda m: m.host, lambda m: m.tag, one, sink)
@@ -138,7 +140,7 @@ def fleet_down(fleet: Fleet, grace: float | None, *, trust_new_host: bool = Fals
             rows.append(d.value)
         else:
             failed.append(f"{d.member.tag}@{d.member.host}: {d.error.message if d.error else 'failed'}")
-            rows.append({"name": d.member.name, "host": d.member.host, "role": d.member.role,
+            rows.append({"name": d.member.name, "host": d.member.host, "alias": d.member.host, "role": d.member.role,
                          "member": d.member.tag, "status": "failed", "error": d.error.message if d.error else None})
     result = {"name": fleet.name, "members": rows}
     if failed:

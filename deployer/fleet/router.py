@@ -153,7 +153,7 @@ def ensure_router(remote: Remote, layout: Layout, member: RouterMember, fleet: P
                   emit: EventSink, *, force: bool = False) -> RouterReport:
     """The router runs with these settings and routes to exactly `urls`, each healthy: started, replaced,
     or brought to that worker set through its API."""
-    report = RouterReport(member.name, remote.label, "failed", url=f"http://{member.bind}:{member.router.port}")
+    report = RouterReport(member.name, member.host, "failed", url=f"http://{member.bind}:{member.router.port}")
     view = current_view(remote, layout)
     same = view is not None and view.alive and view.record.get("settings_hash") == settings_hash(member, fleet)
     if same and not force and _answers(remote, member):

@@ -101,7 +101,7 @@ def status_lines(data: dict[str, Any]) -> list[str]:
     lines = [f"{data['name']}: {'serving' if data['serving'] else 'not fully serving'}"]
     rows = [*data["replicas"], *([data["router"]] if data.get("router") else [])]
     for row in rows:
-        where = f"{row['member']}@{row['host']}"
+        where = f"{row['member']}@{row.get('alias') or row['host']}"
         health = "healthy" if row.get("healthy") else "not healthy"
         line = f"  {where:<20} {row['status']:<12} {health:<12} {row['url']}"
         if row.get("pid"):
