@@ -30,7 +30,7 @@ def roll(fleet: Fleet, report: FleetReport, sink: TaggedSink, replace: Replace, 
     for replica in fleet.replicas:
         result = roll_one(fleet, replica, sink, replace, router_remote, unchanged)
         report.replicas.append(result)
-        if not result.serving or result.status == "failed":
+        if result.error is not None:
             report.notes.append(f"rollout stopped at r{replica.index}@{replica.host}: {result.error}")
             _untouched(fleet, report, replica.index + 1, router_remote)
             return
@@ -60,14 +60,20 @@ def roll_one(fleet: Fleet, replica: ReplicaMember, sink: TaggedSink, replace: Re
         return ReplicaResult(replica.index, replica.host, replica.name, replica.url, "unchanged")
     others = sum(1 for r in fleet.replicas if r is not replica and r.url in have and have[r.url].healthy)
     if serving and others < len(fleet.replicas) - 1:
-        return ReplicaResult(replica.index, replica.host, replica.name, replica.url, "failed", exit_code=6,
+        return ReplicaResult(replica.index, replica.host, replica.name, replica.url, "left-running", exit_code=6,
                              error=f"only {others} other replicas serve: taking r{replica.index} out would leave "
                                    f"fewer than {len(fleet.replicas) - 1} serving")
     if mine is not None:
         emit(Event("info", {"message": f"taking r{replica.index} ({replica.url}) out of the router; waiting for "
                                        "its requests to finish"}))
-        remove_worker(router_remote, router, replica.url)
-        wait_workers(router_remote, router, healthy=set(), gone={replica.url}, deadline_s=DRAIN_TIMEOUT_S)
+        try:
+            remove_worker(router_remote, router, replica.url)
+            wait_workers(router_remote, router, healthy=set(), gone={replica.url}, deadline_s=DRAIN_TIMEOUT_S)
+        except DeployError as exc:  # not out (a drain that never ends): untouched, and back in if it left
+            result = ReplicaResult(replica.index, replica.host, replica.name, replica.url, "left-running",
+                                   exit_code=exc.exit_code, error=f"could not take it out of the router: {exc.message}")
+            _back_in(router_remote, router, replica, result, emit)
+            return result
     result = _replace(replica, emit, replace)
     if result.serving:
         _back_in(router_remote, router, replica, result, emit)

@@ -135,9 +135,11 @@ def _supervise(member: RouterMember, fleet: Profile) -> dict[str, Any]:
 
 @contextmanager
 def router_session(member: RouterMember, what: str, emit: EventSink, *, trust_new_host: bool = False,
-                   break_lock: bool = False) -> Iterator[tuple[Remote, Layout]]:
-    """One connection to the router's host, its deployment dir ready and its lock held."""
-    remote = connect(spec_of(member.target, trust_new_host))
+                   break_lock: bool = False, remote: Remote | None = None) -> Iterator[tuple[Remote, Layout]]:
+    """The router host's connection (`remote`, else a new one, closed after), its deployment dir ready and its
+    lock held."""
+    own = remote is None
+    remote = connect(spec_of(member.target, trust_new_host)) if remote is None else remote
     try:
         layout = Layout(f"{expand_workdir(remote, member.target.workdir).rstrip('/')}/{member.name}")
         prepare(remote, layout)
@@ -146,7 +148,8 @@ def router_session(member: RouterMember, what: str, emit: EventSink, *, trust_ne
             with lock.reporting_loss():
                 yield lock.guarded(), layout
     finally:
-        remote.close()
+        if own:
+            remote.close()
 
 
 def ensure_router(remote: Remote, layout: Layout, member: RouterMember, fleet: Profile, urls: list[str],

@@ -7,7 +7,8 @@ keep being served. `restart` is always rolling.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from deployer.errors import DeployError
 from deployer.fleet.fanout import TaggedSink, fan_out
@@ -21,6 +22,7 @@ from deployer.oncall.rollback import restart as restart_replica
 from deployer.pipeline.up import UpOptions, up
 from deployer.profile.model import Profile
 from deployer.push import Layout, expand_workdir
+from deployer.remote.base import Remote
 from deployer.remote.connect import connect
 from deployer.render.bundle import render
 from deployer.target.records import current_view
@@ -31,17 +33,36 @@ def fleet_up(profile: Profile, opts: UpOptions, emit: EventSink, address_of: Add
     fleet = fleet_of(profile, address_of)
     sink = TaggedSink(emit)
     report = FleetReport(fleet.name)
-    if fleet.router is not None and _router_serves(fleet, opts):
-        _rolling(fleet, report, sink, opts, lambda m, e: up(m.profile, opts, e),
-                 None if opts.force else _unchanged(opts))
-        return report.settle()
-    done = fan_out(fleet.replicas, lambda m: m.host, lambda m: f"r{m.index}",
-                   lambda m, e: up(m.profile, opts, e), sink)
-    report.replicas = [replica_result(d.member, d.value) if d.error is None else failed_result(d.member, d.error)
-                       for d in done]
-    if fleet.router is not None:
-        report.router = _start_router(fleet, report, sink, opts)
+    with _front(fleet, opts) as front:
+        if front is not None and _router_serves(fleet, front):
+            _rolling(fleet, report, sink, opts, lambda m, e: up(m.profile, opts, e),
+                     None if opts.force else _unchanged(opts), front)
+            return report.settle()
+        done = fan_out(fleet.replicas, lambda m: m.host, lambda m: f"r{m.index}",
+                       lambda m, e: up(m.profile, opts, e), sink)
+        report.replicas = [replica_result(d.member, d.value) if d.error is None else
+                           failed_result(d.member, d.error) for d in done]
+        if fleet.router is not None:
+            report.router = _start_router(fleet, report, sink, opts, front)
     return report.settle()
+
+
+@contextmanager
+def _front(fleet: Fleet, opts: UpOptions) -> Iterator[Remote | None]:
+    """One connection to the router's host for the whole command; None without a router or when unreachable (the
+    fan-out then reports that host with the others)."""
+    if fleet.router is None:
+        yield None
+        return
+    try:
+        remote = connect(spec_of(fleet.router.target, opts.trust_new_host))
+    except DeployError:
+        yield None
+        return
+    try:
+        yield remote
+    finally:
+        remote.close()
 
 
 def fleet_restart(profile: Profile, opts: UpOptions, emit: EventSink,
@@ -55,12 +76,13 @@ def fleet_restart(profile: Profile, opts: UpOptions, emit: EventSink,
         ref = Ref(member.name, spec_of(t, opts.trust_new_host), t.workdir, member.profile)
         return restart_replica(ref, e, opts)
 
-    _rolling(fleet, report, TaggedSink(emit), opts, again, None)
+    with _front(fleet, opts) as front:
+        _rolling(fleet, report, TaggedSink(emit), opts, again, None, front)
     return report.settle()
 
 
 def _rolling(fleet: Fleet, report: FleetReport, sink: TaggedSink, opts: UpOptions, replace: Replace,
-             unchanged: Callable[[ReplicaMember], bool] | None) -> None:
+             unchanged: Callable[[ReplicaMember], bool] | None, front: Remote | None) -> None:
     if fleet.router is None:
         roll(fleet, report, sink, replace, None, unchanged)
         return
@@ -68,7 +90,7 @@ def _rolling(fleet: Fleet, report: FleetReport, sink: TaggedSink, opts: UpOption
     emit = sink.tagged(member.host, "router")
     try:
         with router_session(member, opts.what, emit, trust_new_host=opts.trust_new_host,
-                            break_lock=opts.break_lock) as (remote, layout):
+                            break_lock=opts.break_lock, remote=front) as (remote, layout):
             roll(fleet, report, sink, replace, remote, unchanged)
             report.router = ensure_router(remote, layout, member, fleet.profile, report.serving_urls(), emit)
     except DeployError as exc:
@@ -90,28 +112,22 @@ def _unchanged(opts: UpOptions) -> Callable[[ReplicaMember], bool]:
     return check
 
 
-def _router_serves(fleet: Fleet, opts: UpOptions) -> bool:
+def _router_serves(fleet: Fleet, remote: Remote) -> bool:
     """Whether the fleet's router runs and answers (then an `up` replaces replicas one at a time)."""
     member = fleet.router
     assert member is not None
+    layout = Layout(f"{expand_workdir(remote, member.target.workdir).rstrip('/')}/{member.name}")
+    view = current_view(remote, layout)
+    if view is None or not view.alive:
+        return False
     try:
-        remote = connect(spec_of(member.target, opts.trust_new_host))
+        return any(w.healthy for w in workers(remote, member).values())
     except DeployError:
-        return False  # the router's host is unreachable: the fan-out reports it with every other host
-    try:
-        layout = Layout(f"{expand_workdir(remote, member.target.workdir).rstrip('/')}/{member.name}")
-        view = current_view(remote, layout)
-        if view is None or not view.alive:
-            return False
-        try:
-            return any(w.healthy for w in workers(remote, member).values())
-        except DeployError:
-            return False
-    finally:
-        remote.close()
+        return False
 
 
-def _start_router(fleet: Fleet, report: FleetReport, sink: TaggedSink, opts: UpOptions) -> RouterReport:
+def _start_router(fleet: Fleet, report: FleetReport, sink: TaggedSink, opts: UpOptions,
+                  front: Remote | None) -> RouterReport:
     member = fleet.router
     assert member is not None
     urls = report.serving_urls()
@@ -120,7 +136,7 @@ def _start_router(fleet: Fleet, report: FleetReport, sink: TaggedSink, opts: UpO
     emit = sink.tagged(member.host, "router")
     try:
         with router_session(member, opts.what, emit, trust_new_host=opts.trust_new_host,
-                            break_lock=opts.break_lock) as (remote, layout):
+                            break_lock=opts.break_lock, remote=front) as (remote, layout):
             return ensure_router(remote, layout, member, fleet.profile, urls, emit, force=opts.force)
     except DeployError as exc:
         return RouterReport(member.name, member.host, "failed", detail=exc.message)
