@@ -25,25 +25,39 @@ Unchanged = Callable[[ReplicaMember], bool]            # whether the replica alr
 
 def roll(fleet: Fleet, report: FleetReport, sink: TaggedSink, replace: Replace, router_remote: Remote | None,
          unchanged: Unchanged | None = None) -> None:
-    """Replace the replicas in order; stops at the first that does not serve again (the rest stay untouched)."""
+    """Replace the replicas one at a time, those the router does not count as healthy first (replacing them
+    costs no capacity); stops at the first that does not serve again (the rest stay untouched). The report lists
+    the replicas in the profile's order."""
     report.mode = "rolling"
-    for replica in fleet.replicas:
+    order = _order(fleet, router_remote)
+    results: dict[int, ReplicaResult] = {}
+    for position, replica in enumerate(order):
         result = roll_one(fleet, replica, sink, replace, router_remote, unchanged)
-        report.replicas.append(result)
+        results[replica.index] = result
         if result.error is not None:
             report.notes.append(f"rollout stopped at r{replica.index}@{replica.host}: {result.error}")
-            _untouched(fleet, report, replica.index + 1, router_remote)
-            return
+            results.update(_untouched(fleet, order[position + 1:], router_remote))
+            break
+    report.replicas.extend(results[r.index] for r in fleet.replicas)
 
 
-def _untouched(fleet: Fleet, report: FleetReport, start: int, router_remote: Remote | None) -> None:
+def _order(fleet: Fleet, router_remote: Remote | None) -> list[ReplicaMember]:
+    if fleet.router is None or router_remote is None:
+        return list(fleet.replicas)
+    have = workers(router_remote, fleet.router)
+    return sorted(fleet.replicas, key=lambda r: r.url in have and have[r.url].healthy)
+
+
+def _untouched(fleet: Fleet, rest: list[ReplicaMember], router_remote: Remote | None) -> dict[int, ReplicaResult]:
     """Replicas after a stopped rollout: left as they were; serving if the router says they are healthy."""
     have = workers(router_remote, fleet.router) if router_remote and fleet.router else {}
-    for replica in fleet.replicas[start:]:
+    out: dict[int, ReplicaResult] = {}
+    for replica in rest:
         healthy = replica.url in have and have[replica.url].healthy
-        report.replicas.append(ReplicaResult(replica.index, replica.host, replica.name, replica.url,
-                                             "left-running" if healthy else "skipped",
-                                             error=None if healthy else "not replaced: the rollout stopped before it"))
+        out[replica.index] = ReplicaResult(replica.index, replica.host, replica.name, replica.url,
+                                           "left-running" if healthy else "skipped",
+                                           error=None if healthy else "not replaced: the rollout stopped before it")
+    return out
 
 
 def roll_one(fleet: Fleet, replica: ReplicaMember, sink: TaggedSink, replace: Replace, router_remote: Remote | None,

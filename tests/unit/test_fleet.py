@@ -236,3 +236,84 @@ def test_the_router_gets_the_replicas_key_by_reference(tmp_path: Path) -> None:
     bundle = render_router(router, ["http://10.0.0.1:30000"], prof)
     assert '--api-key "$DEPLOYER_SECRET_ROUTER_API_KEY"' in bundle.script and "ek-77" not in bundle.script
     assert "DEPLOYER_SECRET_ROUTER_API_KEY=ek-77-secret\n" in bundle.env
+
+
+class FakeRouter:
+    """smg's worker API as deployer uses it (GET/POST /workers, DELETE /workers/{id}), in memory: a removed worker
+    is gone at once; one added is healthy when `heals` says so."""
+
+    label = "fake-router"
+
+    def __init__(self, healthy: dict[str, bool], heals: set[str]) -> None:
+        self.workers = {url: {"id": f"id{i}", "url": url, "is_healthy": ok, "status": "ready" if ok else "failed"}
+                        for i, (url, ok) in enumerate(healthy.items())}
+        self.heals = heals
+        self.calls: list[str] = []
+
+    def request(self, method: str, port: int, path: str, *, body: bytes | None = None,
+                headers: dict[str, str] | None = None, timeout: float = 5.0, address: str = "127.0.0.1") -> Any:
+        import json as _json
+
+        from deployer.remote.base import HttpReply
+
+        self.calls.append(f"{method} {path}")
+        if method == "GET":
+            return HttpReply(200, _json.dumps({"workers": list(self.workers.values())}).encode(), {})
+        if method == "DELETE":
+            self.workers = {u: w for u, w in self.workers.items() if f"/workers/{w['id']}" != path}
+            return HttpReply(202, b"{}", {})
+        url = _json.loads(body or b"{}")["url"]
+        ok = url in self.heals
+        self.workers[url] = {"id": f"new-{url}", "url": url, "is_healthy": ok, "status": "ready" if ok else "pending"}
+        return HttpReply(202, b"{}", {})
+
+
+def test_rolling_replaces_the_unhealthy_first_and_never_goes_below_n_minus_1(tmp_path: Path,
+                                                                             monkeypatch: Any) -> None:
+    from deployer.fleet import rolling, router as router_mod
+
+    monkeypatch.setattr(router_mod, "POLL_S", 0.01)
+    monkeypatch.setattr(rolling, "READY_TIMEOUT_S", 0.5)   # r1 below never heals: its wait is bounded
+    prof = _profile(tmp_path, router={"port": 8000})
+    fleet = fleet_of(prof, addr)
+    urls = [r.url for r in fleet.replicas]
+    # r1 is down; r0 and r2 serve. r1 comes back: then r0 and r2 may go, one at a time.
+    fake = FakeRouter({urls[0]: True, urls[1]: False, urls[2]: True}, heals=set(urls))
+    replaced: list[str] = []
+
+    class Report:
+        status, run_dir, content_hash, attempts, restored = "ready", "/run", "h", [], None
+
+    def replace(member: Any, emit: Any) -> Any:
+        healthy_others = [u for u, w in fake.workers.items() if w["is_healthy"]]
+        replaced.append(f"r{member.index} with {len(healthy_others)} serving")
+        return Report()
+
+    report = FleetReport("f")
+    rolling.roll(fleet, report, TaggedSink(lambda e: None), replace, fake, None)  # type: ignore[arg-type]
+    assert replaced == ["r1 with 2 serving", "r0 with 2 serving", "r2 with 2 serving"]
+    assert [r.status for r in report.replicas] == ["ready", "ready", "ready"]
+
+    # r1 is down and does not come back: taking r0 out would leave 1 of 3 serving, fewer than N-1 = 2
+    fake = FakeRouter({urls[0]: True, urls[1]: False, urls[2]: True}, heals={urls[0], urls[2]})
+    replaced.clear()
+    report = FleetReport("f")
+    rolling.roll(fleet, report, TaggedSink(lambda e: None), replace, fake, None)  # type: ignore[arg-type]
+    assert replaced == ["r1 with 2 serving"]
+    r0, r1, r2 = report.replicas
+    assert r1.status == "failed" and "not back in the router" in str(r1.error)
+    assert (r0.status, r2.status) == ("left-running", "left-running")       # untouched, still in the router
+    assert fake.workers[urls[0]]["is_healthy"] and fake.workers[urls[2]]["is_healthy"]
+    assert "rollout stopped at r1@gpu-b" in report.notes[0]
+
+
+def test_rolling_refuses_to_take_out_a_serving_replica_when_another_is_down(tmp_path: Path) -> None:
+    from deployer.fleet.rolling import roll_one
+
+    prof = _profile(tmp_path, router={"port": 8000})
+    fleet = fleet_of(prof, addr)
+    urls = [r.url for r in fleet.replicas]
+    fake = FakeRouter({urls[0]: True, urls[1]: False, urls[2]: True}, heals=set(urls))
+    result = roll_one(fleet, fleet.replicas[0], TaggedSink(lambda e: None), lambda m, e: None, fake)  # type: ignore[arg-type]
+    assert result.status == "left-running" and "fewer than 2 serving" in str(result.error)
+    assert not any(c.startswith("DELETE") for c in fake.calls)
