@@ -101,8 +101,9 @@ class UpReport:
 
 def target_spec(profile: Profile, trust_new_host: bool = False) -> TargetSpec:
     if profile.is_fleet:  # every command that reaches a host comes through here
-        raise ProfileError("replicas/nodes/router: deploying a fleet over SSH is not built yet (issue 14); "
-                           "`deploy export k8s` supports these profiles", file=str(profile.source or "<profile>"))
+        raise ProfileError("replicas/nodes/router: this command works on one host; a fleet profile goes to up, status, "
+                           "logs, down, restart, smoke (or name one member, <name>-r<N>, with --host)",
+                           file=str(profile.source or "<profile>"))
     t = profile.target
     return TargetSpec(host=t.host, user=t.user, port=t.port, identity_file=t.identity_file,
                       known_hosts=t.known_hosts, trust_new_host=trust_new_host)
