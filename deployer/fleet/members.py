@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from deployer.errors import ProfileError
-from deployer.profile.model import Profile, Replica, Router, Target
+from deployer.profile.model import Profile, Replica, Router, Target, probe_address
 from deployer.remote.base import LOCAL, TargetSpec
 from deployer.remote.ssh.config import resolve
 from deployer.secrets import MASK
@@ -26,6 +26,7 @@ class ReplicaMember:
 
     index: int
     profile: Profile
+    address: str        # where the router reaches the engine: `listen`, or the host's address for a wildcard bind
 
     @property
     def name(self) -> str:
@@ -42,7 +43,7 @@ class ReplicaMember:
 
     @property
     def url(self) -> str:
-        return http_url(self.profile.engine.host, self.profile.engine.port)
+        return http_url(self.address, self.profile.engine.port)
 
 
 @dataclass(frozen=True)
@@ -112,8 +113,11 @@ def fleet_of(profile: Profile, address_of: AddressOf = ssh_address) -> Fleet:
                                "multi-node path, not as replicas")
         raise ProfileError(f"{profile.name}: replicas: a count is only for `deploy export k8s`; list the hosts "
                            "(replicas: [{host: gpu-a}, {host: gpu-b}]) to deploy over SSH")
-    replicas = [ReplicaMember(i, replica_profile(profile, i, entry, address_of))
-                for i, entry in enumerate(profile.replicas)]
+    replicas = []
+    for i, entry in enumerate(profile.replicas):
+        single = replica_profile(profile, i, entry, address_of)
+        wildcard = probe_address(single.engine.host) != single.engine.host.strip("[]")
+        replicas.append(ReplicaMember(i, single, address_of(single.target) if wildcard else single.engine.host))
     _distinct_endpoints(profile.name, replicas, address_of)
     router = router_member(profile, address_of) if profile.router is not None else None
     return Fleet(profile.name, profile, replicas, router)

@@ -48,6 +48,7 @@ def test_fleet_smoke_asks_the_router_and_every_replica(tmp_path: Path, bed: Host
     assert key not in run.stdout + run.stderr + junit.read_text()
     router_dir = bed.hosts[0].workdir / "smk-router" / "current"
     assert key not in (router_dir / "launch.sh").read_text() and key in (router_dir / "env").read_text()
+    assert key not in (bed.hosts[0].workdir / "smk" / "fleet.json").read_text()
     addr, port = bed.hosts[0].addr, data["router"]["port"]
     assert get_json(f"http://{addr}:{port}/workers")[0] == 401          # smg's API wants the key ...
     down = fleet_deploy(bed, "down", str(prof), home=home, env={"FLEET_TEST_KEY": key})

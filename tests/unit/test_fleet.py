@@ -317,3 +317,11 @@ def test_rolling_refuses_to_take_out_a_serving_replica_when_another_is_down(tmp_
     result = roll_one(fleet, fleet.replicas[0], TaggedSink(lambda e: None), lambda m, e: None, fake)  # type: ignore[arg-type]
     assert result.status == "left-running" and "fewer than 2 serving" in str(result.error)
     assert not any(c.startswith("DELETE") for c in fake.calls)
+
+
+def test_a_replica_that_binds_every_interface_is_reached_at_its_hosts_address(tmp_path: Path) -> None:
+    prof = _profile(tmp_path, replicas=[{"host": "gpu-a", "listen": "0.0.0.0"}, {"host": "gpu-b"}])
+    fleet = fleet_of(prof, addr)
+    assert fleet.replicas[0].profile.engine.host == "0.0.0.0"          # asked for, so written
+    assert fleet.replicas[0].url == "http://10.0.0.1:30000"            # but the router goes to the host
+    assert fleet.replicas[0].profile.engine.probe_address == "127.0.0.1"
