@@ -1,8 +1,8 @@
 """`up` and `restart` of a fleet: the replicas, then the router in front of the ready ones.
 
-A fleet that is not serving yet (no router running) is started by fan-out: every host at once, each replica with
-the single-host `up`. A fleet whose router serves is updated by a rolling replacement (`rolling`), so clients
-keep being served. `restart` is always rolling.
+A fleet that is not serving yet (no router running; without a router: no replica serving) is started by
+fan-out: every host at once, each replica with the single-host `up`. A fleet that serves is updated by a rolling
+replacement (`rolling`), so clients keep being served. `restart` is always rolling.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from deployer.errors import DeployError
+from deployer.errors import DeployError, NotFound
 from deployer.fleet.fanout import TaggedSink, fan_out
 from deployer.fleet.members import AddressOf, Fleet, ReplicaMember, fleet_of, spec_of, ssh_address
 from deployer.fleet.report import FleetReport, failed_result, replica_result
@@ -34,7 +34,9 @@ def fleet_up(profile: Profile, opts: UpOptions, emit: EventSink, address_of: Add
     sink = TaggedSink(emit)
     report = FleetReport(fleet.name)
     with _front(fleet, opts) as front:
-        if front is not None and _router_serves(fleet, front):
+        serving = _router_serves(fleet, front) if front is not None else \
+            fleet.router is None and _replicas_serve(fleet, opts)
+        if serving:
             _rolling(fleet, report, sink, opts, lambda m, e: up(m.profile, opts, e),
                      None if opts.force else _unchanged(opts), front)
             return report.settle()
@@ -110,6 +112,21 @@ def _unchanged(opts: UpOptions) -> Callable[[ReplicaMember], bool]:
         return bool(rows) and rows[0].get("serving") is True and \
             rows[0].get("content_hash") == render(member.profile).content_hash
     return check
+
+
+def _replicas_serve(fleet: Fleet, opts: UpOptions) -> bool:
+    """A fleet without a router (behind a balancer of your own): whether any replica serves now, asked of every
+    host at once (then `up` replaces them one at a time, so they never all stop together)."""
+    def one(member: ReplicaMember, _emit: EventSink) -> bool:
+        t = member.profile.target
+        try:
+            rows = deployment_status(Ref(member.name, spec_of(t, opts.trust_new_host), t.workdir, member.profile))
+        except NotFound:
+            return False
+        return bool(rows) and rows[0].get("serving") is True
+
+    done = fan_out(fleet.replicas, lambda m: m.host, lambda m: f"r{m.index}", one, TaggedSink(lambda _e: None))
+    return any(d.value for d in done)
 
 
 def _router_serves(fleet: Fleet, remote: Remote) -> bool:

@@ -167,3 +167,37 @@ def test_an_upgrade_that_will_not_start_stops_the_rollout_and_rolls_that_replica
     st = fleet_deploy(bed, "status", str(prof), home=home)
     assert st.returncode == 0, st.stdout + st.stderr           # everything serves the previous version
     assert fleet_deploy(bed, "down", str(prof), home=home).returncode == 0
+
+
+def test_a_fleet_without_router_is_updated_one_replica_at_a_time(tmp_path: Path, bed: HostBed) -> None:
+    """Behind a balancer of the user's own: an `up` of a changed profile never stops every replica at once."""
+    home = tmp_path / "home"
+    prof, data = fleet_profile(tmp_path, bed, name="norouter", router=False, env=HARD_WORLD)
+    first = fleet_deploy(bed, "up", str(prof), "--json", "--skip-preflight", home=home)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert events(first.stdout)[-1]["mode"] == "fan-out"
+    endpoints = [(h.addr, e["engine_port"]) for h, e in zip(bed.hosts, data["replicas"])]
+    data["engine"]["args"] = {"max_running_requests": 32}          # a new version
+    prof.write_text(yaml.safe_dump(data, sort_keys=False))
+    both_down, samples, stop = [0], [0], threading.Event()
+
+    def watch() -> None:
+        end = time.monotonic() + CLIENT_LIMIT_S
+        while not stop.is_set() and time.monotonic() < end:
+            up_now = [get_json(f"http://{a}:{p}/health", timeout=2)[0] == 200 for a, p in endpoints]
+            samples[0] += 1
+            both_down[0] += not any(up_now)
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        update = fleet_deploy(bed, "up", str(prof), "--json", "--skip-preflight", home=home, timeout=300)
+    finally:
+        stop.set()
+        watcher.join(timeout=30)
+    assert update.returncode == 0, update.stderr[-3000:]
+    assert samples[0] > 20 and both_down[0] == 0, (samples, both_down)
+    report = events(update.stdout)[-1]
+    assert report["mode"] == "rolling" and [r["status"] for r in report["replicas"]] == ["ready", "ready"]
+    assert fleet_deploy(bed, "down", str(prof), home=home).returncode == 0
