@@ -9,9 +9,9 @@ its error is kept in its `Done` and the caller reports every member.
 
 from __future__ import annotations
 
+import queue
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -75,8 +75,35 @@ def fan_out(members: Sequence[M], host_of: Callable[[M], str], tag_of: Callable[
         for indexes in by_host.values():
             one_host(indexes)
         return results
-    with ThreadPoolExecutor(max_workers=max(1, min(max_hosts, len(by_host))),
-                            thread_name_prefix="fanout") as pool:
-        for future in [pool.submit(one_host, idx) for idx in by_host.values()]:
-            future.result()
+    _run_bounded(list(by_host.values()), one_host, max(1, min(max_hosts, len(by_host))))
     return results
+
+
+def _run_bounded(groups: list[list[int]], one_host: Callable[[list[int]], None], workers: int) -> None:
+    """`workers` daemon threads take host groups from a queue. Daemons, and a wait that Ctrl-C interrupts: an
+    interrupted command ends at once (what was started on the targets keeps running there, as after a single-host
+    Ctrl-C) instead of waiting for every host's work to finish. A bug in the work is raised here."""
+    pending: queue.SimpleQueue[list[int]] = queue.SimpleQueue()
+    for group in groups:
+        pending.put(group)
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        while True:  # bounded: each turn takes one group off a queue nobody adds to
+            try:
+                group = pending.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                one_host(group)
+            except BaseException as exc:  # noqa: BLE001 (handed to the caller's thread)
+                errors.append(exc)
+
+    threads = [threading.Thread(target=worker, name=f"fanout-{i}", daemon=True) for i in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        while thread.is_alive():  # bounded by the work's own deadlines (every wait in `up` has one)
+            thread.join(timeout=0.2)
+    if errors:
+        raise errors[0]

@@ -325,3 +325,29 @@ def test_a_replica_that_binds_every_interface_is_reached_at_its_hosts_address(tm
     assert fleet.replicas[0].profile.engine.host == "0.0.0.0"          # asked for, so written
     assert fleet.replicas[0].url == "http://10.0.0.1:30000"            # but the router goes to the host
     assert fleet.replicas[0].profile.engine.probe_address == "127.0.0.1"
+
+
+def test_ctrl_c_ends_a_fan_out_at_once(tmp_path: Path) -> None:
+    """Hosts still working do not hold an interrupted command (their work goes on on the targets)."""
+    import signal
+    import sys
+
+    script = tmp_path / "fan.py"
+    script.write_text(
+        "import time\n"
+        "from deployer.fleet.fanout import TaggedSink, fan_out\n"
+        "print('started', flush=True)\n"
+        "try:\n"
+        "    fan_out(['a', 'b'], str, str, lambda m, e: time.sleep(60), TaggedSink(lambda e: None))\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True)\n")
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "started"
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=20)
+        assert "interrupted" in out and proc.returncode == 0 and time.monotonic() - t0 < 5
+    finally:
+        proc.kill()
