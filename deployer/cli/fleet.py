@@ -106,10 +106,12 @@ def up(prof: Profile, opts: UpOptions, as_json: bool, host: str | None) -> None:
     run_fleet(as_json, lambda sink: fleet_up(prof, opts, sink))
 
 
-def restart(prof: Profile, opts: UpOptions, as_json: bool) -> None:
-    from deployer.fleet.up import fleet_restart
+def on_call(action: str, prof: Profile, opts: UpOptions, as_json: bool) -> None:
+    """`restart` or `rollback` of a fleet: one replica at a time through the router."""
+    from deployer.fleet.up import fleet_restart, fleet_rollback
 
-    run_fleet(as_json, lambda sink: fleet_restart(prof, opts, sink))
+    run = {"restart": fleet_restart, "rollback": fleet_rollback}[action]
+    run_fleet(as_json, lambda sink: run(prof, opts, sink))
 
 
 def status(prof: Profile, host: str | None, trust_new_host: bool, as_json: bool) -> None:

@@ -54,12 +54,7 @@ def _oncall(action: str, target: str, host: str | None, workdir: str | None, tru
                      what=action)
     fleet_prof = fleet.fleet_profile(target)
     if fleet_prof is not None:
-        if action != "restart":
-            from deployer.errors import ProfileError
-
-            raise ProfileError(f"`{action}` of a fleet is not supported yet: use `deploy restart` or `up` of the "
-                               "profile you want (both roll one replica at a time)")
-        fleet.restart(fleet_prof, opts, as_json)
+        fleet.on_call(action, fleet_prof, opts, as_json)
         return
     ref = ops.make_ref(target, host, workdir, trust_new_host)
     run_reported(as_json, lambda sink: getattr(going_back, action)(ref, sink, opts))

@@ -21,6 +21,7 @@ from deployer.watch.watcher import Event, EventSink
 
 Replace = Callable[[ReplicaMember, EventSink], Any]   # -> the replica's UpReport; raises DeployError
 Unchanged = Callable[[ReplicaMember], bool]            # whether the replica already runs what it should
+STILL_SERVING_S = 15.0                                 # after a failed replace: how long to look for the old one
 
 
 def roll(fleet: Fleet, report: FleetReport, sink: TaggedSink, replace: Replace, router_remote: Remote | None,
@@ -91,6 +92,8 @@ def roll_one(fleet: Fleet, replica: ReplicaMember, sink: TaggedSink, replace: Re
     result = _replace(replica, emit, replace)
     if result.serving:
         _back_in(router_remote, router, replica, result, emit)
+    elif mine is not None:  # failed before changing anything (no other version, locked, ...): still serving?
+        _back_if_serving(router_remote, router, replica, result, emit)
     return result
 
 
@@ -99,6 +102,26 @@ def _replace(replica: ReplicaMember, emit: EventSink, replace: Replace) -> Repli
         return replica_result(replica, replace(replica, emit))
     except DeployError as exc:
         return failed_result(replica, exc)
+
+
+def _back_if_serving(remote: Remote, router: RouterMember, replica: ReplicaMember, result: ReplicaResult,
+                     emit: EventSink) -> None:
+    """After a failed replace: what still answers there goes back into the router (then it is left running)."""
+    try:
+        add_worker(remote, router, replica.url)
+        wait_workers(remote, router, healthy={replica.url}, gone=set(), deadline_s=STILL_SERVING_S)
+    except DeployError:
+        remove_quietly(remote, router, replica.url)
+        return
+    result.status = "left-running"
+    emit(Event("info", {"message": f"r{replica.index} was not replaced and still serves: back in the router"}))
+
+
+def remove_quietly(remote: Remote, router: RouterMember, url: str) -> None:
+    try:
+        remove_worker(remote, router, url)
+    except DeployError:
+        pass  # the next router reconcile removes what does not serve
 
 
 def _back_in(remote: Remote, router: RouterMember, replica: ReplicaMember, result: ReplicaResult,

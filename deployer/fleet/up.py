@@ -2,7 +2,7 @@
 
 A fleet that is not serving yet (no router running; without a router: no replica serving) is started by
 fan-out: every host at once, each replica with the single-host `up`. A fleet that serves is updated by a rolling
-replacement (`rolling`), so clients keep being served. `restart` is always rolling.
+replacement (`rolling`), so clients keep being served. `restart` and `rollback` are always rolling.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from deployer.fleet.router import RouterReport, ensure_router, router_session, w
 from deployer.oncall.deployment import Ref
 from deployer.oncall.deployment import status as deployment_status
 from deployer.oncall.rollback import restart as restart_replica
+from deployer.oncall.rollback import rollback as rollback_replica
 from deployer.pipeline.up import UpOptions, up
 from deployer.profile.model import Profile
 from deployer.push import Layout, expand_workdir
@@ -70,13 +71,24 @@ def _front(fleet: Fleet, opts: UpOptions) -> Iterator[Remote | None]:
 def fleet_restart(profile: Profile, opts: UpOptions, emit: EventSink,
                   address_of: AddressOf = ssh_address) -> FleetReport:
     """Every replica's last good version again, one at a time through the router (rolling)."""
+    return _on_call(profile, opts, emit, address_of, restart_replica)
+
+
+def fleet_rollback(profile: Profile, opts: UpOptions, emit: EventSink,
+                   address_of: AddressOf = ssh_address) -> FleetReport:
+    """Every replica back to its newest other version that reached ready, one at a time (rolling)."""
+    return _on_call(profile, opts, emit, address_of, rollback_replica)
+
+
+def _on_call(profile: Profile, opts: UpOptions, emit: EventSink, address_of: AddressOf,
+             action: Callable[[Ref, EventSink, UpOptions], object]) -> FleetReport:
     fleet = fleet_of(profile, address_of)
     report = FleetReport(fleet.name)
 
     def again(member: ReplicaMember, e: EventSink) -> object:
         t = member.profile.target
         ref = Ref(member.name, spec_of(t, opts.trust_new_host), t.workdir, member.profile)
-        return restart_replica(ref, e, opts)
+        return action(ref, e, opts)
 
     with _front(fleet, opts) as front:
         _rolling(fleet, report, TaggedSink(emit), opts, again, None, front)

@@ -201,3 +201,39 @@ def test_a_fleet_without_router_is_updated_one_replica_at_a_time(tmp_path: Path,
     report = events(update.stdout)[-1]
     assert report["mode"] == "rolling" and [r["status"] for r in report["replicas"]] == ["ready", "ready"]
     assert fleet_deploy(bed, "down", str(prof), home=home).returncode == 0
+
+
+def test_rolling_rollback_of_a_fleet(tmp_path: Path, bed: HostBed) -> None:
+    home = tmp_path / "home"
+    prof, data = _hard_profile(tmp_path, bed, "back")
+    assert fleet_deploy(bed, "up", str(prof), "--skip-preflight", home=home).returncode == 0
+    v1 = _hashes(bed, home, prof)
+    client = Clients(bed, data)
+    try:
+        # nothing to go back to yet: r0 is left serving (back in the router), the rollout stops, exit 9
+        early = fleet_deploy(bed, "rollback", str(prof), "--json", home=home, timeout=300)
+        data["engine"]["args"] = {"max_running_requests": 32}
+        prof.write_text(yaml.safe_dump(data, sort_keys=False))
+        upgrade = fleet_deploy(bed, "up", str(prof), "--json", "--skip-preflight", home=home, timeout=300)
+        v2 = _hashes(bed, home, prof)
+        back = fleet_deploy(bed, "rollback", str(prof), "--json", home=home, timeout=300)
+    finally:
+        client.stop()
+    assert early.returncode == 9, early.stderr[-2000:]
+    first = events(early.stdout)[-2]
+    assert first["event"] == "report" and first["replicas"][0]["status"] == "left-running", first
+    assert "no run of another version ever reached ready" in first["replicas"][0]["error"]
+    assert first["replicas"][1]["status"] == "left-running" and first["router"]["status"] == "ready"
+    assert upgrade.returncode == 0 and events(upgrade.stdout)[-1]["mode"] == "rolling", upgrade.stderr[-2000:]
+    assert back.returncode == 0, back.stderr[-2000:]
+    assert all(a != b for a, b in zip(v1, v2)) and _hashes(bed, home, prof) == v1
+    assert client.failures == [], client.failures[:5]
+    assert client.fewest_healthy is not None and client.fewest_healthy >= 1
+    assert fleet_deploy(bed, "down", str(prof), home=home).returncode == 0
+
+
+def _hashes(bed: HostBed, home: Path, prof: Path) -> list[str]:
+    import json
+
+    st = fleet_deploy(bed, "status", str(prof), "--json", home=home)
+    return [str(r["content_hash"]) for r in json.loads(st.stdout)["replicas"]]
