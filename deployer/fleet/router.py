@@ -63,12 +63,26 @@ class RouterReport:
         return dict(self.__dict__)
 
 
+def metrics_port(member: RouterMember) -> int:
+    """smg's Prometheus port: router.args.prometheus_port, else the router's port + 1 (smg's own default, 29000
+    on every interface, would make two routers on one host collide: the second dies at start)."""
+    given = member.router.args.get("prometheus_port")
+    if isinstance(given, int) and not isinstance(given, bool):
+        return given
+    return member.router.port + 1 if member.router.port < 65535 else member.router.port - 1
+
+
 def router_words(member: RouterMember, urls: list[str], fleet: Profile) -> tuple[list[Word], dict[str, str]]:
-    """`python -m smg launch` with host, port, policy, the worker URLs and the profile's extra flags."""
+    """`python -m smg launch` with host, port, policy, the worker URLs and the profile's extra flags; its metrics
+    on the router's address and port + 1 unless the profile says otherwise."""
     router = member.router
     words: list[Word] = [router.python, "-m", "smg", "launch"]
     words += flag_tokens("host", member.bind) + flag_tokens("port", router.port)
     words += flag_tokens("policy", router.policy)
+    if "prometheus_port" not in router.args:
+        words += flag_tokens("prometheus_port", metrics_port(member))
+    if "prometheus_host" not in router.args:
+        words += flag_tokens("prometheus_host", member.bind)
     if urls:
         words += ["--worker-urls", *urls]
     env: dict[str, str] = {}
@@ -173,7 +187,9 @@ def ensure_router(remote: Remote, layout: Layout, member: RouterMember, fleet: P
             emit(Event("info", {"message": f"replacing the router {view.content_hash[:12]} ({view.run.run_id})"}))
             stop(remote, view.run, min(fleet.restart.grace_s, 10.0))
             report.action = "replaced"
-        check_port(remote, layout, member.router.port, wait_s=PORT_WAIT_S if report.action == "replaced" else 0.0)
+        wait = PORT_WAIT_S if report.action == "replaced" else 0.0
+        check_port(remote, layout, member.router.port, wait_s=wait)
+        check_port(remote, layout, metrics_port(member), wait_s=wait)
         set_current(remote, layout, run)
         start(remote, run)
         report.run_dir = run.path

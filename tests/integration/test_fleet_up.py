@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -133,3 +134,21 @@ def test_a_failed_host_does_not_hide_the_others(tmp_path: Path, bed: HostBed) ->
     assert st.returncode == 9, st.stdout + st.stderr
     assert "r1@node-1" in st.stdout and "absent" in st.stdout
     assert fleet_deploy(bed, "down", str(prof), home=home).returncode == 0
+
+
+def test_two_fleets_routers_share_a_host(tmp_path: Path, bed: HostBed) -> None:
+    """smg's metrics server defaults to 0.0.0.0:29000: deployer gives each router its own (port + 1, its address)."""
+    home = tmp_path / "home"
+    profs = []
+    for name in ("alpha", "beta"):
+        prof, data = fleet_profile(tmp_path, bed, name=name)
+        profs.append((prof, data))
+        up = fleet_deploy(bed, "up", str(prof), "--skip-preflight", home=home)
+        assert up.returncode == 0, up.stderr[-2000:]
+    for prof, data in profs:
+        code, ready = get_json(f"http://{bed.hosts[0].addr}:{data['router']['port']}/readiness")
+        assert code == 200 and ready["healthy_workers"] == 2, ready
+        with urllib.request.urlopen(f"http://{bed.hosts[0].addr}:{data['router']['port'] + 1}/metrics",
+                                    timeout=5) as reply:      # its metrics answer where deployer put them
+            assert reply.status == 200
+        assert fleet_deploy(bed, "down", str(prof), home=home).returncode == 0

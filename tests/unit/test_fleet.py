@@ -76,7 +76,8 @@ def test_router_defaults_to_the_first_replicas_host_and_renders_smg(tmp_path: Pa
     bundle = render_router(fleet.router, urls, prof)
     assert bundle.argv[:4] == ["/workspace/router-venv/bin/python", "-m", "smg", "launch"]
     text = " ".join(bundle.argv)
-    assert "--host 10.0.0.1 --port 8000 --policy cache_aware --worker-urls " + " ".join(urls) in text
+    assert "--host 10.0.0.1 --port 8000 --policy cache_aware --prometheus-port 8001 --prometheus-host 10.0.0.1 " \
+        "--worker-urls " + " ".join(urls) in text     # smg's metrics default (0.0.0.0:29000) would collide
     assert "--health-check-interval-secs 5" in text
     # the router's key: env file by reference, never in launch.sh or argv
     assert "rk-secret-9" not in bundle.script and "rk-secret-9" not in text and "rk-secret-9" in bundle.env
