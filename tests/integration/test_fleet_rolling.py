@@ -52,7 +52,7 @@ class Client:
                 else:
                     self.failures.append("empty answer")
             except Exception as exc:  # noqa: BLE001 (every failure counts, whatever it is)
-                self.failures.append(f"{type(exc).__name__}: {exc}")
+                self.failures.append(f"{time.time():.3f} {type(exc).__name__}: {exc}")
             code, ready = get_json(f"http://{self.addr}:{self.port}/readiness", timeout=5)
             healthy = ready.get("healthy_workers", 0) if isinstance(ready, dict) else 0
             self.fewest_healthy = healthy if self.fewest_healthy is None else min(self.fewest_healthy, healthy)
