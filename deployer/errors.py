@@ -20,6 +20,7 @@
     |   +-- RetriesExhausted          every attempt failed; carries the attempt reports
     +-- Unhealthy                     engine up but failing health or smoke requests (exit 6)
     +-- NotFound                      no such deployment / run on the target (exit 7)
+    +-- PartlyFailed                  a fleet operation failed on some hosts, worked on others (exit 9)
 """
 
 from __future__ import annotations
@@ -159,3 +160,13 @@ class Unhealthy(DeployError):
 
 class NotFound(DeployError):
     exit_code = 7
+
+
+class PartlyFailed(DeployError):
+    """A fleet operation that worked on some hosts and failed on others (exit 9); carries the fleet report."""
+
+    exit_code = 9
+
+    def __init__(self, message: str, *, outcome: Any = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.outcome = outcome

@@ -353,9 +353,9 @@ class Guarded:
         return self.inner.size(path)
 
     def request(self, method: str, port: int, path: str, *, body: bytes | None = None,
-                headers: dict[str, str] | None = None, timeout: float = 5.0) -> HttpReply:
+                headers: dict[str, str] | None = None, timeout: float = 5.0, address: str = "127.0.0.1") -> HttpReply:
         self.lock.ensure()
-        return self.inner.request(method, port, path, body=body, headers=headers, timeout=timeout)
+        return self.inner.request(method, port, path, body=body, headers=headers, timeout=timeout, address=address)
 
     def spawn(self, cmd: str) -> Session:
         self.lock.ensure()

@@ -297,7 +297,7 @@ def _request_phase(profile: Profile, opts: SmokeOptions, clock: PhaseClock, repo
         with _session(profile, opts) as remote:
             key = profile.engine.args.get("api_key")
             answer = ask(remote, profile.engine.port, opts.prompt, opts.max_tokens, opts.request_timeout_s,
-                         str(key) if key else None)
+                         str(key) if key else None, address=profile.engine.probe_address)
     except DeployError as exc:
         report.error = exc
         run_id = posixpath.basename(str((report.up or {}).get("run_dir") or ""))
@@ -312,11 +312,12 @@ def _request_phase(profile: Profile, opts: SmokeOptions, clock: PhaseClock, repo
 
 
 def ask(remote: Remote, port: int, prompt: str, max_tokens: int, timeout: float,
-        api_key: str | None = None) -> Answer:
-    """GET /v1/models, then one chat completion; Unhealthy unless both answer 200 with a non-empty answer."""
+        api_key: str | None = None, *, address: str = "127.0.0.1") -> Answer:
+    """GET /v1/models, then one chat completion (to address:port as the target reaches it); Unhealthy unless
+    both answer 200 with a non-empty answer."""
     auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
     t0 = time.monotonic()
-    models = _json_reply(remote, "GET", port, "/v1/models", None, timeout, auth)
+    models = _json_reply(remote, "GET", port, "/v1/models", None, timeout, auth, address)
     models_ms = (time.monotonic() - t0) * 1000
     ids = [str(m.get("id")) for m in models.get("data") or [] if isinstance(m, dict) and m.get("id")]
     if not ids:
@@ -324,7 +325,7 @@ def ask(remote: Remote, port: int, prompt: str, max_tokens: int, timeout: float,
     body = {"model": ids[0], "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
             "temperature": 0, "stream": False}
     t1 = time.monotonic()
-    reply = _json_reply(remote, "POST", port, "/v1/chat/completions", body, timeout, auth)
+    reply = _json_reply(remote, "POST", port, "/v1/chat/completions", body, timeout, auth, address)
     latency_ms = (time.monotonic() - t1) * 1000
     choices = reply.get("choices")
     first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
@@ -339,11 +340,11 @@ def ask(remote: Remote, port: int, prompt: str, max_tokens: int, timeout: float,
 
 
 def _json_reply(remote: Remote, method: str, port: int, path: str, body: dict[str, Any] | None,
-                timeout: float, auth: dict[str, str]) -> dict[str, Any]:
+                timeout: float, auth: dict[str, str], address: str = "127.0.0.1") -> dict[str, Any]:
     data = None if body is None else json.dumps(body).encode()
     headers = {**auth, **({"content-type": "application/json"} if data is not None else {})}
     try:
-        reply = remote.request(method, port, path, body=data, headers=headers, timeout=timeout)
+        reply = remote.request(method, port, path, body=data, headers=headers, timeout=timeout, address=address)
     except EndpointUnreachable as exc:
         raise Unhealthy(f"{method} {path}: {exc}") from None
     if reply.status != 200:

@@ -3,7 +3,7 @@
 Imports of heavy modules (fabric, rich, pydantic) happen inside the commands so `deploy --help` stays fast:
 that is the only reason for function-level imports anywhere in `deployer.cli`.
 Exit codes: 0 ok, 1 other error, 2 bad profile or usage, 3 connection/SSH, 4 target unfit (locked, port busy,
-preflight), 5 launch failed, 6 unhealthy, 7 not found, 130 interrupted. With `--json`, a failure also ends stdout
+preflight), 5 launch failed, 6 unhealthy, 7 not found, 8 stopped (status), 9 a fleet partly failed, 130 interrupted. With `--json`, a failure also ends stdout
 with one `{"event": "error", "code": N, "message": ...}` line.
 """
 

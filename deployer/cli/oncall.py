@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from deployer.cli import fleet
 from deployer.cli.options import _emit_json, _target_options
 
 
@@ -49,8 +50,13 @@ def _oncall(action: str, target: str, host: str | None, workdir: str | None, tru
     from deployer.cli.targets import run_reported
     from deployer.pipeline.up import UpOptions
 
+    opts = UpOptions(trust_new_host=trust_new_host, heal=not no_heal, skip_preflight=True, break_lock=break_lock,
+                     what=action)
+    fleet_prof = fleet.fleet_profile(target)
+    if fleet_prof is not None:
+        fleet.on_call(action, fleet_prof, opts, as_json)
+        return
     ref = ops.make_ref(target, host, workdir, trust_new_host)
-    opts = UpOptions(trust_new_host=trust_new_host, heal=not no_heal, skip_preflight=True, break_lock=break_lock)
     run_reported(as_json, lambda sink: getattr(going_back, action)(ref, sink, opts))
 
 

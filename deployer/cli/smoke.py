@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from deployer.cli import fleet
 from deployer.cli.options import _load, _profile_options, _target_options
 
 if TYPE_CHECKING:
@@ -74,6 +75,9 @@ def smoke(profile: str, overrides: tuple[str, ...], host: str | None, trust_new_
     opts = sm.SmokeOptions(trust_new_host=trust_new_host, skip_preflight=skip_preflight, heal=not no_heal,
                            force=force, keep=keep, prompt=prompt, max_tokens=max_tokens,
                            request_timeout_s=request_timeout, settle_s=settle)
+    if prof is not None and fleet.dispatch_kind(prof) is not None:
+        fleet.smoke(prof, opts, as_json, junit_file, profile)
+        return
     sink: Any = _json_sink() if as_json else _People()
     try:
         report = sm.run(prof, opts, sink, load_error=load_error, label=Path(profile).stem)

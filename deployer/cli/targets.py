@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 import click
 
+from deployer.cli import fleet
 from deployer.cli.options import _emit_json, _load, _profile_options, _target_options
 from deployer.engines import default_kind, kinds
 
@@ -47,6 +48,9 @@ def up(profile: str, overrides: tuple[str, ...], host: str | None, trust_new_hos
     opts = UpOptions(trust_new_host=trust_new_host, heal=not no_heal, skip_preflight=skip_preflight,
                      save_fixed=save_fixed, model_config=model_config, force=force, rollback=not no_rollback,
                      break_lock=break_lock)
+    if fleet.dispatch_kind(prof) is not None:
+        fleet.up(prof, opts, as_json, host)
+        return
     run_reported(as_json, lambda sink: run_up(prof, opts, sink))
 
 
@@ -89,7 +93,20 @@ def status(target: str | None, host: str | None, workdir: str | None, trust_new_
     lost; 6 alive but not answering /health (starting, restarting, hung); 8 stopped; 7 none there."""
     from deployer.oncall import deployment as ops
 
-    rows = ops.status(ops.make_ref(target, host, workdir, trust_new_host))
+    from deployer.errors import NotFound
+
+    fleet_prof = fleet.fleet_profile(target)
+    if fleet_prof is not None:
+        fleet.status(fleet_prof, host, trust_new_host, as_json)
+        return
+    try:
+        rows = ops.status(ops.make_ref(target, host, workdir, trust_new_host))
+    except NotFound:
+        fleet_prof = fleet.fleet_by_name(target, host, workdir, trust_new_host)
+        if fleet_prof is None:
+            raise
+        fleet.status(fleet_prof, None, trust_new_host, as_json)
+        return
     code = ops.worst_exit_code(rows)
     if as_json:
         _emit_json(rows if target is None else rows[0])
@@ -151,10 +168,27 @@ def _ago(seconds: float) -> str:
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
 @click.option("-n", "--lines", default=50, show_default=True, type=click.IntRange(1, 100000))
 @click.option("--previous", is_flag=True, help="The log of the attempt before the current one.")
+@click.option("--replica", type=click.IntRange(0, 10000), default=None,
+              help="Fleet profile: the log of replica N (0-based, the order of `replicas:`).")
+@click.option("--router", "router", is_flag=True, help="Fleet profile: the router's log.")
 def logs(target: str, host: str | None, workdir: str | None, trust_new_host: bool, follow: bool, lines: int,
-         previous: bool) -> None:
-    """Print the engine log of the current (or previous) attempt."""
+         previous: bool, replica: int | None, router: bool) -> None:
+    """Print the engine log of the current (or previous) attempt (a fleet: of --replica N, --host H or --router)."""
     from deployer.oncall import deployment as ops
+
+    fleet_prof = fleet.fleet_profile(target)
+    if fleet_prof is None and (replica is not None or router):
+        fleet_prof = fleet.fleet_by_name(target, host, workdir, trust_new_host)
+        if fleet_prof is None:
+            from deployer.errors import NotFound
+
+            raise NotFound(f"no fleet {target!r} here: --replica and --router need a fleet profile file, or a "
+                           "fleet's name with --host of its router's host")
+        host = None if replica is not None or router else host
+    if fleet_prof is not None:
+        fleet.logs(fleet_prof, replica=replica, host=host, router=router, trust_new_host=trust_new_host, lines=lines,
+                   follow=follow, previous=previous)
+        return
 
     ops.logs(ops.make_ref(target, host, workdir, trust_new_host), lines=lines, follow=follow, previous=previous,
              out=click.echo)
@@ -174,8 +208,17 @@ def down(target: str, host: str | None, workdir: str | None, trust_new_host: boo
     """Stop a deployment gracefully (idempotent: 'not running' is success)."""
     from deployer.oncall import deployment as ops
 
+    fleet_prof = fleet.fleet_profile(target)
+    if fleet_prof is not None:
+        fleet.down(fleet_prof, host, trust_new_host, grace, as_json, break_lock)
+        return
     result = ops.down(ops.make_ref(target, host, workdir, trust_new_host), grace, break_lock=break_lock,
                       notify=lambda m: click.echo(f"warning: {m}", err=True))
+    if result.get("status") == "absent":  # no such deployment here: perhaps the fleet whose router runs here
+        fleet_prof = fleet.fleet_by_name(target, host, workdir, trust_new_host)
+        if fleet_prof is not None:
+            fleet.down(fleet_prof, None, trust_new_host, grace, as_json, break_lock)
+            return
     if as_json:
         _emit_json(result)
     elif result["was_running"]:

@@ -32,7 +32,7 @@ from deployer.start import stop
 from deployer.supervisor.supervise_base import CRASHED as CRASHED_STATES
 from deployer.supervisor.supervise_base import UP
 from deployer.target import snapshot
-from deployer.target.records import RunView, healthy, record_kind, tail_window, window_lines
+from deployer.target.records import RunView, healthy, record_address, record_kind, tail_window, window_lines
 from deployer.watch.watcher import LogTail
 
 DEFAULT_WORKDIR = "/workspace/deployer"
@@ -106,7 +106,8 @@ def describe(view: RunView, remote: Remote, name: str, runs: int, env_text: str 
     return {
         "name": name, "host": remote.label, "status": view.status, "pid": state.get("pid"),
         "uptime_s": round(time.time() - started, 1) if started and alive else None,
-        "healthy": healthy(remote, port, str(record.get("health_path", "/health"))) if port and alive else False,
+        "healthy": healthy(remote, port, str(record.get("health_path", "/health")), address=record_address(record))
+        if port and alive else False,
         "attempt": record.get("attempt"), "content_hash": view.content_hash, "run_dir": view.run.path,
         "port": port, "restarts": state.get("restarts", 0), "last_crash": state.get("last_crash"),
         "exit_code": state.get("exit_code"), "signal_name": state.get("signal_name"),

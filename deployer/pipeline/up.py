@@ -42,7 +42,7 @@ from deployer.remote.conversation import Conversation
 from deployer.render.bundle import Bundle, render
 from deployer.secrets import masking_sink
 from deployer.start import Launch, check_port, listener, start, status, stop
-from deployer.target.records import RunView, current_run_id, current_view, healthy, read_json
+from deployer.target.records import RunView, current_run_id, current_view, healthy, read_json, record_address
 from deployer.target.retention import tidy
 from deployer.watch.watcher import Crashed, Event, EventSink, Hung, Outcome, PortTaken, Ready, TimedOut, Unsupervised
 from deployer.watch.watcher import Watcher
@@ -102,8 +102,9 @@ class UpReport:
 
 def target_spec(profile: Profile, trust_new_host: bool = False) -> TargetSpec:
     if profile.is_fleet:  # every command that reaches a host comes through here
-        raise ProfileError("replicas/nodes/router: deploying a fleet over SSH is not built yet (issue 14); "
-                           "`deploy export k8s` supports these profiles", file=str(profile.source or "<profile>"))
+        raise ProfileError("replicas/nodes/router: this command works on one host; a fleet profile goes to up, status, "
+                           "logs, down, restart, smoke (or name one member, <name>-r<N>, with --host)",
+                           file=str(profile.source or "<profile>"))
     t = profile.target
     return TargetSpec(host=t.host, user=t.user, port=t.port, identity_file=t.identity_file,
                       known_hosts=t.known_hosts, trust_new_host=trust_new_host)
@@ -157,7 +158,7 @@ def up(profile: Profile, opts: UpOptions, emit: EventSink) -> UpReport:
             _check_engine_python(remote, profile)  # preflight's facts include this
         bundle = render(profile)
         if view and running and view.content_hash == bundle.content_hash and not opts.force and \
-                healthy(remote, profile.engine.port, profile.health.path):
+                healthy(remote, profile.engine.port, profile.health.path, address=profile.engine.probe_address):
             if view.state.get("supervisor_alive"):
                 emit(Event("info", {"message": f"{profile.name} {bundle.short_hash} is already running and healthy"}))
                 report.status, report.run_dir, report.content_hash = "already-running", view.run.path, \
@@ -222,7 +223,8 @@ def _attempts(remote: Remote, layout: Layout, profile: Profile, opts: UpOptions,
             launch = _start(remote, layout, run, profile.engine.port, port_wait, history, row)
             outcome = Watcher(remote, launch, profile.engine.port, profile.health,
                               engine_for(profile.engine.kind), emit,
-                              cache=hub_cache(profile.engine.model_path, profile.engine.env)).run()
+                              cache=hub_cache(profile.engine.model_path, profile.engine.env),
+                              address=profile.engine.probe_address).run()
             item = AttemptReport(attempt, run.run_id, bundle.content_hash, _outcome_name(outcome),
                                  _describe(outcome))
             report.attempts.append(item)
@@ -353,7 +355,7 @@ def _restart_run(remote: Remote, layout: Layout, view: RunView, profile: Profile
     launch = start(remote, view.run)
     health = profile.health.model_copy(update={"path": str(view.record.get("health_path") or profile.health.path)})
     return Watcher(remote, launch, port, health, engine_for(str(view.record.get("kind") or profile.engine.kind)),
-                   emit).run()
+                   emit, address=record_address(view.record)).run()
 
 
 def _amend(exc: DeployError, note: str) -> None:

@@ -134,6 +134,11 @@ class Engine(Strict):
             raise ValueError("GPU indices must be distinct and >= 0")
         return v
 
+    @property
+    def probe_address(self) -> str:
+        """Where deployer reaches the engine from the target: its bind address, or loopback when it binds all."""
+        return probe_address(self.host)
+
     @field_validator("args", mode="before")
     @classmethod
     def _args(cls, v: Any) -> Any:
@@ -172,6 +177,11 @@ class Engine(Strict):
             _check_text(value, f"env.{key}")
             out[key] = value
         return out
+
+
+def probe_address(bind: str) -> str:
+    """The address to reach a server bound to `bind` from its own host (a wildcard bind answers on loopback)."""
+    return "127.0.0.1" if bind in ("", "0.0.0.0", "::", "[::]") else bind.strip("[]")
 
 
 def _flag_mapping(v: Any, *, reserved: dict[str, str]) -> dict[str, Any]:

@@ -165,8 +165,10 @@ class Remote(Protocol):
         body: bytes | None = None,
         headers: dict[str, str] | None = None,
         timeout: float = 5.0,
+        address: str = "127.0.0.1",
     ) -> HttpReply:
-        """Real HTTP/1.1 to 127.0.0.1:port on the target; EndpointUnreachable when nothing answers."""
+        """Real HTTP/1.1 to address:port as the target reaches it (default its loopback); EndpointUnreachable
+        when nothing answers."""
         ...
 
     def spawn(self, cmd: str) -> Session:
@@ -179,8 +181,8 @@ class Remote(Protocol):
 class _PresetHTTPConnection(http.client.HTTPConnection):
     """http.client over an already-open socket-like object (a socket or a paramiko channel)."""
 
-    def __init__(self, sock: Any, port: int, timeout: float) -> None:
-        super().__init__("127.0.0.1", port, timeout=timeout)
+    def __init__(self, sock: Any, port: int, timeout: float, address: str = "127.0.0.1") -> None:
+        super().__init__(address, port, timeout=timeout)
         self.sock = sock
 
     def connect(self) -> None:  # the socket is already connected
@@ -203,9 +205,10 @@ def http_exchange(
     timeout: float,
     label: str,
     errors: tuple[type[BaseException], ...] = (),
+    address: str = "127.0.0.1",
 ) -> HttpReply:
     """One HTTP/1.1 request/response over `sock`; any failure -> EndpointUnreachable. Closes `sock`."""
-    conn = _PresetHTTPConnection(sock, port, timeout)
+    conn = _PresetHTTPConnection(sock, port, timeout, address)
     try:
         conn.request(method, path, body=body, headers=headers or {})
         resp = conn.getresponse()
@@ -215,7 +218,7 @@ def http_exchange(
         if not isinstance(e, (OSError, EOFError, http.client.HTTPException, *errors)):
             raise
         why = "timed out" if isinstance(e, TimeoutError) else f"failed: {type(e).__name__}: {e}"
-        raise EndpointUnreachable(f"HTTP {method} 127.0.0.1:{port}{path} {why}", host=label) from None
+        raise EndpointUnreachable(f"HTTP {method} {address}:{port}{path} {why}", host=label) from None
     finally:
         conn.close()
         sock.close()

@@ -154,14 +154,15 @@ class LocalRemote:
         body: bytes | None = None,
         headers: dict[str, str] | None = None,
         timeout: float = 5.0,
+        address: str = "127.0.0.1",
     ) -> HttpReply:
         try:
-            sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+            sock = socket.create_connection((address, port), timeout=timeout)
         except OSError as e:
             why = "nothing listening" if e.errno == errno.ECONNREFUSED else str(e)
-            raise EndpointUnreachable(f"127.0.0.1:{port}: {why}", host=LOCAL) from None
+            raise EndpointUnreachable(f"{address}:{port}: {why}", host=LOCAL) from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return http_exchange(sock, method, port, path, body, headers, timeout, LOCAL)
+        return http_exchange(sock, method, port, path, body, headers, timeout, LOCAL, address=address)
 
     def spawn(self, cmd: str) -> LocalSession:
         try:

@@ -15,6 +15,7 @@ from typing import Any
 from deployer.engines import default_kind
 from deployer.errors import NotFound
 from deployer.logtext import clip_middle, clip_tail, readable
+from deployer.profile.model import probe_address
 from deployer.push import Layout, RunDir
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.start import status
@@ -121,11 +122,17 @@ def window_lines(data: bytes, start: int, n: int) -> list[str]:
     return lines[-n:]
 
 
-def healthy(remote: Remote, port: int, path: str, timeout: float = 5.0) -> bool:
+def healthy(remote: Remote, port: int, path: str, timeout: float = 5.0, address: str = "127.0.0.1") -> bool:
     try:
-        return remote.request("GET", port, path, timeout=timeout).status == 200
+        return remote.request("GET", port, path, timeout=timeout, address=address).status == 200
     except EndpointUnreachable:
         return False
+
+
+def record_address(record: dict[str, Any]) -> str:
+    """Where the target reaches a pushed attempt's server: the bind address its profile recorded, else loopback."""
+    bind = ((record.get("profile") or {}).get("engine") or {}).get("host")
+    return probe_address(bind) if isinstance(bind, str) else "127.0.0.1"
 
 
 def record_kind(record: dict[str, Any]) -> str:

@@ -218,8 +218,10 @@ class Watcher:
     """Polls one launch: supervisor state, log, health. `run()` returns the Outcome."""
 
     def __init__(self, remote: Remote, launch: Launch, port: int, health: Health, spec: EngineSpec,
-                 emit: EventSink, clock: Callable[[], float] = time.monotonic, cache: HubCache | None = None) -> None:
+                 emit: EventSink, clock: Callable[[], float] = time.monotonic, cache: HubCache | None = None,
+                 address: str = "127.0.0.1") -> None:
         self.remote, self.launch, self.port, self.health, self.spec = remote, launch, port, health, spec
+        self.address = address  # where the target reaches the engine: its bind address, else loopback
         self.cache = cache
         self.cache_bytes: tuple[float, int] | None = None    # (when, size) of the last look at the hub cache
         self.emit, self.clock = emit, clock
@@ -394,7 +396,8 @@ class Watcher:
 
     def _healthy(self) -> bool:
         try:
-            reply = self.remote.request("GET", self.port, self.health.path, timeout=self.health.request_timeout_s)
+            reply = self.remote.request("GET", self.port, self.health.path, timeout=self.health.request_timeout_s,
+                                        address=self.address)
         except EndpointUnreachable:
             return False
         return reply.status == 200

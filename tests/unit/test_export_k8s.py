@@ -296,6 +296,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert "Traceback" not in no_image.stderr + bad_cache.stderr
 
 
-def test_up_of_a_fleet_profile_says_it_is_not_built_yet(tmp_path: Path) -> None:
+def test_up_of_a_fleet_profile_whose_hosts_do_not_resolve_names_each_one(tmp_path: Path) -> None:
     run = _cli("up", "profiles/qwen3-8b-fleet.yaml", env={**SECRETS, "DEPLOYER_HOME": str(tmp_path)})
-    assert run.returncode == 2 and "deploy export k8s" in run.stderr and "Traceback" not in run.stderr
+    assert run.returncode == 3, run.stderr                       # every host unreachable: the connection code
+    assert "r0@gpu-a: " in run.stderr and "r1@gpu-b: " in run.stderr and "Traceback" not in run.stderr

@@ -451,24 +451,26 @@ class SSHRemote:
         body: bytes | None = None,
         headers: dict[str, str] | None = None,
         timeout: float = 5.0,
+        address: str = "127.0.0.1",
     ) -> HttpReply:
         import paramiko
 
         def op(t: paramiko.Transport) -> paramiko.Channel:
-            return t.open_channel("direct-tcpip", ("127.0.0.1", port), ("127.0.0.1", 0), timeout=timeout)
+            return t.open_channel("direct-tcpip", (address, port), ("127.0.0.1", 0), timeout=timeout)
 
         try:
             chan = self._with_reconnect(op)
         except paramiko.ChannelException as e:
             if e.code != paramiko.common.OPEN_FAILED_CONNECT_FAILED:
                 raise RemoteError(
-                    f"sshd refused to forward to 127.0.0.1:{port} ({e.text})",
+                    f"sshd refused to forward to {address}:{port} ({e.text})",
                     host=self.label,
                     hint="health checks need AllowTcpForwarding yes (or local) in the target's sshd_config",
                 ) from None
-            raise EndpointUnreachable(f"127.0.0.1:{port}: nothing listening ({e.text})", host=self.label) from None
+            raise EndpointUnreachable(f"{address}:{port}: nothing listening ({e.text})", host=self.label) from None
         chan.settimeout(timeout)
-        return http_exchange(chan, method, port, path, body, headers, timeout, self.label, (paramiko.SSHException,))
+        return http_exchange(chan, method, port, path, body, headers, timeout, self.label, (paramiko.SSHException,),
+                             address)
 
 
 def _temp_name(path: str) -> str:

@@ -22,6 +22,7 @@ Env knobs (all optional):
 | STANDIN_HEALTH_SLOW_S   | 0       | /health and /health_generate keep answering 503 this long after the ready line |
 | STANDIN_CHAT_TEXT       | (hello) | content of /v1/chat/completions answers ("" -> an empty answer) |
 | STANDIN_CHAT_STATUS     | 200     | HTTP status of /v1/chat/completions (non-200 -> an OpenAI-style error) |
+| STANDIN_CHAT_DELAY_S    | 0       | seconds each /v1/chat/completions answer takes (requests in flight during a stop) |
 | STANDIN_EXIT            | 1       | fail_text: exit status; 128+N or -N means death by signal N |
 
 Modes:

@@ -115,6 +115,7 @@ class Handler(BaseHTTPRequestHandler):
             if status != 200:
                 self._send(status, {"object": "error", "message": "stand-in: STANDIN_CHAT_STATUS", "code": status})
             else:
+                time.sleep(float(os.environ.get("STANDIN_CHAT_DELAY_S", "0")))  # generation time: in flight
                 self._send(200, chat_completion(self.state.model, body))
         elif path in ("/generate", "/v1/completions"):
             self._send(200, generate(body))

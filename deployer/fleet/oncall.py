@@ -1,0 +1,178 @@
+"""On-call for a fleet: status of every replica and the router, down of all, logs of one member.
+
+Each member is a deployment of its own on its host, read with the single-host on-call functions; hosts are asked
+at once (fan-out). `status` exits 0 only while every member serves; 9 (partly) while the router serves through
+at least one replica but not every member serves; otherwise the most urgent code of the members.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from deployer.errors import DeployError, NotFound, PartlyFailed, ProfileError
+from deployer.fleet.fanout import TaggedSink, fan_out
+from deployer.fleet.members import Fleet, spec_of
+from deployer.fleet.router import readiness
+from deployer.oncall import deployment as ops
+from deployer.oncall.deployment import Ref
+from deployer.profile.model import Target
+from deployer.remote.connect import connect
+from deployer.watch.watcher import Event, EventSink
+
+
+@dataclass(frozen=True)
+class Member:
+    """One deployment of the fleet, as on-call sees it."""
+
+    role: str            # replica | router
+    index: int | None
+    name: str
+    target: Target
+    url: str
+
+    @property
+    def tag(self) -> str:
+        return "router" if self.role == "router" else f"r{self.index}"
+
+    @property
+    def host(self) -> str:
+        return self.target.host
+
+
+def members(fleet: Fleet) -> list[Member]:
+    out = [Member("replica", r.index, r.name, r.profile.target, r.url) for r in fleet.replicas]
+    if fleet.router is not None:
+        r = fleet.router
+        out.append(Member("router", None, r.name, r.target, f"http://{r.bind}:{r.router.port}"))
+    return out
+
+
+def _ref(member: Member, trust_new_host: bool) -> Ref:
+    return Ref(member.name, spec_of(member.target, trust_new_host), member.target.workdir)
+
+
+def _quiet(_event: Event) -> None:
+    pass
+
+
+def fleet_status(fleet: Fleet, trust_new_host: bool = False) -> tuple[dict[str, Any], int]:
+    """Every member's status row (absent when it was never deployed) and the fleet's exit code."""
+    everyone = members(fleet)
+
+    def one(member: Member, _emit: EventSink) -> dict[str, Any]:
+        try:
+            row = ops.status(_ref(member, trust_new_host))[0]
+        except NotFound:
+            row = {"name": member.name, "host": member.host, "status": "absent", "healthy": False,
+                   "serving": False}
+        row = {**row, "role": member.role, "index": member.index, "member": member.tag, "url": member.url,
+               "alias": member.host}
+        if member.role == "router" and row.get("healthy"):
+            row["readiness"] = _router_readiness(fleet, trust_new_host)
+        return row
+
+    done = fan_out(everyone, lambda m: m.host, lambda m: m.tag, one, TaggedSink(_quiet))
+    rows = [d.value if d.value is not None else
+            {"name": d.member.name, "host": d.member.host, "alias": d.member.host, "role": d.member.role,
+             "index": d.member.index, "member": d.member.tag, "url": d.member.url, "status": "unreachable",
+             "healthy": False,
+             "serving": False, "error": d.error.message if d.error else None, "code": d.error.exit_code if d.error
+             else 1}
+            for d in done]
+    code = _exit_code(rows)
+    return {"name": fleet.name, "serving": code == ops.SERVING, "code": code,
+            "replicas": [r for r in rows if r["role"] == "replica"],
+            "router": next((r for r in rows if r["role"] == "router"), None)}, code
+
+
+def _router_readiness(fleet: Fleet, trust_new_host: bool) -> dict[str, Any]:
+    assert fleet.router is not None
+    remote = connect(spec_of(fleet.router.target, trust_new_host))
+    try:
+        return readiness(remote, fleet.router)
+    except DeployError as exc:
+        return {"error": exc.message}
+    finally:
+        remote.close()
+
+
+def _exit_code(rows: list[dict[str, Any]]) -> int:
+    codes = [_row_code(r) for r in rows]
+    if all(c == ops.SERVING for c in codes):
+        return ops.SERVING
+    router = next((r for r in rows if r["role"] == "router"), None)
+    serving_replicas = [r for r in rows if r["role"] == "replica" and _row_code(r) == ops.SERVING]
+    front_ok = router is None or _row_code(router) == ops.SERVING
+    if serving_replicas and front_ok:
+        return PartlyFailed.exit_code
+    return next((c for c in (ops.CRASHED, ops.NOT_SERVING, ops.STOPPED, ops.NO_DEPLOYMENT) if c in codes),
+                max(codes))
+
+
+def _row_code(row: dict[str, Any]) -> int:
+    if row["status"] == "absent":
+        return ops.NO_DEPLOYMENT
+    if row["status"] == "unreachable":
+        return int(row.get("code") or 1)
+    return ops.status_exit_code(row)
+
+
+def fleet_down(fleet: Fleet, grace: float | None, *, trust_new_host: bool = False, break_lock: bool = False,
+               emit: EventSink) -> dict[str, Any]:
+    """Stop the router first (no new requests), then every replica (hosts at once). Raises PartlyFailed when a
+    host could not be stopped, after trying every one."""
+    everyone = members(fleet)
+    sink = TaggedSink(emit)
+    grace = grace if grace is not None else fleet.profile.restart.grace_s
+
+    def one(member: Member, e: EventSink) -> dict[str, Any]:
+        result = ops.down(_ref(member, trust_new_host), grace, break_lock=break_lock,
+                          notify=lambda m: e(Event("warning", {"message": m})))
+        return {**result, "role": member.role, "member": member.tag, "alias": member.host}
+
+    routers = fan_out([m for m in everyone if m.role == "router"], lambda m: m.host, lambda m: m.tag, one, sink)
+    replicas = fan_out([m for m in everyone if m.role == "replica"], lambda m: m.host, lambda m: m.tag, one, sink)
+    rows, failed = [], []
+    for d in [*routers, *replicas]:
+        if d.error is None and d.value is not None:
+            rows.append(d.value)
+        else:
+            failed.append(f"{d.member.tag}@{d.member.host}: {d.error.message if d.error else 'failed'}")
+            rows.append({"name": d.member.name, "host": d.member.host, "alias": d.member.host, "role": d.member.role,
+                         "member": d.member.tag, "status": "failed", "error": d.error.message if d.error else None})
+    result = {"name": fleet.name, "members": rows}
+    if failed:
+        raise PartlyFailed(f"{fleet.name}: could not stop {'; '.join(failed)}", outcome=result)
+    return result
+
+
+def pick_member(fleet: Fleet, *, replica: int | None, host: str | None, router: bool) -> Member:
+    """`logs --replica N` / `--host H` (that host's only member) / `--router`: exactly one member."""
+    everyone = members(fleet)
+    if router:
+        found = [m for m in everyone if m.role == "router"]
+        if not found:
+            raise ProfileError(f"{fleet.name} has no router")
+        return found[0]
+    if replica is not None:
+        found = [m for m in everyone if m.role == "replica" and m.index == replica]
+        if not found:
+            raise ProfileError(f"{fleet.name} has replicas 0..{len(fleet.replicas) - 1}, not {replica}")
+        return found[0]
+    if host is not None:
+        found = [m for m in everyone if m.host == host]
+        if len(found) == 1:
+            return found[0]
+        if not found:
+            raise ProfileError(f"{fleet.name} has no member on {host} (hosts: {', '.join(fleet.hosts())})")
+        raise ProfileError(f"{fleet.name} has {len(found)} members on {host} "
+                           f"({', '.join(m.tag for m in found)}): add --replica N or --router")
+    raise ProfileError(f"{fleet.name} is a fleet: choose a member with --replica N (0..{len(fleet.replicas) - 1}), "
+                       "--host H or --router")
+
+
+def fleet_logs(fleet: Fleet, member: Member, *, lines: int, follow: bool, previous: bool,
+               out: Callable[[str], None], trust_new_host: bool = False) -> None:
+    ops.logs(_ref(member, trust_new_host), lines=lines, follow=follow, previous=previous, out=out)

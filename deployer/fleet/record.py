@@ -1,0 +1,72 @@
+"""The fleet's record on its router's host: `<workdir>/<fleet name>/fleet.json`, the fleet profile (secrets masked).
+
+It lets on-call commands find a whole fleet from its name and one host (`deploy status NAME --host H`), the way a
+single deployment is found, from a laptop that never had the profile. Only what reading needs is kept: members,
+targets, ports, addresses; never a secret value (a masked profile cannot start anything).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from deployer.errors import DeployError, NotFound, ProfileError
+from deployer.profile.model import Profile
+from deployer.push import expand_workdir
+from deployer.remote.base import Remote, TargetSpec
+from deployer.remote.connect import connect
+
+RECORD = "fleet.json"
+
+
+def record_path(workdir: str, name: str) -> str:
+    return f"{workdir.rstrip('/')}/{name}/{RECORD}"
+
+
+def write_record(remote: Remote, workdir: str, profile: Profile) -> None:
+    data = profile.public_dict()
+    data.pop("target", None)        # derived from the first replica; `target:` is not allowed beside replicas
+    if data.get("router"):
+        data["router"]["args"] = {k: ("***" if _secret_path(profile, f"router.args.{k}") else v)
+                                  for k, v in (data["router"].get("args") or {}).items()}
+    path = record_path(expand_workdir(remote, workdir), profile.name)
+    remote.run(f"mkdir -p -m 0700 {shlex.quote(path.rsplit('/', 1)[0])}", timeout=20)
+    remote.put(json.dumps({"kind": "replicas", "profile": data}, indent=1).encode(), path, 0o644)
+
+
+def _secret_path(profile: Profile, path: str) -> bool:
+    return any(p == path or p.startswith(path + ".") for p in profile.templates) or \
+        path.rsplit(".", 1)[-1] in ("api_key", "control_plane_api_keys", "jwt_secret")
+
+
+def read_record(remote: Remote, workdir: str, name: str) -> Profile | None:
+    """The fleet named `name` under `workdir` on this host, or None when there is no such fleet record."""
+    try:
+        raw = remote.read(record_path(expand_workdir(remote, workdir), name), 0, 1 << 20)
+    except NotFound:
+        return None
+    try:
+        data: Any = json.loads(raw)
+        return Profile.model_validate(data["profile"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ProfileError(f"the fleet record {record_path(workdir, name)} on {remote.label} is damaged: "
+                           f"{str(exc).splitlines()[0][:200]}") from None
+
+
+def try_write_record(remote: Remote, workdir: str, profile: Profile) -> str | None:
+    """write_record, a failure turned into a warning text (the record must never fail the deployment)."""
+    try:
+        write_record(remote, workdir, profile)
+    except DeployError as exc:
+        return f"the fleet record was not written: {exc.message}"
+    return None
+
+
+def find_fleet(spec: TargetSpec, workdir: str, name: str) -> Profile | None:
+    """The fleet record of `name` on the host `spec` (one connection), or None."""
+    remote = connect(spec)
+    try:
+        return read_record(remote, workdir, name)
+    finally:
+        remote.close()

@@ -1,0 +1,90 @@
+"""What a fleet operation reports: per replica (ready, already running, failed and why) and the router."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from deployer.errors import DeployError, LaunchFailed, PartlyFailed
+from deployer.fleet.members import ReplicaMember
+from deployer.fleet.router import RouterReport
+
+SERVING = ("ready", "already-running", "unchanged")
+
+
+@dataclass
+class ReplicaResult:
+    index: int
+    host: str
+    name: str
+    url: str
+    status: str           # ready | already-running | unchanged | failed | skipped | left-running (not replaced)
+    run_dir: str | None = None
+    content_hash: str | None = None
+    error: str | None = None
+    exit_code: int | None = None
+    diagnosis: dict[str, Any] | None = None
+    restored: dict[str, Any] | None = None       # the version brought back after a failed replace
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def serving(self) -> bool:
+        return self.status in (*SERVING, "left-running") or (self.restored or {}).get("status") == "ready"
+
+
+@dataclass
+class FleetReport:
+    name: str
+    status: str = "failed"                       # ready | partial | failed
+    mode: str = "fan-out"                        # fan-out | rolling
+    replicas: list[ReplicaResult] = field(default_factory=list)
+    router: RouterReport | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["router"] = self.router.to_json() if self.router else None
+        return data
+
+    def serving_urls(self) -> list[str]:
+        return [r.url for r in self.replicas if r.serving]
+
+    def settle(self) -> FleetReport:
+        """The fleet's status from its members'; raises when not everything is ready (the report travels along)."""
+        ready = [r for r in self.replicas if r.status in SERVING]
+        router_ok = self.router is None or self.router.status == "ready"
+        if len(ready) == len(self.replicas) and router_ok:
+            self.status = "ready"
+            return self
+        failed = [r for r in self.replicas if r.status not in SERVING]
+        parts = [f"r{r.index}@{r.host}: {r.error or r.status}" for r in failed]
+        if not router_ok and self.router is not None:
+            parts.append(f"router@{self.router.host}: {self.router.detail or self.router.status}")
+        summary = f"{len(ready)} of {len(self.replicas)} replicas ready"
+        if any(r.serving for r in self.replicas):  # something serves: partial failure (exit 9)
+            self.status = "partial"
+            raise PartlyFailed(f"{self.name}: {summary}; " + "; ".join(parts), outcome=self)
+        self.status = "failed"
+        error = LaunchFailed(f"{self.name}: {summary}; " + "; ".join(parts), outcome=self)
+        codes = {r.exit_code for r in failed}
+        if len(codes) == 1 and None not in codes:  # every host failed the same way (all unreachable: 3)
+            error.exit_code = int(codes.pop() or LaunchFailed.exit_code)
+        raise error
+
+
+def replica_result(member: ReplicaMember, report: Any) -> ReplicaResult:
+    """From the single-host UpReport of this replica."""
+    return ReplicaResult(member.index, member.host, member.name, member.url, report.status, report.run_dir,
+                         report.content_hash, attempts=[a.to_json() for a in report.attempts],
+                         restored=report.restored)
+
+
+def failed_result(member: ReplicaMember, exc: DeployError) -> ReplicaResult:
+    """A replica whose work failed: the error line, its exit code, and the last attempt's diagnosis if any."""
+    outcome = getattr(exc, "outcome", None)
+    attempts = [a.to_json() for a in getattr(outcome, "attempts", [])]
+    diagnosis = next((a.get("diagnosis") for a in reversed(attempts) if a.get("diagnosis")), None)
+    return ReplicaResult(member.index, member.host, member.name, member.url, "failed", error=exc.message,
+                         exit_code=exc.exit_code, diagnosis=diagnosis, attempts=attempts,
+                         restored=getattr(outcome, "restored", None))

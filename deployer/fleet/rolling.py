@@ -1,0 +1,137 @@
+"""Rolling replacement: one replica at a time, out of the router first and back in once healthy.
+
+Never below N-1 serving: a replica that serves is taken out only while every other replica serves. A replica that
+will not come back stops the rollout; the single-host `up` has already brought its previous version back (unless
+--no-rollback), and that version goes back into the router when it serves. Without a router the replicas are
+still replaced one after another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from deployer.errors import DeployError, Unhealthy
+from deployer.fleet.fanout import TaggedSink
+from deployer.fleet.members import Fleet, ReplicaMember, RouterMember
+from deployer.fleet.report import FleetReport, ReplicaResult, failed_result, replica_result
+from deployer.fleet.router import DRAIN_TIMEOUT_S, READY_TIMEOUT_S, add_worker, remove_worker, wait_workers, workers
+from deployer.remote.base import Remote
+from deployer.watch.watcher import Event, EventSink
+
+Replace = Callable[[ReplicaMember, EventSink], Any]   # -> the replica's UpReport; raises DeployError
+Unchanged = Callable[[ReplicaMember], bool]            # whether the replica already runs what it should
+STILL_SERVING_S = 15.0                                 # after a failed replace: how long to look for the old one
+
+
+def roll(fleet: Fleet, report: FleetReport, sink: TaggedSink, replace: Replace, router_remote: Remote | None,
+         unchanged: Unchanged | None = None) -> None:
+    """Replace the replicas one at a time, those the router does not count as healthy first (replacing them
+    costs no capacity); stops at the first that does not serve again (the rest stay untouched). The report lists
+    the replicas in the profile's order."""
+    report.mode = "rolling"
+    order = _order(fleet, router_remote)
+    results: dict[int, ReplicaResult] = {}
+    for position, replica in enumerate(order):
+        result = roll_one(fleet, replica, sink, replace, router_remote, unchanged)
+        results[replica.index] = result
+        if result.error is not None:
+            report.notes.append(f"rollout stopped at r{replica.index}@{replica.host}: {result.error}")
+            results.update(_untouched(fleet, order[position + 1:], router_remote))
+            break
+    report.replicas.extend(results[r.index] for r in fleet.replicas)
+
+
+def _order(fleet: Fleet, router_remote: Remote | None) -> list[ReplicaMember]:
+    if fleet.router is None or router_remote is None:
+        return list(fleet.replicas)
+    have = workers(router_remote, fleet.router)
+    return sorted(fleet.replicas, key=lambda r: r.url in have and have[r.url].healthy)
+
+
+def _untouched(fleet: Fleet, rest: list[ReplicaMember], router_remote: Remote | None) -> dict[int, ReplicaResult]:
+    """Replicas after a stopped rollout: left as they were; serving if the router says they are healthy."""
+    have = workers(router_remote, fleet.router) if router_remote and fleet.router else {}
+    out: dict[int, ReplicaResult] = {}
+    for replica in rest:
+        healthy = replica.url in have and have[replica.url].healthy
+        out[replica.index] = ReplicaResult(replica.index, replica.host, replica.name, replica.url,
+                                           "left-running" if healthy else "skipped",
+                                           error=None if healthy else "not replaced: the rollout stopped before it")
+    return out
+
+
+def roll_one(fleet: Fleet, replica: ReplicaMember, sink: TaggedSink, replace: Replace, router_remote: Remote | None,
+             unchanged: Unchanged | None = None) -> ReplicaResult:
+    emit = sink.tagged(replica.host, f"r{replica.index}")
+    router = fleet.router
+    if router is None or router_remote is None:
+        return _replace(replica, emit, replace)
+    have = workers(router_remote, router)
+    mine = have.get(replica.url)
+    serving = mine is not None and mine.healthy
+    if serving and unchanged is not None and unchanged(replica):
+        emit(Event("info", {"message": f"r{replica.index} already runs this version: left in the router"}))
+        return ReplicaResult(replica.index, replica.host, replica.name, replica.url, "unchanged")
+    others = sum(1 for r in fleet.replicas if r is not replica and r.url in have and have[r.url].healthy)
+    if serving and others < len(fleet.replicas) - 1:
+        return ReplicaResult(replica.index, replica.host, replica.name, replica.url, "left-running", exit_code=6,
+                             error=f"only {others} other replicas serve: taking r{replica.index} out would leave "
+                                   f"fewer than {len(fleet.replicas) - 1} serving")
+    if mine is not None:
+        emit(Event("info", {"message": f"taking r{replica.index} ({replica.url}) out of the router; waiting for "
+                                       "its requests to finish"}))
+        try:
+            remove_worker(router_remote, router, replica.url)
+            wait_workers(router_remote, router, healthy=set(), gone={replica.url}, deadline_s=DRAIN_TIMEOUT_S)
+        except DeployError as exc:  # not out (a drain that never ends): untouched, and back in if it left
+            result = ReplicaResult(replica.index, replica.host, replica.name, replica.url, "left-running",
+                                   exit_code=exc.exit_code, error=f"could not take it out of the router: {exc.message}")
+            _back_in(router_remote, router, replica, result, emit)
+            return result
+    result = _replace(replica, emit, replace)
+    if result.serving:
+        _back_in(router_remote, router, replica, result, emit)
+    elif mine is not None:  # failed before changing anything (no other version, locked, ...): still serving?
+        _back_if_serving(router_remote, router, replica, result, emit)
+    return result
+
+
+def _replace(replica: ReplicaMember, emit: EventSink, replace: Replace) -> ReplicaResult:
+    try:
+        return replica_result(replica, replace(replica, emit))
+    except DeployError as exc:
+        return failed_result(replica, exc)
+
+
+def _back_if_serving(remote: Remote, router: RouterMember, replica: ReplicaMember, result: ReplicaResult,
+                     emit: EventSink) -> None:
+    """After a failed replace: what still answers there goes back into the router (then it is left running)."""
+    try:
+        add_worker(remote, router, replica.url)
+        wait_workers(remote, router, healthy={replica.url}, gone=set(), deadline_s=STILL_SERVING_S)
+    except DeployError:
+        remove_quietly(remote, router, replica.url)
+        return
+    result.status = "left-running"
+    emit(Event("info", {"message": f"r{replica.index} was not replaced and still serves: back in the router"}))
+
+
+def remove_quietly(remote: Remote, router: RouterMember, url: str) -> None:
+    try:
+        remove_worker(remote, router, url)
+    except DeployError:
+        pass  # the next router reconcile removes what does not serve
+
+
+def _back_in(remote: Remote, router: RouterMember, replica: ReplicaMember, result: ReplicaResult,
+             emit: EventSink) -> None:
+    """Add the replica back and wait until the router calls it healthy; a failure marks the result failed."""
+    try:
+        add_worker(remote, router, replica.url)
+        wait_workers(remote, router, healthy={replica.url}, gone=set(), deadline_s=READY_TIMEOUT_S)
+    except DeployError as exc:
+        result.status, result.error, result.exit_code = "failed", f"not back in the router: {exc.message}", \
+            Unhealthy.exit_code
+        return
+    emit(Event("info", {"message": f"r{replica.index} is back in the router ({replica.url})"}))

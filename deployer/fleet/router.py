@@ -1,0 +1,331 @@
+"""The router in front of the replicas: the model gateway `smg` (PyPI) as a deployment of its own.
+
+Its run dir is rendered like an engine's (launch.sh that exec's `python -m smg launch ...`, a 0600 env file,
+profile.json, supervise.json) and runs under the same supervisor, so `status`, `logs`, `down` read it like any
+deployment. What smg offers (smg 1.13.0, checked against the real binary): `GET /readiness` ({"status",
+"healthy_workers", "total_workers"}, 503 without a healthy worker), `GET /workers` (each with id, url,
+is_healthy, status), `POST /workers {"url"}` and `DELETE /workers/{id}` (202, done in the background; a removed
+worker is `draining` until its requests finish, then gone).
+
+The worker set is not part of the router's identity: a running router whose settings (python, port, policy, args)
+are unchanged is brought to the fleet's ready replicas through the worker API instead of being restarted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from deployer import __version__
+from deployer.errors import LaunchFailed, NotFound, Unhealthy
+from deployer.fleet.members import ROUTER_HEALTH_PATH, RouterMember, spec_of
+from deployer.fleet.record import try_write_record
+from deployer.lock import DeploymentLock
+from deployer.profile.model import Profile, probe_address
+from deployer.push import Layout, RunDir, expand_workdir, new_run_id, prepare, push, set_current
+from deployer.render.bundle import Bundle, EnvRef, Word, env_file_text, flag_tokens, sh_word
+from deployer.remote.base import EndpointUnreachable, Remote
+from deployer.remote.connect import connect
+from deployer.secrets import MASK, secret_var
+from deployer.start import check_port, start, status, stop
+from deployer.target.records import current_view
+from deployer.watch.watcher import Event, EventSink
+
+# smg 1.13.0 model_gateway/src/server.rs:1555 ("Starting router on 127.0.0.1:8000 | mode: ...").
+READY_LINE = "Starting router on"
+# smg flags that take credentials: their values go to the env file, never into launch.sh.
+SECRET_FLAGS = frozenset({"api_key", "control_plane_api_keys", "jwt_secret"})
+READY_TIMEOUT_S = 60.0
+DRAIN_TIMEOUT_S = 120.0
+POLL_S = 0.25
+PORT_WAIT_S = 15.0
+
+
+@dataclass
+class RouterReport:
+    name: str
+    host: str
+    status: str                                   # ready | failed | absent
+    url: str | None = None
+    run_dir: str | None = None
+    workers: list[str] = field(default_factory=list)   # the replica URLs it routes to, healthy
+    action: str = ""                              # started | replaced | reconciled | unchanged
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def metrics_port(member: RouterMember) -> int:
+    """smg's Prometheus port: router.args.prometheus_port, else the router's port + 1 (smg's own default, 29000
+    on every interface, would make two routers on one host collide: the second dies at start)."""
+    given = member.router.args.get("prometheus_port")
+    if isinstance(given, int) and not isinstance(given, bool):
+        return given
+    return member.router.port + 1 if member.router.port < 65535 else member.router.port - 1
+
+
+def router_words(member: RouterMember, urls: list[str], fleet: Profile) -> tuple[list[Word], dict[str, str]]:
+    """`python -m smg launch` with host, port, policy, the worker URLs and the profile's extra flags; its metrics
+    on the router's address and port + 1 unless the profile says otherwise."""
+    router = member.router
+    words: list[Word] = [router.python, "-m", "smg", "launch"]
+    words += flag_tokens("host", member.bind) + flag_tokens("port", router.port)
+    words += flag_tokens("policy", router.policy)
+    if "prometheus_port" not in router.args:
+        words += flag_tokens("prometheus_port", metrics_port(member))
+    if "prometheus_host" not in router.args:
+        words += flag_tokens("prometheus_host", member.bind)
+    if urls:
+        words += ["--worker-urls", *urls]
+    env: dict[str, str] = {}
+    if member.api_key is not None and "api_key" not in router.args:  # the replicas' key, for smg to send them
+        env[secret_var("router_api_key")] = member.api_key
+        words += ["--api-key", EnvRef(secret_var("router_api_key"))]
+    for name, value in router.args.items():
+        if name == "host":
+            continue  # the bind address, above
+        if _secret(fleet, name) and value is not None and not isinstance(value, bool):
+            env[secret_var(f"router_{name}")] = json.dumps(value) if isinstance(value, dict) else \
+                " ".join(str(v) for v in value) if isinstance(value, list) else str(value)
+            words += ["--" + name.replace("_", "-"), EnvRef(secret_var(f"router_{name}"))]
+        else:
+            words += flag_tokens(name, value)
+    return words, env
+
+
+def _secret(fleet: Profile, name: str) -> bool:
+    path = f"router.args.{name}"
+    return name in SECRET_FLAGS or any(p == path or p.startswith(path + ".") for p in fleet.templates)
+
+
+def render_router(member: RouterMember, urls: list[str], fleet: Profile) -> Bundle:
+    words, env = router_words(member, urls, fleet)
+    script = "\n".join([
+        "#!/usr/bin/env bash",
+        f"# Launch script for the router {shlex.quote(member.name)}, rendered by deployer {shlex.quote(__version__)}.",
+        "# The supervisor runs it with the environment from ./env (0600); no secret is ever written here.",
+        "set -euo pipefail",
+        'cd -- "$(dirname -- "${BASH_SOURCE[0]}")"',
+        "exec " + " ".join(sh_word(w) for w in words),
+        "",
+    ])
+    env_text = env_file_text(env)
+    digest = hashlib.sha256(script.encode() + b"\0" + env_text.encode()).hexdigest()
+    return Bundle(script=script, env=env_text, argv=[str(w) for w in words], words=words, content_hash=digest,
+                  env_names=sorted(env), masked_env={k: MASK for k in sorted(env)})
+
+
+def settings_hash(member: RouterMember, fleet: Profile) -> str:
+    """What makes a router a different version: everything but its worker URLs (those change through the API)."""
+    return render_router(member, [], fleet).content_hash
+
+
+def _record(member: RouterMember, fleet: Profile, bundle: Bundle, urls: list[str]) -> dict[str, Any]:
+    router = member.router.model_dump(mode="json")
+    router["args"] = {k: (MASK if _secret(fleet, k) else v) for k, v in member.router.args.items()}
+    return {"name": member.name, "role": "router", "fleet": fleet.name, "content_hash": bundle.content_hash,
+            "settings_hash": settings_hash(member, fleet), "attempt": 1, "up_id": uuid.uuid4().hex[:12],
+            "argv": bundle.argv, "env": bundle.masked_env, "port": member.router.port,
+            "health_path": ROUTER_HEALTH_PATH, "workers": urls,
+            "profile": {"name": member.name, "engine": {"host": member.bind}, "router": router},
+            "pushed_at": time.time()}
+
+
+def _supervise(member: RouterMember, fleet: Profile) -> dict[str, Any]:
+    restart = fleet.restart
+    return {"launch": "launch.sh", "env_file": "env", "log": "engine.log", "grace_s": min(restart.grace_s, 10.0),
+            "port": member.router.port, "name": member.name, "ready_pattern": READY_LINE,
+            "restart": {"policy": restart.policy, "max": restart.max, "backoff_s": list(restart.backoff_s),
+                        "window_s": restart.window_s}}
+
+
+@contextmanager
+def router_session(member: RouterMember, what: str, emit: EventSink, *, trust_new_host: bool = False,
+                   break_lock: bool = False, remote: Remote | None = None) -> Iterator[tuple[Remote, Layout]]:
+    """The router host's connection (`remote`, else a new one, closed after), its deployment dir ready and its
+    lock held."""
+    own = remote is None
+    remote = connect(spec_of(member.target, trust_new_host)) if remote is None else remote
+    try:
+        layout = Layout(f"{expand_workdir(remote, member.target.workdir).rstrip('/')}/{member.name}")
+        prepare(remote, layout)
+        with DeploymentLock(remote, layout, what, break_lock=break_lock,
+                            notify=lambda m: emit(Event("warning", {"message": m}))) as lock:
+            with lock.reporting_loss():
+                yield lock.guarded(), layout
+    finally:
+        if own:
+            remote.close()
+
+
+def ensure_router(remote: Remote, layout: Layout, member: RouterMember, fleet: Profile, urls: list[str],
+                  emit: EventSink, *, force: bool = False) -> RouterReport:
+    """The router runs with these settings and routes to exactly `urls`, each healthy: started, replaced,
+    or brought to that worker set through its API."""
+    report = RouterReport(member.name, member.host, "failed", url=f"http://{member.bind}:{member.router.port}")
+    view = current_view(remote, layout)
+    same = view is not None and view.alive and view.record.get("settings_hash") == settings_hash(member, fleet)
+    if same and not force and _answers(remote, member):
+        assert view is not None
+        report.run_dir, report.action = view.run.path, "reconciled"
+        set_workers(remote, member, urls, emit)
+        run: RunDir | None = None
+    else:
+        bundle = render_router(member, urls, fleet)
+        run = push(remote, layout, bundle, _record(member, fleet, bundle, urls), _supervise(member, fleet),
+                   new_run_id(bundle, 1))
+        report.action = "started"
+        if view is not None and view.alive:
+            emit(Event("info", {"message": f"replacing the router {view.content_hash[:12]} ({view.run.run_id})"}))
+            stop(remote, view.run, min(fleet.restart.grace_s, 10.0))
+            report.action = "replaced"
+        wait = PORT_WAIT_S if report.action == "replaced" else 0.0
+        check_port(remote, layout, member.router.port, wait_s=wait)
+        check_port(remote, layout, metrics_port(member), wait_s=wait)
+        set_current(remote, layout, run)
+        start(remote, run)
+        report.run_dir = run.path
+        emit(Event("phase", {"phase": "router started", "elapsed": 0.0, "line": " ".join(bundle.argv)[:300]}))
+    wait_workers(remote, member, healthy=set(urls), gone=set(), deadline_s=READY_TIMEOUT_S, run=run)
+    report.status, report.workers = "ready", list(urls)
+    emit(Event("ready", {"elapsed": 0.0, "message": f"router ready with {len(urls)} workers"}))
+    warning = try_write_record(remote, member.target.workdir, fleet)
+    if warning:
+        emit(Event("warning", {"message": warning}))
+    return report
+
+
+def _answers(remote: Remote, member: RouterMember) -> bool:
+    try:
+        workers(remote, member)
+        return True
+    except Unhealthy:
+        return False
+
+
+def _request(remote: Remote, member: RouterMember, method: str, path: str, body: Any = None,
+             timeout: float = 5.0) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    headers = {"content-type": "application/json"} if data is not None else {}
+    if member.api_key:  # smg's shared --api-key gates its worker API too
+        headers["authorization"] = f"Bearer {member.api_key}"
+    try:
+        reply = remote.request(method, member.router.port, path, body=data, headers=headers, timeout=timeout,
+                               address=probe_address(member.bind))
+    except EndpointUnreachable as exc:
+        raise Unhealthy(f"router {member.name} on {remote.label}: {exc.message}") from None
+    try:
+        return reply.status, json.loads(reply.body or b"null")
+    except ValueError:
+        return reply.status, None
+
+
+@dataclass(frozen=True)
+class Worker:
+    id: str
+    url: str
+    healthy: bool
+    status: str
+
+
+def workers(remote: Remote, member: RouterMember) -> dict[str, Worker]:
+    """The router's workers by URL (GET /workers)."""
+    code, data = _request(remote, member, "GET", "/workers")
+    if code != 200 or not isinstance(data, dict) or not isinstance(data.get("workers"), list):
+        raise Unhealthy(f"router {member.name}: GET /workers answered HTTP {code}")
+    out = {}
+    for item in data["workers"]:
+        if isinstance(item, dict) and isinstance(item.get("url"), str):
+            out[item["url"]] = Worker(str(item.get("id")), item["url"], item.get("is_healthy") is True,
+                                      str(item.get("status") or ""))
+    return out
+
+
+def readiness(remote: Remote, member: RouterMember) -> dict[str, Any]:
+    code, data = _request(remote, member, "GET", ROUTER_HEALTH_PATH)
+    return {"http_status": code, **(data if isinstance(data, dict) else {})}
+
+
+def add_worker(remote: Remote, member: RouterMember, url: str) -> None:
+    spec = {"url": url, **({"api_key": member.api_key} if member.api_key else {})}
+    code, data = _request(remote, member, "POST", "/workers", spec)
+    if code == 409 and url in workers(remote, member):
+        return  # already registered (smg: "Worker already exists at URL ...")
+    if code not in (200, 201, 202):
+        raise Unhealthy(f"router {member.name}: adding worker {url} answered HTTP {code}: {str(data)[:200]}")
+
+
+def remove_worker(remote: Remote, member: RouterMember, url: str) -> None:
+    found = workers(remote, member).get(url)
+    if found is None:
+        return
+    code, data = _request(remote, member, "DELETE", f"/workers/{found.id}")
+    if code not in (200, 202, 204, 404):
+        raise Unhealthy(f"router {member.name}: removing worker {url} answered HTTP {code}: {str(data)[:200]}")
+
+
+def set_workers(remote: Remote, member: RouterMember, urls: list[str], emit: EventSink) -> None:
+    """Add the missing URLs and remove the ones not wanted (they drain first, in the router)."""
+    have = workers(remote, member)
+    for url in urls:
+        if url not in have:
+            emit(Event("info", {"message": f"router: adding worker {url}"}))
+            add_worker(remote, member, url)
+    for url in have:
+        if url not in urls:
+            emit(Event("info", {"message": f"router: removing worker {url}"}))
+            remove_worker(remote, member, url)
+
+
+def wait_workers(remote: Remote, member: RouterMember, *, healthy: set[str], gone: set[str], deadline_s: float,
+                 run: RunDir | None = None) -> dict[str, Worker]:
+    """Until every URL in `healthy` is a healthy worker and every URL in `gone` has left (drained), bounded."""
+    end = time.monotonic() + deadline_s
+    last: dict[str, Worker] = {}
+    why = "no answer"
+    while time.monotonic() < end:
+        try:
+            last = workers(remote, member)
+            if all(u in last and last[u].healthy for u in healthy) and not gone & set(last):
+                return last
+            why = _missing(last, healthy, gone)
+        except Unhealthy as exc:
+            why = exc.message
+            if run is not None:
+                _check_alive(remote, member, run)
+        time.sleep(POLL_S)
+    raise LaunchFailed(f"router {member.name} on {remote.label}: not as wanted after {deadline_s:g}s: {why}")
+
+
+def _missing(have: dict[str, Worker], healthy: set[str], gone: set[str]) -> str:
+    parts = [f"{u} {'not healthy (' + have[u].status + ')' if u in have else 'not registered'}"
+             for u in sorted(healthy) if u not in have or not have[u].healthy]
+    parts += [f"{u} still {have[u].status or 'registered'}" for u in sorted(gone & set(have))]
+    return "; ".join(parts)
+
+
+def _check_alive(remote: Remote, member: RouterMember, run: RunDir) -> None:
+    """A router that died while we wait for it: say so at once, with the end of its log."""
+    state = status(remote, run)
+    if state.get("status") in ("exited", "crashloop", "lost", "stopped", "absent"):
+        tail = remote.run(f"tail -n 5 {shlex.quote(run.log)}", timeout=15, check=False).stdout.strip()
+        raise LaunchFailed(f"router {member.name} on {remote.label} died ({state.get('status')}, exit code "
+                           f"{state.get('exit_code')}): {tail.splitlines()[-1] if tail else 'no output'}")
+
+
+def router_down(remote: Remote, layout: Layout, grace: float) -> bool:
+    view = current_view(remote, layout)
+    if view is None:
+        raise NotFound(f"no router under {layout.root} on {remote.label}")
+    final = stop(remote, view.run, grace)
+    return bool(final.get("was_running"))
+
+

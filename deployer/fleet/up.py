@@ -1,0 +1,171 @@
+"""`up` and `restart` of a fleet: the replicas, then the router in front of the ready ones.
+
+A fleet that is not serving yet (no router running; without a router: no replica serving) is started by
+fan-out: every host at once, each replica with the single-host `up`. A fleet that serves is updated by a rolling
+replacement (`rolling`), so clients keep being served. `restart` and `rollback` are always rolling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from deployer.errors import DeployError, NotFound
+from deployer.fleet.fanout import TaggedSink, fan_out
+from deployer.fleet.members import AddressOf, Fleet, ReplicaMember, fleet_of, spec_of, ssh_address
+from deployer.fleet.report import FleetReport, failed_result, replica_result
+from deployer.fleet.rolling import Replace, roll
+from deployer.fleet.router import RouterReport, ensure_router, router_session, workers
+from deployer.oncall.deployment import Ref
+from deployer.oncall.deployment import status as deployment_status
+from deployer.oncall.rollback import restart as restart_replica
+from deployer.oncall.rollback import rollback as rollback_replica
+from deployer.pipeline.up import UpOptions, up
+from deployer.profile.model import Profile
+from deployer.push import Layout, expand_workdir
+from deployer.remote.base import Remote
+from deployer.remote.connect import connect
+from deployer.render.bundle import render
+from deployer.target.records import current_view
+from deployer.watch.watcher import EventSink
+
+
+def fleet_up(profile: Profile, opts: UpOptions, emit: EventSink, address_of: AddressOf = ssh_address) -> FleetReport:
+    fleet = fleet_of(profile, address_of)
+    sink = TaggedSink(emit)
+    report = FleetReport(fleet.name)
+    with _front(fleet, opts) as front:
+        serving = _router_serves(fleet, front) if front is not None else \
+            fleet.router is None and _replicas_serve(fleet, opts)
+        if serving:
+            _rolling(fleet, report, sink, opts, lambda m, e: up(m.profile, opts, e),
+                     None if opts.force else _unchanged(opts), front)
+            return report.settle()
+        done = fan_out(fleet.replicas, lambda m: m.host, lambda m: f"r{m.index}",
+                       lambda m, e: up(m.profile, opts, e), sink)
+        report.replicas = [replica_result(d.member, d.value) if d.error is None else
+                           failed_result(d.member, d.error) for d in done]
+        if fleet.router is not None:
+            report.router = _start_router(fleet, report, sink, opts, front)
+    return report.settle()
+
+
+@contextmanager
+def _front(fleet: Fleet, opts: UpOptions) -> Iterator[Remote | None]:
+    """One connection to the router's host for the whole command; None without a router or when unreachable (the
+    fan-out then reports that host with the others)."""
+    if fleet.router is None:
+        yield None
+        return
+    try:
+        remote = connect(spec_of(fleet.router.target, opts.trust_new_host))
+    except DeployError:
+        yield None
+        return
+    try:
+        yield remote
+    finally:
+        remote.close()
+
+
+def fleet_restart(profile: Profile, opts: UpOptions, emit: EventSink,
+                  address_of: AddressOf = ssh_address) -> FleetReport:
+    """Every replica's last good version again, one at a time through the router (rolling)."""
+    return _on_call(profile, opts, emit, address_of, restart_replica)
+
+
+def fleet_rollback(profile: Profile, opts: UpOptions, emit: EventSink,
+                   address_of: AddressOf = ssh_address) -> FleetReport:
+    """Every replica back to its newest other version that reached ready, one at a time (rolling)."""
+    return _on_call(profile, opts, emit, address_of, rollback_replica)
+
+
+def _on_call(profile: Profile, opts: UpOptions, emit: EventSink, address_of: AddressOf,
+             action: Callable[[Ref, EventSink, UpOptions], object]) -> FleetReport:
+    fleet = fleet_of(profile, address_of)
+    report = FleetReport(fleet.name)
+
+    def again(member: ReplicaMember, e: EventSink) -> object:
+        t = member.profile.target
+        ref = Ref(member.name, spec_of(t, opts.trust_new_host), t.workdir, member.profile)
+        return action(ref, e, opts)
+
+    with _front(fleet, opts) as front:
+        _rolling(fleet, report, TaggedSink(emit), opts, again, None, front)
+    return report.settle()
+
+
+def _rolling(fleet: Fleet, report: FleetReport, sink: TaggedSink, opts: UpOptions, replace: Replace,
+             unchanged: Callable[[ReplicaMember], bool] | None, front: Remote | None) -> None:
+    if fleet.router is None:
+        roll(fleet, report, sink, replace, None, unchanged)
+        return
+    member = fleet.router
+    emit = sink.tagged(member.host, "router")
+    try:
+        with router_session(member, opts.what, emit, trust_new_host=opts.trust_new_host,
+                            break_lock=opts.break_lock, remote=front) as (remote, layout):
+            roll(fleet, report, sink, replace, remote, unchanged)
+            report.router = ensure_router(remote, layout, member, fleet.profile, report.serving_urls(), emit)
+    except DeployError as exc:
+        report.router = RouterReport(member.name, member.host, "failed", detail=exc.message)
+        if not report.replicas:
+            raise
+
+
+def _unchanged(opts: UpOptions) -> Callable[[ReplicaMember], bool]:
+    """Whether a replica already runs what its profile renders to (its current run's content hash)."""
+    def check(member: ReplicaMember) -> bool:
+        t = member.profile.target
+        try:
+            rows = deployment_status(Ref(member.name, spec_of(t, opts.trust_new_host), t.workdir, member.profile))
+        except DeployError:
+            return False
+        return bool(rows) and rows[0].get("serving") is True and \
+            rows[0].get("content_hash") == render(member.profile).content_hash
+    return check
+
+
+def _replicas_serve(fleet: Fleet, opts: UpOptions) -> bool:
+    """A fleet without a router (behind a balancer of your own): whether any replica serves now, asked of every
+    host at once (then `up` replaces them one at a time, so they never all stop together)."""
+    def one(member: ReplicaMember, _emit: EventSink) -> bool:
+        t = member.profile.target
+        try:
+            rows = deployment_status(Ref(member.name, spec_of(t, opts.trust_new_host), t.workdir, member.profile))
+        except NotFound:
+            return False
+        return bool(rows) and rows[0].get("serving") is True
+
+    done = fan_out(fleet.replicas, lambda m: m.host, lambda m: f"r{m.index}", one, TaggedSink(lambda _e: None))
+    return any(d.value for d in done)
+
+
+def _router_serves(fleet: Fleet, remote: Remote) -> bool:
+    """Whether the fleet's router runs and answers (then an `up` replaces replicas one at a time)."""
+    member = fleet.router
+    assert member is not None
+    layout = Layout(f"{expand_workdir(remote, member.target.workdir).rstrip('/')}/{member.name}")
+    view = current_view(remote, layout)
+    if view is None or not view.alive:
+        return False
+    try:
+        return any(w.healthy for w in workers(remote, member).values())
+    except DeployError:
+        return False
+
+
+def _start_router(fleet: Fleet, report: FleetReport, sink: TaggedSink, opts: UpOptions,
+                  front: Remote | None) -> RouterReport:
+    member = fleet.router
+    assert member is not None
+    urls = report.serving_urls()
+    if not urls:
+        return RouterReport(member.name, member.host, "failed", detail="not started: no replica is ready")
+    emit = sink.tagged(member.host, "router")
+    try:
+        with router_session(member, opts.what, emit, trust_new_host=opts.trust_new_host,
+                            break_lock=opts.break_lock, remote=front) as (remote, layout):
+            return ensure_router(remote, layout, member, fleet.profile, urls, emit, force=opts.force)
+    except DeployError as exc:
+        return RouterReport(member.name, member.host, "failed", detail=exc.message)

@@ -1,0 +1,116 @@
+"""Output of fleet operations for people: every event on its own line, prefixed with the member and host it came
+from (`r1@gpu-b`), so hosts working at once read side by side; and the fleet's report and status tables."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any
+
+from deployer.logtext import clip, printable
+from deployer.watch.watcher import Event
+
+QUIET = {"progress"}   # download progress would flood a multi-host view: the phase lines say enough
+
+
+class FleetProgress:
+    """Prefixed event lines on stderr (never a live redraw: several hosts write at once)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+    def __call__(self, event: Event) -> None:
+        if event.kind in QUIET:
+            return
+        text = event_text(event)
+        if text is None:
+            return
+        who = f"{event.data.get('member', '')}@{event.data.get('host', '')}" if event.data.get("host") else "fleet"
+        with self.lock:
+            sys.stderr.write(f"{who:<20} {text}\n")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        pass
+
+
+def _t(value: Any, limit: int = 160) -> str:
+    return clip(printable(str(value)), limit)
+
+
+def event_text(event: Event) -> str | None:
+    d = event.data
+    kind = event.kind
+    if kind == "phase":
+        return f"{d.get('phase', ''):<20} {float(d.get('elapsed') or 0):7.1f}s  {_t(d.get('line', ''), 110)}"
+    if kind == "attempt":
+        return f"attempt {d.get('attempt')} (content {str(d.get('content_hash'))[:12]})"
+    if kind == "ready":
+        return _t(d.get("message") or f"ready after {float(d.get('elapsed') or 0):.1f}s")
+    if kind == "exited":
+        how = f"killed by {d.get('signal_name') or d.get('signal')}" if d.get("signal") else \
+            f"exit code {d.get('exit_code')}"
+        return f"engine died ({how}) after {float(d.get('elapsed') or 0):.1f}s"
+    if kind in ("hung", "timeout"):
+        return f"{kind} after {float(d.get('elapsed') or 0):.1f}s"
+    if kind == "diagnosis":
+        return f"diagnosis {d.get('signature') or 'unknown'}: {_t(d.get('summary', ''))}"
+    if kind == "change":
+        return f"changing: {_t(d.get('reason', ''))}"
+    if kind in ("warning", "drift", "problem", "rollback", "restored", "supervisor-lost", "info"):
+        prefix = "" if kind == "info" else f"{kind}: "
+        return prefix + _t(d.get("message", ""), 300)
+    if kind == "port-taken":
+        return f"port {d.get('port')} taken by {_t(', '.join(d.get('holders') or []))}"
+    return None
+
+
+def report_lines(report: dict[str, Any]) -> list[str]:
+    """The fleet report (FleetReport.to_json()) for people: a line per replica and the router, then the verdict."""
+    lines = [f"{report['name']} ({report['mode']}):"]
+    for r in report["replicas"]:
+        where = f"r{r['index']}@{r['host']}"
+        line = f"  {where:<20} {r['status']:<16} {r['url']}"
+        if r.get("error"):
+            line += f"  {_t(r['error'], 300)}"
+        lines.append(line)
+        diag = r.get("diagnosis") or {}
+        if diag:
+            lines.append(f"  {'':<20} diagnosis {diag.get('signature') or 'unknown'}: {_t(diag.get('summary', ''))}")
+        restored = r.get("restored") or {}
+        if restored:
+            lines.append(f"  {'':<20} previous version {str(restored.get('content_hash'))[:12]} brought back: "
+                         f"{restored.get('status')}")
+    router = report.get("router")
+    if router:
+        where = f"router@{router['host']}"
+        line = f"  {where:<20} {router['status']:<16} {router.get('url') or ''}"
+        if router.get("status") == "ready":
+            line += f"  {len(router.get('workers') or [])} workers ({router.get('action')})"
+        elif router.get("detail"):
+            line += f"  {_t(router['detail'], 300)}"
+        lines.append(line)
+    for note in report.get("notes") or []:
+        lines.append(f"  {_t(note, 300)}")
+    ready = sum(1 for r in report["replicas"] if r["status"] in ("ready", "already-running", "unchanged"))
+    lines.append(f"{report['name']}: {report['status']} ({ready} of {len(report['replicas'])} replicas serving)")
+    return lines
+
+
+def status_lines(data: dict[str, Any]) -> list[str]:
+    lines = [f"{data['name']}: {'serving' if data['serving'] else 'not fully serving'}"]
+    rows = [*data["replicas"], *([data["router"]] if data.get("router") else [])]
+    for row in rows:
+        where = f"{row['member']}@{row.get('alias') or row['host']}"
+        health = "healthy" if row.get("healthy") else "not healthy"
+        line = f"  {where:<20} {row['status']:<12} {health:<12} {row['url']}"
+        if row.get("pid"):
+            line += f"  pid {row['pid']} content {str(row.get('content_hash'))[:12]} restarts {row.get('restarts')}"
+        if row.get("error"):
+            line += f"  {_t(row['error'], 300)}"
+        lines.append(line)
+        ready = row.get("readiness")
+        if ready:
+            lines.append(f"  {'':<20} readiness: {ready.get('healthy_workers')} of {ready.get('total_workers')} "
+                         f"workers healthy")
+    return lines
