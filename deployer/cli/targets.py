@@ -47,6 +47,11 @@ def up(profile: str, overrides: tuple[str, ...], host: str | None, trust_new_hos
     opts = UpOptions(trust_new_host=trust_new_host, heal=not no_heal, skip_preflight=skip_preflight,
                      save_fixed=save_fixed, model_config=model_config, force=force, rollback=not no_rollback,
                      break_lock=break_lock)
+    if prof.nodes:  # one engine across nodes (issue 14)
+        from deployer.fleet.nodes_up import up_nodes
+
+        run_reported(as_json, lambda sink: up_nodes(prof, opts, sink))
+        return
     run_reported(as_json, lambda sink: run_up(prof, opts, sink))
 
 

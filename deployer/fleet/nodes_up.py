@@ -1,0 +1,509 @@
+"""`deploy up` of one engine across nodes (`nodes:`): every node locked, checked, pushed and started as a group.
+
+One SSH connection per node, opened and used concurrently (a small thread pool); every node's deployment lock
+is held before anything changes on any node. Preflight: node 0 runs the single-host preflight (and its healing,
+which then applies to every node), every node is checked for the same engine version, GPU count and model, the
+engine ports and node 0's dist-init port free, and the dist-init port reachable from every follower. Each
+attempt pushes every node's run dir (the single-host push/start/watch steps, as functions), stops what served
+before (rank 0 first: the followers wait for its shutdown), starts all ranks, and watches rank 0's log and
+health (the followers serve only a dummy health) and every follower's supervisor. When any rank dies, the whole
+group is stopped and the diagnosis comes from the rank that failed first (nodes_diagnose.py); a known change
+applies to every node and the group starts again. After `up`, the supervisors keep the group's fate (deployer/
+supervisor/supervise_group.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import shlex
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from deployer.diagnose.diagnosis import Diagnosis
+from deployer.engines import engine_for
+from deployer.errors import DeployError, LaunchFailed, PreflightFailed, RetriesExhausted
+from deployer.fleet.nodes_diagnose import RankEnd, first_failure
+from deployer.fleet.nodes_net import NetFacts, decide, gather_net, node0_address
+from deployer.fleet.nodes_plan import NodeNet, NodePlan, multinode_of, node_keys, plan_nodes, supervisor_overrides
+from deployer.logtext import bounded_diagnosis
+from deployer.pipeline.before_launch import checked_profile
+from deployer.pipeline.up import AttemptReport, UpOptions, UpReport, attempt_log, diagnose_attempt, locked_session
+from deployer.preflight.facts import Facts, gather_facts
+from deployer.profile.model import Profile
+from deployer.push import Layout, RunDir, new_run_id, profile_record, push, set_current, supervisor_config
+from deployer.push import write_outcome
+from deployer.remedy import Change, propose
+from deployer.remote.base import Remote
+from deployer.render.bundle import Bundle, render
+from deployer.secrets import masking_sink
+from deployer.start import Launch, check_port, port_free, start, status, stop
+from deployer.target.records import RunView, current_view, healthy
+from deployer.watch.hubcache import hub_cache
+from deployer.watch.watcher import DEAD_STATES, Crashed, Event, EventSink, Outcome, Ready, Watcher
+
+MAX_WORKERS = 8
+PORT_WAIT_S = 15.0
+REACH_TIMEOUT_S = 10.0
+STOP_GRACE_CAP_S = 10.0
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass
+class NodeSession:
+    """One node while `up` holds it: its plan, its (lock-guarded) connection and layout, this attempt's run."""
+
+    plan: NodePlan
+    remote: Remote
+    layout: Layout
+    serving: RunView | None = None
+    net: NetFacts | None = None
+    run: RunDir | None = None
+    launch: Launch | None = None
+
+    @property
+    def rank(self) -> int:
+        return self.plan.rank
+
+
+@dataclass
+class NodesReport(UpReport):
+    """The single-host report, plus one row per node (host, port, run dir, state)."""
+
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class FollowerEnded:
+    """A follower's engine ended while rank 0 was still starting."""
+
+    rank: int
+    state: dict[str, Any]
+
+    def describe(self) -> str:
+        return f"node {self.rank} ended ({self.state.get('status')})"
+
+
+def fan(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """fn over items concurrently (bounded pool), results in order; the first failure is raised after all ended."""
+    if not items:
+        return []
+    with ThreadPoolExecutor(max_workers=min(MAX_WORKERS, len(items))) as pool:
+        futures = [pool.submit(fn, item) for item in items]
+        errors = [f.exception() for f in futures]
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise first
+    return [f.result() for f in futures]
+
+
+def _serialized(emit: EventSink) -> EventSink:
+    """Events come from several threads: one at a time reaches the console."""
+    lock = threading.Lock()
+
+    def sink(event: Event) -> None:
+        with lock:
+            emit(event)
+    return sink
+
+
+def _for_node(emit: EventSink, plan: NodePlan) -> EventSink:
+    def sink(event: Event) -> None:
+        emit(dataclasses.replace(event, data={**event.data, "node": plan.rank, "host": plan.node.host}))
+    return sink
+
+
+@contextlib.contextmanager
+def _sessions(plans: list[NodePlan], opts: UpOptions, emit: EventSink) -> Iterator[list[NodeSession]]:
+    """Connect to every node and take every node's lock (concurrently); all released on exit."""
+    managers = [locked_session(p.profile, opts, _for_node(emit, p)) for p in plans]
+    entered: list[contextlib.AbstractContextManager[tuple[Remote, Layout]]] = []
+    guard = threading.Lock()
+
+    def enter(index: int) -> tuple[Remote, Layout]:
+        value = managers[index].__enter__()
+        with guard:
+            entered.append(managers[index])
+        return value
+
+    try:
+        held = fan(enter, list(range(len(plans))))
+        yield [NodeSession(plan=p, remote=r, layout=layout) for p, (r, layout) in zip(plans, held)]
+    finally:
+        for manager in reversed(entered):
+            with contextlib.suppress(DeployError):
+                manager.__exit__(None, None, None)
+
+
+def up_nodes(profile: Profile, opts: UpOptions, emit: EventSink) -> NodesReport:
+    emit = _serialized(masking_sink(emit))
+    plans = plan_nodes(profile)  # bad input is refused before any connection
+    with _sessions(plans, opts, emit) as sessions:
+        report = NodesReport(name=profile.name, host=_hosts(plans), status="failed")
+        for s, view in zip(sessions, fan(lambda s: current_view(s.remote, s.layout), sessions)):
+            s.serving = view if view is not None and view.alive else None
+        nets = _network(sessions, profile)
+        tried: list[Change] = []
+        base, version = _preflight(sessions, profile, nets, opts, tried, report, emit)
+        plans = plan_nodes(base, nets)
+        if _already_running(sessions, plans, opts, report, emit):
+            return report
+        return _attempts(sessions, base, nets, opts, tried, version, report, emit)
+
+
+def _hosts(plans: list[NodePlan]) -> str:
+    return ", ".join(p.node.host for p in plans)
+
+
+# --- network and preflight ------------------------------------------------------------------------------------
+
+def _network(sessions: list[NodeSession], profile: Profile) -> list[NodeNet]:
+    """Node 0 first (its address is what the followers route to), then the followers concurrently."""
+    hosts = [s.plan.node.host for s in sessions]
+    first = gather_net(sessions[0].remote, None)
+    node0 = node0_address(first, hosts[0])
+    rest = fan(lambda s: gather_net(s.remote, node0), sessions[1:])
+    for s, facts in zip(sessions, [first, *rest]):
+        s.net = facts
+    return decide([first, *rest], node0, hosts, profile.engine.nic)
+
+
+def _preflight(sessions: list[NodeSession], profile: Profile, nets: list[NodeNet], opts: UpOptions,
+               tried: list[Change], report: UpReport, emit: EventSink) -> tuple[Profile, str | None]:
+    """The profile every node runs (node 0's preflight healing applied) and the engine version; PreflightFailed
+    naming the node when the nodes differ or cannot form the group."""
+    version = profile.engine.version
+    base = profile
+    if not opts.skip_preflight:
+        leader = sessions[0]
+        own_port = leader.serving is not None and leader.serving.record.get("port") == leader.plan.port
+        checked, version, _dry = checked_profile(
+            leader.remote, plan_nodes(profile, nets)[0].profile, heal=opts.heal, model_config=opts.model_config,
+            own_port=own_port, tried=tried, emit=_for_node(emit, leader.plan), notes=report.before_launch,
+            warnings=report.warnings)
+        base = _rebased(profile, checked)
+    plans = plan_nodes(base, nets)
+    facts = fan(lambda pair: gather_facts(pair[0].remote, pair[1].profile), list(zip(sessions, plans)))
+    problems = _compare(sessions, plans, facts, opts.skip_preflight)
+    problems += _dist_init_problems(sessions, plans)
+    if problems:
+        for problem in problems:
+            emit(Event("problem", {"message": problem}))
+        raise PreflightFailed(problems)
+    return base, version or facts[0].engine_version
+
+
+def _rebased(profile: Profile, checked: Profile) -> Profile:
+    """The profile with what node 0's preflight changed (args and env), minus what `nodes:` sets per node."""
+    multinode = multinode_of(profile)
+    per_node = set(node_keys(multinode))
+    args: dict[str, Any] = {k: v for k, v in checked.engine.args.items() if k not in per_node}
+    args.update({k: None for k in profile.engine.args if k not in checked.engine.args})
+    env: dict[str, str | None] = {k: v for k, v in checked.engine.env.items()
+                                  if k not in multinode.nic_env or k in profile.engine.env}
+    env.update({k: None for k in profile.engine.env if k not in checked.engine.env})
+    return profile.patched(args=args, env=env)
+
+
+def _compare(sessions: list[NodeSession], plans: list[NodePlan], facts: list[Facts], lenient: bool) -> list[str]:
+    problems: list[str] = []
+    versions = {p.rank: f.engine_version for p, f in zip(plans, facts)}
+    missing = [p.label for p in plans if not versions[p.rank]]
+    if missing:
+        problems.append(f"no {plans[0].profile.engine.kind} found by {plans[0].profile.engine.python} on "
+                        f"{', '.join(missing)}")
+    elif len(set(versions.values())) > 1:
+        problems.append("engine versions differ: " + ", ".join(f"{p.label} {versions[p.rank]}" for p in plans))
+    counts = {p.rank: _gpu_count(p, f) for p, f in zip(plans, facts)}
+    if not lenient and len(set(counts.values())) > 1:
+        problems.append("GPU counts differ: " + ", ".join(f"{p.label} {counts[p.rank]}" for p in plans))
+    local = plans[0].profile.engine.model_path.startswith(("/", "~"))
+    for plan, fact in zip(plans, facts):
+        if local and (fact.model is None or fact.model.error):
+            why = fact.model.error if fact.model is not None and fact.model.error else "not found"
+            problems.append(f"model {plan.profile.engine.model_path} on {plan.label}: {why}")
+        own = sessions[plan.rank].serving is not None and \
+            sessions[plan.rank].serving.record.get("port") == plan.port  # type: ignore[union-attr]
+        if fact.port_free is False and not own:
+            problems.append(f"port {plan.port} is taken on {plan.label}")
+    return problems
+
+
+def _gpu_count(plan: NodePlan, facts: Facts) -> int:
+    gpus = plan.profile.engine.gpus
+    return len(gpus) if gpus is not None else len(facts.gpus)
+
+
+def _dist_init_problems(sessions: list[NodeSession], plans: list[NodePlan]) -> list[str]:
+    """The dist-init port is free on node 0 and every follower reaches it (a listener held for the look)."""
+    leader, port = sessions[0], plans[0].profile.engine.dist_init_port
+    own = leader.serving is not None
+    free, holder = port_free(leader.remote, leader.layout, port)
+    if not free and not own:
+        return [f"dist-init port {port} is taken on {plans[0].label}: {holder}"]
+    if not free:
+        return []  # ours (the version serving now): its reachability was shown when it formed
+    return _reach(sessions, plans[0].addr, port)
+
+
+LISTEN_PY = """import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(64); s.settimeout(0.2)
+print("@@listening", flush=True)
+want, got, end = int(sys.argv[2]), 0, time.monotonic() + float(sys.argv[3])
+while got < want and time.monotonic() < end:
+    try:
+        c, _ = s.accept(); c.close(); got += 1
+    except OSError:
+        pass
+"""
+CONNECT_PY = """import socket, sys, time
+end = time.monotonic() + float(sys.argv[3])
+while True:
+    try:
+        socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2).close(); print("@@reached"); break
+    except OSError as e:
+        if time.monotonic() >= end:
+            print("@@unreachable", e); break
+        time.sleep(0.2)
+"""
+
+
+def _reach(sessions: list[NodeSession], addr: str, port: int) -> list[str]:
+    """Node 0 listens on the dist-init port for a moment; every follower connects to <node 0>:<port>."""
+    leader, followers = sessions[0], sessions[1:]
+    listen = (f"python3 -c {_q(LISTEN_PY)} {port} {len(followers)} {REACH_TIMEOUT_S:g}")
+    out: list[str] = []
+
+    def look(s: NodeSession) -> str:
+        if s.rank == 0:
+            return s.remote.run(listen, timeout=REACH_TIMEOUT_S + 15, check=False).stdout
+        return s.remote.run(f"python3 -c {_q(CONNECT_PY)} {_q(addr)} {port} {REACH_TIMEOUT_S:g}",
+                            timeout=REACH_TIMEOUT_S + 15, check=False).stdout
+
+    results = fan(look, [leader, *followers])
+    for s, text in zip(followers, results[1:]):
+        if "@@reached" not in text:
+            why = text.split("@@unreachable", 1)[1].strip() if "@@unreachable" in text else "no answer"
+            out.append(f"{s.plan.label} cannot reach node 0's dist-init address {addr}:{port} ({why})")
+    return out
+
+
+def _q(text: str) -> str:
+    return shlex.quote(text)
+
+
+def _already_running(sessions: list[NodeSession], plans: list[NodePlan], opts: UpOptions, report: NodesReport,
+                     emit: EventSink) -> bool:
+    bundles = [render(p.profile) for p in plans]
+    same = all(s.serving is not None and s.serving.content_hash == b.content_hash
+               for s, b in zip(sessions, bundles))
+    if opts.force or not same or not healthy(sessions[0].remote, plans[0].port, plans[0].profile.health.path):
+        return False
+    emit(Event("info", {"message": f"{plans[0].profile.name} {bundles[0].short_hash} is already running on every "
+                                   "node and rank 0 is healthy"}))
+    report.status, report.content_hash = "already-running", bundles[0].content_hash
+    report.run_dir = sessions[0].serving.run.path if sessions[0].serving else None
+    report.nodes = [_row(s, "running") for s in sessions]
+    return True
+
+
+# --- attempts ---------------------------------------------------------------------------------------------------
+
+def _attempts(sessions: list[NodeSession], base: Profile, nets: list[NodeNet], opts: UpOptions,
+              tried: list[Change], version: str | None, report: NodesReport, emit: EventSink) -> NodesReport:
+    up_id = uuid.uuid4().hex[:12]
+    every = base.health.interval_s
+    for attempt in range(1, base.retry.max_attempts + 1):
+        plans = plan_nodes(base, nets)
+        for s, plan in zip(sessions, plans):
+            s.plan = plan
+        bundles = [render(p.profile) for p in plans]
+        emit(Event("attempt", {"attempt": attempt, "content_hash": bundles[0].content_hash}))
+
+        def pushed(pair: tuple[NodeSession, Bundle]) -> RunDir:
+            s, bundle = pair
+            config = {**supervisor_config(s.plan.profile), **supervisor_overrides(plans, s.rank, every)}
+            return push(s.remote, s.layout, bundle, profile_record(s.plan.profile, bundle, attempt=attempt,
+                                                                   up_id=up_id), config, new_run_id(bundle, attempt))
+
+        for s, run in zip(sessions, fan(pushed, list(zip(sessions, bundles)))):
+            s.run = run
+        wait = _stop_serving(sessions, base, report, emit) if attempt == 1 else 5.0
+        fan(lambda s: _start(s, wait), sessions)
+        outcome = _watch(sessions, base, emit)
+        item = AttemptReport(attempt, sessions[0].run.run_id if sessions[0].run else "", bundles[0].content_hash,
+                             _outcome_name(outcome), outcome.describe() if not isinstance(outcome, Ready) else "ready")
+        report.attempts.append(item)
+        if isinstance(outcome, Ready):
+            return _finish(sessions, bundles, item, report, emit)
+        _stop_group(sessions, base)
+        diag, rank = _diagnose(sessions, outcome, version, base.engine.kind)
+        item.diagnosis = bounded_diagnosis({**diag.to_json(), "hint": diag.hint, "node": rank})
+        item.detail = f"{item.detail}; node {rank} failed first"
+        emit(Event("diagnosis", {"attempt": attempt, **item.diagnosis}))
+        fan(lambda s: _try_outcome(s, item), sessions)
+        change = _next_change(diag, base, opts, tried, item, emit)
+        if change is None:
+            why = "healing disabled (--no-heal)" if not opts.heal else "no known change fixes it"
+            report.nodes = [_row(s, "stopped") for s in sessions]
+            raise LaunchFailed(f"{base.name}: {item.detail}: {diag.summary} ({why})", outcome=report,
+                               hint=diag.hint)
+        if not change.is_empty():
+            base = base.patched(args=change.args, env=change.env)
+    report.nodes = [_row(s, "stopped") for s in sessions]
+    exhausted = RetriesExhausted(f"{base.name}: not ready after {base.retry.max_attempts} attempts; last: "
+                                 f"{report.attempts[-1].detail}", attempts=report.attempts)
+    exhausted.outcome = report
+    raise exhausted
+
+
+def _stop_serving(sessions: list[NodeSession], profile: Profile, report: UpReport, emit: EventSink) -> float:
+    """Stop the group that served before (its run dirs stay): rank 0 first, whose shutdown the followers await."""
+    serving = [s for s in sessions if s.serving is not None]
+    if not serving:
+        return 0.0
+    emit(Event("info", {"message": f"stopping the running version on {len(serving)} node(s) to replace it"}))
+    report.replaced = serving[0].serving.run.run_id if serving[0].serving else None
+    grace = min(profile.restart.grace_s, STOP_GRACE_CAP_S)
+    ordered = sorted(serving, key=lambda s: s.rank)
+    if ordered[0].rank == 0 and ordered[0].serving is not None:
+        stop(ordered[0].remote, ordered[0].serving.run, grace)
+        ordered = ordered[1:]
+    fan(lambda s: stop(s.remote, s.serving.run, grace) if s.serving else None, ordered)
+    return PORT_WAIT_S
+
+
+def _start(s: NodeSession, port_wait: float) -> None:
+    assert s.run is not None
+    if port_wait > 0:
+        check_port(s.remote, s.layout, s.plan.port, wait_s=port_wait)
+    set_current(s.remote, s.layout, s.run)
+    s.launch = start(s.remote, s.run)
+
+
+def _watch(sessions: list[NodeSession], profile: Profile, emit: EventSink) -> Outcome | FollowerEnded:
+    """Rank 0's log and health (the single-host watch, one poll at a time) and every follower's supervisor."""
+    leader = sessions[0]
+    assert leader.launch is not None
+    watcher = Watcher(leader.remote, leader.launch, leader.plan.port, profile.health, engine_for(profile.engine.kind),
+                      _for_node(emit, leader.plan), cache=hub_cache(profile.engine.model_path, profile.engine.env))
+    delay, next_look = 0.1, 0.0
+    for _ in range(10_000_000):  # bounded by the watcher's startup and stall deadlines
+        outcome = watcher.poll_once()
+        if isinstance(outcome, Ready):
+            ended = _followers_ended(sessions[1:])
+            return ended or outcome
+        if outcome is not None:
+            return outcome
+        if time.monotonic() >= next_look:
+            ended = _followers_ended(sessions[1:])
+            if ended is not None:
+                emit(Event("exited", {"node": ended.rank, "message": ended.describe()}))
+                return ended
+            next_look = time.monotonic() + profile.health.interval_s
+        time.sleep(delay)
+        delay = min(delay * 1.6, profile.health.interval_s)
+    raise DeployError("watch loop ran out of polls")  # pragma: no cover
+
+
+def _followers_ended(followers: list[NodeSession]) -> FollowerEnded | None:
+    states = fan(lambda s: status(s.remote, s.run) if s.run else {}, followers)
+    for s, state in zip(followers, states):
+        if state.get("status") in DEAD_STATES:
+            return FollowerEnded(s.rank, state)
+    return None
+
+
+def _stop_group(sessions: list[NodeSession], profile: Profile) -> None:
+    """Every rank of this attempt stopped: rank 0 first (a graceful rank 0 ends the followers), then the rest."""
+    grace = min(profile.restart.grace_s, STOP_GRACE_CAP_S)
+    leader, followers = sessions[0], sessions[1:]
+    if leader.run is not None:
+        stop(leader.remote, leader.run, grace)
+    fan(lambda s: stop(s.remote, s.run, grace) if s.run else None, followers)
+
+
+def _diagnose(sessions: list[NodeSession], outcome: Outcome | FollowerEnded, version: str | None,
+              kind: str) -> tuple[Diagnosis, int]:
+    """The first rank that failed, and its diagnosis; rank 0's own (a hang, a timeout) when no rank ended."""
+    def end(s: NodeSession) -> RankEnd:
+        assert s.run is not None and s.launch is not None
+        state = status(s.remote, s.run)
+        raw = state.get("last_crash")
+        crash: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        tb = crash.get("traceback_offset", state.get("traceback_offset"))
+        log = attempt_log(s.remote, s.run, s.launch.log_offset, tb if isinstance(tb, int) else None)
+        return RankEnd(rank=s.rank, log=log, state=state, utc_offset_s=s.net.utc_offset_s if s.net else 0)
+
+    first = first_failure(fan(end, sessions), version=version, kind=kind)
+    if first is not None:
+        return first.diagnosis, first.rank
+    leader = sessions[0]
+    assert leader.launch is not None
+    if isinstance(outcome, FollowerEnded):
+        outcome = Crashed(0.0, outcome.state.get("exit_code"), outcome.state.get("signal"),
+                          outcome.state.get("signal_name"), [])
+    return diagnose_attempt(leader.remote, leader.launch, outcome, version, kind=kind), 0
+
+
+def _next_change(diag: Diagnosis, profile: Profile, opts: UpOptions, tried: list[Change], item: AttemptReport,
+                 emit: EventSink) -> Change | None:
+    """The change for the next attempt (the empty one: retry a transient failure once), None to stop."""
+    if not opts.heal:
+        return None
+    if diag.transient:
+        unchanged = Change(reason=f"retry unchanged after transient {diag.signature}")
+        if any(c.is_empty() and c.reason == unchanged.reason for c in tried):
+            return None
+        tried.append(unchanged)
+        time.sleep(profile.retry.backoff_s)
+        return unchanged
+    change = propose(diag, profile, tried, None)
+    if change is None:
+        return None
+    tried.append(change)
+    item.change = change.to_json()
+    emit(Event("change", {"attempt": item.attempt, **item.change}))
+    return change
+
+
+def _try_outcome(s: NodeSession, item: AttemptReport) -> None:
+    if s.run is None:
+        return
+    try:
+        write_outcome(s.remote, s.run, item.to_json())
+    except DeployError:
+        pass  # the failure being reported matters more than its record
+
+
+def _finish(sessions: list[NodeSession], bundles: list[Bundle], item: AttemptReport, report: NodesReport,
+            emit: EventSink) -> NodesReport:
+    fan(lambda s: _try_outcome(s, item), sessions)
+    report.status, report.content_hash = "ready", bundles[0].content_hash
+    report.run_dir = sessions[0].run.path if sessions[0].run else None
+    report.nodes = [_row(s, "ready" if s.rank == 0 else "serving health") for s in sessions]
+    for row in report.nodes:
+        emit(Event("info", {"message": f"node {row['node']} {row['host']}: {row['state']} on port {row['port']} "
+                                       f"({row['run_dir']})", "node": row["node"], "host": row["host"]}))
+    return report
+
+
+def _row(s: NodeSession, state: str) -> dict[str, Any]:
+    run = s.run.path if s.run else (s.serving.run.path if s.serving else None)
+    names = multinode_of(s.plan.profile).nic_env
+    return {"node": s.rank, "host": s.plan.node.host, "addr": s.plan.addr, "port": s.plan.port,
+            "nic": s.plan.profile.engine.env.get(names[0]) if names else None, "run_dir": run, "state": state}
+
+
+def _outcome_name(outcome: Outcome | FollowerEnded) -> str:
+    if isinstance(outcome, FollowerEnded):
+        return "crashed"
+    return {"Ready": "ready", "Crashed": "crashed", "Hung": "hung", "TimedOut": "timeout",
+            "PortTaken": "port-taken", "Unsupervised": "supervisor-lost"}.get(type(outcome).__name__, "failed")
