@@ -52,7 +52,7 @@ def multinode_of(profile: Profile) -> MultiNode:
     multinode = engine_for(profile.engine.kind).multinode
     if multinode is None:
         raise ProfileError(f"nodes: one {profile.engine.kind} engine across nodes is not supported by deployer "
-                           "(no multi-node launch flags known for it)", file=_file(profile), field="nodes")
+                           "(no multi-node launch flags known for it)", file=_file(profile))
     return multinode
 
 
