@@ -1,7 +1,7 @@
 """One engine across nodes (`nodes:`): what each node runs, as a derived single-host profile per node.
 
 Node R of N runs the profile's engine with the engine's own multi-node flags (`--nnodes N --node-rank R
---dist-init-addr <node 0>:<dist_init_port>` for SGLang, names from its EngineSpec.multinode), the NIC env
+--dist-init-addr <node 0>:<dist_init_port>` as the engine spells them in its EngineSpec.multinode), the NIC env
 (NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME: engine.nic, else what the node's network facts say), its own GPUs and
 port. Rank 0 serves the API on engine.host; ranks >= 1 serve only the engine's dummy health, bound to their own
 address so that node 0's supervisor can watch them. Pure: the network facts come in as `NodeNet`s.

@@ -4,7 +4,7 @@ once its engine is ready, and calls the group broken when a peer is gone. Stdlib
 supervise.json `group` (written by deployer/fleet/nodes_plan.py):
   {"role": "leader", "followers": [{"rank", "addr", "port", "path"}], "every_s", "misses"}
       node 0: every follower's dummy health must answer 200; once one has answered, `misses` failed looks
-      in a row mean that rank is gone (sgl-project/sglang#3099: rank 0 keeps serving after rank 1 died).
+      in a row mean that rank is gone (issue 14 cites an engine bug #3099: rank 0 kept serving after rank 1 died).
   {"role": "follower", "leader": {"addr", "port"}, "every_s", "misses"}
       rank >= 1: its engine holds a TCP connection to node 0's rendezvous port (torch's TCPStore client) for
       the life of the group; once seen, `misses` looks without it ESTABLISHED mean rank 0 is gone.
