@@ -87,13 +87,28 @@ def _final(report: Any, as_json: bool, sink: Any) -> None:
 @click.option("--workdir", default=None, help="Workdir on the target (default: the profile's or /workspace/deployer).")
 @_target_options
 @click.option("--json", "as_json", is_flag=True)
-def status(target: str | None, host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool) -> None:
+@click.option("--node", type=click.IntRange(0, 4096), default=None,
+              help="One node of a multi-node (nodes:) profile: its node_rank.")
+def status(target: str | None, host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool,
+           node: int | None) -> None:
     """State, pid, uptime, health, attempt, content hash and run dir; every deployment with only --host.
 
     Exits 0 only while the deployment serves (every one, with only --host): 5 crashed, crash-looping or
     lost; 6 alive but not answering /health (starting, restarting, hung); 8 stopped; 7 none there."""
+    from deployer.fleet import nodes_ops
     from deployer.oncall import deployment as ops
 
+    group = nodes_ops.nodes_profile(target, node)
+    if group is not None:  # one engine across nodes: a row per node
+        rows = nodes_ops.status(group, node, workdir, trust_new_host)
+        code = ops.worst_exit_code(rows)
+        if as_json:
+            _emit_json(rows)
+        else:
+            for row in rows:
+                click.echo(f"node {row['node']} ({row['role']}):")
+                _print_status([row])
+        click.get_current_context().exit(code)
     rows = ops.status(ops.make_ref(target, host, workdir, trust_new_host))
     code = ops.worst_exit_code(rows)
     if as_json:
@@ -156,10 +171,19 @@ def _ago(seconds: float) -> str:
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
 @click.option("-n", "--lines", default=50, show_default=True, type=click.IntRange(1, 100000))
 @click.option("--previous", is_flag=True, help="The log of the attempt before the current one.")
+@click.option("--node", type=click.IntRange(0, 4096), default=None,
+              help="One node of a multi-node (nodes:) profile: its node_rank.")
 def logs(target: str, host: str | None, workdir: str | None, trust_new_host: bool, follow: bool, lines: int,
-         previous: bool) -> None:
+         previous: bool, node: int | None) -> None:
     """Print the engine log of the current (or previous) attempt."""
+    from deployer.fleet import nodes_ops
     from deployer.oncall import deployment as ops
+
+    group = nodes_ops.nodes_profile(target, node)
+    if group is not None:
+        nodes_ops.logs(group, node, workdir, trust_new_host, lines=lines, follow=follow, previous=previous,
+                       out=click.echo)
+        return
 
     ops.logs(ops.make_ref(target, host, workdir, trust_new_host), lines=lines, follow=follow, previous=previous,
              out=click.echo)
@@ -174,10 +198,24 @@ def logs(target: str, host: str | None, workdir: str | None, trust_new_host: boo
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--break-lock", is_flag=True,
               help="Take the deployment lock even if another operation holds it (recorded in the history).")
+@click.option("--node", type=click.IntRange(0, 4096), default=None,
+              help="One node of a multi-node (nodes:) profile: its node_rank.")
 def down(target: str, host: str | None, workdir: str | None, trust_new_host: bool, grace: float | None,
-         as_json: bool, break_lock: bool) -> None:
+         as_json: bool, break_lock: bool, node: int | None) -> None:
     """Stop a deployment gracefully (idempotent: 'not running' is success)."""
+    from deployer.fleet import nodes_ops
     from deployer.oncall import deployment as ops
+
+    group = nodes_ops.nodes_profile(target, node)
+    if group is not None:  # every node, rank 0 first (or the one --node names)
+        results = nodes_ops.down(group, node, workdir, trust_new_host, grace, break_lock=break_lock,
+                                 notify=lambda m: click.echo(f"warning: {m}", err=True))
+        if as_json:
+            _emit_json(results)
+        for result in [] if as_json else results:
+            what = "stopped" if result["was_running"] else "not running"
+            click.echo(f"{result['name']} node {result['node']}: {what} on {result['host']}")
+        return
 
     result = ops.down(ops.make_ref(target, host, workdir, trust_new_host), grace, break_lock=break_lock,
                       notify=lambda m: click.echo(f"warning: {m}", err=True))

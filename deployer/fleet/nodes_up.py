@@ -5,7 +5,7 @@ is held before anything changes on any node. Preflight: node 0 runs the single-h
 which then applies to every node), every node is checked for the same engine version, GPU count and model, the
 engine ports and node 0's dist-init port free, and the dist-init port reachable from every follower. Each
 attempt pushes every node's run dir (the single-host push/start/watch steps, as functions), stops what served
-before (rank 0 first: the followers wait for its shutdown), starts all ranks, and watches rank 0's log and
+before (every rank at once: the followers end on rank 0's shutdown), starts all ranks, and watches rank 0's log and
 health (the followers serve only a dummy health) and every follower's supervisor. When any rank dies, the whole
 group is stopped and the diagnosis comes from the rank that failed first (nodes_diagnose.py); a known change
 applies to every node and the group starts again. After `up`, the supervisors keep the group's fate (deployer/
@@ -20,16 +20,16 @@ import shlex
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from deployer.diagnose.diagnosis import Diagnosis
 from deployer.engines import engine_for
 from deployer.errors import DeployError, LaunchFailed, PreflightFailed, RetriesExhausted
 from deployer.fleet.nodes_diagnose import RankEnd, first_failure
 from deployer.fleet.nodes_net import NetFacts, decide, gather_net, node0_address
+from deployer.fleet.nodes_pool import fan
 from deployer.fleet.nodes_plan import NodeNet, NodePlan, multinode_of, node_keys, plan_nodes, supervisor_overrides
 from deployer.logtext import bounded_diagnosis
 from deployer.pipeline.before_launch import checked_profile
@@ -47,12 +47,9 @@ from deployer.target.records import RunView, current_view, healthy
 from deployer.watch.hubcache import hub_cache
 from deployer.watch.watcher import DEAD_STATES, Crashed, Event, EventSink, Outcome, Ready, Watcher
 
-MAX_WORKERS = 8
 PORT_WAIT_S = 15.0
 REACH_TIMEOUT_S = 10.0
 STOP_GRACE_CAP_S = 10.0
-T = TypeVar("T")
-R = TypeVar("R")
 
 
 @dataclass
@@ -88,19 +85,6 @@ class FollowerEnded:
 
     def describe(self) -> str:
         return f"node {self.rank} ended ({self.state.get('status')})"
-
-
-def fan(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
-    """fn over items concurrently (bounded pool), results in order; the first failure is raised after all ended."""
-    if not items:
-        return []
-    with ThreadPoolExecutor(max_workers=min(MAX_WORKERS, len(items))) as pool:
-        futures = [pool.submit(fn, item) for item in items]
-        errors = [f.exception() for f in futures]
-    first = next((e for e in errors if e is not None), None)
-    if first is not None:
-        raise first
-    return [f.result() for f in futures]
 
 
 def _serialized(emit: EventSink) -> EventSink:
@@ -365,18 +349,15 @@ def _attempts(sessions: list[NodeSession], base: Profile, nets: list[NodeNet], o
 
 
 def _stop_serving(sessions: list[NodeSession], profile: Profile, report: UpReport, emit: EventSink) -> float:
-    """Stop the group that served before (its run dirs stay): rank 0 first, whose shutdown the followers await."""
+    """Stop the group that served before (its run dirs stay), every rank's supervisor asked at once: rank 0's
+    graceful shutdown ends the followers (which ignore SIGTERM) within the grace."""
     serving = [s for s in sessions if s.serving is not None]
     if not serving:
         return 0.0
     emit(Event("info", {"message": f"stopping the running version on {len(serving)} node(s) to replace it"}))
     report.replaced = serving[0].serving.run.run_id if serving[0].serving else None
     grace = min(profile.restart.grace_s, STOP_GRACE_CAP_S)
-    ordered = sorted(serving, key=lambda s: s.rank)
-    if ordered[0].rank == 0 and ordered[0].serving is not None:
-        stop(ordered[0].remote, ordered[0].serving.run, grace)
-        ordered = ordered[1:]
-    fan(lambda s: stop(s.remote, s.serving.run, grace) if s.serving else None, ordered)
+    fan(lambda s: stop(s.remote, s.serving.run, grace) if s.serving else None, serving)
     return PORT_WAIT_S
 
 
@@ -422,12 +403,9 @@ def _followers_ended(followers: list[NodeSession]) -> FollowerEnded | None:
 
 
 def _stop_group(sessions: list[NodeSession], profile: Profile) -> None:
-    """Every rank of this attempt stopped: rank 0 first (a graceful rank 0 ends the followers), then the rest."""
+    """Every rank of this attempt stopped, all at once (as in _stop_serving)."""
     grace = min(profile.restart.grace_s, STOP_GRACE_CAP_S)
-    leader, followers = sessions[0], sessions[1:]
-    if leader.run is not None:
-        stop(leader.remote, leader.run, grace)
-    fan(lambda s: stop(s.remote, s.run, grace) if s.run else None, followers)
+    fan(lambda s: stop(s.remote, s.run, grace) if s.run else None, sessions)
 
 
 def _diagnose(sessions: list[NodeSession], outcome: Outcome | FollowerEnded, version: str | None,
