@@ -194,3 +194,22 @@ def test_rank0_timing_out_at_the_rendezvous_is_diagnosed(tmp_path: Path, bed: Ho
     assert "deploy logs NAME --node N" in diagnosis["hint"]
     # the whole group is down: rank 1 (still sleeping before its start) was stopped with rank 0
     assert state(bed, 1).get("status") == "stopped"
+
+
+def test_a_follower_left_hanging_by_a_dead_rank0_is_stopped_and_the_group_restarted(tmp_path: Path,
+                                                                                     bed: HostBed) -> None:
+    """Rank 0 dies and rank 1 does not (a collective that never returns): rank 1's supervisor sees its
+    engine's rendezvous connection to node 0 close, stops the rank and restarts it with the new rank 0."""
+    profile, ports = nodes_profile(tmp_path, bed, env={"STANDIN_PEER_DEATH": "hang"},
+                                   restart={"policy": "on-failure", "backoff_s": [0.5, 2]})
+    assert up(tmp_path, profile).returncode == 0
+    old1 = engine_pid(bed, 1)
+    dist = json.loads((bed.hosts[0].workdir / "two-node" / "current" / "profile.json").read_text())
+    dist_port = dist["profile"]["engine"]["dist_init_port"]
+    assert bed.run("node-0", f"kill -KILL {engine_pid(bed, 0)}").returncode == 0
+    wait_for(lambda: (state(bed, 1).get("last_crash") or {}).get("peer_lost"), "rank 1 stopped for its group", 30)
+    assert state(bed, 1)["last_crash"]["peer_lost"] == \
+        f"rank 0 at 127.0.0.2:{dist_port} is gone (its rendezvous connection closed)"
+    wait_for(lambda: state(bed, 0).get("status") == "ready" and state(bed, 1).get("status") == "ready"
+             and state(bed, 1).get("pid") != old1, "the group ready again", 45)
+    assert http_status("127.0.0.1", ports[0], "/v1/models") == 200
