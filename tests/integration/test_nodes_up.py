@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -213,3 +214,28 @@ def test_a_follower_left_hanging_by_a_dead_rank0_is_stopped_and_the_group_restar
     wait_for(lambda: state(bed, 0).get("status") == "ready" and state(bed, 1).get("status") == "ready"
              and state(bed, 1).get("pid") != old1, "the group ready again", 45)
     assert http_status("127.0.0.1", ports[0], "/v1/models") == 200
+
+
+def _runs(bed: HostBed) -> list[Path]:
+    return [p for h in bed.hosts for p in (h.workdir / "two-node" / "runs").glob("*")]
+
+
+def test_a_nic_that_a_node_lacks_is_one_line_and_changes_nothing(tmp_path: Path, bed: HostBed) -> None:
+    profile, _ = nodes_profile(tmp_path, bed)
+    result = up(tmp_path, profile, "--set", "engine.nic=ens99")
+    assert result.returncode == 4, result.stderr
+    assert "engine.nic ens99: no such interface on node 0 (127.0.0.2); it has: " in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert _runs(bed) == []
+
+
+def test_a_taken_dist_init_port_is_refused_before_anything_starts(tmp_path: Path, bed: HostBed) -> None:
+    profile, _ = nodes_profile(tmp_path, bed)
+    port = yaml.safe_load(profile.read_text())["engine"]["dist_init_port"]
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", port))
+        busy.listen(1)
+        result = up(tmp_path, profile)
+    assert result.returncode == 4, result.stderr
+    assert f"dist-init port {port} is taken on node 0 (127.0.0.2)" in result.stderr, result.stderr
+    assert _runs(bed) == []

@@ -21,6 +21,8 @@ from deployer.errors import PreflightFailed, ProfileError
 from deployer.fleet.nodes_diagnose import RankEnd, first_failure, first_traceback_at
 from deployer.fleet.nodes_net import decide, parse_net
 from deployer.fleet.nodes_plan import NodeNet, group_config, plan_nodes, supervisor_overrides
+from deployer.fleet.nodes_up import NodeSession, _compare
+from deployer.preflight.facts import Facts, Gpu, ModelFiles
 from deployer.profile.loader import load_profile
 from deployer.render.bundle import render
 from deployer.supervisor.supervise_group import GroupWatch
@@ -252,3 +254,31 @@ def test_a_follower_sees_its_engines_rendezvous_connection_close() -> None:
         engine.kill()
         engine.wait(timeout=10)
         store.close()
+
+
+# --- cross-node preflight ----------------------------------------------------------------------------------------
+
+def _facts(version: str | None, gpus: int, *, port_free: bool = True, model_error: str | None = None) -> Facts:
+    model = ModelFiles(dir="/models/llama", error=model_error) if model_error is not None else \
+        ModelFiles(dir="/models/llama", config={"architectures": ["LlamaForCausalLM"]})
+    return Facts(gpus=[Gpu(i, "NVIDIA H200", f"GPU-{i}", 143771, 0, 143771) for i in range(gpus)],
+                 engine_version=version, port_free=port_free, model=model)
+
+
+def test_nodes_must_agree_on_engine_version_gpu_count_model_and_free_ports(tmp_path: Path) -> None:
+    data = {**PROFILE, "nodes": PROFILE["nodes"][:2] + [{"host": "node-2"}],
+            "engine": {**PROFILE["engine"], "model_path": "/models/llama"}}
+    plans = plan_nodes(load(tmp_path, data))
+    sessions = [NodeSession(plan=p, remote=None, layout=None) for p in plans]  # type: ignore[arg-type]
+    same = [_facts("0.5.23", 4), _facts("0.5.23", 8), _facts("0.5.23", 4)]
+    assert _compare(sessions, plans, same, lenient=False) == []   # node 1 uses 4 of its 8 GPUs (gpus: [0..3])
+    problems = _compare(sessions, plans, [_facts("0.5.23", 4), _facts("0.5.22", 4),
+                                          _facts("0.5.23", 2, port_free=False, model_error="no config.json")],
+                        lenient=False)
+    assert problems == [
+        "engine versions differ: node 0 (node-0) 0.5.23, node 1 (node-1) 0.5.22, node 2 (node-2) 0.5.23",
+        "GPU counts differ: node 0 (node-0) 4, node 1 (node-1) 4, node 2 (node-2) 2",
+        "model /models/llama on node 2 (node-2): no config.json",
+        "port 30000 is taken on node 2 (node-2)"]
+    missing = _compare(sessions, plans, [_facts("0.5.23", 4), _facts(None, 4), _facts("0.5.23", 4)], lenient=True)
+    assert missing == ["no sglang found by python3 on node 1 (node-1)"]
