@@ -87,7 +87,7 @@ def state(bed: HostBed, rank: int, name: str = "two-node") -> dict[str, Any]:
 
 def engine_pid(bed: HostBed, rank: int) -> int:
     pid = wait_for(lambda: state(bed, rank).get("pid"), f"node {rank}'s engine pid")
-    return int(pid)
+    return int(str(pid))
 
 
 def report_of(stdout: str) -> dict[str, Any]:
@@ -160,7 +160,7 @@ def test_rank0_outliving_a_dead_follower_is_stopped_and_restarted(tmp_path: Path
 def _python_slowed_on(bed: HostBed, rank: int, seconds: float) -> Path:
     """An engine python that starts late on one node only (weights loading late there, say). The nodes of the
     bed share one filesystem, so one file serves both; it tells the ranks apart by --node-rank."""
-    wrapper = bed.hosts[0].workdir.parent / "python-slow-on-node"
+    wrapper: Path = bed.hosts[0].workdir.parent / "python-slow-on-node"
     wrapper.write_text(f'#!/bin/bash\ncase " $* " in *" --node-rank {rank} "*) sleep {seconds};; esac\n'
                        'exec /usr/bin/python3 "$@"\n')
     wrapper.chmod(0o755)

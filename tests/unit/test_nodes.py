@@ -27,7 +27,7 @@ from deployer.profile.loader import load_profile
 from deployer.render.bundle import render
 from deployer.supervisor.supervise_group import GroupWatch
 
-PROFILE = {
+PROFILE: dict[str, Any] = {
     "name": "llama-405b-2node",
     "nodes": [{"host": "node-0"}, {"host": "node-1", "gpus": [0, 1, 2, 3]}, {"host": "node-2", "engine_port": 31000}],
     "engine": {"model_path": "meta-llama/Llama-3.1-405B", "args": {"tp_size": 16}, "dist_init_port": 20000},
@@ -161,9 +161,10 @@ def epoch(stamp: str, offset: int = 0) -> float:
 
 def test_a_consequence_one_second_earlier_in_whole_seconds_yields_to_the_rank_that_failed() -> None:
     # rank 1 was SIGKILLed at :10.6 (its supervisor's exact time); rank 0's gloo traceback is stamped :10
-    killed = {"status": "exited", "ended_at": epoch("2026-12-01 05:00:10") + 0.6, "signal": 9, "exit_code": None,
-              "last_crash": {"signal": 9, "exit_code": None}}
-    ends = [RankEnd(0, GLOO.format(t="2026-12-01 05:00:10"), {"status": "exited", "ended_at": killed["ended_at"] + 1,
+    died = epoch("2026-12-01 05:00:10") + 0.6
+    killed: dict[str, Any] = {"status": "exited", "ended_at": died, "signal": 9, "exit_code": None,
+                              "last_crash": {"signal": 9, "exit_code": None}}
+    ends = [RankEnd(0, GLOO.format(t="2026-12-01 05:00:10"), {"status": "exited", "ended_at": died + 1,
                                                                "last_crash": {"exit_code": 137}}),
             RankEnd(1, "[2026-12-01 05:00:01 TP1] Load weight end.\n", killed)]
     first = first_failure(ends, version="0.5.23", kind="sglang")
