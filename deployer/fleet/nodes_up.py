@@ -15,7 +15,6 @@ supervisor/supervise_group.py).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import shlex
 import threading
 import time
@@ -25,16 +24,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deployer.diagnose.diagnosis import Diagnosis
-from deployer.engines import engine_for
 from deployer.errors import DeployError, LaunchFailed, PreflightFailed, RetriesExhausted
 from deployer.fleet.nodes_diagnose import RankEnd, first_failure
-from deployer.fleet.nodes_net import NetFacts, decide, gather_net, node0_address
+from deployer.fleet.nodes_net import decide, gather_net, node0_address
 from deployer.fleet.nodes_pool import fan
+from deployer.fleet.nodes_rollback import bring_back
+from deployer.fleet.nodes_watch import FollowerEnded, NodeSession, for_node, watch_group
 from deployer.fleet.nodes_plan import NodeNet, NodePlan, multinode_of, node_keys, plan_nodes, supervisor_overrides
 from deployer.logtext import bounded_diagnosis
 from deployer.pipeline.before_launch import checked_profile
 from deployer.pipeline.up import AttemptReport, UpOptions, UpReport, attempt_log, diagnose_attempt, locked_session
 from deployer.preflight.facts import Facts, gather_facts
+from deployer.profile.fixed import save_fixed
 from deployer.profile.model import Profile
 from deployer.push import Layout, RunDir, new_run_id, profile_record, push, set_current, supervisor_config
 from deployer.push import write_outcome
@@ -42,31 +43,13 @@ from deployer.remedy import Change, propose
 from deployer.remote.base import Remote
 from deployer.render.bundle import Bundle, render
 from deployer.secrets import masking_sink
-from deployer.start import Launch, check_port, port_free, start, status, stop
-from deployer.target.records import RunView, current_view, healthy
-from deployer.watch.hubcache import hub_cache
-from deployer.watch.watcher import DEAD_STATES, Crashed, Event, EventSink, Outcome, Ready, Watcher
+from deployer.start import check_port, port_free, start, status, stop
+from deployer.target.records import current_view, healthy
+from deployer.watch.watcher import Crashed, Event, EventSink, Outcome, Ready
 
 PORT_WAIT_S = 15.0
 REACH_TIMEOUT_S = 10.0
 STOP_GRACE_CAP_S = 10.0
-
-
-@dataclass
-class NodeSession:
-    """One node while `up` holds it: its plan, its (lock-guarded) connection and layout, this attempt's run."""
-
-    plan: NodePlan
-    remote: Remote
-    layout: Layout
-    serving: RunView | None = None
-    net: NetFacts | None = None
-    run: RunDir | None = None
-    launch: Launch | None = None
-
-    @property
-    def rank(self) -> int:
-        return self.plan.rank
 
 
 @dataclass
@@ -76,15 +59,6 @@ class NodesReport(UpReport):
     nodes: list[dict[str, Any]] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class FollowerEnded:
-    """A follower's engine ended while rank 0 was still starting."""
-
-    rank: int
-    state: dict[str, Any]
-
-    def describe(self) -> str:
-        return f"node {self.rank} ended ({self.state.get('status')})"
 
 
 def _serialized(emit: EventSink) -> EventSink:
@@ -97,16 +71,10 @@ def _serialized(emit: EventSink) -> EventSink:
     return sink
 
 
-def _for_node(emit: EventSink, plan: NodePlan) -> EventSink:
-    def sink(event: Event) -> None:
-        emit(dataclasses.replace(event, data={**event.data, "node": plan.rank, "host": plan.node.host}))
-    return sink
-
-
 @contextlib.contextmanager
 def _sessions(plans: list[NodePlan], opts: UpOptions, emit: EventSink) -> Iterator[list[NodeSession]]:
     """Connect to every node and take every node's lock (concurrently); all released on exit."""
-    managers = [locked_session(p.profile, opts, _for_node(emit, p)) for p in plans]
+    managers = [locked_session(p.profile, opts, for_node(emit, p)) for p in plans]
     entered: list[contextlib.AbstractContextManager[tuple[Remote, Layout]]] = []
     guard = threading.Lock()
 
@@ -138,7 +106,7 @@ def up_nodes(profile: Profile, opts: UpOptions, emit: EventSink) -> NodesReport:
         plans = plan_nodes(base, nets)
         if _already_running(sessions, plans, opts, report, emit):
             return report
-        return _attempts(sessions, base, nets, opts, tried, version, report, emit)
+        return _attempts(sessions, base, nets, opts, tried, version, report, emit, profile)
 
 
 def _hosts(plans: list[NodePlan]) -> str:
@@ -169,7 +137,7 @@ def _preflight(sessions: list[NodeSession], profile: Profile, nets: list[NodeNet
         own_port = leader.serving is not None and leader.serving.record.get("port") == leader.plan.port
         checked, version, _dry = checked_profile(
             leader.remote, plan_nodes(profile, nets)[0].profile, heal=opts.heal, model_config=opts.model_config,
-            own_port=own_port, tried=tried, emit=_for_node(emit, leader.plan), notes=report.before_launch,
+            own_port=own_port, tried=tried, emit=for_node(emit, leader.plan), notes=report.before_launch,
             warnings=report.warnings)
         base = _rebased(profile, checked)
     plans = plan_nodes(base, nets)
@@ -301,31 +269,43 @@ def _already_running(sessions: list[NodeSession], plans: list[NodePlan], opts: U
 # --- attempts ---------------------------------------------------------------------------------------------------
 
 def _attempts(sessions: list[NodeSession], base: Profile, nets: list[NodeNet], opts: UpOptions,
-              tried: list[Change], version: str | None, report: NodesReport, emit: EventSink) -> NodesReport:
+              tried: list[Change], version: str | None, report: NodesReport, emit: EventSink,
+              original: Profile) -> NodesReport:
+    """Bounded attempts; a failure after the group that served was stopped brings that group back."""
+    replaced: list[bool] = [False]
+    try:
+        return _attempt_loop(sessions, base, nets, opts, tried, version, report, emit, original, replaced)
+    except DeployError as exc:
+        bring_back(sessions, base, rollback=opts.rollback, stopped=replaced[0], report=report, emit=emit, exc=exc)
+        raise
+
+
+def _attempt_loop(sessions: list[NodeSession], base: Profile, nets: list[NodeNet], opts: UpOptions,
+                  tried: list[Change], version: str | None, report: NodesReport, emit: EventSink,
+                  original: Profile, replaced: list[bool]) -> NodesReport:
     up_id = uuid.uuid4().hex[:12]
-    every = base.health.interval_s
     for attempt in range(1, base.retry.max_attempts + 1):
         plans = plan_nodes(base, nets)
         for s, plan in zip(sessions, plans):
             s.plan = plan
         bundles = [render(p.profile) for p in plans]
         emit(Event("attempt", {"attempt": attempt, "content_hash": bundles[0].content_hash}))
-
-        def pushed(pair: tuple[NodeSession, Bundle]) -> RunDir:
-            s, bundle = pair
-            config = {**supervisor_config(s.plan.profile), **supervisor_overrides(plans, s.rank, every)}
-            return push(s.remote, s.layout, bundle, profile_record(s.plan.profile, bundle, attempt=attempt,
-                                                                   up_id=up_id), config, new_run_id(bundle, attempt))
-
-        for s, run in zip(sessions, fan(pushed, list(zip(sessions, bundles)))):
+        for s, run in zip(sessions, fan(lambda pair: _push(pair[0], pair[1], plans, attempt, up_id),
+                                        list(zip(sessions, bundles)))):
             s.run = run
-        wait = _stop_serving(sessions, base, report, emit) if attempt == 1 else 5.0
+        wait = 5.0
+        if attempt == 1:
+            wait, replaced[0] = _stop_serving(sessions, base, report, emit), any(s.serving for s in sessions)
         fan(lambda s: _start(s, wait), sessions)
-        outcome = _watch(sessions, base, emit)
+        outcome = watch_group(sessions, base, emit)
         item = AttemptReport(attempt, sessions[0].run.run_id if sessions[0].run else "", bundles[0].content_hash,
                              _outcome_name(outcome), outcome.describe() if not isinstance(outcome, Ready) else "ready")
         report.attempts.append(item)
         if isinstance(outcome, Ready):
+            if opts.save_fixed is not None and original.source is not None:
+                save_fixed(original.source, original, base, [c.reason for c in tried if c.reason and not c.is_empty()],
+                           opts.save_fixed)
+                report.saved_fixed = str(opts.save_fixed)
             return _finish(sessions, bundles, item, report, emit)
         _stop_group(sessions, base)
         diag, rank = _diagnose(sessions, outcome, version, base.engine.kind)
@@ -348,6 +328,14 @@ def _attempts(sessions: list[NodeSession], base: Profile, nets: list[NodeNet], o
     raise exhausted
 
 
+def _push(s: NodeSession, bundle: Bundle, plans: list[NodePlan], attempt: int, up_id: str) -> RunDir:
+    """One node's run dir: the single-host push, with the group's part of supervise.json."""
+    every = s.plan.profile.health.interval_s
+    config = {**supervisor_config(s.plan.profile), **supervisor_overrides(plans, s.rank, every)}
+    return push(s.remote, s.layout, bundle, profile_record(s.plan.profile, bundle, attempt=attempt, up_id=up_id),
+                config, new_run_id(bundle, attempt))
+
+
 def _stop_serving(sessions: list[NodeSession], profile: Profile, report: UpReport, emit: EventSink) -> float:
     """Stop the group that served before (its run dirs stay), every rank's supervisor asked at once: rank 0's
     graceful shutdown ends the followers (which ignore SIGTERM) within the grace."""
@@ -367,39 +355,6 @@ def _start(s: NodeSession, port_wait: float) -> None:
         check_port(s.remote, s.layout, s.plan.port, wait_s=port_wait)
     set_current(s.remote, s.layout, s.run)
     s.launch = start(s.remote, s.run)
-
-
-def _watch(sessions: list[NodeSession], profile: Profile, emit: EventSink) -> Outcome | FollowerEnded:
-    """Rank 0's log and health (the single-host watch, one poll at a time) and every follower's supervisor."""
-    leader = sessions[0]
-    assert leader.launch is not None
-    watcher = Watcher(leader.remote, leader.launch, leader.plan.port, profile.health, engine_for(profile.engine.kind),
-                      _for_node(emit, leader.plan), cache=hub_cache(profile.engine.model_path, profile.engine.env))
-    delay, next_look = 0.1, 0.0
-    for _ in range(10_000_000):  # bounded by the watcher's startup and stall deadlines
-        outcome = watcher.poll_once()
-        if isinstance(outcome, Ready):
-            ended = _followers_ended(sessions[1:])
-            return ended or outcome
-        if outcome is not None:
-            return outcome
-        if time.monotonic() >= next_look:
-            ended = _followers_ended(sessions[1:])
-            if ended is not None:
-                emit(Event("exited", {"node": ended.rank, "message": ended.describe()}))
-                return ended
-            next_look = time.monotonic() + profile.health.interval_s
-        time.sleep(delay)
-        delay = min(delay * 1.6, profile.health.interval_s)
-    raise DeployError("watch loop ran out of polls")  # pragma: no cover
-
-
-def _followers_ended(followers: list[NodeSession]) -> FollowerEnded | None:
-    states = fan(lambda s: status(s.remote, s.run) if s.run else {}, followers)
-    for s, state in zip(followers, states):
-        if state.get("status") in DEAD_STATES:
-            return FollowerEnded(s.rank, state)
-    return None
 
 
 def _stop_group(sessions: list[NodeSession], profile: Profile) -> None:

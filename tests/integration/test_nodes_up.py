@@ -239,3 +239,40 @@ def test_a_taken_dist_init_port_is_refused_before_anything_starts(tmp_path: Path
     assert result.returncode == 4, result.stderr
     assert f"dist-init port {port} is taken on node 0 (127.0.0.2)" in result.stderr, result.stderr
     assert _runs(bed) == []
+
+
+def _current(bed: HostBed) -> list[str]:
+    return [(h.workdir / "two-node" / "current").resolve().name for h in bed.hosts]
+
+
+def test_a_failed_replace_brings_the_serving_group_back(tmp_path: Path, bed: HostBed) -> None:
+    profile, ports = nodes_profile(tmp_path, bed)
+    assert up(tmp_path, profile).returncode == 0
+    serving = _current(bed)
+    slow = _python_slowed_on(bed, 1, 30)  # the new version's rank 1 never joins: rank 0 times out
+    result = up(tmp_path, profile, "--no-heal", "--set", "engine.args.dist_timeout=2",
+                "--set", f"engine.python={slow}")
+    assert result.returncode == 5, result.stderr[-3000:]
+    report = report_of(result.stdout)
+    assert report["attempts"][0]["diagnosis"]["signature"] == "dist-init-clients-missing"
+    assert report["restored"]["status"] == "ready" and report["restored"]["run_id"] == serving[0]
+    assert "brought back the previous version" in result.stderr and "it is serving again" in result.stderr
+    assert _current(bed) == serving
+    assert http_status("127.0.0.1", ports[0], "/v1/models") == 200
+    assert state(bed, 0)["status"] == "ready" and state(bed, 1)["status"] == "ready"
+
+
+def test_no_rollback_leaves_the_group_down_and_save_fixed_writes_what_worked(tmp_path: Path, bed: HostBed) -> None:
+    profile, _ = nodes_profile(tmp_path, bed)
+    assert up(tmp_path, profile).returncode == 0
+    slow = _python_slowed_on(bed, 1, 30)
+    failed = up(tmp_path, profile, "--no-heal", "--no-rollback", "--set", "engine.args.dist_timeout=2",
+                "--set", f"engine.python={slow}")
+    assert failed.returncode == 5 and "was not brought back (--no-rollback)" in failed.stderr, failed.stderr
+    assert state(bed, 0)["status"] in ("stopped", "exited")
+    fixed = tmp_path / "fixed.yaml"
+    again = up(tmp_path, profile, "--save-fixed", str(fixed))
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert report_of(again.stdout)["saved_fixed"] == str(fixed)
+    saved = yaml.safe_load(fixed.read_text())
+    assert saved["nodes"] == yaml.safe_load(profile.read_text())["nodes"] and "target" not in saved
