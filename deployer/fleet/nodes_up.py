@@ -31,6 +31,7 @@ from deployer.fleet.nodes_pool import fan
 from deployer.fleet.nodes_rollback import bring_back
 from deployer.fleet.nodes_watch import FollowerEnded, NodeSession, for_node, watch_group
 from deployer.fleet.nodes_plan import NodeNet, NodePlan, multinode_of, node_keys, plan_nodes, supervisor_overrides
+from deployer.local_history import History
 from deployer.logtext import bounded_diagnosis
 from deployer.pipeline.before_launch import checked_profile
 from deployer.pipeline.up import AttemptReport, UpOptions, UpReport, attempt_log, diagnose_attempt, locked_session
@@ -273,16 +274,44 @@ def _attempts(sessions: list[NodeSession], base: Profile, nets: list[NodeNet], o
               original: Profile) -> NodesReport:
     """Bounded attempts; a failure after the group that served was stopped brings that group back."""
     replaced: list[bool] = [False]
+    rows = Rows(History())
     try:
-        return _attempt_loop(sessions, base, nets, opts, tried, version, report, emit, original, replaced)
+        return _attempt_loop(sessions, base, nets, opts, tried, version, report, emit, original, replaced, rows)
     except DeployError as exc:
+        rows.end_open("not-started")
         bring_back(sessions, base, rollback=opts.rollback, stopped=replaced[0], report=report, emit=emit, exc=exc)
         raise
+    finally:
+        rows.history.close()
+
+
+@dataclass
+class Rows:
+    """This `up`'s attempt rows in the local history (`deploy history`): one per node and attempt."""
+
+    history: History
+    open: list[int] = field(default_factory=list)
+
+    def begin(self, sessions: list[NodeSession], up_id: str, attempt: int, content_hash: str) -> None:
+        self.open = [self.history.begin_attempt(deployment=s.plan.profile.name, host=s.remote.label, up_id=up_id,
+                                                attempt=attempt, run_id=s.run.run_id if s.run else "",
+                                                content_hash=content_hash, profile=s.plan.profile.public_dict())
+                     for s in sessions]
+
+    def end(self, item: AttemptReport) -> None:
+        for row in self.open:
+            self.history.end_attempt(row, outcome=item.outcome, diagnosis=item.diagnosis, change=item.change)
+        self.open = []
+
+    def end_open(self, outcome: str) -> None:
+        for row in self.open:
+            self.history.end_attempt(row, outcome=outcome, diagnosis=None, change=None)
+        self.open = []
 
 
 def _attempt_loop(sessions: list[NodeSession], base: Profile, nets: list[NodeNet], opts: UpOptions,
                   tried: list[Change], version: str | None, report: NodesReport, emit: EventSink,
-                  original: Profile, replaced: list[bool]) -> NodesReport:
+                  original: Profile, replaced: list[bool], rows: Rows) -> NodesReport:
     up_id = uuid.uuid4().hex[:12]
     for attempt in range(1, base.retry.max_attempts + 1):
         plans = plan_nodes(base, nets)
@@ -293,6 +322,7 @@ def _attempt_loop(sessions: list[NodeSession], base: Profile, nets: list[NodeNet
         for s, run in zip(sessions, fan(lambda pair: _push(pair[0], pair[1], plans, attempt, up_id),
                                         list(zip(sessions, bundles)))):
             s.run = run
+        rows.begin(sessions, up_id, attempt, bundles[0].content_hash)
         wait = 5.0
         if attempt == 1:
             wait, replaced[0] = _stop_serving(sessions, base, report, emit), any(s.serving for s in sessions)
@@ -306,6 +336,7 @@ def _attempt_loop(sessions: list[NodeSession], base: Profile, nets: list[NodeNet
                 save_fixed(original.source, original, base, [c.reason for c in tried if c.reason and not c.is_empty()],
                            opts.save_fixed)
                 report.saved_fixed = str(opts.save_fixed)
+            rows.end(item)
             return _finish(sessions, bundles, item, report, emit)
         _stop_group(sessions, base)
         diag, rank = _diagnose(sessions, outcome, version, base.engine.kind)
@@ -314,6 +345,7 @@ def _attempt_loop(sessions: list[NodeSession], base: Profile, nets: list[NodeNet
         emit(Event("diagnosis", {"attempt": attempt, **item.diagnosis}))
         fan(lambda s: _try_outcome(s, item), sessions)
         change = _next_change(diag, base, opts, tried, item, emit)
+        rows.end(item)
         if change is None:
             why = "healing disabled (--no-heal)" if not opts.heal else "no known change fixes it"
             report.nodes = [_row(s, "stopped") for s in sessions]

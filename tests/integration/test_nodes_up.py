@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -121,6 +122,10 @@ def test_up_of_two_nodes_serves_from_rank0_with_a_dummy_health_on_rank1(tmp_path
     assert "NCCL_SOCKET_IFNAME=lo" in env1 and "GLOO_SOCKET_IFNAME=lo" in env1
     assert state(bed, 0)["status"] == "ready" and state(bed, 1)["status"] == "ready"
     assert all(e.get("host") for e in events(result.stdout) if e.get("event") == "phase")
+    with sqlite3.connect(tmp_path / "home" / "history.sqlite3") as db:  # the local history: a row per node
+        rows = db.execute("SELECT host, attempt, outcome FROM attempts ORDER BY host").fetchall()
+    assert [(r[1], r[2]) for r in rows] == [(1, "ready"), (1, "ready")]
+    assert {r[0].split("@")[-1].split(":")[0] for r in rows} == {"127.0.0.2", "127.0.0.3"}
 
 
 def test_a_killed_follower_restarts_the_whole_group(tmp_path: Path, bed: HostBed) -> None:
