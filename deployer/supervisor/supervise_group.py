@@ -17,6 +17,7 @@ from __future__ import annotations
 import http.client
 import os
 import socket
+import sys
 import time
 from typing import Any, Dict, List, Optional, Set
 
@@ -88,12 +89,13 @@ def _answers(follower: Dict[str, Any]) -> bool:
 
 
 def _hex_addr(addr: str, port: int) -> Optional[str]:
-    """/proc/net/tcp's spelling of an IPv4 address and port (little-endian address on the usual hosts)."""
+    """/proc/net/tcp's spelling of an IPv4 address and port (the address as a host-order u32). An IPv6
+    rendezvous is not looked for (/proc/net/tcp6): such a follower's watch stays blind, never wrong."""
     try:
         packed = socket.inet_aton(socket.gethostbyname(addr))
     except (OSError, UnicodeError):
         return None
-    return "%08X:%04X" % (int.from_bytes(packed, "little"), port)
+    return "%08X:%04X" % (int.from_bytes(packed, sys.byteorder), port)
 
 
 def _established_to(remote: str) -> Set[str]:
