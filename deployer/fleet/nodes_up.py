@@ -318,7 +318,8 @@ def _attempt_loop(sessions: list[NodeSession], base: Profile, nets: list[NodeNet
         for s, plan in zip(sessions, plans):
             s.plan = plan
         bundles = [render(p.profile) for p in plans]
-        emit(Event("attempt", {"attempt": attempt, "content_hash": bundles[0].content_hash}))
+        emit(Event("attempt", {"attempt": attempt, "content_hash": bundles[0].content_hash,
+                               "host": _hosts(plans)}))
         for s, run in zip(sessions, fan(lambda pair: _push(pair[0], pair[1], plans, attempt, up_id),
                                         list(zip(sessions, bundles)))):
             s.run = run
@@ -340,7 +341,8 @@ def _attempt_loop(sessions: list[NodeSession], base: Profile, nets: list[NodeNet
             return _finish(sessions, bundles, item, report, emit)
         _stop_group(sessions, base)
         diag, rank = _diagnose(sessions, outcome, version, base.engine.kind)
-        item.diagnosis = bounded_diagnosis({**diag.to_json(), "hint": diag.hint, "node": rank})
+        item.diagnosis = bounded_diagnosis({**diag.to_json(), "hint": diag.hint, "node": rank,
+                                            "host": sessions[rank].plan.node.host})
         item.detail = f"{item.detail}; node {rank} failed first"
         emit(Event("diagnosis", {"attempt": attempt, **item.diagnosis}))
         fan(lambda s: _try_outcome(s, item), sessions)
