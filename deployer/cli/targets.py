@@ -106,8 +106,12 @@ def status(target: str | None, host: str | None, workdir: str | None, trust_new_
             _emit_json(rows)
         else:
             for row in rows:
-                click.echo(f"node {row['node']} ({row['role']}):")
+                first = ": its crash came first, the group fell with it" if row.get("first_crash") else ""
+                click.echo(f"node {row['node']} ({row['role']}){first}:")
                 _print_status([row])
+                crash = row.get("last_crash_diagnosis")
+                if crash and not row.get("diagnosis"):
+                    click.echo(f"  last crash diagnosis: {crash.get('signature')}: {crash.get('summary')}")
         click.get_current_context().exit(code)
     rows = ops.status(ops.make_ref(target, host, workdir, trust_new_host))
     code = ops.worst_exit_code(rows)

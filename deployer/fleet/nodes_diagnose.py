@@ -100,3 +100,23 @@ def first_failure(ends: list[RankEnd], *, version: str | None, kind: str) -> Ran
         if own:
             return own[0]
     return earliest
+
+
+GENERATION_S = 120.0  # crashes this close to the latest one belong to the same fall of the group
+
+
+def first_crash(crashes: dict[int, tuple[dict[str, Any], str | None]], kind: str) -> int | None:
+    """From the supervisors' records after `up` (`deploy status`): rank -> (last_crash, its diagnosis's signature),
+    the rank whose crash came first in the group's latest fall, a rank that ended for its peers yielding to one
+    that ended on its own within CLOSE_S."""
+    multinode = engine_for(kind).multinode
+    peers = multinode.peer_failures if multinode else frozenset()
+    timed = [(float(c["at"]), rank, bool(c.get("peer_lost")) or sig in peers)
+             for rank, (c, sig) in crashes.items() if isinstance(c.get("at"), (int, float))]
+    if not timed:
+        return None
+    latest = max(t for t, _, _ in timed)
+    timed = sorted(t for t in timed if latest - t[0] <= GENERATION_S)
+    earliest = timed[0]
+    own = [t for t in timed if not t[2] and t[0] - earliest[0] <= CLOSE_S]
+    return (own[0] if earliest[2] and own else earliest)[1]

@@ -14,11 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from deployer.errors import ProfileError
+from deployer.fleet.nodes_diagnose import first_crash
 from deployer.fleet.nodes_plan import NodePlan, host_port, plan_nodes
 from deployer.fleet.nodes_pool import fan
+from deployer.logtext import bounded_diagnosis
 from deployer.oncall import deployment as ops
+from deployer.pipeline.up import diagnose_state
 from deployer.profile.loader import load_profile
 from deployer.profile.model import Profile
+from deployer.push import RunDir
 from deployer.remote.base import TargetSpec
 from deployer.supervisor.supervise_base import UP
 
@@ -79,7 +83,32 @@ def status(profile: Profile, node: int | None, workdir: str | None, trust_new_ho
             row["healthy"] = answers.get(host_port(plan.addr, plan.port)) == 200
             row["health_seen_from"] = "node 0"
             row["serving"] = ops.status_exit_code(row) == 0
+    _mark_first_crash(profile, refs, rows)
     return rows
+
+
+def _diagnose_crash(ref: ops.Ref, row: dict[str, Any], profile: Profile) -> dict[str, Any] | None:
+    run_dir = str(row.get("run_dir") or "")
+    if not run_dir:
+        return None
+    run = RunDir(run_dir, run_dir.rstrip("/").rsplit("/", 1)[-1])
+    with ops.connected(ref) as remote:
+        diag = diagnose_state(remote, run, {"last_crash": row["last_crash"]}, profile.engine.version,
+                              kind=profile.engine.kind)
+    return bounded_diagnosis({**diag.to_json(), "hint": diag.hint})
+
+
+def _mark_first_crash(profile: Profile, refs: list[tuple[NodePlan, ops.Ref]], rows: list[dict[str, Any]]) -> None:
+    """Every node's last crash diagnosed (`last_crash_diagnosis`, also while the restarted group serves), and
+    the node whose crash brought the group down gets `first_crash: true` (the others only followed it)."""
+    for (_, ref), row in zip(refs, rows):
+        if isinstance(row.get("last_crash"), dict):
+            row["last_crash_diagnosis"] = row.get("diagnosis") or _diagnose_crash(ref, row, profile)
+    crashes = {row["node"]: (row["last_crash"], (row.get("last_crash_diagnosis") or {}).get("signature"))
+               for row in rows if isinstance(row.get("last_crash"), dict)}
+    first = first_crash(crashes, profile.engine.kind) if len(crashes) > 1 else None
+    for row in rows:
+        row["first_crash"] = row["node"] == first
 
 
 def _follower_health(leader: ops.Ref, targets: list[str]) -> dict[str, int]:

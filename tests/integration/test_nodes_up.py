@@ -143,6 +143,12 @@ def test_a_killed_follower_restarts_the_whole_group(tmp_path: Path, bed: HostBed
     assert http_status("127.0.0.1", ports[0], "/v1/models") == 200
     crash0 = state(bed, 0)["last_crash"]
     assert crash0["exit_code"] != 0 or crash0["signal"], crash0  # rank 0 went down with its peer
+    # status names the node whose crash came first: rank 1 (SIGKILL), not rank 0 (gloo: closed by peer)
+    shown = deploy("status", str(profile), "--json", home=tmp_path / "home")
+    rows = {r["node"]: r for r in json.loads(shown.stdout)}
+    assert (rows[1]["first_crash"], rows[0]["first_crash"]) == (True, False), shown.stdout
+    assert rows[1]["last_crash_diagnosis"]["signature"] == "killed-by-signal"
+    assert rows[0]["last_crash_diagnosis"]["signature"] == "peer-connection-closed"
 
 
 def test_rank0_outliving_a_dead_follower_is_stopped_and_restarted(tmp_path: Path, bed: HostBed) -> None:

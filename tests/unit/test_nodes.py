@@ -18,7 +18,7 @@ import yaml
 
 from deployer.cli.main import main as cli_main
 from deployer.errors import PreflightFailed, ProfileError
-from deployer.fleet.nodes_diagnose import RankEnd, first_failure, first_traceback_at
+from deployer.fleet.nodes_diagnose import RankEnd, first_crash, first_failure, first_traceback_at
 from deployer.fleet.nodes_net import decide, parse_net
 from deployer.fleet.nodes_plan import NodeNet, group_config, plan_nodes, supervisor_overrides
 from deployer.fleet.nodes_up import NodeSession, _compare
@@ -283,3 +283,13 @@ def test_nodes_must_agree_on_engine_version_gpu_count_model_and_free_ports(tmp_p
         "port 30000 is taken on node 2 (node-2)"]
     missing = _compare(sessions, plans, [_facts("0.5.23", 4), _facts(None, 4), _facts("0.5.23", 4)], lenient=True)
     assert missing == ["no sglang found by python3 on node 1 (node-1)"]
+
+
+def test_status_names_the_node_whose_crash_came_first_in_the_latest_fall() -> None:
+    crashes = {0: ({"at": 1000.4, "exit_code": 137}, "peer-connection-closed"),  # gloo: its peer went away
+               1: ({"at": 1000.9, "signal": 9}, None),                         # killed: on its own
+               2: ({"at": 400.0, "exit_code": 1}, "cuda-oom")}                 # an older fall: not this one
+    assert first_crash(crashes, "sglang") == 1
+    crashes[0] = ({"at": 1000.4, "exit_code": 0, "peer_lost": "rank 1 ... stopped answering"}, None)
+    assert first_crash(crashes, "sglang") == 1
+    assert first_crash({0: ({"at": 5.0}, "cuda-oom"), 1: ({"at": 9.0}, None)}, "sglang") == 0
