@@ -287,3 +287,22 @@ def test_no_rollback_leaves_the_group_down_and_save_fixed_writes_what_worked(tmp
     assert report_of(again.stdout)["saved_fixed"] == str(fixed)
     saved = yaml.safe_load(fixed.read_text())
     assert saved["nodes"] == yaml.safe_load(profile.read_text())["nodes"] and "target" not in saved
+
+
+def test_a_known_failure_is_healed_on_every_node(tmp_path: Path, bed: HostBed) -> None:
+    """Every rank fails CUDA graph capture (the stand-in's memory model): the remedy (a lower
+    --mem-fraction-static) is made once and the next attempt runs it on every node."""
+    profile, _ = nodes_profile(tmp_path, bed, env={"STANDIN_MODE": "mem", "STANDIN_MAX_MFS": "0.86"},
+                               args={"mem_fraction_static": 0.9})
+    data = yaml.safe_load(profile.read_text())
+    data["retry"]["max_attempts"] = 3
+    profile.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = up(tmp_path, profile, "--skip-preflight")
+    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-2000:]
+    report = report_of(result.stdout)
+    first = report["attempts"][0]
+    assert first["diagnosis"]["signature"] == "capture-cuda-graph-failed" and first["change"]
+    final = float(first["change"]["args"]["mem_fraction_static"])
+    assert final < 0.86 and report["attempts"][-1]["outcome"] == "ready"
+    for host in bed.hosts:
+        assert f"--mem-fraction-static {final:g}" in (host.workdir / "two-node" / "current" / "launch.sh").read_text()
