@@ -19,6 +19,11 @@ import pytest
 import yaml
 
 from deploy_helpers import STANDIN, deploy, events
+from deployer.fleet.nodes_plan import plan_nodes
+from deployer.lock import DeploymentLock
+from deployer.profile.loader import load_profile
+from deployer.push import layout_for
+from deployer.remote.connect import connect
 from hostbed import HostBed, host_bed
 from sshbed import free_port
 
@@ -306,3 +311,24 @@ def test_a_known_failure_is_healed_on_every_node(tmp_path: Path, bed: HostBed) -
     assert final < 0.86 and report["attempts"][-1]["outcome"] == "ready"
     for host in bed.hosts:
         assert f"--mem-fraction-static {final:g}" in (host.workdir / "two-node" / "current" / "launch.sh").read_text()
+
+
+def test_a_node_locked_by_someone_else_refuses_up_before_any_node_changes(tmp_path: Path, bed: HostBed) -> None:
+    profile, ports = nodes_profile(tmp_path, bed)
+    assert up(tmp_path, profile).returncode == 0
+    serving, pids = _current(bed), [engine_pid(bed, 0), engine_pid(bed, 1)]
+    plans = plan_nodes(load_profile(str(profile)))
+    remote = connect(bed.hosts[1].sshd.spec())
+    try:
+        layout = layout_for(remote, plans[1].profile)
+        with DeploymentLock(remote, layout, "someone else"):
+            refused = up(tmp_path, profile, "--force")
+    finally:
+        remote.close()
+    assert refused.returncode == 4, refused.stderr
+    assert "(someone else)" in refused.stderr and "Traceback" not in refused.stderr
+    assert _current(bed) == serving and [engine_pid(bed, 0), engine_pid(bed, 1)] == pids
+    assert _runs(bed) == [p for p in _runs(bed) if p.name in serving]  # no new run dir on any node
+    assert http_status("127.0.0.1", ports[0], "/v1/models") == 200
+    # node 0's lock was given back: the next command takes it at once
+    assert deploy("down", str(profile), "--node", "0", home=tmp_path / "home").returncode == 0
