@@ -286,9 +286,10 @@ def test_nodes_must_agree_on_engine_version_gpu_count_model_and_free_ports(tmp_p
 
 
 def test_status_names_the_node_whose_crash_came_first_in_the_latest_fall() -> None:
-    crashes = {0: ({"at": 1000.4, "exit_code": 137}, "peer-connection-closed"),  # gloo: its peer went away
-               1: ({"at": 1000.9, "signal": 9}, None),                         # killed: on its own
-               2: ({"at": 400.0, "exit_code": 1}, "cuda-oom")}                 # an older fall: not this one
+    crashes: dict[int, tuple[dict[str, Any], str | None]] = {
+        0: ({"at": 1000.4, "exit_code": 137}, "peer-connection-closed"),  # gloo: its peer went away
+        1: ({"at": 1000.9, "signal": 9}, None),                         # killed: on its own
+        2: ({"at": 400.0, "exit_code": 1}, "cuda-oom")}                 # an older fall: not this one
     assert first_crash(crashes, "sglang") == 1
     crashes[0] = ({"at": 1000.4, "exit_code": 0, "peer_lost": "rank 1 ... stopped answering"}, None)
     assert first_crash(crashes, "sglang") == 1
