@@ -21,7 +21,8 @@ from deployer.errors import PreflightFailed, ProfileError
 from deployer.fleet.nodes_diagnose import RankEnd, first_crash, first_failure, first_traceback_at
 from deployer.fleet.nodes_net import decide, parse_net
 from deployer.fleet.nodes_plan import NodeNet, group_config, plan_nodes, supervisor_overrides
-from deployer.fleet.nodes_up import NodeSession, _compare
+from deployer.fleet.nodes_up import _compare
+from deployer.fleet.nodes_watch import NodeSession
 from deployer.preflight.facts import Facts, Gpu, ModelFiles
 from deployer.profile.loader import load_profile
 from deployer.render.bundle import render
