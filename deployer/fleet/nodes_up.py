@@ -51,6 +51,7 @@ from deployer.watch.watcher import Crashed, Event, EventSink, Outcome, Ready
 PORT_WAIT_S = 15.0
 REACH_TIMEOUT_S = 10.0
 STOP_GRACE_CAP_S = 10.0
+GROUP_WATCH_WAIT_S = 10.0
 
 
 @dataclass
@@ -338,6 +339,7 @@ def _attempt_loop(sessions: list[NodeSession], base: Profile, nets: list[NodeNet
                            opts.save_fixed)
                 report.saved_fixed = str(opts.save_fixed)
             rows.end(item)
+            _await_group_watch(sessions, base, report, emit)
             return _finish(sessions, bundles, item, report, emit)
         _stop_group(sessions, base)
         diag, rank = _diagnose(sessions, outcome, version, base.engine.kind)
@@ -368,6 +370,26 @@ def _push(s: NodeSession, bundle: Bundle, plans: list[NodePlan], attempt: int, u
     config = {**supervisor_config(s.plan.profile), **supervisor_overrides(plans, s.rank, every)}
     return push(s.remote, s.layout, bundle, profile_record(s.plan.profile, bundle, attempt=attempt, up_id=up_id),
                 config, new_run_id(bundle, attempt))
+
+
+def _await_group_watch(sessions: list[NodeSession], profile: Profile, report: UpReport, emit: EventSink) -> None:
+    """Ready means the supervisors keep the group's fate too: wait (bounded) until node 0's supervisor has seen
+    every follower's health and every follower's its connection to node 0; a peer it cannot see is a warning."""
+    deadline = time.monotonic() + GROUP_WATCH_WAIT_S + 4 * profile.health.interval_s
+    want = {s.rank: (len(sessions) - 1 if s.rank == 0 else 1) for s in sessions}
+    blind: list[NodeSession] = list(sessions)
+    for _ in range(10_000):  # bounded by the deadline
+        states = fan(lambda s: status(s.remote, s.run) if s.run else {}, blind)
+        blind = [s for s, st in zip(blind, states) if len(st.get("group_seen") or []) < want[s.rank]]
+        if not blind or time.monotonic() >= deadline:
+            break
+        time.sleep(min(profile.health.interval_s, 1.0))
+    for s in blind:
+        peers = "every follower's dummy health" if s.rank == 0 else "its connection to node 0's rendezvous port"
+        message = (f"{s.plan.label}: its supervisor cannot see {peers} yet, so after `up` a dead peer may not take "
+                   "this rank down with it (check that node 0 reaches the followers' engine ports)")
+        report.warnings.append(message)
+        emit(Event("warning", {"message": message, "node": s.rank, "host": s.plan.node.host}))
 
 
 def _stop_serving(sessions: list[NodeSession], profile: Profile, report: UpReport, emit: EventSink) -> float:

@@ -120,7 +120,7 @@ class Daemon:
         note(f"engine started: pid {pid}, log offset {offset}")
         self.state.update(status="running", pid=pid, pgid=pid, started_at=time.time(), ready_at=None,
                           ended_at=None, exit_code=None, signal=None, signal_name=None, log_offset=offset,
-                          traceback_offset=None)
+                          traceback_offset=None, peer_lost=None, group_seen=[])
         self.save()
 
     def reap(self) -> None:
@@ -150,6 +150,10 @@ class Daemon:
         if self.group is None or self.peer_lost or self.state["status"] != "ready":
             return
         lost = self.group.lost(self.state["pgid"])
+        seen = sorted(self.group.seen)
+        if seen != self.state.get("group_seen"):  # what `up` waits for before it calls the group ready
+            self.state["group_seen"] = seen
+            self.save()
         if lost:
             self.peer_lost = lost
             note(f"group broken: {lost}; stopping this rank")

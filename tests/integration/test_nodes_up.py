@@ -127,6 +127,10 @@ def test_up_of_two_nodes_serves_from_rank0_with_a_dummy_health_on_rank1(tmp_path
     assert "NCCL_SOCKET_IFNAME=lo" in env1 and "GLOO_SOCKET_IFNAME=lo" in env1
     assert state(bed, 0)["status"] == "ready" and state(bed, 1)["status"] == "ready"
     assert all(e.get("host") for e in events(result.stdout) if e.get("event") == "phase")
+    # ready once the supervisors see their peers (the group's fate after `up` depends on it)
+    assert state(bed, 0)["group_seen"] == [f"rank 1 at 127.0.0.3:{ports[1]}"]
+    assert state(bed, 1)["group_seen"] == [f"rank 0 at 127.0.0.2:{dist_port}"]
+    assert not [w for w in report["warnings"] if "cannot see" in w]
     with sqlite3.connect(tmp_path / "home" / "history.sqlite3") as db:  # the local history: a row per node
         rows = db.execute("SELECT host, attempt, outcome FROM attempts ORDER BY host").fetchall()
     assert [(r[1], r[2]) for r in rows] == [(1, "ready"), (1, "ready")]
