@@ -293,6 +293,17 @@ def plan(profile: str, overrides: tuple[str, ...], host: str | None, trust_new_h
     from deployer.secrets import mask_data
 
     prof = _load(profile, overrides, host)
+    if prof.nodes:  # one engine across nodes: every node checked, nothing changed (issue 14)
+        from deployer.fleet.nodes_dryrun import plan_report
+
+        nodes = plan_report(prof, trust_new_host=trust_new_host, model_config=model_config)
+        if as_json:
+            _emit_json(mask_data(nodes.to_json()))
+        else:
+            click.echo(nodes.render_text(), nl=False)
+        if nodes.problems:
+            raise PreflightFailed(nodes.problems)
+        return
     remote = connect(target_spec(prof, trust_new_host))
     try:
         report = run_preflight(remote, prof, cache_dir=home() / "cache", model_config=model_config)

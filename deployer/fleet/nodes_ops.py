@@ -23,6 +23,7 @@ from deployer.pipeline.up import diagnose_state
 from deployer.profile.loader import load_profile
 from deployer.profile.model import Profile
 from deployer.push import RunDir
+from deployer.start import SUPERVISOR_PYTHON
 from deployer.remote.base import TargetSpec
 from deployer.supervisor.supervise_base import UP
 
@@ -113,7 +114,7 @@ def _mark_first_crash(profile: Profile, refs: list[tuple[NodePlan, ops.Ref]], ro
 
 def _follower_health(leader: ops.Ref, targets: list[str]) -> dict[str, int]:
     with ops.connected(leader) as remote:
-        text = remote.run(" ".join(["python3", "-c", shlex.quote(HEALTH_PY), *map(shlex.quote, targets)]),
+        text = remote.run(" ".join([SUPERVISOR_PYTHON, "-c", shlex.quote(HEALTH_PY), *map(shlex.quote, targets)]),
                           timeout=30, check=False).stdout
     out: dict[str, int] = {}
     for line in text.splitlines():

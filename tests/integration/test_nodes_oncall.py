@@ -59,3 +59,20 @@ def test_status_logs_and_down_per_node(tmp_path: Path, bed: HostBed) -> None:
     assert http_status("127.0.0.1", ports[0]) is None and http_status("127.0.0.3", ports[1]) is None
     after = deploy("status", str(profile), home=home)
     assert after.returncode == 8, after.stdout
+
+
+def test_plan_checks_every_node_and_changes_nothing(tmp_path: Path, bed: HostBed) -> None:
+    profile, ports = nodes_profile(tmp_path, bed)
+    home = tmp_path / "home"
+    shown = deploy("plan", str(profile), home=home)
+    assert shown.returncode == 0, shown.stderr + shown.stdout
+    assert f"node 0 {bed.hosts[0].addr}: address 127.0.0.2, nic lo, port {ports[0]}, sglang 0.5.23, 1 GPU(s)" \
+        in shown.stdout, shown.stdout
+    assert f"node 1 {bed.hosts[1].addr}: address 127.0.0.3, nic lo, port {ports[1]}" in shown.stdout
+    as_json = json.loads(deploy("plan", str(profile), "--json", home=home).stdout)
+    assert [n["node"] for n in as_json["nodes"]] == [0, 1] and as_json["problems"] == []
+    assert as_json["node0"] is not None
+    assert not any((h.workdir / "two-node" / "runs").exists() and any((h.workdir / "two-node" / "runs").iterdir())
+                   for h in bed.hosts)
+    bad = deploy("plan", str(profile), "--set", "engine.nic=ens99", home=home)
+    assert bad.returncode == 4 and "engine.nic ens99: no such interface on node 0" in bad.stderr, bad.stderr

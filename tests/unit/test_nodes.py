@@ -21,7 +21,7 @@ from deployer.errors import PreflightFailed, ProfileError
 from deployer.fleet.nodes_diagnose import RankEnd, first_crash, first_failure, first_traceback_at
 from deployer.fleet.nodes_net import decide, parse_net
 from deployer.fleet.nodes_plan import NodeNet, group_config, plan_nodes, supervisor_overrides
-from deployer.fleet.nodes_up import _compare
+from deployer.fleet.nodes_checks import compare
 from deployer.fleet.nodes_watch import NodeSession
 from deployer.preflight.facts import Facts, Gpu, ModelFiles
 from deployer.profile.loader import load_profile
@@ -273,8 +273,8 @@ def test_nodes_must_agree_on_engine_version_gpu_count_model_and_free_ports(tmp_p
     plans = plan_nodes(load(tmp_path, data))
     sessions = [NodeSession(plan=p, remote=None, layout=None) for p in plans]  # type: ignore[arg-type]
     same = [_facts("0.5.23", 4), _facts("0.5.23", 8), _facts("0.5.23", 4)]
-    assert _compare(sessions, plans, same, lenient=False) == []   # node 1 uses 4 of its 8 GPUs (gpus: [0..3])
-    problems = _compare(sessions, plans, [_facts("0.5.23", 4), _facts("0.5.22", 4),
+    assert compare(sessions, plans, same, lenient=False) == []   # node 1 uses 4 of its 8 GPUs (gpus: [0..3])
+    problems = compare(sessions, plans, [_facts("0.5.23", 4), _facts("0.5.22", 4),
                                           _facts("0.5.23", 2, port_free=False, model_error="no config.json")],
                         lenient=False)
     assert problems == [
@@ -282,7 +282,7 @@ def test_nodes_must_agree_on_engine_version_gpu_count_model_and_free_ports(tmp_p
         "GPU counts differ: node 0 (node-0) 4, node 1 (node-1) 4, node 2 (node-2) 2",
         "model /models/llama on node 2 (node-2): no config.json",
         "port 30000 is taken on node 2 (node-2)"]
-    missing = _compare(sessions, plans, [_facts("0.5.23", 4), _facts(None, 4), _facts("0.5.23", 4)], lenient=True)
+    missing = compare(sessions, plans, [_facts("0.5.23", 4), _facts(None, 4), _facts("0.5.23", 4)], lenient=True)
     assert missing == ["no sglang found by python3 on node 1 (node-1)"]
 
 
