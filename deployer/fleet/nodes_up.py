@@ -59,8 +59,6 @@ class NodesReport(UpReport):
     nodes: list[dict[str, Any]] = field(default_factory=list)
 
 
-
-
 def _serialized(emit: EventSink) -> EventSink:
     """Events come from several threads: one at a time reaches the console."""
     lock = threading.Lock()
@@ -113,7 +111,7 @@ def _hosts(plans: list[NodePlan]) -> str:
     return ", ".join(p.node.host for p in plans)
 
 
-# --- network and preflight ------------------------------------------------------------------------------------
+# --- preflight --------------------------------------------------------------------------------------------------
 
 def _preflight(sessions: list[NodeSession], profile: Profile, nets: list[NodeNet], opts: UpOptions,
                tried: list[Change], report: UpReport, emit: EventSink) -> tuple[Profile, str | None]:
