@@ -75,6 +75,13 @@ def plan_nodes(profile: Profile, nets: list[NodeNet] | None = None) -> list[Node
     if given:
         raise ProfileError(f"engine.args.{given[0]} is set per node from nodes: (node_rank is the list order); "
                            "remove it", file=_file(profile), field=f"engine.args.{given[0]}")
+    seen: dict[tuple[str, int | None, str], int] = {}
+    for rank, node in enumerate(profile.nodes):
+        where = (node.host, node.port, node.workdir)
+        if where in seen:  # one deployment dir, one lock: the second node could never take it
+            raise ProfileError(f"nodes {seen[where]} and {rank} are the same host and workdir ({node.host}:"
+                               f"{node.workdir}); give each node its own host (or workdir)", file=_file(profile))
+        seen[where] = rank
     if nets is not None and len(nets) != len(profile.nodes):
         raise ValueError("one NodeNet per node")
     addrs = [n.addr for n in nets] if nets else [n.host for n in profile.nodes]

@@ -74,6 +74,14 @@ def test_multinode_flags_by_hand_and_an_engine_without_them_are_refused(tmp_path
         plan_nodes(load(tmp_path, {**PROFILE, "engine": {**PROFILE["engine"], "kind": "vllm"}}))
 
 
+def test_two_nodes_on_one_host_and_workdir_are_refused(tmp_path: Path) -> None:
+    data = {**PROFILE, "nodes": [{"host": "node-0"}, {"host": "node-1"}, {"host": "node-0"}]}
+    with pytest.raises(ProfileError, match="nodes 0 and 2 are the same host and workdir"):
+        plan_nodes(load(tmp_path, data))
+    data["nodes"][2] = {"host": "node-0", "workdir": "/workspace/second"}
+    assert len(plan_nodes(load(tmp_path, data))) == 3
+
+
 def test_deploy_render_shows_every_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump({**PROFILE, "engine": {**PROFILE["engine"], "nic": "ens5"}}))
