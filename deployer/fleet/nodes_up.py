@@ -374,7 +374,7 @@ def _finish(sessions: list[NodeSession], bundles: list[Bundle], item: AttemptRep
     fan(lambda s: _try_outcome(s, item), sessions)
     report.status, report.content_hash = "ready", bundles[0].content_hash
     report.run_dir = sessions[0].run.path if sessions[0].run else None
-    report.nodes = [_row(s, "ready" if s.rank == 0 else "serving health") for s in sessions]
+    report.nodes = [_row(s, "ready" if s.rank == 0 else "serving its dummy health") for s in sessions]
     for row in report.nodes:
         emit(Event("info", {"message": f"node {row['node']} {row['host']}: {row['state']} on port {row['port']} "
                                        f"({row['run_dir']})", "node": row["node"], "host": row["host"]}))
