@@ -27,7 +27,8 @@ from deployer.render.bundle import Bundle
 from deployer.secrets import mask_data
 
 # The supervisor program: run as `python3 -B supervise.py`, it imports the others from beside it.
-SUPERVISOR_FILES = ("supervise.py", "supervise_base.py", "supervise_daemon.py", "supervise_ports.py")
+SUPERVISOR_FILES = ("supervise.py", "supervise_base.py", "supervise_daemon.py", "supervise_ports.py",
+                    "supervise_group.py")
 # The deployment lock's lease, a program of its own kept at the deployment's root (deployer/lock.py runs it).
 LEASE_FILE = "supervise_lease.py"
 # Free space a push needs beyond its files: state.json, outcome.json and the engine's first log lines.

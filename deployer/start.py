@@ -45,7 +45,7 @@ def _bootstrap() -> bytes:
     global _bootstrap_text
     if _bootstrap_text is None:
         sources = {name[:-3]: data.decode() for name, data in supervisor_sources().items()}
-        order = ("supervise_base", "supervise_ports", "supervise_daemon", "supervise")
+        order = ("supervise_base", "supervise_ports", "supervise_group", "supervise_daemon", "supervise")
         _bootstrap_text = bootstrap([(name, sources[name]) for name in order])
     return _bootstrap_text
 

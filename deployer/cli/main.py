@@ -57,6 +57,11 @@ def render(profile: str, overrides: tuple[str, ...], host: str | None, as_json: 
     from deployer.render.bundle import render as render_bundle
 
     prof = _load(profile, overrides, host, allow_unset=True)
+    if prof.nodes:  # one engine across nodes: every node's launch (issue 14)
+        from deployer.fleet.nodes_render import render_nodes
+
+        click.echo(render_nodes(prof, as_json), nl=False)
+        return
     bundle = render_bundle(prof)
     if as_json:  # secret_sources: where each secret value will come from (field -> ${VAR} text)
         _emit_json({"script": bundle.script, "argv": bundle.argv, "env": bundle.masked_env,

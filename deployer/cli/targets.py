@@ -48,6 +48,11 @@ def up(profile: str, overrides: tuple[str, ...], host: str | None, trust_new_hos
     opts = UpOptions(trust_new_host=trust_new_host, heal=not no_heal, skip_preflight=skip_preflight,
                      save_fixed=save_fixed, model_config=model_config, force=force, rollback=not no_rollback,
                      break_lock=break_lock)
+    if prof.nodes:  # one engine across nodes (issue 14)
+        from deployer.fleet.nodes_up import up_nodes
+
+        run_reported(as_json, lambda sink: up_nodes(prof, opts, sink))
+        return
     if fleet.dispatch_kind(prof) is not None:
         fleet.up(prof, opts, as_json, host)
         return
@@ -86,15 +91,34 @@ def _final(report: Any, as_json: bool, sink: Any) -> None:
 @click.option("--workdir", default=None, help="Workdir on the target (default: the profile's or /workspace/deployer).")
 @_target_options
 @click.option("--json", "as_json", is_flag=True)
-def status(target: str | None, host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool) -> None:
+@click.option("--node", type=click.IntRange(0, 4096), default=None,
+              help="One node of a multi-node (nodes:) profile: its node_rank.")
+def status(target: str | None, host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool,
+           node: int | None) -> None:
     """State, pid, uptime, health, attempt, content hash and run dir; every deployment with only --host.
 
     Exits 0 only while the deployment serves (every one, with only --host): 5 crashed, crash-looping or
     lost; 6 alive but not answering /health (starting, restarting, hung); 8 stopped; 7 none there."""
+    from deployer.fleet import nodes_ops
     from deployer.oncall import deployment as ops
 
     from deployer.errors import NotFound
 
+    group = nodes_ops.nodes_profile(target, node)
+    if group is not None:  # one engine across nodes: a row per node
+        rows = nodes_ops.status(group, node, workdir, trust_new_host)
+        code = ops.worst_exit_code(rows)
+        if as_json:
+            _emit_json(rows)
+        else:
+            for row in rows:
+                first = ": its crash came first, the group fell with it" if row.get("first_crash") else ""
+                click.echo(f"node {row['node']} ({row['role']}){first}:")
+                _print_status([row])
+                crash = row.get("last_crash_diagnosis")
+                if crash and not row.get("diagnosis"):
+                    click.echo(f"  last crash diagnosis: {crash.get('signature')}: {crash.get('summary')}")
+        click.get_current_context().exit(code)
     fleet_prof = fleet.fleet_profile(target)
     if fleet_prof is not None:
         fleet.status(fleet_prof, host, trust_new_host, as_json)
@@ -171,11 +195,20 @@ def _ago(seconds: float) -> str:
 @click.option("--replica", type=click.IntRange(0, 10000), default=None,
               help="Fleet profile: the log of replica N (0-based, the order of `replicas:`).")
 @click.option("--router", "router", is_flag=True, help="Fleet profile: the router's log.")
+@click.option("--node", type=click.IntRange(0, 4096), default=None,
+              help="One node of a multi-node (nodes:) profile: its node_rank.")
 def logs(target: str, host: str | None, workdir: str | None, trust_new_host: bool, follow: bool, lines: int,
-         previous: bool, replica: int | None, router: bool) -> None:
-    """Print the engine log of the current (or previous) attempt (a fleet: of --replica N, --host H or --router)."""
+         previous: bool, replica: int | None, router: bool, node: int | None) -> None:
+    """Print the engine log of the current (or previous) attempt (a fleet: of --replica N, --host H or --router;
+    a multi-node profile: of --node N)."""
+    from deployer.fleet import nodes_ops
     from deployer.oncall import deployment as ops
 
+    group = nodes_ops.nodes_profile(target, node)
+    if group is not None:
+        nodes_ops.logs(group, node, workdir, trust_new_host, lines=lines, follow=follow, previous=previous,
+                       out=click.echo)
+        return
     fleet_prof = fleet.fleet_profile(target)
     if fleet_prof is None and (replica is not None or router):
         fleet_prof = fleet.fleet_by_name(target, host, workdir, trust_new_host)
@@ -203,11 +236,24 @@ def logs(target: str, host: str | None, workdir: str | None, trust_new_host: boo
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--break-lock", is_flag=True,
               help="Take the deployment lock even if another operation holds it (recorded in the history).")
+@click.option("--node", type=click.IntRange(0, 4096), default=None,
+              help="One node of a multi-node (nodes:) profile: its node_rank.")
 def down(target: str, host: str | None, workdir: str | None, trust_new_host: bool, grace: float | None,
-         as_json: bool, break_lock: bool) -> None:
+         as_json: bool, break_lock: bool, node: int | None) -> None:
     """Stop a deployment gracefully (idempotent: 'not running' is success)."""
+    from deployer.fleet import nodes_ops
     from deployer.oncall import deployment as ops
 
+    group = nodes_ops.nodes_profile(target, node)
+    if group is not None:  # every node, rank 0 first (or the one --node names)
+        results = nodes_ops.down(group, node, workdir, trust_new_host, grace, break_lock=break_lock,
+                                 notify=lambda m: click.echo(f"warning: {m}", err=True))
+        if as_json:
+            _emit_json(results)
+        for result in [] if as_json else results:
+            what = "stopped" if result["was_running"] else "not running"
+            click.echo(f"{result['name']} node {result['node']}: {what} on {result['host']}")
+        return
     fleet_prof = fleet.fleet_profile(target)
     if fleet_prof is not None:
         fleet.down(fleet_prof, host, trust_new_host, grace, as_json, break_lock)
@@ -289,6 +335,17 @@ def plan(profile: str, overrides: tuple[str, ...], host: str | None, trust_new_h
     from deployer.secrets import mask_data
 
     prof = _load(profile, overrides, host)
+    if prof.nodes:  # one engine across nodes: every node checked, nothing changed (issue 14)
+        from deployer.fleet.nodes_dryrun import plan_report
+
+        nodes = plan_report(prof, trust_new_host=trust_new_host, model_config=model_config)
+        if as_json:
+            _emit_json(mask_data(nodes.to_json()))
+        else:
+            click.echo(nodes.render_text(), nl=False)
+        if nodes.problems:
+            raise PreflightFailed(nodes.problems)
+        return
     remote = connect(target_spec(prof, trust_new_host))
     try:
         report = run_preflight(remote, prof, cache_dir=home() / "cache", model_config=model_config)

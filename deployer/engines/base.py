@@ -29,6 +29,13 @@ class MultiNode:
     nnodes: str
     node_rank: str
     dist_init_addr: str
+    # the network interface the collectives use, set per node in these environment variables
+    nic_env: tuple[str, ...] = ()
+    # what a rank >= 1 prints once it serves its stand-in health endpoint (it never prints ready_line)
+    follower_ready_line: str | None = None
+    # signature ids of failures a rank shows because ANOTHER rank failed: never the group's diagnosis when a
+    # rank that failed on its own is there too
+    peer_failures: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

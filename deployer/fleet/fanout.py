@@ -13,13 +13,14 @@ import queue
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 from deployer.errors import DeployError
 from deployer.watch.watcher import Event, EventSink
 
 M = TypeVar("M")
 T = TypeVar("T")
+R = TypeVar("R")
 MAX_HOSTS_AT_ONCE = 8
 
 
@@ -77,6 +78,28 @@ def fan_out(members: Sequence[M], host_of: Callable[[M], str], tag_of: Callable[
         return results
     _run_bounded(list(by_host.values()), one_host, max(1, min(max_hosts, len(by_host))))
     return results
+
+
+def at_once(fn: Callable[[T], R], items: Sequence[T], max_workers: int = MAX_HOSTS_AT_ONCE) -> list[R]:
+    """`fn` over `items` concurrently (the same bounded pool), results in order; once every call has ended, the
+    first failure (in the items' order) is raised. For steps every host of one group must take (a multi-node
+    engine's nodes), where one failure fails the group."""
+    results: list[R | None] = [None] * len(items)
+    errors: list[BaseException | None] = [None] * len(items)
+
+    def one(group: list[int]) -> None:
+        i = group[0]
+        try:
+            results[i] = fn(items[i])
+        except BaseException as exc:  # noqa: BLE001 (raised below, after the others ended)
+            errors[i] = exc
+
+    if items:
+        _run_bounded([[i] for i in range(len(items))], one, max(1, min(max_workers, len(items))))
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise first
+    return cast(list[R], results)  # every slot was filled: no call failed
 
 
 def _run_bounded(groups: list[list[int]], one_host: Callable[[list[int]], None], workers: int) -> None:

@@ -81,6 +81,9 @@ class Node(Target):
     """One host of a multi-node engine (`nodes:`); node_rank is its position in the list."""
 
     gpus: list[int] | None = None
+    engine_port: int | None = Field(default=None, ge=1, le=65535,
+                                    description="this node's engine port (rank 0: the API; others: the dummy "
+                                                "health); default engine.port")
 
 
 class RouterTarget(Strict):

@@ -318,8 +318,8 @@ class Conversation:
         return self.inner.size(path)
 
     def request(self, method: str, port: int, path: str, *, body: bytes | None = None,
-                headers: dict[str, str] | None = None, timeout: float = 5.0) -> HttpReply:
-        return self.inner.request(method, port, path, body=body, headers=headers, timeout=timeout)
+                headers: dict[str, str] | None = None, timeout: float = 5.0, address: str = "127.0.0.1") -> HttpReply:
+        return self.inner.request(method, port, path, body=body, headers=headers, timeout=timeout, address=address)
 
     def spawn(self, cmd: str) -> Session:
         return self.inner.spawn(cmd)

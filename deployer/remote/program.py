@@ -29,8 +29,8 @@ sys.exit(_load(*SOURCES[-1]).main(sys.argv[1:]))
 """
 
 # The helper's modules, in load order (each imports the ones before it by bare name).
-HELPER_MODULES = ("supervise_base", "supervise_ports", "supervise_daemon", "supervise", "supervise_lease",
-                  "supervise_helper")
+HELPER_MODULES = ("supervise_base", "supervise_ports", "supervise_group", "supervise_daemon", "supervise",
+                  "supervise_lease", "supervise_helper")
 
 
 def bootstrap(sources: list[tuple[str, str]]) -> bytes:

@@ -27,6 +27,11 @@ else:  # run as a script on the target, where the supervisor's files sit side by
         write_json,
     )
 
+if TYPE_CHECKING or __package__:
+    from deployer.supervisor.supervise_group import GroupWatch
+else:
+    from supervise_group import GroupWatch  # type: ignore[no-redef]
+
 
 class Daemon:
     """The detached supervisor: runs the engine, records its state, restarts it per policy."""
@@ -43,11 +48,13 @@ class Daemon:
         self.restart_times: list[float] = []
         self.scanner = LogScanner(self.log, None, 0)
         self.next_scan = 0.0
+        self.group = GroupWatch.from_config(cfg.get("group"))  # one engine across nodes: watch the peers
+        self.peer_lost: str | None = None
         self.state: dict[str, Any] = {
             "status": "starting", "supervisor_pid": os.getpid(), "pid": None, "pgid": None,
             "started_at": None, "ready_at": None, "ended_at": None, "exit_code": None, "signal": None,
             "signal_name": None, "restarts": 0, "last_crash": None, "log_offset": 0,
-            "traceback_offset": None}
+            "traceback_offset": None, "peer_lost": None}
 
     def save(self) -> None:
         self.state["updated_at"] = time.time()
@@ -83,6 +90,7 @@ class Daemon:
                     return 0
             elif self.state["status"] in ("running", "ready") and time.monotonic() >= self.next_scan:
                 self.check_ready()
+                self.check_group()
             time.sleep(TICK)
 
     def _on_stop(self, signum: int, frame: Any) -> None:
@@ -105,12 +113,14 @@ class Daemon:
             os.setpgid(pid, pid)  # also in the child: whichever runs first wins the race
         except OSError:
             pass
-        self.engine_pid, self.exit_status = pid, None
+        self.engine_pid, self.exit_status, self.peer_lost = pid, None, None
+        if self.group is not None:
+            self.group.reset()
         self.scanner = LogScanner(self.log, self.cfg["ready_pattern"], offset)
         note(f"engine started: pid {pid}, log offset {offset}")
         self.state.update(status="running", pid=pid, pgid=pid, started_at=time.time(), ready_at=None,
                           ended_at=None, exit_code=None, signal=None, signal_name=None, log_offset=offset,
-                          traceback_offset=None)
+                          traceback_offset=None, peer_lost=None, group_seen=[])
         self.save()
 
     def reap(self) -> None:
@@ -134,6 +144,23 @@ class Daemon:
             self.state["traceback_offset"] = self.scanner.traceback_at
             self.save()
 
+    def check_group(self) -> None:
+        """Once ready, a peer rank that is gone breaks the group: end this rank too, as a crash (restarted by the
+        policy like the others), so no rank serves or waits alone."""
+        if self.group is None or self.peer_lost or self.state["status"] != "ready":
+            return
+        lost = self.group.lost(self.state["pgid"])
+        seen = sorted(self.group.seen)
+        if seen != self.state.get("group_seen"):  # what `up` waits for before it calls the group ready
+            self.state["group_seen"] = seen
+            self.save()
+        if lost:
+            self.peer_lost = lost
+            note(f"group broken: {lost}; stopping this rank")
+            self.state["peer_lost"] = {"at": time.time(), "reason": lost}
+            self.save()
+            self.clear_group(self.state["pgid"])
+
     def record_end(self, status: int | None) -> None:
         code, sig = decode_wait_status(status) if status is not None else (None, None)
         self.state.update(ended_at=time.time(), exit_code=code, signal=sig, signal_name=signal_name(sig))
@@ -153,8 +180,9 @@ class Daemon:
         s, rs = self.state, self.cfg["restart"]
         s["last_crash"] = {"at": s["ended_at"], "exit_code": s["exit_code"], "signal": s["signal"],
                            "signal_name": s["signal_name"], "log_offset": s["log_offset"],
-                           "traceback_offset": self.scanner.traceback_at}
-        if not (was_ready and should_restart(rs["policy"], s["exit_code"])):
+                           "traceback_offset": self.scanner.traceback_at, "peer_lost": self.peer_lost}
+        # a rank ended for its group (peer_lost) ended in failure, whatever its exit code
+        if not (was_ready and should_restart(rs["policy"], None if self.peer_lost else s["exit_code"])):
             return self.finish("exited")
         now = time.time()
         recent = [t for t in self.restart_times if now - t < rs["window_s"]]

@@ -36,7 +36,8 @@ def _bootstrap() -> bytes:
     if _bootstrap_text is None:
         sources = {name[:-3]: data.decode() for name, data in supervisor_sources().items()}
         sources["supervise_snapshot"] = Path(supervise_snapshot.__file__).read_text(encoding="utf-8")
-        order = ("supervise_base", "supervise_ports", "supervise_daemon", "supervise", "supervise_snapshot")
+        order = ("supervise_base", "supervise_ports", "supervise_group", "supervise_daemon", "supervise",
+                 "supervise_snapshot")
         _bootstrap_text = bootstrap([(name, sources[name]) for name in order])
     return _bootstrap_text
 

@@ -33,8 +33,14 @@ SGLANG = EngineSpec(
     followons_file="followons.yaml",
     # arg_groups/speculative_hook.py (0.5.23): "NEXTN aliases EAGLE"; the resolved args say EAGLE
     value_aliases={"speculative_algorithm": {"NEXTN": "EAGLE"}},
-    # server_args.py: --nnodes, --node-rank, --dist-init-addr HOST:PORT (rank 0 listens there)
-    multinode=MultiNode(nnodes="--nnodes", node_rank="--node-rank", dist_init_addr="--dist-init-addr"),
+    # server_args.py: --nnodes, --node-rank, --dist-init-addr HOST:PORT (rank 0 listens there). NCCL and torch's
+    # Gloo pick their interface from NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME (sgl-project/sglang#3514). Ranks >= 1
+    # serve only utils/common.py:3684 launch_dummy_health_check_server, which logs the follower line (0.5.23).
+    multinode=MultiNode(nnodes="--nnodes", node_rank="--node-rank", dist_init_addr="--dist-init-addr",
+                        nic_env=("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"),
+                        follower_ready_line="Dummy health check server started in background thread at",
+                        peer_failures=frozenset({"peer-connection-closed", "nccl-watchdog-timeout",
+                                                 "nccl-remote-error", "dist-init-clients-missing"})),
     # server_args.py (0.5.10 and 0.5.23): --tp-size/--tensor-parallel-size, --pp-size/--pipeline-parallel-size
     gpu_flags=(("tp_size", "tensor_parallel_size"), ("pp_size", "pipeline_parallel_size")),
     args_dump=re.compile(r"server_args=(ServerArgs\(|\{)"),

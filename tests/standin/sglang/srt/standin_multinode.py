@@ -17,10 +17,12 @@ it (srt/entrypoints/engine.py `_launch_subprocesses`, srt/distributed/bootstrap.
   wait for rank 0's ShutdownReq broadcast).
 - a rank that loses a peer fails in its scheduler (gloo broadcast) after STANDIN_PEER_DEATH_DELAY_S, with
   the scheduler-exception / sigquit / SIGKILL sequence, exit 137. STANDIN_PEER_DEATH=stay keeps node 0
-  running after a follower died (what sgl-project/sglang#3099 reports for real deployments).
+  running after a follower died (what sgl-project/sglang#3099 reports for real deployments); =hang keeps
+  every rank running after its peer died (a collective that never returns until NCCL's watchdog timeout,
+  which the stand-in does not reach).
 - a graceful stop of node 0 (SIGTERM) broadcasts the shutdown: the followers exit 0.
 
-Env knobs: STANDIN_DIST_TIMEOUT_S (600), STANDIN_PEER_DEATH_DELAY_S (0.5), STANDIN_PEER_DEATH (die|stay).
+Env knobs: STANDIN_DIST_TIMEOUT_S (600), STANDIN_PEER_DEATH_DELAY_S (0.5), STANDIN_PEER_DEATH (die|stay|hang).
 """
 
 from __future__ import annotations
@@ -214,7 +216,8 @@ class Group:
             self.shutdown_received.set()
             return
         time.sleep(env_float("STANDIN_PEER_DEATH_DELAY_S", 0.5))
-        if self.node_rank == 0 and os.environ.get("STANDIN_PEER_DEATH", "die") == "stay":
+        mode = os.environ.get("STANDIN_PEER_DEATH", "die")
+        if mode == "hang" or (self.node_rank == 0 and mode == "stay"):
             return
         try:
             self.broadcast_pyobj(peer)

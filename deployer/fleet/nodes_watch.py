@@ -1,0 +1,95 @@
+"""One multi-node attempt while it starts: the nodes as `up` holds them, and the group's watch (rank 0's log and
+health through the single-host Watcher, polled one step at a time, and every follower's supervisor state)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from deployer.engines import engine_for
+from deployer.errors import DeployError
+from deployer.fleet.nodes_net import NetFacts
+from deployer.fleet.nodes_plan import NodePlan
+from deployer.fleet.fanout import at_once
+from deployer.profile.model import Profile
+from deployer.push import Layout, RunDir
+from deployer.remote.base import Remote
+from deployer.start import Launch, status
+from deployer.target.records import RunView
+from deployer.watch.hubcache import hub_cache
+from deployer.watch.watcher import DEAD_STATES, Event, EventSink, Outcome, Ready, Watcher
+
+
+@dataclass
+class NodeSession:
+    """One node while `up` holds it: its plan, its (lock-guarded) connection and layout, this attempt's run."""
+
+    plan: NodePlan
+    remote: Remote
+    layout: Layout
+    serving: RunView | None = None
+    net: NetFacts | None = None
+    run: RunDir | None = None
+    launch: Launch | None = None
+
+    @property
+    def rank(self) -> int:
+        return self.plan.rank
+
+
+
+
+@dataclass(frozen=True)
+class FollowerEnded:
+    """A follower's engine ended while rank 0 was still starting."""
+
+    rank: int
+    state: dict[str, Any]
+
+    def describe(self) -> str:
+        return f"node {self.rank} ended ({self.state.get('status')})"
+
+
+
+def for_node(emit: EventSink, plan: NodePlan) -> EventSink:
+    def sink(event: Event) -> None:
+        emit(dataclasses.replace(event, data={**event.data, "node": plan.rank, "host": plan.node.host}))
+    return sink
+
+
+def watch_group(sessions: list[NodeSession], profile: Profile, emit: EventSink, port: int | None = None
+                ) -> Outcome | FollowerEnded:
+    """Rank 0's log and health (the single-host watch, one poll at a time) and every follower's supervisor.
+    `port`: rank 0's port when it is not the plan's (an earlier run brought back)."""
+    leader = sessions[0]
+    assert leader.launch is not None
+    watcher = Watcher(leader.remote, leader.launch, port or leader.plan.port, profile.health,
+                      engine_for(profile.engine.kind),
+                      for_node(emit, leader.plan), cache=hub_cache(profile.engine.model_path, profile.engine.env))
+    delay, next_look = 0.1, 0.0
+    for _ in range(10_000_000):  # bounded by the watcher's startup and stall deadlines
+        outcome = watcher.poll_once()
+        if isinstance(outcome, Ready):
+            ended = _followers_ended(sessions[1:])
+            return ended or outcome
+        if outcome is not None:
+            return outcome
+        if time.monotonic() >= next_look:
+            ended = _followers_ended(sessions[1:])
+            if ended is not None:
+                emit(Event("exited", {"node": ended.rank, "message": ended.describe()}))
+                return ended
+            next_look = time.monotonic() + profile.health.interval_s
+        time.sleep(delay)
+        delay = min(delay * 1.6, profile.health.interval_s)
+    raise DeployError("watch loop ran out of polls")  # pragma: no cover
+
+
+def _followers_ended(followers: list[NodeSession]) -> FollowerEnded | None:
+    states = at_once(lambda s: status(s.remote, s.run) if s.run else {}, followers)
+    for s, state in zip(followers, states):
+        if state.get("status") in DEAD_STATES:
+            return FollowerEnded(s.rank, state)
+    return None

@@ -1,0 +1,78 @@
+"""`deploy status|logs|down PROFILE [--node N]` of one engine across nodes (issue 14): the real CLI against
+one real sshd per node (tests/hostbed.py) and the stand-in multi-node engine."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from deploy_helpers import deploy
+from hostbed import HostBed, host_bed
+from test_nodes_up import STANDIN_BIN, http_status, nodes_profile, state, up
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+
+@pytest.fixture()
+def bed(tmp_path: Path) -> Iterator[HostBed]:
+    with host_bed(tmp_path / "hosts", 2) as hosts:
+        for host in hosts.hosts:
+            (host.sshd.bin_dir / "nvidia-smi").symlink_to(STANDIN_BIN / "nvidia-smi")
+        yield hosts
+
+
+def test_status_logs_and_down_per_node(tmp_path: Path, bed: HostBed) -> None:
+    profile, ports = nodes_profile(tmp_path, bed)
+    assert up(tmp_path, profile).returncode == 0
+    home = tmp_path / "home"
+
+    shown = deploy("status", str(profile), "--json", home=home)
+    assert shown.returncode == 0, shown.stderr
+    rows = json.loads(shown.stdout)
+    assert [(r["node"], r["status"], r["port"]) for r in rows] == [(0, "ready", ports[0]), (1, "ready", ports[1])]
+    one = deploy("status", str(profile), "--node", "1", home=home)
+    assert one.returncode == 0 and "node 1 (dummy health):" in one.stdout and "node 0" not in one.stdout
+
+    log1 = deploy("logs", str(profile), "--node", "1", "-n", "200", home=home)
+    assert log1.returncode == 0, log1.stderr
+    assert f"Dummy health check server started in background thread at 127.0.0.3:{ports[1]}" in log1.stdout
+    assert "fired up and ready to roll" not in log1.stdout     # rank 1 has no API
+    log0 = deploy("logs", str(profile), "--node", "0", "-n", "200", home=home)
+    assert "fired up and ready to roll" in log0.stdout
+
+    for argv, message in ((["logs", str(profile)], "runs on 2 nodes: give --node N"),
+                          (["status", str(profile), "--node", "5"], "--node 5: two-node has nodes 0..1"),
+                          (["status", "two-node", "--host", "127.0.0.2", "--node", "0"],
+                           "--node needs a profile file with nodes:")):
+        bad = deploy(*argv, home=home)
+        assert bad.returncode == 2 and message in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+        assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+
+    down = deploy("down", str(profile), "--json", home=home)
+    assert down.returncode == 0, down.stderr
+    # all ranks asked at once: rank 0's graceful shutdown ends rank 1 (exit 0, not SIGKILL after the grace)
+    assert [(r["node"], r["status"]) for r in json.loads(down.stdout)] == [(0, "stopped"), (1, "stopped")]
+    assert state(bed, 1).get("exit_code") == 0 and not state(bed, 1).get("signal")
+    assert http_status("127.0.0.1", ports[0]) is None and http_status("127.0.0.3", ports[1]) is None
+    after = deploy("status", str(profile), home=home)
+    assert after.returncode == 8, after.stdout
+
+
+def test_plan_checks_every_node_and_changes_nothing(tmp_path: Path, bed: HostBed) -> None:
+    profile, ports = nodes_profile(tmp_path, bed)
+    home = tmp_path / "home"
+    shown = deploy("plan", str(profile), home=home)
+    assert shown.returncode == 0, shown.stderr + shown.stdout
+    assert f"node 0 {bed.hosts[0].addr}: address 127.0.0.2, nic lo, port {ports[0]}, sglang 0.5.23, 1 GPU(s)" \
+        in shown.stdout, shown.stdout
+    assert f"node 1 {bed.hosts[1].addr}: address 127.0.0.3, nic lo, port {ports[1]}" in shown.stdout
+    as_json = json.loads(deploy("plan", str(profile), "--json", home=home).stdout)
+    assert [n["node"] for n in as_json["nodes"]] == [0, 1] and as_json["problems"] == []
+    assert as_json["node0"] is not None
+    assert not any((h.workdir / "two-node" / "runs").exists() and any((h.workdir / "two-node" / "runs").iterdir())
+                   for h in bed.hosts)
+    bad = deploy("plan", str(profile), "--set", "engine.nic=ens99", home=home)
+    assert bad.returncode == 4 and "engine.nic ens99: no such interface on node 0" in bad.stderr, bad.stderr
