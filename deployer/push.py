@@ -16,15 +16,17 @@ import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deployer.engines import engine_for
 from deployer.errors import CommandFailed, DeployError, TargetError
-from deployer.profile.model import Profile
 from deployer.remote.base import Remote
 from deployer.remote.program import helper_bundle
-from deployer.render.bundle import Bundle
 from deployer.secrets import mask_data
+
+if TYPE_CHECKING:  # annotations only: the on-call commands read layouts without loading the profile model
+    from deployer.profile.model import Profile
+    from deployer.render.bundle import Bundle
 
 # The supervisor program: run as `python3 -B supervise.py`, it imports the others from beside it.
 SUPERVISOR_FILES = ("supervise.py", "supervise_base.py", "supervise_daemon.py", "supervise_ports.py",

@@ -32,9 +32,14 @@ def dispatch_kind(profile: Profile) -> str | None:
     return None
 
 
+def names_file(arg: str | None) -> bool:
+    """Whether a NAME|PROFILE argument names a profile file (else it is a deployment's name)."""
+    return arg is not None and (Path(arg).is_file() or arg.endswith((".yaml", ".yml")))
+
+
 def fleet_profile(arg: str | None, overrides: tuple[str, ...] = ()) -> Profile | None:
     """The fleet profile named by a NAME|PROFILE argument, or None (a name, or a single-host profile)."""
-    if not arg or not (Path(arg).is_file() or arg.endswith((".yaml", ".yml"))):
+    if not arg or not names_file(arg):
         return None
     prof = _load(arg, overrides, None)
     kind = dispatch_kind(prof)

@@ -6,13 +6,17 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
 from deployer.cli import fleet
 from deployer.cli.options import _emit_json, _load, _profile_options, _target_options
 from deployer.engines import default_kind, kinds
+
+if TYPE_CHECKING:
+    from deployer.profile.model import Profile
 
 
 def _progress(as_json: bool) -> Any:
@@ -85,6 +89,17 @@ def _final(report: Any, as_json: bool, sink: Any) -> None:
         print_up_report(report, sink)
 
 
+def _nodes_group(target: str | None, node: int | None) -> tuple[ModuleType, Profile] | None:
+    """(deployer.fleet.nodes_ops, the profile) when TARGET is a `nodes:` profile, else None. The module is
+    imported only when TARGET names a file (or --node is given): the commands on a name stay light to start."""
+    if node is None and not fleet.names_file(target):
+        return None
+    from deployer.fleet import nodes_ops
+
+    group = nodes_ops.nodes_profile(target, node)
+    return None if group is None else (nodes_ops, group)
+
+
 @click.command()
 @click.argument("target", required=False)
 @click.option("--host", default=None, metavar="[USER@]HOST[:PORT]")
@@ -99,13 +114,13 @@ def status(target: str | None, host: str | None, workdir: str | None, trust_new_
 
     Exits 0 only while the deployment serves (every one, with only --host): 5 crashed, crash-looping or
     lost; 6 alive but not answering /health (starting, restarting, hung); 8 stopped; 7 none there."""
-    from deployer.fleet import nodes_ops
     from deployer.oncall import deployment as ops
 
     from deployer.errors import NotFound
 
-    group = nodes_ops.nodes_profile(target, node)
-    if group is not None:  # one engine across nodes: a row per node
+    found = _nodes_group(target, node)
+    if found is not None:
+        nodes_ops, group = found  # one engine across nodes: a row per node
         rows = nodes_ops.status(group, node, workdir, trust_new_host)
         code = ops.worst_exit_code(rows)
         if as_json:
@@ -201,11 +216,11 @@ def logs(target: str, host: str | None, workdir: str | None, trust_new_host: boo
          previous: bool, replica: int | None, router: bool, node: int | None) -> None:
     """Print the engine log of the current (or previous) attempt (a fleet: of --replica N, --host H or --router;
     a multi-node profile: of --node N)."""
-    from deployer.fleet import nodes_ops
     from deployer.oncall import deployment as ops
 
-    group = nodes_ops.nodes_profile(target, node)
-    if group is not None:
+    found = _nodes_group(target, node)
+    if found is not None:
+        nodes_ops, group = found
         nodes_ops.logs(group, node, workdir, trust_new_host, lines=lines, follow=follow, previous=previous,
                        out=click.echo)
         return
@@ -241,11 +256,11 @@ def logs(target: str, host: str | None, workdir: str | None, trust_new_host: boo
 def down(target: str, host: str | None, workdir: str | None, trust_new_host: bool, grace: float | None,
          as_json: bool, break_lock: bool, node: int | None) -> None:
     """Stop a deployment gracefully (idempotent: 'not running' is success)."""
-    from deployer.fleet import nodes_ops
     from deployer.oncall import deployment as ops
 
-    group = nodes_ops.nodes_profile(target, node)
-    if group is not None:  # every node, rank 0 first (or the one --node names)
+    found = _nodes_group(target, node)
+    if found is not None:
+        nodes_ops, group = found  # every node, rank 0 first (or the one --node names)
         results = nodes_ops.down(group, node, workdir, trust_new_host, grace, break_lock=break_lock,
                                  notify=lambda m: click.echo(f"warning: {m}", err=True))
         if as_json:

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from deployer.errors import ProfileError
-from deployer.profile.model import Profile, Replica, Router, Target, probe_address
+from deployer.profile.host import probe_address
+from deployer.profile.model import Profile, Replica, Router, Target
 from deployer.remote.base import LOCAL, TargetSpec
 from deployer.remote.ssh.config import resolve
 from deployer.secrets import MASK

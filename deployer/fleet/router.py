@@ -28,7 +28,8 @@ from deployer.errors import LaunchFailed, NotFound, Unhealthy
 from deployer.fleet.members import ROUTER_HEALTH_PATH, RouterMember, spec_of
 from deployer.fleet.record import try_write_record
 from deployer.lock import DeploymentLock
-from deployer.profile.model import Profile, probe_address
+from deployer.profile.host import probe_address
+from deployer.profile.model import Profile
 from deployer.push import Layout, RunDir, expand_workdir, new_run_id, prepare, push, set_current
 from deployer.render.bundle import Bundle, EnvRef, Word, env_file_text, flag_tokens, sh_word
 from deployer.remote.base import EndpointUnreachable, Remote

@@ -18,7 +18,8 @@ from deployer.fleet.oncall import fleet_down
 from deployer.fleet.report import SERVING, FleetReport
 from deployer.fleet.up import fleet_up
 from deployer.pipeline.up import UpOptions
-from deployer.profile.model import Profile, Target, probe_address
+from deployer.profile.host import probe_address
+from deployer.profile.model import Profile, Target
 from deployer.remote.connect import connect
 from deployer.smoke import SmokeOptions, ask
 from deployer.watch.watcher import Event, EventSink

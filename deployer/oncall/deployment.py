@@ -1,6 +1,9 @@
 """Operations on an existing deployment: status, logs, down. They need only a name and a host (or a profile).
 
 Everything is read from the target, so these work from a laptop that never ran the original `up`.
+
+The profile model, the diagnosis and the pipeline are imported where they are needed (a profile file, a crashed
+run), not at the top: `deploy status NAME` is what on-call runs most, and those imports were most of its start-up.
 """
 
 from __future__ import annotations
@@ -13,16 +16,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from deployer.diagnose.diagnosis import Diagnosis, diagnose, oom_killer_lines
 from deployer.errors import LaunchFailed, NotFound, ProfileError, TargetError, Unhealthy
 from deployer.lock import DeploymentLock, Notify, lease_of
 from deployer.logtext import bounded_diagnosis
-from deployer.pipeline.up import diagnose_state, target_spec
-from deployer.profile.host import parse_host
-from deployer.profile.loader import load_profile
-from deployer.profile.model import NAME_RE, Profile
+from deployer.profile.host import NAME_RE, parse_host
 from deployer.push import Layout, expand_workdir
 from deployer.remote.base import Remote, TargetSpec
 from deployer.remote.connect import connect
@@ -34,6 +33,10 @@ from deployer.supervisor.supervise_base import UP
 from deployer.target import snapshot
 from deployer.target.records import RunView, healthy, record_address, record_kind, tail_window, window_lines
 from deployer.watch.watcher import LogTail
+
+if TYPE_CHECKING:
+    from deployer.diagnose.diagnosis import Diagnosis
+    from deployer.profile.model import Profile
 
 DEFAULT_WORKDIR = "/workspace/deployer"
 
@@ -59,6 +62,9 @@ def make_ref(arg: str | None, host: str | None, workdir: str | None, trust_new_h
              overrides: tuple[str, ...] = ()) -> Ref:
     """NAME|PROFILE (+ --host): a profile file gives everything; a bare name needs --host."""
     if arg and (Path(arg).is_file() or arg.endswith((".yaml", ".yml"))):
+        from deployer.pipeline.up import target_spec
+        from deployer.profile.loader import load_profile
+
         prof = load_profile(arg, overrides=list(overrides), host=host)
         return Ref(prof.name, target_spec(prof, trust_new_host), workdir or prof.target.workdir, prof)
     if not host:
@@ -145,6 +151,8 @@ def crash_diagnosis(remote: Remote, view: RunView, attempt: snapshot.Attempt | N
     if view.status not in CRASHED_STATES or not crash or not after_ready:
         return None
 
+    from deployer.pipeline.up import diagnose_state
+
     version = (view.record.get("profile") or {}).get("engine", {}).get("version")
     kind = record_kind(view.record)
     if attempt is not None and attempt.run_id == view.run.run_id:
@@ -157,6 +165,8 @@ def crash_diagnosis(remote: Remote, view: RunView, attempt: snapshot.Attempt | N
 def diagnose_attempt(attempt: snapshot.Attempt, state: dict[str, Any], version: str | None, *,
                      kind: str) -> Diagnosis:
     """pipeline.up.diagnose_state on what a snapshot brought: no further trip to the target."""
+    from deployer.diagnose.diagnosis import diagnose, oom_killer_lines
+
     end = state.get("last_crash") or state
     diag = diagnose(attempt.text, engine_version=version, exit_code=end.get("exit_code"), signal=end.get("signal"),
                     kind=kind)

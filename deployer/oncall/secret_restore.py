@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from deployer.errors import NotFound, ProfileError, RecordUnreadable
-from deployer.profile.loader import expand_template
 from deployer.remote.base import Remote
 from deployer.secrets import MASK, SECRET_ENV_PREFIX, is_secret_env_name, remember, secret_var
 from deployer.supervisor.supervise_base import SuperviseError, parse_env_text
@@ -114,6 +113,8 @@ class Restorer:
         if template is None:
             raise SecretUnavailable(f"{path}: {where}, and the profile wrote this secret literally (not as ${{VAR}})",
                                     hint="deploy the profile again with `deploy up PROFILE`")
+        from deployer.profile.loader import expand_template  # here: `status` learns secrets without the loader
+
         text, _, missing = expand_template(template, self.environ)
         if missing:
             raise SecretUnavailable(f"{path}: {where}, and ${{{missing[0]}}} is not set here",

@@ -1,4 +1,6 @@
-"""A host address as a person writes it (`--host`, `target.host`): `[user@]host[:port]`."""
+"""Addresses and names as a person writes them: `[user@]host[:port]` (`--host`, `target.host`), the address a
+server bound somewhere is reached at, and what a deployment may be named. Imports nothing heavy: the on-call
+commands that take a name use it without loading the profile model."""
 
 from __future__ import annotations
 
@@ -15,3 +17,12 @@ def parse_host(text: str) -> tuple[str | None, str, int | None]:
     if not host or (at and not user):
         raise ValueError(f"--host {text!r}: expected [USER@]HOST[:PORT]")
     return (user or None), host, port
+
+
+# A deployment's name: also its directory on the target and its Kubernetes object names.
+NAME_RE = r"^[a-z0-9][a-z0-9-]*$"
+
+
+def probe_address(bind: str) -> str:
+    """The address to reach a server bound to `bind` from its own host (a wildcard bind answers on loopback)."""
+    return "127.0.0.1" if bind in ("", "0.0.0.0", "::", "[::]") else bind.strip("[]")

@@ -13,6 +13,7 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from deployer.profile.host import NAME_RE, probe_address
 from deployer.engines import default_kind, engine_for, kinds
 from deployer.flag_names import option_key
 from deployer.secrets import MASK, hidden_values, is_secret_env_name, mask_leaves
@@ -20,7 +21,6 @@ from deployer.secrets import MASK, hidden_values, is_secret_env_name, mask_leave
 ArgScalar = Union[bool, int, float, str]
 ArgValue = Union[ArgScalar, list[ArgScalar], dict[str, Any], None]
 
-NAME_RE = r"^[a-z0-9][a-z0-9-]*$"
 FLAG_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Policies of the model gateway `smg` (PyPI smg 1.13.0, smg/router_args.py COMMON_POLICY_CHOICES).
@@ -180,11 +180,6 @@ class Engine(Strict):
             _check_text(value, f"env.{key}")
             out[key] = value
         return out
-
-
-def probe_address(bind: str) -> str:
-    """The address to reach a server bound to `bind` from its own host (a wildcard bind answers on loopback)."""
-    return "127.0.0.1" if bind in ("", "0.0.0.0", "::", "[::]") else bind.strip("[]")
 
 
 def _flag_mapping(v: Any, *, reserved: dict[str, str]) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 from deployer.engines import default_kind
 from deployer.errors import NotFound
 from deployer.logtext import clip_middle, clip_tail, readable
-from deployer.profile.model import probe_address
+from deployer.profile.host import probe_address
 from deployer.push import Layout, RunDir
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.start import status

@@ -16,17 +16,19 @@ import json
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Union
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 from deployer.engines.base import EngineSpec
 from deployer.errors import DeployError, NotFound
 from deployer.logtext import clip, readable
-from deployer.profile.model import Health
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.start import Launch, listener, status
 from deployer.supervisor.supervise_base import ENDED
 from deployer.watch.hubcache import HubCache
 from deployer.watch.progress import Bar, describe, human_bytes, parse
+
+if TYPE_CHECKING:  # an annotation: `logs` (LogTail) does not load the profile model
+    from deployer.profile.model import Health
 
 READ_LIMIT = 1 << 20          # bytes read per poll at most
 SKIP_AHEAD = 4 << 20          # further behind than this: jump to the last JUMP_TO bytes

@@ -19,7 +19,8 @@ from deployer.fleet.oncall import _exit_code, pick_member
 from deployer.fleet.report import FleetReport, ReplicaResult
 from deployer.fleet.router import RouterReport, render_router, settings_hash
 from deployer.profile.loader import load_profile
-from deployer.profile.model import Target, probe_address
+from deployer.profile.host import probe_address
+from deployer.profile.model import Target
 from deployer.render.bundle import render
 from deployer.watch.watcher import Event
 
