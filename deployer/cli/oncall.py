@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from deployer.cli import fleet
 from deployer.cli.options import _emit_json, _target_options
+
+if TYPE_CHECKING:
+    from deployer.pipeline.up import UpOptions
 
 
 @click.command()
@@ -52,12 +56,34 @@ def _oncall(action: str, target: str, host: str | None, workdir: str | None, tru
 
     opts = UpOptions(trust_new_host=trust_new_host, heal=not no_heal, skip_preflight=True, break_lock=break_lock,
                      what=action)
+    if fleet.names_file(target) and _nodes_restart(action, target, opts, as_json):
+        return
     fleet_prof = fleet.fleet_profile(target)
     if fleet_prof is not None:
         fleet.on_call(action, fleet_prof, opts, as_json)
         return
     ref = ops.make_ref(target, host, workdir, trust_new_host)
     run_reported(as_json, lambda sink: getattr(going_back, action)(ref, sink, opts))
+
+
+def _nodes_restart(action: str, target: str, opts: UpOptions, as_json: bool) -> bool:
+    """`restart` of a `nodes:` profile: every rank stopped and the group started again as one (a new attempt of
+    the profile's version, watched and healed like `up`); False when TARGET is no nodes profile. `rollback` of
+    one is refused in one line: which earlier version every node shares is not worked out yet."""
+    from deployer.cli.targets import run_reported
+    from deployer.errors import ProfileError
+    from deployer.fleet import nodes_ops
+    from deployer.fleet.nodes_up import up_nodes
+
+    group = nodes_ops.nodes_profile(target, None)
+    if group is None:
+        return False
+    if action != "restart":
+        raise ProfileError(f"{group.name}: {action} of a nodes: profile is not built yet; `deploy up` the version "
+                           "to go back to (the group is replaced as one)")
+    forced = dataclasses.replace(opts, force=True)
+    run_reported(as_json, lambda sink: up_nodes(group, forced, sink))
+    return True
 
 
 def _oncall_options(func: Any) -> Any:

@@ -76,3 +76,28 @@ def test_plan_checks_every_node_and_changes_nothing(tmp_path: Path, bed: HostBed
                    for h in bed.hosts)
     bad = deploy("plan", str(profile), "--set", "engine.nic=ens99", home=home)
     assert bad.returncode == 4 and "engine.nic ens99: no such interface on node 0" in bad.stderr, bad.stderr
+
+
+def _current(bed: HostBed, rank: int) -> str:
+    return (bed.hosts[rank].workdir / "two-node" / "current").resolve().name
+
+
+def test_restart_of_a_nodes_profile_replaces_every_rank_as_one_group(tmp_path: Path, bed: HostBed) -> None:
+    profile, ports = nodes_profile(tmp_path, bed)
+    assert up(tmp_path, profile).returncode == 0
+    home = tmp_path / "home"
+    before = [(_current(bed, r), state(bed, r).get("pid")) for r in (0, 1)]
+
+    again = deploy("restart", str(profile), "--json", home=home, timeout=150)
+    assert again.returncode == 0, again.stderr[-3000:] + again.stdout[-3000:]
+    after = [(_current(bed, r), state(bed, r).get("pid")) for r in (0, 1)]
+    for rank in (0, 1):   # a new attempt on every node, none left on the old run
+        assert after[rank][0] != before[rank][0] and after[rank][1] != before[rank][1], (before, after)
+        assert state(bed, rank).get("status") == "ready", state(bed, rank)
+    assert http_status("127.0.0.1", ports[0]) == 200 and http_status("127.0.0.3", ports[1]) == 200
+
+    back = deploy("rollback", str(profile), home=home)
+    assert back.returncode == 2 and "rollback of a nodes: profile is not built yet" in back.stderr, back.stderr
+    assert len(back.stderr.strip().splitlines()) == 1 and "Traceback" not in back.stderr
+    assert [_current(bed, r) for r in (0, 1)] == [a[0] for a in after]   # refused: nothing changed
+    assert deploy("down", str(profile), home=home).returncode == 0
