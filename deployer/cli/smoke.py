@@ -75,6 +75,9 @@ def smoke(profile: str, overrides: tuple[str, ...], host: str | None, trust_new_
     opts = sm.SmokeOptions(trust_new_host=trust_new_host, skip_preflight=skip_preflight, heal=not no_heal,
                            force=force, keep=keep, prompt=prompt, max_tokens=max_tokens,
                            request_timeout_s=request_timeout, settle_s=settle)
+    if prof is not None and prof.nodes is not None:
+        raise ProfileError(f"{prof.name}: smoke of a nodes: profile is not built yet; `deploy up` it and send a "
+                           "request to node 0's port")
     if prof is not None and fleet.dispatch_kind(prof) is not None:
         fleet.smoke(prof, opts, as_json, junit_file, profile)
         return

@@ -99,5 +99,7 @@ def test_restart_of_a_nodes_profile_replaces_every_rank_as_one_group(tmp_path: P
     back = deploy("rollback", str(profile), home=home)
     assert back.returncode == 2 and "rollback of a nodes: profile is not built yet" in back.stderr, back.stderr
     assert len(back.stderr.strip().splitlines()) == 1 and "Traceback" not in back.stderr
+    smoke = deploy("smoke", str(profile), home=home)
+    assert smoke.returncode == 2 and "smoke of a nodes: profile is not built yet" in smoke.stderr, smoke.stderr
     assert [_current(bed, r) for r in (0, 1)] == [a[0] for a in after]   # refused: nothing changed
     assert deploy("down", str(profile), home=home).returncode == 0
