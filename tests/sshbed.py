@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shlex
 import shutil
 import statistics
@@ -41,7 +42,36 @@ JUMP_ALIAS = "deployer-test-via-jump"
 START_TIMEOUT = 10.0
 
 
+_HANDED_OUT: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(addr: str, port: int) -> bool:
+    for where in {addr, "0.0.0.0"}:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((where, port))
+            except OSError:
+                return False
+    return True
+
+
 def free_port(addr: str = "127.0.0.1") -> int:
+    """A port free on `addr` (and on the wildcard), below the kernel's ephemeral range and never handed out twice
+    in this process. A port from the ephemeral range (what binding port 0 gives) can become the source port of
+    any outgoing connection between this call and the port's use; a CI run lost a test to exactly that."""
+    low = max(_ephemeral_low(), 12000)
+    for _ in range(500):  # bounded: the range has thousands of ports, nearly all free
+        port = random.randrange(10000, low)
+        if port not in _HANDED_OUT and _bindable(addr, port):
+            _HANDED_OUT.add(port)
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((addr, 0))
         return int(s.getsockname()[1])

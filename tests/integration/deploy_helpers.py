@@ -4,22 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
+from sshbed import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "tests" / "standin"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_profile(tmp_path: Path, sshd: Any, *, name: str = "demo", args: dict[str, Any] | None = None,

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
+from sshbed import free_port
 
 STANDIN = Path(__file__).resolve().parents[1] / "standin"
 NVIDIA_SMI = STANDIN / "bin" / "nvidia-smi"
@@ -30,12 +31,6 @@ SCENARIO_TEXT = (
     "--mamba-scheduler-strategy extra_buffer and set SGLANG_ENABLE_SPEC_V2=1."
 )
 pytestmark = pytest.mark.timeout(20)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Engine:

@@ -14,15 +14,10 @@ import pytest
 
 from deployer.supervisor import supervise as sv
 from deployer.supervisor import supervise_ports as ports
+from sshbed import free_port
 
 SUPERVISE = Path(sv.__file__)
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
