@@ -34,7 +34,8 @@ def test_every_nodes_launch_resolves_as_rendered(h200_host: Any, remote: Remote,
     target = h200_host.target(tmp_path / "work")
     path = tmp_path / "p.yaml"
     path.write_text(json.dumps({
-        "name": "realnodes", "nodes": [{**target}, {**target, "engine_port": 30001}],
+        "name": "realnodes",   # both nodes on the one test host: each needs its own workdir
+        "nodes": [{**target}, {**h200_host.target(tmp_path / "work1"), "engine_port": 30001}],
         "engine": {"python": "sglang-python", "model_path": str(MODEL), "dist_init_port": 20000,
                    "args": {"device": "cuda", "tp_size": 2, "max_total_tokens": 8192}}}))
     plans = plan_nodes(load_profile(path), [NodeNet("10.0.0.10", "ens5"), NodeNet("10.0.0.11", "ens6")])
