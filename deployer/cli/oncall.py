@@ -72,10 +72,10 @@ def _nodes_restart(action: str, target: str, opts: UpOptions, as_json: bool) -> 
     one is refused in one line: which earlier version every node shares is not worked out yet."""
     from deployer.cli.targets import run_reported
     from deployer.errors import ProfileError
-    from deployer.fleet import nodes_ops
+    from deployer.fleet.nodes_plan import nodes_profile
     from deployer.fleet.nodes_up import up_nodes
 
-    group = nodes_ops.nodes_profile(target, None)
+    group = nodes_profile(target, None)
     if group is None:
         return False
     if action != "restart":

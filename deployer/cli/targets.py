@@ -94,10 +94,14 @@ def _nodes_group(target: str | None, node: int | None) -> tuple[ModuleType, Prof
     imported only when TARGET names a file (or --node is given): the commands on a name stay light to start."""
     if node is None and not fleet.names_file(target):
         return None
-    from deployer.fleet import nodes_ops
+    from deployer.fleet.nodes_plan import nodes_profile
 
-    group = nodes_ops.nodes_profile(target, node)
-    return None if group is None else (nodes_ops, group)
+    group = nodes_profile(target, node)
+    if group is None:
+        return None
+    from deployer.fleet import nodes_ops  # the multi-node work: only for a nodes: profile
+
+    return nodes_ops, group
 
 
 @click.command()

@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from deployer.errors import ProfileError
 from deployer.fleet.nodes_diagnose import first_crash
-from deployer.fleet.nodes_plan import NodePlan, host_port, plan_nodes
+from deployer.fleet.nodes_plan import NodePlan, host_port, nodes_profile, plan_nodes
 from deployer.fleet.fanout import at_once
 from deployer.logtext import bounded_diagnosis
 from deployer.oncall import deployment as ops
 from deployer.pipeline.up import diagnose_state
-from deployer.profile.loader import load_profile
 from deployer.profile.model import Profile
 from deployer.push import RunDir
 from deployer.remote.program import SUPERVISOR_PYTHON
@@ -28,18 +26,6 @@ from deployer.remote.base import TargetSpec
 from deployer.supervisor.supervise_base import UP
 
 Notify = Callable[[str], None]
-
-
-def nodes_profile(arg: str | None, node: int | None, overrides: tuple[str, ...] = ()) -> Profile | None:
-    """The `nodes:` profile named by ARG, else None; `--node` without one is one clear error."""
-    if arg and (Path(arg).is_file() or arg.endswith((".yaml", ".yml"))):
-        profile = load_profile(arg, overrides=list(overrides))
-        if profile.nodes:
-            return profile
-    if node is not None:
-        raise ProfileError("--node needs a profile file with nodes: (a name and --host cannot say which hosts "
-                           "are its nodes)")
-    return None
 
 
 def _refs(profile: Profile, node: int | None, workdir: str | None, trust_new_host: bool) -> list[tuple[NodePlan,
