@@ -279,6 +279,10 @@ def test_a_failed_replace_brings_the_serving_group_back(tmp_path: Path, bed: Hos
     assert "brought back the previous version" in result.stderr and "it is serving again" in result.stderr
     assert _current(bed) == serving
     assert http_status("127.0.0.1", ports[0], "/v1/models") == 200
+    # a restored follower's supervisor marks it ready on its own ready line, which may come just after rank 0's
+    end = time.monotonic() + 15
+    while time.monotonic() < end and [state(bed, r).get("status") for r in (0, 1)] != ["ready", "ready"]:
+        time.sleep(0.2)
     assert state(bed, 0)["status"] == "ready" and state(bed, 1)["status"] == "ready"
 
 
