@@ -10,10 +10,9 @@ import http.client
 import json
 import socket
 import sqlite3
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
@@ -24,13 +23,13 @@ from deployer.lock import DeploymentLock
 from deployer.profile.loader import load_profile
 from deployer.push import layout_for
 from deployer.remote.connect import connect
+from waiting import wait_for
 from hostbed import HostBed, host_bed
 from sshbed import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 STANDIN_BIN = STANDIN / "bin"
-T = TypeVar("T")
 
 
 @pytest.fixture()
@@ -71,16 +70,6 @@ def http_status(addr: str, port: int, path: str = "/health") -> int | None:
         return status
     except OSError:
         return None
-
-
-def wait_for(predicate: Callable[[], T], what: str, deadline_s: float = 30.0) -> T:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {deadline_s}s waiting for {what}")
 
 
 def state(bed: HostBed, rank: int, name: str = "two-node") -> dict[str, Any]:
@@ -280,9 +269,7 @@ def test_a_failed_replace_brings_the_serving_group_back(tmp_path: Path, bed: Hos
     assert _current(bed) == serving
     assert http_status("127.0.0.1", ports[0], "/v1/models") == 200
     # a restored follower's supervisor marks it ready on its own ready line, which may come just after rank 0's
-    end = time.monotonic() + 15
-    while time.monotonic() < end and [state(bed, r).get("status") for r in (0, 1)] != ["ready", "ready"]:
-        time.sleep(0.2)
+    wait_for(lambda: [state(bed, r).get("status") for r in (0, 1)] == ["ready", "ready"], "both ranks ready", 15)
     assert state(bed, 0)["status"] == "ready" and state(bed, 1)["status"] == "ready"
 
 

@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,12 +19,12 @@ from typing import Any
 import pytest
 
 from sshbed import free_port
+from waiting import wait_for as _wait
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 SMG_VENV = Path(os.environ.get("SMG_VENV", Path.home() / ".cache" / "deployer" / "smg-venv"))
-DEADLINE_S = 30.0
 
 
 def _get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
@@ -36,16 +35,6 @@ def _get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
         return exc.code, exc.read()
     except OSError:
         return 0, b""
-
-
-def _wait(predicate: Any, what: str, deadline_s: float = DEADLINE_S) -> Any:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {deadline_s}s waiting for {what}")
 
 
 def _chat(port: int) -> dict[str, Any]:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from deployer.remote.base import Remote
+from deployer.remote.connect import connect
 from realtier import engine_host, mark_tier
 from sglang_release import VENV
 from sshbed import SSHD
@@ -28,3 +30,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def h200_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHD]:
     """An sshd whose sessions have the stand-in nvidia-smi and `sglang-python`, the H200-pretending venv."""
     yield from engine_host(tmp_path_factory.mktemp("sshd-sglang"), "sglang-python", f"PYTHONPATH={H200_DIR}", VENV)
+
+
+@pytest.fixture(scope="module")
+def remote(h200_host: SSHD) -> Iterator[Remote]:
+    """One connection to the H200-pretending target, for a module's tests."""
+    r = connect(h200_host.spec())
+    try:
+        yield r
+    finally:
+        r.close()

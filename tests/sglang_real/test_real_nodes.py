@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,20 +13,10 @@ from deployer.fleet.nodes_plan import NodeNet, plan_nodes
 from deployer.preflight.checks import run_preflight
 from deployer.profile.loader import load_profile
 from deployer.remote.base import Remote
-from deployer.remote.connect import connect
 from sglang_release import ROOT, only_release
 
 MODEL = ROOT / "tests" / "fixtures" / "models" / "qwen3-next-80b-a3b"
 pytestmark = only_release("0.5.23")
-
-
-@pytest.fixture(scope="module")
-def remote(h200_host: Any) -> Iterator[Remote]:
-    r = connect(h200_host.spec())
-    try:
-        yield r
-    finally:
-        r.close()
 
 
 def test_every_nodes_launch_resolves_as_rendered(h200_host: Any, remote: Remote, tmp_path: Path) -> None:

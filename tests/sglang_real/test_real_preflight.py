@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,6 @@ from deployer.preflight.flags import load_cached_flagset
 from deployer.preflight.checks import PreflightReport, run_preflight
 from deployer.profile.model import Profile
 from deployer.remote.base import Remote
-from deployer.remote.connect import connect
 
 from sglang_release import only_release
 
@@ -24,15 +22,6 @@ MODEL = Path(__file__).resolve().parents[1] / "fixtures" / "models" / "qwen3-nex
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("flag-cache")
-
-
-@pytest.fixture(scope="module")
-def remote(h200_host: Any) -> Iterator[Remote]:
-    r = connect(h200_host.spec())
-    try:
-        yield r
-    finally:
-        r.close()
 
 
 def preflight(host: Any, remote: Remote, cache: Path, tmp_path: Path, args: dict[str, Any]) -> PreflightReport:

@@ -7,7 +7,6 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ from deployer.engines.sglang.spec import SGLANG
 from deployer.preflight.checks import run_preflight
 from deployer.profile.loader import load_profile
 from deployer.remote.base import Remote
-from deployer.remote.connect import connect
 from deployer.render.bundle import render
 from deployer.secrets import is_secret_env_name, mask_data
 
@@ -33,15 +31,6 @@ parser = argparse.ArgumentParser()
 ServerArgs.add_cli_args(parser)
 print(json.dumps([[a.dest, a.help or "", a.nargs != 0] for a in parser._actions if a.option_strings]))
 """
-
-
-@pytest.fixture(scope="module")
-def remote(h200_host: Any) -> Iterator[Remote]:
-    r = connect(h200_host.spec())
-    try:
-        yield r
-    finally:
-        r.close()
 
 
 def test_the_secret_flags_are_the_real_parsers_credential_flags() -> None:

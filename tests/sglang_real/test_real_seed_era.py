@@ -8,7 +8,6 @@ real release's own resolution and healed before anything is launched; plan repor
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,21 +21,11 @@ from deployer.profile.model import Profile
 from deployer.profile.loader import load
 from deployer.remedy import Change
 from deployer.remote.base import Remote
-from deployer.remote.connect import connect
 from deployer.watch.watcher import Event
 from sglang_release import ROOT, SEED_ERA, only_release
 
 pytestmark = only_release(SEED_ERA)
 QWEN36 = ROOT / "tests" / "fixtures" / "models" / "qwen36-27b-like"
-
-
-@pytest.fixture(scope="module")
-def remote(h200_host: Any) -> Iterator[Remote]:
-    r = connect(h200_host.spec())
-    try:
-        yield r
-    finally:
-        r.close()
 
 
 def shipped_without_fix(host: Any, tmp_path: Path) -> Profile:
