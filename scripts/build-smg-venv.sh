@@ -16,11 +16,10 @@ if [[ -x "$DIR/bin/smg" && -f "$DIR/.stamp" && "$(cat "$DIR/.stamp")" == "$STAMP
   echo "smg venv up to date: $DIR"
   exit 0
 fi
-exec 9>"$DIR.lock"
-flock 9
+source "$(dirname "$0")/cpu-venv-lib.sh"
+cpu_venv_lock "$DIR"   # creates DIR's parent first: a fresh machine has no ~/.cache/deployer
 start=$(date +%s)
 rm -rf "$DIR"
-mkdir -p "$(dirname "$DIR")"
 $PY -m venv "$DIR"
 "$DIR/bin/python" -m pip install --quiet --disable-pip-version-check "smg==$SMG_VERSION"
 "$DIR/bin/smg" launch --help >/dev/null

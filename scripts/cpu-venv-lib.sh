@@ -1,4 +1,4 @@
-# Sourced by scripts/build-{sglang,vllm}-venv.sh: the shared steps of building a CPU-only venv with an engine's
+# Sourced by scripts/build-{sglang,vllm,smg}-venv.sh: the shared steps of building a CPU-only venv with an engine's
 # real code in it (its argument parser runs on this CPU; no GPU, no CUDA torch).
 #
 #   cpu_venv_lock DIR                   one builder per DIR: a second build waits for the first (fd 9)
