@@ -7,6 +7,8 @@ import threading
 import os
 import socket
 import stat
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import closing
@@ -375,6 +377,29 @@ def test_ssh_config_alias_is_honoured(sshd: SSHD, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("DEPLOYER_SSH_CONFIG", str(sshd.ssh_config))
     with closing(connect(TargetSpec("deployer-test"))) as r:
         assert r.run("echo via-env").stdout == "via-env\n"
+
+
+def test_match_exec_in_ssh_config_runs_its_command(sshd: SSHD, tmp_path: Path) -> None:
+    """paramiko runs `Match exec` through invoke, which deployer loads only when used (remote/ssh/__init__.py).
+    In a process of its own: invoke reads the caller's stdin, which pytest captures."""
+    marker = tmp_path / "matched"
+    config = tmp_path / "ssh_config"
+    block = sshd.ssh_config.read_text().replace("deployer-test", "deployer-exec-test", 1)
+    probe = ("import sys; from deployer.remote.base import TargetSpec; from deployer.remote.connect import connect\n"
+             "r = connect(TargetSpec('deployer-exec-test', ssh_config=sys.argv[1]))\n"
+             "print(r.run('echo reached').stdout.strip(), r.label); r.close()")
+
+    def reach() -> str:
+        done = subprocess.run([sys.executable, "-c", probe, str(config)], capture_output=True, text=True,
+                              timeout=60, stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    config.write_text(f'Match exec "touch {marker}"\n    User root\n\n{block}')
+    assert reach().startswith("reached root@")
+    assert marker.exists()  # the Match line's command really ran
+    config.write_text(f'Match exec "false"\n    Port 1\n\n{block}')  # not matched: its Port is not used
+    assert reach() == f"reached root@127.0.0.1:{sshd.port}\n"
 
 
 def test_proxy_jump_from_ssh_config(sshd: SSHD) -> None:

@@ -1,11 +1,13 @@
-"""`SSHRemote`: the Remote protocol over one Fabric Connection per host, reused for every call.
+"""`SSHRemote`: the Remote protocol over one paramiko connection per host, reused for every call.
 
 The socket is ours (TCP_NODELAY, keepalive, TCP_USER_TIMEOUT: see /work/shared/ssh-notes.md), host keys
 are checked against known_hosts (never AutoAdd), transient connect errors are retried a bounded number of
 times, auth and host-key errors never. Commands run on raw exec channels of the connection's transport so
 that timeouts are exact and no helper threads are involved; HTTP goes over direct-tcpip channels.
-Every paramiko/socket error is translated into deployer.errors here. fabric/paramiko (~0.3 s to import) are
-imported where they are used, so commands that never dial (`host: local`, --help) do not pay for them.
+Every paramiko/socket error is translated into deployer.errors here. paramiko (~80 ms to import) is imported
+where it is used, so commands that never dial (`host: local`, --help) do not pay for it. Fabric is not used: its
+Connection only wrapped paramiko's SSHClient here, and importing it (with invoke, which paramiko's config module
+then imports too) cost ~45 ms of every `deploy status`.
 """
 
 from __future__ import annotations
@@ -45,7 +47,6 @@ from deployer.remote.ssh.config import (
 )
 
 if TYPE_CHECKING:
-    import fabric
     import paramiko
 
 CONNECT_TRIES = 3
@@ -57,6 +58,39 @@ PUT_MIN_TIMEOUT_S = 60.0
 PUT_BYTES_PER_S = 10 << 20  # allow 10 MB/s before an upload counts as hung
 
 
+class _Link:
+    """One SSH connection: the client, and its SFTP session once one was opened (reused, as for every call)."""
+
+    def __init__(self, client: paramiko.SSHClient, sock: Any) -> None:
+        self.client = client
+        self.sock = sock
+        self._sftp: paramiko.SFTPClient | None = None
+
+    @property
+    def transport(self) -> paramiko.Transport | None:
+        return self.client.get_transport()
+
+    @property
+    def is_connected(self) -> bool:
+        transport = self.transport
+        return transport is not None and transport.is_active()
+
+    def sftp(self) -> paramiko.SFTPClient:
+        if self._sftp is None:
+            self._sftp = self.client.open_sftp()
+        return self._sftp
+
+    def close(self) -> None:
+        if self._sftp is not None:
+            with contextlib.suppress(Exception):
+                self._sftp.close()
+            self._sftp = None
+        with contextlib.suppress(Exception):
+            self.client.close()
+        with contextlib.suppress(Exception):
+            self.sock.close()
+
+
 class SSHRemote:
     """The Remote protocol over SSH. `open()` connects; calls reconnect once if the link dropped."""
 
@@ -65,7 +99,7 @@ class SSHRemote:
         self.resolved: Resolved = resolve(spec, proxy_jump)
         self.label = self.resolved.label
         self.handshakes = 0  # SSH connections made so far (one per open/reconnect)
-        self._conn: fabric.Connection | None = None
+        self._conn: _Link | None = None
         self._jump: SSHRemote | None = None
         self._encrypted: list[str] = []  # identity files that need a passphrase (so: the agent)
         self._lock = threading.Lock()
@@ -90,7 +124,7 @@ class SSHRemote:
             self._conn = self._connect_with_retries()
             self.handshakes += 1
 
-    def _connect_with_retries(self) -> fabric.Connection:
+    def _connect_with_retries(self) -> _Link:
         from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
         from tenacity import wait_exponential
 
@@ -103,8 +137,7 @@ class SSHRemote:
         )
         return retrying(self._connect_once)
 
-    def _connect_once(self) -> fabric.Connection:
-        import fabric
+    def _connect_once(self) -> _Link:
         import paramiko
 
         # paramiko logs channel/transport failures itself; we report them as errors, so keep it quiet.
@@ -113,36 +146,22 @@ class SSHRemote:
         self._encrypted = [path for path in r.identity_files if check_identity(path, self.label)]
         sock = self._dial()
         timeout = self.spec.connect_timeout
-        conn = fabric.Connection(
-            host=r.hostname,
-            user=r.user,
-            port=r.port,
-            config=fabric.Config(ssh_config=paramiko.SSHConfig(), lazy=True),
-            connect_kwargs=dict(
-                sock=sock,
-                timeout=timeout,
-                banner_timeout=timeout,
-                auth_timeout=timeout,
-                channel_timeout=CHANNEL_TIMEOUT_S,
-                key_filename=list(r.identity_files),
-                look_for_keys=not r.identity_files,
-                allow_agent=True,
-            ),
-        )
-        client = conn.client
+        client = paramiko.SSHClient()
         client.set_missing_host_key_policy(host_key_policy(r.known_hosts, self.spec.trust_new_host, self.label))
-        self._load_known_hosts(client)
+        link = _Link(client, sock)
         try:
-            conn.open()
+            self._load_known_hosts(client)
+            client.connect(r.hostname, port=r.port, username=r.user, sock=sock, timeout=timeout,
+                           banner_timeout=timeout, auth_timeout=timeout, channel_timeout=CHANNEL_TIMEOUT_S,
+                           key_filename=list(r.identity_files),  # type: ignore[arg-type]  # str or list (its docs)
+                           look_for_keys=not r.identity_files,
+                           allow_agent=True)
         except Exception as e:
-            with contextlib.suppress(Exception):
-                conn.close()
-                client.close()
-                sock.close()
+            link.close()
             raise self._translate_connect_error(e) from None
-        assert conn.transport is not None
-        conn.transport.set_keepalive(KEEPALIVE_S)
-        return conn
+        assert link.transport is not None
+        link.transport.set_keepalive(KEEPALIVE_S)
+        return link
 
     def _load_known_hosts(self, client: paramiko.SSHClient) -> None:
         """The user's file (the one trust-new-host appends to) and, read-only, the system-wide one."""
