@@ -21,6 +21,9 @@ CRASHED = ("exited", "crashloop", "lost")               # ended without being as
 ENDED = CRASHED + ("stopped",)
 POLICIES = ("no", "on-failure", "always")
 TICK, SCAN_EVERY, START_TIMEOUT, KILL_WAIT = 0.05, 0.5, 10.0, 5.0
+# Until the ready line is seen the log is scanned more often: `up` calls the engine ready when /health answers,
+# and a `deploy status` right after it should read "ready" too, not "running" for up to SCAN_EVERY.
+SCAN_BEFORE_READY = 0.1
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_BUSY = 1, 2, 75
 DEFAULTS: dict[str, Any] = {"launch": "launch.sh", "env_file": "env", "log": "engine.log", "grace_s": 30,
                             "ready_pattern": "The server is fired up and ready to roll!"}

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     from deployer.supervisor.supervise_base import (
-        EXIT_FAILED, KILL_WAIT, LogScanner, SCAN_EVERY, STATE, STOP_REQUEST, TICK, backoff_delay,
+        EXIT_FAILED, KILL_WAIT, LogScanner, SCAN_BEFORE_READY, SCAN_EVERY, STATE, STOP_REQUEST, TICK, backoff_delay,
         decode_wait_status, group_alive, kill_group, note, should_restart, signal_name, wait_until,
         write_json,
     )
 else:  # run as a script on the target, where the supervisor's files sit side by side
     from supervise_base import (  # type: ignore[no-redef]
-        EXIT_FAILED, KILL_WAIT, LogScanner, SCAN_EVERY, STATE, STOP_REQUEST, TICK, backoff_delay,
+        EXIT_FAILED, KILL_WAIT, LogScanner, SCAN_BEFORE_READY, SCAN_EVERY, STATE, STOP_REQUEST, TICK, backoff_delay,
         decode_wait_status, group_alive, kill_group, note, should_restart, signal_name, wait_until,
         write_json,
     )
@@ -47,7 +47,7 @@ class Daemon:
         self.stop_requested = False
         self.restart_times: list[float] = []
         self.scanner = LogScanner(self.log, None, 0)
-        self.next_scan = 0.0
+        self.next_scan = self.next_group = 0.0
         self.group = GroupWatch.from_config(cfg.get("group"))  # one engine across nodes: watch the peers
         self.peer_lost: str | None = None
         self.state: dict[str, Any] = {
@@ -88,9 +88,13 @@ class Daemon:
             if self.exit_status is not None:
                 if not self.handle_exit():
                     return 0
-            elif self.state["status"] in ("running", "ready") and time.monotonic() >= self.next_scan:
-                self.check_ready()
-                self.check_group()
+            elif self.state["status"] in ("running", "ready"):
+                now = time.monotonic()
+                if now >= self.next_scan:
+                    self.check_ready()
+                if now >= self.next_group:
+                    self.next_group = now + SCAN_EVERY
+                    self.check_group()
             time.sleep(TICK)
 
     def _on_stop(self, signum: int, frame: Any) -> None:
@@ -135,11 +139,11 @@ class Daemon:
                 self.exit_status = status
 
     def check_ready(self) -> None:
-        self.next_scan = time.monotonic() + SCAN_EVERY
         had_traceback = self.scanner.traceback_at
         if self.scanner.found() and self.state["status"] == "running":
             self.state.update(status="ready", ready_at=time.time())
             self.save()
+        self.next_scan = time.monotonic() + (SCAN_EVERY if self.state["status"] == "ready" else SCAN_BEFORE_READY)
         if self.scanner.traceback_at != had_traceback:
             self.state["traceback_offset"] = self.scanner.traceback_at
             self.save()
