@@ -32,7 +32,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from deployer.errors import CommandFailed, ConnectFailed, RemoteError, TargetError, TransferFailed
 from deployer.remote.base import CommandTimedOut, HttpReply, NoLine, Remote, Result, Session
-from deployer.remote.program import SUPERVISOR_PYTHON, helper_bundle
+from deployer.remote.program import SUPERVISOR_PYTHON, TARGET_CACHE, helper_bundle
 
 START_TIMEOUT_S = 30.0   # from the exec to the helper's hello (a first contact also uploads it)
 REPLY_MARGIN_S = 15.0    # beyond a command's own timeout (the helper enforces that one and answers)
@@ -45,45 +45,63 @@ IN_HELPER = ("status", "ports", "listener")   # supervisor commands the helper a
 
 # Runs on the target under `python3 -B -c`: the cached helper if it is intact, else ask for the program, read it
 # from stdin, check it, cache it (atomically; a home that cannot be written runs it from memory; the oldest versions
-# beyond HELPERS_KEPT go) and run it.
-_LOADER = """import glob, hashlib, os, sys
+# beyond HELPERS_KEPT go) and run it with its modules' compiled code, kept beside it per Python version (a missing or
+# unreadable table is compiled again and saved). It records the interpreter it runs under (program.SUPERVISOR_PYTHON).
+# One-space indents: it travels in the exec line (argv), which stays short.
+_LOADER = """import glob, hashlib, marshal, os, sys, types
 path, digest, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
-try:
-    with open(path, "rb") as f:
-        src = f.read(size + 1)
-except OSError:
-    src = b""
+home = os.path.dirname(path)
+def put(where, data, sync=False):
+ try:
+  os.makedirs(home, 0o700, exist_ok=True)
+  tmp = where + ".%%d.tmp" %% os.getpid()
+  with open(tmp, "wb") as f:
+   f.write(data)
+   sync and (f.flush() or os.fsync(f.fileno()))
+  os.replace(tmp, where)
+  return True
+ except OSError:
+  return False
+def read(where, limit=-1):
+ try:
+  with open(where, "rb") as f:
+   return f.read(limit)
+ except OSError:
+  return b""
+src = read(path, size + 1)
 if hashlib.sha256(src).hexdigest() != digest:
-    sys.stdout.write("%s " + digest + "\\n")
-    sys.stdout.flush()
-    src = sys.stdin.buffer.read(size)
-    if hashlib.sha256(src).hexdigest() != digest:
-        sys.stderr.write("deployer helper: the program arrived damaged (%%d of %%d bytes)\\n" %% (len(src), size))
-        sys.exit(3)
-    try:
-        os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
-        tmp = path + ".%%d.tmp" %% os.getpid()
-        with open(tmp, "wb") as f:
-            f.write(src)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        kept = sorted(glob.glob(os.path.join(os.path.dirname(path), "helper-*.py")), key=os.path.getmtime)
-        for old in kept[:-%d]:
-            os.unlink(old)
-    except OSError:
-        pass
+ sys.stdout.write("%s " + digest + "\\n")
+ sys.stdout.flush()
+ src = sys.stdin.buffer.read(size)
+ if hashlib.sha256(src).hexdigest() != digest:
+  sys.stderr.write("deployer helper: the program arrived damaged (%%d of %%d bytes)\\n" %% (len(src), size))
+  sys.exit(3)
+ if put(path, src, True):
+  try:
+   for old in sorted(glob.glob(home + "/helper-*.py"), key=os.path.getmtime)[:-%d]:
+    for gone in [old] + glob.glob(old[:-3] + ".*.code"):
+     os.unlink(gone)
+  except OSError:
+   pass
+me = (sys.executable or "").encode()
+if me.startswith(b"/") and read(home + "/python").strip() != me:
+ put(home + "/python", me + b"\\n")
+cpath = path[:-3] + "." + str(sys.implementation.cache_tag) + ".code"
+try:
+ codes = marshal.loads(read(cpath))
+ codes = codes if all(isinstance(c, types.CodeType) for c in codes.values()) else {}
+except Exception:
+ codes = {}
 sys.argv = [path, "serve", digest]
-exec(compile(src, path, "exec"), {"__name__": "__main__"})
+exec(compile(src, path, "exec"), {"__name__": "__main__", "CODES": codes,
+     "SAVE_CODES": lambda table: put(cpath, marshal.dumps(table))})
 """ % (SEND_MARKER, HELPERS_KEPT)
-
-HELPER_DIR = '"${XDG_CACHE_HOME:-$HOME/.cache}/deployer"'
 
 
 def start_line() -> str:
     """The one exec line: run the cached helper, or receive it, cache it and run it (one python either way)."""
     payload, digest = helper_bundle()
-    return f'exec {SUPERVISOR_PYTHON} -c {shlex.quote(_LOADER)} {HELPER_DIR}/helper-{digest}.py {digest} {len(payload)}'
+    return f'exec {SUPERVISOR_PYTHON} -c {shlex.quote(_LOADER)} {TARGET_CACHE}/helper-{digest}.py {digest} {len(payload)}'
 
 
 @runtime_checkable
@@ -92,6 +110,14 @@ class SupervisorHost(Protocol):
     deployment lock's guard around one): `supervise` gives their Result, None for a command it does not run."""
 
     def supervise(self, argv: Sequence[str], timeout: float) -> Result | None:
+        ...
+
+
+@runtime_checkable
+class SnapshotHost(Protocol):
+    """A Remote whose target-side helper reads deployment snapshots itself (a Conversation)."""
+
+    def snapshot(self, argv: Sequence[str], timeout: float) -> dict[str, Any]:
         ...
 
 
@@ -280,6 +306,20 @@ class Conversation:
             raise CommandTimedOut(Result(cmd, -1, "", ""), timeout, host=self.label) from None
         return Result(cmd, int(reply.get("exit_code", -1)), str(reply.get("stdout") or ""),
                       str(reply.get("stderr") or ""))
+
+    def snapshot(self, argv: Sequence[str], timeout: float) -> dict[str, Any]:
+        """The snapshot of a deployment dir (supervise_snapshot.py's `snapshot ARGV`), read by the helper itself."""
+        what = f"cannot read {argv[0] if argv else 'a snapshot'} on {self.label}"
+        try:
+            reply = self.call("snapshot", {"argv": list(argv)}, timeout, "reading a snapshot")
+        except NoLine:
+            raise TargetError(f"{what}: no answer within {timeout:g} s") from None
+        except TargetError as e:  # the helper's own words: a usage error, a dir it cannot read
+            raise TargetError(f"{what}: {e.message.rpartition('said: ')[2]}") from None
+        data = reply.get("data")
+        if not isinstance(data, dict):
+            raise TargetError(f"{what}: the deployer helper answered {str(reply)[:200]}")
+        return data
 
     def lease(self, path: str, holder: dict[str, Any], token: str, lease_s: float, mode: str,
               from_holder: str = "") -> LeaseSession:

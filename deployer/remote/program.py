@@ -13,24 +13,39 @@ from pathlib import Path
 
 import deployer.supervisor
 
+# Where the target keeps deployer's own files: the helper versions and the interpreter record below.
+TARGET_CACHE = '"${XDG_CACHE_HOME:-$HOME/.cache}/deployer"'
 # The target's python3 (stdlib only, >= 3.8); images that ship only `python` work too. -B: no bytecode written.
-SUPERVISOR_PYTHON = '"$(command -v python3 || command -v python || echo python3)" -B'
+# The interpreter the helper last ran under is recorded (TARGET_CACHE/python, by the helper's loader) and used while
+# it exists: `python3` on PATH is often a pyenv shim, a bash script that costs ~50 ms per start, every command.
+SUPERVISOR_PYTHON = ('"$({ read -r p < ' + TARGET_CACHE + '/python && [ -x "$p" ] && echo "$p"; } 2>/dev/null'
+                     ' || command -v python3 || command -v python || echo python3)" -B')
 
+# CODES (a dict of name -> code object) and SAVE_CODES are given by the helper's loader (remote/conversation.py),
+# which keeps the compiled modules beside the cached helper: compiling them costs ~20 ms of every start.
 _BOOTSTRAP = """import sys, types
+CODES = globals().get("CODES") or {}
+FRESH = {}
 def _load(name, source):
     mod = types.ModuleType(name)
     sys.modules[name] = mod
-    exec(compile(source, "<deployer " + name + ".py>", "exec"), mod.__dict__)
+    code = CODES.get(name)
+    if code is None:
+        code = FRESH[name] = compile(source, "<deployer " + name + ".py>", "exec")
+    exec(code, mod.__dict__)
     return mod
 SOURCES = %r
 for _name in SOURCES[:-1]:
     _load(*_name)
-sys.exit(_load(*SOURCES[-1]).main(sys.argv[1:]))
+_main = _load(*SOURCES[-1])
+if FRESH and globals().get("SAVE_CODES"):
+    SAVE_CODES(dict(CODES, **FRESH))
+sys.exit(_main.main(sys.argv[1:]))
 """
 
 # The helper's modules, in load order (each imports the ones before it by bare name).
 HELPER_MODULES = ("supervise_base", "supervise_ports", "supervise_group", "supervise_daemon", "supervise",
-                  "supervise_lease", "supervise_helper")
+                  "supervise_lease", "supervise_snapshot", "supervise_helper")
 
 
 def bootstrap(sources: list[tuple[str, str]]) -> bytes:

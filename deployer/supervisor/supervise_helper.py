@@ -16,6 +16,8 @@ come out of order and carry the request's id.
   inherited), killed with its whole process group after `timeout`; `{exit_code, stdout, stderr, timed_out}`.
 - `supervise {argv}`: a read-only supervisor command (`status`, `ports`, `listener`) answered in this process,
   with the exit code and output `supervise.py ARGV` would give (no python start-up per call).
+- `snapshot {argv}`: the read-only snapshot of a deployment dir (supervise_snapshot.py's `snapshot ARGV`), as
+  `{data}`: what status, logs and history read, answered in this process.
 - `verify {paths}`: fsync and sha256 each uploaded file; `{digests}` (null for a file that cannot be read).
 - `lease_take {path, holder, token, lease_s, mode, from?}`: the deployment lock's lease (supervise_lease.py's
   rules, events and file format); `{word: LOCKED|BUSY|LOST, data}`. The helper keeps the lease file open.
@@ -44,10 +46,12 @@ if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     from deployer.supervisor.supervise import dispatch
     from deployer.supervisor.supervise_base import SuperviseError
     from deployer.supervisor.supervise_lease import LeaseError, Refused, acquire, update
+    from deployer.supervisor.supervise_snapshot import snapshot as take_snapshot
 else:  # run on the target from the helper bundle, where the modules are loaded by their bare names
     from supervise import dispatch  # type: ignore[no-redef]
     from supervise_base import SuperviseError  # type: ignore[no-redef]
     from supervise_lease import LeaseError, Refused, acquire, update  # type: ignore[no-redef]
+    from supervise_snapshot import snapshot as take_snapshot  # type: ignore[no-redef]
 
 PROTOCOL = 1
 KILL_WAIT_S = 2.0
@@ -73,7 +77,7 @@ class Helper:
         self._supervise_lock = threading.Lock()  # their output is captured from sys.stdout: one at a time
         self.ops: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "run": self.run, "verify": self.verify, "lease_take": self.lease_take, "lease_beat": self.lease_beat,
-            "supervise": self.supervise,
+            "supervise": self.supervise, "snapshot": self.snapshot,
         }
 
     def say(self, data: dict[str, Any]) -> None:
@@ -153,6 +157,12 @@ class Helper:
                 print(f"supervise: {e}", file=sys.stderr)
                 code = e.code
         return {"exit_code": code, "timed_out": False, "stdout": out.getvalue(), "stderr": err.getvalue()}
+
+    def snapshot(self, req: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return {"data": take_snapshot([str(a) for a in req["argv"]])}
+        except SuperviseError as e:
+            raise RequestError(str(e), "snapshot") from None
 
     def verify(self, req: dict[str, Any]) -> dict[str, Any]:
         return {"digests": [_fsync_sha256(str(p)) for p in req["paths"]]}

@@ -2,10 +2,11 @@
 
 `status`, `logs`, `history` need the run list, the current run, records, the live state, an env file (to mask
 what they show) and a log window. Asking each of those separately costs an exec channel or an SFTP session
-apiece, and every one runs the user's login shell (~150 ms with conda in .bashrc). Here they come from one
-exec of the supervisor's read-only `snapshot` command (deployer/supervisor/supervise_snapshot.py), sent over
-stdin from this deployer's own copy like the other supervisor commands (start.run_supervisor), so a target
-whose run dirs are damaged or whose payload is older still answers.
+apiece, and every one runs the user's login shell (~150 ms with conda in .bashrc). Here they come from the
+supervisor's read-only `snapshot` (deployer/supervisor/supervise_snapshot.py) in one request: to the command's
+target-side helper when the remote is a Conversation (the on-call commands open one: their only exec channel),
+else one exec whose program is sent over stdin from this deployer's own copy (start.run_supervisor does the
+same), so a target whose run dirs are damaged or whose payload is older still answers.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from deployer.errors import TargetError
 from deployer.push import Layout, supervisor_sources
 from deployer.remote.base import CommandTimedOut, Remote
+from deployer.remote.conversation import SnapshotHost
 from deployer.remote.program import SUPERVISOR_PYTHON, bootstrap
 from deployer.supervisor import supervise_snapshot
 from deployer.target.records import RunView
@@ -116,6 +118,8 @@ def take_workdir(remote: Remote, workdir: str) -> tuple[str, dict[str, Snapshot]
 
 
 def _ask(remote: Remote, args: list[str], what: str) -> dict[str, Any]:
+    if isinstance(remote, SnapshotHost):  # the command's helper is already running there: one request
+        return remote.snapshot(args, TIMEOUT_S)
     try:
         result = remote.run(" ".join([SUPERVISOR_PYTHON, "-", *(shlex.quote(a) for a in args)]), timeout=TIMEOUT_S,
                             check=False, stdin=_bootstrap())

@@ -21,13 +21,14 @@ from deployer.push import Layout
 from deployer.remote.base import Remote, Session, TargetSpec
 from deployer.remote.connect import connect
 from deployer.remote.conversation import HELPERS_KEPT, Conversation, start_line
-from deployer.remote.program import helper_bundle
+from deployer.remote.program import SUPERVISOR_PYTHON, helper_bundle
 from deployer.remote.ssh.connection import SSHRemote
 from sshbed import SSHD
 
 pytestmark = pytest.mark.integration
 
 CACHED = '"${XDG_CACHE_HOME:-$HOME/.cache}/deployer/helper-%s.py"' % helper_bundle()[1]
+RECORD = '"${XDG_CACHE_HOME:-$HOME/.cache}/deployer/python"'
 
 
 @pytest.fixture
@@ -69,6 +70,53 @@ def test_a_damaged_cached_helper_is_replaced(ssh: SSHRemote) -> None:
     assert hashlib.sha256(ssh.run(f"cat {CACHED}").stdout.encode()).hexdigest() == helper_bundle()[1]
 
 
+def test_the_interpreter_is_recorded_and_used_while_it_exists(ssh: SSHRemote, tmp_path: Path) -> None:
+    """`python3` on PATH may be a pyenv shim (a bash script, ~50 ms a start): the helper records the interpreter it
+    ran under, and the helper's start line and every supervisor command line use that while it is executable."""
+    ssh.run(f"rm -f {RECORD}")
+    conv = Conversation.open(ssh)
+    try:
+        real = str(conv.hello["python"])
+        assert conv.run(f"cat {RECORD}").stdout == real + "\n"
+        wrapper, calls = tmp_path / "py", tmp_path / "calls"  # the sshd runs on this machine: same files
+        wrapper.write_text(f"#!/bin/sh\necho used >> {calls}\nexec {real} \"$@\"\n")
+        wrapper.chmod(0o755)
+        conv.run(f"echo {wrapper} > {RECORD}")
+        out = conv.run(f"{SUPERVISOR_PYTHON} -c 'print(42)'").stdout
+        assert out == "42\n" and calls.read_text() == "used\n"
+    finally:
+        conv.close()
+    again = Conversation.open(ssh)  # started through the wrapper, which exec's the real one: that is recorded
+    try:
+        assert calls.read_text() == "used\nused\n"
+        assert again.run(f"cat {RECORD}").stdout == real + "\n"
+        again.run(f"echo /nonexistent/python3 > {RECORD}")
+    finally:
+        again.close()
+    third = Conversation.open(ssh)  # a record that is no longer executable: found on PATH again, recorded anew
+    try:
+        assert third.run(f"cat {RECORD}").stdout == real + "\n"
+    finally:
+        third.close()
+
+
+def test_compiled_modules_are_kept_beside_the_helper_and_a_damaged_table_is_rebuilt(ssh: SSHRemote) -> None:
+    codes = CACHED[:-4] + '".*.code'  # helper-<sha256>.cpython-XY.code
+    ssh.run(f"rm -f {codes}")
+    Conversation.open(ssh).close()
+    listed = ssh.run(f"ls {codes}").stdout.split()
+    assert len(listed) == 1
+    size = int(ssh.run(f"stat -c %s {listed[0]}").stdout)
+    assert size > 10_000  # every module's code, marshalled
+    ssh.run(f"printf 'garbage' > {listed[0]}")
+    conv = Conversation.open(ssh)
+    try:
+        assert conv.run("echo still-starts").stdout == "still-starts\n"
+        assert int(conv.run(f"stat -c %s {listed[0]}").stdout) == size  # compiled again and saved
+    finally:
+        conv.close()
+
+
 def test_an_unwritable_cache_runs_the_helper_from_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "not-a-dir").write_text("")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "not-a-dir"))
@@ -104,6 +152,7 @@ def test_a_login_shell_that_prints_does_not_confuse_the_conversation(ssh: SSHRem
 
 
 def test_a_target_without_python3_is_one_clear_error(ssh: SSHRemote) -> None:
+    ssh.run(f"rm -f {RECORD}")  # a target that never ran python has no interpreter record either
     bare = Prefixed(ssh, "PATH=/nonexistent")
     t0 = time.monotonic()
     with pytest.raises(TargetError, match="deployer helper did not start on .*python3") as e:
@@ -155,7 +204,9 @@ def test_a_link_lost_mid_command_is_connect_failed_and_the_next_call_starts_a_ne
 
 def test_start_line_is_one_shell_line_that_holds_no_secret_and_no_program() -> None:
     line = start_line()
-    assert len(line) < 2000 and "supervise_lease" not in line  # the program travels over stdin, not argv
+    # the loader only (~2 KB: verify, store, record the interpreter, load compiled code); the program (~90 KB)
+    # travels over stdin
+    assert len(line) < 3000 < len(helper_bundle()[0]) and "supervise_lease" not in line
 
 
 def test_storing_a_new_helper_keeps_only_the_newest_versions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
