@@ -23,11 +23,11 @@ from typing import Any
 
 from deployer.errors import DeployError, LaunchFailed, ProfileError, Unhealthy
 from deployer.lock import DeploymentLock
-from deployer.pipeline.up import UpOptions, target_spec, up
+from deployer.pipeline.up import UpOptions, up
 from deployer.profile.model import Profile
 from deployer.push import layout_for
 from deployer.remote.base import EndpointUnreachable, Remote
-from deployer.remote.connect import connect
+from deployer.remote.connect import connect, target_spec
 from deployer.start import stop
 from deployer.target.records import current_view, tail_lines
 from deployer.watch.watcher import Event, EventSink

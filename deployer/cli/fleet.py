@@ -37,11 +37,17 @@ def names_file(arg: str | None) -> bool:
     return arg is not None and (Path(arg).is_file() or arg.endswith((".yaml", ".yml")))
 
 
-def fleet_profile(arg: str | None, overrides: tuple[str, ...] = ()) -> Profile | None:
-    """The fleet profile named by a NAME|PROFILE argument, or None (a name, or a single-host profile)."""
+def fleet_profile(arg: str | None, overrides: tuple[str, ...] = (), *, read_only: bool = False) -> Profile | None:
+    """The fleet profile named by a NAME|PROFILE argument, or None (a name, or a single-host profile).
+    read_only (status, logs, down): the engine's `${VAR}`s may be unset here."""
     if not arg or not names_file(arg):
         return None
-    prof = _load(arg, overrides, None)
+    if read_only:
+        from deployer.profile.loader import READ_ONLY, load_profile
+
+        prof = load_profile(arg, overrides=list(overrides), allow_unset=READ_ONLY)
+    else:
+        prof = _load(arg, overrides, None)
     kind = dispatch_kind(prof)
     if kind is None:
         return None

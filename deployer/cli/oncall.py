@@ -27,10 +27,14 @@ def history(target: str, host: str | None, workdir: str | None, trust_new_host: 
     """Every attempt of a deployment: when, content hash, outcome, diagnosis, change made."""
     from deployer.oncall import history as attempts
 
+    from deployer.cli.targets import remembered
+
     if local:
         rows = attempts.local_history(target, host)
     else:
-        rows = attempts.history(attempts.make_ref(target, host, workdir, trust_new_host))
+        ref = remembered(target, host, workdir, trust_new_host) or \
+            attempts.make_ref(target, host, workdir, trust_new_host, read_only=True)
+        rows = attempts.history(ref)
     if as_json:
         _emit_json(rows)
         return

@@ -16,6 +16,7 @@ from deployer.cli.options import _emit_json, _load, _profile_options, _target_op
 from deployer.engines import default_kind, kinds
 
 if TYPE_CHECKING:
+    from deployer.oncall.deployment import Ref
     from deployer.profile.model import Profile
 
 
@@ -60,6 +61,9 @@ def up(profile: str, overrides: tuple[str, ...], host: str | None, trust_new_hos
     if fleet.dispatch_kind(prof) is not None:
         fleet.up(prof, opts, as_json, host)
         return
+    from deployer.oncall.remembered import remember
+
+    remember(profile, overrides, host, prof)  # the on-call commands on this file need not load it again
     run_reported(as_json, lambda sink: run_up(prof, opts, sink))
 
 
@@ -91,17 +95,29 @@ def _final(report: Any, as_json: bool, sink: Any) -> None:
 
 def _nodes_group(target: str | None, node: int | None) -> tuple[ModuleType, Profile] | None:
     """(deployer.fleet.nodes_ops, the profile) when TARGET is a `nodes:` profile, else None. The module is
-    imported only when TARGET names a file (or --node is given): the commands on a name stay light to start."""
+    imported only when TARGET names a file (or --node is given): the commands on a name stay light to start.
+    Only on-call commands come here: the engine's `${VAR}`s may be unset."""
     if node is None and not fleet.names_file(target):
         return None
     from deployer.fleet.nodes_plan import nodes_profile
 
-    group = nodes_profile(target, node)
+    group = nodes_profile(target, node, read_only=True)
     if group is None:
         return None
     from deployer.fleet import nodes_ops  # the multi-node work: only for a nodes: profile
 
     return nodes_ops, group
+
+
+def remembered(target: str | None, host: str | None, workdir: str | None, trust_new_host: bool) -> Ref | None:
+    """The Ref of a single-host profile file that is unchanged since a command loaded it (no profile load, no
+    nodes/fleet check: it was neither), else None."""
+    if not fleet.names_file(target):
+        return None
+    assert target is not None
+    from deployer.oncall.deployment import remembered_ref
+
+    return remembered_ref(target, host, workdir, trust_new_host)
 
 
 @click.command()
@@ -122,28 +138,17 @@ def status(target: str | None, host: str | None, workdir: str | None, trust_new_
 
     from deployer.errors import NotFound
 
-    found = _nodes_group(target, node)
-    if found is not None:
-        nodes_ops, group = found  # one engine across nodes: a row per node
-        rows = nodes_ops.status(group, node, workdir, trust_new_host)
-        code = ops.worst_exit_code(rows)
-        if as_json:
-            _emit_json(rows)
-        else:
-            for row in rows:
-                first = ": its crash came first, the group fell with it" if row.get("first_crash") else ""
-                click.echo(f"node {row['node']} ({row['role']}){first}:")
-                _print_status([row])
-                crash = row.get("last_crash_diagnosis")
-                if crash and not row.get("diagnosis"):
-                    click.echo(f"  last crash diagnosis: {crash.get('signature')}: {crash.get('summary')}")
-        click.get_current_context().exit(code)
-    fleet_prof = fleet.fleet_profile(target)
-    if fleet_prof is not None:
-        fleet.status(fleet_prof, host, trust_new_host, as_json)
-        return
+    ref = remembered(target, host, workdir, trust_new_host) if node is None else None
+    if ref is None:
+        if _nodes_status(target, node, workdir, trust_new_host, as_json):
+            return
+        fleet_prof = fleet.fleet_profile(target, read_only=True)
+        if fleet_prof is not None:
+            fleet.status(fleet_prof, host, trust_new_host, as_json)
+            return
+        ref = ops.make_ref(target, host, workdir, trust_new_host, read_only=True)
     try:
-        rows = ops.status(ops.make_ref(target, host, workdir, trust_new_host))
+        rows = ops.status(ref)
     except NotFound:
         fleet_prof = fleet.fleet_by_name(target, host, workdir, trust_new_host)
         if fleet_prof is None:
@@ -156,6 +161,31 @@ def status(target: str | None, host: str | None, workdir: str | None, trust_new_
     else:
         _print_status(rows)
     click.get_current_context().exit(code)
+
+
+def _nodes_status(target: str | None, node: int | None, workdir: str | None, trust_new_host: bool,
+                  as_json: bool) -> bool:
+    """`status` of a `nodes:` profile (a row per node; exits with the worst code); False for any other TARGET."""
+    from deployer.oncall import deployment as ops
+
+    found = _nodes_group(target, node)
+    if found is None:
+        return False
+    nodes_ops, group = found  # one engine across nodes: a row per node
+    rows = nodes_ops.status(group, node, workdir, trust_new_host)
+    code = ops.worst_exit_code(rows)
+    if as_json:
+        _emit_json(rows)
+    else:
+        for row in rows:
+            first = ": its crash came first, the group fell with it" if row.get("first_crash") else ""
+            click.echo(f"node {row['node']} ({row['role']}){first}:")
+            _print_status([row])
+            crash = row.get("last_crash_diagnosis")
+            if crash and not row.get("diagnosis"):
+                click.echo(f"  last crash diagnosis: {crash.get('signature')}: {crash.get('summary')}")
+    click.get_current_context().exit(code)
+    return True
 
 
 def _print_status(rows: list[dict[str, Any]]) -> None:
@@ -222,13 +252,18 @@ def logs(target: str, host: str | None, workdir: str | None, trust_new_host: boo
     a multi-node profile: of --node N)."""
     from deployer.oncall import deployment as ops
 
+    plain = node is None and replica is None and not router
+    ref = remembered(target, host, workdir, trust_new_host) if plain else None
+    if ref is not None:
+        ops.logs(ref, lines=lines, follow=follow, previous=previous, out=click.echo)
+        return
     found = _nodes_group(target, node)
     if found is not None:
         nodes_ops, group = found
         nodes_ops.logs(group, node, workdir, trust_new_host, lines=lines, follow=follow, previous=previous,
                        out=click.echo)
         return
-    fleet_prof = fleet.fleet_profile(target)
+    fleet_prof = fleet.fleet_profile(target, read_only=True)
     if fleet_prof is None and (replica is not None or router):
         fleet_prof = fleet.fleet_by_name(target, host, workdir, trust_new_host)
         if fleet_prof is None:
@@ -242,7 +277,7 @@ def logs(target: str, host: str | None, workdir: str | None, trust_new_host: boo
                    follow=follow, previous=previous)
         return
 
-    ops.logs(ops.make_ref(target, host, workdir, trust_new_host), lines=lines, follow=follow, previous=previous,
+    ops.logs(ops.make_ref(target, host, workdir, trust_new_host, read_only=True), lines=lines, follow=follow, previous=previous,
              out=click.echo)
 
 
@@ -273,11 +308,11 @@ def down(target: str, host: str | None, workdir: str | None, trust_new_host: boo
             what = "stopped" if result["was_running"] else "not running"
             click.echo(f"{result['name']} node {result['node']}: {what} on {result['host']}")
         return
-    fleet_prof = fleet.fleet_profile(target)
+    fleet_prof = fleet.fleet_profile(target, read_only=True)
     if fleet_prof is not None:
         fleet.down(fleet_prof, host, trust_new_host, grace, as_json, break_lock)
         return
-    result = ops.down(ops.make_ref(target, host, workdir, trust_new_host), grace, break_lock=break_lock,
+    result = ops.down(ops.make_ref(target, host, workdir, trust_new_host, read_only=True), grace, break_lock=break_lock,
                       notify=lambda m: click.echo(f"warning: {m}", err=True))
     if result.get("status") == "absent":  # no such deployment here: perhaps the fleet whose router runs here
         fleet_prof = fleet.fleet_by_name(target, host, workdir, trust_new_host)
@@ -309,8 +344,9 @@ def diagnose(target: str | None, log_file: str | None, engine_version: str | Non
     if log_file is None:
         from deployer.oncall import history as attempts
 
-        data = attempts.diagnose_deployment(attempts.make_ref(target, host, workdir, trust_new_host),
-                                            engine_version)
+        ref = remembered(target, host, workdir, trust_new_host) or \
+            attempts.make_ref(target, host, workdir, trust_new_host, read_only=True)
+        data = attempts.diagnose_deployment(ref, engine_version)
     else:
         from deployer.diagnose.diagnosis import diagnose_file
         from deployer.logtext import bounded_diagnosis
@@ -347,7 +383,7 @@ def plan(profile: str, overrides: tuple[str, ...], host: str | None, trust_new_h
          model_config: Path | None, as_json: bool) -> None:
     """Preflight without launching: GPUs, engine version, flags, effective args, memory plan."""
     from deployer.errors import PreflightFailed
-    from deployer.pipeline.up import target_spec
+    from deployer.remote.connect import target_spec
     from deployer.preflight.checks import run_preflight
     from deployer.remote.connect import connect
     from deployer.local_history import home

@@ -18,12 +18,11 @@ from deployer.fleet.nodes_plan import NodePlan, multinode_of, plan_nodes
 from deployer.fleet.fanout import at_once
 from deployer.fleet.nodes_watch import NodeSession
 from deployer.local_history import home
-from deployer.pipeline.up import target_spec
 from deployer.preflight.checks import PreflightReport, run_preflight
 from deployer.preflight.facts import Facts, gather_facts
 from deployer.profile.model import Profile
 from deployer.push import layout_for
-from deployer.remote.connect import connect
+from deployer.remote.connect import connect, target_spec
 from deployer.target.records import current_view
 
 

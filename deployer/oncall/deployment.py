@@ -24,7 +24,9 @@ from deployer.logtext import bounded_diagnosis
 from deployer.profile.host import NAME_RE, parse_host
 from deployer.push import Layout, expand_workdir
 from deployer.remote.base import Remote, TargetSpec
-from deployer.remote.connect import connect
+from deployer.remote.connect import connect, target_spec
+from deployer.remote.conversation import Conversation
+from deployer.oncall import remembered
 from deployer.oncall.secret_restore import learn_env_text
 from deployer.secrets import mask_data, mask_text
 from deployer.start import stop
@@ -59,14 +61,19 @@ class Ref:
 
 
 def make_ref(arg: str | None, host: str | None, workdir: str | None, trust_new_host: bool = False,
-             overrides: tuple[str, ...] = ()) -> Ref:
-    """NAME|PROFILE (+ --host): a profile file gives everything; a bare name needs --host."""
-    if arg and (Path(arg).is_file() or arg.endswith((".yaml", ".yml"))):
-        from deployer.pipeline.up import target_spec
-        from deployer.profile.loader import load_profile
+             overrides: tuple[str, ...] = (), *, read_only: bool = False) -> Ref:
+    """NAME|PROFILE (+ --host): a profile file gives everything; a bare name needs --host.
 
-        prof = load_profile(arg, overrides=list(overrides), host=host)
-        return Ref(prof.name, target_spec(prof, trust_new_host), workdir or prof.target.workdir, prof)
+    read_only (the on-call commands that change no engine): the engine's `${VAR}`s may be unset here, and where
+    the profile points is remembered for `remembered_ref`."""
+    if arg and (Path(arg).is_file() or arg.endswith((".yaml", ".yml"))):
+        from deployer.profile.loader import READ_ONLY, load_profile
+
+        prof = load_profile(arg, overrides=list(overrides), host=host, allow_unset=READ_ONLY if read_only else False)
+        ref = Ref(prof.name, target_spec(prof, trust_new_host), workdir or prof.target.workdir, prof)
+        if read_only:
+            remembered.remember(arg, overrides, host, prof)
+        return ref
     if not host:
         raise ProfileError("give --host [USER@]HOST[:PORT] (or a profile file instead of a name)")
     if arg is not None and not re.match(NAME_RE, arg):
@@ -77,6 +84,18 @@ def make_ref(arg: str | None, host: str | None, workdir: str | None, trust_new_h
         raise ProfileError(str(exc)) from None
     return Ref(arg, TargetSpec(host=hostname, user=user, port=port, trust_new_host=trust_new_host),
                workdir or DEFAULT_WORKDIR)
+
+
+def remembered_ref(arg: str, host: str | None, workdir: str | None, trust_new_host: bool = False,
+                   overrides: tuple[str, ...] = ()) -> Ref | None:
+    """The Ref of a single-host profile file that an earlier command loaded and that has not changed since (no
+    profile load: the model's imports are most of a status's start-up), else None."""
+    pointer = remembered.lookup(arg, overrides, host)
+    if pointer is None:
+        return None
+    spec = TargetSpec(host=pointer.host, user=pointer.user, port=pointer.port, identity_file=pointer.identity_file,
+                      known_hosts=pointer.known_hosts, trust_new_host=trust_new_host)
+    return Ref(pointer.name, spec, workdir or pointer.workdir)
 
 
 @contextmanager
@@ -90,11 +109,16 @@ def opened(ref: Ref) -> Iterator[tuple[Remote, str]]:
 
 @contextmanager
 def connected(ref: Ref) -> Iterator[Remote]:
-    """The connection alone: a snapshot takes the workdir as given (`~` is expanded on the target, no trip)."""
+    """The connection and its one exec channel, the target-side helper (a snapshot, the lock, a stop: all requests
+    to it); the workdir is taken as given (`~` is expanded on the target, no trip)."""
     remote = connect(ref.spec)
+    conv: Conversation | None = None
     try:
-        yield remote
+        conv = Conversation.open(remote)
+        yield conv
     finally:
+        if conv is not None:
+            conv.close()
         remote.close()
 
 

@@ -37,7 +37,7 @@ from deployer.push import Layout, RunDir, layout_for, new_run_id, prepare, profi
 from deployer.push import supervisor_config, write_outcome
 from deployer.remedy import Change, propose
 from deployer.remote.base import Remote, TargetSpec
-from deployer.remote.connect import connect
+from deployer.remote.connect import connect, target_spec
 from deployer.remote.conversation import Conversation
 from deployer.render.bundle import Bundle, render
 from deployer.secrets import masking_sink
@@ -98,16 +98,6 @@ class UpReport:
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def target_spec(profile: Profile, trust_new_host: bool = False) -> TargetSpec:
-    if profile.is_fleet:  # every command that reaches a host comes through here
-        raise ProfileError("replicas/nodes/router: this command works on one host; a fleet profile goes to up, status, "
-                           "logs, down, restart, smoke (or name one member, <name>-r<N>, with --host)",
-                           file=str(profile.source or "<profile>"))
-    t = profile.target
-    return TargetSpec(host=t.host, user=t.user, port=t.port, identity_file=t.identity_file,
-                      known_hosts=t.known_hosts, trust_new_host=trust_new_host)
 
 
 @contextmanager

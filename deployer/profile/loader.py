@@ -24,6 +24,9 @@ from deployer.secrets import remember
 Loc = tuple[Any, ...]
 VAR_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 MAX_BYTES = 1 << 20
+# allow_unset for the commands that only read a deployment (status, logs, history): at 3 a.m. nobody has
+# HF_TOKEN exported, and those commands never use the engine's values; a `${VAR}` anywhere else stays an error.
+READ_ONLY = ("engine.",)
 
 
 @dataclass
@@ -35,11 +38,14 @@ class Layered:
     templates: dict[str, str] = field(default_factory=dict)  # dotted path -> text with ${VAR}, as written
     unset: list[UnsetVar] = field(default_factory=list)
     unexpanded: set[str] = field(default_factory=set)  # texts left as written because a ${VAR} is not set
+    files: list[Path] = field(default_factory=list)  # every file read (extends chain), resolved, base first
 
 
 def load(path: Path, *, overrides: list[str], host: str | None, environ: dict[str, str] | None,
-         allow_unset: bool = False) -> Profile:
-    """allow_unset: an unset `${VAR}` is left as written and listed in `profile.unset` (validate, render)."""
+         allow_unset: bool | tuple[str, ...] = False) -> Profile:
+    """allow_unset: an unset `${VAR}` is left as written and listed in `profile.unset` (validate, render); a tuple
+    of field prefixes allows it only under those (`("engine.",)`: the on-call reads never use the engine's values,
+    but they do need the target's)."""
     env = dict(os.environ if environ is None else environ)
     layered = _load_layers(path, stack=[])
     _expand_vars(layered, env, allow_unset)
@@ -52,6 +58,7 @@ def load(path: Path, *, overrides: list[str], host: str | None, environ: dict[st
     profile._source = path.resolve()
     profile._templates = dict(layered.templates)
     profile._unset = list(layered.unset)
+    profile._files = list(layered.files)
     remember(v for v in profile.secret_values() if v not in layered.unexpanded)
     return profile
 
@@ -100,7 +107,7 @@ def _parse_yaml(path: Path) -> Layered:
     lines: dict[Loc, tuple[str, int]] = {}
     assert node is not None
     _record_lines(node, (), str(path), lines)
-    return Layered(data=data, lines=lines)
+    return Layered(data=data, lines=lines, files=[path.resolve()])
 
 
 def _record_lines(node: yaml.Node, loc: Loc, file: str, lines: dict[Loc, tuple[str, int]]) -> None:
@@ -141,7 +148,8 @@ def _load_layers(path: Path, stack: list[Path]) -> Layered:
                            line=_line(layer, ("extends",)), field="extends")
     base = _load_layers(base_path, stack + [resolved])
     base.data.pop("extends", None)
-    return Layered(data=_merge(base.data, layer.data), lines={**base.lines, **layer.lines})
+    return Layered(data=_merge(base.data, layer.data), lines={**base.lines, **layer.lines},
+                   files=base.files + layer.files)
 
 
 def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
@@ -157,7 +165,12 @@ def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
 # --- ${VAR} and overrides --------------------------------------------------------------------------------------
 
 
-def _expand_vars(layered: Layered, env: dict[str, str], allow_unset: bool) -> None:
+def _expand_vars(layered: Layered, env: dict[str, str], allow_unset: bool | tuple[str, ...]) -> None:
+    def allowed(loc: Loc) -> bool:
+        if isinstance(allow_unset, tuple):
+            return _dotted(loc).startswith(allow_unset)
+        return allow_unset
+
     def expand(value: Any, loc: Loc) -> Any:
         if isinstance(value, dict):
             return {k: expand(v, loc + (k,)) for k, v in value.items()}
@@ -166,7 +179,7 @@ def _expand_vars(layered: Layered, env: dict[str, str], allow_unset: bool) -> No
         if not isinstance(value, str) or "$" not in value:
             return value
         text, used, missing = expand_template(value, env)
-        if missing and not allow_unset:
+        if missing and not allowed(loc):
             file, line = layered.lines.get(loc, (None, None))
             raise ProfileError(f"${{{missing[0]}}} is not set in the local environment", file=file, line=line,
                                field=_dotted(loc))
@@ -311,7 +324,7 @@ def load_profile(
     overrides: list[str] | None = None,
     host: str | None = None,
     environ: dict[str, str] | None = None,
-    allow_unset: bool = False,
+    allow_unset: bool | tuple[str, ...] = False,
 ) -> Profile:
     """Load, layer, expand and validate a profile file. Raises ProfileError.
 

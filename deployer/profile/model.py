@@ -270,6 +270,7 @@ class Profile(Strict):
     _secret_args: frozenset[str] = PrivateAttr(default=frozenset())
     _templates: dict[str, str] = PrivateAttr(default_factory=dict)
     _unset: list[UnsetVar] = PrivateAttr(default_factory=list)  # `${VAR}`s not set here (validate, render)
+    _files: list[Path] = PrivateAttr(default_factory=list)  # the files it was read from (extends chain)
 
     @model_validator(mode="before")
     @classmethod
@@ -315,6 +316,11 @@ class Profile(Strict):
     @property
     def source(self) -> Path | None:
         return self._source
+
+    @property
+    def files(self) -> list[Path]:
+        """Every file this profile was read from, resolved: its `extends:` chain, base first, itself last."""
+        return list(self._files)
 
     @property
     def unset(self) -> list[UnsetVar]:

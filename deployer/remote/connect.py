@@ -1,10 +1,17 @@
-"""`connect(spec)`: the one place that picks the Remote for a target (LocalRemote for `host: local`, else SSH)."""
+"""`connect(spec)`: the one place that picks the Remote for a target (LocalRemote for `host: local`, else SSH);
+`target_spec(profile)`: a single-host profile's target as the seam takes it."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from deployer.errors import ProfileError
 from deployer.remote.base import LOCAL, Remote, TargetSpec
 from deployer.remote.local import LocalRemote
 from deployer.remote.ssh.connection import SSHRemote
+
+if TYPE_CHECKING:
+    from deployer.profile.model import Profile
 
 
 def connect(spec: TargetSpec) -> Remote:
@@ -14,3 +21,14 @@ def connect(spec: TargetSpec) -> Remote:
     remote = SSHRemote(spec)
     remote.open()
     return remote
+
+
+def target_spec(profile: Profile, trust_new_host: bool = False) -> TargetSpec:
+    """How to reach a single-host profile's target; a fleet profile is refused in one line."""
+    if profile.is_fleet:  # every command that reaches a host comes through here
+        raise ProfileError("replicas/nodes/router: this command works on one host; a fleet profile goes to up, status, "
+                           "logs, down, restart, smoke (or name one member, <name>-r<N>, with --host)",
+                           file=str(profile.source or "<profile>"))
+    t = profile.target
+    return TargetSpec(host=t.host, user=t.user, port=t.port, identity_file=t.identity_file,
+                      known_hosts=t.known_hosts, trust_new_host=trust_new_host)

@@ -92,7 +92,7 @@ def hold_then_freeze(prof: Path, tmp_path: Path, lease: str) -> subprocess.Popen
         sys.path.insert(0, {str(REPO / 'tests')!r})
         from deployer.errors import LockLost
         from deployer.lock import DeploymentLock
-        from deployer.pipeline.up import target_spec
+        from deployer.remote.connect import target_spec
         from deployer.profile.loader import load_profile
         from deployer.push import layout_for, prepare
         from deployer.remote.connect import connect
