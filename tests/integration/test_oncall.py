@@ -44,6 +44,28 @@ def test_restart_keeps_version_and_secrets(tmp_path: Path, sshd: Any) -> None:
     oncall(sshd, tmp_path, "down", "rs")
 
 
+def test_on_call_reads_by_profile_file_need_no_secret_and_follow_the_file(tmp_path: Path, sshd: Any) -> None:
+    """At 3 a.m. nobody has HF_TOKEN exported: status/logs/history/down of a profile file read only where it points.
+    Where it points is remembered by content: an edited profile (another workdir here) is read afresh."""
+    prof = write_profile(tmp_path, sshd, name="tok", env={"HF_TOKEN": "${TOK_SECRET}"})
+    up = deploy("up", str(prof), "--skip-preflight", home=tmp_path / "h", env={"TOK_SECRET": "hf_tok_secret"})
+    assert up.returncode == 0, up.stderr
+    for argv in (["status"], ["logs", "-n", "3"], ["history"]):
+        res = deploy(*argv, str(prof), home=tmp_path / "h")  # no TOK_SECRET in this environment
+        assert res.returncode == 0, (argv, res.stderr)
+        assert "hf_tok_secret" not in res.stdout + res.stderr
+    assert json.loads(deploy("status", str(prof), "--json", home=tmp_path / "h").stdout)["status"] == "ready"
+    refused = deploy("restart", str(prof), home=tmp_path / "h")  # a restart from the file would need it
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "TOK_SECRET" in refused.stderr
+
+    moved = prof.read_text().replace(str(tmp_path / "work"), str(tmp_path / "elsewhere"))
+    prof.write_text(moved)
+    gone = deploy("status", str(prof), home=tmp_path / "h")
+    assert gone.returncode == 7 and "elsewhere" in gone.stderr, gone.stderr  # the edit counts, not the memory
+    prof.write_text(moved.replace(str(tmp_path / "elsewhere"), str(tmp_path / "work")))
+    assert deploy("down", str(prof), home=tmp_path / "h").returncode == 0
+
+
 def test_rollback_after_a_failed_change(tmp_path: Path, sshd: Any) -> None:
     good = write_profile(tmp_path, sshd, name="rb")
     assert deploy("up", str(good), "--skip-preflight", home=tmp_path / "h").returncode == 0
