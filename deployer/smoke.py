@@ -27,7 +27,7 @@ from deployer.pipeline.up import UpOptions, up
 from deployer.profile.model import Profile
 from deployer.push import layout_for
 from deployer.remote.base import EndpointUnreachable, Remote
-from deployer.remote.connect import connect, target_spec
+from deployer.remote.connect import connect, conversing, target_spec
 from deployer.start import stop
 from deployer.target.records import current_view, tail_lines
 from deployer.watch.watcher import Event, EventSink
@@ -381,8 +381,8 @@ def _stop_phase(profile: Profile, opts: SmokeOptions, clock: PhaseClock, report:
 
 
 def stop_current(profile: Profile, opts: SmokeOptions) -> dict[str, Any]:
-    """Graceful stop of the deployment's current run under its lock (like `deploy down`)."""
-    with _session(profile, opts) as remote:
+    """Graceful stop of the deployment's current run under its lock (like `deploy down`: one exec channel)."""
+    with conversing(target_spec(profile, opts.trust_new_host)) as remote:
         layout = layout_for(remote, profile)
         view = current_view(remote, layout)
         if view is None:

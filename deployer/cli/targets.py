@@ -383,9 +383,8 @@ def plan(profile: str, overrides: tuple[str, ...], host: str | None, trust_new_h
          model_config: Path | None, as_json: bool) -> None:
     """Preflight without launching: GPUs, engine version, flags, effective args, memory plan."""
     from deployer.errors import PreflightFailed
-    from deployer.remote.connect import target_spec
     from deployer.preflight.checks import run_preflight
-    from deployer.remote.connect import connect
+    from deployer.remote.connect import conversing, target_spec
     from deployer.local_history import home
     from deployer.secrets import mask_data
 
@@ -401,11 +400,8 @@ def plan(profile: str, overrides: tuple[str, ...], host: str | None, trust_new_h
         if nodes.problems:
             raise PreflightFailed(nodes.problems)
         return
-    remote = connect(target_spec(prof, trust_new_host))
-    try:
+    with conversing(target_spec(prof, trust_new_host)) as remote:  # one exec channel: preflight's requests
         report = run_preflight(remote, prof, cache_dir=home() / "cache", model_config=model_config)
-    finally:
-        remote.close()
     if as_json:  # masked before JSON escaping: a secret with quotes or non-ASCII is hidden too
         _emit_json(mask_data(report.to_json()))
     else:

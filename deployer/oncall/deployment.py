@@ -24,8 +24,7 @@ from deployer.logtext import bounded_diagnosis
 from deployer.profile.host import NAME_RE, parse_host
 from deployer.push import Layout, expand_workdir
 from deployer.remote.base import Remote, TargetSpec
-from deployer.remote.connect import connect, target_spec
-from deployer.remote.conversation import Conversation
+from deployer.remote.connect import conversing, target_spec
 from deployer.oncall import remembered
 from deployer.oncall.secret_restore import learn_env_text
 from deployer.secrets import mask_data, mask_text
@@ -100,26 +99,17 @@ def remembered_ref(arg: str, host: str | None, workdir: str | None, trust_new_ho
 
 @contextmanager
 def opened(ref: Ref) -> Iterator[tuple[Remote, str]]:
-    remote = connect(ref.spec)
-    try:
+    """`connected`, and the workdir as the target spells it (`~` expanded there)."""
+    with connected(ref) as remote:
         yield remote, expand_workdir(remote, ref.workdir)
-    finally:
-        remote.close()
 
 
 @contextmanager
 def connected(ref: Ref) -> Iterator[Remote]:
     """The connection and its one exec channel, the target-side helper (a snapshot, the lock, a stop: all requests
     to it); the workdir is taken as given (`~` is expanded on the target, no trip)."""
-    remote = connect(ref.spec)
-    conv: Conversation | None = None
-    try:
-        conv = Conversation.open(remote)
+    with conversing(ref.spec) as conv:
         yield conv
-    finally:
-        if conv is not None:
-            conv.close()
-        remote.close()
 
 
 def layout_of(workdir: str, name: str) -> Layout:

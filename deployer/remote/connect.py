@@ -1,12 +1,16 @@
 """`connect(spec)`: the one place that picks the Remote for a target (LocalRemote for `host: local`, else SSH);
-`target_spec(profile)`: a single-host profile's target as the seam takes it."""
+`conversing(spec)`: that connection with its target-side helper, as commands use it; `target_spec(profile)`: a
+single-host profile's target as the seam takes it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from deployer.errors import ProfileError
 from deployer.remote.base import LOCAL, Remote, TargetSpec
+from deployer.remote.conversation import Conversation
 from deployer.remote.local import LocalRemote
 from deployer.remote.ssh.connection import SSHRemote
 
@@ -21,6 +25,21 @@ def connect(spec: TargetSpec) -> Remote:
     remote = SSHRemote(spec)
     remote.open()
     return remote
+
+
+@contextmanager
+def conversing(spec: TargetSpec) -> Iterator[Conversation]:
+    """A connection and its one exec channel, the target-side helper (every command a request to it); both are
+    closed on exit."""
+    remote = connect(spec)
+    conv: Conversation | None = None
+    try:
+        conv = Conversation.open(remote)
+        yield conv
+    finally:
+        if conv is not None:
+            conv.close()
+        remote.close()
 
 
 def target_spec(profile: Profile, trust_new_host: bool = False) -> TargetSpec:

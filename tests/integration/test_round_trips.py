@@ -55,9 +55,11 @@ FLOW: dict[str, list[str]] = {
     "history": ["history"],
     "up (no change)": ["up", "--skip-preflight"],
     "down": ["down"],
+    "plan": ["plan"],
     "up": ["up"],
     "logs --previous": ["logs", "rt", "--previous", "-n", "5", *BY_HOST],
     "status --host (all)": ["status", *BY_HOST],
+    "prune": ["prune", "--keep", "1"],
 }
 
 # Measured on this branch (see docs/round-trips.md for where each comes from). Lower a line when a change
@@ -69,9 +71,11 @@ TODAY: dict[str, Bound] = {
     "history": Bound(exec=1, sftp=0),
     "up (no change)": Bound(exec=1, sftp=1),  # was 8-9 exec
     "down": Bound(exec=1, sftp=0),  # snapshot, lock, stop: all requests to the helper (was 3 exec)
+    "plan": Bound(exec=1, sftp=0),  # preflight's requests to the helper (was 2 exec)
     "up": Bound(exec=1, sftp=1),  # preflight's facts and flag resolution ride the conversation (was 17 exec)
     "logs --previous": Bound(exec=1, sftp=0),
     "status --host (all)": Bound(exec=1, sftp=0),
+    "prune": Bound(exec=1, sftp=0),  # the lock and the deletions: requests to the helper
 }
 
 # issue 13, "Targets": exec channels `up` <= 2 (files still travel by SFTP), on-call commands one round trip:
