@@ -191,3 +191,42 @@ def test_a_full_disk_is_said_once_and_changes_nothing(tmp_path: Path, small_disk
     assert sum("not enough free space" in line for line in lines) == 1, lines
     assert listing(root) == before
     deploy("down", str(prof), home=home)
+
+
+def test_one_sftp_session_serves_two_threads_at_once(tmp_path: Path, sshd: Any) -> None:
+    """The early push uploads while preflight may read over the same SSHRemote: paramiko's SFTPClient is not safe
+    for that by itself (a thread can take the other's reply off the channel), so SSHRemote serializes it."""
+    import threading
+
+    from deployer.remote.connect import connect
+
+    remote = connect(sshd.spec())
+    (tmp_path / "log").write_bytes(b"x" * 50_000)
+    errors: list[BaseException] = []
+
+    def uploads() -> None:
+        try:
+            for i in range(15):
+                files = [(bytes([i]) * (1000 + n), str(tmp_path / f"f{n}"), 0o644) for n in range(6)]
+                remote.put_all(files)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    def reads() -> None:
+        try:
+            for _ in range(150):
+                assert remote.read(str(tmp_path / "log"), 10, 40_000) == b"x" * 40_000
+                assert remote.size(str(tmp_path / "log")) == 50_000
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    try:
+        threads = [threading.Thread(target=uploads), threading.Thread(target=reads)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads) and not errors, errors
+        assert (tmp_path / "f5").read_bytes() == bytes([14]) * 1005
+    finally:
+        remote.close()
