@@ -168,9 +168,14 @@ def supervisor_config(profile: Profile) -> dict[str, Any]:
     }
 
 
-def profile_record(profile: Profile, bundle: Bundle, *, attempt: int, up_id: str) -> dict[str, Any]:
-    """What the target keeps about this attempt (secrets masked): enough for status/history from any laptop."""
+def profile_record(profile: Profile, bundle: Bundle, *, attempt: int, up_id: str,
+                   written_hash: str | None = None) -> dict[str, Any]:
+    """What the target keeps about this attempt (secrets masked): enough for status/history from any laptop.
+
+    written_hash: the content hash of the profile as the user wrote it, before preflight translated or healed it
+    (the next `up` of the same file can tell that this run is what preflight will make of it again); None: unknown."""
     return {"name": profile.name, "content_hash": bundle.content_hash, "attempt": attempt, "up_id": up_id,
+            "written_hash": written_hash,
             "argv": bundle.argv, "env": bundle.masked_env, "port": profile.engine.port,
             "health_path": profile.health.path, "kind": profile.engine.kind, "profile": profile.public_dict(),
             "secret_templates": profile.templates, "pushed_at": time.time(),

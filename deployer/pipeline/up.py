@@ -6,7 +6,7 @@ twice, and writes what happened to the target (outcome.json) and to the local hi
 Push first, stop last: the serving version is stopped only once the new run dir is on the target, complete and
 verified. If anything fails after that stop (the new version cannot be made to start, the port is taken, the
 connection or the disk fails), the version that was serving is started again (unless --no-rollback) and the
-report says so.
+report says so. Attempt 1's run dir goes up while preflight runs, when that can pay (pipeline/early_push.py).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from deployer.errors import DeployError, LaunchFailed, LockLost, PortBusy, Profi
 from deployer.local_history import History
 from deployer.lock import DeploymentLock
 from deployer.pipeline.before_launch import checked_profile
+from deployer.pipeline.early_push import Planned, early_push
 from deployer.profile.fixed import save_fixed
 from deployer.profile.model import Profile
 from deployer.logtext import bounded_diagnosis
@@ -137,35 +138,75 @@ def up(profile: Profile, opts: UpOptions, emit: EventSink) -> UpReport:
         original, version = profile, profile.engine.version
         tried: list[Change] = []
         dry: DryResolution | None = None
+        up_id = uuid.uuid4().hex[:12]
         view = current_view(remote, layout)
         running = view is not None and view.alive
         own_port = running and view is not None and view.record.get("port") == profile.engine.port
-        if not opts.skip_preflight:
-            profile, version, dry = checked_profile(remote, profile, heal=opts.heal, model_config=opts.model_config,
-                                               own_port=own_port, tried=tried, emit=emit,
-                                               notes=report.before_launch, warnings=report.warnings)
-        else:
-            _check_engine_python(remote, profile)  # preflight's facts include this
-        bundle = render(profile)
-        if view and running and view.content_hash == bundle.content_hash and not opts.force and \
-                healthy(remote, profile.engine.port, profile.health.path, address=profile.engine.probe_address):
-            if view.state.get("supervisor_alive"):
-                emit(Event("info", {"message": f"{profile.name} {bundle.short_hash} is already running and healthy"}))
-                report.status, report.run_dir, report.content_hash = "already-running", view.run.path, \
-                    bundle.content_hash
+        written = _written(profile, up_id)
+        with early_push(remote, layout, _early_plan(written, view, opts)) as early:
+            if not opts.skip_preflight:
+                profile, version, dry = checked_profile(remote, profile, heal=opts.heal,
+                                                        model_config=opts.model_config, own_port=own_port,
+                                                        tried=tried, emit=emit, notes=report.before_launch,
+                                                        warnings=report.warnings)
+            else:
+                _check_engine_python(remote, profile)  # preflight's facts include this
+            bundle = render(profile)
+            if running and view is not None and _already_running(remote, view, profile, bundle, opts, report, emit):
                 return report
-            _unsupervised(view, profile, report, emit)
-        if not own_port:  # someone else's port: refused before anything changes
-            check_port(remote, layout, profile.engine.port)
+            if not own_port:  # someone else's port: refused before anything changes
+                check_port(remote, layout, profile.engine.port)
+            written_hash = written.bundle.content_hash if written is not None else None
+            pushed = early.claim(Planned.of(profile, up_id=up_id, written_hash=written_hash, bundle=bundle)) \
+                if early is not None else None
         serving = Serving(view) if view is not None and running else None
         try:
             done = _attempts(remote, layout, profile, opts, report, emit, version, tried=tried, original=original,
-                             serving=serving, dry=dry)
+                             serving=serving, dry=dry, up_id=up_id, written_hash=written_hash, pushed=pushed)
         except DeployError:  # a failed launch too (not Ctrl-C: that leaves at once)
             _tidy(remote, layout, profile, emit)
             raise
         _tidy(remote, layout, profile, emit)
         return done
+
+
+def _already_running(remote: Remote, view: RunView, profile: Profile, bundle: Bundle, opts: UpOptions,
+                     report: UpReport, emit: EventSink) -> bool:
+    """The running version is this bundle and healthy: nothing to do (reported). One whose supervisor is gone is
+    replaced (False, with a warning)."""
+    if view.content_hash != bundle.content_hash or opts.force or \
+            not healthy(remote, profile.engine.port, profile.health.path, address=profile.engine.probe_address):
+        return False
+    if not view.state.get("supervisor_alive"):
+        _unsupervised(view, profile, report, emit)
+        return False
+    emit(Event("info", {"message": f"{profile.name} {bundle.short_hash} is already running and healthy"}))
+    report.status, report.run_dir, report.content_hash = "already-running", view.run.path, bundle.content_hash
+    return True
+
+
+def _written(profile: Profile, up_id: str) -> Planned | None:
+    """Attempt 1 as the profile is written (before preflight); None when it does not even render (the same error
+    then comes, as before, after preflight)."""
+    try:
+        bundle = render(profile)
+        return Planned.of(profile, up_id=up_id, written_hash=bundle.content_hash, bundle=bundle)
+    except DeployError:
+        return None
+
+
+def _early_plan(written: Planned | None, view: RunView | None, opts: UpOptions) -> Planned | None:
+    """What to push while preflight runs; None when an early push cannot pay: no preflight to overlap, or the
+    running version is likely what this `up` finds already running (the same files, or what preflight made of
+    this very profile before launch last time)."""
+    if written is None or opts.skip_preflight:
+        return None
+    digest = written.bundle.content_hash
+    if view is not None and view.alive and not opts.force and (
+            view.content_hash == digest or (view.record.get("written_hash") == digest and
+                                            view.record.get("attempt") == 1)):
+        return None
+    return written
 
 
 def _tidy(remote: Remote, layout: Layout, profile: Profile, emit: EventSink) -> None:
@@ -195,15 +236,18 @@ def _check_engine_python(remote: Remote, profile: Profile) -> None:
 
 def _attempts(remote: Remote, layout: Layout, profile: Profile, opts: UpOptions, report: UpReport,
               emit: EventSink, version: str | None, *, tried: list[Change], original: Profile,
-              serving: Serving | None, dry: DryResolution | None = None) -> UpReport:
+              serving: Serving | None, dry: DryResolution | None = None, up_id: str,
+              written_hash: str | None = None, pushed: RunDir | None = None) -> UpReport:
+    """pushed: attempt 1's run dir, already on the target (pushed while preflight ran)."""
     history = History()
-    up_id = uuid.uuid4().hex[:12]
     try:
         for attempt in range(1, profile.retry.max_attempts + 1):
             bundle = render(profile)
             emit(Event("attempt", {"attempt": attempt, "content_hash": bundle.content_hash}))
-            run = push(remote, layout, bundle, profile_record(profile, bundle, attempt=attempt, up_id=up_id),
-                       supervisor_config(profile), new_run_id(bundle, attempt))
+            run = pushed if attempt == 1 and pushed is not None else \
+                push(remote, layout, bundle, profile_record(profile, bundle, attempt=attempt, up_id=up_id,
+                                                            written_hash=written_hash),
+                     supervisor_config(profile), new_run_id(bundle, attempt))
             emit(Event("pushed", {"run_id": run.run_id, "run_dir": run.path}))
             port_wait = _stop_serving(remote, serving, profile, report, emit) if attempt == 1 else 5.0
             set_current(remote, layout, run)

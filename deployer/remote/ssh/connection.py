@@ -103,6 +103,9 @@ class SSHRemote:
         self._jump: SSHRemote | None = None
         self._encrypted: list[str] = []  # identity files that need a passphrase (so: the agent)
         self._lock = threading.Lock()
+        # paramiko's SFTPClient is not safe for concurrent calls (two threads read each other's replies off its one
+        # channel, and fabric creates it lazily, unlocked): every SFTP operation holds this, one at a time.
+        self._sftp_lock = threading.RLock()
         # fsync + sha256 of uploaded files on the target; None: one `sync; sha256sum` exec per put_all. A helper
         # conversation (remote/conversation.py) sets it, so uploads cost no exec channel of their own.
         self.hash_uploads: Callable[[Sequence[str], float], list[str | None]] | None = None
@@ -356,6 +359,11 @@ class SSHRemote:
         digests = [hashlib.sha256(data).hexdigest() for data, _, _ in files]
         timeout = max(PUT_MIN_TIMEOUT_S, sum(len(data) for data, _, _ in files) / PUT_BYTES_PER_S)
         temps = [_temp_name(path) for _, path, _ in files]
+        with self._sftp_lock:
+            return self._put_all(files, temps, digests, timeout)
+
+    def _put_all(self, files: Sequence[tuple[bytes, str, int]], temps: list[str], digests: list[str],
+                 timeout: float) -> list[str]:
         sftp = self._sftp()
         written: list[str] = []
         where = files[0][1] if files else ""
@@ -427,6 +435,10 @@ class SSHRemote:
                              host=self.label)
 
     def read(self, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes:
+        with self._sftp_lock:
+            return self._read(path, offset, limit)
+
+    def _read(self, path: str, offset: int, limit: int) -> bytes:
         sftp = self._sftp()
         try:
             with sftp.open(path, "rb") as f:
@@ -447,6 +459,10 @@ class SSHRemote:
             raise TransferFailed(f"read {path}: {e or type(e).__name__}", host=self.label) from None
 
     def size(self, path: str) -> int | None:
+        with self._sftp_lock:
+            return self._size(path)
+
+    def _size(self, path: str) -> int | None:
         sftp = self._sftp()
         try:
             return sftp.stat(path).st_size

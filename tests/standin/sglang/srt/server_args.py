@@ -10,6 +10,10 @@ Eras: 0.5.23 resolves in `resolve_once()` (called by launch_server). The seed er
 `prepare_server_args`, there is no `resolve_once`, `--mamba-scheduler-strategy auto` becomes no_buffer,
 SGLANG_ENABLE_SPEC_V2 decides overlap scheduling under speculative decoding, and mem_fraction_static follows
 0.5.10's own formula (`_handle_gpu_memory_settings`, `adjust_mem_fraction_for_vlm`).
+
+Env STANDIN_PROBE_IMPORT_S: seconds this module takes to import when deployer's probe imports it (a program run
+as `python -c`), as importing the real SGLang and torch takes 5-10 s on a GPU box; the engine's own start
+(`python -m sglang.launch_server`) is not slowed.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
+import time
 from types import SimpleNamespace
 from typing import Any, Dict, List, Optional
 
@@ -26,6 +32,9 @@ from sglang.version import __version__, is_old_era
 logger = logging.getLogger(__name__)
 
 TRUTHY = ("1", "true", "yes", "on")
+
+if sys.argv[:1] == ["-c"]:
+    time.sleep(float(os.environ.get("STANDIN_PROBE_IMPORT_S") or 0))
 
 
 def _env_true(name: str) -> bool:
