@@ -21,6 +21,7 @@ RemoteError, and the next call starts a new conversation (one exec channel, as a
 from __future__ import annotations
 
 import base64
+import hashlib
 import itertools
 import json
 import shlex
@@ -37,6 +38,7 @@ from deployer.remote.program import SUPERVISOR_PYTHON, TARGET_CACHE, helper_bund
 START_TIMEOUT_S = 30.0   # from the exec to the helper's hello (a first contact also uploads it)
 REPLY_MARGIN_S = 15.0    # beyond a command's own timeout (the helper enforces that one and answers)
 VERIFY_TIMEOUT_S = 60.0
+INLINE_MAX = 4 << 20     # uploads up to this size (in all) travel inside the conversation
 SEND_MARKER = "DEPLOYER-HELPER-SEND"
 NOISE_KEPT = 20          # lines that were not the helper's (an rc file's chatter, a traceback): for errors
 POLL_S = 5.0
@@ -346,10 +348,26 @@ class Conversation:
         return result
 
     def put(self, data: bytes, path: str, mode: int = 0o644) -> str:
-        return self.inner.put(data, path, mode)
+        return self.put_all([(data, path, mode)])[0]
 
     def put_all(self, files: Sequence[tuple[bytes, str, int]]) -> list[str]:
-        return self.inner.put_all(files)
+        """Small uploads (a run dir: scripts, env, records) travel in one `install` request: written, fsynced,
+        checked and renamed into place by the helper; over SFTP each file cost ~5 round trips (open, chmod,
+        close, chmod, rename: ~50 for a run dir, 2.5 s at 50 ms). Large ones go over SFTP, checked by the helper."""
+        if not files or sum(len(data) for data, _, _ in files) > INLINE_MAX:
+            return self.inner.put_all(files)
+        digests = [hashlib.sha256(data).hexdigest() for data, _, _ in files]
+        payload = [{"path": path, "mode": mode, "sha256": digest, "data_b64": base64.b64encode(data).decode("ascii")}
+                   for (data, path, mode), digest in zip(files, digests)]
+        where = files[0][1]
+        try:
+            self.call("install", {"files": payload}, VERIFY_TIMEOUT_S, f"writing {where}")
+        except NoLine:
+            raise TransferFailed(f"cannot write {where}: no answer within {VERIFY_TIMEOUT_S:g}s",
+                                 host=self.label) from None
+        except TargetError as e:  # the helper's words: cannot write PATH: why, or a sha256 mismatch
+            raise TransferFailed(e.message.rpartition("said: ")[2], host=self.label) from None
+        return digests
 
     def read(self, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes:
         return self.inner.read(path, offset, limit)

@@ -18,6 +18,9 @@ come out of order and carry the request's id.
   with the exit code and output `supervise.py ARGV` would give (no python start-up per call).
 - `snapshot {argv}`: the read-only snapshot of a deployment dir (supervise_snapshot.py's `snapshot ARGV`), as
   `{data}`: what status, logs and history read, answered in this process.
+- `install {files: [{path, mode, sha256, data_b64}]}`: write each file to a 0600 temp name beside it, fsync, check
+  its sha256 as read back, then chmod and rename each into place (none placed if any cannot be written);
+  `{digests}`. A run dir's files travel in this one request instead of ~5 SFTP round trips each.
 - `verify {paths}`: fsync and sha256 each uploaded file; `{digests}` (null for a file that cannot be read).
 - `lease_take {path, holder, token, lease_s, mode, from?}`: the deployment lock's lease (supervise_lease.py's
   rules, events and file format); `{word: LOCKED|BUSY|LOST, data}`. The helper keeps the lease file open.
@@ -77,7 +80,7 @@ class Helper:
         self._supervise_lock = threading.Lock()  # their output is captured from sys.stdout: one at a time
         self.ops: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "run": self.run, "verify": self.verify, "lease_take": self.lease_take, "lease_beat": self.lease_beat,
-            "supervise": self.supervise, "snapshot": self.snapshot,
+            "supervise": self.supervise, "snapshot": self.snapshot, "install": self.install,
         }
 
     def say(self, data: dict[str, Any]) -> None:
@@ -164,6 +167,29 @@ class Helper:
         except SuperviseError as e:
             raise RequestError(str(e), "snapshot") from None
 
+    def install(self, req: dict[str, Any]) -> dict[str, Any]:
+        files = [(str(f["path"]), int(f["mode"]), str(f["sha256"]), base64.b64decode(f["data_b64"]))
+                 for f in req["files"]]
+        temps: list[str] = []
+        where = files[0][0] if files else ""
+        try:
+            for where, _, digest, data in files:
+                temps.append(_write_temp(where, data))
+                got = _fsync_sha256(temps[-1])
+                if got != digest:
+                    raise RequestError(f"sha256 mismatch after writing {where}: got {got}", "mismatch")
+            for (where, mode, _, _), tmp in zip(files, list(temps)):
+                os.chmod(tmp, mode)
+                os.replace(tmp, where)
+                temps.remove(tmp)
+        except OSError as e:
+            raise RequestError(f"cannot write {where}: {e.strerror or e}", "os") from None
+        finally:
+            for tmp in temps:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+        return {"digests": [digest for _, _, digest, _ in files]}
+
     def verify(self, req: dict[str, Any]) -> dict[str, Any]:
         return {"digests": [_fsync_sha256(str(p)) for p in req["paths"]]}
 
@@ -220,6 +246,23 @@ def _close(fd: int) -> None:
         os.close(fd)
     except OSError:
         pass
+
+
+def _write_temp(path: str, data: bytes) -> str:
+    """`data` in a new 0600 file beside `path` (secrets are never readable by others, not even for a moment)."""
+    folder, base = os.path.split(path)
+    tmp = os.path.join(folder or ".", ".%s.%s.part" % (base, os.urandom(6).hex()))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    return tmp
 
 
 def _fsync_sha256(path: str) -> str | None:

@@ -177,13 +177,13 @@ def in_process_up(prof: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *
 
 
 def test_a_push_cut_halfway_changes_nothing(tmp_path: Path, sshd: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from deployer.remote.ssh import connection as remote_ssh
+    from deployer.remote.conversation import Conversation
 
     home = tmp_path / "h"
     prof = write_profile(tmp_path, sshd, name="cut")
     assert deploy("up", str(prof), "--skip-preflight", home=home).returncode == 0
     before = status_of(prof, home)
-    real_put_all = remote_ssh.SSHRemote.put_all
+    real_put_all = Conversation.put_all  # the run dir travels through the helper's `install`
 
     def cut_put_all(self: Any, files: list[tuple[bytes, str, int]]) -> list[str]:
         if any("/runs/" in path for _, path, _ in files):  # the run dir: three files land, then the link drops
@@ -191,7 +191,7 @@ def test_a_push_cut_halfway_changes_nothing(tmp_path: Path, sshd: Any, monkeypat
             raise TransferFailed(f"cannot write {files[3][1]}: connection dropped", host=self.label)
         return real_put_all(self, files)
 
-    monkeypatch.setattr(remote_ssh.SSHRemote, "put_all", cut_put_all)
+    monkeypatch.setattr(Conversation, "put_all", cut_put_all)
     cut = "push of .* failed, nothing of it kept: .*cannot write .*connection dropped"
     with pytest.raises(TransferFailed, match=cut):
         in_process_up(prof, monkeypatch, tmp_path)
