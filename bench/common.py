@@ -27,6 +27,25 @@ from sshbed import SSHD as SSHD  # noqa: E402  (re-exported)
 DEPLOY = str(REPO / ".venv" / "bin" / "deploy")
 FAST_ENGINE = {"STANDIN_STEP_S": "0", "STANDIN_READY_DELAY_S": "0"}   # the stand-in ready at once
 BENCH_HEALTH = {"interval_s": 0.25, "startup_timeout_s": 120, "stall_timeout_s": 60}
+LINK = {"delay_s": 0.0, "ssh_config": ""}   # set by bench/run.py --delay: every SSH command goes through bench/link.py
+
+
+def use_link(delay_s: float, tmp: Path, host: str) -> None:
+    """Send every SSH connection of the benchmarks (OpenSSH baselines and deployer alike) through a relay that adds
+    `delay_s` each way."""
+    if delay_s <= 0:
+        return
+    config = tmp / "link_ssh_config"
+    config.write_text(f"Host {host}\n    ProxyCommand {_proxy(delay_s)}\n")
+    LINK.update(delay_s=delay_s, ssh_config=str(config))
+
+
+def _proxy(delay_s: float) -> str:
+    return f"{shlex.quote(sys.executable)} {shlex.quote(str(REPO / 'bench' / 'link.py'))} %h %p {delay_s:g}"
+
+
+def _link_options() -> list[str]:
+    return ["-o", f"ProxyCommand={_proxy(float(LINK['delay_s']))}"] if LINK["delay_s"] else []
 
 
 @dataclass
@@ -71,8 +90,9 @@ def timed(argv: list[str], *, env: dict[str, str] | None = None, check: bool = T
 
 
 def deploy_env(home: Path, **extra: str) -> dict[str, str]:
+    link = {"DEPLOYER_SSH_CONFIG": str(LINK["ssh_config"])} if LINK["delay_s"] else {}
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root"),
-            "DEPLOYER_HOME": str(home), **extra}
+            "DEPLOYER_HOME": str(home), **link, **extra}
 
 
 def bench_profile(tmp: Path, bed: SSHD, name: str, env: dict[str, str], **kw: Any) -> Path:
@@ -83,12 +103,12 @@ def bench_profile(tmp: Path, bed: SSHD, name: str, env: dict[str, str], **kw: An
 
 def ssh_argv(bed: SSHD, *remote: str) -> list[str]:
     """Plain OpenSSH to the test sshd, as a person would type it (no ControlMaster: one handshake each)."""
-    return ["ssh", "-F", "/dev/null", "-i", str(bed.identity_file), "-p", str(bed.port),
+    return ["ssh", "-F", "/dev/null", *_link_options(), "-i", str(bed.identity_file), "-p", str(bed.port),
             "-o", f"UserKnownHostsFile={bed.known_hosts}", "-o", "StrictHostKeyChecking=yes",
             "-o", "BatchMode=yes", f"{bed.user}@{bed.host}", *remote]
 
 
 def scp_argv(bed: SSHD, src: Path, dest: str) -> list[str]:
-    return ["scp", "-q", "-F", "/dev/null", "-i", str(bed.identity_file), "-P", str(bed.port),
+    return ["scp", "-q", "-F", "/dev/null", *_link_options(), "-i", str(bed.identity_file), "-P", str(bed.port),
             "-o", f"UserKnownHostsFile={bed.known_hosts}", "-o", "StrictHostKeyChecking=yes",
             "-o", "BatchMode=yes", str(src), f"{bed.user}@{bed.host}:{dest}"]

@@ -1,6 +1,6 @@
 """Benchmarks of deployer on the SSH test bed; each figure against a baseline measured in the same command.
 
-    .venv/bin/python bench/run.py [--reps N] [--only overhead,status,detection,cli] [--rc-cost S]
+    .venv/bin/python bench/run.py [--reps N] [--only overhead,status,detection,cli] [--rc-cost S] [--delay S]
 
 Starts a throwaway sshd on 127.0.0.1 (tests/sshbed.py) whose login shell's .bashrc costs about --rc-cost
 seconds per command (as conda/pyenv init do on a real GPU image; never skipped), and the stand-in engine;
@@ -27,7 +27,7 @@ import detection  # noqa: E402
 import oncall_status  # noqa: E402
 import overhead  # noqa: E402
 import shell_cost  # noqa: E402
-from common import REPO, Figure  # noqa: E402
+from common import REPO, Figure, use_link  # noqa: E402
 from sshbed import make_sshd  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "latest.json"
@@ -40,6 +40,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=5, help="repetitions per measurement (median reported)")
     parser.add_argument("--rc-cost", type=float, default=RC_COST_S,
                         help="seconds the target's .bashrc costs per command (default %(default)s)")
+    parser.add_argument("--delay", type=float, default=0.0,
+                        help="seconds added to each direction of every SSH connection (bench/link.py; 0.025 = "
+                             "50 ms round trips), for the OpenSSH baselines and deployer alike (default: none)")
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS}")
     return parser.parse_args(argv)
 
@@ -74,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             figures += cli_start.run(tmp, max(args.reps, 10))
         if only & {"overhead", "status", "detection"}:
             bed = make_sshd(tmp / "sshd", rc_cost=args.rc_cost)
+            use_link(args.delay, tmp, bed.host)
             try:
                 shell = shell_cost.run(bed, tmp, args.reps)
                 over_ssh = [shell]
@@ -95,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.write_text(json.dumps({"when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "took_s": round(took, 1),
                                    "machine": {"python": platform.python_version(), "platform": platform.platform(),
                                                "cpus": os.cpu_count()},
-                                   "reps": args.reps, "rc_cost_s": args.rc_cost,
+                                   "reps": args.reps, "rc_cost_s": args.rc_cost, "link_delay_s": args.delay,
                                    "figures": [f.to_json() for f in figures]}, indent=2) + "\n")
     print(table(figures))
     print(f"\n{len(figures)} figures in {took:.0f} s; written to {RESULTS.relative_to(REPO)}")

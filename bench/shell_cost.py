@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common import SSHD, Figure, median, ssh_argv, timed
+from common import LINK, SSHD, Figure, median, ssh_argv, timed
 from sshbed import make_sshd
 
 
@@ -28,5 +28,7 @@ def run(bed: SSHD, tmp: Path, reps: int) -> Figure:
     fig = Figure("ssh host true (shell cost)", median(ours), "s", median(base), "the same, rc file skipped",
                  samples=ours, baseline_samples=base,
                  notes=f".bashrc calibrated to {bed.rc_cost * 1000:.0f} ms; adds "
-                       f"{(median(ours) - median(base)) * 1000:+.0f} ms to every exec channel and SFTP session")
+                       f"{(median(ours) - median(base)) * 1000:+.0f} ms to every exec channel and SFTP session"
+                       + (f"; every connection through bench/link.py: {2000 * float(LINK['delay_s']):.0f} ms round "
+                          "trips" if LINK["delay_s"] else ""))
     return fig

@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from deployer.errors import CommandFailed, ConnectFailed, RemoteError, TargetError, TransferFailed
+from deployer.errors import CommandFailed, ConnectFailed, NotFound, RemoteError, TargetError, TransferFailed
 from deployer.remote.base import CommandTimedOut, HttpReply, NoLine, Remote, Result, Session
 from deployer.remote.program import SUPERVISOR_PYTHON, TARGET_CACHE, helper_bundle
 
@@ -370,10 +370,31 @@ class Conversation:
         return digests
 
     def read(self, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes:
-        return self.inner.read(path, offset, limit)
+        """Read by the helper: one round trip (SFTP: a session of its own, then open/stat/read/close each)."""
+        if limit > INLINE_MAX:
+            return self.inner.read(path, offset, limit)
+        reply = self._file_call("read", {"path": path, "offset": offset, "limit": limit}, f"read {path}")
+        try:
+            return base64.b64decode(str(reply.get("data_b64") or ""), validate=True)
+        except ValueError:
+            raise TransferFailed(f"read {path}: the helper answered {str(reply)[:120]}", host=self.label) from None
 
     def size(self, path: str) -> int | None:
-        return self.inner.size(path)
+        size = self._file_call("size", {"path": path}, f"stat {path}").get("size")
+        return size if isinstance(size, int) else None
+
+    def _file_call(self, op: str, fields: dict[str, Any], what: str) -> dict[str, Any]:
+        """A request on a file: NotFound for a missing one, TransferFailed for other failures (as over SFTP)."""
+        waiting = self.send(op, fields)
+        try:
+            return self.wait(waiting, VERIFY_TIMEOUT_S, what)
+        except NoLine:
+            raise TransferFailed(f"{what}: no answer within {VERIFY_TIMEOUT_S:g}s", host=self.label) from None
+        except TargetError as e:
+            said = e.message.rpartition("said: ")[2]
+            if waiting.reply is not None and waiting.reply.get("kind") == "notfound":
+                raise NotFound(f"{self.label}: {said}") from None
+            raise TransferFailed(f"{what}: {said}", host=self.label) from None
 
     def request(self, method: str, port: int, path: str, *, body: bytes | None = None,
                 headers: dict[str, str] | None = None, timeout: float = 5.0, address: str = "127.0.0.1") -> HttpReply:

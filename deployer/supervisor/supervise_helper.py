@@ -21,6 +21,9 @@ come out of order and carry the request's id.
 - `install {files: [{path, mode, sha256, data_b64}]}`: write each file to a 0600 temp name beside it, fsync, check
   its sha256 as read back, then chmod and rename each into place (none placed if any cannot be written);
   `{digests}`. A run dir's files travel in this one request instead of ~5 SFTP round trips each.
+- `read {path, offset, limit}`: at most `limit` bytes from `offset`, as `{data_b64}`; `size {path}`: `{size}`
+  (null for no such file). A missing file is an error of kind `notfound`. One round trip each, where SFTP needs
+  a session (its own login shell) and an open/stat/read/close per read.
 - `verify {paths}`: fsync and sha256 each uploaded file; `{digests}` (null for a file that cannot be read).
 - `lease_take {path, holder, token, lease_s, mode, from?}`: the deployment lock's lease (supervise_lease.py's
   rules, events and file format); `{word: LOCKED|BUSY|LOST, data}`. The helper keeps the lease file open.
@@ -81,6 +84,7 @@ class Helper:
         self.ops: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "run": self.run, "verify": self.verify, "lease_take": self.lease_take, "lease_beat": self.lease_beat,
             "supervise": self.supervise, "snapshot": self.snapshot, "install": self.install,
+            "read": self.read, "size": self.size,
         }
 
     def say(self, data: dict[str, Any]) -> None:
@@ -189,6 +193,22 @@ class Helper:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
         return {"digests": [digest for _, _, digest, _ in files]}
+
+    def read(self, req: dict[str, Any]) -> dict[str, Any]:
+        path, offset, limit = str(req["path"]), int(req.get("offset") or 0), int(req["limit"])
+        try:
+            with open(path, "rb") as f:
+                f.seek(max(offset, 0))
+                data = f.read(max(limit, 0))
+        except FileNotFoundError:
+            raise RequestError(f"{path}: no such file", "notfound") from None
+        return {"data_b64": base64.b64encode(data).decode("ascii")}
+
+    def size(self, req: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return {"size": os.stat(str(req["path"])).st_size}
+        except FileNotFoundError:
+            return {"size": None}
 
     def verify(self, req: dict[str, Any]) -> dict[str, Any]:
         return {"digests": [_fsync_sha256(str(p)) for p in req["paths"]]}
