@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from deployer.errors import CommandFailed, ConnectFailed, NotFound, RemoteError, TargetError, TransferFailed
-from deployer.remote.base import CommandTimedOut, HttpReply, NoLine, Remote, Result, Session
+from deployer.remote.base import CommandTimedOut, EndpointUnreachable, HttpReply, NoLine, Remote, Result, Session
 from deployer.remote.program import SUPERVISOR_PYTHON, TARGET_CACHE, helper_bundle
 
 START_TIMEOUT_S = 30.0   # from the exec to the helper's hello (a first contact also uploads it)
@@ -398,7 +398,29 @@ class Conversation:
 
     def request(self, method: str, port: int, path: str, *, body: bytes | None = None,
                 headers: dict[str, str] | None = None, timeout: float = 5.0, address: str = "127.0.0.1") -> HttpReply:
-        return self.inner.request(method, port, path, body=body, headers=headers, timeout=timeout, address=address)
+        """HTTP sent by the helper from the target (as a direct-tcpip channel would reach it): one round trip
+        instead of two, and it works where sshd forbids forwarding."""
+        fields: dict[str, Any] = {"method": method, "address": address, "port": port, "path": path,
+                                  "headers": headers or {}, "timeout": timeout}
+        if body is not None:
+            fields["body_b64"] = base64.b64encode(body).decode("ascii")
+        waiting = self.send("http", fields)
+        try:
+            reply = self.wait(waiting, timeout + REPLY_MARGIN_S, f"HTTP {method} {address}:{port}{path}")
+        except NoLine:
+            raise EndpointUnreachable(f"HTTP {method} {address}:{port}{path} timed out", host=self.label) from None
+        except TargetError as e:
+            said = e.message.rpartition("said: ")[2]
+            if waiting.reply is not None and waiting.reply.get("kind") == "unreachable":
+                raise EndpointUnreachable(said, host=self.label) from None
+            raise
+        try:
+            data = base64.b64decode(str(reply.get("body_b64") or ""), validate=True)
+            heads = {str(k): str(v) for k, v in reply.get("headers") or []}
+            return HttpReply(int(reply["status"]), data, heads)
+        except (KeyError, TypeError, ValueError):
+            raise EndpointUnreachable(f"HTTP {method} {address}:{port}{path}: the helper answered "
+                                      f"{str(reply)[:120]}", host=self.label) from None
 
     def spawn(self, cmd: str) -> Session:
         return self.inner.spawn(cmd)

@@ -24,6 +24,9 @@ come out of order and carry the request's id.
 - `read {path, offset, limit}`: at most `limit` bytes from `offset`, as `{data_b64}`; `size {path}`: `{size}`
   (null for no such file). A missing file is an error of kind `notfound`. One round trip each, where SFTP needs
   a session (its own login shell) and an open/stat/read/close per read.
+- `http {method, address, port, path, headers, body_b64?, timeout}`: one HTTP/1.1 request from the target (a
+  health check, the router's API): `{status, headers, body_b64}`; nothing answering is an error of kind
+  `unreachable`. One round trip, where a direct-tcpip channel costs two (open, then the request).
 - `verify {paths}`: fsync and sha256 each uploaded file; `{digests}` (null for a file that cannot be read).
 - `lease_take {path, holder, token, lease_s, mode, from?}`: the deployment lock's lease (supervise_lease.py's
   rules, events and file format); `{word: LOCKED|BUSY|LOST, data}`. The helper keeps the lease file open.
@@ -84,7 +87,7 @@ class Helper:
         self.ops: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "run": self.run, "verify": self.verify, "lease_take": self.lease_take, "lease_beat": self.lease_beat,
             "supervise": self.supervise, "snapshot": self.snapshot, "install": self.install,
-            "read": self.read, "size": self.size,
+            "read": self.read, "size": self.size, "http": self.http,
         }
 
     def say(self, data: dict[str, Any]) -> None:
@@ -209,6 +212,28 @@ class Helper:
             return {"size": os.stat(str(req["path"])).st_size}
         except FileNotFoundError:
             return {"size": None}
+
+    def http(self, req: dict[str, Any]) -> dict[str, Any]:
+        import http.client  # only for commands that ask (its import is most of a helper start's imports)
+        import socket
+
+        method, address, port, path = str(req["method"]), str(req["address"]), int(req["port"]), str(req["path"])
+        body = base64.b64decode(req["body_b64"]) if req.get("body_b64") is not None else None
+        where = "%s:%d" % (address, port)
+        conn = http.client.HTTPConnection(address, port, timeout=min(float(req.get("timeout") or 5.0), MAX_TIMEOUT_S))
+        try:
+            conn.request(method, path, body=body, headers=dict(req.get("headers") or {}))
+            resp = conn.getresponse()
+            data = resp.read()
+        except ConnectionRefusedError:
+            raise RequestError(where + ": nothing listening", "unreachable") from None
+        except (OSError, http.client.HTTPException) as e:
+            why = "timed out" if isinstance(e, socket.timeout) else "failed: %s: %s" % (type(e).__name__, e)
+            raise RequestError("HTTP %s %s%s %s" % (method, where, path, why), "unreachable") from None
+        finally:
+            conn.close()
+        return {"status": resp.status, "headers": [[k.lower(), v] for k, v in resp.getheaders()],
+                "body_b64": base64.b64encode(data).decode("ascii")}
 
     def verify(self, req: dict[str, Any]) -> dict[str, Any]:
         return {"digests": [_fsync_sha256(str(p)) for p in req["paths"]]}

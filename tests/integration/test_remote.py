@@ -452,7 +452,7 @@ def test_unusable_identity_file_is_auth_failed_at_once(sshd: SSHD, tmp_path: Pat
     assert sshd.log_count("Connection from") == before  # refused before dialling
 
 
-def test_forwarding_disabled_is_not_mistaken_for_a_closed_port(tmp_path: Path) -> None:
+def test_forwarding_disabled_is_not_mistaken_for_a_closed_port_and_the_helper_reaches_http_anyway(tmp_path: Path) -> None:
     bed = make_sshd(tmp_path / "nofwd", extra_config=["AllowTcpForwarding no"])
     try:
         with closing(connect(bed.spec())) as r, socket.socket() as listener:
@@ -462,5 +462,18 @@ def test_forwarding_disabled_is_not_mistaken_for_a_closed_port(tmp_path: Path) -
                 r.request("GET", listener.getsockname()[1], "/health")
             assert not isinstance(e.value, EndpointUnreachable)
             assert "AllowTcpForwarding" in str(e.value)
+            server = subprocess.Popen([sys.executable, "-c", HTTP_SERVER, str(free_port())],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            try:
+                assert server.stdout is not None and server.stdout.readline() == "ready\n"
+                conv = Conversation.open(r)  # what every command uses: its HTTP goes through the helper
+                try:
+                    reply = conv.request("GET", int(server.args[-1]), "/health")
+                    assert (reply.status, reply.body) == (200, b"ok")
+                finally:
+                    conv.close()
+            finally:
+                server.communicate(timeout=10)
     finally:
         bed.stop()
+
