@@ -110,7 +110,7 @@ def locked_session(profile: Profile, opts: UpOptions, emit: EventSink) -> Iterat
     remote = connect(target_spec(profile, opts.trust_new_host))
     conv: Conversation | None = None
     try:
-        conv = Conversation.open(remote)  # the one exec channel: every step below talks to this helper
+        conv = Conversation.open(remote, wait=False)  # the one exec channel (the first request rides with it): every step below talks to this helper
         layout = layout_for(conv, profile)
         prepare(conv, layout)
         with DeploymentLock(conv, layout, opts.what, break_lock=opts.break_lock,

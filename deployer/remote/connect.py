@@ -34,7 +34,7 @@ def conversing(spec: TargetSpec) -> Iterator[Conversation]:
     remote = connect(spec)
     conv: Conversation | None = None
     try:
-        conv = Conversation.open(remote)
+        conv = Conversation.open(remote, wait=False)  # the first request goes out with the exec
         yield conv
     finally:
         if conv is not None:

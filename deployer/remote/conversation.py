@@ -28,8 +28,8 @@ import shlex
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from deployer.errors import CommandFailed, ConnectFailed, NotFound, RemoteError, TargetError, TransferFailed
 from deployer.remote.base import CommandTimedOut, EndpointUnreachable, HttpReply, NoLine, Remote, Result, Session
@@ -40,6 +40,7 @@ REPLY_MARGIN_S = 15.0    # beyond a command's own timeout (the helper enforces t
 VERIFY_TIMEOUT_S = 60.0
 INLINE_MAX = 4 << 20     # uploads up to this size (in all) travel inside the conversation
 SEND_MARKER = "DEPLOYER-HELPER-SEND"
+PROGRAM_MARKER = "DEPLOYER-HELPER-PROGRAM"
 NOISE_KEPT = 20          # lines that were not the helper's (an rc file's chatter, a traceback): for errors
 POLL_S = 5.0
 HELPERS_KEPT = 5         # helper versions kept on a target (the newest stored; an older deployer resends its own)
@@ -71,9 +72,14 @@ def read(where, limit=-1):
  except OSError:
   return b""
 src = read(path, size + 1)
+ahead = []
 if hashlib.sha256(src).hexdigest() != digest:
  sys.stdout.write("%s " + digest + "\\n")
  sys.stdout.flush()
+ line = sys.stdin.buffer.readline()
+ while line and not line.startswith(b"%s "):
+  ahead.append(line)
+  line = sys.stdin.buffer.readline()
  src = sys.stdin.buffer.read(size)
  if hashlib.sha256(src).hexdigest() != digest:
   sys.stderr.write("deployer helper: the program arrived damaged (%%d of %%d bytes)\\n" %% (len(src), size))
@@ -94,10 +100,17 @@ try:
  codes = codes if all(isinstance(c, types.CodeType) for c in codes.values()) else {}
 except Exception:
  codes = {}
+class Ahead:
+ def __init__(self, real):
+  self.real = real
+ def readline(self):
+  return ahead.pop(0) if ahead else self.real.readline()
+if ahead:
+ sys.stdin = types.SimpleNamespace(buffer=Ahead(sys.stdin.buffer))
 sys.argv = [path, "serve", digest]
 exec(compile(src, path, "exec"), {"__name__": "__main__", "CODES": codes,
      "SAVE_CODES": lambda table: put(cpath, marshal.dumps(table))})
-""" % (SEND_MARKER, HELPERS_KEPT)
+""" % (SEND_MARKER, PROGRAM_MARKER, HELPERS_KEPT)
 
 
 def start_line() -> str:
@@ -115,6 +128,13 @@ class SupervisorHost(Protocol):
         ...
 
 
+_T = TypeVar("_T")
+
+
+class _Unreachable(TargetError):
+    """The helper's HTTP request found nothing answering (becomes EndpointUnreachable)."""
+
+
 @runtime_checkable
 class SnapshotHost(Protocol):
     """A Remote whose target-side helper reads deployment snapshots itself (a Conversation)."""
@@ -124,7 +144,8 @@ class SnapshotHost(Protocol):
 
 
 class _Pending:
-    def __init__(self) -> None:
+    def __init__(self, session: Session) -> None:
+        self.session = session
         self.done = threading.Event()
         self.reply: dict[str, Any] | None = None
 
@@ -146,11 +167,17 @@ class Conversation:
         self._noise: deque[str] = deque(maxlen=NOISE_KEPT)
         self._dead: str | None = None
         self._closed = False
+        self._greet_lock = threading.Lock()
+        self._greeted_on: Session | None = None
 
     @classmethod
-    def open(cls, inner: Remote) -> Conversation:
+    def open(cls, inner: Remote, *, wait: bool = True) -> Conversation:
+        """Start the helper; with `wait`, until it said hello (a helper that cannot start raises here), else the
+        first request goes out at once and its wait includes the start."""
         conv = cls(inner)
-        conv._ensure()
+        session = conv._ensure()
+        if wait:
+            conv._greeted(session)
         if hasattr(inner, "hash_uploads"):  # SSHRemote: its uploads are checked by the helper, not an exec each
             setattr(inner, "hash_uploads", conv.verify)
         return conv
@@ -163,6 +190,8 @@ class Conversation:
     # -- the conversation ---------------------------------------------------------------------------------
 
     def _ensure(self) -> Session:
+        """The helper's channel, started if there is none (its hello is awaited by `_greeted`, so that the first
+        request travels with the exec instead of one round trip after it)."""
         with self._lock:
             if self._closed:
                 raise RemoteError("the conversation with the deployer helper was closed", host=self.label)
@@ -171,14 +200,25 @@ class Conversation:
             self._close_session()
             session = self.inner.spawn(start_line())
             self.starts += 1
+            self._session, self._dead, self._pending = session, None, {}
+            return session
+
+    def _greeted(self, session: Session) -> None:
+        """Wait for this channel's hello (sending the program if the target asks for it), then hand the channel to
+        the reader thread. A helper that does not start is a TargetError, for every request sent on it."""
+        with self._greet_lock:
+            if self._greeted_on is session:
+                return
             try:
                 self.hello = self._greet(session)
-            except BaseException:
-                session.close()
+            except BaseException as e:
+                with self._lock:
+                    if self._session is session:
+                        self._dead = str(e)
+                        self._close_session()
                 raise
-            self._session, self._dead, self._pending = session, None, {}
+            self._greeted_on = session
             threading.Thread(target=self._read, args=(session,), name="deployer-helper-reader", daemon=True).start()
-            return session
 
     def _greet(self, session: Session) -> dict[str, Any]:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -195,8 +235,9 @@ class Conversation:
             if line is None:
                 raise TargetError(f"the deployer helper did not start on {self.label}{self._said()}",
                                   hint="the target needs python3 (>= 3.8) on the login shell's PATH")
-            if line.strip() == f"{SEND_MARKER} {digest}":
-                session.send(payload)
+            if line.strip() == f"{SEND_MARKER} {digest}":  # after the requests already sent: the loader keeps them
+                with self._send_lock:  # never inside another thread's request line
+                    session.send(f"{PROGRAM_MARKER} {len(payload)}\n".encode() + payload)
                 self.shipped += 1
                 continue
             data = _json(line)
@@ -245,7 +286,7 @@ class Conversation:
         """Send one request; wait for its reply with `wait`."""
         session = self._ensure()
         rid = next(self._ids)
-        waiting = _Pending()
+        waiting = _Pending(session)
         with self._lock:
             if self._session is not session or self._dead is not None:  # it broke just now: fail fast, not late
                 raise ConnectFailed(f"connection lost: {self._dead or 'the helper was restarted'}", host=self.label)
@@ -266,6 +307,7 @@ class Conversation:
     def wait(self, waiting: _Pending, timeout: float, what: str) -> dict[str, Any]:
         """The reply (ok true); a failed request raises TargetError, a broken conversation RemoteError, no reply
         within `timeout` NoLine."""
+        self._greeted(waiting.session)
         if not waiting.done.wait(timeout):
             with self._lock:
                 for rid, other in list(self._pending.items()):
@@ -373,15 +415,35 @@ class Conversation:
         """Read by the helper: one round trip (SFTP: a session of its own, then open/stat/read/close each)."""
         if limit > INLINE_MAX:
             return self.inner.read(path, offset, limit)
-        reply = self._file_call("read", {"path": path, "offset": offset, "limit": limit}, f"read {path}")
+        reply = self._once_more(lambda: self._file_call("read", {"path": path, "offset": offset, "limit": limit},
+                                                        f"read {path}"))
         try:
             return base64.b64decode(str(reply.get("data_b64") or ""), validate=True)
         except ValueError:
             raise TransferFailed(f"read {path}: the helper answered {str(reply)[:120]}", host=self.label) from None
 
     def size(self, path: str) -> int | None:
-        size = self._file_call("size", {"path": path}, f"stat {path}").get("size")
+        size = self._once_more(lambda: self._file_call("size", {"path": path}, f"stat {path}")).get("size")
         return size if isinstance(size, int) else None
+
+    def _http(self, fields: dict[str, Any], timeout: float) -> dict[str, Any]:
+        waiting = self.send("http", fields)
+        try:
+            return self.wait(waiting, timeout + REPLY_MARGIN_S,
+                             f"HTTP {fields['method']} {fields['address']}:{fields['port']}{fields['path']}")
+        except TargetError as e:
+            if waiting.reply is not None and waiting.reply.get("kind") == "unreachable":
+                raise _Unreachable(e.message.rpartition("said: ")[2]) from None
+            raise
+
+    @staticmethod
+    def _once_more(attempt: Callable[[], _T]) -> _T:
+        """A request that changes nothing: when the conversation broke under it (a dropped link), once more on a
+        new one (the next request starts a new helper), as a direct-tcpip channel or SFTP reconnected before."""
+        try:
+            return attempt()
+        except ConnectFailed:
+            return attempt()
 
     def _file_call(self, op: str, fields: dict[str, Any], what: str) -> dict[str, Any]:
         """A request on a file: NotFound for a missing one, TransferFailed for other failures (as over SFTP)."""
@@ -404,16 +466,15 @@ class Conversation:
                                   "headers": headers or {}, "timeout": timeout}
         if body is not None:
             fields["body_b64"] = base64.b64encode(body).decode("ascii")
-        waiting = self.send("http", fields)
         try:
-            reply = self.wait(waiting, timeout + REPLY_MARGIN_S, f"HTTP {method} {address}:{port}{path}")
+            if method in ("GET", "HEAD"):
+                reply = self._once_more(lambda: self._http(fields, timeout))
+            else:
+                reply = self._http(fields, timeout)
         except NoLine:
             raise EndpointUnreachable(f"HTTP {method} {address}:{port}{path} timed out", host=self.label) from None
-        except TargetError as e:
-            said = e.message.rpartition("said: ")[2]
-            if waiting.reply is not None and waiting.reply.get("kind") == "unreachable":
-                raise EndpointUnreachable(said, host=self.label) from None
-            raise
+        except _Unreachable as e:
+            raise EndpointUnreachable(e.message, host=self.label) from None
         try:
             data = base64.b64decode(str(reply.get("body_b64") or ""), validate=True)
             heads = {str(k): str(v) for k, v in reply.get("headers") or []}

@@ -161,6 +161,38 @@ def test_a_target_without_python3_is_one_clear_error(ssh: SSHRemote) -> None:
     assert time.monotonic() - t0 < 10
 
 
+@pytest.mark.parametrize("cached", [False, True])
+def test_requests_sent_before_the_hello_are_answered(ssh: SSHRemote, cached: bool) -> None:
+    """A command's first requests go out with the exec (one round trip less on a real link); when the target asks
+    for the program, the loader keeps the lines that came before it for the helper."""
+    if not cached:
+        ssh.run(f"rm -f {CACHED}")
+    else:
+        Conversation.open(ssh).close()
+    conv = Conversation.open(ssh, wait=False)
+    try:
+        first = conv.send("run", {"cmd": "echo early", "timeout": 10})
+        second = conv.send("run", {"cmd": "echo second", "timeout": 10})
+        assert conv.hello == {}  # nothing awaited yet: both lines are on their way with the exec
+        assert conv.wait(second, 30, "second")["stdout"] == "second\n"
+        assert conv.wait(first, 30, "first")["stdout"] == "early\n"
+        assert conv.shipped == (0 if cached else 1) and conv.starts == 1
+        assert conv.run("echo after").stdout == "after\n"
+    finally:
+        conv.close()
+
+
+def test_a_helper_that_cannot_start_fails_the_requests_sent_ahead(ssh: SSHRemote) -> None:
+    ssh.run(f"rm -f {RECORD}")
+    conv = Conversation.open(Prefixed(ssh, "PATH=/nonexistent"), wait=False)  # type: ignore[arg-type]
+    try:
+        waiting = conv.send("run", {"cmd": "true", "timeout": 5})
+        with pytest.raises(TargetError, match="deployer helper did not start"):
+            conv.wait(waiting, 10, "true")
+    finally:
+        conv.close()
+
+
 def test_requests_do_not_wait_for_each_other(ssh: SSHRemote) -> None:
     conv = Conversation.open(ssh)
     try:
