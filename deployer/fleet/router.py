@@ -34,6 +34,7 @@ from deployer.push import Layout, RunDir, expand_workdir, new_run_id, prepare, p
 from deployer.render.bundle import Bundle, EnvRef, Word, env_file_text, flag_tokens, sh_word
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.remote.connect import connect
+from deployer.remote.conversation import Conversation
 from deployer.secrets import MASK, secret_var
 from deployer.start import check_port, start, status, stop
 from deployer.target.records import current_view
@@ -155,14 +156,16 @@ def router_session(member: RouterMember, what: str, emit: EventSink, *, trust_ne
     lock held."""
     own = remote is None
     remote = connect(spec_of(member.target, trust_new_host)) if remote is None else remote
+    talk = Conversation.open(remote, wait=False)  # one exec channel for the router's whole session
     try:
-        layout = Layout(f"{expand_workdir(remote, member.target.workdir).rstrip('/')}/{member.name}")
-        prepare(remote, layout)
-        with DeploymentLock(remote, layout, what, break_lock=break_lock,
+        layout = Layout(f"{expand_workdir(talk, member.target.workdir).rstrip('/')}/{member.name}")
+        prepare(talk, layout)
+        with DeploymentLock(talk, layout, what, break_lock=break_lock,
                             notify=lambda m: emit(Event("warning", {"message": m}))) as lock:
             with lock.reporting_loss():
                 yield lock.guarded(), layout
     finally:
+        talk.close()
         if own:
             remote.close()
 

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 
 from deployer.errors import DeployError, NotFound
 from deployer.fleet.fanout import TaggedSink, fan_out
+from deployer.fleet.links import Links
 from deployer.fleet.members import AddressOf, Fleet, ReplicaMember, fleet_of, spec_of, ssh_address
 from deployer.fleet.report import FleetReport, failed_result, replica_result
 from deployer.fleet.rolling import Replace, roll
@@ -24,7 +25,6 @@ from deployer.pipeline.up import UpOptions, up
 from deployer.profile.model import Profile
 from deployer.push import Layout, expand_workdir
 from deployer.remote.base import Remote
-from deployer.remote.connect import connect
 from deployer.render.bundle import render
 from deployer.target.records import current_view
 from deployer.watch.watcher import EventSink
@@ -34,15 +34,16 @@ def fleet_up(profile: Profile, opts: UpOptions, emit: EventSink, address_of: Add
     fleet = fleet_of(profile, address_of)
     sink = TaggedSink(emit)
     report = FleetReport(fleet.name)
-    with _front(fleet, opts) as front:
+    with Links(opts.trust_new_host) as links, _front(fleet, links) as front:
+        def replace(member: ReplicaMember, e: EventSink) -> object:
+            return up(member.profile, opts, e, links.to(member.profile.target))
+
         serving = _router_serves(fleet, front) if front is not None else \
-            fleet.router is None and _replicas_serve(fleet, opts)
+            fleet.router is None and _replicas_serve(fleet, links)
         if serving:
-            _rolling(fleet, report, sink, opts, lambda m, e: up(m.profile, opts, e),
-                     None if opts.force else _unchanged(opts), front)
+            _rolling(fleet, report, sink, opts, replace, None if opts.force else _unchanged(links), front)
             return report.settle()
-        done = fan_out(fleet.replicas, lambda m: m.host, lambda m: f"r{m.index}",
-                       lambda m, e: up(m.profile, opts, e), sink)
+        done = fan_out(fleet.replicas, lambda m: m.host, lambda m: f"r{m.index}", replace, sink)
         report.replicas = [replica_result(d.member, d.value) if d.error is None else
                            failed_result(d.member, d.error) for d in done]
         if fleet.router is not None:
@@ -51,21 +52,18 @@ def fleet_up(profile: Profile, opts: UpOptions, emit: EventSink, address_of: Add
 
 
 @contextmanager
-def _front(fleet: Fleet, opts: UpOptions) -> Iterator[Remote | None]:
-    """One connection to the router's host for the whole command; None without a router or when unreachable (the
-    fan-out then reports that host with the others)."""
+def _front(fleet: Fleet, links: Links) -> Iterator[Remote | None]:
+    """The router host's connection (shared with its replicas' steps); None without a router or when unreachable
+    (the fan-out then reports that host with the others)."""
     if fleet.router is None:
         yield None
         return
     try:
-        remote = connect(spec_of(fleet.router.target, opts.trust_new_host))
+        remote = links.to(fleet.router.target)
     except DeployError:
         yield None
         return
-    try:
-        yield remote
-    finally:
-        remote.close()
+    yield remote
 
 
 def fleet_restart(profile: Profile, opts: UpOptions, emit: EventSink,
@@ -90,7 +88,7 @@ def _on_call(profile: Profile, opts: UpOptions, emit: EventSink, address_of: Add
         ref = Ref(member.name, spec_of(t, opts.trust_new_host), t.workdir, member.profile)
         return action(ref, e, opts)
 
-    with _front(fleet, opts) as front:
+    with Links(opts.trust_new_host) as links, _front(fleet, links) as front:
         _rolling(fleet, report, TaggedSink(emit), opts, again, None, front)
     return report.settle()
 
@@ -113,12 +111,13 @@ def _rolling(fleet: Fleet, report: FleetReport, sink: TaggedSink, opts: UpOption
             raise
 
 
-def _unchanged(opts: UpOptions) -> Callable[[ReplicaMember], bool]:
+def _unchanged(links: Links) -> Callable[[ReplicaMember], bool]:
     """Whether a replica already runs what its profile renders to (its current run's content hash)."""
     def check(member: ReplicaMember) -> bool:
         t = member.profile.target
         try:
-            rows = deployment_status(Ref(member.name, spec_of(t, opts.trust_new_host), t.workdir, member.profile))
+            rows = deployment_status(Ref(member.name, spec_of(t, links.trust_new_host), t.workdir, member.profile),
+                                     links.to(t))
         except DeployError:
             return False
         return bool(rows) and rows[0].get("serving") is True and \
@@ -126,13 +125,14 @@ def _unchanged(opts: UpOptions) -> Callable[[ReplicaMember], bool]:
     return check
 
 
-def _replicas_serve(fleet: Fleet, opts: UpOptions) -> bool:
+def _replicas_serve(fleet: Fleet, links: Links) -> bool:
     """A fleet without a router (behind a balancer of your own): whether any replica serves now, asked of every
     host at once (then `up` replaces them one at a time, so they never all stop together)."""
     def one(member: ReplicaMember, _emit: EventSink) -> bool:
         t = member.profile.target
         try:
-            rows = deployment_status(Ref(member.name, spec_of(t, opts.trust_new_host), t.workdir, member.profile))
+            rows = deployment_status(Ref(member.name, spec_of(t, links.trust_new_host), t.workdir, member.profile),
+                                     links.to(t))
         except NotFound:
             return False
         return bool(rows) and rows[0].get("serving") is True

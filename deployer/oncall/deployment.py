@@ -25,6 +25,7 @@ from deployer.profile.host import NAME_RE, parse_host
 from deployer.push import Layout, expand_workdir
 from deployer.remote.base import Remote, TargetSpec
 from deployer.remote.connect import conversing, target_spec
+from deployer.remote.conversation import Conversation
 from deployer.oncall import remembered
 from deployer.oncall.secret_restore import learn_env_text
 from deployer.secrets import mask_data, mask_text
@@ -105,11 +106,18 @@ def opened(ref: Ref) -> Iterator[tuple[Remote, str]]:
 
 
 @contextmanager
-def connected(ref: Ref) -> Iterator[Remote]:
-    """The connection and its one exec channel, the target-side helper (a snapshot, the lock, a stop: all requests
-    to it); the workdir is taken as given (`~` is expanded on the target, no trip)."""
-    with conversing(ref.spec) as conv:
-        yield conv
+def connected(ref: Ref, connection: Remote | None = None) -> Iterator[Remote]:
+    """The connection (or `connection`, left open) and its one exec channel, the target-side helper (a snapshot,
+    the lock, a stop: all requests to it); the workdir is taken as given (`~` is expanded on the target, no trip)."""
+    if connection is None:
+        with conversing(ref.spec) as conv:
+            yield conv
+        return
+    talk = Conversation.open(connection, wait=False)
+    try:
+        yield talk
+    finally:
+        talk.close()
 
 
 def layout_of(workdir: str, name: str) -> Layout:
@@ -189,9 +197,9 @@ def diagnose_attempt(attempt: snapshot.Attempt, state: dict[str, Any], version: 
     return diag
 
 
-def status(ref: Ref) -> list[dict[str, Any]]:
+def status(ref: Ref, connection: Remote | None = None) -> list[dict[str, Any]]:
     """One deployment's row, or (no name) every deployment's under the workdir; one exec channel either way."""
-    with connected(ref) as remote:
+    with connected(ref, connection) as remote:
         if ref.name:
             snap = snapshot.take(remote, layout_of(ref.workdir, ref.name).root)
             snaps = {ref.name: snap}

@@ -102,15 +102,17 @@ class UpReport:
 
 
 @contextmanager
-def locked_session(profile: Profile, opts: UpOptions, emit: EventSink) -> Iterator[tuple[Remote, Layout]]:
-    """Connect once, start the target-side helper, create the deployment dir, hold the deployment lock; release
-    everything on exit.
+def locked_session(profile: Profile, opts: UpOptions, emit: EventSink,
+                   connection: Remote | None = None) -> Iterator[tuple[Remote, Layout]]:
+    """Connect once (or use `connection`, which stays open: a fleet's one connection per host), start the
+    target-side helper, create the deployment dir, hold the deployment lock; release everything on exit.
 
     The remote handed out acts only while the lock is held: once it is lost, every call raises LockLost."""
-    remote = connect(target_spec(profile, opts.trust_new_host))
+    remote = connection if connection is not None else connect(target_spec(profile, opts.trust_new_host))
     conv: Conversation | None = None
     try:
-        conv = Conversation.open(remote, wait=False)  # the one exec channel (the first request rides with it): every step below talks to this helper
+        # the one exec channel (the first request rides with it): every step below talks to this helper
+        conv = Conversation.open(remote, wait=False)
         layout = layout_for(conv, profile)
         prepare(conv, layout)
         with DeploymentLock(conv, layout, opts.what, break_lock=opts.break_lock,
@@ -120,7 +122,8 @@ def locked_session(profile: Profile, opts: UpOptions, emit: EventSink) -> Iterat
     finally:
         if conv is not None:
             conv.close()
-        remote.close()
+        if connection is None:
+            remote.close()
 
 
 @dataclass
@@ -131,9 +134,10 @@ class Serving:
     stopped: bool = False
 
 
-def up(profile: Profile, opts: UpOptions, emit: EventSink) -> UpReport:
+def up(profile: Profile, opts: UpOptions, emit: EventSink, connection: Remote | None = None) -> UpReport:
+    """`connection`: an open connection to the profile's host to use (and leave open), else one of its own."""
     emit = masking_sink(emit)  # events carry engine text: the engine may print a secret (its own args dump)
-    with locked_session(profile, opts, emit) as (remote, layout):
+    with locked_session(profile, opts, emit, connection) as (remote, layout):
         report = UpReport(name=profile.name, host=remote.label, status="failed")
         original, version = profile, profile.engine.version
         tried: list[Change] = []

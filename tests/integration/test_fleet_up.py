@@ -152,3 +152,19 @@ def test_two_fleets_routers_share_a_host(tmp_path: Path, bed: HostBed) -> None:
                                     timeout=5) as reply:      # its metrics answer where deployer put them
             assert reply.status == 200
         assert fleet_deploy(bed, "down", str(prof), home=home).returncode == 0
+
+
+@pytest.mark.parametrize("router", [False, True])
+def test_a_fleet_command_dials_each_host_once(tmp_path: Path, bed: HostBed, router: bool) -> None:
+    """The survey (is anything serving?), each replica's `up` and the router's session share one connection per
+    host (fleet/links.py): a handshake is ~6 round trips on a real link."""
+    home = tmp_path / "home"
+    prof, _ = fleet_profile(tmp_path, bed, router=router)
+    offsets = [h.sshd.log_offset() for h in bed.hosts]
+    up = fleet_deploy(bed, "up", str(prof), "--skip-preflight", home=home)
+    assert up.returncode == 0, up.stderr[-3000:]
+    seen = [h.sshd.sessions_since(o) for h, o in zip(bed.hosts, offsets)]
+    assert [s.connections for s in seen] == [1, 1], seen
+    # each step still has its own helper conversation: the survey's, each up's (and the router session's)
+    assert [s.exec for s in seen] == ([3, 1] if router else [2, 2]), seen
+    assert fleet_deploy(bed, "down", str(prof), home=home).returncode == 0
