@@ -9,12 +9,13 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def wait_for(predicate: Callable[[], T], what: str, deadline_s: float = 30.0) -> T:
-    """The predicate's first truthy value; AssertionError naming `what` after `deadline_s` seconds."""
+def wait_for(predicate: Callable[[], T], what: str, deadline_s: float = 30.0, poll_s: float = 0.1) -> T:
+    """The predicate's first truthy value (asked every `poll_s`); AssertionError naming `what` after `deadline_s`
+    seconds."""
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
         value = predicate()
         if value:
             return value
-        time.sleep(0.1)
+        time.sleep(poll_s)
     raise AssertionError(f"timed out after {deadline_s}s waiting for {what}")

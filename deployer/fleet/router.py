@@ -33,8 +33,7 @@ from deployer.profile.model import Profile
 from deployer.push import Layout, RunDir, expand_workdir, new_run_id, prepare, push, set_current
 from deployer.render.bundle import Bundle, EnvRef, Word, env_file_text, flag_tokens, sh_word
 from deployer.remote.base import EndpointUnreachable, Remote
-from deployer.remote.connect import connect
-from deployer.remote.conversation import Conversation
+from deployer.remote.connect import conversing
 from deployer.secrets import MASK, secret_var
 from deployer.start import check_port, start, status, stop
 from deployer.target.records import current_view
@@ -154,20 +153,13 @@ def router_session(member: RouterMember, what: str, emit: EventSink, *, trust_ne
                    break_lock: bool = False, remote: Remote | None = None) -> Iterator[tuple[Remote, Layout]]:
     """The router host's connection (`remote`, else a new one, closed after), its deployment dir ready and its
     lock held."""
-    own = remote is None
-    remote = connect(spec_of(member.target, trust_new_host)) if remote is None else remote
-    talk = Conversation.open(remote, wait=False)  # one exec channel for the router's whole session
-    try:
+    with conversing(spec_of(member.target, trust_new_host), remote) as talk:  # one exec channel for the session
         layout = Layout(f"{expand_workdir(talk, member.target.workdir).rstrip('/')}/{member.name}")
         prepare(talk, layout)
         with DeploymentLock(talk, layout, what, break_lock=break_lock,
                             notify=lambda m: emit(Event("warning", {"message": m}))) as lock:
             with lock.reporting_loss():
                 yield lock.guarded(), layout
-    finally:
-        talk.close()
-        if own:
-            remote.close()
 
 
 def ensure_router(remote: Remote, layout: Layout, member: RouterMember, fleet: Profile, urls: list[str],

@@ -25,7 +25,6 @@ from deployer.profile.host import NAME_RE, parse_host
 from deployer.push import Layout, expand_workdir
 from deployer.remote.base import Remote, TargetSpec
 from deployer.remote.connect import conversing, target_spec
-from deployer.remote.conversation import Conversation
 from deployer.oncall import remembered
 from deployer.oncall.secret_restore import learn_env_text
 from deployer.secrets import mask_data, mask_text
@@ -109,15 +108,8 @@ def opened(ref: Ref) -> Iterator[tuple[Remote, str]]:
 def connected(ref: Ref, connection: Remote | None = None) -> Iterator[Remote]:
     """The connection (or `connection`, left open) and its one exec channel, the target-side helper (a snapshot,
     the lock, a stop: all requests to it); the workdir is taken as given (`~` is expanded on the target, no trip)."""
-    if connection is None:
-        with conversing(ref.spec) as conv:
-            yield conv
-        return
-    talk = Conversation.open(connection, wait=False)
-    try:
-        yield talk
-    finally:
-        talk.close()
+    with conversing(ref.spec, connection) as conv:
+        yield conv
 
 
 def layout_of(workdir: str, name: str) -> Layout:

@@ -37,9 +37,8 @@ from deployer.watch.hubcache import hub_cache
 from deployer.push import Layout, RunDir, layout_for, new_run_id, prepare, profile_record, push, set_current
 from deployer.push import supervisor_config, write_outcome
 from deployer.remedy import Change, propose
-from deployer.remote.base import Remote, TargetSpec
-from deployer.remote.connect import connect, target_spec
-from deployer.remote.conversation import Conversation
+from deployer.remote.base import Remote
+from deployer.remote.connect import conversing, target_spec
 from deployer.render.bundle import Bundle, render
 from deployer.secrets import masking_sink
 from deployer.start import Launch, check_port, listener, start, status, stop
@@ -108,22 +107,14 @@ def locked_session(profile: Profile, opts: UpOptions, emit: EventSink,
     target-side helper, create the deployment dir, hold the deployment lock; release everything on exit.
 
     The remote handed out acts only while the lock is held: once it is lost, every call raises LockLost."""
-    remote = connection if connection is not None else connect(target_spec(profile, opts.trust_new_host))
-    conv: Conversation | None = None
-    try:
-        # the one exec channel (the first request rides with it): every step below talks to this helper
-        conv = Conversation.open(remote, wait=False)
+    # the one exec channel (the first request rides with it): every step below talks to this helper
+    with conversing(target_spec(profile, opts.trust_new_host), connection) as conv:
         layout = layout_for(conv, profile)
         prepare(conv, layout)
         with DeploymentLock(conv, layout, opts.what, break_lock=opts.break_lock,
                             notify=lambda m: emit(Event("warning", {"message": m}))) as lock:
             with lock.reporting_loss():
                 yield lock.guarded(), layout
-    finally:
-        if conv is not None:
-            conv.close()
-        if connection is None:
-            remote.close()
 
 
 @dataclass

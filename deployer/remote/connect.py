@@ -28,10 +28,10 @@ def connect(spec: TargetSpec) -> Remote:
 
 
 @contextmanager
-def conversing(spec: TargetSpec) -> Iterator[Conversation]:
-    """A connection and its one exec channel, the target-side helper (every command a request to it); both are
-    closed on exit."""
-    remote = connect(spec)
+def conversing(spec: TargetSpec, connection: Remote | None = None) -> Iterator[Conversation]:
+    """A connection (`connection`, left open: a fleet's one per host; else a new one, closed on exit) and its one
+    exec channel, the target-side helper (every command a request to it), closed on exit."""
+    remote = connection if connection is not None else connect(spec)
     conv: Conversation | None = None
     try:
         conv = Conversation.open(remote, wait=False)  # the first request goes out with the exec
@@ -39,7 +39,8 @@ def conversing(spec: TargetSpec) -> Iterator[Conversation]:
     finally:
         if conv is not None:
             conv.close()
-        remote.close()
+        if connection is None:
+            remote.close()
 
 
 def target_spec(profile: Profile, trust_new_host: bool = False) -> TargetSpec:

@@ -131,8 +131,13 @@ class SupervisorHost(Protocol):
 _T = TypeVar("_T")
 
 
-class _Unreachable(TargetError):
-    """The helper's HTTP request found nothing answering (becomes EndpointUnreachable)."""
+class HelperRefused(TargetError):
+    """A request the helper answered with ok false: its own words (`said`) and the kind of failure (`kind`:
+    notfound, unreachable, os, lease, ...), which the typed requests turn into the seam's errors."""
+
+    def __init__(self, message: str, said: str, kind: str) -> None:
+        super().__init__(message)
+        self.said, self.kind = said, kind
 
 
 @runtime_checkable
@@ -319,7 +324,9 @@ class Conversation:
             raise ConnectFailed(f"connection lost while {what}: {self._dead or 'the helper ended the conversation'}",
                                 host=self.label)
         if not reply.get("ok"):
-            raise TargetError(f"{what} on {self.label}: the deployer helper said: {reply.get('error')}")
+            said = str(reply.get("error"))
+            raise HelperRefused(f"{what} on {self.label}: the deployer helper said: {said}", said,
+                                str(reply.get("kind") or ""))
         return reply
 
     def call(self, op: str, fields: dict[str, Any], wait_s: float, what: str) -> dict[str, Any]:
@@ -358,8 +365,8 @@ class Conversation:
             reply = self.call("snapshot", {"argv": list(argv)}, timeout, "reading a snapshot")
         except NoLine:
             raise TargetError(f"{what}: no answer within {timeout:g} s") from None
-        except TargetError as e:  # the helper's own words: a usage error, a dir it cannot read
-            raise TargetError(f"{what}: {e.message.rpartition('said: ')[2]}") from None
+        except HelperRefused as e:  # the helper's own words: a usage error, a dir it cannot read
+            raise TargetError(f"{what}: {e.said}") from None
         data = reply.get("data")
         if not isinstance(data, dict):
             raise TargetError(f"{what}: the deployer helper answered {str(reply)[:200]}")
@@ -407,8 +414,8 @@ class Conversation:
         except NoLine:
             raise TransferFailed(f"cannot write {where}: no answer within {VERIFY_TIMEOUT_S:g}s",
                                  host=self.label) from None
-        except TargetError as e:  # the helper's words: cannot write PATH: why, or a sha256 mismatch
-            raise TransferFailed(e.message.rpartition("said: ")[2], host=self.label) from None
+        except HelperRefused as e:  # the helper's words: cannot write PATH: why, or a sha256 mismatch
+            raise TransferFailed(e.said, host=self.label) from None
         return digests
 
     def read(self, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes:
@@ -427,14 +434,8 @@ class Conversation:
         return size if isinstance(size, int) else None
 
     def _http(self, fields: dict[str, Any], timeout: float) -> dict[str, Any]:
-        waiting = self.send("http", fields)
-        try:
-            return self.wait(waiting, timeout + REPLY_MARGIN_S,
-                             f"HTTP {fields['method']} {fields['address']}:{fields['port']}{fields['path']}")
-        except TargetError as e:
-            if waiting.reply is not None and waiting.reply.get("kind") == "unreachable":
-                raise _Unreachable(e.message.rpartition("said: ")[2]) from None
-            raise
+        return self.call("http", fields, timeout + REPLY_MARGIN_S,
+                         f"HTTP {fields['method']} {fields['address']}:{fields['port']}{fields['path']}")
 
     @staticmethod
     def _once_more(attempt: Callable[[], _T]) -> _T:
@@ -447,16 +448,14 @@ class Conversation:
 
     def _file_call(self, op: str, fields: dict[str, Any], what: str) -> dict[str, Any]:
         """A request on a file: NotFound for a missing one, TransferFailed for other failures (as over SFTP)."""
-        waiting = self.send(op, fields)
         try:
-            return self.wait(waiting, VERIFY_TIMEOUT_S, what)
+            return self.call(op, fields, VERIFY_TIMEOUT_S, what)
         except NoLine:
             raise TransferFailed(f"{what}: no answer within {VERIFY_TIMEOUT_S:g}s", host=self.label) from None
-        except TargetError as e:
-            said = e.message.rpartition("said: ")[2]
-            if waiting.reply is not None and waiting.reply.get("kind") == "notfound":
-                raise NotFound(f"{self.label}: {said}") from None
-            raise TransferFailed(f"{what}: {said}", host=self.label) from None
+        except HelperRefused as e:
+            if e.kind == "notfound":
+                raise NotFound(f"{self.label}: {e.said}") from None
+            raise TransferFailed(f"{what}: {e.said}", host=self.label) from None
 
     def request(self, method: str, port: int, path: str, *, body: bytes | None = None,
                 headers: dict[str, str] | None = None, timeout: float = 5.0, address: str = "127.0.0.1") -> HttpReply:
@@ -473,8 +472,10 @@ class Conversation:
                 reply = self._http(fields, timeout)
         except NoLine:
             raise EndpointUnreachable(f"HTTP {method} {address}:{port}{path} timed out", host=self.label) from None
-        except _Unreachable as e:
-            raise EndpointUnreachable(e.message, host=self.label) from None
+        except HelperRefused as e:
+            if e.kind != "unreachable":
+                raise
+            raise EndpointUnreachable(e.said, host=self.label) from None
         try:
             data = base64.b64decode(str(reply.get("body_b64") or ""), validate=True)
             heads = {str(k): str(v) for k, v in reply.get("headers") or []}
@@ -521,9 +522,9 @@ class LeaseSession:
         waiting, what = self._queue[0]
         try:
             reply = self._conv.wait(waiting, timeout, f"the deployment lock ({what})")
-        except TargetError as e:  # the helper could not do it (a lock file it cannot open): said as the program did
+        except HelperRefused as e:  # the helper could not do it (a lock file it cannot open): said as the program did
             self._queue.popleft()
-            return f"supervise_lease: {e.message.rpartition('said: ')[2]}"
+            return f"supervise_lease: {e.said}"
         self._queue.popleft()
         word, data = str(reply.get("word") or ""), reply.get("data")
         if word == "OK":

@@ -51,3 +51,10 @@ def deploy(*argv: str, home: Path, timeout: float = 120, env: dict[str, str] | N
 
 def events(stdout: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+def fill(disk: Path, leave: int) -> None:
+    """Fill `disk` (a small tmpfs) but `leave` bytes."""
+    st = os.statvfs(disk)
+    with open(disk / "filler", "wb") as f:
+        f.write(b"\0" * max(st.f_bavail * st.f_frsize - leave, 0))

@@ -15,13 +15,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from deploy_helpers import REPO, deploy, events, write_profile
+from deploy_helpers import REPO, deploy, events, fill, write_profile
 from deployer.profile.loader import load_profile
 from deployer.render.bundle import render
 
@@ -158,20 +157,6 @@ def test_ctrl_c_during_preflight_removes_the_early_run_dir(tmp_path: Path, sshd:
     assert early and listing(tmp_path / "work" / "early-ctrlc") == ([], None)
 
 
-@pytest.fixture()
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 1 MiB tmpfs for the workdir (needs root); mounted before the sshd that uses it."""
-    disk = tmp_path / "small"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
-        yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
-
-
 def test_a_full_disk_is_said_once_and_changes_nothing(tmp_path: Path, small_disk: Path, fresh_sshd: Any) -> None:
     """The early push meets the full disk first, silently; attempt 1's push meets it again and says so."""
     home = tmp_path / "h"
@@ -181,9 +166,7 @@ def test_a_full_disk_is_said_once_and_changes_nothing(tmp_path: Path, small_disk
     assert deploy("up", str(prof), "--skip-preflight", home=home).returncode == 0
     root = small_disk / "work" / "early-full"
     before = listing(root)
-    st = os.statvfs(small_disk)
-    with open(small_disk / "filler", "wb") as f:
-        f.write(b"\0" * max(st.f_bavail * st.f_frsize - (8 << 10), 0))
+    fill(small_disk, leave=8 << 10)
     proc = deploy("up", str(prof), "--set", "engine.args.enable_metrics=true", home=home, timeout=180)
     assert proc.returncode == 4 and "Traceback" not in proc.stderr, proc.stderr
     lines = proc.stderr.strip().splitlines()

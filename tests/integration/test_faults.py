@@ -9,13 +9,12 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from deploy_helpers import REPO, deploy, events, free_port, write_profile
+from deploy_helpers import REPO, deploy, events, fill, free_port, write_profile
 from deployer.errors import TargetError, TransferFailed
 from deployer.profile.loader import load_profile
 from deployer.remote.base import Remote
@@ -124,27 +123,6 @@ def test_a_port_taken_while_the_engine_loads_is_exit_4_naming_the_holder(tmp_pat
 
 
 # --- push first, stop last ---------------------------------------------------------------------------------------
-
-@pytest.fixture()
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 1 MiB tmpfs for the workdir (needs root); mounted before the sshd below so its namespace sees it."""
-    disk = tmp_path / "small"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
-        yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
-
-
-def fill(disk: Path, leave: int) -> None:
-    st = os.statvfs(disk)
-    free = st.f_bavail * st.f_frsize
-    with open(disk / "filler", "wb") as f:
-        f.write(b"\0" * max(free - leave, 0))
-
 
 def test_disk_full_leaves_the_old_version_serving(tmp_path: Path, small_disk: Path, fresh_sshd: Any) -> None:
     home = tmp_path / "h"

@@ -21,6 +21,7 @@ from typing import TypeVar
 import pytest
 
 from hostbed import Host, HostBed, host_bed
+from waiting import wait_for
 from sshbed import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
@@ -73,13 +74,7 @@ def _get(addr: str, port: int, path: str) -> tuple[int | None, bytes]:
 
 
 def _wait(predicate: Callable[[], T], what: str, deadline_s: float = DEADLINE_S) -> T:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {deadline_s}s waiting for {what}")
+    return wait_for(predicate, what, deadline_s, poll_s=0.05)
 
 
 @pytest.fixture()

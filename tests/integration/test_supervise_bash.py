@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+import waiting
+
 pytestmark = pytest.mark.integration
 
 SUPERVISE = Path(__file__).resolve().parents[2] / "deployer" / "supervisor" / "supervise.py"
@@ -29,13 +31,7 @@ FAST_RESTART = {"policy": "on-failure", "max": 2, "backoff_s": [0.2, 0.4], "wind
 
 
 def wait_for(pred: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    return waiting.wait_for(pred, what, timeout, poll_s=0.05)
 
 
 def sup(*args: str, timeout: float = 20, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
