@@ -211,7 +211,13 @@ class Conversation:
     def _greeted(self, session: Session) -> None:
         """Wait for this channel's hello (sending the program if the target asks for it), then hand the channel to
         the reader thread. A helper that does not start is a TargetError, for every request sent on it."""
-        with self._greet_lock:
+        if self._greeted_on is session:  # every request after the first: no lock on this path (see below)
+            return
+        # Bounded: a Ctrl-C that lands in another wait must never leave a later one (the lock's release) stuck here.
+        if not self._greet_lock.acquire(timeout=START_TIMEOUT_S + REPLY_MARGIN_S):
+            raise TargetError(f"the deployer helper did not start on {self.label}: no hello within "
+                              f"{START_TIMEOUT_S + REPLY_MARGIN_S:g}s")
+        try:
             if self._greeted_on is session:
                 return
             try:
@@ -224,6 +230,8 @@ class Conversation:
                 raise
             self._greeted_on = session
             threading.Thread(target=self._read, args=(session,), name="deployer-helper-reader", daemon=True).start()
+        finally:
+            self._greet_lock.release()
 
     def _greet(self, session: Session) -> dict[str, Any]:
         deadline = time.monotonic() + START_TIMEOUT_S
