@@ -10,7 +10,10 @@ with one `{"event": "error", "code": N, "message": ...}` line.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+import threading
 
 import click
 
@@ -101,7 +104,42 @@ def _fail(code: int, message: str, as_json: bool) -> None:
     sys.exit(code)
 
 
+INTERRUPT_GRACE_S = 20.0
+_armed: list[threading.Timer] = []
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    """Ctrl-C: unwind as usual (the lock is released, the report printed), but never for longer than
+    INTERRUPT_GRACE_S. An interrupt that lands inside paramiko can leave a channel's lock held, and the clean-up's
+    next send on that channel then waits forever (seen in CI: `up` hung after Ctrl-C during the watch)."""
+    def give_up() -> None:
+        sys.stderr.write(f"interrupted: the clean-up did not finish within {INTERRUPT_GRACE_S:g}s; leaving now (the "
+                         "deployment lock's lease expires on its own; what was started keeps running: see `deploy "
+                         "status`)\n")
+        sys.stderr.flush()
+        os._exit(130)
+
+    timer = threading.Timer(INTERRUPT_GRACE_S, give_up)
+    timer.daemon = True
+    timer.start()
+    _armed.append(timer)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C interrupts the clean-up itself
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return _main(argv)
+    before = signal.signal(signal.SIGINT, _interrupted)
+    try:
+        _main(argv)
+    finally:  # called in-process (tests, a library user): leave the caller's Ctrl-C as it was
+        signal.signal(signal.SIGINT, before)
+        while _armed:
+            _armed.pop().cancel()
+
+
+def _main(argv: list[str] | None) -> None:
     from deployer.errors import DeployError
     from deployer.secrets import guard_std_streams
 
