@@ -8,7 +8,7 @@
 # SGLang imports torchvision unconditionally and PyPI's torchvision is CUDA-linked, so this venv uses the CUDA
 # build of torch 2.14.1 with torchvision 0.29.1 (both on this machine's disk; they run on a CPU,
 # torch.cuda.is_available() is False). sglang goes in with --no-deps, then its requirements less the CUDA-only
-# ones (CUDA_ONLY below). No CPU build of sgl-kernel exists on PyPI: the clearly named stand-in in
+# ones. No CPU build of sgl-kernel exists on PyPI: the clearly named stand-in in
 # tests/standin/sgl_kernel_cpu (CPU bookkeeping helpers only) is installed as `sgl_kernel`.
 # Rebuilt only when DIR/.stamp differs from the stamp below (the stand-in's hash included).
 set -euo pipefail
@@ -24,7 +24,7 @@ TORCH=("torch==2.14.1" "torchvision==0.29.1")
 # humming-kernels, torch_memory_saver, torchaudio, torchcodec) and what only serves other hardware or
 # datasets (deepseek-recipe, tml-renderers, modelscope, datasets, smg-grpc-servicer, kernels).
 DEPS=(
-  aiohttp "anthropic>=0.20.0" "apache-tvm-ffi==0.1.11" "blobfile==3.0.0" build "compressed-tensors==0.18.0" distro
+  aiohttp "anthropic>=0.20.0" dill "apache-tvm-ffi==0.1.11" "blobfile==3.0.0" build "compressed-tensors==0.18.0" distro
   easydict einops fastapi gguf interegular IPython "llguidance>=1.7.6,<2.0.0" "mistral_common>=1.11.5" msgspec
   ninja "numba==0.65.1" numpy nvidia-ml-py "openai==2.8.0" "openai-harmony==0.0.4" orjson "outlines==0.1.11"
   packaging partial_json_parser pillow "prometheus-client>=0.20.0" psutil py-spy pybase64 pydantic

