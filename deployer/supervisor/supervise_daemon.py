@@ -185,8 +185,8 @@ class Daemon:
         s["last_crash"] = {"at": s["ended_at"], "exit_code": s["exit_code"], "signal": s["signal"],
                            "signal_name": s["signal_name"], "log_offset": s["log_offset"],
                            "traceback_offset": self.scanner.traceback_at, "peer_lost": self.peer_lost}
-        # a rank ended for its group (peer_lost) ended in failure, whatever its exit code
-        if not (was_ready and should_restart(rs["policy"], None if self.peer_lost else s["exit_code"])):
+        # nobody asked it to stop (a stop request takes the other path): a crash, whatever its exit code
+        if not (was_ready and should_restart(rs["policy"])):
             return self.finish("exited")
         now = time.time()
         recent = [t for t in self.restart_times if now - t < rs["window_s"]]

@@ -267,9 +267,10 @@ def test_restart_after_ready_with_backoff_until_crashloop(make_run: Callable[...
     assert log[: st["log_offset"]].endswith(b"====\n") and log[st["log_offset"]:].startswith(READY.encode())
 
 
-@pytest.mark.parametrize(("policy", "restarts"), [("no", False), ("on-failure", False), ("always", True)])
-def test_clean_exit_after_ready_restarts_only_with_always(make_run: Callable[..., Path], policy: str,
-                                                          restarts: bool) -> None:
+@pytest.mark.parametrize(("policy", "restarts"), [("no", False), ("on-failure", True), ("always", True)])
+def test_an_exit_0_after_ready_nobody_asked_for_is_a_crash(make_run: Callable[..., Path], policy: str,
+                                                           restarts: bool) -> None:
+    """Real vLLM 0.32.0's API server exits 0 ~5 s after its worker was SIGKILLed: a crash all the same."""
     engine = f"import time\nprint({READY!r}, flush=True)\ntime.sleep(0.2)\n"
     run = make_run(engine, restart=dict(FAST_RESTART, policy=policy))
     start(run)
