@@ -391,5 +391,5 @@ def _row(s: NodeSession, state: str) -> dict[str, Any]:
 def _outcome_name(outcome: Outcome | FollowerEnded) -> str:
     if isinstance(outcome, FollowerEnded):
         return "crashed"
-    return {"Ready": "ready", "Crashed": "crashed", "Hung": "hung", "TimedOut": "timeout",
+    return {"Ready": "ready", "Crashed": "crashed", "Hung": "hung", "Stuck": "crashed", "TimedOut": "timeout",
             "PortTaken": "port-taken", "Unsupervised": "supervisor-lost"}.get(type(outcome).__name__, "failed")

@@ -44,7 +44,9 @@ from deployer.secrets import masking_sink
 from deployer.start import Launch, check_port, listener, start, status, stop
 from deployer.target.records import RunView, current_run_id, current_view, healthy, read_json, record_address
 from deployer.target.retention import tidy
-from deployer.watch.watcher import Crashed, Event, EventSink, Hung, Outcome, PortTaken, Ready, TimedOut, Unsupervised
+from deployer.watch.watcher import (
+    Crashed, Event, EventSink, Hung, Outcome, PortTaken, Ready, Stuck, TimedOut, Unsupervised,
+)
 from deployer.watch.watcher import Watcher
 
 DIAG_WINDOW = 1 << 20
@@ -396,7 +398,7 @@ def _after_failure(remote: Remote, run: RunDir, launch: Launch, outcome: Outcome
                    opts: UpOptions, item: AttemptReport, tried: list[Change], version: str | None,
                    emit: EventSink, dry: DryResolution | None = None) -> Change | bool:
     """Diagnose a failed attempt: the change to make, True to retry unchanged (transient), False to stop."""
-    if isinstance(outcome, (Hung, TimedOut, Unsupervised)):  # an unsupervised engine: no restart policy covers it
+    if isinstance(outcome, (Hung, Stuck, TimedOut, Unsupervised)):  # unsupervised: no restart policy covers it
         stop(remote, run, min(profile.restart.grace_s, 10.0))
     diag = diagnose_attempt(remote, launch, outcome, version, kind=profile.engine.kind)
     item.diagnosis = bounded_diagnosis({**diag.to_json(), "hint": diag.hint})  # outcome.json, history, output
@@ -447,6 +449,9 @@ def diagnose_attempt(remote: Remote, launch: Launch, outcome: Outcome, version: 
         stalled = outcome.stalled_s if isinstance(outcome, Hung) else outcome.elapsed
         diag = hang_diagnosis(outcome.tail, stalled)
         return diag if isinstance(outcome, Hung) else dataclasses.replace(diag, summary=outcome.describe())
+    if isinstance(outcome, Stuck):  # stopped by us after its fatal line: the log says why, as a crash's would
+        return diagnose_run(remote, launch.run, launch.log_offset, _state_traceback(remote, launch.run), None,
+                            None, version, kind=kind)
     assert isinstance(outcome, Crashed)
     tb_offset = outcome.traceback_offset
     if tb_offset is None:  # the supervisor writes its final state after its last scan
@@ -531,8 +536,8 @@ def _finish_ready(remote: Remote, run: RunDir, launch: Launch, profile: Profile,
 
 
 def _outcome_name(outcome: Outcome) -> str:
-    return {Ready: "ready", Crashed: "crashed", Hung: "hung", TimedOut: "timeout", PortTaken: "port-taken",
-            Unsupervised: "supervisor-lost"}[type(outcome)]
+    return {Ready: "ready", Crashed: "crashed", Hung: "hung", Stuck: "crashed", TimedOut: "timeout",
+            PortTaken: "port-taken", Unsupervised: "supervisor-lost"}[type(outcome)]
 
 
 def _describe(outcome: Outcome) -> str:

@@ -24,6 +24,7 @@ from deployer.logtext import clip, readable
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.start import Launch, listener, status
 from deployer.supervisor.supervise_base import ENDED
+from deployer.watch.fatal import FATAL_GRACE_S, fatal_line
 from deployer.watch.hubcache import HubCache
 from deployer.watch.progress import Bar, describe, human_bytes, parse
 
@@ -83,6 +84,20 @@ class Hung:
 
 
 @dataclass(frozen=True)
+class Stuck:
+    """The engine printed an error it never recovers from (watch/fatal.py) but did not exit: deployer stops it."""
+
+    elapsed: float
+    line: str
+    waited_s: float
+    tail: list[str]
+
+    def describe(self) -> str:
+        return f"engine printed a fatal error and did not exit within {self.waited_s:.0f}s " \
+               f"(stopped) after {self.elapsed:.1f}s"
+
+
+@dataclass(frozen=True)
 class TimedOut:
     elapsed: float
     tail: list[str]
@@ -117,7 +132,7 @@ class Unsupervised:
                f"the engine ran on unsupervised"
 
 
-Outcome = Union[Ready, Crashed, Hung, TimedOut, PortTaken, Unsupervised]
+Outcome = Union[Ready, Crashed, Hung, Stuck, TimedOut, PortTaken, Unsupervised]
 
 
 @dataclass(frozen=True)
@@ -238,6 +253,7 @@ class Watcher:
         self.bars: OrderedDict[str, float] = OrderedDict()   # bar description -> its count when last seen
         self.before_download: str | None = None
         self.orphaned: dict[str, Any] | None = None  # the supervisor's status once it died with the engine alive
+        self.fatal: tuple[float, str] | None = None  # (when, line): the first fatal line seen (watch/fatal.py)
 
     def run(self) -> Outcome:
         delay = FIRST_POLL_S
@@ -268,6 +284,11 @@ class Watcher:
                 return PortTaken(elapsed, self.port, owner.describe(), self.log.tail())
             if owner.ours:
                 return self._ready(elapsed)
+        if self.fatal is not None and now - self.fatal[0] >= FATAL_GRACE_S:
+            stuck = Stuck(elapsed, self.fatal[1], now - self.fatal[0], self.log.tail())
+            self.emit(Event("hung", {"elapsed": round(elapsed, 3), "stalled_s": round(stuck.waited_s, 3),
+                                     "message": stuck.describe(), "line": stuck.line}))
+            return stuck
         stalled = now - self.last_progress
         if stalled > self.health.stall_timeout_s:
             self.emit(Event("hung", {"elapsed": elapsed, "stalled_s": stalled}))
@@ -319,6 +340,8 @@ class Watcher:
     def _saw(self, line: str, elapsed: float) -> bool:
         """Note one line (or redraw); True when it is progress."""
         line = self.spec.masked(line)  # an args dump that prints secret values in clear (EngineSpec.masked)
+        if self.fatal is None and fatal_line(line):
+            self.fatal = (self.clock(), line)
         bar = parse(line)
         if bar is None:
             self.last_line = line

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from deploy_helpers import deploy, events, write_profile
 
@@ -112,3 +114,40 @@ def test_a_download_that_prints_nothing_is_seen_in_the_hub_cache(tmp_path: Path,
     assert all(e["bytes"] > 0 and e["rate_bytes_s"] > 0 for e in cached)
     assert sorted(p.name for p in (hub / "models--Qwen--Qwen3-8B" / "blobs").iterdir())[0].endswith("5a1d0c3e")
     deploy("down", str(prof), home=home)
+
+
+HANGS_AFTER_BIND_ERROR = """#!/bin/sh
+# Real SGLang 0.5.23 when its port is taken (shared/real-engines.md): uvicorn's error, then it never exits.
+echo "[2026-12-01 18:40:02] server_args=ServerArgs(model_path='m', port=$STANDIN_PORT)"
+echo "[2026-12-01 18:40:20] ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', $STANDIN_PORT): address already in use"
+trap 'exit 0' TERM
+i=0
+while [ $i -lt 3000 ]; do sleep 0.1; i=$((i+1)); done
+"""
+
+
+def test_an_engine_that_hangs_after_a_fatal_bind_error_is_given_up_on_in_seconds(tmp_path: Path, sshd: Any) -> None:
+    """Real SGLang logs uvicorn's bind failure and hangs forever: deployer stops it after a few seconds (not at
+    stall_timeout_s, here 60 s), says the port is taken (exit 4) and leaves nothing running."""
+    home = tmp_path / "home"
+    fake = tmp_path / "hanging-python"
+    fake.write_text(HANGS_AFTER_BIND_ERROR)
+    fake.chmod(0o755)
+    prof = write_profile(tmp_path, sshd, name="bindhang",
+                         extra={"health": {"interval_s": 0.2, "stall_timeout_s": 60, "startup_timeout_s": 120},
+                                "retry": {"max_attempts": 3, "backoff_s": 0.2}})
+    data = yaml.safe_load(prof.read_text())
+    data["engine"]["python"] = str(fake)
+    data["engine"]["env"]["STANDIN_PORT"] = str(data["engine"]["port"])
+    prof.write_text(yaml.safe_dump(data))
+    started = time.monotonic()
+    up = deploy("up", str(prof), "--json", "--skip-preflight", home=home)
+    took = time.monotonic() - started
+    assert up.returncode == 4, up.stderr + up.stdout[-3000:]
+    assert took < 30, took
+    assert f"port {data['engine']['port']}" in up.stderr and "could not bind" in up.stderr, up.stderr
+    evs = events(up.stdout)
+    assert [e["signature"] for e in evs if e["event"] == "diagnosis"] == ["port-in-use"], evs
+    assert [e for e in evs if e["event"] == "hung"][0]["stalled_s"] >= 5  # it had its chance to exit
+    st = json.loads(deploy("status", str(prof), "--json", home=home).stdout)
+    assert st["status"] in ("stopped", "exited") and not st.get("healthy"), st
