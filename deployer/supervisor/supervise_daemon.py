@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import sys
 import time
 import traceback
@@ -32,6 +33,102 @@ if TYPE_CHECKING or __package__:
 else:
     from supervise_group import GroupWatch  # type: ignore[no-redef]
 
+SHM = "/dev/shm"
+SHM_LOOK_EVERY = 5.0   # seconds between looks at what the engine's processes hold open in /dev/shm
+SHM_KEPT = 4096        # entries remembered at most
+
+
+class ShmLedger:
+    """What the engine's process group holds in /dev/shm, so that what it leaves behind is removed once the group
+    is gone (a SIGKILLed vLLM worker leaves ~400 MB of psm_* segments; every SGLang run leaves sglang_loads_*).
+
+    Only files seen open or mapped by a process of the group are candidates, and one is removed only if it is
+    still the same inode (device, inode), a regular file, owned by this user: never another user's or another
+    deployment's file, never through a symlink (unlink does not follow one)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, tuple[int, int]] = {}
+        self.next_look = 0.0
+
+    def look(self, pgid: Any, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        if now < self.next_look or not isinstance(pgid, int) or pgid <= 1:
+            return
+        self.next_look = now + SHM_LOOK_EVERY
+        for pid in _group_pids(pgid):
+            for name in _shm_names(pid):
+                if name not in self.seen and len(self.seen) < SHM_KEPT:
+                    ident = _own_file(name)
+                    if ident is not None:
+                        self.seen[name] = ident
+
+    def clean(self) -> list[str]:
+        """Remove what the (ended) group left; the names removed."""
+        removed = []
+        for name, ident in sorted(self.seen.items()):
+            if _own_file(name) == ident:
+                try:
+                    os.unlink(os.path.join(SHM, name))
+                    removed.append(name)
+                except OSError:
+                    pass
+        self.seen.clear()
+        return removed
+
+
+def _group_pids(pgid: int) -> list[int]:
+    pids: list[int] = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return pids
+    for name in names:
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    data = f.read()
+                if int(data[data.rindex(b")") + 2:].split()[2]) == pgid:
+                    pids.append(int(name))
+            except (OSError, ValueError, IndexError):
+                pass
+    return pids
+
+
+def _shm_names(pid: int) -> set[str]:
+    """Names directly in /dev/shm that `pid` has open (fds) or mapped (shared memory segments)."""
+    names: set[str] = set()
+    prefix = SHM + "/"
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as f:
+            for line in f:
+                at = line.find(b" " + prefix.encode())
+                if at >= 0:
+                    names.add(line[at + 1:].rstrip(b"\n").decode("utf-8", "replace").replace(" (deleted)", ""))
+    except OSError:
+        pass
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith(prefix):
+                names.add(target)
+    except OSError:
+        pass
+    return {n[len(prefix):] for n in names if n.startswith(prefix) and "/" not in n[len(prefix):]}
+
+
+def _own_file(name: str) -> tuple[int, int] | None:
+    """(device, inode) of /dev/shm/`name` when it is a regular file of this user, else None."""
+    try:
+        st = os.lstat(os.path.join(SHM, name))
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+        return None
+    return st.st_dev, st.st_ino
+
 
 class Daemon:
     """The detached supervisor: runs the engine, records its state, restarts it per policy."""
@@ -50,6 +147,7 @@ class Daemon:
         self.next_scan = self.next_group = 0.0
         self.group = GroupWatch.from_config(cfg.get("group"))  # one engine across nodes: watch the peers
         self.peer_lost: str | None = None
+        self.shm = ShmLedger()
         self.state: dict[str, Any] = {
             "status": "starting", "supervisor_pid": os.getpid(), "pid": None, "pgid": None,
             "started_at": None, "ready_at": None, "ended_at": None, "exit_code": None, "signal": None,
@@ -95,6 +193,7 @@ class Daemon:
                 if now >= self.next_group:
                     self.next_group = now + SCAN_EVERY
                     self.check_group()
+                self.shm.look(self.state["pgid"], now)
             time.sleep(TICK)
 
     def _on_stop(self, signum: int, frame: Any) -> None:
@@ -180,7 +279,10 @@ class Daemon:
         was_ready = self.state["status"] == "ready"
         self.record_end(self.exit_status)
         note(f"engine ended: exit code {self.state['exit_code']}, signal {self.state['signal_name']}")
+        self.shm.next_look = 0.0
+        self.shm.look(self.state["pgid"])  # its children may still run (and hold files) until cleared
         self.clear_group(self.state["pgid"])
+        self.clean_shm()
         s, rs = self.state, self.cfg["restart"]
         s["last_crash"] = {"at": s["ended_at"], "exit_code": s["exit_code"], "signal": s["signal"],
                            "signal_name": s["signal_name"], "log_offset": s["log_offset"],
@@ -238,6 +340,8 @@ class Daemon:
             pass
         pgid = self.state["pgid"]
         note(f"stop requested: SIGTERM to group {pgid}, SIGKILL after {grace:g} s")
+        self.shm.next_look = 0.0
+        self.shm.look(pgid)
         if self.engine_pid is not None:
             kill_group(pgid, signal.SIGTERM)
             if not self.wait_group(pgid, grace):
@@ -246,7 +350,14 @@ class Daemon:
             self.record_end(self.exit_status)
         else:
             self.clear_group(pgid)
+        self.clean_shm()
         self.finish("stopped")
+
+    def clean_shm(self) -> None:
+        removed = self.shm.clean()
+        if removed:
+            note(f"removed what the engine left in {SHM}: {', '.join(removed[:20])}"
+                 + (f" (+{len(removed) - 20} more)" if len(removed) > 20 else ""))
 
     def finish(self, status: str) -> bool:
         note(f"supervisor done: {status}")

@@ -309,3 +309,37 @@ def test_restart_in_the_same_run_dir_after_stop_appends_to_the_log(make_run: Cal
     second = start(run)
     assert second["log_offset"] > 0 and second["status"] == "running"
     assert wait_for(status_is(run, "ready"), 10, "ready again")["ready_at"] > second["started_at"]
+
+
+def test_what_the_engine_left_in_dev_shm_is_removed_and_nothing_else(make_run: Callable[..., Path],
+                                                                    tmp_path: Path) -> None:
+    """Like a SIGKILLed vLLM worker's psm_* segments: files the engine's processes held open or mapped in /dev/shm
+    go when the group ends (a crash restarted by the policy, then a stop); a file nobody of the group used stays."""
+    tag = f"deployer-test-{os.getpid()}-{time.monotonic_ns()}"
+    bystander = Path("/dev/shm") / f"{tag}-bystander"
+    bystander.write_bytes(b"not the engine's")
+    engine = (
+        "import mmap, os, sys, time\n"
+        "n = len(open('starts.txt').read()) if os.path.exists('starts.txt') else 0\n"
+        "open('starts.txt', 'a').write('x')\n"
+        f"fd = os.open('/dev/shm/{tag}-seg-%d' % n, os.O_CREAT | os.O_RDWR, 0o600)\n"
+        "os.ftruncate(fd, 4096)\n"
+        "m = mmap.mmap(fd, 4096)\n"
+        f"print({READY!r}, flush=True)\n"
+        "time.sleep(7 if n == 0 else 60)\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    run = make_run(engine, restart=FAST_RESTART)
+    try:
+        start(run)
+        wait_for(lambda: state_of(run)["restarts"] >= 1 and state_of(run)["status"] == "ready", 30, "a restart")
+        assert not (Path("/dev/shm") / f"{tag}-seg-0").exists()  # the crashed run's segment is gone
+        assert (Path("/dev/shm") / f"{tag}-seg-1").exists()      # the running one's is not
+        proc = sup("stop", str(run), "--grace", "2")
+        assert proc.returncode == 0, proc.stderr
+        assert not (Path("/dev/shm") / f"{tag}-seg-1").exists()
+        assert bystander.exists()
+        assert "removed what the engine left in /dev/shm" in (run / "supervisor.log").read_text()
+    finally:
+        for p in Path("/dev/shm").glob(f"{tag}*"):
+            p.unlink()

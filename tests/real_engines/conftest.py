@@ -97,9 +97,10 @@ def no_engine_left() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHD]:
-    """The target: a real sshd on loopback whose login shell runs a ~150 ms rc file, with a stand-in nvidia-smi
-    saying there is no GPU (the engines run on this CPU)."""
+    """The target: a real sshd on loopback whose login shell runs a ~150 ms rc file. Preflight asks a GPU box's
+    nvidia-smi: the stand-in one answers (one idle H200); the engines themselves run on this CPU."""
     bed = make_sshd(tmp_path_factory.mktemp("real-host"), rc_cost=0.15)
+    (bed.bin_dir / "nvidia-smi").symlink_to(STANDIN_BIN / "nvidia-smi")
     try:
         yield bed
     finally:
