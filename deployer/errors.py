@@ -2,6 +2,7 @@
 
     DeployError                       anything deployer expects can go wrong (exit 1 unless noted)
     +-- ProfileError                  bad profile or override: file, line, field (exit 2)
+    |   +-- ProfileProblems           several at once, each a ProfileError (validate lists them all)
     +-- RenderError                   template missing or failing to render (exit 2)
     +-- RemoteError                   anything at or beyond the SSH seam (exit 3)
     |   +-- ConnectFailed             cannot reach the host (DNS, refused, timeout)
@@ -65,6 +66,15 @@ class ProfileError(DeployError):
         self.file = file
         self.line = line
         self.field = field
+
+
+class ProfileProblems(ProfileError):
+    """Every problem of one profile, each a ProfileError with its own file:line: one line each, none hidden."""
+
+    def __init__(self, problems: list[ProfileError], *, file: str | None = None) -> None:
+        lines = "".join(f"\n  {p}" for p in problems)
+        super().__init__(f"{len(problems)} problems:{lines}", file=file)
+        self.problems = problems
 
 
 class RenderError(DeployError):

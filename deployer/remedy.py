@@ -2,8 +2,9 @@
 
 A remedy is a list of options tried in order; the first option that yields a change which is neither a
 no-op for this profile nor already in `tried` wins. An option combines fixed edits (set/unset args and
-env), a rename of a flag, the unrecognized flags of an argparse error (renamed, respelt or dropped),
-values read from the engine's message, and a numeric step within bounds. An option whose suggestion the
+env), a rename of a flag, the unrecognized flags of an argparse error (renamed, removed or respelt),
+values read from the engine's message, and a numeric step within bounds. A flag that is neither a documented
+rename nor a documented removal is never dropped: respelt when exactly one flag is close, else not touched. An option whose suggestion the
 message's own numbers rule out (`skip_if`) is passed over.
 
 Numeric steps start from the engine's effective value (`deployer.effective`): the message's value, the
@@ -32,7 +33,7 @@ from deployer.flag_names import option_key
 from deployer.profile.model import Profile
 from deployer.effective import DEFAULT, MESSAGE, PROFILE, EngineValues, Known
 from deployer.engines.followons import complete
-from deployer.versions import version_in
+from deployer.versions import at_least, version_in
 
 
 class _Data(BaseModel):
@@ -104,7 +105,8 @@ class RemedyOption(_Data):
     skip_if: list[Comparison] = Field(default_factory=list, description="the message's numbers rule this out")
     fix_unknown_flags: str | None = Field(
         default=None, description="regex; group 1 = argparse's unrecognized arguments: each flag is renamed "
-        "(renames table), respelt (did-you-mean against the usage text in the log) or dropped")
+        "(renames table), removed (a documented removal), or respelt (the one close flag of the usage text in the "
+        "log); anything else is refused (the option does not apply)")
     set_args: dict[str, Any] = Field(default_factory=dict)
     unset_args: list[str] = Field(default_factory=list)
     set_env: dict[str, str] = Field(default_factory=dict)
@@ -242,7 +244,7 @@ def _option_change(option: RemedyOption, message: str, args: dict[str, Any], env
         new_args.update(renamed)
         passed.update(k for k, v in renamed.items() if v is None)
     if option.fix_unknown_flags is not None:
-        fixed = _fix_unknown_flags(option.fix_unknown_flags, message, args, kind)
+        fixed = _fix_unknown_flags(option.fix_unknown_flags, message, args, kind, version)
         if fixed is None:
             return None
         new_args.update(fixed[0])
@@ -494,10 +496,11 @@ def _rename(spec: RenameSpec, message: str, args: dict[str, Any], kind: str) -> 
     return {old: None, new: value}
 
 
-def _fix_unknown_flags(pattern: str, message: str, args: dict[str, Any],
-                       kind: str) -> tuple[dict[str, Any], list[str]] | None:
-    """Each flag argparse did not recognize: renamed (the engine's table), respelt (did-you-mean), else dropped,
-    loudly."""
+def _fix_unknown_flags(pattern: str, message: str, args: dict[str, Any], kind: str,
+                       version: str | None) -> tuple[dict[str, Any], list[str]] | None:
+    """Each flag argparse did not recognize: renamed (the engine's table), removed (a documented removal for this
+    version), respelt (the one close spelling among the flags the usage text lists), loudly. A flag none of these
+    fits is never dropped: the whole option does not apply (None), and `refused_flags` says why."""
     found = re.search(pattern, message, re.MULTILINE)
     if found is None:
         return None
@@ -512,17 +515,74 @@ def _fix_unknown_flags(pattern: str, message: str, args: dict[str, Any],
             new = None
         if new is None and known:  # a newer name on an older engine: its old name
             new = next((o for o, n in known_renames(kind).items() if n == old and o in known), None)
+        if new is None and (removal := documented_removal(kind, old, version)) is not None:
+            out[old] = None
+            notes.append(f"dropped {flag}: {removal}")
+            continue
         if new is None and known:
-            close = difflib.get_close_matches(old, sorted(known), n=1, cutoff=0.8)
-            new = close[0] if close else None
+            new = respelling(old, known)[0]
             if new is not None:
-                notes.append(f"{flag} is not a flag of this engine; did you mean --{new.replace('_', '-')}? renamed")
+                notes.append(f"{flag} is not a flag of this engine; did you mean --{new.replace('_', '-')}? "
+                             "respelt (the one close flag)")
+        if new is None:
+            return None
         out[old] = None
-        if new is not None:
-            out[new] = carried
-        else:
-            notes.append(f"dropped {flag}: this engine version does not have it (no rename, no close spelling)")
+        out[new] = carried
     return out, notes
+
+
+def refused_flags(pattern: str, message: str, kind: str, version: str | None) -> list[str]:
+    """The flags of argparse's `unrecognized arguments` that no remedy may touch (no rename, no documented
+    removal, not exactly one close spelling), one line each naming the closest flags of the usage text."""
+    found = re.search(pattern, message, re.MULTILINE)
+    if found is None:
+        return []
+    known = usage_flags(message)
+    out = []
+    for flag, _ in _flag_tokens(found.group(1).split()):
+        old = flag.lstrip("-").replace("-", "_")
+        if old in known_renames(kind) or old in known_renames(kind).values() or \
+                documented_removal(kind, old, version) is not None:
+            continue
+        respelt, closest = respelling(old, known)
+        if respelt is None:
+            out.append(refusal_line(flag, closest, f"{kind} {version}" if version else kind))
+    return out
+
+
+RESPELL_CUTOFF = 0.8   # difflib ratio: a typo (mem_fraction_statc, context_lenght), not merely a similar flag
+CLOSEST_CUTOFF = 0.6
+
+
+def respelling(key: str, known: Iterable[str]) -> tuple[str | None, list[str]]:
+    """(the one close flag `key` is a typo of, or None when none or several are close; the closest flags, best
+    first, for the message). Keys are profile keys (snake_case)."""
+    names = sorted({option_key(k) for k in known})
+    close = difflib.get_close_matches(key, names, n=2, cutoff=RESPELL_CUTOFF)
+    closest = difflib.get_close_matches(key, names, n=3, cutoff=CLOSEST_CUTOFF)
+    return (close[0] if len(close) == 1 else None), closest
+
+
+def refusal_line(flag: str, closest: list[str], engine: str) -> str:
+    """One line: the flag, the closest flags the engine has, and why nothing was done to it."""
+    near = f"closest: {', '.join('--' + c.replace('_', '-') for c in closest)}" if closest else \
+        "no flag of it is close"
+    if len(closest) == 1:
+        near = f"did you mean --{closest[0].replace('_', '-')}? it is not close enough to respell"
+    return (f"unknown flag {flag} for {engine} ({near}); refused: deployer never drops a flag that is neither a "
+            "documented rename nor a documented removal")
+
+
+def documented_removal(kind: str, key: str, version: str | None) -> str | None:
+    """Why `key` may be dropped for `version`: the engine's renames table retires it (`new: null`) in or before
+    that version; None when it does not (or the version is unknown)."""
+    if version is None:
+        return None
+    for r in load_renames(engine=kind):
+        if r.kind in ("flag", "arg") and r.new is None and option_key(r.old) == key and \
+                at_least(version, r.removed or r.since):
+            return f"removed in {kind} {r.removed or r.since} ({r.source}), a documented removal; {version} has no such flag"
+    return None
 
 
 def _flag_tokens(tokens: list[str]) -> list[tuple[str, Any]]:

@@ -401,13 +401,26 @@ def plan(profile: str, overrides: tuple[str, ...], host: str | None, trust_new_h
             raise PreflightFailed(nodes.problems)
         return
     with conversing(target_spec(prof, trust_new_host)) as remote:  # one exec channel: preflight's requests
-        report = run_preflight(remote, prof, cache_dir=home() / "cache", model_config=model_config)
+        report = run_preflight(remote, prof, cache_dir=home() / "cache", model_config=model_config,
+                               own_port=_own_port(remote, prof))
     if as_json:  # masked before JSON escaping: a secret with quotes or non-ASCII is hidden too
         _emit_json(mask_data(report.to_json()))
     else:
         click.echo(report.render_text())
+    refused = report.refusal()  # what `up` refuses with exit 2 (a flag nothing may fix), plan refuses alike
+    if refused is not None:
+        raise refused
     if report.problems:
         raise PreflightFailed(report.problems)
+
+
+def _own_port(remote: Any, prof: Profile) -> bool:
+    """This deployment's running version holds the engine port: `up` replaces it, so plan does not call it busy."""
+    from deployer.push import layout_for
+    from deployer.target.records import current_view
+
+    view = current_view(remote, layout_for(remote, prof))
+    return view is not None and view.alive and view.record.get("port") == prof.engine.port
 
 
 def register(group: click.Group) -> None:

@@ -38,6 +38,12 @@ def checked_profile(remote: Remote, profile: Profile, *, heal: bool, model_confi
             dry = None if result.resolved is None else \
                 DryResolution(args=dict(result.profile.engine.args), resolved=result.resolved)
             return result.profile, version, dry
+        refused = result.refusal()  # flags nothing may fix: never dropped, refused (exit 2)
+        if refused is not None:
+            _tell(result, emit, warnings)
+            for problem in result.problems:
+                emit(Event("problem", {"message": problem}))
+            raise refused
         rejection = result.rejection or _as_argparse_error(result)
         known = set(result.unknown_flags.values())
         others = [p for p in result.problems if not p.startswith("the engine rejects") and p not in known]

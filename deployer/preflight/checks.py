@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -17,10 +18,11 @@ from typing import Any
 from deployer.engines import engine_for
 from deployer.engines.base import MemoryInput, MemoryPlan, ModelInfo, UnsupportedModel
 from deployer.engines.renames import load_renames
-from deployer.errors import DeployError
+from deployer.errors import DeployError, ProfileError, ProfileProblems
 from deployer.preflight import flags as fl
 from deployer.preflight.facts import PROBE_CACHE, STORE_SH, Facts, ModelFiles, env_exports, gather_facts
 from deployer.preflight.facts import weight_bytes_from_index
+from deployer.preflight.topology import gpu_problems
 from deployer.profile.model import Profile
 from deployer.remote.base import Remote
 from deployer.render.bundle import engine_argv, sh_word
@@ -44,16 +46,33 @@ class PreflightReport:
     resolved: dict[str, Any] | None = None
     rejection: str | None = None      # the engine's own error when it rejected these arguments
     unknown_flags: dict[str, str] = field(default_factory=dict)   # flags the engine does not have -> problem
+    gpu_problems: list[str] = field(default_factory=list)         # GPU indices/count vs the box (topology.py)
+    own_port: bool = False            # the port is busy, held by this deployment's running version (up replaces it)
     flag_names: list[str] = field(default_factory=list)           # every flag the target's engine has
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
+    def refusal(self) -> ProfileError | None:
+        """The flags this engine version does not have that nothing may fix (no rename, no documented removal, not
+        exactly one close spelling): never dropped, refused with exit 2, each with its file:line."""
+        refused = [ProfileError(line, file=self.profile.where(f"engine.args.{key}")[0],
+                                line=self.profile.where(f"engine.args.{key}")[1], field=f"engine.args.{key}")
+                   for key, line in self.unknown_flags.items()]
+        if not refused:
+            return None
+        return refused[0] if len(refused) == 1 else ProfileProblems(refused, file=refused[0].file)
+
     @property
     def engine_version(self) -> str | None:
         """The engine version installed on the target (None if none was found)."""
         return self.facts.engine_version
+
+    def _port_state(self) -> str:
+        if self.own_port:
+            return "held by this deployment's running version (up replaces it)"
+        return "free" if self.facts.port_free else "BUSY"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -64,6 +83,7 @@ class PreflightReport:
             "facts": {k: v for k, v in asdict(self.facts).items() if k != "flag_probe"},
             "engine_args": self.profile.public_dict()["engine"]["args"],
             "engine_env": self.profile.public_dict()["engine"]["env"],
+            "own_port": self.own_port,
             "flagset_version": self.flagset_version,
             "flags_cached": self.flags_cached,
             "flags_from_target_cache": self.facts.flags_from_target_cache,
@@ -84,7 +104,7 @@ class PreflightReport:
             lines.append(f"  process {p.pid} {p.name} uses {p.used_mib} MiB on {p.gpu_uuid}")
         disk = "?" if f.disk_free_bytes is None else f"{f.disk_free_bytes / (1 << 30):.1f} GiB"
         lines += [f"  python {f.python_version or '?'}, {self.profile.engine.kind} {f.engine_version or '?'}; "
-                  f"port {f.port} {'free' if f.port_free else 'BUSY'}; disk free {disk}",
+                  f"port {f.port} {self._port_state()}; disk free {disk}",
                   f"  flags: {self.flagset_version or 'not checked'}{' (cached)' if self.flags_cached else ''}; "
                   f"dry resolution: {self.resolution}{' (cached on the target)' if self.resolution_cached else ''}"]
         if self.memory is not None:
@@ -111,6 +131,9 @@ def run_preflight(remote: Remote, profile: Profile, *, cache_dir: Path, model_co
         facts.problems = [p for p in facts.problems if not p.startswith(f"port {facts.port} is already in use")]
     report = PreflightReport(facts=facts, profile=profile, problems=list(facts.problems),
                              warnings=list(facts.warnings))
+    report.own_port = own_port and facts.port_free is False
+    report.gpu_problems = gpu_problems(profile, facts.gpus)
+    report.problems += report.gpu_problems
     flagset = _flagset(report, cache_dir, engine)
     if flagset is not None:
         checked = fl.check_flags(profile, flagset, load_renames(engine=engine))
@@ -171,7 +194,7 @@ def _resolve(remote: Remote, report: PreflightReport) -> None:
                                "effective args are checked after start")
         return
     report.resolution_cached = "@@cached" in result.stdout.splitlines()
-    _read_resolution(report, data)
+    _read_resolution(report, data, result.stderr or "")
 
 
 def _cached(probe: str, name: str) -> str:
@@ -196,9 +219,9 @@ def _resolution_cache(report: PreflightReport, probe: str) -> str | None:
     return hashlib.sha256(material.encode()).hexdigest()[:40]
 
 
-def _read_resolution(report: PreflightReport, data: dict[str, Any]) -> None:
+def _read_resolution(report: PreflightReport, data: dict[str, Any], stderr: str = "") -> None:
     if not data.get("ok"):
-        error = str(data.get("error", "unknown error"))
+        error = _argparse_message(str(data.get("error", "unknown error")), stderr)
         if data.get("supported") is False:
             report.resolution = f"not supported: {error}"
             report.warnings.append(f"this engine version cannot resolve args without starting ({error}); "
@@ -220,6 +243,19 @@ def _read_resolution(report: PreflightReport, data: dict[str, Any]) -> None:
         report.overrides.append(f"engine will resolve {name} {before} -> {after}{note}")
 
 
+_ARGPARSE_EXIT_RE = re.compile(r"^argparse exit \d+$")
+_ARGPARSE_ERROR_RE = re.compile(r"^\S.*?: error: .+$")
+
+
+def _argparse_message(error: str, stderr: str) -> str:
+    """argparse's own words for a rejected argv (`sglang serve: error: argument --tp-size: invalid int value:
+    'two'`): a probe that reports only "argparse exit 2" left them on its stderr."""
+    if not _ARGPARSE_EXIT_RE.match(error.strip()):
+        return error
+    said = [ln.strip() for ln in stderr.splitlines() if _ARGPARSE_ERROR_RE.match(ln.strip())]
+    return said[-1] if said else error
+
+
 def _short(value: Any, limit: int = 60) -> str:
     text = "unset" if value is None else value if isinstance(value, str) else json.dumps(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -231,6 +267,8 @@ def _memory(report: PreflightReport, model_config: Path | None) -> None:
     model_of = engine_for(profile.engine.kind).memory
     if model_of is None:
         report.warnings.append(f"memory: no memory plan for {profile.engine.kind} yet (not checked before launch)")
+        return
+    if report.gpu_problems:  # a plan over GPUs the engine will not have would only mislead
         return
     model = _model_info(report, model_config)
     if model is None or not facts.gpus:

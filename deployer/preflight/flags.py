@@ -25,7 +25,8 @@ from deployer.engines import engine_for
 from deployer.engines.renames import Rename, load_renames
 from deployer.flag_names import key_option, option_key
 from deployer.profile.model import Profile
-from deployer.versions import at_least
+from deployer.remedy import refusal_line, respelling
+from deployer.versions import at_least, version_key
 
 PROBE_MARKER = "DEPLOYER_PROBE_JSON "
 PROBE_SCHEMA = 1
@@ -111,6 +112,8 @@ class FlagReport:
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     unknown: dict[str, str] = field(default_factory=dict)   # profile key -> its error line (no such flag)
+    respelt: dict[str, str] = field(default_factory=dict)   # profile key -> the one close flag it was respelt as
+    keyed: dict[str, str] = field(default_factory=dict)     # error or respelling line -> the profile key it is about
 
     @property
     def ok(self) -> bool:
@@ -198,8 +201,11 @@ def check_flags(profile: Profile, flagset: FlagSet, renames: list[Rename]) -> Fl
     renamed: dict[str, str] = {}
     for key, value in profile.engine.args.items():
         new_key = _check_arg(key, value, flagset, renames, report) or key  # a bad flag stays, as an error
+        if new_key == _DROPPED:
+            continue
         if new_key in args or (new_key != key and new_key in profile.engine.args):
             report.errors.append(f"flag {key_option(new_key)} is given twice (also as {key_option(key)})")
+            report.keyed[report.errors[-1]] = key
             continue
         args[new_key] = value
         if new_key != key:
@@ -216,11 +222,26 @@ def _with_engine(profile: Profile, args: dict[str, Any], env: dict[str, str], re
     return profile.with_engine(profile.engine.model_copy(update={"args": args, "env": env}), renamed)
 
 
+_DROPPED = "\x00dropped"   # _check_arg's answer for a documented removal: the flag is left out
+
+
 def _check_arg(key: str, value: Any, fs: FlagSet, renames: list[Rename], report: FlagReport) -> str | None:
-    """The key to use on the target (maybe translated), or None when the flag cannot be passed."""
+    """The key to use on the target (maybe translated), _DROPPED for a documented removal, or None when the flag
+    cannot be passed (an error says why)."""
+    errors = len(report.errors)
+    try:
+        return _checked_arg(key, value, fs, renames, report)
+    finally:
+        for line in report.errors[errors:]:
+            report.keyed[line] = key
+
+
+def _checked_arg(key: str, value: Any, fs: FlagSet, renames: list[Rename], report: FlagReport) -> str | None:
     flag = fs.lookup(key)
     if flag is None:
         translated = _translate_arg(key, fs, renames, report)
+        if translated is None and _removed(key, fs, renames, report):
+            return _DROPPED
         if translated is None:
             translated = _unique_prefix(key, fs, report)
         if translated is None:
@@ -271,11 +292,28 @@ def _unique_prefix(key: str, fs: FlagSet, report: FlagReport) -> str | None:
         report.errors.append(
             f"{key_option(key)} is ambiguous in {fs.engine} {fs.version}: could be {', '.join(matches[:6])}")
         return None
-    hint = difflib.get_close_matches(key, fs.option_keys(), n=3, cutoff=0.6)
-    did = f"; did you mean {' or '.join(key_option(h) for h in hint)}?" if hint else ""
-    report.errors.append(f"unknown flag {key_option(key)} for {fs.engine} {fs.version}{did}")
+    respelt, closest = respelling(key, fs.option_keys())
+    if respelt is not None:  # a typo with exactly one close flag: respelt, loudly (validate calls it an error)
+        report.warnings.append(
+            f"unknown flag {key_option(key)} for {fs.engine} {fs.version}; did you mean {key_option(respelt)}? "
+            f"respelt as {key_option(respelt)} (the one close flag; --save-fixed writes it)")
+        report.respelt[key] = respelt
+        report.keyed[report.warnings[-1]] = key
+        return respelt
+    report.errors.append(refusal_line(key_option(key), closest, f"{fs.engine} {fs.version}"))
     report.unknown[key] = report.errors[-1]
     return None
+
+
+def _removed(key: str, fs: FlagSet, renames: list[Rename], report: FlagReport) -> bool:
+    """A flag the renames table retires (`new: null`) in or before the installed version: left out, loudly."""
+    for r in renames:
+        if r.kind == "arg" and r.new is None and r.old == key and at_least(fs.version, r.removed or r.since):
+            report.warnings.append(
+                f"dropped {key_option(key)}: removed in {fs.engine} {r.removed or r.since} ({r.source}), a "
+                f"documented removal; the target has {fs.version}")
+            return True
+    return False
 
 
 def _check_value(key: str, value: Any, flag: Flag, report: FlagReport) -> None:
@@ -352,3 +390,55 @@ def translate_offline(profile: Profile, engine: str, version: str, renames: list
     if args != profile.engine.args or env != profile.engine.env:
         report.profile = _with_engine(profile, args, env, renamed)
     return report
+
+
+# --- offline (validate) ----------------------------------------------------------------------------
+
+
+@dataclass
+class OfflineCheck:
+    """`engine.args` against a locally cached flag table: which table (and why that one), and what it found."""
+
+    version: str | None          # the cached table used; None: none is cached for this engine
+    basis: str                   # why that table ("the version the profile pins", "the newest cached ...")
+    report: FlagReport | None = None
+
+    def strict_problems(self) -> list[tuple[str, str]]:
+        """(profile key, line) for everything `validate` calls an error: each check error, and every typo `up`
+        would respell (CI should catch what `up` would have healed)."""
+        if self.report is None:
+            return []
+        out = [(self.report.keyed.get(e, ""), e) for e in self.report.errors]
+        for key, new in self.report.respelt.items():
+            out.append((key, f"unknown flag {key_option(key)} for {self.report.profile.engine.kind} {self.version}; "
+                             f"did you mean {key_option(new)}? (`up` would respell it; write it as {new})"))
+        return out
+
+
+def check_offline(profile: Profile, cache_dirs: list[Path]) -> OfflineCheck:
+    """Check the profile's flags against the flag table cached for `engine.version`, else the newest cached one
+    (a preflight against a box caches its table); nothing is checked when none is cached."""
+    engine = profile.engine.kind
+    tables: dict[str, Path] = {}
+    for folder in cache_dirs:
+        for version in cached_versions(folder, engine):
+            tables.setdefault(version, folder)
+    pinned = profile.engine.version
+    if pinned is not None and pinned in tables:
+        version, basis = pinned, "engine.version pins it"
+    elif tables:
+        version = max(tables, key=_version_order)
+        basis = (f"the newest cached; engine.version {pinned} has no cached table" if pinned is not None
+                 else "the newest cached; the profile pins no engine.version")
+    else:
+        return OfflineCheck(None, f"no flag table of {engine} is cached yet (`deploy plan` against a box caches "
+                                  "the one of its version)")
+    flagset = load_cached_flagset(tables[version], engine, version)
+    if flagset is None:
+        return OfflineCheck(None, f"the cached flag table of {engine} {version} cannot be read")
+    return OfflineCheck(version, basis, check_flags(profile, flagset, load_renames(engine=engine)))
+
+
+def _version_order(version: str) -> tuple[Any, ...]:
+    key = version_key(version)
+    return (1, key) if key is not None else (0, version)

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from deployer.errors import ProfileError
+from deployer.errors import ProfileError, ProfileProblems
 from deployer.profile.host import parse_host
 from deployer.profile.model import Profile, UnsetVar
 from deployer.secrets import remember
@@ -59,6 +59,7 @@ def load(path: Path, *, overrides: list[str], host: str | None, environ: dict[st
     profile._templates = dict(layered.templates)
     profile._unset = list(layered.unset)
     profile._files = list(layered.files)
+    profile._lines = {_dotted(_secret_loc(loc)): at for loc, at in layered.lines.items() if loc}
     remember(v for v in profile.secret_values() if v not in layered.unexpanded)
     return profile
 
@@ -264,30 +265,82 @@ def _apply_host(layered: Layered, text: str) -> None:
 
 
 def _validate(layered: Layered, path: str) -> Profile:
+    """Every problem pydantic finds, not only the first: unknown keys first, then in file order, each with its
+    file:line and a did-you-mean (a missing required key names the unknown key that looks like it)."""
     try:
         return Profile.model_validate(layered.data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = tuple(err["loc"])
-        file, line = _where(layered, loc, path)
-        more = exc.error_count() - 1
-        hint = f"+{more} more problem{'s' if more > 1 else ''}" if more else None
-        raise ProfileError(_message(err, loc), file=file, line=line, field=_dotted(loc) or None,
-                           hint=hint) from None
+        problems = _problems(layered, exc.errors(), path)
+        if len(problems) == 1:
+            raise problems[0] from None
+        raise ProfileProblems(problems, file=path) from None
 
 
-def _message(err: Any, loc: Loc) -> str:
+def _problems(layered: Layered, errors: list[Any], path: str) -> list[ProfileError]:
+    unknown: dict[Loc, list[str]] = {}  # parent loc -> the unknown keys written there
+    for err in errors:
+        if err["type"] == "extra_forbidden":
+            loc = _clean_loc(layered.data, tuple(err["loc"]))
+            unknown.setdefault(loc[:-1], []).append(str(loc[-1]))
+    found: dict[Loc, tuple[tuple[int, str, int, int], list[str]]] = {}  # loc -> (sort key, messages)
+    for index, err in enumerate(errors):
+        loc = _clean_loc(layered.data, tuple(err["loc"]))
+        message, at = _message(err, loc, unknown.get(loc[:-1], []), layered)
+        file, line = at or _where(layered, loc, path)
+        order = (0 if err["type"] == "extra_forbidden" else 1, file, line or 0, index)
+        if loc in found:
+            if message not in found[loc][1]:
+                found[loc][1].append(message)  # a union's branches: "a valid list or a valid integer"
+            continue
+        found[loc] = (order, [message])
+    out = []
+    for loc, (order, messages) in sorted(found.items(), key=lambda item: item[1][0]):
+        file, line = order[1], order[2] or None
+        out.append(ProfileError(" or ".join(messages), file=file, line=line, field=_dotted(loc) or None))
+    return out
+
+
+def _clean_loc(data: Any, loc: Loc) -> Loc:
+    """pydantic's location without its union branch tags (`replicas.list[Replica].0.host` -> replicas.0.host):
+    the parts that are keys or indices of the data, and the last part (a missing or unknown key)."""
+    out: list[Any] = []
+    node = data
+    for i, part in enumerate(loc):
+        last = i == len(loc) - 1
+        if isinstance(node, dict) and part in node:
+            out.append(part)
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            out.append(part)
+            node = node[part]
+        elif last and isinstance(node, dict) and isinstance(part, str):
+            out.append(part)
+        # else: a branch tag (`list[Replica]`, `int`, `function-after[...]`), not a place in the file
+    return tuple(out)
+
+
+def _message(err: Any, loc: Loc, unknown_here: list[str],
+             layered: Layered) -> tuple[str, tuple[str, int | None] | None]:
+    """The problem's text, and where to point when that is better than the field's own place (a missing key that
+    was written misspelt: the misspelling's line)."""
     kind = err["type"]
     if kind == "extra_forbidden":
         key = str(loc[-1])
         known = _known_fields(loc[:-1])
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
         suggestion = f" (did you mean {close[0]!r}?)" if close else ""
-        return f"unknown key {key!r}{suggestion}; known keys: {', '.join(sorted(known))}"
+        return f"unknown key {key!r}{suggestion}; known keys: {', '.join(sorted(known))}", None
     if kind == "missing":
-        return "required field is missing"
+        key = str(loc[-1]) if loc else ""
+        close = difflib.get_close_matches(key, unknown_here, n=1, cutoff=0.6)
+        if close:
+            hit = layered.lines.get(loc[:-1] + (close[0],))
+            where = f" at line {hit[1]}" if hit and hit[1] else ""
+            return (f"required field is missing ({close[0]!r}{where} looks like a misspelling of it)",
+                    (hit[0], hit[1] or None) if hit else None)
+        return "required field is missing", None
     msg = str(err["msg"])
-    return msg[len("Value error, "):] if msg.startswith("Value error, ") else msg
+    return (msg[len("Value error, "):] if msg.startswith("Value error, ") else msg), None
 
 
 def _known_fields(loc: Loc) -> list[str]:

@@ -6,6 +6,7 @@ Loading layers `extends:` files, expands `${VAR}` from the local environment, ap
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,7 +152,9 @@ class Engine(Strict):
     @classmethod
     def _kind(cls, v: str) -> str:
         if v not in kinds():
-            raise ValueError(f"unknown engine kind {v!r} (known: {', '.join(kinds())})")
+            close = difflib.get_close_matches(v, list(kinds()), n=1, cutoff=0.6)
+            did = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"unknown engine kind {v!r} (known: {', '.join(kinds())}){did}")
         return v
 
     @model_validator(mode="after")
@@ -271,6 +274,7 @@ class Profile(Strict):
     _templates: dict[str, str] = PrivateAttr(default_factory=dict)
     _unset: list[UnsetVar] = PrivateAttr(default_factory=list)  # `${VAR}`s not set here (validate, render)
     _files: list[Path] = PrivateAttr(default_factory=list)  # the files it was read from (extends chain)
+    _lines: dict[str, tuple[str, int]] = PrivateAttr(default_factory=dict)  # dotted path -> (file, line)
 
     @model_validator(mode="before")
     @classmethod
@@ -321,6 +325,16 @@ class Profile(Strict):
     def files(self) -> list[Path]:
         """Every file this profile was read from, resolved: its `extends:` chain, base first, itself last."""
         return list(self._files)
+
+    def where(self, path: str) -> tuple[str | None, int | None]:
+        """(file, line) a dotted path (`engine.args.tp_size`) was written at, else its nearest written parent's;
+        (the profile's file, None) when nothing of it was written in a file (a default, a `--set`)."""
+        parts = path.split(".")
+        for end in range(len(parts), 0, -1):
+            hit = self._lines.get(".".join(parts[:end]))
+            if hit:
+                return hit[0], hit[1] or None
+        return (str(self._source) if self._source else None), None
 
     @property
     def unset(self) -> list[UnsetVar]:
@@ -414,6 +428,8 @@ class Profile(Strict):
         copy._secret_args = frozenset((renamed or {}).get(k, k) for k in self._secret_args)
         copy._templates = {moved(p): text for p, text in self._templates.items()}
         copy._unset = list(self._unset)
+        copy._files = list(self._files)
+        copy._lines = {moved(p): at for p, at in self._lines.items()}
         return copy
 
     def public_dict(self) -> dict[str, Any]:

@@ -188,25 +188,25 @@ def test_graph_oom_below_the_old_default_heals_below_the_effective_value(tmp_pat
     deploy("down", str(prof), home=tmp_path / "h")
 
 
-def test_typo_and_retired_flags_are_respelt_and_dropped_before_launch(tmp_path: Path, sshd: Any) -> None:
-    """Preflight finds flags 0.5.23 does not have: a typo is respelt (did-you-mean, value kept), a retired flag
-    with no rename is dropped, loudly; the change says both (null = removed) and --save-fixed writes them."""
-    prof = write_profile(tmp_path, sshd, name="flags", model="Qwen/Qwen3.6-27B",
-                         args={"mem_fraction_statc": 0.85, "enable_beta_spec": True})
+def test_a_typo_is_respelt_before_launch_and_an_unknown_flag_never_dropped(tmp_path: Path, sshd: Any) -> None:
+    """Preflight finds flags 0.5.23 does not have: a typo of exactly one flag is respelt (loudly, value kept,
+    --save-fixed writes it); a flag with no rename, no documented removal and no single close spelling is refused
+    before launch (exit 2), never dropped (issue 24)."""
+    prof = write_profile(tmp_path, sshd, name="flags", model="Qwen/Qwen3.6-27B", args={"mem_fraction_statc": 0.85})
     fixed = tmp_path / "fixed.yaml"
     up = deploy("up", str(prof), "--json", "--save-fixed", str(fixed), home=tmp_path / "h")
     assert up.returncode == 0, up.stderr + up.stdout[-3000:]
     report = report_of(up.stdout)
-    (note,) = report["before_launch"]
-    assert note["signature"] == "unrecognized-arguments"
-    assert note["change"]["args"] == {"mem_fraction_statc": None, "mem_fraction_static": 0.85,
-                                      "enable_beta_spec": None}
-    assert "dropped --enable-beta-spec" in note["change"]["reason"]
-    assert "did you mean --mem-fraction-static?" in note["change"]["reason"]
+    assert any("did you mean --mem-fraction-static? respelt as --mem-fraction-static" in w for w in report["warnings"])
     saved = yaml.safe_load(fixed.read_text())["engine"]["args"]
     assert saved == {"mem_fraction_static": 0.85}
     assert [a["outcome"] for a in report["attempts"]] == ["ready"]
     deploy("down", str(prof), home=tmp_path / "h")
+    retired = write_profile(tmp_path, sshd, name="flags2", model="Qwen/Qwen3.6-27B",
+                            args={"mem_fraction_statc": 0.85, "enable_beta_spec": True})
+    refused = deploy("up", str(retired), "--json", home=tmp_path / "h")
+    assert refused.returncode == 2, refused.stderr + refused.stdout[-3000:]
+    assert "unknown flag --enable-beta-spec for sglang 0.5.23" in refused.stderr.splitlines()[-1]
 
 
 def test_kv_cache_too_small_raises_past_the_effective_value(tmp_path: Path, sshd: Any) -> None:

@@ -133,11 +133,15 @@ def test_preflight_translates_checks_and_caches(tmp_path: Path, bed: Any, remote
     assert time.monotonic() - start < 30
 
 
-def test_misspelt_flag_is_a_problem_with_did_you_mean(tmp_path: Path, bed: Any, remote: Remote) -> None:
+def test_misspelt_flag_is_respelt_and_an_unknown_one_a_problem(tmp_path: Path, bed: Any, remote: Remote) -> None:
     report = run_preflight(remote, profile(tmp_path, bed, args={"mem_fraction_statc": 0.8}),
                            cache_dir=tmp_path / "c")
-    assert any("unknown flag --mem-fraction-statc" in p and "--mem-fraction-static" in p for p in report.problems)
+    assert report.ok and report.profile.engine.args == {"mem_fraction_static": 0.8}
+    assert any("did you mean --mem-fraction-static? respelt as --mem-fraction-static" in w for w in report.warnings)
+    report = run_preflight(remote, profile(tmp_path, bed, args={"zzq_totally_unknown": 7}), cache_dir=tmp_path / "c")
+    assert any(p.startswith("unknown flag --zzq-totally-unknown for sglang 0.5.23") for p in report.problems)
     assert not report.ok and json.loads(json.dumps(report.to_json()))["ok"] is False
+    assert report.refusal() is not None and report.refusal().exit_code == 2  # type: ignore[union-attr]
 
 
 def test_memory_plan_from_a_local_model_config(tmp_path: Path, bed: Any, remote: Remote) -> None:

@@ -34,6 +34,12 @@ def _log(file: str) -> str:
 
 
 EXPECTED: dict[str, dict[str, Any]] = yaml.safe_load(_log("expected.yaml"))
+# Issue 24's flag policy: a flag that is neither a documented rename nor a documented removal is never dropped, so
+# these logs' remedies (expected.yaml still records the old drop of --enable-beta-spec / --stream-output) are none.
+# tests/cases is edited elsewhere; drop this once expected.yaml says `remedy: null` for them.
+for _name in ("unrecognized-arguments-unknown", "unrecognized-arguments-several"):
+    if EXPECTED.get(_name, {}).get("remedy"):
+        EXPECTED[_name]["remedy"] = None
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

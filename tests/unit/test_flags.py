@@ -92,12 +92,52 @@ def test_unique_prefix_is_written_in_full_with_a_warning() -> None:
     assert any("--mem-frac is only a prefix of --mem-fraction-static" in w for w in report.warnings)
 
 
-def test_unknown_flag_says_did_you_mean() -> None:
-    report = check_flags(prof({"mem_fraction_statik": 0.8, "totally_made_up": 1}), flagset(), RENAMES)
-    assert report.errors[0] == ("unknown flag --mem-fraction-statik for sglang 0.5.23; "
-                                "did you mean --mem-fraction-static?")
-    assert report.errors[1] == "unknown flag --totally-made-up for sglang 0.5.23"
-    assert report.profile.engine.args == {"mem_fraction_statik": 0.8, "totally_made_up": 1}  # untouched
+def test_a_typo_with_one_close_flag_is_respelt_loudly() -> None:
+    report = check_flags(prof({"mem_fraction_statik": 0.8, "tp_size": 1}), flagset(), RENAMES)
+    assert report.ok and report.profile.engine.args == {"mem_fraction_static": 0.8, "tp_size": 1}
+    assert report.respelt == {"mem_fraction_statik": "mem_fraction_static"}
+    (line,) = [w for w in report.warnings if "statik" in w]
+    assert line == ("unknown flag --mem-fraction-statik for sglang 0.5.23; did you mean --mem-fraction-static? "
+                    "respelt as --mem-fraction-static (the one close flag; --save-fixed writes it)")
+    assert report.keyed[line] == "mem_fraction_statik"
+
+
+def test_an_unknown_flag_is_never_dropped_but_refused_naming_the_closest() -> None:
+    """Issue 24: `zzq_totally_unknown: 7` was dropped and the deploy went on. Now it is an error that names it."""
+    report = check_flags(prof({"zzq_totally_unknown": 7, "tp_size": 1}), flagset(), RENAMES)
+    assert report.errors == [
+        "unknown flag --zzq-totally-unknown for sglang 0.5.23 (no flag of it is close); refused: deployer never "
+        "drops a flag that is neither a documented rename nor a documented removal"]
+    assert report.unknown == {"zzq_totally_unknown": report.errors[0]}
+    assert report.keyed[report.errors[0]] == "zzq_totally_unknown"
+    assert report.profile.engine.args == {"zzq_totally_unknown": 7, "tp_size": 1}   # never dropped
+    near = check_flags(prof({"lora_pathz_dir": ["a"]}), flagset(), RENAMES)
+    assert near.errors[0].startswith("unknown flag --lora-pathz-dir for sglang 0.5.23 (did you mean --lora-paths? "
+                                     "it is not close enough to respell); refused")
+
+
+def test_two_close_flags_are_not_guessed_between() -> None:
+    """Only a single close flag is respelt; with several, the flag is refused and the message names them."""
+    fs = FlagSet("sglang", "0.5.23", (Flag(("--max-prefill-tokens",), "max_prefill_tokens"),
+                                      Flag(("--max-prefill-token",), "max_prefill_token")))
+    report = check_flags(prof({"max_prefil_tokens": 1}), fs, RENAMES)
+    assert report.errors == [
+        "unknown flag --max-prefil-tokens for sglang 0.5.23 (closest: --max-prefill-tokens, --max-prefill-token); "
+        "refused: deployer never drops a flag that is neither a documented rename nor a documented removal"]
+    assert report.unknown == {"max_prefil_tokens": report.errors[0]} and not report.respelt
+
+
+def test_a_documented_removal_is_dropped_with_its_source() -> None:
+    from deployer.engines.renames import Rename
+
+    retired = [*RENAMES, Rename(old="enable_beta_spec", new=None, kind="arg", since="0.5.20", removed="0.5.20",
+                                source="PR #1 (test)")]
+    report = check_flags(prof({"enable_beta_spec": True, "tp_size": 1}), flagset(), retired)
+    assert report.ok and report.profile.engine.args == {"tp_size": 1}
+    assert report.warnings == ["dropped --enable-beta-spec: removed in sglang 0.5.20 (PR #1 (test)), a documented "
+                               "removal; the target has 0.5.23"]
+    older = check_flags(prof({"enable_beta_spec": True}), flagset("0.5.13"), retired)
+    assert not older.ok   # not removed yet in 0.5.13 (and this table has no such flag): refused, not dropped
 
 
 def test_choices_and_value_shapes() -> None:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from deployer.diagnose.diagnosis import Diagnosis, diagnose
 from deployer.profile.model import Profile
 from deployer.effective import DRY_RESOLUTION, EngineValues
-from deployer.remedy import Change, known_renames, propose, remedy_spec, resolve
+from deployer.remedy import Change, known_renames, propose, refused_flags, remedy_spec, resolve
 
 CASES = Path(__file__).parent.parent / "cases" / "sglang"
 
@@ -193,22 +193,41 @@ def test_unrecognized_flag_is_renamed_via_table() -> None:
 def test_removals_and_renames_are_explicit_in_diagnose_json() -> None:
     out = case("unrecognized-arguments", engine_version="0.5.23").to_json()["remedy"]
     assert out["args"] == {"mamba_scheduler_strategy": None, "mamba_radix_cache_strategy": "extra_buffer"}
-    out = case("unrecognized-arguments-unknown", engine_version="0.5.23").to_json()["remedy"]
-    assert out["args"] == {"enable_beta_spec": None}
-    assert "dropped --enable-beta-spec: this engine version does not have it" in out["reason"]
     out = case("unrecognized-arguments-typo", engine_version="0.5.23").to_json()["remedy"]
     assert out["args"] == {"mem_fraction_statc": None, "mem_fraction_static": 0.8}
-    assert "did you mean --mem-fraction-static?" in out["reason"]
-    out = case("unrecognized-arguments-several", engine_version="0.5.23").to_json()["remedy"]
-    assert out["args"] == {"mamba_scheduler_strategy": None, "mamba_radix_cache_strategy": "extra_buffer",
-                           "stream_output": None}
+    assert "did you mean --mem-fraction-static? respelt (the one close flag)" in out["reason"]
 
 
-def test_unknown_flag_is_dropped_loudly_and_typo_respelt_for_a_profile() -> None:
-    c = propose(case("unrecognized-arguments-unknown"), profile({"enable_beta_spec": True, "tp_size": 1}), [])
+def test_a_flag_that_is_no_rename_no_removal_and_no_typo_is_never_dropped() -> None:
+    """Issue 24: the remedy used to drop `--enable-beta-spec` ("dropped ...: this engine version does not have it")
+    and `up` went on. Neither `diagnose --json`'s preview nor a heal drops it now, even next to a rename."""
+    assert case("unrecognized-arguments-unknown", engine_version="0.5.23").to_json()["remedy"] is None
+    assert case("unrecognized-arguments-several", engine_version="0.5.23").to_json()["remedy"] is None
+    assert propose(case("unrecognized-arguments-unknown"), profile({"enable_beta_spec": True, "tp_size": 1}),
+                   []) is None
+    d = case("unrecognized-arguments-several", engine_version="0.5.23")
+    assert refused_flags("unrecognized arguments: (.*)$", d.message_text(), "sglang", "0.5.23") == [
+        "unknown flag --stream-output for sglang 0.5.23 (closest: --incremental-streaming-output, "
+        "--return-output-ids); refused: deployer never drops a flag that is neither a documented rename nor a "
+        "documented removal"]
+
+
+def test_a_documented_removal_is_dropped_by_the_heal(monkeypatch: pytest.MonkeyPatch) -> None:
+    from deployer import remedy
+    from deployer.engines.renames import Rename
+
+    table = [Rename(old="enable_beta_spec", new=None, kind="arg", since="0.5.20", removed="0.5.20",
+                    source="PR #1 (test)")]
+    monkeypatch.setattr(remedy, "load_renames", lambda engine: table)
+    c = propose(case("unrecognized-arguments-unknown", engine_version="0.5.23"),
+                profile({"enable_beta_spec": True}), [])
     assert c is not None and c.args == {"enable_beta_spec": None}
-    assert "enable_beta_spec: True -> (removed)" in c.reason and "dropped --enable-beta-spec" in c.reason
-    assert profile({"enable_beta_spec": True}).patched(args=c.args).engine.args == {}
+    assert "dropped --enable-beta-spec: removed in sglang 0.5.20 (PR #1 (test)), a documented removal" in c.reason
+    assert propose(case("unrecognized-arguments-unknown", engine_version="0.5.13"),
+                   profile({"enable_beta_spec": True}), []) is None   # not removed yet there: refused
+
+
+def test_a_typo_is_respelt_for_a_profile() -> None:
     c = propose(case("unrecognized-arguments-typo"), profile({"mem_fraction_statc": 0.75}), [])
     assert c is not None and c.args == {"mem_fraction_statc": None, "mem_fraction_static": 0.75}
 
