@@ -343,15 +343,34 @@ class Daemon:
         self.shm.next_look = 0.0
         self.shm.look(pgid)
         if self.engine_pid is not None:
-            kill_group(pgid, signal.SIGTERM)
-            if not self.wait_group(pgid, grace):
-                kill_group(pgid, signal.SIGKILL)
-                self.wait_group(pgid, KILL_WAIT)
+            self.stop_engine(pgid, grace)
             self.record_end(self.exit_status)
         else:
             self.clear_group(pgid)
         self.clean_shm()
         self.finish("stopped")
+
+    def stop_engine(self, pgid: Any, grace: float) -> None:
+        """SIGTERM to the engine's main process first, as a container runtime does: it stops its own children.
+        Real SGLang 0.5.23 given SIGTERM as a group sees its scheduler die first, takes that for a crash, sleeps
+        5 s for "crash diagnostics" and SIGKILLs itself; its main process alone shuts down cleanly in ~6 s.
+        What is left of the group once the main process ended gets SIGTERM; whatever remains at the end of the
+        grace, SIGKILL."""
+        deadline = time.monotonic() + grace
+        try:
+            os.kill(self.engine_pid, signal.SIGTERM)  # type: ignore[arg-type]
+        except (ProcessLookupError, PermissionError, TypeError):
+            pass
+
+        def leader_gone() -> bool:
+            self.reap()
+            return self.engine_pid is None or self.exit_status is not None
+        if wait_until(leader_gone, grace) and group_alive(pgid):
+            kill_group(pgid, signal.SIGTERM)
+            self.wait_group(pgid, max(deadline - time.monotonic(), 0.0))
+        if not self.wait_group(pgid, 0.0):
+            kill_group(pgid, signal.SIGKILL)
+            self.wait_group(pgid, KILL_WAIT)
 
     def clean_shm(self) -> None:
         removed = self.shm.clean()

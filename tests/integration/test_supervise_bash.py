@@ -199,7 +199,7 @@ def test_sigkilled_engine_is_recorded_as_signal_9(make_run: Callable[..., Path])
     assert (st["exit_code"], st["signal"], st["signal_name"]) == (None, 9, "SIGKILL")
 
 
-def test_stop_sends_sigterm_then_sigkill_to_the_whole_group(make_run: Callable[..., Path]) -> None:
+def test_stop_sends_sigterm_to_the_engine_then_sigkill_to_the_whole_group(make_run: Callable[..., Path]) -> None:
     engine = ("import signal, subprocess, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
               "child = subprocess.Popen(['sleep', '60'])\nopen('child.pid', 'w').write(str(child.pid))\n"
               f"print({READY!r}, flush=True)\n" + SLEEPER)
@@ -343,3 +343,30 @@ def test_what_the_engine_left_in_dev_shm_is_removed_and_nothing_else(make_run: C
     finally:
         for p in Path("/dev/shm").glob(f"{tag}*"):
             p.unlink()
+
+
+def test_stop_asks_the_engines_main_process_first_so_it_shuts_its_children_down_itself(
+        make_run: Callable[..., Path]) -> None:
+    """Like real SGLang: its main process stops its scheduler itself on SIGTERM and exits 0; a SIGTERM that reaches
+    the scheduler first makes the main process take it for a crash (and SIGKILL itself)."""
+    engine = (
+        "import os, signal, subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import signal, time\\n"
+        "signal.signal(signal.SIGTERM, lambda *a: (open(\"child-got-sigterm\", \"w\").close(), exit(1)))\\n"
+        "signal.signal(signal.SIGUSR1, lambda *a: exit(0))\\n"
+        "[time.sleep(0.1) for _ in range(600)]'])\n"
+        "def down(*_):\n"
+        "    child.send_signal(signal.SIGUSR1)\n"
+        "    child.wait()\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, down)\n"
+        "time.sleep(0.5)\n"
+        f"print({READY!r}, flush=True)\n" + SLEEPER)
+    run = make_run(engine, grace_s=10)
+    start(run)
+    wait_for(status_is(run, "ready"), 10, "ready")
+    proc = sup("stop", str(run))
+    assert proc.returncode == 0, proc.stderr
+    st = json.loads(proc.stdout)
+    assert st["status"] == "stopped" and st["exit_code"] == 0 and st["signal_name"] is None, st
+    assert not (run / "child-got-sigterm").exists()
