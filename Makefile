@@ -7,11 +7,15 @@ PY     := $(VENV)/bin/python
 SGLANG_VENV ?= $(HOME)/.cache/deployer/sglang-venv
 VLLM_VENV ?= $(HOME)/.cache/deployer/vllm-venv
 SMG_VENV ?= $(HOME)/.cache/deployer/smg-venv
+# The real-engine tier: real vLLM (CPU build) and real SGLang (CPU engine) serving a tiny model made here.
+REAL_VLLM_VENV ?= $(HOME)/.cache/deployer/real-vllm-venv
+REAL_SGLANG_VENV ?= $(HOME)/.cache/deployer/real-sglang-venv
+TINY_MODEL ?= $(HOME)/.cache/deployer/tiny-llama
 # The seed era: the release the shipped qwen36-mtp profile was written for (--mamba-scheduler-strategy).
 SGLANG_SEED_VERSION ?= 0.5.10
 SGLANG_SEED_VENV ?= $(HOME)/.cache/deployer/sglang-venv-$(SGLANG_SEED_VERSION)
 
-.PHONY: install provision walkthrough test lint-imports test-unit test-integration test-sglang-real sglang-venv sglang-seed-venv smg-venv test-vllm-real vllm-venv typecheck demo bench clean
+.PHONY: install provision walkthrough test lint-imports test-unit test-integration test-sglang-real sglang-venv sglang-seed-venv smg-venv test-vllm-real vllm-venv real-engines test-real-engines typecheck demo bench clean
 
 install: $(VENV)/.installed
 
@@ -28,7 +32,7 @@ provision:
 test: provision install smg-venv
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports --no-logo
-	SMG_VENV=$(SMG_VENV) $(PY) -m pytest -q -p no:cacheprovider -m "not sglang_real and not vllm_real" tests
+	SMG_VENV=$(SMG_VENV) $(PY) -m pytest -q -p no:cacheprovider -m "not sglang_real and not vllm_real and not real_engines" tests
 
 test-unit: install
 	$(PY) -m pytest -q tests/unit
@@ -58,6 +62,17 @@ vllm-venv:
 
 test-vllm-real: provision install vllm-venv
 	VLLM_VENV=$(VLLM_VENV) $(PY) -m pytest -q -p no:cacheprovider -m vllm_real tests/vllm_real
+
+# Real engines serving a tiny local model (~4 min cold: two venvs and the model; cached under ~/.cache/deployer).
+real-engines:
+	bash scripts/build-real-vllm-venv.sh $(REAL_VLLM_VENV)
+	bash scripts/build-real-sglang-venv.sh $(REAL_SGLANG_VENV)
+	$(REAL_VLLM_VENV)/bin/python scripts/make-tiny-model.py $(TINY_MODEL)
+
+# deployer deploys them over the real sshd test host, end to end (one engine at a time; ~3 GB each).
+test-real-engines: provision install smg-venv real-engines
+	SMG_VENV=$(SMG_VENV) REAL_VLLM_VENV=$(REAL_VLLM_VENV) REAL_SGLANG_VENV=$(REAL_SGLANG_VENV) TINY_MODEL=$(TINY_MODEL) \
+	  $(PY) -m pytest -q -p no:cacheprovider --timeout 900 -m real_engines tests/real_engines
 
 # A throwaway sshd on 127.0.0.1 and the stand-in engine (no GPU): the whole flow, including a failure that heals.
 demo: provision install

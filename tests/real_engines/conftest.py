@@ -44,49 +44,49 @@ def _missing() -> str | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    missing = _missing()
     for item in items:
-        if HERE not in Path(str(item.fspath)).resolve().parents:
-            continue
-        item.add_marker(pytest.mark.real_engines)
-        if missing is None:
-            continue
+        if HERE in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.real_engines)
+
+
+@pytest.fixture(autouse=True)
+def real_engines_present() -> None:
+    """Skip saying what to build when the venvs or the model are missing; under CI=true, fail instead."""
+    missing = _missing()
+    if missing is not None:
         if os.environ.get("CI") == "true":
-            item.add_marker(pytest.mark.xfail(reason=missing, run=False, strict=True))
-            item.fixturenames.insert(0, "_ci_requires_real_engines")
-        else:
-            item.add_marker(pytest.mark.skip(reason=missing))
+            pytest.fail(missing)
+        pytest.skip(missing)
 
 
-@pytest.fixture()
-def _ci_requires_real_engines() -> None:
-    pytest.fail(_missing() or "")
-
-
-def engine_pids() -> list[int]:
-    """Processes of this tier's engines (by the venv path in their command line, or vLLM's retitled ones:
-    setproctitle blanks their environ, never their cmdline's venv... except VLLM::Worker, matched by title)."""
+def engine_pids(under: Path) -> list[int]:
+    """Processes of this tier's engines: by the venv path in their command line, or by the titles vLLM and SGLang
+    give their processes with setproctitle (which also blanks their environ), whose working directory is under
+    `under` (a run dir of this test session: the supervisor starts the engine there)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = Path(os.readlink(entry / "cwd"))
         except OSError:
             continue
-        if str(VLLM_VENV) in cmd or str(SGLANG_VENV) in cmd or cmd.startswith(("VLLM::", "sglang::")):
+        ours = str(VLLM_VENV) in cmd or str(SGLANG_VENV) in cmd or cmd.startswith(("VLLM::", "sglang::"))
+        if ours and (cwd == under or under in cwd.parents):
             pids.append(int(entry.name))
     return pids
 
 
 @pytest.fixture(autouse=True)
-def no_engine_left() -> Iterator[None]:
-    """After each test: no engine of this tier runs (a leak is killed and fails the test)."""
+def no_engine_left(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """After each test: no engine this test session started still runs (a leak is killed and fails the test)."""
     yield
+    root = tmp_path_factory.getbasetemp().resolve()
     deadline = time.monotonic() + 15
-    while engine_pids() and time.monotonic() < deadline:
+    while engine_pids(root) and time.monotonic() < deadline:
         time.sleep(0.5)
-    left = engine_pids()
+    left = engine_pids(root)
     for pid in left:
         try:
             os.kill(pid, signal.SIGKILL)
