@@ -14,6 +14,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import shlex
 import socket
 import threading
 import time
@@ -21,18 +22,25 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
-from deployer.errors import Locked, LockLost, NotFound, ProfileError, RemoteError
+from deployer.errors import Locked, LockLost, NotFound, ProfileError, RemoteError, TargetError
 from deployer.push import Layout
 from deployer.remote.base import HttpReply, Remote, Result, Session
 from deployer.remote.conversation import Conversation, SupervisorHost
-from deployer.start import supervisor
+from deployer.remote.program import SUPERVISOR_PYTHON, bootstrap, supervisor_source
 
 LEASE_S = 30.0  # env DEPLOYER_LOCK_LEASE_S; a vanished client blocks others at most this long
 LEASE_ENV = "DEPLOYER_LOCK_LEASE_S"
 FIRST_LINE_S = 20.0
 Notify = Callable[[str], None]
+
+
+@lru_cache(maxsize=1)
+def lease_program() -> bytes:
+    """The lease program as this deployer ships it (supervise_base + supervise_lease): sent, never run from disk."""
+    return bootstrap([(name, supervisor_source(name)) for name in ("supervise_base", "supervise_lease")])
 
 
 def lease_seconds() -> float:
@@ -112,7 +120,8 @@ def lease_of(remote: Remote, layout: Layout, raw: bytes | str | None) -> dict[st
         return None
     if not isinstance(data, dict) or not (data.get("token") or data.get("who")):
         return None
-    shown = remote.run(supervisor(layout.lease_program, layout.lock, "--show"), timeout=20, check=False)
+    shown = remote.run(" ".join([SUPERVISOR_PYTHON, "-", shlex.quote(layout.lock), "--show"]), timeout=20,
+                       check=False, stdin=lease_program())
     word, _, payload = shown.stdout.strip().partition(" ")
     try:
         lease = json.loads(payload) if word == "LEASE" else None
@@ -176,7 +185,9 @@ class DeploymentLock:
             session: Session = self.remote.lease(self.layout.lock, self.holder, self.token, self.lease_s, mode,
                                                  from_holder)
         else:
-            session = self.remote.spawn(supervisor(self.layout.lease_program, self.layout.lock, *args))
+            # deployer's own copy in the exec line (stdin carries the heartbeats): nothing on the target's disk runs
+            session = self.remote.spawn(" ".join([SUPERVISOR_PYTHON, "-c", shlex.quote(lease_program().decode()),
+                                                  *(shlex.quote(w) for w in (self.layout.lock, *args))]))
         try:
             line = session.readline(timeout=FIRST_LINE_S) or ""
         except RemoteError:
@@ -189,6 +200,9 @@ class DeploymentLock:
             data = {}
         if word != "LOCKED":
             session.close()
+            if word == "UNSAFE":
+                raise TargetError(f"unsafe deployment dir on {self.remote.label}: {data.get('error')}; the lock was "
+                                  f"not taken", hint="use a target.workdir that only the deploying user can write")
             if word not in ("BUSY", "LOST"):
                 raise RemoteError(f"could not take the deployment lock: {line or 'no answer'}", host=self.remote.label)
         return word, data if isinstance(data, dict) else {}, session
@@ -266,6 +280,9 @@ class DeploymentLock:
             except RemoteError:
                 self._stop.wait(min(self.heartbeat_s, max(0.0, self._valid_until - time.monotonic())))
                 continue
+            except TargetError as e:  # the deployment dir became unsafe: the lease is not re-taken there
+                self._lost = e.message
+                return False
             if word != "LOCKED":
                 self._lose_to(f"LOST {json.dumps(data)}")
                 return False

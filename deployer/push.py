@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 from deployer.engines import engine_for
 from deployer.errors import CommandFailed, DeployError, TargetError
 from deployer.remote.base import Remote
-from deployer.remote.program import helper_bundle
+from deployer.remote.conversation import Conversation, HelperRefused
+from deployer.remote.program import SUPERVISOR_PYTHON, bootstrap, helper_bundle, supervisor_source
 from deployer.secrets import mask_data
 
 if TYPE_CHECKING:  # annotations only: the on-call commands read layouts without loading the profile model
@@ -143,12 +144,36 @@ def layout_for(remote: Remote, profile: Profile) -> Layout:
 
 def prepare(remote: Remote, layout: Layout) -> None:
     """Create the deployment dir and install the supervisor there (needed for the lock before any run)."""
-    try:
-        remote.run(f"mkdir -p -m 0700 {shlex.quote(layout.runs)}", timeout=20)
-    except CommandFailed as exc:
-        raise TargetError(f"cannot create {layout.runs} on {remote.label}: {' '.join(exc.tail) or 'failed'}",
-                          hint="check target.workdir and its permissions") from None
+    make_owned_dirs(remote, layout.runs, layout.root)
     _sync_supervisor(remote, layout.root)
+
+
+def make_owned_dirs(remote: Remote, path: str, owned_from: str) -> None:
+    """`mkdir -p` on the target that refuses (TargetError, one line, nothing written) a directory chain another
+    user controls: at or below `owned_from` ours alone, above it ours or root's and shared only with the sticky
+    bit (supervise_base.make_dirs, run by the helper or sent over stdin)."""
+    hint = "use a target.workdir that only the deploying user can write"
+    if isinstance(remote, Conversation):
+        try:
+            remote.call("mkdirs", {"path": path, "owned_from": owned_from}, 30.0, f"creating {path}")
+            return
+        except HelperRefused as e:
+            if e.kind == "unsafe":
+                raise TargetError(f"unsafe workdir on {remote.label}: {e.said}; nothing was written",
+                                  hint=hint) from None
+            raise TargetError(f"{e.said} on {remote.label}", hint="check target.workdir and its permissions") \
+                from None
+    program = bootstrap([("supervise_base", supervisor_source("supervise_base")),
+                         ("deployer_dirs", "from supervise_base import dirs_main as main\n")])
+    result = remote.run(" ".join([SUPERVISOR_PYTHON, "-", "mkdirs", shlex.quote(path), shlex.quote(owned_from)]),
+                        timeout=20, check=False, stdin=program)
+    if result.ok:
+        return
+    said = (result.stderr.strip().splitlines() or [f"exit {result.exit_code}"])[-1]
+    if said.startswith("unsafe: "):
+        raise TargetError(f"unsafe workdir on {remote.label}: {said[len('unsafe: '):]}; nothing was written",
+                          hint=hint)
+    raise TargetError(f"cannot create {path} on {remote.label}: {said}", hint="check target.workdir and its permissions")
 
 
 def new_run_id(bundle: Bundle, attempt: int) -> str:

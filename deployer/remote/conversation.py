@@ -47,28 +47,37 @@ HELPERS_KEPT = 5         # helper versions kept on a target (the newest stored; 
 IN_HELPER = ("status", "ports", "listener")   # supervisor commands the helper answers itself
 
 # Runs on the target under `python3 -B -c`: the cached helper if it is intact, else ask for the program, read it
-# from stdin, check it, cache it (atomically; a home that cannot be written runs it from memory; the oldest versions
-# beyond HELPERS_KEPT go) and run it with its modules' compiled code, kept beside it per Python version (a missing or
-# unreadable table is compiled again and saved). It records the interpreter it runs under (program.SUPERVISOR_PYTHON).
+# from stdin, check it, cache it (atomically; a home that cannot be written, or that is not ours alone, runs it from
+# memory; the oldest versions beyond HELPERS_KEPT go) and run it with its modules' compiled code, kept beside it per
+# Python version and loaded only when its keyed hash (HMAC-SHA256 under a 0600 key of the cache's own) is right: a
+# missing, unreadable or tampered table is compiled again and saved. Files are written new (O_EXCL, 0600: never
+# through a symlink) and read only when they are the user's own and private (never through a symlink). It records
+# the interpreter it runs under (program.SUPERVISOR_PYTHON).
 # One-space indents: it travels in the exec line (argv), which stays short.
-_LOADER = """import glob, hashlib, marshal, os, sys, types
+_LOADER = """import glob, hashlib, hmac, marshal, os, sys, types
 path, digest, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
 home = os.path.dirname(path)
-def put(where, data, sync=False):
+try:
+ os.makedirs(home, 0o700, exist_ok=True)
+ s = os.stat(home)
+ ok = s.st_uid == os.geteuid() and not s.st_mode & 18
+except OSError:
+ ok = False
+def put(at, data, sync=0):
+ t = at + ".%%d.tmp" %% os.getpid()
  try:
-  os.makedirs(home, 0o700, exist_ok=True)
-  tmp = where + ".%%d.tmp" %% os.getpid()
-  with open(tmp, "wb") as f:
+  with open(os.open(t, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
    f.write(data)
    sync and (f.flush() or os.fsync(f.fileno()))
-  os.replace(tmp, where)
+  os.replace(t, at)
   return True
  except OSError:
   return False
-def read(where, limit=-1):
+def read(at, n=-1):
  try:
-  with open(where, "rb") as f:
-   return f.read(limit)
+  with open(os.open(at, os.O_NOFOLLOW | os.O_NONBLOCK), "rb") as f:
+   s = os.fstat(f.fileno())
+   return b"" if s.st_uid != os.geteuid() or s.st_mode & 63 else f.read(n)
  except OSError:
   return b""
 src = read(path, size + 1)
@@ -84,7 +93,7 @@ if hashlib.sha256(src).hexdigest() != digest:
  if hashlib.sha256(src).hexdigest() != digest:
   sys.stderr.write("deployer helper: the program arrived damaged (%%d of %%d bytes)\\n" %% (len(src), size))
   sys.exit(3)
- if put(path, src, True):
+ if ok and put(path, src, True):
   try:
    for old in sorted(glob.glob(home + "/helper-*.py"), key=os.path.getmtime)[:-%d]:
     for gone in [old] + glob.glob(old[:-3] + ".*.code"):
@@ -92,11 +101,17 @@ if hashlib.sha256(src).hexdigest() != digest:
   except OSError:
    pass
 me = (sys.executable or "").encode()
-if me.startswith(b"/") and read(home + "/python").strip() != me:
+if ok and me.startswith(b"/") and read(home + "/python").strip() != me:
  put(home + "/python", me + b"\\n")
-cpath = path[:-3] + "." + str(sys.implementation.cache_tag) + ".code"
+key = read(home + "/code.key", 33)
+if len(key) != 32:
+ key = os.urandom(32)
+ ok = ok and put(home + "/code.key", key)
+cp = path[:-3] + "." + str(sys.implementation.cache_tag) + ".code"
+mac = lambda d: hmac.new(key, d, "sha256").digest()
+t = read(cp)
 try:
- codes = marshal.loads(read(cpath))
+ codes = marshal.loads(t[32:]) if ok and hmac.compare_digest(t[:32], mac(t[32:])) else {}
  codes = codes if all(isinstance(c, types.CodeType) for c in codes.values()) else {}
 except Exception:
  codes = {}
@@ -109,7 +124,7 @@ if ahead:
  sys.stdin = types.SimpleNamespace(buffer=Ahead(sys.stdin.buffer))
 sys.argv = [path, "serve", digest]
 exec(compile(src, path, "exec"), {"__name__": "__main__", "CODES": codes,
-     "SAVE_CODES": lambda table: put(cpath, marshal.dumps(table))})
+     "SAVE_CODES": lambda c, m=marshal.dumps: ok and put(cp, mac(m(c)) + m(c))})
 """ % (SEND_MARKER, PROGRAM_MARKER, HELPERS_KEPT)
 
 

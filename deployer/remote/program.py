@@ -18,11 +18,14 @@ TARGET_CACHE = '"${XDG_CACHE_HOME:-$HOME/.cache}/deployer"'
 # The target's python3 (stdlib only, >= 3.8); images that ship only `python` work too. -B: no bytecode written.
 # The interpreter the helper last ran under is recorded (TARGET_CACHE/python, by the helper's loader) and used while
 # it exists: `python3` on PATH is often a pyenv shim, a bash script that costs ~50 ms per start, every command.
-SUPERVISOR_PYTHON = ('"$({ read -r p < ' + TARGET_CACHE + '/python && [ -x "$p" ] && echo "$p"; } 2>/dev/null'
+# The record is believed only when it is the user's own file (-O): nobody else chooses the interpreter.
+SUPERVISOR_PYTHON = ('"$({ [ -O ' + TARGET_CACHE + '/python ] && read -r p < ' + TARGET_CACHE + '/python && '
+                     '[ -x "$p" ] && echo "$p"; } 2>/dev/null'
                      ' || command -v python3 || command -v python || echo python3)" -B')
 
 # CODES (a dict of name -> code object) and SAVE_CODES are given by the helper's loader (remote/conversation.py),
-# which keeps the compiled modules beside the cached helper: compiling them costs ~20 ms of every start.
+# which keeps the compiled modules beside the cached helper (compiling them costs ~20 ms of every start), loaded only
+# when their keyed hash checks out.
 _BOOTSTRAP = """import sys, types
 CODES = globals().get("CODES") or {}
 FRESH = {}

@@ -1,16 +1,23 @@
 """Shared parts of the target-side supervisor: constants, the env file, supervise.json, state.json, liveness
-of processes and groups, and the incremental log scanner. Stdlib only, Python >= 3.8 (runs on the target).
+of processes and groups, the incremental log scanner, and the safety rules for what deployer creates on the
+target (directories no other user controls, files opened without following symlinks). Stdlib only, Python >= 3.8
+(runs on the target).
 """
 
 from __future__ import annotations
 
+import errno
+import grp
 import json
 import os
+import pwd
 import re
 import shlex
 import signal
+import stat
+import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, List
 
 
 STATE, STOP_REQUEST, RUN_LOCK = "state.json", "stop-request.json", "supervise.lock"
@@ -24,7 +31,7 @@ TICK, SCAN_EVERY, START_TIMEOUT, KILL_WAIT = 0.05, 0.5, 10.0, 5.0
 # Until the ready line is seen the log is scanned more often: `up` calls the engine ready when /health answers,
 # and a `deploy status` right after it should read "ready" too, not "running" for up to SCAN_EVERY.
 SCAN_BEFORE_READY = 0.1
-EXIT_FAILED, EXIT_BAD_INPUT, EXIT_BUSY = 1, 2, 75
+EXIT_FAILED, EXIT_BAD_INPUT, EXIT_BUSY, EXIT_UNSAFE = 1, 2, 75, 77
 DEFAULTS: dict[str, Any] = {"launch": "launch.sh", "env_file": "env", "log": "engine.log", "grace_s": 30,
                             "ready_pattern": "The server is fired up and ready to roll!"}
 DEFAULT_RESTART: dict[str, Any] = {"policy": "no", "max": 5, "backoff_s": [10, 300], "window_s": 600}
@@ -142,10 +149,16 @@ def decode_wait_status(status: int) -> tuple[int | None, int | None]:
 
 
 def write_json(path: str, data: dict[str, Any]) -> None:
-    """Atomic write: temp file, fsync, rename. On failure (a full disk) the temp file goes and `path` is as it was."""
+    """Atomic write: temp file, fsync, rename. On failure (a full disk) the temp file goes and `path` is as it was.
+    The temp file is new (O_EXCL) and never a symlink's target; the rename replaces a link, never follows it."""
     tmp = f"{path}.tmp.{os.getpid()}"
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
+        try:
+            os.unlink(tmp)  # a stale one of a dead process with our pid
+        except FileNotFoundError:
+            pass
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with open(fd, "w", encoding="utf-8") as f:
             json.dump(data, f, sort_keys=True)
             f.write("\n")
             f.flush()
@@ -295,3 +308,153 @@ class LogScanner:
     def found(self) -> bool:
         self.scan()
         return self.ready
+
+
+# -- what deployer creates on the target: nothing another user controls --------------------------------------------
+
+class UnsafePath(SuperviseError):
+    """A directory or file deployer would use that another user controls (or a symlink where a file must be):
+    refused before anything is written there; the message is one line naming the path and why."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_UNSAFE)
+
+
+
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _private_group(gid: int) -> bool:
+    """Group write is harmless when the group is the user's own (named after it, nobody else in it)."""
+    try:
+        me, group = pwd.getpwuid(os.geteuid()).pw_name, grp.getgrgid(gid)
+    except KeyError:
+        return False
+    return gid == os.getegid() and group.gr_name == me and set(group.gr_mem) <= {me}
+
+
+def _others_write(st: os.stat_result) -> str | None:
+    """Who besides the owner can write a directory: 'everyone', 'group NAME', or None."""
+    if st.st_mode & stat.S_IWOTH:
+        return "everyone"
+    if st.st_mode & stat.S_IWGRP and not _private_group(st.st_gid):
+        try:
+            name = grp.getgrgid(st.st_gid).gr_name
+        except KeyError:
+            name = str(st.st_gid)
+        return f"group {name}"
+    return None
+
+
+def dir_problem(path: str, st: os.stat_result, own: bool) -> str | None:
+    """Why `path` (stat `st`) is unsafe for deployer, or None. `own`: a directory deployer keeps its files in (the
+    deployment dir and below: ours, writable by nobody else); else an ancestor (ours or root's, and writable by
+    others only with the sticky bit, as /tmp is)."""
+    me = os.geteuid()
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a directory"
+    if st.st_uid != me and (own or st.st_uid != 0):
+        return f"{path} is owned by {_user(st.st_uid)}, not {_user(me)}: another user controls it"
+    others = _others_write(st)
+    if others and own:
+        return f"{path} is writable by {others}: another user could plant files in it"
+    if others and not st.st_mode & stat.S_ISVTX:
+        return f"{path} is writable by {others} without the sticky bit: another user could replace what is in it"
+    return None
+
+
+def _prefixes(path: str) -> List[str]:
+    parts = [p for p in path.split("/") if p]
+    return ["/"] + ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def _within(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def check_dirs(path: str, owned_from: str) -> int:
+    """Refuse (UnsafePath) a directory chain another user controls: every existing directory from / to `path`,
+    as written and as resolved through symlinks; those at or below `owned_from` must be ours alone. Returns how
+    many leading components exist (the rest are to be created)."""
+    path, owned_from = os.path.abspath(path), os.path.abspath(owned_from)
+    lexical = _prefixes(path)
+    exists = 0
+    for p in lexical:
+        try:
+            st = os.stat(p)
+        except FileNotFoundError:
+            break
+        except OSError as e:
+            raise UnsafePath(f"cannot inspect {p}: {e.strerror}") from None
+        problem = dir_problem(p, st, _within(p, owned_from))
+        if problem:
+            raise UnsafePath(problem)
+        exists += 1
+    if exists:
+        for p in _prefixes(os.path.realpath(lexical[exists - 1]))[:-1]:  # where symlinks on the way lead
+            try:
+                st = os.stat(p)
+            except OSError as e:
+                raise UnsafePath(f"cannot inspect {p}: {e.strerror}") from None
+            problem = dir_problem(p, st, False)
+            if problem:
+                raise UnsafePath(problem)
+    return exists
+
+
+def make_dirs(path: str, owned_from: str, mode: int = 0o700) -> None:
+    """`mkdir -p` that refuses a chain another user controls (check_dirs), before and after creating the missing
+    directories (each new one `mode`, ours). OSError when one cannot be created."""
+    path = os.path.abspath(path)
+    exists = check_dirs(path, owned_from)
+    for p in _prefixes(path)[exists:]:
+        try:
+            os.mkdir(p, mode)
+        except FileExistsError:
+            pass  # made just now by a concurrent deployer of ours: checked below like the rest
+    if exists < len(_prefixes(path)):
+        check_dirs(path, owned_from)
+
+
+def open_file(path: str, flags: int, mode: int = 0o644, what: str = "file") -> int:
+    """os.open that never follows a symlink at `path` and refuses anything but a regular file of ours."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, mode)  # NONBLOCK: a planted FIFO never hangs us
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UnsafePath(f"the {what} {path} is a symbolic link: refused (deployer never writes through one)") \
+                from None
+        raise
+    st = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(st.st_mode):
+        problem = f"the {what} {path} is not a regular file: refused"
+    elif st.st_uid != os.geteuid():
+        problem = f"the {what} {path} is owned by {_user(st.st_uid)}, not {_user(os.geteuid())}: refused"
+    if problem:
+        os.close(fd)
+        raise UnsafePath(problem)
+    if not flags & os.O_NONBLOCK:
+        os.set_blocking(fd, True)
+    return fd
+
+
+def dirs_main(argv: List[str]) -> int:
+    """`mkdirs PATH OWNED_FROM`: make_dirs, as a program (sent over stdin, `python3 -B -`): exit 0, or one line
+    on stderr and EXIT_UNSAFE / EXIT_FAILED."""
+    if len(argv) != 3 or argv[0] != "mkdirs":
+        print("usage: mkdirs PATH OWNED_FROM", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        make_dirs(argv[1], argv[2])
+    except SuperviseError as e:
+        print(f"unsafe: {e}", file=sys.stderr)
+        return e.code
+    except OSError as e:
+        print(f"cannot create {e.filename or argv[1]}: {e.strerror}", file=sys.stderr)
+        return EXIT_FAILED
+    return 0

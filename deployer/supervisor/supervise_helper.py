@@ -21,6 +21,8 @@ come out of order and carry the request's id.
 - `install {files: [{path, mode, sha256, data_b64}]}`: write each file to a 0600 temp name beside it, fsync, check
   its sha256 as read back, then chmod and rename each into place (none placed if any cannot be written);
   `{digests}`. A run dir's files travel in this one request instead of ~5 SFTP round trips each.
+- `mkdirs {path, owned_from}`: create the missing directories of `path` (0700), refused (kind `unsafe`, one line)
+  when another user owns or can write one at or below `owned_from`, or one above it without the sticky bit.
 - `read {path, offset, limit}`: at most `limit` bytes from `offset`, as `{data_b64}`; `size {path}`: `{size}`
   (null for no such file). A missing file is an error of kind `notfound`. One round trip each, where SFTP needs
   a session (its own login shell) and an open/stat/read/close per read.
@@ -29,7 +31,7 @@ come out of order and carry the request's id.
   `unreachable`. One round trip, where a direct-tcpip channel costs two (open, then the request).
 - `verify {paths}`: fsync and sha256 each uploaded file; `{digests}` (null for a file that cannot be read).
 - `lease_take {path, holder, token, lease_s, mode, from?}`: the deployment lock's lease (supervise_lease.py's
-  rules, events and file format); `{word: LOCKED|BUSY|LOST, data}`. The helper keeps the lease file open.
+  rules, events and file format); `{word: LOCKED|BUSY|LOST|UNSAFE, data}`. The helper keeps the lease file open.
 - `lease_beat {token, release}`: renew (or release) it; `{word: OK|LOST|RELEASED, data}`.
 
 EOF on stdin ends the conversation: the helper exits at once without releasing a lease it holds (as the lease
@@ -53,12 +55,12 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Callable
 
 if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     from deployer.supervisor.supervise import dispatch
-    from deployer.supervisor.supervise_base import SuperviseError
+    from deployer.supervisor.supervise_base import SuperviseError, UnsafePath, make_dirs
     from deployer.supervisor.supervise_lease import LeaseError, Refused, acquire, update
     from deployer.supervisor.supervise_snapshot import snapshot as take_snapshot
 else:  # run on the target from the helper bundle, where the modules are loaded by their bare names
     from supervise import dispatch  # type: ignore[no-redef]
-    from supervise_base import SuperviseError  # type: ignore[no-redef]
+    from supervise_base import SuperviseError, UnsafePath, make_dirs  # type: ignore[no-redef]
     from supervise_lease import LeaseError, Refused, acquire, update  # type: ignore[no-redef]
     from supervise_snapshot import snapshot as take_snapshot  # type: ignore[no-redef]
 
@@ -87,7 +89,7 @@ class Helper:
         self.ops: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "run": self.run, "verify": self.verify, "lease_take": self.lease_take, "lease_beat": self.lease_beat,
             "supervise": self.supervise, "snapshot": self.snapshot, "install": self.install,
-            "read": self.read, "size": self.size, "http": self.http,
+            "read": self.read, "size": self.size, "http": self.http, "mkdirs": self.mkdirs,
         }
 
     def say(self, data: dict[str, Any]) -> None:
@@ -197,6 +199,16 @@ class Helper:
                     os.unlink(tmp)
         return {"digests": [digest for _, _, digest, _ in files]}
 
+    def mkdirs(self, req: dict[str, Any]) -> dict[str, Any]:
+        """`mkdir -p` of a deployment's directories that refuses a chain another user controls (kind `unsafe`)."""
+        try:
+            make_dirs(str(req["path"]), str(req["owned_from"]))
+        except UnsafePath as e:
+            raise RequestError(str(e), "unsafe") from None
+        except OSError as e:
+            raise RequestError(f"cannot create {e.filename or req['path']}: {e.strerror or e}", "os") from None
+        return {}
+
     def read(self, req: dict[str, Any]) -> dict[str, Any]:
         path, offset, limit = str(req["path"]), int(req.get("offset") or 0), int(req["limit"])
         try:
@@ -246,7 +258,7 @@ class Helper:
             fd, info = acquire(str(req["path"]), holder, token, lease_s, str(req.get("mode") or "take"),
                                str(req.get("from") or ""))
         except Refused as r:
-            return {"word": "BUSY" if r.verdict == "busy" else "LOST", "data": r.lease}
+            return {"word": r.verdict.upper(), "data": r.lease}
         with self._lease_lock:
             old = self._leases.pop(token, None)
             self._leases[token] = (fd, lease_s)

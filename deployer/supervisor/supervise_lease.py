@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """The deployment lock on the TARGET: a lease with an owner, renewed by heartbeats, that expires.
 
-Stdlib only, Python >= 3.8; pushed beside supervise.py and run as `python3 supervise_lease.py`:
+Stdlib only, Python >= 3.8; deployer sends its own copy (with supervise_base) over stdin, `python3 -B - ARGS`, or
+its helper runs it in process (a copy kept beside supervise.py serves older deployers):
   LOCK_PATH --holder JSON --token T --lease S [--mode take|retake|break|replace] [--from HOLDER]
   LOCK_PATH --show
 
 The lease lives in LOCK_PATH as JSON (owner, pid, host_id, command, since, token, renewed_at, expires_at), read and
 written in place under a short flock, judged on the target's clock only (no clock skew between client and target).
-The first output line is `LOCKED {info}`, `BUSY {lease}` (exit 75) or `LOST {lease}` (exit 76: a retake found the
-lease no longer ours). Then, while holding, each stdin line `HB` renews the lease (`OK <seconds left>`, or `LOST`
+The first output line is `LOCKED {info}`, `BUSY {lease}` (exit 75), `LOST {lease}` (exit 76: a retake found the
+lease no longer ours) or `UNSAFE {"error": ...}` (exit 77: the deployment dir is not ours alone, or another user
+controls a directory above it, or the lock is a symlink or another user's file; nothing was written). Then, while holding, each stdin line `HB` renews the lease (`OK <seconds left>`, or `LOST`
 and exit 76 when someone broke or took it over) and `RELEASE` frees it (`RELEASED`). EOF without RELEASE (the
 connection dropped, or the client died) leaves the lease to expire, so a reconnecting client can re-take it with
 its token and nobody else can act in between. A holder that hears nothing for two leases exits (a late heartbeat
@@ -20,6 +22,7 @@ lock history; `deploy history` shows it). `--show` prints the lease with "held" 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -27,7 +30,12 @@ import os
 import select
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING or __package__:  # imported as part of the deployer package
+    from deployer.supervisor.supervise_base import EXIT_UNSAFE, UnsafePath, make_dirs, open_file
+else:  # sent over stdin with supervise_base (deployer's own copy), or run beside it by an older deployer
+    from supervise_base import EXIT_UNSAFE, UnsafePath, make_dirs, open_file  # type: ignore[no-redef]
 
 EXIT_BUSY, EXIT_LOST, EXIT_BAD_INPUT, EXIT_FAILED = 75, 76, 2, 1
 MODES = ("take", "retake", "break", "replace")
@@ -98,19 +106,25 @@ def record_event(path: str, event: dict[str, Any]) -> None:
     """Append to the lock history; best effort (a full disk must not block a takeover), bounded in size."""
     events = path + EVENTS_SUFFIX
     try:
-        if os.path.exists(events) and os.path.getsize(events) > EVENTS_MAX:
-            with open(events, "rb") as f:
-                f.seek(-EVENTS_MAX // 2, os.SEEK_END)
-                keep = f.read().split(b"\n", 1)[-1]
-            with open(events + ".tmp", "wb") as f:
-                f.write(keep)
-            os.replace(events + ".tmp", events)
-        fd = os.open(events, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = open_file(events, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644, "lock history")
         try:
+            if os.fstat(fd).st_size > EVENTS_MAX:
+                keep = os.pread(fd, EVENTS_MAX // 2, os.fstat(fd).st_size - EVENTS_MAX // 2).split(b"\n", 1)[-1]
+                tmp = f"{events}.{os.getpid()}.tmp"
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+                try:
+                    os.write(out, keep)
+                finally:
+                    os.close(out)
+                os.replace(tmp, events)
+                os.close(fd)
+                fd = open_file(events, os.O_RDWR | os.O_APPEND, 0o644, "lock history")
             os.write(fd, json.dumps(event, sort_keys=True).encode() + b"\n")
         finally:
             os.close(fd)
-    except OSError:
+    except (OSError, UnsafePath):
         pass
 
 
@@ -138,9 +152,12 @@ def _decide(lease: dict[str, Any], token: str, mode: str, from_token: str, now: 
 def acquire(path: str, holder: dict[str, Any], token: str, lease_s: float, mode: str,
             from_token: str = "") -> tuple[int, dict[str, Any]]:
     """Take the lease; returns (fd, info for the LOCKED line). BUSY/LOST are LeaseErrors carrying the lease."""
+    folder = os.path.dirname(os.path.abspath(path))
     try:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        make_dirs(folder, folder)  # the deployment dir is ours alone, and no other user controls one above it
+        fd = open_file(path, os.O_RDWR | os.O_CREAT, 0o644, "lock")
+    except UnsafePath as e:
+        raise Refused("unsafe", {"error": str(e)}) from None
     except OSError as e:
         raise LeaseError(f"cannot open lock {path}: {e.strerror}") from None
     try:
@@ -174,8 +191,10 @@ def acquire(path: str, holder: dict[str, Any], token: str, lease_s: float, mode:
 
 
 class Refused(LeaseError):
+    """The lease was not taken: verdict busy (held by another), lost (a retake found it gone) or unsafe."""
+
     def __init__(self, verdict: str, lease: dict[str, Any]) -> None:
-        super().__init__(verdict, EXIT_BUSY if verdict == "busy" else EXIT_LOST)
+        super().__init__(verdict, {"busy": EXIT_BUSY, "unsafe": EXIT_UNSAFE}.get(verdict, EXIT_LOST))
         self.verdict = verdict
         self.lease = lease
 
@@ -229,7 +248,9 @@ def hold(fd: int, token: str, lease_s: float) -> int:
 
 def show(path: str) -> int:
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = open_file(path, os.O_RDONLY, 0, "lock")
+    except UnsafePath as e:
+        raise LeaseError(str(e)) from None
     except OSError as e:
         if e.errno == errno.ENOENT:
             _say("LEASE", {"held": False})
@@ -273,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             fd, info = acquire(path, holder, token, lease_s, mode, opts.get("from", ""))
         except Refused as r:
-            _say("BUSY" if r.verdict == "busy" else "LOST", r.lease)
+            _say(r.verdict.upper(), r.lease)
             return r.code
         _say("LOCKED", info)
         try:

@@ -1,23 +1,43 @@
 """The supervisor's view of the engine port on the target: the host-wide port claim, who listens on a port,
 and whether that listener belongs to a given process group. Stdlib only, Python >= 3.8 (runs on the target).
 
-The claim is a flock on CLAIM_DIR/<port> (/dev/shm/deployer-ports), shared by every deployment on the host
-whatever its workdir: the supervisor takes it before it starts an engine and hands it down to the engine
-process, so it is held for as long as either of them lives. Two deployments can never both start on one port.
+The claim is an abstract unix socket per port, `\\0deployer-port-<port>`, bound (and listening) by the supervisor
+before it starts an engine and handed down to the engine process: the kernel lets one socket at a time have the
+name, whoever asks (every deployment on the host, whatever its user or workdir), and frees it when the last
+process holding it dies, so it is held for as long as either of them lives. Two deployments can never both start
+on one port. It is not a file: there is no directory another user could create first, no symlink to follow, nothing
+to chmod. (Abstract names are per network namespace, as the port itself is.)
+
+Who holds a claim: the holder's uid, asked of the socket itself (SO_PEERCRED of a connection to it), and
+its note, `/dev/shm/deployer-port-<port>.<uid>.json` (name, run dir), written by the holder into the root-owned
+sticky /dev/shm with O_EXCL/O_NOFOLLOW and believed only when that uid owns it (no other user can forge it).
+
+A claim file of the previous release (`/dev/shm/deployer-ports/<port>`, a flock) is still honoured while its holder
+runs: probed read-only, never created, followed through a symlink or written.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import glob
 import json
 import os
+import re
 import socket
+import stat
+import struct
 import time
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Set, Tuple
 
-# /dev/shm: host-wide, and not aged out like /tmp (systemd-tmpfiles would delete a weeks-old claim file while held).
-CLAIM_DIR = "/dev/shm/deployer-ports" if os.path.isdir("/dev/shm") else "/tmp/deployer-ports"
+SHM = "/dev/shm" if os.path.isdir("/dev/shm") else "/tmp"
+# The previous release's claim files (flocks), honoured read-only during an upgrade.
+LEGACY_CLAIM_DIR = os.path.join(SHM, "deployer-ports")
+CLAIM_NAME = "deployer-port-%d"
+NOTE_MAX = 64 << 10
+NOTE_GRACE_S = 10.0
 LISTEN = "0A"
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 class PortTaken(Exception):
@@ -38,84 +58,201 @@ def port_bindable(port: int) -> bool:
     return all(can_bind(host, port) for host in ("127.0.0.1", "0.0.0.0"))
 
 
-def _claim_path(port: int) -> str:
-    return os.path.join(CLAIM_DIR, str(port))
+def _address(port: int) -> bytes:
+    return b"\0" + (CLAIM_NAME % port).encode()
 
 
-def _open_claim(port: int) -> int:
-    """The claim file's descriptor (created world-usable, in a sticky world-writable dir, like /tmp)."""
-    if not os.path.isdir(CLAIM_DIR):
-        try:
-            os.mkdir(CLAIM_DIR, 0o1777)
-            os.chmod(CLAIM_DIR, 0o1777)
-        except FileExistsError:
-            pass
-    path = _claim_path(port)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    except PermissionError:  # another user's claim file: flock works on a read-only descriptor too
-        return os.open(path, os.O_RDONLY)
-    try:
-        if os.fstat(fd).st_uid == os.getuid():
-            os.fchmod(fd, 0o666)
-    except OSError:
-        pass
+def _note_path(port: int, uid: int) -> str:
+    return os.path.join(SHM, "%s.%d.json" % (CLAIM_NAME % port, uid))
+
+
+def _clean(text: Any) -> str:
+    """A note's words as one printable line (a forged note's escape sequences never reach a terminal)."""
+    return _UNPRINTABLE.sub("?", str(text))[:300]
+
+
+def _describe_note(info: Any) -> Optional[str]:
+    if not isinstance(info, dict) or not info.get("run_dir"):
+        return None
+    return f"deployment {_clean(info.get('name') or '?')} ({_clean(info['run_dir'])})"
+
+
+def _shared_dir_fd() -> int:
+    """SHM, opened, if it is safe to keep notes in: root's (or ours) and sticky when others can write it."""
+    fd = os.open(SHM, os.O_RDONLY | os.O_DIRECTORY)
+    st = os.fstat(fd)
+    if st.st_uid not in (0, os.geteuid()) or (st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
+        os.close(fd)
+        raise OSError(errno.EPERM, f"{SHM} is not a root-owned sticky directory")
     return fd
 
 
-def claim_holder(fd: int) -> str:
-    """Who holds a claim, from what its holder wrote: 'deployment NAME (RUN_DIR)'."""
+def _write_note(port: int, info: Dict[str, Any]) -> None:
+    """The holder's note, best effort (the claim holds without it): a new file, renamed over the old note."""
     try:
-        info = json.loads(os.pread(fd, 65536, 0).decode("utf-8", "replace") or "{}")
-    except ValueError:
-        info = {}
-    if not isinstance(info, dict) or not info.get("run_dir"):
-        return "another deployment"
-    return f"deployment {info.get('name') or '?'} ({info['run_dir']})"
+        dfd = _shared_dir_fd()
+    except OSError:
+        return
+    name = os.path.basename(_note_path(port, os.geteuid()))
+    tmp = ".%s.%d.%s.tmp" % (name, os.getpid(), os.urandom(4).hex())
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=dfd)
+        try:
+            os.fchmod(fd, 0o644)
+            os.write(fd, json.dumps(info, sort_keys=True).encode())
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except OSError:
+        try:
+            os.unlink(tmp, dir_fd=dfd)
+        except OSError:
+            pass
+    try:
+        _sweep_notes(dfd, port)
+    finally:
+        os.close(dfd)
+
+
+def _sweep_notes(dfd: int, keep: int) -> None:
+    """Our notes of ports no longer claimed go (claims end without a word: the kernel frees them); a note younger
+    than NOTE_GRACE_S is left, its claimer may be about to write it."""
+    me, now = os.geteuid(), time.time()
+    pattern = re.compile(r"%s\.%d\.json\Z" % (re.escape(CLAIM_NAME).replace("%d", r"(\d+)"), me))
+    try:
+        names = os.listdir(dfd)
+    except OSError:
+        return
+    for name in names:
+        m = pattern.match(name)
+        if not m or int(m.group(1)) == keep:
+            continue
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            if st.st_uid == me and now - st.st_mtime > NOTE_GRACE_S and not _peer(int(m.group(1)))[0]:
+                os.unlink(name, dir_fd=dfd)
+        except OSError:
+            continue
+
+
+def _read_note(path: str, uid: int) -> Optional[Dict[str, Any]]:
+    """A note, only if it is a regular file owned by `uid` (the claim holder): never followed through a link."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != uid:
+            return None
+        info = json.loads(os.pread(fd, NOTE_MAX, 0).decode("utf-8", "replace") or "{}")
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+    return info if isinstance(info, dict) else None
+
+
+def _peer(port: int) -> Tuple[bool, Optional[Tuple[int, int]]]:
+    """(claimed, (pid, uid) of the holder or None): a connection to the claim socket (never accepted) says both."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.setblocking(False)
+        try:
+            s.connect(_address(port))
+        except (BlockingIOError, InterruptedError):  # its queue is full: claimed, by someone we cannot ask
+            return True, None
+        except ConnectionRefusedError:
+            return _name_bound(port), None  # nobody, or a socket with the name that does not listen
+        except OSError:
+            return False, None
+        try:
+            pid, uid, _ = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                           struct.calcsize("3i")))
+        except (OSError, AttributeError, struct.error):
+            return True, None
+        return True, (pid, uid)
+
+
+def _name_bound(port: int) -> bool:
+    """Whether a socket holds the claim's name (from /proc/net/unix, which lists every bound abstract name)."""
+    want = "@" + CLAIM_NAME % port
+    try:
+        with open("/proc/net/unix", encoding="utf-8", errors="replace") as f:
+            return any(line.split()[-1:] == [want] for line in f)
+    except OSError:
+        return False
+
+
+def _holder(port: int, peer: Optional[Tuple[int, int]]) -> str:
+    """'deployment NAME (RUN_DIR)' from the holder's note, else 'another deployment'."""
+    if peer is not None:
+        uid = peer[1]  # (the pid is the claimer's in its own PID namespace: not compared)
+        return _describe_note(_read_note(_note_path(port, uid), uid)) or "another deployment"
+    found = []  # the claim could not be asked: a note is believed when exactly one owned by its uid is there
+    for path in glob.glob(_note_path(port, 0)[:-len("0.json")] + "*.json"):
+        owner = path.rsplit(".", 2)[-2]
+        if owner.isdigit():
+            info = _read_note(path, int(owner))
+            if _describe_note(info):
+                found.append(_describe_note(info))
+    return str(found[0]) if len(found) == 1 else "another deployment"
+
+
+def _legacy_holder(port: int) -> Optional[str]:
+    """The holder of the previous release's claim file on `port` while one holds it (read-only probe)."""
+    try:
+        fd = os.open(os.path.join(LEGACY_CLAIM_DIR, str(port)), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return None
+        except OSError:
+            pass
+        try:
+            info = json.loads(os.pread(fd, NOTE_MAX, 0).decode("utf-8", "replace") or "{}")
+        except (OSError, ValueError):
+            info = None
+        return _describe_note(info) or "another deployment"
+    finally:
+        os.close(fd)
 
 
 def claim_port(port: int, run_dir: str, name: str) -> int:
     """Takes the host-wide claim on `port` for this run; the descriptor holds it. PortTaken if held."""
+    legacy = _legacy_holder(port)
+    if legacy is not None:
+        raise PortTaken(f"port {port} taken by {legacy}")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        fd = _open_claim(port)
+        s.bind(_address(port))
+        s.listen(128)  # so that others can ask who holds it (SO_PEERCRED); nobody ever accepts
     except OSError as e:
-        raise PortTaken(f"cannot open the port claim {_claim_path(port)}: {e.strerror}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+        s.close()
+        if e.errno != errno.EADDRINUSE:
+            raise PortTaken(f"cannot claim port {port}: {e.strerror}") from None
         who = "another deployment"
-        for _ in range(20):  # the holder writes its info just after taking the claim
-            who = claim_holder(fd)
+        for _ in range(20):  # the holder writes its note just after taking the claim
+            claimed, peer = _peer(port)
+            who = _holder(port, peer) if claimed else who
             if who != "another deployment":
                 break
             time.sleep(0.01)
-        os.close(fd)
         raise PortTaken(f"port {port} taken by {who}") from None
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps({"port": port, "run_dir": run_dir, "name": name, "since": time.time(),
-                                  "pid": os.getpid()}).encode(), 0)
-    except OSError:
-        pass  # a read-only claim file (another user's): the lock still holds, only the note is missing
-    return fd
+    _write_note(port, {"port": port, "run_dir": run_dir, "name": name, "since": time.time(), "pid": os.getpid()})
+    return s.detach()
 
 
 def claimed_by(port: int) -> Optional[str]:
-    """The claim's holder if the port is claimed now, else None (probes without keeping it)."""
-    path = _claim_path(port)
-    if not os.path.exists(path):
-        return None
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        return claim_holder(fd)
-    finally:
-        os.close(fd)
-    return None
+    """The claim's holder if the port is claimed now, else None (probes without taking it)."""
+    legacy = _legacy_holder(port)
+    if legacy is not None:
+        return legacy
+    claimed, peer = _peer(port)
+    return _holder(port, peer) if claimed else None
 
 
 def listening_inodes(port: int) -> Set[str]:
