@@ -13,7 +13,7 @@ import click
 
 from deployer.cli import fleet
 from deployer.cli.options import _emit_json, _load, _profile_options, _target_options
-from deployer.engines import default_kind, kinds
+from deployer.engines import kinds
 
 if TYPE_CHECKING:
     from deployer.oncall.deployment import Ref
@@ -332,13 +332,14 @@ def down(target: str, host: str | None, workdir: str | None, trust_new_host: boo
 @click.option("--log", "log_file", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Diagnose a local log file (no target needed).")
 @click.option("--engine-version", default=None, help="Engine version the log came from.")
-@click.option("--engine", "engine_kind", type=click.Choice(kinds()), default=default_kind(), show_default=True,
-              help="Engine the log file came from (a deployment's own record says it).")
+@click.option("--engine", "engine_kind", type=click.Choice(kinds()), default=None,
+              help="Engine the log file came from (default: told from the log itself; a deployment's own record "
+                   "says it).")
 @click.option("--host", default=None, metavar="[USER@]HOST[:PORT]")
 @click.option("--workdir", default=None)
 @_target_options
 @click.option("--json", "as_json", is_flag=True)
-def diagnose(target: str | None, log_file: str | None, engine_version: str | None, engine_kind: str,
+def diagnose(target: str | None, log_file: str | None, engine_version: str | None, engine_kind: str | None,
              host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool) -> None:
     """The first traceback and diagnosis of a log file, or of a deployment's latest failed attempt."""
     if log_file is None:
@@ -348,11 +349,16 @@ def diagnose(target: str | None, log_file: str | None, engine_version: str | Non
             attempts.make_ref(target, host, workdir, trust_new_host, read_only=True)
         data = attempts.diagnose_deployment(ref, engine_version)
     else:
-        from deployer.diagnose.diagnosis import diagnose_file
+        from deployer.diagnose.diagnosis import diagnose, read_window
+        from deployer.engines import detect_kind
         from deployer.logtext import bounded_diagnosis
 
-        data = bounded_diagnosis(diagnose_file(log_file, engine_version=engine_version, kind=engine_kind).to_json())
+        text = read_window(log_file)
+        # Nothing defaults to an engine: the log names its engine, or only the engine-neutral signatures are used.
+        kind, how = (engine_kind, "given") if engine_kind else (detect_kind(text), "detected from the log")
+        data = bounded_diagnosis(diagnose(text, engine_version=engine_version, kind=kind).to_json())
         data["hint"] = None
+        data["engine"] = {"kind": kind, "how": how if kind else "not told by the log: engine-neutral signatures only"}
     if as_json:
         _emit_json(data)
         return
@@ -360,6 +366,9 @@ def diagnose(target: str | None, log_file: str | None, engine_version: str | Non
 
 
 def _print_diagnosis(data: dict[str, Any]) -> None:
+    engine = data.get("engine")
+    if isinstance(engine, dict):
+        click.echo(f"engine:    {engine.get('kind') or 'unknown'} ({engine.get('how')})")
     click.echo(f"signature: {data.get('signature') or 'none (unknown failure)'}")
     click.echo(f"summary:   {data.get('summary')}")
     click.echo(f"transient: {'yes' if data.get('transient') else 'no (retrying unchanged is pointless)'}")

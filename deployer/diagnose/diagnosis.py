@@ -1,6 +1,7 @@
 """Diagnosis: an engine log -> its first traceback -> the known failure signature it matches (`Diagnosis`).
 
-Signatures are data (`engines/<kind>/signatures.yaml`), tried in file order: first against the final
+Signatures are data (`engines/<kind>/signatures.yaml`, then the engine-neutral `engines/common/signatures.yaml`),
+tried in that order: first against the final
 exception lines of the first traceback, then the whole traceback, then the lines right after it, then the
 tail of the log (argparse, uvicorn, NCCL and "scheduler died" errors are not tracebacks). Pure, except
 `diagnose_file`, which reads a bounded window of a log of any size.
@@ -18,7 +19,7 @@ from typing import Any
 
 from deployer.diagnose.drift import masked, parse_server_args
 from deployer.effective import ENGINE_RESOLVED, PROFILE, EngineValues
-from deployer.engines import engine_for
+from deployer.engines import all_secret_flags, engine_for
 from deployer.logtext import ANSI_RE, clip, readable
 from deployer.remedy import RemedySpec, resolve
 from deployer.versions import version_in
@@ -251,13 +252,17 @@ def diagnose(
     engine_version: str | None = None,
     exit_code: int | None = None,
     signal: int | None = None,
-    kind: str,
+    kind: str | None,
 ) -> Diagnosis:
-    """Diagnose one attempt from (a bounded window of) its log and how the process ended."""
+    """Diagnose one attempt from (a bounded window of) its log and how the process ended.
+
+    `kind`: the engine the log is from (its own signatures, then the engine-neutral ones); None when that cannot
+    be told (`deployer.engines.detect_kind` found no engine's marks): the engine-neutral signatures only."""
     signatures = [s for s in load_signatures(kind) if engine_version is None or version_in(engine_version, s.versions)]
-    spec = engine_for(kind)
-    tbs = tracebacks(text, log_prefix=spec.log_prefix)
-    tail = _tail_lines(text, spec.log_prefix)
+    spec = engine_for(kind) if kind is not None else None
+    prefix = spec.log_prefix if spec is not None else None
+    tbs = tracebacks(text, log_prefix=prefix)
+    tail = _tail_lines(text, prefix)
     # A harmless traceback (a warning logged with its stack) can come first: each traceback in turn, then the tail.
     stages = [(stage, tb) for tb in tbs for stage in _stages(tb)] + [("\n".join(tail), tbs[0] if tbs else None)]
     for stage, tb in stages:
@@ -265,8 +270,9 @@ def diagnose(
             found = sig.search(stage)
             if found and sig.fits(text):
                 matched = _matched(sig, stage, found, tb)
-                dump = parse_server_args(text, spec.args_dump)
-                return dataclasses.replace(matched, engine_args=dump and masked(dump, spec.secret_flags),
+                dump = parse_server_args(text, spec.args_dump) if spec is not None else None
+                secret = spec.secret_flags if spec is not None else all_secret_flags()
+                return dataclasses.replace(matched, engine_args=dump and masked(dump, secret),
                                            context=_usage(tail), engine_version=engine_version, engine_kind=kind)
     signum = signal if signal is not None else _signal_of_exit(exit_code)
     if not tbs and signum is not None:
@@ -420,7 +426,7 @@ def oom_killer_lines(dmesg_text: str) -> list[str]:
     return [line.strip() for line in dmesg_text.splitlines() if _OOM_KILL_RE.search(line)]
 
 
-def diagnose_file(path: str | os.PathLike[str], *, kind: str, window_bytes: int = 8 << 20, **kw: Any) -> Diagnosis:
+def diagnose_file(path: str | os.PathLike[str], *, kind: str | None, window_bytes: int = 8 << 20, **kw: Any) -> Diagnosis:
     """`diagnose` a log file of any size (from engine `kind`), reading at most ~2 windows of it."""
     return diagnose(read_window(path, window_bytes), kind=kind, **kw)
 

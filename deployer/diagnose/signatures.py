@@ -1,4 +1,5 @@
-"""Failure signatures: the engine's known failures as data (`engines/<kind>/signatures.yaml`).
+"""Failure signatures: the engine's known failures as data (`engines/<kind>/signatures.yaml`), and the
+engine-neutral ones every engine shares (`engines/common/signatures.yaml`).
 
 Each signature has an id, regexes, the engine versions it applies to, a summary, whether it is transient, the
 source of its text, a hint for people, and a remedy (see remedy.py).
@@ -14,11 +15,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
-from deployer.engines import engine_for
+from deployer.engines import common, engine_for
 from deployer.remedy import RemedySpec, remedy_spec
 from deployer.versions import version_in
 
-__all__ = ["Signature", "load_signatures", "version_in"]
+__all__ = ["Signature", "common_signatures", "engine_signatures", "load_signatures", "version_in"]
 
 
 class Signature(BaseModel):
@@ -60,10 +61,34 @@ class Signature(BaseModel):
 
 
 @lru_cache(maxsize=8)
-def load_signatures(kind: str, path: str | None = None) -> tuple[Signature, ...]:
-    """The engine's signatures, in file order (earlier = more specific, tried first)."""
+def load_signatures(kind: str | None, path: str | None = None) -> tuple[Signature, ...]:
+    """The signatures a log of engine `kind` is matched against, in order (earlier = more specific, tried first):
+    the engine's own file (`path` instead, when given), then the engine-neutral ones of `engines/common`.
+    `kind` None (a log whose engine cannot be told): the engine-neutral ones only."""
+    common = common_signatures()
+    if kind is None:
+        return common
+    own = engine_signatures(kind, path)
+    clash = sorted({s.id for s in own} & {s.id for s in common})
+    if clash:
+        raise ValueError(f"{kind}: signature ids {clash} are defined by the engine and in engines/common")
+    return own + common
+
+
+@lru_cache(maxsize=8)
+def engine_signatures(kind: str, path: str | None = None) -> tuple[Signature, ...]:
+    """Only the engine's own signatures (its signatures file), in file order."""
     spec = engine_for(kind)
-    file = Path(path) if path else Path(spec.data_dir) / spec.signatures_file
+    return _read(Path(path) if path else Path(spec.data_dir) / spec.signatures_file)
+
+
+@lru_cache(maxsize=1)
+def common_signatures() -> tuple[Signature, ...]:
+    """The engine-neutral signatures (engines/common/signatures.yaml), in file order."""
+    return _read(common.SIGNATURES_FILE)
+
+
+def _read(file: Path) -> tuple[Signature, ...]:
     data = yaml.safe_load(file.read_text(encoding="utf-8"))
     items = data.get("signatures", []) if isinstance(data, dict) else data
     signatures = tuple(Signature.model_validate(item) for item in items)

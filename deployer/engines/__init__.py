@@ -52,6 +52,21 @@ def default_kind() -> str:
     return marked[0]
 
 
+MARK_HEAD_CHARS = 1 << 20      # detect_kind reads a log's first MiB ...
+MARK_TAIL_CHARS = 256 << 10    # ... and its last 256 KiB (argparse's usage and error come last)
+
+
+def detect_kind(text: str) -> str | None:
+    """The engine whose log `text` is, from the marks only that engine's log carries (EngineSpec.log_markers).
+
+    None when no engine's marks are in it, or more than one engine's: the caller says so and uses only the
+    engine-neutral knowledge; nothing here picks an engine by default."""
+    window = text if len(text) <= MARK_HEAD_CHARS + MARK_TAIL_CHARS else \
+        text[:MARK_HEAD_CHARS] + "\n" + text[-MARK_TAIL_CHARS:]
+    found = [kind for kind in kinds() if any(m.search(window) for m in engine_for(kind).log_markers)]
+    return found[0] if len(found) == 1 else None
+
+
 def all_secret_flags() -> frozenset[str]:
     """The secret flags of every engine kind (for masking text whose engine is not known)."""
     out: frozenset[str] = frozenset()

@@ -124,6 +124,9 @@ class EngineSpec:
     # flags (profile keys) that take a credential: always masked (env file, records, drift, the args dump line)
     secret_flags: frozenset[str] = frozenset()
     log_prefix: re.Pattern[str] | None = None  # the logger's line prefix, group "tag" = process/rank
+    # Marks only this engine's log carries (its own logger prefix, args dump, argparse prog, install paths), MULTILINE:
+    # `deployer.engines.detect_kind` names the engine of a log from them.
+    log_markers: tuple[re.Pattern[str], ...] = ()
     memory: MemoryModel | None = None       # the engine's GPU memory model for preflight; None: none known
     false_prefix: str = ""                  # how `flag: false` is written ("--no-"); "" = the flag is left out
     cli_prog: str = ""                      # the engine CLI's name in its argparse usage ("<kind> serve")
@@ -153,6 +156,16 @@ class EngineSpec:
             if phase.pattern.search(line):
                 return phase.name
         return None
+
+    def phases_in(self, log: str) -> list[str]:
+        """The phases a log enters, in order, as the watcher sees them (a phase counts when it differs from the
+        one before; a progress bar's \\r redraws are lines of their own)."""
+        seen: list[str] = []
+        for line in log.replace("\r", "\n").split("\n"):
+            phase = self.phase_of(line)
+            if phase and (not seen or seen[-1] != phase):
+                seen.append(phase)
+        return seen
 
 
 @lru_cache(maxsize=8)

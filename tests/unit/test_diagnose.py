@@ -23,6 +23,8 @@ from deployer.diagnose.diagnosis import (
     oom_killer_lines,
     read_window,
 )
+from deployer.diagnose.signatures import common_signatures, engine_signatures
+from deployer.engines import engine_for
 from deployer.versions import version_in
 
 CASES = Path(__file__).parent.parent / "cases" / "sglang"
@@ -46,6 +48,10 @@ for _name in ("unrecognized-arguments-unknown", "unrecognized-arguments-several"
 def test_case(name: str) -> None:
     exp = EXPECTED[name]
     text = _log(f"{name}.log")
+    if "phases" in exp:
+        assert engine_for("sglang").phases_in(text) == exp["phases"]
+    if exp["signature"] is None and "phases" in exp:
+        return      # a good startup: nothing to diagnose
     d = diagnose(text, engine_version=exp.get("version"), exit_code=exp.get("exit_code"), signal=exp.get("signal"), kind="sglang")
     assert d.signature == exp["signature"], d.summary
     out = d.to_json()
@@ -65,9 +71,15 @@ def test_case(name: str) -> None:
 
 def test_every_signature_has_a_case() -> None:
     covered = {e["signature"] for e in EXPECTED.values()}
-    missing = {s.id for s in load_signatures("sglang")} - covered
+    missing = {s.id for s in engine_signatures("sglang")} - covered
     assert not missing
-    assert len(load_signatures("sglang")) >= 20
+    assert len(engine_signatures("sglang")) >= 20
+
+
+def test_every_engine_neutral_signature_has_a_case_of_some_engine() -> None:
+    covered = {e["signature"] for e in EXPECTED.values()}
+    covered |= {e["signature"] for e in yaml.safe_load(_log("../vllm/expected.yaml")).values()}
+    assert not {s.id for s in common_signatures()} - covered
 
 
 def test_cases_are_full_logs() -> None:

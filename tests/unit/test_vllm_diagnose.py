@@ -1,8 +1,10 @@
-"""vLLM diagnosis: the recorded vLLM-format logs (tests/cases/vllm) against engines/vllm/signatures.yaml."""
+"""vLLM diagnosis: the vLLM logs of tests/cases/vllm (real 0.32.0 CPU captures, and synthetic GPU-only ones) against
+engines/vllm/signatures.yaml and the engine-neutral engines/common/signatures.yaml."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ import yaml
 from deployer.diagnose.diagnosis import clean_line, diagnose, first_traceback
 from deployer.engines import engine_for
 from deployer.remedy import remedy_spec, resolve
-from deployer.diagnose.signatures import load_signatures
+from deployer.diagnose.signatures import common_signatures, engine_signatures, load_signatures
 
 CASES = Path(__file__).parent.parent / "cases" / "vllm"
 SGLANG_CASES = Path(__file__).parent.parent / "cases" / "sglang"
@@ -30,6 +32,10 @@ EXPECTED: dict[str, dict[str, Any]] = yaml.safe_load(_log(CASES / "expected.yaml
 def test_case(name: str) -> None:
     exp = EXPECTED[name]
     text = _log(CASES / f"{name}.log")
+    if "phases" in exp:
+        assert engine_for("vllm").phases_in(text) == exp["phases"]
+    if exp["signature"] is None and "phases" in exp:
+        return      # a good startup: nothing to diagnose
     d = diagnose(text, exit_code=exp["exit_code"], kind="vllm")
     assert d.signature == exp["signature"], d.summary
     out = d.to_json()
@@ -38,6 +44,9 @@ def test_case(name: str) -> None:
     assert got == exp["remedy"], out["remedy"]
     assert d.evidence and all("pid=" not in e and "\r" not in e for e in d.evidence), d.evidence
     assert d.hint
+    if "summary" in exp:
+        assert d.summary.startswith(exp["summary"]), d.summary
+    assert "sglang" not in d.summary.lower() and "sglang" not in (d.hint or "").lower()
     if "exception" in exp or "rank" in exp:
         tb = first_traceback(text, PREFIX)
         assert tb is not None
@@ -49,12 +58,21 @@ def test_case(name: str) -> None:
 
 def test_every_vllm_signature_has_a_case() -> None:
     covered = {e["signature"] for e in EXPECTED.values()}
-    assert {s.id for s in load_signatures("vllm")} <= covered
+    assert {s.id for s in engine_signatures("vllm")} <= covered
 
 
 def test_every_signature_names_its_source_in_the_release() -> None:
-    for sig in load_signatures("vllm"):
-        assert "0.33.0" in sig.source and ".py" in sig.source, sig.id
+    for sig in engine_signatures("vllm"):
+        assert re.search(r"0\.3[23]\.0", sig.source) and ".py" in sig.source, sig.id
+
+
+def test_the_real_failures_are_diagnosed_as_their_own_cause() -> None:
+    """The real 0.32.0 captures: each names its root cause (not the API server's wrapper, not a generic failure)."""
+    real = {n for n, e in EXPECTED.items() if e["provenance"]["kind"] == "real CPU capture" and e["signature"]}
+    assert len(real) >= 10
+    for name in real - {"corrupt-weights"}:       # the one whose root cause no signature knows
+        d = diagnose(_log(CASES / f"{name}.log"), exit_code=EXPECTED[name]["exit_code"], kind="vllm")
+        assert d.signature not in (None, "engine-core-init-failed"), name
 
 
 def test_the_root_cause_wins_over_the_wrapper() -> None:
@@ -65,15 +83,26 @@ def test_the_root_cause_wins_over_the_wrapper() -> None:
 
 
 def test_vllm_logs_never_match_sglang_signatures() -> None:
-    sglang_ids = {s.id for s in load_signatures("sglang")}
+    sglang_own = {s.id for s in engine_signatures("sglang")} - {s.id for s in engine_signatures("vllm")}
     for log in sorted(CASES.glob("*.log")):
         d = diagnose(_log(log), exit_code=1, kind="vllm")
-        assert d.signature is None or d.signature not in sglang_ids or d.signature in {
-            s.id for s in load_signatures("vllm")}, log.name
-    # and the other way round: an SGLang log read as vLLM gets vLLM's signatures only
+        assert d.signature is None or d.signature not in sglang_own, log.name
+    # and the other way round: an SGLang log read as vLLM gets vLLM's or the engine-neutral signatures only
+    allowed = {s.id for s in load_signatures("vllm")}
     for log in sorted(SGLANG_CASES.glob("*.log"))[:12]:
         d = diagnose(_log(log), exit_code=1, kind="vllm")
-        assert d.signature is None or d.signature in {s.id for s in load_signatures("vllm")}, log.name
+        assert d.signature is None or d.signature in allowed, log.name
+
+
+def test_engine_neutral_signatures_are_shared_not_copied() -> None:
+    common = {s.id for s in common_signatures()}
+    assert {"port-in-use", "hf-repo-not-found", "hf-offline-not-cached", "hf-gated-repo", "python-import-error",
+            "cuda-error", "nccl-error"} <= common
+    for kind in ("vllm", "sglang"):
+        own = [s.id for s in engine_signatures(kind)]
+        assert not common & set(own), kind
+        assert [s.id for s in load_signatures(kind)] == own + [s.id for s in common_signatures()]
+    assert load_signatures(None) == common_signatures()
 
 
 def test_sglang_kind_does_not_know_vllm_texts() -> None:
@@ -138,8 +167,12 @@ def test_cli_diagnoses_a_vllm_log_file_with_engine_vllm() -> None:
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["signature"] == "kv-cache-too-small-for-max-model-len"
-    assert {k: data["remedy"][k] for k in ("args", "env")} == {"args": {"max_model_len": 30000}, "env": {}}
-    as_sglang = json.loads(_cli("diagnose", "--log", log, "--json").stdout)   # the default engine is SGLang
+    assert {k: data["remedy"][k] for k in ("args", "env")} == {"args": {"max_model_len": 384}, "env": {}}
+    assert data["engine"] == {"kind": "vllm", "how": "given"}
+    told = json.loads(_cli("diagnose", "--log", log, "--json").stdout)   # no --engine: the log says vLLM
+    assert told["engine"] == {"kind": "vllm", "how": "detected from the log"}
+    assert told["signature"] == data["signature"] and told["remedy"] == data["remedy"]
+    as_sglang = json.loads(_cli("diagnose", "--log", log, "--engine", "sglang", "--json").stdout)
     assert as_sglang["signature"] != data["signature"]
     bad = _cli("diagnose", "--log", log, "--engine", "tgi")
     assert bad.returncode != 0 and "Traceback" not in bad.stderr

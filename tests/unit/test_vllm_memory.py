@@ -82,8 +82,8 @@ def test_the_budget_is_utilization_of_the_total_minus_what_is_not_kv() -> None:
 
 
 def test_needed_and_estimated_length_match_what_vllm_printed() -> None:
-    """kv-cache-too-small.log: max seq len 40960 needs 5.62 GiB; 4.12 GiB available -> estimated maximum 30000."""
-    text = (CASES / "kv-cache-too-small.log").read_text()
+    """kv-cache-too-small-h200.log: max seq len 40960 needs 5.62 GiB; 4.12 GiB available -> estimated maximum 30000."""
+    text = (CASES / "kv-cache-too-small-h200.log").read_text()
     found = re.search(r"max seq len \((\d+)\), \(([0-9.]+) GiB KV cache is needed.*memory \(([0-9.]+) GiB\)\."
                       r".*estimated maximum model length is (\d+)", text)
     assert found is not None

@@ -10,6 +10,14 @@ from deployer.engines.sglang import memory
 
 READY_LINE = "The server is fired up and ready to roll!"
 
+# What only an SGLang log has (detect_kind): its args dump, its argparse prog, its own install paths.
+LOG_MARKERS = (
+    re.compile(r"server_args=(?:ServerArgs\(|\{)"),
+    re.compile(r"^usage: sglang serve ", re.MULTILINE),
+    re.compile(r"^sglang serve: error: ", re.MULTILINE),
+    re.compile(r"/sglang/(?:launch_server\.py|srt/)"),
+)
+
 SGLANG = EngineSpec(
     kind="sglang",
     launch_module="sglang.launch_server",
@@ -44,6 +52,7 @@ SGLANG = EngineSpec(
     # server_args.py (0.5.10 and 0.5.23): --tp-size/--tensor-parallel-size, --pp-size/--pipeline-parallel-size
     gpu_flags=(("tp_size", "tensor_parallel_size"), ("pp_size", "pipeline_parallel_size")),
     args_dump=re.compile(r"server_args=(ServerArgs\(|\{)"),
+    log_markers=LOG_MARKERS,
     memory=memory.plan,
     cli_prog="sglang serve",
     image_example="lmsysorg/sglang:v0.5.23",

@@ -1,8 +1,10 @@
 """vLLM engine knowledge: how it is launched, what its startup log says, where its data files are.
 
-Texts are vLLM 0.33.0's (paths relative to vllm/ in the wheel): the logger prefix
-`(APIServer pid=N) INFO 11-30 23:40:00 [entry.py:139] ` (logger.py _FORMAT), the startup lines of
-entrypoints/launchers/launcher.py:367-368 and api_server/entry.py:139, uvicorn's own lines.
+Texts are vLLM 0.33.0's (paths relative to vllm/ in the wheel) and the real 0.32.0 CPU build's (its captures in
+tests/cases/vllm/, e.g. good-startup.log): the logger prefix `(APIServer pid=N) INFO 12-01 18:09:45 [entry.py:140] `
+(logger.py _FORMAT; also `(EngineCore pid=N)`, `(Worker pid=N)`, `(VllmWorker-0 pid=N)`), the startup lines of
+entrypoints/launchers/launcher.py:367-368 (0.32.0: api_utils.py:286) and api_server/entry.py:139-140, uvicorn's own
+lines (`INFO:     Application startup complete.`, no logger prefix).
 """
 
 from __future__ import annotations
@@ -22,6 +24,17 @@ LOG_PREFIX = re.compile(
     r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]\n]*:\d+\] ?"
 )
 
+# What only a vLLM log has (detect_kind): its logger prefix with a vLLM process tag, the args dump, its argparse
+# prog (`vllm serve` / `python -m vllm.entrypoints.openai.api_server` -> api_server.py), its entry module's path.
+LOG_MARKERS = (
+    re.compile(r"^\((?:APIServer|EngineCore|Worker|VllmWorker|ApiServer)[\w-]* pid=\d+\) "
+               r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d", re.MULTILINE),
+    re.compile(r"non-default args: \{"),
+    re.compile(r"^usage: (?:vllm|api_server\.py) ", re.MULTILINE),
+    re.compile(r"^(?:vllm(?: serve)?|api_server\.py): error: ", re.MULTILINE),
+    re.compile(r"/vllm/entrypoints/(?:openai/api_server|cli/main)\.py"),
+)
+
 VLLM = EngineSpec(
     kind="vllm",
     launch_module="vllm.entrypoints.openai.api_server",
@@ -30,7 +43,11 @@ VLLM = EngineSpec(
     phases=(
         Phase("args", re.compile(r"non-default args: \{")),
         Phase("loading weights", re.compile(r"Starting to load model ")),
-        Phase("weights loaded", re.compile(r"Model loading took [0-9.]+ GiB")),
+        # GPU: gpu_model_runner "Model loading took N GiB"; the CPU build (0.32.0) says only default_loader.py:501
+        # "Loading weights took N seconds" (the GPU build prints that line too, just before)
+        Phase("weights loaded", re.compile(r"Model loading took [0-9.]+ GiB|Loading weights took [0-9.]+ seconds")),
+        # GPU: "Available KV cache memory: N GiB" (gpu_worker), "GPU KV cache size: N tokens"; CPU 0.32.0:
+        # kv_cache_utils.py:2327 "CPU KV cache size: 2,097,152 tokens"
         Phase("allocating cache", re.compile(r"(Available KV cache memory:|KV cache size: [0-9,]+ tokens)")),
         Phase("capturing cuda graphs", re.compile(r"Capturing CUDA graphs|Graph capturing finished")),
         # 0.33.0 says "Starting vLLM server on http://...", releases before 0.11 "Starting vLLM API server"
@@ -55,6 +72,7 @@ VLLM = EngineSpec(
     # entrypoints/common/startup.py:51 redacts these in 0.33.0; older releases printed them in clear.
     secret_flags=frozenset({"api_key", "hf_token"}),
     log_prefix=LOG_PREFIX,
+    log_markers=LOG_MARKERS,
     memory=memory.plan,
     cli_prog="vllm serve",
     image_example="vllm/vllm-openai:v0.33.0",
