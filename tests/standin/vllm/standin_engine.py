@@ -9,7 +9,7 @@ profile fails or fits the way it would on the pretended GPU and a remedy compute
 
 | env                     | default       | meaning |
 |-------------------------|---------------|---------|
-| STANDIN_MODE            | ok            | ok, crash, sigkill_empty, hang, crash_after_ready, sampler_oom, cudagraph_oom, fail_text |
+| STANDIN_MODE            | ok            | ok, crash, sigkill_empty, hang, crash_after_ready, worker_killed_after_ready, sampler_oom, cudagraph_oom, fail_text |
 | STANDIN_GPU_GB          | 139.8         | pretended total GPU memory (GiB; an H200) |
 | STANDIN_GPU_FREE_GB     | total - 0.5   | free at startup (other processes hold the rest) |
 | STANDIN_GPU_CC          | 9.0           | compute capability; below 8.0 bfloat16 fails |
@@ -20,7 +20,7 @@ profile fails or fits the way it would on the pretended GPU and a remedy compute
 | STANDIN_STEP_S          | 0.01          | pause between progress lines |
 | STANDIN_READY_DELAY_S   | 0.05          | between the engine being up and uvicorn's startup complete |
 | STANDIN_DRAIN_S         | 0.1           | after SIGTERM: seconds before exit 0 |
-| STANDIN_CRASH_AFTER_S   | 0.3           | crash_after_ready: seconds of readiness before the engine core dies |
+| STANDIN_CRASH_AFTER_S   | 0.3           | crash_after_ready, worker_killed_after_ready: seconds of readiness before the engine core / worker dies |
 | STANDIN_CHAT_TEXT       | (hello)       | content of /v1/chat/completions answers |
 | STANDIN_FAIL_LOG / STANDIN_EXIT | | fail_text: file printed verbatim, exit status |
 """
@@ -162,7 +162,7 @@ class Server:
         asked = self.args.max_model_len
         if asked is not None and asked > 0 and asked > self.model.derived:
             msg = (f"User-specified max_model_len ({asked}) is greater than the derived max_model_len "
-                   f"(max_position_embeddings={self.model.derived} or model_max_length=None in model's "
+                   f"(max_position_embeddings={float(self.model.derived)} or model_max_length=None in model's "
                    "config.json). To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. "
                    "VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution. If the model uses relative "
                    "position encoding (RoPE), positions exceeding derived_max_model_len lead to nan. If the model "
@@ -370,6 +370,8 @@ class Server:
         signal.signal(signal.SIGTERM, self.on_sigterm)
         if mode() == "crash_after_ready":
             threading.Thread(target=self.crash_later, daemon=True).start()
+        if mode() == "worker_killed_after_ready":
+            threading.Thread(target=self.worker_killed_later, daemon=True).start()
         while not self.stop.wait(0.05):
             pass
         return self.shutdown(server)
@@ -382,6 +384,37 @@ class Server:
         self.kill_core()
         self.api("ERROR", "async_llm.py:701", "AsyncLLM output_handler failed.")
         self.state.set_phase("dead")
+        self.stop.set()
+
+    def worker_killed_later(self) -> None:
+        """What real vLLM 0.32.0 prints when its worker is SIGKILLed while serving (the OOM killer), as captured in
+        tests/cases/vllm/worker-killed.log (file:line of 0.32.0): /health 503 at once, then the API server shuts
+        down and exits 0 (main)."""
+        time.sleep(env_float("STANDIN_CRASH_AFTER_S", 0.3))
+        self.core("ERROR", "multiproc_executor.py:315",
+                  "Worker proc VllmWorker-0 died unexpectedly (exit code: -9), shutting down executor.")
+        self.core("INFO", "multiproc_executor.py:479", "[shutdown] Executor: waiting for worker exit count=0")
+        self.core("INFO", "multiproc_executor.py:486", "[shutdown] Executor: all workers exited gracefully")
+        core: List[Frame] = [
+            ("v1/engine/core.py", 1496, "run_engine_core", "engine_core.run_busy_loop()"),
+            ("v1/engine/core.py", 1551, "run_busy_loop", "self._process_input_queue()"),
+            ("v1/engine/core.py", 1589, "_process_input_queue", "self._handle_client_request(*req)"),
+            ("v1/engine/core.py", 1702, "_handle_client_request", 'raise RuntimeError("Executor failed.")'),
+        ]
+        self.core("ERROR", "core.py:1512", "EngineCore encountered a fatal error.\n"
+                  + traceback_text(core, "RuntimeError: Executor failed."))
+        self.state.set_phase("dead")
+        api: List[Frame] = [
+            ("v1/engine/async_llm.py", 849, "output_handler", "outputs = await engine_core.get_output_async()"),
+            ("v1/engine/core_client.py", 1235, "get_output_async", "raise self._format_exception(outputs) from None"),
+        ]
+        self.api("ERROR", "async_llm.py:906", "AsyncLLM output_handler failed.\n" + traceback_text(
+            api, "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace "
+                 "(above) for the root cause."))
+        raw("Process EngineCore:\n" + traceback_text(core, "RuntimeError: Executor failed."))
+        self.kill_core()
+        time.sleep(env_float("STANDIN_DRAIN_S", 0.1))
+        self.worker_killed = True
         self.stop.set()
 
     def on_sigterm_early(self, signum: int, frame: Any) -> None:
@@ -403,6 +436,8 @@ class Server:
         uvicorn("INFO", "Application shutdown complete.")
         uvicorn("INFO", f"Finished server process [{self.pid}]")
         self.kill_core()
+        if getattr(self, "worker_killed", False):
+            return 0        # real 0.32.0: the API server exits 0 after its worker was killed
         return 1 if dead else 0
 
 

@@ -125,7 +125,8 @@ class ModelRunner:
     def initialize(self) -> None:
         self.load_model()
         self.init_memory_pool()
-        self.init_device_graphs()
+        if getattr(self.view, "device", None) != "cpu":   # the real CPU engine captures no CUDA graphs
+            self.init_device_graphs()
 
     def load_model(self) -> None:
         logger.info(f"Load weight begin. avail mem={self.avail:.2f} GB")
