@@ -95,3 +95,29 @@ def test_start_refuses_a_claimed_port_and_starts_nothing(tmp_path: Path) -> None
     assert proc.returncode == 75
     assert proc.stderr == f"supervise: port {port} taken by deployment early (/w/early/runs/r0)\n"
     assert not (tmp_path / "state.json").exists()
+
+
+def test_a_claim_file_of_the_previous_release_is_honoured_read_only(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """An upgrade: a supervisor of the previous release holds its flock on <dir>/<port>; the new claim refuses the
+    port naming it, never writes the file, and a symlink or a free file there changes nothing."""
+    import fcntl
+
+    legacy = tmp_path / "deployer-ports"
+    legacy.mkdir()
+    monkeypatch.setattr(ports, "LEGACY_CLAIM_DIR", str(legacy))
+    port = free_port()
+    old = legacy / str(port)
+    note = json.dumps({"port": port, "run_dir": "/w/old/runs/r0", "name": "old", "pid": 1})
+    old.write_text(note)
+    with open(old) as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(ports.PortTaken, match=f"port {port} taken by deployment old \\(/w/old/runs/r0\\)"):
+            ports.claim_port(port, "/w/new/runs/r1", "new")
+        assert ports.claimed_by(port) == "deployment old (/w/old/runs/r0)"
+    assert old.read_text() == note  # never written
+    os.close(ports.claim_port(port, "/w/new/runs/r1", "new"))  # its holder gone: free
+    old.unlink()
+    old.symlink_to(tmp_path / "elsewhere")
+    os.close(ports.claim_port(port, "/w/new/runs/r1", "new"))
+    assert not (tmp_path / "elsewhere").exists()
