@@ -173,7 +173,8 @@ def make_owned_dirs(remote: Remote, path: str, owned_from: str) -> None:
     if said.startswith("unsafe: "):
         raise TargetError(f"unsafe workdir on {remote.label}: {said[len('unsafe: '):]}; nothing was written",
                           hint=hint)
-    raise TargetError(f"cannot create {path} on {remote.label}: {said}", hint="check target.workdir and its permissions")
+    raise TargetError(f"cannot create {path} on {remote.label}: {said}",
+                      hint="check target.workdir and its permissions")
 
 
 def new_run_id(bundle: Bundle, attempt: int) -> str:

@@ -10,11 +10,11 @@ The lease lives in LOCK_PATH as JSON (owner, pid, host_id, command, since, token
 written in place under a short flock, judged on the target's clock only (no clock skew between client and target).
 The first output line is `LOCKED {info}`, `BUSY {lease}` (exit 75), `LOST {lease}` (exit 76: a retake found the
 lease no longer ours) or `UNSAFE {"error": ...}` (exit 77: the deployment dir is not ours alone, or another user
-controls a directory above it, or the lock is a symlink or another user's file; nothing was written). Then, while holding, each stdin line `HB` renews the lease (`OK <seconds left>`, or `LOST`
-and exit 76 when someone broke or took it over) and `RELEASE` frees it (`RELEASED`). EOF without RELEASE (the
-connection dropped, or the client died) leaves the lease to expire, so a reconnecting client can re-take it with
-its token and nobody else can act in between. A holder that hears nothing for two leases exits (a late heartbeat
-before that gets a precise LOST).
+controls a directory above it, or the lock is a symlink or another user's file; nothing was written). Then, while
+holding, each stdin line `HB` renews the lease (`OK <seconds left>`, or `LOST` and exit 76 when someone broke or
+took it over) and `RELEASE` frees it (`RELEASED`). EOF without RELEASE (the connection dropped, or the client died)
+leaves the lease to expire, so a reconnecting client can re-take it with its token and nobody else can act in
+between. A holder that hears nothing for two leases exits (a late heartbeat before that gets a precise LOST).
 
 Takeovers of an expired lease and broken locks are appended to LOCK_PATH + "-events.jsonl" (the deployment's
 lock history; `deploy history` shows it). `--show` prints the lease with "held" and "expires_in".
