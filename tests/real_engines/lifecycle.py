@@ -1,0 +1,102 @@
+"""The steps every real-engine lifecycle test takes, whatever the engine: a real chat completion, status, logs,
+restart, down, and what must be true of the target afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from deploy_helpers import deploy, events
+
+DEPLOY_S = 400  # one deploy command, bounded: a real start is 15-45 s here, a busy CI's 2 cores slower
+
+
+def report_of(stdout: str) -> dict[str, Any]:
+    evs = events(stdout)
+    assert evs and evs[-1]["event"] == "report", stdout[-3000:]
+    return evs[-1]
+
+
+def up_json(prof: Path, home: Path, *extra: str) -> tuple[int, list[dict[str, Any]], str]:
+    proc = deploy("up", str(prof), "--json", *extra, home=home, timeout=DEPLOY_S)
+    return proc.returncode, events(proc.stdout), proc.stdout[-4000:] + proc.stderr[-3000:]
+
+
+def chat(port: int, model: str, tokens: int = 8) -> dict[str, Any]:
+    """A real /v1/chat/completions request to the engine (greedy, bounded)."""
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hello"}],
+                       "max_tokens": tokens, "temperature": 0}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        answer: dict[str, Any] = json.loads(resp.read())
+    return answer
+
+
+def status_row(prof: Path, home: Path) -> tuple[int, dict[str, Any]]:
+    proc = deploy("status", str(prof), "--json", home=home, timeout=60)
+    row: dict[str, Any] = json.loads(proc.stdout)
+    return proc.returncode, row
+
+
+def wait_status(prof: Path, home: Path, pred: Any, timeout: float, what: str) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    row: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        _, row = status_row(prof, home)
+        if pred(row):
+            return row
+        time.sleep(1.0)
+    raise AssertionError(f"status never showed {what} within {timeout:g}s: {row}")
+
+
+def shm_entries() -> set[str]:
+    try:
+        return set(os.listdir("/dev/shm"))
+    except OSError:
+        return set()
+
+
+def new_shm_segments(before: set[str], since: float) -> list[str]:
+    """Engine shared memory (vLLM's psm_* and multiprocessing's sem.mp-*, SGLang's sglang_*) made since `since`
+    and still in /dev/shm."""
+    left = []
+    for name in shm_entries() - before:
+        if name.startswith(("psm_", "sem.mp-", "sglang_")):
+            try:
+                if os.stat(os.path.join("/dev/shm", name)).st_mtime >= since - 1:
+                    left.append(name)
+            except OSError:
+                pass
+    return left
+
+
+def assert_served_lifecycle(prof: Path, home: Path, port: int, model: str, phases: list[str]) -> None:
+    """up (done by the caller, `phases` its phase events) -> chat -> status -> logs -> restart -> chat -> down."""
+    assert phases[0] == "args" and phases[-1] == "ready", phases
+    answer = chat(port, model)
+    assert answer["choices"][0]["message"]["role"] == "assistant", answer
+    assert answer["usage"]["completion_tokens"] >= 1, answer
+
+    code, row = status_row(prof, home)
+    assert code == 0 and row["status"] == "ready" and row["healthy"] is True, row
+    first_pid = row["pid"]
+
+    logs = deploy("logs", str(prof), "-n", "400", home=home, timeout=60)
+    assert logs.returncode == 0 and "POST /v1/chat/completions" in logs.stdout, logs.stdout[-2000:]
+
+    restart = deploy("restart", str(prof), "--json", home=home, timeout=DEPLOY_S)
+    assert restart.returncode == 0, restart.stdout[-3000:] + restart.stderr
+    assert report_of(restart.stdout)["status"] == "ready"
+    code, row = status_row(prof, home)
+    assert code == 0 and row["healthy"] is True and row["pid"] != first_pid, row
+    assert chat(port, model)["usage"]["completion_tokens"] >= 1
+
+    down = deploy("down", str(prof), home=home, timeout=120)
+    assert down.returncode == 0 and "stopped" in down.stdout, down.stdout + down.stderr
+    code, row = status_row(prof, home)
+    assert code == 8 and row["status"] == "stopped", row

@@ -1,0 +1,72 @@
+"""Real SGLang 0.5.23 (its CPU engine) deployed by deployer over the real sshd: up -> phases -> ready -> a real
+chat completion -> status -> logs -> restart -> down with SIGTERM honoured as it really is (~5 s); and a port
+taken after deployer's own check, which real SGLang meets by logging uvicorn's error and hanging."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from conftest import MODEL, free_port, sglang_engine, write_real_profile
+from deploy_helpers import REPO, deploy
+from lifecycle import DEPLOY_S, assert_served_lifecycle, new_shm_segments, shm_entries, up_json
+
+
+def test_real_sglang_up_serves_then_status_logs_restart_down(tmp_path: Path, host: Any) -> None:
+    home, port = tmp_path / "home", free_port()
+    shm_before, since = shm_entries(), time.time()
+    prof = write_real_profile(tmp_path, host, "tiny-sglang", sglang_engine(port, tmp_path))
+    code, evs, said = up_json(prof, home)
+    assert code == 0, said
+    phases = [e["phase"] for e in evs if e["event"] == "phase"]
+    assert "loading weights" in phases and "allocating cache" in phases, phases
+    report = [e for e in evs if e["event"] == "report"][-1]
+    assert report["status"] == "ready" and report["drift"] == [], report
+    run_dir = Path(report["run_dir"])
+    started = time.monotonic()
+    assert_served_lifecycle(prof, home, port, str(MODEL), phases)
+    assert time.monotonic() - started > 3  # SGLang's real SIGTERM takes ~5 s, twice (restart, down)
+    supervisor_log = (tmp_path / "work" / "tiny-sglang" / "current" / "supervisor.log").read_text()
+    assert "supervisor done: stopped" in supervisor_log, supervisor_log
+    state = json.loads((tmp_path / "work" / "tiny-sglang" / "current" / "state.json").read_text())
+    assert state["signal_name"] in (None, "SIGTERM") and state["exit_code"] in (0, None), state  # not SIGKILLed
+    leaked = new_shm_segments(shm_before, since)  # SGLang leaves sglang_loads_*.shm on every run
+    assert not leaked, leaked
+    assert run_dir.exists()
+
+
+def test_a_port_taken_after_the_check_is_exit_4_in_seconds_not_a_hang(tmp_path: Path, host: Any) -> None:
+    """The port is free when deployer checks it; a stray takes it while SGLang loads. Real SGLang then logs
+    `[Errno 98] error while attempting to bind ... address already in use` and never exits: deployer gives up
+    a few seconds after that line (stall_timeout_s is 120 s here), stops it, and names the port."""
+    home, port = tmp_path / "home", free_port()
+    prof = write_real_profile(tmp_path, host, "port-sglang", sglang_engine(port, tmp_path))
+    proc = subprocess.Popen([sys.executable, "-m", "deployer.cli", "up", str(prof), "--json", "--skip-preflight"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO),
+                            env={"PATH": "/usr/bin:/bin", "DEPLOYER_HOME": str(home), "HOME": str(Path.home())})
+    stray = socket.socket()
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # the first phase: the engine runs, deployer's port check is behind us
+            if '"event": "phase"' in line:
+                stray.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                stray.bind(("0.0.0.0", port))
+                stray.listen(1)
+                break
+        taken = time.monotonic()
+        out, err = proc.communicate(timeout=DEPLOY_S)
+        took = time.monotonic() - taken
+    finally:
+        stray.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 4, err + out[-3000:]
+    assert f"port {port}" in err and "could not bind" in err, err
+    assert took < 90, took  # the load (~15-30 s) + 5 s, never stall_timeout_s or startup_timeout_s
+    st = deploy("status", str(prof), "--json", home=home, timeout=60)
+    assert json.loads(st.stdout)["status"] in ("stopped", "exited"), st.stdout

@@ -1,0 +1,106 @@
+"""Real vLLM 0.32.0 failures, each healed or refused the way a user wants: two heals in a row from the numbers
+in vLLM's own messages, an unknown flag, a bad model path, and the worker SIGKILLed after ready (what the
+kernel's OOM killer does), which the API server answers with exit 0."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from conftest import MODEL, free_port, vllm_engine, write_real_profile
+from deploy_helpers import deploy
+from deployer.remote.connect import connect
+from lifecycle import chat, new_shm_segments, shm_entries, status_row, up_json, wait_status
+
+
+def test_max_model_len_above_the_models_then_a_kv_cache_too_small_are_healed_in_turn(
+        tmp_path: Path, host: Any) -> None:
+    """Attempt 1: max_model_len 100000 > the model's 2048 (vLLM's config validation) -> 2048. Attempt 2: a
+    256 KiB KV cache cannot hold 2048 tokens; vLLM estimates 384 -> max_model_len 384. Attempt 3 serves."""
+    home, port = tmp_path / "home", free_port()
+    engine = vllm_engine(port, tmp_path, max_model_len=100000, kv_cache_memory_bytes=262144)
+    del engine["env"]["VLLM_CPU_KVCACHE_SPACE"]  # set, it silently overrides --kv-cache-memory-bytes
+    prof = write_real_profile(tmp_path, host, "heal-vllm", engine, retry={"max_attempts": 3, "backoff_s": 0.5})
+    code, evs, said = up_json(prof, home)
+    assert code == 0, said
+    report = [e for e in evs if e["event"] == "report"][-1]
+    attempts = report["attempts"]
+    assert [a["outcome"] for a in attempts] == ["crashed", "crashed", "ready"], attempts
+    changes = [a["change"] for a in attempts[:2]]
+    assert all(c is not None for c in changes), attempts
+    assert "max_model_len" in str(changes[0]) and "2048" in str(changes[0]), changes[0]
+    assert "max_model_len" in str(changes[1]) and "384" in str(changes[1]), changes[1]
+    assert chat(port, str(MODEL))["usage"]["completion_tokens"] >= 1
+    assert deploy("down", str(prof), home=home, timeout=120).returncode == 0
+
+
+def test_an_unknown_flag_is_refused_never_dropped(tmp_path: Path, host: Any) -> None:
+    """Preflight reads real vLLM 0.32.0's flag table: a flag it does not have is refused before launch."""
+    home = tmp_path / "home"
+    prof = write_real_profile(tmp_path, host, "flag-vllm", vllm_engine(free_port(), tmp_path, zzq_not_a_flag=7))
+    code, evs, said = up_json(prof, home)
+    assert code == 2, said
+    assert "zzq" in said.replace("_", "-") and "dropped" not in said, said
+    assert not [e for e in evs if e["event"] == "phase"], "nothing may be launched"
+
+
+def test_a_bad_model_path_fails_once_with_what_to_fix(tmp_path: Path, host: Any) -> None:
+    home = tmp_path / "home"
+    engine = vllm_engine(free_port(), tmp_path)
+    engine["model_path"] = str(tmp_path / "no-such-model")
+    prof = write_real_profile(tmp_path, host, "path-vllm", engine)
+    code, evs, said = up_json(prof, home, "--skip-preflight")
+    assert code == 5, said
+    report = [e for e in evs if e["event"] == "report"][-1]
+    assert len(report["attempts"]) == 1, report["attempts"]   # no identical retry of a bad path
+    diagnosis = report["attempts"][0]["diagnosis"]
+    assert diagnosis and diagnosis["signature"] != "unknown" and "SGLang" not in said, diagnosis
+    assert "no-such-model" in said, said
+
+
+WORKER_IN_GROUP = """for d in /proc/[0-9]*; do
+  case "$(tr -d '\\0' < $d/cmdline 2>/dev/null)" in
+    VLLM::Worker*) [ "$(cut -d' ' -f5 $d/stat 2>/dev/null)" = {pgid} ] && echo ${{d#/proc/}};;
+  esac
+done"""
+
+
+def _kill_worker(host: Any, pgid: int) -> list[int]:
+    """SIGKILL the engine's VLLM::Worker on the target (its own PID namespace; found by title and process group:
+    setproctitle blanks its environ), as the kernel's OOM killer would."""
+    remote = connect(host.spec())
+    try:
+        found = [int(p) for p in remote.run(WORKER_IN_GROUP.format(pgid=pgid), timeout=30).stdout.split()]
+        for pid in found:
+            remote.run(f"kill -9 {pid}", timeout=30)
+    finally:
+        remote.close()
+    return found
+
+
+def test_the_worker_sigkilled_after_ready_is_a_crash_restarted_by_the_policy(tmp_path: Path, host: Any) -> None:
+    """Real vLLM answers a dead worker with /health 503 and its API server exits 0: deployer calls it a crash,
+    restarts it (restart.policy on-failure), says why in status, and no shared memory segment is left behind."""
+    home, port = tmp_path / "home", free_port()
+    shm_before, started = shm_entries(), time.time()
+    prof = write_real_profile(tmp_path, host, "oom-vllm", vllm_engine(port, tmp_path),
+                              restart={"policy": "on-failure", "backoff_s": [1, 2], "grace_s": 15})
+    code, _, said = up_json(prof, home)
+    assert code == 0, said
+    _, row = status_row(prof, home)
+    workers = _kill_worker(host, row["pid"])  # the engine leads its own process group
+    assert len(workers) == 1, (workers, row)
+    killed_at = time.monotonic()
+    row = wait_status(prof, home, lambda r: r.get("restarts", 0) >= 1 and r.get("healthy") is True, 240,
+                      "the engine restarted and healthy")
+    assert row["status"] == "ready" and time.monotonic() - killed_at < 240, row
+    crash = row["last_crash"]
+    assert crash and crash["exit_code"] in (0, None), crash   # 0: the API server's own exit after the worker died
+    assert chat(port, str(MODEL))["usage"]["completion_tokens"] >= 1
+    why = crash.get("diagnosis") or {}
+    assert why.get("signature") not in ("unknown", None) and "SGLang" not in str(why), why  # the worker's death
+    logs = deploy("logs", str(prof), "-n", "2000", home=home, timeout=60)  # the restart appends to the same log
+    assert "died unexpectedly" in logs.stdout, logs.stdout[-2000:]
+    assert deploy("down", str(prof), home=home, timeout=120).returncode == 0
+    assert not new_shm_segments(shm_before, started), "vLLM's shared memory left in /dev/shm"
