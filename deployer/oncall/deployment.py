@@ -129,7 +129,7 @@ def describe(view: RunView, remote: Remote, name: str, runs: int, env_text: str 
         "healthy": healthy(remote, port, str(record.get("health_path", "/health")), address=record_address(record))
         if port and alive else False,
         "attempt": record.get("attempt"), "content_hash": view.content_hash, "run_dir": view.run.path,
-        "port": port, "restarts": state.get("restarts", 0), "last_crash": state.get("last_crash"),
+        "port": port, "restarts": state.get("restarts", 0), "last_crash": last_crash(remote, view, alive),
         "exit_code": state.get("exit_code"), "signal_name": state.get("signal_name"),
         "drift": (view.outcome or {}).get("drift", []), "runs": runs,
         "diagnosis": crash_diagnosis(remote, view, attempt) or (view.outcome or {}).get("diagnosis"),
@@ -174,6 +174,20 @@ def crash_diagnosis(remote: Remote, view: RunView, attempt: snapshot.Attempt | N
     else:
         diag = diagnose_state(remote, view.run, state, version, kind=kind)
     return bounded_diagnosis({**diag.to_json(), "hint": diag.hint})
+
+
+def last_crash(remote: Remote, view: RunView, alive: bool) -> dict[str, Any] | None:
+    """The supervisor's record of the engine's last crash; for one the policy restarted and that serves again,
+    with why it crashed (`diagnosis`): at 3 a.m. "restarts: 1" alone does not say whether to worry."""
+    crash = view.state.get("last_crash")
+    if not isinstance(crash, dict) or not alive or not view.state.get("restarts"):
+        return crash if isinstance(crash, dict) else None
+
+    from deployer.pipeline.up import diagnose_state
+
+    version = (view.record.get("profile") or {}).get("engine", {}).get("version")
+    diag = diagnose_state(remote, view.run, view.state, version, kind=record_kind(view.record))
+    return {**crash, "diagnosis": bounded_diagnosis({**diag.to_json(), "hint": diag.hint})}
 
 
 def diagnose_attempt(attempt: snapshot.Attempt, state: dict[str, Any], version: str | None, *,
