@@ -50,6 +50,12 @@ def test_every_real_vllm_capture_is_told_as_vllm() -> None:
             assert detect_kind(_log("vllm", name)) == "vllm", name
 
 
+def test_older_vllm_and_the_vllm_cli_are_told_too() -> None:
+    assert detect_kind("INFO 06-01 10:00:00 [api_server.py:1077] Starting vLLM API server on http://0.0.0.0:8000\n") == "vllm"
+    assert detect_kind("usage: vllm serve [-h] [model_tag]\nvllm serve: error: unrecognized arguments: --x\n") == "vllm"
+    assert detect_kind("[2026-12-01 18:35:46] INFO:     Uvicorn running on http://127.0.0.1:1\n") is None
+
+
 def test_a_log_with_no_engine_marks_is_not_given_an_engine() -> None:
     assert detect_kind("") is None
     assert detect_kind("Traceback (most recent call last):\n  File \"x.py\", line 1\nOSError: [Errno 98] "

@@ -219,3 +219,40 @@ def test_a_worker_killed_while_serving_reads_the_same_on_the_stand_in_and_the_re
                          r"died unexpectedly \(exit code: -9\), shutting down executor\.$", text, re.M)
         assert re.search(r"^\(APIServer pid=\d+\) ERROR [^\n]*\] vllm\.v1\.engine\.exceptions\.EngineDeadError: ", text, re.M)
         assert engine_for("vllm").phases_in(text)[-1] == "ready"
+
+
+@pytest.mark.parametrize("behaviour", ["exit", "hang"])
+def test_a_taken_port_reads_the_same_on_the_stand_in_sglang_and_the_real_one(behaviour: str) -> None:
+    """Real SGLang 0.5.23 logs uvicorn's bind error under its stamp and hangs for good; the stand-in prints the same
+    lines, and hangs too with STANDIN_BIND_FAILURE=hang (by default it exits 1: today's supervisor tests rely on it)."""
+    real = _real("sglang", "real-port-in-use")
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        argv = ["--model-path", "Qwen/Qwen3-8B", "--device", "cpu", "--host", "127.0.0.1", "--port", str(port)]
+        if behaviour == "exit":
+            standin, code = _standin("sglang", argv)
+            assert code == 1
+        else:
+            with pytest.raises(AssertionError, match="did not finish"):
+                _standin("sglang", argv, {"STANDIN_BIND_FAILURE": "hang"}, timeout=3)
+            return
+    bind = re.compile(r"^\[[^\]]+\] ERROR: {4}\[Errno 98\] error while attempting to bind on address "
+                      r"\('127\.0\.0\.1', \d+\): address already in use\n\[[^\]]+\] INFO: {5}Waiting for application "
+                      r"shutdown\.$", re.M)
+    assert bind.search(real) and bind.search(standin)
+    got, want = (diagnose(t, exit_code=1, kind="sglang") for t in (standin, real))
+    assert got.signature == want.signature == "port-in-use"
+
+
+def test_an_unknown_flag_reads_the_same_on_the_stand_in_sglang_and_the_real_one() -> None:
+    real = _real("sglang", "real-unrecognized-arguments")
+    standin, code = _standin("sglang", _sglang_argv("--not-a-flag"))
+    assert code == _expected("sglang")["real-unrecognized-arguments"]["exit_code"] == 2
+    for text in (real, standin):
+        assert re.search(r"^usage: sglang serve \[-h\]", text, re.M)
+        assert re.search(r"^sglang serve: error: unrecognized arguments: --not-a-flag$", text, re.M)
+        assert detect_kind(text) == "sglang"
+    got, want = (diagnose(t, exit_code=2, kind="sglang") for t in (standin, real))
+    assert got.signature == want.signature == "unrecognized-arguments" and got.summary == want.summary

@@ -29,6 +29,8 @@ LOG_PREFIX = re.compile(
 LOG_MARKERS = (
     re.compile(r"^\((?:APIServer|EngineCore|Worker|VllmWorker|ApiServer)[\w-]* pid=\d+\) "
                r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d", re.MULTILINE),
+    # releases before 0.11 printed the same prefix without the process tag
+    re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[[\w.]+:\d+\] ", re.MULTILINE),
     re.compile(r"non-default args: \{"),
     re.compile(r"^usage: (?:vllm|api_server\.py) ", re.MULTILINE),
     re.compile(r"^(?:vllm(?: serve)?|api_server\.py): error: ", re.MULTILINE),

@@ -24,6 +24,7 @@ Env knobs (all optional):
 | STANDIN_CHAT_STATUS     | 200     | HTTP status of /v1/chat/completions (non-200 -> an OpenAI-style error) |
 | STANDIN_CHAT_DELAY_S    | 0       | seconds each /v1/chat/completions answer takes (requests in flight during a stop) |
 | STANDIN_EXIT            | 1       | fail_text: exit status; 128+N or -N means death by signal N |
+| STANDIN_BIND_FAILURE    | exit    | the HTTP port taken: exit (logs uvicorn's bind error, exits 1) or hang (as real 0.5.23 does: the error, then never exits, SIGTERM ignored) |
 
 Modes:
 - ok: the full real log sequence, HTTP up after loading, 503 during warmup, 200 when ready.
@@ -287,6 +288,13 @@ class Engine:
             uvicorn_log("ERROR", f"[Errno {err.errno}] error while attempting to bind on address "
                                  f"('{host}', {port}): {(err.strerror or '').lower()}")
             uvicorn_log("INFO", "Waiting for application shutdown.")
+            if os.environ.get("STANDIN_BIND_FAILURE", "exit") == "hang":
+                # Real SGLang 0.5.23 stops here for good (tests/cases/sglang/real-port-in-use.log): no "shutdown
+                # complete", no exit, and a SIGTERM is not acted on (only its scheduler dies); SIGKILL ends it.
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                deadline = time.monotonic() + HANG_CAP_S
+                while time.monotonic() < deadline:
+                    time.sleep(1.0)
             uvicorn_log("INFO", "Application shutdown complete.")
             return 1
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
