@@ -232,8 +232,8 @@ def capture(scenario: Scenario, out_dir: Path) -> dict[str, Any]:
         "kind": "real CPU capture",
         "release": RELEASE[scenario.engine],
         "command": shlex.join(["python", "-m", MODULE[scenario.engine],
-                               *(a.format(model=str(MODEL), port="$PORT", tmp="$TMP").replace(home, "~")
-                                 for a in scenario.argv)]).replace("'$PORT'", "$PORT"),
+                               *(a.format(model=str(MODEL), port="$PORT", tmp="$TMP") for a in scenario.argv)])
+        .replace("'$PORT'", "$PORT").replace(home, "~"),
         "port": port,
         "env": {**shown_env, "TMPDIR/VLLM_CACHE_ROOT/VLLM_RPC_BASE_PATH": "a private temp dir"},
         "date": datetime.date.today().isoformat(),
