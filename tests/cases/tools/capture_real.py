@@ -9,7 +9,7 @@ code) under `provenance:` of the case in that folder's expected.yaml; the hand-w
 
 One engine at a time, every launch memory-capped (VLLM_CPU_KVCACHE_SPACE / --kv-cache-memory-bytes,
 --max-total-tokens); each run's process group is killed at the end, whatever happened, and the /dev/shm files it
-left (vLLM psm_*, SGLang sglang_loads_*) are removed. Needs ~/.cache/deployer/real-{vllm,sglang}-venv
+left (vLLM psm_*, SGLang sglang_loads_*: only segments its own process group used) are removed. Needs ~/.cache/deployer/real-{vllm,sglang}-venv
 (scripts/build-real-*-venv.sh) and ~/.cache/deployer/tiny-llama.
 """
 
@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -72,6 +73,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("vllm", "cpu-kv-cache-space-zero", VLLM_BASE, {**VLLM_ENV, "VLLM_CPU_KVCACHE_SPACE": "0"}),
     Scenario("vllm", "worker-killed", VLLM_BASE, VLLM_ENV, mode="kill-worker",
              note="/health 200, then kill -9 of the VLLM::Worker process (found in the engine's process group)"),
+    # the same run again: vLLM's worker monitor reads the dead worker's exit code racily, -9 or None
+    Scenario("vllm", "worker-killed-exit-code-none", VLLM_BASE, VLLM_ENV, mode="kill-worker",
+             note="as worker-killed; kept for the run whose log said (exit code: None)"),
     Scenario("vllm", "worker-segfault", VLLM_BASE, VLLM_ENV, mode="kill-worker", kill_signal=signal.SIGSEGV,
              note="/health 200, then kill -SEGV of the VLLM::Worker process (a native crash's signal)"),
     Scenario("vllm", "bad-model-path", ("--model", "/nonexistent/tiny-llama", *VLLM_BASE[2:]), VLLM_ENV),
@@ -154,6 +158,34 @@ def _shm() -> set[str]:
         return set()
 
 
+def _mapped_shm(pgid: int) -> set[str]:
+    """The /dev/shm segments the processes of the group map or hold open (its own, not another engine's)."""
+    found: set[str] = set()
+    for pid in _group_pids(pgid):
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text(errors="replace").splitlines()
+            fds = [os.readlink(f) for f in Path(f"/proc/{pid}/fd").iterdir()]
+        except OSError:
+            continue
+        for path in [line.split(None, 5)[-1] for line in maps if "/dev/shm/" in line] + fds:
+            if path.startswith("/dev/shm/") and Path(path).name.startswith(SHM_PREFIXES):
+                found.add(Path(path).name.replace(" (deleted)", ""))
+    return found
+
+
+class _ShmWatch(threading.Thread):
+    """Notes, while the engine runs, which /dev/shm segments its process group uses."""
+
+    def __init__(self, pgid: int) -> None:
+        super().__init__(daemon=True)
+        self.pgid, self.done = pgid, threading.Event()
+        self.seen: set[str] = set()
+
+    def run(self) -> None:
+        while not self.done.wait(0.3):
+            self.seen |= _mapped_shm(self.pgid)
+
+
 def _engine_running() -> list[str]:
     """Real engines running on this machine (anyone's): the real venvs' `python -m <engine module>`, or real vLLM's
     titled processes (the stand-in engines are cheap: they may run alongside)."""
@@ -211,16 +243,21 @@ def capture(scenario: Scenario, out_dir: Path) -> dict[str, Any]:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(tmp),
                                 start_new_session=True)
         pgid = proc.pid
+        shm = _ShmWatch(pgid)
+        shm.start()
         try:
             _drive(scenario, proc, port, log_path, events, started)
         finally:
             if proc.poll() is None:
                 events.append("killed (process group) at the end of the capture")
+            shm.seen |= _mapped_shm(pgid)
+            shm.done.set()
             _kill_group(pgid)
             proc.wait()
             if holder is not None:
                 holder.close()
-    for name in _shm() - shm_before:
+    # only what this engine made (new since it started, and used by its process group): never another's
+    for name in (_shm() - shm_before) & shm.seen:
         try:
             (Path("/dev/shm") / name).unlink()
         except OSError:
