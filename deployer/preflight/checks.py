@@ -248,7 +248,7 @@ _ARGPARSE_ERROR_RE = re.compile(r"^\S.*?: error: .+$")
 
 
 def _argparse_message(error: str, stderr: str) -> str:
-    """argparse's own words for a rejected argv (`sglang serve: error: argument --tp-size: invalid int value:
+    """argparse's own words for a rejected argv (`<prog> serve: error: argument --tp-size: invalid int value:
     'two'`): a probe that reports only "argparse exit 2" left them on its stderr."""
     if not _ARGPARSE_EXIT_RE.match(error.strip()):
         return error

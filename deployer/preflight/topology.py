@@ -1,8 +1,8 @@
 """The GPUs a profile asks for, checked against the box's own (nvidia-smi facts) before anything is launched.
 
 Two mistakes reach the engine otherwise and fail late or, worse, quietly: GPU indices the box does not have
-(`engine.gpus: [3]` on a one-GPU box: CUDA sees no device, vLLM's memory plan divides by zero), and fewer GPUs
-than the engine's parallelism flags need (`tp_size: 2` with `gpus: [0]`: the memory plan halves the weights of a
+(`engine.gpus: [3]` on a one-GPU box: CUDA sees no device, an engine's memory plan divides by zero), and fewer
+GPUs than the engine's parallelism flags need (`tp_size: 2` with `gpus: [0]`: the memory plan halves the weights of a
 model that then does not fit). The count one engine needs is the engine's own rule (EngineSpec.gpus_per_engine);
 with `nodes:` it is spread over the nodes (`--nnodes`). Pure: facts and profile in, problem lines out.
 """

@@ -126,9 +126,9 @@ def backoff_delay(backoff_s: list[float], recent_restarts: int) -> float:
 def should_restart(policy: str) -> bool:
     """Whether the policy restarts an engine that ended after it was ready without being asked to stop.
 
-    A server that ends on its own has failed, whatever its exit code: real vLLM 0.32.0's API server exits 0
-    about 5 s after its engine core died (a worker SIGKILLed by the OOM killer). So "on-failure" and "always"
-    both restart every such end; "no" none."""
+    A server that ends on its own has failed, whatever its exit code: a real engine's API server was seen to
+    exit 0 about 5 s after its worker was SIGKILLed, as the OOM killer does (docs/real-engines.md). So
+    "on-failure" and "always" both restart every such end; "no" none."""
     return policy in ("always", "on-failure")
 
 

@@ -40,7 +40,8 @@ SHM_KEPT = 4096        # entries remembered at most
 
 class ShmLedger:
     """What the engine's process group holds in /dev/shm, so that what it leaves behind is removed once the group
-    is gone (a SIGKILLed vLLM worker leaves ~400 MB of psm_* segments; every SGLang run leaves sglang_loads_*).
+    is gone (shared memory segments of a worker killed by the OOM killer, files an engine leaves on every run:
+    docs/real-engines.md).
 
     Only files seen open or mapped by a process of the group are candidates, and one is removed only if it is
     still the same inode (device, inode), a regular file, owned by this user: never another user's or another
@@ -352,8 +353,8 @@ class Daemon:
 
     def stop_engine(self, pgid: Any, grace: float) -> None:
         """SIGTERM to the engine's main process first, as a container runtime does: it stops its own children.
-        Real SGLang 0.5.23 given SIGTERM as a group sees its scheduler die first, takes that for a crash, sleeps
-        5 s for "crash diagnostics" and SIGKILLs itself; its main process alone shuts down cleanly in ~6 s.
+        An engine given SIGTERM as a group can see a child die first, take that for a crash and SIGKILL itself
+        (measured on a real engine: docs/real-engines.md); its main process alone shuts down cleanly.
         What is left of the group once the main process ended gets SIGTERM; whatever remains at the end of the
         grace, SIGKILL."""
         deadline = time.monotonic() + grace

@@ -1,22 +1,26 @@
-"""Lines after which a starting server never becomes ready, whatever the engine, even when its process lives on.
+"""Lines after which a starting server never becomes ready, whatever the engine, even when its process lives on
+(the patterns are data: deployer/engines/common/fatal.yaml, each with its source).
 
-Real SGLang 0.5.23 logs uvicorn's bind failure and then hangs forever instead of exiting (measured here: killed
-after 300 s; see shared/real-engines.md). Waiting for stall_timeout_s or startup_timeout_s (minutes) for it is
-what a user must never see: the watcher gives such an engine FATAL_GRACE_S to exit on its own, then stops it and
-the log is diagnosed like a crash's.
+A real engine was measured logging uvicorn's bind failure and then hanging forever instead of exiting
+(docs/real-engines.md). Waiting for stall_timeout_s or startup_timeout_s (minutes) for it is what a user must never
+see: the watcher gives such an engine FATAL_GRACE_S to exit on its own, then stops it, and the log is diagnosed like
+a crash's.
 """
 
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
-# uvicorn/config.py's `logger.error(exc)` after `sock.bind` failed (uvicorn 0.3x: "[Errno 98] error while attempting
-# to bind on address ('127.0.0.1', 30000): address already in use"); both engines serve HTTP through uvicorn.
-FATAL_LINES = (
-    re.compile(r"\[Errno \d+\] error while attempting to bind on address"),
-)
+from deployer.engines.common import fatal_patterns
+
 FATAL_GRACE_S = 5.0  # an engine that exits by itself after such a line does so within a second or two
 
 
+@lru_cache(maxsize=1)
+def _patterns() -> tuple[re.Pattern[str], ...]:
+    return fatal_patterns()
+
+
 def fatal_line(line: str) -> bool:
-    return any(p.search(line) for p in FATAL_LINES)
+    return any(p.search(line) for p in _patterns())

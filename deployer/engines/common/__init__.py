@@ -1,6 +1,6 @@
 """Engine-neutral knowledge every engine uses: the failures whose text is not the engine's own but a library's
 or the system's (Hugging Face hub, ports, Python imports of a broken install, CUDA, NCCL, Gloo), as data in
-`signatures.yaml`.
+`signatures.yaml`; and the lines after which a server never becomes ready though it may not exit (`fatal.yaml`).
 
 Not an engine (defines no `ENGINE`): `deployer.diagnose.signatures.load_signatures(kind)` gives an engine's own
 signatures first, then these; `load_signatures(None)` (a log whose engine cannot be told) gives only these.
@@ -8,7 +8,17 @@ signatures first, then these; `load_signatures(None)` (a log whose engine cannot
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+import yaml
 
 DATA_DIR = Path(__file__).parent
 SIGNATURES_FILE = DATA_DIR / "signatures.yaml"
+FATAL_FILE = DATA_DIR / "fatal.yaml"
+
+
+def fatal_patterns() -> tuple[re.Pattern[str], ...]:
+    """The compiled patterns of fatal.yaml."""
+    entries = yaml.safe_load(FATAL_FILE.read_text(encoding="utf-8")) or []
+    return tuple(re.compile(str(entry["pattern"])) for entry in entries)
