@@ -123,16 +123,17 @@ def describe(view: RunView, remote: Remote, name: str, runs: int, env_text: str 
     port = int(record.get("port") or 0)
     started = state.get("started_at")
     alive = view.status in UP
+    diagnosis = crash_diagnosis(remote, view, attempt)
     return {
         "name": name, "host": remote.label, "status": view.status, "pid": state.get("pid"),
         "uptime_s": round(time.time() - started, 1) if started and alive else None,
         "healthy": healthy(remote, port, str(record.get("health_path", "/health")), address=record_address(record))
         if port and alive else False,
         "attempt": record.get("attempt"), "content_hash": view.content_hash, "run_dir": view.run.path,
-        "port": port, "restarts": state.get("restarts", 0), "last_crash": last_crash(remote, view, alive),
+        "port": port, "restarts": state.get("restarts", 0), "last_crash": last_crash(remote, view, alive, diagnosis),
         "exit_code": state.get("exit_code"), "signal_name": state.get("signal_name"),
         "drift": (view.outcome or {}).get("drift", []), "runs": runs,
-        "diagnosis": crash_diagnosis(remote, view, attempt) or (view.outcome or {}).get("diagnosis"),
+        "diagnosis": diagnosis or (view.outcome or {}).get("diagnosis"),
         "lock": lock,
     }
 
@@ -176,12 +177,17 @@ def crash_diagnosis(remote: Remote, view: RunView, attempt: snapshot.Attempt | N
     return bounded_diagnosis({**diag.to_json(), "hint": diag.hint})
 
 
-def last_crash(remote: Remote, view: RunView, alive: bool) -> dict[str, Any] | None:
-    """The supervisor's record of the engine's last crash; for one the policy restarted and that serves again,
-    with why it crashed (`diagnosis`): at 3 a.m. "restarts: 1" alone does not say whether to worry."""
+def last_crash(remote: Remote, view: RunView, alive: bool, crashed: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The supervisor's record of the engine's last crash, with why it crashed (`diagnosis`): `crashed`, the
+    diagnosis of a deployment that is down after it, or, for one the policy restarted that runs again, the
+    crashed run's own (at 3 a.m. "restarts: 1" alone does not say whether to worry)."""
     crash = view.state.get("last_crash")
-    if not isinstance(crash, dict) or not alive or not view.state.get("restarts"):
-        return crash if isinstance(crash, dict) else None
+    if not isinstance(crash, dict):
+        return None
+    if crashed is not None:
+        return {**crash, "diagnosis": crashed}
+    if not alive or not view.state.get("restarts"):
+        return crash
 
     from deployer.pipeline.up import diagnose_state
 

@@ -114,7 +114,10 @@ def vllm_engine(port: int, tmp: Path, **args: Any) -> dict[str, Any]:
         "args": {"enforce_eager": True, "max_model_len": 512, **args},
         "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": str(tmp / "vllm-cache"),
                 "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"), "TMPDIR": str(tmp / "tmp"),
-                "VLLM_RPC_BASE_PATH": str(tmp / "tmp")},
+                "VLLM_RPC_BASE_PATH": str(tmp / "tmp"),
+                # its processes meet at the address of the default route unless told: the netns fault tests
+                # of this machine add and remove such routes (seen: 192.0.2.2, gone a minute later)
+                "VLLM_HOST_IP": "127.0.0.1"},
     }
 
 

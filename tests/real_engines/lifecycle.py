@@ -10,7 +10,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from deploy_helpers import deploy, events
+from deploy_helpers import STANDIN, deploy, events
 
 DEPLOY_S = 400  # one deploy command, bounded: a real start is 15-45 s here, a busy CI's 2 cores slower
 
@@ -52,6 +52,40 @@ def wait_status(prof: Path, home: Path, pred: Any, timeout: float, what: str) ->
             return row
         time.sleep(1.0)
     raise AssertionError(f"status never showed {what} within {timeout:g}s: {row}")
+
+
+# Phases only a GPU shows (the stand-ins pretend an H200; the real tier runs on a CPU).
+GPU_ONLY_PHASES = {"capturing cuda graphs"}
+
+
+def standin_twin(prof: Path, home: Path, name: str, *, model: str = "Qwen/Qwen3-8B", env: dict[str, str] | None = None,
+                 args: dict[str, Any] | None = None, restart: dict[str, Any] | None = None,
+                 ) -> tuple[Path, int, list[dict[str, Any]], str]:
+    """The same scenario on the fast tier's stand-in of the engine: the real profile with the engine python and
+    model swapped for the stand-in's (same host, same args unless `args` replaces them), deployed the same way,
+    so a test can compare what deployer made of the stand-in with what it made of the real engine."""
+    import yaml
+
+    data = yaml.safe_load(prof.read_text())
+    data["name"] = name
+    engine = data["engine"]
+    engine.update(python="/usr/bin/python3", model_path=model)
+    engine["env"] = {"PYTHONPATH": str(STANDIN), **(env or {})}
+    if args is not None:
+        engine["args"] = args
+    if restart is not None:
+        data["restart"] = {**data.get("restart", {}), **restart}
+    from sshbed import free_port
+
+    engine["port"] = free_port()
+    twin = prof.with_name(f"{name}.yaml")
+    twin.write_text(yaml.safe_dump(data, sort_keys=False))
+    code, evs, said = up_json(twin, home)
+    return twin, code, evs, said
+
+
+def phases_of(evs: list[dict[str, Any]]) -> list[str]:
+    return [e["phase"] for e in evs if e["event"] == "phase" and e["phase"] not in GPU_ONLY_PHASES]
 
 
 def shm_entries() -> set[str]:

@@ -11,7 +11,7 @@ from typing import Any
 from conftest import MODEL, free_port, vllm_engine, write_real_profile
 from deploy_helpers import deploy
 from deployer.remote.connect import connect
-from lifecycle import chat, new_shm_segments, shm_entries, status_row, up_json, wait_status
+from lifecycle import chat, new_shm_segments, shm_entries, standin_twin, status_row, up_json, wait_status
 
 
 def test_max_model_len_above_the_models_then_a_kv_cache_too_small_are_healed_in_turn(
@@ -33,6 +33,16 @@ def test_max_model_len_above_the_models_then_a_kv_cache_too_small_are_healed_in_
     assert "max_model_len" in str(changes[1]) and "384" in str(changes[1]), changes[1]
     assert chat(port, str(MODEL))["usage"]["completion_tokens"] >= 1
     assert deploy("down", str(prof), home=home, timeout=120).returncode == 0
+
+    # the stand-in vLLM with the model's limit set alike: the same diagnosis and the same change for attempt 1
+    twin, code, twin_evs, said = standin_twin(prof, home, "heal-vllm-standin", env={"STANDIN_DERIVED_MAX_LEN": "2048"},
+                                              args={"max_model_len": 100000})
+    assert code == 0, said
+    twin_attempts = [e for e in twin_evs if e["event"] == "report"][-1]["attempts"]
+    assert twin_attempts[0]["diagnosis"]["signature"] == attempts[0]["diagnosis"]["signature"], \
+        (twin_attempts[0]["diagnosis"], attempts[0]["diagnosis"])
+    assert twin_attempts[0]["change"] == attempts[0]["change"], (twin_attempts[0]["change"], attempts[0]["change"])
+    assert deploy("down", str(twin), home=home, timeout=60).returncode == 0
 
 
 def test_an_unknown_flag_is_refused_never_dropped(tmp_path: Path, host: Any) -> None:
@@ -104,3 +114,14 @@ def test_the_worker_sigkilled_after_ready_is_a_crash_restarted_by_the_policy(tmp
     assert "died unexpectedly" in logs.stdout, logs.stdout[-2000:]
     assert deploy("down", str(prof), home=home, timeout=120).returncode == 0
     assert not new_shm_segments(shm_before, started), "vLLM's shared memory left in /dev/shm"
+
+    # the stand-in's worker_killed_after_ready: deployer must make the same of it
+    twin, code, _, said = standin_twin(prof, home, "oom-vllm-standin",
+                                       env={"STANDIN_MODE": "worker_killed_after_ready", "STANDIN_CRASH_AFTER_S": "1"},
+                                       restart={"policy": "on-failure", "backoff_s": [5, 10], "max": 1})
+    assert code == 0, said
+    twin_row = wait_status(twin, home, lambda r: r.get("restarts", 0) >= 1 and r.get("last_crash"), 60, "a restart")
+    twin_crash = twin_row["last_crash"]
+    assert twin_crash["exit_code"] == crash["exit_code"], (twin_crash, crash)
+    assert (twin_crash.get("diagnosis") or {}).get("signature") == why.get("signature"), (twin_crash, why)
+    assert deploy("down", str(twin), home=home, timeout=60).returncode == 0

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from conftest import MODEL, free_port, vllm_engine, write_real_profile
-from lifecycle import assert_served_lifecycle, report_of, up_json
+from deploy_helpers import deploy
+from lifecycle import assert_served_lifecycle, phases_of, report_of, standin_twin, up_json
 
 
 def test_real_vllm_up_serves_then_status_logs_restart_down(tmp_path: Path, host: Any) -> None:
@@ -23,3 +24,10 @@ def test_real_vllm_up_serves_then_status_logs_restart_down(tmp_path: Path, host:
     preflight = " ".join(e.get("message", "") for e in evs if e["event"] in ("warning", "preflight", "problem"))
     assert "cannot introspect" not in preflight and "could not introspect" not in preflight, preflight
     assert_served_lifecycle(prof, home, port, str(MODEL), phases)
+
+    # the fast tier's stand-in vLLM, same profile: deployer must read the same startup from it
+    twin, code, twin_evs, said = standin_twin(prof, home, "tiny-vllm-standin",
+                                              env={"STANDIN_STEP_S": "0", "STANDIN_READY_DELAY_S": "0"})
+    assert code == 0, said
+    assert phases_of(twin_evs) == phases_of(evs), (phases_of(twin_evs), phases_of(evs))
+    assert deploy("down", str(twin), home=home, timeout=60).returncode == 0
