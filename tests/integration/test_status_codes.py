@@ -97,3 +97,22 @@ def test_no_such_deployment_is_7(tmp_path: Path, sshd: SSHD) -> None:
     assert code == 7 and row is None  # its --json error line is checked by status()
     code, rows = status(sshd, tmp_path)  # nothing at all under the workdir
     assert code == 7 and rows == []
+
+
+def test_a_crash_the_policy_recovered_from_says_why(tmp_path: Path, sshd: SSHD) -> None:
+    """restarts: 1 and serving again: status exits 0 and its last_crash carries the crash's diagnosis (at 3 a.m. the
+    count alone does not say whether to worry); a crash-looped one's does too."""
+    crash = {"STANDIN_MODE": "crash_after_ready", "STANDIN_CRASH_AFTER_S": "1.0"}
+    up(tmp_path, sshd, "comesback", env=crash,
+       extra={"restart": {"policy": "on-failure", "max": 3, "backoff_s": [0.2, 0.2], "grace_s": 2}})
+    row: Any = None
+    for _ in range(60):  # bounded: ~30 s, until the first restart serves
+        code, row = status(sshd, tmp_path, "comesback")
+        if row and row["restarts"] >= 1 and row["status"] == "ready" and code == 0:
+            break
+        time.sleep(0.25)
+    assert row and row["restarts"] >= 1 and row["last_crash"], row
+    why = row["last_crash"].get("diagnosis")
+    assert why and why["signature"] not in (None, "unknown"), row["last_crash"]
+    code, row = wait_status(sshd, tmp_path, "comesback", "crashloop")
+    assert code == 5 and row["last_crash"]["diagnosis"] == row["diagnosis"], row
