@@ -97,3 +97,26 @@ def host_bed(d: Path, count: int = 2) -> Iterator[HostBed]:
     finally:
         for host in hosts:
             host.sshd.stop()
+
+
+@contextlib.contextmanager
+def net_host_bed(d: Path, count: int = 2) -> Iterator[HostBed]:
+    """`count` hosts the way real ones are: each in its own network namespace (tests/netbed.py), sshd on port 2222
+    of every one, its own /dev/shm, routed to the others, named node-0.. in one ssh_config. A port is free or taken
+    per host, as on separate machines: every host can serve the same engine port."""
+    from netbed import net_host, routed
+
+    d.mkdir(parents=True, exist_ok=True)
+    identity = keygen(d / "id_ed25519", "deployer-netbed")
+    with contextlib.ExitStack() as stack:
+        nets = [stack.enter_context(net_host(d / f"node-{i}", client_key=identity, private_shm=True))
+                for i in range(count)]
+        stack.enter_context(routed(nets))
+        hosts = []
+        for i, net in enumerate(nets):
+            assert net.sshd is not None
+            workdir = d / f"node-{i}" / "work"
+            workdir.mkdir()
+            hosts.append(Host(alias=f"node-{i}", sshd=net.sshd, workdir=workdir))
+        ssh_config, known_hosts = _write_client_files(d, hosts, identity)
+        yield HostBed(hosts=hosts, ssh_config=ssh_config, identity_file=identity, known_hosts=known_hosts)

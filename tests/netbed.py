@@ -138,12 +138,13 @@ def create_host() -> NetHost:
 
 
 @contextlib.contextmanager
-def net_host(d: Path, *, client_key: Path | None = None) -> Iterator[NetHost]:
-    """A namespace host with a real sshd inside (port 2222 on its address and on its own loopback)."""
+def net_host(d: Path, *, client_key: Path | None = None, private_shm: bool = False) -> Iterator[NetHost]:
+    """A namespace host with a real sshd inside (port 2222 on its address and on its own loopback); with
+    `private_shm` its sessions also get their own /dev/shm, as a separate machine has."""
     host = create_host()
     try:
         host.sshd = make_sshd(d, addr=host.addr, port=SSH_PORT, netns=host.ns, client_key=client_key,
-                              extra_config=[f"ListenAddress 127.0.0.1:{SSH_PORT}"])
+                              extra_config=[f"ListenAddress 127.0.0.1:{SSH_PORT}"], private_shm=private_shm)
         yield host
     finally:
         host.heal()
@@ -168,3 +169,18 @@ def processes_under(path: Path) -> list[int]:
         if not zombie and (cwd.startswith(prefix) or prefix in cmdline):
             found.append(int(entry))
     return found
+
+
+@contextlib.contextmanager
+def routed(hosts: list[NetHost]) -> Iterator[None]:
+    """The hosts reach each other (a fleet's router its replicas) through this namespace, which forwards between
+    their links while the block runs (ip_forward is put back as it was)."""
+    forward = Path("/proc/sys/net/ipv4/ip_forward")
+    before = forward.read_text().strip()
+    try:
+        forward.write_text("1\n")
+        for host in hosts:
+            _ip("-n", host.ns, "route", "replace", f"{NET}.0.0/16", "via", host.gateway)
+        yield
+    finally:
+        forward.write_text(before + "\n")

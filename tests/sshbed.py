@@ -266,6 +266,7 @@ class SSHD:
     home: Path | None = None  # sessions' HOME when the bed has its own rc file (rc_cost), else the user's
     rc_cost: float = 0.0  # what the bed's .bashrc was calibrated to cost per command, seconds
     netns: str | None = None  # run inside this network namespace (tests/netbed.py)
+    private_shm: bool = False  # its sessions get their own /dev/shm (a tmpfs in its mount namespace), as a host has
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     def spec(self, **overrides: Any) -> TargetSpec:
@@ -327,8 +328,12 @@ class SSHD:
         cfg.write_text(_sshd_config(self.dir, self.host, self.port, self.host_key, self.bin_dir, self.extra_config,
                                  self.home))
         argv = [SSHD_BIN, "-D", "-f", str(cfg), "-E", str(self.log)]
+        if self.private_shm:  # --mount-proc makes a private mount namespace: this tmpfs stays inside it
+            argv = ["sh", "-c", 'mount -t tmpfs -o size=8g,mode=1777 tmpfs /dev/shm && exec "$@"', "sh", *argv]
         if shutil.which("unshare"):
             argv = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", *argv]
+        elif self.private_shm:
+            raise RuntimeError("a private /dev/shm needs unshare (util-linux)")
         if self.netns:
             argv = ["ip", "netns", "exec", self.netns, *argv]
         # A bare environment: nothing from the test process leaks into sessions.
@@ -449,6 +454,7 @@ def make_sshd(
     rc_cost: float | None = None,
     port: int | None = None,
     netns: str | None = None,
+    private_shm: bool = False,
 ) -> SSHD:
     """Create keys and files under `d` and start an sshd on a free port of `addr`.
 
@@ -478,6 +484,7 @@ def make_sshd(
         log=d / "sshd.log",
         extra_config=list(extra_config or []),
         netns=netns,
+        private_shm=private_shm,
     )
     if rc_cost is not None:
         bed.home, bed.rc_cost = d / "home", rc_cost
