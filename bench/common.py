@@ -112,3 +112,27 @@ def scp_argv(bed: SSHD, src: Path, dest: str) -> list[str]:
     return ["scp", "-q", "-F", "/dev/null", *_link_options(), "-i", str(bed.identity_file), "-P", str(bed.port),
             "-o", f"UserKnownHostsFile={bed.known_hosts}", "-o", "StrictHostKeyChecking=yes",
             "-o", "BatchMode=yes", str(src), f"{bed.user}@{bed.host}:{dest}"]
+
+
+def hand_launch_script(profile: Path, dest: Path) -> Path:
+    """The launch script a person would write for the profile: its engine environment exported, then exec of the
+    engine command line deployer renders for it."""
+    from deployer.profile.loader import load_profile
+    from deployer.render.bundle import render
+
+    prof = load_profile(str(profile))
+    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in prof.engine.env.items())
+    dest.write_text(f"#!/bin/bash\nexport {exports}\nexec {shlex.join(render(prof).argv)}\n")
+    return dest
+
+
+def hand_start(bed: SSHD, script: Path, rdir: str, port: int, polls: int, timeout: float = 60) -> float:
+    """The hand-written OpenSSH launch: scp the script, `ssh setsid nohup bash launch.sh &`, then an ssh curl loop
+    every 0.25 s until /health answers (at most `polls` times); the seconds it took."""
+    t0 = time.perf_counter()
+    timed(scp_argv(bed, script, f"{rdir}/launch.sh"))
+    timed(ssh_argv(bed, f"cd {rdir}; setsid nohup bash launch.sh > engine.log 2>&1 < /dev/null & "
+                        f"echo $! > {rdir}/pid"))
+    timed(ssh_argv(bed, f"for i in $(seq {polls}); do curl -sf -o /dev/null http://127.0.0.1:{port}/health && "
+                        "exit 0; sleep 0.25; done; exit 1"), timeout=timeout)
+    return time.perf_counter() - t0

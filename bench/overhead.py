@@ -12,34 +12,18 @@ cold: no probe cache on the target, an empty local cache), stated separately and
 
 from __future__ import annotations
 
-import shlex
 import shutil
-import time
 from pathlib import Path
 
 import yaml
 
-from common import DEPLOY, REPO, SSHD, Figure, bench_profile, deploy_env, median, scp_argv, ssh_argv, timed
-
-
-def _baseline_script(profile: Path, dest: Path) -> Path:
-    from deployer.profile.loader import load_profile
-    from deployer.render.bundle import render
-
-    prof = load_profile(str(profile))
-    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in prof.engine.env.items())
-    dest.write_text(f"#!/bin/bash\nexport {exports}\nexec {shlex.join(render(prof).argv)}\n")
-    return dest
+from common import (
+    DEPLOY, REPO, SSHD, Figure, bench_profile, deploy_env, hand_launch_script, hand_start, median, ssh_argv, timed,
+)
 
 
 def _baseline_once(bed: SSHD, script: Path, rdir: str, port: int) -> float:
-    t0 = time.perf_counter()
-    timed(scp_argv(bed, script, f"{rdir}/launch.sh"))
-    timed(ssh_argv(bed, f"cd {rdir}; setsid nohup bash launch.sh > engine.log 2>&1 < /dev/null & "
-                        f"echo $! > {rdir}/pid"))
-    timed(ssh_argv(bed, f"for i in $(seq 480); do curl -sf -o /dev/null http://127.0.0.1:{port}/health && "
-                        "exit 0; sleep 0.25; done; exit 1"))
-    took = time.perf_counter() - t0
+    took = hand_start(bed, script, rdir, port, polls=480)
     timed(ssh_argv(bed, f"kill -TERM -- -$(cat {rdir}/pid); for i in $(seq 100); do "
                         f"curl -s -o /dev/null http://127.0.0.1:{port}/health || exit 0; sleep 0.1; done"))
     return took
@@ -64,7 +48,7 @@ def run(bed: SSHD, tmp: Path, reps: int) -> list[Figure]:
     profile = bench_profile(tmp, bed, "bench-overhead", {})
     rdir = str(tmp / "baseline")
     timed(ssh_argv(bed, f"mkdir -p {rdir}"))
-    script = _baseline_script(profile, tmp / "launch.sh")
+    script = hand_launch_script(profile, tmp / "launch.sh")
     port = int(yaml.safe_load(profile.read_text())["engine"]["port"])
     home = tmp / "home"
     smi = bed.bin_dir / "nvidia-smi"

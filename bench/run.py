@@ -1,6 +1,6 @@
 """Benchmarks of deployer on the SSH test bed; each figure against a baseline measured in the same command.
 
-    .venv/bin/python bench/run.py [--reps N] [--only overhead,status,detection,cli] [--rc-cost S] [--delay S]
+    .venv/bin/python bench/run.py [--reps N] [--only overhead,status,detection,cli,real] [--rc-cost S] [--delay S]
 
 Starts a throwaway sshd on 127.0.0.1 (tests/sshbed.py) whose login shell's .bashrc costs about --rc-cost
 seconds per command (as conda/pyenv init do on a real GPU image; never skipped), and the stand-in engine;
@@ -26,12 +26,14 @@ import cli_start  # noqa: E402
 import detection  # noqa: E402
 import oncall_status  # noqa: E402
 import overhead  # noqa: E402
+import real_engines  # noqa: E402
 import shell_cost  # noqa: E402
 from common import REPO, Figure, use_link  # noqa: E402
 from sshbed import make_sshd  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "latest.json"
 SECTIONS = ("overhead", "status", "detection", "cli")
+OPTIONAL = ("real",)  # real engines (make real-engines; minutes): only when asked for with --only
 RC_COST_S = 0.15  # conda init on a GPU image: ~120-230 ms (/work/shared/ssh-notes.md)
 
 
@@ -43,7 +45,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--delay", type=float, default=0.0,
                         help="seconds added to each direction of every SSH connection (bench/link.py; 0.025 = "
                              "50 ms round trips), for the OpenSSH baselines and deployer alike (default: none)")
-    parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS}")
+    parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS + OPTIONAL}")
     return parser.parse_args(argv)
 
 
@@ -75,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if "cli" in only:
             figures += cli_start.run(tmp, max(args.reps, 10))
-        if only & {"overhead", "status", "detection"}:
+        if only & {"overhead", "status", "detection", "real"}:
             bed = make_sshd(tmp / "sshd", rc_cost=args.rc_cost)
             use_link(args.delay, tmp, bed.host)
             try:
@@ -87,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
                     over_ssh.append(oncall_status.run(bed, tmp, args.reps))
                 if "detection" in only:
                     over_ssh += detection.run(bed, tmp, args.reps)
+                if "real" in only:
+                    over_ssh += real_engines.run(bed, tmp, args.reps)
             finally:
                 bed.stop()
             for fig in over_ssh:

@@ -35,18 +35,12 @@ DEPS=(
 STAMP="sglang=$SGLANG_VERSION torch=${TORCH[*]} deps=${DEPS[*]} standin=$(cat "$STANDIN"/*.py | sha256sum | cut -c1-16) py=$($PY -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 
 source "$HERE/scripts/cpu-venv-lib.sh"
-cpu_venv_lock "$DIR"
-if cpu_venv_fresh "$DIR" "$STAMP"; then
-  echo "real sglang venv up to date: $DIR"
-  exit 0
-fi
+cpu_venv_begin "$DIR" "$STAMP" "real sglang venv"
 start=$(date +%s)
-rm -rf "$DIR"
-"$PY" -m venv "$DIR"
-pip=("$DIR/bin/python" -m pip install --quiet --disable-pip-version-check)
-"${pip[@]}" "${TORCH[@]}"
-"${pip[@]}" --no-deps "sglang==$SGLANG_VERSION"
-"${pip[@]}" "${TORCH[@]}" "${DEPS[@]}"
+cpu_venv_new "$DIR"
+"${PIP[@]}" "${TORCH[@]}"
+"${PIP[@]}" --no-deps "sglang==$SGLANG_VERSION"
+"${PIP[@]}" "${TORCH[@]}" "${DEPS[@]}"
 site=$("$DIR/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 cp -r "$STANDIN" "$site/sgl_kernel"
 # Smoke: the CPU engine's modules import (the stand-in included) and the version is the pinned one.

