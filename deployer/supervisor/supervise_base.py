@@ -107,6 +107,11 @@ def load_config(run_dir: str) -> dict[str, Any]:
     port = cfg.get("port")
     _need(port is None or (isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536),
           "port must be a TCP port number or null")
+    fatal = cfg.setdefault("fatal_patterns", [])
+    _need(isinstance(fatal, list) and all(isinstance(p, str) and p and _compiles(p) for p in fatal),
+          "fatal_patterns must be a list of regular expressions")
+    _need(_number(cfg.setdefault("fatal_grace_s", 5.0)) and cfg["fatal_grace_s"] >= 0,
+          "fatal_grace_s must be a number >= 0")
     _need(rs["policy"] in POLICIES, f"restart.policy must be one of {', '.join(POLICIES)}")
     _need(isinstance(rs["max"], int) and not isinstance(rs["max"], bool) and rs["max"] >= 0,
           "restart.max must be an integer >= 0")
@@ -115,6 +120,14 @@ def load_config(run_dir: str) -> dict[str, Any]:
           "restart.backoff_s must be [initial, maximum] seconds")
     _need(_number(rs["window_s"]) and rs["window_s"] > 0, "restart.window_s must be a number > 0")
     return cfg
+
+
+def _compiles(pattern: str) -> bool:
+    try:
+        re.compile(pattern)
+        return True
+    except re.error:
+        return False
 
 
 def backoff_delay(backoff_s: list[float], recent_restarts: int) -> float:
@@ -273,11 +286,16 @@ class LogScanner:
     CHUNK = 4 << 20
     TRACEBACK = b"Traceback (most recent call last)"
 
-    def __init__(self, path: str, pattern: str | None, offset: int) -> None:
+    FATAL_LINE = 8 << 10  # bytes of a fatal line kept across reads
+
+    def __init__(self, path: str, pattern: str | None, offset: int, fatal: List[str] | None = None) -> None:
         self.path, self.pos, self.carry = path, offset, b""
         self.needle = pattern.encode() if pattern else None
         self.ready = False
         self.traceback_at: int | None = None
+        # lines after which a server never becomes ready though it may not exit (engines/common/fatal.yaml)
+        self.fatal = [re.compile(p.encode()) for p in fatal or []]
+        self.fatal_seen: float | None = None   # time.monotonic() when the first one was read
 
     def scan(self, budget: int = 64 << 20) -> None:
         """Read up to `budget` new bytes (the rest on the next call)."""
@@ -302,7 +320,9 @@ class LogScanner:
             at = data.find(self.TRACEBACK)
             if at >= 0:
                 self.traceback_at = base + at
-        keep = max(len(self.needle or b""), len(self.TRACEBACK)) - 1  # a needle split across two reads
+        if self.fatal_seen is None and any(p.search(data) for p in self.fatal):
+            self.fatal_seen = time.monotonic()
+        keep = max(len(self.needle or b""), len(self.TRACEBACK), self.FATAL_LINE if self.fatal else 0) - 1
         self.carry = data[-keep:]
 
     def found(self) -> bool:

@@ -149,6 +149,7 @@ class Daemon:
         self.group = GroupWatch.from_config(cfg.get("group"))  # one engine across nodes: watch the peers
         self.peer_lost: str | None = None
         self.shm = ShmLedger()
+        self.stuck = False  # this run printed a fatal line and was ended for it
         self.state: dict[str, Any] = {
             "status": "starting", "supervisor_pid": os.getpid(), "pid": None, "pgid": None,
             "started_at": None, "ready_at": None, "ended_at": None, "exit_code": None, "signal": None,
@@ -217,10 +218,10 @@ class Daemon:
             os.setpgid(pid, pid)  # also in the child: whichever runs first wins the race
         except OSError:
             pass
-        self.engine_pid, self.exit_status, self.peer_lost = pid, None, None
+        self.engine_pid, self.exit_status, self.peer_lost, self.stuck = pid, None, None, False
         if self.group is not None:
             self.group.reset()
-        self.scanner = LogScanner(self.log, self.cfg["ready_pattern"], offset)
+        self.scanner = LogScanner(self.log, self.cfg["ready_pattern"], offset, self.cfg.get("fatal_patterns"))
         note(f"engine started: pid {pid}, log offset {offset}")
         self.state.update(status="running", pid=pid, pgid=pid, started_at=time.time(), ready_at=None,
                           ended_at=None, exit_code=None, signal=None, signal_name=None, log_offset=offset,
@@ -243,6 +244,14 @@ class Daemon:
         if self.scanner.found() and self.state["status"] == "running":
             self.state.update(status="ready", ready_at=time.time())
             self.save()
+        seen, grace = self.scanner.fatal_seen, float(self.cfg.get("fatal_grace_s", 5.0))
+        if seen is not None and self.state["status"] == "running" and time.monotonic() - seen >= grace \
+                and self.exit_status is None and not self.stuck:
+            # e.g. a restart by the policy that meets its port taken: never ready, never exiting (a hang
+            # at 3 a.m. that status would call "running" for ever); ended here, it is a failure with its log
+            self.stuck = True
+            note(f"engine printed a fatal error and did not exit within {grace:g} s: ending it")
+            self.clear_group(self.state["pgid"])
         self.next_scan = time.monotonic() + (SCAN_EVERY if self.state["status"] == "ready" else SCAN_BEFORE_READY)
         if self.scanner.traceback_at != had_traceback:
             self.state["traceback_offset"] = self.scanner.traceback_at

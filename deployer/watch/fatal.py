@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from deployer.engines.common import fatal_patterns
+from deployer.engines.common import FATAL_GRACE_S, fatal_patterns
 
-FATAL_GRACE_S = 5.0  # an engine that exits by itself after such a line does so within a second or two
+__all__ = ["FATAL_GRACE_S", "fatal_line"]
 
 
 @lru_cache(maxsize=1)

@@ -66,7 +66,7 @@ def make_run(tmp_path: Path) -> Iterator[Callable[..., Path]]:
     made: list[Path] = []
 
     def build(engine: str, restart: dict[str, Any] | None = None, env: dict[str, str] | None = None,
-              grace_s: float = 5) -> Path:
+              grace_s: float = 5, **extra: Any) -> Path:
         run = tmp_path / f"run{len(made)}"
         run.mkdir()
         (run / "launch.sh").write_text(LAUNCH)
@@ -75,7 +75,7 @@ def make_run(tmp_path: Path) -> Iterator[Callable[..., Path]]:
         lines = [f"{k}={shlex.quote(v)}" for k, v in (env or {}).items()]
         (run / "env").write_text("\n".join(lines) + "\n")
         cfg = {"launch": "launch.sh", "env_file": "env", "log": "engine.log", "grace_s": grace_s,
-               "ready_pattern": READY, "restart": restart or {"policy": "no"}}
+               "ready_pattern": READY, "restart": restart or {"policy": "no"}, **extra}
         (run / "supervise.json").write_text(json.dumps(cfg))
         made.append(run)
         return run
@@ -370,3 +370,35 @@ def test_stop_asks_the_engines_main_process_first_so_it_shuts_its_children_down_
     st = json.loads(proc.stdout)
     assert st["status"] == "stopped" and st["exit_code"] == 0 and st["signal_name"] is None, st
     assert not (run / "child-got-sigterm").exists()
+
+
+def test_a_restart_that_prints_a_fatal_error_and_hangs_is_ended_not_left_running(
+        make_run: Callable[..., Path]) -> None:
+    """Real SGLang restarted by the policy into a port someone took: uvicorn's bind error, then it hangs (and
+    ignores SIGTERM). The supervisor ends it after the grace, so status says it failed instead of "running"."""
+    engine = (
+        "import os, signal, time\n"
+        "n = len(open('starts.txt').read()) if os.path.exists('starts.txt') else 0\n"
+        "open('starts.txt', 'a').write('x')\n"
+        "if n == 0:\n"
+        f"    print({READY!r}, flush=True)\n"
+        "    time.sleep(0.3)\n"
+        "    raise SystemExit(1)\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print(\"ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): address "
+        "already in use\", flush=True)\n" + SLEEPER)
+    run = make_run(engine, restart=FAST_RESTART, grace_s=1,
+                   fatal_patterns=[r"\[Errno \d+\] error while attempting to bind on address"], fatal_grace_s=1.0)
+    start(run)
+    st = wait_for(status_is(run, "exited"), 20, "the stuck restart ended")
+    assert st["restarts"] == 1 and not st["alive"], st
+    assert "printed a fatal error and did not exit" in (run / "supervisor.log").read_text()
+
+
+def test_fatal_patterns_must_be_regular_expressions(tmp_path: Path) -> None:
+    from deployer.supervisor.supervise_base import SuperviseError, load_config
+
+    (tmp_path / "launch.sh").write_text("exit 0\n")
+    (tmp_path / "supervise.json").write_text(json.dumps({"fatal_patterns": ["(unclosed"]}))
+    with pytest.raises(SuperviseError, match="fatal_patterns"):
+        load_config(str(tmp_path))

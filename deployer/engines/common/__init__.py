@@ -16,6 +16,9 @@ import yaml
 DATA_DIR = Path(__file__).parent
 SIGNATURES_FILE = DATA_DIR / "signatures.yaml"
 FATAL_FILE = DATA_DIR / "fatal.yaml"
+# What an engine gets to exit by itself after a fatal line before it is ended (one that exits does so in a second
+# or two): the watcher of a start and the supervisor of a restart both wait this long.
+FATAL_GRACE_S = 5.0
 
 
 def fatal_patterns() -> tuple[re.Pattern[str], ...]:
