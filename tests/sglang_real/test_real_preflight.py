@@ -69,10 +69,14 @@ def test_without_overlap_the_engine_resolves_no_buffer(h200_host: Any, remote: R
 
 def test_misspelt_flag_is_caught_before_launch(h200_host: Any, remote: Remote, cache: Path,
                                                tmp_path: Path) -> None:
+    """Real SGLang 0.5.23's flag table: the one close flag respelt, loudly (the flag policy: never dropped); a flag
+    with no close one is refused."""
     report = preflight(h200_host, remote, cache, tmp_path, {"mamba_radix_cache_stratgy": "auto"})
-    assert any(p.startswith("unknown flag --mamba-radix-cache-stratgy for sglang 0.5.23; did you mean "
-                            "--mamba-radix-cache-strategy") for p in report.problems), report.problems
-    assert report.resolution == "not run"
+    assert any(w.startswith("unknown flag --mamba-radix-cache-stratgy for sglang 0.5.23; did you mean "
+                            "--mamba-radix-cache-strategy? respelt") for w in report.warnings), report.warnings
+    refused = preflight(h200_host, remote, cache, tmp_path, {"zzq_totally_unknown": 7})
+    assert any("unknown flag --zzq-totally-unknown for sglang 0.5.23" in p and "refused" in p
+               for p in refused.problems), refused.problems
 
 
 def test_resolution_catches_an_invalid_combination(h200_host: Any, remote: Remote, cache: Path,
