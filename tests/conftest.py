@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -11,6 +12,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from hostbed import HostBed, net_host_bed  # noqa: E402
+from netbed import unavailable  # noqa: E402
 from sshbed import SSHD, make_sshd  # noqa: E402
 
 STANDIN_BIN = Path(__file__).resolve().parent / "standin" / "bin"
@@ -55,3 +58,16 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         yield disk
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+@pytest.fixture()
+def net_bed(tmp_path: Path) -> Iterator[HostBed]:
+    """Two hosts the way real ones are (tests/hostbed.py `net_host_bed`: network namespaces, own /dev/shm, routed).
+    Needs root and iproute2: skipped saying why otherwise, and a failure under CI=true (which runs as root)."""
+    why = unavailable()
+    if why is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    with net_host_bed(tmp_path / "hosts", 2) as bed:
+        yield bed

@@ -6,7 +6,6 @@ collisions (a port claim, a port check, a /dev/shm file that is host-wide on one
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,24 +13,17 @@ import yaml
 
 from deploy_helpers import events
 from fleet_helpers import chat, fleet_deploy, fleet_profile, get_json, smg_python
-from hostbed import HostBed, net_host_bed
-from netbed import unavailable
+from hostbed import HostBed
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 ENGINE_PORT = 30000
 ROUTER_PORT = 8000
 
 
-@pytest.fixture()
-def bed(tmp_path: Path) -> Iterator[HostBed]:
-    why = unavailable()
-    if why is not None:
-        pytest.skip(why)
-    with net_host_bed(tmp_path / "hosts", 2) as hosts:
-        yield hosts
 
-
-def test_replicas_on_the_same_port_of_separate_hosts_serve_behind_the_router(tmp_path: Path, bed: HostBed) -> None:
+def test_replicas_on_the_same_port_of_separate_hosts_serve_behind_the_router(tmp_path: Path,
+                                                                            net_bed: HostBed) -> None:
+    bed = net_bed
     home = tmp_path / "home"
     prof, data = fleet_profile(tmp_path, bed, router=False,
                                replicas=[{"host": h.alias, "workdir": str(h.workdir)} for h in bed.hosts])

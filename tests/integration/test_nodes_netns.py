@@ -8,7 +8,6 @@ from __future__ import annotations
 import http.client
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,22 +15,13 @@ import pytest
 import yaml
 
 from deploy_helpers import STANDIN, deploy, events
-from hostbed import HostBed, net_host_bed
-from netbed import unavailable
+from hostbed import HostBed
 from waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 ENGINE_PORT = 30000
 DIST_PORT = 20000
 
-
-@pytest.fixture()
-def bed(tmp_path: Path) -> Iterator[HostBed]:
-    why = unavailable()
-    if why is not None:
-        pytest.skip(why)
-    with net_host_bed(tmp_path / "hosts", 2) as hosts:
-        yield hosts
 
 
 def state(bed: HostBed, rank: int) -> dict[str, Any]:
@@ -53,7 +43,8 @@ def health(addr: str, port: int) -> int | None:
 
 
 def test_two_nodes_on_the_same_port_of_separate_hosts_serve_and_restart_as_a_group(
-        tmp_path: Path, bed: HostBed) -> None:
+        tmp_path: Path, net_bed: HostBed) -> None:
+    bed = net_bed
     data: dict[str, Any] = {
         "name": "pair",
         "nodes": [h.sshd.target(h.workdir) for h in bed.hosts],

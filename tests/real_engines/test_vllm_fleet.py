@@ -5,11 +5,9 @@ requests through the router during a rolling restart (none may fail), down."""
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +16,7 @@ import yaml
 
 from conftest import MODEL, STANDIN_BIN, VLLM_VENV, vllm_engine
 from fleet_helpers import fleet_deploy, smg_python
-from hostbed import HostBed, net_host_bed
-from netbed import unavailable
+from hostbed import HostBed
 
 ENGINE_PORT = 30000   # every host serves the same port, as real fleets do (a collision would show here)
 ROUTER_PORT = 8000
@@ -28,21 +25,17 @@ CLIENT_LIMIT_S = 400.0
 
 
 @pytest.fixture()
-def bed(tmp_path: Path) -> Iterator[HostBed]:
-    why = unavailable()
-    if why is not None:
-        pytest.skip(why) if os.environ.get("CI") != "true" else pytest.fail(why)
-    with net_host_bed(tmp_path / "hosts", 2) as hosts:
-        for host in hosts.hosts:
-            # The same engine python name on both hosts. Not pinned: with one replica's worker pinned to core 1 and
-            # busy, the other's new EngineCore hung in the kernel's sched_setaffinity (affine_move_task) on this
-            # 2-vCPU VM, unkillable, 3 runs in 3 (VLLM_CPU_OMP_THREADS_BIND=0 / =1); one OMP thread each instead.
-            wrapper = host.sshd.bin_dir / "vllm-python"
-            wrapper.write_text("#!/bin/sh\nVLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS=1 "
-                               f"exec {VLLM_VENV / 'bin' / 'python'} \"$@\"\n")
-            wrapper.chmod(0o755)
-            (host.sshd.bin_dir / "nvidia-smi").symlink_to(STANDIN_BIN / "nvidia-smi")  # preflight asks for GPUs
-        yield hosts
+def bed(net_bed: HostBed) -> HostBed:
+    for host in net_bed.hosts:
+        # The same engine python name on both hosts. Not pinned: with one replica's worker pinned to core 1 and
+        # busy, the other's new EngineCore hung in the kernel's sched_setaffinity (affine_move_task) on this
+        # 2-vCPU VM, unkillable, 3 runs in 3 (VLLM_CPU_OMP_THREADS_BIND=0 / =1); one OMP thread each instead.
+        wrapper = host.sshd.bin_dir / "vllm-python"
+        wrapper.write_text("#!/bin/sh\nVLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS=1 "
+                           f"exec {VLLM_VENV / 'bin' / 'python'} \"$@\"\n")
+        wrapper.chmod(0o755)
+        (host.sshd.bin_dir / "nvidia-smi").symlink_to(STANDIN_BIN / "nvidia-smi")  # preflight asks for GPUs
+    return net_bed
 
 
 class Client:

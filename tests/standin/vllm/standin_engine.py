@@ -187,8 +187,9 @@ class Server:
         self.api("INFO", "scheduler.py:311", "Chunked prefill is enabled with max_num_batched_tokens=8192.")
 
     def spawn_core(self) -> None:
-        code = ("import ctypes,signal,time\n"
+        code = ("import ctypes,os,signal,sys,time\n"
                 "ctypes.CDLL(None).prctl(1, signal.SIGKILL)\n"  # PR_SET_PDEATHSIG, like the real child
+                f"if os.getppid() != {os.getpid()}: sys.exit(0)\n"  # parent gone before the prctl: no signal comes
                 "[time.sleep(1) for _ in range(86400)]\n")
         self.child = subprocess.Popen(["VLLM::EngineCore", "-S", "-c", code], executable=sys.executable,
                                       stdin=subprocess.DEVNULL)

@@ -254,8 +254,9 @@ class Engine:
         time.sleep(5)  # the sigquit handler ends the process; never reached
 
     def spawn_scheduler(self) -> None:
-        code = ("import ctypes,signal,time\n"
+        code = ("import ctypes,os,signal,sys,time\n"
                 "ctypes.CDLL(None).prctl(1, signal.SIGKILL)\n"  # PR_SET_PDEATHSIG, like real children
+                f"if os.getppid() != {os.getpid()}: sys.exit(0)\n"  # parent gone before the prctl: no signal comes
                 "[time.sleep(1) for _ in range(86400)]\n")
         self.child = subprocess.Popen(["sglang::scheduler", "-S", "-c", code], executable=sys.executable,
                                       stdin=subprocess.DEVNULL)
