@@ -98,9 +98,13 @@ def test_real_router_spreads_requests_over_standin_replicas(
     assert _readiness(router)["healthy_workers"] == 2
     answers = [_chat(router) for _ in range(6)]
     assert all(a["choices"][0]["message"]["content"] for a in answers)
-    served = [(tmp_path / f"engine-{addr}.log").read_text().count("POST /v1/chat/completions")
-              for addr, _, _ in replicas]
-    assert served == [3, 3], served  # round_robin: both replicas took their share
+    def served() -> list[int]:
+        return [(tmp_path / f"engine-{addr}.log").read_text().count("POST /v1/chat/completions")
+                for addr, _, _ in replicas]
+
+    # a replica writes its access line just after its answer: wait (bounded) for the lines, never for more
+    _wait(lambda: sum(served()) >= 6, "every answer's access line", 10)
+    assert served() == [3, 3], served()  # round_robin: both replicas took their share
 
 
 def test_real_router_notices_a_dead_replica(
