@@ -181,11 +181,13 @@ sec end
 def gather_facts(remote: Remote, profile: Profile, *, cached_versions: list[str] | tuple[str, ...] = ()) -> Facts:
     """One round trip: GPUs, processes on them, disk, engine python/version, port, model files (+ flags)."""
     engine = profile.engine
+    spec = engine_for(engine.kind)
     head = env_exports(profile) + "".join(
         f"{name}={value}\n" for name, value in (
             ("PY", shlex.quote(engine.python)), ("WORKDIR", _home_path(profile.target.workdir)),
             ("PORT", str(engine.port)), ("MODEL", _home_path(engine.model_path)),
-            ("CACHED", shlex.quote(" ".join(cached_versions))), ("VERSION_PY", shlex.quote(version_py(engine_for(engine.kind).distribution, engine_for(engine.kind).distributions))),
+            ("CACHED", shlex.quote(" ".join(cached_versions))),
+            ("VERSION_PY", shlex.quote(version_py(spec.distribution, spec.distributions))),
             ("PROBE", shlex.quote(fl.probe_source(engine.kind))), ("KIND", shlex.quote(engine.kind)),
             ("MARKER", shlex.quote(fl.PROBE_MARKER)), ("PROBES", PROBE_CACHE)))
     script = head + STORE_SH + FACTS_SCRIPT

@@ -246,11 +246,21 @@ def group_alive(pgid: Any) -> bool:
         return True
     if not os.path.isdir("/proc/self"):
         return True
-    for name in os.listdir("/proc"):
+    return bool(group_pids(pgid))
+
+
+def group_pids(pgid: int) -> List[int]:
+    """The live (non-zombie) processes of process group `pgid`, from /proc."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    pids = []
+    for name in names:
         st = _proc_stat(int(name)) if name.isdigit() else None
         if st is not None and st[1] == pgid and st[0] not in ("Z", "X"):
-            return True
-    return False
+            pids.append(int(name))
+    return pids
 
 
 def kill_group(pgid: Any, sig: int) -> None:

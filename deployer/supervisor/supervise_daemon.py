@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     from deployer.supervisor.supervise_base import (
         EXIT_FAILED, KILL_WAIT, LogScanner, SCAN_BEFORE_READY, SCAN_EVERY, STATE, STOP_REQUEST, TICK, backoff_delay,
-        decode_wait_status, group_alive, kill_group, note, should_restart, signal_name, wait_until,
+        decode_wait_status, group_alive, group_pids, kill_group, note, should_restart, signal_name, wait_until,
         write_json,
     )
 else:  # run as a script on the target, where the supervisor's files sit side by side
     from supervise_base import (  # type: ignore[no-redef]
         EXIT_FAILED, KILL_WAIT, LogScanner, SCAN_BEFORE_READY, SCAN_EVERY, STATE, STOP_REQUEST, TICK, backoff_delay,
-        decode_wait_status, group_alive, kill_group, note, should_restart, signal_name, wait_until,
+        decode_wait_status, group_alive, group_pids, kill_group, note, should_restart, signal_name, wait_until,
         write_json,
     )
 
@@ -56,12 +56,17 @@ class ShmLedger:
         if now < self.next_look or not isinstance(pgid, int) or pgid <= 1:
             return
         self.next_look = now + SHM_LOOK_EVERY
-        for pid in _group_pids(pgid):
+        for pid in group_pids(pgid):
             for name in _shm_names(pid):
                 if name not in self.seen and len(self.seen) < SHM_KEPT:
                     ident = _own_file(name)
                     if ident is not None:
                         self.seen[name] = ident
+
+    def look_now(self, pgid: Any) -> None:
+        """Look at once (the group is about to end), whenever the last look was."""
+        self.next_look = 0.0
+        self.look(pgid)
 
     def clean(self) -> list[str]:
         """Remove what the (ended) group left; the names removed."""
@@ -75,24 +80,6 @@ class ShmLedger:
                     pass
         self.seen.clear()
         return removed
-
-
-def _group_pids(pgid: int) -> list[int]:
-    pids: list[int] = []
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return pids
-    for name in names:
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as f:
-                    data = f.read()
-                if int(data[data.rindex(b")") + 2:].split()[2]) == pgid:
-                    pids.append(int(name))
-            except (OSError, ValueError, IndexError):
-                pass
-    return pids
 
 
 def _shm_names(pid: int) -> set[str]:
@@ -289,8 +276,7 @@ class Daemon:
         was_ready = self.state["status"] == "ready"
         self.record_end(self.exit_status)
         note(f"engine ended: exit code {self.state['exit_code']}, signal {self.state['signal_name']}")
-        self.shm.next_look = 0.0
-        self.shm.look(self.state["pgid"])  # its children may still run (and hold files) until cleared
+        self.shm.look_now(self.state["pgid"])  # its children may still run (and hold files) until cleared
         self.clear_group(self.state["pgid"])
         self.clean_shm()
         s, rs = self.state, self.cfg["restart"]
@@ -349,9 +335,9 @@ class Daemon:
         except (OSError, ValueError, KeyError, TypeError):
             pass
         pgid = self.state["pgid"]
-        note(f"stop requested: SIGTERM to group {pgid}, SIGKILL after {grace:g} s")
-        self.shm.next_look = 0.0
-        self.shm.look(pgid)
+        note(f"stop requested: SIGTERM to the engine (pid {self.engine_pid}), then to group {pgid}, "
+             f"SIGKILL after {grace:g} s")
+        self.shm.look_now(pgid)
         if self.engine_pid is not None:
             self.stop_engine(pgid, grace)
             self.record_end(self.exit_status)
