@@ -5,9 +5,10 @@ are checked against known_hosts (never AutoAdd), transient connect errors are re
 times, auth and host-key errors never. Commands run on raw exec channels of the connection's transport so
 that timeouts are exact and no helper threads are involved; HTTP goes over direct-tcpip channels.
 Every paramiko/socket error is translated into deployer.errors here. paramiko (~80 ms to import) is imported
-where it is used, so commands that never dial (`host: local`, --help) do not pay for it. Fabric is not used: its
-Connection only wrapped paramiko's SSHClient here, and importing it (with invoke, which paramiko's config module
-then imports too) cost ~45 ms of every `deploy status`.
+where it is used, so commands that never dial (`host: local`, --help) do not pay for it. Fabric is not used: what
+this module needs is below its Connection (our own socket options, raw exec channels with exact timeouts,
+direct-tcpip channels, RejectPolicy), which only wraps paramiko's SSHClient; its import cost is not the reason
+(fabric 3.2.3 on paramiko 5.1: +4 ms, measured 2026-12-01; README "Dependencies").
 """
 
 from __future__ import annotations
