@@ -288,7 +288,8 @@ def _pick_name(name: str, args: dict[str, Any], values: EngineValues | None,
     if known is None and values is not None:
         known = next((n for n in names if values.lookup(n) is not None), None)
     if known is None and version is not None:
-        older = {old: new for old, (new, since) in rename_history(engine).items() if not version_in(version, f">={since}")}
+        older = {old: new for old, (new, since) in rename_history(engine).items()
+                 if not version_in(version, f">={since}")}
         known = next((old for old, new in older.items() if old in names and new in names), None)
     return known or names[0]
 
@@ -582,7 +583,8 @@ def documented_removal(engine: Engine, key: str, version: str | None) -> str | N
     for r in load_renames(engine.knowledge):
         if r.kind in ("flag", "arg") and r.new is None and option_key(r.old) == key and \
                 at_least(version, r.removed or r.since):
-            return f"removed in {engine.kind} {r.removed or r.since} ({r.source}), a documented removal; {version} has no such flag"
+            return (f"removed in {engine.kind} {r.removed or r.since} ({r.source}), a documented removal; {version} "
+                    "has no such flag")
     return None
 
 

@@ -258,7 +258,8 @@ def diagnose(
 
     `engine`: the engine the log is from (its own signatures, then the engine-neutral ones); None when that cannot
     be told (`deployer.engines.detect` found no engine's marks): the engine-neutral signatures only."""
-    signatures = [s for s in load_signatures(engine) if engine_version is None or version_in(engine_version, s.versions)]
+    signatures = [s for s in load_signatures(engine)
+                  if engine_version is None or version_in(engine_version, s.versions)]
     prefix = engine.log.prefix if engine is not None else None
     tbs = tracebacks(text, log_prefix=prefix)
     tail = _tail_lines(text, prefix)

@@ -429,7 +429,8 @@ def check_offline(profile: Profile, cache_dirs: list[Path]) -> OfflineCheck:
     flagset = load_cached_flagset(tables[version], engine, version)
     if flagset is None:
         return OfflineCheck(None, f"the cached flag table of {engine} {version} cannot be read")
-    return OfflineCheck(version, basis, check_flags(profile, flagset, load_renames(profile.engine.definition.knowledge)))
+    renames = load_renames(profile.engine.definition.knowledge)
+    return OfflineCheck(version, basis, check_flags(profile, flagset, renames))
 
 
 def _version_order(version: str) -> tuple[Any, ...]:

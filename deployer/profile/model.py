@@ -120,7 +120,8 @@ DEFAULT_ENGINE_KIND = "sglang"
 
 
 class Engine(Strict):
-    kind: str = Field(default=DEFAULT_ENGINE_KIND, description="the inference engine: a kind registered in deployer.engines",
+    kind: str = Field(default=DEFAULT_ENGINE_KIND,
+                      description="the inference engine: a kind registered in deployer.engines",
                       json_schema_extra={"enum": list(kinds())})
     python: str = Field(default="python3", min_length=1, description="interpreter that has the engine installed")
     model_path: str = Field(min_length=1)

@@ -10,7 +10,7 @@ from deployer.engines.sglang import memory, probe
 
 READY_LINE = "The server is fired up and ready to roll!"
 
-# What only an SGLang log has (detect_kind): its args dump, its argparse prog, its own install paths.
+# What only an SGLang log has (registry.detect): its args dump, its argparse prog, its own install paths.
 LOG_MARKERS = (
     re.compile(r"server_args=(?:ServerArgs\(|\{)"),
     re.compile(r"^usage: sglang serve ", re.MULTILINE),

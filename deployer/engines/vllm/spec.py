@@ -24,7 +24,7 @@ LOG_PREFIX = re.compile(
     r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]\n]*:\d+\] ?"
 )
 
-# What only a vLLM log has (detect_kind): its logger prefix with a vLLM process tag, the args dump, its argparse
+# What only a vLLM log has (registry.detect): its logger prefix with a vLLM process tag, the args dump, its argparse
 # prog (`vllm serve` / `python -m vllm.entrypoints.openai.api_server` -> api_server.py), its entry module's path.
 LOG_MARKERS = (
     re.compile(r"^\((?:APIServer|EngineCore|Worker|VllmWorker|ApiServer)[\w-]* pid=\d+\) "
