@@ -8,7 +8,7 @@ rename nor a documented removal is never dropped: respelt when exactly one flag 
 message's own numbers rule out (`skip_if`) is passed over.
 
 Numeric steps start from the engine's effective value (`deployer.effective`): the message's value, the
-attempt's `server_args` dump, preflight's dry resolution, the profile, and only then the documented default;
+attempt's args dump, preflight's dry resolution, the profile, and only then the documented default;
 the change's reason says which ("engine resolved 0.771"). A change says everything it changes: a removed
 flag maps to None, a rename is that removal plus the new name with the value carried over.
 Pure: no I/O apart from reading the engine's renames table once.

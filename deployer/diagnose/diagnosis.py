@@ -216,7 +216,7 @@ class Diagnosis:
     traceback: str | None = None
     remedy: RemedySpec | None = None
     hint: str | None = None
-    engine_args: dict[str, Any] | None = None   # the attempt's own `server_args=` dump, when the log has one
+    engine_args: dict[str, Any] | None = None   # the attempt's own args dump (LogFormat.args_dump), if any
     context: str = ""                           # more of the log a remedy may read (argparse's usage text)
     engine_version: str | None = None           # the engine version the log is from, when known
     engine_kind: str | None = None              # the engine whose tables matched (None: no engine's, e.g. a hang)
