@@ -1,8 +1,8 @@
 """Effective values: what the engine really used for an attempt, and where each value comes from.
 
 A remedy that moves a number must start from the value the engine used, not from a guess: the attempt's own
-`server_args` dump first, else preflight's dry resolution (valid only for the args it resolved), else the
-profile. `EngineValues` keeps these layers in that order and answers a lookup with the value and its source
+args dump first, else preflight's dry resolution (valid only for the args it resolved), else the profile.
+`EngineValues` keeps these layers in that order and answers a lookup with the value and its source
 ("engine resolved 0.771"). Pure.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-ENGINE_RESOLVED = "engine resolved"      # the attempt's own server_args dump
+ENGINE_RESOLVED = "engine resolved"      # the attempt's own args dump
 DRY_RESOLUTION = "dry resolution"        # preflight ran the engine's argument resolution for these args
 PROFILE = "profile"                      # the profile sets it
 MESSAGE = "engine message"               # the failure message names the value the engine used

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deployer.engines import engine_for
 from deployer.engines.common import FATAL_GRACE_S, fatal_patterns
 from deployer.errors import CommandFailed, DeployError, TargetError
 from deployer.remote.base import Remote
@@ -189,7 +188,7 @@ def supervisor_config(profile: Profile) -> dict[str, Any]:
     return {
         "launch": "launch.sh", "env_file": "env", "log": "engine.log", "grace_s": restart.grace_s,
         "port": profile.engine.port, "name": profile.name,
-        "ready_pattern": engine_for(profile.engine.kind).ready_line,
+        "ready_pattern": profile.engine.definition.log.ready_line,
         "fatal_patterns": [p.pattern for p in fatal_patterns()], "fatal_grace_s": FATAL_GRACE_S,
         "restart": {"policy": restart.policy, "max": restart.max, "backoff_s": list(restart.backoff_s),
                     "window_s": restart.window_s},

@@ -8,7 +8,7 @@ rename nor a documented removal is never dropped: respelt when exactly one flag 
 message's own numbers rule out (`skip_if`) is passed over.
 
 Numeric steps start from the engine's effective value (`deployer.effective`): the message's value, the
-attempt's `server_args` dump, preflight's dry resolution, the profile, and only then the documented default;
+attempt's args dump, preflight's dry resolution, the profile, and only then the documented default;
 the change's reason says which ("engine resolved 0.771"). A change says everything it changes: a removed
 flag maps to None, a rename is that removal plus the new name with the value carried over.
 Pure: no I/O apart from reading the engine's renames table once.
@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from deployer.engines.base import Engine
 from deployer.engines.renames import load_renames
 from deployer.flag_names import option_key
 from deployer.profile.model import Profile
@@ -185,7 +186,7 @@ def propose(diagnosis: Diagnosed, profile: Profile, tried: list[Change],
         tried=tried,
         values=values,
         version=diagnosis.engine_version,
-        kind=profile.engine.kind,
+        engine=profile.engine.definition,
     )
 
 
@@ -198,7 +199,7 @@ def resolve(
     tried: list[Change] | None = None,
     values: EngineValues | None = None,
     version: str | None = None,
-    kind: str,
+    engine: Engine,
 ) -> Change | None:
     """First option whose change is real (not a no-op), new (not in `tried`), not ruled out by the message,
     and complete: what the engine's next startup check needs is added (`deployer.engines.followons`)."""
@@ -207,10 +208,10 @@ def resolve(
     for option in spec.options:
         if any(c.holds(message) for c in option.skip_if):
             continue
-        change = _option_change(option, message, args, env, values, version, kind)
+        change = _option_change(option, message, args, env, values, version, engine)
         if change is None:
             continue
-        change = _completed(change, args, env, values, version, kind)
+        change = _completed(change, args, env, values, version, engine)
         if change is None:
             continue
         change = _without_noops(change, args, env, values)
@@ -220,31 +221,31 @@ def resolve(
 
 
 def _option_change(option: RemedyOption, message: str, args: dict[str, Any], env: dict[str, str],
-                   values: EngineValues, version: str | None, kind: str) -> Change | None:
+                   values: EngineValues, version: str | None, engine: Engine) -> Change | None:
     new_args: dict[str, Any] = {}
     new_env: dict[str, str | None] = {}
     basis: dict[str, str] = {}
     passed: set[str] = set()
     notes: list[str] = []
     for name, value in option.set_args.items():
-        new_args[_pick_name(name, args, values, version, kind)] = value
+        new_args[_pick_name(name, args, values, version, engine)] = value
     for name in option.unset_args:
-        new_args[_pick_name(name, args, values, version, kind)] = None
+        new_args[_pick_name(name, args, values, version, engine)] = None
     new_env.update(option.set_env)
     new_env.update({name: None for name in option.unset_env})
     for name, pattern in option.set_args_from_message.items():
         found = re.search(pattern, message, re.MULTILINE)
         if found is None:
             return None
-        new_args[_pick_name(name, args, values, version, kind)] = _typed(found.group(1))
+        new_args[_pick_name(name, args, values, version, engine)] = _typed(found.group(1))
     if option.rename_arg is not None:
-        renamed = _rename(option.rename_arg, message, args, kind)
+        renamed = _rename(option.rename_arg, message, args, engine)
         if renamed is None:
             return None
         new_args.update(renamed)
         passed.update(k for k, v in renamed.items() if v is None)
     if option.fix_unknown_flags is not None:
-        fixed = _fix_unknown_flags(option.fix_unknown_flags, message, args, kind, version)
+        fixed = _fix_unknown_flags(option.fix_unknown_flags, message, args, engine, version)
         if fixed is None:
             return None
         new_args.update(fixed[0])
@@ -261,13 +262,13 @@ def _option_change(option: RemedyOption, message: str, args: dict[str, Any], env
 
 
 def _completed(change: Change, args: dict[str, Any], env: dict[str, str], values: EngineValues,
-               version: str | None, kind: str) -> Change | None:
+               version: str | None, engine: Engine) -> Change | None:
     """The change plus what the next known startup check needs; None when that would undo the change."""
     def lookup(name: str) -> Any:
         known = values.lookup(name)
         return None if known is None else known.value
 
-    done = complete(change.args, lookup, version, kind)
+    done = complete(change.args, lookup, version, engine.knowledge)
     if done is None:
         return None
     more_args, more_env, notes = done
@@ -279,7 +280,7 @@ def _completed(change: Change, args: dict[str, Any], env: dict[str, str], values
 
 
 def _pick_name(name: str, args: dict[str, Any], values: EngineValues | None,
-               version: str | None, kind: str) -> str:
+               version: str | None, engine: Engine) -> str:
     """`a|b`: the alternative the profile already uses (a flag renamed across versions), else the one the
     engine reported (its dump names its own spelling), else the one the engine version has, else the first."""
     names = name.split("|")
@@ -287,7 +288,8 @@ def _pick_name(name: str, args: dict[str, Any], values: EngineValues | None,
     if known is None and values is not None:
         known = next((n for n in names if values.lookup(n) is not None), None)
     if known is None and version is not None:
-        older = {old: new for old, (new, since) in rename_history(kind).items() if not version_in(version, f">={since}")}
+        older = {old: new for old, (new, since) in rename_history(engine).items()
+                 if not version_in(version, f">={since}")}
         known = next((old for old, new in older.items() if old in names and new in names), None)
     return known or names[0]
 
@@ -474,7 +476,7 @@ def _rounded(step: StepSpec, value: float) -> float | int:
     return round(value, step.digits)
 
 
-def _rename(spec: RenameSpec, message: str, args: dict[str, Any], kind: str) -> dict[str, Any] | None:
+def _rename(spec: RenameSpec, message: str, args: dict[str, Any], engine: Engine) -> dict[str, Any] | None:
     """{old: None, new: value}; the value is the profile's, else the one the message shows."""
     old, new, value = spec.from_, spec.to, None
     if spec.from_message:
@@ -486,7 +488,7 @@ def _rename(spec: RenameSpec, message: str, args: dict[str, Any], kind: str) -> 
             value = _typed(found.group(2))
     if old is None:
         return None
-    new = new or known_renames(kind).get(old)
+    new = new or known_renames(engine).get(old)
     if new is None:
         return None
     if old in args:
@@ -496,7 +498,7 @@ def _rename(spec: RenameSpec, message: str, args: dict[str, Any], kind: str) -> 
     return {old: None, new: value}
 
 
-def _fix_unknown_flags(pattern: str, message: str, args: dict[str, Any], kind: str,
+def _fix_unknown_flags(pattern: str, message: str, args: dict[str, Any], engine: Engine,
                        version: str | None) -> tuple[dict[str, Any], list[str]] | None:
     """Each flag argparse did not recognize: renamed (the engine's table), removed (a documented removal for this
     version), respelt (the one close spelling among the flags the usage text lists), loudly. A flag none of these
@@ -510,12 +512,12 @@ def _fix_unknown_flags(pattern: str, message: str, args: dict[str, Any], kind: s
     for flag, value in _flag_tokens(found.group(1).split()):
         old = flag.lstrip("-").replace("-", "_")
         carried = args.get(old, value if value is not None else True)
-        new = known_renames(kind).get(old)
+        new = known_renames(engine).get(old)
         if new is not None and known and new not in known:
             new = None
         if new is None and known:  # a newer name on an older engine: its old name
-            new = next((o for o, n in known_renames(kind).items() if n == old and o in known), None)
-        if new is None and (removal := documented_removal(kind, old, version)) is not None:
+            new = next((o for o, n in known_renames(engine).items() if n == old and o in known), None)
+        if new is None and (removal := documented_removal(engine, old, version)) is not None:
             out[old] = None
             notes.append(f"dropped {flag}: {removal}")
             continue
@@ -531,7 +533,7 @@ def _fix_unknown_flags(pattern: str, message: str, args: dict[str, Any], kind: s
     return out, notes
 
 
-def refused_flags(pattern: str, message: str, kind: str, version: str | None) -> list[str]:
+def refused_flags(pattern: str, message: str, engine: Engine, version: str | None) -> list[str]:
     """The flags of argparse's `unrecognized arguments` that no remedy may touch (no rename, no documented
     removal, not exactly one close spelling), one line each naming the closest flags of the usage text."""
     found = re.search(pattern, message, re.MULTILINE)
@@ -541,12 +543,12 @@ def refused_flags(pattern: str, message: str, kind: str, version: str | None) ->
     out = []
     for flag, _ in _flag_tokens(found.group(1).split()):
         old = flag.lstrip("-").replace("-", "_")
-        if old in known_renames(kind) or old in known_renames(kind).values() or \
-                documented_removal(kind, old, version) is not None:
+        if old in known_renames(engine) or old in known_renames(engine).values() or \
+                documented_removal(engine, old, version) is not None:
             continue
         respelt, closest = respelling(old, known)
         if respelt is None:
-            out.append(refusal_line(flag, closest, f"{kind} {version}" if version else kind))
+            out.append(refusal_line(flag, closest, f"{engine.kind} {version}" if version else engine.kind))
     return out
 
 
@@ -573,15 +575,16 @@ def refusal_line(flag: str, closest: list[str], engine: str) -> str:
             "documented rename nor a documented removal")
 
 
-def documented_removal(kind: str, key: str, version: str | None) -> str | None:
+def documented_removal(engine: Engine, key: str, version: str | None) -> str | None:
     """Why `key` may be dropped for `version`: the engine's renames table retires it (`new: null`) in or before
     that version; None when it does not (or the version is unknown)."""
     if version is None:
         return None
-    for r in load_renames(engine=kind):
+    for r in load_renames(engine.knowledge):
         if r.kind in ("flag", "arg") and r.new is None and option_key(r.old) == key and \
                 at_least(version, r.removed or r.since):
-            return f"removed in {kind} {r.removed or r.since} ({r.source}), a documented removal; {version} has no such flag"
+            return (f"removed in {engine.kind} {r.removed or r.since} ({r.source}), a documented removal; {version} "
+                    "has no such flag")
     return None
 
 
@@ -611,23 +614,23 @@ def usage_flags(message: str) -> set[str]:
 
 
 @lru_cache(maxsize=4)
-def rename_history(kind: str) -> dict[str, tuple[str, str]]:
+def rename_history(engine: Engine) -> dict[str, tuple[str, str]]:
     """Old flag name -> (new name, first release with the new name), from the engine's renames table."""
-    return {r.old.replace("-", "_"): (r.new.replace("-", "_"), r.since) for r in load_renames(engine=kind)
+    return {r.old.replace("-", "_"): (r.new.replace("-", "_"), r.since) for r in load_renames(engine.knowledge)
             if r.kind in ("flag", "arg") and r.new}
 
 
 @lru_cache(maxsize=4)
-def known_renames(kind: str) -> dict[str, str]:
+def known_renames(engine: Engine) -> dict[str, str]:
     """Old flag name -> new flag name from the engine's renames table (the one preflight reads too)."""
-    return {option_key(r.old): option_key(r.new) for r in load_renames(engine=kind)
+    return {option_key(r.old): option_key(r.new) for r in load_renames(engine.knowledge)
             if r.kind in ("flag", "arg") and r.new}
 
 
-def did_you_mean(flag: str, known_flags: Iterable[str], kind: str) -> list[str]:
+def did_you_mean(flag: str, known_flags: Iterable[str], engine: Engine) -> list[str]:
     """Likely intended names for a flag the engine rejected: its rename, else close spellings."""
     name = option_key(flag)
-    renamed = known_renames(kind).get(name)
+    renamed = known_renames(engine).get(name)
     if renamed:
         return [renamed]
     known = [option_key(k) for k in known_flags]

@@ -3,7 +3,7 @@
 What is secret (issue 9):
 - an env key when one of its `_`-separated words is TOKEN, KEY, SECRET, PASSWORD, PASSWD or CREDENTIAL(S)
   (`HF_TOKEN`, `AWS_SECRET_ACCESS_KEY`, `API_KEY`; not `MAX_TOTAL_TOKENS`), or when its value came from `${VAR}`;
-- a flag when the engine lists it as one (`EngineSpec.secret_flags`: `api_key`, ...) or when its value,
+- a flag when the engine lists it as one (`Launch.secret_flags`: `api_key`, ...) or when its value,
   or one item of it, came from `${VAR}`.
 
 Masking has one entry point, `mask_text` / `mask_data`: the literal secret values this process has seen

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from deployer.cli.options import _load, _profile_options, _target_options
-from deployer.engines import engine_for, kinds
+from deployer.engines import engines
 
 
 @click.group("export")
@@ -23,7 +23,7 @@ def export_group() -> None:
 @click.option("-o", "--output-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write one YAML file per component here (default: print to stdout).")
 @click.option("--image", default=None, help="Engine container image, e.g. "
-              + ", ".join(engine_for(kind).image_example for kind in kinds()) + ".")
+              + ", ".join(engine.docs.image_example for engine in engines()) + ".")
 @click.option("--router-image", default=None, help="Router image (default: the engine image).")
 @click.option("--namespace", default="default", show_default=True)
 @click.option("--engine-version", default=None,

@@ -350,15 +350,16 @@ def diagnose(target: str | None, log_file: str | None, engine_version: str | Non
         data = attempts.diagnose_deployment(ref, engine_version)
     else:
         from deployer.diagnose.diagnosis import diagnose, read_window
-        from deployer.engines import detect_kind
+        from deployer.engines import detect, engine_for
         from deployer.logtext import bounded_diagnosis
 
         text = read_window(log_file)
         # Nothing defaults to an engine: the log names its engine, or only the engine-neutral signatures are used.
-        kind, how = (engine_kind, "given") if engine_kind else (detect_kind(text), "detected from the log")
-        data = bounded_diagnosis(diagnose(text, engine_version=engine_version, kind=kind).to_json())
+        engine, how = (engine_for(engine_kind), "given") if engine_kind else (detect(text), "detected from the log")
+        data = bounded_diagnosis(diagnose(text, engine_version=engine_version, engine=engine).to_json())
         data["hint"] = None
-        data["engine"] = {"kind": kind, "how": how if kind else "not told by the log: engine-neutral signatures only"}
+        data["engine"] = {"kind": engine.kind, "how": how} if engine is not None else \
+            {"kind": None, "how": "not told by the log: engine-neutral signatures only"}
     if as_json:
         _emit_json(data)
         return

@@ -17,9 +17,9 @@ import signal as signals
 from dataclasses import dataclass, field
 from typing import Any
 
-from deployer.diagnose.drift import masked, parse_server_args
+from deployer.diagnose.drift import masked, parse_args_dump
 from deployer.effective import ENGINE_RESOLVED, PROFILE, EngineValues
-from deployer.engines import all_secret_flags, engine_for
+from deployer.engines import Engine, all_secret_flags, engine_for
 from deployer.logtext import ANSI_RE, clip, readable
 from deployer.remedy import RemedySpec, resolve
 from deployer.versions import version_in
@@ -48,11 +48,11 @@ class Line:
     text: str
     tag: str | None          # rank tag of a timestamped line ("TP0", "" for none); None when not timestamped
     stamped: bool = False
-    prefixed: bool = False   # carried the engine's own logger prefix (EngineSpec.log_prefix)
+    prefixed: bool = False   # carried the engine's own logger prefix (LogFormat.prefix)
 
 
 def clean_line(raw: str, prefix: re.Pattern[str] | None = None) -> Line:
-    """`prefix`: the engine's own logger prefix (EngineSpec.log_prefix), stripped too; its group "tag" is the rank."""
+    """`prefix`: the engine's own logger prefix (LogFormat.prefix), stripped too; its group "tag" is the rank."""
     text = clip(readable(raw), LINE_CHARS)
     found = _TS_RE.match(text)
     if found:
@@ -216,7 +216,7 @@ class Diagnosis:
     traceback: str | None = None
     remedy: RemedySpec | None = None
     hint: str | None = None
-    engine_args: dict[str, Any] | None = None   # the attempt's own `server_args=` dump, when the log has one
+    engine_args: dict[str, Any] | None = None   # the attempt's own args dump (LogFormat.args_dump), if any
     context: str = ""                           # more of the log a remedy may read (argparse's usage text)
     engine_version: str | None = None           # the engine version the log is from, when known
     engine_kind: str | None = None              # the engine whose tables matched (None: no engine's, e.g. a hang)
@@ -233,7 +233,7 @@ class Diagnosis:
         change = None
         if self.remedy is not None and self.engine_kind is not None:
             change = resolve(self.remedy, self.message_text(), args={}, env={}, values=self.engine_values(),
-                             version=self.engine_version, kind=self.engine_kind)
+                             version=self.engine_version, engine=engine_for(self.engine_kind))
         remedy = None if change is None else {"args": dict(change.args), "env": dict(change.env),
                                               "reason": change.reason}
         return {
@@ -252,15 +252,15 @@ def diagnose(
     engine_version: str | None = None,
     exit_code: int | None = None,
     signal: int | None = None,
-    kind: str | None,
+    engine: Engine | None,
 ) -> Diagnosis:
     """Diagnose one attempt from (a bounded window of) its log and how the process ended.
 
-    `kind`: the engine the log is from (its own signatures, then the engine-neutral ones); None when that cannot
-    be told (`deployer.engines.detect_kind` found no engine's marks): the engine-neutral signatures only."""
-    signatures = [s for s in load_signatures(kind) if engine_version is None or version_in(engine_version, s.versions)]
-    spec = engine_for(kind) if kind is not None else None
-    prefix = spec.log_prefix if spec is not None else None
+    `engine`: the engine the log is from (its own signatures, then the engine-neutral ones); None when that cannot
+    be told (`deployer.engines.detect` found no engine's marks): the engine-neutral signatures only."""
+    signatures = [s for s in load_signatures(engine)
+                  if engine_version is None or version_in(engine_version, s.versions)]
+    prefix = engine.log.prefix if engine is not None else None
     tbs = tracebacks(text, log_prefix=prefix)
     tail = _tail_lines(text, prefix)
     # A harmless traceback (a warning logged with its stack) can come first: each traceback in turn, then the tail.
@@ -270,10 +270,11 @@ def diagnose(
             found = sig.search(stage)
             if found and sig.fits(text):
                 matched = _matched(sig, stage, found, tb)
-                dump = parse_server_args(text, spec.args_dump) if spec is not None else None
-                secret = spec.secret_flags if spec is not None else all_secret_flags()
+                dump = parse_args_dump(text, engine.log.args_dump) if engine is not None else None
+                secret = engine.launch.secret_flags if engine is not None else all_secret_flags()
                 return dataclasses.replace(matched, engine_args=dump and masked(dump, secret),
-                                           context=_usage(tail), engine_version=engine_version, engine_kind=kind)
+                                           context=_usage(tail), engine_version=engine_version,
+                                           engine_kind=engine.kind if engine is not None else None)
     signum = signal if signal is not None else _signal_of_exit(exit_code)
     if not tbs and signum is not None:
         return killed_by_signal(signum, tail)
@@ -426,9 +427,10 @@ def oom_killer_lines(dmesg_text: str) -> list[str]:
     return [line.strip() for line in dmesg_text.splitlines() if _OOM_KILL_RE.search(line)]
 
 
-def diagnose_file(path: str | os.PathLike[str], *, kind: str | None, window_bytes: int = 8 << 20, **kw: Any) -> Diagnosis:
-    """`diagnose` a log file of any size (from engine `kind`), reading at most ~2 windows of it."""
-    return diagnose(read_window(path, window_bytes), kind=kind, **kw)
+def diagnose_file(path: str | os.PathLike[str], *, engine: Engine | None, window_bytes: int = 8 << 20,
+                  **kw: Any) -> Diagnosis:
+    """`diagnose` a log file of any size (from `engine`), reading at most ~2 windows of it."""
+    return diagnose(read_window(path, window_bytes), engine=engine, **kw)
 
 
 def read_window(path: str | os.PathLike[str], window_bytes: int = 8 << 20) -> str:

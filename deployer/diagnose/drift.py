@@ -1,7 +1,7 @@
 """Effective-args drift: what the profile asked for vs what the engine says it resolved.
 
-An engine logs its arguments once at startup (its EngineSpec.args_dump line), as a dict repr `{...}` or a
-call repr `Name(model_path='...', ...)`. `parse_server_args` reads either;
+An engine logs its arguments once at startup (its LogFormat.args_dump line), as a dict repr `{...}` or a
+call repr `Name(model_path='...', ...)`. `parse_args_dump` reads either;
 `compare` reports every flag the profile set that the engine resolved differently or does not know. Pure.
 """
 
@@ -50,10 +50,10 @@ def _show(value: Any) -> str:
     return str(value)
 
 
-def parse_server_args(log_text: str, marker: re.Pattern[str] | None) -> dict[str, Any] | None:
+def parse_args_dump(log_text: str, marker: re.Pattern[str] | None) -> dict[str, Any] | None:
     """The first args dump of a log as a dict, or None when there is none (or it is cut off).
 
-    `marker`: the engine's dump line (EngineSpec.args_dump, group 1 = where the dict or call starts); None: the
+    `marker`: the engine's dump line (LogFormat.args_dump, group 1 = where the dict or call starts); None: the
     engine prints no dump.
     """
     found = marker.search(log_text) if marker is not None else None
@@ -151,7 +151,7 @@ def compare(asked: dict[str, Any], resolved: dict[str, Any],
             aliases: dict[str, dict[str, str]] | None = None, *, complete: bool = True) -> list[Drift]:
     """Drifts for the flags the profile set (snake_case keys of engine.args); None/false-free flags skipped.
 
-    `aliases`: per flag, values the engine rewrites to an equivalent name (EngineSpec.value_aliases); not drift.
+    `aliases`: per flag, values the engine rewrites to an equivalent name (Knowledge.value_aliases); not drift.
     `complete`: the dump lists every flag; when False (a dump of the non-default args only) a missing flag kept its default.
     """
     drifts = []

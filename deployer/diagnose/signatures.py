@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
-from deployer.engines import common, engine_for
+from deployer.engines import Engine, common
 from deployer.remedy import RemedySpec, remedy_spec
 from deployer.versions import version_in
 
@@ -61,25 +61,26 @@ class Signature(BaseModel):
 
 
 @lru_cache(maxsize=8)
-def load_signatures(kind: str | None, path: str | None = None) -> tuple[Signature, ...]:
-    """The signatures a log of engine `kind` is matched against, in order (earlier = more specific, tried first):
+def load_signatures(engine: Engine | None, path: str | None = None) -> tuple[Signature, ...]:
+    """The signatures a log of `engine` is matched against, in order (earlier = more specific, tried first):
     the engine's own file (`path` instead, when given), then the engine-neutral ones of `engines/common`.
-    `kind` None (a log whose engine cannot be told): the engine-neutral ones only."""
+    `engine` None (a log whose engine cannot be told): the engine-neutral ones only."""
     common = common_signatures()
-    if kind is None:
+    if engine is None:
         return common
-    own = engine_signatures(kind, path)
+    own = engine_signatures(engine, path)
     clash = sorted({s.id for s in own} & {s.id for s in common})
     if clash:
-        raise ValueError(f"{kind}: signature ids {clash} are defined by the engine and in engines/common")
+        raise ValueError(f"{engine.kind}: signature ids {clash} are defined by the engine and in engines/common")
     return own + common
 
 
 @lru_cache(maxsize=8)
-def engine_signatures(kind: str, path: str | None = None) -> tuple[Signature, ...]:
-    """Only the engine's own signatures (its signatures file), in file order."""
-    spec = engine_for(kind)
-    return _read(Path(path) if path else Path(spec.data_dir) / spec.signatures_file)
+def engine_signatures(engine: Engine, path: str | None = None) -> tuple[Signature, ...]:
+    """Only the engine's own signatures (Knowledge.signatures, or the file at `path`), in file order; () when
+    it has none."""
+    file = Path(path) if path else engine.knowledge.signatures
+    return _read(file) if file is not None else ()
 
 
 @lru_cache(maxsize=1)

@@ -1,7 +1,9 @@
-"""What deployer needs to know about an inference engine, as one typed record (`EngineSpec`), and the
-interface of an engine's memory model (`MemoryInput` -> `MemoryPlan`).
+"""What deployer knows about an inference engine, as one `Engine` made of small frozen parts, one per concern:
+`Launch` (how it is started), `LogFormat` (what its log says), `Knowledge` (its failure and flag tables),
+`Install` (which installed package it is), `Probe` (the script run on the target), `Docs`, and its memory model
+(`MemoryInput` -> `MemoryPlan`).
 
-A second engine is a new module that builds one of these, plus its data files; nothing above changes.
+A second engine is a new package that builds one `Engine`, plus its data files; nothing above changes.
 """
 
 from __future__ import annotations
@@ -98,50 +100,23 @@ MemoryModel = Callable[[MemoryInput], MemoryPlan]
 
 
 @dataclass(frozen=True)
-class EngineSpec:
-    kind: str
-    launch_module: str                      # run as `<python> -m <launch_module> <argv>`
-    template: str                           # launch script template shipped in deployer/render/templates
-    ready_line: str                         # printed once the server serves requests
-    phases: tuple[Phase, ...]               # progress lines, in startup order
-    distribution: str                       # the installed package whose version the target reports
-    # the distributions (package metadata names) that install `distribution`, tried in order; () = its own name
-    distributions: tuple[str, ...] = ()
-    health_path: str = "/health"
-    env_prefixes: tuple[str, ...] = ()      # environment variables the engine reads start with one of these
-    data_dir: Path = field(default_factory=lambda: Path(__file__).parent)
-    signatures_file: str = ""               # failure signatures (YAML) in data_dir
-    renames_file: str = ""                  # flag/env renames by version (YAML) in data_dir
-    followons_file: str = ""                # startup checks a remedy must also satisfy (YAML) in data_dir
-    value_aliases: dict[str, dict[str, str]] = field(default_factory=dict)  # flag -> {given: engine's name}
-    multinode: MultiNode | None = None      # None: no multi-node launch known
+class Launch:
+    """How the engine is started and what its argv means: the module run as `<python> -m <module> <argv>`, the
+    launch script template, how flags are spelt, which flags count GPUs, take credentials or span several hosts,
+    the environment the engine reads, the health endpoint it serves."""
+
+    module: str                             # run as `<python> -m <module> <argv>`
+    template: Path                          # the launch script template (Jinja), in the engine's package
+    model_flag: str = "model_path"          # the flag that names the model in the launch argv
+    false_prefix: str = ""                  # how `flag: false` is written ("--no-"); "" = the flag is left out
     # The parallelism flags whose values multiply to the GPUs one engine uses, each with every profile key the
     # engine's parser accepts for it (aliases); unset counts 1.
     gpu_flags: tuple[tuple[str, ...], ...] = ()
-    model_flag: str = "model_path"          # the flag that names the model in the launch argv
-    args_dump: re.Pattern[str] | None = None  # the startup line of the args dump; group 1 starts the dict
-    args_dump_complete: bool = True         # every flag is in the dump (else only the non-default ones)
+    multinode: MultiNode | None = None      # None: no multi-node launch known
+    env_prefixes: tuple[str, ...] = ()      # environment variables the engine reads start with one of these
     # flags (profile keys) that take a credential: always masked (env file, records, drift, the args dump line)
     secret_flags: frozenset[str] = frozenset()
-    log_prefix: re.Pattern[str] | None = None  # the logger's line prefix, group "tag" = process/rank
-    # Marks only this engine's log carries (its own logger prefix, args dump, argparse prog, install paths), MULTILINE:
-    # `deployer.engines.detect_kind` names the engine of a log from them.
-    log_markers: tuple[re.Pattern[str], ...] = ()
-    memory: MemoryModel | None = None       # the engine's GPU memory model for preflight; None: none known
-    false_prefix: str = ""                  # how `flag: false` is written ("--no-"); "" = the flag is left out
-    cli_prog: str = ""                      # the engine CLI's name in its argparse usage ("<kind> serve")
-    image_example: str = ""                 # a container image of the engine, as help text shows it
-    # The engine assumed where nothing names one (a profile without engine.kind, a record from before kinds,
-    # `deploy diagnose --log`): exactly one registered engine says so.
-    default: bool = False
-
-    def masked(self, line: str) -> str:
-        """The line with the values of secret flags in the engine's args dump replaced by '***'.
-
-        Some releases print `'api_key': ['sk-...']` in clear in their args dump (see the engine's spec)."""
-        if not self.secret_flags or self.args_dump is None or not self.args_dump.search(line):
-            return line
-        return _secret_values(self.secret_flags).sub(lambda m: m.group(1) + "'***'", line)
+    health_path: str = "/health"
 
     def gpus_per_engine(self, args: dict[str, Any]) -> int:
         """The GPUs one engine uses according to its parallelism flags in `args` (1 when none is set)."""
@@ -150,6 +125,22 @@ class EngineSpec:
             count *= next((v for v in (args.get(n) for n in names)
                            if isinstance(v, int) and not isinstance(v, bool) and v > 0), 1)
         return count
+
+
+@dataclass(frozen=True)
+class LogFormat:
+    """What the engine's own log says and how: its logger's line prefix, the startup phases, the ready line, the
+    args dump it prints at startup, its argparse prog, and the marks that tell its log from another engine's."""
+
+    ready_line: str                         # printed once the server serves requests
+    phases: tuple[Phase, ...]               # progress lines, in startup order
+    args_dump: re.Pattern[str] | None = None  # the startup line of the args dump; group 1 starts the dict
+    args_dump_complete: bool = True         # every flag is in the dump (else only the non-default ones)
+    prefix: re.Pattern[str] | None = None   # the logger's line prefix, group "tag" = process/rank
+    # Marks only this engine's log carries (its own logger prefix, args dump, argparse prog, install paths),
+    # MULTILINE: `deployer.engines.detect` names the engine of a log from them.
+    markers: tuple[re.Pattern[str], ...] = ()
+    cli_prog: str = ""                      # the engine CLI's name in its argparse usage ("<kind> serve")
 
     def phase_of(self, line: str) -> str | None:
         for phase in self.phases:
@@ -166,6 +157,75 @@ class EngineSpec:
             if phase and (not seen or seen[-1] != phase):
                 seen.append(phase)
         return seen
+
+
+@dataclass(frozen=True, eq=False)
+class Knowledge:
+    """What deployer knows of the engine's failures and flag history, as data files in the engine's package
+    (each with the sources of its texts): failure signatures, flag/env renames by version, the follow-on startup
+    checks a remedy must also satisfy; and the values the engine rewrites to an equivalent name. None: no such
+    table. Compared by identity (one per engine), so the table readers can cache by it."""
+
+    signatures: Path | None = None          # failure signatures (YAML)
+    renames: Path | None = None             # flag/env renames by version (YAML)
+    followons: Path | None = None           # startup checks a remedy must also satisfy (YAML)
+    value_aliases: dict[str, dict[str, str]] = field(default_factory=dict)  # flag -> {given: engine's name}
+
+
+@dataclass(frozen=True)
+class Install:
+    """Which installed package is the engine: the import package whose version the target reports, and the
+    distributions (package metadata names) that may install it, tried in order."""
+
+    package: str
+    distributions: tuple[str, ...] = ()     # () = the package's own name
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.distributions or (self.package,)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """The script the target's engine python runs (stdlib and the engine only) to report the flags the installed
+    engine accepts and how it resolves a profile's args, on one `DEPLOYER_PROBE_JSON {...}` line."""
+
+    script: Path                            # the probe module's file, in the engine's package
+
+    def source(self) -> str:
+        """The probe's text, to be run as `<python> -c <text> ...` by the target's engine python."""
+        return self.script.read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class Docs:
+    """What help texts and messages show of the engine."""
+
+    image_example: str = ""                 # a container image of the engine
+
+
+@dataclass(frozen=True, eq=False)
+class Engine:
+    """Everything deployer knows about one inference engine, one part per concern; found by the registry
+    (deployer.engines.engine_for, detect). Compared by identity: the registry holds one per kind."""
+
+    kind: str
+    launch: Launch
+    log: LogFormat
+    knowledge: Knowledge
+    install: Install
+    probe: Probe
+    memory: MemoryModel | None = None       # the engine's GPU memory model for preflight; None: none known
+    docs: Docs = Docs()
+
+    def masked(self, line: str) -> str:
+        """The line with the values of secret flags in the engine's args dump replaced by '***'.
+
+        Some releases print `'api_key': ['sk-...']` in clear in their args dump (see the engine's spec)."""
+        secret = self.launch.secret_flags
+        if not secret or self.log.args_dump is None or not self.log.args_dump.search(line):
+            return line
+        return _secret_values(secret).sub(lambda m: m.group(1) + "'***'", line)
 
 
 @lru_cache(maxsize=8)

@@ -1,7 +1,7 @@
 """Follow-on constraints: startup checks that a remedy's new arguments must also pass.
 
 A remedy that fixes one check can walk straight into another (a cache strategy that forbids overlap
-scheduling). The engine's table of such checks (`engines/<kind>_followons.yaml`, from the real
+scheduling). The engine's table of such checks (`Knowledge.followons` in the engine's package, from the real
 source, with the releases each holds for) lets `complete` add what the next check needs, or say that the
 remedy cannot be completed (its own changes would have to be undone), so the caller picks another option.
 Pure, apart from reading the table once.
@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from deployer.engines import engine_for
+from deployer.engines.base import Knowledge
 from deployer.versions import version_in
 
 
@@ -37,11 +36,11 @@ class FollowOn(BaseModel):
 
 
 @lru_cache(maxsize=4)
-def load_followons(kind: str) -> tuple[FollowOn, ...]:
-    spec = engine_for(kind)
-    if not spec.followons_file:
+def load_followons(knowledge: Knowledge) -> tuple[FollowOn, ...]:
+    """The engine's follow-on table (Knowledge.followons), in file order; () when it has none."""
+    if knowledge.followons is None:
         return ()
-    data = yaml.safe_load((Path(spec.data_dir) / spec.followons_file).read_text(encoding="utf-8")) or {}
+    data = yaml.safe_load(knowledge.followons.read_text(encoding="utf-8")) or {}
     return tuple(FollowOn.model_validate(item) for item in data.get("followons", []))
 
 
@@ -49,7 +48,7 @@ Lookup = Callable[[str], Any]
 
 
 def complete(changes: Mapping[str, Any], lookup: Lookup, version: str | None,
-             kind: str) -> tuple[dict[str, Any], dict[str, str], list[str]] | None:
+             knowledge: Knowledge) -> tuple[dict[str, Any], dict[str, str], list[str]] | None:
     """What else the change must set so that no known check fails: (args, env, notes), or None when a check
     could only pass by undoing part of the change itself.
 
@@ -69,7 +68,7 @@ def complete(changes: Mapping[str, Any], lookup: Lookup, version: str | None,
 
     for _ in range(3):  # a fix may trigger another check; the table is small and acyclic
         added = False
-        for check in load_followons(kind):
+        for check in load_followons(knowledge):
             if version is None or not version_in(version, check.versions):
                 continue
             if not (_holds(check.when, value) and _holds(check.violated, value)):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from deployer.engines import engine_for
+from deployer.engines.base import Knowledge
 
 
 @dataclass(frozen=True)
@@ -24,15 +24,12 @@ class Rename:
     source: str
 
 
-def load_renames(*, engine: str, path: Path | None = None) -> list[Rename]:
-    """The engine's renames table (or the table at `path`), in file order."""
-    if path is None:
-        spec = engine_for(engine)
-        if not spec.renames_file:
-            return []
-        text = (Path(spec.data_dir) / spec.renames_file).read_text(encoding="utf-8")
-    else:
-        text = path.read_text(encoding="utf-8")
+def load_renames(knowledge: Knowledge | None = None, *, path: Path | None = None) -> list[Rename]:
+    """The engine's renames table (Knowledge.renames; or the table at `path`), in file order; [] when none."""
+    file = path if path is not None else knowledge.renames if knowledge is not None else None
+    if file is None:
+        return []
+    text = file.read_text(encoding="utf-8")
     entries = yaml.safe_load(text) or []
     return [
         Rename(old=str(e["old"]), new=None if e.get("new") is None else str(e["new"]), kind=str(e["kind"]),

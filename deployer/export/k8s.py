@@ -15,7 +15,6 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from deployer.engines import engine_for
 from deployer.errors import ProfileError
 from deployer.export.check import Expectations
 from deployer.profile.model import Profile
@@ -109,7 +108,7 @@ def version_from_image(image: str) -> str | None:
 def export_k8s(profile: Profile, opts: ExportOptions) -> Export:
     """Manifests for `profile` (already translated for the engine version and healed)."""
     if not opts.image:
-        example = engine_for(profile.engine.kind).image_example
+        example = profile.engine.definition.docs.image_example
         raise ProfileError(f"--image: which container image runs the engine? (e.g. {example})")
     pod_profile = profile.model_copy(update={"engine": profile.engine.model_copy(update={"host": "0.0.0.0"})})
     _keep_private(pod_profile, profile)
@@ -199,7 +198,7 @@ def _env(profile: Profile, secret_name: str) -> list[dict[str, Any]]:
 def _gpu_count(profile: Profile, gpus: list[int] | None, nodes: int = 1) -> int:
     if gpus:
         return len(gpus)
-    per_engine = engine_for(profile.engine.kind).gpus_per_engine(profile.engine.args)
+    per_engine = profile.engine.definition.launch.gpus_per_engine(profile.engine.args)
     return max(1, math.ceil(per_engine / nodes))
 
 
@@ -297,7 +296,7 @@ def _deployment(profile: Profile, opts: ExportOptions, cache: ModelCache, export
 
 def _leader_worker_set(profile: Profile, opts: ExportOptions, cache: ModelCache, export: Export) -> dict[str, Any]:
     assert profile.nodes is not None
-    multinode = engine_for(profile.engine.kind).multinode
+    multinode = profile.engine.definition.launch.multinode
     if multinode is None:
         raise ProfileError(f"nodes: {profile.engine.kind} has no multi-node launch flags known to deployer")
     size = len(profile.nodes)

@@ -18,7 +18,7 @@ def for_version(profile: Profile, version: str | None) -> tuple[Profile, list[st
         return profile, ["engine version unknown (no --engine-version, no version in the image tag, no "
                          "engine.version): flags are exported as written, untranslated"]
     kind = profile.engine.kind
-    renames = load_renames(engine=kind)
+    renames = load_renames(profile.engine.definition.knowledge)
     flagset = fl.load_cached_flagset(fl.default_cache_dir(), kind, version)
     report = (fl.check_flags(profile, flagset, renames) if flagset is not None
               else fl.translate_offline(profile, kind, version, renames))

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deployer.diagnose.diagnosis import Diagnosis, diagnose
-from deployer.engines import engine_for
+from deployer.engines import Engine
 
 CLOSE_S = 2.0
 TRACEBACK = "Traceback (most recent call last)"
@@ -59,7 +59,7 @@ def first_traceback_at(log: str, utc_offset_s: int) -> float | None:
     return calendar.timegm(local) - utc_offset_s
 
 
-def rank_failure(end: RankEnd, *, version: str | None, kind: str) -> RankFailure | None:
+def rank_failure(end: RankEnd, *, version: str | None, engine: Engine) -> RankFailure | None:
     """When and why this rank failed; None when it did not fail on its own (stopped for the group by deployer)."""
     raw = end.state.get("last_crash")
     crash: dict[str, Any] = raw if isinstance(raw, dict) else {}
@@ -75,22 +75,22 @@ def rank_failure(end: RankEnd, *, version: str | None, kind: str) -> RankFailure
     if not times:
         return None
     diag = diagnose(end.log, engine_version=version, exit_code=crash.get("exit_code", end.state.get("exit_code")),
-                    signal=crash.get("signal", end.state.get("signal")), kind=kind)
-    multinode = engine_for(kind).multinode
+                    signal=crash.get("signal", end.state.get("signal")), engine=engine)
+    multinode = engine.launch.multinode
     peers = multinode.peer_failures if multinode else frozenset()
     consequence = diag.signature in peers
     if peer_lost and (diag.signature is None or diag.signature == "killed-by-signal" or consequence):
         diag = Diagnosis(signature="group-peer-lost", summary=f"stopped for its group: {peer_lost.get('reason')}",
                          transient=False, evidence=[str(peer_lost.get("reason"))],
                          hint="the cause is on the peer named here: see its log (deploy logs NAME --node N)",
-                         engine_kind=kind)
+                         engine_kind=engine.kind)
         consequence = True
     return RankFailure(rank=end.rank, at=min(times), diagnosis=diag, consequence=consequence)
 
 
-def first_failure(ends: list[RankEnd], *, version: str | None, kind: str) -> RankFailure | None:
+def first_failure(ends: list[RankEnd], *, version: str | None, engine: Engine) -> RankFailure | None:
     """The rank that failed first (a rank that failed on its own beats a consequence within CLOSE_S)."""
-    failures = [f for f in (rank_failure(e, version=version, kind=kind) for e in ends) if f is not None]
+    failures = [f for f in (rank_failure(e, version=version, engine=engine) for e in ends) if f is not None]
     if not failures:
         return None
     failures.sort(key=lambda f: (f.at, f.rank))
@@ -105,11 +105,11 @@ def first_failure(ends: list[RankEnd], *, version: str | None, kind: str) -> Ran
 GENERATION_S = 120.0  # crashes this close to the latest one belong to the same fall of the group
 
 
-def first_crash(crashes: dict[int, tuple[dict[str, Any], str | None]], kind: str) -> int | None:
+def first_crash(crashes: dict[int, tuple[dict[str, Any], str | None]], engine: Engine) -> int | None:
     """From the supervisors' records after `up` (`deploy status`): rank -> (last_crash, its diagnosis's signature),
     the rank whose crash came first in the group's latest fall, a rank that ended for its peers yielding to one
     that ended on its own within CLOSE_S."""
-    multinode = engine_for(kind).multinode
+    multinode = engine.launch.multinode
     peers = multinode.peer_failures if multinode else frozenset()
     timed = [(float(c["at"]), rank, bool(c.get("peer_lost")) or sig in peers)
              for rank, (c, sig) in crashes.items() if isinstance(c.get("at"), (int, float))]

@@ -81,7 +81,7 @@ def _diagnose_crash(ref: ops.Ref, row: dict[str, Any], profile: Profile) -> dict
     run = RunDir(run_dir, run_dir.rstrip("/").rsplit("/", 1)[-1])
     with ops.connected(ref) as remote:
         diag = diagnose_state(remote, run, {"last_crash": row["last_crash"]}, profile.engine.version,
-                              kind=profile.engine.kind)
+                              engine=profile.engine.definition)
     return bounded_diagnosis({**diag.to_json(), "hint": diag.hint})
 
 
@@ -93,7 +93,7 @@ def _mark_first_crash(profile: Profile, refs: list[tuple[NodePlan, ops.Ref]], ro
             row["last_crash_diagnosis"] = row.get("diagnosis") or _diagnose_crash(ref, row, profile)
     crashes = {row["node"]: (row["last_crash"], (row.get("last_crash_diagnosis") or {}).get("signature"))
                for row in rows if isinstance(row.get("last_crash"), dict)}
-    first = first_crash(crashes, profile.engine.kind) if len(crashes) > 1 else None
+    first = first_crash(crashes, profile.engine.definition) if len(crashes) > 1 else None
     for row in rows:
         row["first_crash"] = row["node"] == first
 

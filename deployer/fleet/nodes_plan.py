@@ -1,7 +1,7 @@
 """One engine across nodes (`nodes:`): what each node runs, as a derived single-host profile per node.
 
 Node R of N runs the profile's engine with the engine's own multi-node flags (`--nnodes N --node-rank R
---dist-init-addr <node 0>:<dist_init_port>` as the engine spells them in its EngineSpec.multinode), the NIC env
+--dist-init-addr <node 0>:<dist_init_port>` as the engine spells them in its Launch.multinode), the NIC env
 (NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME: engine.nic, else what the node's network facts say), its own GPUs and
 port. Rank 0 serves the API on engine.host; ranks >= 1 serve only the engine's dummy health, bound to their own
 address so that node 0's supervisor can watch them. Pure: the network facts come in as `NodeNet`s.
@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deployer.engines import engine_for
 from deployer.engines.base import MultiNode
 from deployer.errors import ProfileError
 from deployer.flag_names import option_key
@@ -51,7 +50,7 @@ class NodePlan:
 
 def multinode_of(profile: Profile) -> MultiNode:
     """The engine's multi-node flags, or one clear line when the engine has none known to deployer."""
-    multinode = engine_for(profile.engine.kind).multinode
+    multinode = profile.engine.definition.launch.multinode
     if multinode is None:
         raise ProfileError(f"nodes: one {profile.engine.kind} engine across nodes is not supported by deployer "
                            "(no multi-node launch flags known for it)", file=_file(profile))

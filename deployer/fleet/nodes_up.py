@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deployer.diagnose.diagnosis import Diagnosis
+from deployer.engines import Engine
 from deployer.errors import DeployError, LaunchFailed, PreflightFailed, RetriesExhausted
 from deployer.fleet.nodes_checks import compare, dist_init_problems, network
 from deployer.fleet.nodes_diagnose import RankEnd, first_failure
@@ -239,7 +240,7 @@ def _attempt_loop(sessions: list[NodeSession], base: Profile, nets: list[NodeNet
             _await_group_watch(sessions, base, report, emit)
             return _finish(sessions, bundles, item, report, emit)
         _stop_group(sessions, base)
-        diag, rank = _diagnose(sessions, outcome, version, base.engine.kind)
+        diag, rank = _diagnose(sessions, outcome, version, base.engine.definition)
         item.diagnosis = bounded_diagnosis({**diag.to_json(), "hint": diag.hint, "node": rank,
                                             "host": sessions[rank].plan.node.host})
         item.detail = f"{item.detail}; node {rank} failed first"
@@ -317,7 +318,7 @@ def _stop_group(sessions: list[NodeSession], profile: Profile) -> None:
 
 
 def _diagnose(sessions: list[NodeSession], outcome: Outcome | FollowerEnded, version: str | None,
-              kind: str) -> tuple[Diagnosis, int]:
+              engine: Engine) -> tuple[Diagnosis, int]:
     """The first rank that failed, and its diagnosis; rank 0's own (a hang, a timeout) when no rank ended."""
     def end(s: NodeSession) -> RankEnd:
         assert s.run is not None and s.launch is not None
@@ -328,7 +329,7 @@ def _diagnose(sessions: list[NodeSession], outcome: Outcome | FollowerEnded, ver
         log = attempt_log(s.remote, s.run, s.launch.log_offset, tb if isinstance(tb, int) else None)
         return RankEnd(rank=s.rank, log=log, state=state, utc_offset_s=s.net.utc_offset_s if s.net else 0)
 
-    first = first_failure(at_once(end, sessions), version=version, kind=kind)
+    first = first_failure(at_once(end, sessions), version=version, engine=engine)
     if first is not None:
         return first.diagnosis, first.rank
     leader = sessions[0]
@@ -336,7 +337,7 @@ def _diagnose(sessions: list[NodeSession], outcome: Outcome | FollowerEnded, ver
     if isinstance(outcome, FollowerEnded):
         outcome = Crashed(0.0, outcome.state.get("exit_code"), outcome.state.get("signal"),
                           outcome.state.get("signal_name"), [])
-    return diagnose_attempt(leader.remote, leader.launch, outcome, version, kind=kind), 0
+    return diagnose_attempt(leader.remote, leader.launch, outcome, version, engine=engine), 0
 
 
 def _next_change(diag: Diagnosis, profile: Profile, opts: UpOptions, tried: list[Change], item: AttemptReport,

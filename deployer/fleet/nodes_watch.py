@@ -8,7 +8,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from deployer.engines import engine_for
 from deployer.errors import DeployError
 from deployer.fleet.nodes_net import NetFacts
 from deployer.fleet.nodes_plan import NodePlan
@@ -66,7 +65,7 @@ def watch_group(sessions: list[NodeSession], profile: Profile, emit: EventSink, 
     leader = sessions[0]
     assert leader.launch is not None
     watcher = Watcher(leader.remote, leader.launch, port or leader.plan.port, profile.health,
-                      engine_for(profile.engine.kind),
+                      profile.engine.definition,
                       for_node(emit, leader.plan), cache=hub_cache(profile.engine.model_path, profile.engine.env))
     delay, next_look = 0.1, 0.0
     for _ in range(10_000_000):  # bounded by the watcher's startup and stall deadlines

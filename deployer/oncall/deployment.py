@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from deployer.engines import Engine
 from deployer.errors import LaunchFailed, NotFound, ProfileError, TargetError, Unhealthy
 from deployer.lock import DeploymentLock, Notify, lease_of
 from deployer.logtext import bounded_diagnosis
@@ -32,7 +33,7 @@ from deployer.start import stop
 from deployer.supervisor.supervise_base import CRASHED as CRASHED_STATES
 from deployer.supervisor.supervise_base import UP
 from deployer.target import snapshot
-from deployer.target.records import RunView, healthy, record_address, record_kind, tail_window, window_lines
+from deployer.target.records import RunView, healthy, record_address, record_engine, tail_window, window_lines
 from deployer.watch.watcher import LogTail
 
 if TYPE_CHECKING:
@@ -169,11 +170,11 @@ def crash_diagnosis(remote: Remote, view: RunView, attempt: snapshot.Attempt | N
     from deployer.pipeline.up import diagnose_state
 
     version = (view.record.get("profile") or {}).get("engine", {}).get("version")
-    kind = record_kind(view.record)
+    engine = record_engine(view.record)
     if attempt is not None and attempt.run_id == view.run.run_id:
-        diag = diagnose_attempt(attempt, state, version, kind=kind)
+        diag = diagnose_attempt(attempt, state, version, engine=engine)
     else:
-        diag = diagnose_state(remote, view.run, state, version, kind=kind)
+        diag = diagnose_state(remote, view.run, state, version, engine=engine)
     return bounded_diagnosis({**diag.to_json(), "hint": diag.hint})
 
 
@@ -192,18 +193,18 @@ def last_crash(remote: Remote, view: RunView, alive: bool, crashed: dict[str, An
     from deployer.pipeline.up import diagnose_state
 
     version = (view.record.get("profile") or {}).get("engine", {}).get("version")
-    diag = diagnose_state(remote, view.run, view.state, version, kind=record_kind(view.record))
+    diag = diagnose_state(remote, view.run, view.state, version, engine=record_engine(view.record))
     return {**crash, "diagnosis": bounded_diagnosis({**diag.to_json(), "hint": diag.hint})}
 
 
 def diagnose_attempt(attempt: snapshot.Attempt, state: dict[str, Any], version: str | None, *,
-                     kind: str) -> Diagnosis:
+                     engine: Engine) -> Diagnosis:
     """pipeline.up.diagnose_state on what a snapshot brought: no further trip to the target."""
     from deployer.diagnose.diagnosis import diagnose, oom_killer_lines
 
     end = state.get("last_crash") or state
     diag = diagnose(attempt.text, engine_version=version, exit_code=end.get("exit_code"), signal=end.get("signal"),
-                    kind=kind)
+                    engine=engine)
     if diag.signature == "killed-by-signal":
         diag = dataclasses.replace(diag, evidence=[*diag.evidence, *oom_killer_lines(attempt.dmesg or "")[-3:]])
     return diag

@@ -20,7 +20,7 @@ from deployer.remote.base import Remote
 from deployer.secrets import mask_data
 from deployer.supervisor.supervise_base import CRASHED
 from deployer.target import snapshot
-from deployer.target.records import current_view, list_runs, record_kind
+from deployer.target.records import current_view, list_runs, record_engine
 from deployer.target.retention import DEFAULT_KEEP, apply_plan, retention_plan
 
 __all__ = ["make_ref", "history", "local_history", "diagnose_deployment", "prune", "lock_events"]
@@ -133,7 +133,7 @@ def diagnose_deployment(ref: Ref, engine_version: str | None) -> dict[str, Any]:
                 raise TargetError(f"the target's snapshot of {snap.layout.root} has no log of run {run_id}")
             learn_env_text(snap.env.get(run_id), view.record, view.run.file("env"))
             version = engine_version or (view.record.get("profile") or {}).get("engine", {}).get("version")
-            diag = diagnose_attempt(snap.attempt, state, version, kind=record_kind(view.record))
+            diag = diagnose_attempt(snap.attempt, state, version, engine=record_engine(view.record))
 
             data = {**bounded_diagnosis({**diag.to_json(), "hint": diag.hint}), "run_id": run_id}
             prof = _profile_of(view.record)

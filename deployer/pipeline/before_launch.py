@@ -13,7 +13,6 @@ from typing import Any
 
 from deployer.diagnose.diagnosis import diagnose
 from deployer.effective import DryResolution
-from deployer.engines import engine_for
 from deployer.errors import PreflightFailed
 from deployer.flag_names import key_option
 from deployer.local_history import home
@@ -54,7 +53,7 @@ def checked_profile(remote: Remote, profile: Profile, *, heal: bool, model_confi
             for suggestion in result.memory.suggestions if result.memory else []:
                 emit(Event("suggestion", {"message": suggestion}))
             raise PreflightFailed(result.problems, hint=_first_suggestion(result.memory))
-        diag = diagnose(rejection, engine_version=version, kind=profile.engine.kind)
+        diag = diagnose(rejection, engine_version=version, engine=profile.engine.definition)
         note: dict[str, Any] = {"stage": "preflight", **diag.to_json(), "hint": diag.hint}
         emit(Event("diagnosis", {"attempt": 0, **note}))
         change = propose(diag, result.profile, tried) if heal and diag.signature else None
@@ -74,7 +73,7 @@ def _as_argparse_error(result: PreflightReport) -> str | None:
     if not result.unknown_flags:
         return None
     # Wrapped as argparse wraps it: one line of every flag would be cut by the diagnosis' per-line cap.
-    prog = engine_for(result.profile.engine.kind).cli_prog
+    prog = result.profile.engine.definition.log.cli_prog
     usage = "\n".join(textwrap.wrap(f"usage: {prog} " + " ".join(f"[{key_option(k)}]" for k in result.flag_names),
                                     width=100, subsequent_indent="    ", break_long_words=False))
     words = []

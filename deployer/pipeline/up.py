@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from deployer.diagnose.diagnosis import Diagnosis, diagnose, hang_diagnosis, oom_killer_lines
-from deployer.diagnose.drift import compare, masked, parse_server_args
+from deployer.diagnose.drift import compare, masked, parse_args_dump
 from deployer.effective import DryResolution, EngineValues, engine_values
-from deployer.engines import engine_for
+from deployer.engines import Engine, engine_for
 from deployer.errors import DeployError, LaunchFailed, LockLost, PortBusy, ProfileError, RetriesExhausted, TargetError
 from deployer.local_history import History
 from deployer.lock import DeploymentLock
@@ -253,7 +253,7 @@ def _attempts(remote: Remote, layout: Layout, profile: Profile, opts: UpOptions,
                                         profile=profile.public_dict())
             launch = _start(remote, layout, run, profile.engine.port, port_wait, history, row)
             outcome = Watcher(remote, launch, profile.engine.port, profile.health,
-                              engine_for(profile.engine.kind), emit,
+                              profile.engine.definition, emit,
                               cache=hub_cache(profile.engine.model_path, profile.engine.env),
                               address=profile.engine.probe_address).run()
             item = AttemptReport(attempt, run.run_id, bundle.content_hash, _outcome_name(outcome),
@@ -400,7 +400,7 @@ def _after_failure(remote: Remote, run: RunDir, launch: Launch, outcome: Outcome
     """Diagnose a failed attempt: the change to make, True to retry unchanged (transient), False to stop."""
     if isinstance(outcome, (Hung, Stuck, TimedOut, Unsupervised)):  # unsupervised: no restart policy covers it
         stop(remote, run, min(profile.restart.grace_s, 10.0))
-    diag = diagnose_attempt(remote, launch, outcome, version, kind=profile.engine.kind)
+    diag = diagnose_attempt(remote, launch, outcome, version, engine=profile.engine.definition)
     item.diagnosis = bounded_diagnosis({**diag.to_json(), "hint": diag.hint})  # outcome.json, history, output
     emit(Event("diagnosis", {"attempt": item.attempt, **item.diagnosis}))
     if not opts.heal:
@@ -434,12 +434,12 @@ def _attempt_values(remote: Remote, launch: Launch, diag: Diagnosis, profile: Pr
             head = remote.read(launch.run.log, launch.log_offset, 512 << 10).decode("utf-8", "replace")
         except (DeployError, OSError):
             head = ""   # no log to read: the dry resolution and the profile still say what was asked
-        dump = parse_server_args(head, engine_for(profile.engine.kind).args_dump)
+        dump = parse_args_dump(head, profile.engine.definition.log.args_dump)
     return engine_values(dump, dry, dict(profile.engine.args))
 
 
 def diagnose_attempt(remote: Remote, launch: Launch, outcome: Outcome, version: str | None, *,
-                     kind: str) -> Diagnosis:
+                     engine: Engine) -> Diagnosis:
     if isinstance(outcome, Unsupervised):  # started again under a new supervisor, once per `up`
         return Diagnosis(signature="supervisor-lost", summary=outcome.describe(), transient=True,
                          evidence=outcome.tail[-5:],
@@ -451,28 +451,28 @@ def diagnose_attempt(remote: Remote, launch: Launch, outcome: Outcome, version: 
         return diag if isinstance(outcome, Hung) else dataclasses.replace(diag, summary=outcome.describe())
     if isinstance(outcome, Stuck):  # stopped by us after its fatal line: the log says why, as a crash's would
         return diagnose_run(remote, launch.run, launch.log_offset, _state_traceback(remote, launch.run), None,
-                            None, version, kind=kind)
+                            None, version, engine=engine)
     assert isinstance(outcome, Crashed)
     tb_offset = outcome.traceback_offset
     if tb_offset is None:  # the supervisor writes its final state after its last scan
         tb_offset = _state_traceback(remote, launch.run)
     return diagnose_run(remote, launch.run, launch.log_offset, tb_offset, outcome.exit_code, outcome.signal,
-                        version, kind=kind)
+                        version, engine=engine)
 
 
 def diagnose_state(remote: Remote, run: RunDir, state: dict[str, Any], version: str | None, *,
-                   kind: str) -> Diagnosis:
+                   engine: Engine) -> Diagnosis:
     """The diagnosis of a run's last engine death, from what its supervisor recorded (state.json)."""
     end = state.get("last_crash") or state
     return diagnose_run(remote, run, int(end.get("log_offset") or 0), end.get("traceback_offset"),
-                        end.get("exit_code"), end.get("signal"), version, kind=kind)
+                        end.get("exit_code"), end.get("signal"), version, engine=engine)
 
 
 def diagnose_run(remote: Remote, run: RunDir, offset: int, traceback_offset: int | None, exit_code: int | None,
-                 signal: int | None, version: str | None, *, kind: str) -> Diagnosis:
+                 signal: int | None, version: str | None, *, engine: Engine) -> Diagnosis:
     """Diagnose one engine run's log window; a death by signal with no traceback gets the host's OOM-killer lines."""
     text = attempt_log(remote, run, offset, traceback_offset)
-    diag = diagnose(text, engine_version=version, exit_code=exit_code, signal=signal, kind=kind)
+    diag = diagnose(text, engine_version=version, exit_code=exit_code, signal=signal, engine=engine)
     if diag.signature == "killed-by-signal":
         dmesg = remote.run("dmesg 2>/dev/null | tail -n 300", timeout=15, check=False).stdout
         diag = dataclasses.replace(diag, evidence=[*diag.evidence, *oom_killer_lines(dmesg)[-3:]])
@@ -521,12 +521,13 @@ def _save_fixed(original: Profile, final: Profile, tried: list[Change], dest: Pa
 def _finish_ready(remote: Remote, run: RunDir, launch: Launch, profile: Profile, bundle: Bundle,
                   item: AttemptReport, report: UpReport, emit: EventSink) -> None:
     head = remote.read(run.log, launch.log_offset, 512 << 10).decode("utf-8", "replace")
-    spec = engine_for(profile.engine.kind)
-    resolved = parse_server_args(head, spec.args_dump)
+    engine = profile.engine.definition
+    resolved = parse_args_dump(head, engine.log.args_dump)
     if resolved is not None:
-        secret = spec.secret_flags | profile.secret_arg_keys()
+        secret = engine.launch.secret_flags | profile.secret_arg_keys()
         asked = {k: v for k, v in profile.engine.args.items() if k not in secret}
-        drifts = compare(asked, masked(resolved, secret), spec.value_aliases, complete=spec.args_dump_complete)
+        drifts = compare(asked, masked(resolved, secret), engine.knowledge.value_aliases,
+                         complete=engine.log.args_dump_complete)
         item.drift = [d.describe() for d in drifts]
         for line in item.drift:
             emit(Event("drift", {"message": line}))

@@ -15,7 +15,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deployer.engines import engine_for
 from deployer.engines.base import MemoryInput, MemoryPlan, ModelInfo, UnsupportedModel
 from deployer.engines.renames import load_renames
 from deployer.errors import DeployError, ProfileError, ProfileProblems
@@ -136,7 +135,7 @@ def run_preflight(remote: Remote, profile: Profile, *, cache_dir: Path, model_co
     report.problems += report.gpu_problems
     flagset = _flagset(report, cache_dir, engine)
     if flagset is not None:
-        checked = fl.check_flags(profile, flagset, load_renames(engine=engine))
+        checked = fl.check_flags(profile, flagset, load_renames(profile.engine.definition.knowledge))
         report.profile = checked.profile
         report.problems += checked.errors
         report.warnings += checked.warnings
@@ -176,7 +175,7 @@ def _resolve(remote: Remote, report: PreflightReport) -> None:
     """Dry resolution on the target: what the engine will change in the args it is given."""
     profile = report.profile
     argv = engine_argv(profile)[3:]  # drop `python -m module`
-    probe = (f"{shlex.quote(profile.engine.python)} -c {shlex.quote(fl.probe_source(profile.engine.kind))} "
+    probe = (f"{shlex.quote(profile.engine.python)} -c {shlex.quote(profile.engine.definition.probe.source())} "
              f"--resolve {' '.join(sh_word(a) for a in argv)}")
     key = _resolution_cache(report, env_exports(profile) + probe)
     script = env_exports(profile) + (f"exec {probe}\n" if key is None else _cached(probe, f"resolve-{key}"))
@@ -262,9 +261,9 @@ def _short(value: Any, limit: int = 60) -> str:
 
 
 def _memory(report: PreflightReport, model_config: Path | None) -> None:
-    """The engine's own memory model (EngineSpec.memory) on the GPUs the profile uses."""
+    """The engine's own memory model (Engine.memory) on the GPUs the profile uses."""
     facts, profile = report.facts, report.profile
-    model_of = engine_for(profile.engine.kind).memory
+    model_of = profile.engine.definition.memory
     if model_of is None:
         report.warnings.append(f"memory: no memory plan for {profile.engine.kind} yet (not checked before launch)")
         return

@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from deployer.engines import engine_for
+from deployer.engines.base import Install
 from deployer.preflight import flags as fl
 from deployer.profile.model import Profile
 from deployer.remote.base import Remote
@@ -82,7 +82,7 @@ VERSION_PY = """import sys
 print("@@python " + sys.version.split()[0])
 def engine_version():
     from importlib import metadata
-    for name in DISTRIBUTIONS:  # a CPU build can be another distribution of the same package (EngineSpec)
+    for name in DISTRIBUTIONS:  # a CPU build can be another distribution of the same package (Install.distributions)
         try:
             return metadata.version(name)
         except Exception:
@@ -113,10 +113,10 @@ except Exception:
 """
 
 
-def version_py(distribution: str, names: tuple[str, ...] = ()) -> str:
-    """The target-side snippet that prints the python and the engine's version: `distribution` is the import
-    package, `names` the distributions (package metadata) that may hold it, tried in order."""
-    return f"DISTRIBUTION = {distribution!r}\nDISTRIBUTIONS = {list(names or (distribution,))!r}\n" + VERSION_PY
+def version_py(install: Install) -> str:
+    """The target-side snippet that prints the python and the engine's version: `install.package` is the import
+    package, `install.names` the distributions (package metadata) that may hold it, tried in order."""
+    return f"DISTRIBUTION = {install.package!r}\nDISTRIBUTIONS = {list(install.names)!r}\n" + VERSION_PY
 
 # What the target keeps of probe runs (flag tables, dry resolutions), keyed by what decides their answer.
 PROBE_CACHE = '"${XDG_CACHE_HOME:-$HOME/.cache}/deployer/probes"'
@@ -181,14 +181,14 @@ sec end
 def gather_facts(remote: Remote, profile: Profile, *, cached_versions: list[str] | tuple[str, ...] = ()) -> Facts:
     """One round trip: GPUs, processes on them, disk, engine python/version, port, model files (+ flags)."""
     engine = profile.engine
-    spec = engine_for(engine.kind)
+    known = engine.definition
     head = env_exports(profile) + "".join(
         f"{name}={value}\n" for name, value in (
             ("PY", shlex.quote(engine.python)), ("WORKDIR", _home_path(profile.target.workdir)),
             ("PORT", str(engine.port)), ("MODEL", _home_path(engine.model_path)),
             ("CACHED", shlex.quote(" ".join(cached_versions))),
-            ("VERSION_PY", shlex.quote(version_py(spec.distribution, spec.distributions))),
-            ("PROBE", shlex.quote(fl.probe_source(engine.kind))), ("KIND", shlex.quote(engine.kind)),
+            ("VERSION_PY", shlex.quote(version_py(known.install))),
+            ("PROBE", shlex.quote(known.probe.source())), ("KIND", shlex.quote(engine.kind)),
             ("MARKER", shlex.quote(fl.PROBE_MARKER)), ("PROBES", PROBE_CACHE)))
     script = head + STORE_SH + FACTS_SCRIPT
     result = remote.run("bash -s", stdin=script.encode(), timeout=FACTS_TIMEOUT, check=False)

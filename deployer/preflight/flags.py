@@ -1,6 +1,6 @@
 """Engine flags checked against the flag set of the engine version installed on the target.
 
-The flag set comes from the target's own argument parser (engines/<kind>/probe.py) and is cached
+The flag set comes from the target's own argument parser (the engine's probe, `Engine.probe`) and is cached
 locally per engine version, so only the first preflight against a version pays for introspection.
 `check_flags` translates known renames (either direction, by what the target accepts), catches
 unknown flags ("did you mean"), bad choices, value/no-value mistakes and argparse's silent prefix
@@ -15,13 +15,11 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from deployer.engines import engine_for
 from deployer.engines.renames import Rename, load_renames
 from deployer.flag_names import key_option, option_key
 from deployer.profile.model import Profile
@@ -174,11 +172,6 @@ def cached_versions(cache_dir: Path, engine: str) -> list[str]:
 # --- probe ---------------------------------------------------------------------------------------
 
 
-def probe_source(engine: str) -> str:
-    """The probe script's text, to be run by the target's engine python."""
-    return resources.files(f"deployer.engines.{engine}").joinpath("probe.py").read_text(encoding="utf-8")
-
-
 def parse_probe_output(stdout: str) -> dict[str, Any] | None:
     """The probe's JSON (last marker line), or None if it printed none."""
     for line in reversed(stdout.splitlines()):
@@ -210,7 +203,7 @@ def check_flags(profile: Profile, flagset: FlagSet, renames: list[Rename]) -> Fl
         args[new_key] = value
         if new_key != key:
             renamed[key] = new_key
-    env = _check_env(profile.engine.env, flagset, renames, report, engine_for(profile.engine.kind).env_prefixes)
+    env = _check_env(profile.engine.env, flagset, renames, report, profile.engine.definition.launch.env_prefixes)
     if args != profile.engine.args or env != profile.engine.env:
         report.profile = _with_engine(profile, args, env, renamed)
     return report
@@ -386,7 +379,7 @@ def translate_offline(profile: Profile, engine: str, version: str, renames: list
         if new_key != key:
             renamed[key] = new_key
         args[new_key] = value
-    env = _check_env(profile.engine.env, fs, renames, report, engine_for(profile.engine.kind).env_prefixes)
+    env = _check_env(profile.engine.env, fs, renames, report, profile.engine.definition.launch.env_prefixes)
     if args != profile.engine.args or env != profile.engine.env:
         report.profile = _with_engine(profile, args, env, renamed)
     return report
@@ -436,7 +429,8 @@ def check_offline(profile: Profile, cache_dirs: list[Path]) -> OfflineCheck:
     flagset = load_cached_flagset(tables[version], engine, version)
     if flagset is None:
         return OfflineCheck(None, f"the cached flag table of {engine} {version} cannot be read")
-    return OfflineCheck(version, basis, check_flags(profile, flagset, load_renames(engine=engine)))
+    renames = load_renames(profile.engine.definition.knowledge)
+    return OfflineCheck(version, basis, check_flags(profile, flagset, renames))
 
 
 def _version_order(version: str) -> tuple[Any, ...]:

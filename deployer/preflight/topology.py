@@ -3,7 +3,7 @@
 Two mistakes reach the engine otherwise and fail late or, worse, quietly: GPU indices the box does not have
 (`engine.gpus: [3]` on a one-GPU box: CUDA sees no device, an engine's memory plan divides by zero), and fewer
 GPUs than the engine's parallelism flags need (`tp_size: 2` with `gpus: [0]`: the memory plan halves the weights of a
-model that then does not fit). The count one engine needs is the engine's own rule (EngineSpec.gpus_per_engine);
+model that then does not fit). The count one engine needs is the engine's own rule (Launch.gpus_per_engine);
 with `nodes:` it is spread over the nodes (`--nnodes`). Pure: facts and profile in, problem lines out.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import re
 
-from deployer.engines import engine_for
 from deployer.flag_names import option_key
 from deployer.preflight.facts import Gpu
 from deployer.profile.model import Profile
@@ -43,7 +42,7 @@ def gpu_problems(profile: Profile, gpus: list[Gpu]) -> list[str]:
         which = ", ".join(str(i) for i in missing)
         problems.append(f"{source}: GPU {which} {'is' if len(missing) == 1 else 'are'} not on this box ({box})")
     nodes = _nodes(profile)
-    need = math.ceil(engine_for(profile.engine.kind).gpus_per_engine(dict(profile.engine.args)) / nodes)
+    need = math.ceil(profile.engine.definition.launch.gpus_per_engine(dict(profile.engine.args)) / nodes)
     if need > len(wanted):
         over = f" over {nodes} nodes" if nodes > 1 else ""
         per = " per node" if nodes > 1 else ""
@@ -56,7 +55,7 @@ def _parallelism(profile: Profile) -> str:
     """`tp_size 2 x pp_size 2`: the parallelism flags the profile sets, as written."""
     args = profile.engine.args
     parts = []
-    for names in engine_for(profile.engine.kind).gpu_flags:
+    for names in profile.engine.definition.launch.gpu_flags:
         for name in names:
             value = args.get(name)
             if isinstance(value, int) and not isinstance(value, bool) and value > 1:
@@ -66,7 +65,7 @@ def _parallelism(profile: Profile) -> str:
 
 
 def _nodes(profile: Profile) -> int:
-    multinode = engine_for(profile.engine.kind).multinode
+    multinode = profile.engine.definition.launch.multinode
     if multinode is None:
         return 1
     value = profile.engine.args.get(option_key(multinode.nnodes))

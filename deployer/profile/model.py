@@ -15,7 +15,8 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from deployer.profile.host import NAME_RE, probe_address
-from deployer.engines import default_kind, engine_for, kinds
+from deployer import engines
+from deployer.engines import engine_for, kinds
 from deployer.flag_names import option_key
 from deployer.secrets import MASK, hidden_values, is_secret_env_name, mask_leaves
 
@@ -113,10 +114,14 @@ class Router(Strict):
         return _flag_mapping(v, reserved={"port": "router.port", "policy": "router.policy"})
 
 
+# A profile without engine.kind is SGLang's (the first engine: profiles and records written before a second engine
+# existed name none). The one default engine in the code (README, "Profiles"); nothing below the profile defaults.
+DEFAULT_ENGINE_KIND = "sglang"
+
+
 class Engine(Strict):
-    # The registry's default engine (the one whose EngineSpec says `default`, see README) keeps profiles written
-    # before a second engine existed valid; functions below the profile never default.
-    kind: str = Field(default=default_kind(), description="the inference engine: a kind registered in deployer.engines",
+    kind: str = Field(default=DEFAULT_ENGINE_KIND,
+                      description="the inference engine: a kind registered in deployer.engines",
                       json_schema_extra={"enum": list(kinds())})
     python: str = Field(default="python3", min_length=1, description="interpreter that has the engine installed")
     model_path: str = Field(min_length=1)
@@ -139,6 +144,11 @@ class Engine(Strict):
         return v
 
     @property
+    def definition(self) -> engines.Engine:
+        """The registered engine `kind` names: everything deployer knows about it (deployer.engines.Engine)."""
+        return engine_for(self.kind)
+
+    @property
     def probe_address(self) -> str:
         """Where deployer reaches the engine from the target: its bind address, or loopback when it binds all."""
         return probe_address(self.host)
@@ -159,8 +169,8 @@ class Engine(Strict):
 
     @model_validator(mode="after")
     def _model_flag(self) -> Engine:
-        """The engine's own model flag (EngineSpec.model_flag) is what engine.model_path becomes: never an arg too."""
-        flag = engine_for(self.kind).model_flag
+        """The engine's own model flag (Launch.model_flag) is what engine.model_path becomes: never an arg too."""
+        flag = self.definition.launch.model_flag
         if flag in self.args:
             raise ValueError(f"set engine.model_path instead of args.{flag} (the {self.kind} flag it becomes)")
         return self
@@ -354,13 +364,13 @@ class Profile(Strict):
 
     def secret_arg_keys(self) -> frozenset[str]:
         """Flags with a secret value (or item): the engine's secret flags and `${VAR}`-sourced ones."""
-        listed = engine_for(self.engine.kind).secret_flags
+        listed = self.engine.definition.launch.secret_flags
         sourced = {k for k in self.engine.args if _under(self._templates, f"engine.args.{k}")}
         return frozenset({k for k in self.engine.args if k in listed} | sourced) | self._secret_args
 
     def secret_arg_paths(self, name: str) -> tuple[bool, frozenset[str]]:
         """(whole value secret, dotted sub-paths of the secret items) for one flag of engine.args."""
-        whole = name in engine_for(self.engine.kind).secret_flags or name in self._secret_args or \
+        whole = name in self.engine.definition.launch.secret_flags or name in self._secret_args or \
             f"engine.args.{name}" in self._templates
         prefix = f"engine.args.{name}."
         return whole, frozenset(p[len(prefix):] for p in self._templates if p.startswith(prefix))

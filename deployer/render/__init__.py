@@ -1,5 +1,5 @@
 """Rendering: Profile + engine -> Bundle (launch script, env file, argv, content hash). Pure.
 
-The launch script templates are package data in `render/templates/`, found by importlib.resources from a
-plain checkout as well as from an installed wheel. May import engines, profile and the leaves.
+The launch script templates are the engines' own (`Launch.template`, package data of each engine's package,
+shipped in the wheel). May import engines, profile and the leaves.
 """

@@ -1,4 +1,5 @@
-"""Rendering: `Profile` -> `Bundle` (launch script, env file, argv, content hash). Pure: no I/O but templates.
+"""Rendering: `Profile` -> `Bundle` (launch script, env file, argv, content hash). Pure: no I/O but templates
+(the profile's own, or the engine's: `Launch.template`, in the engine's package).
 
 Every value that reaches shell text goes through `shq` (shlex.quote); secrets live only in the env file.
 """
@@ -9,14 +10,12 @@ import hashlib
 import json
 import shlex
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any, Union
 
 import jinja2
 
 from deployer import __version__
-from deployer.engines import engine_for
 from deployer.errors import RenderError
 from deployer.flag_names import key_option
 from deployer.profile.model import Profile
@@ -101,12 +100,12 @@ def engine_env(profile: Profile) -> dict[str, str]:
 
 def _engine_words(profile: Profile) -> tuple[list[Word], dict[str, str]]:
     engine = profile.engine
-    spec = engine_for(engine.kind)
+    launch = engine.definition.launch
     env = dict(profile.engine.env)
     if profile.engine.gpus is not None:
         env.setdefault("CUDA_VISIBLE_DEVICES", ",".join(str(g) for g in profile.engine.gpus))
-    argv: list[Word] = [engine.python, "-m", spec.launch_module]
-    argv += flag_tokens(spec.model_flag, engine.model_path)
+    argv: list[Word] = [engine.python, "-m", launch.module]
+    argv += flag_tokens(launch.model_flag, engine.model_path)
     argv += flag_tokens("host", engine.host)
     argv += flag_tokens("port", engine.port)
     secret = profile.secret_arg_keys()
@@ -114,7 +113,7 @@ def _engine_words(profile: Profile) -> tuple[list[Word], dict[str, str]]:
         if name in secret and value is not None and not isinstance(value, bool):
             argv += _secret_tokens(profile, name, value, env)
         else:
-            argv += flag_tokens(name, value, spec.false_prefix)
+            argv += flag_tokens(name, value, launch.false_prefix)
     return argv, env
 
 
@@ -177,8 +176,7 @@ def _template(profile: Profile) -> jinja2.Template:
                 raise RenderError(f"template not found: {path}")
             env = _environment(jinja2.FileSystemLoader(str(path.parent)))
             return env.get_template(path.name)
-        name = engine_for(profile.engine.kind).template
-        text = resources.files("deployer.render.templates").joinpath(name).read_text(encoding="utf-8")
+        text = profile.engine.definition.launch.template.read_text(encoding="utf-8")
         return _environment(jinja2.BaseLoader()).from_string(text)
     except jinja2.TemplateError as exc:
         raise RenderError(f"template error: {exc}") from None

@@ -32,8 +32,9 @@ TICK, SCAN_EVERY, START_TIMEOUT, KILL_WAIT = 0.05, 0.5, 10.0, 5.0
 # and a `deploy status` right after it should read "ready" too, not "running" for up to SCAN_EVERY.
 SCAN_BEFORE_READY = 0.1
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_BUSY, EXIT_UNSAFE = 1, 2, 75, 77
+# ready_pattern: deployer always writes the engine's own ready line (every release has); none is assumed here.
 DEFAULTS: dict[str, Any] = {"launch": "launch.sh", "env_file": "env", "log": "engine.log", "grace_s": 30,
-                            "ready_pattern": "The server is fired up and ready to roll!"}
+                            "ready_pattern": None}
 DEFAULT_RESTART: dict[str, Any] = {"policy": "no", "max": 5, "backoff_s": [10, 300], "window_s": 600}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 

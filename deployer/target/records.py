@@ -12,10 +12,11 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from deployer.engines import default_kind
+from deployer.engines import Engine, engine_for
 from deployer.errors import NotFound
 from deployer.logtext import clip_middle, clip_tail, readable
 from deployer.profile.host import probe_address
+from deployer.profile.model import DEFAULT_ENGINE_KIND
 from deployer.push import Layout, RunDir
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.start import status
@@ -135,7 +136,12 @@ def record_address(record: dict[str, Any]) -> str:
     return probe_address(bind) if isinstance(bind, str) else "127.0.0.1"
 
 
+def record_engine(record: dict[str, Any]) -> Engine:
+    """The engine of a pushed attempt (`record_kind`)."""
+    return engine_for(record_kind(record))
+
+
 def record_kind(record: dict[str, Any]) -> str:
-    """The engine kind of a pushed attempt (profile.json); records written before `kind` existed were the default
-    engine's (the only one then)."""
-    return str(record.get("kind") or (record.get("profile") or {}).get("engine", {}).get("kind") or default_kind())
+    """The engine kind of a pushed attempt (profile.json); records written before `kind` existed hold a profile
+    without engine.kind, which the profile model reads as its default engine (the only one then)."""
+    return str(record.get("kind") or (record.get("profile") or {}).get("engine", {}).get("kind") or DEFAULT_ENGINE_KIND)

@@ -18,7 +18,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Union
 
-from deployer.engines.base import EngineSpec
+from deployer.engines.base import Engine
 from deployer.errors import DeployError, NotFound
 from deployer.logtext import clip, readable
 from deployer.remote.base import EndpointUnreachable, Remote
@@ -234,10 +234,10 @@ def download_fields(bar: Bar) -> dict[str, Any]:
 class Watcher:
     """Polls one launch: supervisor state, log, health. `run()` returns the Outcome."""
 
-    def __init__(self, remote: Remote, launch: Launch, port: int, health: Health, spec: EngineSpec,
+    def __init__(self, remote: Remote, launch: Launch, port: int, health: Health, engine: Engine,
                  emit: EventSink, clock: Callable[[], float] = time.monotonic, cache: HubCache | None = None,
                  address: str = "127.0.0.1") -> None:
-        self.remote, self.launch, self.port, self.health, self.spec = remote, launch, port, health, spec
+        self.remote, self.launch, self.port, self.health, self.engine = remote, launch, port, health, engine
         self.address = address  # where the target reaches the engine: its bind address, else loopback
         self.cache = cache
         self.cache_bytes: tuple[float, int] | None = None    # (when, size) of the last look at the hub cache
@@ -339,13 +339,13 @@ class Watcher:
 
     def _saw(self, line: str, elapsed: float) -> bool:
         """Note one line (or redraw); True when it is progress."""
-        line = self.spec.masked(line)  # an args dump that prints secret values in clear (EngineSpec.masked)
+        line = self.engine.masked(line)  # an args dump that prints secret values in clear (Engine.masked)
         if self.fatal is None and fatal_line(line):
             self.fatal = (self.clock(), line)
         bar = parse(line)
         if bar is None:
             self.last_line = line
-            self._enter(self.spec.phase_of(line), elapsed, line)
+            self._enter(self.engine.log.phase_of(line), elapsed, line)
             return True
         self.last_line, self.bar = line, bar
         if bar.is_download and self.phase != "downloading":

@@ -33,7 +33,7 @@ def test_vllm_up_reaches_ready_smoke_and_down(tmp_path: Path, sshd: Any) -> None
     assert up.returncode == 0, up.stderr + up.stdout[-3000:]
     evs = events(up.stdout)
     phases = [e["phase"] for e in evs if e["event"] == "phase"]
-    order = [p.name for p in engine_for("vllm").phases]
+    order = [p.name for p in engine_for("vllm").log.phases]
     assert phases[:2] == ["args", "loading weights"] and phases == sorted(phases, key=order.index), phases
     report = report_of(up.stdout)
     assert report["status"] == "ready" and report["drift"] == [], report

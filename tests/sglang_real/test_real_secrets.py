@@ -39,7 +39,7 @@ def test_the_secret_flags_are_the_real_parsers_credential_flags() -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     options = json.loads(out.stdout.strip().splitlines()[-1])
     credential = {dest for dest, help_text, takes_value in options if takes_value and CREDENTIAL_HELP.search(help_text)}
-    assert credential == SGLANG.secret_flags == {"api_key", "admin_api_key", "ssl_keyfile_password"}
+    assert credential == SGLANG.launch.secret_flags == {"api_key", "admin_api_key", "ssl_keyfile_password"}
     # a word rule over flag names would mask tuning flags: why flags are secret by the engine's list
     by_words = {dest for dest, _, _ in options if is_secret_env_name(dest)} - credential
     assert {"speculative_token_map", "bucket_time_to_first_token"} <= by_words

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from deployer.engines import engine_for
 from deployer.cli.main import wants_json
 from deployer.cli.targets import describe_crash
 from deployer.diagnose.diagnosis import diagnose, hang_diagnosis
@@ -35,9 +36,9 @@ def test_control_sequences_never_reach_the_terminal(seq: str) -> None:
 
 def test_an_8mb_line_makes_a_small_diagnosis() -> None:
     line = "A" * (8 << 20)
-    for diag in (hang_diagnosis([line], 600), diagnose(line + "\n", exit_code=1, kind="sglang"),
+    for diag in (hang_diagnosis([line], 600), diagnose(line + "\n", exit_code=1, engine=engine_for("sglang")),
                  diagnose(f"Traceback (most recent call last):\n  File \"x.py\", line 1\nRuntimeError: {line}\n",
-                          exit_code=1, kind="sglang")):
+                          exit_code=1, engine=engine_for("sglang"))):
         data = bounded_diagnosis({**diag.to_json(), "hint": diag.hint})
         size = len(json.dumps(data))
         assert size < 64 << 10, (diag.signature, size)

@@ -10,13 +10,13 @@ import pytest
 import yaml
 
 from deployer.engines import engine_for
-from deployer.diagnose.drift import parse_server_args
+from deployer.diagnose.drift import parse_args_dump
 
 CASES = Path(__file__).parent.parent / "cases" / "sglang"
 EXPECTED: dict[str, dict[str, Any]] = yaml.safe_load((CASES / "expected.yaml").read_text(encoding="utf-8"))
 NUMBER = r"([0-9]+(?:\.[0-9]+)?)"
 
-SGLANG_DUMP = engine_for("sglang").args_dump
+SGLANG_DUMP = engine_for("sglang").log.args_dump
 
 
 def _log(name: str) -> str:
@@ -47,7 +47,7 @@ def test_real_runs_are_the_named_release_output(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_dump_values_agree_with_the_error(name: str) -> None:
     text = _log(name)
-    dump = parse_server_args(text, SGLANG_DUMP)
+    dump = parse_args_dump(text, SGLANG_DUMP)
     if dump is None:
         return
     for pattern, key in ((rf"--mem-fraction-static={NUMBER}", "mem_fraction_static"),
@@ -70,7 +70,7 @@ def test_wording_variants_across_releases_are_covered() -> None:
     """Each text the extra_buffer platform check has had is a signature pattern, and one is real output."""
     from deployer.diagnose.signatures import load_signatures
 
-    sig = next(s for s in load_signatures("sglang") if s.id == "extra-buffer-unsupported-platform")
+    sig = next(s for s in load_signatures(engine_for("sglang")) if s.id == "extra-buffer-unsupported-platform")
     for text in ("extra_buffer requires platform support for Mamba cache state snapshots.",
                  "Mamba extra_buffer is only supported on CUDA devices with FLA backend",
                  "extra_buffer needs CUDA/MUSA/NPU (FLA)"):

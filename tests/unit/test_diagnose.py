@@ -49,10 +49,10 @@ def test_case(name: str) -> None:
     exp = EXPECTED[name]
     text = _log(f"{name}.log")
     if "phases" in exp:
-        assert engine_for("sglang").phases_in(text) == exp["phases"]
+        assert engine_for("sglang").log.phases_in(text) == exp["phases"]
     if exp["signature"] is None and "phases" in exp:
         return      # a good startup: nothing to diagnose
-    d = diagnose(text, engine_version=exp.get("version"), exit_code=exp.get("exit_code"), signal=exp.get("signal"), kind="sglang")
+    d = diagnose(text, engine_version=exp.get("version"), exit_code=exp.get("exit_code"), signal=exp.get("signal"), engine=engine_for("sglang"))
     assert d.signature == exp["signature"], d.summary
     out = d.to_json()
     assert set(out) == {"signature", "summary", "transient", "evidence", "traceback", "remedy"}
@@ -71,9 +71,9 @@ def test_case(name: str) -> None:
 
 def test_every_signature_has_a_case() -> None:
     covered = {e["signature"] for e in EXPECTED.values()}
-    missing = {s.id for s in engine_signatures("sglang")} - covered
+    missing = {s.id for s in engine_signatures(engine_for("sglang"))} - covered
     assert not missing
-    assert len(engine_signatures("sglang")) >= 20
+    assert len(engine_signatures(engine_for("sglang"))) >= 20
 
 
 def test_every_engine_neutral_signature_has_a_case_of_some_engine() -> None:
@@ -93,7 +93,7 @@ def test_cases_are_full_logs() -> None:
 
 
 def test_signatures_have_sources_and_valid_versions() -> None:
-    for sig in load_signatures("sglang"):
+    for sig in load_signatures(engine_for("sglang")):
         assert sig.source and sig.summary and "\n" not in sig.summary
         version_in("0.5.23", sig.versions)  # raises on a bad range
         for pattern in sig.patterns:
@@ -114,7 +114,7 @@ def test_scenario_multiline_message_and_evidence() -> None:
     assert tb.exception == SCENARIO
     assert tb.exception_type == "ValueError"
     assert tb.text.startswith("Traceback (most recent call last):\n  File \"<frozen runpy>\"")
-    d = diagnose(_log("mamba-spec-needs-extra-buffer-wrapped.log"), exit_code=1, kind="sglang")
+    d = diagnose(_log("mamba-spec-needs-extra-buffer-wrapped.log"), exit_code=1, engine=engine_for("sglang"))
     assert d.evidence == SCENARIO.split("\n")
 
 
@@ -186,20 +186,20 @@ def test_clean_line() -> None:
 
 
 def test_unknown_and_signals() -> None:
-    d = diagnose("Traceback (most recent call last):\n  File \"a\", line 1, in f\nZeroDivisionError: division by zero\n", exit_code=137, kind="sglang")
+    d = diagnose("Traceback (most recent call last):\n  File \"a\", line 1, in f\nZeroDivisionError: division by zero\n", exit_code=137, engine=engine_for("sglang"))
     assert d.signature is None and d.summary == "unknown failure: ZeroDivisionError: division by zero"
     assert d.traceback and not d.transient
-    k = diagnose("", exit_code=-9, kind="sglang")
+    k = diagnose("", exit_code=-9, engine=engine_for("sglang"))
     assert k.signature == "killed-by-signal" and "SIGKILL" in k.summary
-    assert diagnose("", exit_code=143, kind="sglang").summary.startswith("killed by SIGTERM")
-    assert diagnose("", exit_code=1, kind="sglang").signature is None
-    assert diagnose("", signal=77, kind="sglang").summary.startswith("killed by signal 77 with no output")
+    assert diagnose("", exit_code=143, engine=engine_for("sglang")).summary.startswith("killed by SIGTERM")
+    assert diagnose("", exit_code=1, engine=engine_for("sglang")).signature is None
+    assert diagnose("", signal=77, engine=engine_for("sglang")).summary.startswith("killed by signal 77 with no output")
 
 
 def test_version_filter() -> None:
     text = _log("mamba-spec-needs-extra-buffer-wrapped.log")
-    assert diagnose(text, engine_version="0.5.9", kind="sglang").signature == "mamba-spec-needs-extra-buffer"
-    assert diagnose(text, engine_version="0.5.23", kind="sglang").signature is None
+    assert diagnose(text, engine_version="0.5.9", engine=engine_for("sglang")).signature == "mamba-spec-needs-extra-buffer"
+    assert diagnose(text, engine_version="0.5.23", engine=engine_for("sglang")).signature is None
     assert version_in("0.5.19", ">=0.5.0,<0.5.20") and not version_in("0.5.20", ">=0.5.0,<0.5.20")
     assert version_in("0.5.23rc1", "<0.5.24") and version_in("anything", "*")
 
@@ -240,7 +240,7 @@ def test_diagnose_file_first_traceback_before_a_huge_tail(tmp_path: Path) -> Non
     _big_log(log, 200 << 20, head)
     tracemalloc.start()
     began = time.perf_counter()
-    d = diagnose_file(log, window_bytes=1 << 20, exit_code=137, kind="sglang")
+    d = diagnose_file(log, window_bytes=1 << 20, exit_code=137, engine=engine_for("sglang"))
     elapsed = time.perf_counter() - began
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
@@ -252,20 +252,20 @@ def test_diagnose_file_first_traceback_before_a_huge_tail(tmp_path: Path) -> Non
 def test_diagnose_file_tail_error_and_small_file(tmp_path: Path) -> None:
     log = tmp_path / "engine.log"
     _big_log(log, 40 << 20, "", "sglang serve: error: unrecognized arguments: --stream-output\n")
-    assert diagnose_file(log, window_bytes=1 << 20, kind="sglang").signature == "unrecognized-arguments"
+    assert diagnose_file(log, window_bytes=1 << 20, engine=engine_for("sglang")).signature == "unrecognized-arguments"
     text = read_window(log, 1 << 20)
     assert len(text) <= (1 << 20) + 1
     small = tmp_path / "small.log"
     small.write_text(_log("nccl-shm.log"))
-    assert diagnose_file(small, kind="sglang").signature == "nccl-shm"
+    assert diagnose_file(small, engine=engine_for("sglang")).signature == "nccl-shm"
 
 
 def test_summary_and_hint_name_the_rejected_flag() -> None:
-    d = diagnose(_log("unrecognized-arguments-unknown.log"), exit_code=2, kind="sglang")
+    d = diagnose(_log("unrecognized-arguments-unknown.log"), exit_code=2, engine=engine_for("sglang"))
     assert d.summary == "this SGLang does not know --enable-beta-spec (renamed or removed)"
     assert d.hint is not None and d.hint.startswith("remove --enable-beta-spec from the profile")
 
 
 def test_evidence_lines_are_capped() -> None:
-    d = diagnose("x" * 5000 + "\n", exit_code=1, kind="sglang")
+    d = diagnose("x" * 5000 + "\n", exit_code=1, engine=engine_for("sglang"))
     assert d.signature is None and len(d.evidence[0]) < 600 and len(d.summary) < 600

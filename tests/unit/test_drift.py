@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from deployer.engines import engine_for
-from deployer.diagnose.drift import Drift, compare, parse_server_args, same_value
+from deployer.diagnose.drift import Drift, compare, parse_args_dump, same_value
 
 CASES = Path(__file__).parent.parent / "cases" / "sglang"
 
@@ -27,11 +27,11 @@ OLD = (
     "[2025-03-01 10:00:01] server_args={'model_path': 'second'}\n"
 )
 
-SGLANG_DUMP = engine_for("sglang").args_dump
+SGLANG_DUMP = engine_for("sglang").log.args_dump
 
 
 def test_parse_dict_format() -> None:
-    got = parse_server_args(NEW, SGLANG_DUMP)
+    got = parse_args_dump(NEW, SGLANG_DUMP)
     assert got is not None
     assert got["model_path"] == "Qwen/Qwen3.6-27B" and got["tp_size"] == 1
     assert got["trust_remote_code"] is True and got["max_running_requests"] is None
@@ -39,7 +39,7 @@ def test_parse_dict_format() -> None:
 
 
 def test_parse_old_serverargs_format_first_occurrence() -> None:
-    got = parse_server_args(OLD, SGLANG_DUMP)
+    got = parse_args_dump(OLD, SGLANG_DUMP)
     assert got is not None
     assert got["model_path"] == "meta-llama/Llama-3.3-70B-Instruct"       # the first dump, not the second
     assert got["tp_size"] == 2 and got["mem_fraction_static"] == 0.85
@@ -49,19 +49,19 @@ def test_parse_old_serverargs_format_first_occurrence() -> None:
 
 
 def test_parse_from_case_logs_and_absent() -> None:
-    got = parse_server_args((CASES / "capture-cuda-graph-failed.log").read_bytes().decode(), SGLANG_DUMP)
+    got = parse_args_dump((CASES / "capture-cuda-graph-failed.log").read_bytes().decode(), SGLANG_DUMP)
     assert got is not None and got["mamba_radix_cache_strategy"] == "extra_buffer"
-    assert parse_server_args("no dump here", SGLANG_DUMP) is None
-    assert parse_server_args("server_args=ServerArgs(model_path='x', tp_si", SGLANG_DUMP) is None   # cut off
+    assert parse_args_dump("no dump here", SGLANG_DUMP) is None
+    assert parse_args_dump("server_args=ServerArgs(model_path='x', tp_si", SGLANG_DUMP) is None   # cut off
 
 
 def test_dict_with_non_literal_value_falls_back() -> None:
-    got = parse_server_args("server_args={'a': 1, 'b': <Enum.X: 2>, 'c': 'z'}", SGLANG_DUMP)
+    got = parse_args_dump("server_args={'a': 1, 'b': <Enum.X: 2>, 'c': 'z'}", SGLANG_DUMP)
     assert got == {"a": 1, "b": "<Enum.X: 2>", "c": "z"}
 
 
 def test_compare_reports_changes_and_unknowns() -> None:
-    resolved = parse_server_args(NEW, SGLANG_DUMP)
+    resolved = parse_args_dump(NEW, SGLANG_DUMP)
     assert resolved is not None
     asked = {
         "tp_size": "1",                            # same after normalising
@@ -106,6 +106,6 @@ def test_engine_value_aliases_are_not_drift() -> None:
 
     asked = {"speculative_algorithm": "NEXTN", "mamba_scheduler_strategy": "extra_buffer"}
     resolved = {"speculative_algorithm": "EAGLE", "mamba_scheduler_strategy": "no_buffer"}
-    drifts = compare(asked, resolved, SGLANG.value_aliases)
+    drifts = compare(asked, resolved, SGLANG.knowledge.value_aliases)
     assert [d.flag for d in drifts] == ["mamba_scheduler_strategy"]
     assert [d.flag for d in compare(asked, resolved)] == ["speculative_algorithm", "mamba_scheduler_strategy"]

@@ -1,4 +1,4 @@
-"""Telling a log's engine from the log itself (deployer.engines.detect_kind), and `deploy diagnose --log` without
+"""Telling a log's engine from the log itself (deployer.engines.detect, detect_kind), and `deploy diagnose --log` without
 --engine: a vLLM log is read as vLLM's, an SGLang log as SGLang's, and a log neither engine's marks are in is read
 with the engine-neutral signatures only: nothing falls back to an engine silently."""
 
@@ -16,7 +16,7 @@ import yaml
 
 from deployer.diagnose.diagnosis import diagnose
 from deployer.diagnose.signatures import common_signatures
-from deployer.engines import detect_kind
+from deployer.engines import detect_kind, engine_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = ROOT / "tests" / "cases"
@@ -66,14 +66,14 @@ def test_a_log_with_no_engine_marks_is_not_given_an_engine() -> None:
 
 def test_without_an_engine_only_the_engine_neutral_signatures_are_used() -> None:
     port = "Traceback (most recent call last):\n  File \"x.py\", line 1, in f\nOSError: [Errno 98] Address already in use\n"
-    d = diagnose(port, exit_code=1, kind=None)
+    d = diagnose(port, exit_code=1, engine=None)
     assert d.signature == "port-in-use" and d.engine_kind is None
     assert d.to_json()["remedy"] is None
     # an engine's own text is not known without its engine
     kv = _log("vllm", "kv-cache-too-small")
-    assert diagnose(kv, exit_code=1, kind=None).signature not in {"kv-cache-too-small-for-max-model-len"}
-    assert diagnose(kv, exit_code=1, kind=None).signature in {None, *(s.id for s in common_signatures())}
-    assert diagnose("", signal=9, kind=None).signature == "killed-by-signal"
+    assert diagnose(kv, exit_code=1, engine=None).signature not in {"kv-cache-too-small-for-max-model-len"}
+    assert diagnose(kv, exit_code=1, engine=None).signature in {None, *(s.id for s in common_signatures())}
+    assert diagnose("", signal=9, engine=None).signature == "killed-by-signal"
 
 
 def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -112,6 +112,6 @@ def test_an_import_error_the_server_came_up_after_is_not_the_diagnosis() -> None
     noise = ("Traceback (most recent call last):\n  File \"<string>\", line 1, in <module>\n"
              "ModuleNotFoundError: No module named '_struct'\n")
     cut = real.index("INFO:     Started server process")
-    d = diagnose(real[:cut] + noise + real[cut:], exit_code=0, kind="vllm")
+    d = diagnose(real[:cut] + noise + real[cut:], exit_code=0, engine=engine_for("vllm"))
     assert d.signature == "worker-killed"
-    assert diagnose(noise, exit_code=1, kind="vllm").signature == "python-import-error"
+    assert diagnose(noise, exit_code=1, engine=engine_for("vllm")).signature == "python-import-error"

@@ -1,4 +1,4 @@
-"""Each engine's parallelism flags (EngineSpec.gpu_flags) against the flag tables generated from the real parsers,
+"""Each engine's parallelism flags (Launch.gpu_flags) against the flag tables generated from the real parsers,
 and the GPU count read from a profile's args (used by `deploy export k8s` for the pods' GPU requests)."""
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ def _actions(table: Path) -> list[dict[str, object]]:
 @pytest.mark.parametrize("kind,table", [(k, t) for k, ts in TABLES.items() for t in ts])
 def test_every_name_of_a_gpu_flag_is_one_int_option_of_the_real_parser(kind: str, table: Path) -> None:
     spec = engine_for(kind)
-    assert spec.gpu_flags, kind
+    assert spec.launch.gpu_flags, kind
     actions = _actions(table)
-    for names in spec.gpu_flags:
+    for names in spec.launch.gpu_flags:
         options = {"--" + n.replace("_", "-") for n in names}
         owners = [a for a in actions if options & set(a["option_strings"])]  # type: ignore[arg-type]
         assert len(owners) == 1, (kind, names, [a["dest"] for a in owners])
@@ -43,4 +43,4 @@ def test_every_name_of_a_gpu_flag_is_one_int_option_of_the_real_parser(kind: str
     ("vllm", {"tp_size": 8}, 1),                           # not a vLLM flag
 ])
 def test_gpus_per_engine(kind: str, args: dict[str, object], want: int) -> None:
-    assert engine_for(kind).gpus_per_engine(args) == want
+    assert engine_for(kind).launch.gpus_per_engine(args) == want

@@ -9,14 +9,18 @@ from pathlib import Path
 import pytest
 
 import deployer.engines as engines
+from deployer.engines import registry
 from deployer.engines import engine_for, kinds
 from deployer.profile.model import Profile
 
 DEMO = '''
 import re
-from deployer.engines.base import EngineSpec, Phase
-ENGINE = EngineSpec(kind="demo", launch_module="demo.serve", template="demo.sh.j2", ready_line="up",
-                    phases=(Phase("ready", re.compile("up")),), distribution="demo-serve")
+from pathlib import Path
+from deployer.engines.base import Engine, Install, Knowledge, Launch, LogFormat, Phase, Probe
+HERE = Path(__file__).parent
+ENGINE = Engine(kind="demo", launch=Launch(module="demo.serve", template=HERE / "launch.sh.j2"),
+                log=LogFormat(ready_line="up", phases=(Phase("ready", re.compile("up")),)),
+                knowledge=Knowledge(), install=Install(package="demo-serve"), probe=Probe(script=HERE / "probe.py"))
 '''
 
 
@@ -26,15 +30,15 @@ def demo_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Non
     (tmp_path / "demo").mkdir()
     (tmp_path / "demo" / "__init__.py").write_text(DEMO)
     monkeypatch.setattr(engines, "__path__", [*engines.__path__, str(tmp_path)])
-    engines._registry.cache_clear()
+    registry._registry.cache_clear()
     yield
-    engines._registry.cache_clear()
+    registry._registry.cache_clear()
     sys.modules.pop("deployer.engines.demo", None)
 
 
 def test_sglang_is_registered() -> None:
     assert "sglang" in kinds()
-    assert engine_for("sglang").launch_module == "sglang.launch_server"
+    assert engine_for("sglang").launch.module == "sglang.launch_server"
 
 
 def test_unknown_kind_names_the_known_ones() -> None:
@@ -44,7 +48,7 @@ def test_unknown_kind_names_the_known_ones() -> None:
 
 def test_a_new_engine_package_is_found_by_the_scan(demo_engine: None) -> None:
     assert kinds() == ("demo", "sglang", "vllm")
-    assert engine_for("demo").ready_line == "up"
+    assert engine_for("demo").log.ready_line == "up"
 
 
 def test_profile_kind_is_checked_against_the_registry(demo_engine: None) -> None:

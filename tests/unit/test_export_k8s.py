@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from deployer.engines import engine_for
 from deployer.errors import ProfileError
 from deployer.export import check as chk
 from deployer.export import files
@@ -114,7 +115,7 @@ def test_flags_are_the_ones_up_would_run_on_that_version(name: str) -> None:
     """Offline translation (renames table) gives the argv that preflight's check against the real 0.5.23 flag
     table gives, rendered by `deploy render`; only the listen address differs (0.0.0.0 in a pod)."""
     profile = load(name)
-    report = check_flags(profile, standin_flagset(), load_renames(engine="sglang"))
+    report = check_flags(profile, standin_flagset(), load_renames(engine_for("sglang").knowledge))
     assert report.ok, report.errors
     pod = report.profile.model_copy(update={"engine": report.profile.engine.model_copy(update={"host": "0.0.0.0"})})
     pod._secret_env, pod._secret_args = profile._secret_env, profile._secret_args

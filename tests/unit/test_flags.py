@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from deployer.engines import engine_for
 from deployer.engines.renames import load_renames
 from deployer.preflight.flags import (
     Flag,
@@ -48,7 +49,7 @@ def prof(args: dict[str, Any] | None = None, env: dict[str, str] | None = None) 
                                    "engine": {"model_path": "/m", "args": args or {}, "env": env or {}}})
 
 
-RENAMES = load_renames(engine="sglang")
+RENAMES = load_renames(engine_for("sglang").knowledge)
 
 
 def test_rename_table_is_data_with_versions() -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from deployer.engines import engine_for
 from deployer.cli.main import main as cli_main
 from deployer.errors import PreflightFailed, ProfileError
 from deployer.fleet.nodes_diagnose import RankEnd, first_crash, first_failure, first_traceback_at
@@ -176,9 +177,9 @@ def test_a_consequence_one_second_earlier_in_whole_seconds_yields_to_the_rank_th
     ends = [RankEnd(0, GLOO.format(t="2026-12-01 05:00:10"), {"status": "exited", "ended_at": died + 1,
                                                                "last_crash": {"exit_code": 137}}),
             RankEnd(1, "[2026-12-01 05:00:01 TP1] Load weight end.\n", killed)]
-    first = first_failure(ends, version="0.5.23", kind="sglang")
+    first = first_failure(ends, version="0.5.23", engine=engine_for("sglang"))
     assert first is not None and first.rank == 1 and first.diagnosis.signature == "killed-by-signal"
-    alone = first_failure(ends[:1], version="0.5.23", kind="sglang")
+    alone = first_failure(ends[:1], version="0.5.23", engine=engine_for("sglang"))
     assert alone is not None and alone.diagnosis.signature == "peer-connection-closed" and alone.consequence
 
 
@@ -186,7 +187,7 @@ def test_the_earliest_own_failure_wins_across_time_zones() -> None:
     # node 1 logs in UTC+1: its 06:00:03 is 05:00:03 UTC, before node 0's own failure at 05:00:05 UTC
     ends = [RankEnd(0, CLIENT.format(t="2026-12-01 05:00:05"), {"status": "exited"}),
             RankEnd(1, CLIENT.format(t="2026-12-01 06:00:03"), {"status": "exited"}, utc_offset_s=3600)]
-    first = first_failure(ends, version=None, kind="sglang")
+    first = first_failure(ends, version=None, engine=engine_for("sglang"))
     assert first is not None and (first.rank, first.diagnosis.signature) == (1, "dist-init-unreachable")
     assert first_traceback_at(ends[1].log, 3600) == epoch("2026-12-01 05:00:03")
 
@@ -194,9 +195,9 @@ def test_the_earliest_own_failure_wins_across_time_zones() -> None:
 def test_a_rank_stopped_for_its_group_is_never_the_cause() -> None:
     lost = {"status": "exited", "peer_lost": {"at": 100.0, "reason": "rank 1 at 10.0.0.11:30000 stopped answering"}}
     stopped = {"status": "stopped", "ended_at": 99.0}  # stopped by deployer: not a failure of its own
-    first = first_failure([RankEnd(0, "", lost), RankEnd(1, "", stopped)], version=None, kind="sglang")
+    first = first_failure([RankEnd(0, "", lost), RankEnd(1, "", stopped)], version=None, engine=engine_for("sglang"))
     assert first is not None and first.rank == 0 and first.diagnosis.signature == "group-peer-lost"
-    assert first_failure([RankEnd(1, "", stopped)], version=None, kind="sglang") is None
+    assert first_failure([RankEnd(1, "", stopped)], version=None, engine=engine_for("sglang")) is None
 
 
 # --- the supervisor's group watch -------------------------------------------------------------------------------
@@ -299,7 +300,7 @@ def test_status_names_the_node_whose_crash_came_first_in_the_latest_fall() -> No
         0: ({"at": 1000.4, "exit_code": 137}, "peer-connection-closed"),  # gloo: its peer went away
         1: ({"at": 1000.9, "signal": 9}, None),                         # killed: on its own
         2: ({"at": 400.0, "exit_code": 1}, "cuda-oom")}                 # an older fall: not this one
-    assert first_crash(crashes, "sglang") == 1
+    assert first_crash(crashes, engine_for("sglang")) == 1
     crashes[0] = ({"at": 1000.4, "exit_code": 0, "peer_lost": "rank 1 ... stopped answering"}, None)
-    assert first_crash(crashes, "sglang") == 1
-    assert first_crash({0: ({"at": 5.0}, "cuda-oom"), 1: ({"at": 9.0}, None)}, "sglang") == 0
+    assert first_crash(crashes, engine_for("sglang")) == 1
+    assert first_crash({0: ({"at": 5.0}, "cuda-oom"), 1: ({"at": 9.0}, None)}, engine_for("sglang")) == 0

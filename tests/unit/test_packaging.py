@@ -24,12 +24,12 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_wheel_holds_package_data(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
-    for needed in ("deployer/render/templates/sglang.sh.j2", "deployer/supervisor/supervise.py",
+    for needed in ("deployer/engines/sglang/launch.sh.j2", "deployer/supervisor/supervise.py",
                    "deployer/supervisor/supervise_base.py",
                    "deployer/supervisor/supervise_daemon.py", "deployer/supervisor/supervise_ports.py",
                    "deployer/supervisor/supervise_lease.py",
                    "deployer/engines/sglang/signatures.yaml", "deployer/engines/sglang/renames.yaml",
-                   "deployer/render/templates/vllm.sh.j2", "deployer/engines/vllm/signatures.yaml",
+                   "deployer/engines/vllm/launch.sh.j2", "deployer/engines/vllm/signatures.yaml",
                    "deployer/engines/vllm/probe.py", "deployer/engines/common/signatures.yaml",
                    "deployer/export/schemas/leaderworkerset-v1.schema.json.gz"):
         assert needed in names, sorted(names)

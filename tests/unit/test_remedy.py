@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from deployer.engines import engine_for
 from deployer.diagnose.diagnosis import Diagnosis, diagnose
 from deployer.profile.model import Profile
 from deployer.effective import DRY_RESOLUTION, EngineValues
@@ -27,7 +28,7 @@ def profile(args: dict[str, Any] | None = None, env: dict[str, str] | None = Non
 
 
 def case(name: str, **kw: Any) -> Diagnosis:
-    d = diagnose((CASES / f"{name}.log").read_bytes().decode(), **{"kind": "sglang", **kw})
+    d = diagnose((CASES / f"{name}.log").read_bytes().decode(), **{"engine": engine_for("sglang"), **kw})
     assert d.signature is not None
     return d
 
@@ -181,7 +182,7 @@ def test_numbers_that_rule_out_a_suggestion_get_another() -> None:
 
 
 def test_unrecognized_flag_is_renamed_via_table() -> None:
-    assert known_renames("sglang").get("mamba_scheduler_strategy") == "mamba_radix_cache_strategy"
+    assert known_renames(engine_for("sglang")).get("mamba_scheduler_strategy") == "mamba_radix_cache_strategy"
     d = case("unrecognized-arguments")             # real 0.5.23 output
     c = propose(d, profile({"mamba_scheduler_strategy": "extra_buffer"}), [])
     assert c is not None
@@ -206,7 +207,7 @@ def test_a_flag_that_is_no_rename_no_removal_and_no_typo_is_never_dropped() -> N
     assert propose(case("unrecognized-arguments-unknown"), profile({"enable_beta_spec": True, "tp_size": 1}),
                    []) is None
     d = case("unrecognized-arguments-several", engine_version="0.5.23")
-    assert refused_flags("unrecognized arguments: (.*)$", d.message_text(), "sglang", "0.5.23") == [
+    assert refused_flags("unrecognized arguments: (.*)$", d.message_text(), engine_for("sglang"), "0.5.23") == [
         "unknown flag --stream-output for sglang 0.5.23 (closest: --incremental-streaming-output, "
         "--return-output-ids); refused: deployer never drops a flag that is neither a documented rename nor a "
         "documented removal"]
@@ -286,7 +287,7 @@ def test_numeric_steps_stay_in_bounds_and_end(start: float, by: float, low: floa
     args: dict[str, Any] = {"mem_fraction_static": round(start, 3)}
     tried: list[Change] = []
     for _ in range(100):
-        c = resolve(spec, "", args=args, env={}, tried=tried, kind="sglang")
+        c = resolve(spec, "", args=args, env={}, tried=tried, engine=engine_for("sglang"))
         if c is None:
             break
         new = c.args["mem_fraction_static"]
@@ -300,6 +301,6 @@ def test_numeric_steps_stay_in_bounds_and_end(start: float, by: float, low: floa
 def test_did_you_mean() -> None:
     from deployer.remedy import did_you_mean
 
-    assert did_you_mean("--mamba-scheduler-strategy", [], "sglang") == ["mamba_radix_cache_strategy"]
-    assert did_you_mean("--mem-fraction-statc", ["--mem-fraction-static", "--tp-size"], "sglang") == ["mem_fraction_static"]
-    assert did_you_mean("--enable-beta-spec", ["--tp-size"], "sglang") == []
+    assert did_you_mean("--mamba-scheduler-strategy", [], engine_for("sglang")) == ["mamba_radix_cache_strategy"]
+    assert did_you_mean("--mem-fraction-statc", ["--mem-fraction-static", "--tp-size"], engine_for("sglang")) == ["mem_fraction_static"]
+    assert did_you_mean("--enable-beta-spec", ["--tp-size"], engine_for("sglang")) == []

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from deployer.engines import engine_for
 from deployer.diagnose.drift import compare
 from deployer.engines.sglang.spec import SGLANG
 from deployer.profile.model import Profile
@@ -46,7 +47,7 @@ def test_the_engine_secret_flags_are_the_credential_flags_of_the_real_table() ->
     taking_credentials = {a["dest"] for a in actions() if CREDENTIAL_HELP.search(a.get("help") or "")
                           and a["kind"] == "store"}
     assert taking_credentials == {"api_key", "admin_api_key", "ssl_keyfile_password"}
-    assert SGLANG.secret_flags == taking_credentials
+    assert SGLANG.launch.secret_flags == taking_credentials
 
 
 def _value_for(action: dict[str, Any], index: int) -> Any:
@@ -72,7 +73,7 @@ def test_over_the_real_flag_table_only_secret_flags_are_masked() -> None:
                 action["kind"] == "help":
             continue
         key = action["option_strings"][0][2:].replace("-", "_")
-        args[key] = f"sk-secret-{key}-0123456789" if action["dest"] in SGLANG.secret_flags else \
+        args[key] = f"sk-secret-{key}-0123456789" if action["dest"] in SGLANG.launch.secret_flags else \
             _value_for(action, index)
     prof = Profile.model_validate({"name": "all", "target": {"host": "h"},
                                    "engine": {"model_path": "m", "args": args}})
@@ -89,7 +90,7 @@ def test_over_the_real_flag_table_only_secret_flags_are_masked() -> None:
     drift = mask_text("\n".join(drift_lines))
     for key, value in args.items():
         flag = "--" + key.replace("_", "-")
-        if key in SGLANG.secret_flags:
+        if key in SGLANG.launch.secret_flags:
             assert value not in bundle.script and value not in shown and value not in drift
             assert value in bundle.env
             assert f'{flag} "$DEPLOYER_SECRET_{key.upper()}"' in exec_line
@@ -223,7 +224,7 @@ def test_a_flag_renamed_by_preflight_stays_secret(tmp_path: Path) -> None:
     prof = load_profile(path, environ={"GRAPH": "renamed-secret-4242"})
     flagset = FlagSet("sglang", "0.5.23", (Flag(("--cuda-graph-max-bs-decode",), "cuda_graph_max_bs_decode"),
                                            Flag(("--tp-size",), "tp_size")))
-    checked = check_flags(prof, flagset, load_renames(engine="sglang"))
+    checked = check_flags(prof, flagset, load_renames(engine_for("sglang").knowledge))
     assert "cuda_graph_max_bs_decode" in checked.profile.engine.args, checked.errors
     bundle = render(checked.profile)
     assert "renamed-secret-4242" not in bundle.script and "renamed-secret-4242" in bundle.env
@@ -237,7 +238,7 @@ def test_save_fixed_writes_a_renamed_secret_flag_as_its_var(tmp_path: Path) -> N
 
     prof = load_profile(_write(tmp_path, "    cuda_graph_max_bs: '${GRAPH}'\n"), environ={"GRAPH": "fx-secret-99"})
     flagset = FlagSet("sglang", "0.5.23", (Flag(("--cuda-graph-max-bs-decode",), "cuda_graph_max_bs_decode"),))
-    after = check_flags(prof, flagset, load_renames(engine="sglang")).profile
+    after = check_flags(prof, flagset, load_renames(engine_for("sglang").knowledge)).profile
     assert profile_diff(prof, after)["args"] == {"cuda_graph_max_bs": None, "cuda_graph_max_bs_decode": "${GRAPH}"}
 
 

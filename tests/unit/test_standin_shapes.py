@@ -1,6 +1,6 @@
 """The stand-in engines (tests/standin/vllm, tests/standin/sglang) against the REAL engines' captures
 (tests/cases/*/, made by tests/cases/tools/capture_real.py from real vLLM 0.32.0 CPU and real SGLang 0.5.23):
-the same line shapes (logger prefixes, uvicorn's lines), the same startup phases under deployer's EngineSpec.phases,
+the same line shapes (logger prefixes, uvicorn's lines), the same startup phases under deployer's LogFormat.phases,
 the same ready line, the same engine told from the log, and the same diagnosis and remedy for the same scenario, so
 the fast tier (which runs only the stand-ins) cannot drift from reality again.
 """
@@ -128,7 +128,7 @@ def test_the_real_captures_have_the_shapes_this_test_checks() -> None:
     for line in real.split("\n"):
         if " pid=" in line and line.startswith("("):
             assert VLLM_LOGGER.match(line), line
-            assert engine_for("vllm").log_prefix.match(line)  # type: ignore[union-attr]
+            assert engine_for("vllm").log.prefix.match(line)  # type: ignore[union-attr]
     sg = _real("sglang", "good-startup")
     assert len(_logger_lines(sg, "sglang")) > 20
     assert re.search(r"^\[[^\]]+\] INFO:     Uvicorn running on http://", sg, re.M)  # uvicorn under SGLang's stamp
@@ -137,17 +137,17 @@ def test_the_real_captures_have_the_shapes_this_test_checks() -> None:
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_the_stand_in_goes_through_the_real_startup_phases(engine: str, vllm_good: str, sglang_good: str) -> None:
     spec = engine_for(engine)
-    real = spec.phases_in(_real(engine, "good-startup"))
+    real = spec.log.phases_in(_real(engine, "good-startup"))
     assert real == _expected(engine)["good-startup"]["phases"]
-    standin = spec.phases_in(vllm_good if engine == "vllm" else sglang_good)
+    standin = spec.log.phases_in(vllm_good if engine == "vllm" else sglang_good)
     assert standin == real, (engine, standin, real)
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_the_ready_line_is_the_real_one(engine: str, vllm_good: str, sglang_good: str) -> None:
     spec = engine_for(engine)
-    real = [ln for ln in _real(engine, "good-startup").split("\n") if spec.ready_line in ln]
-    standin = [ln for ln in (vllm_good if engine == "vllm" else sglang_good).split("\n") if spec.ready_line in ln]
+    real = [ln for ln in _real(engine, "good-startup").split("\n") if spec.log.ready_line in ln]
+    standin = [ln for ln in (vllm_good if engine == "vllm" else sglang_good).split("\n") if spec.log.ready_line in ln]
     assert len(real) == 1 and len(standin) == 1
     strip = (lambda s: SGLANG_STAMP.sub("", s)) if engine == "sglang" else (lambda s: s)
     assert strip(standin[0]) == strip(real[0])          # same words, same (un)prefixed form
@@ -189,7 +189,7 @@ def test_a_vllm_failure_reads_the_same_on_the_stand_in_and_the_real_engine(name:
     exp = _expected("vllm")[name]
     assert code == exp["exit_code"]
     assert detect_kind(standin) == detect_kind(real) == "vllm"
-    got, want = (diagnose(t, exit_code=exp["exit_code"], kind="vllm") for t in (standin, real))
+    got, want = (diagnose(t, exit_code=exp["exit_code"], engine=engine_for("vllm")) for t in (standin, real))
     assert got.signature == want.signature == exp["signature"]
     remedy = got.to_json()["remedy"]
     assert (remedy is None) == (exp["remedy"] is None)
@@ -212,13 +212,13 @@ def test_a_worker_killed_while_serving_reads_the_same_on_the_stand_in_and_the_re
     real = _real("vllm", "worker-killed")
     exp = _expected("vllm")["worker-killed"]
     assert code == exp["exit_code"] == exp["provenance"]["exit_code"] == 0
-    got, want = (diagnose(t, exit_code=0, kind="vllm") for t in (standin, real))
+    got, want = (diagnose(t, exit_code=0, engine=engine_for("vllm")) for t in (standin, real))
     assert got.signature == want.signature == "worker-killed" and got.summary == want.summary
     for text in (standin, real):
         assert re.search(r"^\(EngineCore pid=\d+\) ERROR [^\n]*\[multiproc_executor\.py:\d+\] Worker proc VllmWorker-0 "
                          r"died unexpectedly \(exit code: -9\), shutting down executor\.$", text, re.M)
         assert re.search(r"^\(APIServer pid=\d+\) ERROR [^\n]*\] vllm\.v1\.engine\.exceptions\.EngineDeadError: ", text, re.M)
-        assert engine_for("vllm").phases_in(text)[-1] == "ready"
+        assert engine_for("vllm").log.phases_in(text)[-1] == "ready"
 
 
 @pytest.mark.parametrize("behaviour", ["exit", "hang"])
@@ -242,7 +242,7 @@ def test_a_taken_port_reads_the_same_on_the_stand_in_sglang_and_the_real_one(beh
                       r"\('127\.0\.0\.1', \d+\): address already in use\n\[[^\]]+\] INFO: {5}Waiting for application "
                       r"shutdown\.$", re.M)
     assert bind.search(real) and bind.search(standin)
-    got, want = (diagnose(t, exit_code=1, kind="sglang") for t in (standin, real))
+    got, want = (diagnose(t, exit_code=1, engine=engine_for("sglang")) for t in (standin, real))
     assert got.signature == want.signature == "port-in-use"
 
 
@@ -254,5 +254,5 @@ def test_an_unknown_flag_reads_the_same_on_the_stand_in_sglang_and_the_real_one(
         assert re.search(r"^usage: sglang serve \[-h\]", text, re.M)
         assert re.search(r"^sglang serve: error: unrecognized arguments: --not-a-flag$", text, re.M)
         assert detect_kind(text) == "sglang"
-    got, want = (diagnose(t, exit_code=2, kind="sglang") for t in (standin, real))
+    got, want = (diagnose(t, exit_code=2, engine=engine_for("sglang")) for t in (standin, real))
     assert got.signature == want.signature == "unrecognized-arguments" and got.summary == want.summary

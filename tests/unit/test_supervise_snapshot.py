@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from deployer.engines import engine_for
 from deployer.errors import NotFound, TargetError
 from deployer.oncall.deployment import diagnose_attempt, pick_run
 from deployer.remote.local import LocalRemote
@@ -298,7 +299,7 @@ def test_diagnose_from_the_snapshot_reads_the_failed_attempt(tmp_path: Path) -> 
     make_run(root, RUN_A, state={"status": "exited", "exit_code": 1, "log_offset": 0}, log=log)
     snap = snapshot.take(LocalRemote(), str(root), runs=None, attempt="failed")
     assert snap.attempt is not None and snap.attempt.run_id == RUN_A and "OutOfMemoryError" in snap.attempt.text
-    diag = diagnose_attempt(snap.attempt, snap.view(RUN_A).state, None, kind="sglang")
+    diag = diagnose_attempt(snap.attempt, snap.view(RUN_A).state, None, engine=engine_for("sglang"))
     assert diag.signature == "cuda-oom" and diag.evidence
 
 

@@ -18,7 +18,7 @@ from deployer.diagnose.signatures import common_signatures, engine_signatures, l
 
 CASES = Path(__file__).parent.parent / "cases" / "vllm"
 SGLANG_CASES = Path(__file__).parent.parent / "cases" / "sglang"
-PREFIX = engine_for("vllm").log_prefix
+PREFIX = engine_for("vllm").log.prefix
 
 
 def _log(path: Path) -> str:
@@ -33,10 +33,10 @@ def test_case(name: str) -> None:
     exp = EXPECTED[name]
     text = _log(CASES / f"{name}.log")
     if "phases" in exp:
-        assert engine_for("vllm").phases_in(text) == exp["phases"]
+        assert engine_for("vllm").log.phases_in(text) == exp["phases"]
     if exp["signature"] is None and "phases" in exp:
         return      # a good startup: nothing to diagnose
-    d = diagnose(text, exit_code=exp["exit_code"], kind="vllm")
+    d = diagnose(text, exit_code=exp["exit_code"], engine=engine_for("vllm"))
     assert d.signature == exp["signature"], d.summary
     out = d.to_json()
     json.dumps(out)
@@ -58,11 +58,11 @@ def test_case(name: str) -> None:
 
 def test_every_vllm_signature_has_a_case() -> None:
     covered = {e["signature"] for e in EXPECTED.values()}
-    assert {s.id for s in engine_signatures("vllm")} <= covered
+    assert {s.id for s in engine_signatures(engine_for("vllm"))} <= covered
 
 
 def test_every_signature_names_its_source_in_the_release() -> None:
-    for sig in engine_signatures("vllm"):
+    for sig in engine_signatures(engine_for("vllm")):
         assert re.search(r"0\.3[23]\.0", sig.source) and ".py" in sig.source, sig.id
 
 
@@ -71,7 +71,7 @@ def test_the_real_failures_are_diagnosed_as_their_own_cause() -> None:
     real = {n for n, e in EXPECTED.items() if e["provenance"]["kind"] == "real CPU capture" and e["signature"]}
     assert len(real) >= 10
     for name in real - {"corrupt-weights"}:       # the one whose root cause no signature knows
-        d = diagnose(_log(CASES / f"{name}.log"), exit_code=EXPECTED[name]["exit_code"], kind="vllm")
+        d = diagnose(_log(CASES / f"{name}.log"), exit_code=EXPECTED[name]["exit_code"], engine=engine_for("vllm"))
         assert d.signature not in (None, "engine-core-init-failed"), name
 
 
@@ -79,18 +79,18 @@ def test_the_root_cause_wins_over_the_wrapper() -> None:
     """The API server's `Engine core initialization failed` comes last; the EngineCore's error is the answer."""
     text = _log(CASES / "kv-cache-too-small.log")
     assert "Engine core initialization failed. See root cause above." in text
-    assert diagnose(text, exit_code=1, kind="vllm").signature == "kv-cache-too-small-for-max-model-len"
+    assert diagnose(text, exit_code=1, engine=engine_for("vllm")).signature == "kv-cache-too-small-for-max-model-len"
 
 
 def test_vllm_logs_never_match_sglang_signatures() -> None:
-    sglang_own = {s.id for s in engine_signatures("sglang")} - {s.id for s in engine_signatures("vllm")}
+    sglang_own = {s.id for s in engine_signatures(engine_for("sglang"))} - {s.id for s in engine_signatures(engine_for("vllm"))}
     for log in sorted(CASES.glob("*.log")):
-        d = diagnose(_log(log), exit_code=1, kind="vllm")
+        d = diagnose(_log(log), exit_code=1, engine=engine_for("vllm"))
         assert d.signature is None or d.signature not in sglang_own, log.name
     # and the other way round: an SGLang log read as vLLM gets vLLM's or the engine-neutral signatures only
-    allowed = {s.id for s in load_signatures("vllm")}
+    allowed = {s.id for s in load_signatures(engine_for("vllm"))}
     for log in sorted(SGLANG_CASES.glob("*.log"))[:12]:
-        d = diagnose(_log(log), exit_code=1, kind="vllm")
+        d = diagnose(_log(log), exit_code=1, engine=engine_for("vllm"))
         assert d.signature is None or d.signature in allowed, log.name
 
 
@@ -99,14 +99,14 @@ def test_engine_neutral_signatures_are_shared_not_copied() -> None:
     assert {"port-in-use", "hf-repo-not-found", "hf-offline-not-cached", "hf-gated-repo", "python-import-error",
             "cuda-error", "nccl-error"} <= common
     for kind in ("vllm", "sglang"):
-        own = [s.id for s in engine_signatures(kind)]
+        own = [s.id for s in engine_signatures(engine_for(kind))]
         assert not common & set(own), kind
-        assert [s.id for s in load_signatures(kind)] == own + [s.id for s in common_signatures()]
+        assert [s.id for s in load_signatures(engine_for(kind))] == own + [s.id for s in common_signatures()]
     assert load_signatures(None) == common_signatures()
 
 
 def test_sglang_kind_does_not_know_vllm_texts() -> None:
-    d = diagnose(_log(CASES / "kv-cache-too-small.log"), exit_code=1, kind="sglang")
+    d = diagnose(_log(CASES / "kv-cache-too-small.log"), exit_code=1, engine=engine_for("sglang"))
     assert d.signature != "kv-cache-too-small-for-max-model-len"
 
 
@@ -121,32 +121,32 @@ def test_logger_prefix_is_stripped_with_the_process_tag() -> None:
 
 
 def test_kv_remedy_uses_the_estimate_and_falls_back_to_utilization() -> None:
-    sig = next(s for s in load_signatures("vllm") if s.id == "kv-cache-too-small-for-max-model-len")
+    sig = next(s for s in load_signatures(engine_for("vllm")) if s.id == "kv-cache-too-small-for-max-model-len")
     assert sig.remedy is not None
     msg = ("ValueError: To serve at least one request with the model's max seq len (131072), (16.00 GiB KV cache is "
            "needed, which is larger than the available KV cache memory (9.25 GiB). Based on the available memory, "
            "the estimated maximum model length is 75776. Try increasing `gpu_memory_utilization`")
-    change = resolve(sig.remedy, msg, args={"max_model_len": 131072}, env={}, kind="vllm")
+    change = resolve(sig.remedy, msg, args={"max_model_len": 131072}, env={}, engine=engine_for("vllm"))
     assert change is not None and change.args == {"max_model_len": 75776}
     # no estimate in the message (it is omitted when it would be 0): raise the utilization instead
     bare = msg.replace("Based on the available memory, the estimated maximum model length is 75776. ", "")
-    change = resolve(sig.remedy, bare, args={"max_model_len": 131072, "gpu_memory_utilization": 0.85}, env={}, kind="vllm")
+    change = resolve(sig.remedy, bare, args={"max_model_len": 131072, "gpu_memory_utilization": 0.85}, env={}, engine=engine_for("vllm"))
     assert change is not None and change.args == {"gpu_memory_utilization": 0.88}
 
 
 def test_free_memory_remedy_is_computed_from_free_over_total() -> None:
-    sig = next(s for s in load_signatures("vllm") if s.id == "free-memory-below-utilization")
+    sig = next(s for s in load_signatures(engine_for("vllm")) if s.id == "free-memory-below-utilization")
     assert sig.remedy is not None
     msg = ("ValueError: Free memory on device cuda:0 (60.00/80.00 GiB) on startup is less than desired GPU memory "
            "utilization (0.9, 72.00 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.")
-    change = resolve(sig.remedy, msg, args={"gpu_memory_utilization": 0.9}, env={}, kind="vllm")
+    change = resolve(sig.remedy, msg, args={"gpu_memory_utilization": 0.9}, env={}, engine=engine_for("vllm"))
     assert change is not None and change.args == {"gpu_memory_utilization": 0.73}  # 0.75 - 0.02
     # already below the ratio: a plain step down instead (never up); the message's value is what the engine used
     below = msg.replace("utilization (0.9, 72.00 GiB)", "utilization (0.7, 56.00 GiB)")
-    change = resolve(sig.remedy, below, args={"gpu_memory_utilization": 0.7}, env={}, kind="vllm")
+    change = resolve(sig.remedy, below, args={"gpu_memory_utilization": 0.7}, env={}, engine=engine_for("vllm"))
     assert change is not None and change.args == {"gpu_memory_utilization": 0.65}
     # the message wins over the profile: the engine said 0.9 (the profile is stale or was overridden)
-    change = resolve(sig.remedy, msg, args={"gpu_memory_utilization": 0.7}, env={}, kind="vllm")
+    change = resolve(sig.remedy, msg, args={"gpu_memory_utilization": 0.7}, env={}, engine=engine_for("vllm"))
     assert change is not None and change.args == {"gpu_memory_utilization": 0.73}
     assert "engine message 0.9" in change.reason
 
@@ -194,11 +194,11 @@ def test_unknown_flag_fixes_read_the_engines_own_renames_table() -> None:
     usage = "usage: api_server.py [-h] [--cuda-graph-max-bs-decode N] [--max-num-seqs N]\n"
     msg = usage + "api_server.py: error: unrecognized arguments: --cuda-graph-max-bs 8"
     args = {"cuda_graph_max_bs": 8}
-    as_sglang = resolve(spec, msg, args=args, env={}, kind="sglang")
+    as_sglang = resolve(spec, msg, args=args, env={}, engine=engine_for("sglang"))
     assert as_sglang is not None and as_sglang.args == {"cuda_graph_max_bs": None, "cuda_graph_max_bs_decode": 8}
     assert "did you mean" not in as_sglang.reason           # the table renamed it
-    as_vllm = resolve(spec, msg, args=args, env={}, kind="vllm")
+    as_vllm = resolve(spec, msg, args=args, env={}, engine=engine_for("vllm"))
     assert as_vllm is not None and as_vllm.args == as_sglang.args
     assert "did you mean --cuda-graph-max-bs-decode?" in as_vllm.reason
     far = msg.replace("--cuda-graph-max-bs-decode N", "--max-cudagraph-capture-size N")
-    assert resolve(spec, far, args=args, env={}, kind="vllm") is None
+    assert resolve(spec, far, args=args, env={}, engine=engine_for("vllm")) is None

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from deployer.diagnose.drift import compare, masked, parse_server_args
+from deployer.diagnose.drift import compare, masked, parse_args_dump
 from deployer.engines import engine_for, kinds
 from deployer.preflight.facts import version_py
 from deployer.profile.model import Profile
@@ -36,7 +36,7 @@ def profile(args: dict[str, Any] | None = None, **engine: Any) -> Profile:
 
 def test_registry_knows_both_engines_and_nothing_else() -> None:
     assert kinds() == ("sglang", "vllm")
-    assert VLLM.launch_module == "vllm.entrypoints.openai.api_server" and VLLM.health_path == "/health"
+    assert VLLM.launch.module == "vllm.entrypoints.openai.api_server" and VLLM.launch.health_path == "/health"
     with pytest.raises(KeyError):
         engine_for("tgi")
 
@@ -77,11 +77,11 @@ def test_rendered_argv_is_accepted_by_the_parser_table_of_vllm_0_33_0() -> None:
 
 
 def test_non_default_args_dump_is_parsed_for_drift() -> None:
-    dump = parse_server_args("some line\n" + DUMP_033, VLLM.args_dump)
+    dump = parse_args_dump("some line\n" + DUMP_033, VLLM.log.args_dump)
     assert dump is not None and dump["max_model_len"] == 4000 and dump["compilation_config"]["level"] == 3
-    assert parse_server_args(DUMP_033, engine_for("sglang").args_dump) is None  # SGLang's marker does not read vLLM's dump
+    assert parse_args_dump(DUMP_033, engine_for("sglang").log.args_dump) is None  # SGLang's marker does not read vLLM's dump
     drifts = compare({"max_model_len": "4k", "gpu_memory_utilization": 0.92, "enable_prefix_caching": False},
-                     dump, VLLM.value_aliases, complete=VLLM.args_dump_complete)
+                     dump, VLLM.knowledge.value_aliases, complete=VLLM.log.args_dump_complete)
     # 0.92 is the default (absent from a non-default dump): not "unknown"; 4k became 4000: drift
     assert [d.describe() for d in drifts] == ["asked max_model_len=4k, engine resolved 4000"]
     strict = compare({"gpu_memory_utilization": 0.92}, dump)
@@ -89,9 +89,9 @@ def test_non_default_args_dump_is_parsed_for_drift() -> None:
 
 
 def test_old_vllm_prints_secrets_in_clear_and_they_are_masked() -> None:
-    dump = parse_server_args(DUMP_OLD, VLLM.args_dump)
+    dump = parse_args_dump(DUMP_OLD, VLLM.log.args_dump)
     assert dump is not None and dump["api_key"] == ["sk-live-0001"]
-    clean = masked(dump, VLLM.secret_flags)
+    clean = masked(dump, VLLM.launch.secret_flags)
     assert clean["api_key"] == "***" and clean["hf_token"] == "***" and clean["max_model_len"] == 8192
     line = VLLM.masked(DUMP_OLD)
     assert "sk-live-0001" not in line and "hf_abcdef" not in line and "'max_model_len': 8192" in line
@@ -100,11 +100,11 @@ def test_old_vllm_prints_secrets_in_clear_and_they_are_masked() -> None:
 
 def test_phases_follow_the_startup_log_in_order() -> None:
     log = (STANDIN.parent / "cases" / "vllm" / "kv-cache-too-small.log").read_text()
-    seen = [VLLM.phase_of(line) for line in log.splitlines()]
+    seen = [VLLM.log.phase_of(line) for line in log.splitlines()]
     assert [p for p in seen if p][:3] == ["args", "loading weights", "weights loaded"]
-    assert VLLM.phase_of("INFO 06-01 10:00:00 [api_server.py:1077] Starting vLLM API server on http://0.0.0.0:8000") \
+    assert VLLM.log.phase_of("INFO 06-01 10:00:00 [api_server.py:1077] Starting vLLM API server on http://0.0.0.0:8000") \
         == "http up"
-    assert VLLM.phase_of("INFO:     Application startup complete.") == "ready"
+    assert VLLM.log.phase_of("INFO:     Application startup complete.") == "ready"
 
 
 @pytest.mark.parametrize("kind, version", [("vllm", "0.31.2"), ("sglang", "0.5.21")])
@@ -113,7 +113,7 @@ def test_version_probe_asks_the_engines_own_distribution(kind: str, version: str
     only that stand-in reports."""
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(STANDIN), "STANDIN_VLLM_VERSION": "0.31.2",
            "STANDIN_SGLANG_VERSION": "0.5.21"}
-    out = subprocess.run([sys.executable, "-c", version_py(engine_for(kind).distribution)], env=env,
+    out = subprocess.run([sys.executable, "-c", version_py(engine_for(kind).install)], env=env,
                          capture_output=True, text=True, timeout=30, check=True).stdout
     assert f"@@engine {version}" in out.splitlines()
 

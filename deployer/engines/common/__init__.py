@@ -2,7 +2,7 @@
 or the system's (Hugging Face hub, ports, Python imports of a broken install, CUDA, NCCL, Gloo), as data in
 `signatures.yaml`; and the lines after which a server never becomes ready though it may not exit (`fatal.yaml`).
 
-Not an engine (defines no `ENGINE`): `deployer.diagnose.signatures.load_signatures(kind)` gives an engine's own
+Not an engine (defines no `ENGINE`): `deployer.diagnose.signatures.load_signatures(engine)` gives an engine's own
 signatures first, then these; `load_signatures(None)` (a log whose engine cannot be told) gives only these.
 """
 

@@ -1,5 +1,5 @@
 """SGLang's GPU memory model for preflight: will the model, its KV cache and its Mamba state fit, and what
-fits if not (`plan`, this engine's EngineSpec.memory).
+fits if not (`plan`, this engine's Engine.memory).
 
 Follows SGLang 0.5.23's own sizing (arg_groups/memory_hook.py for the automatic mem_fraction_static,
 mem_cache/kv_cache_configurator.py for the KV/Mamba split, configs/mamba_utils.py for the state size),

@@ -30,13 +30,21 @@ from typing import Any, Dict, List, Optional, Set
 MARKER = "DEPLOYER_PROBE_JSON "
 PROBE_SCHEMA = 1
 ENV_NAME = re.compile(rb"\bSGL(?:ANG)?_[A-Z0-9_]+")
+# The distributions (package metadata names) that may install SGLang, tried in order. The one place they are
+# listed: the Engine reads them from here (deployer.engines.sglang.spec), this script runs on the target by itself.
+DISTRIBUTIONS = ("sglang",)
 
 
 def sglang_version() -> Optional[str]:
     try:
         from importlib import metadata
 
-        return str(metadata.version("sglang"))
+        for name in DISTRIBUTIONS:
+            try:
+                return str(metadata.version(name))
+            except metadata.PackageNotFoundError:
+                pass
+        raise LookupError("no sglang distribution")
     except Exception:
         import sglang
 

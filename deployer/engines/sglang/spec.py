@@ -1,16 +1,16 @@
-"""SGLang engine knowledge: how it is launched, what its startup log says, where its data files are."""
+"""SGLang as an `Engine`: how it is launched, what its startup log says, its knowledge tables, its probe."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from deployer.engines.base import EngineSpec, MultiNode, Phase
-from deployer.engines.sglang import memory
+from deployer.engines.base import Docs, Engine, Install, Knowledge, Launch, LogFormat, MultiNode, Phase, Probe
+from deployer.engines.sglang import memory, probe
 
 READY_LINE = "The server is fired up and ready to roll!"
 
-# What only an SGLang log has (detect_kind): its args dump, its argparse prog, its own install paths.
+# What only an SGLang log has (registry.detect): its args dump, its argparse prog, its own install paths.
 LOG_MARKERS = (
     re.compile(r"server_args=(?:ServerArgs\(|\{)"),
     re.compile(r"^usage: sglang serve ", re.MULTILINE),
@@ -18,46 +18,54 @@ LOG_MARKERS = (
     re.compile(r"/sglang/(?:launch_server\.py|srt/)"),
 )
 
-SGLANG = EngineSpec(
+HERE = Path(__file__).parent
+
+SGLANG = Engine(
     kind="sglang",
-    launch_module="sglang.launch_server",
-    template="sglang.sh.j2",
-    ready_line=READY_LINE,
-    phases=(
-        Phase("args", re.compile(r"server_args=(ServerArgs\(|\{)")),
-        Phase("loading weights", re.compile(r"Load weight begin")),
-        Phase("weights loaded", re.compile(r"Load weight end")),
-        Phase("allocating cache", re.compile(r"(Mamba|KV) Cache is allocated")),
-        Phase("capturing cuda graphs", re.compile(r"Capture .*cuda graph", re.IGNORECASE)),
-        Phase("http up", re.compile(r"Uvicorn running on")),
-        Phase("ready", re.compile(re.escape(READY_LINE))),
+    launch=Launch(
+        module="sglang.launch_server",
+        template=HERE / "launch.sh.j2",
+        # server_args.py (0.5.10 and 0.5.23): --tp-size/--tensor-parallel-size, --pp-size/--pipeline-parallel-size
+        gpu_flags=(("tp_size", "tensor_parallel_size"), ("pp_size", "pipeline_parallel_size")),
+        # server_args.py: --nnodes, --node-rank, --dist-init-addr HOST:PORT (rank 0 listens there). NCCL and torch's
+        # Gloo pick their interface from NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME (sgl-project/sglang#3514). Ranks
+        # >= 1 serve only utils/common.py:3684 launch_dummy_health_check_server, which logs the follower line
+        # (0.5.23).
+        multinode=MultiNode(nnodes="--nnodes", node_rank="--node-rank", dist_init_addr="--dist-init-addr",
+                            nic_env=("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"),
+                            follower_ready_line="Dummy health check server started in background thread at",
+                            peer_failures=frozenset({"peer-connection-closed", "nccl-watchdog-timeout",
+                                                     "nccl-remote-error", "dist-init-clients-missing"})),
+        env_prefixes=("SGLANG_", "SGL_"),
+        # Every option of the 0.5.23 parser that takes a credential (its help: "API key of the server", "admin API
+        # key", "password to decrypt the SSL keyfile"); tests/unit/test_secrets.py checks this over the real table.
+        secret_flags=frozenset({"api_key", "admin_api_key", "ssl_keyfile_password"}),
+        health_path="/health",
     ),
-    distribution="sglang",
-    health_path="/health",
-    env_prefixes=("SGLANG_", "SGL_"),
-    data_dir=Path(__file__).parent,
-    signatures_file="signatures.yaml",
-    renames_file="renames.yaml",
-    followons_file="followons.yaml",
-    # arg_groups/speculative_hook.py (0.5.23): "NEXTN aliases EAGLE"; the resolved args say EAGLE
-    value_aliases={"speculative_algorithm": {"NEXTN": "EAGLE"}},
-    # server_args.py: --nnodes, --node-rank, --dist-init-addr HOST:PORT (rank 0 listens there). NCCL and torch's
-    # Gloo pick their interface from NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME (sgl-project/sglang#3514). Ranks >= 1
-    # serve only utils/common.py:3684 launch_dummy_health_check_server, which logs the follower line (0.5.23).
-    multinode=MultiNode(nnodes="--nnodes", node_rank="--node-rank", dist_init_addr="--dist-init-addr",
-                        nic_env=("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"),
-                        follower_ready_line="Dummy health check server started in background thread at",
-                        peer_failures=frozenset({"peer-connection-closed", "nccl-watchdog-timeout",
-                                                 "nccl-remote-error", "dist-init-clients-missing"})),
-    # server_args.py (0.5.10 and 0.5.23): --tp-size/--tensor-parallel-size, --pp-size/--pipeline-parallel-size
-    gpu_flags=(("tp_size", "tensor_parallel_size"), ("pp_size", "pipeline_parallel_size")),
-    args_dump=re.compile(r"server_args=(ServerArgs\(|\{)"),
-    log_markers=LOG_MARKERS,
+    log=LogFormat(
+        ready_line=READY_LINE,
+        phases=(
+            Phase("args", re.compile(r"server_args=(ServerArgs\(|\{)")),
+            Phase("loading weights", re.compile(r"Load weight begin")),
+            Phase("weights loaded", re.compile(r"Load weight end")),
+            Phase("allocating cache", re.compile(r"(Mamba|KV) Cache is allocated")),
+            Phase("capturing cuda graphs", re.compile(r"Capture .*cuda graph", re.IGNORECASE)),
+            Phase("http up", re.compile(r"Uvicorn running on")),
+            Phase("ready", re.compile(re.escape(READY_LINE))),
+        ),
+        args_dump=re.compile(r"server_args=(ServerArgs\(|\{)"),
+        markers=LOG_MARKERS,
+        cli_prog="sglang serve",
+    ),
+    knowledge=Knowledge(
+        signatures=HERE / "signatures.yaml",
+        renames=HERE / "renames.yaml",
+        followons=HERE / "followons.yaml",
+        # arg_groups/speculative_hook.py (0.5.23): "NEXTN aliases EAGLE"; the resolved args say EAGLE
+        value_aliases={"speculative_algorithm": {"NEXTN": "EAGLE"}},
+    ),
+    install=Install(package="sglang", distributions=probe.DISTRIBUTIONS),
+    probe=Probe(script=Path(probe.__file__)),
     memory=memory.plan,
-    cli_prog="sglang serve",
-    image_example="lmsysorg/sglang:v0.5.23",
-    default=True,   # the first engine: profiles and records from before engine.kind are SGLang's
-    # Every option of the 0.5.23 parser that takes a credential (its help: "API key of the server", "admin API
-    # key", "password to decrypt the SSL keyfile"); tests/unit/test_secrets.py checks this over the real table.
-    secret_flags=frozenset({"api_key", "admin_api_key", "ssl_keyfile_password"}),
+    docs=Docs(image_example="lmsysorg/sglang:v0.5.23"),
 )

@@ -1,5 +1,6 @@
-"""Everything deployer knows about vLLM: the engine spec (`spec`), the flag probe run on the target
-(`probe`), its failure signatures (YAML data, with the sources of their texts).
+"""Everything deployer knows about vLLM: the `Engine` (`spec`), its launch script template (`launch.sh.j2`), the
+flag probe run on the target (`probe`), its GPU memory model (`memory`), its failure signatures (YAML data, with
+the sources of their texts).
 
 `ENGINE` is what the registry (deployer.engines) finds. May import engines.base and the leaves; never
 another engine package.

@@ -1,4 +1,4 @@
-"""vLLM's GPU memory model for preflight (`plan`, this engine's EngineSpec.memory): the budget of one GPU the
+"""vLLM's GPU memory model for preflight (`plan`, this engine's Engine.memory): the budget of one GPU the
 way vLLM 0.33.0 lays it out, whether one request of max_model_len fits in its KV cache blocks, and what fits if
 not (a max_model_len, a gpu_memory_utilization, more GPUs).
 

