@@ -68,7 +68,8 @@ def test_a_map_that_does_not_validate_is_refused_naming_the_file(tmp_path: Path)
     bad.write_text("engine: x\nrelease: 1.0\nmetrics:\n  requests_running: {name: a, kind: gauge}\n")
     with pytest.raises(MetricNamesUnreadable, match="metrics.yaml"):
         load_metric_names(bad)
-    bad.write_text("engine: x\nrelease: 1.0\nmetrics:\n  not_a_quantity: {name: a, kind: gauge, release: 1, source: s}\n")
+    bad.write_text("engine: x\nrelease: 1.0\nmetrics:\n"
+                   "  not_a_quantity: {name: a, kind: gauge, release: 1, source: s}\n")
     with pytest.raises(MetricNamesUnreadable):
         load_metric_names(bad)
 
@@ -186,7 +187,8 @@ def test_sglang_without_the_witness_the_missing_counter_is_absent() -> None:
 def test_sglang_a_server_error_of_an_inference_endpoint_counts() -> None:
     extra = ('sglang:http_responses_total{endpoint="/v1/chat/completions",method="POST",status_code="500"} 2.0\n'
              'sglang:http_responses_total{endpoint="/health",method="GET",status_code="500"} 5.0\n')
-    text = _text("sglang", "after").replace("# HELP sglang:prompt_tokens_total", extra + "# HELP sglang:prompt_tokens_total")
+    anchor = "# HELP sglang:prompt_tokens_total"
+    text = _text("sglang", "after").replace(anchor, extra + anchor)
     m = ServingMetrics.from_scrapes(_names("sglang"), _scrape("sglang", "after", text), _scrape("sglang", "before"))
     assert m.request_errors == Count(2.0, 2.0)
     assert "errors 2 (+2)" in m.summary()
