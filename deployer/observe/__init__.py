@@ -1,7 +1,7 @@
 """What a running server does, read from the engine itself: pure functions over text, no I/O beyond reading a file
 the caller names.
 
-    prometheus   the Prometheus text exposition format (as vLLM and SGLang emit it) -> typed families;
+    prometheus   the Prometheus text exposition format (as the real engines emit it) -> typed families;
                  histogram quantiles as PromQL's histogram_quantile computes them; increases and rates between
                  two scrapes (counter resets handled)
     names        the per-engine metric-name maps (data in each engine's package, metrics.yaml) and their loader

@@ -3,15 +3,15 @@ engine's own data file (deployer/engines/<kind>/metrics.yaml), each name with th
 
 A file looks like:
 
-    engine: vllm
+    engine: myengine
     release: 0.32.0                      # the release the names were read from (source and /metrics capture)
     metrics:
       requests_running:                  # a Quantity; a list of candidates is tried in order (renames)
-        name: vllm:num_requests_running  # the sample name as exposed (counters with their `_total`)
+        name: "myengine:num_running"     # the sample name as exposed (counters with their `_total`)
         kind: gauge                      # gauge | counter | histogram (a histogram's base name)
         release: 0.32.0
         also_in: [0.33.0]                # optional: other releases checked to declare the same name
-        source: vllm/v1/metrics/loggers.py:528
+        source: myengine/metrics.py:528  # the file:line of that release that declares it
         match: {finished_reason: error}  # optional: label selectors, a value `~regex` is PromQL's =~
         aggregate: sum                   # optional: how series are combined (sum, max); default sum
         scale: 1.0                       # optional: multiplier to the documented unit (fraction, seconds)

@@ -1,7 +1,7 @@
 """The Prometheus text exposition format, as the real engines emit it, read into typed families; histogram
 quantiles computed the way PromQL's `histogram_quantile` does; increases between two scrapes.
 
-What is read (the text format 0.0.4 that prometheus_client writes for vLLM and SGLang, and the OpenMetrics
+What is read (the text format 0.0.4 that prometheus_client writes for the engines, and the OpenMetrics
 additions a newer client may write):
 
 - `# HELP name text` (text unescaped: `\\\\` and `\\n`), `# TYPE name type`; `# UNIT`, `# EOF` and other comments
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -113,9 +113,13 @@ class Family:
 
     def owns(self, sample_name: str) -> bool:
         """Whether a sample of this name belongs to this family (its own name or one of its type's suffixes)."""
-        if sample_name == self.name:
-            return True
-        return any(sample_name == self.name + suffix for suffix in SUFFIXES.get(self.type, ()))
+        return _owns(self.name, self.type, sample_name)
+
+
+def _owns(family: str, type_: MetricType, sample_name: str) -> bool:
+    if sample_name == family:
+        return True
+    return sample_name.startswith(family) and sample_name[len(family):] in SUFFIXES.get(type_, ())
 
 
 @dataclass(frozen=True)
@@ -268,7 +272,7 @@ class _Draft:
     samples: list[Sample] = field(default_factory=list)
 
     def owns(self, sample_name: str) -> bool:
-        return Family(self.name, self.type).owns(sample_name)
+        return _owns(self.name, self.type, sample_name)
 
     def done(self) -> Family:
         return Family(self.name, self.type, self.help, tuple(self.samples))
@@ -413,9 +417,3 @@ def rate(before: Scrape, after: Scrape, name: str, match: LabelMatch | None = No
     if grown is None or seconds <= 0:
         return None
     return grown / seconds
-
-
-def iter_samples(exposition: Exposition) -> Iterator[Sample]:
-    """Every sample of every family, in order."""
-    for family in exposition.families.values():
-        yield from family.samples

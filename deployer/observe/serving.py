@@ -7,7 +7,7 @@ The rules:
   None, and listed in `absent`; never 0;
 - a counter family that is exposed but has no series matching the map's selectors counts 0 (prometheus_client
   makes a labelled series at its first increment: no `status_code="500"` series means no 500 yet); so does a
-  counter whose map names a `zero_while` series that the scrape has (SGLang's retraction counter);
+  counter whose map names a `zero_while` series that the scrape has (a counter first written at its first increment);
 - gauges (running, waiting, KV usage) are read from the later scrape, their series combined as the map says;
 - throughput (tokens/s) needs two scrapes: the counter's increase over the interval between them (resets
   handled), else None; preemptions and errors give their total and, with two scrapes, the interval's increase;
