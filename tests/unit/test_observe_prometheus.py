@@ -221,8 +221,9 @@ def test_quantile_edge_cases() -> None:
 def test_quantile_sorts_merges_and_forces_monotonic_buckets() -> None:
     shuffled = _b((INF, 40), (2, 30), (1, 10), (4, 40))
     assert histogram_quantile(0.5, shuffled) == pytest.approx(1.5)
-    # a dip (30 -> 25) is lifted to the envelope
+    # a dip (30 -> 25) is lifted to the envelope (30): rank 32 lies in (3, 4] with 30 below it, not 25
     assert histogram_quantile(0.5, _b((1, 10), (2, 30), (3, 25), (INF, 40))) == pytest.approx(1.5)
+    assert histogram_quantile(0.8, _b((1, 10), (2, 30), (3, 25), (4, 35), (INF, 40))) == pytest.approx(3 + 2 / 5)
     # equal bounds are summed (two series of one bucket not summed by the caller)
     assert histogram_quantile(0.5, _b((1, 5), (1, 5), (2, 20), (INF, 20))) == pytest.approx(1.0)
 

@@ -144,8 +144,16 @@ def test_a_quantity_missing_from_the_map_is_absent() -> None:
     assert m.to_json()["preemptions"] is None
 
 
-def test_a_gauge_of_the_wrong_kind_in_the_scrape_is_not_read_as_zero() -> None:
-    # vLLM's KV usage is a gauge: an engine that stopped publishing it (an older release) must not read "KV 0%"
+def test_a_gauge_whose_selectors_match_no_series_is_none_not_zero() -> None:
+    names = _names("vllm")
+    running = names.metrics[Quantity.REQUESTS_RUNNING][0].model_copy(update={"match": {"engine": "7"}})
+    other_engine = names.model_copy(update={"metrics": {**names.metrics, Quantity.REQUESTS_RUNNING: [running]}})
+    m = ServingMetrics.from_scrapes(other_engine, _scrape("vllm", "during"))
+    assert m.requests_running is None and m.requests_waiting == 0.0
+
+
+def test_a_scrape_with_none_of_the_names_is_all_absent() -> None:
+    # an engine started without its metrics (SGLang without --enable-metrics, an unknown release): nothing reads 0
     empty = Scrape(1.0, parse("# TYPE other gauge\nother 1\n"))
     m = ServingMetrics.from_scrapes(_names("vllm"), empty)
     assert m.absent == tuple(Quantity)
