@@ -173,13 +173,14 @@ class Exposition:
 
     def histogram(self, name: str, match: LabelMatch | None = None) -> Histogram | None:
         """The histogram `name` (its `_bucket`/`_count`/`_sum` samples), every matching series summed by `le`
-        (PromQL's `sum by (le)`); None when it has no buckets here."""
-        buckets = self.samples(name + "_bucket", match)
+        (PromQL's `sum by (le)`; a bucket without `le` is ignored, as PromQL does); None when it has no
+        buckets here."""
+        buckets = [s for s in self.samples(name + "_bucket", match) if s.label("le") is not None]
         if not buckets:
             return None
         by_le: dict[float, float] = {}
         for sample in buckets:
-            upper = parse_value(sample.label("le") or "NaN")
+            upper = parse_value(sample.label("le") or "")
             by_le[upper] = by_le.get(upper, 0.0) + sample.value
         total = sum(s.value for s in self.samples(name + "_count", match))
         return Histogram(tuple(Bucket(u, c) for u, c in sorted(by_le.items())), total,

@@ -257,6 +257,13 @@ def test_histogram_since_a_restart_is_the_whole_later_histogram() -> None:
     assert [b.count for b in window.since(then).buckets] == [1, 4] and window.since(then).count == 4
 
 
+def test_a_bucket_without_le_is_ignored() -> None:
+    exp = parse('h_bucket{le="1"} 2\nh_bucket 7\nh_bucket{le="+Inf"} 4\nh_count 4\nh_sum 3\n')
+    hist = exp.histogram("h")
+    assert hist is not None and [b.upper for b in hist.buckets] == [1, math.inf]
+    assert hist.quantile(0.5) == pytest.approx(1.0)
+
+
 def test_rate_needs_time_to_pass() -> None:
     exp = parse("# TYPE c counter\nc_total 1\n")
     assert rate(Scrape(10, exp), Scrape(10, exp), "c_total") is None

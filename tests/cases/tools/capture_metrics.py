@@ -139,7 +139,7 @@ def _wait_ready(proc: subprocess.Popen[bytes], port: int) -> float:
     raise SystemExit(f"no /health 200 within {READY_S:.0f} s")
 
 
-def _drive(engine: str, proc: subprocess.Popen[bytes], port: int, out_dir: Path) -> dict[str, Any]:
+def _drive(proc: subprocess.Popen[bytes], port: int, out_dir: Path) -> dict[str, Any]:
     ready_s = _wait_ready(proc, port)
     model = json.loads(_get(port, "/v1/models"))["data"][0]["id"]
     time.sleep(2.0)   # let the engine's first stats interval pass: the gauges are published
@@ -171,7 +171,7 @@ def capture(engine: str) -> dict[str, Any]:
         proc = subprocess.Popen([str(PYTHON[engine]), "-m", MODULE[engine], *argv], stdout=log,
                                 stderr=subprocess.STDOUT, env=env, cwd=str(tmp), start_new_session=True)
         try:
-            what = _drive(engine, proc, port, out_dir)
+            what = _drive(proc, port, out_dir)
         except BaseException:
             print((tmp / "engine.log").read_text(errors="replace")[-3000:], file=sys.stderr)
             raise
