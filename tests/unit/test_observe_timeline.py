@@ -3,6 +3,9 @@ that a running start is far beyond its prediction, and `startup_timeout_s: auto`
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from deployer.observe.timeline import (
@@ -56,6 +59,16 @@ def test_the_watchers_phase_names_map_to_timeline_phases() -> None:
     assert phase_of_watch("loading weights") is P.LOAD and phase_of_watch("downloading") is P.DOWNLOAD
     assert phase_of_watch("allocating cache") is P.KV_ALLOCATION and phase_of_watch("no such") is None
     assert set(WATCH_PHASES.values()) <= set(Phase)
+
+
+def test_every_phase_the_engines_and_the_watcher_name_has_a_timeline_phase() -> None:
+    """Read as text (the engines' classes are being reshaped): a phase name added there must be mapped here."""
+    root = Path(__file__).resolve().parents[2] / "deployer"
+    named = {m for path in (root / "engines").rglob("*.py")
+             for m in re.findall(r'Phase\("([^"]+)"', path.read_text(encoding="utf-8"))}
+    named |= set(re.findall(r'"(starting|downloading)"', (root / "watch" / "watcher.py").read_text(encoding="utf-8")))
+    assert len(named) >= 8, f"the engines' phases moved: update observe.timeline.WATCH_PHASES ({sorted(named)})"
+    assert named <= set(WATCH_PHASES), sorted(named - set(WATCH_PHASES))
 
 
 def test_no_prediction_from_fewer_than_three_starts_with_the_key() -> None:
