@@ -163,12 +163,13 @@ class LogFormat:
 class Knowledge:
     """What deployer knows of the engine's failures and flag history, as data files in the engine's package
     (each with the sources of its texts): failure signatures, flag/env renames by version, the follow-on startup
-    checks a remedy must also satisfy; and the values the engine rewrites to an equivalent name. None: no such
-    table. Compared by identity (one per engine), so the table readers can cache by it."""
+    checks a remedy must also satisfy, the names of its serving metrics; and the values the engine rewrites to an
+    equivalent name. None: no such table. Compared by identity (one per engine), so the table readers can cache by it."""
 
     signatures: Path | None = None          # failure signatures (YAML)
     renames: Path | None = None             # flag/env renames by version (YAML)
     followons: Path | None = None           # startup checks a remedy must also satisfy (YAML)
+    metrics: Path | None = None             # the names of its /metrics quantities (YAML; deployer.observe.names)
     value_aliases: dict[str, dict[str, str]] = field(default_factory=dict)  # flag -> {given: engine's name}
 
 

@@ -12,6 +12,7 @@ import yaml
 
 from deployer.observe.names import MetricNames, MetricNamesUnreadable, Quantity, load_metric_names
 from deployer.observe.prometheus import Scrape, parse
+from deployer.engines import engine_for
 from deployer.observe.serving import Count, ServingMetrics, Window
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,7 +21,9 @@ CAPTURES = {"vllm": METRICS / "vllm-0.32.0", "sglang": METRICS / "sglang-0.5.23"
 
 
 def _names(engine: str) -> MetricNames:
-    return load_metric_names(ROOT / "deployer" / "engines" / engine / "metrics.yaml")
+    path = engine_for(engine).knowledge.metrics  # the engine hands out its own map
+    assert path is not None and path == ROOT / "deployer" / "engines" / engine / "metrics.yaml"
+    return load_metric_names(path)
 
 
 def _provenance(engine: str) -> dict[str, Any]:

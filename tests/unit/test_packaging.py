@@ -30,7 +30,9 @@ def test_wheel_holds_package_data(wheel: Path) -> None:
                    "deployer/supervisor/supervise_lease.py",
                    "deployer/engines/sglang/signatures.yaml", "deployer/engines/sglang/renames.yaml",
                    "deployer/engines/vllm/launch.sh.j2", "deployer/engines/vllm/signatures.yaml",
-                   "deployer/engines/vllm/probe.py", "deployer/engines/common/signatures.yaml",
+                   "deployer/engines/vllm/probe.py",
+                   "deployer/engines/vllm/metrics.yaml", "deployer/engines/sglang/metrics.yaml",
+                   "deployer/engines/common/signatures.yaml",
                    "deployer/export/schemas/leaderworkerset-v1.schema.json.gz"):
         assert needed in names, sorted(names)
 

@@ -61,6 +61,7 @@ SGLANG = Engine(
         signatures=HERE / "signatures.yaml",
         renames=HERE / "renames.yaml",
         followons=HERE / "followons.yaml",
+        metrics=HERE / "metrics.yaml",
         # arg_groups/speculative_hook.py (0.5.23): "NEXTN aliases EAGLE"; the resolved args say EAGLE
         value_aliases={"speculative_algorithm": {"NEXTN": "EAGLE"}},
     ),

@@ -82,7 +82,7 @@ VLLM = Engine(
         markers=LOG_MARKERS,
         cli_prog="vllm serve",
     ),
-    knowledge=Knowledge(signatures=HERE / "signatures.yaml"),
+    knowledge=Knowledge(signatures=HERE / "signatures.yaml", metrics=HERE / "metrics.yaml"),
     install=Install(package="vllm", distributions=probe.DISTRIBUTIONS),
     probe=Probe(script=Path(probe.__file__)),
     memory=memory.plan,
