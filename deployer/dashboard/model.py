@@ -52,7 +52,7 @@ class OverviewRow:
     serving: bool = False
     healthy: bool = False
     kind: str = "deployment"                  # deployment | replica | router | node
-    engine: str | None = None                 # the engine's name as the record gives it (stand-in, sglang, vllm)
+    engine: str | None = None                 # the engine kind as the record names it (or "stand-in")
     version: str | None = None
     uptime_s: float | None = None
     restarts: int | None = None
@@ -220,9 +220,9 @@ class GpuMemory:
 
 
 def memory_from_plan(memory: Mapping[str, Any], gpus: Sequence[Mapping[str, Any]] = ()) -> list[GpuMemory]:
-    """`deploy plan --json`'s `memory` block (either engine's: SGLang's KV tokens x bytes per token and Mamba slots,
-    vLLM's KV, CUDA graph, activation and non-torch estimates) as one `GpuMemory` per GPU of `facts.gpus`
-    (index, name); one GPU when the facts name none. Each part is the sum of the fields that engine reports."""
+    """`deploy plan --json`'s `memory` block (whichever engine's memory model made it: KV tokens x bytes per token
+    and Mamba slots, or KV, CUDA graph, activation and non-torch estimates) as one `GpuMemory` per GPU of
+    `facts.gpus` (index, name); one GPU when the facts name none. Each part sums the fields the block has."""
     kv = float(memory.get("kv_memory_mib") or 0.0) or \
         float(memory.get("kv_tokens") or 0) * float(memory.get("kv_cell_bytes") or 0) / MIB
     mamba = float(memory.get("mamba_state_bytes") or 0) * float(memory.get("mamba_slots") or 0) / MIB

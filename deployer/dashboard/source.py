@@ -123,8 +123,10 @@ class StaticSource:
 
 
 class Throttled:
-    """A source asked at most once per `min_interval_s` for the overview and each detail; every page polling in
-    between gets the last answer. Log reads go through (they are offset reads, bounded in size)."""
+    """A source asked at most once per `min_interval_s` for the overview and for each detail; every page polling in
+    between gets the last answer. One ask per slot at a time (a slow target is not asked again meanwhile by the
+    next page), slots apart (a slow overview does not hold up a detail). Log reads go through: they are offset
+    reads, bounded in size."""
 
     def __init__(self, inner: DashboardSource, min_interval_s: float = 2.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -132,7 +134,8 @@ class Throttled:
         self._interval = min_interval_s
         self._clock = clock
         self._cache: dict[str, tuple[float, Any]] = {}
-        self._lock = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
 
     def overview(self) -> Sequence[OverviewRow]:
         return self._cached("overview", self._inner.overview)  # type: ignore[no-any-return]
@@ -144,11 +147,13 @@ class Throttled:
         return self._inner.log(key, request)
 
     def _cached(self, slot: str, ask: Callable[[], T]) -> T:
-        with self._lock:  # one ask at a time: a slow target is not asked again by the next page meanwhile
+        with self._guard:
+            lock = self._locks.setdefault(slot, threading.Lock())
+        with lock:
             hit = self._cache.get(slot)
-            now = self._clock()
-            if hit is not None and now - hit[0] < self._interval:
+            if hit is not None and self._clock() - hit[0] < self._interval:
                 return hit[1]  # type: ignore[no-any-return]
             value = ask()
-            self._cache[slot] = (self._clock(), value)
+            if value is not None:  # an unknown key is not remembered: the cache holds only what exists
+                self._cache[slot] = (self._clock(), value)
             return value

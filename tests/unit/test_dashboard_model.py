@@ -138,7 +138,7 @@ class _Counting:
 
     def detail(self, key: str) -> DeploymentDetail | None:
         self.asked += 1
-        return None
+        return None if key == "missing" else DeploymentDetail(row=OverviewRow(key=key, name="n", host="h", status="s"))
 
     def log(self, key: str, request: LogRequest) -> Any:
         self.asked += 1
@@ -155,11 +155,14 @@ def test_the_throttle_asks_the_source_at_most_once_per_interval() -> None:
     source.detail("k")
     source.detail("k")
     assert inner.asked == 2  # a detail has its own slot
+    source.detail("missing")
+    source.detail("missing")
+    assert inner.asked == 4  # nothing is remembered of a key that does not exist
     now[0] = 2.1
-    assert source.overview()[0].status == "s3"
+    assert source.overview()[0].status == "s5"
     source.log("k", LogRequest())
     source.log("k", LogRequest())
-    assert inner.asked == 5  # offset reads go through
+    assert inner.asked == 7  # offset reads go through
 
 
 def test_shown_strips_and_masks_every_string_keys_included() -> None:
