@@ -12,7 +12,7 @@ as the CLI, whose `--json` field names its typed values mirror); nothing of it r
 
 from deployer.dashboard.model import (
     Attempt, Change, DeploymentDetail, Diagnosis, Drift, GpuMemory, LogChunk, LogRequest, OverviewRow, Phase,
-    Rollback, memory_from_plan,
+    Rollback, attempts_from_history, memory_from_plan,
 )
 from deployer.dashboard.server import DashboardConfig, DashboardServer, running
 from deployer.dashboard.source import DashboardSource, StaticSource, Throttled
@@ -20,5 +20,5 @@ from deployer.dashboard.source import DashboardSource, StaticSource, Throttled
 __all__ = [
     "Attempt", "Change", "DashboardConfig", "DashboardServer", "DashboardSource", "DeploymentDetail", "Diagnosis",
     "Drift", "GpuMemory", "LogChunk", "LogRequest", "OverviewRow", "Phase", "Rollback", "StaticSource", "Throttled",
-    "memory_from_plan", "running",
+    "attempts_from_history", "memory_from_plan", "running",
 ]

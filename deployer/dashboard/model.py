@@ -170,6 +170,12 @@ class Attempt:
         return {**asdict(self), "healed": self.healed}
 
 
+def attempts_from_history(rows: Sequence[Mapping[str, Any]]) -> list[Attempt]:
+    """`deploy history --json` (newest first, the lock's takeovers among the attempts) as the timeline's attempts,
+    oldest first."""
+    return [Attempt.from_json(row) for row in reversed(rows) if row.get("kind", "attempt") == "attempt"]
+
+
 @dataclass(frozen=True)
 class Rollback:
     """A version brought back after the attempts failed (`restored`: the run serving again and its status)."""

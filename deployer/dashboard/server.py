@@ -155,8 +155,9 @@ class DashboardHandler(BaseHTTPRequestHandler):
             self._plain(HTTPStatus.FORBIDDEN, "wrong token")
             return
         rest = urlencode({k: v for k, v in query.items() if k != "token"}, doseq=True)
+        page = path if path in PAGES else "/"  # never a Location the request spelt (`//elsewhere`)
         self.send_response(HTTPStatus.SEE_OTHER)
-        self.send_header("Location", path + (f"?{rest}" if rest else ""))
+        self.send_header("Location", page + (f"?{rest}" if rest else ""))
         self.send_header("Set-Cookie", f"{self.server.cookie_name}={self.server.token}; HttpOnly; "
                                        "SameSite=Strict; Path=/")
         self._finish_headers(0)

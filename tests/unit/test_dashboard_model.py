@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from deployer.dashboard import (
-    Attempt, DeploymentDetail, GpuMemory, LogRequest, OverviewRow, StaticSource, Throttled, memory_from_plan,
+    Attempt, DeploymentDetail, GpuMemory, LogRequest, OverviewRow, StaticSource, Throttled, attempts_from_history,
+    memory_from_plan,
 )
 from deployer.dashboard.source import MAX_LOG_BYTES, chunk_of, valid_key
 from deployer.dashboard.shown import json_bytes, shown
@@ -47,6 +48,10 @@ def test_an_attempt_reads_a_history_json_row() -> None:
     assert attempt.diagnosis is not None and attempt.diagnosis.signature == "cuda-oom"
     assert attempt.to_json()["healed"] is True
     assert not Attempt.from_json({**history, "change": None}).healed
+    lock = {"kind": "lock", "started_at": 3.0, "outcome": "lock-taken-over", "detail": "x took over", "by": {}}
+    newer = {**history, "run_id": "20261201T1-2", "attempt": 2, "outcome": "ready", "change": None}
+    timeline = attempts_from_history([lock, newer, history])
+    assert [a.run_id for a in timeline] == ["20261201T1-1", "20261201T1-2"]
 
 
 def test_a_detail_round_trips_through_json() -> None:

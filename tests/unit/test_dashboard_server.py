@@ -111,6 +111,8 @@ def test_the_token_becomes_an_httponly_strict_cookie_and_leaves_the_address(serv
     assert parts[0] == f"{server.cookie_name}={server.token}"
     assert set(parts[1:]) == {"HttpOnly", "SameSite=Strict", "Path=/"}
     assert server.url == f"http://127.0.0.1:{server.port}/?token={server.token}"
+    elsewhere = ask(server, f"//evil.example/?token={server.token}")
+    assert elsewhere.status == 303 and elsewhere.headers["Location"] == "/"  # never an address the request spelt
     assert len(server.token) >= 40
 
 
