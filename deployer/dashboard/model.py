@@ -9,21 +9,19 @@ Field names mirror the CLI's `--json` outputs, so the page is a view of the same
   `phase` events: phase, elapsed).
 - `Rollback`: the version brought back after a failed replace (`deploy up --json`'s `restored`: run_id, status).
 - `GpuMemory`: one GPU of `deploy plan --json`'s `memory` block, as stacked parts (weights / KV / Mamba state /
-  graphs / other) and the headroom left; `memory_from_plan` builds it from either engine's block.
+  graphs / other) and the headroom left (dashboard/readers.py `memory_from_plan` builds it from the plan).
 - `Drift`: one flag of the effective-args diff (diagnose/drift.py's `Drift.to_json`: flag, asked, resolved, kind).
 - `LogChunk`: a window of the engine log by byte offset (start, end, size), as `deploy logs --follow` reads it.
 
-Every value has `to_json` (what the server sends) and `from_json` (what `StaticSource` and tests build from).
+Every value has `to_json` (what the server sends) and `from_json` (what `StaticSource` and tests build from);
+dashboard/readers.py reads the CLI's own `--json` outputs into them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
-
-MIB = 1 << 20
-
 
 def _opt_float(value: Any) -> float | None:
     return None if value is None or isinstance(value, bool) else float(value)
@@ -170,12 +168,6 @@ class Attempt:
         return {**asdict(self), "healed": self.healed}
 
 
-def attempts_from_history(rows: Sequence[Mapping[str, Any]]) -> list[Attempt]:
-    """`deploy history --json` (newest first, the lock's takeovers among the attempts) as the timeline's attempts,
-    oldest first."""
-    return [Attempt.from_json(row) for row in reversed(rows) if row.get("kind", "attempt") == "attempt"]
-
-
 @dataclass(frozen=True)
 class Rollback:
     """A version brought back after the attempts failed (`restored`: the run serving again and its status)."""
@@ -223,23 +215,6 @@ class GpuMemory:
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "headroom_mib": self.headroom_mib}
-
-
-def memory_from_plan(memory: Mapping[str, Any], gpus: Sequence[Mapping[str, Any]] = ()) -> list[GpuMemory]:
-    """`deploy plan --json`'s `memory` block (whichever engine's memory model made it: KV tokens x bytes per token
-    and Mamba slots, or KV, CUDA graph, activation and non-torch estimates) as one `GpuMemory` per GPU of
-    `facts.gpus` (index, name); one GPU when the facts name none. Each part sums the fields the block has."""
-    kv = float(memory.get("kv_memory_mib") or 0.0) or \
-        float(memory.get("kv_tokens") or 0) * float(memory.get("kv_cell_bytes") or 0) / MIB
-    mamba = float(memory.get("mamba_state_bytes") or 0) * float(memory.get("mamba_slots") or 0) / MIB
-    other = sum(float(memory.get(k) or 0.0) for k in ("activation_mib", "non_torch_mib", "reserved_mib"))
-    listed = list(gpus) or [{"index": 0}]
-    return [GpuMemory(gpu=int(g.get("index", i)), name=_opt_str(g.get("name")),
-                      total_mib=float(g.get("total_mib") or memory.get("gpu_total_mib") or 0),
-                      weights_mib=float(memory.get("weights_per_gpu_mib") or 0.0), kv_mib=kv, mamba_mib=mamba,
-                      graphs_mib=float(memory.get("cuda_graph_mib") or 0.0), other_mib=other,
-                      fits=bool(memory.get("fits", True)))
-            for i, g in enumerate(listed)]
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """The dashboard's typed values and sources (deployer/dashboard/model.py, source.py, shown.py): they read the CLI's
-`--json` shapes, the memory plan of either engine, log windows by byte offset, the throttle, and the demo data."""
+`--json` row shapes, log windows by byte offset, the throttle, what is shown, and the demo data."""
 
 from __future__ import annotations
 
@@ -9,16 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from deployer.dashboard import (
-    Attempt, DeploymentDetail, GpuMemory, LogRequest, OverviewRow, StaticSource, Throttled, attempts_from_history,
-    memory_from_plan,
+    Attempt, DeploymentDetail, LogRequest, OverviewRow, StaticSource, Throttled,
 )
 from deployer.dashboard.source import MAX_LOG_BYTES, chunk_of, valid_key
 from deployer.dashboard.shown import json_bytes, shown
-from deployer.engines.sglang.memory import MemoryPlan
-from deployer.engines.vllm.memory import VllmMemoryPlan
-
-MIB = 1 << 20
-
 
 def test_an_overview_row_reads_a_status_json_row() -> None:
     """`deploy status --json`'s row (oncall/deployment.py `describe` + serving): its names, extra ones ignored."""
@@ -48,10 +42,6 @@ def test_an_attempt_reads_a_history_json_row() -> None:
     assert attempt.diagnosis is not None and attempt.diagnosis.signature == "cuda-oom"
     assert attempt.to_json()["healed"] is True
     assert not Attempt.from_json({**history, "change": None}).healed
-    lock = {"kind": "lock", "started_at": 3.0, "outcome": "lock-taken-over", "detail": "x took over", "by": {}}
-    newer = {**history, "run_id": "20261201T1-2", "attempt": 2, "outcome": "ready", "change": None}
-    timeline = attempts_from_history([lock, newer, history])
-    assert [a.run_id for a in timeline] == ["20261201T1-1", "20261201T1-2"]
 
 
 def test_a_detail_round_trips_through_json() -> None:
@@ -59,30 +49,6 @@ def test_a_detail_round_trips_through_json() -> None:
     detail = DeploymentDetail.from_json(data)
     assert DeploymentDetail.from_json(json.loads(json.dumps(detail.to_json()))) == detail
     assert [a.healed for a in detail.attempts] == [True, False]
-
-
-def test_the_memory_plan_of_sglang_is_stacked_per_gpu() -> None:
-    plan = MemoryPlan(gpu_total_mib=81559, gpu_free_mib=80000, weights_per_gpu_mib=30000.0, mem_fraction_static=0.8,
-                      mfs_auto=True, reserved_mib=3000.0, kv_cell_bytes=4096, kv_tokens=100 * 256, context_len=8192,
-                      max_running_requests=48, mamba_state_bytes=64 * MIB, mamba_slots=96)
-    gpus = memory_from_plan(plan.to_json(), [{"index": 0, "name": "H100", "total_mib": 81559},
-                                             {"index": 1, "name": "H100", "total_mib": 81559}])
-    assert [g.gpu for g in gpus] == [0, 1]
-    first = gpus[0]
-    assert (first.weights_mib, first.kv_mib, first.mamba_mib, first.graphs_mib, first.other_mib) == \
-        (30000.0, 100.0, 6144.0, 0.0, 3000.0)
-    assert first.headroom_mib == 81559 - 39244
-
-
-def test_the_memory_plan_of_vllm_is_stacked_per_gpu() -> None:
-    plan = VllmMemoryPlan(gpu_total_mib=40960, gpu_free_mib=40000, gpu_memory_utilization=0.9, requested_mib=36864,
-                          weights_per_gpu_mib=15000.0, non_torch_mib=768.0, activation_mib=2000.0,
-                          cuda_graph_mib=1800.0, kv_memory_mib=17296.0, block_size=16, bytes_per_block=1,
-                          kv_blocks=1, kv_tokens=16, max_model_len=4096, max_num_seqs=8)
-    (gpu,) = memory_from_plan(plan.to_json())
-    assert (gpu.gpu, gpu.total_mib, gpu.kv_mib, gpu.graphs_mib, gpu.other_mib) == (0, 40960, 17296.0, 1800.0, 2768.0)
-    assert gpu.to_json()["headroom_mib"] == 40960 - 36864
-    assert not GpuMemory(gpu=0, total_mib=10, weights_mib=12).headroom_mib > 0
 
 
 def test_a_tail_starts_at_a_line_and_a_follow_waits_for_the_end_of_a_line() -> None:
