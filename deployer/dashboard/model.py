@@ -102,12 +102,13 @@ class Diagnosis:
     transient: bool = False
     evidence: tuple[str, ...] = ()
     hint: str | None = None
+    traceback: str | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Diagnosis:
         return cls(signature=str(data.get("signature", "")), summary=str(data.get("summary") or ""),
                    transient=bool(data.get("transient")), evidence=_strs(data.get("evidence")),
-                   hint=_opt_str(data.get("hint")))
+                   hint=_opt_str(data.get("hint")), traceback=_opt_str(data.get("traceback")))
 
 
 @dataclass(frozen=True)

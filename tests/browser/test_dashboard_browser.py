@@ -100,6 +100,13 @@ def test_the_rollback_of_the_real_engine_deployment_is_on_its_page(
     wait_for(browser, lambda b: "rolled back" in text_of(b, "#rollbacks"), "the rollback")
     assert "rolled back to 20261201T180000-1 (ready)" in text_of(browser, "#rollbacks")
     assert text_of(browser, "#state") == "crashed, not serving"
+    from selenium.webdriver.common.by import By
+
+    (folded,) = browser.find_elements(By.CSS_SELECTOR, "#timeline details.traceback")
+    assert "run_busy_loop" not in folded.text  # folded until asked for
+    folded.find_element(By.TAG_NAME, "summary").click()
+    wait_for(browser, lambda b: "engine_core.run_busy_loop()" in text_of(b, "#timeline details.traceback"),
+             "the unfolded traceback")
 
 
 def test_the_log_view_follows_new_lines_and_searches(browser: Any, dashboard: DashboardServer,

@@ -273,3 +273,30 @@ def test_the_script_sets_text_never_html() -> None:
         if sink == "http://" and "http://www.w3.org/2000/svg" in script:
             script = script.replace("http://www.w3.org/2000/svg", "")
         assert sink not in script, sink
+
+
+def test_the_demo_command_prints_the_url_first_and_serves_it(tmp_path: Path) -> None:
+    """`python -m deployer.dashboard --demo`: the first stdout line is the URL (127.0.0.1, the token), it serves."""
+    import subprocess
+    import sys
+    from urllib.parse import urlsplit
+
+    proc = subprocess.Popen([sys.executable, "-m", "deployer.dashboard", "--demo"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        url = urlsplit(proc.stdout.readline().strip())
+        assert (url.scheme, url.hostname, url.path) == ("http", "127.0.0.1", "/")
+        assert re.fullmatch(r"token=[A-Za-z0-9_-]{40,}", url.query)
+        conn = http.client.HTTPConnection("127.0.0.1", url.port, timeout=10)
+        conn.request("GET", f"/?{url.query}")
+        cookie = conn.getresponse().headers["Set-Cookie"].split(";")[0]
+        conn.close()
+        conn = http.client.HTTPConnection("127.0.0.1", url.port, timeout=10)
+        conn.request("GET", "/api/overview", headers={"Cookie": cookie})
+        rows = json.loads(conn.getresponse().read())["rows"]
+        conn.close()
+        assert {r["engine"] for r in rows} >= {"stand-in", "vllm"}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -210,6 +210,12 @@
       box.appendChild(pre);
     }
     if (d.hint) box.appendChild(el("div", "hint", d.hint));
+    if (d.traceback) {
+      const more = el("details", "traceback");
+      more.appendChild(el("summary", null, "traceback"));
+      more.appendChild(el("pre", "evidence", d.traceback));
+      box.appendChild(more);
+    }
     return box;
   }
 
