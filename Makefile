@@ -15,7 +15,7 @@ TINY_MODEL ?= $(HOME)/.cache/deployer/tiny-llama
 SGLANG_SEED_VERSION ?= 0.5.10
 SGLANG_SEED_VENV ?= $(HOME)/.cache/deployer/sglang-venv-$(SGLANG_SEED_VERSION)
 
-.PHONY: install provision walkthrough test lint-imports test-unit test-integration test-sglang-real sglang-venv sglang-seed-venv smg-venv test-vllm-real vllm-venv real-engines test-real-engines typecheck demo bench clean
+.PHONY: install provision walkthrough test lint-imports test-unit test-integration test-browser test-sglang-real sglang-venv sglang-seed-venv smg-venv test-vllm-real vllm-venv real-engines test-real-engines typecheck demo bench clean
 
 install: $(VENV)/.installed
 
@@ -36,6 +36,12 @@ test: provision install smg-venv
 
 test-unit: install
 	$(PY) -m pytest -q tests/unit
+
+# The dashboard in a real headless Chromium (tests/browser): Debian's chromium and chromium-driver, installed with
+# apt-get when run as root (scripts/provision-test-host.sh browser); skipped without them, a failure under CI=true.
+test-browser: install
+	@PYTHON=$(PYTHON) bash scripts/provision-test-host.sh browser
+	$(PY) -m pytest -q -p no:cacheprovider -m browser tests/browser
 
 test-integration: provision install
 	$(PY) -m pytest -q tests/integration

@@ -4,6 +4,8 @@
 #   scripts/provision-test-host.sh install   what `make install` needs: python3 (>= 3.10) with venv
 #   scripts/provision-test-host.sh test      what `make test` needs too: OpenSSH's sshd, sftp-server and client
 #                                            (the test target), unshare, pkill, ss/ip, nft (fault tests)
+#   scripts/provision-test-host.sh browser   what `make test-browser` needs too: Debian's chromium and
+#                                            chromium-driver (the dashboard's browser tests, tests/browser)
 #   add --dry-run to print the decision (the packages and the command) and change nothing.
 #
 # Nothing missing: silent, exit 0. Missing and root with apt-get: installs them (Debian/Ubuntu package names).
@@ -20,8 +22,9 @@ level="${1:-}"
 dry_run=0
 [ "${2:-}" = "--dry-run" ] && dry_run=1
 case "$level" in
-  install|test) ;;
-  *) echo "usage: $0 install|test [--dry-run]" >&2; exit 2 ;;
+  install|test) make_target="make $level" ;;
+  browser) make_target="make test-browser" ;;
+  *) echo "usage: $0 install|test|browser [--dry-run]" >&2; exit 2 ;;
 esac
 
 need=()
@@ -47,6 +50,10 @@ if [ "$level" = test ]; then
   have nft || add nftables                # partitions in the fault tests
   [ -x "$ROOT/usr/bin/python3" ] || add python3  # the test target's python3 (supervisor, stand-in engine)
 fi
+if [ "$level" = browser ]; then
+  [ -x "$ROOT/usr/bin/chromium" ] || add chromium                # headless, for the dashboard's browser tests
+  [ -x "$ROOT/usr/bin/chromedriver" ] || add chromium-driver     # Selenium drives chromium through it
+fi
 
 if [ ${#need[@]} -eq 0 ]; then
   [ $dry_run -eq 1 ] && echo "nothing to install"
@@ -56,9 +63,9 @@ fi
 command="apt-get install -y ${need[*]}"
 if [ "$EUID_NOW" != 0 ] || ! have apt-get; then
   if have apt-get; then
-    line="make $level needs ${need[*]}: run  sudo apt-get update && sudo $command  (or run make $level as root)"
+    line="$make_target needs ${need[*]}: run  sudo apt-get update && sudo $command  (or run $make_target as root)"
   else
-    line="make $level needs ${need[*]} (Debian package names): install them with your package manager"
+    line="$make_target needs ${need[*]} (Debian package names): install them with your package manager"
   fi
   [ $dry_run -eq 1 ] && { echo "would stop: $line"; exit 0; }
   echo "$line" >&2
@@ -69,10 +76,10 @@ if [ $dry_run -eq 1 ]; then
   echo "would run: apt-get update && $command"
   exit 0
 fi
-echo "make $level needs ${need[*]}: installing them with apt-get" >&2
+echo "$make_target needs ${need[*]}: installing them with apt-get" >&2
 export DEBIAN_FRONTEND=noninteractive
 if ! { apt-get update -qq && apt-get install -y -qq "${need[@]}"; } >&2; then
-  echo "apt-get could not install ${need[*]}; install them, then run make $level again" >&2
+  echo "apt-get could not install ${need[*]}; install them, then run $make_target again" >&2
   exit 1
 fi
 command -p mkdir -p -m 0755 "$ROOT/run/sshd"  # sshd's privilege-separation dir

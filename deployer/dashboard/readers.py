@@ -1,0 +1,88 @@
+"""The CLI's `--json` outputs read into the dashboard's typed values: what a real `DashboardSource` needs when the
+Deployment interface hands it the same data the CLI prints (issue 27: the page is a view, not a source).
+
+- `row_from_status`: one `deploy status --json` row (oncall/deployment.py `status`; a fleet member's row carries
+  role, index, member; a node group's carries node) -> `OverviewRow`.
+- `rows_from_fleet_status`: `deploy status --json` of a fleet (`replicas`, `router`) -> one row per member.
+- `attempts_from_history`: `deploy history --json` (newest first, lock takeovers among them) -> attempts, oldest
+  first.
+- `memory_from_plan`: `deploy plan --json`'s `memory` block and `facts.gpus` -> one `GpuMemory` per GPU.
+- `drift_from_lines`: the drift lines outcome.json and `status --json` store (diagnose/drift.py `Drift.describe`)
+  -> `Drift` rows, for a source that has only those lines and not the typed `Drift.to_json`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from deployer.dashboard.model import Attempt, Drift, GpuMemory, OverviewRow
+
+MIB = 1 << 20
+# diagnose/drift.py Drift.describe: "asked F=V, engine resolved R" and "asked F=V, but the engine does not report F
+# (unknown to the engine)"; the values are as _show prints them (true/false, None, JSON for lists and dicts).
+_CHANGED = re.compile(r"^asked (?P<flag>[^=\s]+)=(?P<asked>.*), engine resolved (?P<resolved>.*)$")
+_UNKNOWN = re.compile(r"^asked (?P<flag>[^=\s]+)=(?P<asked>.*), but the engine does not report (?P=flag) "
+                      r"\(unknown to the engine\)$")
+
+
+def row_from_status(row: Mapping[str, Any], key: str, *, engine: str | None = None,
+                    version: str | None = None) -> OverviewRow:
+    """One status row as the overview lists it; `kind` from what the row says it is (a fleet member's `role`, a
+    node's `node`), `member` its tag or rank."""
+    kind, member = "deployment", row.get("member")
+    if row.get("role") in ("replica", "router"):
+        kind = str(row["role"])
+    elif row.get("node") is not None:
+        kind, member = "node", row["node"]
+    return OverviewRow.from_json({**row, "key": key, "kind": kind, "member": member, "engine": engine,
+                                  "version": version})
+
+
+def rows_from_fleet_status(fleet: Mapping[str, Any], key_of: Callable[[Mapping[str, Any]], str], *,
+                           engine: str | None = None, version: str | None = None) -> list[OverviewRow]:
+    """A fleet's status: its replicas, then its router when it has one."""
+    members = [*(fleet.get("replicas") or ()), *([fleet["router"]] if fleet.get("router") else [])]
+    return [row_from_status(m, key_of(m), engine=engine, version=version) for m in members]
+
+
+def attempts_from_history(rows: Sequence[Mapping[str, Any]]) -> list[Attempt]:
+    """`deploy history --json` as the timeline's attempts, oldest first (the lock's rows left out)."""
+    return [Attempt.from_json(row) for row in reversed(rows) if row.get("kind", "attempt") == "attempt"]
+
+
+def with_phases(attempt: Attempt, phases: Sequence[Mapping[str, Any]]) -> Attempt:
+    """The attempt with the phases its watch saw (the `phase` events: phase, elapsed)."""
+    return Attempt.from_json({**attempt.to_json(), "phases": list(phases)}) if phases else attempt
+
+
+def memory_from_plan(memory: Mapping[str, Any], gpus: Sequence[Mapping[str, Any]] = ()) -> list[GpuMemory]:
+    """`deploy plan --json`'s `memory` block (whichever engine's memory model made it: KV tokens x bytes per token
+    and Mamba slots, or KV, CUDA graph, activation and non-torch estimates) as one `GpuMemory` per GPU of
+    `facts.gpus` (index, name, total_mib); one GPU when the facts name none. Each part sums the fields present."""
+    kv = float(memory.get("kv_memory_mib") or 0.0) or \
+        float(memory.get("kv_tokens") or 0) * float(memory.get("kv_cell_bytes") or 0) / MIB
+    mamba = float(memory.get("mamba_state_bytes") or 0) * float(memory.get("mamba_slots") or 0) / MIB
+    other = sum(float(memory.get(k) or 0.0) for k in ("activation_mib", "non_torch_mib", "reserved_mib"))
+    listed = list(gpus) or [{"index": 0}]
+    return [GpuMemory(gpu=int(g.get("index", i)), name=None if g.get("name") is None else str(g["name"]),
+                      total_mib=float(g.get("total_mib") or memory.get("gpu_total_mib") or 0),
+                      weights_mib=float(memory.get("weights_per_gpu_mib") or 0.0), kv_mib=kv, mamba_mib=mamba,
+                      graphs_mib=float(memory.get("cuda_graph_mib") or 0.0), other_mib=other,
+                      fits=bool(memory.get("fits", True)))
+            for i, g in enumerate(listed)]
+
+
+def drift_from_lines(lines: Sequence[str]) -> list[Drift]:
+    """The drift lines as rows (values as the line shows them); a line of another form is kept whole as the flag."""
+    out = []
+    for line in lines:
+        changed, unknown = _CHANGED.match(line), _UNKNOWN.match(line)
+        if unknown:
+            out.append(Drift(flag=unknown["flag"], asked=unknown["asked"], kind="unknown"))
+        elif changed:
+            out.append(Drift(flag=changed["flag"], asked=changed["asked"], resolved=changed["resolved"]))
+        else:
+            out.append(Drift(flag=line, asked=None, kind="other"))
+    return out

@@ -1,0 +1,262 @@
+"""The dashboard's HTTP server: standard library only (`ThreadingHTTPServer`), read-only, behind a per-run token.
+
+- Bound to 127.0.0.1 unless the caller names another address (`DashboardConfig.address`); the port is the
+  caller's or a free one.
+- The token (`secrets.token_urlsafe`) is in the URL printed once (`http://127.0.0.1:PORT/?token=...`, as Jupyter
+  does); the first request carrying it gets it as an HttpOnly, SameSite=Strict cookie and is redirected to the
+  same address without it (out of the history and the address bar). Any request without the token gets 401, with
+  a wrong one 403, and no data either way; static files too.
+- While bound to a loopback address, a request whose Host header names another host is refused (403): a page
+  of another site that rebinds its name to 127.0.0.1 gets nothing even before the token is checked.
+- Every response carries a strict Content-Security-Policy (self only, no inline script or style), nosniff,
+  no-referrer (the first URL holds the token), no framing and no caching.
+- Pages: `/` (overview), `/deployment?key=K`; data: `/api/overview`, `/api/deployment?key=K`,
+  `/api/log?key=K[&offset=N][&max_bytes=N]`. JSON only from the source's typed values, through `shown`.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import secrets
+import socket
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.cookies import CookieError, SimpleCookie
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib.resources import files
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+from deployer.dashboard.model import LogRequest
+from deployer.dashboard.shown import json_bytes, shown, shown_log_lines
+from deployer.dashboard.source import DashboardSource, Throttled, valid_key
+
+LOOPBACK = "127.0.0.1"
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+       "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+    "Cross-Origin-Resource-Policy": "same-origin",
+}
+PAGES = {"/": "index.html", "/deployment": "deployment.html"}
+STATIC = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
+
+
+@dataclass(frozen=True)
+class DashboardConfig:
+    """Where to listen and how often the page refreshes (the page reads `refresh_s` and `log_poll_s` from
+    /api/overview); `min_interval_s`: the floor under how often the source is asked."""
+
+    address: str = LOOPBACK
+    port: int = 0
+    refresh_s: float = 5.0
+    log_poll_s: float = 1.0
+    min_interval_s: float = 2.0
+
+
+def _is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return address == "localhost"
+
+
+class DashboardServer(ThreadingHTTPServer):
+    """One dashboard: its source (throttled), its token, its config."""
+
+    daemon_threads = True
+
+    def __init__(self, source: DashboardSource, config: DashboardConfig = DashboardConfig()) -> None:
+        self.source = Throttled(source, config.min_interval_s)
+        self.config = config
+        self.token = secrets.token_urlsafe(32)
+        if ":" in config.address:
+            self.address_family = socket.AF_INET6
+        super().__init__((config.address, config.port), DashboardHandler)
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+    @property
+    def cookie_name(self) -> str:
+        return f"deployer_dashboard_{self.port}"  # cookies ignore ports: one per dashboard
+
+    @property
+    def url(self) -> str:
+        """The address to open, token included (print it once; it is the only way in)."""
+        host = str(self.server_address[0])
+        shown_host = f"[{host}]" if ":" in host else host
+        return f"http://{shown_host}:{self.port}/?token={self.token}"
+
+    def allowed_host(self, header: str | None) -> bool:
+        """A Host header this server answers: any while bound to a chosen non-loopback address, else only
+        its own loopback names (DNS rebinding)."""
+        if not _is_loopback(str(self.server_address[0])):
+            return True
+        names = {f"{n}:{self.port}" for n in (LOOPBACK, "localhost", "[::1]", str(self.server_address[0]))}
+        return (header or "").lower() in names
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A page closed mid-answer is no error worth a traceback; anything else is reported as usual."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+    def token_ok(self, given: str | None) -> bool:
+        return given is not None and hmac.compare_digest(given.encode(), self.token.encode())
+
+
+class DashboardHandler(BaseHTTPRequestHandler):
+    """One request: host check, token check, then a page, a static file or JSON."""
+
+    server: DashboardServer
+    server_version = "deployer-dashboard"
+
+    def version_string(self) -> str:
+        return self.server_version
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self._answer()
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._answer()
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._plain(HTTPStatus.METHOD_NOT_ALLOWED, "read-only")
+
+    do_PUT = do_DELETE = do_PATCH = do_POST
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        """No access log: a request line may hold the token."""
+
+    def _answer(self) -> None:
+        url = urlsplit(self.path)
+        query = parse_qs(url.query)
+        if not self.server.allowed_host(self.headers.get("Host")):
+            self._plain(HTTPStatus.FORBIDDEN, "wrong host")
+        elif "token" in query:
+            self._take_token(url.path, query)
+        elif (refusal := self._cookie_refusal()) is not None:
+            self._plain(*refusal)
+        else:
+            self._route(url.path, query)
+
+    def _take_token(self, path: str, query: dict[str, list[str]]) -> None:
+        if not self.server.token_ok(query["token"][0]):
+            self._plain(HTTPStatus.FORBIDDEN, "wrong token")
+            return
+        rest = urlencode({k: v for k, v in query.items() if k != "token"}, doseq=True)
+        page = path if path in PAGES else "/"  # never a Location the request spelt (`//elsewhere`)
+        self.send_response(HTTPStatus.SEE_OTHER)
+        self.send_header("Location", page + (f"?{rest}" if rest else ""))
+        self.send_header("Set-Cookie", f"{self.server.cookie_name}={self.server.token}; HttpOnly; "
+                                       "SameSite=Strict; Path=/")
+        self._finish_headers(0)
+
+    def _cookie_refusal(self) -> tuple[HTTPStatus, str] | None:
+        """Why the request's cookie does not let it in (401: no token, 403: a wrong one), or None."""
+        try:
+            jar = SimpleCookie(self.headers.get("Cookie") or "")
+        except CookieError:
+            jar = SimpleCookie()
+        morsel = jar.get(self.server.cookie_name)
+        if morsel is None:
+            return HTTPStatus.UNAUTHORIZED, "open the URL the dashboard printed (it carries the token)"
+        if not self.server.token_ok(morsel.value):
+            return HTTPStatus.FORBIDDEN, "wrong token"
+        return None
+
+    def _route(self, path: str, query: dict[str, list[str]]) -> None:
+        api: dict[str, Callable[[dict[str, list[str]]], Any]] = {
+            "/api/overview": self._overview, "/api/deployment": self._detail, "/api/log": self._log}
+        if path in PAGES:
+            self._resource(PAGES[path], "text/html; charset=utf-8")
+        elif path == "/favicon.ico":
+            self._send(HTTPStatus.NO_CONTENT, b"", "image/x-icon")
+        elif path.startswith("/static/") and path[len("/static/"):] in STATIC:
+            name = path[len("/static/"):]
+            self._resource(name, STATIC[name])
+        elif path in api:
+            value = api[path](query)
+            if value is None:
+                self._plain(HTTPStatus.NOT_FOUND, "no such deployment")
+            else:
+                self._send(HTTPStatus.OK, json_bytes(value), "application/json; charset=utf-8")
+        else:
+            self._plain(HTTPStatus.NOT_FOUND, "not found")
+
+    def _overview(self, query: dict[str, list[str]]) -> Any:
+        config = self.server.config
+        rows = [row.to_json() for row in self.server.source.overview()]
+        return {"rows": shown(rows), "refresh_s": config.refresh_s, "log_poll_s": config.log_poll_s}
+
+    def _detail(self, query: dict[str, list[str]]) -> Any:
+        key = _key(query)
+        detail = self.server.source.detail(key) if key else None
+        if detail is None:
+            return None
+        config = self.server.config
+        return {**shown(detail.to_json()), "refresh_s": config.refresh_s, "log_poll_s": config.log_poll_s}
+
+    def _log(self, query: dict[str, list[str]]) -> Any:
+        key = _key(query)
+        offset, max_bytes = _int(query, "offset"), _int(query, "max_bytes")
+        request = LogRequest(offset=offset, **({"max_bytes": max_bytes} if max_bytes else {}))
+        chunk = self.server.source.log(key, request) if key else None
+        if chunk is None:
+            return None
+        return {**shown(chunk.to_json()), "lines": shown_log_lines(chunk.lines)}
+
+    def _resource(self, name: str, content_type: str) -> None:
+        body = files("deployer.dashboard").joinpath("static").joinpath(name).read_bytes()
+        self._send(HTTPStatus.OK, body, content_type)
+
+    def _plain(self, status: HTTPStatus, text: str) -> None:
+        self._send(status, f"{status.value} {status.phrase}: {text}\n".encode(), "text/plain; charset=utf-8")
+
+    def _send(self, status: HTTPStatus, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self._finish_headers(len(body))
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _finish_headers(self, length: int) -> None:
+        for name, value in SECURITY_HEADERS.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(length))
+        self.end_headers()
+
+
+def _key(query: dict[str, list[str]]) -> str | None:
+    key = (query.get("key") or [""])[0]
+    return key if valid_key(key) else None
+
+
+def _int(query: dict[str, list[str]], name: str) -> int | None:
+    raw = (query.get(name) or [""])[0]
+    return int(raw) if raw.isdigit() else None
+
+
+@contextmanager
+def running(source: DashboardSource, config: DashboardConfig = DashboardConfig()) -> Iterator[DashboardServer]:
+    """A dashboard serving from a background thread until the block ends."""
+    server = DashboardServer(source, config)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="dashboard",
+                              daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
