@@ -1,9 +1,13 @@
 """The remote seam: the one interface every step uses to act on a target host.
 
 `remote.connect.connect(spec)` returns a `Remote`: `SSHRemote` (remote/ssh/connection.py, one SSH connection
-per host, reused for every call) or `LocalRemote` (remote/local.py, for `host: local`). Both raise only
-classes from deployer.errors (plus the two RemoteError subclasses defined here); no paramiko, socket or
-subprocess exception crosses this seam.
+per host, reused for every call), `LocalRemote` (remote/local.py, for `host: local`) or, in tests, `FakeRemote`
+(remote/fake.py). Those are the transports: what the helper conversation (remote/conversation.py) needs of them is
+`spawn` (its one exec channel), `put_all` (bulk uploads, checked by the helper's `hasher`), `read` (large reads)
+and `close`. The Conversation is itself a `Remote` and the one target client: every call a typed request to the
+target-side helper; its `helper` member is what only a helper answers (a bare transport's is None). They raise only
+classes from deployer.errors (plus the RemoteError subclasses defined here); no paramiko, socket or subprocess
+exception crosses this seam.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import http.client
 import time
 from dataclasses import dataclass
 from collections.abc import Sequence
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from deployer.errors import CommandFailed, RemoteError
@@ -130,8 +135,40 @@ class LineReader:
         return line.decode("utf-8", errors="replace")
 
 
+# fsync + sha256 of uploaded temp files on the target, in one request (a helper's `verify`): None for an unreadable one.
+Hasher = Callable[[Sequence[str], float], "list[str | None]"]
+
+
+class Helper(Protocol):
+    """What only the target-side helper answers (remote/conversation.py): a Remote's `helper`, None on a bare
+    connection, whose callers send this deployer's own programs over stdin instead."""
+
+    def supervise(self, argv: Sequence[str], timeout: float) -> Result | None:
+        """A read-only supervisor command (status, ports, listener) answered in the helper; None for the others."""
+        ...
+
+    def snapshot(self, argv: Sequence[str], timeout: float) -> dict[str, Any]:
+        """supervise_snapshot's `snapshot ARGV`, read by the helper."""
+        ...
+
+    def lease(self, path: str, holder: dict[str, Any], token: str, lease_s: float, mode: str,
+              from_holder: str = "") -> Session:
+        """The deployment lock's lease held by the helper: a Session speaking the lease program's lines."""
+        ...
+
+    def mkdirs(self, path: str, owned_from: str) -> None:
+        """supervise_base.make_dirs; HelperRefused (kind "unsafe" for a chain another user controls) on failure."""
+        ...
+
+
 class Remote(Protocol):
     label: str
+
+    @property
+    def helper(self) -> Helper | None:
+        """The target-side helper's own requests (a Conversation, or the lock's guard around one); None on a bare
+        connection."""
+        ...
 
     def run(
         self, cmd: str, *, timeout: float = 60.0, check: bool = True, stdin: bytes | None = None
@@ -143,9 +180,10 @@ class Remote(Protocol):
         """Atomically replace `path` with `data` at `mode`; returns the verified sha256 hex."""
         ...
 
-    def put_all(self, files: Sequence[tuple[bytes, str, int]]) -> list[str]:
-        """`put` for several (data, path, mode): each replaced atomically, all verified in one round trip;
-        nothing is renamed into place before every file has verified (the temps are removed on failure)."""
+    def put_all(self, files: Sequence[tuple[bytes, str, int]], hasher: Hasher | None = None) -> list[str]:
+        """`put` for several (data, path, mode): each replaced atomically, all verified in one round trip (by
+        `hasher` when given: a helper's request); nothing is renamed into place before every file has verified
+        (the temps are removed on failure)."""
         ...
 
     def read(self, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes:

@@ -17,32 +17,15 @@ import json
 import posixpath
 import shlex
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from deployer.errors import TargetError
-from deployer.push import Layout, supervisor_sources
+from deployer.push import Layout
 from deployer.remote.base import CommandTimedOut, Remote
-from deployer.remote.conversation import SnapshotHost
-from deployer.remote.program import SUPERVISOR_PYTHON, bootstrap
-from deployer.supervisor import supervise_snapshot
+from deployer.remote.program import SNAPSHOT_MODULES, SUPERVISOR_PYTHON, program
 from deployer.target.records import RunView
 
 TIMEOUT_S = 60.0
-
-_bootstrap_text: bytes | None = None
-
-
-def _bootstrap() -> bytes:
-    global _bootstrap_text
-    if _bootstrap_text is None:
-        sources = {name[:-3]: data.decode() for name, data in supervisor_sources().items()}
-        sources["supervise_snapshot"] = Path(supervise_snapshot.__file__).read_text(encoding="utf-8")
-        order = ("supervise_base", "supervise_ports", "supervise_group", "supervise_daemon", "supervise",
-                 "supervise_snapshot")
-        _bootstrap_text = bootstrap([(name, sources[name]) for name in order])
-    return _bootstrap_text
-
 
 @dataclass(frozen=True)
 class LogWindow:
@@ -118,11 +101,11 @@ def take_workdir(remote: Remote, workdir: str) -> tuple[str, dict[str, Snapshot]
 
 
 def _ask(remote: Remote, args: list[str], what: str) -> dict[str, Any]:
-    if isinstance(remote, SnapshotHost):  # the command's helper is already running there: one request
-        return remote.snapshot(args, TIMEOUT_S)
+    if remote.helper is not None:  # the command's helper is already running there: one request
+        return remote.helper.snapshot(args, TIMEOUT_S)
     try:
         result = remote.run(" ".join([SUPERVISOR_PYTHON, "-", *(shlex.quote(a) for a in args)]), timeout=TIMEOUT_S,
-                            check=False, stdin=_bootstrap())
+                            check=False, stdin=program(SNAPSHOT_MODULES))
     except CommandTimedOut:  # its message would quote the output so far: an env file's text, maybe
         raise TargetError(f"cannot read {what} on {remote.label}: no answer within {TIMEOUT_S:g} s") from None
     if not result.ok:  # stderr only: stdout may hold an env file's text
