@@ -161,7 +161,30 @@ class Helper(Protocol):
         ...
 
 
+class Transport(Protocol):
+    """What the helper conversation needs of a connection (httpx's transport, for the target): its one exec channel
+    (`spawn`), bulk uploads and large reads that do not fit a request, and `close`. SSHRemote, LocalRemote and
+    FakeRemote are transports (and, for the callers that still take a bare connection, Remotes)."""
+
+    label: str
+
+    def spawn(self, cmd: str) -> Session:
+        ...
+
+    def put_all(self, files: Sequence[tuple[bytes, str, int]], hasher: Hasher | None = None) -> list[str]:
+        ...
+
+    def read(self, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes:
+        ...
+
+    def close(self) -> None:
+        ...
+
+
 class Remote(Protocol):
+    """The target as every step uses it; the one implementation that always talks to the helper is the
+    Conversation (remote/conversation.py), the lock's Guarded wraps it."""
+
     label: str
 
     @property

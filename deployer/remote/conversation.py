@@ -33,8 +33,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from deployer.errors import CommandFailed, ConnectFailed, NotFound, RemoteError, TargetError, TransferFailed
-from deployer.remote.base import CommandTimedOut, EndpointUnreachable, Hasher, Helper, HttpReply, NoLine, Remote
-from deployer.remote.base import Result, Session
+from deployer.remote.base import CommandTimedOut, EndpointUnreachable, Hasher, Helper, HttpReply, NoLine, Result
+from deployer.remote.base import Session, Transport
 from deployer.remote.program import SUPERVISOR_PYTHON, TARGET_CACHE, helper_bundle
 
 START_TIMEOUT_S = 30.0   # from the exec to the helper's hello (a first contact also uploads it)
@@ -158,7 +158,7 @@ class _Pending:
 class Conversation:
     """The Remote protocol with every command sent to one helper process on the target."""
 
-    def __init__(self, inner: Remote) -> None:
+    def __init__(self, inner: Transport) -> None:
         self.inner = inner
         self.label = inner.label
         self.hello: dict[str, Any] = {}
@@ -176,7 +176,7 @@ class Conversation:
         self._greeted_on: Session | None = None
 
     @classmethod
-    def open(cls, inner: Remote, *, wait: bool = True) -> Conversation:
+    def open(cls, inner: Transport, *, wait: bool = True) -> Conversation:
         """Start the helper; with `wait`, until it said hello (a helper that cannot start raises here), else the
         first request goes out at once and its wait includes the start."""
         conv = cls(inner)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deployer.errors import NotFound, RemoteError
-from deployer.remote.base import Hasher, Helper, HttpReply, NoLine, Result
+from deployer.remote.base import Hasher, Helper, HttpReply, NoLine, Result, Transport
 from deployer.remote.program import SUPERVISOR_PYTHON, helper_bundle
 from deployer.supervisor.supervise_protocol import ENGINE_LOG, PROFILE_JSON, STATE_JSON, State
 
@@ -436,3 +436,8 @@ class FakeSession:
         with self._ready:
             self._closed = True
             self._ready.notify_all()
+
+
+def _conforms(fake: FakeRemote) -> Transport:
+    """Never called: mypy checks here that the fake is a transport like the real ones."""
+    return fake

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from deployer.errors import LaunchFailed
+from deployer.errors import LaunchFailed, LockLost
 from deployer.pipeline.up import UpOptions, up
 from deployer.profile.model import Profile
 from deployer.remote.fake import EngineScript, FakeRemote
@@ -140,4 +140,29 @@ def test_the_fake_says_what_it_was_not_scripted_for() -> None:
     conv = Conversation.open(FakeRemote())
     result = conv.run("systemctl restart something", check=False)
     assert result.exit_code == 127 and "no script" in result.stderr
+    conv.close()
+
+
+class _Lost:
+    """A deployment lock whose lease is gone (DeploymentLock.ensure raising)."""
+
+    def ensure(self) -> None:
+        raise LockLost("lost the deployment lock")
+
+
+def test_the_guard_covers_the_helpers_requests_too() -> None:
+    from deployer.lock import Guarded
+    from deployer.remote.conversation import Conversation
+
+    fake = FakeRemote()
+    conv = Conversation.open(fake)
+    guarded = Guarded(conv, _Lost())  # type: ignore[arg-type]
+    assert guarded.helper is not None
+    with pytest.raises(LockLost):
+        guarded.helper.snapshot(["/srv/deploy"], 5.0)
+    with pytest.raises(LockLost):
+        guarded.helper.supervise(["status", "/srv/deploy/demo/runs/x"], 5.0)
+    with pytest.raises(LockLost):
+        guarded.put_all([(b"x", "/srv/deploy/f", 0o644)])
+    assert fake.requests == []   # nothing reached the target
     conv.close()
