@@ -1,0 +1,35 @@
+"""The supervisor payload's one module list (deployer/remote/program.py): every program built from it loads each
+module after the siblings it imports, and a run dir holds what its supervise.py imports."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from deployer.push import SUPERVISOR_FILES
+from deployer.remote.program import (
+    DIRS_MODULES, HELPER_MODULES, LEASE_MODULES, SNAPSHOT_MODULES, SUPERVISOR_MODULES, helper_bundle,
+    supervisor_source,
+)
+
+
+def siblings(name: str) -> set[str]:
+    """The supervisor modules `name` imports by bare name (its on-target branch)."""
+    tree = ast.parse(supervisor_source(name))
+    found = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    found |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    return {m for m in found if m.startswith("supervise")}
+
+
+@pytest.mark.parametrize("modules", [SUPERVISOR_MODULES, LEASE_MODULES, SNAPSHOT_MODULES, HELPER_MODULES,
+                                     DIRS_MODULES])
+def test_each_module_comes_after_what_it_imports(modules: tuple[str, ...]) -> None:
+    for i, name in enumerate(modules):
+        assert siblings(name) <= set(modules[:i]), (name, modules)
+
+
+def test_a_run_dir_holds_the_supervisor_and_the_helper_ships_the_protocol() -> None:
+    assert set(SUPERVISOR_FILES) == {f"{m}.py" for m in SUPERVISOR_MODULES}
+    assert "supervise_protocol.py" in SUPERVISOR_FILES
+    assert b"SUPERVISE_JSON" in helper_bundle()[0]
