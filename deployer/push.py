@@ -3,7 +3,9 @@
     <workdir>/<name>/lock, supervise.py, current -> runs/<id>
     <workdir>/<name>/runs/<id>/launch.sh (0700), env (0600), profile.json, supervise*.py, supervise.json,
                                state.json, engine.log, outcome.json
-Every file goes over SFTP to a temporary name and is renamed into place after its hash is checked. A push
+(names and record keys: supervisor/supervise_protocol.py; the supervise*.py files: remote/program.py's list.)
+Every file goes to a temporary name (in the helper's `install` request, or over SFTP when large) and is renamed
+into place after its hash is checked. A push
 checks the free space first and either completes (every file verified) or removes its half-written run dir.
 """
 
