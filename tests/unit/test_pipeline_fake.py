@@ -1,7 +1,8 @@
 """The single-host `up` against the scripted fake target (deployer/remote/fake.py): no sshd, no processes.
 
 The pipeline runs unchanged over the real helper conversation; the fake answers its requests from memory and its
-fake supervisor "starts" engines whose log and fate each test scripts.
+fake supervisor "starts" engines whose log and fate each test scripts. Reports and events are read in their JSON
+form (what `--json` prints), which stays the same whatever types carry them.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from deployer.errors import LaunchFailed, LockLost
 from deployer.pipeline.up import UpOptions, up
 from deployer.profile.model import Profile
 from deployer.remote.fake import EngineScript, FakeRemote
-from deployer.watch.watcher import Event
 
 CASES = Path(__file__).resolve().parents[1] / "cases" / "sglang"
 WORKDIR = "/srv/deploy"
@@ -45,32 +45,37 @@ def profile(**args: Any) -> Profile:
 OPTS = UpOptions(skip_preflight=True)
 
 
-def run_up(fake: FakeRemote, prof: Profile, opts: UpOptions = OPTS) -> tuple[Any, list[Event]]:
-    events: list[Event] = []
+def run_up(fake: FakeRemote, prof: Profile, opts: UpOptions = OPTS) -> tuple[dict[str, Any], list[Any]]:
+    events: list[Any] = []
     report = up(prof, opts, events.append, connection=fake)
-    return report, events
+    return report.to_json(), events
 
 
-def kinds(events: list[Event]) -> list[str]:
-    return [e.kind for e in events]
+def kinds(events: list[Any]) -> list[str]:
+    return [str(e.kind) for e in events]
+
+
+def message(event: Any) -> str:
+    data = event.data if hasattr(event, "data") else event.to_json()
+    return str(data.get("message") or "")
 
 
 def test_ready_on_the_first_attempt() -> None:
     fake = FakeRemote()
     report, events = run_up(fake, profile())
-    assert report.status == "ready" and report.host == "fake"
-    assert [a.outcome for a in report.attempts] == ["ready"]
+    assert report["status"] == "ready" and report["host"] == "fake"
+    assert [a["outcome"] for a in report["attempts"]] == ["ready"]
     assert kinds(events)[0] == "attempt" and kinds(events)[-1] == "ready"
     assert {"attempt", "pushed", "ready"} <= set(kinds(events))
     root = posixpath.join(WORKDIR, "demo")
-    run_id = report.attempts[0].run_id
-    assert fake.current(root) == run_id and report.run_dir == posixpath.join(root, "runs", run_id)
+    run_id = report["attempts"][0]["run_id"]
+    assert fake.current(root) == run_id and report["run_dir"] == posixpath.join(root, "runs", run_id)
     # what the target keeps: the run dir as push writes it, the outcome, the supervisor beside the lock
-    run = report.run_dir
+    run = report["run_dir"]
     for name in ("launch.sh", "env", "profile.json", "supervise.json", "supervise.py", "supervise_protocol.py"):
         assert posixpath.join(run, name) in fake.files, name
     assert json.loads(fake.files[posixpath.join(run, "outcome.json")])["outcome"] == "ready"
-    assert json.loads(fake.files[posixpath.join(run, "profile.json")])["content_hash"] == report.content_hash
+    assert json.loads(fake.files[posixpath.join(run, "profile.json")])["content_hash"] == report["content_hash"]
     assert posixpath.join(root, "supervise_lease.py") in fake.files
     # one helper, every request through it; no command the fake was not scripted for
     assert fake.spawned == 1 and not fake.unknown
@@ -83,9 +88,9 @@ def test_a_second_up_of_the_same_profile_finds_it_running() -> None:
     fake = FakeRemote()
     first, _ = run_up(fake, profile())
     again, events = run_up(fake, profile())
-    assert again.status == "already-running" and again.content_hash == first.content_hash
+    assert again["status"] == "already-running" and again["content_hash"] == first["content_hash"]
     assert len(fake.started) == 1
-    assert any("already running" in e.data.get("message", "") for e in events)
+    assert any("already running" in message(e) for e in events)
 
 
 def test_a_crash_healed_by_a_change_on_attempt_two() -> None:
@@ -96,19 +101,19 @@ def test_a_crash_healed_by_a_change_on_attempt_two() -> None:
 
     fake = FakeRemote(engine)
     report, events = run_up(fake, profile())
-    assert report.status == "ready"
-    first, second = report.attempts
-    assert (first.outcome, second.outcome) == ("crashed", "ready")
-    assert first.diagnosis is not None and first.diagnosis["signature"] == "cuda-oom"
-    assert first.change is not None and set(first.change["args"]) == {"mem_fraction_static"}
-    changed = first.change["args"]["mem_fraction_static"]
+    assert report["status"] == "ready"
+    first, second = report["attempts"]
+    assert (first["outcome"], second["outcome"]) == ("crashed", "ready")
+    assert first["diagnosis"]["signature"] == "cuda-oom"
+    assert set(first["change"]["args"]) == {"mem_fraction_static"}
+    changed = first["change"]["args"]["mem_fraction_static"]
     assert 0 < changed < 0.907    # down from what the engine really used (its args dump), not from a default
     assert "mem_fraction_static" not in fake.started[0].record["profile"]["engine"]["args"]
     assert fake.started[1].record["profile"]["engine"]["args"]["mem_fraction_static"] == changed
     assert kinds(events).count("attempt") == 2 and "diagnosis" in kinds(events) and "change" in kinds(events)
     outcome = json.loads(fake.files[posixpath.join(fake.started[0].run_dir, "outcome.json")])
-    assert outcome["outcome"] == "crashed" and outcome["change"]["args"] == first.change["args"]
-    assert fake.current(posixpath.join(WORKDIR, "demo")) == second.run_id and not fake.unknown
+    assert outcome["outcome"] == "crashed" and outcome["change"]["args"] == first["change"]["args"]
+    assert fake.current(posixpath.join(WORKDIR, "demo")) == second["run_id"] and not fake.unknown
 
 
 def test_a_failed_replace_brings_the_previous_version_back() -> None:
@@ -123,13 +128,13 @@ def test_a_failed_replace_brings_the_previous_version_back() -> None:
     serving, _ = run_up(fake, profile())
     with pytest.raises(LaunchFailed) as failed:
         run_up(fake, profile(context_length=4096), UpOptions(skip_preflight=True, heal=False))
-    message = failed.value.message
-    old = serving.attempts[0].run_id
-    assert f"brought back the previous version {serving.content_hash[:12]} ({old}): it is serving again" in message
-    report = failed.value.outcome
-    assert report.replaced == old
-    assert report.restored is not None and report.restored["run_id"] == old and report.restored["status"] == "ready"
-    assert [s.run_dir.rsplit("/", 1)[1] for s in fake.started] == [old, report.attempts[0].run_id, old]
+    said = failed.value.message
+    old = serving["attempts"][0]["run_id"]
+    assert f"brought back the previous version {serving['content_hash'][:12]} ({old}): it is serving again" in said
+    report = failed.value.outcome.to_json()
+    assert report["replaced"] == old
+    assert report["restored"]["run_id"] == old and report["restored"]["status"] == "ready"
+    assert [s.run_dir.rsplit("/", 1)[1] for s in fake.started] == [old, report["attempts"][0]["run_id"], old]
     assert fake.current(posixpath.join(WORKDIR, "demo")) == old and fake.listening[PORT].endswith(old)
     assert not fake.unknown
 
