@@ -177,18 +177,9 @@ class DeploymentLock:
     # -- taking and releasing ----------------------------------------------------------------------------
 
     def _open(self, mode: str, from_holder: str = "") -> tuple[str, dict[str, Any], Session]:
-        args = ["--holder", json.dumps(self.holder, sort_keys=True), "--token", self.token,
-                "--lease", f"{self.lease_s:g}", "--mode", mode]
-        if from_holder:
-            args += ["--from", from_holder]
-        helper = self.remote.helper
-        if helper is not None:  # the command's helper holds the lease: no channel of its own
-            session: Session = helper.lease(self.layout.lock, self.holder, self.token, self.lease_s, mode,
-                                            from_holder)
-        else:
-            # deployer's own copy in the exec line (stdin carries the heartbeats): nothing on the target's disk runs
-            session = self.remote.spawn(" ".join([SUPERVISOR_PYTHON, "-c", shlex.quote(lease_program().decode()),
-                                                  *(shlex.quote(w) for w in (self.layout.lock, *args))]))
+        # the command's helper holds the lease (no channel of its own); on a bare connection deployer's own copy
+        # runs in the exec line (stdin carries the heartbeats): nothing on the target's disk runs
+        session = self.remote.helper.lease(self.layout.lock, self.holder, self.token, self.lease_s, mode, from_holder)
         try:
             line = session.readline(timeout=FIRST_LINE_S) or ""
         except RemoteError:
@@ -355,9 +346,8 @@ class Guarded:
         self.label = remote.label
 
     @property
-    def helper(self) -> Helper | None:
-        inner = self.inner.helper
-        return None if inner is None else GuardedHelper(inner, self.lock)
+    def helper(self) -> Helper:
+        return GuardedHelper(self.inner.helper, self.lock)
 
     def run(self, cmd: str, *, timeout: float = 60.0, check: bool = True, stdin: bytes | None = None) -> Result:
         self.lock.ensure()
@@ -399,7 +389,7 @@ class GuardedHelper:
         self.inner = helper
         self.lock = lock
 
-    def supervise(self, argv: Sequence[str], timeout: float) -> Result | None:
+    def supervise(self, argv: Sequence[str], timeout: float) -> Result:
         self.lock.ensure()
         return self.inner.supervise(argv, timeout)
 

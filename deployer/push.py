@@ -25,7 +25,8 @@ from deployer.engines.common import FATAL_GRACE_S, fatal_patterns
 from deployer.errors import CommandFailed, DeployError, TargetError
 from deployer.remote.base import Remote
 from deployer.remote.conversation import HelperRefused
-from deployer.remote.program import DIRS_MODULES, SUPERVISOR_MODULES, SUPERVISOR_PYTHON, helper_bundle, program
+from deployer.remote.oneshot import UNSAFE_HINT
+from deployer.remote.program import SUPERVISOR_MODULES, helper_bundle
 from deployer.remote.program import supervisor_files
 from deployer.secrets import mask_data
 from deployer.supervisor.supervise_protocol import ENGINE_LOG, ENV_FILE, LAUNCH_SH, OUTCOME_JSON, PROFILE_JSON
@@ -157,28 +158,13 @@ def make_owned_dirs(remote: Remote, path: str, owned_from: str) -> None:
     """`mkdir -p` on the target that refuses (TargetError, one line, nothing written) a directory chain another
     user controls: at or below `owned_from` ours alone, above it ours or root's and shared only with the sticky
     bit (supervise_base.make_dirs, run by the helper or sent over stdin)."""
-    hint = "use a target.workdir that only the deploying user can write"
-    if remote.helper is not None:
-        try:
-            remote.helper.mkdirs(path, owned_from)
-            return
-        except HelperRefused as e:
-            if e.kind == "unsafe":
-                raise TargetError(f"unsafe workdir on {remote.label}: {e.said}; nothing was written",
-                                  hint=hint) from None
-            raise TargetError(f"{e.said} on {remote.label}", hint="check target.workdir and its permissions") \
-                from None
-    dirs = program(DIRS_MODULES, "from supervise_base import dirs_main as main\n")
-    result = remote.run(" ".join([SUPERVISOR_PYTHON, "-", "mkdirs", shlex.quote(path), shlex.quote(owned_from)]),
-                        timeout=20, check=False, stdin=dirs)
-    if result.ok:
-        return
-    said = (result.stderr.strip().splitlines() or [f"exit {result.exit_code}"])[-1]
-    if said.startswith("unsafe: "):
-        raise TargetError(f"unsafe workdir on {remote.label}: {said[len('unsafe: '):]}; nothing was written",
-                          hint=hint)
-    raise TargetError(f"cannot create {path} on {remote.label}: {said}",
-                      hint="check target.workdir and its permissions")
+    try:
+        remote.helper.mkdirs(path, owned_from)   # a bare connection's raises its TargetError itself (oneshot)
+    except HelperRefused as e:
+        if e.kind == "unsafe":
+            raise TargetError(f"unsafe workdir on {remote.label}: {e.said}; nothing was written",
+                              hint=UNSAFE_HINT) from None
+        raise TargetError(f"{e.said} on {remote.label}", hint="check target.workdir and its permissions") from None
 
 
 def new_run_id(bundle: Bundle, attempt: int) -> str:
@@ -202,7 +188,8 @@ def supervisor_config(profile: Profile) -> SuperviseConfig:
 
 def profile_record(profile: Profile, bundle: Bundle, *, attempt: int, up_id: str,
                    written_hash: str | None = None) -> ProfileRecord:
-    """profile.json (its format: supervisor/supervise_protocol.py): what the target keeps about this attempt (secrets masked): enough for status/history from any laptop.
+    """profile.json (its format: supervisor/supervise_protocol.py): what the target keeps about this attempt
+    (secrets masked): enough for status/history from any laptop.
 
     written_hash: the content hash of the profile as the user wrote it, before preflight translated or healed it
     (the next `up` of the same file can tell that this run is what preflight will make of it again); None: unknown."""

@@ -17,7 +17,7 @@ from typing import Any
 from deployer.errors import CommandFailed, PortBusy, TargetError
 from deployer.push import Layout, RunDir
 from deployer.remote.base import Remote, Result
-from deployer.remote.program import SUPERVISOR_MODULES, SUPERVISOR_PYTHON, program
+from deployer.remote.program import SUPERVISOR_PYTHON
 
 EXIT_BUSY = 75
 
@@ -40,14 +40,10 @@ def supervisor(script: str, *args: str) -> str:
 def run_supervisor(remote: Remote, *args: str, timeout: float, check: bool = True) -> Result:
     """Run a supervisor command from this deployer's own copy, sent over stdin (nothing on disk is used); on a
     helper conversation the read-only ones are answered by the helper itself (the same code, no new process)."""
-    if remote.helper is not None:
-        result = remote.helper.supervise(args, timeout)
-        if result is not None:
-            if check and not result.ok:
-                raise CommandFailed(result, host=remote.label)
-            return result
-    return remote.run(" ".join([SUPERVISOR_PYTHON, "-", *(shlex.quote(w) for w in args)]), timeout=timeout,
-                      check=check, stdin=program(SUPERVISOR_MODULES))
+    result = remote.helper.supervise(args, timeout)
+    if check and not result.ok:
+        raise CommandFailed(result, host=remote.label)
+    return result
 
 
 def _json_line(text: str) -> dict[str, Any]:

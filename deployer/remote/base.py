@@ -5,7 +5,8 @@ per host, reused for every call), `LocalRemote` (remote/local.py, for `host: loc
 (remote/fake.py). Those are the transports: what the helper conversation (remote/conversation.py) needs of them is
 `spawn` (its one exec channel), `put_all` (bulk uploads, checked by the helper's `hasher`), `read` (large reads)
 and `close`. The Conversation is itself a `Remote` and the one target client: every call a typed request to the
-target-side helper; its `helper` member is what only a helper answers (a bare transport's is None). They raise only
+target-side helper; its `helper` member holds the helper's own requests (a bare connection's runs one program per
+request: remote/oneshot.py). They raise only
 classes from deployer.errors (plus the RemoteError subclasses defined here); no paramiko, socket or subprocess
 exception crosses this seam.
 """
@@ -140,11 +141,11 @@ Hasher = Callable[[Sequence[str], float], "list[str | None]"]
 
 
 class Helper(Protocol):
-    """What only the target-side helper answers (remote/conversation.py): a Remote's `helper`, None on a bare
-    connection, whose callers send this deployer's own programs over stdin instead."""
+    """The typed requests of the target-side helper, a Remote's `helper`: a Conversation answers them in its helper
+    process (remote/conversation.py), a bare connection with one program each (remote/oneshot.py)."""
 
-    def supervise(self, argv: Sequence[str], timeout: float) -> Result | None:
-        """A read-only supervisor command (status, ports, listener) answered in the helper; None for the others."""
+    def supervise(self, argv: Sequence[str], timeout: float) -> Result:
+        """A supervisor command (its exit code and output; the caller checks them)."""
         ...
 
     def snapshot(self, argv: Sequence[str], timeout: float) -> dict[str, Any]:
@@ -188,9 +189,8 @@ class Remote(Protocol):
     label: str
 
     @property
-    def helper(self) -> Helper | None:
-        """The target-side helper's own requests (a Conversation, or the lock's guard around one); None on a bare
-        connection."""
+    def helper(self) -> Helper:
+        """The target-side helper's typed requests (supervise, snapshot, lease, mkdirs)."""
         ...
 
     def run(

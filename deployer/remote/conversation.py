@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 from deployer.errors import CommandFailed, ConnectFailed, NotFound, RemoteError, TargetError, TransferFailed
 from deployer.remote.base import CommandTimedOut, EndpointUnreachable, Hasher, Helper, HttpReply, NoLine, Result
 from deployer.remote.base import Session, Transport
+from deployer.remote.oneshot import ProgramHelper
 from deployer.remote.program import SUPERVISOR_PYTHON, TARGET_CACHE, helper_bundle
 
 START_TIMEOUT_S = 30.0   # from the exec to the helper's hello (a first contact also uploads it)
@@ -356,11 +357,11 @@ class Conversation:
             raise TransferFailed(f"verify {paths[0]}: the helper answered {str(reply)[:200]}", host=self.label)
         return [d if isinstance(d, str) else None for d in digests]
 
-    def supervise(self, argv: Sequence[str], timeout: float) -> Result | None:
+    def supervise(self, argv: Sequence[str], timeout: float) -> Result:
         """A supervisor command answered inside the helper (status, ports, listener: no process started for it);
-        None for the others, which run as `python3 -B -` commands."""
+        the others (start, stop: they start processes) run as `python3 -B -` commands through it."""
         if not argv or argv[0] not in IN_HELPER:
-            return None
+            return ProgramHelper(self).supervise(argv, timeout)
         cmd = "supervise " + " ".join(argv)
         try:
             reply = self.call("supervise", {"argv": list(argv)}, timeout + REPLY_MARGIN_S, cmd)

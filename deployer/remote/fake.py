@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deployer.errors import NotFound, RemoteError
-from deployer.remote.base import Hasher, Helper, HttpReply, NoLine, Result, Transport
+from deployer.remote.base import Hasher, HttpReply, NoLine, Result, Transport
 from deployer.remote.program import SUPERVISOR_PYTHON, helper_bundle
 from deployer.supervisor.supervise_protocol import ENGINE_LOG, PROFILE_JSON, STATE_JSON, State
 
@@ -86,8 +86,7 @@ def ok(cmd: str, stdout: str = "") -> Result:
 class FakeRemote:
     """The scripted target (see the module's docstring). `engine(started_count, record) -> EngineScript`."""
 
-    label = FAKE
-    helper: Helper | None = None      # a transport: the helper is the Conversation opened on it
+    label = FAKE    # a transport: its helper requests are the Conversation's opened on it
 
     def __init__(self, engine: Callable[[int, dict[str, Any]], EngineScript] | None = None,
                  home: str = "/home/fake") -> None:

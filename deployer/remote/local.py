@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from deployer.errors import CommandFailed, NotFound, RemoteError, TransferFailed
 from deployer.remote.base import LOCAL, CommandTimedOut, EndpointUnreachable, Hasher, Helper, HttpReply, LineReader
 from deployer.remote.base import Result, http_exchange
+from deployer.remote.oneshot import ProgramHelper
 
 
 def _text(data: bytes) -> str:
@@ -75,7 +76,11 @@ class LocalRemote:
     """The Remote protocol on the local machine."""
 
     label = LOCAL
-    helper: Helper | None = None   # a bare connection: the helper is the Conversation's (remote/conversation.py)
+
+    @property
+    def helper(self) -> Helper:
+        """A bare connection's helper requests: one program each (the Conversation's are its helper's)."""
+        return ProgramHelper(self)
 
     def run(
         self, cmd: str, *, timeout: float = 60.0, check: bool = True, stdin: bytes | None = None

@@ -36,6 +36,7 @@ from deployer.remote.base import (
     TargetSpec,
     http_exchange,
 )
+from deployer.remote.oneshot import ProgramHelper
 from deployer.remote.ssh.channel import SSHSession, collect, send_stdin, text
 from deployer.remote.ssh.config import (
     check_identity,
@@ -100,7 +101,6 @@ class SSHRemote:
         self.spec = spec
         self.resolved: Resolved = resolve(spec, proxy_jump)
         self.label = self.resolved.label
-        self.helper: Helper | None = None   # a bare connection: the helper is the Conversation's
         self.handshakes = 0  # SSH connections made so far (one per open/reconnect)
         self._conn: _Link | None = None
         self._jump: SSHRemote | None = None
@@ -109,6 +109,11 @@ class SSHRemote:
         # paramiko's SFTPClient is not safe for concurrent calls (two threads read each other's replies off its one
         # channel, and fabric creates it lazily, unlocked): every SFTP operation holds this, one at a time.
         self._sftp_lock = threading.RLock()
+
+    @property
+    def helper(self) -> Helper:
+        """A bare connection's helper requests: one program each (the Conversation's are its helper's)."""
+        return ProgramHelper(self)
 
     def __enter__(self) -> SSHRemote:
         return self
