@@ -4,10 +4,14 @@ module after the siblings it imports, and a run dir holds what its supervise.py 
 from __future__ import annotations
 
 import ast
+import json
+from pathlib import Path
 
 import pytest
 
+from deployer.errors import TargetError
 from deployer.push import SUPERVISOR_FILES
+from deployer.remote.local import LocalRemote
 from deployer.remote.program import (
     DIRS_MODULES, HELPER_MODULES, LEASE_MODULES, SNAPSHOT_MODULES, SUPERVISOR_MODULES, helper_bundle,
     supervisor_source,
@@ -33,3 +37,19 @@ def test_a_run_dir_holds_the_supervisor_and_the_helper_ships_the_protocol() -> N
     assert set(SUPERVISOR_FILES) == {f"{m}.py" for m in SUPERVISOR_MODULES}
     assert "supervise_protocol.py" in SUPERVISOR_FILES
     assert b"SUPERVISE_JSON" in helper_bundle()[0]
+
+
+def test_a_bare_connections_helper_runs_this_deployers_own_programs(tmp_path: Path) -> None:
+    """remote.helper on a bare connection (remote/oneshot.py): the same typed requests, one program each."""
+    local = LocalRemote()
+    run_dir = tmp_path / "work" / "demo" / "runs" / "r1"
+    local.helper.mkdirs(str(run_dir), str(tmp_path / "work"))
+    assert run_dir.is_dir()
+    status = local.helper.supervise(["status", str(run_dir)], 30)
+    assert status.ok and json.loads(status.stdout) == {"status": "absent", "alive": False, "supervisor_alive": False}
+    assert local.helper.supervise(["no-such-command"], 30).exit_code != 0
+    (tmp_path / "open").mkdir(mode=0o777)
+    (tmp_path / "open").chmod(0o777)   # another user could write it: refused, nothing written
+    with pytest.raises(TargetError, match="unsafe workdir"):
+        local.helper.mkdirs(str(tmp_path / "open" / "demo"), str(tmp_path / "open"))
+    assert not (tmp_path / "open" / "demo").exists()
