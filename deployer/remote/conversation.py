@@ -36,6 +36,7 @@ from deployer.errors import CommandFailed, ConnectFailed, NotFound, RemoteError,
 from deployer.remote.base import CommandTimedOut, EndpointUnreachable, Hasher, Helper, HttpReply, NoLine, Result
 from deployer.remote.base import Session, Transport
 from deployer.remote.oneshot import ProgramHelper
+from deployer.supervisor.supervise_protocol import IN_HELPER   # supervisor commands the helper answers itself
 from deployer.remote.program import SUPERVISOR_PYTHON, TARGET_CACHE, helper_bundle
 
 START_TIMEOUT_S = 30.0   # from the exec to the helper's hello (a first contact also uploads it)
@@ -47,7 +48,6 @@ PROGRAM_MARKER = "DEPLOYER-HELPER-PROGRAM"
 NOISE_KEPT = 20          # lines that were not the helper's (an rc file's chatter, a traceback): for errors
 POLL_S = 5.0
 HELPERS_KEPT = 5         # helper versions kept on a target (the newest stored; an older deployer resends its own)
-IN_HELPER = ("status", "ports", "listener")   # supervisor commands the helper answers itself
 
 # Runs on the target under `python3 -B -c`: the cached helper if it is intact, else ask for the program, read it
 # from stdin, check it, cache it (atomically; a home that cannot be written, or that is not ours alone, runs it from

@@ -35,6 +35,15 @@ ABSENT = "absent"                                                  # no state.js
 POLICIES: Tuple[str, ...] = ("no", "on-failure", "always")
 
 
+# -- the helper's wire protocol (line-delimited JSON: remote/conversation.py <-> supervise_helper.py) ----------
+# Requests are {"id": N, "op": OP, ...}; replies {"id": N, "ok": true, ...} or {"id": N, "ok": false, "error": TEXT,
+# "kind": KIND}. A new deployer ships its own helper (content-addressed), so ops are only ever added.
+HELPER_OPS: Tuple[str, ...] = ("run", "verify", "lease_take", "lease_beat", "supervise", "snapshot", "install",
+                               "read", "size", "http", "mkdirs")
+# Supervisor commands the helper answers in its own process (quick, read-only); start and stop stay processes.
+IN_HELPER: Tuple[str, ...] = ("status", "ports", "listener")
+
+
 class RestartConfig(TypedDict, total=False):
     policy: str                 # one of POLICIES
     max: int

@@ -53,3 +53,12 @@ def test_a_bare_connections_helper_runs_this_deployers_own_programs(tmp_path: Pa
     with pytest.raises(TargetError, match="unsafe workdir"):
         local.helper.mkdirs(str(tmp_path / "open" / "demo"), str(tmp_path / "open"))
     assert not (tmp_path / "open" / "demo").exists()
+
+
+def test_the_helper_answers_exactly_the_protocols_ops() -> None:
+    import io
+
+    from deployer.supervisor.supervise_helper import Helper
+    from deployer.supervisor.supervise_protocol import HELPER_OPS
+
+    assert set(Helper(io.BytesIO()).ops) == set(HELPER_OPS)
