@@ -358,8 +358,8 @@ class Guarded:
         return self.inner.put(data, path, mode)
 
     def put_all(self, files: Sequence[tuple[bytes, str, int]], hasher: Hasher | None = None) -> list[str]:
-        self.lock.ensure()
-        return self.inner.put_all(files, hasher)
+        self.lock.ensure()  # the one-argument call when no hasher is given: a narrower put_all (a test's) still fits
+        return self.inner.put_all(files) if hasher is None else self.inner.put_all(files, hasher)
 
     def read(self, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes:
         self.lock.ensure()
