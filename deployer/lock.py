@@ -28,9 +28,8 @@ from typing import Any
 
 from deployer.errors import Locked, LockLost, NotFound, ProfileError, RemoteError, TargetError
 from deployer.push import Layout
-from deployer.remote.base import HttpReply, Remote, Result, Session
-from deployer.remote.conversation import Conversation, SupervisorHost
-from deployer.remote.program import SUPERVISOR_PYTHON, bootstrap, supervisor_source
+from deployer.remote.base import Hasher, Helper, HttpReply, Remote, Result, Session
+from deployer.remote.program import LEASE_MODULES, SUPERVISOR_PYTHON, program
 
 LEASE_S = 30.0  # env DEPLOYER_LOCK_LEASE_S; a vanished client blocks others at most this long
 LEASE_ENV = "DEPLOYER_LOCK_LEASE_S"
@@ -41,7 +40,7 @@ Notify = Callable[[str], None]
 @lru_cache(maxsize=1)
 def lease_program() -> bytes:
     """The lease program as this deployer ships it (supervise_base + supervise_lease): sent, never run from disk."""
-    return bootstrap([(name, supervisor_source(name)) for name in ("supervise_base", "supervise_lease")])
+    return program(LEASE_MODULES)
 
 
 def lease_seconds() -> float:
@@ -178,17 +177,9 @@ class DeploymentLock:
     # -- taking and releasing ----------------------------------------------------------------------------
 
     def _open(self, mode: str, from_holder: str = "") -> tuple[str, dict[str, Any], Session]:
-        args = ["--holder", json.dumps(self.holder, sort_keys=True), "--token", self.token,
-                "--lease", f"{self.lease_s:g}", "--mode", mode]
-        if from_holder:
-            args += ["--from", from_holder]
-        if isinstance(self.remote, Conversation):  # the command's helper holds the lease: no channel of its own
-            session: Session = self.remote.lease(self.layout.lock, self.holder, self.token, self.lease_s, mode,
-                                                 from_holder)
-        else:
-            # deployer's own copy in the exec line (stdin carries the heartbeats): nothing on the target's disk runs
-            session = self.remote.spawn(" ".join([SUPERVISOR_PYTHON, "-c", shlex.quote(lease_program().decode()),
-                                                  *(shlex.quote(w) for w in (self.layout.lock, *args))]))
+        # the command's helper holds the lease (no channel of its own); on a bare connection deployer's own copy
+        # runs in the exec line (stdin carries the heartbeats): nothing on the target's disk runs
+        session = self.remote.helper.lease(self.layout.lock, self.holder, self.token, self.lease_s, mode, from_holder)
         try:
             line = session.readline(timeout=FIRST_LINE_S) or ""
         except RemoteError:
@@ -343,12 +334,20 @@ class DeploymentLock:
 
 
 class Guarded:
-    """A Remote that acts only while the deployment lock is certainly held (see DeploymentLock.ensure)."""
+    """A Remote that acts only while the deployment lock is certainly held (see DeploymentLock.ensure).
+
+    Every member of the Remote protocol and of its `helper` (the helper's own requests: snapshot, supervise, lease,
+    mkdirs) checks the lock first; mypy holds both classes to their protocols (`_conforms` below), so a member the
+    seam gains cannot be left unguarded."""
 
     def __init__(self, remote: Remote, lock: DeploymentLock) -> None:
         self.inner = remote
         self.lock = lock
         self.label = remote.label
+
+    @property
+    def helper(self) -> Helper:
+        return GuardedHelper(self.inner.helper, self.lock)
 
     def run(self, cmd: str, *, timeout: float = 60.0, check: bool = True, stdin: bytes | None = None) -> Result:
         self.lock.ensure()
@@ -358,9 +357,9 @@ class Guarded:
         self.lock.ensure()
         return self.inner.put(data, path, mode)
 
-    def put_all(self, files: Sequence[tuple[bytes, str, int]]) -> list[str]:
-        self.lock.ensure()
-        return self.inner.put_all(files)
+    def put_all(self, files: Sequence[tuple[bytes, str, int]], hasher: Hasher | None = None) -> list[str]:
+        self.lock.ensure()  # the one-argument call when no hasher is given: a narrower put_all (a test's) still fits
+        return self.inner.put_all(files) if hasher is None else self.inner.put_all(files, hasher)
 
     def read(self, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes:
         self.lock.ensure()
@@ -379,10 +378,35 @@ class Guarded:
         self.lock.ensure()
         return self.inner.spawn(cmd)
 
-    def supervise(self, argv: Sequence[str], timeout: float) -> Result | None:
-        """The helper's own supervisor commands (start.run_supervisor), when the inner remote has a helper."""
-        self.lock.ensure()
-        return self.inner.supervise(argv, timeout) if isinstance(self.inner, SupervisorHost) else None
-
     def close(self) -> None:
         self.inner.close()
+
+
+class GuardedHelper:
+    """The helper's own requests, each only while the deployment lock is certainly held (Guarded.helper)."""
+
+    def __init__(self, helper: Helper, lock: DeploymentLock) -> None:
+        self.inner = helper
+        self.lock = lock
+
+    def supervise(self, argv: Sequence[str], timeout: float) -> Result:
+        self.lock.ensure()
+        return self.inner.supervise(argv, timeout)
+
+    def snapshot(self, argv: Sequence[str], timeout: float) -> dict[str, Any]:
+        self.lock.ensure()
+        return self.inner.snapshot(argv, timeout)
+
+    def lease(self, path: str, holder: dict[str, Any], token: str, lease_s: float, mode: str,
+              from_holder: str = "") -> Session:
+        self.lock.ensure()
+        return self.inner.lease(path, holder, token, lease_s, mode, from_holder)
+
+    def mkdirs(self, path: str, owned_from: str) -> None:
+        self.lock.ensure()
+        self.inner.mkdirs(path, owned_from)
+
+
+def _conforms(remote: Guarded, helper: GuardedHelper) -> tuple[Remote, Helper]:
+    """Never called: mypy checks here that the guards implement the whole seam."""
+    return remote, helper

@@ -3,7 +3,9 @@
     <workdir>/<name>/lock, supervise.py, current -> runs/<id>
     <workdir>/<name>/runs/<id>/launch.sh (0700), env (0600), profile.json, supervise*.py, supervise.json,
                                state.json, engine.log, outcome.json
-Every file goes over SFTP to a temporary name and is renamed into place after its hash is checked. A push
+(names and record keys: supervisor/supervise_protocol.py; the supervise*.py files: remote/program.py's list.)
+Every file goes to a temporary name (in the helper's `install` request, or over SFTP when large) and is renamed
+into place after its hash is checked. A push
 checks the free space first and either completes (every file verified) or removes its half-written run dir.
 """
 
@@ -14,24 +16,27 @@ import json
 import posixpath
 import shlex
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deployer.engines.common import FATAL_GRACE_S, fatal_patterns
 from deployer.errors import CommandFailed, DeployError, TargetError
 from deployer.remote.base import Remote
-from deployer.remote.conversation import Conversation, HelperRefused
-from deployer.remote.program import SUPERVISOR_PYTHON, bootstrap, helper_bundle, supervisor_source
+from deployer.remote.conversation import HelperRefused
+from deployer.remote.oneshot import UNSAFE_HINT
+from deployer.remote.program import SUPERVISOR_MODULES, helper_bundle
+from deployer.remote.program import supervisor_files
 from deployer.secrets import mask_data
+from deployer.supervisor.supervise_protocol import ENGINE_LOG, ENV_FILE, LAUNCH_SH, OUTCOME_JSON, PROFILE_JSON
+from deployer.supervisor.supervise_protocol import STATE_JSON, SUPERVISE_JSON, ProfileRecord, SuperviseConfig
 
 if TYPE_CHECKING:  # annotations only: the on-call commands read layouts without loading the profile model
     from deployer.profile.model import Profile
     from deployer.render.bundle import Bundle
 
 # The supervisor program: run as `python3 -B supervise.py`, it imports the others from beside it.
-SUPERVISOR_FILES = ("supervise.py", "supervise_base.py", "supervise_daemon.py", "supervise_ports.py",
-                    "supervise_group.py")
+SUPERVISOR_FILES = tuple(f"{name}.py" for name in SUPERVISOR_MODULES)   # the payload's list: remote/program.py
 # The deployment lock's lease, a program of its own kept at the deployment's root (deployer/lock.py runs it).
 LEASE_FILE = "supervise_lease.py"
 # Free space a push needs beyond its files: state.json, outcome.json and the engine's first log lines.
@@ -42,7 +47,7 @@ SYNC_HEADROOM = 64 << 10
 
 
 def supervisor_sources(names: tuple[str, ...] = SUPERVISOR_FILES) -> dict[str, bytes]:
-    return {name: (Path(__file__).parent / "supervisor" / name).read_bytes() for name in names}
+    return supervisor_files(tuple(name.removesuffix(".py") for name in names))
 
 
 def _sync_supervisor(remote: Remote, folder: str) -> None:
@@ -89,11 +94,11 @@ class RunDir:
 
     @property
     def log(self) -> str:
-        return self.file("engine.log")
+        return self.file(ENGINE_LOG)
 
     @property
     def state(self) -> str:
-        return self.file("state.json")
+        return self.file(STATE_JSON)
 
 
 @dataclass(frozen=True)
@@ -152,29 +157,13 @@ def make_owned_dirs(remote: Remote, path: str, owned_from: str) -> None:
     """`mkdir -p` on the target that refuses (TargetError, one line, nothing written) a directory chain another
     user controls: at or below `owned_from` ours alone, above it ours or root's and shared only with the sticky
     bit (supervise_base.make_dirs, run by the helper or sent over stdin)."""
-    hint = "use a target.workdir that only the deploying user can write"
-    if isinstance(remote, Conversation):
-        try:
-            remote.call("mkdirs", {"path": path, "owned_from": owned_from}, 30.0, f"creating {path}")
-            return
-        except HelperRefused as e:
-            if e.kind == "unsafe":
-                raise TargetError(f"unsafe workdir on {remote.label}: {e.said}; nothing was written",
-                                  hint=hint) from None
-            raise TargetError(f"{e.said} on {remote.label}", hint="check target.workdir and its permissions") \
-                from None
-    program = bootstrap([("supervise_base", supervisor_source("supervise_base")),
-                         ("deployer_dirs", "from supervise_base import dirs_main as main\n")])
-    result = remote.run(" ".join([SUPERVISOR_PYTHON, "-", "mkdirs", shlex.quote(path), shlex.quote(owned_from)]),
-                        timeout=20, check=False, stdin=program)
-    if result.ok:
-        return
-    said = (result.stderr.strip().splitlines() or [f"exit {result.exit_code}"])[-1]
-    if said.startswith("unsafe: "):
-        raise TargetError(f"unsafe workdir on {remote.label}: {said[len('unsafe: '):]}; nothing was written",
-                          hint=hint)
-    raise TargetError(f"cannot create {path} on {remote.label}: {said}",
-                      hint="check target.workdir and its permissions")
+    try:
+        remote.helper.mkdirs(path, owned_from)   # a bare connection's raises its TargetError itself (oneshot)
+    except HelperRefused as e:
+        if e.kind == "unsafe":
+            raise TargetError(f"unsafe workdir on {remote.label}: {e.said}; nothing was written",
+                              hint=UNSAFE_HINT) from None
+        raise TargetError(f"{e.said} on {remote.label}", hint="check target.workdir and its permissions") from None
 
 
 def new_run_id(bundle: Bundle, attempt: int) -> str:
@@ -183,10 +172,11 @@ def new_run_id(bundle: Bundle, attempt: int) -> str:
     return f"{stamp}-{bundle.content_hash[:8]}-a{attempt}"
 
 
-def supervisor_config(profile: Profile) -> dict[str, Any]:
+def supervisor_config(profile: Profile) -> SuperviseConfig:
+    """supervise.json (its format: supervisor/supervise_protocol.py)."""
     restart = profile.restart
     return {
-        "launch": "launch.sh", "env_file": "env", "log": "engine.log", "grace_s": restart.grace_s,
+        "launch": LAUNCH_SH, "env_file": ENV_FILE, "log": ENGINE_LOG, "grace_s": restart.grace_s,
         "port": profile.engine.port, "name": profile.name,
         "ready_pattern": profile.engine.definition.log.ready_line,
         "fatal_patterns": [p.pattern for p in fatal_patterns()], "fatal_grace_s": FATAL_GRACE_S,
@@ -196,8 +186,9 @@ def supervisor_config(profile: Profile) -> dict[str, Any]:
 
 
 def profile_record(profile: Profile, bundle: Bundle, *, attempt: int, up_id: str,
-                   written_hash: str | None = None) -> dict[str, Any]:
-    """What the target keeps about this attempt (secrets masked): enough for status/history from any laptop.
+                   written_hash: str | None = None) -> ProfileRecord:
+    """profile.json (its format: supervisor/supervise_protocol.py): what the target keeps about this attempt
+    (secrets masked): enough for status/history from any laptop.
 
     written_hash: the content hash of the profile as the user wrote it, before preflight translated or healed it
     (the next `up` of the same file can tell that this run is what preflight will make of it again); None: unknown."""
@@ -209,13 +200,13 @@ def profile_record(profile: Profile, bundle: Bundle, *, attempt: int, up_id: str
             "helper": helper_bundle()[1]}  # the target-side helper (its content hash) that wrote this run dir
 
 
-def push(remote: Remote, layout: Layout, bundle: Bundle, record: dict[str, Any], config: dict[str, Any],
+def push(remote: Remote, layout: Layout, bundle: Bundle, record: Mapping[str, Any], config: Mapping[str, Any],
          run_id: str) -> RunDir:
     """Upload one attempt's run dir completely, or fail having left nothing of it (TargetError when full)."""
     run = layout.run(run_id)
-    files = [("env", bundle.env.encode(), 0o600), ("launch.sh", bundle.script.encode(), 0o700),
-             ("profile.json", json.dumps(record, indent=1).encode(), 0o644),
-             ("supervise.json", json.dumps(config, indent=1).encode(), 0o644),
+    files = [(ENV_FILE, bundle.env.encode(), 0o600), (LAUNCH_SH, bundle.script.encode(), 0o700),
+             (PROFILE_JSON, json.dumps(record, indent=1).encode(), 0o644),
+             (SUPERVISE_JSON, json.dumps(config, indent=1).encode(), 0o644),
              *((name, data, 0o644) for name, data in supervisor_sources().items())]
     _make_run_dir(remote, layout, run, sum(len(data) for _, data, _ in files) + SPACE_HEADROOM)
     try:
@@ -248,4 +239,4 @@ def set_current(remote: Remote, layout: Layout, run: RunDir) -> None:
 
 
 def write_outcome(remote: Remote, run: RunDir, outcome: dict[str, Any]) -> None:
-    remote.put(json.dumps(mask_data(outcome), indent=1, default=str).encode(), run.file("outcome.json"), 0o644)
+    remote.put(json.dumps(mask_data(outcome), indent=1, default=str).encode(), run.file(OUTCOME_JSON), 0o644)

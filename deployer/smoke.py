@@ -27,7 +27,7 @@ from deployer.pipeline.up import UpOptions, up
 from deployer.profile.model import Profile
 from deployer.push import layout_for
 from deployer.remote.base import EndpointUnreachable, Remote
-from deployer.remote.connect import connect, conversing, target_spec
+from deployer.remote.connect import conversing, target_spec
 from deployer.start import stop
 from deployer.target.records import current_view, tail_lines
 from deployer.watch.watcher import Event, EventSink
@@ -278,15 +278,13 @@ class _session:
 
     def __init__(self, profile: Profile, opts: SmokeOptions) -> None:
         self.profile, self.opts = profile, opts
-        self.remote: Remote | None = None
+        self._talk = conversing(target_spec(self.profile, self.opts.trust_new_host))
 
     def __enter__(self) -> Remote:
-        self.remote = connect(target_spec(self.profile, self.opts.trust_new_host))
-        return self.remote
+        return self._talk.__enter__()   # the helper conversation: its requests, never a bare connection
 
-    def __exit__(self, *exc: object) -> None:
-        if self.remote is not None:
-            self.remote.close()
+    def __exit__(self, *exc: Any) -> None:
+        self._talk.__exit__(*exc)
 
 
 def _request_phase(profile: Profile, opts: SmokeOptions, clock: PhaseClock, report: SmokeReport) -> None:

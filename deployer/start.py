@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from deployer.errors import CommandFailed, PortBusy, TargetError
-from deployer.push import Layout, RunDir, supervisor_sources
+from deployer.push import Layout, RunDir
 from deployer.remote.base import Remote, Result
-from deployer.remote.conversation import SupervisorHost
-from deployer.remote.program import SUPERVISOR_PYTHON, bootstrap
+from deployer.remote.program import SUPERVISOR_PYTHON
 
 EXIT_BUSY = 75
 
@@ -38,29 +37,13 @@ def supervisor(script: str, *args: str) -> str:
     return " ".join([SUPERVISOR_PYTHON, *(shlex.quote(w) for w in (script, *args))])
 
 
-_bootstrap_text: bytes | None = None
-
-
-def _bootstrap() -> bytes:
-    global _bootstrap_text
-    if _bootstrap_text is None:
-        sources = {name[:-3]: data.decode() for name, data in supervisor_sources().items()}
-        order = ("supervise_base", "supervise_ports", "supervise_group", "supervise_daemon", "supervise")
-        _bootstrap_text = bootstrap([(name, sources[name]) for name in order])
-    return _bootstrap_text
-
-
 def run_supervisor(remote: Remote, *args: str, timeout: float, check: bool = True) -> Result:
     """Run a supervisor command from this deployer's own copy, sent over stdin (nothing on disk is used); on a
     helper conversation the read-only ones are answered by the helper itself (the same code, no new process)."""
-    if isinstance(remote, SupervisorHost):
-        result = remote.supervise(args, timeout)
-        if result is not None:
-            if check and not result.ok:
-                raise CommandFailed(result, host=remote.label)
-            return result
-    return remote.run(" ".join([SUPERVISOR_PYTHON, "-", *(shlex.quote(w) for w in args)]), timeout=timeout,
-                      check=check, stdin=_bootstrap())
+    result = remote.helper.supervise(args, timeout)
+    if check and not result.ok:
+        raise CommandFailed(result, host=remote.label)
+    return result
 
 
 def _json_line(text: str) -> dict[str, Any]:

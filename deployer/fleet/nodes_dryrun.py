@@ -22,7 +22,7 @@ from deployer.preflight.checks import PreflightReport, run_preflight
 from deployer.preflight.facts import Facts, gather_facts
 from deployer.profile.model import Profile
 from deployer.push import layout_for
-from deployer.remote.connect import connect, target_spec
+from deployer.remote.connect import conversing, target_spec
 from deployer.target.records import current_view
 
 
@@ -83,11 +83,10 @@ def _row(plan: NodePlan, facts: Facts) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def _connected(plans: list[NodePlan], trust_new_host: bool) -> Any:
-    remotes: list[Any] = []
+    talks = contextlib.ExitStack()
 
     def open_one(plan: NodePlan) -> NodeSession:
-        remote = connect(target_spec(plan.profile, trust_new_host))
-        remotes.append(remote)
+        remote = talks.enter_context(conversing(target_spec(plan.profile, trust_new_host)))  # the helper's requests
         layout = layout_for(remote, plan.profile)
         view = current_view(remote, layout)
         return NodeSession(plan=plan, remote=remote, layout=layout,
@@ -96,5 +95,4 @@ def _connected(plans: list[NodePlan], trust_new_host: bool) -> Any:
     try:
         yield at_once(open_one, plans)
     finally:
-        for remote in remotes:
-            remote.close()
+        talks.close()

@@ -18,7 +18,7 @@ from deployer.fleet.router import readiness
 from deployer.oncall import deployment as ops
 from deployer.oncall.deployment import Ref
 from deployer.profile.model import Target
-from deployer.remote.connect import connect
+from deployer.remote.connect import conversing
 from deployer.watch.watcher import Event, EventSink
 
 
@@ -89,13 +89,11 @@ def fleet_status(fleet: Fleet, trust_new_host: bool = False) -> tuple[dict[str, 
 
 def _router_readiness(fleet: Fleet, trust_new_host: bool) -> dict[str, Any]:
     assert fleet.router is not None
-    remote = connect(spec_of(fleet.router.target, trust_new_host))
     try:
-        return readiness(remote, fleet.router)
+        with conversing(spec_of(fleet.router.target, trust_new_host)) as remote:
+            return readiness(remote, fleet.router)
     except DeployError as exc:
         return {"error": exc.message}
-    finally:
-        remote.close()
 
 
 def _exit_code(rows: list[dict[str, Any]]) -> int:

@@ -15,7 +15,7 @@ from deployer.errors import DeployError, NotFound, ProfileError
 from deployer.profile.model import Profile
 from deployer.push import expand_workdir
 from deployer.remote.base import Remote, TargetSpec
-from deployer.remote.connect import connect
+from deployer.remote.connect import conversing
 
 RECORD = "fleet.json"
 
@@ -65,8 +65,5 @@ def try_write_record(remote: Remote, workdir: str, profile: Profile) -> str | No
 
 def find_fleet(spec: TargetSpec, workdir: str, name: str) -> Profile | None:
     """The fleet record of `name` on the host `spec` (one connection), or None."""
-    remote = connect(spec)
-    try:
+    with conversing(spec) as remote:
         return read_record(remote, workdir, name)
-    finally:
-        remote.close()

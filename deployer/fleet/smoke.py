@@ -20,7 +20,7 @@ from deployer.fleet.up import fleet_up
 from deployer.pipeline.up import UpOptions
 from deployer.profile.host import probe_address
 from deployer.profile.model import Profile, Target
-from deployer.remote.connect import connect
+from deployer.remote.connect import conversing
 from deployer.smoke import SmokeOptions, ask
 from deployer.watch.watcher import Event, EventSink
 
@@ -148,12 +148,9 @@ def _ask_case(member: str, target: Target, port: int, address: str, opts: SmokeO
         return case
     t0 = time.monotonic()
     try:
-        remote = connect(spec_of(target, opts.trust_new_host))
-        try:
+        with conversing(spec_of(target, opts.trust_new_host)) as remote:
             answer = ask(remote, port, opts.prompt, opts.max_tokens, opts.request_timeout_s, api_key,
                          address=address)
-        finally:
-            remote.close()
     except DeployError as exc:
         case.status, case.details = "failed", exc.message
     else:

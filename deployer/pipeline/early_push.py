@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import shlex
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +33,7 @@ from deployer.profile.model import Profile
 from deployer.push import Layout, RunDir, new_run_id, profile_record, push, supervisor_config
 from deployer.remote.base import Remote
 from deployer.render.bundle import Bundle, render
+from deployer.supervisor.supervise_protocol import ProfileRecord, SuperviseConfig
 
 JOIN_S = 120.0   # the push's own steps time out well within this (SFTP 30 s per call, the hash check 60 s)
 
@@ -42,8 +43,8 @@ class Planned:
     """What attempt 1 pushes for a profile: its bundle, its record (profile.json) and its supervisor config."""
 
     bundle: Bundle
-    record: dict[str, Any]
-    config: dict[str, Any]
+    record: ProfileRecord
+    config: SuperviseConfig
 
     @classmethod
     def of(cls, profile: Profile, *, up_id: str, written_hash: str | None, bundle: Bundle | None = None) -> Planned:
@@ -57,7 +58,7 @@ class Planned:
             _timeless(self.record) == _timeless(other.record)
 
 
-def _timeless(record: dict[str, Any]) -> dict[str, Any]:
+def _timeless(record: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k != "pushed_at"}
 
 

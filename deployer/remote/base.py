@@ -1,9 +1,14 @@
 """The remote seam: the one interface every step uses to act on a target host.
 
 `remote.connect.connect(spec)` returns a `Remote`: `SSHRemote` (remote/ssh/connection.py, one SSH connection
-per host, reused for every call) or `LocalRemote` (remote/local.py, for `host: local`). Both raise only
-classes from deployer.errors (plus the two RemoteError subclasses defined here); no paramiko, socket or
-subprocess exception crosses this seam.
+per host, reused for every call), `LocalRemote` (remote/local.py, for `host: local`) or, in tests, `FakeRemote`
+(remote/fake.py). Those are the transports: what the helper conversation (remote/conversation.py) needs of them is
+`spawn` (its one exec channel), `put_all` (bulk uploads, checked by the helper's `hasher`), `read` (large reads)
+and `close`. The Conversation is itself a `Remote` and the one target client: every call a typed request to the
+target-side helper; its `helper` member holds the helper's own requests (a bare connection's runs one program per
+request: remote/oneshot.py). They raise only
+classes from deployer.errors (plus the RemoteError subclasses defined here); no paramiko, socket or subprocess
+exception crosses this seam.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import http.client
 import time
 from dataclasses import dataclass
 from collections.abc import Sequence
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from deployer.errors import CommandFailed, RemoteError
@@ -130,8 +136,62 @@ class LineReader:
         return line.decode("utf-8", errors="replace")
 
 
-class Remote(Protocol):
+# fsync + sha256 of uploaded temp files on the target, in one request (a helper's `verify`): None for an unreadable one.
+Hasher = Callable[[Sequence[str], float], "list[str | None]"]
+
+
+class Helper(Protocol):
+    """The typed requests of the target-side helper, a Remote's `helper`: a Conversation answers them in its helper
+    process (remote/conversation.py), a bare connection with one program each (remote/oneshot.py)."""
+
+    def supervise(self, argv: Sequence[str], timeout: float) -> Result:
+        """A supervisor command (its exit code and output; the caller checks them)."""
+        ...
+
+    def snapshot(self, argv: Sequence[str], timeout: float) -> dict[str, Any]:
+        """supervise_snapshot's `snapshot ARGV`, read by the helper."""
+        ...
+
+    def lease(self, path: str, holder: dict[str, Any], token: str, lease_s: float, mode: str,
+              from_holder: str = "") -> Session:
+        """The deployment lock's lease held by the helper: a Session speaking the lease program's lines."""
+        ...
+
+    def mkdirs(self, path: str, owned_from: str) -> None:
+        """supervise_base.make_dirs; HelperRefused (kind "unsafe" for a chain another user controls) on failure."""
+        ...
+
+
+class Transport(Protocol):
+    """What the helper conversation needs of a connection (httpx's transport, for the target): its one exec channel
+    (`spawn`), bulk uploads and large reads that do not fit a request, and `close`. SSHRemote, LocalRemote and
+    FakeRemote are transports (and, for the callers that still take a bare connection, Remotes)."""
+
     label: str
+
+    def spawn(self, cmd: str) -> Session:
+        ...
+
+    def put_all(self, files: Sequence[tuple[bytes, str, int]], hasher: Hasher | None = None) -> list[str]:
+        ...
+
+    def read(self, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes:
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+class Remote(Protocol):
+    """The target as every step uses it; the one implementation that always talks to the helper is the
+    Conversation (remote/conversation.py), the lock's Guarded wraps it."""
+
+    label: str
+
+    @property
+    def helper(self) -> Helper:
+        """The target-side helper's typed requests (supervise, snapshot, lease, mkdirs)."""
+        ...
 
     def run(
         self, cmd: str, *, timeout: float = 60.0, check: bool = True, stdin: bytes | None = None
@@ -143,9 +203,10 @@ class Remote(Protocol):
         """Atomically replace `path` with `data` at `mode`; returns the verified sha256 hex."""
         ...
 
-    def put_all(self, files: Sequence[tuple[bytes, str, int]]) -> list[str]:
-        """`put` for several (data, path, mode): each replaced atomically, all verified in one round trip;
-        nothing is renamed into place before every file has verified (the temps are removed on failure)."""
+    def put_all(self, files: Sequence[tuple[bytes, str, int]], hasher: Hasher | None = None) -> list[str]:
+        """`put` for several (data, path, mode): each replaced atomically, all verified in one round trip (by
+        `hasher` when given: a helper's request); nothing is renamed into place before every file has verified
+        (the temps are removed on failure)."""
         ...
 
     def read(self, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes:

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from deployer.errors import ProfileError
-from deployer.remote.base import LOCAL, Remote, TargetSpec
+from deployer.remote.base import LOCAL, Remote, TargetSpec, Transport
 from deployer.remote.conversation import Conversation
 from deployer.remote.local import LocalRemote
 from deployer.remote.ssh.connection import SSHRemote
@@ -28,10 +28,10 @@ def connect(spec: TargetSpec) -> Remote:
 
 
 @contextmanager
-def conversing(spec: TargetSpec, connection: Remote | None = None) -> Iterator[Conversation]:
+def conversing(spec: TargetSpec, connection: Transport | None = None) -> Iterator[Conversation]:
     """A connection (`connection`, left open: a fleet's one per host; else a new one, closed on exit) and its one
     exec channel, the target-side helper (every command a request to it), closed on exit."""
-    remote = connection if connection is not None else connect(spec)
+    remote: Transport = connection if connection is not None else connect(spec)
     conv: Conversation | None = None
     try:
         conv = Conversation.open(remote, wait=False)  # the first request goes out with the exec

@@ -3,7 +3,8 @@
 Every exec channel pays the target's login shell (conda/pyenv init in its rc file, ~150 ms on a GPU image), so a
 command that ran a dozen small commands paid for a dozen shells. `Conversation.open(remote)` starts the helper
 (deployer/supervisor/supervise_helper.py) once over a single exec channel, and the Conversation is itself a
-`Remote`: `run` sends the command line to the helper, which runs it under bash with the environment the login
+`Remote` (the one target client: every call a typed request; `helper` is the requests only a helper answers):
+`run` sends the command line to the helper, which runs it under bash with the environment the login
 shell set up (same exit code and output as an exec channel, minus the shell's start-up), uploads keep going over
 SFTP with their hashes checked by the helper, reads stay on SFTP and HTTP on direct-tcpip. Typed requests beyond
 `run`: `verify` (fsync + sha256 of uploaded files) and `lease` (the deployment lock's lease, held by the helper).
@@ -29,10 +30,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, TypeVar
 
 from deployer.errors import CommandFailed, ConnectFailed, NotFound, RemoteError, TargetError, TransferFailed
-from deployer.remote.base import CommandTimedOut, EndpointUnreachable, HttpReply, NoLine, Remote, Result, Session
+from deployer.remote.base import CommandTimedOut, EndpointUnreachable, Hasher, Helper, HttpReply, NoLine, Result
+from deployer.remote.base import Session, Transport
+from deployer.remote.oneshot import ProgramHelper
+from deployer.supervisor.supervise_protocol import IN_HELPER   # supervisor commands the helper answers itself
 from deployer.remote.program import SUPERVISOR_PYTHON, TARGET_CACHE, helper_bundle
 
 START_TIMEOUT_S = 30.0   # from the exec to the helper's hello (a first contact also uploads it)
@@ -44,7 +48,6 @@ PROGRAM_MARKER = "DEPLOYER-HELPER-PROGRAM"
 NOISE_KEPT = 20          # lines that were not the helper's (an rc file's chatter, a traceback): for errors
 POLL_S = 5.0
 HELPERS_KEPT = 5         # helper versions kept on a target (the newest stored; an older deployer resends its own)
-IN_HELPER = ("status", "ports", "listener")   # supervisor commands the helper answers itself
 
 # Runs on the target under `python3 -B -c`: the cached helper if it is intact, else ask for the program, read it
 # from stdin, check it, cache it (atomically; a home that cannot be written, or that is not ours alone, runs it from
@@ -134,15 +137,6 @@ def start_line() -> str:
     return f'exec {SUPERVISOR_PYTHON} -c {shlex.quote(_LOADER)} {TARGET_CACHE}/helper-{digest}.py {digest} {len(payload)}'
 
 
-@runtime_checkable
-class SupervisorHost(Protocol):
-    """A Remote that can answer some supervisor commands without starting a process (a Conversation, or the
-    deployment lock's guard around one): `supervise` gives their Result, None for a command it does not run."""
-
-    def supervise(self, argv: Sequence[str], timeout: float) -> Result | None:
-        ...
-
-
 _T = TypeVar("_T")
 
 
@@ -155,14 +149,6 @@ class HelperRefused(TargetError):
         self.said, self.kind = said, kind
 
 
-@runtime_checkable
-class SnapshotHost(Protocol):
-    """A Remote whose target-side helper reads deployment snapshots itself (a Conversation)."""
-
-    def snapshot(self, argv: Sequence[str], timeout: float) -> dict[str, Any]:
-        ...
-
-
 class _Pending:
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -173,7 +159,7 @@ class _Pending:
 class Conversation:
     """The Remote protocol with every command sent to one helper process on the target."""
 
-    def __init__(self, inner: Remote) -> None:
+    def __init__(self, inner: Transport) -> None:
         self.inner = inner
         self.label = inner.label
         self.hello: dict[str, Any] = {}
@@ -191,16 +177,19 @@ class Conversation:
         self._greeted_on: Session | None = None
 
     @classmethod
-    def open(cls, inner: Remote, *, wait: bool = True) -> Conversation:
+    def open(cls, inner: Transport, *, wait: bool = True) -> Conversation:
         """Start the helper; with `wait`, until it said hello (a helper that cannot start raises here), else the
         first request goes out at once and its wait includes the start."""
         conv = cls(inner)
         session = conv._ensure()
         if wait:
             conv._greeted(session)
-        if hasattr(inner, "hash_uploads"):  # SSHRemote: its uploads are checked by the helper, not an exec each
-            setattr(inner, "hash_uploads", conv.verify)
         return conv
+
+    @property
+    def helper(self) -> Helper:
+        """The requests only the helper answers (supervise, snapshot, lease, mkdirs): this conversation's own."""
+        return self
 
     @property
     def version(self) -> str:
@@ -368,11 +357,11 @@ class Conversation:
             raise TransferFailed(f"verify {paths[0]}: the helper answered {str(reply)[:200]}", host=self.label)
         return [d if isinstance(d, str) else None for d in digests]
 
-    def supervise(self, argv: Sequence[str], timeout: float) -> Result | None:
+    def supervise(self, argv: Sequence[str], timeout: float) -> Result:
         """A supervisor command answered inside the helper (status, ports, listener: no process started for it);
-        None for the others, which run as `python3 -B -` commands."""
+        the others (start, stop: they start processes) run as `python3 -B -` commands through it."""
         if not argv or argv[0] not in IN_HELPER:
-            return None
+            return ProgramHelper(self).supervise(argv, timeout)
         cmd = "supervise " + " ".join(argv)
         try:
             reply = self.call("supervise", {"argv": list(argv)}, timeout + REPLY_MARGIN_S, cmd)
@@ -401,6 +390,10 @@ class Conversation:
         return LeaseSession(self, {"path": path, "holder": holder, "token": token, "lease_s": lease_s,
                                    "mode": mode, "from": from_holder})
 
+    def mkdirs(self, path: str, owned_from: str) -> None:
+        """supervise_base.make_dirs in the helper; HelperRefused (kind "unsafe": a chain another user controls)."""
+        self.call("mkdirs", {"path": path, "owned_from": owned_from}, 30.0, f"creating {path}")
+
     # -- the Remote protocol ------------------------------------------------------------------------------
 
     def run(self, cmd: str, *, timeout: float = 60.0, check: bool = True, stdin: bytes | None = None) -> Result:
@@ -422,12 +415,12 @@ class Conversation:
     def put(self, data: bytes, path: str, mode: int = 0o644) -> str:
         return self.put_all([(data, path, mode)])[0]
 
-    def put_all(self, files: Sequence[tuple[bytes, str, int]]) -> list[str]:
+    def put_all(self, files: Sequence[tuple[bytes, str, int]], hasher: Hasher | None = None) -> list[str]:
         """Small uploads (a run dir: scripts, env, records) travel in one `install` request: written, fsynced,
         checked and renamed into place by the helper; over SFTP each file cost ~5 round trips (open, chmod,
         close, chmod, rename: ~50 for a run dir, 2.5 s at 50 ms). Large ones go over SFTP, checked by the helper."""
         if not files or sum(len(data) for data, _, _ in files) > INLINE_MAX:
-            return self.inner.put_all(files)
+            return self.inner.put_all(files, hasher or self.verify)  # SFTP, checked by the helper (no exec)
         digests = [hashlib.sha256(data).hexdigest() for data, _, _ in files]
         payload = [{"path": path, "mode": mode, "sha256": digest, "data_b64": base64.b64encode(data).decode("ascii")}
                    for (data, path, mode), digest in zip(files, digests)]
@@ -512,8 +505,6 @@ class Conversation:
 
     def close(self) -> None:
         """End the conversation (the helper exits on EOF); the connection itself is the inner remote's."""
-        if getattr(self.inner, "hash_uploads", None) == self.verify:
-            setattr(self.inner, "hash_uploads", None)
         with self._lock:
             self._closed = True
             self._dead = self._dead or "the conversation was closed"

@@ -18,7 +18,9 @@ import tempfile
 from collections.abc import Sequence
 
 from deployer.errors import CommandFailed, NotFound, RemoteError, TransferFailed
-from deployer.remote.base import LOCAL, CommandTimedOut, EndpointUnreachable, HttpReply, LineReader, Result, http_exchange
+from deployer.remote.base import LOCAL, CommandTimedOut, EndpointUnreachable, Hasher, Helper, HttpReply, LineReader
+from deployer.remote.base import Result, http_exchange
+from deployer.remote.oneshot import ProgramHelper
 
 
 def _text(data: bytes) -> str:
@@ -75,6 +77,11 @@ class LocalRemote:
 
     label = LOCAL
 
+    @property
+    def helper(self) -> Helper:
+        """A bare connection's helper requests: one program each (the Conversation's are its helper's)."""
+        return ProgramHelper(self)
+
     def run(
         self, cmd: str, *, timeout: float = 60.0, check: bool = True, stdin: bytes | None = None
     ) -> Result:
@@ -104,8 +111,9 @@ class LocalRemote:
     def put(self, data: bytes, path: str, mode: int = 0o644) -> str:
         return self.put_all([(data, path, mode)])[0]
 
-    def put_all(self, files: Sequence[tuple[bytes, str, int]]) -> list[str]:
-        """Every file to a temp name beside it (fsync, hash), then each renamed into place."""
+    def put_all(self, files: Sequence[tuple[bytes, str, int]], hasher: Hasher | None = None) -> list[str]:
+        """Every file to a temp name beside it (fsync, hash: here, so `hasher` is not needed), then each renamed
+        into place."""
         digests: list[str] = []
         temps: list[str] = []
         path = files[0][1] if files else ""

@@ -46,9 +46,14 @@ if FRESH and globals().get("SAVE_CODES"):
 sys.exit(_main.main(sys.argv[1:]))
 """
 
-# The helper's modules, in load order (each imports the ones before it by bare name).
-HELPER_MODULES = ("supervise_base", "supervise_ports", "supervise_group", "supervise_daemon", "supervise",
-                  "supervise_lease", "supervise_snapshot", "supervise_helper")
+# The supervisor payload, the one list: its modules in load order (each imports the ones before it by bare name).
+# A run dir holds SUPERVISOR's files (push.py); every program sent to the target is built from one of these tuples.
+SUPERVISOR_MODULES = ("supervise_protocol", "supervise_base", "supervise_ports", "supervise_group", "supervise_daemon",
+                      "supervise")
+LEASE_MODULES = ("supervise_protocol", "supervise_base", "supervise_lease")        # the lock's lease program
+SNAPSHOT_MODULES = (*SUPERVISOR_MODULES, "supervise_snapshot")                      # a deployment's snapshot
+HELPER_MODULES = (*SUPERVISOR_MODULES, "supervise_lease", "supervise_snapshot", "supervise_helper")  # the helper
+DIRS_MODULES = ("supervise_protocol", "supervise_base")                             # + a `mkdirs` main of its own
 
 
 def bootstrap(sources: list[tuple[str, str]]) -> bytes:
@@ -61,8 +66,23 @@ def supervisor_source(name: str) -> str:
     return (Path(deployer.supervisor.__file__).parent / f"{name}.py").read_text(encoding="utf-8")
 
 
+def supervisor_files(names: tuple[str, ...] = SUPERVISOR_MODULES) -> dict[str, bytes]:
+    """`{"supervise_base.py": source}` for modules of the payload: the files a run dir (or a deployment) holds."""
+    return {f"{name}.py": supervisor_source(name).encode() for name in names}
+
+
+@lru_cache(maxsize=None)
+def program(names: tuple[str, ...], main: str | None = None) -> bytes:
+    """The payload modules `names` as one program (`python3 -B -`, or `-c`); `main`: the source of a last module
+    whose `main` runs (default: the last of `names`'s)."""
+    sources = [(name, supervisor_source(name)) for name in names]
+    if main is not None:
+        sources.append(("deployer_main", main))
+    return bootstrap(sources)
+
+
 @lru_cache(maxsize=1)
 def helper_bundle() -> tuple[bytes, str]:
     """The helper program (one file) and its content hash: the name it is cached under on a target."""
-    payload = bootstrap([(name, supervisor_source(name)) for name in HELPER_MODULES])
+    payload = program(HELPER_MODULES)
     return payload, hashlib.sha256(payload).hexdigest()

@@ -17,23 +17,30 @@ import signal
 import stat
 import sys
 import time
-from typing import Any, Callable, List
+from typing import TYPE_CHECKING, Any, Callable, List
 
+# The record formats and run statuses (one definition, shared with deployer): supervise_protocol.
+if TYPE_CHECKING or __package__:  # imported as part of the deployer package
+    from deployer.supervisor.supervise_protocol import (  # re-exported: the statuses' old home
+        CRASHED as CRASHED, ENDED as ENDED, LIVE as LIVE, POLICIES as POLICIES, RUN_LOCK as RUN_LOCK, UP as UP,
+    )
+    from deployer.supervisor.supervise_protocol import (
+        ENGINE_LOG, ENV_FILE, LAUNCH_SH, STATE_JSON, STOP_REQUEST_JSON, SUPERVISE_JSON,
+    )
+else:  # on the target: loaded beside it (a run dir's files, or the helper's payload)
+    from supervise_protocol import (  # type: ignore[no-redef]
+        CRASHED, ENDED, ENGINE_LOG, ENV_FILE, LAUNCH_SH, LIVE, POLICIES, RUN_LOCK, STATE_JSON, STOP_REQUEST_JSON,
+        SUPERVISE_JSON, UP,
+    )
 
-STATE, STOP_REQUEST, RUN_LOCK = "state.json", "stop-request.json", "supervise.lock"
-# The run statuses the supervisor writes, as sets the deployer side reads too (one definition).
-LIVE = ("starting", "running", "ready", "restarting", "stopping")
-UP = tuple(s for s in LIVE if s != "stopping")          # live and not on its way down
-CRASHED = ("exited", "crashloop", "lost")               # ended without being asked to
-ENDED = CRASHED + ("stopped",)
-POLICIES = ("no", "on-failure", "always")
+STATE, STOP_REQUEST = STATE_JSON, STOP_REQUEST_JSON
 TICK, SCAN_EVERY, START_TIMEOUT, KILL_WAIT = 0.05, 0.5, 10.0, 5.0
 # Until the ready line is seen the log is scanned more often: `up` calls the engine ready when /health answers,
 # and a `deploy status` right after it should read "ready" too, not "running" for up to SCAN_EVERY.
 SCAN_BEFORE_READY = 0.1
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_BUSY, EXIT_UNSAFE = 1, 2, 75, 77
 # ready_pattern: deployer always writes the engine's own ready line (every release has); none is assumed here.
-DEFAULTS: dict[str, Any] = {"launch": "launch.sh", "env_file": "env", "log": "engine.log", "grace_s": 30,
+DEFAULTS: dict[str, Any] = {"launch": LAUNCH_SH, "env_file": ENV_FILE, "log": ENGINE_LOG, "grace_s": 30,
                             "ready_pattern": None}
 DEFAULT_RESTART: dict[str, Any] = {"policy": "no", "max": 5, "backoff_s": [10, 300], "window_s": 600}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -88,7 +95,7 @@ def _need(ok: bool, what: str) -> None:
 def load_config(run_dir: str) -> dict[str, Any]:
     """Reads and checks RUN_DIR/supervise.json, filling defaults."""
     try:
-        with open(os.path.join(run_dir, "supervise.json"), encoding="utf-8") as f:
+        with open(os.path.join(run_dir, SUPERVISE_JSON), encoding="utf-8") as f:
             raw = json.load(f)
     except OSError as e:
         raise SuperviseError(f"cannot read {run_dir}/supervise.json: {e.strerror}", EXIT_BAD_INPUT) from None

@@ -58,17 +58,19 @@ if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     from deployer.supervisor.supervise_base import SuperviseError, UnsafePath, make_dirs
     from deployer.supervisor.supervise_lease import LeaseError, Refused, acquire, update
     from deployer.supervisor.supervise_snapshot import snapshot as take_snapshot
+    from deployer.supervisor.supervise_protocol import IN_HELPER
 else:  # run on the target from the helper bundle, where the modules are loaded by their bare names
     from supervise import dispatch  # type: ignore[no-redef]
     from supervise_base import SuperviseError, UnsafePath, make_dirs  # type: ignore[no-redef]
     from supervise_lease import LeaseError, Refused, acquire, update  # type: ignore[no-redef]
     from supervise_snapshot import snapshot as take_snapshot  # type: ignore[no-redef]
+    from supervise_protocol import IN_HELPER  # type: ignore[no-redef]
 
 PROTOCOL = 1
 KILL_WAIT_S = 2.0
 MAX_TIMEOUT_S = 3600.0
 # Supervisor commands answered inside the helper (quick, read-only); start and stop stay processes of their own.
-IN_PROCESS = ("status", "ports", "listener")
+IN_PROCESS = IN_HELPER
 
 
 class RequestError(Exception):

@@ -25,16 +25,18 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     from deployer.supervisor.supervise import status_of
     from deployer.supervisor.supervise_base import CRASHED, EXIT_BAD_INPUT, SuperviseError
+    from deployer.supervisor.supervise_protocol import ENGINE_LOG, OUTCOME_JSON, PROFILE_JSON, STATE_JSON
 else:  # run on the target, where the supervisor's modules are loaded side by side
     from supervise import status_of  # type: ignore[no-redef]
     from supervise_base import CRASHED, EXIT_BAD_INPUT, SuperviseError  # type: ignore[no-redef]
+    from supervise_protocol import ENGINE_LOG, OUTCOME_JSON, PROFILE_JSON, STATE_JSON  # type: ignore[no-redef]
 
-RECORDS = ("profile.json", "state.json", "outcome.json")
+RECORDS = (PROFILE_JSON, STATE_JSON, OUTCOME_JSON)
 RECORD_LIMIT = 4 << 20       # one JSON record (the deployer reads no more of one either)
 ENV_LIMIT = 1 << 20          # one env file
 LOG_LIMIT = 48 << 20         # the engine.log window one snapshot carries (`logs -n 100000` wants 40 MB)
 TOTAL_LIMIT = 64 << 20       # all records of one snapshot together; later runs' records are then left out
-LOG_NAME = "engine.log"
+LOG_NAME = ENGINE_LOG
 LOCK_EVENTS = "lock-events.jsonl"  # the lease program's takeovers and breaks (deployer.push.Layout.lock_events)
 # An attempt's log as the diagnosis reads it (the deployer's attempt_log): its first traceback and its tail.
 DIAG_WINDOW, TAIL_WINDOW = 1 << 20, 512 << 10

@@ -20,7 +20,7 @@ from deployer.profile.model import DEFAULT_ENGINE_KIND
 from deployer.push import Layout, RunDir
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.start import status
-from deployer.supervisor.supervise_base import UP
+from deployer.supervisor.supervise_protocol import OUTCOME_JSON, PROFILE_JSON, UP
 LINE_CHARS = 16 << 10     # one log line shown by `logs` (its head and end; the cut is noted)
 
 
@@ -71,9 +71,9 @@ def current_run_id(remote: Remote, layout: Layout) -> str | None:
 
 def run_view(remote: Remote, layout: Layout, run_id: str, *, live: bool = True) -> RunView:
     run = layout.run(run_id)
-    record = read_json(remote, run.file("profile.json")) or {}
+    record = read_json(remote, run.file(PROFILE_JSON)) or {}
     state = status(remote, run) if live else (read_json(remote, run.state) or {})
-    return RunView(run, record, state, read_json(remote, run.file("outcome.json")))
+    return RunView(run, record, state, read_json(remote, run.file(OUTCOME_JSON)))
 
 
 def all_runs(remote: Remote, layout: Layout) -> tuple[list[RunView], str | None]:

@@ -5,44 +5,24 @@ what they show) and a log window. Asking each of those separately costs an exec 
 apiece, and every one runs the user's login shell (~150 ms with conda in .bashrc). Here they come from the
 supervisor's read-only `snapshot` (deployer/supervisor/supervise_snapshot.py) in one request: to the command's
 target-side helper when the remote is a Conversation (the on-call commands open one: their only exec channel),
-else one exec whose program is sent over stdin from this deployer's own copy (start.run_supervisor does the
-same), so a target whose run dirs are damaged or whose payload is older still answers.
+else (a bare connection's `helper`, remote/oneshot.py) one exec whose program is sent over stdin from this
+deployer's own copy, so a target whose run dirs are damaged or whose payload is older still answers.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import json
 import posixpath
-import shlex
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from deployer.errors import TargetError
-from deployer.push import Layout, supervisor_sources
-from deployer.remote.base import CommandTimedOut, Remote
-from deployer.remote.conversation import SnapshotHost
-from deployer.remote.program import SUPERVISOR_PYTHON, bootstrap
-from deployer.supervisor import supervise_snapshot
+from deployer.push import Layout
+from deployer.remote.base import Remote
 from deployer.target.records import RunView
 
 TIMEOUT_S = 60.0
-
-_bootstrap_text: bytes | None = None
-
-
-def _bootstrap() -> bytes:
-    global _bootstrap_text
-    if _bootstrap_text is None:
-        sources = {name[:-3]: data.decode() for name, data in supervisor_sources().items()}
-        sources["supervise_snapshot"] = Path(supervise_snapshot.__file__).read_text(encoding="utf-8")
-        order = ("supervise_base", "supervise_ports", "supervise_group", "supervise_daemon", "supervise",
-                 "supervise_snapshot")
-        _bootstrap_text = bootstrap([(name, sources[name]) for name in order])
-    return _bootstrap_text
-
 
 @dataclass(frozen=True)
 class LogWindow:
@@ -118,23 +98,8 @@ def take_workdir(remote: Remote, workdir: str) -> tuple[str, dict[str, Snapshot]
 
 
 def _ask(remote: Remote, args: list[str], what: str) -> dict[str, Any]:
-    if isinstance(remote, SnapshotHost):  # the command's helper is already running there: one request
-        return remote.snapshot(args, TIMEOUT_S)
-    try:
-        result = remote.run(" ".join([SUPERVISOR_PYTHON, "-", *(shlex.quote(a) for a in args)]), timeout=TIMEOUT_S,
-                            check=False, stdin=_bootstrap())
-    except CommandTimedOut:  # its message would quote the output so far: an env file's text, maybe
-        raise TargetError(f"cannot read {what} on {remote.label}: no answer within {TIMEOUT_S:g} s") from None
-    if not result.ok:  # stderr only: stdout may hold an env file's text
-        tail = [line.removeprefix("supervise: ") for line in result.stderr.strip().splitlines()[-2:]]
-        raise TargetError(f"cannot read {what} on {remote.label}: {' | '.join(tail) or f'exit {result.exit_code}'}")
-    try:
-        data = json.loads(result.stdout)
-    except ValueError:
-        data = None
-    if not isinstance(data, dict):
-        raise TargetError(f"cannot read {what} on {remote.label}: the snapshot was not JSON")
-    return data
+    """One request to the command's helper (a bare connection: one exec of this deployer's own program)."""
+    return remote.helper.snapshot(args, TIMEOUT_S)
 
 
 def _parse(data: dict[str, Any]) -> Snapshot:

@@ -72,7 +72,8 @@ def test_source_stays_python38_and_stdlib_only() -> None:
     assert "from __future__ import annotations" in source  # annotations are never evaluated on 3.8
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert imported <= set(sys.stdlib_module_names) | {"__future__", "deployer", "supervise", "supervise_base"}
+    assert imported <= set(sys.stdlib_module_names) | {"__future__", "deployer", "supervise", "supervise_base",
+                                                        "supervise_protocol"}
     assert "removeprefix" not in source and "removesuffix" not in source  # 3.9 str methods
 
 

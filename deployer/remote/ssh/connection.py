@@ -23,18 +23,21 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from deployer.errors import AuthFailed, CommandFailed, ConnectFailed, NotFound, RemoteError, TransferFailed
 from deployer.remote.base import (
     CommandTimedOut,
     EndpointUnreachable,
+    Hasher,
+    Helper,
     HttpReply,
     Result,
     TargetSpec,
     http_exchange,
 )
+from deployer.remote.oneshot import ProgramHelper
 from deployer.remote.ssh.channel import SSHSession, collect, send_stdin, text
 from deployer.remote.ssh.config import (
     check_identity,
@@ -107,9 +110,11 @@ class SSHRemote:
         # paramiko's SFTPClient is not safe for concurrent calls (two threads read each other's replies off its one
         # channel, and fabric creates it lazily, unlocked): every SFTP operation holds this, one at a time.
         self._sftp_lock = threading.RLock()
-        # fsync + sha256 of uploaded files on the target; None: one `sync; sha256sum` exec per put_all. A helper
-        # conversation (remote/conversation.py) sets it, so uploads cost no exec channel of their own.
-        self.hash_uploads: Callable[[Sequence[str], float], list[str | None]] | None = None
+
+    @property
+    def helper(self) -> Helper:
+        """A bare connection's helper requests: one program each (the Conversation's are its helper's)."""
+        return ProgramHelper(self)
 
     def __enter__(self) -> SSHRemote:
         return self
@@ -354,17 +359,18 @@ class SSHRemote:
         """SFTP to a 0600 temp name beside `path`, fsync + sha256 on the target, chmod, posix-rename."""
         return self.put_all([(data, path, mode)])[0]
 
-    def put_all(self, files: Sequence[tuple[bytes, str, int]]) -> list[str]:
+    def put_all(self, files: Sequence[tuple[bytes, str, int]], hasher: Hasher | None = None) -> list[str]:
         """Every file to a 0600 temp name over the one SFTP session (pipelined), then one exec that fsyncs and
-        hashes them all, then chmod + posix-rename each: one login shell for the lot, not one per file."""
+        hashes them all (or `hasher`: a helper conversation's request, no exec channel of its own), then chmod +
+        posix-rename each: one login shell for the lot, not one per file."""
         digests = [hashlib.sha256(data).hexdigest() for data, _, _ in files]
         timeout = max(PUT_MIN_TIMEOUT_S, sum(len(data) for data, _, _ in files) / PUT_BYTES_PER_S)
         temps = [_temp_name(path) for _, path, _ in files]
         with self._sftp_lock:
-            return self._put_all(files, temps, digests, timeout)
+            return self._put_all(files, temps, digests, timeout, hasher)
 
     def _put_all(self, files: Sequence[tuple[bytes, str, int]], temps: list[str], digests: list[str],
-                 timeout: float) -> list[str]:
+                 timeout: float, hasher: Hasher | None) -> list[str]:
         sftp = self._sftp()
         written: list[str] = []
         where = files[0][1] if files else ""
@@ -375,7 +381,7 @@ class SSHRemote:
                     sftp.chmod(tmp, 0o600)  # before any byte lands: secrets are never readable by others
                     f.set_pipelined(True)
                     f.write(data)
-            self._verify(temps, digests, timeout)
+            self._verify(temps, digests, timeout, hasher)
             for (_, where, mode), tmp in zip(files, temps):
                 sftp.chmod(tmp, mode)
                 sftp.posix_rename(tmp, where)
@@ -395,9 +401,9 @@ class SSHRemote:
             with contextlib.suppress(Exception):
                 sftp.remove(tmp)
 
-    def _verify(self, temps: list[str], digests: list[str], timeout: float) -> None:
-        if self.hash_uploads is not None:
-            hashed = self.hash_uploads(temps, timeout)
+    def _verify(self, temps: list[str], digests: list[str], timeout: float, hasher: Hasher | None) -> None:
+        if hasher is not None:
+            hashed = hasher(temps, timeout)
             got = [h or "nothing (unreadable)" for h in hashed]
         else:
             got = self._sha256sum(temps, timeout)

@@ -1,0 +1,79 @@
+"""`ProgramHelper`: the helper's typed requests (base.Helper) on a bare connection, each one program of its own.
+
+A Conversation answers supervise/snapshot/lease/mkdirs inside its target-side helper. A bare connection (SSHRemote,
+LocalRemote: what tests and the Conversation's own process-starting commands use) answers the same calls with this
+deployer's own copy of the payload's modules (remote/program.py), sent over stdin (`python3 -B -`) or, for the
+lease, in the exec line: nothing on the target's disk runs. Callers never tell the two apart: `remote.helper` is
+always one or the other.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Sequence
+from typing import Any
+
+from deployer.errors import TargetError
+from deployer.remote.base import CommandTimedOut, Remote, Result, Session
+from deployer.remote.program import DIRS_MODULES, LEASE_MODULES, SNAPSHOT_MODULES, SUPERVISOR_MODULES
+from deployer.remote.program import SUPERVISOR_PYTHON, program
+
+DIRS_MAIN = "from supervise_base import dirs_main as main\n"
+UNSAFE_HINT = "use a target.workdir that only the deploying user can write"
+
+
+def _line(*words: str) -> str:
+    return " ".join([SUPERVISOR_PYTHON, "-", *(shlex.quote(w) for w in words)])
+
+
+class ProgramHelper:
+    """base.Helper over `remote`'s exec channels (see the module's docstring)."""
+
+    def __init__(self, remote: Remote) -> None:
+        self.remote = remote
+
+    def supervise(self, argv: Sequence[str], timeout: float) -> Result:
+        """A supervisor command from this deployer's copy, sent over stdin (nothing on disk is used)."""
+        return self.remote.run(_line(*argv), timeout=timeout, check=False, stdin=program(SUPERVISOR_MODULES))
+
+    def snapshot(self, argv: Sequence[str], timeout: float) -> dict[str, Any]:
+        what, label = argv[0] if argv else "a snapshot", self.remote.label
+        try:
+            result = self.remote.run(_line(*argv), timeout=timeout, check=False, stdin=program(SNAPSHOT_MODULES))
+        except CommandTimedOut:  # its message would quote the output so far: an env file's text, maybe
+            raise TargetError(f"cannot read {what} on {label}: no answer within {timeout:g} s") from None
+        if not result.ok:  # stderr only: stdout may hold an env file's text
+            tail = [line.removeprefix("supervise: ") for line in result.stderr.strip().splitlines()[-2:]]
+            raise TargetError(f"cannot read {what} on {label}: {' | '.join(tail) or f'exit {result.exit_code}'}")
+        try:
+            data = json.loads(result.stdout)
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            raise TargetError(f"cannot read {what} on {label}: the snapshot was not JSON")
+        return data
+
+    def lease(self, path: str, holder: dict[str, Any], token: str, lease_s: float, mode: str,
+              from_holder: str = "") -> Session:
+        """The lease program in the exec line (stdin carries the heartbeats)."""
+        args = ["--holder", json.dumps(holder, sort_keys=True), "--token", token, "--lease", f"{lease_s:g}",
+                "--mode", mode]
+        if from_holder:
+            args += ["--from", from_holder]
+        return self.remote.spawn(" ".join([SUPERVISOR_PYTHON, "-c", shlex.quote(program(LEASE_MODULES).decode()),
+                                           *(shlex.quote(w) for w in (path, *args))]))
+
+    def mkdirs(self, path: str, owned_from: str) -> None:
+        """supervise_base.make_dirs as a program; TargetError (one line, nothing written) when it refuses."""
+        result = self.remote.run(_line("mkdirs", path, owned_from), timeout=20, check=False,
+                                 stdin=program(DIRS_MODULES, DIRS_MAIN))
+        if result.ok:
+            return
+        said = (result.stderr.strip().splitlines() or [f"exit {result.exit_code}"])[-1]
+        label = self.remote.label
+        if said.startswith("unsafe: "):
+            raise TargetError(f"unsafe workdir on {label}: {said[len('unsafe: '):]}; nothing was written",
+                              hint=UNSAFE_HINT)
+        raise TargetError(f"cannot create {path} on {label}: {said}",
+                          hint="check target.workdir and its permissions")

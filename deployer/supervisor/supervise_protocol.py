@@ -1,0 +1,131 @@
+"""The target's record formats, defined once: the files of a run dir and the keys of its JSON records.
+
+    <workdir>/<deployment>/runs/<id>/supervise.json  SuperviseConfig  written by deployer (push), read here
+                                    /profile.json    ProfileRecord    written by deployer (push), read by status
+                                    /state.json      State            written by the supervisor, atomically
+                                    /outcome.json    Outcome          written by deployer after each attempt
+                                    /engine.log      the engine's stdout+stderr
+
+Both sides import it: the supervisor (stdlib only, Python >= 3.8, shipped in the helper payload and in every run
+dir) and deployer (push, target/records.py). The formats are the previous release's: keys are only ever added, and
+every reader tolerates a key that is missing (`total=False`), since a run dir may have been written by either.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple, TypedDict
+
+# -- file names ----------------------------------------------------------------------------------------------
+SUPERVISE_JSON = "supervise.json"
+PROFILE_JSON = "profile.json"
+STATE_JSON = "state.json"
+OUTCOME_JSON = "outcome.json"
+ENGINE_LOG = "engine.log"
+LAUNCH_SH = "launch.sh"
+ENV_FILE = "env"
+STOP_REQUEST_JSON = "stop-request.json"
+RUN_LOCK = "supervise.lock"
+
+# -- statuses the supervisor writes into state.json (sets the deployer side reads too) ----------------------
+LIVE: Tuple[str, ...] = ("starting", "running", "ready", "restarting", "stopping")
+UP: Tuple[str, ...] = tuple(s for s in LIVE if s != "stopping")   # live and not on its way down
+CRASHED: Tuple[str, ...] = ("exited", "crashloop", "lost")        # ended without being asked to
+ENDED: Tuple[str, ...] = CRASHED + ("stopped",)
+ABSENT = "absent"                                                  # no state.json (status_of's answer)
+POLICIES: Tuple[str, ...] = ("no", "on-failure", "always")
+
+
+# -- the helper's wire protocol (line-delimited JSON: remote/conversation.py <-> supervise_helper.py) ----------
+# Requests are {"id": N, "op": OP, ...}; replies {"id": N, "ok": true, ...} or {"id": N, "ok": false, "error": TEXT,
+# "kind": KIND}. A new deployer ships its own helper (content-addressed), so ops are only ever added.
+HELPER_OPS: Tuple[str, ...] = ("run", "verify", "lease_take", "lease_beat", "supervise", "snapshot", "install",
+                               "read", "size", "http", "mkdirs")
+# Supervisor commands the helper answers in its own process (quick, read-only); start and stop stay processes.
+IN_HELPER: Tuple[str, ...] = ("status", "ports", "listener")
+
+
+class RestartConfig(TypedDict, total=False):
+    policy: str                 # one of POLICIES
+    max: int
+    backoff_s: List[float]      # [first, cap]
+    window_s: float
+
+
+class SuperviseConfig(TypedDict, total=False):
+    """supervise.json: how the supervisor runs the engine (push.supervisor_config writes it)."""
+
+    launch: str                 # the script, relative to the run dir (LAUNCH_SH)
+    env_file: str               # ENV_FILE
+    log: str                    # ENGINE_LOG
+    grace_s: float
+    port: int
+    name: str                   # the deployment
+    ready_pattern: str
+    fatal_patterns: List[str]
+    fatal_grace_s: float
+    restart: RestartConfig
+    group: Dict[str, Any]       # one engine across nodes: the peers to watch (fleet/nodes)
+
+
+class ProfileRecord(TypedDict, total=False):
+    """profile.json: what the target keeps about an attempt (secrets masked), for status/history from anywhere."""
+
+    name: str
+    content_hash: str
+    attempt: int
+    up_id: str
+    written_hash: Optional[str]
+    argv: List[str]
+    env: Dict[str, str]         # masked
+    port: int
+    health_path: str
+    kind: str
+    profile: Dict[str, Any]     # Profile.public_dict()
+    secret_templates: Dict[str, Any]
+    pushed_at: float
+    helper: str                 # the content hash of the helper that wrote the run dir
+
+
+class Crash(TypedDict, total=False):
+    at: float
+    exit_code: Optional[int]
+    signal: Optional[int]
+    signal_name: Optional[str]
+    log_offset: int
+    traceback_offset: Optional[int]
+
+
+class State(TypedDict, total=False):
+    """state.json as the supervisor writes it; `alive`/`supervisor_alive` are added by `status`."""
+
+    status: str                 # LIVE + ENDED, or ABSENT
+    supervisor_pid: Optional[int]
+    pid: Optional[int]
+    pgid: Optional[int]
+    started_at: Optional[float]
+    ready_at: Optional[float]
+    ended_at: Optional[float]
+    updated_at: float
+    exit_code: Optional[int]
+    signal: Optional[int]
+    signal_name: Optional[str]
+    restarts: int
+    last_crash: Optional[Crash]
+    log_offset: int
+    traceback_offset: Optional[int]
+    peer_lost: Optional[str]
+    alive: bool
+    supervisor_alive: bool
+
+
+class Outcome(TypedDict, total=False):
+    """outcome.json: how an attempt ended (pipeline's AttemptReport.to_json, or a not-started note)."""
+
+    attempt: int
+    run_id: str
+    content_hash: str
+    outcome: str                # ready | crashed | hung | timeout | not-started | ...
+    detail: str
+    diagnosis: Optional[Dict[str, Any]]
+    change: Optional[Dict[str, Any]]
+    drift: List[str]

@@ -1,0 +1,64 @@
+"""The supervisor payload's one module list (deployer/remote/program.py): every program built from it loads each
+module after the siblings it imports, and a run dir holds what its supervise.py imports."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from deployer.errors import TargetError
+from deployer.push import SUPERVISOR_FILES
+from deployer.remote.local import LocalRemote
+from deployer.remote.program import (
+    DIRS_MODULES, HELPER_MODULES, LEASE_MODULES, SNAPSHOT_MODULES, SUPERVISOR_MODULES, helper_bundle,
+    supervisor_source,
+)
+
+
+def siblings(name: str) -> set[str]:
+    """The supervisor modules `name` imports by bare name (its on-target branch)."""
+    tree = ast.parse(supervisor_source(name))
+    found = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    found |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    return {m for m in found if m.startswith("supervise")}
+
+
+@pytest.mark.parametrize("modules", [SUPERVISOR_MODULES, LEASE_MODULES, SNAPSHOT_MODULES, HELPER_MODULES,
+                                     DIRS_MODULES])
+def test_each_module_comes_after_what_it_imports(modules: tuple[str, ...]) -> None:
+    for i, name in enumerate(modules):
+        assert siblings(name) <= set(modules[:i]), (name, modules)
+
+
+def test_a_run_dir_holds_the_supervisor_and_the_helper_ships_the_protocol() -> None:
+    assert set(SUPERVISOR_FILES) == {f"{m}.py" for m in SUPERVISOR_MODULES}
+    assert "supervise_protocol.py" in SUPERVISOR_FILES
+    assert b"SUPERVISE_JSON" in helper_bundle()[0]
+
+
+def test_a_bare_connections_helper_runs_this_deployers_own_programs(tmp_path: Path) -> None:
+    """remote.helper on a bare connection (remote/oneshot.py): the same typed requests, one program each."""
+    local = LocalRemote()
+    run_dir = tmp_path / "work" / "demo" / "runs" / "r1"
+    local.helper.mkdirs(str(run_dir), str(tmp_path / "work"))
+    assert run_dir.is_dir()
+    status = local.helper.supervise(["status", str(run_dir)], 30)
+    assert status.ok and json.loads(status.stdout) == {"status": "absent", "alive": False, "supervisor_alive": False}
+    assert local.helper.supervise(["no-such-command"], 30).exit_code != 0
+    (tmp_path / "open").mkdir(mode=0o777)
+    (tmp_path / "open").chmod(0o777)   # another user could write it: refused, nothing written
+    with pytest.raises(TargetError, match="unsafe workdir"):
+        local.helper.mkdirs(str(tmp_path / "open" / "demo"), str(tmp_path / "open"))
+    assert not (tmp_path / "open" / "demo").exists()
+
+
+def test_the_helper_answers_exactly_the_protocols_ops() -> None:
+    import io
+
+    from deployer.supervisor.supervise_helper import Helper
+    from deployer.supervisor.supervise_protocol import HELPER_OPS
+
+    assert set(Helper(io.BytesIO()).ops) == set(HELPER_OPS)
