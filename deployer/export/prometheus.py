@@ -1,0 +1,205 @@
+"""Prometheus scrape targets for a profile (`deploy export prometheus`): every engine and router it deploys, as
+file_sd JSON (https://prometheus.io/docs/guides/file-sd/): `[{"targets": ["host:port"], "labels": {...}}]`.
+
+Owns where each server of a profile serves its Prometheus metrics and the labels deployer knows about it. Pure:
+reads the profile only, never a target. A single-host profile is one engine; a `replicas:` fleet is one engine
+per replica (each its own deployment `<fleet>-r<i>`, at its `engine_port`) and, with `router:`, the `smg`
+router's metrics server (its own port, see `deployer.fleet.router.metrics_port`); a `nodes:` group is one engine
+on every node (rank 0 serves the API's /metrics; SGLang's followers serve /metrics on their stand-in health
+server, on their own port).
+
+Addresses: a host is the host as written in the profile (an ~/.ssh/config alias stays the alias, `local` is
+127.0.0.1): the machine Prometheus runs on must resolve and reach it, and ssh_config's `HostName` is not read
+unless the caller passes `address_of` (e.g. `deployer.fleet.members.ssh_address`). An engine bound to one
+address is scraped there; one bound to every interface at its host's address; one bound to loopback on another
+host cannot be reached from elsewhere: its target is still written (at the host's address) with a warning.
+
+Label names avoid the ones the servers put on their own series (vLLM's `engine` and `model_name`, SGLang's
+`engine_type`, `tp_rank`...): a target label of the same name would rename the server's to `exported_<name>`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from deployer.fleet.members import RouterMember, fleet_of
+from deployer.fleet.nodes_plan import host_port, plan_nodes
+from deployer.fleet.router import metrics_port
+from deployer.profile.host import probe_address
+from deployer.profile.model import Profile, Target
+from deployer.remote.base import LOCAL
+
+METRICS_PATH = "/metrics"   # vLLM, SGLang (with --enable-metrics) and smg's metrics server all serve it here
+LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+
+AddressOf = Callable[[Target], str]
+
+
+class Role(str, Enum):
+    """What a scraped server is."""
+
+    ENGINE = "engine"
+    ROUTER = "router"
+
+
+@dataclass(frozen=True)
+class MetricsSwitch:
+    """The engine flag that decides whether its /metrics carries its serving series: metrics are on when the flag
+    is set true (`on_when_set`), or when it is not (a flag that turns them off)."""
+
+    flag: str                  # the profile key (engine.args)
+    on_when_set: bool
+    fix: str                   # what to change, for the warning
+    source: str                # where the engine decides it (file:line of the release it was read from)
+
+    def serves(self, args: Mapping[str, Any]) -> bool:
+        return (args.get(self.flag) is True) == self.on_when_set
+
+
+# By engine kind. Belongs in each engine's package beside its metrics.yaml (Knowledge.metrics); kept here until
+# the engines' restructure gives the engine a place for it.
+METRICS_SWITCHES: dict[str, MetricsSwitch] = {
+    "sglang": MetricsSwitch(
+        "enable_metrics", True, "add `enable_metrics: true` to engine.args (SGLang serves /metrics only with "
+        "--enable-metrics)",
+        "sglang 0.5.23 srt/entrypoints/http_server.py:314; a follower node's stand-in health server: "
+        "srt/utils/common.py:3651, started at srt/entrypoints/engine.py:1281"),
+    "vllm": MetricsSwitch(
+        "disable_log_stats", False, "remove `disable_log_stats` from engine.args (with it vLLM's /metrics has none "
+        "of the engine's series)",
+        "vllm 0.32.0 v1/engine/async_llm.py:196 (no StatLoggerManager without log_stats)"),
+}
+
+
+@dataclass(frozen=True)
+class TargetLabels:
+    """The labels deployer puts on one target (None: not known or not applicable, left out)."""
+
+    deployment: str            # the deployment's name as deployer names it (`<fleet>-r0`, `<fleet>-router`)
+    profile: str               # the profile's name (the fleet's or node group's for its members)
+    role: Role
+    host: str                  # the target host as written in the profile
+    engine_kind: str | None = None
+    engine_version: str | None = None   # engine.version, when the profile pins it
+    replica: str | None = None          # the replica's tag as deployer's output names it: `r0@gpu-a`
+    node_rank: int | None = None
+    metrics_path: str = METRICS_PATH
+
+    def as_dict(self) -> dict[str, str]:
+        out = {"__metrics_path__": self.metrics_path, "deployment": self.deployment, "profile": self.profile,
+               "role": self.role.value, "host": self.host}
+        optional = {"engine_kind": self.engine_kind, "engine_version": self.engine_version,
+                    "replica": self.replica, "node_rank": None if self.node_rank is None else str(self.node_rank)}
+        out.update({k: v for k, v in optional.items() if v is not None})
+        return out
+
+
+@dataclass(frozen=True)
+class ScrapeTarget:
+    """One server to scrape: `host:port` and its labels."""
+
+    address: str
+    labels: TargetLabels
+
+    def to_json(self) -> dict[str, Any]:
+        return {"targets": [self.address], "labels": self.labels.as_dict()}
+
+
+@dataclass(frozen=True)
+class PromExport:
+    """The scrape targets of a profile and what would keep Prometheus from reading them."""
+
+    targets: list[ScrapeTarget]
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """The file_sd data: one group per target (each has its own labels)."""
+        return [t.to_json() for t in self.targets]
+
+    def text(self) -> str:
+        """The file_sd file's content."""
+        return json.dumps(self.to_json(), indent=2) + "\n"
+
+
+def written_address(target: Target) -> str:
+    """The host as the profile writes it (`local`: this machine's loopback)."""
+    return "127.0.0.1" if target.host == LOCAL else target.host
+
+
+def scrape_targets(profile: Profile, address_of: AddressOf = written_address) -> PromExport:
+    """Every engine and router of `profile` as scrape targets, with warnings (metrics off, loopback binds).
+
+    ProfileError where the profile names no hosts to scrape (a `replicas:` count) or cannot be deployed."""
+    warnings: list[str] = []
+    switch = METRICS_SWITCHES.get(profile.engine.kind)
+    if switch is not None and not switch.serves(profile.engine.args):
+        warnings.append(f"{profile.name}: {switch.fix}; its targets are listed anyway")
+    if profile.nodes is not None:
+        targets = _node_targets(profile, address_of, warnings)
+    elif profile.replicas is not None:
+        targets = _fleet_targets(profile, address_of, warnings)
+    else:
+        targets = [_engine_target(profile, _engine_labels(profile, profile.name), address_of, warnings)]
+    return PromExport(targets, warnings)
+
+
+def _engine_labels(single: Profile, group: str, *, replica: str | None = None,
+                   node_rank: int | None = None) -> TargetLabels:
+    engine = single.engine
+    return TargetLabels(deployment=single.name, profile=group, role=Role.ENGINE, host=single.target.host,
+                        engine_kind=engine.kind, engine_version=engine.version, replica=replica,
+                        node_rank=node_rank)
+
+
+def _engine_target(single: Profile, labels: TargetLabels, address_of: AddressOf,
+                   warnings: list[str]) -> ScrapeTarget:
+    """The engine of one single-host profile (a replica's, a node's): where it answers on its port."""
+    what = labels.deployment if labels.node_rank is None else f"{labels.deployment} node {labels.node_rank}"
+    address = _reachable(single.engine.host, single.target, address_of, what, "engine.host", warnings)
+    return ScrapeTarget(host_port(address, single.engine.port), labels)
+
+
+def _fleet_targets(profile: Profile, address_of: AddressOf, warnings: list[str]) -> list[ScrapeTarget]:
+    fleet = fleet_of(profile, address_of)
+    targets = [_engine_target(m.profile, _engine_labels(m.profile, profile.name, replica=m.tag), address_of,
+                              warnings) for m in fleet.replicas]
+    if fleet.router is not None:
+        targets.append(_router_target(fleet.router, profile.name, address_of, warnings))
+    return targets
+
+
+def _router_target(member: RouterMember, group: str, address_of: AddressOf,
+                   warnings: list[str]) -> ScrapeTarget:
+    """smg's metrics server (smg 1.13.0 model_gateway/src/observability/metrics_server.rs: `/metrics`, no
+    authentication): on --prometheus-host (deployer passes the router's bind address unless the profile sets it)
+    and --prometheus-port (deployer's default: the router's port + 1)."""
+    given = member.router.args.get("prometheus_host")
+    bind = given if isinstance(given, str) and given else member.bind
+    address = _reachable(bind, member.target, address_of, member.name, "router.args.prometheus_host", warnings)
+    labels = TargetLabels(deployment=member.name, profile=group, role=Role.ROUTER, host=member.host)
+    return ScrapeTarget(host_port(address, metrics_port(member)), labels)
+
+
+def _node_targets(profile: Profile, address_of: AddressOf, warnings: list[str]) -> list[ScrapeTarget]:
+    return [_engine_target(plan.profile, _engine_labels(plan.profile, profile.name, node_rank=plan.rank),
+                           address_of, warnings) for plan in plan_nodes(profile)]
+
+
+def _reachable(bind: str, target: Target, address_of: AddressOf, what: str, setting: str,
+               warnings: list[str]) -> str:
+    """Where Prometheus reaches a server bound to `bind` on `target`: that address, or the host's for a wildcard
+    or (with a warning, unless the host is this machine) loopback bind."""
+    address = probe_address(bind)
+    if address != bind.strip("[]"):  # a wildcard bind answers on every address of its host
+        return address_of(target)
+    if address in LOOPBACK or address.startswith("127."):
+        if target.host != LOCAL:
+            warnings.append(f"{what}: binds {address} on {target.host}, where only a Prometheus on that host "
+                            f"can scrape it; set {setting} to an address Prometheus reaches (its target is "
+                            f"written at {target.host})")
+            return address_of(target)
+    return address
