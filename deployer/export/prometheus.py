@@ -134,17 +134,38 @@ def scrape_targets(profile: Profile, address_of: AddressOf = written_address) ->
     """Every engine and router of `profile` as scrape targets, with warnings (metrics off, loopback binds).
 
     ProfileError where the profile names no hosts to scrape (a `replicas:` count) or cannot be deployed."""
-    warnings: list[str] = []
+    reach = _Reach(address_of)
     switch = METRICS_SWITCHES.get(profile.engine.kind)
     if switch is not None and not switch.serves(profile.engine.args):
-        warnings.append(f"{profile.name}: {switch.fix}; its targets are listed anyway")
+        reach.warnings.append(f"{profile.name}: {switch.fix}; its targets are listed anyway")
     if profile.nodes is not None:
-        targets = _node_targets(profile, address_of, warnings)
+        targets = _node_targets(profile, reach)
     elif profile.replicas is not None:
-        targets = _fleet_targets(profile, address_of, warnings)
+        targets = _fleet_targets(profile, reach)
     else:
-        targets = [_engine_target(profile, _engine_labels(profile, profile.name), address_of, warnings)]
-    return PromExport(targets, warnings)
+        targets = [_engine_target(profile, _engine_labels(profile, profile.name), reach)]
+    return PromExport(targets, reach.warnings)
+
+
+@dataclass
+class _Reach:
+    """How addresses are written (`address_of`) and the warnings gathered on the way."""
+
+    address_of: AddressOf
+    warnings: list[str] = field(default_factory=list)
+
+    def address(self, bind: str, target: Target, what: str, setting: str) -> str:
+        """Where Prometheus reaches a server bound to `bind` on `target`: that address, or the host's for a
+        wildcard or (with a warning, unless the host is this machine) a loopback bind."""
+        address = probe_address(bind)
+        if address != bind.strip("[]"):  # a wildcard bind answers on every address of its host
+            return self.address_of(target)
+        if (address in LOOPBACK or address.startswith("127.")) and target.host != LOCAL:
+            self.warnings.append(f"{what}: binds {address} on {target.host}, where only a Prometheus on that "
+                                 f"host can scrape it; set {setting} to an address Prometheus reaches (its "
+                                 f"target is written at {target.host})")
+            return self.address_of(target)
+        return address
 
 
 def _engine_labels(single: Profile, group: str, *, replica: str | None = None,
@@ -155,51 +176,33 @@ def _engine_labels(single: Profile, group: str, *, replica: str | None = None,
                         node_rank=node_rank)
 
 
-def _engine_target(single: Profile, labels: TargetLabels, address_of: AddressOf,
-                   warnings: list[str]) -> ScrapeTarget:
+def _engine_target(single: Profile, labels: TargetLabels, reach: _Reach) -> ScrapeTarget:
     """The engine of one single-host profile (a replica's, a node's): where it answers on its port."""
     what = labels.deployment if labels.node_rank is None else f"{labels.deployment} node {labels.node_rank}"
-    address = _reachable(single.engine.host, single.target, address_of, what, "engine.host", warnings)
+    address = reach.address(single.engine.host, single.target, what, "engine.host")
     return ScrapeTarget(host_port(address, single.engine.port), labels)
 
 
-def _fleet_targets(profile: Profile, address_of: AddressOf, warnings: list[str]) -> list[ScrapeTarget]:
-    fleet = fleet_of(profile, address_of)
-    targets = [_engine_target(m.profile, _engine_labels(m.profile, profile.name, replica=m.tag), address_of,
-                              warnings) for m in fleet.replicas]
+def _fleet_targets(profile: Profile, reach: _Reach) -> list[ScrapeTarget]:
+    fleet = fleet_of(profile, reach.address_of)
+    targets = [_engine_target(m.profile, _engine_labels(m.profile, profile.name, replica=m.tag), reach)
+               for m in fleet.replicas]
     if fleet.router is not None:
-        targets.append(_router_target(fleet.router, profile.name, address_of, warnings))
+        targets.append(_router_target(fleet.router, profile.name, reach))
     return targets
 
 
-def _router_target(member: RouterMember, group: str, address_of: AddressOf,
-                   warnings: list[str]) -> ScrapeTarget:
+def _router_target(member: RouterMember, group: str, reach: _Reach) -> ScrapeTarget:
     """smg's metrics server (smg 1.13.0 model_gateway/src/observability/metrics_server.rs: `/metrics`, no
     authentication): on --prometheus-host (deployer passes the router's bind address unless the profile sets it)
     and --prometheus-port (deployer's default: the router's port + 1)."""
     given = member.router.args.get("prometheus_host")
     bind = given if isinstance(given, str) and given else member.bind
-    address = _reachable(bind, member.target, address_of, member.name, "router.args.prometheus_host", warnings)
+    address = reach.address(bind, member.target, member.name, "router.args.prometheus_host")
     labels = TargetLabels(deployment=member.name, profile=group, role=Role.ROUTER, host=member.host)
     return ScrapeTarget(host_port(address, metrics_port(member)), labels)
 
 
-def _node_targets(profile: Profile, address_of: AddressOf, warnings: list[str]) -> list[ScrapeTarget]:
-    return [_engine_target(plan.profile, _engine_labels(plan.profile, profile.name, node_rank=plan.rank),
-                           address_of, warnings) for plan in plan_nodes(profile)]
-
-
-def _reachable(bind: str, target: Target, address_of: AddressOf, what: str, setting: str,
-               warnings: list[str]) -> str:
-    """Where Prometheus reaches a server bound to `bind` on `target`: that address, or the host's for a wildcard
-    or (with a warning, unless the host is this machine) loopback bind."""
-    address = probe_address(bind)
-    if address != bind.strip("[]"):  # a wildcard bind answers on every address of its host
-        return address_of(target)
-    if address in LOOPBACK or address.startswith("127."):
-        if target.host != LOCAL:
-            warnings.append(f"{what}: binds {address} on {target.host}, where only a Prometheus on that host "
-                            f"can scrape it; set {setting} to an address Prometheus reaches (its target is "
-                            f"written at {target.host})")
-            return address_of(target)
-    return address
+def _node_targets(profile: Profile, reach: _Reach) -> list[ScrapeTarget]:
+    return [_engine_target(plan.profile, _engine_labels(plan.profile, profile.name, node_rank=plan.rank), reach)
+            for plan in plan_nodes(profile)]
