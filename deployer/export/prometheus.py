@@ -5,8 +5,11 @@ Owns where each server of a profile serves its Prometheus metrics and the labels
 reads the profile only, never a target. A single-host profile is one engine; a `replicas:` fleet is one engine
 per replica (each its own deployment `<fleet>-r<i>`, at its `engine_port`) and, with `router:`, the `smg`
 router's metrics server (its own port, see `deployer.fleet.router.metrics_port`); a `nodes:` group is one engine
-on every node (rank 0 serves the API's /metrics; SGLang's followers serve /metrics on their stand-in health
-server, on their own port).
+on every node, at its own port (rank 0's API; a follower's stand-in health server, which serves /metrics too
+where the engine's metrics are on).
+
+Whether an engine serves its series at all depends on a flag for some engines (the `switch` of the engine's
+metrics.yaml, deployer.observe.names): a profile without it still gets its targets, with a warning.
 
 Addresses: a host is the host as written in the profile (an ~/.ssh/config alias stays the alias, `local` is
 127.0.0.1): the machine Prometheus runs on must resolve and reach it, and ssh_config's `HostName` is not read
@@ -14,14 +17,14 @@ unless the caller passes `address_of` (e.g. `deployer.fleet.members.ssh_address`
 address is scraped there; one bound to every interface at its host's address; one bound to loopback on another
 host cannot be reached from elsewhere: its target is still written (at the host's address) with a warning.
 
-Label names avoid the ones the servers put on their own series (vLLM's `engine` and `model_name`, SGLang's
-`engine_type`, `tp_rank`...): a target label of the same name would rename the server's to `exported_<name>`.
+Label names avoid the ones the servers put on their own series (`engine`, `model_name`, `engine_type`,
+`tp_rank`...): a target label of the same name would make Prometheus rename the server's to `exported_<name>`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -29,11 +32,12 @@ from typing import Any
 from deployer.fleet.members import RouterMember, fleet_of
 from deployer.fleet.nodes_plan import host_port, plan_nodes
 from deployer.fleet.router import metrics_port
+from deployer.observe.names import MetricsSwitch, load_metric_names
 from deployer.profile.host import probe_address
 from deployer.profile.model import Profile, Target
 from deployer.remote.base import LOCAL
 
-METRICS_PATH = "/metrics"   # vLLM, SGLang (with --enable-metrics) and smg's metrics server all serve it here
+METRICS_PATH = "/metrics"   # where the engines and smg's metrics server serve Prometheus text
 LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 
 AddressOf = Callable[[Target], str]
@@ -44,35 +48,6 @@ class Role(str, Enum):
 
     ENGINE = "engine"
     ROUTER = "router"
-
-
-@dataclass(frozen=True)
-class MetricsSwitch:
-    """The engine flag that decides whether its /metrics carries its serving series: metrics are on when the flag
-    is set true (`on_when_set`), or when it is not (a flag that turns them off)."""
-
-    flag: str                  # the profile key (engine.args)
-    on_when_set: bool
-    fix: str                   # what to change, for the warning
-    source: str                # where the engine decides it (file:line of the release it was read from)
-
-    def serves(self, args: Mapping[str, Any]) -> bool:
-        return (args.get(self.flag) is True) == self.on_when_set
-
-
-# By engine kind. Belongs in each engine's package beside its metrics.yaml (Knowledge.metrics); kept here until
-# the engines' restructure gives the engine a place for it.
-METRICS_SWITCHES: dict[str, MetricsSwitch] = {
-    "sglang": MetricsSwitch(
-        "enable_metrics", True, "add `enable_metrics: true` to engine.args (SGLang serves /metrics only with "
-        "--enable-metrics)",
-        "sglang 0.5.23 srt/entrypoints/http_server.py:314; a follower node's stand-in health server: "
-        "srt/utils/common.py:3651, started at srt/entrypoints/engine.py:1281"),
-    "vllm": MetricsSwitch(
-        "disable_log_stats", False, "remove `disable_log_stats` from engine.args (with it vLLM's /metrics has none "
-        "of the engine's series)",
-        "vllm 0.32.0 v1/engine/async_llm.py:196 (no StatLoggerManager without log_stats)"),
-}
 
 
 @dataclass(frozen=True)
@@ -130,12 +105,18 @@ def written_address(target: Target) -> str:
     return "127.0.0.1" if target.host == LOCAL else target.host
 
 
+def metrics_switch(profile: Profile) -> MetricsSwitch | None:
+    """The flag that switches the engine's /metrics series on or off, from the engine's own metrics.yaml."""
+    path = profile.engine.definition.knowledge.metrics
+    return load_metric_names(path).switch if path is not None else None
+
+
 def scrape_targets(profile: Profile, address_of: AddressOf = written_address) -> PromExport:
     """Every engine and router of `profile` as scrape targets, with warnings (metrics off, loopback binds).
 
     ProfileError where the profile names no hosts to scrape (a `replicas:` count) or cannot be deployed."""
     reach = _Reach(address_of)
-    switch = METRICS_SWITCHES.get(profile.engine.kind)
+    switch = metrics_switch(profile)
     if switch is not None and not switch.serves(profile.engine.args):
         reach.warnings.append(f"{profile.name}: {switch.fix}; its targets are listed anyway")
     if profile.nodes is not None:

@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
+from deployer.engines import engine_for, kinds
 from deployer.errors import ProfileError
 from deployer.export.prometheus import METRICS_PATH, PromExport, scrape_targets
+from deployer.observe.names import load_metric_names
 from deployer.observe.prometheus import parse
 from deployer.profile.loader import load_profile
 from deployer.profile.model import Profile, Target
@@ -176,3 +178,18 @@ def test_no_target_label_renames_a_label_the_engines_put_on_their_series() -> No
     profiles = [load("qwen3-8b-fleet"), load("llama-405b-2node"), load("qwen3-8b-vllm")]
     ours = {k for p in profiles for group in scrape_targets(p).to_json() for k in group["labels"]}
     assert not ours & theirs
+
+
+@pytest.mark.parametrize("kind", kinds())
+def test_each_engines_metrics_switch_is_an_on_off_flag_of_its_real_parser(kind: str) -> None:
+    """The switch lives in the engine's metrics.yaml; its flag is a store_true option in every flag table captured
+    from the engine's real parser (tests/standin/<kind>/.../flags_<release>.json)."""
+    path = engine_for(kind).knowledge.metrics
+    assert path is not None
+    switch = load_metric_names(path).switch
+    assert switch is not None and switch.flag in switch.fix
+    tables = sorted((REPO / "tests" / "standin" / kind).rglob("flags_*.json"))
+    assert tables
+    for table in tables:
+        actions = {a["dest"]: a for a in json.loads(table.read_text(encoding="utf-8"))["actions"]}
+        assert actions[switch.flag]["kind"] == "store_true", table.name
