@@ -17,6 +17,11 @@ A file looks like:
         scale: 1.0                       # optional: multiplier to the documented unit (fraction, seconds)
         zero_while: other:name           # optional: a counter/histogram with no series before its first
                                          # increment reads 0 while this other series is exposed
+    switch:                              # optional: the flag without which (or with which) /metrics lacks
+      flag: enable_metrics               # these series; on_when_set: true = served only with it set true
+      on_when_set: true
+      fix: "add `enable_metrics: true` to engine.args"
+      source: myengine/server.py:314
 
 A quantity the file does not name is one the engine does not expose: it stays absent (None), never 0.
 """
@@ -24,6 +29,7 @@ A quantity the file does not name is one the engine does not expose: it stays ab
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -108,14 +114,32 @@ class MetricName(BaseModel):
         return {k: re.compile(v[1:]) if v.startswith("~") else v for k, v in self.match.items()}
 
 
+class MetricsSwitch(BaseModel):
+    """The engine flag that decides whether its /metrics carries its series: they are served when the flag is set
+    true (`on_when_set`), or when it is not (a flag that turns them off)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    flag: str                  # the profile key (engine.args)
+    on_when_set: bool
+    fix: str                   # what to change in the profile, as a warning says it
+    source: str                # the file:line of the release that decides it
+
+    def serves(self, args: Mapping[str, Any]) -> bool:
+        """Whether an engine started with these profile args serves its series."""
+        return (args.get(self.flag) is True) == self.on_when_set
+
+
 class MetricNames(BaseModel):
-    """An engine's map: quantity -> candidate names, in the order they are tried."""
+    """An engine's map: quantity -> candidate names, in the order they are tried; and the flag that switches its
+    metrics on or off, if any."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     engine: str
     release: str
     metrics: dict[Quantity, list[MetricName]]
+    switch: MetricsSwitch | None = None
 
     @field_validator("release", mode="before")
     @classmethod
