@@ -15,7 +15,8 @@ from deployer.pipeline.up import UpReport
 from deployer.profile.model import Profile
 from deployer.push import set_current
 from deployer.start import check_port, start, stop
-from deployer.watch.watcher import Event, EventSink, Ready
+from deployer.events import EventSink, Restored, RollingBack
+from deployer.watch.watcher import Ready
 
 PORT_WAIT_S = 15.0
 STOP_GRACE_CAP_S = 10.0
@@ -35,8 +36,8 @@ def bring_back(sessions: list[NodeSession], profile: Profile, *, rollback: bool,
     if isinstance(exc, LockLost):
         _amend(exc, f"the previous version {name} was not brought back (the lock is no longer ours)")
         return
-    emit(Event("rollback", {"message": f"bringing back the previous version {name} on every node",
-                            "run_id": first.run.run_id, "content_hash": first.content_hash, "reason": exc.message}))
+    emit(RollingBack(message=f"bringing back the previous version {name} on every node",
+                     run_id=first.run.run_id, content_hash=first.content_hash, reason=exc.message))
     report.restored = {"run_id": first.run.run_id, "content_hash": first.content_hash, "run_dir": first.run.path}
     try:
         ready = _restart(sessions, profile, emit)
@@ -46,8 +47,8 @@ def bring_back(sessions: list[NodeSession], profile: Profile, *, rollback: bool,
         return
     report.restored.update(status="ready" if ready else "failed")
     if ready:
-        emit(Event("restored", {"message": f"the previous version {name} is serving again on every node",
-                                "run_id": first.run.run_id, "content_hash": first.content_hash}))
+        emit(Restored(message=f"the previous version {name} is serving again on every node",
+                          run_id=first.run.run_id, content_hash=first.content_hash))
         _amend(exc, f"brought back the previous version {name}: it is serving again")
     else:
         _amend(exc, f"brought back the previous version {name}, but it did not become ready")

@@ -45,7 +45,8 @@ from deployer.render.bundle import Bundle, render
 from deployer.secrets import masking_sink
 from deployer.start import check_port, start, status, stop
 from deployer.target.records import current_view, healthy
-from deployer.watch.watcher import Crashed, Event, EventSink, Outcome, Ready
+from deployer.events import AttemptStarted, Changed, Diagnosed, Event, EventSink, Info, Problem, Warn
+from deployer.watch.watcher import Crashed, Outcome, Ready
 
 PORT_WAIT_S = 15.0
 STOP_GRACE_CAP_S = 10.0
@@ -133,7 +134,7 @@ def _preflight(sessions: list[NodeSession], profile: Profile, nets: list[NodeNet
     problems += dist_init_problems(sessions, plans)
     if problems:
         for problem in problems:
-            emit(Event("problem", {"message": problem}))
+            emit(Problem(message=problem))
         raise PreflightFailed(problems)
     return base, version or facts[0].engine_version
 
@@ -157,8 +158,8 @@ def _already_running(sessions: list[NodeSession], plans: list[NodePlan], opts: U
                for s, b in zip(sessions, bundles))
     if opts.force or not same or not healthy(sessions[0].remote, plans[0].port, plans[0].profile.health.path):
         return False
-    emit(Event("info", {"message": f"{plans[0].profile.name} {bundles[0].short_hash} is already running on every "
-                                   "node and rank 0 is healthy"}))
+    emit(Info(message=f"{plans[0].profile.name} {bundles[0].short_hash} is already running on every "
+                                   "node and rank 0 is healthy"))
     report.status, report.content_hash = "already-running", bundles[0].content_hash
     report.run_dir = sessions[0].serving.run.path if sessions[0].serving else None
     report.nodes = [_row(s, "running") for s in sessions]
@@ -216,8 +217,7 @@ def _attempt_loop(sessions: list[NodeSession], base: Profile, nets: list[NodeNet
         for s, plan in zip(sessions, plans):
             s.plan = plan
         bundles = [render(p.profile) for p in plans]
-        emit(Event("attempt", {"attempt": attempt, "content_hash": bundles[0].content_hash,
-                               "host": _hosts(plans)}))
+        emit(AttemptStarted(attempt=attempt, content_hash=bundles[0].content_hash, host=_hosts(plans)))
         for s, run in zip(sessions, at_once(lambda pair: _push(pair[0], pair[1], plans, attempt, up_id),
                                         list(zip(sessions, bundles)))):
             s.run = run
@@ -243,7 +243,7 @@ def _attempt_loop(sessions: list[NodeSession], base: Profile, nets: list[NodeNet
         item.diagnosis = bounded_diagnosis({**diag.to_json(), "hint": diag.hint, "node": rank,
                                             "host": sessions[rank].plan.node.host})
         item.detail = f"{item.detail}; node {rank} failed first"
-        emit(Event("diagnosis", {"attempt": attempt, **item.diagnosis}))
+        emit(Diagnosed.of(attempt, item.diagnosis))
         at_once(lambda s: _try_outcome(s, item), sessions)
         change = _next_change(diag, base, opts, tried, item, emit)
         rows.end(item)
@@ -286,7 +286,7 @@ def _await_group_watch(sessions: list[NodeSession], profile: Profile, report: Up
         message = (f"{s.plan.label}: its supervisor cannot see {peers} yet, so after `up` a dead peer may not take "
                    "this rank down with it (check that node 0 reaches the followers' engine ports)")
         report.warnings.append(message)
-        emit(Event("warning", {"message": message, "node": s.rank, "host": s.plan.node.host}))
+        emit(Warn(message=message, node=s.rank, host=s.plan.node.host))
 
 
 def _stop_serving(sessions: list[NodeSession], profile: Profile, report: UpReport, emit: EventSink) -> float:
@@ -295,7 +295,7 @@ def _stop_serving(sessions: list[NodeSession], profile: Profile, report: UpRepor
     serving = [s for s in sessions if s.serving is not None]
     if not serving:
         return 0.0
-    emit(Event("info", {"message": f"stopping the running version on {len(serving)} node(s) to replace it"}))
+    emit(Info(message=f"stopping the running version on {len(serving)} node(s) to replace it"))
     report.replaced = serving[0].serving.run.run_id if serving[0].serving else None
     grace = min(profile.restart.grace_s, STOP_GRACE_CAP_S)
     at_once(lambda s: stop(s.remote, s.serving.run, grace) if s.serving else None, serving)
@@ -356,7 +356,7 @@ def _next_change(diag: Diagnosis, profile: Profile, opts: UpOptions, tried: list
         return None
     tried.append(change)
     item.change = change.to_json()
-    emit(Event("change", {"attempt": item.attempt, **item.change}))
+    emit(Changed(attempt=item.attempt, **item.change))
     return change
 
 
@@ -376,8 +376,8 @@ def _finish(sessions: list[NodeSession], bundles: list[Bundle], item: AttemptRep
     report.run_dir = sessions[0].run.path if sessions[0].run else None
     report.nodes = [_row(s, "ready" if s.rank == 0 else "serving its dummy health") for s in sessions]
     for row in report.nodes:
-        emit(Event("info", {"message": f"node {row['node']} {row['host']}: {row['state']} on port {row['port']} "
-                                       f"({row['run_dir']})", "node": row["node"], "host": row["host"]}))
+        emit(Info(message=f"node {row['node']} {row['host']}: {row['state']} on port {row['port']} "
+                          f"({row['run_dir']})", node=row["node"], host=row["host"]))
     return report
 
 

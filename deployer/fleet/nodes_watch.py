@@ -19,7 +19,8 @@ from deployer.remote.base import Remote
 from deployer.start import Launch, status
 from deployer.target.records import RunView
 from deployer.watch.hubcache import hub_cache
-from deployer.watch.watcher import DEAD_STATES, Event, EventSink, Outcome, Ready, Watcher
+from deployer.events import Event, EventSink, FollowerExited
+from deployer.watch.watcher import DEAD_STATES, Outcome, Ready, Watcher
 
 
 @dataclass
@@ -55,7 +56,7 @@ class FollowerEnded:
 
 def for_node(emit: EventSink, plan: NodePlan) -> EventSink:
     def sink(event: Event) -> None:
-        emit(dataclasses.replace(event, data={**event.data, "node": plan.rank, "host": plan.node.host}))
+        emit(dataclasses.replace(event, node=plan.rank, host=plan.node.host))
     return sink
 
 
@@ -79,7 +80,7 @@ def watch_group(sessions: list[NodeSession], profile: Profile, emit: EventSink, 
         if time.monotonic() >= next_look:
             ended = _followers_ended(sessions[1:])
             if ended is not None:
-                emit(Event("exited", {"node": ended.rank, "message": ended.describe()}))
+                emit(FollowerExited(message=ended.describe(), node=ended.rank))
                 return ended
             next_look = time.monotonic() + profile.health.interval_s
         time.sleep(delay)

@@ -21,7 +21,7 @@ from deployer.preflight.checks import PreflightReport, run_preflight
 from deployer.profile.model import Profile
 from deployer.remedy import Change, propose
 from deployer.remote.base import Remote
-from deployer.watch.watcher import Event, EventSink
+from deployer.events import Changed, Diagnosed, EventSink, Override, Problem, Suggestion, Warn
 
 
 def checked_profile(remote: Remote, profile: Profile, *, heal: bool, model_config: Path | None, own_port: bool,
@@ -42,7 +42,7 @@ def checked_profile(remote: Remote, profile: Profile, *, heal: bool, model_confi
         if refused is not None:
             _tell(result, emit, warnings)
             for problem in result.problems:
-                emit(Event("problem", {"message": problem}))
+                emit(Problem(message=problem))
             raise refused
         rejection = result.rejection or _as_argparse_error(result)
         known = set(result.unknown_flags.values())
@@ -50,20 +50,20 @@ def checked_profile(remote: Remote, profile: Profile, *, heal: bool, model_confi
         if rejection is None or others:  # healing the arguments cannot fix the rest
             _tell(result, emit, warnings)
             for problem in result.problems:
-                emit(Event("problem", {"message": problem}))
+                emit(Problem(message=problem))
             for suggestion in result.memory.suggestions if result.memory else []:
-                emit(Event("suggestion", {"message": suggestion}))
+                emit(Suggestion(message=suggestion))
             raise PreflightFailed(result.problems, hint=_first_suggestion(result.memory))
         diag = diagnose(rejection, engine_version=version, kind=profile.engine.kind)
         note: dict[str, Any] = {"stage": "preflight", **diag.to_json(), "hint": diag.hint}
-        emit(Event("diagnosis", {"attempt": 0, **note}))
+        emit(Diagnosed.of(0, note))
         change = propose(diag, result.profile, tried) if heal and diag.signature else None
         if change is None:
             raise PreflightFailed([f"the engine rejects these arguments: {diag.summary}"], hint=diag.hint)
         tried.append(change)
         note["change"] = change.to_json()
         notes.append(note)
-        emit(Event("change", {"attempt": 0, "before_launch": True, **change.to_json()}))
+        emit(Changed(attempt=0, before_launch=True, **change.to_json()))
         profile = result.profile.patched(args=change.args, env=change.env)
     raise PreflightFailed([f"still rejected after {profile.retry.max_attempts} changes before launch"])
 
@@ -87,10 +87,10 @@ def _as_argparse_error(result: PreflightReport) -> str | None:
 def _tell(result: Any, emit: EventSink, warnings: list[str]) -> None:
     """Warnings and overrides of the round that counts (not of arguments that were rejected and changed)."""
     for line in result.warnings:
-        emit(Event("warning", {"message": line}))
+        emit(Warn(message=line))
         warnings.append(line)
     for line in result.overrides:
-        emit(Event("override", {"message": line}))
+        emit(Override(message=line))
 
 
 def _first_suggestion(plan: Any) -> str | None:

@@ -44,9 +44,9 @@ from deployer.secrets import masking_sink
 from deployer.start import Launch, check_port, listener, start, status, stop
 from deployer.target.records import RunView, current_run_id, current_view, healthy, read_json, record_address
 from deployer.target.retention import tidy
-from deployer.watch.watcher import (
-    Crashed, Event, EventSink, Hung, Outcome, PortTaken, Ready, Stuck, TimedOut, Unsupervised,
-)
+from deployer.events import AttemptStarted, Changed, Diagnosed, Drift, EventSink, Info, Restored, RollingBack
+from deployer.events import RunPushed, Warn
+from deployer.watch.watcher import Crashed, Hung, Outcome, PortTaken, Ready, Stuck, TimedOut, Unsupervised
 from deployer.watch.watcher import Watcher
 
 DIAG_WINDOW = 1 << 20
@@ -114,7 +114,7 @@ def locked_session(profile: Profile, opts: UpOptions, emit: EventSink,
         layout = layout_for(conv, profile)
         prepare(conv, layout)
         with DeploymentLock(conv, layout, opts.what, break_lock=opts.break_lock,
-                            notify=lambda m: emit(Event("warning", {"message": m}))) as lock:
+                            notify=lambda m: emit(Warn(message=m))) as lock:
             with lock.reporting_loss():
                 yield lock.guarded(), layout
 
@@ -177,7 +177,7 @@ def _already_running(remote: Remote, view: RunView, profile: Profile, bundle: Bu
     if not view.state.get("supervisor_alive"):
         _unsupervised(view, profile, report, emit)
         return False
-    emit(Event("info", {"message": f"{profile.name} {bundle.short_hash} is already running and healthy"}))
+    emit(Info(message=f"{profile.name} {bundle.short_hash} is already running and healthy"))
     report.status, report.run_dir, report.content_hash = "already-running", view.run.path, bundle.content_hash
     return True
 
@@ -211,7 +211,7 @@ def _tidy(remote: Remote, layout: Layout, profile: Profile, emit: EventSink) -> 
     try:
         tidy(remote, layout, profile.retention.keep_runs)
     except DeployError as exc:  # never hides the outcome of the up itself
-        emit(Event("warning", {"message": f"retention of old runs skipped: {exc}"}))
+        emit(Warn(message=f"retention of old runs skipped: {exc}"))
 
 
 def _unsupervised(view: RunView, profile: Profile, report: UpReport, emit: EventSink) -> None:
@@ -220,7 +220,7 @@ def _unsupervised(view: RunView, profile: Profile, report: UpReport, emit: Event
                f"{view.state.get('supervisor_pid')}) is gone, so the restart policy no longer covers it: "
                f"restarting it under a new supervisor")
     report.warnings.append(message)
-    emit(Event("warning", {"message": message}))
+    emit(Warn(message=message))
 
 
 def _check_engine_python(remote: Remote, profile: Profile) -> None:
@@ -240,12 +240,12 @@ def _attempts(remote: Remote, layout: Layout, profile: Profile, opts: UpOptions,
     try:
         for attempt in range(1, profile.retry.max_attempts + 1):
             bundle = render(profile)
-            emit(Event("attempt", {"attempt": attempt, "content_hash": bundle.content_hash}))
+            emit(AttemptStarted(attempt=attempt, content_hash=bundle.content_hash))
             run = pushed if attempt == 1 and pushed is not None else \
                 push(remote, layout, bundle, profile_record(profile, bundle, attempt=attempt, up_id=up_id,
                                                             written_hash=written_hash),
                      supervisor_config(profile), new_run_id(bundle, attempt))
-            emit(Event("pushed", {"run_id": run.run_id, "run_dir": run.path}))
+            emit(RunPushed(run_id=run.run_id, run_dir=run.path))
             port_wait = _stop_serving(remote, serving, profile, report, emit) if attempt == 1 else 5.0
             set_current(remote, layout, run)
             row = history.begin_attempt(deployment=profile.name, host=remote.label, up_id=up_id, attempt=attempt,
@@ -291,8 +291,8 @@ def _stop_serving(remote: Remote, serving: Serving | None, profile: Profile, rep
     if serving is None or serving.stopped:
         return 0.0
     view = serving.view
-    emit(Event("info", {"message": f"stopping the running version {view.content_hash[:12]} "
-                                   f"({view.run.run_id}) to replace it"}))
+    emit(Info(message=f"stopping the running version {view.content_hash[:12]} "
+                                   f"({view.run.run_id}) to replace it"))
     serving.stopped = True  # from here on, a failure brings it back
     stop(remote, view.run, profile.restart.grace_s)
     report.replaced = view.run.run_id
@@ -357,8 +357,8 @@ def _bring_back(remote: Remote, layout: Layout, serving: Serving | None, profile
     if isinstance(exc, LockLost):  # whoever holds the lock now owns the target: change nothing more
         _amend(exc, f"the previous version {name} was not brought back (the lock is no longer ours)")
         return
-    emit(Event("rollback", {"message": f"bringing back the previous version {name}", "run_id": view.run.run_id,
-                            "content_hash": view.content_hash, "reason": exc.message}))
+    emit(RollingBack(message=f"bringing back the previous version {name}", run_id=view.run.run_id,
+                     content_hash=view.content_hash, reason=exc.message))
     report.restored = {"run_id": view.run.run_id, "content_hash": view.content_hash, "run_dir": view.run.path}
     try:
         outcome = _restart_run(remote, layout, view, profile, emit)
@@ -368,8 +368,8 @@ def _bring_back(remote: Remote, layout: Layout, serving: Serving | None, profile
         return
     report.restored.update(status=_outcome_name(outcome), detail=_describe(outcome))
     if isinstance(outcome, Ready):
-        emit(Event("restored", {"message": f"the previous version {name} is serving again",
-                                "run_id": view.run.run_id, "content_hash": view.content_hash}))
+        emit(Restored(message=f"the previous version {name} is serving again",
+                          run_id=view.run.run_id, content_hash=view.content_hash))
         _amend(exc, f"brought back the previous version {name}: it is serving again")
     else:
         _amend(exc, f"brought back the previous version {name}, but it did not become ready: {_describe(outcome)}")
@@ -402,7 +402,7 @@ def _after_failure(remote: Remote, run: RunDir, launch: Launch, outcome: Outcome
         stop(remote, run, min(profile.restart.grace_s, 10.0))
     diag = diagnose_attempt(remote, launch, outcome, version, kind=profile.engine.kind)
     item.diagnosis = bounded_diagnosis({**diag.to_json(), "hint": diag.hint})  # outcome.json, history, output
-    emit(Event("diagnosis", {"attempt": item.attempt, **item.diagnosis}))
+    emit(Diagnosed.of(item.attempt, item.diagnosis))
     if not opts.heal:
         return False
     if diag.transient:
@@ -411,7 +411,7 @@ def _after_failure(remote: Remote, run: RunDir, launch: Launch, outcome: Outcome
         if any(c.is_empty() and c.reason == unchanged.reason for c in tried):
             return False
         tried.append(unchanged)
-        emit(Event("info", {"message": f"transient failure; retrying unchanged in {profile.retry.backoff_s:g}s"}))
+        emit(Info(message=f"transient failure; retrying unchanged in {profile.retry.backoff_s:g}s"))
         time.sleep(profile.retry.backoff_s)
         return True
     values = _attempt_values(remote, launch, diag, profile, dry) if diag.remedy is not None else None
@@ -420,7 +420,7 @@ def _after_failure(remote: Remote, run: RunDir, launch: Launch, outcome: Outcome
         return False
     tried.append(change)
     item.change = change.to_json()
-    emit(Event("change", {"attempt": item.attempt, **item.change}))
+    emit(Changed(attempt=item.attempt, **item.change))
     return change
 
 
@@ -529,7 +529,7 @@ def _finish_ready(remote: Remote, run: RunDir, launch: Launch, profile: Profile,
         drifts = compare(asked, masked(resolved, secret), spec.value_aliases, complete=spec.args_dump_complete)
         item.drift = [d.describe() for d in drifts]
         for line in item.drift:
-            emit(Event("drift", {"message": line}))
+            emit(Drift(message=line))
     write_outcome(remote, run, item.to_json())
     report.status, report.run_dir, report.content_hash, report.drift = "ready", run.path, bundle.content_hash, \
         item.drift
