@@ -233,14 +233,6 @@ class Diagnosed(Event):
     remedy: dict[str, Any] | None      # the remedy's preview (args, env, reason) as the diagnosis shows it
     hint: str | None
 
-    @classmethod
-    def of(cls, attempt: int, diagnosis: dict[str, Any], **context: Any) -> Diagnosed:
-        """From a diagnosis's JSON (Diagnosis.to_json() plus its hint)."""
-        return cls(attempt=attempt, signature=diagnosis.get("signature"), summary=diagnosis.get("summary", ""),
-                   transient=bool(diagnosis.get("transient")), evidence=list(diagnosis.get("evidence") or []),
-                   traceback=diagnosis.get("traceback"), remedy=diagnosis.get("remedy"), hint=diagnosis.get("hint"),
-                   stage=diagnosis.get("stage"), **context)
-
 
 @dataclass(frozen=True, kw_only=True)
 class Changed(Event):

@@ -38,6 +38,7 @@ from deployer.secrets import MASK, secret_var
 from deployer.start import check_port, start, status, stop
 from deployer.target.records import current_view
 from deployer.events import BecameReady, EventSink, Info, PhaseEntered, Warn
+from deployer.runner.timing import PORT_WAIT_S, stop_grace
 
 # smg 1.13.0 model_gateway/src/server.rs:1555 ("Starting router on 127.0.0.1:8000 | mode: ...").
 READY_LINE = "Starting router on"
@@ -46,7 +47,6 @@ SECRET_FLAGS = frozenset({"api_key", "control_plane_api_keys", "jwt_secret"})
 READY_TIMEOUT_S = 60.0
 DRAIN_TIMEOUT_S = 120.0
 POLL_S = 0.25
-PORT_WAIT_S = 15.0
 
 
 @dataclass
@@ -142,7 +142,7 @@ def _record(member: RouterMember, fleet: Profile, bundle: Bundle, urls: list[str
 
 def _supervise(member: RouterMember, fleet: Profile) -> dict[str, Any]:
     restart = fleet.restart
-    return {"launch": "launch.sh", "env_file": "env", "log": "engine.log", "grace_s": min(restart.grace_s, 10.0),
+    return {"launch": "launch.sh", "env_file": "env", "log": "engine.log", "grace_s": stop_grace(restart.grace_s),
             "port": member.router.port, "name": member.name, "ready_pattern": READY_LINE,
             "restart": {"policy": restart.policy, "max": restart.max, "backoff_s": list(restart.backoff_s),
                         "window_s": restart.window_s}}
@@ -181,7 +181,7 @@ def ensure_router(remote: Remote, layout: Layout, member: RouterMember, fleet: P
         report.action = "started"
         if view is not None and view.alive:
             emit(Info(message=f"replacing the router {view.content_hash[:12]} ({view.run.run_id})"))
-            stop(remote, view.run, min(fleet.restart.grace_s, 10.0))
+            stop(remote, view.run, stop_grace(fleet.restart.grace_s))
             report.action = "replaced"
         wait = PORT_WAIT_S if report.action == "replaced" else 0.0
         check_port(remote, layout, member.router.port, wait_s=wait)

@@ -152,23 +152,23 @@ def print_up_report(report: Any, progress: LiveProgress) -> None:
     for item in report.attempts:
         colour = "green" if item.outcome == "ready" else "red"
         progress.say(f"attempt {item.attempt}: [{colour}]{item.outcome}[/] ({_esc(item.detail)})")
-        if item.diagnosis:
-            progress.say(f"  diagnosis: {item.diagnosis.get('signature') or 'unknown'}: "
-                         f"{_esc(item.diagnosis.get('summary', ''))}")
-            for line in (item.diagnosis.get("evidence") or [])[:2]:
+        diagnosis = item.diagnosis_json()
+        if diagnosis:
+            progress.say(f"  diagnosis: {diagnosis['signature'] or 'unknown'}: {_esc(diagnosis['summary'])}")
+            for line in diagnosis["evidence"][:2]:
                 progress.say(f"  evidence: [dim]{_esc(line)[:200]}[/]")
         if item.change:
-            progress.say(f"  changed: {_esc(item.change.get('reason') or _change_text(item.change))}")
+            progress.say(f"  changed: {_esc(item.change.reason or _change_text(item.change.to_json()))}")
     if report.status == "ready":
         progress.say(f"[bold green]{report.name} is ready[/] on {report.host} ({report.run_dir})")
     restored = report.restored
     if restored:
-        back = f"{str(restored.get('content_hash'))[:12]} ({restored.get('run_id')})"
-        if restored.get("status") == "ready":
+        back = f"{restored.content_hash[:12]} ({restored.run_id})"
+        if restored.serving:
             progress.say(f"[bold yellow]brought back the previous version {back}[/]: it is serving again")
         else:
             progress.say(f"[bold red]could not bring back the previous version {back}[/]: "
-                         f"{_esc(restored.get('detail', ''))}")
+                         f"{_esc(restored.detail or '')}")
     for line in report.drift:
         progress.say(f"[yellow]drift[/]: {_esc(line)}")
     if report.saved_fixed:

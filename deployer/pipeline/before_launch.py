@@ -56,7 +56,7 @@ def checked_profile(remote: Remote, profile: Profile, *, heal: bool, model_confi
             raise PreflightFailed(result.problems, hint=_first_suggestion(result.memory))
         diag = diagnose(rejection, engine_version=version, kind=profile.engine.kind)
         note: dict[str, Any] = {"stage": "preflight", **diag.to_json(), "hint": diag.hint}
-        emit(Diagnosed.of(0, note))
+        emit(Diagnosed(attempt=0, **note))
         change = propose(diag, result.profile, tried) if heal and diag.signature else None
         if change is None:
             raise PreflightFailed([f"the engine rejects these arguments: {diag.summary}"], hint=diag.hint)
