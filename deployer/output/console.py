@@ -147,8 +147,8 @@ def print_up_report(report: Any, progress: LiveProgress) -> None:
                      f" on {report.host}: nothing to do")
         return
     for note in report.before_launch:
-        progress.say(f"before launch: [yellow]{note.get('signature')}[/]: {_esc(note.get('summary', ''))}")
-        progress.say(f"  changed: {_esc((note.get('change') or {}).get('reason', ''))}")
+        progress.say(f"before launch: [yellow]{note.diagnosis.signature}[/]: {_esc(note.diagnosis.summary)}")
+        progress.say(f"  changed: {_esc(note.change.reason)}")
     for item in report.attempts:
         colour = "green" if item.outcome == "ready" else "red"
         progress.say(f"attempt {item.attempt}: [{colour}]{item.outcome}[/] ({_esc(item.detail)})")

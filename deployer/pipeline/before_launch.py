@@ -21,11 +21,12 @@ from deployer.preflight.checks import PreflightReport, run_preflight
 from deployer.profile.model import Profile
 from deployer.remedy import Change, propose
 from deployer.remote.base import Remote
+from deployer.runner.report import BeforeLaunchChange
 from deployer.events import Changed, Diagnosed, EventSink, Override, Problem, Suggestion, Warn
 
 
 def checked_profile(remote: Remote, profile: Profile, *, heal: bool, model_config: Path | None, own_port: bool,
-                    tried: list[Change], emit: EventSink, notes: list[dict[str, Any]],
+                    tried: list[Change], emit: EventSink, notes: list[BeforeLaunchChange],
                     warnings: list[str]) -> tuple[Profile, str | None, DryResolution | None]:
     """The profile to launch (flags translated, pre-launch remedies applied), the target's engine version, and
     the engine's dry resolution of that profile's args (where it ran): the effective values remedies start from."""
@@ -55,14 +56,12 @@ def checked_profile(remote: Remote, profile: Profile, *, heal: bool, model_confi
                 emit(Suggestion(message=suggestion))
             raise PreflightFailed(result.problems, hint=_first_suggestion(result.memory))
         diag = diagnose(rejection, engine_version=version, kind=profile.engine.kind)
-        note: dict[str, Any] = {"stage": "preflight", **diag.to_json(), "hint": diag.hint}
-        emit(Diagnosed(attempt=0, **note))
+        emit(Diagnosed(attempt=0, stage="preflight", **diag.to_json(), hint=diag.hint))
         change = propose(diag, result.profile, tried) if heal and diag.signature else None
         if change is None:
             raise PreflightFailed([f"the engine rejects these arguments: {diag.summary}"], hint=diag.hint)
         tried.append(change)
-        note["change"] = change.to_json()
-        notes.append(note)
+        notes.append(BeforeLaunchChange(diag, change))
         emit(Changed(attempt=0, before_launch=True, **change.to_json()))
         profile = result.profile.patched(args=change.args, env=change.env)
     raise PreflightFailed([f"still rejected after {profile.retry.max_attempts} changes before launch"])

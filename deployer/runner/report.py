@@ -95,6 +95,20 @@ class RestoredVersion:
         return data
 
 
+@dataclass(frozen=True)
+class BeforeLaunchChange:
+    """The engine rejected the arguments at preflight: why, and the change made before the first launch."""
+
+    diagnosis: Diagnosis
+    change: Change
+
+    def diagnosis_json(self) -> dict[str, Any]:
+        return {"stage": "preflight", **self.diagnosis.to_json(), "hint": self.diagnosis.hint}
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.diagnosis_json(), "change": self.change.to_json()}
+
+
 @dataclass
 class UpReport:
     name: str
@@ -107,14 +121,14 @@ class UpReport:
     warnings: list[str] = field(default_factory=list)
     drift: list[str] = field(default_factory=list)
     saved_fixed: str | None = None
-    before_launch: list[dict[str, Any]] = field(default_factory=list)   # preflight diagnoses and changes
+    before_launch: list[BeforeLaunchChange] = field(default_factory=list)   # preflight's diagnoses and changes
     restored: RestoredVersion | None = None   # the version brought back after a failed replace
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "host": self.host, "status": self.status, "run_dir": self.run_dir,
                 "content_hash": self.content_hash, "attempts": [a.to_json() for a in self.attempts],
                 "replaced": self.replaced, "warnings": list(self.warnings), "drift": list(self.drift),
-                "saved_fixed": self.saved_fixed, "before_launch": list(self.before_launch),
+                "saved_fixed": self.saved_fixed, "before_launch": [n.to_json() for n in self.before_launch],
                 "restored": None if self.restored is None else self.restored.to_json()}
 
 
