@@ -3,13 +3,14 @@
 One SSH connection per node, opened and used concurrently (a small thread pool); every node's deployment lock
 is held before anything changes on any node. Preflight: node 0 runs the single-host preflight (and its healing,
 which then applies to every node), every node is checked for the same engine version, GPU count and model, the
-engine ports and node 0's dist-init port free, and the dist-init port reachable from every follower. Each
-attempt pushes every node's run dir (the single-host push/start/watch steps, as functions), stops what served
-before (every rank at once: the followers end on rank 0's shutdown), starts all ranks, and watches rank 0's log and
-health (the followers serve only a dummy health) and every follower's supervisor. When any rank dies, the whole
+engine ports and node 0's dist-init port free, and the dist-init port reachable from every follower. The
+attempts are the one attempt runner's (deployer/runner), with `NodeGroup` as its shape: each attempt pushes
+every node's run dir, stops what served before (every rank at once: the followers end on rank 0's shutdown),
+starts all ranks, and watches rank 0's log and health (the followers serve only a dummy health) and every
+follower's supervisor. When any rank dies, the whole
 group is stopped and the diagnosis comes from the rank that failed first (nodes_diagnose.py); a known change
-applies to every node and the group starts again. After `up`, the supervisors keep the group's fate (deployer/
-supervisor/supervise_group.py).
+applies to every node and the group starts again; after a failed replace the group that served is brought back
+(runner/restore.py). After `up`, the supervisors keep the group's fate (deployer/supervisor/supervise_group.py).
 """
 
 from __future__ import annotations
@@ -238,14 +239,16 @@ class NodeGroup(Shape):
         return watch_group(self.sessions, profile.model_copy(update={"health": health}), emit,
                            port=int(leader.record.get("port") or self.sessions[0].plan.port))
 
-    def after_ready(self, emit: EventSink, report: Any) -> None:
+    def after_ready(self, emit: EventSink, report: UpReport) -> None:
+        assert isinstance(report, NodesReport)
         _await_group_watch(self.sessions, report, emit)
         report.nodes = [_row(s, "ready" if s.rank == 0 else "serving its dummy health") for s in self.sessions]
         for row in report.nodes:
             emit(Info(message=f"node {row['node']} {row['host']}: {row['state']} on port {row['port']} "
                               f"({row['run_dir']})", node=row["node"], host=row["host"]))
 
-    def after_failure(self, report: Any) -> None:
+    def after_failure(self, report: UpReport) -> None:
+        assert isinstance(report, NodesReport)
         report.nodes = [_row(s, "stopped") for s in self.sessions]
 
 

@@ -20,7 +20,7 @@ from deployer.profile.model import Profile
 from deployer.push import Layout, RunDir, supervisor_config
 from deployer.remote.base import Remote
 from deployer.runner.logs import diagnose_attempt
-from deployer.runner.report import FailedNode, describe, outcome_name, AttemptOutcome
+from deployer.runner.report import AttemptOutcome, FailedNode, UpReport, describe, outcome_name
 from deployer.runner.timing import stop_grace
 from deployer.start import Launch, stop
 from deployer.target.records import RunView, record_address
@@ -127,10 +127,10 @@ class Shape(ABC):
     def watch_previous(self, profile: Profile, emit: EventSink) -> Result:
         """The version that served, started again on every target, until ready or failed."""
 
-    def after_ready(self, emit: EventSink, report: Any) -> None:
+    def after_ready(self, emit: EventSink, report: UpReport) -> None:
         """What a shape adds to a ready run's report."""
 
-    def after_failure(self, report: Any) -> None:
+    def after_failure(self, report: UpReport) -> None:
         """What a shape adds to a failed run's report."""
 
 
