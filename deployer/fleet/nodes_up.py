@@ -31,7 +31,7 @@ from deployer.fleet.nodes_checks import compare, dist_init_problems, network
 from deployer.fleet.nodes_diagnose import RankEnd, first_failure
 from deployer.fleet.nodes_plan import NodeNet, NodePlan, multinode_of, node_keys, plan_nodes, supervisor_overrides
 from deployer.fleet.nodes_watch import NodeSession, for_node, watch_group
-from deployer.pipeline.before_launch import checked_profile
+from deployer.pipeline.before_launch import BeforeLaunch
 from deployer.pipeline.up import UpOptions, UpReport, attempt_log, diagnose_attempt, locked_session
 from deployer.preflight.facts import gather_facts
 from deployer.profile.model import Profile
@@ -128,10 +128,8 @@ def _preflight(group: NodeGroup, profile: Profile, opts: UpOptions, tried: list[
     if not opts.skip_preflight:
         leader = sessions[0]
         own_port = leader.serving is not None and leader.serving.record.get("port") == leader.plan.port
-        checked, version, dry = checked_profile(
-            leader.remote, plan_nodes(profile, nets)[0].profile, heal=opts.heal, model_config=opts.model_config,
-            own_port=own_port, tried=tried, emit=for_node(emit, leader.plan), notes=report.before_launch,
-            warnings=report.warnings)
+        checked, version, dry = BeforeLaunch(opts, report, for_node(emit, leader.plan), tried).checked(
+            leader.remote, plan_nodes(profile, nets)[0].profile, own_port=own_port)
         base = _rebased(profile, checked)
     plans = plan_nodes(base, nets)
     facts = at_once(lambda pair: gather_facts(pair[0].remote, pair[1].profile), list(zip(sessions, plans)))

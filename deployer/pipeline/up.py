@@ -21,7 +21,7 @@ from deployer.effective import DryResolution
 from deployer.errors import DeployError, TargetError
 from deployer.events import EventSink, Info, Warn
 from deployer.lock import DeploymentLock
-from deployer.pipeline.before_launch import checked_profile
+from deployer.pipeline.before_launch import BeforeLaunch
 from deployer.pipeline.early_push import Planned, early_push
 from deployer.profile.model import Profile
 from deployer.push import Layout, layout_for, prepare
@@ -75,10 +75,8 @@ def up(profile: Profile, opts: UpOptions, emit: EventSink, connection: Remote | 
         target = Target(remote=remote, layout=layout, serving=view if view is not None and running else None)
         with early_push(remote, layout, _early_plan(written, view, opts)) as early:
             if not opts.skip_preflight:
-                profile, version, dry = checked_profile(remote, profile, heal=opts.heal,
-                                                        model_config=opts.model_config, own_port=own_port,
-                                                        tried=tried, emit=emit, notes=report.before_launch,
-                                                        warnings=report.warnings)
+                profile, version, dry = BeforeLaunch(opts, report, emit, tried).checked(remote, profile,
+                                                                                        own_port=own_port)
             else:
                 _check_engine_python(remote, profile)  # preflight's facts include this
             bundle = render(profile)
