@@ -149,12 +149,27 @@ def hidden_values(value: Any, masked: Any, out: list[str]) -> None:
 
 
 def masking_sink(emit: Callable[[E], None]) -> Callable[[E], None]:
-    """An event sink that masks the event's data (a dataclass with a `data` dict) before passing it on."""
+    """An event sink that masks every text an event (a dataclass) carries before passing it on."""
     def sink(event: E) -> None:
-        data = getattr(event, "data", None)
-        emit(dataclasses.replace(event, data=mask_data(data)) if data else event)  # type: ignore[type-var]
+        emit(masked_fields(event))
 
     return sink
+
+
+def masked_fields(value: E) -> E:
+    """A dataclass with `mask_data` applied to its fields' texts, nested dataclasses included."""
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        return value
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(value):
+        if not f.init:
+            continue
+        item = getattr(value, f.name)
+        masked = masked_fields(item) if dataclasses.is_dataclass(item) else \
+            mask_data(item) if isinstance(item, (str, dict, list, tuple)) else item
+        if masked != item:
+            changes[f.name] = masked
+    return dataclasses.replace(value, **changes) if changes else value  # type: ignore[type-var]
 
 
 class MaskingStream:

@@ -30,11 +30,13 @@ from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.remote.connect import conversing, target_spec
 from deployer.start import stop
 from deployer.target.records import current_view, tail_lines
-from deployer.watch.watcher import Event, EventSink
+from deployer.events import BecameReady, EngineExited, EngineHung, Event, EventSink, PhaseEntered, Progressed
+from deployer.events import AttemptStarted, RunPushed, SmokePhase, StartupTimedOut
 
 PHASES = ("preflight", "push", "start", "ready", "request", "stop")
 LOADED_PHASES = ("http up", "ready")   # engine log phases that mean "loaded, warming up"
-ENGINE_EVENTS = ("phase", "progress", "exited", "hung", "timeout")
+ENDINGS = (EngineExited, EngineHung, StartupTimedOut)            # the engine failed while starting
+ENGINE_EVENTS = (PhaseEntered, Progressed, *ENDINGS)
 TAIL_LINES = 40
 LINE_MAX = 400
 ANSWER_MAX = 200
@@ -114,19 +116,18 @@ class PhaseClock:
 
     def __call__(self, event: Event) -> None:
         self.downstream(event)
-        kind = event.kind
-        if kind == "attempt":
+        if isinstance(event, AttemptStarted):
             self.enter("push")
-        elif kind == "pushed" and self.current == "push":
+        elif isinstance(event, RunPushed) and self.current == "push":
             self.enter("start")
-        elif kind in ENGINE_EVENTS and self.current == "push":
+        elif isinstance(event, ENGINE_EVENTS) and self.current == "push":
             self.merged_start = True           # no `pushed` event: push absorbed the supervisor start
             self.enter("start")
-        if kind == "phase" and event.data.get("phase") in LOADED_PHASES and self.current == "start":
+        if isinstance(event, PhaseEntered) and event.phase in LOADED_PHASES and self.current == "start":
             self.enter("ready")
-        if kind in ("exited", "hung", "timeout"):
+        if isinstance(event, ENDINGS):
             self.failed_in = self.current
-        elif kind == "ready":
+        elif isinstance(event, BecameReady):
             if self.current == "start":
                 self.enter("ready")            # no "http up" line seen: warm-up took no time we could see
             self.enter(None)
@@ -137,8 +138,7 @@ class PhaseClock:
             done = self.report.phases[self.current]
             done.duration_s += now - self.since
             done.status = "passed"
-            self.downstream(Event("smoke_phase", {"phase": done.name, "status": "passed",
-                                            "duration_s": round(done.duration_s, 3)}))
+            self.downstream(SmokePhase(phase=done.name, status="passed", duration_s=round(done.duration_s, 3)))
         self.current, self.since = phase, now
 
     def fail(self, phase: str, details: str, text: str = "") -> None:
@@ -147,8 +147,8 @@ class PhaseClock:
             result.duration_s += time.monotonic() - self.since
         self.current = None
         result.status, result.details, result.text = "failed", details, text
-        self.downstream(Event("smoke_phase", {"phase": phase, "status": "failed",
-                                        "duration_s": round(result.duration_s, 3), "details": details}))
+        self.downstream(SmokePhase(phase=phase, status="failed", duration_s=round(result.duration_s, 3),
+                                   details=details))
 
 
 def run(profile: Profile | None, opts: SmokeOptions, emit: EventSink, *,

@@ -16,11 +16,11 @@ import click
 
 from deployer.cli import fleet
 from deployer.cli.options import _load, _profile_options, _target_options
+from deployer.events import Event, SmokePhase
 
 if TYPE_CHECKING:
     from deployer.output.junit import Suite
     from deployer.smoke import SmokeReport
-    from deployer.watch.watcher import Event
 
 
 class _People:
@@ -32,10 +32,9 @@ class _People:
         self.progress = LiveProgress()
 
     def __call__(self, event: Event) -> None:
-        if event.kind == "smoke_phase":
-            colour = "green" if event.data["status"] == "passed" else "red"
-            self.progress.say(f"[bold]{event.data['phase']}[/] [{colour}]{event.data['status']}[/] "
-                              f"[dim]{event.data['duration_s']:.2f}s[/]")
+        if isinstance(event, SmokePhase):
+            colour = "green" if event.status == "passed" else "red"
+            self.progress.say(f"[bold]{event.phase}[/] [{colour}]{event.status}[/] [dim]{event.duration_s:.2f}s[/]")
         else:
             self.progress(event)
 

@@ -9,6 +9,7 @@ its error is kept in its `Done` and the caller reports every member.
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 from collections.abc import Callable, Sequence
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar, cast
 
 from deployer.errors import DeployError
-from deployer.watch.watcher import Event, EventSink
+from deployer.events import Event, EventSink
 
 M = TypeVar("M")
 T = TypeVar("T")
@@ -50,7 +51,7 @@ class TaggedSink:
 
     def tagged(self, host: str, member: str) -> EventSink:
         def emit(event: Event) -> None:
-            self(Event(event.kind, {**event.data, "host": host, "member": member}, event.at))
+            self(dataclasses.replace(event, host=host, member=member))
         return emit
 
 

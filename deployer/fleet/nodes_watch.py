@@ -6,55 +6,34 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from deployer.errors import DeployError
 from deployer.fleet.nodes_net import NetFacts
 from deployer.fleet.nodes_plan import NodePlan
 from deployer.fleet.fanout import at_once
 from deployer.profile.model import Profile
-from deployer.push import Layout, RunDir
-from deployer.remote.base import Remote
-from deployer.start import Launch, status
-from deployer.target.records import RunView
+from deployer.runner.shape import FollowerEnded, Target
+from deployer.start import status
 from deployer.watch.hubcache import hub_cache
-from deployer.watch.watcher import DEAD_STATES, Event, EventSink, Outcome, Ready, Watcher
+from deployer.events import Event, EventSink, FollowerExited
+from deployer.watch.watcher import DEAD_STATES, Outcome, Ready, Watcher
 
 
-@dataclass
-class NodeSession:
-    """One node while `up` holds it: its plan, its (lock-guarded) connection and layout, this attempt's run."""
+@dataclass(kw_only=True)
+class NodeSession(Target):
+    """One node while `up` holds it: a target of the run (connection, layout, this attempt's run), and its plan."""
 
     plan: NodePlan
-    remote: Remote
-    layout: Layout
-    serving: RunView | None = None
     net: NetFacts | None = None
-    run: RunDir | None = None
-    launch: Launch | None = None
 
     @property
     def rank(self) -> int:
         return self.plan.rank
 
 
-
-
-@dataclass(frozen=True)
-class FollowerEnded:
-    """A follower's engine ended while rank 0 was still starting."""
-
-    rank: int
-    state: dict[str, Any]
-
-    def describe(self) -> str:
-        return f"node {self.rank} ended ({self.state.get('status')})"
-
-
-
 def for_node(emit: EventSink, plan: NodePlan) -> EventSink:
     def sink(event: Event) -> None:
-        emit(dataclasses.replace(event, data={**event.data, "node": plan.rank, "host": plan.node.host}))
+        emit(dataclasses.replace(event, node=plan.rank, host=plan.node.host))
     return sink
 
 
@@ -78,7 +57,7 @@ def watch_group(sessions: list[NodeSession], profile: Profile, emit: EventSink, 
         if time.monotonic() >= next_look:
             ended = _followers_ended(sessions[1:])
             if ended is not None:
-                emit(Event("exited", {"node": ended.rank, "message": ended.describe()}))
+                emit(FollowerExited(message=ended.describe(), node=ended.rank))
                 return ended
             next_look = time.monotonic() + profile.health.interval_s
         time.sleep(delay)

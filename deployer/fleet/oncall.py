@@ -19,7 +19,7 @@ from deployer.oncall import deployment as ops
 from deployer.oncall.deployment import Ref
 from deployer.profile.model import Target
 from deployer.remote.connect import conversing
-from deployer.watch.watcher import Event, EventSink
+from deployer.events import Event, EventSink, Warn
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ def fleet_down(fleet: Fleet, grace: float | None, *, trust_new_host: bool = Fals
 
     def one(member: Member, e: EventSink) -> dict[str, Any]:
         result = ops.down(_ref(member, trust_new_host), grace, break_lock=break_lock,
-                          notify=lambda m: e(Event("warning", {"message": m})))
+                          notify=lambda m: e(Warn(message=m)))
         return {**result, "role": member.role, "member": member.tag, "alias": member.host}
 
     routers = fan_out([m for m in everyone if m.role == "router"], lambda m: m.host, lambda m: m.tag, one, sink)

@@ -77,7 +77,7 @@ def replica_result(member: ReplicaMember, report: Any) -> ReplicaResult:
     """From the single-host UpReport of this replica."""
     return ReplicaResult(member.index, member.host, member.name, member.url, report.status, report.run_dir,
                          report.content_hash, attempts=[a.to_json() for a in report.attempts],
-                         restored=report.restored)
+                         restored=_restored(report))
 
 
 def failed_result(member: ReplicaMember, exc: DeployError) -> ReplicaResult:
@@ -87,4 +87,10 @@ def failed_result(member: ReplicaMember, exc: DeployError) -> ReplicaResult:
     diagnosis = next((a.get("diagnosis") for a in reversed(attempts) if a.get("diagnosis")), None)
     return ReplicaResult(member.index, member.host, member.name, member.url, "failed", error=exc.message,
                          exit_code=exc.exit_code, diagnosis=diagnosis, attempts=attempts,
-                         restored=getattr(outcome, "restored", None))
+                         restored=_restored(outcome))
+
+
+def _restored(report: Any) -> dict[str, Any] | None:
+    """An UpReport's restored version as the fleet report holds it."""
+    restored = getattr(report, "restored", None)
+    return None if restored is None else restored.to_json()

@@ -17,7 +17,7 @@ from deployer.fleet.members import Fleet, ReplicaMember, RouterMember
 from deployer.fleet.report import FleetReport, ReplicaResult, failed_result, replica_result
 from deployer.fleet.router import DRAIN_TIMEOUT_S, READY_TIMEOUT_S, add_worker, remove_worker, wait_workers, workers
 from deployer.remote.base import Remote
-from deployer.watch.watcher import Event, EventSink
+from deployer.events import EventSink, Info
 
 Replace = Callable[[ReplicaMember, EventSink], Any]   # -> the replica's UpReport; raises DeployError
 Unchanged = Callable[[ReplicaMember], bool]            # whether the replica already runs what it should
@@ -71,7 +71,7 @@ def roll_one(fleet: Fleet, replica: ReplicaMember, sink: TaggedSink, replace: Re
     mine = have.get(replica.url)
     serving = mine is not None and mine.healthy
     if serving and unchanged is not None and unchanged(replica):
-        emit(Event("info", {"message": f"r{replica.index} already runs this version: left in the router"}))
+        emit(Info(message=f"r{replica.index} already runs this version: left in the router"))
         return ReplicaResult(replica.index, replica.host, replica.name, replica.url, "unchanged")
     others = sum(1 for r in fleet.replicas if r is not replica and r.url in have and have[r.url].healthy)
     if serving and others < len(fleet.replicas) - 1:
@@ -79,8 +79,8 @@ def roll_one(fleet: Fleet, replica: ReplicaMember, sink: TaggedSink, replace: Re
                              error=f"only {others} other replicas serve: taking r{replica.index} out would leave "
                                    f"fewer than {len(fleet.replicas) - 1} serving")
     if mine is not None:
-        emit(Event("info", {"message": f"taking r{replica.index} ({replica.url}) out of the router; waiting for "
-                                       "its requests to finish"}))
+        emit(Info(message=f"taking r{replica.index} ({replica.url}) out of the router; waiting for "
+                                       "its requests to finish"))
         try:
             remove_worker(router_remote, router, replica.url)
             wait_workers(router_remote, router, healthy=set(), gone={replica.url}, deadline_s=DRAIN_TIMEOUT_S)
@@ -114,7 +114,7 @@ def _back_if_serving(remote: Remote, router: RouterMember, replica: ReplicaMembe
         remove_quietly(remote, router, replica.url)
         return
     result.status = "left-running"
-    emit(Event("info", {"message": f"r{replica.index} was not replaced and still serves: back in the router"}))
+    emit(Info(message=f"r{replica.index} was not replaced and still serves: back in the router"))
 
 
 def remove_quietly(remote: Remote, router: RouterMember, url: str) -> None:
@@ -134,4 +134,4 @@ def _back_in(remote: Remote, router: RouterMember, replica: ReplicaMember, resul
         result.status, result.error, result.exit_code = "failed", f"not back in the router: {exc.message}", \
             Unhealthy.exit_code
         return
-    emit(Event("info", {"message": f"r{replica.index} is back in the router ({replica.url})"}))
+    emit(Info(message=f"r{replica.index} is back in the router ({replica.url})"))

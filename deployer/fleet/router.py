@@ -37,7 +37,8 @@ from deployer.remote.connect import conversing
 from deployer.secrets import MASK, secret_var
 from deployer.start import check_port, start, status, stop
 from deployer.target.records import current_view
-from deployer.watch.watcher import Event, EventSink
+from deployer.events import BecameReady, EventSink, Info, PhaseEntered, Warn
+from deployer.runner.timing import PORT_WAIT_S, stop_grace
 
 # smg 1.13.0 model_gateway/src/server.rs:1555 ("Starting router on 127.0.0.1:8000 | mode: ...").
 READY_LINE = "Starting router on"
@@ -46,7 +47,6 @@ SECRET_FLAGS = frozenset({"api_key", "control_plane_api_keys", "jwt_secret"})
 READY_TIMEOUT_S = 60.0
 DRAIN_TIMEOUT_S = 120.0
 POLL_S = 0.25
-PORT_WAIT_S = 15.0
 
 
 @dataclass
@@ -142,7 +142,7 @@ def _record(member: RouterMember, fleet: Profile, bundle: Bundle, urls: list[str
 
 def _supervise(member: RouterMember, fleet: Profile) -> dict[str, Any]:
     restart = fleet.restart
-    return {"launch": "launch.sh", "env_file": "env", "log": "engine.log", "grace_s": min(restart.grace_s, 10.0),
+    return {"launch": "launch.sh", "env_file": "env", "log": "engine.log", "grace_s": stop_grace(restart.grace_s),
             "port": member.router.port, "name": member.name, "ready_pattern": READY_LINE,
             "restart": {"policy": restart.policy, "max": restart.max, "backoff_s": list(restart.backoff_s),
                         "window_s": restart.window_s}}
@@ -157,7 +157,7 @@ def router_session(member: RouterMember, what: str, emit: EventSink, *, trust_ne
         layout = Layout(f"{expand_workdir(talk, member.target.workdir).rstrip('/')}/{member.name}")
         prepare(talk, layout)
         with DeploymentLock(talk, layout, what, break_lock=break_lock,
-                            notify=lambda m: emit(Event("warning", {"message": m}))) as lock:
+                            notify=lambda m: emit(Warn(message=m))) as lock:
             with lock.reporting_loss():
                 yield lock.guarded(), layout
 
@@ -180,8 +180,8 @@ def ensure_router(remote: Remote, layout: Layout, member: RouterMember, fleet: P
                    new_run_id(bundle, 1))
         report.action = "started"
         if view is not None and view.alive:
-            emit(Event("info", {"message": f"replacing the router {view.content_hash[:12]} ({view.run.run_id})"}))
-            stop(remote, view.run, min(fleet.restart.grace_s, 10.0))
+            emit(Info(message=f"replacing the router {view.content_hash[:12]} ({view.run.run_id})"))
+            stop(remote, view.run, stop_grace(fleet.restart.grace_s))
             report.action = "replaced"
         wait = PORT_WAIT_S if report.action == "replaced" else 0.0
         check_port(remote, layout, member.router.port, wait_s=wait)
@@ -189,13 +189,13 @@ def ensure_router(remote: Remote, layout: Layout, member: RouterMember, fleet: P
         set_current(remote, layout, run)
         start(remote, run)
         report.run_dir = run.path
-        emit(Event("phase", {"phase": "router started", "elapsed": 0.0, "line": " ".join(bundle.argv)[:300]}))
+        emit(PhaseEntered(phase="router started", elapsed=0.0, line=" ".join(bundle.argv)[:300]))
     wait_workers(remote, member, healthy=set(urls), gone=set(), deadline_s=READY_TIMEOUT_S, run=run)
     report.status, report.workers = "ready", list(urls)
-    emit(Event("ready", {"elapsed": 0.0, "message": f"router ready with {len(urls)} workers"}))
+    emit(BecameReady(elapsed=0.0, phase=None, message=f"router ready with {len(urls)} workers"))
     warning = try_write_record(remote, member.target.workdir, fleet)
     if warning:
-        emit(Event("warning", {"message": warning}))
+        emit(Warn(message=warning))
     return report
 
 
@@ -273,11 +273,11 @@ def set_workers(remote: Remote, member: RouterMember, urls: list[str], emit: Eve
     have = workers(remote, member)
     for url in urls:
         if url not in have:
-            emit(Event("info", {"message": f"router: adding worker {url}"}))
+            emit(Info(message=f"router: adding worker {url}"))
             add_worker(remote, member, url)
     for url in have:
         if url not in urls:
-            emit(Event("info", {"message": f"router: removing worker {url}"}))
+            emit(Info(message=f"router: removing worker {url}"))
             remove_worker(remote, member, url)
 
 

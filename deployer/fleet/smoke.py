@@ -22,7 +22,7 @@ from deployer.profile.host import probe_address
 from deployer.profile.model import Profile, Target
 from deployer.remote.connect import conversing
 from deployer.smoke import SmokeOptions, ask
-from deployer.watch.watcher import Event, EventSink
+from deployer.events import BecameReady, Event, EventSink
 
 
 @dataclass
@@ -65,10 +65,10 @@ class _Timing:
         self.ready: dict[str, float] = {}
 
     def __call__(self, event: Event) -> None:
-        member = str(event.data.get("member") or "")
+        member = event.member or ""
         now = time.monotonic()
         self.first.setdefault(member, now)
-        if event.kind == "ready":
+        if isinstance(event, BecameReady):
             self.ready[member] = now
         self.emit(event)
 

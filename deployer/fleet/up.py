@@ -27,7 +27,7 @@ from deployer.push import Layout, expand_workdir
 from deployer.remote.base import Remote
 from deployer.render.bundle import render
 from deployer.target.records import current_view
-from deployer.watch.watcher import EventSink
+from deployer.events import EventSink
 
 
 def fleet_up(profile: Profile, opts: UpOptions, emit: EventSink, address_of: AddressOf = ssh_address) -> FleetReport:

@@ -17,7 +17,7 @@ from deployer.profile.model import Profile
 from deployer.remote.base import Remote
 from deployer.secrets import MASK
 from deployer.target.records import RunView, all_runs
-from deployer.watch.watcher import EventSink
+from deployer.events import EventSink
 
 
 def restart(ref: Ref, emit: EventSink, opts: UpOptions) -> UpReport:

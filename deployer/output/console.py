@@ -13,7 +13,11 @@ import time
 from typing import Any
 
 from deployer.logtext import clip, printable
-from deployer.watch.watcher import Event
+from deployer.events import (
+    AttemptStarted, BecameReady, Changed, Diagnosed, Download, Drift, EngineExited, EngineHung, Event, FollowerExited, Info, Override,
+    PhaseEntered, PortTakenSeen, Problem, Progressed, Restored, RollingBack, StartupTimedOut, Suggestion,
+    SupervisorLost, Warn,
+)
 
 DOWNLOAD_NOTE_EVERY_S = 30.0   # without a terminal: a download's progress line at most this often
 
@@ -22,7 +26,7 @@ class JsonEvents:
     """`--json`: one JSON object per event on stdout, flushed at once."""
 
     def __call__(self, event: Event) -> None:
-        sys.stdout.write(json.dumps({"event": event.kind, "at": round(event.at, 3), **event.data}, default=str) + "\n")
+        sys.stdout.write(json.dumps(event.to_json(), default=str) + "\n")
         sys.stdout.flush()
 
     def close(self) -> None:
@@ -59,64 +63,64 @@ class LiveProgress:
         self.console.print(markup)
 
     def __call__(self, event: Event) -> None:
-        data = event.data
-        if event.kind in ("phase", "progress"):
-            self.phase, self.line = data.get("phase", self.phase), printable(str(data.get("line", self.line)))
-            if event.kind == "progress" and data.get("file") is not None:
-                self._download(data)
-            if event.kind == "phase":
-                self.say(f"  [cyan]{data['phase']:<22}[/] [dim]{data.get('elapsed', 0):7.1f}s  "
-                         f"{_esc(data.get('line', ''))[:110]}[/]")
-        elif event.kind == "attempt":
-            self.started = time.monotonic()
-            self.phase = "starting"
-            self.say(f"[bold]attempt {data['attempt']}[/] (content {str(data['content_hash'])[:12]})")
-        elif event.kind == "ready":
-            self.say(f"  [bold green]ready[/] after {data['elapsed']:.1f}s")
-        elif event.kind == "exited":
-            how = f"killed by {data.get('signal_name') or data.get('signal')}" if data.get("signal") else \
-                f"exit code {data.get('exit_code')}"
-            self.say(f"  [bold red]engine died[/] ({how}) after {data['elapsed']:.1f}s")
-        elif event.kind in ("hung", "timeout"):
-            self.say(f"  [bold red]{event.kind}[/] after {data['elapsed']:.1f}s")
-        elif event.kind == "diagnosis":
-            self._diagnosis(data)
-        elif event.kind == "change":
-            when = " before launch" if data.get("before_launch") else ""
-            self.say(f"  [bold yellow]changing{when}[/]: {_esc(data.get('reason') or _change_text(data))}")
-        elif event.kind in ("warning", "drift", "override", "suggestion"):
-            self.say(f"  [yellow]{event.kind}[/]: {_esc(data['message'])}")
-        elif event.kind == "problem":
-            self.say(f"  [bold red]problem[/]: {_esc(data['message'])}")
-        elif event.kind in ("rollback", "restored"):
-            self.say(f"  [bold yellow]{_esc(data['message'])}[/]")
-        elif event.kind == "supervisor-lost":
-            self.say(f"  [bold red]supervisor lost[/]: {_esc(data['message'])}")
-        elif event.kind == "port-taken":
-            self.say(f"  [bold red]port {data['port']} taken[/] by {_esc(', '.join(data.get('holders') or []))}")
-        elif event.kind == "info":
-            self.say(f"  {_esc(data['message'])}")
+        self._line(event)
         if self.live is not None:
             self.live.update(self._render())
 
-    def _download(self, data: dict[str, Any]) -> None:
+    def _line(self, event: Event) -> None:  # noqa: C901 (one branch per event class, each a line)
+        if isinstance(event, (PhaseEntered, Progressed)):
+            self.phase, self.line = event.phase, printable(event.line)
+            if isinstance(event, Progressed) and event.download is not None and event.download.file is not None:
+                self._download(event, event.download)
+            if isinstance(event, PhaseEntered):
+                self.say(f"  [cyan]{event.phase:<22}[/] [dim]{event.elapsed:7.1f}s  {_esc(event.line)[:110]}[/]")
+        elif isinstance(event, AttemptStarted):
+            self.started = time.monotonic()
+            self.phase = "starting"
+            self.say(f"[bold]attempt {event.attempt}[/] (content {event.content_hash[:12]})")
+        elif isinstance(event, BecameReady):
+            self.say(f"  [bold green]ready[/] after {event.elapsed:.1f}s")
+        elif isinstance(event, EngineExited):
+            self.say(f"  [bold red]engine died[/] ({event.how()}) after {event.elapsed:.1f}s")
+        elif isinstance(event, FollowerExited):
+            self.say(f"  [bold red]engine died[/] ({_esc(event.message)})")
+        elif isinstance(event, (EngineHung, StartupTimedOut)):
+            self.say(f"  [bold red]{event.kind}[/] after {event.elapsed:.1f}s")
+        elif isinstance(event, Diagnosed):
+            self._diagnosis(event)
+        elif isinstance(event, Changed):
+            when = " before launch" if event.before_launch else ""
+            self.say(f"  [bold yellow]changing{when}[/]: {_esc(event.text())}")
+        elif isinstance(event, (Warn, Drift, Override, Suggestion)):
+            self.say(f"  [yellow]{event.kind}[/]: {_esc(event.message)}")
+        elif isinstance(event, Problem):
+            self.say(f"  [bold red]problem[/]: {_esc(event.message)}")
+        elif isinstance(event, (RollingBack, Restored)):
+            self.say(f"  [bold yellow]{_esc(event.message)}[/]")
+        elif isinstance(event, SupervisorLost):
+            self.say(f"  [bold red]supervisor lost[/]: {_esc(event.message)}")
+        elif isinstance(event, PortTakenSeen):
+            self.say(f"  [bold red]port {event.port} taken[/] by {_esc(', '.join(event.holders))}")
+        elif isinstance(event, Info):
+            self.say(f"  {_esc(event.message)}")
+
+    def _download(self, event: Progressed, download: Download) -> None:
         """The live line shows the download; a log without a terminal gets a line per file and every 30 s."""
-        self.line = str(data.get("text") or self.line)
+        self.line = download.text or self.line
         if self.live is not None:
             return
-        file, now, done = str(data["file"]), time.monotonic(), data.get("percent") == 100
+        file, now, done = str(download.file), time.monotonic(), download.percent == 100
         last_file, last_at, last_done = self.download_noted
         if file != last_file or now - last_at >= DOWNLOAD_NOTE_EVERY_S or (done and not last_done):
             self.download_noted = (file, now, done)
-            self.say(f"  [cyan]{'downloading':<22}[/] [dim]{data.get('elapsed', 0):7.1f}s  {_esc(self.line)}[/]")
+            self.say(f"  [cyan]{'downloading':<22}[/] [dim]{event.elapsed:7.1f}s  {_esc(self.line)}[/]")
 
-    def _diagnosis(self, data: dict[str, Any]) -> None:
-        sig = data.get("signature") or "unknown"
-        self.say(f"  [bold]diagnosis[/] [magenta]{sig}[/]: {_esc(data.get('summary', ''))}")
-        for line in (data.get("evidence") or [])[:3]:
+    def _diagnosis(self, event: Diagnosed) -> None:
+        self.say(f"  [bold]diagnosis[/] [magenta]{event.signature or 'unknown'}[/]: {_esc(event.summary)}")
+        for line in event.evidence[:3]:
             self.say(f"    [dim]> {_esc(line)[:160]}[/]")
-        if data.get("hint"):
-            self.say(f"    hint: {_esc(data['hint'])}")
+        if event.hint:
+            self.say(f"    hint: {_esc(event.hint)}")
 
     def close(self) -> None:
         if self.live is not None:
@@ -143,28 +147,28 @@ def print_up_report(report: Any, progress: LiveProgress) -> None:
                      f" on {report.host}: nothing to do")
         return
     for note in report.before_launch:
-        progress.say(f"before launch: [yellow]{note.get('signature')}[/]: {_esc(note.get('summary', ''))}")
-        progress.say(f"  changed: {_esc((note.get('change') or {}).get('reason', ''))}")
+        progress.say(f"before launch: [yellow]{note.diagnosis.signature}[/]: {_esc(note.diagnosis.summary)}")
+        progress.say(f"  changed: {_esc(note.change.reason)}")
     for item in report.attempts:
         colour = "green" if item.outcome == "ready" else "red"
         progress.say(f"attempt {item.attempt}: [{colour}]{item.outcome}[/] ({_esc(item.detail)})")
-        if item.diagnosis:
-            progress.say(f"  diagnosis: {item.diagnosis.get('signature') or 'unknown'}: "
-                         f"{_esc(item.diagnosis.get('summary', ''))}")
-            for line in (item.diagnosis.get("evidence") or [])[:2]:
+        diagnosis = item.diagnosis_json()
+        if diagnosis:
+            progress.say(f"  diagnosis: {diagnosis['signature'] or 'unknown'}: {_esc(diagnosis['summary'])}")
+            for line in diagnosis["evidence"][:2]:
                 progress.say(f"  evidence: [dim]{_esc(line)[:200]}[/]")
         if item.change:
-            progress.say(f"  changed: {_esc(item.change.get('reason') or _change_text(item.change))}")
+            progress.say(f"  changed: {_esc(item.change.reason or _change_text(item.change.to_json()))}")
     if report.status == "ready":
         progress.say(f"[bold green]{report.name} is ready[/] on {report.host} ({report.run_dir})")
     restored = report.restored
     if restored:
-        back = f"{str(restored.get('content_hash'))[:12]} ({restored.get('run_id')})"
-        if restored.get("status") == "ready":
+        back = f"{restored.content_hash[:12]} ({restored.run_id})"
+        if restored.serving:
             progress.say(f"[bold yellow]brought back the previous version {back}[/]: it is serving again")
         else:
             progress.say(f"[bold red]could not bring back the previous version {back}[/]: "
-                         f"{_esc(restored.get('detail', ''))}")
+                         f"{_esc(restored.detail or '')}")
     for line in report.drift:
         progress.say(f"[yellow]drift[/]: {_esc(line)}")
     if report.saved_fixed:

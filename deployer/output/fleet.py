@@ -8,9 +8,12 @@ import threading
 from typing import Any
 
 from deployer.logtext import clip, printable
-from deployer.watch.watcher import Event
+from deployer.events import (
+    AttemptStarted, BecameReady, PhaseEntered, Changed, Diagnosed, Drift, EngineExited, EngineHung, Event, FollowerExited, Info,
+    PortTakenSeen, Problem, Progressed, Restored, RollingBack, StartupTimedOut, SupervisorLost, Warn,
+)
 
-QUIET = {"progress"}   # download progress would flood a multi-host view: the phase lines say enough
+QUIET = (Progressed,)   # download progress would flood a multi-host view: the phase lines say enough
 
 
 class FleetProgress:
@@ -20,12 +23,12 @@ class FleetProgress:
         self.lock = threading.Lock()
 
     def __call__(self, event: Event) -> None:
-        if event.kind in QUIET:
+        if isinstance(event, QUIET):
             return
         text = event_text(event)
         if text is None:
             return
-        who = f"{event.data.get('member', '')}@{event.data.get('host', '')}" if event.data.get("host") else "fleet"
+        who = f"{event.member or ''}@{event.host}" if event.host else "fleet"
         with self.lock:
             sys.stderr.write(f"{who:<20} {text}\n")
             sys.stderr.flush()
@@ -38,30 +41,29 @@ def _t(value: Any, limit: int = 160) -> str:
     return clip(printable(str(value)), limit)
 
 
-def event_text(event: Event) -> str | None:
-    d = event.data
-    kind = event.kind
-    if kind == "phase":
-        return f"{d.get('phase', ''):<20} {float(d.get('elapsed') or 0):7.1f}s  {_t(d.get('line', ''), 110)}"
-    if kind == "attempt":
-        return f"attempt {d.get('attempt')} (content {str(d.get('content_hash'))[:12]})"
-    if kind == "ready":
-        return _t(d.get("message") or f"ready after {float(d.get('elapsed') or 0):.1f}s")
-    if kind == "exited":
-        how = f"killed by {d.get('signal_name') or d.get('signal')}" if d.get("signal") else \
-            f"exit code {d.get('exit_code')}"
-        return f"engine died ({how}) after {float(d.get('elapsed') or 0):.1f}s"
-    if kind in ("hung", "timeout"):
-        return f"{kind} after {float(d.get('elapsed') or 0):.1f}s"
-    if kind == "diagnosis":
-        return f"diagnosis {d.get('signature') or 'unknown'}: {_t(d.get('summary', ''))}"
-    if kind == "change":
-        return f"changing: {_t(d.get('reason', ''))}"
-    if kind in ("warning", "drift", "problem", "rollback", "restored", "supervisor-lost", "info"):
-        prefix = "" if kind == "info" else f"{kind}: "
-        return prefix + _t(d.get("message", ""), 300)
-    if kind == "port-taken":
-        return f"port {d.get('port')} taken by {_t(', '.join(d.get('holders') or []))}"
+def event_text(event: Event) -> str | None:  # noqa: C901 (one branch per event class)
+    if isinstance(event, PhaseEntered):
+        return f"{event.phase:<20} {event.elapsed:7.1f}s  {_t(event.line, 110)}"
+    if isinstance(event, AttemptStarted):
+        return f"attempt {event.attempt} (content {event.content_hash[:12]})"
+    if isinstance(event, BecameReady):
+        return _t(event.message or f"ready after {event.elapsed:.1f}s")
+    if isinstance(event, EngineExited):
+        return f"engine died ({event.how()}) after {event.elapsed:.1f}s"
+    if isinstance(event, (EngineHung, StartupTimedOut)):
+        return f"{event.kind} after {event.elapsed:.1f}s"
+    if isinstance(event, Diagnosed):
+        return f"diagnosis {event.signature or 'unknown'}: {_t(event.summary)}"
+    if isinstance(event, Changed):
+        return f"changing: {_t(event.reason)}"
+    if isinstance(event, Info):
+        return _t(event.message, 300)
+    if isinstance(event, FollowerExited):
+        return f"engine died ({_t(event.message)})"
+    if isinstance(event, (Warn, Drift, Problem, RollingBack, Restored, SupervisorLost)):
+        return f"{event.kind}: " + _t(event.message, 300)
+    if isinstance(event, PortTakenSeen):
+        return f"port {event.port} taken by {_t(', '.join(event.holders))}"
     return None
 
 

@@ -7,8 +7,7 @@ parsing), that error is diagnosed like a crash and the same remedy is applied be
 from __future__ import annotations
 
 import textwrap
-
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from deployer.diagnose.diagnosis import diagnose
@@ -20,51 +19,72 @@ from deployer.preflight.checks import PreflightReport, run_preflight
 from deployer.profile.model import Profile
 from deployer.remedy import Change, propose
 from deployer.remote.base import Remote
-from deployer.watch.watcher import Event, EventSink
+from deployer.runner.report import BeforeLaunchChange, UpOptions, UpReport
+from deployer.events import Changed, Diagnosed, EventSink, Override, Problem, Suggestion, Warn
 
 
-def checked_profile(remote: Remote, profile: Profile, *, heal: bool, model_config: Path | None, own_port: bool,
-                    tried: list[Change], emit: EventSink, notes: list[dict[str, Any]],
-                    warnings: list[str]) -> tuple[Profile, str | None, DryResolution | None]:
-    """The profile to launch (flags translated, pre-launch remedies applied), the target's engine version, and
-    the engine's dry resolution of that profile's args (where it ran): the effective values remedies start from."""
-    for _ in range(profile.retry.max_attempts):
-        result = run_preflight(remote, profile, cache_dir=home() / "cache", model_config=model_config,
-                               own_port=own_port)
-        version = result.engine_version or profile.engine.version
-        if not result.problems:
-            _tell(result, emit, warnings)
-            dry = None if result.resolved is None else \
-                DryResolution(args=dict(result.profile.engine.args), resolved=result.resolved)
-            return result.profile, version, dry
+@dataclass
+class BeforeLaunch:
+    """Preflight for one `up`: its options, the report its notes and warnings go to, its events, the changes
+    tried so far (shared with the attempts: no identical change twice)."""
+
+    opts: UpOptions
+    report: UpReport
+    emit: EventSink
+    tried: list[Change]
+
+    def checked(self, remote: Remote, profile: Profile, *, own_port: bool
+                ) -> tuple[Profile, str | None, DryResolution | None]:
+        """The profile to launch (flags translated, pre-launch remedies applied), the target's engine version, and
+        the engine's dry resolution of that profile's args (where it ran): the effective values remedies start
+        from."""
+        for _ in range(profile.retry.max_attempts):
+            result = run_preflight(remote, profile, cache_dir=home() / "cache", model_config=self.opts.model_config,
+                                   own_port=own_port)
+            version = result.engine_version or profile.engine.version
+            if not result.problems:
+                self._tell(result)
+                dry = None if result.resolved is None else \
+                    DryResolution(args=dict(result.profile.engine.args), resolved=result.resolved)
+                return result.profile, version, dry
+            profile = self._healed(result, version)
+        raise PreflightFailed([f"still rejected after {profile.retry.max_attempts} changes before launch"])
+
+    def _healed(self, result: PreflightReport, version: str | None) -> Profile:
+        """The profile with the change for what preflight found; PreflightFailed when nothing may change it."""
         refused = result.refusal()  # flags nothing may fix: never dropped, refused (exit 2)
         if refused is not None:
-            _tell(result, emit, warnings)
+            self._tell(result)
             for problem in result.problems:
-                emit(Event("problem", {"message": problem}))
+                self.emit(Problem(message=problem))
             raise refused
         rejection = result.rejection or _as_argparse_error(result)
         known = set(result.unknown_flags.values())
         others = [p for p in result.problems if not p.startswith("the engine rejects") and p not in known]
         if rejection is None or others:  # healing the arguments cannot fix the rest
-            _tell(result, emit, warnings)
+            self._tell(result)
             for problem in result.problems:
-                emit(Event("problem", {"message": problem}))
+                self.emit(Problem(message=problem))
             for suggestion in result.memory.suggestions if result.memory else []:
-                emit(Event("suggestion", {"message": suggestion}))
+                self.emit(Suggestion(message=suggestion))
             raise PreflightFailed(result.problems, hint=_first_suggestion(result.memory))
-        diag = diagnose(rejection, engine_version=version, engine=profile.engine.definition)
-        note: dict[str, Any] = {"stage": "preflight", **diag.to_json(), "hint": diag.hint}
-        emit(Event("diagnosis", {"attempt": 0, **note}))
-        change = propose(diag, result.profile, tried) if heal and diag.signature else None
+        diag = diagnose(rejection, engine_version=version, engine=result.profile.engine.definition)
+        self.emit(Diagnosed(attempt=0, stage="preflight", **diag.to_json(), hint=diag.hint))
+        change = propose(diag, result.profile, self.tried) if self.opts.heal and diag.signature else None
         if change is None:
             raise PreflightFailed([f"the engine rejects these arguments: {diag.summary}"], hint=diag.hint)
-        tried.append(change)
-        note["change"] = change.to_json()
-        notes.append(note)
-        emit(Event("change", {"attempt": 0, "before_launch": True, **change.to_json()}))
-        profile = result.profile.patched(args=change.args, env=change.env)
-    raise PreflightFailed([f"still rejected after {profile.retry.max_attempts} changes before launch"])
+        self.tried.append(change)
+        self.report.before_launch.append(BeforeLaunchChange(diag, change))
+        self.emit(Changed(attempt=0, before_launch=True, **change.to_json()))
+        return result.profile.patched(args=change.args, env=change.env)
+
+    def _tell(self, result: PreflightReport) -> None:
+        """Warnings and overrides of the round that counts (not of arguments that were rejected and changed)."""
+        for line in result.warnings:
+            self.emit(Warn(message=line))
+            self.report.warnings.append(line)
+        for line in result.overrides:
+            self.emit(Override(message=line))
 
 
 def _as_argparse_error(result: PreflightReport) -> str | None:
@@ -81,15 +101,6 @@ def _as_argparse_error(result: PreflightReport) -> str | None:
         value = result.profile.engine.args.get(key)
         words += [key_option(key)] + ([] if isinstance(value, (bool, list, dict)) or value is None else [str(value)])
     return f"{usage}\n{prog}: error: unrecognized arguments: {' '.join(words)}\n"
-
-
-def _tell(result: Any, emit: EventSink, warnings: list[str]) -> None:
-    """Warnings and overrides of the round that counts (not of arguments that were rejected and changed)."""
-    for line in result.warnings:
-        emit(Event("warning", {"message": line}))
-        warnings.append(line)
-    for line in result.overrides:
-        emit(Event("override", {"message": line}))
 
 
 def _first_suggestion(plan: Any) -> str | None:

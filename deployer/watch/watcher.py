@@ -15,11 +15,16 @@ from __future__ import annotations
 import json
 import time
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Union
 
 from deployer.engines.base import Engine
 from deployer.errors import DeployError, NotFound
+from deployer.events import (
+    BecameReady, Download, EngineExited, EngineHung, PhaseEntered, Progressed, PortTakenSeen,
+    StartupTimedOut, SupervisorLost,
+)
+from deployer.events import Event as Event, EventSink as EventSink  # re-exported: the sink type watchers take
 from deployer.logtext import clip, readable
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.start import Launch, listener, status
@@ -43,14 +48,6 @@ CACHE_EVERY_S = 5.0           # a quiet log: look at the model's hub cache this 
 DEAD_STATES = {*ENDED, "absent"}  # absent: no state.json at all
 
 
-@dataclass(frozen=True)
-class Event:
-    kind: str                  # phase | progress | ready | exited | hung | timeout | attempt | diagnosis | change ...
-    data: dict[str, Any]
-    at: float = field(default_factory=time.time)
-
-
-EventSink = Callable[[Event], None]
 
 
 @dataclass(frozen=True)
@@ -220,15 +217,14 @@ class LogTail:
         return lines[-n:]
 
 
-def download_fields(bar: Bar) -> dict[str, Any]:
-    """A download bar as the fields of a `progress` event."""
-    fields: dict[str, Any] = {"file": bar.file, "percent": bar.percent, "text": describe(bar)}
+def download_of(bar: Bar) -> Download:
+    """A download bar as a `progress` event's download."""
     if bar.is_bytes:
-        fields.update(bytes=int(bar.n), total_bytes=int(bar.total) if bar.total else None,
-                      rate_bytes_s=round(bar.rate) if bar.rate is not None else None)
-    else:
-        fields.update(done=bar.n, total=bar.total, unit=bar.unit)
-    return fields
+        return Download(file=bar.file, percent=bar.percent, text=describe(bar), bytes=int(bar.n),
+                        total_bytes=int(bar.total) if bar.total else None,
+                        rate_bytes_s=round(bar.rate) if bar.rate is not None else None)
+    return Download(file=bar.file, percent=bar.percent, text=describe(bar), done=bar.n, total=bar.total,
+                    unit=bar.unit)
 
 
 class Watcher:
@@ -279,22 +275,21 @@ class Watcher:
         if self._healthy():
             owner = listener(self.remote, self.launch.run, self.port)
             if owner.ours is False:
-                self.emit(Event("port-taken", {"elapsed": round(elapsed, 3), "port": self.port,
-                                               "holders": owner.holders}))
+                self.emit(PortTakenSeen(elapsed=round(elapsed, 3), port=self.port, holders=owner.holders))
                 return PortTaken(elapsed, self.port, owner.describe(), self.log.tail())
             if owner.ours:
                 return self._ready(elapsed)
         if self.fatal is not None and now - self.fatal[0] >= FATAL_GRACE_S:
             stuck = Stuck(elapsed, self.fatal[1], now - self.fatal[0], self.log.tail())
-            self.emit(Event("hung", {"elapsed": round(elapsed, 3), "stalled_s": round(stuck.waited_s, 3),
-                                     "message": stuck.describe(), "line": stuck.line}))
+            self.emit(EngineHung(elapsed=round(elapsed, 3), stalled_s=round(stuck.waited_s, 3),
+                                 message=stuck.describe(), line=stuck.line))
             return stuck
         stalled = now - self.last_progress
         if stalled > self.health.stall_timeout_s:
-            self.emit(Event("hung", {"elapsed": elapsed, "stalled_s": stalled}))
+            self.emit(EngineHung(elapsed=elapsed, stalled_s=stalled))
             return Hung(elapsed, stalled, self.log.tail())
         if elapsed > self.health.startup_timeout_s:
-            self.emit(Event("timeout", {"elapsed": elapsed}))
+            self.emit(StartupTimedOut(elapsed=elapsed))
             return TimedOut(elapsed, self.log.tail())
         return None
 
@@ -306,14 +301,14 @@ class Watcher:
             return self._crashed(live, elapsed)
         if not live.get("supervisor_alive"):
             return self._unsupervised(live, elapsed)
-        self.emit(Event("ready", {"elapsed": round(elapsed, 3), "phase": "ready"}))
+        self.emit(BecameReady(elapsed=round(elapsed, 3)))
         return Ready(elapsed)
 
     def _unsupervised(self, live: dict[str, Any], elapsed: float) -> Unsupervised:
         pid = live.get("supervisor_pid")
         outcome = Unsupervised(elapsed, pid if isinstance(pid, int) else None, self.log.tail())
-        self.emit(Event("supervisor-lost", {"elapsed": round(elapsed, 3), "supervisor_pid": outcome.supervisor_pid,
-                                            "message": outcome.describe()}))
+        self.emit(SupervisorLost(elapsed=round(elapsed, 3), supervisor_pid=outcome.supervisor_pid,
+                                  message=outcome.describe()))
         return outcome
 
     def _read_log(self, now: float, elapsed: float) -> None:
@@ -379,21 +374,19 @@ class Watcher:
         text = f"{self.cache.folder_name} in the hub cache: {human_bytes(size)}, {human_bytes(rate)}/s"
         self._enter("downloading", elapsed, text)
         self.last_line = text
-        self.emit(Event("progress", {"phase": self.phase, "elapsed": round(elapsed, 3), "line": text,
-                                     "file": self.cache.repo_id, "percent": None, "bytes": size,
-                                     "total_bytes": None, "rate_bytes_s": round(rate), "text": text,
-                                     "source": "hub cache"}))
+        self.emit(Progressed(phase=self.phase, elapsed=round(elapsed, 3), line=text,
+                             download=Download(file=self.cache.repo_id, bytes=size, rate_bytes_s=round(rate),
+                                               text=text, source="hub cache")))
 
     def _enter(self, phase: str | None, elapsed: float, line: str) -> None:
         if phase and phase != self.phase:
             self.phase = phase
-            self.emit(Event("phase", {"phase": phase, "elapsed": round(elapsed, 3), "line": clip(line, 300)}))
+            self.emit(PhaseEntered(phase=phase, elapsed=round(elapsed, 3), line=clip(line, 300)))
 
     def _emit_progress(self, elapsed: float) -> None:
-        data: dict[str, Any] = {"phase": self.phase, "elapsed": round(elapsed, 3), "line": clip(self.last_line, 300)}
-        if self.phase == "downloading" and self.bar is not None and self.bar.is_download:
-            data.update(download_fields(self.bar))
-        self.emit(Event("progress", data))
+        bar = self.bar if self.phase == "downloading" and self.bar is not None and self.bar.is_download else None
+        self.emit(Progressed(phase=self.phase, elapsed=round(elapsed, 3), line=clip(self.last_line, 300),
+                             download=download_of(bar) if bar is not None else None))
 
     def _dead_state(self, now: float) -> dict[str, Any] | None:
         state = self._state_file()
@@ -430,7 +423,6 @@ class Watcher:
     def _crashed(self, state: dict[str, Any], elapsed: float) -> Crashed:
         outcome = Crashed(elapsed, state.get("exit_code"), state.get("signal"), state.get("signal_name"),
                           self.log.tail(), state.get("traceback_offset"))
-        self.emit(Event("exited", {"elapsed": round(elapsed, 3), "exit_code": outcome.exit_code,
-                                   "signal": outcome.signal, "signal_name": outcome.signal_name,
-                                   "status": state.get("status")}))
+        self.emit(EngineExited(elapsed=round(elapsed, 3), exit_code=outcome.exit_code, signal=outcome.signal,
+                               signal_name=outcome.signal_name, status=state.get("status")))
         return outcome

@@ -15,7 +15,8 @@ import pytest
 
 from deployer.errors import PreflightFailed
 from deployer.preflight.flags import load_cached_flagset
-from deployer.pipeline.before_launch import checked_profile
+from deployer.pipeline.before_launch import BeforeLaunch
+from deployer.pipeline.up import UpOptions, UpReport
 from deployer.preflight.checks import run_preflight
 from deployer.profile.model import Profile
 from deployer.profile.loader import load
@@ -46,10 +47,11 @@ def test_seed_scenario_heals_before_launch_on_real_seed_era_code(h200_host: Any,
     monkeypatch.setenv("DEPLOYER_HOME", str(tmp_path / "home"))
     profile = shipped_without_fix(h200_host, tmp_path)
     events: list[Event] = []
-    notes: list[dict[str, Any]] = []
     tried: list[Change] = []
-    healed, version, dry = checked_profile(remote, profile, heal=True, model_config=None, own_port=False,
-                                           tried=tried, emit=events.append, notes=notes, warnings=[])
+    report = UpReport(name=profile.name, host="h200", status="failed")
+    healed, version, dry = BeforeLaunch(UpOptions(heal=True), report, events.append, tried).checked(
+        remote, profile, own_port=False)
+    notes: list[dict[str, Any]] = [n.to_json() for n in report.before_launch]
     assert version == SEED_ERA
     # the real 0.5.10 resolution raised the seed's error; the remedy is exactly the seed's fix
     assert [n["signature"] for n in notes] == ["mamba-spec-needs-extra-buffer"]
@@ -70,8 +72,8 @@ def test_without_healing_the_seed_error_stops_before_launch(h200_host: Any, remo
                                                             monkeypatch: Any) -> None:
     monkeypatch.setenv("DEPLOYER_HOME", str(tmp_path / "home"))
     with pytest.raises(PreflightFailed) as failed:
-        checked_profile(remote, shipped_without_fix(h200_host, tmp_path), heal=False, model_config=None,
-                        own_port=False, tried=[], emit=lambda e: None, notes=[], warnings=[])
+        BeforeLaunch(UpOptions(heal=False), UpReport(name="seed", host="h200", status="failed"), lambda e: None,
+                     []).checked(remote, shipped_without_fix(h200_host, tmp_path), own_port=False)
     assert "speculative decoding on a hybrid Mamba model needs" in str(failed.value)
 
 

@@ -97,13 +97,14 @@ def test_json_failures_end_with_one_error_event(tmp_path: Path) -> None:
 
 def test_output_is_not_wrapped_without_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
     from deployer.output.console import LiveProgress
-    from deployer.watch.watcher import Event
+    from deployer.events import Download, Progressed, Warn
 
     progress = LiveProgress()
     long = "warning text " * 30
-    progress(Event("warning", {"message": long}))
-    progress(Event("progress", {"phase": "downloading", "elapsed": 1.0, "line": "x", "file": "model-1.safetensors",
-                                "percent": 10, "text": "model-1.safetensors  10%  1.00 GB of 10.00 GB"}))
+    progress(Warn(message=long))
+    progress(Progressed(phase="downloading", elapsed=1.0, line="x",
+                        download=Download(file="model-1.safetensors", percent=10,
+                                          text="model-1.safetensors  10%  1.00 GB of 10.00 GB")))
     progress.close()
     err = capsys.readouterr().err
     assert long.strip() in err  # one line, whatever its length

@@ -22,7 +22,7 @@ from deployer.profile.loader import load_profile
 from deployer.profile.host import probe_address
 from deployer.profile.model import Target
 from deployer.render.bundle import render
-from deployer.watch.watcher import Event
+from deployer.events import Event, Info
 
 ADDRESSES = {"gpu-a": "10.0.0.1", "gpu-b": "10.0.0.2", "gpu-c": "10.0.0.3"}
 
@@ -140,7 +140,7 @@ def test_fan_out_runs_hosts_at_once_and_a_hosts_members_in_turn() -> None:
             running[host] = running.get(host, 0) + 1
             peak["hosts"] = max(peak["hosts"], sum(1 for v in running.values() if v))
             peak["same_host"] = max(peak["same_host"], running[host])
-        emit(Event("info", {"message": f"m{i}"}))
+        emit(Info(message=f"m{i}"))
         time.sleep(0.2)
         with lock:
             running[host] -= 1

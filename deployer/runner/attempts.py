@@ -1,0 +1,262 @@
+"""The attempt loop: push -> stop what served (attempt 1) -> start -> watch -> diagnose -> change -> again, bounded.
+
+`AttemptRunner` owns one `up`'s run over its shape's targets (one host, or a node group): the profile as it is
+changed, the options, the event sink, the report, the local history rows, the changes tried (no identical change
+twice) and whether the version that served was stopped (then a failure brings it back: restore.py). Each attempt
+writes its outcome to every target (outcome.json) and to the local history.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NoReturn
+
+from deployer.diagnose.drift import compare, masked, parse_args_dump
+from deployer.effective import DryResolution
+from deployer.engines import engine_for
+from deployer.errors import DeployError, LaunchFailed, PortBusy, RetriesExhausted
+from deployer.events import AttemptStarted, Changed, Diagnosed, Drift, EventSink, Info, RunPushed
+from deployer.logtext import clip, printable
+from deployer.profile.fixed import save_fixed
+from deployer.profile.model import Profile
+from deployer.push import RunDir, new_run_id, profile_record, push, set_current, write_outcome
+from deployer.remedy import Change, propose
+from deployer.render.bundle import Bundle, render
+from deployer.runner.history import AttemptRows
+from deployer.runner.logs import attempt_values, log_head
+from deployer.runner.report import AttemptReport, UpOptions, UpReport
+from deployer.runner.restore import Restore
+from deployer.runner.shape import Found, Result, Shape, Target, result_name, result_text
+from deployer.runner.timing import PORT_WAIT_S, RETRY_PORT_WAIT_S, stop_grace
+from deployer.start import check_port, listener, start, stop
+from deployer.watch.watcher import PortTaken, Ready
+
+
+@dataclass
+class AttemptRunner:
+    """One `up`'s attempts. `profile`: what attempt 1 runs (preflight's changes applied); `original`: the profile
+    as written (--save-fixed writes the difference); `pushed`: attempt 1's run dir on the leader, already pushed."""
+
+    shape: Shape
+    profile: Profile
+    opts: UpOptions
+    emit: EventSink
+    report: UpReport
+    up_id: str
+    original: Profile
+    version: str | None = None                # the target's engine version
+    dry: DryResolution | None = None          # the engine's dry resolution of the args (remedies start from it)
+    tried: list[Change] = field(default_factory=list)
+    written_hash: str | None = None           # attempt 1's bundle as the profile is written (profile.json says)
+    pushed: RunDir | None = None
+    stopped: bool = False                     # the version that served was stopped: a failure brings it back
+    profiles: list[Profile] = field(default_factory=list)   # each target's profile in this attempt
+    rows: AttemptRows = field(init=False)
+
+    @property
+    def targets(self) -> list[Target]:
+        return self.shape.targets
+
+    def run(self) -> UpReport:
+        self.rows = AttemptRows(self.opts.local_history)
+        try:
+            return self._attempts()
+        except DeployError as exc:  # a failed launch too (not Ctrl-C: that leaves at once)
+            self.rows.end_open("not-started")
+            if self.stopped:
+                Restore(self.shape, self.profile, [p.engine.port for p in self.profiles], self.emit) \
+                    .bring_back(exc, self.report, rollback=self.opts.rollback)
+            raise
+        finally:
+            self.rows.close()
+
+    def _attempts(self) -> UpReport:
+        for attempt in range(1, self.profile.retry.max_attempts + 1):
+            if self._attempt(attempt):
+                return self.report
+        self.shape.after_failure(self.report)
+        exhausted = RetriesExhausted(f"{self.profile.name}: not ready after {self.profile.retry.max_attempts} "
+                                     f"attempts; last: {self.report.attempts[-1].detail}",
+                                     attempts=self.report.attempts)
+        exhausted.outcome = self.report
+        raise exhausted
+
+    def _attempt(self, attempt: int) -> bool:
+        """One attempt; True when it is ready, False to try again (the change made), else raises."""
+        self.profiles = self.shape.profiles(self.profile)
+        bundles = [render(p) for p in self.profiles]
+        self.emit(AttemptStarted(attempt=attempt, content_hash=bundles[0].content_hash, host=self.shape.hosts))
+        self.shape.each(lambda i: self._push(i, bundles[i], attempt), list(range(len(self.targets))))
+        self.rows.begin(self.targets, self.profiles, up_id=self.up_id, attempt=attempt,
+                        content_hash=bundles[0].content_hash)
+        self._start(self._stop_serving() if attempt == 1 else RETRY_PORT_WAIT_S)
+        result = self.shape.watch(self.profile, self.emit)
+        assert self.targets[0].run is not None
+        item = AttemptReport(attempt, self.targets[0].run.run_id, bundles[0].content_hash, result_name(result),
+                             result_text(result))
+        self.report.attempts.append(item)
+        if isinstance(result, Ready):
+            self._ready(item, bundles[0])
+            return True
+        if isinstance(result, PortTaken):
+            self._port_taken(item)
+        self._failed(item, result)
+        return False
+
+    # --- push, stop, start -------------------------------------------------------------------------------------
+
+    def _push(self, index: int, bundle: Bundle, attempt: int) -> None:
+        target, profile = self.targets[index], self.profiles[index]
+        if attempt == 1 and index == 0 and self.pushed is not None:
+            target.run = self.pushed
+        else:
+            record = profile_record(profile, bundle, attempt=attempt, up_id=self.up_id, written_hash=self.written_hash)
+            target.run = push(target.remote, target.layout, bundle, record,
+                              self.shape.supervisor_config(index, profile), new_run_id(bundle, attempt))
+        self.shape.sink(self.emit, index)(RunPushed(run_id=target.run.run_id, run_dir=target.run.path))
+
+    def _stop_serving(self) -> float:
+        """Stop the version that served (the new run dirs are complete); the wait for its ports to free."""
+        serving = [t for t in self.targets if t.serving is not None]
+        if not serving:
+            return 0.0
+        self.emit(Info(message=self.shape.stopping(serving)))
+        self.stopped = True  # from here on, a failure brings it back
+        assert serving[0].serving is not None
+        self.report.replaced = serving[0].serving.run.run_id
+        grace = self.shape.serving_grace_s(self.profile)
+        self.shape.each(lambda t: stop(t.remote, t.serving.run, grace) if t.serving else None, serving)
+        return PORT_WAIT_S
+
+    def _start(self, port_wait: float) -> None:
+        """Every target's run made current and started, once its port is free (one step on the target, which also
+        refuses a port that cannot be bound). A failure is recorded as such."""
+        def one(index: int) -> None:
+            target = self.targets[index]
+            assert target.run is not None
+            set_current(target.remote, target.layout, target.run)
+            if port_wait > 0:
+                check_port(target.remote, target.layout, self.profiles[index].engine.port, wait_s=port_wait)
+            target.launch = start(target.remote, target.run)
+
+        try:
+            self.shape.each(one, list(range(len(self.targets))))
+        except DeployError as exc:
+            self.rows.end_open("not-started")
+            self._record({"outcome": "not-started", "detail": exc.message})
+            raise
+
+    def _record(self, outcome: dict[str, object]) -> None:
+        """outcome.json on every target that has this attempt's run (best effort)."""
+        def one(target: Target) -> None:
+            if target.run is None:
+                return
+            try:
+                write_outcome(target.remote, target.run, outcome)
+            except DeployError:
+                pass  # the failure being reported matters more than its record (a full disk, a dropped connection)
+        self.shape.each(one, self.targets)
+
+    # --- how the attempt ended ---------------------------------------------------------------------------------
+
+    def _ready(self, item: AttemptReport, bundle: Bundle) -> None:
+        item.drift = self._drift()
+        for line in item.drift:
+            self.emit(Drift(message=line))
+        if self.opts.save_fixed is not None and self.original.source is not None:
+            self._save_fixed(self.opts.save_fixed)
+        self.rows.end(item)
+        self._record(item.to_json())
+        leader = self.targets[0]
+        assert leader.run is not None
+        self.report.status, self.report.run_dir, self.report.content_hash = "ready", leader.run.path, \
+            bundle.content_hash
+        self.report.drift = item.drift
+        self.shape.after_ready(self.emit, self.report)
+
+    def _drift(self) -> list[str]:
+        """What the engine printed it runs with, against what the leader's profile asks."""
+        leader, profile = self.targets[0], self.profiles[0]
+        assert leader.launch is not None
+        spec = profile.engine.definition
+        resolved = parse_args_dump(log_head(leader.remote, leader.launch), spec.log.args_dump)
+        if resolved is None:
+            return []
+        secret = spec.launch.secret_flags | profile.secret_arg_keys()
+        asked = {k: v for k, v in profile.engine.args.items() if k not in secret}
+        drifts = compare(asked, masked(resolved, secret), spec.knowledge.value_aliases, complete=spec.log.args_dump_complete)
+        return [d.describe() for d in drifts]
+
+    def _save_fixed(self, dest: Path) -> None:
+        assert self.original.source is not None
+        save_fixed(self.original.source, self.original, self.profile,
+                   [c.reason for c in self.tried if c.reason and not c.is_empty()], dest)
+        self.report.saved_fixed = str(dest)
+
+    def _port_taken(self, item: AttemptReport) -> NoReturn:
+        """The health answer came from another server: stop our engine, record it, exit 4 naming the holder."""
+        grace = stop_grace(self.profile.restart.grace_s)
+        self.shape.each(lambda t: stop(t.remote, t.run, grace) if t.run else None, self.targets)
+        self.rows.end(item)
+        self._record(item.to_json())
+        raise PortBusy(f"{self.profile.name}: {item.detail} on {self.targets[0].remote.label}; this run's engine "
+                       "was stopped", hint="stop what holds it, or set engine.port to another port")
+
+    def _failed(self, item: AttemptReport, result: Result) -> None:
+        """Diagnose the failed attempt and make the change for the next one; raises when there is none."""
+        self.shape.stop_failed(result, self.profile)
+        found = self.shape.diagnose(result, self.version, self.profile.engine.definition)
+        item.diagnosis, item.failed_node = found.diagnosis, found.node
+        if found.node is not None:
+            item.detail = f"{item.detail}; node {found.node.rank} failed first"
+        self.emit(Diagnosed(attempt=item.attempt, **(item.diagnosis_json() or {})))  # node, host: a group's
+        change = self._next_change(item, found)
+        self.rows.end(item)
+        self._record(item.to_json())
+        if change is None:
+            self.shape.after_failure(self.report)
+            raise self._not_started(item, found)
+        if not change.is_empty():
+            self.profile = self.profile.patched(args=change.args, env=change.env)
+
+    def _next_change(self, item: AttemptReport, found: Found) -> Change | None:
+        """The change for the next attempt (the empty one: retry a transient failure once), None to stop."""
+        diag = found.diagnosis
+        if not self.opts.heal:
+            return None
+        if diag.transient:
+            # Retrying unchanged is itself a change (the empty one): made at most once per signature in one `up`.
+            unchanged = Change(reason=f"retry unchanged after transient {diag.signature}")
+            if any(c.is_empty() and c.reason == unchanged.reason for c in self.tried):
+                return None
+            self.tried.append(unchanged)
+            self.emit(Info(message=f"transient failure; retrying unchanged in {self.profile.retry.backoff_s:g}s"))
+            time.sleep(self.profile.retry.backoff_s)
+            return unchanged
+        target = self.targets[found.index]
+        values = attempt_values(target.remote, target.launch, diag, self.profile, self.dry) \
+            if diag.remedy is not None and target.launch is not None else None
+        change = propose(diag, self.profile, self.tried, values)
+        if change is None:
+            return None
+        self.tried.append(change)
+        item.change = change
+        self.emit(Changed(attempt=item.attempt, args=dict(change.args), env=dict(change.env), reason=change.reason,
+                          basis=dict(change.basis)))
+        return change
+
+    def _not_started(self, item: AttemptReport, found: Found) -> DeployError:
+        diag = found.diagnosis
+        if diag.signature == "port-in-use":  # lost the port to a process that is not a deployment
+            target, port = self.targets[found.index], self.profiles[found.index].engine.port
+            assert target.run is not None
+            holder = listener(target.remote, target.run, port)
+            return PortBusy(f"{self.profile.name}: port {port} taken by {holder.describe()} on "
+                            f"{target.remote.label} (the engine could not bind it)",
+                            hint="stop what holds it, or set engine.port to another port")
+        why = "healing disabled (--no-heal)" if not self.opts.heal else \
+            "the known changes are used up" if diag.remedy else "no known change fixes it"
+        return LaunchFailed(f"{self.profile.name}: {item.detail}: {clip(printable(diag.summary))} ({why})",
+                            outcome=self.report, hint=diag.hint if self.shape.failure_hint else None)

@@ -1,0 +1,140 @@
+"""What `up` was asked (UpOptions) and what it did (UpReport, one AttemptReport per attempt): typed values, dicts
+only in `to_json()` (the JSON of `--json`, outcome.json and the local history, the same as before)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from deployer.diagnose.diagnosis import Diagnosis
+from deployer.logtext import bounded_diagnosis
+from deployer.remedy import Change
+from deployer.watch.watcher import Crashed, Hung, Outcome, PortTaken, Ready, Stuck, TimedOut, Unsupervised
+
+AttemptOutcome = Literal["ready", "crashed", "hung", "timeout", "port-taken", "supervisor-lost", "not-started"]
+UpStatus = Literal["ready", "already-running", "failed"]
+
+OUTCOME_NAMES: dict[type, AttemptOutcome] = {
+    Ready: "ready", Crashed: "crashed", Hung: "hung", Stuck: "crashed", TimedOut: "timeout",
+    PortTaken: "port-taken", Unsupervised: "supervisor-lost"}
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    trust_new_host: bool = False
+    heal: bool = True
+    skip_preflight: bool = False
+    save_fixed: Path | None = None
+    model_config: Path | None = None
+    force: bool = False
+    what: str = "up"
+    rollback: bool = True     # a failed replace brings the version that was serving back
+    break_lock: bool = False
+    local_history: bool = True  # write the attempts to deployer's local history (the CLI does; the API need not)
+
+
+@dataclass(frozen=True)
+class FailedNode:
+    """The node of a group whose failure the diagnosis is from (the first that failed)."""
+
+    rank: int
+    host: str
+
+
+@dataclass
+class AttemptReport:
+    attempt: int
+    run_id: str
+    content_hash: str
+    outcome: AttemptOutcome
+    detail: str
+    diagnosis: Diagnosis | None = None
+    change: Change | None = None              # the change made after this attempt
+    drift: list[str] = field(default_factory=list)
+    failed_node: FailedNode | None = None     # a node group: where the diagnosis comes from
+
+    def diagnosis_json(self) -> dict[str, Any] | None:
+        """The diagnosis as outcome.json, the history and the output show it (its texts bounded)."""
+        if self.diagnosis is None:
+            return None
+        data: dict[str, Any] = {**self.diagnosis.to_json(), "hint": self.diagnosis.hint}
+        if self.failed_node is not None:
+            data.update(node=self.failed_node.rank, host=self.failed_node.host)
+        return bounded_diagnosis(data)
+
+    def change_json(self) -> dict[str, Any] | None:
+        return None if self.change is None else self.change.to_json()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"attempt": self.attempt, "run_id": self.run_id, "content_hash": self.content_hash,
+                "outcome": self.outcome, "detail": self.detail, "diagnosis": self.diagnosis_json(),
+                "change": self.change_json(), "drift": list(self.drift)}
+
+
+@dataclass
+class RestoredVersion:
+    """The version brought back after a failed replace, and how that went (status: the watch's outcome)."""
+
+    run_id: str
+    content_hash: str
+    run_dir: str
+    status: str | None = None
+    detail: str | None = None
+
+    @property
+    def serving(self) -> bool:
+        return self.status == "ready"
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"run_id": self.run_id, "content_hash": self.content_hash, "run_dir": self.run_dir}
+        if self.status is not None:
+            data["status"] = self.status
+        if self.detail is not None:
+            data["detail"] = self.detail
+        return data
+
+
+@dataclass(frozen=True)
+class BeforeLaunchChange:
+    """The engine rejected the arguments at preflight: why, and the change made before the first launch."""
+
+    diagnosis: Diagnosis
+    change: Change
+
+    def diagnosis_json(self) -> dict[str, Any]:
+        return {"stage": "preflight", **self.diagnosis.to_json(), "hint": self.diagnosis.hint}
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.diagnosis_json(), "change": self.change.to_json()}
+
+
+@dataclass
+class UpReport:
+    name: str
+    host: str
+    status: UpStatus
+    run_dir: str | None = None
+    content_hash: str | None = None
+    attempts: list[AttemptReport] = field(default_factory=list)
+    replaced: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    drift: list[str] = field(default_factory=list)
+    saved_fixed: str | None = None
+    before_launch: list[BeforeLaunchChange] = field(default_factory=list)   # preflight's diagnoses and changes
+    restored: RestoredVersion | None = None   # the version brought back after a failed replace
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "host": self.host, "status": self.status, "run_dir": self.run_dir,
+                "content_hash": self.content_hash, "attempts": [a.to_json() for a in self.attempts],
+                "replaced": self.replaced, "warnings": list(self.warnings), "drift": list(self.drift),
+                "saved_fixed": self.saved_fixed, "before_launch": [n.to_json() for n in self.before_launch],
+                "restored": None if self.restored is None else self.restored.to_json()}
+
+
+def outcome_name(outcome: Outcome) -> AttemptOutcome:
+    return OUTCOME_NAMES[type(outcome)]
+
+
+def describe(outcome: Outcome) -> str:
+    return "ready" if isinstance(outcome, Ready) else outcome.describe()
