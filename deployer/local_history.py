@@ -80,6 +80,11 @@ class History:
         self._db = sqlite3.connect(str(self.path), timeout=10)
         self._db.executescript(SCHEMA)
 
+    @classmethod
+    def kept(cls, keep: bool) -> History:
+        """This machine's history, or (keep False: deployer.api's default) a store in memory that keeps nothing."""
+        return cls() if keep else cls(Path(":memory:"))
+
     def close(self) -> None:
         self._db.close()
 

@@ -7,8 +7,17 @@ from pathlib import Path
 
 import click
 
-from deployer.cli.options import _load, _profile_options, _target_options
+from deployer import __version__
+from deployer.cli.load import _load
+from deployer.cli.options import _profile_options, _target_options
 from deployer.engines import engine_for, kinds
+from deployer.errors import DeployError, ProfileError
+from deployer.export import check as chk
+from deployer.export import files
+from deployer.export import k8s as k8s_export
+from deployer.export.runs import last_ready_profile
+from deployer.export.translate import for_version
+from deployer.oncall.deployment import make_ref
 
 
 @click.group("export")
@@ -42,16 +51,7 @@ def k8s(profile: str | None, overrides: tuple[str, ...], host: str | None, trust
         engine_version: str | None, model_cache: str, shm_size: str | None, python: str,
         kubernetes_version: str | None, check: bool, from_run: str | None, workdir: str | None) -> None:
     """Kubernetes manifests for PROFILE: Deployment or LeaderWorkerSet, Services, the router with its RBAC."""
-    from deployer import __version__
-    from deployer.errors import DeployError, ProfileError
-    from deployer.export import check as chk
-    from deployer.export import files, k8s as k8s_export
-    from deployer.export.translate import for_version
-
     if from_run:
-        from deployer.export.runs import last_ready_profile
-        from deployer.oncall.deployment import make_ref
-
         if profile:
             raise ProfileError("give PROFILE or --from-run NAME, not both")
         prof, run_id = last_ready_profile(make_ref(from_run, host, workdir, trust_new_host))
@@ -88,7 +88,3 @@ def k8s(profile: str | None, overrides: tuple[str, ...], host: str | None, trust
         click.echo(f"checked {len(export.objects)} objects: valid for Kubernetes "
                    f"{kubernetes_version or chk.KUBERNETES_VERSION} (strict) and LeaderWorkerSet v1; probes, "
                    "GPU limits and secrets as the profile says", err=True)
-
-
-def register(cli: click.Group) -> None:
-    cli.add_command(export_group)

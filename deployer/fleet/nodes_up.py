@@ -172,7 +172,7 @@ def _attempts(sessions: list[NodeSession], base: Profile, nets: list[NodeNet], o
               original: Profile) -> NodesReport:
     """Bounded attempts; a failure after the group that served was stopped brings that group back."""
     replaced: list[bool] = [False]
-    rows = Rows(History())
+    rows = Rows(History.kept(opts.local_history))
     try:
         return _attempt_loop(sessions, base, nets, opts, tried, version, report, emit, original, replaced, rows)
     except DeployError as exc:

@@ -21,7 +21,7 @@ from deployer.pipeline.up import UpOptions
 from deployer.profile.host import probe_address
 from deployer.profile.model import Profile, Target
 from deployer.remote.connect import connect
-from deployer.smoke import SmokeOptions, ask
+from deployer.smoke import SmokeCase, SmokeOptions, ask
 from deployer.watch.watcher import Event, EventSink
 
 
@@ -54,6 +54,14 @@ class FleetSmokeReport:
         return {"name": self.name, "ok": self.ok, "exit_code": self.exit_code,
                 "cases": [c.__dict__ for c in self.cases], "fleet": self.fleet,
                 "error": self.error.message if self.error else None}
+
+    def smoke_cases(self) -> list[SmokeCase]:
+        """One case per member (host) and phase: `up r0@gpu-a`, `request router@gpu-a`, ..."""
+        return [SmokeCase(f"{c.phase} {c.member}@{c.host}", f"smoke.{self.name}.{c.host}", c.status, c.duration_s,
+                          c.details, c.details) for c in self.cases]
+
+    def properties(self) -> dict[str, str]:
+        return {"exit_code": str(self.exit_code), "fleet": self.name}
 
 
 class _Timing:

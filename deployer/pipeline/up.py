@@ -66,6 +66,7 @@ class UpOptions:
     what: str = "up"
     rollback: bool = True     # a failed replace brings the version that was serving back
     break_lock: bool = False
+    local_history: bool = True   # write the attempts to this machine's SQLite history (deployer.api: off)
 
 
 @dataclass
@@ -236,7 +237,7 @@ def _attempts(remote: Remote, layout: Layout, profile: Profile, opts: UpOptions,
               serving: Serving | None, dry: DryResolution | None = None, up_id: str,
               written_hash: str | None = None, pushed: RunDir | None = None) -> UpReport:
     """pushed: attempt 1's run dir, already on the target (pushed while preflight ran)."""
-    history = History()
+    history = History.kept(opts.local_history)
     try:
         for attempt in range(1, profile.retry.max_attempts + 1):
             bundle = render(profile)
