@@ -19,7 +19,6 @@ from deployer.deployments.base import Deployment, DownOptions, LogOptions, Out, 
 from deployer.deployments.reports import (DiagnosisReport, HistoryReport, NodeDown, NodeStatus, PlanReport,
                                           PruneReport, plan_error)
 from deployer.deployments.single import SingleHost
-from deployer.engines import engine_for
 from deployer.errors import NotFound, ProfileError
 from deployer.fleet import nodes_ops
 from deployer.fleet.nodes_dryrun import plan_report
@@ -33,7 +32,7 @@ from deployer.profile.model import Profile
 from deployer.remote.base import TargetSpec
 from deployer.smoke import SmokeOptions, SmokeReport, Stand
 from deployer.target.records import RunView, all_runs
-from deployer.watch.watcher import Event, EventSink
+from deployer.watch.watcher import EventSink
 
 
 class NodeGroup(Deployment):
@@ -87,10 +86,7 @@ class NodeGroup(Deployment):
     def rollback(self, opts: UpOptions, emit: EventSink) -> UpReport:
         """Back to the newest version, other than the one node 0 runs now, that every node ran and that reached
         ready on every node; NotFound (nothing changed) when there is none."""
-        chosen = self._last_good_group()
-        emit(Event("warning", {"message": f"rolling {self.name} back to version {chosen.content_hash[:12]} "
-                                          f"(run {chosen.run.run_id} on node 0)"}))
-        back = self._group_profile_of(chosen)
+        back = self._group_profile_of(self._last_good_group())
         return up_nodes(back, dataclasses.replace(opts, force=True, what="rollback", save_fixed=None), emit)
 
     def prune(self, opts: PruneOptions = PruneOptions()) -> PruneReport:
@@ -148,9 +144,7 @@ class NodeGroup(Deployment):
         update: dict[str, Any] = {"args": args, "env": env,
                                   "port": now.port if first.engine_port else single.engine.port,
                                   "gpus": now.gpus if first.gpus is not None else single.engine.gpus}
-        engine = single.engine.model_copy(update=update)
-        engine_for(engine.kind)  # a recorded engine deployer no longer knows is refused before anything changes
-        back = self.profile.with_engine(engine)
+        back = self.profile.with_engine(single.engine.model_copy(update=update))
         back._secret_env, back._secret_args = single._secret_env, single._secret_args
         back._templates = {**self.profile._templates, **single._templates}
         return back
