@@ -10,14 +10,13 @@ import click
 from deployer import __version__
 from deployer.cli.load import _load
 from deployer.cli.options import _profile_options, _target_options
+from deployer.deployments.resolve import CHANGE, for_profile, resolve
 from deployer.engines import engine_for, kinds
 from deployer.errors import DeployError, ProfileError
 from deployer.export import check as chk
 from deployer.export import files
 from deployer.export import k8s as k8s_export
-from deployer.export.runs import last_ready_profile
 from deployer.export.translate import for_version
-from deployer.oncall.deployment import make_ref
 
 
 @click.group("export")
@@ -54,12 +53,13 @@ def k8s(profile: str | None, overrides: tuple[str, ...], host: str | None, trust
     if from_run:
         if profile:
             raise ProfileError("give PROFILE or --from-run NAME, not both")
-        prof, run_id = last_ready_profile(make_ref(from_run, host, workdir, trust_new_host))
-        click.echo(f"exporting run {run_id} of {from_run} (the last that reached ready)", err=True)
+        source = resolve(from_run, host, workdir, trust_new_host=trust_new_host, mode=CHANGE).export_source()
+        click.echo(f"exporting run {source.run_id} of {from_run} (the last that reached ready)", err=True)
     elif profile:
-        prof = _load(profile, overrides, None)
+        source = for_profile(_load(profile, overrides, None)).export_source()
     else:
         raise ProfileError("give a PROFILE file, or --from-run NAME --host HOST")
+    prof = source.profile
     version = engine_version or (k8s_export.version_from_image(image) if image else None) or prof.engine.version
     translated, notes = for_version(prof, version)
     opts = k8s_export.ExportOptions(image=image, namespace=namespace, engine_version=version,

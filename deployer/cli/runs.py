@@ -3,6 +3,7 @@ deployment (deployer.deployments) and calls one method of it; the report is prin
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -89,13 +90,27 @@ def plan(profile: str, overrides: tuple[str, ...], host: str | None, trust_new_h
         show.text(report)
     if report.error is not None:  # what `up` refuses (a flag nothing may fix, exit 2), plan refuses alike
         raise report.error
-def _on_call(action: str, target: str, host: str | None, workdir: str | None, trust_new_host: bool,
-             as_json: bool, no_heal: bool, break_lock: bool) -> None:
-    opts = UpOptions(trust_new_host=trust_new_host, heal=not no_heal, skip_preflight=True, break_lock=break_lock,
-                     what=action)
-    deployment = resolve(target, host, workdir, trust_new_host=trust_new_host, mode=CHANGE)
-    act = deployment.restart if action == "restart" else deployment.rollback
-    run_reported(as_json, deployment, lambda sink: act(opts, sink))
+@dataclass(frozen=True)
+class OnCallArgs:
+    """The options `restart` and `rollback` share (click passes them by name)."""
+
+    target: str
+    host: str | None
+    workdir: str | None
+    trust_new_host: bool
+    as_json: bool
+    no_heal: bool
+    break_lock: bool
+
+
+Act = Callable[[Deployment, UpOptions, Any], Any]
+
+
+def _on_call(act: Act, what: str, args: OnCallArgs) -> None:
+    opts = UpOptions(trust_new_host=args.trust_new_host, heal=not args.no_heal, skip_preflight=True,
+                     break_lock=args.break_lock, what=what)
+    deployment = resolve(args.target, args.host, args.workdir, trust_new_host=args.trust_new_host, mode=CHANGE)
+    run_reported(args.as_json, deployment, lambda sink: act(deployment, opts, sink))
 
 
 def _oncall_options(func: Any) -> Any:
@@ -115,16 +130,14 @@ def _oncall_options(func: Any) -> Any:
 
 @click.command()
 @_oncall_options
-def restart(target: str, host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool,
-            no_heal: bool, break_lock: bool) -> None:
+def restart(**argv: Any) -> None:
     """Graceful stop and start of the last good version, with the same watch and healing as `up`."""
-    _on_call("restart", target, host, workdir, trust_new_host, as_json, no_heal, break_lock)
+    _on_call(Deployment.restart, "restart", OnCallArgs(**argv))
 
 
 @click.command()
 @_oncall_options
-def rollback(target: str, host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool,
-             no_heal: bool, break_lock: bool) -> None:
+def rollback(**argv: Any) -> None:
     """Back to the newest other version that reached ready (read from the target's history; a multi-node
     profile: the newest other version every node ran and that reached ready)."""
-    _on_call("rollback", target, host, workdir, trust_new_host, as_json, no_heal, break_lock)
+    _on_call(Deployment.rollback, "rollback", OnCallArgs(**argv))

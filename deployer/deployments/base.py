@@ -62,6 +62,14 @@ class Select:
 
 
 @dataclass(frozen=True)
+class ExportSource:
+    """The profile to export and the run it was read from (None: the profile file itself)."""
+
+    profile: Profile
+    run_id: str | None = None
+
+
+@dataclass(frozen=True)
 class PruneOptions:
     keep: int | None = None
     dry_run: bool = False
@@ -123,8 +131,9 @@ class Deployment(ABC):
     def ls(self) -> object:
         raise self._not_built("ls")
 
-    def export_profile(self) -> Profile:
-        """The profile `deploy export` translates (every kind exports the profile it was made from)."""
+    def export_source(self) -> ExportSource:
+        """What `deploy export` translates: the profile this deployment was made from, or (a name on a host) the
+        profile of its newest run that reached ready."""
         raise self._not_built("export")
 
     def _not_built(self, what: str) -> ProfileError:

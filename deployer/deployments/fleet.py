@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from deployer.deployments.base import Deployment, DownOptions, LogOptions, Out, PruneOptions, Select
+from deployer.deployments.base import Deployment, DownOptions, ExportSource, LogOptions, Out, PruneOptions, Select
 from deployer.deployments.reports import (DiagnosisReport, FleetDown, FleetStatus, HistoryReport, PlanReport,
                                           PruneReport)
 from deployer.deployments.single import Origin, SingleHost
@@ -102,5 +102,5 @@ class ReplicaFleet(Deployment):
     def smoke(self, opts: SmokeOptions, emit: EventSink) -> FleetSmokeReport:
         return smoke_fleet(self.profile, opts, emit)
 
-    def export_profile(self) -> Profile:
-        return self.profile
+    def export_source(self) -> ExportSource:
+        return ExportSource(self.profile)

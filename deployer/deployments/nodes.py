@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from deployer import smoke as smoke_run
-from deployer.deployments.base import Deployment, DownOptions, LogOptions, Out, PruneOptions, Select
+from deployer.deployments.base import Deployment, DownOptions, ExportSource, LogOptions, Out, PruneOptions, Select
 from deployer.deployments.reports import (DiagnosisReport, HistoryReport, NodeDown, NodeStatus, PlanReport,
                                           PruneReport, plan_error)
 from deployer.deployments.single import SingleHost
@@ -97,8 +97,8 @@ class NodeGroup(Deployment):
         stand = Stand(serving=leader, up=up_nodes, stop=self._stop_for_smoke)
         return smoke_run.run(self.profile, opts, emit, stand=stand)
 
-    def export_profile(self) -> Profile:
-        return self.profile
+    def export_source(self) -> ExportSource:
+        return ExportSource(self.profile)
 
     # -- the group's versions -------------------------------------------------------------------------------
 

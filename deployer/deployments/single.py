@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from deployer.deployments.base import Deployment, DownOptions, LogOptions, Out, PruneOptions
+from deployer.deployments.base import Deployment, DownOptions, ExportSource, LogOptions, Out, PruneOptions
 from deployer.deployments.reports import (DiagnosisReport, DownReport, HistoryReport, HostDown, HostStatus,
                                           PlanReport, PruneReport, StatusReport, plan_error)
 from deployer.errors import NotFound, ProfileError
@@ -158,8 +158,13 @@ class SingleHost(Deployment):
         label = Path(self.origin.arg).stem if self.origin.arg else ""
         return smoke_run.run(self.profile, opts, emit, load_error=self.load_error, label=label)
 
-    def export_profile(self) -> Profile:
-        return self._profile()
+    def export_source(self) -> ExportSource:
+        if self.profile is not None:
+            return ExportSource(self.profile)
+        from deployer.export.runs import last_ready_profile
+
+        profile, run_id = last_ready_profile(self.ref)
+        return ExportSource(profile, run_id)
 
 
 def _own_port(remote: Remote, prof: Profile) -> bool:
