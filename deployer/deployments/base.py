@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from deployer.errors import ProfileError
+from deployer.oncall.deployment import DownOptions, LogOptions
 
 if TYPE_CHECKING:
     from deployer.deployments.reports import (DiagnosisReport, DownReport, HistoryReport, PlanReport,
@@ -24,27 +25,7 @@ if TYPE_CHECKING:
     from deployer.watch.watcher import EventSink
 
 Out = Callable[[str], None]
-Notify = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class LogOptions:
-    """`logs`: how many lines, follow, the previous attempt's log."""
-
-    lines: int = 50
-    follow: bool = False
-    previous: bool = False
-
-
-@dataclass(frozen=True)
-class DownOptions:
-    """`down`: the SIGTERM..SIGKILL grace (None: the profile's), break another's lock, where warnings go
-    (`notify`: one line; `emit`: the events of a fan-out over several hosts)."""
-
-    grace: float | None = None
-    break_lock: bool = False
-    notify: Notify | None = None
-    emit: EventSink | None = None
+__all__ = ["Deployment", "DownOptions", "ExportSource", "LogOptions", "Out", "PruneOptions", "Select"]
 
 
 @dataclass(frozen=True)

@@ -75,8 +75,7 @@ class ReplicaFleet(Deployment):
     def logs(self, opts: LogOptions, out: Out) -> None:
         fleet = fleet_of(self.profile)
         member = pick_member(fleet, replica=self.select.replica, host=self.host, router=self.select.router)
-        fleet_logs(fleet, member, lines=opts.lines, follow=opts.follow, previous=opts.previous, out=out,
-                   trust_new_host=self.trust_new_host)
+        fleet_logs(member, opts, out, trust_new_host=self.trust_new_host)
 
     def history(self) -> HistoryReport:
         return self.as_single.history()

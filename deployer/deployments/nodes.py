@@ -65,8 +65,7 @@ class NodeGroup(Deployment):
         return NodeStatus(nodes_ops.status(self.profile, self.node, self.workdir, self.trust_new_host))
 
     def logs(self, opts: LogOptions, out: Out) -> None:
-        nodes_ops.logs(self.profile, self.node, self.workdir, self.trust_new_host, lines=opts.lines,
-                       follow=opts.follow, previous=opts.previous, out=out)
+        nodes_ops.logs(self.profile, self.node, self.workdir, self.trust_new_host, opts, out)
 
     def history(self) -> HistoryReport:
         return self.as_single.history()
@@ -75,9 +74,7 @@ class NodeGroup(Deployment):
         return self.as_single.diagnose(engine_version)
 
     def down(self, opts: DownOptions = DownOptions()) -> NodeDown:
-        results = nodes_ops.down(self.profile, self.node, self.workdir, self.trust_new_host, opts.grace,
-                                 break_lock=opts.break_lock, notify=opts.notify or _silent)
-        return NodeDown(results)
+        return NodeDown(nodes_ops.down(self.profile, self.node, self.workdir, self.trust_new_host, opts))
 
     def restart(self, opts: UpOptions, emit: EventSink) -> UpReport:
         """Every rank stopped and the group started again as one (a new attempt of the profile's version)."""
@@ -150,8 +147,7 @@ class NodeGroup(Deployment):
         return back
 
     def _stop_for_smoke(self, opts: SmokeOptions) -> dict[str, Any]:
-        results = nodes_ops.down(self.profile, None, self.workdir, opts.trust_new_host, None, break_lock=False,
-                                 notify=_silent)
+        results = nodes_ops.down(self.profile, None, self.workdir, opts.trust_new_host, DownOptions())
         return {"was_running": any(r.get("was_running") for r in results),
                 "status": results[0].get("status") if results else None}
 
@@ -160,7 +156,3 @@ def _attempt_key(view: RunView) -> tuple[str, int]:
     """Which group attempt a node's run belongs to: every node of one attempt records the same up_id and
     attempt."""
     return str(view.record.get("up_id") or ""), int(view.record.get("attempt") or 0)
-
-
-def _silent(_message: str) -> None:
-    pass

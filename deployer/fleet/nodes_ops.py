@@ -14,7 +14,7 @@ from typing import Any
 
 from deployer.errors import ProfileError
 from deployer.fleet.nodes_diagnose import first_crash
-from deployer.fleet.nodes_plan import NodePlan, host_port, nodes_profile, plan_nodes
+from deployer.fleet.nodes_plan import NodePlan, host_port, plan_nodes
 from deployer.fleet.fanout import at_once
 from deployer.logtext import bounded_diagnosis
 from deployer.oncall import deployment as ops
@@ -110,22 +110,27 @@ def _follower_health(leader: ops.Ref, targets: list[str]) -> dict[str, int]:
     return out
 
 
-def down(profile: Profile, node: int | None, workdir: str | None, trust_new_host: bool, grace: float | None, *,
-         break_lock: bool, notify: Notify) -> list[dict[str, Any]]:
+def down(profile: Profile, node: int | None, workdir: str | None, trust_new_host: bool,
+         opts: ops.DownOptions) -> list[dict[str, Any]]:
     refs = _refs(profile, node, workdir, trust_new_host)
+    notify: Notify = opts.notify or _silent
     if node is not None and len(plan_nodes(profile)) > 1:
         notify(f"stopping node {node} alone breaks the group: the other ranks' supervisors stop theirs too "
                "(and restart the group if the restart policy says so)")
     # Every rank's supervisor is asked at once: rank 0's graceful shutdown ends the followers (which ignore
     # SIGTERM) within the grace, and their supervisors, asked too, record a stop, not a crash, and restart nothing.
-    results = at_once(lambda pair: ops.down(pair[1], grace, break_lock=break_lock, notify=notify), refs)
+    results = at_once(lambda pair: ops.down(pair[1], opts.grace, break_lock=opts.break_lock, notify=notify), refs)
     return [{**result, "node": plan.rank} for (plan, _), result in zip(refs, results)]
 
 
-def logs(profile: Profile, node: int | None, workdir: str | None, trust_new_host: bool, *, lines: int,
-         follow: bool, previous: bool, out: Callable[[str], None]) -> None:
+def logs(profile: Profile, node: int | None, workdir: str | None, trust_new_host: bool, opts: ops.LogOptions,
+         out: Callable[[str], None]) -> None:
     if node is None:
         raise ProfileError(f"{profile.name} runs on {len(profile.nodes or [])} nodes: give --node N "
                            f"(0 is rank 0, which serves the API)")
     (_, ref), = _refs(profile, node, workdir, trust_new_host)
-    ops.logs(ref, lines=lines, follow=follow, previous=previous, out=out)
+    ops.logs(ref, lines=opts.lines, follow=opts.follow, previous=opts.previous, out=out)
+
+
+def _silent(_message: str) -> None:
+    pass

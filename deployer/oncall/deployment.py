@@ -33,7 +33,7 @@ from deployer.supervisor.supervise_base import CRASHED as CRASHED_STATES
 from deployer.supervisor.supervise_base import UP
 from deployer.target import snapshot
 from deployer.target.records import RunView, healthy, record_address, record_kind, tail_window, window_lines
-from deployer.watch.watcher import LogTail
+from deployer.watch.watcher import EventSink, LogTail
 
 if TYPE_CHECKING:
     from deployer.diagnose.diagnosis import Diagnosis
@@ -47,6 +47,26 @@ CRASHED = LaunchFailed.exit_code  # 5: exited, crashloop, lost (the engine died 
 NOT_SERVING = Unhealthy.exit_code  # 6: alive but /health fails: starting, restarting, hung, overloaded
 STOPPED = 8  # stopped (or stopping) on purpose, by `deploy down`
 NO_DEPLOYMENT = NotFound.exit_code  # 7
+
+
+@dataclass(frozen=True)
+class LogOptions:
+    """`logs`: how many lines, follow, the previous attempt's log."""
+
+    lines: int = 50
+    follow: bool = False
+    previous: bool = False
+
+
+@dataclass(frozen=True)
+class DownOptions:
+    """`down`: the SIGTERM..SIGKILL grace (None: the profile's), break another's lock, where warnings go
+    (`notify`: one line; `emit`: the events of a fan-out over several hosts)."""
+
+    grace: float | None = None
+    break_lock: bool = False
+    notify: Notify | None = None
+    emit: EventSink | None = None
 
 
 @dataclass(frozen=True)
