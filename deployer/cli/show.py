@@ -61,6 +61,11 @@ def progress(deployment: Deployment, as_json: bool, *, smoke: bool = False) -> A
     return SmokeProgress() if smoke else LiveProgress()
 
 
+def fan_out_progress(as_json: bool) -> Any:
+    """Where the events of a fan-out over several hosts go (a fleet's `down`): NDJSON, or a prefixed line each."""
+    return JsonEvents() if as_json else FleetProgress()
+
+
 # -- text for people, by report type ---------------------------------------------------------------------------
 
 @singledispatch

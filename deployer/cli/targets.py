@@ -76,7 +76,7 @@ def down(target: str, host: str | None, workdir: str | None, trust_new_host: boo
     """Stop a deployment gracefully (idempotent: 'not running' is success)."""
     deployment = resolve(target, host, workdir, trust_new_host=trust_new_host, select=Select(node=node), mode=STOP)
     opts = DownOptions(grace=grace, break_lock=break_lock, notify=lambda m: click.echo(f"warning: {m}", err=True),
-                       emit=show.progress(deployment, as_json))
+                       emit=show.fan_out_progress(as_json))
     try:
         report = deployment.down(opts)
     except PartlyFailed as exc:
