@@ -132,7 +132,7 @@ def _oncall_options(func: Any) -> Any:
 @_oncall_options
 def restart(**argv: Any) -> None:
     """Graceful stop and start of the last good version, with the same watch and healing as `up`."""
-    _on_call(Deployment.restart, "restart", OnCallArgs(**argv))
+    _on_call(lambda d, opts, sink: d.restart(opts, sink), "restart", OnCallArgs(**argv))
 
 
 @click.command()
@@ -140,4 +140,4 @@ def restart(**argv: Any) -> None:
 def rollback(**argv: Any) -> None:
     """Back to the newest other version that reached ready (read from the target's history; a multi-node
     profile: the newest other version every node ran and that reached ready)."""
-    _on_call(Deployment.rollback, "rollback", OnCallArgs(**argv))
+    _on_call(lambda d, opts, sink: d.rollback(opts, sink), "rollback", OnCallArgs(**argv))
