@@ -29,7 +29,6 @@ from deployer.oncall.deployment import Ref, layout_of, opened
 from deployer.oncall.rollback import rebuild_profile
 from deployer.pipeline.up import UpOptions, UpReport
 from deployer.profile.model import Profile
-from deployer.remote.base import TargetSpec
 from deployer.smoke import SmokeOptions, SmokeReport, Stand
 from deployer.target.records import RunView, all_runs
 from deployer.watch.watcher import EventSink
@@ -100,13 +99,7 @@ class NodeGroup(Deployment):
     # -- the group's versions -------------------------------------------------------------------------------
 
     def _node_refs(self) -> list[Ref]:
-        refs = []
-        for plan in plan_nodes(self.profile):
-            t = plan.profile.target
-            spec = TargetSpec(host=t.host, user=t.user, port=t.port, identity_file=t.identity_file,
-                              known_hosts=t.known_hosts, trust_new_host=self.trust_new_host)
-            refs.append(Ref(self.name, spec, self.workdir or t.workdir, plan.profile))
-        return refs
+        return [ref for _, ref in nodes_ops.node_refs(self.profile, None, self.workdir, self.trust_new_host)]
 
     def _runs(self, ref: Ref) -> tuple[list[RunView], str | None]:
         with opened(ref) as (remote, workdir):
