@@ -4,9 +4,9 @@
 
     profile = api.load("profiles/qwen36-mtp.yaml")
     dep = api.deployment(profile)                      # or api.deployment("qwen36-mtp", host="root@gpu-box")
+    up = dep.up(api.UpOptions(), print)                # events (watch.Event) to any callable; an UpReport back
     report = dep.status()                              # HostStatus / NodeStatus / FleetStatus
     print(report.exit_code, report.to_json())
-    up = dep.up(api.UpOptions(), print)                # events (watch.Event) to any callable; an UpReport back
 
 The Deployment (deployer.deployments.base) is the same object the CLI calls: up, plan, render, status, logs,
 history, diagnose, down, restart, rollback, prune, smoke. Every report has `to_json()` (the JSON `deploy ...
