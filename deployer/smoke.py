@@ -353,8 +353,8 @@ def _request_phase(profile: Profile, opts: SmokeOptions, clock: PhaseClock, repo
             time.sleep(opts.settle_s)
         with _session(profile, opts) as remote:
             key = profile.engine.args.get("api_key")
-            answer = ask(remote, profile.engine.port, opts.prompt, opts.max_tokens, opts.request_timeout_s,
-                         str(key) if key else None, address=profile.engine.probe_address)
+            answer = ask(remote, Endpoint(profile.engine.port, profile.engine.probe_address,
+                                          str(key) if key else None), opts)
     except DeployError as exc:
         report.error = exc
         run_id = posixpath.basename(str((report.up or {}).get("run_dir") or ""))
@@ -368,21 +368,32 @@ def _request_phase(profile: Profile, opts: SmokeOptions, clock: PhaseClock, repo
                                         f"{answer.text[:80]!r}")
 
 
-def ask(remote: Remote, port: int, prompt: str, max_tokens: int, timeout: float,
-        api_key: str | None = None, *, address: str = "127.0.0.1") -> Answer:
-    """GET /v1/models, then one chat completion (to address:port as the target reaches it); Unhealthy unless
-    both answer 200 with a non-empty answer."""
-    auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the smoke's request goes, as the target reaches it: address:port, with the API key if one is set."""
+
+    port: int
+    address: str = "127.0.0.1"
+    api_key: str | None = None
+
+    def headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+
+def ask(remote: Remote, endpoint: Endpoint, opts: SmokeOptions) -> Answer:
+    """GET /v1/models, then one chat completion (opts.prompt, opts.max_tokens, each answer within
+    opts.request_timeout_s); Unhealthy unless both answer 200 with a non-empty answer."""
+    port = endpoint.port
     t0 = time.monotonic()
-    models = _json_reply(remote, "GET", port, "/v1/models", None, timeout, auth, address)
+    models = _json_reply(remote, endpoint, "GET", "/v1/models", None, opts.request_timeout_s)
     models_ms = (time.monotonic() - t0) * 1000
     ids = [str(m.get("id")) for m in models.get("data") or [] if isinstance(m, dict) and m.get("id")]
     if not ids:
         raise Unhealthy(f"/v1/models on port {port} lists no model: {json.dumps(models)[:200]}")
-    body = {"model": ids[0], "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+    body = {"model": ids[0], "messages": [{"role": "user", "content": opts.prompt}], "max_tokens": opts.max_tokens,
             "temperature": 0, "stream": False}
     t1 = time.monotonic()
-    reply = _json_reply(remote, "POST", port, "/v1/chat/completions", body, timeout, auth, address)
+    reply = _json_reply(remote, endpoint, "POST", "/v1/chat/completions", body, opts.request_timeout_s)
     latency_ms = (time.monotonic() - t1) * 1000
     choices = reply.get("choices")
     first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
@@ -396,12 +407,13 @@ def ask(remote: Remote, port: int, prompt: str, max_tokens: int, timeout: float,
                     f"{json.dumps(reply)[:200]}")
 
 
-def _json_reply(remote: Remote, method: str, port: int, path: str, body: dict[str, Any] | None,
-                timeout: float, auth: dict[str, str], address: str = "127.0.0.1") -> dict[str, Any]:
+def _json_reply(remote: Remote, endpoint: Endpoint, method: str, path: str, body: dict[str, Any] | None,
+                timeout: float) -> dict[str, Any]:
     data = None if body is None else json.dumps(body).encode()
-    headers = {**auth, **({"content-type": "application/json"} if data is not None else {})}
+    headers = {**endpoint.headers(), **({"content-type": "application/json"} if data is not None else {})}
     try:
-        reply = remote.request(method, port, path, body=data, headers=headers, timeout=timeout, address=address)
+        reply = remote.request(method, endpoint.port, path, body=data, headers=headers, timeout=timeout,
+                               address=endpoint.address)
     except EndpointUnreachable as exc:
         raise Unhealthy(f"{method} {path}: {exc}") from None
     if reply.status != 200:

@@ -21,7 +21,7 @@ from deployer.pipeline.up import UpOptions
 from deployer.profile.host import probe_address
 from deployer.profile.model import Profile, Target
 from deployer.remote.connect import connect
-from deployer.smoke import SmokeCase, SmokeOptions, ask
+from deployer.smoke import Endpoint, SmokeCase, SmokeOptions, ask
 from deployer.watch.watcher import Event, EventSink
 
 
@@ -137,19 +137,18 @@ def _request_cases(fleet: Fleet, report: FleetSmokeReport, outcome: FleetReport,
     if fleet.router is not None:
         r = fleet.router
         ready = outcome.router is not None and outcome.router.status == "ready"
-        report.cases.append(_ask_case("router", r.target, r.router.port, probe_address(r.bind), opts, ready,
-                                      r.api_key))
+        report.cases.append(_ask_case("router", r.target, Endpoint(r.router.port, probe_address(r.bind), r.api_key),
+                                      opts, ready))
     served = {x.index for x in outcome.replicas if x.status in SERVING}
     for replica in fleet.replicas:
         engine = replica.profile.engine
         key = engine.args.get("api_key")
-        report.cases.append(_ask_case(f"r{replica.index}", replica.profile.target, engine.port,
-                                      engine.probe_address, opts, replica.index in served,
-                                      str(key) if key else None))
+        endpoint = Endpoint(engine.port, engine.probe_address, str(key) if key else None)
+        report.cases.append(_ask_case(f"r{replica.index}", replica.profile.target, endpoint, opts,
+                                      replica.index in served))
 
 
-def _ask_case(member: str, target: Target, port: int, address: str, opts: SmokeOptions, reached: bool,
-              api_key: str | None) -> Case:
+def _ask_case(member: str, target: Target, endpoint: Endpoint, opts: SmokeOptions, reached: bool) -> Case:
     case = Case("request", member, target.host)
     if not reached:
         case.details = "not reached: not ready"
@@ -158,8 +157,7 @@ def _ask_case(member: str, target: Target, port: int, address: str, opts: SmokeO
     try:
         remote = connect(spec_of(target, opts.trust_new_host))
         try:
-            answer = ask(remote, port, opts.prompt, opts.max_tokens, opts.request_timeout_s, api_key,
-                         address=address)
+            answer = ask(remote, endpoint, opts)
         finally:
             remote.close()
     except DeployError as exc:
