@@ -18,12 +18,13 @@ from __future__ import annotations
 import json
 import posixpath
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from deployer.errors import DeployError, LaunchFailed, ProfileError, Unhealthy
 from deployer.lock import DeploymentLock
-from deployer.pipeline.up import UpOptions, up
+from deployer.pipeline.up import UpOptions, UpReport, up
 from deployer.profile.model import Profile
 from deployer.push import layout_for
 from deployer.remote.base import EndpointUnreachable, Remote
@@ -53,6 +54,37 @@ class SmokeOptions:
     max_tokens: int = 8
     request_timeout_s: float = 60.0
     settle_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class SmokeCase:
+    """One check of a smoke as CI sees it (one JUnit testcase): a phase on one host, or a phase of one fleet
+    member. `details` is the one line; `text` a failure's long form."""
+
+    name: str
+    classname: str
+    status: str                               # passed | failed | skipped
+    duration_s: float
+    details: str
+    text: str = ""
+
+
+class Smoked(Protocol):
+    """What every smoke report is (single host, node group, fleet): named, its cases, its error and exit code,
+    and the properties its JUnit suite carries. deployer.output.junit.smoke_suite writes any of them."""
+
+    name: str
+    error: DeployError | None
+
+    @property
+    def ok(self) -> bool: ...
+
+    @property
+    def exit_code(self) -> int: ...
+
+    def smoke_cases(self) -> list[SmokeCase]: ...
+
+    def properties(self) -> dict[str, str]: ...
 
 
 @dataclass
@@ -103,6 +135,29 @@ class SmokeReport:
                 "model": None if a is None else a.model,
                 "answer": None if a is None else a.text[:ANSWER_MAX], "up": self.up}
 
+    def smoke_cases(self) -> list[SmokeCase]:
+        classname = f"smoke.{self.name or 'profile'}"
+        return [SmokeCase(p.name, classname, p.status, p.duration_s, p.details, p.text or p.details)
+                for p in self.phases.values()]
+
+    def properties(self) -> dict[str, str]:
+        props = {"host": self.host, "exit_code": str(self.exit_code)}
+        if self.answer is not None:
+            props.update(model=self.answer.model, latency_ms=f"{self.answer.latency_ms:.1f}",
+                         answer=self.answer.text[:200])
+        return props
+
+
+@dataclass(frozen=True)
+class Stand:
+    """What a smoke deploys, asks and stops. One host: the profile itself (`serving` None), the pipeline's `up`,
+    the current run's graceful stop. A node group: node 0's profile serves the request, the group's `up` and
+    `down` (deployer.deployments.nodes)."""
+
+    serving: Profile | None = None
+    up: Callable[[Profile, UpOptions, EventSink], UpReport] = up
+    stop: Callable[[SmokeOptions], dict[str, Any]] | None = None
+
 
 class PhaseClock:
     """An event sink in front of the real one: follows the pipeline's events and times each phase."""
@@ -152,9 +207,9 @@ class PhaseClock:
 
 
 def run(profile: Profile | None, opts: SmokeOptions, emit: EventSink, *,
-        load_error: ProfileError | None = None, label: str = "") -> SmokeReport:
+        load_error: ProfileError | None = None, label: str = "", stand: Stand = Stand()) -> SmokeReport:
     """The whole smoke; the report says what passed, what failed and why (never raises a DeployError)."""
-    report = SmokeReport(name=profile.name if profile else label, host=_host(profile))
+    report = SmokeReport(name=profile.name if profile else label, host=_host(stand.serving or profile))
     clock = PhaseClock(report, emit)
     if profile is None:
         error = load_error or ProfileError("no profile")
@@ -164,10 +219,12 @@ def run(profile: Profile | None, opts: SmokeOptions, emit: EventSink, *,
         return report
     if opts.skip_preflight:
         report.phases["preflight"].details = "preflight checks skipped (--skip-preflight)"
-    started_here = _deploy(profile, opts, clock, report)
+    serving = stand.serving or profile
+    started_here = _deploy(profile, opts, clock, report, stand)
     if report.error is None:
-        _request_phase(profile, opts, clock, report)
-    _stop_phase(profile, opts, clock, report, started_here)
+        _request_phase(serving, opts, clock, report)
+    _stop_phase(serving, opts, clock, report, started_here,
+                stand.stop or (lambda o: stop_current(serving, o)))
     return report
 
 
@@ -184,16 +241,16 @@ def _skip_rest(report: SmokeReport, why: str) -> None:
             result.details = why
 
 
-def _deploy(profile: Profile, opts: SmokeOptions, clock: PhaseClock, report: SmokeReport) -> bool:
+def _deploy(profile: Profile, opts: SmokeOptions, clock: PhaseClock, report: SmokeReport, stand: Stand) -> bool:
     """`up`; True when this smoke started the engine that is now running (so it is ours to stop)."""
     up_opts = UpOptions(trust_new_host=opts.trust_new_host, heal=opts.heal, skip_preflight=opts.skip_preflight,
                         force=opts.force, what="smoke")
     try:
-        result = up(profile, up_opts, clock)
+        result = stand.up(profile, up_opts, clock)
     except LaunchFailed as exc:
         report.error = exc
         report.up = exc.outcome.to_json() if hasattr(exc.outcome, "to_json") else None
-        _launch_failed(profile, opts, clock, report, exc)
+        _launch_failed(stand.serving or profile, opts, clock, report, exc)
         return False
     except DeployError as exc:
         report.error = exc
@@ -294,8 +351,8 @@ def _request_phase(profile: Profile, opts: SmokeOptions, clock: PhaseClock, repo
             time.sleep(opts.settle_s)
         with _session(profile, opts) as remote:
             key = profile.engine.args.get("api_key")
-            answer = ask(remote, profile.engine.port, opts.prompt, opts.max_tokens, opts.request_timeout_s,
-                         str(key) if key else None, address=profile.engine.probe_address)
+            answer = ask(remote, Endpoint(profile.engine.port, profile.engine.probe_address,
+                                          str(key) if key else None), opts)
     except DeployError as exc:
         report.error = exc
         run_id = posixpath.basename(str((report.up or {}).get("run_dir") or ""))
@@ -309,21 +366,32 @@ def _request_phase(profile: Profile, opts: SmokeOptions, clock: PhaseClock, repo
                                         f"{answer.text[:80]!r}")
 
 
-def ask(remote: Remote, port: int, prompt: str, max_tokens: int, timeout: float,
-        api_key: str | None = None, *, address: str = "127.0.0.1") -> Answer:
-    """GET /v1/models, then one chat completion (to address:port as the target reaches it); Unhealthy unless
-    both answer 200 with a non-empty answer."""
-    auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the smoke's request goes, as the target reaches it: address:port, with the API key if one is set."""
+
+    port: int
+    address: str = "127.0.0.1"
+    api_key: str | None = None
+
+    def headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+
+def ask(remote: Remote, endpoint: Endpoint, opts: SmokeOptions) -> Answer:
+    """GET /v1/models, then one chat completion (opts.prompt, opts.max_tokens, each answer within
+    opts.request_timeout_s); Unhealthy unless both answer 200 with a non-empty answer."""
+    port = endpoint.port
     t0 = time.monotonic()
-    models = _json_reply(remote, "GET", port, "/v1/models", None, timeout, auth, address)
+    models = _json_reply(remote, endpoint, "GET", "/v1/models", None, opts.request_timeout_s)
     models_ms = (time.monotonic() - t0) * 1000
     ids = [str(m.get("id")) for m in models.get("data") or [] if isinstance(m, dict) and m.get("id")]
     if not ids:
         raise Unhealthy(f"/v1/models on port {port} lists no model: {json.dumps(models)[:200]}")
-    body = {"model": ids[0], "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+    body = {"model": ids[0], "messages": [{"role": "user", "content": opts.prompt}], "max_tokens": opts.max_tokens,
             "temperature": 0, "stream": False}
     t1 = time.monotonic()
-    reply = _json_reply(remote, "POST", port, "/v1/chat/completions", body, timeout, auth, address)
+    reply = _json_reply(remote, endpoint, "POST", "/v1/chat/completions", body, opts.request_timeout_s)
     latency_ms = (time.monotonic() - t1) * 1000
     choices = reply.get("choices")
     first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
@@ -337,12 +405,13 @@ def ask(remote: Remote, port: int, prompt: str, max_tokens: int, timeout: float,
                     f"{json.dumps(reply)[:200]}")
 
 
-def _json_reply(remote: Remote, method: str, port: int, path: str, body: dict[str, Any] | None,
-                timeout: float, auth: dict[str, str], address: str = "127.0.0.1") -> dict[str, Any]:
+def _json_reply(remote: Remote, endpoint: Endpoint, method: str, path: str, body: dict[str, Any] | None,
+                timeout: float) -> dict[str, Any]:
     data = None if body is None else json.dumps(body).encode()
-    headers = {**auth, **({"content-type": "application/json"} if data is not None else {})}
+    headers = {**endpoint.headers(), **({"content-type": "application/json"} if data is not None else {})}
     try:
-        reply = remote.request(method, port, path, body=data, headers=headers, timeout=timeout, address=address)
+        reply = remote.request(method, endpoint.port, path, body=data, headers=headers, timeout=timeout,
+                               address=endpoint.address)
     except EndpointUnreachable as exc:
         raise Unhealthy(f"{method} {path}: {exc}") from None
     if reply.status != 200:
@@ -358,7 +427,7 @@ def _json_reply(remote: Remote, method: str, port: int, path: str, body: dict[st
 
 
 def _stop_phase(profile: Profile, opts: SmokeOptions, clock: PhaseClock, report: SmokeReport,
-                started_here: bool) -> None:
+                started_here: bool, stop_it: Callable[[SmokeOptions], dict[str, Any]]) -> None:
     result = report.phases["stop"]
     if opts.keep:
         result.details = "left running (--keep)"
@@ -368,7 +437,7 @@ def _stop_phase(profile: Profile, opts: SmokeOptions, clock: PhaseClock, report:
         return
     clock.current, clock.since = "stop", time.monotonic()
     try:
-        final = stop_current(profile, opts)
+        final = stop_it(opts)
     except DeployError as exc:
         report.error = report.error or exc
         clock.fail("stop", f"{type(exc).__name__}: {exc}")

@@ -1,7 +1,9 @@
-"""The command line: argv -> calls into the use cases -> output and exit codes. No deployment logic.
+"""The command line: argv -> one call on a Deployment (deployer.deployments) -> output and exit codes. No
+deployment logic and no choice between kinds of deployment.
 
-Owns the click commands (`main`: the group, validate/render/schema; `targets`: up/status/logs/down/diagnose/
-plan; `oncall`: history/restart/rollback; `smoke`), their shared options (`options`) and the mapping of the
-error tree to exit codes. Top layer: may import every package; nothing imports it. Heavy modules are
-imported inside the commands so that `deploy --help` starts fast.
+Owns the click commands (`main`: the lazy group and the error -> exit code mapping; `profiles`: validate/render/
+schema; `targets`: up/status/logs/down/diagnose/plan; `oncall`: history/restart/rollback/prune; `smoke`;
+`export`), their shared options (`options`) and how reports are shown (`show`, by report type). Top layer: may
+import every package; nothing imports it. Command modules are imported when their command runs (main.LazyGroup),
+so they import at their top and `deploy --help` stays fast.
 """

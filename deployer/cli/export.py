@@ -7,8 +7,16 @@ from pathlib import Path
 
 import click
 
-from deployer.cli.options import _load, _profile_options, _target_options
+from deployer import __version__
+from deployer.cli.load import _load
+from deployer.cli.options import _profile_options, _target_options
+from deployer.deployments.resolve import CHANGE, for_profile, resolve
 from deployer.engines import engines
+from deployer.errors import DeployError, ProfileError
+from deployer.export import check as chk
+from deployer.export import files
+from deployer.export import k8s as k8s_export
+from deployer.export.translate import for_version
 
 
 @click.group("export")
@@ -42,24 +50,16 @@ def k8s(profile: str | None, overrides: tuple[str, ...], host: str | None, trust
         engine_version: str | None, model_cache: str, shm_size: str | None, python: str,
         kubernetes_version: str | None, check: bool, from_run: str | None, workdir: str | None) -> None:
     """Kubernetes manifests for PROFILE: Deployment or LeaderWorkerSet, Services, the router with its RBAC."""
-    from deployer import __version__
-    from deployer.errors import DeployError, ProfileError
-    from deployer.export import check as chk
-    from deployer.export import files, k8s as k8s_export
-    from deployer.export.translate import for_version
-
     if from_run:
-        from deployer.export.runs import last_ready_profile
-        from deployer.oncall.deployment import make_ref
-
         if profile:
             raise ProfileError("give PROFILE or --from-run NAME, not both")
-        prof, run_id = last_ready_profile(make_ref(from_run, host, workdir, trust_new_host))
-        click.echo(f"exporting run {run_id} of {from_run} (the last that reached ready)", err=True)
+        source = resolve(from_run, host, workdir, trust_new_host=trust_new_host, mode=CHANGE).export_source()
+        click.echo(f"exporting run {source.run_id} of {from_run} (the last that reached ready)", err=True)
     elif profile:
-        prof = _load(profile, overrides, None)
+        source = for_profile(_load(profile, overrides, None)).export_source()
     else:
         raise ProfileError("give a PROFILE file, or --from-run NAME --host HOST")
+    prof = source.profile
     version = engine_version or (k8s_export.version_from_image(image) if image else None) or prof.engine.version
     translated, notes = for_version(prof, version)
     opts = k8s_export.ExportOptions(image=image, namespace=namespace, engine_version=version,
@@ -88,7 +88,3 @@ def k8s(profile: str | None, overrides: tuple[str, ...], host: str | None, trust
         click.echo(f"checked {len(export.objects)} objects: valid for Kubernetes "
                    f"{kubernetes_version or chk.KUBERNETES_VERSION} (strict) and LeaderWorkerSet v1; probes, "
                    "GPU limits and secrets as the profile says", err=True)
-
-
-def register(cli: click.Group) -> None:
-    cli.add_command(export_group)

@@ -1,7 +1,9 @@
-"""Command line: argv -> calls into the pipeline -> output and exit codes. No deployment logic lives here.
+"""Command line: argv -> one Deployment call (deployer.deployments) -> output and exit codes. No deployment logic
+lives here, and no choice between kinds of deployment.
 
-Imports of heavy modules (fabric, rich, pydantic) happen inside the commands so `deploy --help` stays fast:
-that is the only reason for function-level imports anywhere in `deployer.cli`.
+The group is lazy: a command's module is imported only when that command runs, so `deploy --help` stays fast
+while every command module imports at its top. `COMMANDS` names each command's module and its one-line help
+(tests/unit/test_cli_lazy.py keeps those lines equal to the commands' own docstrings).
 Exit codes: 0 ok, 1 other error, 2 bad profile or usage, 3 connection/SSH, 4 target unfit (locked, port busy,
 preflight), 5 launch failed, 6 unhealthy, 7 not found, 8 stopped (status), 9 a fleet partly failed, 130 interrupted. With `--json`, a failure also ends stdout
 with one `{"event": "error", "code": N, "message": ...}` line.
@@ -9,6 +11,7 @@ with one `{"event": "error", "code": N, "message": ...}` line.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
@@ -17,13 +20,63 @@ import threading
 
 import click
 
-from deployer.cli import export, oncall, smoke, targets
-from deployer.cli.options import _emit_json, _load, _profile_options
 from deployer.errors import DeployError
+from deployer.secrets import guard_std_streams
+
+# command -> (module under deployer.cli, the first paragraph of its help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "diagnose": ("oncall", "The first traceback and diagnosis of a log file, or of a deployment's latest failed "
+                            "attempt."),
+    "down": ("targets", "Stop a deployment gracefully (idempotent: 'not running' is success)."),
+    "export": ("export", "Write a profile for another platform (Kubernetes)."),
+    "history": ("oncall", "Every attempt of a deployment: when, content hash, outcome, diagnosis, change made."),
+    "logs": ("targets", "Print the engine log of the current (or previous) attempt (a fleet: of --replica N, "
+                        "--host H or --router; a multi-node profile: of --node N)."),
+    "plan": ("runs", "Preflight without launching: GPUs, engine version, flags, effective args, memory plan."),
+    "prune": ("oncall", "Delete old run dirs beyond the newest N and the env files (secrets) of runs no restart "
+                        "or rollback needs."),
+    "render": ("profiles", "Print the launch script a profile renders to (secrets never shown)."),
+    "restart": ("runs", "Graceful stop and start of the last good version, with the same watch and healing as "
+                          "`up`."),
+    "rollback": ("runs", "Back to the newest other version that reached ready (read from the target's history; "
+                           "a multi-node profile: the newest other version every node ran and that reached ready)."),
+    "schema": ("profiles", "Print the profile JSON Schema (for editors)."),
+    "smoke": ("smoke", "Deploy, send one real chat completion through the tunnel, stop: a CI check of a whole "
+                       "deployment."),
+    "status": ("targets", "State, pid, uptime, health, attempt, content hash and run dir; every deployment with "
+                          "only --host."),
+    "up": ("runs", "Render, push, start and watch a deployment; heal known failures and retry."),
+    "validate": ("profiles", "Check a profile; exit 0 when good, 2 listing every problem when not (secrets need "
+                             "not be set)."),
+}
+ATTRIBUTE = {"export": "export_group"}   # a command whose function is not named after it
 
 
+class LazyGroup(click.Group):
+    """A click group whose commands are imported on first use (click's documented lazy-loading pattern); the
+    command list in `--help` comes from COMMANDS without importing anything."""
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands or cmd_name not in COMMANDS:
+            return super().get_command(ctx, cmd_name)
+        module = importlib.import_module(f"deployer.cli.{COMMANDS[cmd_name][0]}")
+        command = getattr(module, ATTRIBUTE.get(cmd_name, cmd_name))
+        assert isinstance(command, click.Command)
+        self.add_command(command, cmd_name)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows = [(n, click.Command(n, help=COMMANDS[n][1]).get_short_help_str(limit)) for n in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="deployer", prog_name="deploy")
 def cli() -> None:
     """Deploy LLM inference servers onto GPU boxes over SSH and keep them healthy.
@@ -36,81 +89,6 @@ def cli() -> None:
       deploy status qwen36-mtp --host root@gpu-box
     """
 
-
-@cli.command()
-@click.argument("profile", type=click.Path(dir_okay=False))
-@_profile_options
-@click.option("--json", "as_json", is_flag=True, help="Print the validated profile as JSON (secrets masked).")
-def validate(profile: str, overrides: tuple[str, ...], host: str | None, as_json: bool) -> None:
-    """Check a profile; exit 0 when good, 2 listing every problem when not (secrets need not be set).
-
-    engine.args are checked offline against the flag table cached for the engine version the profile pins
-    (engine.version), else the newest one cached; a typo `up` would respell is an error here.
-    """
-    from deployer.errors import ProfileError, ProfileProblems
-    from deployer.local_history import home
-    from deployer.preflight.flags import check_offline, default_cache_dir
-
-    prof = _load(profile, overrides, host, allow_unset=True)
-    check = check_offline(prof, [default_cache_dir(), home() / "cache"])
-    said = (f"engine.args checked against the cached flag table of {prof.engine.kind} {check.version} "
-            f"({check.basis})") if check.version else f"engine.args not checked: {check.basis}"
-    errors = [ProfileError(line, file=prof.where(f"engine.args.{key}")[0], line=prof.where(f"engine.args.{key}")[1],
-                           field=f"engine.args.{key}" if key else "engine.args")
-              for key, line in check.strict_problems()]
-    errors.sort(key=lambda e: (e.file or "", e.line or 0))
-    keyed = check.report.keyed if check.report else {}
-    for warning in check.report.warnings if check.report else []:
-        if warning not in keyed:  # a respelt typo is an error here, not a warning
-            click.echo(f"warning: {warning}", err=True)
-    if errors:
-        click.echo(said, err=True)
-        raise errors[0] if len(errors) == 1 else ProfileProblems(errors, file=errors[0].file)
-    if as_json:
-        _emit_json(prof.public_dict())
-    else:
-        click.echo(f"{profile}: ok ({prof.name}: {prof.engine.kind} {prof.engine.model_path} -> "
-                   f"{prof.target.host}:{prof.engine.port})")
-        click.echo(f"  {said}")
-
-
-@cli.command()
-@click.argument("profile", type=click.Path(dir_okay=False))
-@_profile_options
-@click.option("--json", "as_json", is_flag=True, help="Print the bundle (script, argv, masked env, hash).")
-def render(profile: str, overrides: tuple[str, ...], host: str | None, as_json: bool) -> None:
-    """Print the launch script a profile renders to (secrets never shown)."""
-    from deployer.render.bundle import render as render_bundle
-
-    prof = _load(profile, overrides, host, allow_unset=True)
-    if prof.nodes:  # one engine across nodes: every node's launch (issue 14)
-        from deployer.fleet.nodes_render import render_nodes
-
-        click.echo(render_nodes(prof, as_json), nl=False)
-        return
-    bundle = render_bundle(prof)
-    if as_json:  # secret_sources: where each secret value will come from (field -> ${VAR} text)
-        _emit_json({"script": bundle.script, "argv": bundle.argv, "env": bundle.masked_env,
-                    "content_hash": bundle.content_hash, "secret_sources": prof.templates,
-                    "unset": sorted({u.name for u in prof.unset})})
-    else:
-        click.echo(bundle.script, nl=False)
-
-
-@cli.command()
-def schema() -> None:
-    """Print the profile JSON Schema (for editors)."""
-    from deployer.profile.model import Profile
-
-    _emit_json(Profile.model_json_schema())
-
-
-def _register_more() -> None:
-    """Commands that talk to targets, on-call commands and `smoke` live in their own modules."""
-    targets.register(cli)
-    oncall.register(cli)
-    smoke.register(cli)
-    export.register(cli)
 
 
 def wants_json(argv: list[str]) -> bool:
@@ -163,11 +141,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _main(argv: list[str] | None) -> None:
-    from deployer.errors import DeployError
-    from deployer.secrets import guard_std_streams
-
     guard_std_streams()  # whatever deployer prints passes the secret masking first
-    _register_more()
     as_json = wants_json(list(sys.argv[1:] if argv is None else argv))
     try:
         rc = cli.main(args=argv, prog_name="deploy", standalone_mode=False)

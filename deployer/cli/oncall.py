@@ -1,18 +1,20 @@
-"""On-call commands (history, ...): options and output only; the work is in attempts."""
+"""On-call reads of a deployment's record (history, diagnose, prune): options and output only; each resolves
+its deployment (deployer.deployments) and calls one method of it."""
 
 from __future__ import annotations
 
-import dataclasses
-import time
-from typing import TYPE_CHECKING, Any
-
 import click
 
-from deployer.cli import fleet
-from deployer.cli.options import _emit_json, _target_options
-
-if TYPE_CHECKING:
-    from deployer.pipeline.up import UpOptions
+from deployer.cli import show
+from deployer.cli.options import _target_options
+from deployer.deployments.reports import DiagnosisReport, HistoryReport
+from deployer.deployments.resolve import CHANGE, READ, resolve
+from deployer.deployments.base import PruneOptions
+from deployer.diagnose.diagnosis import diagnose as diagnose_text
+from deployer.diagnose.diagnosis import read_window
+from deployer.engines import detect, engine_for, kinds
+from deployer.logtext import bounded_diagnosis
+from deployer.oncall.history import local_history
 
 
 @click.command()
@@ -25,100 +27,50 @@ if TYPE_CHECKING:
 def history(target: str, host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool,
             local: bool) -> None:
     """Every attempt of a deployment: when, content hash, outcome, diagnosis, change made."""
-    from deployer.oncall import history as attempts
-
-    from deployer.cli.targets import remembered
-
     if local:
-        rows = attempts.local_history(target, host)
+        report = HistoryReport(local_history(target, host))
     else:
-        ref = remembered(target, host, workdir, trust_new_host) or \
-            attempts.make_ref(target, host, workdir, trust_new_host, read_only=True)
-        rows = attempts.history(ref)
+        report = resolve(target, host, workdir, trust_new_host=trust_new_host, mode=READ).history()
     if as_json:
-        _emit_json(rows)
-        return
-    for row in rows:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["started_at"])) if row["started_at"] else "?"
-        if row.get("kind") == "lock":
-            click.echo(f"  {when}  {row['outcome']:<34} {row['detail']}")
-            continue
-        diag = (row.get("diagnosis") or {}).get("signature") or ""
-        change = (row.get("change") or {}).get("reason") or ""
-        current = "*" if row.get("current") else " "
-        outcome = row.get("outcome") or "unfinished"  # an `up` interrupted (or still running) never recorded one
-        click.echo(f"{current} {when}  {row['run_id']:<34} {str(row['content_hash'] or '')[:12]}  "
-                   f"attempt {row['attempt']}  {outcome:<10} {diag}{'  -> ' + change if change else ''}")
-
-
-def _oncall(action: str, target: str, host: str | None, workdir: str | None, trust_new_host: bool,
-            as_json: bool, no_heal: bool, break_lock: bool) -> None:
-    from deployer.oncall import rollback as going_back
-    from deployer.oncall import deployment as ops
-    from deployer.cli.targets import run_reported
-    from deployer.pipeline.up import UpOptions
-
-    opts = UpOptions(trust_new_host=trust_new_host, heal=not no_heal, skip_preflight=True, break_lock=break_lock,
-                     what=action)
-    if fleet.names_file(target) and _nodes_restart(action, target, opts, as_json):
-        return
-    fleet_prof = fleet.fleet_profile(target)
-    if fleet_prof is not None:
-        fleet.on_call(action, fleet_prof, opts, as_json)
-        return
-    ref = ops.make_ref(target, host, workdir, trust_new_host)
-    run_reported(as_json, lambda sink: getattr(going_back, action)(ref, sink, opts))
-
-
-def _nodes_restart(action: str, target: str, opts: UpOptions, as_json: bool) -> bool:
-    """`restart` of a `nodes:` profile: every rank stopped and the group started again as one (a new attempt of
-    the profile's version, watched and healed like `up`); False when TARGET is no nodes profile. `rollback` of
-    one is refused in one line: which earlier version every node shares is not worked out yet."""
-    from deployer.cli.targets import run_reported
-    from deployer.errors import ProfileError
-    from deployer.fleet.nodes_plan import nodes_profile
-    from deployer.fleet.nodes_up import up_nodes
-
-    group = nodes_profile(target, None)
-    if group is None:
-        return False
-    if action != "restart":
-        raise ProfileError(f"{group.name}: {action} of a nodes: profile is not built yet; `deploy up` the version "
-                           "to go back to (the group is replaced as one)")
-    forced = dataclasses.replace(opts, force=True)
-    run_reported(as_json, lambda sink: up_nodes(group, forced, sink))
-    return True
-
-
-def _oncall_options(func: Any) -> Any:
-    for option in reversed([
-        click.argument("target"),
-        click.option("--host", default=None, metavar="[USER@]HOST[:PORT]"),
-        click.option("--workdir", default=None),
-        click.option("--trust-new-host", is_flag=True, help="Record the key of a host not yet in known_hosts."),
-        click.option("--json", "as_json", is_flag=True, help="NDJSON events on stdout, then the report."),
-        click.option("--no-heal", is_flag=True, help="Diagnose a failure but change nothing and do not retry."),
-        click.option("--break-lock", is_flag=True,
-                     help="Take the deployment lock even if another operation holds it (recorded in the history)."),
-    ]):
-        func = option(func)
-    return func
+        show.emit_json(report.to_json())
+    else:
+        show.text(report)
 
 
 @click.command()
-@_oncall_options
-def restart(target: str, host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool,
-            no_heal: bool, break_lock: bool) -> None:
-    """Graceful stop and start of the last good version, with the same watch and healing as `up`."""
-    _oncall("restart", target, host, workdir, trust_new_host, as_json, no_heal, break_lock)
+@click.argument("target", required=False)
+@click.option("--log", "log_file", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Diagnose a local log file (no target needed).")
+@click.option("--engine-version", default=None, help="Engine version the log came from.")
+@click.option("--engine", "engine_kind", type=click.Choice(kinds()), default=None,
+              help="Engine the log file came from (default: told from the log itself; a deployment's own record "
+                   "says it).")
+@click.option("--host", default=None, metavar="[USER@]HOST[:PORT]")
+@click.option("--workdir", default=None)
+@_target_options
+@click.option("--json", "as_json", is_flag=True)
+def diagnose(target: str | None, log_file: str | None, engine_version: str | None, engine_kind: str | None,
+             host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool) -> None:
+    """The first traceback and diagnosis of a log file, or of a deployment's latest failed attempt."""
+    if log_file is None:
+        report = resolve(target, host, workdir, trust_new_host=trust_new_host, mode=READ).diagnose(engine_version)
+    else:
+        report = _diagnose_log(log_file, engine_version, engine_kind)
+    if as_json:
+        show.emit_json(report.to_json())
+    else:
+        show.text(report)
 
 
-@click.command()
-@_oncall_options
-def rollback(target: str, host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool,
-             no_heal: bool, break_lock: bool) -> None:
-    """Back to the newest other version that reached ready (read from the target's history)."""
-    _oncall("rollback", target, host, workdir, trust_new_host, as_json, no_heal, break_lock)
+def _diagnose_log(log_file: str, engine_version: str | None, engine_kind: str | None) -> DiagnosisReport:
+    text = read_window(log_file)
+    # Nothing defaults to an engine: the log names its engine, or only the engine-neutral signatures are used.
+    engine, how = (engine_for(engine_kind), "given") if engine_kind else (detect(text), "detected from the log")
+    data = bounded_diagnosis(diagnose_text(text, engine_version=engine_version, engine=engine).to_json())
+    data["hint"] = None
+    data["engine"] = {"kind": engine.kind, "how": how} if engine is not None else \
+        {"kind": None, "how": "not told by the log: engine-neutral signatures only"}
+    return DiagnosisReport(data)
 
 
 @click.command()
@@ -136,25 +88,9 @@ def prune(target: str, host: str | None, workdir: str | None, trust_new_host: bo
 
     The current run and the newest run that reached ready (and rollback's target) are never deleted.
     """
-    from deployer.oncall import history as ops_more
-
-    result = ops_more.prune(ops_more.make_ref(target, host, workdir, trust_new_host), keep, dry_run)
+    deployment = resolve(target, host, workdir, trust_new_host=trust_new_host, mode=CHANGE)
+    report = deployment.prune(PruneOptions(keep=keep, dry_run=dry_run))
     if as_json:
-        _emit_json(result)
-        return
-    verb = "would delete" if dry_run else "deleted"
-    click.echo(f"{result['name']} on {result['host']}: {result['runs']} runs, keeping the newest {result['keep']}"
-               f"{' (dry run: nothing changed)' if dry_run else ''}")
-    for run_id in result["delete"]:
-        click.echo(f"  {verb} run {run_id}")
-    for run_id in result["drop_env"]:
-        click.echo(f"  {verb} the env file of run {run_id}")
-    for run_id, why in result["protected"].items():
-        click.echo(f"  kept run {run_id}: {why}")
-    if not result["delete"] and not result["drop_env"]:
-        click.echo("  nothing to prune")
-
-
-def register(group: click.Group) -> None:
-    for command in (history, restart, rollback, prune):
-        group.add_command(command)
+        show.emit_json(report.to_json())
+    else:
+        show.text(report)

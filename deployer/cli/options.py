@@ -1,14 +1,12 @@
-"""Options and helpers shared by the commands: profile and target options, loading a profile, JSON output."""
+"""Options and helpers shared by the commands: profile and target options, JSON output (loading a profile is
+deployer.cli.load: the commands on a name never import the profile loader)."""
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 import click
-
-if TYPE_CHECKING:
-    from deployer.profile.model import Profile
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -25,16 +23,6 @@ def _target_options(func: F) -> F:
     func = click.option("--trust-new-host", is_flag=True,
                         help="Record the key of a host not yet in known_hosts (never a changed key).")(func)
     return func
-
-
-def _load(path: str, overrides: tuple[str, ...], host: str | None, allow_unset: bool = False) -> Profile:
-    """allow_unset (validate, render): an unset `${VAR}` is a warning on stderr; secret values are never needed."""
-    from deployer.profile.loader import load_profile
-
-    prof = load_profile(path, overrides=list(overrides), host=host, allow_unset=allow_unset)
-    for unset in prof.unset:
-        click.echo(f"warning: {unset.warning()}", err=True)
-    return prof
 
 
 def _emit_json(data: Any) -> None:

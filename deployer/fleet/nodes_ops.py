@@ -14,7 +14,7 @@ from typing import Any
 
 from deployer.errors import ProfileError
 from deployer.fleet.nodes_diagnose import first_crash
-from deployer.fleet.nodes_plan import NodePlan, host_port, nodes_profile, plan_nodes
+from deployer.fleet.nodes_plan import NodePlan, host_port, plan_nodes
 from deployer.fleet.fanout import at_once
 from deployer.logtext import bounded_diagnosis
 from deployer.oncall import deployment as ops
@@ -28,8 +28,9 @@ from deployer.supervisor.supervise_base import UP
 Notify = Callable[[str], None]
 
 
-def _refs(profile: Profile, node: int | None, workdir: str | None, trust_new_host: bool) -> list[tuple[NodePlan,
-                                                                                                       ops.Ref]]:
+def node_refs(profile: Profile, node: int | None, workdir: str | None,
+              trust_new_host: bool) -> list[tuple[NodePlan, ops.Ref]]:
+    """Every node's plan and Ref (or the one --node names): a single-host deployment of the group's name on it."""
     plans = plan_nodes(profile)
     if node is not None and not 0 <= node < len(plans):
         raise ProfileError(f"--node {node}: {profile.name} has nodes 0..{len(plans) - 1}")
@@ -57,14 +58,14 @@ for target in sys.argv[1:]:
 
 
 def status(profile: Profile, node: int | None, workdir: str | None, trust_new_host: bool) -> list[dict[str, Any]]:
-    refs = _refs(profile, node, workdir, trust_new_host)
+    refs = node_refs(profile, node, workdir, trust_new_host)
     rows = []
     for plan, ref in refs:
         for row in ops.status(ref):
             rows.append({**row, "node": plan.rank, "role": "rank 0 (API)" if plan.rank == 0 else "dummy health"})
     followers = [(plan, row) for (plan, _), row in zip(refs, rows) if plan.rank > 0 and row["status"] in UP]
     if followers:
-        leader = _refs(profile, 0, workdir, trust_new_host)[0][1]
+        leader = node_refs(profile, 0, workdir, trust_new_host)[0][1]
         answers = _follower_health(leader, [host_port(p.addr, p.port) for p, _ in followers])
         for plan, row in followers:
             row["healthy"] = answers.get(host_port(plan.addr, plan.port)) == 200
@@ -110,22 +111,27 @@ def _follower_health(leader: ops.Ref, targets: list[str]) -> dict[str, int]:
     return out
 
 
-def down(profile: Profile, node: int | None, workdir: str | None, trust_new_host: bool, grace: float | None, *,
-         break_lock: bool, notify: Notify) -> list[dict[str, Any]]:
-    refs = _refs(profile, node, workdir, trust_new_host)
+def down(profile: Profile, node: int | None, workdir: str | None, trust_new_host: bool,
+         opts: ops.DownOptions) -> list[dict[str, Any]]:
+    refs = node_refs(profile, node, workdir, trust_new_host)
+    notify: Notify = opts.notify or _silent
     if node is not None and len(plan_nodes(profile)) > 1:
         notify(f"stopping node {node} alone breaks the group: the other ranks' supervisors stop theirs too "
                "(and restart the group if the restart policy says so)")
     # Every rank's supervisor is asked at once: rank 0's graceful shutdown ends the followers (which ignore
     # SIGTERM) within the grace, and their supervisors, asked too, record a stop, not a crash, and restart nothing.
-    results = at_once(lambda pair: ops.down(pair[1], grace, break_lock=break_lock, notify=notify), refs)
+    results = at_once(lambda pair: ops.down(pair[1], opts.grace, break_lock=opts.break_lock, notify=notify), refs)
     return [{**result, "node": plan.rank} for (plan, _), result in zip(refs, results)]
 
 
-def logs(profile: Profile, node: int | None, workdir: str | None, trust_new_host: bool, *, lines: int,
-         follow: bool, previous: bool, out: Callable[[str], None]) -> None:
+def logs(profile: Profile, node: int | None, workdir: str | None, trust_new_host: bool, opts: ops.LogOptions,
+         out: Callable[[str], None]) -> None:
     if node is None:
         raise ProfileError(f"{profile.name} runs on {len(profile.nodes or [])} nodes: give --node N "
                            f"(0 is rank 0, which serves the API)")
-    (_, ref), = _refs(profile, node, workdir, trust_new_host)
-    ops.logs(ref, lines=lines, follow=follow, previous=previous, out=out)
+    (_, ref), = node_refs(profile, node, workdir, trust_new_host)
+    ops.logs(ref, lines=opts.lines, follow=opts.follow, previous=opts.previous, out=out)
+
+
+def _silent(_message: str) -> None:
+    pass

@@ -171,6 +171,5 @@ def pick_member(fleet: Fleet, *, replica: int | None, host: str | None, router: 
                        "--host H or --router")
 
 
-def fleet_logs(fleet: Fleet, member: Member, *, lines: int, follow: bool, previous: bool,
-               out: Callable[[str], None], trust_new_host: bool = False) -> None:
-    ops.logs(_ref(member, trust_new_host), lines=lines, follow=follow, previous=previous, out=out)
+def fleet_logs(member: Member, opts: ops.LogOptions, out: Callable[[str], None], trust_new_host: bool = False) -> None:
+    ops.logs(_ref(member, trust_new_host), lines=opts.lines, follow=opts.follow, previous=opts.previous, out=out)

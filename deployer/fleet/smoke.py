@@ -21,7 +21,7 @@ from deployer.pipeline.up import UpOptions
 from deployer.profile.host import probe_address
 from deployer.profile.model import Profile, Target
 from deployer.remote.connect import conversing
-from deployer.smoke import SmokeOptions, ask
+from deployer.smoke import Endpoint, SmokeCase, SmokeOptions, ask
 from deployer.events import BecameReady, Event, EventSink
 
 
@@ -54,6 +54,14 @@ class FleetSmokeReport:
         return {"name": self.name, "ok": self.ok, "exit_code": self.exit_code,
                 "cases": [c.__dict__ for c in self.cases], "fleet": self.fleet,
                 "error": self.error.message if self.error else None}
+
+    def smoke_cases(self) -> list[SmokeCase]:
+        """One case per member (host) and phase: `up r0@gpu-a`, `request router@gpu-a`, ..."""
+        return [SmokeCase(f"{c.phase} {c.member}@{c.host}", f"smoke.{self.name}.{c.host}", c.status, c.duration_s,
+                          c.details, c.details) for c in self.cases]
+
+    def properties(self) -> dict[str, str]:
+        return {"exit_code": str(self.exit_code), "fleet": self.name}
 
 
 class _Timing:
@@ -129,19 +137,18 @@ def _request_cases(fleet: Fleet, report: FleetSmokeReport, outcome: FleetReport,
     if fleet.router is not None:
         r = fleet.router
         ready = outcome.router is not None and outcome.router.status == "ready"
-        report.cases.append(_ask_case("router", r.target, r.router.port, probe_address(r.bind), opts, ready,
-                                      r.api_key))
+        report.cases.append(_ask_case("router", r.target, Endpoint(r.router.port, probe_address(r.bind), r.api_key),
+                                      opts, ready))
     served = {x.index for x in outcome.replicas if x.status in SERVING}
     for replica in fleet.replicas:
         engine = replica.profile.engine
         key = engine.args.get("api_key")
-        report.cases.append(_ask_case(f"r{replica.index}", replica.profile.target, engine.port,
-                                      engine.probe_address, opts, replica.index in served,
-                                      str(key) if key else None))
+        endpoint = Endpoint(engine.port, engine.probe_address, str(key) if key else None)
+        report.cases.append(_ask_case(f"r{replica.index}", replica.profile.target, endpoint, opts,
+                                      replica.index in served))
 
 
-def _ask_case(member: str, target: Target, port: int, address: str, opts: SmokeOptions, reached: bool,
-              api_key: str | None) -> Case:
+def _ask_case(member: str, target: Target, endpoint: Endpoint, opts: SmokeOptions, reached: bool) -> Case:
     case = Case("request", member, target.host)
     if not reached:
         case.details = "not reached: not ready"
@@ -149,8 +156,7 @@ def _ask_case(member: str, target: Target, port: int, address: str, opts: SmokeO
     t0 = time.monotonic()
     try:
         with conversing(spec_of(target, opts.trust_new_host)) as remote:
-            answer = ask(remote, port, opts.prompt, opts.max_tokens, opts.request_timeout_s, api_key,
-                         address=address)
+            answer = ask(remote, endpoint, opts)
     except DeployError as exc:
         case.status, case.details = "failed", exc.message
     else:

@@ -33,7 +33,8 @@ from deployer.start import stop
 from deployer.supervisor.supervise_base import CRASHED as CRASHED_STATES
 from deployer.supervisor.supervise_base import UP
 from deployer.target import snapshot
-from deployer.target.records import RunView, healthy, record_address, record_engine, tail_window, window_lines
+from deployer.target.records import RunView, healthy, record_address, record_engine, record_kind, tail_window, window_lines
+from deployer.events import EventSink
 from deployer.watch.watcher import LogTail
 
 if TYPE_CHECKING:
@@ -48,6 +49,26 @@ CRASHED = LaunchFailed.exit_code  # 5: exited, crashloop, lost (the engine died 
 NOT_SERVING = Unhealthy.exit_code  # 6: alive but /health fails: starting, restarting, hung, overloaded
 STOPPED = 8  # stopped (or stopping) on purpose, by `deploy down`
 NO_DEPLOYMENT = NotFound.exit_code  # 7
+
+
+@dataclass(frozen=True)
+class LogOptions:
+    """`logs`: how many lines, follow, the previous attempt's log."""
+
+    lines: int = 50
+    follow: bool = False
+    previous: bool = False
+
+
+@dataclass(frozen=True)
+class DownOptions:
+    """`down`: the SIGTERM..SIGKILL grace (None: the profile's), break another's lock, where warnings go
+    (`notify`: one line; `emit`: the events of a fan-out over several hosts)."""
+
+    grace: float | None = None
+    break_lock: bool = False
+    notify: Notify | None = None
+    emit: EventSink | None = None
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ through the same `up` flow: lock, stop, start, watch, heal.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from deployer.errors import NotFound, RecordUnreadable
@@ -37,8 +38,7 @@ def rollback(ref: Ref, emit: EventSink, opts: UpOptions) -> UpReport:
 
 
 def _forced(opts: UpOptions, what: str) -> UpOptions:
-    return UpOptions(trust_new_host=opts.trust_new_host, heal=opts.heal, skip_preflight=opts.skip_preflight,
-                     save_fixed=None, force=True, what=what, rollback=opts.rollback, break_lock=opts.break_lock)
+    return dataclasses.replace(opts, save_fixed=None, model_config=None, force=True, what=what)
 
 
 def _last_good(views: list[RunView], current: RunView | None, skip_hash: str | None) -> RunView:

@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from deployer.secrets import mask_text
+from deployer.smoke import Smoked
 
 STATUSES = ("passed", "failed", "error", "skipped")
 _INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
@@ -124,3 +125,14 @@ def write(path: str | os.PathLike[str], suites: list[Suite]) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return dest
+
+
+def smoke_suite(report: Smoked, profile_path: str) -> Suite:
+    """The JUnit suite of any smoke (single host, node group, fleet): a testcase per case of the report."""
+    error = report.error
+    cases = [Case(name=c.name, classname=c.classname, time_s=c.duration_s, status=c.status, message=c.details,
+                  text=c.text, kind=type(error).__name__ if c.status == "failed" and error else "",
+                  stdout=c.details if c.status == "passed" else "")
+             for c in report.smoke_cases()]
+    return Suite(name=f"deploy smoke {report.name}".strip(), cases=cases,
+                 properties={"profile": profile_path, **report.properties()})

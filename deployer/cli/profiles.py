@@ -1,0 +1,62 @@
+"""Profile commands that reach no target: validate, render, schema."""
+
+from __future__ import annotations
+
+import click
+
+from deployer.cli.load import _load
+from deployer.cli.options import _emit_json, _profile_options
+from deployer.deployments.resolve import for_profile
+from deployer.errors import ProfileError, ProfileProblems
+from deployer.local_history import home
+from deployer.preflight.flags import check_offline, default_cache_dir
+from deployer.profile.model import Profile
+
+
+@click.command()
+@click.argument("profile", type=click.Path(dir_okay=False))
+@_profile_options
+@click.option("--json", "as_json", is_flag=True, help="Print the validated profile as JSON (secrets masked).")
+def validate(profile: str, overrides: tuple[str, ...], host: str | None, as_json: bool) -> None:
+    """Check a profile; exit 0 when good, 2 listing every problem when not (secrets need not be set).
+
+    engine.args are checked offline against the flag table cached for the engine version the profile pins
+    (engine.version), else the newest one cached; a typo `up` would respell is an error here.
+    """
+    prof = _load(profile, overrides, host, allow_unset=True)
+    check = check_offline(prof, [default_cache_dir(), home() / "cache"])
+    said = (f"engine.args checked against the cached flag table of {prof.engine.kind} {check.version} "
+            f"({check.basis})") if check.version else f"engine.args not checked: {check.basis}"
+    errors = [ProfileError(line, file=prof.where(f"engine.args.{key}")[0], line=prof.where(f"engine.args.{key}")[1],
+                           field=f"engine.args.{key}" if key else "engine.args")
+              for key, line in check.strict_problems()]
+    errors.sort(key=lambda e: (e.file or "", e.line or 0))
+    keyed = check.report.keyed if check.report else {}
+    for warning in check.report.warnings if check.report else []:
+        if warning not in keyed:  # a respelt typo is an error here, not a warning
+            click.echo(f"warning: {warning}", err=True)
+    if errors:
+        click.echo(said, err=True)
+        raise errors[0] if len(errors) == 1 else ProfileProblems(errors, file=errors[0].file)
+    if as_json:
+        _emit_json(prof.public_dict())
+    else:
+        click.echo(f"{profile}: ok ({prof.name}: {prof.engine.kind} {prof.engine.model_path} -> "
+                   f"{prof.target.host}:{prof.engine.port})")
+        click.echo(f"  {said}")
+
+
+@click.command()
+@click.argument("profile", type=click.Path(dir_okay=False))
+@_profile_options
+@click.option("--json", "as_json", is_flag=True, help="Print the bundle (script, argv, masked env, hash).")
+def render(profile: str, overrides: tuple[str, ...], host: str | None, as_json: bool) -> None:
+    """Print the launch script a profile renders to (secrets never shown)."""
+    prof = _load(profile, overrides, host, allow_unset=True)
+    click.echo(for_profile(prof).render(as_json), nl=False)  # a node group: every node's launch
+
+
+@click.command()
+def schema() -> None:
+    """Print the profile JSON Schema (for editors)."""
+    _emit_json(Profile.model_json_schema())

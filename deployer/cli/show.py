@@ -1,0 +1,214 @@
+"""How each report is shown: JSON (`--json`) or text for people, chosen by the report's type (never by the
+kind of deployment), and the progress sink a command's events go to. The text forms of the reports of the
+commands that change engines (up, restart, rollback, smoke) are in deployer.cli.show_runs, which adds them to
+`text` (imported by those commands only: the on-call reads start light)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from functools import singledispatch
+from typing import Any
+
+import click
+
+from deployer.deployments.base import Deployment
+from deployer.deployments.reports import (DiagnosisReport, FleetDown, FleetStatus, HistoryReport, HostDown,
+                                          HostStatus, NodeDown, NodeStatus, PlanReport, PruneReport)
+from deployer.output.console import JsonEvents, LiveProgress
+from deployer.output.fleet import FleetProgress, status_lines
+from deployer.secrets import mask_data
+from deployer.events import Event, SmokePhase
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
+def report_event(data: dict[str, Any]) -> None:
+    """The last NDJSON line of an up-like command: the report, masked before JSON escaping (the stdout guard sees
+    only the escaped text)."""
+    sys.stdout.write(json.dumps({"event": "report", **mask_data(data)}, default=str) + "\n")
+    sys.stdout.flush()
+
+
+class SmokeProgress:
+    """Live progress for people (stderr), plus one line per finished smoke phase."""
+
+    def __init__(self) -> None:
+        self.progress = LiveProgress()
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, SmokePhase):
+            colour = "green" if event.status == "passed" else "red"
+            self.progress.say(f"[bold]{event.phase}[/] [{colour}]{event.status}[/] [dim]{event.duration_s:.2f}s[/]")
+        else:
+            self.progress(event)
+
+    def close(self) -> None:
+        self.progress.close()
+
+
+def progress(deployment: Deployment, as_json: bool, *, smoke: bool = False) -> Any:
+    """NDJSON on stdout; else one prefixed line per member's event (events tagged by member), else the live
+    progress of one engine (with a line per smoke phase for `smoke`)."""
+    if as_json:
+        return JsonEvents()
+    if deployment.tagged_events:
+        return FleetProgress()
+    return SmokeProgress() if smoke else LiveProgress()
+
+
+def fan_out_progress(as_json: bool) -> Any:
+    """Where the events of a fan-out over several hosts go (a fleet's `down`): NDJSON, or a prefixed line each."""
+    return JsonEvents() if as_json else FleetProgress()
+
+
+# -- text for people, by report type ---------------------------------------------------------------------------
+
+@singledispatch
+def text(report: Any, sink: Any = None) -> None:
+    raise TypeError(f"no text form for {type(report).__name__}")
+
+
+@text.register
+def _(report: HostStatus, sink: Any = None) -> None:
+    print_status(report.rows)
+
+
+@text.register
+def _(report: NodeStatus, sink: Any = None) -> None:
+    for row in report.rows:
+        first = ": its crash came first, the group fell with it" if row.get("first_crash") else ""
+        click.echo(f"node {row['node']} ({row['role']}){first}:")
+        print_status([row])
+        crash = row.get("last_crash_diagnosis")
+        if crash and not row.get("diagnosis"):
+            click.echo(f"  last crash diagnosis: {crash.get('signature')}: {crash.get('summary')}")
+
+
+@text.register
+def _(report: FleetStatus, sink: Any = None) -> None:
+    for line in status_lines(report.data):
+        click.echo(line)
+
+
+@text.register
+def _(report: HostDown, sink: Any = None) -> None:
+    result = report.result
+    what = "stopped" if result["was_running"] else "not running"
+    click.echo(f"{result['name']}: {what} on {result['host']}")
+
+
+@text.register
+def _(report: NodeDown, sink: Any = None) -> None:
+    for result in report.results:
+        what = "stopped" if result["was_running"] else "not running"
+        click.echo(f"{result['name']} node {result['node']}: {what} on {result['host']}")
+
+
+@text.register
+def _(report: FleetDown, sink: Any = None) -> None:
+    for row in report.result["members"]:
+        what = "stopped" if row.get("was_running") else "not running"
+        click.echo(f"{row['member']}@{row.get('alias') or row['host']}: {row['name']} {what}")
+
+
+@text.register
+def _(report: HistoryReport, sink: Any = None) -> None:
+    for row in report.rows:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["started_at"])) if row["started_at"] else "?"
+        if row.get("kind") == "lock":
+            click.echo(f"  {when}  {row['outcome']:<34} {row['detail']}")
+            continue
+        diag = (row.get("diagnosis") or {}).get("signature") or ""
+        change = (row.get("change") or {}).get("reason") or ""
+        current = "*" if row.get("current") else " "
+        outcome = row.get("outcome") or "unfinished"  # an `up` interrupted (or still running) never recorded one
+        click.echo(f"{current} {when}  {row['run_id']:<34} {str(row['content_hash'] or '')[:12]}  "
+                   f"attempt {row['attempt']}  {outcome:<10} {diag}{'  -> ' + change if change else ''}")
+
+
+@text.register
+def _(report: DiagnosisReport, sink: Any = None) -> None:
+    data = report.data
+    engine = data.get("engine")
+    if isinstance(engine, dict):
+        click.echo(f"engine:    {engine.get('kind') or 'unknown'} ({engine.get('how')})")
+    click.echo(f"signature: {data.get('signature') or 'none (unknown failure)'}")
+    click.echo(f"summary:   {data.get('summary')}")
+    click.echo(f"transient: {'yes' if data.get('transient') else 'no (retrying unchanged is pointless)'}")
+    for line in data.get("evidence") or []:
+        click.echo(f"evidence:  {line}")
+    if data.get("remedy"):
+        click.echo(f"remedy:    {json.dumps(data['remedy'])}")
+    if data.get("traceback"):
+        click.echo("traceback:")
+        click.echo(data["traceback"])
+
+
+@text.register
+def _(report: PruneReport, sink: Any = None) -> None:
+    result, dry_run = report.result, report.dry_run
+    verb = "would delete" if dry_run else "deleted"
+    click.echo(f"{result['name']} on {result['host']}: {result['runs']} runs, keeping the newest {result['keep']}"
+               f"{' (dry run: nothing changed)' if dry_run else ''}")
+    for run_id in result["delete"]:
+        click.echo(f"  {verb} run {run_id}")
+    for run_id in result["drop_env"]:
+        click.echo(f"  {verb} the env file of run {run_id}")
+    for run_id, why in result["protected"].items():
+        click.echo(f"  kept run {run_id}: {why}")
+    if not result["delete"] and not result["drop_env"]:
+        click.echo("  nothing to prune")
+
+
+@text.register
+def _(report: PlanReport, sink: Any = None) -> None:
+    click.echo(report.text, nl=False)
+
+
+def print_status(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        click.echo("no deployments")
+    for row in rows:
+        health = "healthy" if row["healthy"] else "not healthy"
+        uptime = f", up {row['uptime_s']:.0f}s" if row["uptime_s"] is not None else ""
+        click.echo(f"{row['name']}: {row['status']} ({health}{uptime}) pid {row['pid']} port {row['port']} "
+                   f"attempt {row['attempt']} content {row['content_hash'][:12]} restarts {row['restarts']}")
+        click.echo(f"  run dir {row['run_dir']} on {row['host']}")
+        if row.get("last_crash"):
+            click.echo(f"  last crash: {describe_crash(row['last_crash'])}")
+        if row.get("lock"):
+            click.echo(f"  lock: {row['lock']['text']}")
+        for line in row.get("drift") or []:
+            click.echo(f"  drift: {line}")
+
+
+def describe_crash(crash: Any, now: float | None = None) -> str:
+    """The supervisor's last_crash record for people: how the engine ended, when (local time) and how long ago."""
+    if not isinstance(crash, dict):
+        return str(crash)
+    if crash.get("signal"):
+        how = f"killed by {crash.get('signal_name') or 'signal ' + str(crash['signal'])}"
+    elif crash.get("exit_code") is not None:
+        how = f"exited with code {crash['exit_code']}"
+    else:
+        how = "ended"
+    at = crash.get("at")
+    if not isinstance(at, (int, float)):
+        return how
+    ago = max((time.time() if now is None else now) - at, 0)
+    when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(at))
+    return f"{how} at {when} ({_ago(ago)} ago)"
+
+
+def _ago(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.0f}h"
+    return f"{seconds / 86400:.0f}d"

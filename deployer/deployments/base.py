@@ -1,0 +1,121 @@
+"""The Deployment interface: what every kind of deployment (single host, replica fleet, node group) answers.
+
+Methods return typed reports (deployer.deployments.reports, or the pipeline's own UpReport / FleetReport /
+SmokeReport); nothing here prints. A method a kind cannot do raises a ProfileError saying so in one line.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from deployer.errors import ProfileError
+from deployer.oncall.deployment import DownOptions, LogOptions
+
+if TYPE_CHECKING:
+    from deployer.deployments.reports import (DiagnosisReport, DownReport, HistoryReport, PlanReport,
+                                              PruneReport, StatusReport, UpResult)
+    from deployer.profile.model import Profile
+    from deployer.deployments.reports import SmokeResult
+    from deployer.smoke import SmokeOptions
+    from deployer.pipeline.up import UpOptions
+    from deployer.events import EventSink
+
+Out = Callable[[str], None]
+__all__ = ["Deployment", "DownOptions", "ExportSource", "LogOptions", "Out", "PruneOptions", "Select"]
+
+
+@dataclass(frozen=True)
+class Select:
+    """Which part of a deployment a command means: one node of a group (--node), one member of a fleet
+    (--replica N, --router, or the member on --host)."""
+
+    node: int | None = None
+    replica: int | None = None
+    router: bool = False
+
+    @property
+    def whole(self) -> bool:
+        return self.node is None and self.replica is None and not self.router
+
+
+@dataclass(frozen=True)
+class ExportSource:
+    """The profile to export and the run it was read from (None: the profile file itself)."""
+
+    profile: Profile
+    run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class PruneOptions:
+    keep: int | None = None
+    dry_run: bool = False
+
+
+class Deployment(ABC):
+    """One deployment, whatever its kind. `name` is the deployment's name (None: every deployment on a host)."""
+
+    name: str | None
+    #: events carry a `member` tag (fan-out over several hosts): progress is shown per member
+    tagged_events: bool = False
+
+    @abstractmethod
+    def up(self, opts: UpOptions, emit: EventSink) -> UpResult: ...
+
+    @abstractmethod
+    def render(self, as_json: bool = False) -> str:
+        """The launch this deployment renders to (every node's for a group), as text or JSON; secrets never
+        shown."""
+
+    @abstractmethod
+    def plan(self, model_config: Path | None = None) -> PlanReport: ...
+
+    @abstractmethod
+    def status(self) -> StatusReport: ...
+
+    @abstractmethod
+    def logs(self, opts: LogOptions, out: Out) -> None: ...
+
+    @abstractmethod
+    def history(self) -> HistoryReport: ...
+
+    @abstractmethod
+    def diagnose(self, engine_version: str | None = None) -> DiagnosisReport: ...
+
+    @abstractmethod
+    def down(self, opts: DownOptions = DownOptions()) -> DownReport: ...
+
+    @abstractmethod
+    def restart(self, opts: UpOptions, emit: EventSink) -> UpResult: ...
+
+    @abstractmethod
+    def rollback(self, opts: UpOptions, emit: EventSink) -> UpResult: ...
+
+    @abstractmethod
+    def prune(self, opts: PruneOptions = PruneOptions()) -> PruneReport: ...
+
+    @abstractmethod
+    def smoke(self, opts: SmokeOptions, emit: EventSink) -> SmokeResult: ...
+
+    # Room for the commands other issues add (prepare, top, ls, the dashboard's reads): a kind that has not
+    # built one says so.
+    def prepare(self) -> object:
+        raise self._not_built("prepare")
+
+    def top(self) -> object:
+        raise self._not_built("top")
+
+    def ls(self) -> object:
+        raise self._not_built("ls")
+
+    def export_source(self) -> ExportSource:
+        """What `deploy export` translates: the profile this deployment was made from, or (a name on a host) the
+        profile of its newest run that reached ready."""
+        raise self._not_built("export")
+
+    def _not_built(self, what: str) -> ProfileError:
+        return ProfileError(f"{self.name or 'this deployment'}: {what} is not built for this kind of deployment")

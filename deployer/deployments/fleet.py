@@ -1,0 +1,105 @@
+"""A replica fleet (`replicas:`, with or without a router): up / restart / rollback through deployer.fleet.up,
+status / down / logs of its members through deployer.fleet.oncall, smoke through deployer.fleet.smoke.
+
+Its hosts are in the profile: --host does not apply to up, status or down (for `logs` it picks the member on
+that host). history, diagnose, prune and plan act as they always have on a fleet file: as on a single host
+(`as_single`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from deployer.deployments.base import Deployment, DownOptions, ExportSource, LogOptions, Out, PruneOptions, Select
+from deployer.deployments.reports import (DiagnosisReport, FleetDown, FleetStatus, HistoryReport, PlanReport,
+                                          PruneReport)
+from deployer.deployments.single import Origin, SingleHost
+from deployer.errors import ProfileError
+from deployer.fleet.members import fleet_of
+from deployer.fleet.oncall import fleet_down, fleet_logs, fleet_status, pick_member
+from deployer.fleet.report import FleetReport
+from deployer.fleet.smoke import FleetSmokeReport, smoke_fleet
+from deployer.fleet.up import fleet_restart, fleet_rollback, fleet_up
+from deployer.pipeline.up import UpOptions
+from deployer.profile.model import Profile
+from deployer.smoke import SmokeOptions
+from deployer.events import Event, EventSink
+
+
+def _quiet(_event: Event) -> None:
+    pass
+
+
+class ReplicaFleet(Deployment):
+    """Replicas of one engine on several hosts behind an optional router."""
+
+    tagged_events = True
+
+    def __init__(self, profile: Profile, *, host: str | None = None, trust_new_host: bool = False,
+                 select: Select = Select(), as_single: SingleHost | None = None) -> None:
+        """host: a --host given with the fleet (refused where it does not apply; `logs` picks the member on that
+        host); select: `logs`' member (--replica N, --router)."""
+        self.profile, self.name = profile, profile.name
+        self.host, self.trust_new_host, self.select, self._single = host, trust_new_host, select, as_single
+
+    @property
+    def as_single(self) -> SingleHost:
+        if self._single is None:
+            raise ProfileError(f"{self.name} is a fleet: this command needs one deployment")
+        return self._single
+
+    def _no_host(self, what: str) -> None:
+        if self.host:
+            raise ProfileError(f"--host does not apply to `{what}` of a fleet profile: its hosts are in the profile")
+
+    def up(self, opts: UpOptions, emit: EventSink) -> FleetReport:
+        self._no_host("up")
+        return fleet_up(self.profile, opts, emit)
+
+    def _one(self) -> SingleHost:
+        """The fleet's profile on the single-host path: `render` and `plan` have always read a fleet file so."""
+        return SingleHost(lambda: self.as_single.ref, profile=self.profile,
+                          origin=Origin(trust_new_host=self.trust_new_host))
+
+    def render(self, as_json: bool = False) -> str:
+        return self._one().render(as_json)
+
+    def plan(self, model_config: Path | None = None) -> PlanReport:
+        return self._one().plan(model_config)
+
+    def status(self) -> FleetStatus:
+        self._no_host("status")
+        data, code = fleet_status(fleet_of(self.profile), self.trust_new_host)
+        return FleetStatus(data, code)
+
+    def logs(self, opts: LogOptions, out: Out) -> None:
+        fleet = fleet_of(self.profile)
+        member = pick_member(fleet, replica=self.select.replica, host=self.host, router=self.select.router)
+        fleet_logs(member, opts, out, trust_new_host=self.trust_new_host)
+
+    def history(self) -> HistoryReport:
+        return self.as_single.history()
+
+    def diagnose(self, engine_version: str | None = None) -> DiagnosisReport:
+        return self.as_single.diagnose(engine_version)
+
+    def down(self, opts: DownOptions = DownOptions()) -> FleetDown:
+        self._no_host("down")
+        result = fleet_down(fleet_of(self.profile), opts.grace, trust_new_host=self.trust_new_host,
+                            break_lock=opts.break_lock, emit=opts.emit or _quiet)
+        return FleetDown(result)
+
+    def restart(self, opts: UpOptions, emit: EventSink) -> FleetReport:
+        return fleet_restart(self.profile, opts, emit)
+
+    def rollback(self, opts: UpOptions, emit: EventSink) -> FleetReport:
+        return fleet_rollback(self.profile, opts, emit)
+
+    def prune(self, opts: PruneOptions = PruneOptions()) -> PruneReport:
+        return self.as_single.prune(opts)
+
+    def smoke(self, opts: SmokeOptions, emit: EventSink) -> FleetSmokeReport:
+        return smoke_fleet(self.profile, opts, emit)
+
+    def export_source(self) -> ExportSource:
+        return ExportSource(self.profile)

@@ -1,0 +1,172 @@
+"""The typed reports the Deployment methods return: each gives exactly the JSON the CLI prints (`to_json()`)
+and the command's exit code (`exit_code`). How a report is shown to people is the CLI's business, chosen by
+the report's type (deployer.cli.show), never by the kind of deployment.
+
+`up`, `restart` and `rollback` return the pipeline's UpReport (single host, node group) or the fleet's
+FleetReport; `smoke` the SmokeReport / FleetSmokeReport of deployer.smoke / deployer.fleet.smoke.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Union
+
+from deployer.errors import DeployError, PreflightFailed
+from deployer.oncall.deployment import worst_exit_code
+
+if TYPE_CHECKING:
+    from deployer.fleet.nodes_dryrun import NodesPlanReport
+    from deployer.fleet.report import FleetReport
+    from deployer.fleet.smoke import FleetSmokeReport
+    from deployer.pipeline.up import UpReport
+    from deployer.preflight.checks import PreflightReport
+    from deployer.smoke import SmokeReport
+
+    UpResult = Union[UpReport, FleetReport]
+    SmokeResult = Union[SmokeReport, FleetSmokeReport]
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    """`status` of one deployment on one host (`one`), or of every deployment on a host."""
+
+    rows: list[Row]
+    one: bool = True
+
+    def to_json(self) -> Any:
+        return self.rows[0] if self.one else self.rows
+
+    @property
+    def exit_code(self) -> int:
+        return worst_exit_code(self.rows)
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """`status` of a node group: a row per node (`node`, `role`, `first_crash`, `last_crash_diagnosis`)."""
+
+    rows: list[Row]
+
+    def to_json(self) -> Any:
+        return self.rows
+
+    @property
+    def exit_code(self) -> int:
+        return worst_exit_code(self.rows)
+
+
+@dataclass(frozen=True)
+class FleetStatus:
+    """`status` of a replica fleet: every member's row and the fleet's code (9: partly serving)."""
+
+    data: Row
+    code: int
+
+    def to_json(self) -> Any:
+        return self.data
+
+    @property
+    def exit_code(self) -> int:
+        return self.code
+
+
+StatusReport = Union[HostStatus, NodeStatus, FleetStatus]
+
+
+@dataclass(frozen=True)
+class HostDown:
+    result: Row
+
+    def to_json(self) -> Any:
+        return self.result
+
+    exit_code = 0
+
+
+@dataclass(frozen=True)
+class NodeDown:
+    results: list[Row]
+
+    def to_json(self) -> Any:
+        return self.results
+
+    exit_code = 0
+
+
+@dataclass(frozen=True)
+class FleetDown:
+    result: Row
+
+    def to_json(self) -> Any:
+        return self.result
+
+    exit_code = 0
+
+
+DownReport = Union[HostDown, NodeDown, FleetDown]
+
+
+@dataclass(frozen=True)
+class HistoryReport:
+    """Every attempt (and lock event) of a deployment, newest first."""
+
+    rows: list[Row]
+
+    def to_json(self) -> Any:
+        return self.rows
+
+    exit_code = 0
+
+
+@dataclass(frozen=True)
+class DiagnosisReport:
+    """The diagnosis of a deployment's latest failed attempt (or of a log file)."""
+
+    data: Row
+
+    def to_json(self) -> Any:
+        return self.data
+
+    exit_code = 0
+
+
+@dataclass(frozen=True)
+class PruneReport:
+    result: Row
+    dry_run: bool = False
+
+    def to_json(self) -> Any:
+        return self.result
+
+    exit_code = 0
+
+
+@dataclass(frozen=True)
+class PlanReport:
+    """`plan`: the preflight report (one host) or the node group's (node 0's preflight plus a line per node);
+    `error` is what the command then raises (a flag nothing may fix, or the problems found)."""
+
+    report: PreflightReport | NodesPlanReport
+    text: str
+    error: DeployError | None = field(default=None)
+
+    def to_json(self) -> Any:
+        return self.report.to_json()
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.error is None else self.error.exit_code
+
+
+def plan_error(problems: list[str], refused: DeployError | None = None) -> DeployError | None:
+    """What `plan` raises after showing its report: the refusal, else the problems, else nothing."""
+    if refused is not None:
+        return refused
+    return PreflightFailed(problems) if problems else None
+
+
+__all__ = ["DiagnosisReport", "DownReport", "FleetDown", "FleetStatus", "HistoryReport", "HostDown", "HostStatus",
+           "NodeDown", "NodeStatus", "PlanReport", "PruneReport", "Row", "SmokeResult", "StatusReport", "UpResult",
+           "plan_error"]

@@ -1,0 +1,176 @@
+"""A deployment on one host: the single-host pipeline (`up`), preflight, on-call (status, logs, down, history,
+diagnose, prune, restart, rollback) and smoke, each the existing use case on one Ref.
+
+A bare name that is no deployment on --host may be the fleet whose router runs there (its record, fleet.json):
+`status` and `down` then answer for that fleet (`fleet_here`).
+
+Only on-call's reads are imported at the top: `deploy status NAME` is what on-call runs most, and the pipeline,
+preflight, render and smoke modules were most of its start-up; each method that changes an engine imports its
+use case where it runs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from deployer.deployments.base import Deployment, DownOptions, ExportSource, LogOptions, Out, PruneOptions
+from deployer.deployments.reports import (DiagnosisReport, DownReport, HistoryReport, HostDown, HostStatus,
+                                          PlanReport, PruneReport, StatusReport, plan_error)
+from deployer.errors import NotFound, ProfileError
+from deployer.oncall import deployment as ops
+
+if TYPE_CHECKING:
+    from deployer.pipeline.up import UpOptions, UpReport
+    from deployer.profile.model import Profile
+    from deployer.remote.base import Remote
+    from deployer.smoke import SmokeOptions, SmokeReport
+    from deployer.events import EventSink
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a deployment was named: the profile file (with its --set overrides) or the name, and --host.
+    `up` remembers a file it loaded (the on-call commands on it need not load it again)."""
+
+    arg: str | None = None
+    host: str | None = None
+    workdir: str | None = None
+    trust_new_host: bool = False
+    overrides: tuple[str, ...] = ()
+
+
+RefOf = Callable[[], ops.Ref]
+FleetHere = Callable[[], "Deployment | None"]
+
+
+def _no_fleet() -> Deployment | None:
+    return None
+
+
+class SingleHost(Deployment):
+    """One engine on one host."""
+
+    def __init__(self, ref_of: RefOf, *, profile: Profile | None = None, origin: Origin = Origin(),
+                 fleet_here: FleetHere = _no_fleet, load_error: ProfileError | None = None) -> None:
+        self._ref_of: RefOf = ref_of
+        self._ref: ops.Ref | None = None
+        self.profile, self.origin, self.fleet_here, self.load_error = profile, origin, fleet_here, load_error
+        self.name = profile.name if profile is not None else origin.arg
+
+    @property
+    def ref(self) -> ops.Ref:
+        """Which deployment on which host (made when first needed: a profile file is loaded once)."""
+        if self._ref is None:
+            self._ref = self._ref_of()
+        return self._ref
+
+    def _profile(self) -> Profile:
+        if self.profile is None:
+            raise self.load_error or ProfileError("this command needs a profile file")
+        return self.profile
+
+    def up(self, opts: UpOptions, emit: EventSink) -> UpReport:
+        from deployer.oncall.remembered import remember
+        from deployer.pipeline.up import up
+
+        prof = self._profile()
+        if self.origin.arg is not None:
+            remember(self.origin.arg, self.origin.overrides, self.origin.host, prof)
+        return up(prof, opts, emit)
+
+    def render(self, as_json: bool = False) -> str:
+        from deployer.render.bundle import render as render_bundle
+
+        prof = self._profile()
+        bundle = render_bundle(prof)
+        if not as_json:
+            return bundle.script
+        # secret_sources: where each secret value will come from (field -> ${VAR} text)
+        data = {"script": bundle.script, "argv": bundle.argv, "env": bundle.masked_env,
+                "content_hash": bundle.content_hash, "secret_sources": prof.templates,
+                "unset": sorted({u.name for u in prof.unset})}
+        return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
+
+    def plan(self, model_config: Path | None = None) -> PlanReport:
+        from deployer.local_history import home
+        from deployer.preflight.checks import run_preflight
+        from deployer.remote.connect import conversing, target_spec
+
+        prof = self._profile()
+        with conversing(target_spec(prof, self.origin.trust_new_host)) as remote:  # one exec channel
+            report = run_preflight(remote, prof, cache_dir=home() / "cache", model_config=model_config,
+                                   own_port=_own_port(remote, prof))
+        return PlanReport(report, report.render_text() + "\n", plan_error(report.problems, report.refusal()))
+
+    def status(self) -> StatusReport:
+        try:
+            rows = ops.status(self.ref)
+        except NotFound:
+            fleet = self.fleet_here()
+            if fleet is None:
+                raise
+            return fleet.status()
+        return HostStatus(rows, one=self.ref.name is not None)
+
+    def logs(self, opts: LogOptions, out: Out) -> None:
+        ops.logs(self.ref, lines=opts.lines, follow=opts.follow, previous=opts.previous, out=out)
+
+    def history(self) -> HistoryReport:
+        from deployer.oncall import history as attempts
+
+        return HistoryReport(attempts.history(self.ref))
+
+    def diagnose(self, engine_version: str | None = None) -> DiagnosisReport:
+        from deployer.oncall import history as attempts
+
+        return DiagnosisReport(attempts.diagnose_deployment(self.ref, engine_version))
+
+    def down(self, opts: DownOptions = DownOptions()) -> DownReport:
+        result = ops.down(self.ref, opts.grace, break_lock=opts.break_lock, notify=opts.notify)
+        if result.get("status") == "absent":  # no such deployment here: perhaps the fleet whose router runs here
+            fleet = self.fleet_here()
+            if fleet is not None:
+                return fleet.down(opts)
+        return HostDown(result)
+
+    def restart(self, opts: UpOptions, emit: EventSink) -> UpReport:
+        from deployer.oncall import rollback as going_back
+
+        return going_back.restart(self.ref, emit, opts)
+
+    def rollback(self, opts: UpOptions, emit: EventSink) -> UpReport:
+        from deployer.oncall import rollback as going_back
+
+        return going_back.rollback(self.ref, emit, opts)
+
+    def prune(self, opts: PruneOptions = PruneOptions()) -> PruneReport:
+        from deployer.oncall import history as attempts
+
+        return PruneReport(attempts.prune(self.ref, opts.keep, opts.dry_run), opts.dry_run)
+
+    def smoke(self, opts: SmokeOptions, emit: EventSink) -> SmokeReport:
+        from deployer import smoke as smoke_run
+
+        label = Path(self.origin.arg).stem if self.origin.arg else ""
+        return smoke_run.run(self.profile, opts, emit, load_error=self.load_error, label=label)
+
+    def export_source(self) -> ExportSource:
+        if self.profile is not None:
+            return ExportSource(self.profile)
+        from deployer.export.runs import last_ready_profile
+
+        profile, run_id = last_ready_profile(self.ref)
+        return ExportSource(profile, run_id)
+
+
+def _own_port(remote: Remote, prof: Profile) -> bool:
+    """This deployment's running version holds the engine port: `up` replaces it, so plan does not call it busy."""
+    from deployer.push import layout_for
+    from deployer.target.records import current_view
+
+    view = current_view(remote, layout_for(remote, prof))
+    return view is not None and view.alive and view.record.get("port") == prof.engine.port

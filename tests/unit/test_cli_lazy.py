@@ -1,0 +1,39 @@
+"""The lazy CLI: `deploy --help` lists every command without importing their modules, the one-line helps kept in
+deployer.cli.main.COMMANDS are the commands' own, and the on-call reads on a name stay light."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import click
+import pytest
+
+from deployer.cli.main import COMMANDS, cli
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_the_listed_help_is_the_commands_own(name: str) -> None:
+    command = cli.get_command(click.Context(cli), name)
+    assert command is not None and command.help is not None
+    first = " ".join(command.help.split("\n\n")[0].split())
+    assert COMMANDS[name][1] == first
+
+
+def _modules_after(argv: list[str]) -> set[str]:
+    code = ("import sys\nfrom deployer.cli.main import main\ntry:\n    main(%r)\nexcept SystemExit:\n    pass\n"
+            "print('\\n'.join(sorted(sys.modules)))" % (argv,))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
+    return set(out.split())
+
+
+def test_help_imports_no_command_module() -> None:
+    loaded = _modules_after(["--help"])
+    assert not {f"deployer.cli.{m}" for m, _ in COMMANDS.values()} & loaded
+
+
+def test_status_of_a_name_imports_neither_the_pipeline_nor_the_other_kinds() -> None:
+    loaded = _modules_after(["status", "demo"])
+    assert "deployer.cli.targets" in loaded
+    assert not {"deployer.pipeline.up", "deployer.deployments.nodes", "deployer.deployments.fleet",
+                "deployer.profile.loader"} & loaded

@@ -1,0 +1,140 @@
+"""The Deployment interface's seams without a target: resolve's rules (which kind a file or a name means), the
+typed reports' JSON and exit codes, the one JUnit writer for every smoke report, and deployer.api's defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from deployer import api
+from deployer.cli import show, show_runs  # noqa: F401 (show_runs adds the text forms of up-like reports)
+from deployer.deployments.base import Select
+from deployer.deployments.fleet import ReplicaFleet
+from deployer.deployments.nodes import NodeGroup
+from deployer.deployments.reports import FleetStatus, HostStatus, NodeStatus
+from deployer.deployments.resolve import CHANGE, READ, STOP, for_profile, resolve
+from deployer.deployments.single import SingleHost
+from deployer.errors import NotFound, ProfileError, Unhealthy
+from deployer.fleet.smoke import Case, FleetSmokeReport
+from deployer.output.junit import smoke_suite
+from deployer.pipeline.up import UpOptions
+from deployer.smoke import Answer, SmokeReport
+
+ENGINE = {"model_path": "Qwen/Qwen3-8B", "python": "/venv/bin/python", "port": 30000}
+
+
+def write(tmp_path: Path, name: str, data: dict[str, Any]) -> str:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"name": name, "engine": dict(ENGINE), **data}))
+    return str(path)
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEPLOYER_HOME", str(tmp_path / "home"))
+
+
+def single_file(tmp_path: Path) -> str:
+    return write(tmp_path, "one", {"target": {"host": "gpu-a"}})
+
+
+def nodes_file(tmp_path: Path) -> str:
+    data = {"nodes": [{"host": "node-0"}, {"host": "node-1"}], "engine": {**ENGINE, "dist_init_port": 20000}}
+    path = tmp_path / "group.yaml"
+    path.write_text(yaml.safe_dump({"name": "group", **data}))
+    return str(path)
+
+
+def fleet_file(tmp_path: Path) -> str:
+    return write(tmp_path, "fleet", {"replicas": [{"host": "gpu-a"}, {"host": "gpu-b"}]})
+
+
+@pytest.mark.parametrize("mode", [READ, STOP, CHANGE])
+def test_a_file_resolves_to_the_kind_it_describes(tmp_path: Path, mode: Any) -> None:
+    assert isinstance(resolve(single_file(tmp_path), mode=mode), SingleHost)
+    assert isinstance(resolve(nodes_file(tmp_path), mode=mode), NodeGroup)
+    assert isinstance(resolve(fleet_file(tmp_path), mode=mode), ReplicaFleet)
+
+
+def test_a_name_is_a_single_host_that_needs_a_host(tmp_path: Path) -> None:
+    dep = resolve("demo", "gpu-a", "/srv/d")
+    assert isinstance(dep, SingleHost) and dep.ref.name == "demo" and dep.ref.workdir == "/srv/d"
+    with pytest.raises(ProfileError, match="give --host"):
+        resolve("demo").status()
+
+
+def test_selectors_need_their_kind(tmp_path: Path) -> None:
+    with pytest.raises(ProfileError, match="--node needs a profile file with nodes:"):
+        resolve("demo", "gpu-a", select=Select(node=0))
+    with pytest.raises(NotFound, match="--replica and --router need a fleet profile file"):
+        resolve("demo", None, select=Select(replica=1))
+    group = resolve(nodes_file(tmp_path), select=Select(node=1))
+    assert isinstance(group, NodeGroup) and group.node == 1
+
+
+def test_a_fleet_refuses_host_where_its_hosts_are_in_the_profile(tmp_path: Path) -> None:
+    fleet = resolve(fleet_file(tmp_path), "gpu-z")
+    with pytest.raises(ProfileError, match="--host does not apply to `status` of a fleet profile"):
+        fleet.status()
+
+
+def test_for_profile_picks_the_same_kinds(tmp_path: Path) -> None:
+    assert isinstance(api.deployment(api.load(single_file(tmp_path))), SingleHost)
+    assert isinstance(for_profile(api.load(nodes_file(tmp_path))), NodeGroup)
+    assert isinstance(for_profile(api.load(fleet_file(tmp_path))), ReplicaFleet)
+    assert "--nnodes" in for_profile(api.load(nodes_file(tmp_path))).render()
+
+
+def test_status_reports_keep_todays_json_and_exit_codes() -> None:
+    row = {"name": "a", "status": "ready", "healthy": True, "serving": True}
+    assert HostStatus([row]).to_json() == row and HostStatus([row], one=False).to_json() == [row]
+    assert HostStatus([row]).exit_code == 0
+    assert HostStatus([{**row, "status": "stopped", "healthy": False}]).exit_code == 8
+    assert NodeStatus([row, {**row, "status": "exited", "healthy": False}]).exit_code == 5
+    assert FleetStatus({"name": "f"}, 9).exit_code == 9
+
+
+def test_every_report_type_has_a_text_form(capsys: pytest.CaptureFixture[str]) -> None:
+    smoke = SmokeReport("one", "gpu-a")
+    show.text(smoke)
+    show.text(FleetSmokeReport("fleet", [Case("up", "r0", "gpu-a", "passed", 1.0, "ready")]))
+    out = capsys.readouterr().out
+    assert "smoke one on gpu-a: ok" in out and "smoke fleet (fleet): ok" in out
+
+
+def test_one_junit_writer_for_a_single_host_smoke() -> None:
+    report = SmokeReport("one", "root@gpu-a")
+    report.phases["preflight"].status, report.phases["preflight"].duration_s = "passed", 1.5
+    report.phases["request"].status, report.phases["request"].details = "failed", "empty answer"
+    report.error = Unhealthy("empty answer")
+    report.answer = Answer("qwen", "hello there", "content", 12.34, 1.0)
+    suite = smoke_suite(report, "p.yaml")
+    assert suite.name == "deploy smoke one"
+    assert [(c.name, c.classname, c.status) for c in suite.cases][:5:4] == [
+        ("preflight", "smoke.one", "passed"), ("request", "smoke.one", "failed")]
+    request = suite.cases[4]
+    assert request.kind == "Unhealthy" and request.message == "empty answer" and request.text == "empty answer"
+    assert suite.cases[0].stdout == "" and suite.cases[0].time_s == 1.5
+    assert list(suite.properties.items()) == [("profile", "p.yaml"), ("host", "root@gpu-a"), ("exit_code", "6"),
+                                              ("model", "qwen"), ("latency_ms", "12.3"), ("answer", "hello there")]
+
+
+def test_one_junit_writer_for_a_fleet_smoke() -> None:
+    report = FleetSmokeReport("fl", [Case("up", "r0", "gpu-a", "passed", 2.0, "ready at http://x"),
+                                     Case("request", "router", "gpu-a", "failed", 0.5, "refused")])
+    report.error = Unhealthy("refused")
+    suite = smoke_suite(report, "fleet.yaml")
+    assert suite.name == "deploy smoke fl"
+    assert [(c.name, c.classname, c.status, c.stdout) for c in suite.cases] == [
+        ("up r0@gpu-a", "smoke.fl.gpu-a", "passed", "ready at http://x"),
+        ("request router@gpu-a", "smoke.fl.gpu-a", "failed", "")]
+    assert suite.cases[1].kind == "Unhealthy" and suite.cases[1].text == "refused"
+    assert list(suite.properties.items()) == [("profile", "fleet.yaml"), ("exit_code", "6"), ("fleet", "fl")]
+
+
+def test_the_api_keeps_no_local_history_by_default() -> None:
+    assert api.UpOptions().local_history is False and api.UpOptions(local_history=True).local_history is True
+    assert UpOptions().local_history is True and isinstance(api.UpOptions(), UpOptions)
