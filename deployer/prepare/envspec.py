@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 from urllib.parse import unquote
 
-from deployer.profile.model import EngineInstall, check_requirement_text
+from deployer.profile.model import Engine, EngineInstall, check_requirement_text
 
 # Bumped when the way deployer builds an environment changes what ends up in it (the same spec must then give a
 # new directory, never reuse one built the old way).
@@ -147,6 +147,13 @@ def _checked_id(build_id: str) -> str:
     if not re.match(r"^[A-Za-z0-9_-]{1,64}$", build_id):
         raise ValueError(f"bad build id {build_id!r}")
     return build_id
+
+
+def engine_python(engine: Engine, workdir: str) -> str:
+    """The interpreter the engine runs with: its managed environment's python with `install`, else `python`."""
+    if engine.install is None:
+        return engine.python
+    return EnvPaths.of(workdir, EnvSpec.from_install(engine.install)).python
 
 
 @dataclass(frozen=True)

@@ -160,6 +160,16 @@ def _profile_flags(spec: EnvSpec) -> list[str]:
     return flags
 
 
+# pip configuration keys uv has a flag for: each value becomes `flag value`; switches become their flags when on;
+# environment keys become the variable uv reads instead (uv: `SSL_CERT_FILE` for a custom CA bundle).
+_UV_VALUE_FLAGS = {"extra-index-url": "--extra-index-url", "find-links": "--find-links",
+                   "trusted-host": "--allow-insecure-host", "only-binary": "--only-binary",
+                   "no-binary": "--no-binary"}
+_UV_SWITCHES = {"pre": ("--prerelease", "allow"), "no-index": ("--no-index",)}
+_UV_ENV = {"cert": "SSL_CERT_FILE"}
+_TRUE = ("1", "true", "yes", "on")
+
+
 def _uv_flags(spec: EnvSpec, config: PipConfig) -> tuple[list[str], list[tuple[str, str]]] | str:
     """The target's pip configuration as uv flags (and environment), the profile's values on top; or the reason
     uv cannot honour it (a key it has no flag for, a constraint given as a URL)."""
@@ -167,38 +177,32 @@ def _uv_flags(spec: EnvSpec, config: PipConfig) -> tuple[list[str], list[tuple[s
     env: list[tuple[str, str]] = []
     for key in sorted(config.values):
         values = config.get(key)
-        if key in _HARMLESS:
+        if key in _HARMLESS or (key == "index-url" and spec.index_url):
             continue
         if key == "index-url":
-            if not spec.index_url:
-                flags += ["--index-url", values[0]]
-        elif key in ("extra-index-url", "find-links"):
-            for value in values:
-                flags += [f"--{key}", value]
+            flags += ["--index-url", values[0]]
         elif key == "constraint":
-            for value in values:
-                if re.match(r"^[a-z]+://", value):
-                    return f"pip's configuration names a constraint file by URL ({value}); uv reads local ones only"
-                flags += ["--constraints", value]
-        elif key == "trusted-host":
-            for value in values:
-                flags += ["--allow-insecure-host", value]
-        elif key in ("only-binary", "no-binary"):
-            for value in values:
-                flags += [f"--{key}", value]
-        elif key == "pre" and values[0].lower() in ("1", "true", "yes", "on"):
-            flags += ["--prerelease", "allow"]
-        elif key == "no-index" and values[0].lower() in ("1", "true", "yes", "on"):
-            flags += ["--no-index"]
-        elif key == "cert":
-            env.append(("SSL_CERT_FILE", values[0]))
+            remote = [v for v in values if re.match(r"^[a-z]+://", v)]
+            if remote:
+                return f"pip's configuration names a constraint file by URL ({remote[0]}); uv reads local ones only"
+            flags += [item for value in values for item in ("--constraints", value)]
+        elif key in _UV_VALUE_FLAGS:
+            flags += [item for value in values for item in (_UV_VALUE_FLAGS[key], value)]
+        elif key in _UV_SWITCHES:
+            flags += list(_UV_SWITCHES[key]) if values[0].lower() in _TRUE else []
+        elif key in _UV_ENV:
+            env.append((_UV_ENV[key], values[0]))
         else:
-            return f"pip's configuration sets {key} ({config.get(key)[0]}), which uv has no flag for"
+            return f"pip's configuration sets {key} ({values[0]}), which uv has no flag for"
     flags += _profile_flags(spec)
-    if flags.count("--extra-index-url") + flags.count("--find-links") + ("--index-url" in flags) > 1:
-        # pip looks for a package on every index and takes the best match; uv stops at the first index that has it
-        flags += ["--index-strategy", "unsafe-best-match"]
-    return flags, env
+    return flags + _index_strategy(flags), env
+
+
+def _index_strategy(flags: list[str]) -> list[str]:
+    """pip looks for a package on every index and find-links and takes the best match; uv stops at the first
+    index that has it unless told otherwise (https://docs.astral.sh/uv/pip/compatibility/)."""
+    sources = flags.count("--extra-index-url") + flags.count("--find-links") + ("--index-url" in flags)
+    return ["--index-strategy", "unsafe-best-match"] if sources > 1 else []
 
 
 def choose_tool(spec: EnvSpec, tools: TargetTools, config: PipConfig) -> ToolChoice:
@@ -285,7 +289,8 @@ _UV_WOULD = re.compile(r"^\s*\+\s+(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<vers
 
 
 def parse_uv_dry_run(text: str) -> tuple[ResolvedDist, ...]:
-    """`uv pip install --dry-run` -> the ` + name==version` lines it would install (no URLs, no sizes)."""
+    """`uv pip install --dry-run` -> the ` + name==version` lines it would install (no URLs, no sizes). uv prints
+    them on stderr: pass both streams."""
     return tuple(ResolvedDist(name=m.group("name"), version=m.group("version"))
                  for m in map(_UV_WOULD.match, text.splitlines()) if m)
 

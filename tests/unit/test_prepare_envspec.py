@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from deployer.prepare.envspec import (ENV_FORMAT, EnvPaths, EnvRecord, EnvSpec, ResolvedDist, canonical_name,
-                                      env_digest_of_python, envs_in_use, normalise_requirement, prunable)
-from deployer.profile.model import EngineInstall
+                                      engine_python, env_digest_of_python, envs_in_use, normalise_requirement,
+                                      prunable)
+from deployer.profile.model import Engine, EngineInstall
 
 
 def spec(**kw: object) -> EnvSpec:
@@ -92,3 +93,11 @@ def test_prunable_keeps_what_runs_use_and_builds_in_progress() -> None:
     out = prunable(entries, links, {used}, building=[building])
     assert out == sorted([f"{used}.build-0", f"{used}.link-3", old, f"{old}.build-7"])
     assert f"{used}.build-1" not in out and f"{building}.build-9" not in out and "README" not in out
+
+
+def test_engine_python_is_the_managed_envs_with_install() -> None:
+    managed = Engine.model_validate({"model_path": "/m", "install": {"packages": ["vllm==0.11.0"]}})
+    assert managed.install is not None
+    digest = EnvSpec.from_install(managed.install).digest
+    assert engine_python(managed, "/w") == f"/w/.deployer/envs/{digest}/bin/python"
+    assert engine_python(Engine.model_validate({"model_path": "/m", "python": "/v/bin/python"}), "/w") == "/v/bin/python"
