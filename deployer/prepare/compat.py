@@ -284,18 +284,23 @@ def shm_for_gpus(ctx: Context) -> list[str]:
             f"{_gib(floor)} (a container: --shm-size=16g or --ipc=host; a host: mount -o remount,size=16G /dev/shm)"]
 
 
+def estimate_env_bytes(resolved: tuple[ResolvedDist, ...], unpack_factor: float) -> tuple[int, int]:
+    """(the installed size the environment will take, how many distributions had no known size): what
+    `deploy plan` shows and the disk rule checks."""
+    sizes = [d.size for d in resolved if d.size is not None]
+    return int(sum(sizes) * unpack_factor), len(resolved) - len(sizes)
+
+
 def disk_space(ctx: Context) -> list[str]:
     facts, params = ctx.facts, ctx.params
-    sizes = [d.size for d in ctx.resolved if d.size is not None]
-    env_bytes = int(sum(sizes) * float(params["unpack_factor"]))
+    env_bytes, unknown = estimate_env_bytes(ctx.resolved, float(params["unpack_factor"]))
     weights = ctx.demand.weights_bytes or 0
     margin = int(params["margin_bytes"])
     if facts.same_filesystem or facts.weights_free_bytes is None:
         need, free = env_bytes + weights + margin, facts.env_free_bytes
         return _short(free, need, f"the environment (~{_gib(env_bytes)}) and the weights ({_gib(weights)})",
-                      len(ctx.resolved) - len(sizes))
-    return (_short(facts.env_free_bytes, env_bytes + margin, f"the environment (~{_gib(env_bytes)})",
-                   len(ctx.resolved) - len(sizes))
+                      unknown)
+    return (_short(facts.env_free_bytes, env_bytes + margin, f"the environment (~{_gib(env_bytes)})", unknown)
             + _short(facts.weights_free_bytes, weights + margin, f"the weights ({_gib(weights)})", 0))
 
 

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from deployer.prepare.envspec import EnvPaths, EnvSpec, ResolvedDist
+from deployer.prepare.envspec import EnvPaths, EnvRecord, EnvSpec, ResolvedDist
 
 # The lock and the publish step, implemented by the target-side helper (stdlib) under `<envs>/<hash>.lock`.
 LOCK_PROTOCOL = """\
@@ -330,3 +330,26 @@ def with_sizes(dists: tuple[ResolvedDist, ...], sizes: list[int | None]) -> tupl
     if len(sizes) != len(dists):
         raise ValueError(f"{len(sizes)} sizes for {len(dists)} distributions")
     return tuple(ResolvedDist(d.name, d.version, d.url, s, d.requires_python) for d, s in zip(dists, sizes))
+
+
+def record_for(plan: InstallPlan, *, python_version: str, tool_version: str | None, freeze: Mapping[str, str],
+               resolved: tuple[ResolvedDist, ...], config: PipConfig, built_at: str) -> EnvRecord:
+    """The record the helper writes into the build dir before publishing it: the spec, when, which tool, the
+    environment's python, what is installed (the freeze, with the resolution's URLs and sizes where it had them)
+    and what of the target's pip configuration the build honoured."""
+    known = {d.key: d for d in resolved}
+    dists = tuple(ResolvedDist(name, version, *_url_size(known.get(_key(name)), version))
+                  for name, version in sorted(freeze.items(), key=lambda kv: _key(kv[0])))
+    tool = f"{plan.choice.tool} {tool_version}" if tool_version else plan.choice.tool
+    return EnvRecord(spec=plan.spec, built_at=built_at, tool=tool, python_version=python_version, resolved=dists,
+                     pip_config=config.items(), digest=plan.spec.digest)
+
+
+def _key(name: str) -> str:
+    return ResolvedDist(name, "").key
+
+
+def _url_size(dist: ResolvedDist | None, version: str) -> tuple[str | None, int | None]:
+    if dist is None or dist.version != version:
+        return None, None
+    return dist.url, dist.size

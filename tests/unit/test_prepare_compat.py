@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from deployer.prepare.compat import (CHECKS, Demand, Gpu, HostFacts, Rule, check, load_rules, parse_caps,
+from deployer.prepare.compat import (CHECKS, Demand, Gpu, HostFacts, Rule, check, estimate_env_bytes, load_rules,
+                                     parse_caps,
                                      parse_df_available, parse_smi, torch_cuda)
 from deployer.prepare.envspec import ResolvedDist
 from deployer.prepare.install_plan import parse_pip_report
@@ -160,3 +161,11 @@ def test_errors_come_first_and_every_rule_is_sourced_data() -> None:
         assert re.search(r"https?://|[a-z_]+/[a-z_/]+\.(py|md|txt)|#\d+|measured", rule.source), rule.id
     with pytest.raises(KeyError):
         check(facts(), REPORT, SGLANG, rules=(Rule("x", "no_such_check", "error", "s"),))
+
+
+def test_the_unpack_factor_covers_the_measured_install() -> None:
+    """numpy 2.1.3's wheel (16,339,644 bytes) took 30,570,467 + 25,507,947 bytes installed (du -sb, this machine)."""
+    factor = float(next(r for r in load_rules() if r.id == "disk-env-and-weights").params["unpack_factor"])
+    wheel = ResolvedDist("numpy", "2.1.3", size=16339644)
+    estimate, unknown = estimate_env_bytes((wheel, ResolvedDist("six", "1.16.0")), factor)
+    assert unknown == 1 and 30570467 + 25507947 <= estimate < 2 * (30570467 + 25507947)

@@ -9,6 +9,7 @@ import pytest
 
 from deployer.prepare.envspec import EnvSpec
 from deployer.prepare.install_plan import (LOCK_PROTOCOL, PipConfig, TargetTools, choose_tool, parse_freeze,
+                                           record_for,
                                            parse_pip_config, parse_pip_report, parse_tool_version, parse_uv_dry_run,
                                            plan_install, probe_commands, with_sizes)
 from deployer.profile.model import EngineInstall
@@ -154,3 +155,18 @@ def test_sizes_freeze_and_versions() -> None:
 def test_lock_protocol_names_its_steps() -> None:
     for needle in ("flock(LOCK_EX)", "rename(2)", ".build-<id>", "deployer-env.json", "not relocatable"):
         assert needle in LOCK_PROTOCOL
+
+
+def test_the_record_of_a_build() -> None:
+    s = spec(packages=["torch==2.13.0"], find_links=["/opt/wheels"])
+    plan = plan_install(s, "/w", UV, parse_pip_config(case("pip-config-list")), "b5")
+    resolved = with_sizes(parse_pip_report(case("pip-dry-run-report-torch")), [191794682] + [None] * 9)
+    freeze = {"torch": "2.13.0+cpu", "Jinja2": "3.1.6", "pip": "23.2.1"}
+    rec = record_for(plan, python_version="3.11.7", tool_version="0.13.9", freeze=freeze, resolved=resolved,
+                     config=parse_pip_config(case("pip-config-list")), built_at="2026-12-01T23:59:00Z")
+    assert rec.tool == "uv 0.13.9" and rec.intact and rec.digest == s.digest
+    by_name = {d.name: d for d in rec.resolved}
+    assert by_name["torch"].size == 191794682 and by_name["torch"].url is not None
+    assert by_name["Jinja2"].url is not None and by_name["pip"].url is None       # pip: not in the resolution
+    assert ("constraint", "/etc/xdg/pip/constraints.txt") in rec.pip_config
+    assert rec.versions() == {"torch": "2.13.0+cpu", "jinja2": "3.1.6", "pip": "23.2.1"}
