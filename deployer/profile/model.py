@@ -10,9 +10,10 @@ import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator,
+                      model_validator)
 
 from deployer.profile.host import NAME_RE, probe_address
 from deployer import engines
@@ -114,6 +115,94 @@ class Router(Strict):
         return _flag_mapping(v, reserved={"port": "router.port", "policy": "router.policy"})
 
 
+# PEP 508 requirement specifiers, for when `packaging` is not installed: a name, extras, either version clauses or
+# `@ URL`, then an optional `; marker` (checked for being non-empty only).
+_REQ_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
+_REQ_CLAUSE = r"(?:~=|===|==|!=|<=|>=|<|>)\s*[A-Za-z0-9_.*+!-]+"
+_REQ_CLAUSES = rf"{_REQ_CLAUSE}(?:\s*,\s*{_REQ_CLAUSE})*"
+REQUIREMENT_RE = re.compile(
+    rf"^\s*(?P<name>{_REQ_NAME})\s*(?P<extras>\[\s*(?:{_REQ_NAME}(?:\s*,\s*{_REQ_NAME})*)?\s*\])?\s*"
+    rf"(?:(?P<spec>{_REQ_CLAUSES}|\(\s*{_REQ_CLAUSES}\s*\))|@\s*(?P<url>[^\s;]+))?\s*"
+    r"(?:;\s*(?P<marker>\S.*?))?\s*$")
+
+try:  # the same parser pip uses, where it is installed
+    from packaging.requirements import InvalidRequirement as _InvalidRequirement
+    from packaging.requirements import Requirement as _Requirement
+except ImportError:  # pragma: no cover - exercised through check_requirement_text
+    _Requirement = None  # type: ignore[assignment,misc]
+
+
+def check_requirement_text(text: str) -> str:
+    """Refuses what is not one pip requirement specifier (`vllm==0.11.0`, `sglang[all]>=0.5`, `pkg @ file:///w.whl`);
+    `packaging` decides where it is installed, REQUIREMENT_RE otherwise. Options (`-r`, `--pre`) are not packages."""
+    stripped = text.strip()
+    if not stripped or stripped.startswith("-") or "\n" in stripped or "\x00" in stripped:
+        raise ValueError(f"{text!r} is not a requirement specifier (like vllm==0.11.0)")
+    if _Requirement is not None:
+        try:
+            _Requirement(stripped)
+        except _InvalidRequirement as exc:
+            raise ValueError(f"{text!r} is not a requirement specifier: {exc}") from None
+        return stripped
+    if not REQUIREMENT_RE.match(stripped):
+        raise ValueError(f"{text!r} is not a requirement specifier (like vllm==0.11.0)")
+    return stripped
+
+
+RequirementText = Annotated[str, AfterValidator(check_requirement_text)]
+
+
+class EngineInstall(Strict):
+    """`engine.install`: the managed engine environment deployer builds on the target (deployer.prepare), keyed by
+    a hash of these fields, under `<workdir>/.deployer/envs/<hash>/`; the engine runs from its python."""
+
+    packages: list[RequirementText] = Field(min_length=1,
+                                            description="pip requirement specifiers, e.g. vllm==0.11.0")
+    index_url: str | None = Field(default=None, min_length=1,
+                                  description="the package index (pip --index-url); default: the target's own")
+    extra_index_urls: list[str] = Field(default_factory=list, description="more indexes (pip --extra-index-url)")
+    find_links: list[str] = Field(default_factory=list,
+                                  description="wheel directories or pages on the target (pip --find-links)")
+    python: str = Field(default="python3", min_length=1,
+                        description="the interpreter on the target the environment is built with")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        """Unknown keys refused with a did-you-mean here: the loader suggests only for sections that are always
+        present, and `install` is optional."""
+        if isinstance(data, dict):
+            known = list(cls.model_fields)
+            for key in data:
+                if key not in known:
+                    close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+                    suggestion = f" (did you mean {close[0]!r}?)" if close else ""
+                    raise ValueError(f"unknown key {key!r}{suggestion}; known keys: {', '.join(sorted(known))}")
+        return data
+
+    @field_validator("packages")
+    @classmethod
+    def _packages(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError("a package is listed twice")
+        return v
+
+    @field_validator("index_url", "python")
+    @classmethod
+    def _one_line(cls, v: str | None) -> str | None:
+        if v is not None and (v != v.strip() or any(c in v for c in "\n\x00")):
+            raise ValueError("must be one word without spaces, newline or NUL")
+        return v
+
+    @field_validator("extra_index_urls", "find_links")
+    @classmethod
+    def _locations(cls, v: list[str]) -> list[str]:
+        for item in v:
+            if not item or item != item.strip() or any(c in item for c in " \t\n\x00"):
+                raise ValueError(f"{item!r}: a path or URL without spaces, newline or NUL")
+        return v
+
+
 # A profile without engine.kind is SGLang's (the first engine: profiles and records written before a second engine
 # existed name none). The one default engine in the code (README, "Profiles"); nothing below the profile defaults.
 DEFAULT_ENGINE_KIND = "sglang"
@@ -123,6 +212,8 @@ class Engine(Strict):
     kind: str = Field(default=DEFAULT_ENGINE_KIND,
                       description="the inference engine: a kind registered in deployer.engines",
                       json_schema_extra={"enum": list(kinds())})
+    install: EngineInstall | None = Field(default=None,
+                                    description="build the engine's environment on the target (excludes python)")
     python: str = Field(default="python3", min_length=1, description="interpreter that has the engine installed")
     model_path: str = Field(min_length=1)
     host: str = "127.0.0.1"
@@ -141,6 +232,16 @@ class Engine(Strict):
     def _gpus(cls, v: list[int] | None) -> list[int] | None:
         if v is not None and (any(g < 0 for g in v) or len(set(v)) != len(v)):
             raise ValueError("GPU indices must be distinct and >= 0")
+        return v
+
+    @field_validator("python")
+    @classmethod
+    def _python_or_install(cls, v: str, info: ValidationInfo) -> str:
+        """Only a python written in the profile is validated (defaults are not), so this is `install` and an explicit
+        `python` together: two ways to say where the engine comes from."""
+        if info.data.get("install") is not None:
+            raise ValueError("engine.python and engine.install exclude each other: `python` names an environment "
+                             "you built, `install` has deployer build one (remove one of them)")
         return v
 
     @property

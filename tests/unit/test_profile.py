@@ -196,3 +196,75 @@ def test_cli_validate_ok_and_missing_file(tmp_path: Path) -> None:
     missing = subprocess.run([sys.executable, "-m", "deployer.cli", "validate", str(tmp_path / "nope.yaml")],
                              capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "file not found" in missing.stderr and "Traceback" not in missing.stderr
+
+
+# --- engine.install (the managed environment, deployer.prepare) -------------------------------------------------
+
+INSTALL = GOOD.replace("  args:\n", """  install:
+    packages: ["vllm==0.11.0", "torch >= 2.8, < 3 ; python_version >= '3.10'", "mypkg @ file:///opt/wheels/m.whl"]
+    find_links: [/opt/wheels]
+    extra_index_urls: ["https://download.pytorch.org/whl/cu128"]
+    python: /usr/bin/python3.11
+  args:
+""")
+
+
+def test_engine_install_loads_and_leaves_python_alone(tmp_path: Path) -> None:
+    prof = load_profile(write(tmp_path, INSTALL), environ={"HF_TOKEN": "x"})
+    install = prof.engine.install
+    assert install is not None and install.python == "/usr/bin/python3.11"
+    assert install.packages[1] == "torch >= 2.8, < 3 ; python_version >= '3.10'"
+    assert install.find_links == ["/opt/wheels"] and install.index_url is None
+    assert load_profile(write(tmp_path, GOOD), environ={"HF_TOKEN": "x"}).engine.install is None
+
+
+def test_engine_install_and_an_explicit_python_exclude_each_other(tmp_path: Path) -> None:
+    text = INSTALL.replace("  model_path: Qwen/Qwen3-8B\n", "  model_path: Qwen/Qwen3-8B\n  python: /opt/venv/bin/python\n")
+    with pytest.raises(ProfileError) as err:
+        load_profile(write(tmp_path, text), environ={"HF_TOKEN": "x"})
+    assert (err.value.line, err.value.field) == (8, "engine.python")
+    assert "exclude each other" in str(err.value) and str(err.value).startswith(str(tmp_path / "p.yaml") + ":8:")
+
+
+@pytest.mark.parametrize("package", ["-r requirements.txt", "vllm===", "vllm==0.11 0", "", "vllm[all"])
+def test_engine_install_refuses_what_is_not_a_requirement(tmp_path: Path, package: str) -> None:
+    text = INSTALL.replace('"vllm==0.11.0"', repr(package).replace("'", '"'))
+    with pytest.raises(ProfileError) as err:
+        load_profile(write(tmp_path, text), environ={"HF_TOKEN": "x"})
+    assert err.value.field == "engine.install.packages.0" and "requirement specifier" in str(err.value)
+
+
+def test_engine_install_unknown_key_has_a_did_you_mean(tmp_path: Path) -> None:
+    text = INSTALL.replace("    find_links:", "    find_link:")
+    with pytest.raises(ProfileError) as err:
+        load_profile(write(tmp_path, text), environ={"HF_TOKEN": "x"})
+    assert "unknown key 'find_link' (did you mean 'find_links'?)" in str(err.value)
+    assert err.value.field == "engine.install" and err.value.line == 8   # the section's line (see EngineInstall)
+
+
+def test_engine_install_needs_packages(tmp_path: Path) -> None:
+    text = INSTALL.replace('    packages: ["vllm==0.11.0", "torch >= 2.8, < 3 ; python_version >= \'3.10\'", '
+                           '"mypkg @ file:///opt/wheels/m.whl"]\n', "    packages: []\n")
+    with pytest.raises(ProfileError) as err:
+        load_profile(write(tmp_path, text), environ={"HF_TOKEN": "x"})
+    assert err.value.field == "engine.install.packages"
+
+
+@pytest.mark.parametrize("text,ok", [("vllm==0.11.0", True), ("sglang[all]>=0.5.10,<0.6", True),
+                                     ("torch (>=2.8)", True), ("mypkg @ file:///w/m-1-py3-none-any.whl", True),
+                                     ("numpy; python_version<'3.12'", True), ("Jinja2", True),
+                                     ("vllm==", False), ("--pre", False), ("a b", False), ("vllm[all", False),
+                                     ("vllm>=1 ;", False)])
+def test_requirement_fallback_regex_agrees_with_packaging(text: str, ok: bool) -> None:
+    """Where `packaging` is missing the regex decides: it accepts and refuses what packaging does on these."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    from deployer.profile.model import REQUIREMENT_RE
+
+    try:
+        Requirement(text)
+        by_packaging = True
+    except InvalidRequirement:
+        by_packaging = False
+    assert by_packaging is ok
+    assert bool(REQUIREMENT_RE.match(text)) is ok

@@ -1,0 +1,13 @@
+"""What a box needs before an engine can start, got before anything is stopped: the managed engine environment
+(`engine.install`) and, later, the weights.
+
+- `envspec`: the environment's identity (a content hash of what it contains), where it lives on the target
+  (`<workdir>/.deployer/envs/<hash>/`), the record of a built one, and which ones retention keeps.
+- `install_plan`: the argv lists that build it on the target (uv when there, pip otherwise), honouring the target's
+  own pip configuration; the dry resolution first; the atomic build-and-rename under a lock (the protocol).
+- `diagnose_install` + `failures.yaml`: a failed pip/uv run said in one line, from their real output.
+- `compat` + `compat.yaml`: the compatibility preflight (driver CUDA vs the torch build, compute capability vs the
+  engine's kernels, Python vs wheel tags, /dev/shm, free disk), each rule data with its source.
+
+Pure: nothing here talks to a target; the target-side helper runs the argv lists and hands back their output.
+"""
