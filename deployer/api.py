@@ -26,8 +26,8 @@ from deployer.deployments.reports import (DiagnosisReport, FleetDown, FleetStatu
 from deployer.deployments.resolve import READ, Mode, for_profile, resolve
 from deployer.deployments.single import Origin
 from deployer.errors import DeployError
-from deployer.pipeline import up as pipeline_up
-from deployer.pipeline.up import UpReport
+from deployer.runner import up as pipeline_up
+from deployer.runner.up import UpReport
 from deployer.profile.loader import load_profile
 from deployer.profile.model import Profile
 from deployer.smoke import SmokeOptions, SmokeReport
@@ -41,7 +41,7 @@ __all__ = ["DeployError", "Deployment", "DiagnosisReport", "DownOptions", "Event
 
 @dataclasses.dataclass(frozen=True)
 class UpOptions(pipeline_up.UpOptions):
-    """deployer.pipeline.up.UpOptions with the API's default: no local SQLite history (`local_history=False`)."""
+    """deployer.runner.up.UpOptions with the API's default: no local SQLite history (`local_history=False`)."""
 
     local_history: bool = False
 

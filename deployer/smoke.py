@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from deployer.errors import DeployError, LaunchFailed, ProfileError, Unhealthy
-from deployer.lock import DeploymentLock
-from deployer.pipeline.up import UpOptions, UpReport, up
+from deployer.target.lock import DeploymentLock
+from deployer.runner.up import UpOptions, UpReport, up
 from deployer.profile.model import Profile
-from deployer.push import layout_for
+from deployer.target.push import layout_for
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.remote.connect import conversing, target_spec
-from deployer.start import stop
+from deployer.target.process import stop
 from deployer.target.records import current_view, tail_lines
 from deployer.events import BecameReady, EngineExited, EngineHung, Event, EventSink, PhaseEntered, Progressed
 from deployer.events import AttemptStarted, RunPushed, SmokePhase, StartupTimedOut

@@ -1,4 +1,4 @@
-"""The module moves of the layout restructure (issue 12): old dotted module -> new dotted module.
+"""The module moves of the layout restructures (issue 12, then issue 23): old dotted module -> new dotted module.
 
 `python scripts/layout_map.py FILE...` rewrites imports of the old flat modules in place (for branches that
 were started before the move); `--markdown` prints the table of docs/layout-map.md.
@@ -20,13 +20,12 @@ MOVES: dict[str, str] = {
     "deployer.oncall": "deployer.oncall.rollback",
     "deployer.ops": "deployer.oncall.deployment",
     "deployer.ops_more": "deployer.oncall.history",
-    "deployer.pipeline": "deployer.pipeline.up",
-    "deployer.prelaunch": "deployer.pipeline.before_launch",
+    "deployer.pipeline": "deployer.runner.up",
+    "deployer.prelaunch": "deployer.runner.before_launch",
     "deployer.fixed": "deployer.profile.fixed",
     "deployer.profile": "deployer.profile.model",
     "deployer.profile_loader": "deployer.profile.loader",
     "deployer.render": "deployer.render.bundle",
-    "deployer.templates": "deployer.render.templates",
     "deployer.preflight": "deployer.preflight.checks",
     "deployer.facts": "deployer.preflight.facts",
     "deployer.flags": "deployer.preflight.flags",
@@ -49,6 +48,21 @@ MOVES: dict[str, str] = {
     "deployer.engines.sglang": "deployer.engines.sglang.spec",
     "deployer.engines.sglang_probe": "deployer.engines.sglang.probe",
 }
+# Issue 23: the node group as a package, pipeline/ folded into runner/, the target's steps under target/, remedies
+# as a package.
+MOVES.update({
+    "deployer.fleet.fanout": "deployer.runner.fanout",
+    **{f"deployer.fleet.nodes_{x}": f"deployer.nodes.{x}"
+       for x in ("checks", "diagnose", "dryrun", "net", "ops", "plan", "render", "up", "watch")},
+    "deployer.pipeline.up": "deployer.runner.up",
+    "deployer.pipeline.before_launch": "deployer.runner.before_launch",
+    "deployer.pipeline.early_push": "deployer.runner.early_push",
+    "deployer.push": "deployer.target.push",
+    "deployer.start": "deployer.target.process",
+    "deployer.lock": "deployer.target.lock",
+    "deployer.remedy": "deployer.remedy.propose",
+    "deployer.effective": "deployer.remedy.effective",
+})
 # Names that later commits moved to another module: (module after the pure moves, name) -> new module.
 SYMBOLS: dict[tuple[str, str], str] = {
     ("deployer.profile.model", "load_profile"): "deployer.profile.loader",
@@ -67,11 +81,12 @@ SYMBOLS: dict[tuple[str, str], str] = {
     ("deployer.cli.main", "_emit_json"): "deployer.cli.options",
     ("deployer.cli.main", "_profile_options"): "deployer.cli.options",
     ("deployer.cli.main", "_target_options"): "deployer.cli.options",
-    ("deployer.start", "DeploymentLock"): "deployer.lock",
+    ("deployer.target.process", "DeploymentLock"): "deployer.target.lock",
 }
 FILES: dict[str, str] = {
-    "templates/sglang.sh.j2": "deployer/render/templates/sglang.sh.j2",
-    "templates/__init__.py": "deployer/render/templates/__init__.py",
+    "templates/sglang.sh.j2": "deployer/engines/sglang/launch.sh.j2",
+    "deployer/render/templates/sglang.sh.j2": "deployer/engines/sglang/launch.sh.j2",
+    "deployer/render/templates/vllm.sh.j2": "deployer/engines/vllm/launch.sh.j2",
     "deployer/engines/sglang_renames.yaml": "deployer/engines/sglang/renames.yaml",
     "deployer/engines/sglang_signatures.yaml": "deployer/engines/sglang/signatures.yaml",
 }

@@ -17,7 +17,7 @@ from deployer.deployments.resolve import CHANGE, for_profile, resolve
 from deployer.deployments.single import Origin
 from deployer.errors import LaunchFailed, PartlyFailed
 from deployer.fleet.report import FleetReport
-from deployer.pipeline.up import UpOptions, UpReport
+from deployer.runner.up import UpOptions, UpReport
 from deployer.secrets import mask_data
 
 __all__ = ["plan", "restart", "rollback", "run_reported", "show_runs", "up"]

@@ -12,7 +12,7 @@ from deployer.fleet.report import FleetReport
 from deployer.fleet.smoke import FleetSmokeReport
 from deployer.output.console import print_up_report
 from deployer.output.fleet import report_lines
-from deployer.pipeline.up import UpReport
+from deployer.runner.up import UpReport
 from deployer.smoke import SmokeReport
 
 

@@ -1,6 +1,6 @@
 """The Deployment interface: what every kind of deployment (single host, replica fleet, node group) answers.
 
-Methods return typed reports (deployer.deployments.reports, or the pipeline's own UpReport / FleetReport /
+Methods return typed reports (deployer.deployments.reports, or the runner's own UpReport / FleetReport /
 SmokeReport); nothing here prints. A method a kind cannot do raises a ProfileError saying so in one line.
 """
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from deployer.profile.model import Profile
     from deployer.deployments.reports import SmokeResult
     from deployer.smoke import SmokeOptions
-    from deployer.pipeline.up import UpOptions
+    from deployer.runner.up import UpOptions
     from deployer.events import EventSink
 
 Out = Callable[[str], None]

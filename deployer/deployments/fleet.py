@@ -20,7 +20,7 @@ from deployer.fleet.oncall import fleet_down, fleet_logs, fleet_status, pick_mem
 from deployer.fleet.report import FleetReport
 from deployer.fleet.smoke import FleetSmokeReport, smoke_fleet
 from deployer.fleet.up import fleet_restart, fleet_rollback, fleet_up
-from deployer.pipeline.up import UpOptions
+from deployer.runner.up import UpOptions
 from deployer.profile.model import Profile
 from deployer.smoke import SmokeOptions
 from deployer.events import Event, EventSink

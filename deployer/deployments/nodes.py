@@ -1,7 +1,7 @@
 """A node group (`nodes:`): one engine across several hosts, each node a single-host deployment of the same name.
 
-up / restart go through deployer.fleet.nodes_up (the group is replaced as one); status / down / logs are
-deployer.fleet.nodes_ops; plan is deployer.fleet.nodes_dryrun. `smoke` is the single-host smoke (deployer.smoke:
+up / restart go through deployer.nodes.up (the group is replaced as one); status / down / logs are
+deployer.nodes.ops; plan is deployer.nodes.dryrun. `smoke` is the single-host smoke (deployer.smoke:
 the same phases, request code, report and JUnit) on the group: up the group, one chat completion through node 0's
 port, down. `rollback` goes back to the newest other version that every node ran and that reached ready: node 0's
 run record rebuilt the way a single host's is (deployer.oncall.rollback.rebuild_profile), put back into the group
@@ -20,14 +20,14 @@ from deployer.deployments.reports import (DiagnosisReport, HistoryReport, NodeDo
                                           PruneReport, plan_error)
 from deployer.deployments.single import SingleHost
 from deployer.errors import NotFound, ProfileError
-from deployer.fleet import nodes_ops
-from deployer.fleet.nodes_dryrun import plan_report
-from deployer.fleet.nodes_render import render_nodes
-from deployer.fleet.nodes_plan import multinode_of, node_keys, plan_nodes
-from deployer.fleet.nodes_up import up_nodes
+from deployer.nodes import ops as nodes_ops
+from deployer.nodes.dryrun import plan_report
+from deployer.nodes.render import render_nodes
+from deployer.nodes.plan import multinode_of, node_keys, plan_nodes
+from deployer.nodes.up import up_nodes
 from deployer.oncall.deployment import Ref, layout_of, opened
 from deployer.oncall.rollback import rebuild_profile
-from deployer.pipeline.up import UpOptions, UpReport
+from deployer.runner.up import UpOptions, UpReport
 from deployer.profile.model import Profile
 from deployer.smoke import SmokeOptions, SmokeReport, Stand
 from deployer.target.records import RunView, all_runs

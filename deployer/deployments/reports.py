@@ -2,7 +2,7 @@
 and the command's exit code (`exit_code`). How a report is shown to people is the CLI's business, chosen by
 the report's type (deployer.cli.show), never by the kind of deployment.
 
-`up`, `restart` and `rollback` return the pipeline's UpReport (single host, node group) or the fleet's
+`up`, `restart` and `rollback` return the runner's UpReport (single host, node group) or the fleet's
 FleetReport; `smoke` the SmokeReport / FleetSmokeReport of deployer.smoke / deployer.fleet.smoke.
 """
 
@@ -15,10 +15,10 @@ from deployer.errors import DeployError, PreflightFailed
 from deployer.oncall.deployment import worst_exit_code
 
 if TYPE_CHECKING:
-    from deployer.fleet.nodes_dryrun import NodesPlanReport
+    from deployer.nodes.dryrun import NodesPlanReport
     from deployer.fleet.report import FleetReport
     from deployer.fleet.smoke import FleetSmokeReport
-    from deployer.pipeline.up import UpReport
+    from deployer.runner.up import UpReport
     from deployer.preflight.checks import PreflightReport
     from deployer.smoke import SmokeReport
 

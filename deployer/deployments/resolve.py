@@ -73,7 +73,7 @@ def resolve(target: str | None, host: str | None = None, workdir: str | None = N
             return SingleHost(lambda: ref, origin=origin)
     if select.node is not None or names_file(target):
         from deployer.deployments.nodes import NodeGroup
-        from deployer.fleet.nodes_plan import nodes_profile
+        from deployer.nodes.plan import nodes_profile
 
         group = nodes_profile(target, select.node, read_only=mode.read_only)
         if group is not None:

@@ -1,10 +1,10 @@
-"""A deployment on one host: the single-host pipeline (`up`), preflight, on-call (status, logs, down, history,
+"""A deployment on one host: the single-host runner (`up`), preflight, on-call (status, logs, down, history,
 diagnose, prune, restart, rollback) and smoke, each the existing use case on one Ref.
 
 A bare name that is no deployment on --host may be the fleet whose router runs there (its record, fleet.json):
 `status` and `down` then answer for that fleet (`fleet_here`).
 
-Only on-call's reads are imported at the top: `deploy status NAME` is what on-call runs most, and the pipeline,
+Only on-call's reads are imported at the top: `deploy status NAME` is what on-call runs most, and the runner,
 preflight, render and smoke modules were most of its start-up; each method that changes an engine imports its
 use case where it runs.
 """
@@ -24,7 +24,7 @@ from deployer.errors import NotFound, ProfileError
 from deployer.oncall import deployment as ops
 
 if TYPE_CHECKING:
-    from deployer.pipeline.up import UpOptions, UpReport
+    from deployer.runner.up import UpOptions, UpReport
     from deployer.profile.model import Profile
     from deployer.remote.base import Remote
     from deployer.smoke import SmokeOptions, SmokeReport
@@ -75,7 +75,7 @@ class SingleHost(Deployment):
 
     def up(self, opts: UpOptions, emit: EventSink) -> UpReport:
         from deployer.oncall.remembered import remember
-        from deployer.pipeline.up import up
+        from deployer.runner.up import up
 
         prof = self._profile()
         if self.origin.arg is not None:
@@ -169,7 +169,7 @@ class SingleHost(Deployment):
 
 def _own_port(remote: Remote, prof: Profile) -> bool:
     """This deployment's running version holds the engine port: `up` replaces it, so plan does not call it busy."""
-    from deployer.push import layout_for
+    from deployer.target.push import layout_for
     from deployer.target.records import current_view
 
     view = current_view(remote, layout_for(remote, prof))

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deployer.diagnose.drift import masked, parse_args_dump
-from deployer.effective import ENGINE_RESOLVED, PROFILE, EngineValues
+from deployer.remedy.effective import ENGINE_RESOLVED, PROFILE, EngineValues
 from deployer.engines import Engine, all_secret_flags, engine_for
 from deployer.logtext import ANSI_RE, clip, readable
-from deployer.remedy import RemedySpec, resolve
+from deployer.remedy.propose import RemedySpec, resolve
 from deployer.versions import version_in
 from deployer.diagnose.signatures import Signature, load_signatures
 

@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from deployer.engines import Engine, common
-from deployer.remedy import RemedySpec, remedy_spec
+from deployer.remedy.propose import RemedySpec, remedy_spec
 from deployer.versions import version_in
 
 __all__ = ["Signature", "common_signatures", "engine_signatures", "load_signatures", "version_in"]

@@ -30,7 +30,7 @@ from enum import Enum
 from typing import Any
 
 from deployer.fleet.members import RouterMember, fleet_of
-from deployer.fleet.nodes_plan import host_port, plan_nodes
+from deployer.nodes.plan import host_port, plan_nodes
 from deployer.fleet.router import metrics_port
 from deployer.observe.names import MetricsSwitch, load_metric_names
 from deployer.profile.host import probe_address

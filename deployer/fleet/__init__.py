@@ -1,6 +1,5 @@
-"""Many hosts (issue 14): a `replicas:` fleet (fan-out, the router in front, rolling restarts, fleet
-status/down/logs/smoke) and one engine across nodes (`nodes*` modules).
+"""A `replicas:` fleet: fan-out up, the router in front, rolling restarts, fleet status/down/logs/smoke.
 
-The single-host pipeline does the work on each host: every replica or node is a single-host profile derived from
-the fleet profile (`members`, `nodes_plan`), deployed with the single-host steps like any other deployment.
+The single-host steps do the work on each host: every replica is a single-host profile derived from the fleet
+profile (`members`), deployed like any other deployment. One engine across nodes is deployer.nodes.
 """

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deployer.errors import DeployError, NotFound, PartlyFailed, ProfileError
-from deployer.fleet.fanout import TaggedSink, fan_out
+from deployer.runner.fanout import TaggedSink, fan_out
 from deployer.fleet.members import Fleet, spec_of
 from deployer.fleet.router import readiness
 from deployer.oncall import deployment as ops

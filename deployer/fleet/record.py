@@ -13,7 +13,7 @@ from typing import Any
 
 from deployer.errors import DeployError, NotFound, ProfileError
 from deployer.profile.model import Profile
-from deployer.push import expand_workdir
+from deployer.target.push import expand_workdir
 from deployer.remote.base import Remote, TargetSpec
 from deployer.remote.connect import conversing
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from deployer.errors import DeployError, Unhealthy
-from deployer.fleet.fanout import TaggedSink
+from deployer.runner.fanout import TaggedSink
 from deployer.fleet.members import Fleet, ReplicaMember, RouterMember
 from deployer.fleet.report import FleetReport, ReplicaResult, failed_result, replica_result
 from deployer.fleet.router import DRAIN_TIMEOUT_S, READY_TIMEOUT_S, add_worker, remove_worker, wait_workers, workers

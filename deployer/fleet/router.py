@@ -27,15 +27,15 @@ from deployer import __version__
 from deployer.errors import LaunchFailed, NotFound, Unhealthy
 from deployer.fleet.members import ROUTER_HEALTH_PATH, RouterMember, spec_of
 from deployer.fleet.record import try_write_record
-from deployer.lock import DeploymentLock
+from deployer.target.lock import DeploymentLock
 from deployer.profile.host import probe_address
 from deployer.profile.model import Profile
-from deployer.push import Layout, RunDir, expand_workdir, new_run_id, prepare, push, set_current
+from deployer.target.push import Layout, RunDir, expand_workdir, new_run_id, prepare, push, set_current
 from deployer.render.bundle import Bundle, EnvRef, Word, env_file_text, flag_tokens, sh_word
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.remote.connect import conversing
 from deployer.secrets import MASK, secret_var
-from deployer.start import check_port, start, status, stop
+from deployer.target.process import check_port, start, status, stop
 from deployer.target.records import current_view
 from deployer.events import BecameReady, EventSink, Info, PhaseEntered, Warn
 from deployer.runner.timing import PORT_WAIT_S, stop_grace

@@ -17,7 +17,7 @@ from deployer.fleet.members import Fleet, fleet_of, spec_of
 from deployer.fleet.oncall import fleet_down
 from deployer.fleet.report import SERVING, FleetReport
 from deployer.fleet.up import fleet_up
-from deployer.pipeline.up import UpOptions
+from deployer.runner.up import UpOptions
 from deployer.profile.host import probe_address
 from deployer.profile.model import Profile, Target
 from deployer.remote.connect import conversing

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from deployer.errors import DeployError, NotFound
-from deployer.fleet.fanout import TaggedSink, fan_out
+from deployer.runner.fanout import TaggedSink, fan_out
 from deployer.fleet.links import Links
 from deployer.fleet.members import AddressOf, Fleet, ReplicaMember, fleet_of, spec_of, ssh_address
 from deployer.fleet.report import FleetReport, failed_result, replica_result
@@ -21,9 +21,9 @@ from deployer.oncall.deployment import Ref
 from deployer.oncall.deployment import status as deployment_status
 from deployer.oncall.rollback import restart as restart_replica
 from deployer.oncall.rollback import rollback as rollback_replica
-from deployer.pipeline.up import UpOptions, up
+from deployer.runner.up import UpOptions, up
 from deployer.profile.model import Profile
-from deployer.push import Layout, expand_workdir
+from deployer.target.push import Layout, expand_workdir
 from deployer.remote.base import Remote
 from deployer.render.bundle import render
 from deployer.target.records import current_view

@@ -20,16 +20,16 @@ from typing import TYPE_CHECKING, Any
 
 from deployer.engines import Engine
 from deployer.errors import LaunchFailed, NotFound, ProfileError, TargetError, Unhealthy
-from deployer.lock import DeploymentLock, Notify, lease_of
+from deployer.target.lock import DeploymentLock, Notify, lease_of
 from deployer.logtext import bounded_diagnosis
 from deployer.profile.host import NAME_RE, parse_host
-from deployer.push import Layout, expand_workdir
+from deployer.target.push import Layout, expand_workdir
 from deployer.remote.base import Remote, TargetSpec
 from deployer.remote.connect import conversing, target_spec
 from deployer.oncall import remembered
 from deployer.oncall.secret_restore import learn_env_text
 from deployer.secrets import mask_data, mask_text
-from deployer.start import stop
+from deployer.target.process import stop
 from deployer.supervisor.supervise_base import CRASHED as CRASHED_STATES
 from deployer.supervisor.supervise_base import UP
 from deployer.target import snapshot
@@ -188,7 +188,7 @@ def crash_diagnosis(remote: Remote, view: RunView, attempt: snapshot.Attempt | N
     if view.status not in CRASHED_STATES or not crash or not after_ready:
         return None
 
-    from deployer.pipeline.up import diagnose_state
+    from deployer.runner.up import diagnose_state
 
     version = (view.record.get("profile") or {}).get("engine", {}).get("version")
     engine = record_engine(view.record)
@@ -211,7 +211,7 @@ def last_crash(remote: Remote, view: RunView, alive: bool, crashed: dict[str, An
     if not alive or not view.state.get("restarts"):
         return crash
 
-    from deployer.pipeline.up import diagnose_state
+    from deployer.runner.up import diagnose_state
 
     version = (view.record.get("profile") or {}).get("engine", {}).get("version")
     diag = diagnose_state(remote, view.run, view.state, version, engine=record_engine(view.record))

@@ -9,13 +9,13 @@ from pydantic import ValidationError
 
 from deployer.errors import NotFound, TargetError
 from deployer.local_history import History
-from deployer.lock import DeploymentLock, describe_holder
+from deployer.target.lock import DeploymentLock, describe_holder
 from deployer.logtext import bounded_diagnosis
 from deployer.oncall.deployment import Ref, connected, diagnose_attempt, layout_of, make_ref, opened
 from deployer.oncall.secret_restore import learn_env_text
 from deployer.profile.model import Profile
-from deployer.push import Layout
-from deployer.remedy import propose
+from deployer.target.push import Layout
+from deployer.remedy.propose import propose
 from deployer.remote.base import Remote
 from deployer.secrets import mask_data
 from deployer.supervisor.supervise_base import CRASHED

@@ -23,7 +23,7 @@ import yaml
 from deployer.engines.renames import Rename, load_renames
 from deployer.flag_names import key_option, option_key
 from deployer.profile.model import Profile
-from deployer.remedy import refusal_line, respelling
+from deployer.remedy.propose import refusal_line, respelling
 from deployer.versions import at_least, version_key
 
 PROBE_MARKER = "DEPLOYER_PROBE_JSON "

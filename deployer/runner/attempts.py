@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import NoReturn
 
 from deployer.diagnose.drift import compare, masked, parse_args_dump
-from deployer.effective import DryResolution
+from deployer.remedy.effective import DryResolution
 from deployer.engines import engine_for
 from deployer.errors import DeployError, LaunchFailed, PortBusy, RetriesExhausted
 from deployer.events import AttemptStarted, Changed, Diagnosed, Drift, EventSink, Info, RunPushed
 from deployer.logtext import clip, printable
 from deployer.profile.fixed import save_fixed
 from deployer.profile.model import Profile
-from deployer.push import RunDir, new_run_id, profile_record, push, set_current, write_outcome
-from deployer.remedy import Change, propose
+from deployer.target.push import RunDir, new_run_id, profile_record, push, set_current, write_outcome
+from deployer.remedy.propose import Change, propose
 from deployer.render.bundle import Bundle, render
 from deployer.runner.history import AttemptRows
 from deployer.runner.logs import attempt_values, log_head
@@ -30,7 +30,7 @@ from deployer.runner.report import AttemptReport, UpOptions, UpReport
 from deployer.runner.restore import Restore
 from deployer.runner.shape import Found, Result, Shape, Target, result_name, result_text
 from deployer.runner.timing import PORT_WAIT_S, RETRY_PORT_WAIT_S, stop_grace
-from deployer.start import check_port, listener, start, stop
+from deployer.target.process import check_port, listener, start, stop
 from deployer.watch.watcher import PortTaken, Ready
 
 

@@ -11,13 +11,13 @@ from typing import Any
 
 from deployer.diagnose.diagnosis import Diagnosis, diagnose, hang_diagnosis, oom_killer_lines
 from deployer.diagnose.drift import parse_args_dump
-from deployer.effective import DryResolution, EngineValues, engine_values
+from deployer.remedy.effective import DryResolution, EngineValues, engine_values
 from deployer.engines import Engine
 from deployer.errors import DeployError
 from deployer.profile.model import Profile
-from deployer.push import RunDir
+from deployer.target.push import RunDir
 from deployer.remote.base import Remote
-from deployer.start import Launch
+from deployer.target.process import Launch
 from deployer.target.records import read_json
 from deployer.watch.watcher import Crashed, Hung, Outcome, Stuck, TimedOut, Unsupervised
 

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from deployer.diagnose.diagnosis import Diagnosis
 from deployer.logtext import bounded_diagnosis
-from deployer.remedy import Change
+from deployer.remedy.propose import Change
 from deployer.watch.watcher import Crashed, Hung, Outcome, PortTaken, Ready, Stuck, TimedOut, Unsupervised
 
 AttemptOutcome = Literal["ready", "crashed", "hung", "timeout", "port-taken", "supervisor-lost", "not-started"]

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from deployer.errors import DeployError, LockLost
 from deployer.events import EventSink, Restored, RollingBack
 from deployer.profile.model import Profile
-from deployer.push import set_current
+from deployer.target.push import set_current
 from deployer.runner.report import RestoredVersion, UpReport
 from deployer.runner.shape import Result, Shape, Target, result_name, result_text
 from deployer.runner.timing import PORT_WAIT_S, stop_grace
-from deployer.start import check_port, start, status, stop
+from deployer.target.process import check_port, start, status, stop
 from deployer.target.records import current_run_id
 from deployer.watch.watcher import Ready
 

@@ -3,7 +3,7 @@
 A `Target` is one host while `up` holds it (its lock-guarded connection and layout, the version it served, this
 attempt's run dir and launch). A `Shape` carries out the per-shape steps on its targets: how each target's profile
 and supervise.json are made, how the attempt is watched and diagnosed, how the previous version is watched when it
-is brought back. `SingleHost` is a group of one; the node group (fleet/nodes_up.py) is the other shape.
+is brought back. `SingleHost` is a group of one; the node group (nodes/up.py) is the other shape.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from deployer.diagnose.diagnosis import Diagnosis
 from deployer.engines import Engine, engine_for
 from deployer.events import EventSink
 from deployer.profile.model import Profile
-from deployer.push import Layout, RunDir, supervisor_config
+from deployer.target.push import Layout, RunDir, supervisor_config
 from deployer.remote.base import Remote
 from deployer.runner.logs import diagnose_attempt
 from deployer.runner.report import AttemptOutcome, FailedNode, UpReport, describe, outcome_name
 from deployer.runner.timing import stop_grace
-from deployer.start import Launch, stop
+from deployer.target.process import Launch, stop
 from deployer.target.records import RunView, record_address
 from deployer.watch.hubcache import hub_cache
 from deployer.watch.watcher import Hung, Outcome, Stuck, TimedOut, Unsupervised, Watcher

@@ -37,7 +37,7 @@ ENV_LIMIT = 1 << 20          # one env file
 LOG_LIMIT = 48 << 20         # the engine.log window one snapshot carries (`logs -n 100000` wants 40 MB)
 TOTAL_LIMIT = 64 << 20       # all records of one snapshot together; later runs' records are then left out
 LOG_NAME = ENGINE_LOG
-LOCK_EVENTS = "lock-events.jsonl"  # the lease program's takeovers and breaks (deployer.push.Layout.lock_events)
+LOCK_EVENTS = "lock-events.jsonl"  # the lease program's takeovers and breaks (deployer.target.push.Layout.lock_events)
 # An attempt's log as the diagnosis reads it (the deployer's attempt_log): its first traceback and its tail.
 DIAG_WINDOW, TAIL_WINDOW = 1 << 20, 512 << 10
 TRACEBACK = b"Traceback (most recent call last)"

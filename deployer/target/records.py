@@ -17,9 +17,9 @@ from deployer.errors import NotFound
 from deployer.logtext import clip_middle, clip_tail, readable
 from deployer.profile.host import probe_address
 from deployer.profile.model import DEFAULT_ENGINE_KIND
-from deployer.push import Layout, RunDir
+from deployer.target.push import Layout, RunDir
 from deployer.remote.base import EndpointUnreachable, Remote
-from deployer.start import status
+from deployer.target.process import status
 from deployer.supervisor.supervise_protocol import OUTCOME_JSON, PROFILE_JSON, UP
 LINE_CHARS = 16 << 10     # one log line shown by `logs` (its head and end; the cut is noted)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deployer.errors import TargetError
-from deployer.push import Layout
+from deployer.target.push import Layout
 from deployer.remote.base import Remote
 from deployer.remote.program import SUPERVISOR_PYTHON
 from deployer.supervisor.supervise_base import LIVE

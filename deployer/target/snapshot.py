@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deployer.errors import TargetError
-from deployer.push import Layout
+from deployer.target.push import Layout
 from deployer.remote.base import Remote
 from deployer.target.records import RunView
 

@@ -27,7 +27,7 @@ from deployer.events import (
 from deployer.events import Event as Event, EventSink as EventSink  # re-exported: the sink type watchers take
 from deployer.logtext import clip, readable
 from deployer.remote.base import EndpointUnreachable, Remote
-from deployer.start import Launch, listener, status
+from deployer.target.process import Launch, listener, status
 from deployer.supervisor.supervise_base import ENDED
 from deployer.watch.fatal import FATAL_GRACE_S, fatal_line
 from deployer.watch.hubcache import HubCache

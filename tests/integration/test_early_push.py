@@ -1,4 +1,4 @@
-"""`up` pushes attempt 1's run dir while preflight runs (deployer/pipeline/early_push.py), over the real sshd.
+"""`up` pushes attempt 1's run dir while preflight runs (deployer/runner/early_push.py), over the real sshd.
 
 The stand-in's flag probe is made slow (STANDIN_PROBE_IMPORT_S: its import of server_args sleeps, as importing the
 real SGLang and torch does on a GPU box) and cold: the probe cache the target keeps lives under a per-test

@@ -31,8 +31,8 @@ def status_of(prof: Path, home: Path) -> dict[str, Any]:
 
 
 def supervisor_state(remote: Remote, run_dir: str) -> dict[str, Any]:
-    from deployer.push import RunDir
-    from deployer.start import status
+    from deployer.target.push import RunDir
+    from deployer.target.process import status
 
     return status(remote, RunDir(run_dir, os.path.basename(run_dir)))
 
@@ -146,7 +146,7 @@ def test_disk_full_leaves_the_old_version_serving(tmp_path: Path, small_disk: Pa
 
 
 def in_process_up(prof: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **opts: Any) -> Any:
-    from deployer.pipeline.up import UpOptions, up
+    from deployer.runner.up import UpOptions, up
 
     monkeypatch.setenv("DEPLOYER_HOME", str(tmp_path / "h"))
     seen: list[Any] = []

@@ -18,10 +18,10 @@ import pytest
 import yaml
 
 from deploy_helpers import STANDIN, deploy, events
-from deployer.fleet.nodes_plan import plan_nodes
-from deployer.lock import DeploymentLock
+from deployer.nodes.plan import plan_nodes
+from deployer.target.lock import DeploymentLock
 from deployer.profile.loader import load_profile
-from deployer.push import layout_for
+from deployer.target.push import layout_for
 from deployer.remote.connect import connect
 from waiting import wait_for
 from hostbed import HostBed, host_bed

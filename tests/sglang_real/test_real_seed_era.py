@@ -15,12 +15,12 @@ import pytest
 
 from deployer.errors import PreflightFailed
 from deployer.preflight.flags import load_cached_flagset
-from deployer.pipeline.before_launch import BeforeLaunch
-from deployer.pipeline.up import UpOptions, UpReport
+from deployer.runner.before_launch import BeforeLaunch
+from deployer.runner.up import UpOptions, UpReport
 from deployer.preflight.checks import run_preflight
 from deployer.profile.model import Profile
 from deployer.profile.loader import load
-from deployer.remedy import Change
+from deployer.remedy.propose import Change
 from deployer.remote.base import Remote
 from deployer.watch.watcher import Event
 from sglang_release import ROOT, SEED_ERA, only_release

@@ -35,5 +35,5 @@ def test_help_imports_no_command_module() -> None:
 def test_status_of_a_name_imports_neither_the_pipeline_nor_the_other_kinds() -> None:
     loaded = _modules_after(["status", "demo"])
     assert "deployer.cli.targets" in loaded
-    assert not {"deployer.pipeline.up", "deployer.deployments.nodes", "deployer.deployments.fleet",
+    assert not {"deployer.runner.up", "deployer.deployments.nodes", "deployer.deployments.fleet",
                 "deployer.profile.loader"} & loaded

@@ -20,7 +20,7 @@ from deployer.deployments.single import SingleHost
 from deployer.errors import NotFound, ProfileError, Unhealthy
 from deployer.fleet.smoke import Case, FleetSmokeReport
 from deployer.output.junit import smoke_suite
-from deployer.pipeline.up import UpOptions
+from deployer.runner.up import UpOptions
 from deployer.smoke import Answer, SmokeReport
 
 ENGINE = {"model_path": "Qwen/Qwen3-8B", "python": "/venv/bin/python", "port": 30000}

@@ -1,4 +1,4 @@
-"""Early push (deployer/pipeline/early_push.py): when attempt 1 may take the run dir pushed during preflight, and
+"""Early push (deployer/runner/early_push.py): when attempt 1 may take the run dir pushed during preflight, and
 when `up` does not push early at all. The pushing itself is tested over the real sshd (test_early_push.py)."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from deployer.pipeline.early_push import Planned
-from deployer.pipeline.up import UpOptions, _early_plan
+from deployer.runner.early_push import Planned
+from deployer.runner.up import UpOptions, _early_plan
 from deployer.profile.model import Profile
-from deployer.push import RunDir
+from deployer.target.push import RunDir
 from deployer.target.records import RunView
 
 

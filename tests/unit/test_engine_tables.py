@@ -17,7 +17,7 @@ from deployer.engines.followons import load_followons
 from deployer.errors import ProfileError
 from deployer.export.k8s import ExportOptions, export_k8s
 from deployer.profile.model import DEFAULT_ENGINE_KIND, Profile
-from deployer.remedy import RemedySpec, did_you_mean, known_renames, propose, rename_history, resolve
+from deployer.remedy.propose import RemedySpec, did_you_mean, known_renames, propose, rename_history, resolve
 
 VLLM_CASES = Path(__file__).parent.parent / "cases" / "vllm"
 # SGLang renamed this flag in 0.5.x (engines/sglang/renames.yaml); vLLM never had either name.

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from deployer.errors import LaunchFailed, PartlyFailed, ProfileError, TargetError
-from deployer.fleet.fanout import TaggedSink, fan_out
+from deployer.runner.fanout import TaggedSink, fan_out
 from deployer.fleet.members import fleet_of, http_url
 from deployer.fleet.oncall import _exit_code, pick_member
 from deployer.fleet.report import FleetReport, ReplicaResult
@@ -337,7 +337,7 @@ def test_ctrl_c_ends_a_fan_out_at_once(tmp_path: Path) -> None:
     script = tmp_path / "fan.py"
     script.write_text(
         "import time\n"
-        "from deployer.fleet.fanout import TaggedSink, fan_out\n"
+        "from deployer.runner.fanout import TaggedSink, fan_out\n"
         "print('started', flush=True)\n"
         "try:\n"
         "    fan_out(['a', 'b'], str, str, lambda m, e: time.sleep(60), TaggedSink(lambda e: None))\n"

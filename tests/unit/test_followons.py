@@ -9,7 +9,7 @@ from deployer.engines import engine_for
 from deployer.diagnose.diagnosis import diagnose
 from deployer.engines.followons import load_followons
 from deployer.profile.model import Profile
-from deployer.remedy import propose, remedy_spec, resolve
+from deployer.remedy.propose import propose, remedy_spec, resolve
 from deployer.versions import version_in
 
 CASES = Path(__file__).parent.parent / "cases" / "sglang"

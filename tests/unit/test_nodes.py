@@ -19,11 +19,11 @@ import yaml
 from deployer.engines import engine_for
 from deployer.cli.main import main as cli_main
 from deployer.errors import PreflightFailed, ProfileError
-from deployer.fleet.nodes_diagnose import RankEnd, first_crash, first_failure, first_traceback_at
-from deployer.fleet.nodes_net import decide, parse_net
-from deployer.fleet.nodes_plan import NodeNet, group_config, plan_nodes, supervisor_overrides
-from deployer.fleet.nodes_checks import compare
-from deployer.fleet.nodes_watch import NodeSession
+from deployer.nodes.diagnose import RankEnd, first_crash, first_failure, first_traceback_at
+from deployer.nodes.net import decide, parse_net
+from deployer.nodes.plan import NodeNet, group_config, plan_nodes, supervisor_overrides
+from deployer.nodes.checks import compare
+from deployer.nodes.watch import NodeSession
 from deployer.preflight.facts import Facts, Gpu, ModelFiles
 from deployer.profile.loader import load_profile
 from deployer.render.bundle import render

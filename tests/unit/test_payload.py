@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from deployer.errors import TargetError
-from deployer.push import SUPERVISOR_FILES
+from deployer.target.push import SUPERVISOR_FILES
 from deployer.remote.local import LocalRemote
 from deployer.remote.program import (
     DIRS_MODULES, HELPER_MODULES, LEASE_MODULES, SNAPSHOT_MODULES, SUPERVISOR_MODULES, helper_bundle,

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from deployer.errors import LaunchFailed, LockLost
-from deployer.pipeline.up import UpOptions, up
+from deployer.runner.up import UpOptions, up
 from deployer.profile.model import Profile
 from deployer.remote.fake import EngineScript, FakeRemote
 
@@ -156,7 +156,7 @@ class _Lost:
 
 
 def test_the_guard_covers_the_helpers_requests_too() -> None:
-    from deployer.lock import Guarded
+    from deployer.target.lock import Guarded
     from deployer.remote.conversation import Conversation
 
     fake = FakeRemote()

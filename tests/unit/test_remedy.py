@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from deployer.engines import engine_for
 from deployer.diagnose.diagnosis import Diagnosis, diagnose
 from deployer.profile.model import Profile
-from deployer.effective import DRY_RESOLUTION, EngineValues
-from deployer.remedy import Change, known_renames, propose, refused_flags, remedy_spec, resolve
+from deployer.remedy.effective import DRY_RESOLUTION, EngineValues
+from deployer.remedy.propose import Change, known_renames, propose, refused_flags, remedy_spec, resolve
 
 CASES = Path(__file__).parent.parent / "cases" / "sglang"
 
@@ -214,7 +214,7 @@ def test_a_flag_that_is_no_rename_no_removal_and_no_typo_is_never_dropped() -> N
 
 
 def test_a_documented_removal_is_dropped_by_the_heal(monkeypatch: pytest.MonkeyPatch) -> None:
-    from deployer import remedy
+    from deployer.remedy.propose import propose as remedy
     from deployer.engines.renames import Rename
 
     table = [Rename(old="enable_beta_spec", new=None, kind="arg", since="0.5.20", removed="0.5.20",
@@ -299,7 +299,7 @@ def test_numeric_steps_stay_in_bounds_and_end(start: float, by: float, low: floa
 
 
 def test_did_you_mean() -> None:
-    from deployer.remedy import did_you_mean
+    from deployer.remedy.propose import did_you_mean
 
     assert did_you_mean("--mamba-scheduler-strategy", [], engine_for("sglang")) == ["mamba_radix_cache_strategy"]
     assert did_you_mean("--mem-fraction-statc", ["--mem-fraction-static", "--tp-size"], engine_for("sglang")) == ["mem_fraction_static"]

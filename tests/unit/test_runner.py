@@ -11,14 +11,14 @@ from deployer.diagnose.diagnosis import Diagnosis
 from deployer.errors import LaunchFailed
 from deployer.events import AttemptStarted, Changed, Diagnosed, Event, EventSink, Restored, RollingBack, RunPushed
 from deployer.profile.model import Profile
-from deployer.push import RunDir
-from deployer.remedy import Change
+from deployer.target.push import RunDir
+from deployer.remedy.propose import Change
 from deployer.runner import attempts, restore
 from deployer.runner import history as runner_history
 from deployer.runner.attempts import AttemptRunner
 from deployer.runner.report import UpOptions, UpReport
 from deployer.runner.shape import Found, Result, Shape, Target
-from deployer.start import Launch
+from deployer.target.process import Launch
 from deployer.target.records import RunView
 from deployer.watch.watcher import Crashed, Ready
 

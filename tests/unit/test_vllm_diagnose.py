@@ -13,7 +13,7 @@ import yaml
 
 from deployer.diagnose.diagnosis import clean_line, diagnose, first_traceback
 from deployer.engines import engine_for
-from deployer.remedy import remedy_spec, resolve
+from deployer.remedy.propose import remedy_spec, resolve
 from deployer.diagnose.signatures import common_signatures, engine_signatures, load_signatures
 
 CASES = Path(__file__).parent.parent / "cases" / "vllm"

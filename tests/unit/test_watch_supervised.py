@@ -20,9 +20,9 @@ import pytest
 
 from deployer.engines import engine_for
 from deployer.profile.model import Health
-from deployer.push import RunDir
+from deployer.target.push import RunDir
 from deployer.remote.local import LocalRemote
-from deployer.start import Launch
+from deployer.target.process import Launch
 from deployer.watch.watcher import LIVENESS_EVERY_S, Event, Ready, Unsupervised, Watcher
 
 

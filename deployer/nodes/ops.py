@@ -1,6 +1,6 @@
 """On-call for one engine across nodes: `deploy status|down|logs PROFILE [--node N]` of a `nodes:` profile.
 
-Each node is a single-host deployment of the same name on its own host (nodes_plan.py), so every command is
+Each node is a single-host deployment of the same name on its own host (nodes/plan.py), so every command is
 the single-host one on that node's derived profile. `status` shows every node (or one); `down` stops every node,
 all ranks at once (rank 0's graceful shutdown ends the followers, which ignore SIGTERM), or one node; `logs` reads one
 node's log (`--node N`, required: the ranks' logs are separate files on separate hosts).
@@ -13,14 +13,14 @@ from collections.abc import Callable
 from typing import Any
 
 from deployer.errors import ProfileError
-from deployer.fleet.nodes_diagnose import first_crash
-from deployer.fleet.nodes_plan import NodePlan, host_port, plan_nodes
-from deployer.fleet.fanout import at_once
+from deployer.nodes.diagnose import first_crash
+from deployer.nodes.plan import NodePlan, host_port, plan_nodes
+from deployer.runner.fanout import at_once
 from deployer.logtext import bounded_diagnosis
 from deployer.oncall import deployment as ops
-from deployer.pipeline.up import diagnose_state
+from deployer.runner.up import diagnose_state
 from deployer.profile.model import Profile
-from deployer.push import RunDir
+from deployer.target.push import RunDir
 from deployer.remote.program import SUPERVISOR_PYTHON
 from deployer.remote.base import TargetSpec
 from deployer.supervisor.supervise_base import UP

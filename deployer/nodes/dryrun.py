@@ -2,7 +2,7 @@
 
 Every node is connected (concurrently, no lock: nothing is written), the network decided, node 0's single-host
 preflight run on its derived profile (flags, effective args, memory), and the cross-node checks made
-(nodes_checks.py). The report is node 0's preflight plus one line per node and the group's problems.
+(nodes/checks.py). The report is node 0's preflight plus one line per node and the group's problems.
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from deployer.errors import PreflightFailed
-from deployer.fleet.nodes_checks import compare, dist_init_problems, network
-from deployer.fleet.nodes_plan import NodePlan, multinode_of, plan_nodes
-from deployer.fleet.fanout import at_once
-from deployer.fleet.nodes_watch import NodeSession
+from deployer.nodes.checks import compare, dist_init_problems, network
+from deployer.nodes.plan import NodePlan, multinode_of, plan_nodes
+from deployer.runner.fanout import at_once
+from deployer.nodes.watch import NodeSession
 from deployer.local_history import home
 from deployer.preflight.checks import PreflightReport, run_preflight
 from deployer.preflight.facts import Facts, gather_facts
 from deployer.profile.model import Profile
-from deployer.push import layout_for
+from deployer.target.push import layout_for
 from deployer.remote.connect import conversing, target_spec
 from deployer.target.records import current_view
 

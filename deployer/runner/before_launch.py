@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from deployer.diagnose.diagnosis import diagnose
-from deployer.effective import DryResolution
+from deployer.remedy.effective import DryResolution
 from deployer.errors import PreflightFailed
 from deployer.flag_names import key_option
 from deployer.local_history import home
 from deployer.preflight.checks import PreflightReport, run_preflight
 from deployer.profile.model import Profile
-from deployer.remedy import Change, propose
+from deployer.remedy.propose import Change, propose
 from deployer.remote.base import Remote
 from deployer.runner.report import BeforeLaunchChange, UpOptions, UpReport
 from deployer.events import Changed, Diagnosed, EventSink, Override, Problem, Suggestion, Warn

@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # annotations only: the on-call commands read layouts without
 
 # The supervisor program: run as `python3 -B supervise.py`, it imports the others from beside it.
 SUPERVISOR_FILES = tuple(f"{name}.py" for name in SUPERVISOR_MODULES)   # the payload's list: remote/program.py
-# The deployment lock's lease, a program of its own kept at the deployment's root (deployer/lock.py runs it).
+# The deployment lock's lease, a program of its own kept at the deployment's root (deployer/target/lock.py runs it).
 LEASE_FILE = "supervise_lease.py"
 # Free space a push needs beyond its files: state.json, outcome.json and the engine's first log lines.
 SPACE_HEADROOM = 256 << 10

@@ -7,7 +7,7 @@ values read from the engine's message, and a numeric step within bounds. A flag 
 rename nor a documented removal is never dropped: respelt when exactly one flag is close, else not touched. An option whose suggestion the
 message's own numbers rule out (`skip_if`) is passed over.
 
-Numeric steps start from the engine's effective value (`deployer.effective`): the message's value, the
+Numeric steps start from the engine's effective value (`deployer.remedy.effective`): the message's value, the
 attempt's args dump, preflight's dry resolution, the profile, and only then the documented default;
 the change's reason says which ("engine resolved 0.771"). A change says everything it changes: a removed
 flag maps to None, a rename is that removal plus the new name with the value carried over.
@@ -32,7 +32,7 @@ from deployer.engines.base import Engine
 from deployer.engines.renames import load_renames
 from deployer.flag_names import option_key
 from deployer.profile.model import Profile
-from deployer.effective import DEFAULT, MESSAGE, PROFILE, EngineValues, Known
+from deployer.remedy.effective import DEFAULT, MESSAGE, PROFILE, EngineValues, Known
 from deployer.engines.followons import complete
 from deployer.versions import at_least, version_in
 

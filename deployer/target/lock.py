@@ -27,7 +27,7 @@ from functools import lru_cache
 from typing import Any
 
 from deployer.errors import Locked, LockLost, NotFound, ProfileError, RemoteError, TargetError
-from deployer.push import Layout
+from deployer.target.push import Layout
 from deployer.remote.base import Hasher, Helper, HttpReply, Remote, Result, Session
 from deployer.remote.program import LEASE_MODULES, SUPERVISOR_PYTHON, program
 

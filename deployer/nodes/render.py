@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from deployer.fleet.nodes_plan import plan_nodes
+from deployer.nodes.plan import plan_nodes
 from deployer.profile.model import Profile
 from deployer.render.bundle import render
 

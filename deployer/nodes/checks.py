@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import shlex
 
-from deployer.fleet.nodes_net import decide, gather_net, node0_address
-from deployer.fleet.nodes_plan import NodeNet, NodePlan
-from deployer.fleet.fanout import at_once
-from deployer.fleet.nodes_watch import NodeSession
+from deployer.nodes.net import decide, gather_net, node0_address
+from deployer.nodes.plan import NodeNet, NodePlan
+from deployer.runner.fanout import at_once
+from deployer.nodes.watch import NodeSession
 from deployer.preflight.facts import Facts
 from deployer.profile.model import Profile
 from deployer.remote.program import SUPERVISOR_PYTHON
-from deployer.start import port_free
+from deployer.target.process import port_free
 
 REACH_TIMEOUT_S = 10.0
 

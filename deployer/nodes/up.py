@@ -8,7 +8,7 @@ attempts are the one attempt runner's (deployer/runner), with `NodeGroup` as its
 every node's run dir, stops what served before (every rank at once: the followers end on rank 0's shutdown),
 starts all ranks, and watches rank 0's log and health (the followers serve only a dummy health) and every
 follower's supervisor. When any rank dies, the whole
-group is stopped and the diagnosis comes from the rank that failed first (nodes_diagnose.py); a known change
+group is stopped and the diagnosis comes from the rank that failed first (nodes/diagnose.py); a known change
 applies to every node and the group starts again; after a failed replace the group that served is brought back
 (runner/restore.py). After `up`, the supervisors keep the group's fate (deployer/supervisor/supervise_group.py).
 """
@@ -23,21 +23,21 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
-from deployer.effective import DryResolution
+from deployer.remedy.effective import DryResolution
 from deployer.engines import Engine
 from deployer.errors import DeployError, PreflightFailed
 from deployer.events import Event, EventSink, Info, Problem, Warn
-from deployer.fleet.fanout import at_once
-from deployer.fleet.nodes_checks import compare, dist_init_problems, network
-from deployer.fleet.nodes_diagnose import RankEnd, first_failure
-from deployer.fleet.nodes_plan import NodeNet, NodePlan, multinode_of, node_keys, plan_nodes, supervisor_overrides
-from deployer.fleet.nodes_watch import NodeSession, for_node, watch_group
-from deployer.pipeline.before_launch import BeforeLaunch
-from deployer.pipeline.up import UpOptions, UpReport, attempt_log, diagnose_attempt, locked_session
+from deployer.runner.fanout import at_once
+from deployer.nodes.checks import compare, dist_init_problems, network
+from deployer.nodes.diagnose import RankEnd, first_failure
+from deployer.nodes.plan import NodeNet, NodePlan, multinode_of, node_keys, plan_nodes, supervisor_overrides
+from deployer.nodes.watch import NodeSession, for_node, watch_group
+from deployer.runner.before_launch import BeforeLaunch
+from deployer.runner.up import UpOptions, UpReport, attempt_log, diagnose_attempt, locked_session
 from deployer.preflight.facts import gather_facts
 from deployer.profile.model import Profile
-from deployer.push import Layout, supervisor_config
-from deployer.remedy import Change
+from deployer.target.push import Layout, supervisor_config
+from deployer.remedy.propose import Change
 from deployer.remote.base import Remote
 from deployer.render.bundle import render
 from deployer.runner.attempts import AttemptRunner
@@ -45,7 +45,7 @@ from deployer.runner.report import FailedNode
 from deployer.runner.shape import FollowerEnded, Found, Result, Shape, Target
 from deployer.runner.timing import stop_grace
 from deployer.secrets import masking_sink
-from deployer.start import status, stop
+from deployer.target.process import status, stop
 from deployer.target.records import current_view, healthy
 from deployer.watch.watcher import Crashed
 

@@ -7,7 +7,7 @@ twice, outcome.json and the local history), the single host being a group of one
 Push first, stop last: the serving version is stopped only once the new run dir is on the target, complete and
 verified. If anything fails after that stop (the new version cannot be made to start, the port is taken, the
 connection or the disk fails), the version that was serving is started again (unless --no-rollback) and the
-report says so. Attempt 1's run dir goes up while preflight runs, when that can pay (pipeline/early_push.py).
+report says so. Attempt 1's run dir goes up while preflight runs, when that can pay (runner/early_push.py).
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from deployer.effective import DryResolution
+from deployer.remedy.effective import DryResolution
 from deployer.errors import DeployError, TargetError
 from deployer.events import EventSink, Info, Warn
-from deployer.lock import DeploymentLock
-from deployer.pipeline.before_launch import BeforeLaunch
-from deployer.pipeline.early_push import Planned, early_push
+from deployer.target.lock import DeploymentLock
+from deployer.runner.before_launch import BeforeLaunch
+from deployer.runner.early_push import Planned, early_push
 from deployer.profile.model import Profile
-from deployer.push import Layout, layout_for, prepare
-from deployer.remedy import Change
+from deployer.target.push import Layout, layout_for, prepare
+from deployer.remedy.propose import Change
 from deployer.remote.base import Remote
 from deployer.remote.connect import conversing, target_spec
 from deployer.render.bundle import Bundle, render
@@ -34,7 +34,7 @@ from deployer.runner.logs import attempt_log, diagnose_attempt, diagnose_run, di
 from deployer.runner.report import AttemptReport, UpOptions, UpReport
 from deployer.runner.shape import SingleHost, Target
 from deployer.secrets import masking_sink
-from deployer.start import check_port
+from deployer.target.process import check_port
 from deployer.target.records import RunView, current_view, healthy
 from deployer.target.retention import tidy
 

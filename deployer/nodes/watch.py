@@ -8,12 +8,12 @@ import time
 from dataclasses import dataclass
 
 from deployer.errors import DeployError
-from deployer.fleet.nodes_net import NetFacts
-from deployer.fleet.nodes_plan import NodePlan
-from deployer.fleet.fanout import at_once
+from deployer.nodes.net import NetFacts
+from deployer.nodes.plan import NodePlan
+from deployer.runner.fanout import at_once
 from deployer.profile.model import Profile
 from deployer.runner.shape import FollowerEnded, Target
-from deployer.start import status
+from deployer.target.process import status
 from deployer.watch.hubcache import hub_cache
 from deployer.events import Event, EventSink, FollowerExited
 from deployer.watch.watcher import DEAD_STATES, Outcome, Ready, Watcher
