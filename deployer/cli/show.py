@@ -117,17 +117,16 @@ def _(report: FleetDown, sink: Any = None) -> None:
 
 @text.register
 def _(report: HistoryReport, sink: Any = None) -> None:
-    for row in report.rows:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["started_at"])) if row["started_at"] else "?"
-        if row.get("kind") == "lock":
-            click.echo(f"  {when}  {row['outcome']:<34} {row['detail']}")
+    for row in report.entries:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row.started_at)) if row.started_at else "?"
+        if row.lock:
+            click.echo(f"  {when}  {row.outcome:<34} {row.detail}")
             continue
-        diag = (row.get("diagnosis") or {}).get("signature") or ""
-        change = (row.get("change") or {}).get("reason") or ""
-        current = "*" if row.get("current") else " "
-        outcome = row.get("outcome") or "unfinished"  # an `up` interrupted (or still running) never recorded one
-        click.echo(f"{current} {when}  {row['run_id']:<34} {str(row['content_hash'] or '')[:12]}  "
-                   f"attempt {row['attempt']}  {outcome:<10} {diag}{'  -> ' + change if change else ''}")
+        current = "*" if row.current else " "
+        outcome = row.outcome or "unfinished"  # an `up` interrupted (or still running) never recorded one
+        change = f"  -> {row.change}" if row.change else ""
+        click.echo(f"{current} {when}  {row.run_id:<34} {row.content_hash[:12]}  "
+                   f"attempt {row.attempt}  {outcome:<10} {row.signature}{change}")
 
 
 @text.register

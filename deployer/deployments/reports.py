@@ -109,13 +109,44 @@ DownReport = Union[HostDown, NodeDown, FleetDown]
 
 
 @dataclass(frozen=True)
+class HistoryEntry:
+    """One row of `deploy history`: an attempt (its outcome, diagnosis signature, the change made after it) or a
+    lock event (a takeover, a break). Read from the JSON row the target's records gave (the JSON edge)."""
+
+    lock: bool
+    started_at: float | None
+    outcome: str | None
+    detail: str | None = None
+    run_id: str = ""
+    content_hash: str = ""
+    attempt: int | None = None
+    current: bool = False
+    signature: str = ""
+    change: str = ""
+
+    @classmethod
+    def of(cls, row: Row) -> HistoryEntry:
+        diagnosis, change = row.get("diagnosis") or {}, row.get("change") or {}
+        return cls(lock=row.get("kind") == "lock", started_at=row.get("started_at"), outcome=row.get("outcome"),
+                   detail=row.get("detail"), run_id=str(row.get("run_id") or ""),
+                   content_hash=str(row.get("content_hash") or ""), attempt=row.get("attempt"),
+                   current=bool(row.get("current")), signature=str(diagnosis.get("signature") or ""),
+                   change=str(change.get("reason") or ""))
+
+
+@dataclass(frozen=True)
 class HistoryReport:
-    """Every attempt (and lock event) of a deployment, newest first."""
+    """Every attempt (and lock event) of a deployment, newest first: the rows as `--json` prints them, and the
+    same as typed entries for people."""
 
     rows: list[Row]
 
     def to_json(self) -> Any:
         return self.rows
+
+    @property
+    def entries(self) -> list[HistoryEntry]:
+        return [HistoryEntry.of(row) for row in self.rows]
 
     exit_code = 0
 

@@ -23,7 +23,7 @@ from deployer.runner.logs import diagnose_attempt
 from deployer.runner.report import AttemptOutcome, FailedNode, UpReport, describe, outcome_name
 from deployer.runner.timing import stop_grace
 from deployer.target.process import Launch, stop
-from deployer.target.records import RunView, record_address
+from deployer.target.records import RunView, record_address, record_engine
 from deployer.watch.hubcache import hub_cache
 from deployer.watch.watcher import Hung, Outcome, Stuck, TimedOut, Unsupervised, Watcher
 
@@ -166,5 +166,5 @@ class SingleHost(Shape):
         port = int(view.record.get("port") or profile.engine.port)
         health = profile.health.model_copy(update={"path": str(view.record.get("health_path") or profile.health.path)})
         return Watcher(target.remote, target.launch, port, health,
-                       engine_for(str(view.record.get("kind") or profile.engine.kind)), emit,
+                       record_engine(view.record), emit,
                        address=record_address(view.record)).run()
