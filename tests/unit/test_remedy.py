@@ -214,7 +214,7 @@ def test_a_flag_that_is_no_rename_no_removal_and_no_typo_is_never_dropped() -> N
 
 
 def test_a_documented_removal_is_dropped_by_the_heal(monkeypatch: pytest.MonkeyPatch) -> None:
-    from deployer.remedy.propose import propose as remedy
+    from deployer.remedy import propose as remedy
     from deployer.engines.renames import Rename
 
     table = [Rename(old="enable_beta_spec", new=None, kind="arg", since="0.5.20", removed="0.5.20",
