@@ -111,12 +111,17 @@ def mask_text(text: str) -> str:
 
 def mask_data(value: Any) -> Any:
     """JSON-like data with `mask_text` applied to every string in it (keys included)."""
+    return map_strings(value, mask_text)
+
+
+def map_strings(value: Any, fn: Callable[[str], str]) -> Any:
+    """JSON-like data with `fn` applied to every string in it (keys included); tuples become lists."""
     if isinstance(value, str):
-        return mask_text(value)
+        return fn(value)
     if isinstance(value, dict):
-        return {mask_data(k) if isinstance(k, str) else k: mask_data(v) for k, v in value.items()}
+        return {fn(k) if isinstance(k, str) else k: map_strings(v, fn) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [mask_data(v) for v in value]
+        return [map_strings(v, fn) for v in value]
     return value
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from deployer.logtext import printable, readable
-from deployer.secrets import mask_text
+from deployer.secrets import map_strings, mask_text
 
 
 def shown_text(text: str) -> str:
@@ -23,13 +23,7 @@ def shown_text(text: str) -> str:
 
 def shown(value: Any) -> Any:
     """`value` (JSON-like) with every string made safe to show."""
-    if isinstance(value, str):
-        return shown_text(value)
-    if isinstance(value, dict):
-        return {shown_text(k) if isinstance(k, str) else k: shown(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [shown(v) for v in value]
-    return value
+    return map_strings(value, shown_text)
 
 
 def shown_log_lines(lines: Iterable[str]) -> list[str]:
