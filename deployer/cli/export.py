@@ -1,5 +1,6 @@
-"""`deploy export k8s`: the profile (or the run that last reached ready) as Kubernetes manifests; options and
-output only, the work is in deployer.export."""
+"""`deploy export k8s`: the profile (or the run that last reached ready) as Kubernetes manifests; `deploy export
+prometheus`: the scrape targets of its engines and routers. Options and output only, the work is in
+deployer.export."""
 
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ from deployer.errors import DeployError, ProfileError
 from deployer.export import check as chk
 from deployer.export import files
 from deployer.export import k8s as k8s_export
+from deployer.export.prometheus import scrape_targets, written_address
 from deployer.export.translate import for_version
+from deployer.fleet.members import ssh_address
 
 
 @click.group("export")
 def export_group() -> None:
-    """Write a profile for another platform (Kubernetes)."""
+    """Write a profile for another platform (Kubernetes) or monitoring system (Prometheus)."""
 
 
 @export_group.command("k8s")
@@ -88,3 +91,30 @@ def k8s(profile: str | None, overrides: tuple[str, ...], host: str | None, trust
         click.echo(f"checked {len(export.objects)} objects: valid for Kubernetes "
                    f"{kubernetes_version or chk.KUBERNETES_VERSION} (strict) and LeaderWorkerSet v1; probes, "
                    "GPU limits and secrets as the profile says", err=True)
+
+
+@export_group.command("prometheus")
+@click.argument("profile", type=click.Path(dir_okay=False))
+@_profile_options
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the file_sd JSON here (default: stdout).")
+@click.option("--resolve-hosts", is_flag=True,
+              help="Write each host's ssh_config HostName instead of the alias the profile uses.")
+def prometheus(profile: str, overrides: tuple[str, ...], host: str | None, output: Path | None,
+               resolve_hosts: bool) -> None:
+    """Prometheus scrape targets (file_sd JSON) for every engine and router of PROFILE (single host, fleet, nodes).
+
+    \b
+    Example:
+      deploy export prometheus profiles/qwen3-8b-fleet.yaml -o /etc/prometheus/targets/deployer.json
+    A warning (stderr) names what keeps Prometheus from reading a target (metrics off, a loopback bind).
+    """
+    export = scrape_targets(_load(profile, overrides, host, allow_unset=True),
+                            ssh_address if resolve_hosts else written_address)
+    for warning in export.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    if output is not None:
+        output.write_text(export.text(), encoding="utf-8")
+        click.echo(f"wrote {output} ({len(export.targets)} targets)", err=True)
+    else:
+        click.echo(export.text(), nl=False)

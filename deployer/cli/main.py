@@ -28,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "diagnose": ("oncall", "The first traceback and diagnosis of a log file, or of a deployment's latest failed "
                             "attempt."),
     "down": ("targets", "Stop a deployment gracefully (idempotent: 'not running' is success)."),
-    "export": ("export", "Write a profile for another platform (Kubernetes)."),
+    "export": ("export", "Write a profile for another platform (Kubernetes) or monitoring system (Prometheus)."),
     "history": ("oncall", "Every attempt of a deployment: when, content hash, outcome, diagnosis, change made."),
     "logs": ("targets", "Print the engine log of the current (or previous) attempt (a fleet: of --replica N, "
                         "--host H or --router; a multi-node profile: of --node N)."),

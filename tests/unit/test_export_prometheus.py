@@ -193,3 +193,26 @@ def test_each_engines_metrics_switch_is_an_on_off_flag_of_its_real_parser(kind: 
     for table in tables:
         actions = {a["dest"]: a for a in json.loads(table.read_text(encoding="utf-8"))["actions"]}
         assert actions[switch.flag]["kind"] == "store_true", table.name
+
+
+def test_the_cli_writes_the_file_sd_and_warns_on_stderr(tmp_path: Path) -> None:
+    """`deploy export prometheus` needs no secret set (it writes addresses only); warnings go to stderr, one
+    line each; -o writes the same JSON the core gives."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "targets.json"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}  # no HF_TOKEN / SGLANG_API_KEY
+    proc = subprocess.run([sys.executable, "-m", "deployer.cli", "export", "prometheus",
+                           str(REPO / "profiles" / "qwen3-8b-fleet.yaml"), "-o", str(out)],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""
+    written = json.loads(out.read_text())
+    assert written == scrape_targets(load("qwen3-8b-fleet")).to_json()
+    assert {t["labels"]["role"] for t in written} == {"engine", "router"}
+    assert f"wrote {out} ({len(written)} targets)" in proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: ")]
+    expected = [f"warning: {w}" for w in scrape_targets(load("qwen3-8b-fleet")).warnings]
+    assert expected and all(line in warnings for line in expected)  # (and one per unset ${VAR}: not needed here)
+    assert "Traceback" not in proc.stderr
