@@ -1,0 +1,94 @@
+"""The run dir records of a supervised process, pinned: supervise.json and profile.json of an engine and of a
+router as the previous release wrote them (captured before the router and the engine shared one spec), so a
+deployment made by that release reads the same and a new one writes the same bytes."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from deployer.fleet import router as router_mod
+from deployer.fleet.members import fleet_of
+from deployer.profile.loader import load_profile
+from deployer.profile.model import Target
+from deployer.remote.program import helper_bundle
+from deployer.render.bundle import render
+from deployer.target.push import profile_record, supervisor_config
+
+RECORDS = Path(__file__).parent / "records"
+ADDRESSES = {"gpu-a": "10.0.0.1", "gpu-b": "10.0.0.2"}
+URLS = ["http://10.0.0.1:30000", "http://10.0.0.2:30001"]
+
+
+def _addr(target: Target) -> str:
+    return ADDRESSES[target.host]
+
+
+def _load(tmp_path: Path, data: dict[str, Any]) -> Any:
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_profile(path, environ={"TOKEN_FOR_TEST": "hf_secret_value", "ROUTER_KEY_FOR_TEST": "rk-secret-9"})
+
+
+def _fleet(tmp_path: Path) -> Any:
+    return _load(tmp_path, {
+        "name": "qwen3-8b-fleet",
+        "replicas": [{"host": "gpu-a"}, {"host": "gpu-b", "engine_port": 30001}],
+        "engine": {"model_path": "Qwen/Qwen3-8B", "python": "/venv/bin/python", "gpus": [0],
+                   "env": {"HF_TOKEN": "${TOKEN_FOR_TEST}"}},
+        "restart": {"policy": "on-failure", "max": 3, "grace_s": 500},
+        "router": {"python": "/workspace/router-venv/bin/python", "port": 8000, "policy": "cache_aware",
+                   "args": {"health_check_interval_secs": 5, "api_key": "${ROUTER_KEY_FOR_TEST}"}}})
+
+
+def _engine(tmp_path: Path) -> Any:
+    return _load(tmp_path, {
+        "name": "qwen3-8b", "target": {"host": "gpu-a", "workdir": "/workspace/deployer"},
+        "engine": {"model_path": "Qwen/Qwen3-8B", "python": "/venv/bin/python", "gpus": [0], "port": 30000,
+                   "env": {"HF_TOKEN": "${TOKEN_FOR_TEST}"}},
+        "restart": {"policy": "always", "backoff_s": [5, 60], "grace_s": 12}})
+
+
+@pytest.fixture(autouse=True)
+def _fixed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(time, "time", lambda: 1700000000.5)
+    monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID("0123456789abcdef0123456789abcdef"))
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value, indent=1)   # as push() writes them
+
+
+def _pinned(name: str, value: Any, **known: str) -> None:
+    """The record as pinned, but for the values that change with this deployer's version (the launch script
+    names it): those are checked against what they are computed from, then stand as placeholders."""
+    shown = dict(value)
+    for key, expected in known.items():
+        assert shown[key] == expected
+        shown[key] = f"<{key}>"
+    assert _text(shown) + "\n" == (RECORDS / name).read_text()
+
+
+def test_router_records_are_the_previous_releases(tmp_path: Path) -> None:
+    fleet = _fleet(tmp_path)
+    member = fleet_of(fleet, _addr).router
+    assert member is not None
+    bundle = router_mod.render_router(member, URLS, fleet)
+    _pinned("router-supervise.json", router_mod._supervise(member, fleet))
+    _pinned("router-profile.json", router_mod._record(member, fleet, bundle, URLS),
+            content_hash=bundle.content_hash, settings_hash=router_mod.settings_hash(member, fleet))
+
+
+def test_engine_records_are_the_previous_releases(tmp_path: Path) -> None:
+    profile = _engine(tmp_path)
+    bundle = render(profile)
+    _pinned("engine-supervise.json", supervisor_config(profile))
+    record = dict(profile_record(profile, bundle, attempt=2, up_id="feedc0ffee12", written_hash="ab" * 32))
+    assert record.pop("helper") == helper_bundle()[1]
+    _pinned("engine-profile.json", record, content_hash=bundle.content_hash)
