@@ -27,16 +27,18 @@ from deployer import __version__
 from deployer.errors import LaunchFailed, NotFound, Unhealthy
 from deployer.fleet.members import ROUTER_HEALTH_PATH, RouterMember, spec_of
 from deployer.fleet.record import try_write_record
-from deployer.target.lock import DeploymentLock
 from deployer.profile.host import probe_address
 from deployer.profile.model import Profile
-from deployer.target.push import Layout, RunDir, expand_workdir, new_run_id, prepare, push, set_current
+from deployer.target.push import Layout, RunDir, new_run_id, push
 from deployer.render.bundle import Bundle, EnvRef, Word, env_file_text, flag_tokens, sh_word
 from deployer.remote.base import EndpointUnreachable, Remote
-from deployer.remote.connect import conversing
 from deployer.secrets import MASK, secret_var
-from deployer.target.process import check_port, start, status, stop
+from deployer.target.process import status, stop
+from deployer.target.switch import switch_to
 from deployer.target.records import current_view
+from deployer.target.session import DeploymentPlace, locked_session
+from deployer.target.supervised import RecordFields, SupervisedSpec, process_record, supervise_config
+from deployer.supervisor.supervise_protocol import ProfileRecord, SuperviseConfig
 from deployer.events import BecameReady, EventSink, Info, PhaseEntered, Warn
 from deployer.runner.timing import PORT_WAIT_S, stop_grace
 
@@ -129,37 +131,37 @@ def settings_hash(member: RouterMember, fleet: Profile) -> str:
     return render_router(member, [], fleet).content_hash
 
 
-def _record(member: RouterMember, fleet: Profile, bundle: Bundle, urls: list[str]) -> dict[str, Any]:
+def router_spec(member: RouterMember, fleet: Profile, urls: list[str]) -> SupervisedSpec:
+    """The router as a supervised process: its port and smg's metrics port, smg's ready line, the fleet's restart
+    policy (its stop grace capped), and a record that names its fleet, its settings and its workers."""
     router = member.router.model_dump(mode="json")
     router["args"] = {k: (MASK if _secret(fleet, k) else v) for k, v in member.router.args.items()}
-    return {"name": member.name, "role": "router", "fleet": fleet.name, "content_hash": bundle.content_hash,
-            "settings_hash": settings_hash(member, fleet), "attempt": 1, "up_id": uuid.uuid4().hex[:12],
-            "argv": bundle.argv, "env": bundle.masked_env, "port": member.router.port,
-            "health_path": ROUTER_HEALTH_PATH, "workers": urls,
-            "profile": {"name": member.name, "engine": {"host": member.bind}, "router": router},
-            "pushed_at": time.time()}
+    return SupervisedSpec(
+        name=member.name, ports=(member.router.port, metrics_port(member)), ready_pattern=READY_LINE,
+        grace_s=stop_grace(fleet.restart.grace_s), restart=fleet.restart,
+        record=RecordFields(profile={"name": member.name, "engine": {"host": member.bind}, "router": router},
+                            health_path=ROUTER_HEALTH_PATH, role="router", fleet=fleet.name,
+                            settings_hash=settings_hash(member, fleet), workers=urls))
 
 
-def _supervise(member: RouterMember, fleet: Profile) -> dict[str, Any]:
-    restart = fleet.restart
-    return {"launch": "launch.sh", "env_file": "env", "log": "engine.log", "grace_s": stop_grace(restart.grace_s),
-            "port": member.router.port, "name": member.name, "ready_pattern": READY_LINE,
-            "restart": {"policy": restart.policy, "max": restart.max, "backoff_s": list(restart.backoff_s),
-                        "window_s": restart.window_s}}
+def router_record(member: RouterMember, fleet: Profile, bundle: Bundle, urls: list[str]) -> ProfileRecord:
+    """profile.json of a router run dir (one attempt: a router that fails to start is not tried again)."""
+    return process_record(router_spec(member, fleet, urls), bundle, attempt=1, up_id=uuid.uuid4().hex[:12])
+
+
+def router_supervise(member: RouterMember, fleet: Profile) -> SuperviseConfig:
+    """supervise.json of a router run dir."""
+    return supervise_config(router_spec(member, fleet, []))
 
 
 @contextmanager
 def router_session(member: RouterMember, what: str, emit: EventSink, *, trust_new_host: bool = False,
                    break_lock: bool = False, remote: Remote | None = None) -> Iterator[tuple[Remote, Layout]]:
-    """The router host's connection (`remote`, else a new one, closed after), its deployment dir ready and its
-    lock held."""
-    with conversing(spec_of(member.target, trust_new_host), remote) as talk:  # one exec channel for the session
-        layout = Layout(f"{expand_workdir(talk, member.target.workdir).rstrip('/')}/{member.name}")
-        prepare(talk, layout)
-        with DeploymentLock(talk, layout, what, break_lock=break_lock,
-                            notify=lambda m: emit(Warn(message=m))) as lock:
-            with lock.reporting_loss():
-                yield lock.guarded(), layout
+    """The router's deployment in a locked session (target/session.py); `remote` stays open."""
+    place = DeploymentPlace(spec_of(member.target, trust_new_host), member.target.workdir, member.name)
+    with locked_session(place, what, lambda m: emit(Warn(message=m)), break_lock=break_lock,
+                        connection=remote) as held:
+        yield held
 
 
 def ensure_router(remote: Remote, layout: Layout, member: RouterMember, fleet: Profile, urls: list[str],
@@ -176,18 +178,15 @@ def ensure_router(remote: Remote, layout: Layout, member: RouterMember, fleet: P
         run: RunDir | None = None
     else:
         bundle = render_router(member, urls, fleet)
-        run = push(remote, layout, bundle, _record(member, fleet, bundle, urls), _supervise(member, fleet),
-                   new_run_id(bundle, 1))
+        spec = router_spec(member, fleet, urls)
+        record = process_record(spec, bundle, attempt=1, up_id=uuid.uuid4().hex[:12])
+        run = push(remote, layout, bundle, record, supervise_config(spec), new_run_id(bundle, 1))
         report.action = "started"
-        if view is not None and view.alive:
+        serving = view.run if view is not None and view.alive else None
+        if view is not None and serving is not None:
             emit(Info(message=f"replacing the router {view.content_hash[:12]} ({view.run.run_id})"))
-            stop(remote, view.run, stop_grace(fleet.restart.grace_s))
             report.action = "replaced"
-        wait = PORT_WAIT_S if report.action == "replaced" else 0.0
-        check_port(remote, layout, member.router.port, wait_s=wait)
-        check_port(remote, layout, metrics_port(member), wait_s=wait)
-        set_current(remote, layout, run)
-        start(remote, run)
+        switch_to(remote, layout, run, spec, serving=serving, port_wait_s=PORT_WAIT_S)
         report.run_dir = run.path
         emit(PhaseEntered(phase="router started", elapsed=0.0, line=" ".join(bundle.argv)[:300]))
     wait_workers(remote, member, healthy=set(urls), gone=set(), deadline_s=READY_TIMEOUT_S, run=run)

@@ -20,14 +20,14 @@ from contextlib import contextmanager
 from deployer.remedy.effective import DryResolution
 from deployer.errors import DeployError, TargetError
 from deployer.events import EventSink, Info, Warn
-from deployer.target.lock import DeploymentLock
 from deployer.runner.before_launch import BeforeLaunch
 from deployer.runner.early_push import Planned, early_push
 from deployer.profile.model import Profile
-from deployer.target.push import Layout, layout_for, prepare
+from deployer.target import session
+from deployer.target.push import Layout
 from deployer.remedy.propose import Change
 from deployer.remote.base import Remote
-from deployer.remote.connect import conversing, target_spec
+from deployer.remote.connect import target_spec
 from deployer.render.bundle import Bundle, render
 from deployer.runner.attempts import AttemptRunner
 from deployer.runner.logs import attempt_log, diagnose_attempt, diagnose_run, diagnose_state
@@ -37,6 +37,7 @@ from deployer.secrets import masking_sink
 from deployer.target.process import check_port
 from deployer.target.records import RunView, current_view, healthy
 from deployer.target.retention import tidy
+from deployer.target.session import DeploymentPlace
 
 __all__ = ["AttemptReport", "UpOptions", "UpReport", "attempt_log", "diagnose_attempt", "diagnose_run",
            "diagnose_state", "locked_session", "up"]
@@ -45,18 +46,11 @@ __all__ = ["AttemptReport", "UpOptions", "UpReport", "attempt_log", "diagnose_at
 @contextmanager
 def locked_session(profile: Profile, opts: UpOptions, emit: EventSink,
                    connection: Remote | None = None) -> Iterator[tuple[Remote, Layout]]:
-    """Connect once (or use `connection`, which stays open: a fleet's one connection per host), start the
-    target-side helper, create the deployment dir, hold the deployment lock; release everything on exit.
-
-    The remote handed out acts only while the lock is held: once it is lost, every call raises LockLost."""
-    # the one exec channel (the first request rides with it): every step below talks to this helper
-    with conversing(target_spec(profile, opts.trust_new_host), connection) as conv:
-        layout = layout_for(conv, profile)
-        prepare(conv, layout)
-        with DeploymentLock(conv, layout, opts.what, break_lock=opts.break_lock,
-                            notify=lambda m: emit(Warn(message=m))) as lock:
-            with lock.reporting_loss():
-                yield lock.guarded(), layout
+    """The profile's deployment in a locked session (target/session.py); `connection` stays open."""
+    place = DeploymentPlace(target_spec(profile, opts.trust_new_host), profile.target.workdir, profile.name)
+    with session.locked_session(place, opts.what, lambda m: emit(Warn(message=m)), break_lock=opts.break_lock,
+                                connection=connection) as held:
+        yield held
 
 
 def up(profile: Profile, opts: UpOptions, emit: EventSink, connection: Remote | None = None) -> UpReport:

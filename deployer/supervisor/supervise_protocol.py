@@ -52,7 +52,7 @@ class RestartConfig(TypedDict, total=False):
 
 
 class SuperviseConfig(TypedDict, total=False):
-    """supervise.json: how the supervisor runs the engine (push.supervisor_config writes it)."""
+    """supervise.json: how the supervisor runs the engine (target/supervised.supervise_config writes it)."""
 
     launch: str                 # the script, relative to the run dir (LAUNCH_SH)
     env_file: str               # ENV_FILE
@@ -71,7 +71,10 @@ class ProfileRecord(TypedDict, total=False):
     """profile.json: what the target keeps about an attempt (secrets masked), for status/history from anywhere."""
 
     name: str
+    role: str                   # a fleet's router (fleet/router.py); absent for an engine
+    fleet: str                  # the router's fleet
     content_hash: str
+    settings_hash: str          # the router's settings without its worker set
     attempt: int
     up_id: str
     written_hash: Optional[str]
@@ -80,6 +83,7 @@ class ProfileRecord(TypedDict, total=False):
     port: int
     health_path: str
     kind: str
+    workers: List[str]          # the router's worker URLs at its start
     profile: Dict[str, Any]     # Profile.public_dict()
     secret_templates: Dict[str, Any]
     pushed_at: float

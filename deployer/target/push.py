@@ -30,6 +30,7 @@ from deployer.remote.program import supervisor_files
 from deployer.secrets import mask_data
 from deployer.supervisor.supervise_protocol import ENGINE_LOG, ENV_FILE, LAUNCH_SH, OUTCOME_JSON, PROFILE_JSON
 from deployer.supervisor.supervise_protocol import STATE_JSON, SUPERVISE_JSON, ProfileRecord, SuperviseConfig
+from deployer.target.supervised import FatalWatch, RecordFields, SupervisedSpec, process_record, supervise_config
 
 if TYPE_CHECKING:  # annotations only: the on-call commands read layouts without loading the profile model
     from deployer.profile.model import Profile
@@ -172,17 +173,20 @@ def new_run_id(bundle: Bundle, attempt: int) -> str:
     return f"{stamp}-{bundle.content_hash[:8]}-a{attempt}"
 
 
+def engine_spec(profile: Profile, written_hash: str | None = None) -> SupervisedSpec:
+    """The profile's engine as a supervised process (written_hash: see profile_record)."""
+    return SupervisedSpec(
+        name=profile.name, ports=(profile.engine.port,), ready_pattern=profile.engine.definition.log.ready_line,
+        grace_s=profile.restart.grace_s, restart=profile.restart,
+        fatal=FatalWatch([p.pattern for p in fatal_patterns()], FATAL_GRACE_S),
+        record=RecordFields(profile=profile.public_dict(), health_path=profile.health.path,
+                            written_hash=written_hash, kind=profile.engine.kind,
+                            secret_templates=profile.templates, helper=helper_bundle()[1]))
+
+
 def supervisor_config(profile: Profile) -> SuperviseConfig:
     """supervise.json (its format: supervisor/supervise_protocol.py)."""
-    restart = profile.restart
-    return {
-        "launch": LAUNCH_SH, "env_file": ENV_FILE, "log": ENGINE_LOG, "grace_s": restart.grace_s,
-        "port": profile.engine.port, "name": profile.name,
-        "ready_pattern": profile.engine.definition.log.ready_line,
-        "fatal_patterns": [p.pattern for p in fatal_patterns()], "fatal_grace_s": FATAL_GRACE_S,
-        "restart": {"policy": restart.policy, "max": restart.max, "backoff_s": list(restart.backoff_s),
-                    "window_s": restart.window_s},
-    }
+    return supervise_config(engine_spec(profile))
 
 
 def profile_record(profile: Profile, bundle: Bundle, *, attempt: int, up_id: str,
@@ -192,12 +196,7 @@ def profile_record(profile: Profile, bundle: Bundle, *, attempt: int, up_id: str
 
     written_hash: the content hash of the profile as the user wrote it, before preflight translated or healed it
     (the next `up` of the same file can tell that this run is what preflight will make of it again); None: unknown."""
-    return {"name": profile.name, "content_hash": bundle.content_hash, "attempt": attempt, "up_id": up_id,
-            "written_hash": written_hash,
-            "argv": bundle.argv, "env": bundle.masked_env, "port": profile.engine.port,
-            "health_path": profile.health.path, "kind": profile.engine.kind, "profile": profile.public_dict(),
-            "secret_templates": profile.templates, "pushed_at": time.time(),
-            "helper": helper_bundle()[1]}  # the target-side helper (its content hash) that wrote this run dir
+    return process_record(engine_spec(profile, written_hash), bundle, attempt=attempt, up_id=up_id)
 
 
 def push(remote: Remote, layout: Layout, bundle: Bundle, record: Mapping[str, Any], config: Mapping[str, Any],

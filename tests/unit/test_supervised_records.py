@@ -80,8 +80,8 @@ def test_router_records_are_the_previous_releases(tmp_path: Path) -> None:
     member = fleet_of(fleet, _addr).router
     assert member is not None
     bundle = router_mod.render_router(member, URLS, fleet)
-    _pinned("router-supervise.json", router_mod._supervise(member, fleet))
-    _pinned("router-profile.json", router_mod._record(member, fleet, bundle, URLS),
+    _pinned("router-supervise.json", router_mod.router_supervise(member, fleet))
+    _pinned("router-profile.json", router_mod.router_record(member, fleet, bundle, URLS),
             content_hash=bundle.content_hash, settings_hash=router_mod.settings_hash(member, fleet))
 
 
