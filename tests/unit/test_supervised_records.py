@@ -19,7 +19,8 @@ from deployer.profile.loader import load_profile
 from deployer.profile.model import Target
 from deployer.remote.program import helper_bundle
 from deployer.render.bundle import render
-from deployer.target.push import profile_record, supervisor_config
+from deployer.target import switch
+from deployer.target.push import Layout, profile_record, supervisor_config
 
 RECORDS = Path(__file__).parent / "records"
 ADDRESSES = {"gpu-a": "10.0.0.1", "gpu-b": "10.0.0.2"}
@@ -92,3 +93,26 @@ def test_engine_records_are_the_previous_releases(tmp_path: Path) -> None:
     record = dict(profile_record(profile, bundle, attempt=2, up_id="feedc0ffee12", written_hash="ab" * 32))
     assert record.pop("helper") == helper_bundle()[1]
     _pinned("engine-profile.json", record, content_hash=bundle.content_hash)
+
+
+def test_a_router_switches_to_its_new_run_after_what_served_stopped_and_both_ports_freed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fleet = _fleet(tmp_path)
+    member = fleet_of(fleet, _addr).router
+    assert member is not None
+    spec = router_mod.router_spec(member, fleet, URLS)
+    assert spec.ports == (8000, 8001) and spec.grace_s == 10.0   # smg's metrics port too; the grace capped
+    calls: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(switch, "stop", lambda remote, run, grace: calls.append(("stop", run.run_id, grace)))
+    monkeypatch.setattr(switch, "check_port",
+                        lambda remote, layout, port, wait_s: calls.append(("port", port, wait_s)))
+    monkeypatch.setattr(switch, "set_current", lambda remote, layout, run: calls.append(("current", run.run_id)))
+    monkeypatch.setattr(switch, "start", lambda remote, run: calls.append(("start", run.run_id)))
+    layout = Layout("/w/qwen3-8b-fleet-router")
+    remote: Any = object()
+    switch.switch_to(remote, layout, layout.run("new"), spec, serving=layout.run("old"), port_wait_s=15.0)
+    assert calls == [("stop", "old", 10.0), ("port", 8000, 15.0), ("port", 8001, 15.0), ("current", "new"),
+                     ("start", "new")]
+    calls.clear()
+    switch.switch_to(remote, layout, layout.run("new"), spec, serving=None, port_wait_s=15.0)
+    assert calls == [("port", 8000, 0.0), ("port", 8001, 0.0), ("current", "new"), ("start", "new")]
