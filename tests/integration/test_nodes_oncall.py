@@ -4,24 +4,16 @@ one real sshd per node (tests/hostbed.py) and the stand-in multi-node engine."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from deploy_helpers import deploy
-from hostbed import HostBed, host_bed
-from test_nodes_up import STANDIN_BIN, http_status, nodes_profile, state, up
+from hostbed import HostBed
+from test_nodes_up import bed  # noqa: F401  (the fixture: two sshd hosts with the stand-in nvidia-smi)
+from test_nodes_up import http_status, nodes_profile, state, up
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
-
-
-@pytest.fixture()
-def bed(tmp_path: Path) -> Iterator[HostBed]:
-    with host_bed(tmp_path / "hosts", 2) as hosts:
-        for host in hosts.hosts:
-            (host.sshd.bin_dir / "nvidia-smi").symlink_to(STANDIN_BIN / "nvidia-smi")
-        yield hosts
 
 
 def test_status_logs_and_down_per_node(tmp_path: Path, bed: HostBed) -> None:

@@ -10,24 +10,16 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from deploy_helpers import deploy
-from hostbed import HostBed, host_bed
-from test_nodes_up import STANDIN_BIN, http_status, nodes_profile, report_of, state, up
+from hostbed import HostBed
+from test_nodes_up import bed  # noqa: F401  (the fixture: two sshd hosts with the stand-in nvidia-smi)
+from test_nodes_up import http_status, nodes_profile, report_of, state, up
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
-
-
-@pytest.fixture()
-def bed(tmp_path: Path) -> Iterator[HostBed]:
-    with host_bed(tmp_path / "hosts", 2) as hosts:
-        for host in hosts.hosts:
-            (host.sshd.bin_dir / "nvidia-smi").symlink_to(STANDIN_BIN / "nvidia-smi")
-        yield hosts
 
 
 def _current(bed: HostBed, rank: int) -> str:
