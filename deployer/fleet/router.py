@@ -1,11 +1,11 @@
 """The router in front of the replicas: the model gateway `smg` (PyPI) as a deployment of its own.
 
-Its run dir is rendered like an engine's (launch.sh that exec's `python -m smg launch ...`, a 0600 env file,
-profile.json, supervise.json) and runs under the same supervisor, so `status`, `logs`, `down` read it like any
-deployment. What smg offers (smg 1.13.0, checked against the real binary): `GET /readiness` ({"status",
-"healthy_workers", "total_workers"}, 503 without a healthy worker), `GET /workers` (each with id, url,
-is_healthy, status), `POST /workers {"url"}` and `DELETE /workers/{id}` (202, done in the background; a removed
-worker is `draining` until its requests finish, then gone).
+Its run dir is rendered like an engine's (launch.sh from the template router_launch.sh.j2 next to this module,
+that exec's `python -m smg launch ...`, a 0600 env file, profile.json, supervise.json) and runs under the same
+supervisor, so `status`, `logs`, `down` read it like any deployment. What smg offers (smg 1.13.0, checked against
+the real binary): `GET /readiness` ({"status", "healthy_workers", "total_workers"}, 503 without a healthy worker),
+`GET /workers` (each with id, url, is_healthy, status), `POST /workers {"url"}` and `DELETE /workers/{id}` (202,
+done in the background; a removed worker is `draining` until its requests finish, then gone).
 
 The worker set is not part of the router's identity: a running router whose settings (python, port, policy, args)
 are unchanged is brought to the fleet's ready replicas through the worker API instead of being restarted.
@@ -13,7 +13,6 @@ are unchanged is brought to the fleet's ready replicas through the worker API in
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shlex
 import time
@@ -21,16 +20,16 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from deployer import __version__
 from deployer.errors import LaunchFailed, NotFound, Unhealthy
 from deployer.fleet.members import ROUTER_HEALTH_PATH, RouterMember, spec_of
 from deployer.fleet.record import try_write_record
 from deployer.profile.host import probe_address
 from deployer.profile.model import Profile
 from deployer.target.push import Layout, RunDir, new_run_id, push
-from deployer.render.bundle import Bundle, EnvRef, Word, env_file_text, flag_tokens, sh_word
+from deployer.render.bundle import Bundle, EnvRef, Word, flag_tokens, render_launch
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.secrets import MASK, secret_var
 from deployer.target.process import status, stop
@@ -46,6 +45,7 @@ from deployer.runner.timing import PORT_WAIT_S, stop_grace
 READY_LINE = "Starting router on"
 # smg flags that take credentials: their values go to the env file, never into launch.sh.
 SECRET_FLAGS = frozenset({"api_key", "control_plane_api_keys", "jwt_secret"})
+LAUNCH_TEMPLATE = Path(__file__).with_name("router_launch.sh.j2")
 READY_TIMEOUT_S = 60.0
 DRAIN_TIMEOUT_S = 120.0
 POLL_S = 0.25
@@ -110,20 +110,9 @@ def _secret(fleet: Profile, name: str) -> bool:
 
 
 def render_router(member: RouterMember, urls: list[str], fleet: Profile) -> Bundle:
+    """The router's run dir files: launch.sh from router_launch.sh.j2 (next to this module), its env file."""
     words, env = router_words(member, urls, fleet)
-    script = "\n".join([
-        "#!/usr/bin/env bash",
-        f"# Launch script for the router {shlex.quote(member.name)}, rendered by deployer {shlex.quote(__version__)}.",
-        "# The supervisor runs it with the environment from ./env (0600); no secret is ever written here.",
-        "set -euo pipefail",
-        'cd -- "$(dirname -- "${BASH_SOURCE[0]}")"',
-        "exec " + " ".join(sh_word(w) for w in words),
-        "",
-    ])
-    env_text = env_file_text(env)
-    digest = hashlib.sha256(script.encode() + b"\0" + env_text.encode()).hexdigest()
-    return Bundle(script=script, env=env_text, argv=[str(w) for w in words], words=words, content_hash=digest,
-                  env_names=sorted(env), masked_env={k: MASK for k in sorted(env)})
+    return render_launch(LAUNCH_TEMPLATE, member.name, words, env)
 
 
 def settings_hash(member: RouterMember, fleet: Profile) -> str:

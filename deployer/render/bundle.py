@@ -1,5 +1,6 @@
-"""Rendering: `Profile` -> `Bundle` (launch script, env file, argv, content hash). Pure: no I/O but templates
-(the profile's own, or the engine's: `Launch.template`, in the engine's package).
+"""Rendering: `Profile` -> `Bundle` (launch script, env file, argv, content hash), and the router's bundle from its
+words (`render_launch`). Pure: no I/O but templates (the profile's own, the engine's: `Launch.template`, in the
+engine's package, or the router's: fleet/router_launch.sh.j2).
 
 Every value that reaches shell text goes through `shq` (shlex.quote); secrets live only in the env file.
 """
@@ -21,7 +22,7 @@ from deployer.flag_names import key_option
 from deployer.profile.model import Profile
 from deployer.secrets import MASK, SECRET_ENV_PREFIX, secret_var
 
-__all__ = ["Bundle", "EnvRef", "Word", "engine_argv", "engine_env", "render", "secret_var", "sh_word"]
+__all__ = ["Bundle", "EnvRef", "Word", "engine_argv", "engine_env", "render", "render_launch", "secret_var", "sh_word"]
 
 
 @dataclass(frozen=True)
@@ -151,11 +152,28 @@ def render(profile: Profile) -> Bundle:
                                            profile=profile.public_dict())
     except jinja2.TemplateError as exc:
         raise RenderError(f"template error: {exc}") from None
-    env_text = env_file_text(env)
-    digest = hashlib.sha256(script.encode() + b"\0" + env_text.encode()).hexdigest()
     secret = profile.secret_env_keys()
     masked = {k: (MASK if k in secret or k.startswith(SECRET_ENV_PREFIX) else v) for k, v in sorted(env.items())}
-    return Bundle(script=script, env=env_text, argv=[str(w) for w in argv], words=argv,
+    return _bundle(script, argv, env, masked)
+
+
+def render_launch(template: Path, name: str, words: list[Word], env: dict[str, str]) -> Bundle:
+    """A launch script from a template of deployer's own (the router's, fleet/router_launch.sh.j2) with the same
+    variables an engine's template gets but `profile`; every env value is masked for display."""
+    try:
+        text = template.read_text(encoding="utf-8")
+        script = _environment(jinja2.BaseLoader()).from_string(text).render(
+            name=name, argv=words, deployer_version=__version__)
+    except jinja2.TemplateError as exc:
+        raise RenderError(f"template error: {exc}") from None
+    return _bundle(script, words, env, {k: MASK for k in sorted(env)})
+
+
+def _bundle(script: str, words: list[Word], env: dict[str, str], masked: dict[str, str]) -> Bundle:
+    """The bundle of a rendered script: its content hash covers the script and the env file."""
+    env_text = env_file_text(env)
+    digest = hashlib.sha256(script.encode() + b"\0" + env_text.encode()).hexdigest()
+    return Bundle(script=script, env=env_text, argv=[str(w) for w in words], words=words,
                   content_hash=digest, env_names=sorted(env), masked_env=masked)
 
 
