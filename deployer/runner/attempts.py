@@ -21,7 +21,7 @@ from deployer.events import AttemptStarted, Changed, Diagnosed, Drift, EventSink
 from deployer.logtext import clip, printable
 from deployer.profile.fixed import save_fixed
 from deployer.profile.model import Profile
-from deployer.target.push import RunDir, new_run_id, profile_record, push, set_current, write_outcome
+from deployer.target.push import RunDir, new_run_id, profile_record, push, write_outcome
 from deployer.remedy.propose import Change, propose
 from deployer.render.bundle import Bundle, render
 from deployer.runner.history import AttemptRows
@@ -30,7 +30,8 @@ from deployer.runner.report import AttemptReport, UpOptions, UpReport
 from deployer.runner.restore import Restore
 from deployer.runner.shape import Found, Result, Shape, Target, result_name, result_text
 from deployer.runner.timing import PORT_WAIT_S, RETRY_PORT_WAIT_S, stop_grace
-from deployer.target.process import check_port, listener, start, stop
+from deployer.target.process import listener, stop
+from deployer.target.switch import Ports, switch_to
 from deployer.watch.watcher import PortTaken, Ready
 
 
@@ -91,7 +92,10 @@ class AttemptRunner:
         self.shape.each(lambda i: self._push(i, bundles[i], attempt), list(range(len(self.targets))))
         self.rows.begin(self.targets, self.profiles, up_id=self.up_id, attempt=attempt,
                         content_hash=bundles[0].content_hash)
-        self._start(self._stop_serving() if attempt == 1 else RETRY_PORT_WAIT_S)
+        if attempt == 1:
+            self._start(stopped=self._stop_serving(), port_wait=PORT_WAIT_S)
+        else:  # this run's own engine of the attempt before just stopped
+            self._start(stopped=True, port_wait=RETRY_PORT_WAIT_S)
         result = self.shape.watch(self.profile, self.emit)
         assert self.targets[0].run is not None
         item = AttemptReport(attempt, self.targets[0].run.run_id, bundles[0].content_hash, result_name(result),
@@ -117,29 +121,29 @@ class AttemptRunner:
                               self.shape.supervisor_config(index, profile), new_run_id(bundle, attempt))
         self.shape.sink(self.emit, index)(RunPushed(run_id=target.run.run_id, run_dir=target.run.path))
 
-    def _stop_serving(self) -> float:
-        """Stop the version that served (the new run dirs are complete); the wait for its ports to free."""
+    def _stop_serving(self) -> bool:
+        """Stop the version that served on every target (the new run dirs are complete) before any new run starts
+        (a node group's nodes belong together); whether there was one."""
         serving = [t for t in self.targets if t.serving is not None]
         if not serving:
-            return 0.0
+            return False
         self.emit(Info(message=self.shape.stopping(serving)))
         self.stopped = True  # from here on, a failure brings it back
         assert serving[0].serving is not None
         self.report.replaced = serving[0].serving.run.run_id
         grace = self.shape.serving_grace_s(self.profile)
         self.shape.each(lambda t: stop(t.remote, t.serving.run, grace) if t.serving else None, serving)
-        return PORT_WAIT_S
+        return True
 
-    def _start(self, port_wait: float) -> None:
-        """Every target's run made current and started, once its port is free (one step on the target, which also
-        refuses a port that cannot be bound). A failure is recorded as such."""
+    def _start(self, *, stopped: bool, port_wait: float) -> None:
+        """Every target switched to its run (target/switch.py: its port free, waited for when something was
+        `stopped` just before, then `current`, then the start). A failure is recorded as such."""
         def one(index: int) -> None:
             target = self.targets[index]
             assert target.run is not None
-            set_current(target.remote, target.layout, target.run)
-            if port_wait > 0:
-                check_port(target.remote, target.layout, self.profiles[index].engine.port, wait_s=port_wait)
-            target.launch = start(target.remote, target.run)
+            target.launch = switch_to(target.remote, target.layout, target.run,
+                                      Ports((self.profiles[index].engine.port,)), serving=None,
+                                      port_wait_s=port_wait, stopped=stopped)
 
         try:
             self.shape.each(one, list(range(len(self.targets))))

@@ -1,10 +1,11 @@
 """Bring back the previous version: after a failed replace, the version that served is started again, and the
 error says what happened.
 
-Only when `up` stopped it and it had reached ready on every target (push first, stop last). The failed attempt's
-runs are stopped first, then every target's earlier run dir is made current and started again in place (its own
-files and ports), and it is watched like any attempt. `--no-rollback` and a lost lock leave it as it failed; the
-error says so either way. One path for a single host and a node group.
+Only when `up` stopped it and it had reached ready on every target (push first, stop last). What the failed
+attempt left running is stopped first (found by `current`, which names the run that last started), then every
+target is switched back to its earlier run dir in place, its own files and ports (target/switch.py: the ports,
+then `current`, then the start), and it is watched like any attempt. `--no-rollback` and a lost lock leave it as
+it failed; the error says so either way. One path for a single host and a node group.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from dataclasses import dataclass
 from deployer.errors import DeployError, LockLost
 from deployer.events import EventSink, Restored, RollingBack
 from deployer.profile.model import Profile
-from deployer.target.push import set_current
 from deployer.runner.report import RestoredVersion, UpReport
 from deployer.runner.shape import Result, Shape, Target, result_name, result_text
 from deployer.runner.timing import PORT_WAIT_S, stop_grace
-from deployer.target.process import check_port, start, status, stop
+from deployer.target.process import status, stop
 from deployer.target.records import current_run_id
+from deployer.target.switch import Ports, switch_to
 from deployer.watch.watcher import Ready
 
 
@@ -85,6 +86,6 @@ class Restore:
         target, port = pair
         view = target.serving
         assert view is not None
-        set_current(target.remote, target.layout, view.run)
-        check_port(target.remote, target.layout, int(view.record.get("port") or port), wait_s=PORT_WAIT_S)
-        target.run, target.launch = view.run, start(target.remote, view.run)
+        ports = Ports((int(view.record.get("port") or port),))
+        target.run, target.launch = view.run, switch_to(target.remote, target.layout, view.run, ports,
+                                                        serving=None, port_wait_s=PORT_WAIT_S, stopped=True)

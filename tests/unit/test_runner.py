@@ -18,6 +18,7 @@ from deployer.runner import history as runner_history
 from deployer.runner.attempts import AttemptRunner
 from deployer.runner.report import UpOptions, UpReport
 from deployer.runner.shape import Found, Result, Shape, Target
+from deployer.target import switch
 from deployer.target.process import Launch
 from deployer.target.records import RunView
 from deployer.watch.watcher import Crashed, Ready
@@ -56,7 +57,13 @@ class Scripted(Shape):
 
 
 @pytest.fixture
-def steps(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def switched() -> list[str]:
+    """The switch steps (target/switch.py) besides the start: each port check and `current`, in order."""
+    return []
+
+
+@pytest.fixture
+def steps(monkeypatch: pytest.MonkeyPatch, switched: list[str]) -> list[str]:
     done: list[str] = []
     count = iter(range(1, 100))
 
@@ -67,13 +74,15 @@ def steps(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     def start(remote: Any, run: RunDir) -> Launch:
         done.append(f"start {run.run_id}")
+        switched.append(f"start {run.run_id}")
         return Launch(run, 1, 1, 0.0, 0)
 
     for module in (attempts, restore):
-        monkeypatch.setattr(module, "start", start)
         monkeypatch.setattr(module, "stop", lambda remote, run, grace: done.append(f"stop {run.run_id}"))
-        monkeypatch.setattr(module, "set_current", lambda remote, layout, run: None)
-        monkeypatch.setattr(module, "check_port", lambda *a, **k: None)
+    monkeypatch.setattr(switch, "start", start)
+    monkeypatch.setattr(switch, "set_current", lambda remote, layout, run: switched.append(f"current {run.run_id}"))
+    monkeypatch.setattr(switch, "check_port",
+                        lambda remote, layout, port, wait_s: switched.append(f"port {port} wait {wait_s:g}"))
     monkeypatch.setattr(attempts, "push", push)
     monkeypatch.setattr(attempts, "write_outcome", lambda remote, run, data: done.append(f"outcome {data['outcome']}"))
     monkeypatch.setattr(attempts, "log_head", lambda remote, launch: "")
@@ -126,3 +135,28 @@ def test_a_failed_replace_brings_the_serving_version_back(steps: list[str]) -> N
     assert report.restored is not None and report.restored.serving and report.replaced == "old"
     assert [type(e) for e in events][-2:] == [RollingBack, Restored]
     assert steps[:3] == ["push 1", "stop old", "start run1"] and steps[-1] == "start old"
+
+
+def test_every_start_switches_ports_then_current_then_start(steps: list[str], switched: list[str],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Attempt 1 after the serving version stopped (the full port wait), attempt 2 after its own failed run (the
+    retry's wait), restore after the failed attempt (the full wait): each checks the port before `current` moves,
+    and `current` moves right before the start (target/switch.py says why)."""
+    view = RunView(RunDir("/w/runs/old", "old"), {"content_hash": "c" * 64, "port": 30001},
+                   {"alive": True, "status": "ready", "ready_at": 1.0}, None)
+    diag = Diagnosis(signature="oom", summary="out of memory", transient=False)
+    monkeypatch.setattr(attempts, "propose", lambda d, p, tried, values: Change(args={"mem": 0.5}, reason="less"))
+    target = Target(remote=Box(), layout=None, serving=view)  # type: ignore[arg-type]
+    crash = Crashed(1.0, 1, None, None, [])
+    with pytest.raises(LaunchFailed):
+        _runner(Scripted([target], [crash, crash, crash], diag), []).run()
+    assert switched == ["port 30000 wait 15", "current run1", "start run1",
+                        "port 30000 wait 5", "current run2", "start run2",
+                        "port 30000 wait 5", "current run3", "start run3",
+                        "port 30001 wait 15", "current old", "start old"]   # the old run's port, from its record
+
+
+def test_a_first_start_with_nothing_serving_checks_the_port_once(steps: list[str], switched: list[str]) -> None:
+    diag = Diagnosis(signature=None, summary="unknown", transient=False)
+    _runner(Scripted([Target(remote=Box(), layout=None)], [Ready(1.0)], diag), []).run()  # type: ignore[arg-type]
+    assert switched == ["port 30000 wait 0", "current run1", "start run1"]
