@@ -28,6 +28,7 @@ from deployer.deployments.base import Deployment, Select
 from deployer.deployments.single import Origin, SingleHost
 from deployer.errors import NotFound, ProfileError
 from deployer.oncall.deployment import Ref, make_ref, remembered_ref
+from deployer.oncall.remembered import remember
 
 if TYPE_CHECKING:
     from deployer.deployments.fleet import ReplicaFleet
@@ -63,34 +64,35 @@ def is_fleet(profile: Profile) -> bool:
 
 def resolve(target: str | None, host: str | None = None, workdir: str | None = None, *,
             trust_new_host: bool = False, select: Select = Select(), mode: Mode = READ) -> Deployment:
-    """The Deployment TARGET (a profile file or a deployment's name) means; see the module's rules."""
+    """The Deployment TARGET (a profile file or a deployment's name) means; see the module's rules. A profile file
+    is read once: its kind, and then the deployment, come from that one load."""
     origin = Origin(target, host, workdir, trust_new_host)
-    single = _single(origin, mode)
     if mode.remembered and select.whole and names_file(target):
         assert target is not None
         ref = remembered_ref(target, host, workdir, trust_new_host)
         if ref is not None:
             return SingleHost(lambda: ref, origin=origin)
-    if select.node is not None or names_file(target):
+    prof = _load_file(target, mode)
+    if select.node is not None and (prof is None or not prof.nodes):
+        raise ProfileError("--node needs a profile file with nodes: (a name and --host cannot say which hosts "
+                           "are its nodes)")
+    if prof is not None and is_group(prof):
         from deployer.deployments.nodes import NodeGroup
-        from deployer.nodes.plan import nodes_profile
 
-        group = nodes_profile(target, select.node, read_only=mode.read_only)
-        if group is not None:
-            return NodeGroup(group, select=select, workdir=workdir, trust_new_host=trust_new_host,
-                             as_single=single)
-    prof = _fleet_file(target, mode)
-    if prof is not None:
+        return NodeGroup(prof, select=select, workdir=workdir, trust_new_host=trust_new_host,
+                         as_single=_single_file(prof, origin, mode))
+    if prof is not None and is_fleet(prof):
         from deployer.deployments.fleet import ReplicaFleet
 
-        return ReplicaFleet(prof, host=host, trust_new_host=trust_new_host, select=select, as_single=single)
+        return ReplicaFleet(prof, host=host, trust_new_host=trust_new_host, select=select,
+                            as_single=_single_file(prof, origin, mode))
     if select.replica is not None or select.router:
         found = fleet_by_name(origin, select)
         if found is None:
             raise NotFound(f"no fleet {target!r} here: --replica and --router need a fleet profile file, or a "
                            "fleet's name with --host of its router's host")
         return found
-    return single
+    return _single(origin, mode) if prof is None else _single_file(prof, origin, mode)
 
 
 def for_profile(profile: Profile, origin: Origin = Origin(), *, load_error: ProfileError | None = None) -> Deployment:
@@ -130,14 +132,33 @@ def _single(origin: Origin, mode: Mode) -> SingleHost:
     return SingleHost(ref, origin=origin, fleet_here=lambda: fleet_by_name(origin))
 
 
-def _fleet_file(arg: str | None, mode: Mode) -> Profile | None:
-    """The fleet profile named by ARG, or None (a name, or a single-host profile)."""
+def _single_file(prof: Profile, origin: Origin, mode: Mode) -> SingleHost:
+    """The single host of a profile file already loaded, as `_single` makes it (make_ref's Ref, when first asked:
+    --host applied as the loader applies it, remembered by a reading command) without loading the file again.
+    A fleet's or a node group's with --host stays `_single`: the loader refuses the two together, as before."""
+    if origin.host and (is_group(prof) or is_fleet(prof)):
+        return _single(origin, mode)
+
+    def ref() -> Ref:
+        from deployer.profile.loader import with_host
+
+        loaded = with_host(prof, origin.host) if origin.host else prof
+        if mode.read_only:
+            assert origin.arg is not None
+            remember(origin.arg, origin.overrides, origin.host, loaded)
+        return _ref_of_profile(loaded, origin)
+
+    return SingleHost(ref, origin=origin, fleet_here=lambda: fleet_by_name(origin))
+
+
+def _load_file(arg: str | None, mode: Mode) -> Profile | None:
+    """The profile ARG names, loaded (without --host: a fleet's and a node group's hosts are in the file), or
+    None for a name."""
     if not arg or not names_file(arg):
         return None
     from deployer.profile.loader import READ_ONLY, load_profile
 
-    prof = load_profile(arg, allow_unset=READ_ONLY if mode.read_only else False)
-    return prof if is_fleet(prof) else None
+    return load_profile(arg, allow_unset=READ_ONLY if mode.read_only else False)
 
 
 def fleet_by_name(origin: Origin, select: Select = Select()) -> ReplicaFleet | None:

@@ -10,13 +10,11 @@ address so that node 0's supervisor can watch them. Pure: the network facts come
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from deployer.engines.base import MultiNode
 from deployer.errors import ProfileError
 from deployer.flag_names import option_key
-from deployer.profile.loader import READ_ONLY, load_profile
 from deployer.profile.model import Node, Profile, Target
 
 GROUP_MISSES = 3           # consecutive failed looks before a supervisor calls a peer lost
@@ -146,17 +144,3 @@ def supervisor_overrides(plans: list[NodePlan], rank: int, every_s: float) -> di
 
 def _file(profile: Profile) -> str:
     return str(profile.source or "<profile>")
-
-
-def nodes_profile(arg: str | None, node: int | None, overrides: tuple[str, ...] = (), *,
-                  read_only: bool = False) -> Profile | None:
-    """The `nodes:` profile named by ARG, else None; `--node` without one is one clear error. read_only (the
-    on-call commands): the engine's `${VAR}`s may be unset here."""
-    if arg and (Path(arg).is_file() or arg.endswith((".yaml", ".yml"))):
-        profile = load_profile(arg, overrides=list(overrides), allow_unset=READ_ONLY if read_only else False)
-        if profile.nodes:
-            return profile
-    if node is not None:
-        raise ProfileError("--node needs a profile file with nodes: (a name and --host cannot say which hosts "
-                           "are its nodes)")
-    return None

@@ -261,6 +261,22 @@ def _apply_host(layered: Layered, text: str) -> None:
         target["port"] = port
 
 
+def with_host(profile: Profile, text: str) -> Profile:
+    """A single-host profile already loaded, with `--host [user@]host[:port]` applied as `load_profile(host=...)`
+    applies it (host, and user/port when given), without reading the file again."""
+    try:
+        user, host, port = parse_host(text)
+    except ValueError as exc:
+        raise ProfileError(str(exc), file="--host") from None
+    given: dict[str, Any] = {"host": host, **({"user": user} if user else {}), **({"port": port} if port is not None else {})}
+    data = {**profile.target.model_dump(exclude_unset=True), **given}
+    try:
+        target = type(profile.target).model_validate(data)
+    except ValidationError as exc:
+        raise ProfileError(f"target: {exc.errors()[0]['msg']}", file="--host") from None
+    return profile.model_copy(update={"target": target})   # its private attributes (source, secrets) kept
+
+
 # --- validation ------------------------------------------------------------------------------------------------
 
 

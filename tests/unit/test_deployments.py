@@ -3,6 +3,7 @@ typed reports' JSON and exit codes, the one JUnit writer for every smoke report,
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,54 @@ def test_a_fleet_refuses_host_where_its_hosts_are_in_the_profile(tmp_path: Path)
     fleet = resolve(fleet_file(tmp_path), "gpu-z")
     with pytest.raises(ProfileError, match="--host does not apply to `status` of a fleet profile"):
         fleet.status()
+
+
+@pytest.fixture
+def loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every time a profile file is read (the loader's one entry point)."""
+    from deployer.profile import loader
+
+    seen: list[str] = []
+    real = loader.load
+
+    def counted(path: Path, **kwargs: Any) -> Any:
+        seen.append(path.name)
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(loader, "load", counted)
+    return seen
+
+
+@pytest.mark.parametrize("mode", [READ, STOP, CHANGE])
+def test_resolve_reads_a_profile_file_once(tmp_path: Path, mode: Any, loads: list[str]) -> None:
+    single = resolve(single_file(tmp_path), mode=dataclasses.replace(mode, remembered=False))
+    assert isinstance(single, SingleHost) and single.ref.name == "one" and single.ref.spec.host == "gpu-a"
+    hosted = resolve(single_file(tmp_path), "ops@gpu-z:2222", mode=dataclasses.replace(mode, remembered=False))
+    assert (hosted.ref.spec.user, hosted.ref.spec.host, hosted.ref.spec.port) == ("ops", "gpu-z", 2222)  # type: ignore[attr-defined]
+    for kind, path in ((NodeGroup, nodes_file(tmp_path)), (ReplicaFleet, fleet_file(tmp_path))):
+        many = resolve(path, mode=mode)
+        assert isinstance(many, kind)
+        with pytest.raises(ProfileError, match="this command works on one host"):  # from the same load
+            many.as_single.ref  # type: ignore[attr-defined]
+    assert loads == ["one.yaml", "one.yaml", "group.yaml", "fleet.yaml"]
+
+
+def test_host_on_a_loaded_profile_is_what_the_loader_makes_of_it(tmp_path: Path) -> None:
+    from deployer.profile.loader import load_profile, with_host
+
+    path = write(tmp_path, "one", {"target": {"host": "gpu-a", "user": "me", "port": 2200, "workdir": "/srv/d/"}})
+    for text in ("gpu-z", "ops@gpu-z", "gpu-z:2222", "ops@gpu-z:2222"):
+        assert with_host(load_profile(path), text) == load_profile(path, host=text), text
+    moved = with_host(load_profile(path), "gpu-z")
+    assert moved.source == Path(path).resolve() and moved.files == [Path(path).resolve()]
+    with pytest.raises(ProfileError) as bad:
+        with_host(load_profile(path), "ops@gpu-z:99999")
+    assert str(bad.value) == str(pytest.raises(ProfileError, load_profile, path, host="ops@gpu-z:99999").value)
+
+
+def test_a_fleet_file_with_host_is_refused_where_it_needs_one_deployment(tmp_path: Path) -> None:
+    with pytest.raises(ProfileError, match="target: not allowed with replicas"):
+        resolve(fleet_file(tmp_path), "gpu-z").history()
 
 
 def test_for_profile_picks_the_same_kinds(tmp_path: Path) -> None:
