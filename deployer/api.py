@@ -11,8 +11,9 @@
 The Deployment (deployer.deployments.base) is the same object the CLI calls: up, plan, render, status, logs,
 history, diagnose, down, restart, rollback, prune, smoke. Every report has `to_json()` (the JSON `deploy ...
 --json` prints) and `exit_code`. Failures raise the error tree of deployer.errors (each error knows its exit
-code). Unlike the CLI, the API keeps no local SQLite history unless asked: `api.UpOptions()` has
-`local_history=False`; pass `local_history=True` to record attempts as `deploy up` does.
+code). Unlike the CLI, the API keeps no local SQLite history unless asked: `api.UpOptions()` and
+`api.SmokeOptions()` have `local_history=False`; pass `local_history=True` to record attempts as `deploy up` and
+`deploy smoke` do.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from deployer.runner import up as pipeline_up
 from deployer.runner.up import UpReport
 from deployer.profile.loader import load_profile
 from deployer.profile.model import Profile
-from deployer.smoke import SmokeOptions, SmokeReport
+from deployer import smoke as smoke_run
+from deployer.smoke import SmokeReport
 from deployer.events import Event, EventSink
 
 __all__ = ["DeployError", "Deployment", "DiagnosisReport", "DownOptions", "Event", "EventSink", "FleetDown",
@@ -42,6 +44,13 @@ __all__ = ["DeployError", "Deployment", "DiagnosisReport", "DownOptions", "Event
 @dataclasses.dataclass(frozen=True)
 class UpOptions(pipeline_up.UpOptions):
     """deployer.runner.up.UpOptions with the API's default: no local SQLite history (`local_history=False`)."""
+
+    local_history: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class SmokeOptions(smoke_run.SmokeOptions):
+    """deployer.smoke.SmokeOptions with the API's default: no local SQLite history (`local_history=False`)."""
 
     local_history: bool = False
 

@@ -54,6 +54,7 @@ class SmokeOptions:
     max_tokens: int = 8
     request_timeout_s: float = 60.0
     settle_s: float = 0.0
+    local_history: bool = True  # the deploy's attempts in deployer's local history (the CLI; the API need not)
 
 
 @dataclass(frozen=True)
@@ -244,7 +245,7 @@ def _skip_rest(report: SmokeReport, why: str) -> None:
 def _deploy(profile: Profile, opts: SmokeOptions, clock: PhaseClock, report: SmokeReport, stand: Stand) -> bool:
     """`up`; True when this smoke started the engine that is now running (so it is ours to stop)."""
     up_opts = UpOptions(trust_new_host=opts.trust_new_host, heal=opts.heal, skip_preflight=opts.skip_preflight,
-                        force=opts.force, what="smoke")
+                        force=opts.force, what="smoke", local_history=opts.local_history)
     try:
         result = stand.up(profile, up_opts, clock)
     except LaunchFailed as exc:

@@ -89,7 +89,7 @@ def smoke_fleet(profile: Profile, opts: SmokeOptions, emit: EventSink) -> FleetS
     report = FleetSmokeReport(fleet.name)
     timing = _Timing(emit)
     up_opts = UpOptions(trust_new_host=opts.trust_new_host, heal=opts.heal, skip_preflight=opts.skip_preflight,
-                        force=opts.force, what="smoke")
+                        force=opts.force, what="smoke", local_history=opts.local_history)
     start = time.monotonic()
     outcome: FleetReport | None = None
     try:

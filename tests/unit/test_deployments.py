@@ -18,7 +18,7 @@ from deployer.deployments.nodes import NodeGroup
 from deployer.deployments.reports import FleetStatus, HostStatus, NodeStatus
 from deployer.deployments.resolve import CHANGE, READ, STOP, for_profile, resolve
 from deployer.deployments.single import SingleHost
-from deployer.errors import NotFound, ProfileError, Unhealthy
+from deployer.errors import LaunchFailed, NotFound, ProfileError, Unhealthy
 from deployer.fleet.smoke import Case, FleetSmokeReport
 from deployer.output.junit import smoke_suite
 from deployer.runner.up import UpOptions
@@ -187,3 +187,28 @@ def test_one_junit_writer_for_a_fleet_smoke() -> None:
 def test_the_api_keeps_no_local_history_by_default() -> None:
     assert api.UpOptions().local_history is False and api.UpOptions(local_history=True).local_history is True
     assert UpOptions().local_history is True and isinstance(api.UpOptions(), UpOptions)
+
+
+def test_smoke_keeps_local_history_only_where_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The smoke's deploy gets the smoke's `local_history`: off for the API's SmokeOptions, on for the CLI's."""
+    from deployer import smoke as smoke_run
+    from deployer.errors import DeployError
+    from deployer.fleet import smoke as fleet_smoke
+
+    seen: list[bool] = []
+
+    def up(profile: Any, opts: Any, emit: Any) -> Any:
+        seen.append(opts.local_history)
+        raise LaunchFailed("no engine here")   # the smoke then asks nothing and stops nothing
+
+    monkeypatch.setattr(fleet_smoke, "fleet_up", lambda profile, opts, emit: up(profile, opts, emit))
+    single, fleet = api.load(single_file(tmp_path)), api.load(fleet_file(tmp_path))
+    cases = [(api.SmokeOptions(keep=True), False), (api.SmokeOptions(keep=True, local_history=True), True),
+             (smoke_run.SmokeOptions(keep=True), True)]
+    for opts, expected in cases:
+        seen.clear()
+        report = smoke_run.run(single, opts, lambda e: None, stand=smoke_run.Stand(up=up))
+        assert isinstance(report.error, DeployError) and seen == [expected]
+        seen.clear()
+        assert not fleet_smoke.smoke_fleet(fleet, opts, lambda e: None).ok and seen == [expected]
+    assert api.SmokeOptions().local_history is False and isinstance(api.SmokeOptions(), smoke_run.SmokeOptions)
