@@ -17,7 +17,7 @@ from deployer.errors import DeployError, ProfileError
 from deployer.export import check as chk
 from deployer.export import files
 from deployer.export import k8s as k8s_export
-from deployer.export.prometheus import scrape_targets, written_address
+from deployer.export.prometheus import written_address
 from deployer.export.translate import for_version
 from deployer.fleet.members import ssh_address
 
@@ -109,8 +109,8 @@ def prometheus(profile: str, overrides: tuple[str, ...], host: str | None, outpu
       deploy export prometheus profiles/qwen3-8b-fleet.yaml -o /etc/prometheus/targets/deployer.json
     A warning (stderr) names what keeps Prometheus from reading a target (metrics off, a loopback bind).
     """
-    export = scrape_targets(_load(profile, overrides, host, allow_unset=True),
-                            ssh_address if resolve_hosts else written_address)
+    export = for_profile(_load(profile, overrides, host, allow_unset=True)).scrape_targets(
+        ssh_address if resolve_hosts else written_address)
     for warning in export.warnings:
         click.echo(f"warning: {warning}", err=True)
     if output is not None:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
                                               PruneReport, StatusReport, UpResult)
     from deployer.profile.model import Profile
     from deployer.deployments.reports import SmokeResult
+    from deployer.export.prometheus import AddressOf, PromExport
     from deployer.smoke import SmokeOptions
     from deployer.runner.up import UpOptions
     from deployer.events import EventSink
@@ -116,6 +117,12 @@ class Deployment(ABC):
         """What `deploy export` translates: the profile this deployment was made from, or (a name on a host) the
         profile of its newest run that reached ready."""
         raise self._not_built("export")
+
+    def scrape_targets(self, address_of: AddressOf | None = None) -> PromExport:
+        """What `deploy export prometheus` writes: every server this deployment runs as a scrape target (each kind
+        knows its servers: deployer.export.prometheus), its address written by `address_of` (default: the host
+        as the profile writes it)."""
+        raise self._not_built("export prometheus")
 
     def _not_built(self, what: str) -> ProfileError:
         return ProfileError(f"{self.name or 'this deployment'}: {what} is not built for this kind of deployment")

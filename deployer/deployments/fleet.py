@@ -15,6 +15,7 @@ from deployer.deployments.reports import (DiagnosisReport, FleetDown, FleetStatu
                                           PruneReport)
 from deployer.deployments.single import Origin, SingleHost
 from deployer.errors import ProfileError
+from deployer.export.prometheus import AddressOf, PromExport, fleet_targets, written_address
 from deployer.fleet.members import fleet_of
 from deployer.fleet.oncall import fleet_down, fleet_logs, fleet_status, pick_member
 from deployer.fleet.report import FleetReport
@@ -103,3 +104,6 @@ class ReplicaFleet(Deployment):
 
     def export_source(self) -> ExportSource:
         return ExportSource(self.profile)
+
+    def scrape_targets(self, address_of: AddressOf | None = None) -> PromExport:
+        return fleet_targets(self.profile, address_of or written_address)

@@ -20,6 +20,7 @@ from deployer.deployments.reports import (DiagnosisReport, HistoryReport, NodeDo
                                           PruneReport, plan_error)
 from deployer.deployments.single import SingleHost
 from deployer.errors import NotFound, ProfileError
+from deployer.export.prometheus import AddressOf, PromExport, node_targets, written_address
 from deployer.nodes import ops as nodes_ops
 from deployer.nodes.dryrun import plan_report
 from deployer.nodes.render import render_nodes
@@ -95,6 +96,9 @@ class NodeGroup(Deployment):
 
     def export_source(self) -> ExportSource:
         return ExportSource(self.profile)
+
+    def scrape_targets(self, address_of: AddressOf | None = None) -> PromExport:
+        return node_targets(self.profile, address_of or written_address)
 
     # -- the group's versions -------------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from deployer.remote.base import Remote
     from deployer.smoke import SmokeOptions, SmokeReport
     from deployer.events import EventSink
+    from deployer.export.prometheus import AddressOf, PromExport
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,11 @@ class SingleHost(Deployment):
 
         profile, run_id = last_ready_profile(self.ref)
         return ExportSource(profile, run_id)
+
+    def scrape_targets(self, address_of: AddressOf | None = None) -> PromExport:
+        from deployer.export.prometheus import engine_targets, written_address
+
+        return engine_targets(self._profile(), address_of or written_address)
 
 
 def _own_port(remote: Remote, prof: Profile) -> bool:

@@ -2,11 +2,13 @@
 file_sd JSON (https://prometheus.io/docs/guides/file-sd/): `[{"targets": ["host:port"], "labels": {...}}]`.
 
 Owns where each server of a profile serves its Prometheus metrics and the labels deployer knows about it. Pure:
-reads the profile only, never a target. A single-host profile is one engine; a `replicas:` fleet is one engine
-per replica (each its own deployment `<fleet>-r<i>`, at its `engine_port`) and, with `router:`, the `smg`
-router's metrics server (its own port, see `deployer.fleet.router.metrics_port`); a `nodes:` group is one engine
-on every node, at its own port (rank 0's API; a follower's stand-in health server, which serves /metrics too
-where the engine's metrics are on).
+reads the profile only, never a target. One function per kind of deployment, each called by that kind's
+`Deployment.scrape_targets` (deployer.deployments): a single-host profile is one engine (`engine_targets`); a
+`replicas:` fleet (`fleet_targets`) is one engine per replica (each its own deployment `<fleet>-r<i>`, at its
+`engine_port`) and, with `router:`, the `smg` router's metrics server (its own port, see
+`deployer.fleet.router.metrics_port`); a `nodes:` group (`node_targets`) is one engine on every node, at its own
+port (rank 0's API; a follower's stand-in health server, which serves /metrics too where the engine's metrics are
+on).
 
 Whether an engine serves its series at all depends on a flag for some engines (the `switch` of the engine's
 metrics.yaml, deployer.observe.names): a profile without it still gets its targets, with a warning.
@@ -111,21 +113,32 @@ def metrics_switch(profile: Profile) -> MetricsSwitch | None:
     return load_metric_names(path).switch if path is not None else None
 
 
-def scrape_targets(profile: Profile, address_of: AddressOf = written_address) -> PromExport:
-    """Every engine and router of `profile` as scrape targets, with warnings (metrics off, loopback binds).
+def engine_targets(profile: Profile, address_of: AddressOf = written_address) -> PromExport:
+    """A single-host profile's engine as a scrape target, with warnings (metrics off, a loopback bind)."""
+    reach = _reach(profile, address_of)
+    return PromExport([_engine_target(profile, _engine_labels(profile, profile.name), reach)], reach.warnings)
 
-    ProfileError where the profile names no hosts to scrape (a `replicas:` count) or cannot be deployed."""
+
+def fleet_targets(profile: Profile, address_of: AddressOf = written_address) -> PromExport:
+    """Every replica of a `replicas:` fleet and its router's metrics server; ProfileError for a `replicas:` count
+    (it names no hosts to scrape) or a fleet that cannot be deployed."""
+    reach = _reach(profile, address_of)
+    return PromExport(_fleet_targets(profile, reach), reach.warnings)
+
+
+def node_targets(profile: Profile, address_of: AddressOf = written_address) -> PromExport:
+    """Every node of a `nodes:` group, with its rank."""
+    reach = _reach(profile, address_of)
+    return PromExport(_node_targets(profile, reach), reach.warnings)
+
+
+def _reach(profile: Profile, address_of: AddressOf) -> _Reach:
+    """The addresses' writer, its warnings started with the engine's metrics switch when it is off."""
     reach = _Reach(address_of)
     switch = metrics_switch(profile)
     if switch is not None and not switch.serves(profile.engine.args):
         reach.warnings.append(f"{profile.name}: {switch.fix}; its targets are listed anyway")
-    if profile.nodes is not None:
-        targets = _node_targets(profile, reach)
-    elif profile.replicas is not None:
-        targets = _fleet_targets(profile, reach)
-    else:
-        targets = [_engine_target(profile, _engine_labels(profile, profile.name), reach)]
-    return PromExport(targets, reach.warnings)
+    return reach
 
 
 @dataclass

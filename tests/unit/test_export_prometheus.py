@@ -13,7 +13,8 @@ import yaml
 
 from deployer.engines import engine_for, kinds
 from deployer.errors import ProfileError
-from deployer.export.prometheus import METRICS_PATH, PromExport, scrape_targets
+from deployer.deployments.resolve import for_profile
+from deployer.export.prometheus import METRICS_PATH, AddressOf, PromExport, written_address
 from deployer.observe.names import load_metric_names
 from deployer.observe.prometheus import parse
 from deployer.profile.loader import load_profile
@@ -32,6 +33,11 @@ def written(tmp_path: Path, data: dict[str, Any]) -> Profile:
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(data))
     return load_profile(path)
+
+
+def scrape_targets(profile: Profile, address_of: AddressOf = written_address) -> PromExport:
+    """The scrape targets as `deploy export prometheus` asks them: of the profile's Deployment, whatever its kind."""
+    return for_profile(profile).scrape_targets(address_of)
 
 
 def by_address(export: PromExport) -> dict[str, dict[str, str]]:
