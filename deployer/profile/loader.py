@@ -268,8 +268,11 @@ def with_host(profile: Profile, text: str) -> Profile:
         user, host, port = parse_host(text)
     except ValueError as exc:
         raise ProfileError(str(exc), file="--host") from None
-    given: dict[str, Any] = {"host": host, **({"user": user} if user else {}), **({"port": port} if port is not None else {})}
-    data = {**profile.target.model_dump(exclude_unset=True), **given}
+    data: dict[str, Any] = {**profile.target.model_dump(exclude_unset=True), "host": host}
+    if user:
+        data["user"] = user
+    if port is not None:
+        data["port"] = port
     try:
         target = type(profile.target).model_validate(data)
     except ValidationError as exc:

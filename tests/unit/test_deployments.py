@@ -103,7 +103,8 @@ def test_resolve_reads_a_profile_file_once(tmp_path: Path, mode: Any, loads: lis
     single = resolve(single_file(tmp_path), mode=dataclasses.replace(mode, remembered=False))
     assert isinstance(single, SingleHost) and single.ref.name == "one" and single.ref.spec.host == "gpu-a"
     hosted = resolve(single_file(tmp_path), "ops@gpu-z:2222", mode=dataclasses.replace(mode, remembered=False))
-    assert (hosted.ref.spec.user, hosted.ref.spec.host, hosted.ref.spec.port) == ("ops", "gpu-z", 2222)  # type: ignore[attr-defined]
+    assert isinstance(hosted, SingleHost)
+    assert (hosted.ref.spec.user, hosted.ref.spec.host, hosted.ref.spec.port) == ("ops", "gpu-z", 2222)
     for kind, path in ((NodeGroup, nodes_file(tmp_path)), (ReplicaFleet, fleet_file(tmp_path))):
         many = resolve(path, mode=mode)
         assert isinstance(many, kind)
