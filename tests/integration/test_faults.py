@@ -181,7 +181,7 @@ def test_a_push_cut_halfway_changes_nothing(tmp_path: Path, sshd: Any, monkeypat
 
 def test_a_failure_after_the_stop_brings_the_previous_version_back(tmp_path: Path, sshd: Any,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from deployer.runner import attempts as pipeline  # where the attempt starts its run
+    from deployer.target import switch as pipeline  # where every start is made (the attempt's, restore's)
 
     home = tmp_path / "h"
     prof = write_profile(tmp_path, sshd, name="back")
