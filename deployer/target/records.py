@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import posixpath
-import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,14 +58,12 @@ def read_json(remote: Remote, path: str) -> dict[str, Any] | None:
 
 def list_runs(remote: Remote, layout: Layout) -> list[str]:
     """Run ids, oldest first (ids start with a UTC timestamp)."""
-    result = remote.run(f"ls -1 {shlex.quote(layout.runs)} 2>/dev/null", timeout=20, check=False)
-    return sorted(line for line in result.stdout.split() if line and not line.startswith("."))
+    return remote.helper.listdir(layout.runs) or []
 
 
 def current_run_id(remote: Remote, layout: Layout) -> str | None:
-    result = remote.run(f"readlink {shlex.quote(layout.current)}", timeout=20, check=False)
-    link = result.stdout.strip()
-    return posixpath.basename(link) if result.ok and link else None
+    link = remote.helper.readlink(layout.current)
+    return posixpath.basename(link) if link else None
 
 
 def run_view(remote: Remote, layout: Layout, run_id: str, *, live: bool = True) -> RunView:
