@@ -8,7 +8,6 @@ node's log (`--node N`, required: the ranks' logs are separate files on separate
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable
 from typing import Any
 
@@ -21,8 +20,7 @@ from deployer.oncall import deployment as ops
 from deployer.runner.up import diagnose_state
 from deployer.profile.model import Profile
 from deployer.target.push import RunDir
-from deployer.remote.program import SUPERVISOR_PYTHON
-from deployer.remote.base import TargetSpec
+from deployer.remote.base import EndpointUnreachable, TargetSpec
 from deployer.supervisor.supervise_base import UP
 
 Notify = Callable[[str], None]
@@ -45,16 +43,8 @@ def node_refs(profile: Profile, node: int | None, workdir: str | None,
 
 
 # A follower's dummy health listens on the follower's own address (where node 0's supervisor watches it), not
-# on its loopback: it is asked from node 0, as the group sees it.
-HEALTH_PY = """import http.client, sys
-for target in sys.argv[1:]:
-    addr, port = target.rsplit(":", 1)
-    try:
-        c = http.client.HTTPConnection(addr.strip("[]"), int(port), timeout=3); c.request("GET", "/health")
-        print(target, c.getresponse().status)
-    except Exception as e:
-        print(target, 0)
-"""
+# on its loopback: it is asked from node 0 (the helper's `http` there), as the group sees it.
+HEALTH_TIMEOUT_S = 3.0
 
 
 def status(profile: Profile, node: int | None, workdir: str | None, trust_new_host: bool) -> list[dict[str, Any]]:
@@ -66,7 +56,7 @@ def status(profile: Profile, node: int | None, workdir: str | None, trust_new_ho
     followers = [(plan, row) for (plan, _), row in zip(refs, rows) if plan.rank > 0 and row["status"] in UP]
     if followers:
         leader = node_refs(profile, 0, workdir, trust_new_host)[0][1]
-        answers = _follower_health(leader, [host_port(p.addr, p.port) for p, _ in followers])
+        answers = _follower_health(leader, [(p.addr, p.port) for p, _ in followers])
         for plan, row in followers:
             row["healthy"] = answers.get(host_port(plan.addr, plan.port)) == 200
             row["health_seen_from"] = "node 0"
@@ -99,15 +89,16 @@ def _mark_first_crash(profile: Profile, refs: list[tuple[NodePlan, ops.Ref]], ro
         row["first_crash"] = row["node"] == first
 
 
-def _follower_health(leader: ops.Ref, targets: list[str]) -> dict[str, int]:
-    with ops.connected(leader) as remote:
-        text = remote.run(" ".join([SUPERVISOR_PYTHON, "-c", shlex.quote(HEALTH_PY), *map(shlex.quote, targets)]),
-                          timeout=30, check=False).stdout
+def _follower_health(leader: ops.Ref, followers: list[tuple[str, int]]) -> dict[str, int]:
+    """Each follower's /health status code as node 0 gets it (0: nothing answered)."""
     out: dict[str, int] = {}
-    for line in text.splitlines():
-        target, _, code = line.rpartition(" ")
-        if code.isdigit():
-            out[target] = int(code)
+    with ops.connected(leader) as remote:
+        for addr, port in followers:
+            try:
+                out[host_port(addr, port)] = remote.request("GET", port, "/health", timeout=HEALTH_TIMEOUT_S,
+                                                            address=addr).status
+            except EndpointUnreachable:
+                out[host_port(addr, port)] = 0
     return out
 
 

@@ -32,6 +32,7 @@ from deployer.remote.program import SUPERVISOR_PYTHON, helper_bundle
 from deployer.supervisor.supervise_protocol import ENGINE_LOG, OUTCOME_JSON, PROFILE_JSON, STATE_JSON, State
 
 FAKE = "fake"
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
 SUPERVISOR_PID = 4000
 
 
@@ -100,6 +101,8 @@ class FakeRemote:
         self.listening: dict[int, str] = {}       # port -> the run dir whose engine serves it
         self.requests: list[dict[str, Any]] = []  # every helper request, in order (for assertions)
         self.unknown: list[str] = []              # command lines no pattern answered
+        self.peers: dict[str, FakeRemote] = {}    # address -> the fake host that answers HTTP sent there
+        self.addresses: set[str] = set(LOOPBACK)  # where HTTP reaches this host itself (add its own names)
         self.shell = FakeShell()
         self.spawned = 0
         self._lock = threading.RLock()
@@ -158,10 +161,22 @@ class FakeRemote:
         link = self.links.get(posixpath.join(root, "current"))
         return posixpath.basename(link) if link else None
 
-    def crash(self, run_dir: str, exit_code: int = 1) -> None:
-        """The engine of `run_dir` dies now (a test's doing)."""
+    def crash(self, run_dir: str, exit_code: int = 1, log: str = "") -> None:
+        """The engine of `run_dir` dies now (a test's doing), its last words `log`; the supervisor records the
+        crash (`last_crash`) as supervise_daemon does."""
         with self._lock:
+            path = posixpath.join(run_dir, ENGINE_LOG)
+            before = self.files.get(path, b"")
+            self._write(path, before + log.encode())
+            state = self.states.get(run_dir) or {}
+            offset = int(state.get("log_offset") or 0)
+            known = state.get("traceback_offset")
+            tb = known if known is not None else self._traceback(log, len(before))
             self._end(run_dir, "exited", exit_code)
+            ended = self.states[run_dir]
+            self._save(run_dir, {**ended, "last_crash": {
+                "at": ended.get("ended_at") or time.time(), "exit_code": exit_code, "signal": None,
+                "signal_name": None, "log_offset": offset, "traceback_offset": tb}})
 
     # -- the fake supervisor ----------------------------------------------------------------------------
 
@@ -179,7 +194,8 @@ class FakeRemote:
                 before = self._status(args[0])
                 if before.get("alive"):
                     self._end(args[0], "stopped", None)
-                return ok(cmd, json.dumps(dict(before, was_running=bool(before.get("alive"))), sort_keys=True))
+                after = self._status(args[0])   # as supervise.py's stop: the state it left, and whether it ran
+                return ok(cmd, json.dumps(dict(after, was_running=bool(before.get("alive"))), sort_keys=True))
             if op == "ports":
                 port = int(args[0])
                 holder = self.listening.get(port)
@@ -444,7 +460,11 @@ class FakeRemote:
         return {"ok": True, "runs": out, "current": self.current(posixpath.dirname(runs_dir))}
 
     def _op_http(self, r: dict[str, Any]) -> dict[str, Any]:
-        return self.http(str(r["method"]), int(r["port"]), str(r["path"]))
+        address = str(r.get("address") or "127.0.0.1")
+        host = self.peers.get(address) or (self if address in self.addresses else None)   # another fake host, or ours
+        if host is None:
+            return {"ok": False, "kind": "unreachable", "error": f"{address}:{r['port']}: no route (not a peer)"}
+        return host.http(str(r["method"]), int(r["port"]), str(r["path"]))
 
     def _op_supervise(self, r: dict[str, Any]) -> dict[str, Any]:
         result = self.supervise([str(a) for a in r["argv"]])
