@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from deployer.errors import DeployError, PreflightFailed
 from deployer.oncall.deployment import worst_exit_code
+from deployer.oncall.rows import DownResult, StatusRow
 
 if TYPE_CHECKING:
     from deployer.nodes.dryrun import NodesPlanReport
@@ -32,11 +33,11 @@ Row = dict[str, Any]
 class HostStatus:
     """`status` of one deployment on one host (`one`), or of every deployment on a host."""
 
-    rows: list[Row]
+    rows: list[StatusRow]
     one: bool = True
 
     def to_json(self) -> Any:
-        return self.rows[0] if self.one else self.rows
+        return self.rows[0].to_json() if self.one else [row.to_json() for row in self.rows]
 
     @property
     def exit_code(self) -> int:
@@ -47,10 +48,10 @@ class HostStatus:
 class NodeStatus:
     """`status` of a node group: a row per node (`node`, `role`, `first_crash`, `last_crash_diagnosis`)."""
 
-    rows: list[Row]
+    rows: list[StatusRow]
 
     def to_json(self) -> Any:
-        return self.rows
+        return [row.to_json() for row in self.rows]
 
     @property
     def exit_code(self) -> int:
@@ -77,20 +78,20 @@ StatusReport = Union[HostStatus, NodeStatus, FleetStatus]
 
 @dataclass(frozen=True)
 class HostDown:
-    result: Row
+    result: DownResult
 
     def to_json(self) -> Any:
-        return self.result
+        return self.result.to_json()
 
     exit_code = 0
 
 
 @dataclass(frozen=True)
 class NodeDown:
-    results: list[Row]
+    results: list[DownResult]
 
     def to_json(self) -> Any:
-        return self.results
+        return [result.to_json() for result in self.results]
 
     exit_code = 0
 
@@ -198,6 +199,7 @@ def plan_error(problems: list[str], refused: DeployError | None = None) -> Deplo
     return PreflightFailed(problems) if problems else None
 
 
-__all__ = ["DiagnosisReport", "DownReport", "FleetDown", "FleetStatus", "HistoryReport", "HostDown", "HostStatus",
+__all__ = ["DiagnosisReport", "DownReport", "DownResult", "FleetDown", "FleetStatus", "HistoryReport", "HostDown",
+           "HostStatus", "StatusRow",
            "NodeDown", "NodeStatus", "PlanReport", "PruneReport", "Row", "SmokeResult", "StatusReport", "UpResult",
            "plan_error"]

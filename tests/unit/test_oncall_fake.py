@@ -55,35 +55,39 @@ CRASH_DIAGNOSIS = {"signature": None, "summary": "unknown failure: RuntimeError:
 def test_status_of_a_serving_deployment(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeRemote()
     report = deployed(fake)
-    (row,) = ops.status(REF, fake)
+    (typed,) = ops.status(REF, fake)
+    row = typed.to_json()
     assert 0 <= row["uptime_s"] < 30
     assert list(row) == list(serving_row(report, uptime_s=row["uptime_s"]))   # the keys in --json's order
     assert row == serving_row(report, uptime_s=row["uptime_s"])
-    assert ops.worst_exit_code([row]) == ops.SERVING and not fake.unknown
+    assert ops.worst_exit_code([typed]) == ops.SERVING and typed.diagnosis is None and not fake.unknown
     hosts(monkeypatch, {"gpu-box": fake})
-    assert [r["status"] for r in ops.status(ops.Ref(None, TargetSpec("gpu-box"), WORKDIR))] == ["ready"]
+    assert [r.status for r in ops.status(ops.Ref(None, TargetSpec("gpu-box"), WORKDIR))] == ["ready"]
 
 
 def test_status_of_a_crash_after_ready_names_why(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeRemote()
     report = deployed(fake)
     fake.crash(report["run_dir"], log=CRASH)
-    (row,) = ops.status(REF, fake)
+    (typed,) = ops.status(REF, fake)
+    row = typed.to_json()
     crash = {**fake.states[report["run_dir"]]["last_crash"], "diagnosis": CRASH_DIAGNOSIS}   # type: ignore[dict-item]
     assert row == serving_row(report, uptime_s=None, status="exited", healthy=False, exit_code=1, serving=False,
                               last_crash=crash, diagnosis=CRASH_DIAGNOSIS)
     assert crash["traceback_offset"] == len("loading the model\nThe server is fired up and ready to roll!\n") + \
         CRASH.index("Traceback")
-    assert ops.worst_exit_code([row]) == ops.CRASHED and not fake.unknown
+    assert ops.worst_exit_code([typed]) == ops.CRASHED and not fake.unknown
+    assert typed.last_crash is not None and typed.last_crash.exit_code == 1 and typed.diagnosis is not None
+    assert typed.last_crash.diagnosis == typed.diagnosis and typed.diagnosis.summary == CRASH_DIAGNOSIS["summary"]
 
 
 def test_down_and_history(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeRemote()
     report = deployed(fake)
     hosts(monkeypatch, {"gpu-box": fake})
-    assert ops.down(REF, 1.0) == {"name": "demo", "host": "fake", "was_running": True, "status": "stopped",
+    assert ops.down(REF, 1.0).to_json() == {"name": "demo", "host": "fake", "was_running": True, "status": "stopped",
                                   "run_dir": report["run_dir"]}
-    assert ops.down(REF, 1.0)["was_running"] is False
+    assert ops.down(REF, 1.0).was_running is False
     run_id = report["attempts"][0]["run_id"]
     state = fake.states[report["run_dir"]]
     record = fake.json_file(posixpath.join(report["run_dir"], "profile.json")) or {}
@@ -91,6 +95,10 @@ def test_down_and_history(monkeypatch: pytest.MonkeyPatch) -> None:
                              "up_id": record["up_id"], "started_at": state["started_at"],
                              "content_hash": report["content_hash"], "outcome": "ready", "detail": "ready",
                              "diagnosis": None, "change": None, "drift": [], "restarts": 0}]
+
+
+def node_json(prof: Profile, node: int | None) -> list[dict[str, Any]]:
+    return [row.to_json() for row in node_ops.status(prof, node, None, False)]
 
 
 def two_nodes() -> Profile:
@@ -117,7 +125,7 @@ def group(monkeypatch: pytest.MonkeyPatch, *, reachable: bool = True) -> tuple[P
 
 def test_a_node_groups_status_asks_the_followers_health_from_node_0(monkeypatch: pytest.MonkeyPatch) -> None:
     prof, fakes, reports = group(monkeypatch)
-    rows = node_ops.status(prof, None, None, False)
+    rows = node_json(prof, None)
     common = {"name": "two", "first_crash": False}
     assert rows == [
         {**serving_row(reports[0], uptime_s=rows[0]["uptime_s"]), **common, "node": 0, "role": "rank 0 (API)"},
@@ -128,26 +136,26 @@ def test_a_node_groups_status_asks_the_followers_health_from_node_0(monkeypatch:
     asked = [r for r in fakes["node-0"].requests if r["op"] == "http" and r["address"] == "node-1"]
     assert [(r["port"], r["path"]) for r in asked] == [(PORT, "/health")]
     assert not fakes["node-0"].unknown and not fakes["node-1"].unknown
-    (one,) = node_ops.status(prof, 1, None, False)
+    (one,) = node_json(prof, 1)
     assert one["node"] == 1 and one["healthy"] is True
 
 
 def test_a_follower_node_0_cannot_reach_is_not_serving(monkeypatch: pytest.MonkeyPatch) -> None:
     prof, _, _ = group(monkeypatch, reachable=False)
-    rows = node_ops.status(prof, None, None, False)
+    rows = node_json(prof, None)
     assert [(r["node"], r["healthy"], r["serving"]) for r in rows] == [(0, True, True), (1, False, False)]
-    assert ops.worst_exit_code(rows) == ops.NOT_SERVING
+    assert ops.worst_exit_code(node_ops.status(prof, None, None, False)) == ops.NOT_SERVING
 
 
 def test_a_node_groups_crash_is_diagnosed_per_node(monkeypatch: pytest.MonkeyPatch) -> None:
     prof, fakes, reports = group(monkeypatch)
     fakes["node-1"].crash(reports[1]["run_dir"], log=CRASH)
-    rows = node_ops.status(prof, None, None, False)
+    rows = node_json(prof, None)
     assert [(r["node"], r["status"], r["first_crash"]) for r in rows] == [(0, "ready", False), (1, "exited", False)]
     assert rows[1]["last_crash_diagnosis"] == CRASH_DIAGNOSIS == rows[1]["diagnosis"]
     assert "last_crash_diagnosis" not in rows[0] and "health_seen_from" not in rows[1]
     assert list(rows[1])[-4:] == ["node", "role", "last_crash_diagnosis", "first_crash"]
     fakes["node-0"].crash(reports[0]["run_dir"], log=CRASH)
-    rows = node_ops.status(prof, None, None, False)
+    rows = node_json(prof, None)
     assert sum(r["first_crash"] for r in rows) == 1
     assert posixpath.basename(rows[0]["run_dir"]) == reports[0]["attempts"][0]["run_id"]
