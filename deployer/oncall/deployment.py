@@ -12,7 +12,7 @@ import dataclasses
 import posixpath
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,7 +216,7 @@ def last_crash(remote: Remote, view: RunView, alive: bool, crashed: dict[str, An
     if crashed is not None:
         return {**crash, "diagnosis": crashed}
     if not alive or not view.state.get("restarts"):
-        return crash
+        return dict(crash)
 
     from deployer.runner.up import diagnose_state
 
@@ -225,7 +225,7 @@ def last_crash(remote: Remote, view: RunView, alive: bool, crashed: dict[str, An
     return {**crash, "diagnosis": bounded_diagnosis({**diag.to_json(), "hint": diag.hint})}
 
 
-def diagnose_attempt(attempt: snapshot.Attempt, state: dict[str, Any], version: str | None, *,
+def diagnose_attempt(attempt: snapshot.Attempt, state: Mapping[str, Any], version: str | None, *,
                      engine: Engine) -> Diagnosis:
     """pipeline.up.diagnose_state on what a snapshot brought: no further trip to the target."""
     from deployer.diagnose.diagnosis import diagnose, oom_killer_lines

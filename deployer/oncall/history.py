@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -143,7 +144,7 @@ def diagnose_deployment(ref: Ref, engine_version: str | None) -> dict[str, Any]:
         raise NotFound(f"{ref.name}: no failed attempt on {remote.label}")
 
 
-def _profile_of(record: dict[str, Any]) -> Any:
+def _profile_of(record: Mapping[str, Any]) -> Any:
     try:
         return Profile.model_validate(record.get("profile") or {})
     except ValidationError:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from deployer.diagnose.diagnosis import Diagnosis, diagnose, hang_diagnosis, oom_killer_lines
@@ -67,7 +68,7 @@ def diagnose_attempt(remote: Remote, launch: Launch, outcome: Outcome, version: 
                         version, engine=engine)
 
 
-def diagnose_state(remote: Remote, run: RunDir, state: dict[str, Any], version: str | None, *,
+def diagnose_state(remote: Remote, run: RunDir, state: Mapping[str, Any], version: str | None, *,
                    engine: Engine) -> Diagnosis:
     """The diagnosis of a run's last engine death, from what its supervisor recorded (state.json)."""
     end = state.get("last_crash") or state
