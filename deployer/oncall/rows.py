@@ -1,5 +1,5 @@
-"""The typed rows of the on-call reports: one deployment's `status` (a node's, with its node facts) and the
-result of a `down`. Code reads their attributes; `to_json()` gives exactly what `--json` prints (the JSON edge).
+"""The typed rows of the on-call reports: one deployment's `status` (a node's, with its node facts), the
+result of a `down` and the entries of `history`. Code reads their attributes; `to_json()` gives exactly what `--json` prints (the JSON edge).
 
 A row is made from the masked JSON its command built (`of`): the target's records are the previous release's as
 much as this one's, so the pieces read from them (a crash record, a diagnosis, the lock) keep the JSON they came
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 Json = dict[str, Any]
@@ -165,3 +165,43 @@ class DownResult:
         if self.node is not None:
             out["node"] = self.node
         return out
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One row of `deploy history`: an attempt (its outcome, diagnosis signature, the change made after it) or a
+    lock event (a takeover, a break); `raw` is the row's JSON as `--json` prints it (the target's records of any
+    release, or the local history's rows)."""
+
+    lock: bool
+    started_at: float | None
+    outcome: str | None
+    detail: str | None = None
+    run_id: str = ""
+    content_hash: str = ""
+    attempt: int | None = None
+    current: bool = False
+    signature: str = ""
+    change: str = ""
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def of_attempt(cls, row: Mapping[str, Any]) -> HistoryEntry:
+        """An attempt's row (the target's records, or the local history's)."""
+        diagnosis = ShownDiagnosis.of(row.get("diagnosis"))
+        made = row.get("change")
+        change: Mapping[str, Any] = made if isinstance(made, Mapping) else {}
+        return cls(lock=False, started_at=row.get("started_at"), outcome=row.get("outcome"),
+                   detail=row.get("detail"), run_id=str(row.get("run_id") or ""),
+                   content_hash=str(row.get("content_hash") or ""), attempt=row.get("attempt"),
+                   current=bool(row.get("current")), signature=str(diagnosis.signature or "") if diagnosis else "",
+                   change=str(change.get("reason") or ""), raw=row)
+
+    @classmethod
+    def of_lock(cls, row: Mapping[str, Any]) -> HistoryEntry:
+        """A lock event's row (a takeover or a break, from the lock's events)."""
+        return cls(lock=True, started_at=row.get("started_at"), outcome=row.get("outcome"),
+                   detail=row.get("detail"), raw=row)
+
+    def to_json(self) -> Json:
+        return dict(self.raw)

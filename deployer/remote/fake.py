@@ -347,7 +347,12 @@ class FakeRemote:
         return {"root": root, "exists": runs_dir in self.dirs, "runs": runs, "current": current,
                 "records": records, "status": status,
                 "env": {r: self._env(posixpath.join(runs_dir, r)) for r in (current, shown, told) if r},
-                "log": log, "attempt": attempt, "lock": None, "lock_events": ""}
+                "log": log, "attempt": attempt, "lock": self._text(posixpath.join(root, "lock")),
+                "lock_events": self._text(posixpath.join(root, "lock-events.jsonl")) or ""}
+
+    def _text(self, path: str) -> str | None:
+        data = self.files.get(path)
+        return None if data is None else data.decode("utf-8", "replace")
 
     # -- the helper's requests --------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import posixpath
 import sys
 from pathlib import Path
@@ -91,7 +92,10 @@ def test_down_and_history(monkeypatch: pytest.MonkeyPatch) -> None:
     run_id = report["attempts"][0]["run_id"]
     state = fake.states[report["run_dir"]]
     record = fake.json_file(posixpath.join(report["run_dir"], "profile.json")) or {}
-    assert history(REF) == [{"kind": "attempt", "run_id": run_id, "current": True, "attempt": 1,
+    (entry,) = history(REF)
+    assert (entry.lock, entry.run_id, entry.outcome, entry.current, entry.signature) == (False, run_id, "ready",
+                                                                                         True, "")
+    assert [e.to_json() for e in history(REF)] == [{"kind": "attempt", "run_id": run_id, "current": True, "attempt": 1,
                              "up_id": record["up_id"], "started_at": state["started_at"],
                              "content_hash": report["content_hash"], "outcome": "ready", "detail": "ready",
                              "diagnosis": None, "change": None, "drift": [], "restarts": 0}]
@@ -159,3 +163,19 @@ def test_a_node_groups_crash_is_diagnosed_per_node(monkeypatch: pytest.MonkeyPat
     rows = node_json(prof, None)
     assert sum(r["first_crash"] for r in rows) == 1
     assert posixpath.basename(rows[0]["run_dir"]) == reports[0]["attempts"][0]["run_id"]
+
+
+def test_history_shows_the_locks_events_among_the_attempts(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeRemote()
+    report = deployed(fake)
+    started = fake.states[report["run_dir"]]["started_at"]
+    assert started is not None
+    holder = {"owner": "ann@laptop", "pid": 1, "host_id": "laptop/b", "command": "up"}
+    event = {"at": started + 5, "event": "lock-broken", "by": {**holder, "owner": "bob@desk"}, "from": holder}
+    fake.files[posixpath.join(WORKDIR, "demo", "lock-events.jsonl")] = (json.dumps(event) + "\n").encode()
+    hosts(monkeypatch, {"gpu-box": fake})
+    entries = history(REF)
+    assert [(e.lock, e.outcome) for e in entries] == [(True, "lock-broken"), (False, "ready")]
+    assert entries[0].to_json() == {"kind": "lock", "started_at": started + 5, "outcome": "lock-broken",
+                                    "detail": entries[0].detail, "by": event["by"], "from": holder}
+    assert entries[0].detail and "broke the lock" in entries[0].detail
