@@ -119,16 +119,16 @@ class StatusRow:
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> StatusRow:
-        """From the row's JSON as describe() built it (masked)."""
-        lock = row.get("lock")
-        return cls(name=str(row["name"]), host=str(row["host"]), status=str(row["status"]), pid=row.get("pid"),
-                   uptime_s=row.get("uptime_s"), healthy=bool(row.get("healthy")), attempt=row.get("attempt"),
-                   content_hash=str(row.get("content_hash") or ""), run_dir=str(row.get("run_dir") or ""),
-                   port=int(row.get("port") or 0), restarts=int(row.get("restarts") or 0),
-                   last_crash=CrashRecord.of(row.get("last_crash")), exit_code=row.get("exit_code"),
-                   signal_name=row.get("signal_name"), drift=[str(d) for d in row.get("drift") or []],
-                   runs=int(row.get("runs") or 0), diagnosis=ShownDiagnosis.of(row.get("diagnosis")),
-                   lock=dict(lock) if isinstance(lock, Mapping) else None, serving=bool(row.get("serving")))
+        """From the row's JSON as describe() built it (masked): every key is there."""
+        lock = row["lock"]
+        return cls(name=str(row["name"]), host=str(row["host"]), status=str(row["status"]), pid=row["pid"],
+                   uptime_s=row["uptime_s"], healthy=bool(row["healthy"]), attempt=row["attempt"],
+                   content_hash=str(row["content_hash"] or ""), run_dir=str(row["run_dir"]), port=int(row["port"]),
+                   restarts=int(row["restarts"] or 0), last_crash=CrashRecord.of(row["last_crash"]),
+                   exit_code=row["exit_code"], signal_name=row["signal_name"],
+                   drift=[str(d) for d in row["drift"] or []], runs=int(row["runs"]),
+                   diagnosis=ShownDiagnosis.of(row["diagnosis"]),
+                   lock=dict(lock) if isinstance(lock, Mapping) else None, serving=bool(row["serving"]))
 
     def replace(self, **changes: Any) -> StatusRow:
         return dataclasses.replace(self, **changes)
