@@ -15,7 +15,7 @@ import click
 
 from deployer.deployments.base import Deployment
 from deployer.deployments.reports import (DiagnosisReport, FleetDown, FleetStatus, HistoryReport, HostDown,
-                                          HostStatus, NodeDown, NodeStatus, PlanReport, PruneReport)
+                                          HostStatus, NodeDown, NodeStatus, PlanReport, PruneReport, StatusRow)
 from deployer.output.console import JsonEvents, LiveProgress
 from deployer.output.fleet import FleetProgress, status_lines
 from deployer.secrets import mask_data
@@ -80,12 +80,13 @@ def _(report: HostStatus, sink: Any = None) -> None:
 @text.register
 def _(report: NodeStatus, sink: Any = None) -> None:
     for row in report.rows:
-        first = ": its crash came first, the group fell with it" if row.get("first_crash") else ""
-        click.echo(f"node {row['node']} ({row['role']}){first}:")
+        assert row.node is not None
+        first = ": its crash came first, the group fell with it" if row.node.first_crash else ""
+        click.echo(f"node {row.node.rank} ({row.node.role}){first}:")
         print_status([row])
-        crash = row.get("last_crash_diagnosis")
-        if crash and not row.get("diagnosis"):
-            click.echo(f"  last crash diagnosis: {crash.get('signature')}: {crash.get('summary')}")
+        crash = row.node.last_crash_diagnosis
+        if crash and crash.raw and not (row.diagnosis and row.diagnosis.raw):
+            click.echo(f"  last crash diagnosis: {crash.signature}: {crash.summary}")
 
 
 @text.register
@@ -97,15 +98,15 @@ def _(report: FleetStatus, sink: Any = None) -> None:
 @text.register
 def _(report: HostDown, sink: Any = None) -> None:
     result = report.result
-    what = "stopped" if result["was_running"] else "not running"
-    click.echo(f"{result['name']}: {what} on {result['host']}")
+    what = "stopped" if result.was_running else "not running"
+    click.echo(f"{result.name}: {what} on {result.host}")
 
 
 @text.register
 def _(report: NodeDown, sink: Any = None) -> None:
     for result in report.results:
-        what = "stopped" if result["was_running"] else "not running"
-        click.echo(f"{result['name']} node {result['node']}: {what} on {result['host']}")
+        what = "stopped" if result.was_running else "not running"
+        click.echo(f"{result.name} node {result.node}: {what} on {result.host}")
 
 
 @text.register
@@ -168,20 +169,20 @@ def _(report: PlanReport, sink: Any = None) -> None:
     click.echo(report.text, nl=False)
 
 
-def print_status(rows: list[dict[str, Any]]) -> None:
+def print_status(rows: list[StatusRow]) -> None:
     if not rows:
         click.echo("no deployments")
     for row in rows:
-        health = "healthy" if row["healthy"] else "not healthy"
-        uptime = f", up {row['uptime_s']:.0f}s" if row["uptime_s"] is not None else ""
-        click.echo(f"{row['name']}: {row['status']} ({health}{uptime}) pid {row['pid']} port {row['port']} "
-                   f"attempt {row['attempt']} content {row['content_hash'][:12]} restarts {row['restarts']}")
-        click.echo(f"  run dir {row['run_dir']} on {row['host']}")
-        if row.get("last_crash"):
-            click.echo(f"  last crash: {describe_crash(row['last_crash'])}")
-        if row.get("lock"):
-            click.echo(f"  lock: {row['lock']['text']}")
-        for line in row.get("drift") or []:
+        health = "healthy" if row.healthy else "not healthy"
+        uptime = f", up {row.uptime_s:.0f}s" if row.uptime_s is not None else ""
+        click.echo(f"{row.name}: {row.status} ({health}{uptime}) pid {row.pid} port {row.port} "
+                   f"attempt {row.attempt} content {row.content_hash[:12]} restarts {row.restarts}")
+        click.echo(f"  run dir {row.run_dir} on {row.host}")
+        if row.last_crash is not None and row.last_crash.raw:
+            click.echo(f"  last crash: {describe_crash(row.last_crash.to_json())}")
+        if row.lock:
+            click.echo(f"  lock: {row.lock['text']}")
+        for line in row.drift:
             click.echo(f"  drift: {line}")
 
 

@@ -145,8 +145,8 @@ class NodeGroup(Deployment):
 
     def _stop_for_smoke(self, opts: SmokeOptions) -> dict[str, Any]:
         results = nodes_ops.down(self.profile, None, self.workdir, opts.trust_new_host, DownOptions())
-        return {"was_running": any(r.get("was_running") for r in results),
-                "status": results[0].get("status") if results else None}
+        return {"was_running": any(r.was_running for r in results),
+                "status": results[0].status if results else None}
 
 
 def _attempt_key(view: RunView) -> tuple[str, int]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from deployer.errors import DeployError, PreflightFailed
 from deployer.oncall.deployment import worst_exit_code
+from deployer.oncall.rows import DownResult, HistoryEntry, StatusRow
 
 if TYPE_CHECKING:
     from deployer.nodes.dryrun import NodesPlanReport
@@ -32,11 +33,11 @@ Row = dict[str, Any]
 class HostStatus:
     """`status` of one deployment on one host (`one`), or of every deployment on a host."""
 
-    rows: list[Row]
+    rows: list[StatusRow]
     one: bool = True
 
     def to_json(self) -> Any:
-        return self.rows[0] if self.one else self.rows
+        return self.rows[0].to_json() if self.one else [row.to_json() for row in self.rows]
 
     @property
     def exit_code(self) -> int:
@@ -47,10 +48,10 @@ class HostStatus:
 class NodeStatus:
     """`status` of a node group: a row per node (`node`, `role`, `first_crash`, `last_crash_diagnosis`)."""
 
-    rows: list[Row]
+    rows: list[StatusRow]
 
     def to_json(self) -> Any:
-        return self.rows
+        return [row.to_json() for row in self.rows]
 
     @property
     def exit_code(self) -> int:
@@ -77,20 +78,20 @@ StatusReport = Union[HostStatus, NodeStatus, FleetStatus]
 
 @dataclass(frozen=True)
 class HostDown:
-    result: Row
+    result: DownResult
 
     def to_json(self) -> Any:
-        return self.result
+        return self.result.to_json()
 
     exit_code = 0
 
 
 @dataclass(frozen=True)
 class NodeDown:
-    results: list[Row]
+    results: list[DownResult]
 
     def to_json(self) -> Any:
-        return self.results
+        return [result.to_json() for result in self.results]
 
     exit_code = 0
 
@@ -109,44 +110,13 @@ DownReport = Union[HostDown, NodeDown, FleetDown]
 
 
 @dataclass(frozen=True)
-class HistoryEntry:
-    """One row of `deploy history`: an attempt (its outcome, diagnosis signature, the change made after it) or a
-    lock event (a takeover, a break). Read from the JSON row the target's records gave (the JSON edge)."""
-
-    lock: bool
-    started_at: float | None
-    outcome: str | None
-    detail: str | None = None
-    run_id: str = ""
-    content_hash: str = ""
-    attempt: int | None = None
-    current: bool = False
-    signature: str = ""
-    change: str = ""
-
-    @classmethod
-    def of(cls, row: Row) -> HistoryEntry:
-        diagnosis, change = row.get("diagnosis") or {}, row.get("change") or {}
-        return cls(lock=row.get("kind") == "lock", started_at=row.get("started_at"), outcome=row.get("outcome"),
-                   detail=row.get("detail"), run_id=str(row.get("run_id") or ""),
-                   content_hash=str(row.get("content_hash") or ""), attempt=row.get("attempt"),
-                   current=bool(row.get("current")), signature=str(diagnosis.get("signature") or ""),
-                   change=str(change.get("reason") or ""))
-
-
-@dataclass(frozen=True)
 class HistoryReport:
-    """Every attempt (and lock event) of a deployment, newest first: the rows as `--json` prints them, and the
-    same as typed entries for people."""
+    """Every attempt (and lock event) of a deployment, newest first."""
 
-    rows: list[Row]
+    entries: list[HistoryEntry]
 
     def to_json(self) -> Any:
-        return self.rows
-
-    @property
-    def entries(self) -> list[HistoryEntry]:
-        return [HistoryEntry.of(row) for row in self.rows]
+        return [entry.to_json() for entry in self.entries]
 
     exit_code = 0
 
@@ -198,6 +168,7 @@ def plan_error(problems: list[str], refused: DeployError | None = None) -> Deplo
     return PreflightFailed(problems) if problems else None
 
 
-__all__ = ["DiagnosisReport", "DownReport", "FleetDown", "FleetStatus", "HistoryReport", "HostDown", "HostStatus",
+__all__ = ["DiagnosisReport", "HistoryEntry", "DownReport", "DownResult", "FleetDown", "FleetStatus", "HistoryReport", "HostDown",
+           "HostStatus", "StatusRow",
            "NodeDown", "NodeStatus", "PlanReport", "PruneReport", "Row", "SmokeResult", "StatusReport", "UpResult",
            "plan_error"]

@@ -132,7 +132,7 @@ class SingleHost(Deployment):
 
     def down(self, opts: DownOptions = DownOptions()) -> DownReport:
         result = ops.down(self.ref, opts.grace, break_lock=opts.break_lock, notify=opts.notify)
-        if result.get("status") == "absent":  # no such deployment here: perhaps the fleet whose router runs here
+        if result.status == "absent":  # no such deployment here: perhaps the fleet whose router runs here
             fleet = self.fleet_here()
             if fleet is not None:
                 return fleet.down(opts)

@@ -63,7 +63,7 @@ def fleet_status(fleet: Fleet, trust_new_host: bool = False) -> tuple[dict[str, 
 
     def one(member: Member, _emit: EventSink) -> dict[str, Any]:
         try:
-            row = ops.status(_ref(member, trust_new_host))[0]
+            row = ops.status(_ref(member, trust_new_host))[0].to_json()
         except NotFound:
             row = {"name": member.name, "host": member.host, "status": "absent", "healthy": False,
                    "serving": False}
@@ -114,7 +114,7 @@ def _row_code(row: dict[str, Any]) -> int:
         return ops.NO_DEPLOYMENT
     if row["status"] == "unreachable":
         return int(row.get("code") or 1)
-    return ops.status_exit_code(row)
+    return ops.status_code(row["status"], bool(row["healthy"]))
 
 
 def fleet_down(fleet: Fleet, grace: float | None, *, trust_new_host: bool = False, break_lock: bool = False,
@@ -128,7 +128,7 @@ def fleet_down(fleet: Fleet, grace: float | None, *, trust_new_host: bool = Fals
     def one(member: Member, e: EventSink) -> dict[str, Any]:
         result = ops.down(_ref(member, trust_new_host), grace, break_lock=break_lock,
                           notify=lambda m: e(Warn(message=m)))
-        return {**result, "role": member.role, "member": member.tag, "alias": member.host}
+        return {**result.to_json(), "role": member.role, "member": member.tag, "alias": member.host}
 
     routers = fan_out([m for m in everyone if m.role == "router"], lambda m: m.host, lambda m: m.tag, one, sink)
     replicas = fan_out([m for m in everyone if m.role == "replica"], lambda m: m.host, lambda m: m.tag, one, sink)

@@ -8,12 +8,11 @@ targets, ports, addresses; never a secret value (a masked profile cannot start a
 from __future__ import annotations
 
 import json
-import shlex
 from typing import Any
 
 from deployer.errors import DeployError, NotFound, ProfileError
 from deployer.profile.model import Profile
-from deployer.target.push import expand_workdir
+from deployer.target.push import expand_workdir, make_owned_dirs
 from deployer.remote.base import Remote, TargetSpec
 from deployer.remote.connect import conversing
 
@@ -31,7 +30,8 @@ def write_record(remote: Remote, workdir: str, profile: Profile) -> None:
         data["router"]["args"] = {k: ("***" if _secret_path(profile, f"router.args.{k}") else v)
                                   for k, v in (data["router"].get("args") or {}).items()}
     path = record_path(expand_workdir(remote, workdir), profile.name)
-    remote.run(f"mkdir -p -m 0700 {shlex.quote(path.rsplit('/', 1)[0])}", timeout=20)
+    folder = path.rsplit('/', 1)[0]
+    make_owned_dirs(remote, folder, folder)
     remote.put(json.dumps({"kind": "replicas", "profile": data}, indent=1).encode(), path, 0o644)
 
 

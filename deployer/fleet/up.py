@@ -120,8 +120,7 @@ def _unchanged(links: Links) -> Callable[[ReplicaMember], bool]:
                                      links.to(t))
         except DeployError:
             return False
-        return bool(rows) and rows[0].get("serving") is True and \
-            rows[0].get("content_hash") == render(member.profile).content_hash
+        return bool(rows) and rows[0].serving and rows[0].content_hash == render(member.profile).content_hash
     return check
 
 
@@ -135,7 +134,7 @@ def _replicas_serve(fleet: Fleet, links: Links) -> bool:
                                      links.to(t))
         except NotFound:
             return False
-        return bool(rows) and rows[0].get("serving") is True
+        return bool(rows) and rows[0].serving
 
     done = fan_out(fleet.replicas, lambda m: m.host, lambda m: f"r{m.index}", one, TaggedSink(lambda _e: None))
     return any(d.value for d in done)

@@ -8,7 +8,7 @@ node's log (`--node N`, required: the ranks' logs are separate files on separate
 
 from __future__ import annotations
 
-import shlex
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -18,11 +18,11 @@ from deployer.nodes.plan import NodePlan, host_port, plan_nodes
 from deployer.runner.fanout import at_once
 from deployer.logtext import bounded_diagnosis
 from deployer.oncall import deployment as ops
+from deployer.oncall.rows import DownResult, NodeFacts, ShownDiagnosis, StatusRow
 from deployer.runner.up import diagnose_state
 from deployer.profile.model import Profile
 from deployer.target.push import RunDir
-from deployer.remote.program import SUPERVISOR_PYTHON
-from deployer.remote.base import TargetSpec
+from deployer.remote.base import EndpointUnreachable, TargetSpec
 from deployer.supervisor.supervise_base import UP
 
 Notify = Callable[[str], None]
@@ -45,74 +45,74 @@ def node_refs(profile: Profile, node: int | None, workdir: str | None,
 
 
 # A follower's dummy health listens on the follower's own address (where node 0's supervisor watches it), not
-# on its loopback: it is asked from node 0, as the group sees it.
-HEALTH_PY = """import http.client, sys
-for target in sys.argv[1:]:
-    addr, port = target.rsplit(":", 1)
-    try:
-        c = http.client.HTTPConnection(addr.strip("[]"), int(port), timeout=3); c.request("GET", "/health")
-        print(target, c.getresponse().status)
-    except Exception as e:
-        print(target, 0)
-"""
+# on its loopback: it is asked from node 0 (the helper's `http` there), as the group sees it.
+HEALTH_TIMEOUT_S = 3.0
 
 
-def status(profile: Profile, node: int | None, workdir: str | None, trust_new_host: bool) -> list[dict[str, Any]]:
+def status(profile: Profile, node: int | None, workdir: str | None, trust_new_host: bool) -> list[StatusRow]:
     refs = node_refs(profile, node, workdir, trust_new_host)
-    rows = []
-    for plan, ref in refs:
-        for row in ops.status(ref):
-            rows.append({**row, "node": plan.rank, "role": "rank 0 (API)" if plan.rank == 0 else "dummy health"})
-    followers = [(plan, row) for (plan, _), row in zip(refs, rows) if plan.rank > 0 and row["status"] in UP]
+    rows = [row.replace(node=NodeFacts(plan.rank, "rank 0 (API)" if plan.rank == 0 else "dummy health"))
+            for plan, ref in refs for row in ops.status(ref)]
+    followers = [i for i, ((plan, _), row) in enumerate(zip(refs, rows)) if plan.rank > 0 and row.status in UP]
     if followers:
         leader = node_refs(profile, 0, workdir, trust_new_host)[0][1]
-        answers = _follower_health(leader, [host_port(p.addr, p.port) for p, _ in followers])
-        for plan, row in followers:
-            row["healthy"] = answers.get(host_port(plan.addr, plan.port)) == 200
-            row["health_seen_from"] = "node 0"
-            row["serving"] = ops.status_exit_code(row) == 0
-    _mark_first_crash(profile, refs, rows)
-    return rows
+        answers = _follower_health(leader, [(refs[i][0].addr, refs[i][0].port) for i in followers])
+        for i in followers:
+            plan, row = refs[i][0], rows[i]
+            healthy = answers.get(host_port(plan.addr, plan.port)) == 200
+            rows[i] = row.replace(healthy=healthy, serving=ops.status_code(row.status, healthy) == ops.SERVING,
+                                  node=dataclasses.replace(_facts(row), health_seen_from="node 0"))
+    return _mark_first_crash(profile, refs, rows)
 
 
-def _diagnose_crash(ref: ops.Ref, row: dict[str, Any], profile: Profile) -> dict[str, Any] | None:
-    run_dir = str(row.get("run_dir") or "")
-    if not run_dir:
+def _facts(row: StatusRow) -> NodeFacts:
+    assert row.node is not None
+    return row.node
+
+
+def _diagnose_crash(ref: ops.Ref, row: StatusRow, profile: Profile) -> ShownDiagnosis | None:
+    if not row.run_dir or row.last_crash is None:
         return None
-    run = RunDir(run_dir, run_dir.rstrip("/").rsplit("/", 1)[-1])
+    run = RunDir(row.run_dir, row.run_dir.rstrip("/").rsplit("/", 1)[-1])
     with ops.connected(ref) as remote:
-        diag = diagnose_state(remote, run, {"last_crash": row["last_crash"]}, profile.engine.version,
+        diag = diagnose_state(remote, run, {"last_crash": row.last_crash.to_json()}, profile.engine.version,
                               engine=profile.engine.definition)
-    return bounded_diagnosis({**diag.to_json(), "hint": diag.hint})
+    return ShownDiagnosis.of(bounded_diagnosis({**diag.to_json(), "hint": diag.hint}))
 
 
-def _mark_first_crash(profile: Profile, refs: list[tuple[NodePlan, ops.Ref]], rows: list[dict[str, Any]]) -> None:
+def _mark_first_crash(profile: Profile, refs: list[tuple[NodePlan, ops.Ref]],
+                      rows: list[StatusRow]) -> list[StatusRow]:
     """Every node's last crash diagnosed (`last_crash_diagnosis`, also while the restarted group serves), and
     the node whose crash brought the group down gets `first_crash: true` (the others only followed it)."""
-    for (_, ref), row in zip(refs, rows):
-        if isinstance(row.get("last_crash"), dict):
-            row["last_crash_diagnosis"] = row.get("diagnosis") or _diagnose_crash(ref, row, profile)
-    crashes = {row["node"]: (row["last_crash"], (row.get("last_crash_diagnosis") or {}).get("signature"))
-               for row in rows if isinstance(row.get("last_crash"), dict)}
+    rows = [row.replace(node=dataclasses.replace(_facts(row), diagnosed=True, last_crash_diagnosis=row.diagnosis if
+                                                 row.diagnosis and row.diagnosis.raw else
+                                                 _diagnose_crash(ref, row, profile)))
+            if row.last_crash is not None else row for (_, ref), row in zip(refs, rows)]
+    crashes = {_facts(row).rank: (row.last_crash.to_json(), _signature(_facts(row).last_crash_diagnosis))
+               for row in rows if row.last_crash is not None}
     first = first_crash(crashes, profile.engine.definition) if len(crashes) > 1 else None
-    for row in rows:
-        row["first_crash"] = row["node"] == first
+    return [row.replace(node=dataclasses.replace(_facts(row), first_crash=_facts(row).rank == first)) for row in rows]
 
 
-def _follower_health(leader: ops.Ref, targets: list[str]) -> dict[str, int]:
-    with ops.connected(leader) as remote:
-        text = remote.run(" ".join([SUPERVISOR_PYTHON, "-c", shlex.quote(HEALTH_PY), *map(shlex.quote, targets)]),
-                          timeout=30, check=False).stdout
+def _signature(diagnosis: ShownDiagnosis | None) -> str | None:
+    return None if diagnosis is None else diagnosis.signature
+
+
+def _follower_health(leader: ops.Ref, followers: list[tuple[str, int]]) -> dict[str, int]:
+    """Each follower's /health status code as node 0 gets it (0: nothing answered)."""
     out: dict[str, int] = {}
-    for line in text.splitlines():
-        target, _, code = line.rpartition(" ")
-        if code.isdigit():
-            out[target] = int(code)
+    with ops.connected(leader) as remote:
+        for addr, port in followers:
+            try:
+                out[host_port(addr, port)] = remote.request("GET", port, "/health", timeout=HEALTH_TIMEOUT_S,
+                                                            address=addr).status
+            except EndpointUnreachable:
+                out[host_port(addr, port)] = 0
     return out
 
 
 def down(profile: Profile, node: int | None, workdir: str | None, trust_new_host: bool,
-         opts: ops.DownOptions) -> list[dict[str, Any]]:
+         opts: ops.DownOptions) -> list[DownResult]:
     refs = node_refs(profile, node, workdir, trust_new_host)
     notify: Notify = opts.notify or _silent
     if node is not None and len(plan_nodes(profile)) > 1:
@@ -121,7 +121,7 @@ def down(profile: Profile, node: int | None, workdir: str | None, trust_new_host
     # Every rank's supervisor is asked at once: rank 0's graceful shutdown ends the followers (which ignore
     # SIGTERM) within the grace, and their supervisors, asked too, record a stop, not a crash, and restart nothing.
     results = at_once(lambda pair: ops.down(pair[1], opts.grace, break_lock=opts.break_lock, notify=notify), refs)
-    return [{**result, "node": plan.rank} for (plan, _), result in zip(refs, results)]
+    return [dataclasses.replace(result, node=plan.rank) for (plan, _), result in zip(refs, results)]
 
 
 def logs(profile: Profile, node: int | None, workdir: str | None, trust_new_host: bool, opts: ops.LogOptions,

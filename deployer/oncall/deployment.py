@@ -12,7 +12,7 @@ import dataclasses
 import posixpath
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +27,7 @@ from deployer.target.push import Layout, expand_workdir
 from deployer.remote.base import Remote, TargetSpec
 from deployer.remote.connect import conversing, target_spec
 from deployer.oncall import remembered
+from deployer.oncall.rows import DownResult, StatusRow
 from deployer.oncall.secret_restore import learn_env_text
 from deployer.secrets import mask_data, mask_text
 from deployer.target.process import stop
@@ -160,18 +161,24 @@ def describe(view: RunView, remote: Remote, name: str, runs: int, env_text: str 
     }
 
 
-def status_exit_code(row: dict[str, Any]) -> int:
-    """One deployment's row -> the exit code of `deploy status` (SERVING only when it answers /health)."""
-    if row["status"] in ("ready", "running") and row["healthy"]:
+def status_code(status: str, healthy: bool) -> int:
+    """A deployment's status and health -> the exit code of `deploy status` (SERVING only when it answers
+    /health)."""
+    if status in ("ready", "running") and healthy:
         return SERVING
-    if row["status"] in UP:
+    if status in UP:
         return NOT_SERVING
-    if row["status"] in ("stopped", "stopping"):
+    if status in ("stopped", "stopping"):
         return STOPPED
     return CRASHED
 
 
-def worst_exit_code(rows: list[dict[str, Any]]) -> int:
+def status_exit_code(row: StatusRow) -> int:
+    """One deployment's row -> the exit code of `deploy status`."""
+    return status_code(row.status, row.healthy)
+
+
+def worst_exit_code(rows: list[StatusRow]) -> int:
     """Several deployments: the most urgent problem wins (crashed, then not serving, then stopped)."""
     if not rows:
         return NO_DEPLOYMENT
@@ -209,7 +216,7 @@ def last_crash(remote: Remote, view: RunView, alive: bool, crashed: dict[str, An
     if crashed is not None:
         return {**crash, "diagnosis": crashed}
     if not alive or not view.state.get("restarts"):
-        return crash
+        return dict(crash)
 
     from deployer.runner.up import diagnose_state
 
@@ -218,7 +225,7 @@ def last_crash(remote: Remote, view: RunView, alive: bool, crashed: dict[str, An
     return {**crash, "diagnosis": bounded_diagnosis({**diag.to_json(), "hint": diag.hint})}
 
 
-def diagnose_attempt(attempt: snapshot.Attempt, state: dict[str, Any], version: str | None, *,
+def diagnose_attempt(attempt: snapshot.Attempt, state: Mapping[str, Any], version: str | None, *,
                      engine: Engine) -> Diagnosis:
     """pipeline.up.diagnose_state on what a snapshot brought: no further trip to the target."""
     from deployer.diagnose.diagnosis import diagnose, oom_killer_lines
@@ -231,7 +238,7 @@ def diagnose_attempt(attempt: snapshot.Attempt, state: dict[str, Any], version: 
     return diag
 
 
-def status(ref: Ref, connection: Remote | None = None) -> list[dict[str, Any]]:
+def status(ref: Ref, connection: Remote | None = None) -> list[StatusRow]:
     """One deployment's row, or (no name) every deployment's under the workdir; one exec channel either way."""
     with connected(ref, connection) as remote:
         if ref.name:
@@ -248,25 +255,26 @@ def status(ref: Ref, connection: Remote | None = None) -> list[dict[str, Any]]:
                 continue
             row = describe(view, remote, name, len(snap.runs), snap.env.get(view.run.run_id), snap.attempt,
                            lease_of(remote, snap.layout, snap.lock))
-            out.append({**row, "serving": status_exit_code(row) == SERVING})
-        return list(mask_data(out))
+            out.append({**row, "serving": status_code(row["status"], row["healthy"]) == SERVING})
+        return [StatusRow.of(row) for row in mask_data(out)]
 
 
 def down(ref: Ref, grace: float | None = None, *, break_lock: bool = False,
-         notify: Notify | None = None) -> dict[str, Any]:
+         notify: Notify | None = None) -> DownResult:
     """Graceful stop of the current run; 'not running' is success."""
     assert ref.name
     with connected(ref) as remote:
         snap = snapshot.take(remote, layout_of(ref.workdir, ref.name).root)  # what runs: one exec channel
         layout, view = snap.layout, snap.current_view()
         if view is None:
-            return {"name": ref.name, "host": remote.label, "was_running": False, "status": "absent"}
+            return DownResult(ref.name, remote.label, was_running=False, status="absent")
         wait = grace if grace is not None else (ref.profile.restart.grace_s if ref.profile else 30.0)
         with DeploymentLock(remote, layout, "down", break_lock=break_lock, notify=notify) as lock, \
                 lock.reporting_loss():
             final = stop(lock.guarded(), view.run, wait)
-        return {"name": ref.name, "host": remote.label, "was_running": bool(final.get("was_running")),
-                "status": final.get("status"), "run_dir": view.run.path}
+        status = final.get("status")
+        return DownResult(ref.name, remote.label, was_running=bool(final.get("was_running")),
+                          status=None if status is None else str(status), run_dir=view.run.path)
 
 
 def pick_run(snap: snapshot.Snapshot, previous: bool, label: str) -> RunView:

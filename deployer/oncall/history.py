@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -12,6 +13,7 @@ from deployer.local_history import History
 from deployer.target.lock import DeploymentLock, describe_holder
 from deployer.logtext import bounded_diagnosis
 from deployer.oncall.deployment import Ref, connected, diagnose_attempt, layout_of, make_ref, opened
+from deployer.oncall.rows import HistoryEntry
 from deployer.oncall.secret_restore import learn_env_text
 from deployer.profile.model import Profile
 from deployer.target.push import Layout
@@ -46,7 +48,7 @@ def prune(ref: Ref, keep: int | None, dry_run: bool) -> dict[str, Any]:
         return {"name": ref.name, "host": remote.label, "dry_run": dry_run, **plan.to_json()}
 
 
-def history(ref: Ref) -> list[dict[str, Any]]:
+def history(ref: Ref) -> list[HistoryEntry]:
     """Every attempt on the target, newest first, with the lock's takeovers and breaks among them
     (the target is the truth; local history is a cache)."""
     assert ref.name
@@ -70,7 +72,8 @@ def history(ref: Ref) -> list[dict[str, Any]]:
                 "diagnosis": outcome.get("diagnosis"), "change": outcome.get("change"),
                 "drift": outcome.get("drift", []), "restarts": view.state.get("restarts", 0),
             })
-        return list(mask_data(_merge_newest_first(rows, lock_events(snap.lock_events))))
+        return _merge_newest_first([HistoryEntry.of_attempt(mask_data(row)) for row in rows],
+                                   [HistoryEntry.of_lock(mask_data(row)) for row in lock_events(snap.lock_events)])
 
 
 def lock_events(text: str) -> list[dict[str, Any]]:
@@ -96,17 +99,17 @@ def lock_event_text(event: dict[str, Any]) -> str:
     return f"{by} took over the lock from {old}: {why}"
 
 
-def _merge_newest_first(runs: list[dict[str, Any]], events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def _merge_newest_first(runs: list[HistoryEntry], events: list[HistoryEntry]) -> list[HistoryEntry]:
+    out: list[HistoryEntry] = []
     pending = list(events)
     for row in runs:
-        while pending and row.get("started_at") is not None and pending[0]["started_at"] >= row["started_at"]:
+        while pending and row.started_at is not None and (pending[0].started_at or 0) >= row.started_at:
             out.append(pending.pop(0))
         out.append(row)
     return out + pending
 
 
-def local_history(name: str, host: str | None) -> list[dict[str, Any]]:
+def local_history(name: str, host: str | None) -> list[HistoryEntry]:
     """The attempts this machine ran (the local SQLite cache), newest first; works with the target down."""
     store = History()
     try:
@@ -115,7 +118,7 @@ def local_history(name: str, host: str | None) -> list[dict[str, Any]]:
         store.close()
     if not rows:
         raise NotFound(f"no attempts of {name!r} in the local history")
-    return [{**row.to_json(), "current": False} for row in rows]
+    return [HistoryEntry.of_attempt({**row.to_json(), "current": False}) for row in rows]
 
 
 def diagnose_deployment(ref: Ref, engine_version: str | None) -> dict[str, Any]:
@@ -143,7 +146,7 @@ def diagnose_deployment(ref: Ref, engine_version: str | None) -> dict[str, Any]:
         raise NotFound(f"{ref.name}: no failed attempt on {remote.label}")
 
 
-def _profile_of(record: dict[str, Any]) -> Any:
+def _profile_of(record: Mapping[str, Any]) -> Any:
     try:
         return Profile.model_validate(record.get("profile") or {})
     except ValidationError:

@@ -29,7 +29,7 @@ def learn_secrets(remote: Remote, env_path: str, record: dict[str, Any]) -> None
     learn_env(read_env_file(remote, env_path), record)
 
 
-def learn_env_text(text: str | None, record: dict[str, Any], path: str = "env") -> None:
+def learn_env_text(text: str | None, record: Mapping[str, Any], path: str = "env") -> None:
     """learn_secrets for an env file's text already fetched (None: gone); a damaged one teaches nothing."""
     try:
         env = parse_env_text(text, path) if text is not None else None
@@ -38,7 +38,7 @@ def learn_env_text(text: str | None, record: dict[str, Any], path: str = "env") 
     learn_env(env, record)
 
 
-def learn_env(env: dict[str, str] | None, record: dict[str, Any]) -> None:
+def learn_env(env: dict[str, str] | None, record: Mapping[str, Any]) -> None:
     """Remember the values of `env` that are secrets: masked in the run's record, or secret by their name."""
     masked = {k for k, v in (record.get("env") or {}).items() if v == MASK}
     remember(v for k, v in (env or {}).items()

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from deployer.errors import CommandFailed, RemoteError
+from deployer.errors import CommandFailed, RemoteError, TargetError
 
 LOCAL = "local"
 
@@ -69,6 +69,22 @@ class TargetSpec:
         return f"{user}{self.host}{port}"
 
 
+@dataclass(frozen=True)
+class DiskFacts:
+    """Free bytes under a folder (None: it cannot be stat'ed) and each file's sha256 (None: missing/unreadable)."""
+
+    free: int | None
+    digests: list[str | None]
+
+
+@dataclass(frozen=True)
+class NewDir:
+    """`mkdir`'s answer: made, or not (too little space: `free` bytes)."""
+
+    made: bool
+    free: int | None
+
+
 class EndpointUnreachable(RemoteError):
     """Nothing listening on the port on the target, or the HTTP exchange failed or timed out."""
 
@@ -82,6 +98,15 @@ class CommandTimedOut(CommandFailed):
         detail = f": {' | '.join(self.tail)}" if self.tail else ""
         self.message = f"{host + ': ' if host else ''}command {result.command!r} timed out after {timeout:g}s{detail}"
         self.args = (self.message,)
+
+
+class HelperRefused(TargetError):
+    """A request the helper answered with ok false: its own words (`said`) and the kind of failure (`kind`:
+    notfound, unreachable, os, lease, unsafe, ...), which the typed requests turn into the seam's errors."""
+
+    def __init__(self, message: str, said: str, kind: str) -> None:
+        super().__init__(message)
+        self.said, self.kind = said, kind
 
 
 class NoLine(RemoteError):
@@ -160,6 +185,22 @@ class Helper(Protocol):
     def mkdirs(self, path: str, owned_from: str) -> None:
         """supervise_base.make_dirs; HelperRefused (kind "unsafe" for a chain another user controls) on failure."""
         ...
+
+    def call(self, op: str, fields: dict[str, Any], wait_s: float, what: str) -> dict[str, Any]:
+        """One request of the helper's (the file ops below are built on it: remote/files.py)."""
+        ...
+
+    # remote/files.py's FileOps (supervisor/supervise_files.py answers them)
+    def link(self, path: str, target: str, within: str) -> None: ...
+    def readlink(self, path: str) -> str | None: ...
+    def remove(self, paths: list[str], within: str) -> int: ...
+    def disk(self, path: str, files: list[str]) -> DiskFacts: ...
+    def mkdir(self, path: str, within: str, need: int) -> NewDir: ...
+    def listdir(self, path: str) -> list[str] | None: ...
+    def find_bytes(self, path: str, needle: bytes, offset: int = 0) -> int | None: ...
+    def kernel_log(self, lines: int = 300) -> str: ...
+    def lease_show(self, path: str) -> dict[str, Any]: ...
+    def runs(self, path: str) -> dict[str, Any]: ...
 
 
 class Transport(Protocol):

@@ -33,8 +33,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from deployer.errors import CommandFailed, ConnectFailed, NotFound, RemoteError, TargetError, TransferFailed
-from deployer.remote.base import CommandTimedOut, EndpointUnreachable, Hasher, Helper, HttpReply, NoLine, Result
+from deployer.remote.base import CommandTimedOut, EndpointUnreachable, Hasher, Helper, HelperRefused, HttpReply, NoLine
+from deployer.remote.base import Result
 from deployer.remote.base import Session, Transport
+from deployer.remote.files import FileOps
 from deployer.remote.oneshot import ProgramHelper
 from deployer.supervisor.supervise_protocol import IN_HELPER   # supervisor commands the helper answers itself
 from deployer.remote.program import SUPERVISOR_PYTHON, TARGET_CACHE, helper_bundle
@@ -140,15 +142,6 @@ def start_line() -> str:
 _T = TypeVar("_T")
 
 
-class HelperRefused(TargetError):
-    """A request the helper answered with ok false: its own words (`said`) and the kind of failure (`kind`:
-    notfound, unreachable, os, lease, ...), which the typed requests turn into the seam's errors."""
-
-    def __init__(self, message: str, said: str, kind: str) -> None:
-        super().__init__(message)
-        self.said, self.kind = said, kind
-
-
 class _Pending:
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -156,7 +149,7 @@ class _Pending:
         self.reply: dict[str, Any] | None = None
 
 
-class Conversation:
+class Conversation(FileOps):
     """The Remote protocol with every command sent to one helper process on the target."""
 
     def __init__(self, inner: Transport) -> None:

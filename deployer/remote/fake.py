@@ -4,8 +4,8 @@ It is a transport like SSHRemote and LocalRemote: the helper conversation (remot
 helper on it and speaks the real line-delimited JSON protocol, so everything above the seam runs unchanged. What
 answers is scripted in memory: files (`files`, `links`, `dirs`), a fake supervisor that "starts" an engine whose
 log and fate the test gives (`EngineScript`, chosen per start by `FakeRemote.engine`), the engine's /health on its
-port, the deployment lock's lease. Shell text that reaches `run` is answered by `FakeShell`'s table of patterns
-(the handful of commands the pipeline still sends as shell); a command nobody scripted fails with exit 127 and is
+port, the deployment lock's lease, the helper's file ops and snapshots (from the same memory). Shell text that
+reaches `run` is answered by `FakeShell`'s table of patterns (the few commands the pipeline still sends as shell); a command nobody scripted fails with exit 127 and is
 kept in `unknown`, so a test sees a step that started sending something new.
 
 Nothing here touches the network, a process or the disk: a whole `up` runs in milliseconds.
@@ -29,9 +29,10 @@ from typing import Any
 from deployer.errors import NotFound, RemoteError
 from deployer.remote.base import Hasher, HttpReply, NoLine, Result, Transport
 from deployer.remote.program import SUPERVISOR_PYTHON, helper_bundle
-from deployer.supervisor.supervise_protocol import ENGINE_LOG, PROFILE_JSON, STATE_JSON, State
+from deployer.supervisor.supervise_protocol import ENGINE_LOG, OUTCOME_JSON, PROFILE_JSON, STATE_JSON, State
 
 FAKE = "fake"
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
 SUPERVISOR_PID = 4000
 
 
@@ -100,6 +101,8 @@ class FakeRemote:
         self.listening: dict[int, str] = {}       # port -> the run dir whose engine serves it
         self.requests: list[dict[str, Any]] = []  # every helper request, in order (for assertions)
         self.unknown: list[str] = []              # command lines no pattern answered
+        self.peers: dict[str, FakeRemote] = {}    # address -> the fake host that answers HTTP sent there
+        self.addresses: set[str] = set(LOOPBACK)  # where HTTP reaches this host itself (add its own names)
         self.shell = FakeShell()
         self.spawned = 0
         self._lock = threading.RLock()
@@ -158,10 +161,22 @@ class FakeRemote:
         link = self.links.get(posixpath.join(root, "current"))
         return posixpath.basename(link) if link else None
 
-    def crash(self, run_dir: str, exit_code: int = 1) -> None:
-        """The engine of `run_dir` dies now (a test's doing)."""
+    def crash(self, run_dir: str, exit_code: int = 1, log: str = "") -> None:
+        """The engine of `run_dir` dies now (a test's doing), its last words `log`; the supervisor records the
+        crash (`last_crash`) as supervise_daemon does."""
         with self._lock:
+            path = posixpath.join(run_dir, ENGINE_LOG)
+            before = self.files.get(path, b"")
+            self._write(path, before + log.encode())
+            state = self.states.get(run_dir) or {}
+            offset = int(state.get("log_offset") or 0)
+            known = state.get("traceback_offset")
+            tb = known if known is not None else self._traceback(log, len(before))
             self._end(run_dir, "exited", exit_code)
+            ended = self.states[run_dir]
+            self._save(run_dir, {**ended, "last_crash": {
+                "at": ended.get("ended_at") or time.time(), "exit_code": exit_code, "signal": None,
+                "signal_name": None, "log_offset": offset, "traceback_offset": tb}})
 
     # -- the fake supervisor ----------------------------------------------------------------------------
 
@@ -179,7 +194,8 @@ class FakeRemote:
                 before = self._status(args[0])
                 if before.get("alive"):
                     self._end(args[0], "stopped", None)
-                return ok(cmd, json.dumps(dict(before, was_running=bool(before.get("alive"))), sort_keys=True))
+                after = self._status(args[0])   # as supervise.py's stop: the state it left, and whether it ran
+                return ok(cmd, json.dumps(dict(after, was_running=bool(before.get("alive"))), sort_keys=True))
             if op == "ports":
                 port = int(args[0])
                 holder = self.listening.get(port)
@@ -255,92 +271,88 @@ class FakeRemote:
     # -- the shell the pipeline still sends ---------------------------------------------------------------
 
     def _default_shell(self) -> None:
-        py = re.escape(SUPERVISOR_PYTHON)
         s = self.shell
         s.on(r"^printf %s \"\$HOME\"$", lambda c, _i: ok(c, self.home))
         s.on(r"^command -v ", lambda c, _i: ok(c))
-        s.on(r"^sha256sum -- ", self._sha256sum)
-        s.on(r"mkdir -m 0700 ", self._mkdir)
-        s.on(r"^ln -sfn ", self._link)
-        s.on(r"^readlink ", self._readlink)
-        s.on(r"^ls -1 ", self._ls)
-        s.on(r"^rm -rf -- ", self._rm)
-        s.on(r"^dmesg", lambda c, _i: ok(c))
         s.on(r"^find .* -printf", lambda c, _i: ok(c, "0\n"))
-        s.on(r"^bash -s$", self._bash_s)
-        s.on("^" + py + " ", self._supervisor_program)
-        s.on("^" + py + r" -S - ", self._summaries)     # tried first (the later `on`, the earlier it is tried)
-
-    def _words(self, cmd: str) -> list[str]:
-        return shlex.split(cmd[len(SUPERVISOR_PYTHON):]) if cmd.startswith(SUPERVISOR_PYTHON) else shlex.split(cmd)
+        s.on("^" + re.escape(SUPERVISOR_PYTHON) + " ", self._supervisor_program)
 
     def _supervisor_program(self, cmd: str, _stdin: bytes) -> Result:
-        words = self._words(cmd)   # `- ARGV` (this deployer's copy over stdin) or `RUN/supervise.py ARGV`
+        words = shlex.split(cmd[len(SUPERVISOR_PYTHON):])   # `- ARGV`: this deployer's copy over stdin
         return self.supervise(words[1:])
-
-    def _sha256sum(self, cmd: str, _stdin: bytes) -> Result:
-        paths = shlex.split(cmd.split(";", 1)[0])[2:]
-        lines = [f"{hashlib.sha256(self.files[p]).hexdigest()}  {p}" for p in paths if p in self.files]
-        return ok(cmd, "\n".join([*lines, "avail 100000000"]) + "\n")
-
-    def _mkdir(self, cmd: str, _stdin: bytes) -> Result:
-        self.dirs.add(shlex.split(cmd.rsplit("mkdir -m 0700 ", 1)[1])[0])
-        return ok(cmd)
-
-    def _link(self, cmd: str, _stdin: bytes) -> Result:
-        words = shlex.split(cmd)   # ln -sfn TARGET TMP && mv -T -f TMP LINK
-        self.links[words[-1]] = words[2]
-        return ok(cmd)
-
-    def _readlink(self, cmd: str, _stdin: bytes) -> Result:
-        link = self.links.get(shlex.split(cmd)[1])
-        return ok(cmd, link + "\n") if link else Result(cmd, 1, "", "")
-
-    def _ls(self, cmd: str, _stdin: bytes) -> Result:
-        folder = shlex.split(cmd)[2]
-        return ok(cmd, "".join(f"{name}\n" for name in self._children(folder)))
 
     def _children(self, folder: str) -> list[str]:
         found = {p[len(folder) + 1:].split("/", 1)[0] for p in (*self.dirs, *self.files) if p.startswith(folder + "/")}
         return sorted(found)
 
-    def _rm(self, cmd: str, _stdin: bytes) -> Result:
-        self._remove(shlex.split(cmd)[3])
-        return ok(cmd)
-
     def _remove(self, path: str) -> None:
         for name in [p for p in self.files if p == path or p.startswith(path + "/")]:
             del self.files[name]
         self.dirs -= {d for d in self.dirs if d == path or d.startswith(path + "/")}
+        self.links.pop(path, None)
 
-    def _bash_s(self, cmd: str, stdin: bytes) -> Result:
-        """retention's script: `rm -f -- FILES` and `rm -f -- DIR/env && rm -rf -- DIR` lines."""
-        for line in stdin.decode().splitlines():
-            for part in line.split("&&"):
-                words = shlex.split(part)
-                if words[:2] in (["rm", "-f"], ["rm", "-rf"]):
-                    for path in words[3:]:
-                        self._remove(path)
-                else:
-                    self.unknown.append(f"bash -s: {part.strip()}")
-                    return Result(cmd, 127, "", f"fake: no script for {part.strip()!r}")
-        return ok(cmd)
+    def _run_records(self, run_dir: str) -> dict[str, Any]:
+        return {"profile": self.json_file(posixpath.join(run_dir, PROFILE_JSON)),
+                "state": self.json_file(posixpath.join(run_dir, STATE_JSON)),
+                "outcome": self.json_file(posixpath.join(run_dir, OUTCOME_JSON)), "unreadable": {}}
 
-    def _summaries(self, cmd: str, _stdin: bytes) -> Result:
-        """retention's run summary (target/retention.py SUMMARY_PY) from the fake's files."""
-        runs_dir = self._words(cmd)[-1]
-        out = []
-        for rid in self._children(runs_dir):
-            d = posixpath.join(runs_dir, rid)
-            state = self.json_file(posixpath.join(d, STATE_JSON)) or {}
-            outcome = self.json_file(posixpath.join(d, "outcome.json")) or {}
-            record = self.json_file(posixpath.join(d, PROFILE_JSON)) or {}
-            out.append({"id": rid, "hash": str(record.get("content_hash", "")),
-                        "ready": bool(state.get("ready_at")) or outcome.get("outcome") == "ready",
-                        "status": str(state.get("status", "unknown")),
-                        "env": posixpath.join(d, "env") in self.files})
-        current = self.current(posixpath.dirname(runs_dir))
-        return ok(cmd, json.dumps({"runs": out, "current": current}) + "\n")
+    def _env(self, run_dir: str) -> str | None:
+        data = self.files.get(posixpath.join(run_dir, "env"))
+        return None if data is None else data.decode("utf-8", "replace")
+
+    def snapshot(self, argv: Sequence[str]) -> dict[str, Any]:
+        """supervise_snapshot's `snapshot ARGV` from the fake's memory (the same JSON shape; no size limits)."""
+        root, opts = argv[0].rstrip("/"), list(argv[1:])
+        if "--workdir" in opts:
+            names = [n for n in self._children(root) if posixpath.join(root, n, "runs") in self.dirs]
+            return {"workdir": root, "deployments": {n: self._deployment(posixpath.join(root, n), ["--runs", "0"])
+                                                     for n in names}}
+        return self._deployment(root, opts)
+
+    def _deployment(self, root: str, opts: list[str]) -> dict[str, Any]:
+        def opt(name: str) -> str | None:
+            return opts[opts.index(name) + 1] if name in opts else None
+        runs_dir = posixpath.join(root, "runs")
+        runs, current = self._children(runs_dir), self.current(root)
+        wanted, tail = opt("--runs") or "0", opt("--log-tail")
+        picked = set(runs if wanted == "all" else runs[len(runs) - int(wanted):] if int(wanted) else [])
+        shown = None
+        if tail is not None and runs:
+            shown = current or runs[-1]
+            if "--previous" in opts:
+                older = [r for r in runs if r < shown]
+                shown = older[-1] if older else None
+        picked.update(r for r in (current, shown) if r)
+        records = {r: self._run_records(posixpath.join(runs_dir, r)) for r in sorted(picked)}
+        status = self._status(posixpath.join(runs_dir, current)) if current else None
+        told = None
+        if opt("--attempt") == "failed":
+            told = next((r for r in reversed(runs) if (records.get(r, {}).get("state") or {}).get("status")
+                         in ("exited", "crashloop", "lost") or ((records.get(r, {}).get("outcome") or {})
+                                                                .get("outcome") not in (None, "ready"))), None)
+        elif current and (status or {}).get("status") in ("exited", "crashloop", "lost"):
+            told = current
+        log = None
+        if shown is not None and tail is not None:
+            data = self.files.get(posixpath.join(runs_dir, shown, ENGINE_LOG), b"")
+            start = max(len(data) - int(tail), 0)
+            log = {"size": len(data), "start": start, "data": base64.b64encode(data[start:]).decode(), "run": shown}
+        attempt = None
+        if told is not None:
+            data = self.files.get(posixpath.join(runs_dir, told, ENGINE_LOG), b"")
+            state = (status if told == current else None) or records.get(told, {}).get("state") or {}
+            offset = int(state.get("log_offset") or 0)
+            attempt = {"size": len(data), "windows": [{"start": offset, "data": base64.b64encode(data[offset:])
+                                                       .decode()}], "dmesg": None, "run": told}
+        return {"root": root, "exists": runs_dir in self.dirs, "runs": runs, "current": current,
+                "records": records, "status": status,
+                "env": {r: self._env(posixpath.join(runs_dir, r)) for r in (current, shown, told) if r},
+                "log": log, "attempt": attempt, "lock": self._text(posixpath.join(root, "lock")),
+                "lock_events": self._text(posixpath.join(root, "lock-events.jsonl")) or ""}
+
+    def _text(self, path: str) -> str | None:
+        data = self.files.get(path)
+        return None if data is None else data.decode("utf-8", "replace")
 
     # -- the helper's requests --------------------------------------------------------------------------
 
@@ -390,8 +402,74 @@ class FakeRemote:
             path = posixpath.dirname(path)
         return {"ok": True}
 
+    def _op_snapshot(self, r: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, "data": self.snapshot([str(a) for a in r["argv"]])}
+
+    def _op_link(self, r: dict[str, Any]) -> dict[str, Any]:
+        self.links[str(r["path"])] = str(r["target"])
+        return {"ok": True}
+
+    def _op_readlink(self, r: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, "target": self.links.get(str(r["path"]))}
+
+    def _op_remove(self, r: dict[str, Any]) -> dict[str, Any]:
+        within = str(r["within"]).rstrip("/") + "/"
+        if not all(str(p).startswith(within) for p in r["paths"]):
+            return {"ok": False, "kind": "unsafe", "error": "a path outside the deployment dir: refused"}
+        for path in r["paths"]:
+            self._remove(str(path))
+        return {"ok": True, "removed": len(r["paths"])}
+
+    def _op_disk(self, r: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, "free": 100 << 30, "digests": [hashlib.sha256(self.files[p]).hexdigest()
+                                                          if p in self.files else None for p in r["files"]]}
+
+    def _op_mkdir(self, r: dict[str, Any]) -> dict[str, Any]:
+        path = str(r["path"])
+        if path in self.dirs:
+            return {"ok": False, "kind": "exists", "error": f"{path} exists already"}
+        self.dirs.add(path)
+        return {"ok": True, "made": True, "free": 100 << 30}
+
+    def _op_listdir(self, r: dict[str, Any]) -> dict[str, Any]:
+        path = str(r["path"])
+        names = [n for n in self._children(path) if not n.startswith(".")] if path in self.dirs else None
+        return {"ok": True, "names": names}
+
+    def _op_find_bytes(self, r: dict[str, Any]) -> dict[str, Any]:
+        data = self.files.get(str(r["path"]))
+        if data is None:
+            return {"ok": False, "kind": "notfound", "error": f"{r['path']}: no such file"}
+        at = data.find(base64.b64decode(r["needle_b64"]), int(r.get("offset") or 0))
+        return {"ok": True, "at": None if at < 0 else at}
+
+    def _op_kernel_log(self, r: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, "text": ""}
+
+    def _op_lease_show(self, r: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, "lease": {"held": False}}
+
+    def _op_runs(self, r: dict[str, Any]) -> dict[str, Any]:
+        """retention's run summary (the helper's `runs`) from the fake's files."""
+        runs_dir = str(r["path"])
+        out = []
+        for rid in self._children(runs_dir):
+            d = posixpath.join(runs_dir, rid)
+            state = self.json_file(posixpath.join(d, STATE_JSON)) or {}
+            outcome = self.json_file(posixpath.join(d, OUTCOME_JSON)) or {}
+            record = self.json_file(posixpath.join(d, PROFILE_JSON)) or {}
+            out.append({"id": rid, "hash": str(record.get("content_hash", "")),
+                        "ready": bool(state.get("ready_at")) or outcome.get("outcome") == "ready",
+                        "status": str(state.get("status", "unknown")),
+                        "env": posixpath.join(d, "env") in self.files})
+        return {"ok": True, "runs": out, "current": self.current(posixpath.dirname(runs_dir))}
+
     def _op_http(self, r: dict[str, Any]) -> dict[str, Any]:
-        return self.http(str(r["method"]), int(r["port"]), str(r["path"]))
+        address = str(r.get("address") or "127.0.0.1")
+        host = self.peers.get(address) or (self if address in self.addresses else None)   # another fake host, or ours
+        if host is None:
+            return {"ok": False, "kind": "unreachable", "error": f"{address}:{r['port']}: no route (not a peer)"}
+        return host.http(str(r["method"]), int(r["port"]), str(r["path"]))
 
     def _op_supervise(self, r: dict[str, Any]) -> dict[str, Any]:
         result = self.supervise([str(a) for a in r["argv"]])

@@ -15,11 +15,21 @@ from collections.abc import Sequence
 from typing import Any
 
 from deployer.errors import TargetError
-from deployer.remote.base import CommandTimedOut, Remote, Result, Session
-from deployer.remote.program import DIRS_MODULES, LEASE_MODULES, SNAPSHOT_MODULES, SUPERVISOR_MODULES
+from deployer.remote.base import CommandTimedOut, HelperRefused, Remote, Result, Session
+from deployer.remote.files import FileOps
+from deployer.remote.program import DIRS_MODULES, HELPER_MODULES, LEASE_MODULES, SNAPSHOT_MODULES, SUPERVISOR_MODULES
 from deployer.remote.program import SUPERVISOR_PYTHON, program
 
 DIRS_MAIN = "from supervise_base import dirs_main as main\n"
+# One helper request (JSON in argv) answered by the helper's own dispatcher, its reply line on stdout.
+ONE_REQUEST_MAIN = """import io, sys
+from supervise_helper import Helper
+def main(argv):
+    out = io.BytesIO()
+    Helper(out).handle(argv[0].encode())
+    sys.stdout.write(out.getvalue().decode())
+    return 0
+"""
 UNSAFE_HINT = "use a target.workdir that only the deploying user can write"
 
 
@@ -27,7 +37,7 @@ def _line(*words: str) -> str:
     return " ".join([SUPERVISOR_PYTHON, "-", *(shlex.quote(w) for w in words)])
 
 
-class ProgramHelper:
+class ProgramHelper(FileOps):
     """base.Helper over `remote`'s exec channels (see the module's docstring)."""
 
     def __init__(self, remote: Remote) -> None:
@@ -63,6 +73,24 @@ class ProgramHelper:
             args += ["--from", from_holder]
         return self.remote.spawn(" ".join([SUPERVISOR_PYTHON, "-c", shlex.quote(program(LEASE_MODULES).decode()),
                                            *(shlex.quote(w) for w in (path, *args))]))
+
+    def call(self, op: str, fields: dict[str, Any], wait_s: float, what: str) -> dict[str, Any]:
+        """One helper request answered by this deployer's copy of the helper, as a program of its own."""
+        request = json.dumps({"id": 0, "op": op, **fields})
+        result = self.remote.run(_line(request), timeout=wait_s, check=False,
+                                 stdin=program(HELPER_MODULES, ONE_REQUEST_MAIN))
+        try:
+            reply = json.loads(result.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            reply = None
+        if not isinstance(reply, dict):
+            tail = " | ".join(result.stderr.strip().splitlines()[-2:]) or f"exit {result.exit_code}"
+            raise TargetError(f"{what} on {self.remote.label}: {tail}")
+        if not reply.get("ok"):
+            said = str(reply.get("error"))
+            raise HelperRefused(f"{what} on {self.remote.label}: the deployer helper said: {said}", said,
+                                str(reply.get("kind") or ""))
+        return reply
 
     def mkdirs(self, path: str, owned_from: str) -> None:
         """supervise_base.make_dirs as a program; TargetError (one line, nothing written) when it refuses."""

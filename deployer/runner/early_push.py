@@ -21,7 +21,6 @@ the lease's state.
 
 from __future__ import annotations
 
-import shlex
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -107,7 +106,7 @@ class EarlyPush:
         self._wait()
         self.claimed = True  # once
         try:  # also after a failed push: it removes what it wrote, unless the connection broke under it
-            self.remote.run(f"rm -rf -- {shlex.quote(self.run.path)}", timeout=30, check=False)
+            self.remote.helper.remove([self.run.path], self.layout.root)
         except DeployError:
             pass
 

@@ -5,15 +5,15 @@ from them). Used for a single host and for each rank of a node group alike."""
 from __future__ import annotations
 
 import dataclasses
-import shlex
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from deployer.diagnose.diagnosis import Diagnosis, diagnose, hang_diagnosis, oom_killer_lines
 from deployer.diagnose.drift import parse_args_dump
 from deployer.remedy.effective import DryResolution, EngineValues, engine_values
 from deployer.engines import Engine
-from deployer.errors import DeployError
+from deployer.errors import DeployError, TargetError
 from deployer.profile.model import Profile
 from deployer.target.push import RunDir
 from deployer.remote.base import Remote
@@ -68,7 +68,7 @@ def diagnose_attempt(remote: Remote, launch: Launch, outcome: Outcome, version: 
                         version, engine=engine)
 
 
-def diagnose_state(remote: Remote, run: RunDir, state: dict[str, Any], version: str | None, *,
+def diagnose_state(remote: Remote, run: RunDir, state: Mapping[str, Any], version: str | None, *,
                    engine: Engine) -> Diagnosis:
     """The diagnosis of a run's last engine death, from what its supervisor recorded (state.json)."""
     end = state.get("last_crash") or state
@@ -93,7 +93,7 @@ def diagnose_run(remote: Remote, run: RunDir, ending: Ending, version: str | Non
     text = attempt_log(remote, run, ending.offset, ending.traceback_offset)
     diag = diagnose(text, engine_version=version, exit_code=ending.exit_code, signal=ending.signal, engine=engine)
     if diag.signature == "killed-by-signal":
-        dmesg = remote.run("dmesg 2>/dev/null | tail -n 300", timeout=15, check=False).stdout
+        dmesg = remote.helper.kernel_log(300)
         diag = dataclasses.replace(diag, evidence=[*diag.evidence, *oom_killer_lines(dmesg)[-3:]])
     return diag
 
@@ -123,9 +123,7 @@ def attempt_log(remote: Remote, run: RunDir, offset: int, traceback_offset: int 
 
 
 def _grep_traceback(remote: Remote, run: RunDir, offset: int) -> int | None:
-    log = shlex.quote(run.log)
-    grep = f"LC_ALL=C grep -a -b -m1 -F {shlex.quote(TRACEBACK)}"
-    cmd = f"{grep} {log}" if offset == 0 else f"tail -c +{offset + 1} {log} | {grep}"
-    found = remote.run(cmd, timeout=60, check=False).stdout
-    head = found.split(":", 1)[0]
-    return offset + int(head) if head.isdigit() else None
+    try:
+        return remote.helper.find_bytes(run.log, TRACEBACK.encode(), offset)
+    except TargetError:
+        return None   # no log (or unreadable): no traceback to start the window at

@@ -33,6 +33,8 @@ come out of order and carry the request's id.
 - `lease_take {path, holder, token, lease_s, mode, from?}`: the deployment lock's lease (supervise_lease.py's
   rules, events and file format); `{word: LOCKED|BUSY|LOST|UNSAFE, data}`. The helper keeps the lease file open.
 - `lease_beat {token, release}`: renew (or release) it; `{word: OK|LOST|RELEASED, data}`.
+- `link`, `readlink`, `remove`, `disk`, `mkdir`, `listdir`, `find_bytes`, `kernel_log`, `lease_show`, `runs`: the
+  file ops of a deployment dir (supervise_files.py): inside the deployment dir only, never through a symlink.
 
 EOF on stdin ends the conversation: the helper exits at once without releasing a lease it holds (as the lease
 program does: a client whose connection dropped re-takes it with its token, anyone else after it expires).
@@ -59,12 +61,14 @@ if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     from deployer.supervisor.supervise_lease import LeaseError, Refused, acquire, update
     from deployer.supervisor.supervise_snapshot import snapshot as take_snapshot
     from deployer.supervisor.supervise_protocol import IN_HELPER
+    from deployer.supervisor.supervise_files import FILE_OPS, OpRefused
 else:  # run on the target from the helper bundle, where the modules are loaded by their bare names
     from supervise import dispatch  # type: ignore[no-redef]
     from supervise_base import SuperviseError, UnsafePath, make_dirs  # type: ignore[no-redef]
     from supervise_lease import LeaseError, Refused, acquire, update  # type: ignore[no-redef]
     from supervise_snapshot import snapshot as take_snapshot  # type: ignore[no-redef]
     from supervise_protocol import IN_HELPER  # type: ignore[no-redef]
+    from supervise_files import FILE_OPS, OpRefused  # type: ignore[no-redef]
 
 PROTOCOL = 1
 KILL_WAIT_S = 2.0
@@ -93,6 +97,7 @@ class Helper:
             "supervise": self.supervise, "snapshot": self.snapshot, "install": self.install,
             "read": self.read, "size": self.size, "http": self.http, "mkdirs": self.mkdirs,
         }
+        self.ops.update({name: self.file_op for name in FILE_OPS})   # supervise_files.py: link, remove, ...
 
     def say(self, data: dict[str, Any]) -> None:
         line = json.dumps(data, sort_keys=True).encode() + b"\n"
@@ -210,6 +215,17 @@ class Helper:
         except OSError as e:
             raise RequestError(f"cannot create {e.filename or req['path']}: {e.strerror or e}", "os") from None
         return {}
+
+    def file_op(self, req: dict[str, Any]) -> dict[str, Any]:
+        """One of supervise_files.py's ops; its refusals as one-line errors of their kind."""
+        try:
+            return FILE_OPS[str(req["op"])](req)
+        except UnsafePath as e:
+            raise RequestError(str(e), "unsafe") from None
+        except OpRefused as e:
+            raise RequestError(str(e), e.kind) from None
+        except LeaseError as e:
+            raise RequestError(str(e), "lease") from None
 
     def read(self, req: dict[str, Any]) -> dict[str, Any]:
         path, offset, limit = str(req["path"]), int(req.get("offset") or 0), int(req["limit"])

@@ -39,7 +39,10 @@ POLICIES: Tuple[str, ...] = ("no", "on-failure", "always")
 # Requests are {"id": N, "op": OP, ...}; replies {"id": N, "ok": true, ...} or {"id": N, "ok": false, "error": TEXT,
 # "kind": KIND}. A new deployer ships its own helper (content-addressed), so ops are only ever added.
 HELPER_OPS: Tuple[str, ...] = ("run", "verify", "lease_take", "lease_beat", "supervise", "snapshot", "install",
-                               "read", "size", "http", "mkdirs")
+                               "read", "size", "http", "mkdirs",
+                               # supervise_files.py's
+                               "link", "readlink", "remove", "disk", "mkdir", "listdir", "find_bytes", "kernel_log",
+                               "lease_show", "runs")
 # Supervisor commands the helper answers in its own process (quick, read-only); start and stop stay processes.
 IN_HELPER: Tuple[str, ...] = ("status", "ports", "listener")
 

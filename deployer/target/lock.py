@@ -15,7 +15,6 @@ from __future__ import annotations
 import getpass
 import json
 import os
-import shlex
 import socket
 import threading
 import time
@@ -23,24 +22,17 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from functools import lru_cache
 from typing import Any
 
 from deployer.errors import Locked, LockLost, NotFound, ProfileError, RemoteError, TargetError
 from deployer.target.push import Layout
 from deployer.remote.base import Hasher, Helper, HttpReply, Remote, Result, Session
-from deployer.remote.program import LEASE_MODULES, SUPERVISOR_PYTHON, program
+from deployer.remote.files import FileOps
 
 LEASE_S = 30.0  # env DEPLOYER_LOCK_LEASE_S; a vanished client blocks others at most this long
 LEASE_ENV = "DEPLOYER_LOCK_LEASE_S"
 FIRST_LINE_S = 20.0
 Notify = Callable[[str], None]
-
-
-@lru_cache(maxsize=1)
-def lease_program() -> bytes:
-    """The lease program as this deployer ships it (supervise_base + supervise_lease): sent, never run from disk."""
-    return program(LEASE_MODULES)
 
 
 def lease_seconds() -> float:
@@ -120,14 +112,11 @@ def lease_of(remote: Remote, layout: Layout, raw: bytes | str | None) -> dict[st
         return None
     if not isinstance(data, dict) or not (data.get("token") or data.get("who")):
         return None
-    shown = remote.run(" ".join([SUPERVISOR_PYTHON, "-", shlex.quote(layout.lock), "--show"]), timeout=20,
-                       check=False, stdin=lease_program())
-    word, _, payload = shown.stdout.strip().partition(" ")
     try:
-        lease = json.loads(payload) if word == "LEASE" else None
-    except ValueError:
+        lease: dict[str, Any] | None = remote.helper.lease_show(layout.lock)
+    except TargetError:
         lease = None
-    if not isinstance(lease, dict):  # an older target without the lease program: report the file as it is
+    if not lease:  # the helper could not judge it (a lock file it cannot open): report the file as it is
         lease = {k: v for k, v in data.items() if k != "token"}
     lease["text"] = describe_lease(lease)
     return lease
@@ -382,8 +371,9 @@ class Guarded:
         self.inner.close()
 
 
-class GuardedHelper:
-    """The helper's own requests, each only while the deployment lock is certainly held (Guarded.helper)."""
+class GuardedHelper(FileOps):
+    """The helper's own requests, each only while the deployment lock is certainly held (Guarded.helper); the
+    file ops (FileOps) go through `call`, guarded like the rest."""
 
     def __init__(self, helper: Helper, lock: DeploymentLock) -> None:
         self.inner = helper
@@ -405,6 +395,10 @@ class GuardedHelper:
     def mkdirs(self, path: str, owned_from: str) -> None:
         self.lock.ensure()
         self.inner.mkdirs(path, owned_from)
+
+    def call(self, op: str, fields: dict[str, Any], wait_s: float, what: str) -> dict[str, Any]:
+        self.lock.ensure()
+        return self.inner.call(op, fields, wait_s, what)
 
 
 def _conforms(remote: Guarded, helper: GuardedHelper) -> tuple[Remote, Helper]:

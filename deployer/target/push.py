@@ -14,16 +14,15 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
-import shlex
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from deployer.engines.common import FATAL_GRACE_S, fatal_patterns
-from deployer.errors import CommandFailed, DeployError, TargetError
+from deployer.errors import DeployError, RemoteError, TargetError
 from deployer.remote.base import Remote
-from deployer.remote.conversation import HelperRefused
+from deployer.remote.base import HelperRefused
 from deployer.remote.oneshot import UNSAFE_HINT
 from deployer.remote.program import SUPERVISOR_MODULES, helper_bundle
 from deployer.remote.program import supervisor_files
@@ -42,7 +41,6 @@ SUPERVISOR_FILES = tuple(f"{name}.py" for name in SUPERVISOR_MODULES)   # the pa
 LEASE_FILE = "supervise_lease.py"
 # Free space a push needs beyond its files: state.json, outcome.json and the engine's first log lines.
 SPACE_HEADROOM = 256 << 10
-NO_SPACE = 75
 # ... and beyond the supervisor files at the deployment's root: the lock's lease record and its events.
 SYNC_HEADROOM = 64 << 10
 
@@ -54,27 +52,16 @@ def supervisor_sources(names: tuple[str, ...] = SUPERVISOR_FILES) -> dict[str, b
 def _sync_supervisor(remote: Remote, folder: str) -> None:
     """Put the supervisor and lease files that differ from this deployer's copy (none: one round trip)."""
     sources = supervisor_sources((*SUPERVISOR_FILES, LEASE_FILE))
-    paths = " ".join(shlex.quote(posixpath.join(folder, name)) for name in sources)
-    # The hashes and the free space in one round trip: a fresh target's full disk is named before any write.
-    listed = remote.run(f"sha256sum -- {paths} 2>/dev/null; df -Pk {shlex.quote(folder)} | "
-                        "awk 'NR==2 {print \"avail\", $4}'", timeout=20, check=False).stdout
-    have = {posixpath.basename(parts[1]): parts[0] for parts in (line.split(None, 1) for line in listed.splitlines())
-            if len(parts) == 2 and parts[0] != "avail"}
+    # The hashes and the free space in one request: a fresh target's full disk is named before any write.
+    facts = remote.helper.disk(folder, [posixpath.join(folder, name) for name in sources])
+    have = dict(zip(sources, facts.digests))
     stale = {name: data for name, data in sources.items() if have.get(name) != hashlib.sha256(data).hexdigest()}
     if not stale:
         return
     need_k = -(-(sum(len(data) for data in stale.values()) + SYNC_HEADROOM) // 1024)
-    avail = next((line.split()[1] for line in listed.splitlines() if line.startswith("avail ")), "")
-    if avail.isdigit() and int(avail) < need_k:
-        raise _no_space(remote, folder, avail, need_k, "the supervisor and the lock")
+    if facts.free is not None and facts.free // 1024 < need_k:
+        raise _no_space(remote, folder, str(facts.free // 1024), need_k, "the supervisor and the lock")
     remote.put_all([(data, posixpath.join(folder, name), 0o644) for name, data in stale.items()])
-
-
-def _space_check(folder: str, need_k: int) -> str:
-    """Shell that prints the KiB free under folder and exits NO_SPACE when fewer than need_k are."""
-    q = shlex.quote(folder)
-    return (f"avail=$(df -Pk {q} | awk 'NR==2 {{print $4}}'); "
-            f"if [ -n \"$avail\" ] && [ \"$avail\" -lt {need_k} ]; then echo \"$avail\"; exit {NO_SPACE}; fi")
 
 
 def _no_space(remote: Remote, folder: str, avail: str, need_k: int, what: str) -> TargetError:
@@ -211,7 +198,7 @@ def push(remote: Remote, layout: Layout, bundle: Bundle, record: Mapping[str, An
     try:
         remote.put_all([(data, run.file(name), mode) for name, data, mode in files])
     except DeployError as exc:
-        remote.run(f"rm -rf -- {shlex.quote(run.path)}", timeout=30, check=False)
+        remove_run_dir(remote, layout, run)
         exc.message = f"push of {run_id} failed, nothing of it kept: {exc.message}"
         exc.args = (exc.message,)
         raise
@@ -219,22 +206,27 @@ def push(remote: Remote, layout: Layout, bundle: Bundle, record: Mapping[str, An
 
 
 def _make_run_dir(remote: Remote, layout: Layout, run: RunDir, need: int) -> None:
-    """Check the free space under the deployment dir and create the run dir, in one round trip."""
+    """Check the free space under the deployment dir and create the run dir, in one request."""
     need_k = -(-need // 1024)
-    result = remote.run(f"{_space_check(layout.root, need_k)}; mkdir -m 0700 {shlex.quote(run.path)}", timeout=20,
-                        check=False)
-    if result.exit_code == NO_SPACE:
-        raise _no_space(remote, layout.root, result.stdout.strip(), need_k, "the new run")
-    if not result.ok:
-        raise CommandFailed(result, host=remote.label, what=f"creating {run.path}")
+    try:
+        made = remote.helper.mkdir(run.path, layout.root, need_k * 1024)
+    except HelperRefused as e:
+        raise RemoteError(f"creating {run.path} failed: {e.said}", host=remote.label) from None
+    if not made.made:
+        raise _no_space(remote, layout.root, str((made.free or 0) // 1024), need_k, "the new run")
+
+
+def remove_run_dir(remote: Remote, layout: Layout, run: RunDir) -> None:
+    """Best effort: the run dir gone (a push that failed, an early run dir not used), never through a symlink."""
+    try:
+        remote.helper.remove([run.path], layout.root)
+    except TargetError:
+        pass
 
 
 def set_current(remote: Remote, layout: Layout, run: RunDir) -> None:
-    """Point `current` at the run atomically (symlink to a temp name, then rename over)."""
-    tmp = layout.current + ".tmp"
-    target = posixpath.join("runs", run.run_id)
-    remote.run(f"ln -sfn {shlex.quote(target)} {shlex.quote(tmp)} && mv -T -f {shlex.quote(tmp)} "
-               f"{shlex.quote(layout.current)}", timeout=20)
+    """Point `current` at the run atomically (a new symlink renamed over the old one, which is not followed)."""
+    remote.helper.link(layout.current, posixpath.join("runs", run.run_id), layout.root)
 
 
 def write_outcome(remote: Remote, run: RunDir, outcome: dict[str, Any]) -> None:

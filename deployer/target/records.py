@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 import posixpath
-import shlex
 from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 from deployer.engines import Engine, engine_for
 from deployer.errors import NotFound
@@ -20,16 +20,18 @@ from deployer.profile.model import DEFAULT_ENGINE_KIND
 from deployer.target.push import Layout, RunDir
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.target.process import status
-from deployer.supervisor.supervise_protocol import OUTCOME_JSON, PROFILE_JSON, UP
+from deployer.supervisor.supervise_protocol import OUTCOME_JSON, PROFILE_JSON, UP, Outcome, ProfileRecord, State
 LINE_CHARS = 16 << 10     # one log line shown by `logs` (its head and end; the cut is noted)
 
 
 @dataclass(frozen=True)
 class RunView:
+    """One run's records as the target keeps them (their formats: supervisor/supervise_protocol.py)."""
+
     run: RunDir
-    record: dict[str, Any]
-    state: dict[str, Any]
-    outcome: dict[str, Any] | None
+    record: ProfileRecord
+    state: State
+    outcome: Outcome | None
 
     @property
     def content_hash(self) -> str:
@@ -59,21 +61,27 @@ def read_json(remote: Remote, path: str) -> dict[str, Any] | None:
 
 def list_runs(remote: Remote, layout: Layout) -> list[str]:
     """Run ids, oldest first (ids start with a UTC timestamp)."""
-    result = remote.run(f"ls -1 {shlex.quote(layout.runs)} 2>/dev/null", timeout=20, check=False)
-    return sorted(line for line in result.stdout.split() if line and not line.startswith("."))
+    return remote.helper.listdir(layout.runs) or []
 
 
 def current_run_id(remote: Remote, layout: Layout) -> str | None:
-    result = remote.run(f"readlink {shlex.quote(layout.current)}", timeout=20, check=False)
-    link = result.stdout.strip()
-    return posixpath.basename(link) if result.ok and link else None
+    link = remote.helper.readlink(layout.current)
+    return posixpath.basename(link) if link else None
 
 
 def run_view(remote: Remote, layout: Layout, run_id: str, *, live: bool = True) -> RunView:
     run = layout.run(run_id)
     record = read_json(remote, run.file(PROFILE_JSON)) or {}
     state = status(remote, run) if live else (read_json(remote, run.state) or {})
-    return RunView(run, record, state, read_json(remote, run.file(OUTCOME_JSON)))
+    return view_of(run, record, state, read_json(remote, run.file(OUTCOME_JSON)))
+
+
+def view_of(run: RunDir, record: Mapping[str, Any], state: Mapping[str, Any],
+            outcome: Mapping[str, Any] | None) -> RunView:
+    """A RunView from the records' JSON as read from the target (the JSON edge: any release's records, each
+    reader tolerating a missing key, as supervise_protocol.py's formats say)."""
+    return RunView(run, cast(ProfileRecord, dict(record)), cast(State, dict(state)),
+                   None if outcome is None else cast(Outcome, dict(outcome)))
 
 
 def all_runs(remote: Remote, layout: Layout) -> tuple[list[RunView], str | None]:
@@ -130,18 +138,18 @@ def healthy(remote: Remote, port: int, path: str, timeout: float = 5.0, address:
         return False
 
 
-def record_address(record: dict[str, Any]) -> str:
+def record_address(record: Mapping[str, Any]) -> str:
     """Where the target reaches a pushed attempt's server: the bind address its profile recorded, else loopback."""
     bind = ((record.get("profile") or {}).get("engine") or {}).get("host")
     return probe_address(bind) if isinstance(bind, str) else "127.0.0.1"
 
 
-def record_engine(record: dict[str, Any]) -> Engine:
+def record_engine(record: Mapping[str, Any]) -> Engine:
     """The engine of a pushed attempt (`record_kind`)."""
     return engine_for(record_kind(record))
 
 
-def record_kind(record: dict[str, Any]) -> str:
+def record_kind(record: Mapping[str, Any]) -> str:
     """The engine kind of a pushed attempt (profile.json); records written before `kind` existed hold a profile
     without engine.kind, which the profile model reads as its default engine (the only one then)."""
     return str(record.get("kind") or (record.get("profile") or {}).get("engine", {}).get("kind") or DEFAULT_ENGINE_KIND)

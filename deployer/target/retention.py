@@ -9,44 +9,16 @@ deleted whole, except those same runs and any run whose state still looks alive:
 
 from __future__ import annotations
 
-import json
 import posixpath
-import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
 from deployer.errors import TargetError
 from deployer.target.push import Layout
 from deployer.remote.base import Remote
-from deployer.remote.program import SUPERVISOR_PYTHON
 from deployer.supervisor.supervise_base import LIVE
 
 DEFAULT_KEEP = 10
-
-# Run on the target by its python3 (stdlib, >= 3.8): one round trip however many runs there are.
-SUMMARY_PY = r"""
-import json, os, sys
-runs = sys.argv[1]
-def load(path):
-    try:
-        with open(path, "rb") as f:
-            data = json.loads(f.read(4 << 20) or b"null")
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-out = []
-for rid in sorted(os.listdir(runs)) if os.path.isdir(runs) else []:
-    d = os.path.join(runs, rid)
-    if rid.startswith(".") or not os.path.isdir(d):
-        continue
-    state, outcome = load(os.path.join(d, "state.json")), load(os.path.join(d, "outcome.json"))
-    out.append({"id": rid, "hash": str(load(os.path.join(d, "profile.json")).get("content_hash", "")),
-                "ready": bool(state.get("ready_at")) or outcome.get("outcome") == "ready",
-                "status": str(state.get("status", "unknown")), "env": os.path.exists(os.path.join(d, "env"))})
-link = os.path.join(os.path.dirname(runs), "current")
-print(json.dumps({"runs": out, "current": os.path.basename(os.readlink(link)) if os.path.islink(link) else None}))
-"""
-
 
 @dataclass(frozen=True)
 class RunSummary:
@@ -103,16 +75,14 @@ def _protected(runs: list[RunSummary], current: str | None) -> dict[str, str]:
 
 
 def run_summaries(remote: Remote, layout: Layout) -> tuple[list[RunSummary], str | None]:
-    """Every run (oldest first) and the current run's id, read on the target in one round trip."""
-    result = remote.run(f"{SUPERVISOR_PYTHON} -S - {shlex.quote(layout.runs)}", stdin=SUMMARY_PY.encode(),
-                        timeout=60, check=False)
+    """Every run (oldest first) and the current run's id, read on the target in one request (the helper's `runs`)."""
+    data = remote.helper.runs(layout.runs)
     try:
-        data = json.loads(result.stdout.strip().splitlines()[-1])
         runs = [RunSummary(str(r["id"]), str(r["hash"]), bool(r["ready"]), str(r["status"]), bool(r["env"]))
                 for r in data["runs"]]
-    except (ValueError, KeyError, IndexError, TypeError):
-        why = (result.stderr or result.stdout).strip()[-300:] or "no answer"
-        raise TargetError(f"cannot list the runs of {layout.root} on {remote.label}: {why}") from None
+    except (KeyError, TypeError):
+        raise TargetError(f"cannot list the runs of {layout.root} on {remote.label}: "
+                          f"the deployer helper answered {str(data)[:200]}") from None
     current = data.get("current")
     return runs, str(current) if current else None
 
@@ -123,15 +93,10 @@ def retention_plan(remote: Remote, layout: Layout, keep: int) -> RetentionPlan:
 
 
 def apply_plan(remote: Remote, layout: Layout, plan: RetentionPlan) -> None:
-    """Env files first (the secrets), then whole run dirs; one remote command."""
-    paths = [posixpath.join(layout.runs, r, "env") for r in plan.drop_env]
+    """Env files first (the secrets: also those of the dirs that go), then whole run dirs; one request."""
     dirs = [posixpath.join(layout.runs, r) for r in plan.delete]
-    if not paths and not dirs:
-        return
-    words = " ".join(shlex.quote(p) for p in paths)
-    script = (f"rm -f -- {words}\n" if paths else "") + \
-        "".join(f"rm -f -- {shlex.quote(d + '/env')} && rm -rf -- {shlex.quote(d)}\n" for d in dirs)
-    remote.run("bash -s", stdin=script.encode(), timeout=120)
+    envs = [posixpath.join(layout.runs, r, "env") for r in plan.drop_env] + [posixpath.join(d, "env") for d in dirs]
+    remote.helper.remove([*envs, *dirs], layout.root)
 
 
 def tidy(remote: Remote, layout: Layout, keep: int) -> RetentionPlan:

@@ -20,7 +20,7 @@ from typing import Any
 from deployer.errors import TargetError
 from deployer.target.push import Layout
 from deployer.remote.base import Remote
-from deployer.target.records import RunView
+from deployer.target.records import RunView, view_of
 
 TIMEOUT_S = 60.0
 
@@ -71,7 +71,7 @@ class Snapshot:
         """The run's records, as records.run_view reads them; `live` gives the current run its live status."""
         rec = self.records.get(run_id) or {}
         state = (self.live or {}) if live and run_id == self.current else rec.get("state") or {}
-        return RunView(self.layout.run(run_id), rec.get("profile") or {}, dict(state), rec.get("outcome"))
+        return view_of(self.layout.run(run_id), rec.get("profile") or {}, state, rec.get("outcome"))
 
     def current_view(self) -> RunView | None:
         return self.view(self.current, live=True) if self.current else None

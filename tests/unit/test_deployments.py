@@ -15,7 +15,7 @@ from deployer.cli import show, show_runs  # noqa: F401 (show_runs adds the text 
 from deployer.deployments.base import Select
 from deployer.deployments.fleet import ReplicaFleet
 from deployer.deployments.nodes import NodeGroup
-from deployer.deployments.reports import FleetStatus, HostStatus, NodeStatus
+from deployer.deployments.reports import FleetStatus, HostStatus, NodeStatus, StatusRow
 from deployer.deployments.resolve import CHANGE, READ, STOP, for_profile, resolve
 from deployer.deployments.single import SingleHost
 from deployer.errors import LaunchFailed, NotFound, ProfileError, Unhealthy
@@ -139,11 +139,15 @@ def test_for_profile_picks_the_same_kinds(tmp_path: Path) -> None:
 
 
 def test_status_reports_keep_todays_json_and_exit_codes() -> None:
-    row = {"name": "a", "status": "ready", "healthy": True, "serving": True}
-    assert HostStatus([row]).to_json() == row and HostStatus([row], one=False).to_json() == [row]
-    assert HostStatus([row]).exit_code == 0
-    assert HostStatus([{**row, "status": "stopped", "healthy": False}]).exit_code == 8
-    assert NodeStatus([row, {**row, "status": "exited", "healthy": False}]).exit_code == 5
+    row = {"name": "a", "host": "gpu-a", "status": "ready", "pid": 7, "uptime_s": 3.0, "healthy": True, "attempt": 1,
+           "content_hash": "c0ffee", "run_dir": "/w/a/runs/r1", "port": 30000, "restarts": 0, "last_crash": None,
+           "exit_code": None, "signal_name": None, "drift": [], "runs": 1, "diagnosis": None, "lock": None,
+           "serving": True}
+    typed = StatusRow.of(row)
+    assert HostStatus([typed]).to_json() == row and HostStatus([typed], one=False).to_json() == [row]
+    assert HostStatus([typed]).exit_code == 0
+    assert HostStatus([typed.replace(status="stopped", healthy=False)]).exit_code == 8
+    assert NodeStatus([typed, typed.replace(status="exited", healthy=False)]).exit_code == 5
     assert FleetStatus({"name": "f"}, 9).exit_code == 9
 
 

@@ -182,3 +182,101 @@ def test_read_only_supervisor_commands_are_answered_inside_the_helper(helper: He
     assert missing["exit_code"] == 2 and missing["stderr"].startswith("supervise: no such run dir")
     refused = helper.ask("supervise", argv=["start", str(run)])  # start daemonizes: never inside the helper
     assert not refused["ok"] and "only status, ports, listener" in refused["error"]
+
+
+# -- the file ops (supervise_files.py): inside the deployment dir only, never through a symlink --------------
+
+def deployment(tmp_path: Path) -> Path:
+    root = tmp_path / "dep"
+    (root / "runs" / "r1").mkdir(parents=True)
+    (root / "runs" / "r2").mkdir()
+    root.chmod(0o700)
+    return root
+
+
+def test_link_replaces_the_symlink_itself_never_what_it_points_at(helper: Helper, tmp_path: Path) -> None:
+    root = deployment(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (root / "current").symlink_to(outside)       # planted: ln -sfn would have followed a link to a dir
+    assert helper.ask("link", path=str(root / "current"), target="runs/r2", within=str(root))["ok"]
+    assert os.readlink(root / "current") == "runs/r2" and list(outside.iterdir()) == []
+    assert helper.ask("readlink", path=str(root / "current"))["target"] == "runs/r2"
+    assert helper.ask("readlink", path=str(root / "runs"))["target"] is None        # not a link
+    assert [p.name for p in root.iterdir() if p.name.startswith(".")] == []          # no temp left
+
+
+def test_link_and_remove_refuse_paths_outside_the_deployment_dir(helper: Helper, tmp_path: Path) -> None:
+    root = deployment(tmp_path)
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    for op, fields in [("link", {"path": str(tmp_path / "current"), "target": "runs/r1"}),
+                       ("link", {"path": str(root / "current"), "target": "../victim"}),
+                       ("remove", {"paths": [str(victim)]}),
+                       ("remove", {"paths": [str(root / "runs" / ".." / ".." / "victim")]}),
+                       ("remove", {"paths": [str(root)]})]:
+        r = helper.ask(op, within=str(root), **fields)
+        assert not r["ok"] and r["kind"] in ("unsafe", "bad-request"), (op, fields, r)
+    assert victim.read_text() == "keep" and not (tmp_path / "current").exists()
+
+
+def test_remove_never_follows_a_symlink(helper: Helper, tmp_path: Path) -> None:
+    root = deployment(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious").write_text("keep")
+    (root / "runs" / "r1" / "env").write_text("SECRET=1")
+    (root / "runs" / "r1" / "models").symlink_to(outside)      # inside a dir that goes
+    (root / "runs" / "r3").symlink_to(outside)                  # a run "dir" that is a link
+    r = helper.ask("remove", paths=[str(root / "runs" / "r1" / "env"), str(root / "runs" / "r1"),
+                                    str(root / "runs" / "r3"), str(root / "runs" / "gone")], within=str(root))
+    assert r["ok"] and r["removed"] == 3
+    assert sorted(p.name for p in (root / "runs").iterdir()) == ["r2"]
+    assert (outside / "precious").read_text() == "keep"
+    (root / "runs" / "link").symlink_to(outside)
+    through = helper.ask("remove", paths=[str(root / "runs" / "link" / "precious")], within=str(root))
+    assert not through["ok"] and through["kind"] == "unsafe" and "symbolic link" in through["error"]
+    assert (outside / "precious").read_text() == "keep"
+
+
+def test_disk_mkdir_and_listdir(helper: Helper, tmp_path: Path) -> None:
+    root = deployment(tmp_path)
+    (root / "a.py").write_bytes(b"alpha")
+    (root / "b.py").symlink_to(root / "a.py")                   # a link is no file of ours: no digest
+    facts = helper.ask("disk", path=str(root), files=[str(root / "a.py"), str(root / "b.py"), str(root / "c")])
+    assert facts["digests"] == [hashlib.sha256(b"alpha").hexdigest(), None, None]
+    assert facts["free"] == os.statvfs(root).f_bavail * os.statvfs(root).f_frsize
+    made = helper.ask("mkdir", path=str(root / "runs" / "r9"), within=str(root), need=1024)
+    assert made["made"] and (root / "runs" / "r9").stat().st_mode & 0o777 == 0o700
+    again = helper.ask("mkdir", path=str(root / "runs" / "r9"), within=str(root), need=1024)
+    assert not again["ok"] and again["kind"] == "exists"
+    full = helper.ask("mkdir", path=str(root / "runs" / "r10"), within=str(root), need=1 << 62)
+    assert full["ok"] and not full["made"] and not (root / "runs" / "r10").exists()
+    (root / "runs" / ".hidden").mkdir()
+    assert helper.ask("listdir", path=str(root / "runs"))["names"] == ["r1", "r2", "r9"]
+    assert helper.ask("listdir", path=str(root / "none"))["names"] is None
+
+
+def test_find_bytes_runs_and_lease_show(helper: Helper, tmp_path: Path) -> None:
+    root = deployment(tmp_path)
+    log = root / "runs" / "r1" / "engine.log"
+    needle = b"Traceback (most recent call last)"
+    log.write_bytes(b"x" * ((1 << 20) - 5) + needle + b"\n" + needle)     # the first one across a chunk's end
+    assert helper.ask("find_bytes", path=str(log), needle_b64=base64.b64encode(needle).decode(),
+                      offset=0)["at"] == (1 << 20) - 5
+    assert helper.ask("find_bytes", path=str(log), needle_b64=base64.b64encode(needle).decode(),
+                      offset=1 << 20)["at"] == (1 << 20) - 5 + len(needle) + 1
+    assert helper.ask("find_bytes", path=str(root / "nope"), needle_b64="eA==")["kind"] == "notfound"
+    (root / "runs" / "r1" / "state.json").write_text(json.dumps({"status": "exited", "ready_at": 5}))
+    (root / "runs" / "r2" / "profile.json").write_text(json.dumps({"content_hash": "h2"}))
+    (root / "runs" / "r2" / "env").write_text("A=1")
+    (root / "current").symlink_to("runs/r2")
+    assert helper.ask("runs", path=str(root / "runs")) == {
+        "id": 4, "ok": True, "current": "r2",
+        "runs": [{"id": "r1", "hash": "", "ready": True, "status": "exited", "env": False},
+                 {"id": "r2", "hash": "h2", "ready": False, "status": "unknown", "env": True}]}
+    assert helper.ask("lease_show", path=str(root / "lock"))["lease"] == {"held": False}
+    helper.ask("lease_take", path=str(root / "lock"), holder=holder("up"), token="t1", lease_s=30, mode="take")
+    shown = helper.ask("lease_show", path=str(root / "lock"))["lease"]
+    assert shown["held"] and shown["command"] == "up" and "token" not in shown
+    assert isinstance(helper.ask("kernel_log", lines=5)["text"], str)

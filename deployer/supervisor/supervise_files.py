@@ -1,0 +1,247 @@
+"""The helper's file ops on a deployment dir (supervise_helper.py answers them): what the pipeline used to send
+as shell lines (`ln -sfn`, `readlink`, `rm -rf`, `sha256sum`/`df`, `mkdir`, `ls`, `grep -b`, `dmesg`, the lease's
+`--show`, retention's run summary), each one request with a typed reply.
+
+Stdlib only, Python >= 3.8. The ops that change something (`link`, `remove`, `mkdir`) take `within`, the
+deployment dir: a path outside it is refused, and so is any symlink on the way from `within` to the path or a
+directory there that another user controls (supervise_base.check_dirs); nothing is ever written or removed
+through a symlink. Refusals raise UnsafePath (kind `unsafe`) or OpRefused (its `kind`), one line each.
+
+    link {path, target, within}         `path` becomes a symlink to `target` (relative, no ".."), atomically:
+                                        a new link beside it renamed over it (the old link is replaced, never
+                                        followed)                                            -> {}
+    readlink {path}                     -> {target: str | null}   (null: missing or not a symlink)
+    remove {paths, within}              each path (a file, a symlink, a whole dir) gone, none followed; a
+                                        missing one is fine                                  -> {removed: N}
+    disk {path, files}                  -> {free: bytes | null, digests: [sha256 | null]}    (no fsync)
+    mkdir {path, within, need}          a new 0700 dir when `need` bytes are free under its parent, else
+                                        nothing                                        -> {made, free}
+    listdir {path}                      -> {names: [sorted, no hidden] | null}
+    find_bytes {path, needle_b64, offset}  the first offset at or after `offset` -> {at: int | null}
+    kernel_log {lines}                  the kernel ring buffer's last lines (dmesg)         -> {text}
+    lease_show {path}                   the lock's lease as `supervise_lease.py PATH --show` -> {lease}
+    runs {path}                         every run of a runs dir (retention's summary) -> {runs, current}
+"""
+
+from __future__ import annotations
+
+import base64
+import errno
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import time
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
+
+if TYPE_CHECKING or __package__:  # imported as part of the deployer package
+    from deployer.supervisor.supervise_base import UnsafePath, check_dirs, open_file
+    from deployer.supervisor.supervise_lease import public, read_lease
+else:  # in the helper bundle, loaded by bare names
+    from supervise_base import UnsafePath, check_dirs, open_file  # type: ignore[no-redef]
+    from supervise_lease import public, read_lease  # type: ignore[no-redef]
+
+READ_CHUNK = 1 << 20
+FIND_MAX = 1 << 30           # find_bytes reads at most this much of a log
+KERNEL_LOG_MAX = 2000
+RECORD_MAX = 4 << 20
+
+
+class OpRefused(Exception):
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def _inside(path: str, within: str) -> str:
+    """`path` (absolute, normalised) strictly below `within`, reached without a symlink and through directories
+    only we control; else UnsafePath."""
+    top, where = os.path.normpath(within), os.path.normpath(path)
+    if not os.path.isabs(where) or not os.path.isabs(top) or not where.startswith(top.rstrip("/") + "/"):
+        raise UnsafePath(f"{path} is not inside {within}: refused")
+    parent, step = os.path.dirname(where), top
+    for part in [p for p in parent[len(top):].split("/") if p]:   # below `within`: no symlink on the way
+        step = os.path.join(step, part)
+        try:
+            if stat.S_ISLNK(os.lstat(step).st_mode):
+                raise UnsafePath(f"{step} is a symbolic link: refused (deployer never acts through one)")
+        except FileNotFoundError:
+            break
+    check_dirs(parent, top)
+    return where
+
+
+def link(req: Dict[str, Any]) -> Dict[str, Any]:
+    target = str(req["target"])
+    if not target or target.startswith("/") or ".." in target.split("/"):
+        raise OpRefused(f"link: {target!r} is not a path inside the deployment dir", "bad-request")
+    path = _inside(str(req["path"]), str(req["within"]))
+    tmp = os.path.join(os.path.dirname(path), ".%s.%s.link" % (os.path.basename(path), os.urandom(6).hex()))
+    os.symlink(target, tmp)
+    try:
+        os.replace(tmp, path)   # rename(2) replaces a symlink itself, never what it points at
+    except OSError:
+        os.unlink(tmp)
+        raise
+    return {}
+
+
+def readlink(req: Dict[str, Any]) -> Dict[str, Any]:
+    try:
+        return {"target": os.readlink(str(req["path"]))}
+    except OSError:
+        return {"target": None}
+
+
+def remove(req: Dict[str, Any]) -> Dict[str, Any]:
+    within = str(req["within"])
+    paths = [_inside(str(p), within) for p in req["paths"]]   # all checked before anything goes
+    removed = 0
+    for path in paths:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(path)   # fd-based on Linux (rmtree.avoids_symlink_attacks): links inside are unlinked
+        else:
+            os.unlink(path)
+        removed += 1
+    return {"removed": removed}
+
+
+def _free(path: str) -> Optional[int]:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _sha256(path: str) -> Optional[str]:
+    h = hashlib.sha256()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        for chunk in iter(lambda: f.read(READ_CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def disk(req: Dict[str, Any]) -> Dict[str, Any]:
+    return {"free": _free(str(req["path"])), "digests": [_sha256(str(p)) for p in req["files"]]}
+
+
+def mkdir(req: Dict[str, Any]) -> Dict[str, Any]:
+    path = _inside(str(req["path"]), str(req["within"]))
+    free = _free(os.path.dirname(path))
+    if free is not None and free < int(req.get("need") or 0):
+        return {"made": False, "free": free}
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        raise OpRefused(f"{path} exists already", "exists") from None
+    return {"made": True, "free": free}
+
+
+def listdir(req: Dict[str, Any]) -> Dict[str, Any]:
+    try:
+        names = os.listdir(str(req["path"]))
+    except OSError:
+        return {"names": None}
+    return {"names": sorted(n for n in names if n and not n.startswith("."))}
+
+
+def find_bytes(req: Dict[str, Any]) -> Dict[str, Any]:
+    needle, offset = base64.b64decode(req["needle_b64"]), max(int(req.get("offset") or 0), 0)
+    if not needle:
+        raise OpRefused("find_bytes: an empty needle", "bad-request")
+    try:
+        f = open(str(req["path"]), "rb")
+    except FileNotFoundError:
+        raise OpRefused(f"{req['path']}: no such file", "notfound") from None
+    with f:
+        f.seek(offset)
+        carry, at = b"", offset
+        while at - offset < FIND_MAX:
+            chunk = f.read(READ_CHUNK)
+            if not chunk:
+                return {"at": None}
+            found = (carry + chunk).find(needle)
+            if found >= 0:
+                return {"at": at - len(carry) + found}
+            at += len(chunk)
+            carry = (carry + chunk)[-(len(needle) - 1):] if len(needle) > 1 else b""
+    return {"at": None}
+
+
+def kernel_log(req: Dict[str, Any]) -> Dict[str, Any]:
+    lines = min(max(int(req.get("lines") or 300), 1), KERNEL_LOG_MAX)
+    try:
+        out = subprocess.run(["dmesg"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        out = b""   # no dmesg, or not allowed to read the ring buffer: no kernel lines, as `dmesg 2>/dev/null`
+    return {"text": "".join(t + "\n" for t in out.decode("utf-8", "replace").splitlines()[-lines:])}
+
+
+def lease_show(req: Dict[str, Any]) -> Dict[str, Any]:
+    path = str(req["path"])
+    try:
+        fd = open_file(path, os.O_RDONLY, 0, "lock")
+    except OSError as e:
+        if e.errno == errno.ENOENT:
+            return {"lease": {"held": False}}
+        raise
+    try:
+        return {"lease": public(read_lease(fd), time.time())}
+    finally:
+        os.close(fd)
+
+
+def _record(path: str) -> Dict[str, Any]:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            data = json.loads(f.read(RECORD_MAX) or b"null")
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def runs(req: Dict[str, Any]) -> Dict[str, Any]:
+    """Retention's summary of every run (oldest first) and the current one's id (its records never followed)."""
+    folder = str(req["path"])
+    out: List[Dict[str, Any]] = []
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        names = []
+    for rid in names:
+        d = os.path.join(folder, rid)
+        try:
+            if rid.startswith(".") or not stat.S_ISDIR(os.lstat(d).st_mode):
+                continue
+        except OSError:
+            continue
+        state, outcome = _record(os.path.join(d, "state.json")), _record(os.path.join(d, "outcome.json"))
+        out.append({"id": rid, "hash": str(_record(os.path.join(d, "profile.json")).get("content_hash", "")),
+                    "ready": bool(state.get("ready_at")) or outcome.get("outcome") == "ready",
+                    "status": str(state.get("status", "unknown")), "env": os.path.lexists(os.path.join(d, "env"))})
+    try:
+        current: Optional[str] = os.path.basename(os.readlink(os.path.join(os.path.dirname(folder), "current")))
+    except OSError:
+        current = None
+    return {"runs": out, "current": current}
+
+
+FILE_OPS: Dict[str, Callable[[Dict[str, Any]], Dict[str, Any]]] = {
+    "link": link, "readlink": readlink, "remove": remove, "disk": disk, "mkdir": mkdir, "listdir": listdir,
+    "find_bytes": find_bytes, "kernel_log": kernel_log, "lease_show": lease_show, "runs": runs,
+}
