@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from deployer.remote.base import Remote
     from deployer.smoke import SmokeOptions, SmokeReport
     from deployer.events import EventSink
+    from deployer.target.snapshot import LogWindow
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,14 @@ class SingleHost(Deployment):
 
     def logs(self, opts: LogOptions, out: Out) -> None:
         ops.logs(self.ref, lines=opts.lines, follow=opts.follow, previous=opts.previous, out=out)
+
+    def known_profile(self) -> Profile | None:
+        return self.profile or self.ref.profile
+
+    def log_window(self, offset: int | None, max_bytes: int) -> LogWindow | None:
+        from deployer.oncall.logwindow import log_window
+
+        return log_window(self.ref, offset, max_bytes)
 
     def history(self) -> HistoryReport:
         from deployer.oncall import history as attempts
