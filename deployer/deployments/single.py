@@ -70,6 +70,9 @@ class SingleHost(Deployment):
         return self._ref
 
     def _profile(self) -> Profile:
+        if self.profile is None and self.load_error is None and self.origin.arg and \
+                self.origin.arg.endswith((".yaml", ".yml")):
+            self.profile = self.ref.profile  # named by its file: the Ref loaded it
         if self.profile is None:
             raise self.load_error or ProfileError("this command needs a profile file")
         return self.profile

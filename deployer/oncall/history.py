@@ -69,6 +69,7 @@ def history(ref: Ref) -> list[dict[str, Any]]:
                 "outcome": outcome.get("outcome") or view.status, "detail": outcome.get("detail"),
                 "diagnosis": outcome.get("diagnosis"), "change": outcome.get("change"),
                 "drift": outcome.get("drift", []), "restarts": view.state.get("restarts", 0),
+                "phases": outcome.get("phases", []),
             })
         return list(mask_data(_merge_newest_first(rows, lock_events(snap.lock_events))))
 

@@ -66,6 +66,9 @@ def test_rows_timeline_and_log_through_one_kept_connection(healed: tuple[Path, P
         assert first.healed and first.change is not None
         assert first.change.args == {"mamba_scheduler_strategy": "extra_buffer"}
         assert first.diagnosis is not None and first.diagnosis.signature == "mamba-spec-needs-extra-buffer"
+        assert [p.phase for p in second.phases][-1] == "ready"      # the timeline up recorded for the attempt
+        assert [p.elapsed for p in second.phases] == sorted(p.elapsed for p in second.phases)
+        assert detail.memory == ()       # its plan has no estimate: the model's config.json is not on the target
 
         tail = source.log(row.key, LogRequest(None, 64 << 10))
         assert tail is not None and tail.lines and tail.run_id == second.run_id
@@ -80,6 +83,23 @@ def test_rows_timeline_and_log_through_one_kept_connection(healed: tuple[Path, P
         assert more.start == tail.end and more.end == log.stat().st_size
         source.overview()
     assert len(opened) == 1, opened                    # every read above went over one connection
+
+
+def test_the_memory_picture_is_the_plan_of_the_profile(tmp_path: Path, sshd: Any,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEPLOYER_HOME", str(tmp_path / "home"))
+    prof = write_profile(tmp_path, sshd, name="dashmem", model=str(REPO / "tests" / "fixtures" / "models" / "qwen3-8b"))
+    assert deploy("up", str(prof), "--skip-preflight", home=tmp_path / "home").returncode == 0
+    try:
+        source = LiveSource([watched(resolve(str(prof), mode=Mode(read_only=True, remembered=False)))])
+        (row,) = source.overview()
+        detail = source.detail(row.key)
+        assert detail is not None
+        (gpu,) = detail.memory                          # the stand-in nvidia-smi's one H200
+        assert gpu.name == "NVIDIA H200" and gpu.total_mib == 143771
+        assert 14_000 < gpu.weights_mib < 17_000 and gpu.kv_mib > 0 and gpu.headroom_mib >= 0, gpu
+    finally:
+        deploy("down", str(prof), home=tmp_path / "home")
 
 
 def test_an_unreachable_host_is_a_row_not_a_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
