@@ -25,6 +25,8 @@ from deployer.secrets import guard_std_streams
 
 # command -> (module under deployer.cli, the first paragraph of its help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "dashboard": ("dashboard", "A local web page of every deployment, fleet member and node named: state, serving, "
+                               "attempts, log."),
     "diagnose": ("oncall", "The first traceback and diagnosis of a log file, or of a deployment's latest failed "
                             "attempt."),
     "down": ("targets", "Stop a deployment gracefully (idempotent: 'not running' is success)."),

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from deployer.smoke import SmokeOptions
     from deployer.runner.up import UpOptions
     from deployer.events import EventSink
+    from deployer.target.snapshot import LogWindow
 
 Out = Callable[[str], None]
 __all__ = ["Deployment", "DownOptions", "ExportSource", "LogOptions", "Out", "PruneOptions", "Select"]
@@ -112,6 +113,22 @@ class Deployment(ABC):
 
     def ls(self) -> object:
         raise self._not_built("ls")
+
+    def known_profile(self) -> Profile | None:
+        """The profile this deployment was named by (None: a name on a host, nothing loaded)."""
+        return getattr(self, "profile", None)
+
+    def member(self, select: Select) -> Deployment:
+        """The one-host deployment a part of this one is (a fleet's replica or router, a group's node), on which
+        history, logs and the log window of that part are read; the whole of a single host is itself."""
+        if select.whole:
+            return self
+        raise self._not_built("choosing a member")
+
+    def log_window(self, offset: int | None, max_bytes: int) -> LogWindow | None:
+        """Up to `max_bytes` of the current engine log from byte `offset` (None: the last `max_bytes`), raw (mask
+        each line shown with secrets.mask_text: the run's secrets are learnt here); None: no log yet."""
+        raise self._not_built("the log window")
 
     def export_source(self) -> ExportSource:
         """What `deploy export` translates: the profile this deployment was made from, or (a name on a host) the

@@ -17,7 +17,7 @@ from deployer.deployments.single import Origin, SingleHost
 from deployer.errors import ProfileError
 from deployer.export.prometheus import AddressOf, PromExport, fleet_targets, written_address
 from deployer.fleet.members import fleet_of
-from deployer.fleet.oncall import fleet_down, fleet_logs, fleet_status, pick_member
+from deployer.fleet.oncall import fleet_down, fleet_logs, fleet_status, member_ref, pick_member
 from deployer.fleet.report import FleetReport
 from deployer.fleet.smoke import FleetSmokeReport, smoke_fleet
 from deployer.fleet.up import fleet_restart, fleet_rollback, fleet_up
@@ -77,6 +77,13 @@ class ReplicaFleet(Deployment):
         fleet = fleet_of(self.profile)
         member = pick_member(fleet, replica=self.select.replica, host=self.host, router=self.select.router)
         fleet_logs(member, opts, out, trust_new_host=self.trust_new_host)
+
+    def member(self, select: Select) -> Deployment:
+        if select.whole:
+            return self
+        chosen = pick_member(fleet_of(self.profile), replica=select.replica, host=None, router=select.router)
+        ref = member_ref(chosen, self.trust_new_host)
+        return SingleHost(lambda: ref, origin=Origin(chosen.name, trust_new_host=self.trust_new_host))
 
     def history(self) -> HistoryReport:
         return self.as_single.history()

@@ -18,7 +18,7 @@ from deployer import smoke as smoke_run
 from deployer.deployments.base import Deployment, DownOptions, ExportSource, LogOptions, Out, PruneOptions, Select
 from deployer.deployments.reports import (DiagnosisReport, HistoryReport, NodeDown, NodeStatus, PlanReport,
                                           PruneReport, plan_error)
-from deployer.deployments.single import SingleHost
+from deployer.deployments.single import Origin, SingleHost
 from deployer.errors import NotFound, ProfileError
 from deployer.export.prometheus import AddressOf, PromExport, node_targets, written_address
 from deployer.nodes import ops as nodes_ops
@@ -66,6 +66,12 @@ class NodeGroup(Deployment):
 
     def logs(self, opts: LogOptions, out: Out) -> None:
         nodes_ops.logs(self.profile, self.node, self.workdir, self.trust_new_host, opts, out)
+
+    def member(self, select: Select) -> Deployment:
+        if select.node is None:
+            return self
+        (_, ref), = nodes_ops.node_refs(self.profile, select.node, self.workdir, self.trust_new_host)
+        return SingleHost(lambda: ref, origin=Origin(self.name, trust_new_host=self.trust_new_host))
 
     def history(self) -> HistoryReport:
         return self.as_single.history()

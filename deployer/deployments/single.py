@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from deployer.smoke import SmokeOptions, SmokeReport
     from deployer.events import EventSink
     from deployer.export.prometheus import AddressOf, PromExport
+    from deployer.target.snapshot import LogWindow
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,9 @@ class SingleHost(Deployment):
         return self._ref
 
     def _profile(self) -> Profile:
+        if self.profile is None and self.load_error is None and self.origin.arg and \
+                self.origin.arg.endswith((".yaml", ".yml")):
+            self.profile = self.ref.profile  # named by its file: the Ref loaded it
         if self.profile is None:
             raise self.load_error or ProfileError("this command needs a profile file")
         return self.profile
@@ -119,6 +123,14 @@ class SingleHost(Deployment):
 
     def logs(self, opts: LogOptions, out: Out) -> None:
         ops.logs(self.ref, lines=opts.lines, follow=opts.follow, previous=opts.previous, out=out)
+
+    def known_profile(self) -> Profile | None:
+        return self.profile or self.ref.profile
+
+    def log_window(self, offset: int | None, max_bytes: int) -> LogWindow | None:
+        from deployer.oncall.logwindow import log_window
+
+        return log_window(self.ref, offset, max_bytes)
 
     def history(self) -> HistoryReport:
         from deployer.oncall import history as attempts

@@ -49,6 +49,11 @@ def members(fleet: Fleet) -> list[Member]:
     return out
 
 
+def member_ref(member: Member, trust_new_host: bool = False) -> Ref:
+    """The member as a single-host deployment of its name on its host."""
+    return _ref(member, trust_new_host)
+
+
 def _ref(member: Member, trust_new_host: bool) -> Ref:
     return Ref(member.name, spec_of(member.target, trust_new_host), member.target.workdir)
 

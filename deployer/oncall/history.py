@@ -71,6 +71,7 @@ def history(ref: Ref) -> list[HistoryEntry]:
                 "outcome": outcome.get("outcome") or view.status, "detail": outcome.get("detail"),
                 "diagnosis": outcome.get("diagnosis"), "change": outcome.get("change"),
                 "drift": outcome.get("drift", []), "restarts": view.state.get("restarts", 0),
+                "phases": outcome.get("phases", []),
             })
         return _merge_newest_first([HistoryEntry.of_attempt(mask_data(row)) for row in rows],
                                    [HistoryEntry.of_lock(mask_data(row)) for row in lock_events(snap.lock_events)])

@@ -1,5 +1,6 @@
 """`connect(spec)`: the one place that picks the Remote for a target (LocalRemote for `host: local`, else SSH);
-`conversing(spec)`: that connection with its target-side helper, as commands use it; `target_spec(profile)`: a
+`conversing(spec)`: that connection with its target-side helper, as commands use it (the pool's connection inside
+`remote.pool.kept_open`); `target_spec(profile)`: a
 single-host profile's target as the seam takes it."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from deployer.errors import ProfileError
+from deployer.remote import pool
 from deployer.remote.base import LOCAL, Remote, TargetSpec, Transport
 from deployer.remote.conversation import Conversation
 from deployer.remote.local import LocalRemote
@@ -31,6 +33,11 @@ def connect(spec: TargetSpec) -> Remote:
 def conversing(spec: TargetSpec, connection: Transport | None = None) -> Iterator[Conversation]:
     """A connection (`connection`, left open: a fleet's one per host; else a new one, closed on exit) and its one
     exec channel, the target-side helper (every command a request to it), closed on exit."""
+    shared = pool.active() if connection is None else None
+    if shared is not None:
+        with shared.use(spec) as kept, conversing(spec, kept) as pooled:
+            yield pooled
+        return
     remote: Transport = connection if connection is not None else connect(spec)
     conv: Conversation | None = None
     try:

@@ -17,7 +17,7 @@ from deployer.diagnose.drift import compare, masked, parse_args_dump
 from deployer.remedy.effective import DryResolution
 from deployer.engines import engine_for
 from deployer.errors import DeployError, LaunchFailed, PortBusy, RetriesExhausted
-from deployer.events import AttemptStarted, Changed, Diagnosed, Drift, EventSink, Info, RunPushed
+from deployer.events import AttemptStarted, Changed, Diagnosed, Drift, Event, EventSink, Info, PhaseEntered, RunPushed
 from deployer.logtext import clip, printable
 from deployer.profile.fixed import save_fixed
 from deployer.profile.model import Profile
@@ -26,13 +26,27 @@ from deployer.remedy.propose import Change, propose
 from deployer.render.bundle import Bundle, render
 from deployer.runner.history import AttemptRows
 from deployer.runner.logs import attempt_values, log_head
-from deployer.runner.report import AttemptReport, UpOptions, UpReport
+from deployer.runner.report import AttemptReport, PhaseSeen, UpOptions, UpReport
 from deployer.runner.restore import Restore
 from deployer.runner.shape import Found, Result, Shape, Target, result_name, result_text
 from deployer.runner.timing import PORT_WAIT_S, RETRY_PORT_WAIT_S, stop_grace
 from deployer.target.process import listener, stop
 from deployer.target.switch import Ports, switch_to
 from deployer.watch.watcher import PortTaken, Ready
+
+
+class PhaseLog:
+    """An event sink that passes every event on and keeps the phases the watch saw (the attempt's timeline, kept in
+    outcome.json and the history: the dashboard draws it)."""
+
+    def __init__(self, emit: EventSink) -> None:
+        self.emit = emit
+        self.seen: list[PhaseSeen] = []
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, PhaseEntered) and event.node in (None, 0):
+            self.seen.append(PhaseSeen(event.phase, event.elapsed))
+        self.emit(event)
 
 
 @dataclass
@@ -96,10 +110,11 @@ class AttemptRunner:
             self._start(stopped=self._stop_serving(), port_wait=PORT_WAIT_S)
         else:  # this run's own engine of the attempt before just stopped
             self._start(stopped=True, port_wait=RETRY_PORT_WAIT_S)
-        result = self.shape.watch(self.profile, self.emit)
+        phases = PhaseLog(self.emit)
+        result = self.shape.watch(self.profile, phases)
         assert self.targets[0].run is not None
         item = AttemptReport(attempt, self.targets[0].run.run_id, bundles[0].content_hash, result_name(result),
-                             result_text(result))
+                             result_text(result), phases=phases.seen)
         self.report.attempts.append(item)
         if isinstance(result, Ready):
             self._ready(item, bundles[0])

@@ -42,6 +42,17 @@ class FailedNode:
     host: str
 
 
+@dataclass(frozen=True)
+class PhaseSeen:
+    """A phase the engine's log showed, `elapsed` seconds after the launch."""
+
+    phase: str
+    elapsed: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"phase": self.phase, "elapsed": self.elapsed}
+
+
 @dataclass
 class AttemptReport:
     attempt: int
@@ -53,6 +64,7 @@ class AttemptReport:
     change: Change | None = None              # the change made after this attempt
     drift: list[str] = field(default_factory=list)
     failed_node: FailedNode | None = None     # a node group: where the diagnosis comes from
+    phases: list[PhaseSeen] = field(default_factory=list)  # what the watch saw, in order (node 0's for a group)
 
     def diagnosis_json(self) -> dict[str, Any] | None:
         """The diagnosis as outcome.json, the history and the output show it (its texts bounded)."""
@@ -69,7 +81,8 @@ class AttemptReport:
     def to_json(self) -> dict[str, Any]:
         return {"attempt": self.attempt, "run_id": self.run_id, "content_hash": self.content_hash,
                 "outcome": self.outcome, "detail": self.detail, "diagnosis": self.diagnosis_json(),
-                "change": self.change_json(), "drift": list(self.drift)}
+                "change": self.change_json(), "drift": list(self.drift),
+                "phases": [p.to_json() for p in self.phases]}
 
 
 @dataclass

@@ -8,7 +8,8 @@ from typing import Any
 
 from conftest import MODEL, free_port, vllm_engine, write_real_profile
 from deploy_helpers import deploy
-from lifecycle import assert_served_lifecycle, phases_of, report_of, standin_twin, up_json
+from dashboard_row import assert_dashboard_shows
+from lifecycle import assert_served_lifecycle, phases_of, report_of, standin_twin, status_row, up_json
 
 
 def test_real_vllm_up_serves_then_status_logs_restart_down(tmp_path: Path, host: Any) -> None:
@@ -23,6 +24,9 @@ def test_real_vllm_up_serves_then_status_logs_restart_down(tmp_path: Path, host:
     assert report["status"] == "ready" and report["drift"] == [], report
     preflight = " ".join(e.get("message", "") for e in evs if e["event"] in ("warning", "preflight", "problem"))
     assert "cannot introspect" not in preflight and "could not introspect" not in preflight, preflight
+    _, row = status_row(prof, home)
+    assert_dashboard_shows(prof, home, "tiny-vllm", "vllm", phases, "Application startup complete.",
+                           Path(row["run_dir"]))
     assert_served_lifecycle(prof, home, port, str(MODEL), phases)
 
     # the fast tier's stand-in vLLM, same profile: deployer must read the same startup from it

@@ -1,0 +1,89 @@
+"""`deploy dashboard`: a local web page of the deployments named, read through the Deployment interface (options
+and serving only; the data is deployer.dashboard.live's)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import click
+
+from deployer.dashboard.live import LiveSource, watched
+from deployer.dashboard.server import LOOPBACK, DashboardConfig, DashboardServer
+from deployer.deployments.resolve import Mode, resolve
+from deployer.remote.connect import connect
+from deployer.remote.pool import kept_open
+
+
+@dataclass
+class Named:
+    """One `PROFILE|NAME [--host H] [--workdir W]` of the command line (no arg: every deployment on the host)."""
+
+    arg: str | None
+    host: str | None = None
+    workdir: str | None = None
+
+
+def named(tokens: tuple[str, ...]) -> list[Named]:
+    """The deployments the arguments name: `--host`/`--workdir` belong to the PROFILE|NAME before them; a
+    `--host` after one that has its host (or first) means every deployment on that host."""
+    out: list[Named] = []
+    items = list(tokens)
+    while items:
+        token = items.pop(0)
+        option, _, inline = token.partition("=")
+        if option in ("--host", "--workdir"):
+            if not inline and not items:
+                raise click.UsageError(f"{option} needs a value")
+            value = inline or items.pop(0)
+            if option == "--host":
+                if not out or out[-1].host is not None:
+                    out.append(Named(None))
+                out[-1].host = value
+            elif not out:
+                raise click.UsageError("--workdir belongs after the PROFILE|NAME (or --host) it is for")
+            else:
+                out[-1].workdir = value
+        elif token.startswith("-"):
+            raise click.UsageError(f"no such option: {token}")
+        else:
+            out.append(Named(token))
+    if not out:
+        raise click.UsageError("name at least one deployment: PROFILE, NAME --host H, or --host H (every one there)")
+    return out
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.argument("targets", nargs=-1, type=click.UNPROCESSED, metavar="[PROFILE|NAME --host H [--workdir W]]...")
+@click.option("--port", type=click.IntRange(0, 65535), default=0, help="The port to listen on (default: a free one).")
+@click.option("--address", default=LOOPBACK, show_default=True,
+              help="The address to listen on; any other than a loopback one is reachable by others on the network.")
+@click.option("--refresh", type=click.FloatRange(1.0, 3600.0), default=5.0, show_default=True,
+              help="Seconds between the page's refreshes (the targets are asked at most every 2 s whatever the "
+                   "number of pages).")
+@click.option("--trust-new-host", is_flag=True,
+              help="Record the key of a host not yet in known_hosts (never a changed key).")
+def dashboard(targets: tuple[str, ...], port: int, address: str, refresh: float, trust_new_host: bool) -> None:
+    """A local web page of every deployment, fleet member and node named: state, serving, attempts, log.
+
+    Serves on 127.0.0.1 (another address only with --address) and prints the address to open, with this run's
+    access token, as its first line; read-only; one SSH connection per host, kept open. Ctrl-C stops it.
+
+    \b
+    Examples:
+      deploy dashboard profiles/qwen36-mtp.yaml
+      deploy dashboard qwen36-mtp --host root@gpu-box other --host root@gpu-2
+      deploy dashboard --host root@gpu-box          # every deployment under the default workdir there
+    """
+    # read-only, with each profile file loaded (its engine's kind and version label the rows)
+    loaded = Mode(read_only=True, remembered=False)
+    chosen = [resolve(n.arg, n.host, n.workdir, trust_new_host=trust_new_host, mode=loaded) for n in named(targets)]
+    source = LiveSource([watched(d) for d in chosen])
+    server = DashboardServer(source, DashboardConfig(address=address, port=port, refresh_s=refresh))
+    click.echo(server.url)
+    with kept_open(connect):
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.server_close()

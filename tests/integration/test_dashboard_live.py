@@ -1,0 +1,172 @@
+"""`deploy dashboard` over real targets: the real sshd bed, the stand-in engine healed once (SGLang's Mamba + MTP
+failure of the 0.5.10 era), read through the Deployment interface (deployer.dashboard.live) with one SSH
+connection per host kept open, and the command itself (its first stdout line, the token, 127.0.0.1 only)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from deploy_helpers import REPO, deploy, write_profile
+from deployer.dashboard.live import LiveSource, watched
+from deployer.dashboard.model import LogRequest
+from deployer.deployments.resolve import Mode, resolve
+from deployer.remote import connect as connect_module
+from deployer.remote.pool import kept_open
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+MTP_ARGS = {"speculative_algorithm": "NEXTN", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
+            "speculative_num_draft_tokens": 4, "tp_size": 1}
+
+
+@pytest.fixture(scope="module")
+def healed(tmp_path_factory: pytest.TempPathFactory, sshd: Any) -> Iterator[tuple[Path, Path]]:
+    """A deployment whose first attempt crashed and was healed (attempt 2 ready); its profile and DEPLOYER_HOME."""
+    tmp = tmp_path_factory.mktemp("dash")
+    prof = write_profile(tmp, sshd, name="dashdemo", model="Qwen/Qwen3.6-27B", args=MTP_ARGS,
+                         env={"STANDIN_SGLANG_VERSION": "0.5.10"})
+    home = tmp / "home"
+    up = deploy("up", str(prof), "--skip-preflight", home=home)
+    assert up.returncode == 0, up.stderr[-3000:]
+    yield prof, home
+    deploy("down", str(prof), home=home)
+
+
+def test_rows_timeline_and_log_through_one_kept_connection(healed: tuple[Path, Path],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    prof, home = healed
+    monkeypatch.setenv("DEPLOYER_HOME", str(home))
+    opened: list[Any] = []
+
+    def counting(spec: Any) -> Any:
+        opened.append(spec)
+        return connect_module.connect(spec)
+
+    source = LiveSource([watched(resolve(str(prof), mode=Mode(read_only=True, remembered=False)))])
+    with kept_open(counting):
+        (row,) = source.overview()
+        assert (row.name, row.status, row.serving, row.engine) == ("dashdemo", "ready", True, "sglang")
+        detail = source.detail(row.key)
+        assert detail is not None
+        first, second = detail.attempts                 # oldest first
+        assert (first.outcome, second.outcome) == ("crashed", "ready") and second.current
+        assert first.healed and first.change is not None
+        assert first.change.args == {"mamba_scheduler_strategy": "extra_buffer"}
+        assert first.diagnosis is not None and first.diagnosis.signature == "mamba-spec-needs-extra-buffer"
+        assert [p.phase for p in second.phases][-1] == "ready"      # the timeline up recorded for the attempt
+        assert [p.elapsed for p in second.phases] == sorted(p.elapsed for p in second.phases)
+        assert detail.memory == ()       # its plan has no estimate: the model's config.json is not on the target
+
+        tail = source.log(row.key, LogRequest(None, 64 << 10))
+        assert tail is not None and tail.lines and tail.run_id == second.run_id
+        status = resolve(str(prof)).status().to_json()
+        log = Path(status["run_dir"]) / "engine.log"
+        with log.open("a") as f:                      # what the engine writes between two polls
+            f.write("a new line <script>alert(1)</script>\n")
+        more = source.log(row.key, LogRequest(tail.end, 64 << 10))
+        # the status just above asked /health, which the engine logged too: that line, then ours, nothing before
+        assert more is not None and more.lines[-1] == "a new line <script>alert(1)</script>"
+        assert not set(more.lines) & set(tail.lines) and len(more.lines) <= 3, more.lines
+        assert more.start == tail.end and more.end == log.stat().st_size
+        source.overview()
+    assert len(opened) == 1, opened                    # every read above went over one connection
+
+
+def test_the_memory_picture_is_the_plan_of_the_profile(tmp_path: Path, sshd: Any,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEPLOYER_HOME", str(tmp_path / "home"))
+    prof = write_profile(tmp_path, sshd, name="dashmem", model=str(REPO / "tests" / "fixtures" / "models" / "qwen3-8b"))
+    assert deploy("up", str(prof), "--skip-preflight", home=tmp_path / "home").returncode == 0
+    try:
+        source = LiveSource([watched(resolve(str(prof), mode=Mode(read_only=True, remembered=False)))])
+        (row,) = source.overview()
+        detail = source.detail(row.key)
+        assert detail is not None
+        (gpu,) = detail.memory                          # the stand-in nvidia-smi's one H200
+        assert gpu.name == "NVIDIA H200" and gpu.total_mib == 143771
+        assert 14_000 < gpu.weights_mib < 17_000 and gpu.kv_mib > 0 and gpu.headroom_mib >= 0, gpu
+    finally:
+        deploy("down", str(prof), home=tmp_path / "home")
+
+
+def test_an_unreachable_host_is_a_row_not_a_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEPLOYER_HOME", str(tmp_path))
+    source = LiveSource([watched(resolve("ghost", "nobody@127.0.0.1:1"))])
+    with kept_open(connect_module.connect):
+        (row,) = source.overview()
+    assert row.status == "unreachable" and not row.serving
+
+
+def _get(url: str, cookie: str | None = None) -> tuple[int, bytes, Any]:
+    request = urllib.request.Request(url, headers={"Cookie": cookie} if cookie else {})
+    opener = urllib.request.build_opener(_NoRedirect)
+    try:
+        with opener.open(request, timeout=30) as reply:
+            return reply.status, reply.read(), reply.headers
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(), exc.headers
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def test_the_command_prints_its_address_and_serves_only_with_the_token(healed: tuple[Path, Path]) -> None:
+    prof, home = healed
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DEPLOYER_HOME": str(home),
+           "HOME": os.environ.get("HOME", "/root")}
+    proc = subprocess.Popen([sys.executable, "-m", "deployer.cli", "dashboard", str(prof), "--refresh", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(REPO))
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        parts = urlsplit(url)
+        assert parts.hostname == "127.0.0.1" and parts.query.startswith("token=")
+        base = f"http://127.0.0.1:{parts.port}"
+        assert _get(f"{base}/api/overview")[0] == 401
+        assert _get(f"{base}/api/overview", "deployer_dashboard_%d=wrong" % parts.port)[0] == 403
+        code, _, headers = _get(url)
+        assert code == 303
+        cookie = headers["Set-Cookie"].split(";")[0]
+        code, body, _ = _get(f"{base}/api/overview", cookie)
+        assert code == 200
+        (row,) = json.loads(body)["rows"]
+        assert (row["name"], row["status"], row["serving"]) == ("dashdemo", "ready", True)
+        code, body, _ = _get(f"{base}/api/deployment?key={row['key']}", cookie)
+        assert code == 200 and [a["outcome"] for a in json.loads(body)["attempts"]] == ["crashed", "ready"]
+        listening = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True).stdout
+        mine = [line for line in listening.splitlines() if f"pid={proc.pid}," in line]
+        assert mine and all(f"127.0.0.1:{parts.port}" in line for line in mine), mine
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            rc = proc.wait(timeout=30)
+        finally:
+            proc.kill()
+    assert rc == 0, proc.stderr.read() if proc.stderr else ""
+
+
+@pytest.mark.parametrize("argv, says", [
+    ((), "name at least one deployment"),
+    (("--workdir", "/x"), "--workdir belongs after"),
+    (("demo", "--bogus"), "no such option: --bogus"),
+])
+def test_bad_arguments_are_one_line_and_exit_2(tmp_path: Path, argv: tuple[str, ...], says: str) -> None:
+    started = time.monotonic()
+    out = deploy("dashboard", *argv, home=tmp_path)
+    assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert time.monotonic() - started < 30
