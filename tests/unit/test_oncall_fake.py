@@ -98,7 +98,8 @@ def test_down_and_history(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [e.to_json() for e in history(REF)] == [{"kind": "attempt", "run_id": run_id, "current": True, "attempt": 1,
                              "up_id": record["up_id"], "started_at": state["started_at"],
                              "content_hash": report["content_hash"], "outcome": "ready", "detail": "ready",
-                             "diagnosis": None, "change": None, "drift": [], "restarts": 0}]
+                             "diagnosis": None, "change": None, "drift": [], "restarts": 0,
+                                 "phases": [{"phase": "ready", "elapsed": 0.0}]}]
 
 
 def node_json(prof: Profile, node: int | None) -> list[dict[str, Any]]:
