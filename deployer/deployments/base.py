@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from deployer.deployments.top import TopReport
 from deployer.errors import ProfileError
 from deployer.oncall.deployment import DownOptions, LogOptions
 
@@ -101,13 +102,14 @@ class Deployment(ABC):
     @abstractmethod
     def smoke(self, opts: SmokeOptions, emit: EventSink) -> SmokeResult: ...
 
-    # Room for the commands other issues add (prepare, top, ls, the dashboard's reads): a kind that has not
+    def top(self) -> TopReport:
+        """One row per engine (replica, node) with its serving numbers: the status report, row by row."""
+        return TopReport.of(self.name, self.status())
+
+    # Room for the commands other issues add (prepare, ls, the dashboard's reads): a kind that has not
     # built one says so.
     def prepare(self) -> object:
         raise self._not_built("prepare")
-
-    def top(self) -> object:
-        raise self._not_built("top")
 
     def ls(self) -> object:
         raise self._not_built("ls")

@@ -61,7 +61,7 @@ def status(profile: Profile, node: int | None, workdir: str | None, trust_new_ho
     refs = node_refs(profile, node, workdir, trust_new_host)
     rows = []
     for plan, ref in refs:
-        for row in ops.status(ref):
+        for row in ops.status(ref, with_metrics=plan.rank == 0):  # node 0's engine serves the API
             rows.append({**row, "node": plan.rank, "role": "rank 0 (API)" if plan.rank == 0 else "dummy health"})
     followers = [(plan, row) for (plan, _), row in zip(refs, rows) if plan.rank > 0 and row["status"] in UP]
     if followers:
