@@ -8,7 +8,7 @@ DEPLOYER_HOME/cache/metrics/ for at most PREVIOUS_MAX_AGE_S; the first look (or 
 interval: its rates are absent and its latencies cover the engine's whole life (`window: since_start`).
 
 What the engine does not expose stays absent (null), never 0 (deployer.observe.serving). A /metrics the engine
-does not serve (SGLang without --enable-metrics, vLLM with --disable-log-stats) says so with the profile change
+does not serve (an engine whose metrics are switched off by a flag) says so with the profile change
 that turns it on (the engine's metrics switch).
 """
 
