@@ -9,6 +9,7 @@ import json
 import os
 import pty
 import select
+import signal
 import subprocess
 import sys
 import termios
@@ -120,18 +121,19 @@ def test_top_once_json_and_the_live_view_in_a_pty(tmp_path: Path, sshd: Any) -> 
         usage = deploy("top", str(prof), "--json", home=home)
         assert usage.returncode == 2 and "--json needs --once" in usage.stderr, usage.stderr
 
-        code, screen, before, after = live_top(prof, home)
-        assert code == 0, screen[-2000:]
-        assert "top-vllm" in screen and "ready" in screen and "TOK/S" in screen, screen[-2000:]
-        assert "\x1b[?1049h" in screen and screen.rstrip().endswith("\x1b[?1049l"), screen[-300:]
-        assert after == before  # the terminal's modes as they were (echo, canonical input)
+        for how in ("q", "SIGINT"):  # the key, and Ctrl-C as the terminal delivers it (a SIGINT)
+            code, screen, before, after = live_top(prof, home, how)
+            assert code == 0, (how, screen[-2000:])
+            assert "top-vllm" in screen and "ready" in screen and "TOK/S" in screen, screen[-2000:]
+            assert "\x1b[?1049h" in screen and screen.rstrip().endswith("\x1b[?1049l"), (how, screen[-300:])
+            assert after == before, how  # the terminal's modes as they were (echo, canonical input)
     finally:
         deploy("down", str(prof), home=home)
 
 
-def live_top(prof: Path, home: Path) -> tuple[int, str, list[Any], list[Any]]:
-    """`deploy top PROFILE` on a pty: wait for its first screen, press q; its exit code, what it drew, and the
-    pty's termios modes before and after."""
+def live_top(prof: Path, home: Path, how: str) -> tuple[int, str, list[Any], list[Any]]:
+    """`deploy top PROFILE` on a pty: wait for two screens, press q (or send SIGINT); its exit code, what it drew,
+    and the pty's termios modes before and after."""
     leader, follower = pty.openpty()
     before = termios.tcgetattr(follower)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DEPLOYER_HOME": str(home),
@@ -151,7 +153,10 @@ def live_top(prof: Path, home: Path) -> tuple[int, str, list[Any], list[Any]]:
                 except OSError:
                     break
             if not pressed and b"TOK/S" in screen and screen.count(b"top-vllm") >= 2:  # two screens drawn
-                os.write(leader, b"q")
+                if how == "q":
+                    os.write(leader, b"q")
+                else:
+                    proc.send_signal(signal.SIGINT)
                 pressed = True
             if pressed and proc.poll() is not None:
                 break
