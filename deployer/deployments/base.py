@@ -102,14 +102,14 @@ class Deployment(ABC):
     @abstractmethod
     def smoke(self, opts: SmokeOptions, emit: EventSink) -> SmokeResult: ...
 
-    def top(self) -> TopReport:
-        """One row per engine (replica, node) with its serving numbers: the status report, row by row."""
-        return TopReport.of(self.name, self.status())
-
-    # Room for the commands other issues add (prepare, ls, the dashboard's reads): a kind that has not
+    # Room for the commands other issues add (prepare, top, ls, the dashboard's reads): a kind that has not
     # built one says so.
     def prepare(self) -> object:
         raise self._not_built("prepare")
+
+    def top(self) -> TopReport:
+        """One row per engine (replica, node) with its serving numbers: the status report, row by row."""
+        return TopReport.of(self.name, self.status())
 
     def ls(self) -> object:
         raise self._not_built("ls")

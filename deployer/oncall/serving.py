@@ -14,6 +14,7 @@ that turns it on (the engine's metrics switch).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -135,8 +136,12 @@ def _metrics_row(engine: Engine, where: Endpoint, host: str, answer: _Answer,
 
 def _names(engine: Engine) -> MetricNames | None:
     path = engine.knowledge.metrics
-    if path is None:
-        return None
+    return _names_in(path) if path is not None else None
+
+
+@functools.lru_cache(maxsize=8)
+def _names_in(path: Path) -> MetricNames | None:
+    """An engine's map, read once per process (`top` looks again every few seconds)."""
     try:
         return load_metric_names(path)
     except MetricNamesUnreadable:
