@@ -10,8 +10,7 @@ import click
 from deployer.dashboard.live import LiveSource, watched
 from deployer.dashboard.server import LOOPBACK, DashboardConfig, DashboardServer
 from deployer.deployments.resolve import Mode, resolve
-from deployer.remote.connect import connect
-from deployer.remote.pool import kept_open
+from deployer.remote.connect import kept_open
 
 
 @dataclass
@@ -80,7 +79,7 @@ def dashboard(targets: tuple[str, ...], port: int, address: str, refresh: float,
     source = LiveSource([watched(d) for d in chosen])
     server = DashboardServer(source, DashboardConfig(address=address, port=port, refresh_s=refresh))
     click.echo(server.url)
-    with kept_open(connect):
+    with kept_open():
         try:
             server.serve_forever()
         except KeyboardInterrupt:

@@ -47,6 +47,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                        "deployment."),
     "status": ("targets", "State, pid, uptime, health, attempt, content hash and run dir; every deployment with "
                           "only --host."),
+    "top": ("top", "A live view of deployments, like htop: per replica or node its state, requests, tokens/s, KV "
+                   "cache, p99 latency and restarts (q or Ctrl-C quits); --once --json for scripts."),
     "up": ("runs", "Render, push, start and watch a deployment; heal known failures and retry."),
     "validate": ("profiles", "Check a profile; exit 0 when good, 2 listing every problem when not (secrets need "
                              "not be set)."),

@@ -18,6 +18,7 @@ from deployer.deployments.reports import (DiagnosisReport, FleetDown, FleetStatu
                                           HostStatus, NodeDown, NodeStatus, PlanReport, PruneReport, StatusRow)
 from deployer.output.console import JsonEvents, LiveProgress
 from deployer.output.fleet import FleetProgress, status_lines
+from deployer.output.serving import serving_lines
 from deployer.secrets import mask_data
 from deployer.events import Event, SmokePhase
 
@@ -184,6 +185,8 @@ def print_status(rows: list[StatusRow]) -> None:
             click.echo(f"  lock: {row.lock['text']}")
         for line in row.drift:
             click.echo(f"  drift: {line}")
+        for line in serving_lines(row.metrics):
+            click.echo(f"  {line}")
 
 
 def describe_crash(crash: Any, now: float | None = None) -> str:

@@ -7,7 +7,7 @@ exactly the JSON `deploy status --json` prints. A row's page asks the part it is
 from `plan()` of a deployment named by a profile file, asked once per part (a preflight trip) and kept.
 
 A target that cannot be reached, or a deployment not found, is a row saying so (`unreachable` / `absent`, with the
-error), never a failed page. Connections are kept open by the caller (remote.pool.kept_open around the server).
+error), never a failed page. Connections are kept open by the caller (remote.connect.kept_open around the server).
 """
 
 from __future__ import annotations

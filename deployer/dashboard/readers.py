@@ -36,8 +36,22 @@ def row_from_status(row: Mapping[str, Any], key: str, *, engine: str | None = No
         kind = str(row["role"])
     elif row.get("node") is not None:
         kind, member = "node", row["node"]
-    return OverviewRow.from_json({**row, "key": key, "kind": kind, "member": member, "engine": engine,
-                                  "version": version})
+    return OverviewRow.from_json({**row, **serving_of(row.get("metrics")), "key": key, "kind": kind,
+                                  "member": member, "engine": engine, "version": version})
+
+
+def serving_of(metrics: Any) -> dict[str, Any]:
+    """A status row's `metrics` (deployer.oncall.serving: absent numbers None) as the overview's columns:
+    requests running + waiting, generation tokens/s, KV cache %, end-to-end p99 in ms."""
+    if not isinstance(metrics, Mapping):
+        return {}
+    running, waiting = metrics.get("requests_running"), metrics.get("requests_waiting")
+    kv, e2e = metrics.get("kv_cache_usage"), metrics.get("e2e_latency")
+    p99 = e2e.get("p99_s") if isinstance(e2e, Mapping) else None
+    return {"requests": None if running is None and waiting is None else int((running or 0) + (waiting or 0)),
+            "tokens_per_s": metrics.get("generation_tokens_per_s"),
+            "kv_usage_pct": None if kv is None else round(float(kv) * 100, 1),
+            "p99_latency_ms": None if p99 is None else round(float(p99) * 1000, 1)}
 
 
 def rows_from_fleet_status(fleet: Mapping[str, Any], key_of: Callable[[Mapping[str, Any]], str], *,

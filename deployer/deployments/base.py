@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from deployer.deployments.top import TopReport
 from deployer.errors import ProfileError
 from deployer.oncall.deployment import DownOptions, LogOptions
 
@@ -108,8 +109,9 @@ class Deployment(ABC):
     def prepare(self) -> object:
         raise self._not_built("prepare")
 
-    def top(self) -> object:
-        raise self._not_built("top")
+    def top(self) -> TopReport:
+        """One row per engine (replica, node) with its serving numbers: the status report, row by row."""
+        return TopReport.of(self.name, self.status())
 
     def ls(self) -> object:
         raise self._not_built("ls")

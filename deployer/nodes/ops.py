@@ -52,7 +52,7 @@ HEALTH_TIMEOUT_S = 3.0
 def status(profile: Profile, node: int | None, workdir: str | None, trust_new_host: bool) -> list[StatusRow]:
     refs = node_refs(profile, node, workdir, trust_new_host)
     rows = [row.replace(node=NodeFacts(plan.rank, "rank 0 (API)" if plan.rank == 0 else "dummy health"))
-            for plan, ref in refs for row in ops.status(ref)]
+            for plan, ref in refs for row in ops.status(ref, with_metrics=plan.rank == 0)]  # node 0 serves the API
     followers = [i for i, ((plan, _), row) in enumerate(zip(refs, rows)) if plan.rank > 0 and row.status in UP]
     if followers:
         leader = node_refs(profile, 0, workdir, trust_new_host)[0][1]

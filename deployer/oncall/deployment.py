@@ -26,7 +26,7 @@ from deployer.profile.host import NAME_RE, parse_host
 from deployer.target.push import Layout, expand_workdir
 from deployer.remote.base import Remote, TargetSpec
 from deployer.remote.connect import conversing, target_spec
-from deployer.oncall import remembered
+from deployer.oncall import remembered, serving
 from deployer.oncall.rows import DownResult, StatusRow
 from deployer.oncall.secret_restore import learn_env_text
 from deployer.secrets import mask_data, mask_text
@@ -34,7 +34,7 @@ from deployer.target.process import stop
 from deployer.supervisor.supervise_base import CRASHED as CRASHED_STATES
 from deployer.supervisor.supervise_base import UP
 from deployer.target import snapshot
-from deployer.target.records import RunView, healthy, record_address, record_engine, record_kind, tail_window, window_lines
+from deployer.target.records import RunView, record_address, record_engine, record_kind, tail_window, window_lines
 from deployer.events import EventSink
 from deployer.watch.watcher import LogTail
 
@@ -140,25 +140,37 @@ def layout_of(workdir: str, name: str) -> Layout:
 
 
 def describe(view: RunView, remote: Remote, name: str, runs: int, env_text: str | None,
-             attempt: snapshot.Attempt | None = None, lock: dict[str, Any] | None = None) -> dict[str, Any]:
+             attempt: snapshot.Attempt | None = None, lock: dict[str, Any] | None = None,
+             with_metrics: bool = True) -> dict[str, Any]:
+    """One deployment's status row; `metrics` (serving metrics and GPU memory) while it is alive and
+    `with_metrics` (None otherwise)."""
     state, record = view.state, view.record
     learn_env_text(env_text, record, view.run.file("env"))  # the diagnosis quotes engine text
     port = int(record.get("port") or 0)
     started = state.get("started_at")
     alive = view.status in UP
     diagnosis = crash_diagnosis(remote, view, attempt)
+    engine_metrics = with_metrics and record.get("role") != "router"  # a fleet's router: no engine /metrics
+    looked = serving.look(remote, record_engine(record), _endpoint(view, port), engine_metrics) \
+        if port and alive else serving.Looked(False)
     return {
         "name": name, "host": remote.label, "status": view.status, "pid": state.get("pid"),
         "uptime_s": round(time.time() - started, 1) if started and alive else None,
-        "healthy": healthy(remote, port, str(record.get("health_path", "/health")), address=record_address(record))
-        if port and alive else False,
+        "healthy": looked.healthy,
         "attempt": record.get("attempt"), "content_hash": view.content_hash, "run_dir": view.run.path,
         "port": port, "restarts": state.get("restarts", 0), "last_crash": last_crash(remote, view, alive, diagnosis),
         "exit_code": state.get("exit_code"), "signal_name": state.get("signal_name"),
         "drift": (view.outcome or {}).get("drift", []), "runs": runs,
         "diagnosis": diagnosis or (view.outcome or {}).get("diagnosis"),
-        "lock": lock,
+        "lock": lock, "metrics": looked.metrics,
     }
+
+
+def _endpoint(view: RunView, port: int) -> serving.Endpoint:
+    record = view.record
+    gpus = ((record.get("profile") or {}).get("engine") or {}).get("gpus")
+    return serving.Endpoint(port, record_address(record), str(record.get("health_path", "/health")), view.run.path,
+                            gpus if isinstance(gpus, list) else None)
 
 
 def status_code(status: str, healthy: bool) -> int:
@@ -238,8 +250,9 @@ def diagnose_attempt(attempt: snapshot.Attempt, state: Mapping[str, Any], versio
     return diag
 
 
-def status(ref: Ref, connection: Remote | None = None) -> list[StatusRow]:
-    """One deployment's row, or (no name) every deployment's under the workdir; one exec channel either way."""
+def status(ref: Ref, connection: Remote | None = None, *, with_metrics: bool = True) -> list[StatusRow]:
+    """One deployment's row, or (no name) every deployment's under the workdir; one exec channel either way.
+    `with_metrics`: each live row's serving metrics (deployer.oncall.serving), else its `metrics` is None."""
     with connected(ref, connection) as remote:
         if ref.name:
             snap = snapshot.take(remote, layout_of(ref.workdir, ref.name).root)
@@ -254,7 +267,7 @@ def status(ref: Ref, connection: Remote | None = None) -> list[StatusRow]:
             if view is None:
                 continue
             row = describe(view, remote, name, len(snap.runs), snap.env.get(view.run.run_id), snap.attempt,
-                           lease_of(remote, snap.layout, snap.lock))
+                           lease_of(remote, snap.layout, snap.lock), with_metrics)
             out.append({**row, "serving": status_code(row["status"], row["healthy"]) == SERVING})
         return [StatusRow.of(row) for row in mask_data(out)]
 

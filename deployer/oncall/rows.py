@@ -116,6 +116,7 @@ class StatusRow:
     lock: Json | None
     serving: bool
     node: NodeFacts | None = None
+    metrics: Json | None = None          # what the engine serves (deployer.oncall.serving; None: not asked / down)
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> StatusRow:
@@ -128,7 +129,8 @@ class StatusRow:
                    exit_code=row["exit_code"], signal_name=row["signal_name"],
                    drift=[str(d) for d in row["drift"] or []], runs=int(row["runs"]),
                    diagnosis=ShownDiagnosis.of(row["diagnosis"]),
-                   lock=dict(lock) if isinstance(lock, Mapping) else None, serving=bool(row["serving"]))
+                   lock=dict(lock) if isinstance(lock, Mapping) else None, serving=bool(row["serving"]),
+                   metrics=dict(row["metrics"]) if isinstance(row.get("metrics"), Mapping) else None)
 
     def replace(self, **changes: Any) -> StatusRow:
         return dataclasses.replace(self, **changes)
@@ -141,7 +143,7 @@ class StatusRow:
             "last_crash": None if self.last_crash is None else self.last_crash.to_json(),
             "exit_code": self.exit_code, "signal_name": self.signal_name, "drift": list(self.drift),
             "runs": self.runs, "diagnosis": None if self.diagnosis is None else self.diagnosis.to_json(),
-            "lock": self.lock, "serving": self.serving,
+            "lock": self.lock, "serving": self.serving, "metrics": self.metrics,
         }
         return {**out, **self.node.to_json()} if self.node is not None else out
 

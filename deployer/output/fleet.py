@@ -8,6 +8,7 @@ import threading
 from typing import Any
 
 from deployer.logtext import clip, printable
+from deployer.output.serving import serving_lines
 from deployer.events import (
     AttemptStarted, BecameReady, PhaseEntered, Changed, Diagnosed, Drift, EngineExited, EngineHung, Event, FollowerExited, Info,
     PortTakenSeen, Problem, Progressed, Restored, RollingBack, StartupTimedOut, SupervisorLost, Warn,
@@ -111,6 +112,7 @@ def status_lines(data: dict[str, Any]) -> list[str]:
         if row.get("error"):
             line += f"  {_t(row['error'], 300)}"
         lines.append(line)
+        lines += [f"  {'':<20} {text}" for text in serving_lines(row.get("metrics"))]
         ready = row.get("readiness")
         if ready:
             lines.append(f"  {'':<20} readiness: {ready.get('healthy_workers')} of {ready.get('total_workers')} "

@@ -1,16 +1,16 @@
 """`connect(spec)`: the one place that picks the Remote for a target (LocalRemote for `host: local`, else SSH);
-`conversing(spec)`: that connection with its target-side helper, as commands use it (the pool's connection inside
-`remote.pool.kept_open`); `target_spec(profile)`: a
-single-host profile's target as the seam takes it."""
+`conversing(spec)`: that connection with its target-side helper, as commands use it; `kept_open()`: within it,
+`conversing` keeps one connection and helper per target open across calls (`deploy top`'s refreshes);
+`target_spec(profile)`: a single-host profile's target as the seam takes it."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from deployer.errors import ProfileError
-from deployer.remote import pool
+from deployer.errors import ProfileError, RemoteError
 from deployer.remote.base import LOCAL, Remote, TargetSpec, Transport
 from deployer.remote.conversation import Conversation
 from deployer.remote.local import LocalRemote
@@ -29,14 +29,79 @@ def connect(spec: TargetSpec) -> Remote:
     return remote
 
 
+class _Kept:
+    """The connections `kept_open` holds: one (transport, conversation) per target, made on first use."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.making: dict[TargetSpec, threading.Lock] = {}
+        self.open: dict[TargetSpec, tuple[Transport, Conversation]] = {}
+
+    def get(self, spec: TargetSpec) -> Conversation:
+        with self.lock:
+            making = self.making.setdefault(spec, threading.Lock())
+        with making:  # one connect per target, several targets connecting at once
+            with self.lock:
+                found = self.open.get(spec)
+            if found is not None:
+                return found[1]
+            remote = connect(spec)
+            conv = Conversation.open(remote, wait=False)
+            with self.lock:
+                self.open[spec] = (remote, conv)
+            return conv
+
+    def drop(self, spec: TargetSpec) -> None:
+        with self.lock:
+            found = self.open.pop(spec, None)
+        if found is not None:
+            _close(*found)
+
+    def close(self) -> None:
+        with self.lock:
+            kept, self.open = list(self.open.values()), {}
+        for remote, conv in kept:
+            _close(remote, conv)
+
+
+def _close(remote: Transport, conv: Conversation) -> None:
+    conv.close()
+    remote.close()
+
+
+_kept: _Kept | None = None
+_kept_lock = threading.Lock()
+
+
+@contextmanager
+def kept_open() -> Iterator[None]:
+    """Within it, `conversing(spec)` reuses one connection and helper per target (the fan-out's threads too),
+    all closed on exit; a connection that broke under a call is dropped (the next call connects again)."""
+    global _kept
+    with _kept_lock:
+        if _kept is not None:
+            raise RuntimeError("kept_open() is not reentrant")
+        _kept = _Kept()
+    try:
+        yield
+    finally:
+        with _kept_lock:
+            kept, _kept = _kept, None
+        kept.close()
+
+
 @contextmanager
 def conversing(spec: TargetSpec, connection: Transport | None = None) -> Iterator[Conversation]:
     """A connection (`connection`, left open: a fleet's one per host; else a new one, closed on exit) and its one
-    exec channel, the target-side helper (every command a request to it), closed on exit."""
-    shared = pool.active() if connection is None else None
-    if shared is not None:
-        with shared.use(spec) as kept, conversing(spec, kept) as pooled:
-            yield pooled
+    exec channel, the target-side helper (every command a request to it), closed on exit; inside `kept_open`,
+    the target's kept connection and helper, left open."""
+    kept = _kept
+    if connection is None and kept is not None:
+        try:
+            yield kept.get(spec)
+        except RemoteError:
+            kept.drop(spec)
+            raise
         return
     remote: Transport = connection if connection is not None else connect(spec)
     conv: Conversation | None = None

@@ -21,8 +21,7 @@ from deploy_helpers import deploy, write_profile  # noqa: E402
 from deployer.dashboard import running  # noqa: E402
 from deployer.dashboard.live import LiveSource, watched  # noqa: E402
 from deployer.deployments.resolve import Mode, resolve  # noqa: E402
-from deployer.remote.connect import connect  # noqa: E402
-from deployer.remote.pool import kept_open  # noqa: E402
+from deployer.remote.connect import kept_open  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
 MTP_ARGS = {"speculative_algorithm": "NEXTN", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
@@ -49,7 +48,7 @@ def test_a_live_stand_in_deployment_its_healed_attempt_and_its_log(
     monkeypatch.setenv("DEPLOYER_HOME", str(home))
     deployment = resolve(str(prof), mode=Mode(read_only=True, remembered=False))
     run_dir = Path(deployment.status().to_json()["run_dir"])
-    with kept_open(connect), running(LiveSource([watched(deployment)]), FAST) as server:
+    with kept_open(), running(LiveSource([watched(deployment)]), FAST) as server:
         base = open_dashboard(browser, server.url)
         key, cells = check_row(browser, "livedemo", "ready", "sglang")
         assert cells[1] == "deployment" and cells[2] == f"root@127.0.0.1:{deployment.known_profile().target.port}"

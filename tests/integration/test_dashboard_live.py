@@ -24,7 +24,7 @@ from deployer.dashboard.live import LiveSource, watched
 from deployer.dashboard.model import LogRequest
 from deployer.deployments.resolve import Mode, resolve
 from deployer.remote import connect as connect_module
-from deployer.remote.pool import kept_open
+from deployer.remote.connect import kept_open
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -50,13 +50,15 @@ def test_rows_timeline_and_log_through_one_kept_connection(healed: tuple[Path, P
     prof, home = healed
     monkeypatch.setenv("DEPLOYER_HOME", str(home))
     opened: list[Any] = []
+    real_connect = connect_module.connect
 
     def counting(spec: Any) -> Any:
         opened.append(spec)
-        return connect_module.connect(spec)
+        return real_connect(spec)
 
+    monkeypatch.setattr(connect_module, "connect", counting)
     source = LiveSource([watched(resolve(str(prof), mode=Mode(read_only=True, remembered=False)))])
-    with kept_open(counting):
+    with kept_open():
         (row,) = source.overview()
         assert (row.name, row.status, row.serving, row.engine) == ("dashdemo", "ready", True, "sglang")
         detail = source.detail(row.key)
@@ -88,11 +90,13 @@ def test_rows_timeline_and_log_through_one_kept_connection(healed: tuple[Path, P
 def test_the_memory_picture_is_the_plan_of_the_profile(tmp_path: Path, sshd: Any,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DEPLOYER_HOME", str(tmp_path / "home"))
-    prof = write_profile(tmp_path, sshd, name="dashmem", model=str(REPO / "tests" / "fixtures" / "models" / "qwen3-8b"))
+    prof = write_profile(tmp_path, sshd, name="dashmem", model=str(REPO / "tests" / "fixtures" / "models" / "qwen3-8b"),
+                         args={"enable_metrics": True})
     assert deploy("up", str(prof), "--skip-preflight", home=tmp_path / "home").returncode == 0
     try:
         source = LiveSource([watched(resolve(str(prof), mode=Mode(read_only=True, remembered=False)))])
         (row,) = source.overview()
+        assert row.requests == 0 and row.kv_usage_pct is not None   # the engine's /metrics, as status reads it
         detail = source.detail(row.key)
         assert detail is not None
         (gpu,) = detail.memory                          # the stand-in nvidia-smi's one H200
@@ -105,7 +109,7 @@ def test_the_memory_picture_is_the_plan_of_the_profile(tmp_path: Path, sshd: Any
 def test_an_unreachable_host_is_a_row_not_a_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DEPLOYER_HOME", str(tmp_path))
     source = LiveSource([watched(resolve("ghost", "nobody@127.0.0.1:1"))])
-    with kept_open(connect_module.connect):
+    with kept_open():
         (row,) = source.overview()
     assert row.status == "unreachable" and not row.serving
 

@@ -65,6 +65,16 @@ def test_fleet_up_routes_status_logs_down(tmp_path: Path, bed: HostBed) -> None:
     assert row["serving"] is True and [r["status"] for r in row["replicas"]] == ["ready", "ready"]
     assert [r["host"].split("@")[-1].split(":")[0] for r in row["replicas"]] == [h.addr for h in bed.hosts]
     assert row["router"]["healthy"] is True and row["router"]["readiness"]["healthy_workers"] == 2
+    # each replica's serving metrics (issue 26): this SGLang has no --enable-metrics, and status says so; the
+    # router is no engine (None); these hosts have no nvidia-smi: no GPU memory (absent, not 0)
+    for replica in row["replicas"]:
+        assert "add `enable_metrics: true`" in replica["metrics"]["error"], replica["metrics"]
+        assert replica["metrics"]["gpu_memory"] is None, replica["metrics"]
+    assert row["router"]["metrics"] is None
+    top = fleet_deploy(bed, "top", str(prof), "--once", "--json", home=home)
+    assert top.returncode == 0, top.stderr
+    assert [(r["member"], r["state"], r["healthy"]) for r in json.loads(top.stdout)["rows"]] == \
+        [("r0", "ready", True), ("r1", "ready", True), ("router", "ready", True)], top.stdout
 
     logs = fleet_deploy(bed, "logs", str(prof), "--replica", "1", "-n", "200", home=home)
     assert logs.returncode == 0 and "The server is fired up and ready to roll!" in logs.stdout, logs.stderr

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 
 def test_status_logs_and_down_per_node(tmp_path: Path, bed: HostBed) -> None:
-    profile, ports = nodes_profile(tmp_path, bed)
+    profile, ports = nodes_profile(tmp_path, bed, args={"enable_metrics": True})
     assert up(tmp_path, profile).returncode == 0
     home = tmp_path / "home"
 
@@ -25,6 +25,13 @@ def test_status_logs_and_down_per_node(tmp_path: Path, bed: HostBed) -> None:
     assert shown.returncode == 0, shown.stderr
     rows = json.loads(shown.stdout)
     assert [(r["node"], r["status"], r["port"]) for r in rows] == [(0, "ready", ports[0]), (1, "ready", ports[1])]
+    # serving metrics (issue 26) are node 0's engine's, the one that serves the API; node 1's row has none
+    assert rows[0]["metrics"]["engine"] == "sglang" and rows[0]["metrics"]["requests_running"] == 0, rows[0]
+    assert rows[1]["metrics"] is None, rows[1]
+    top = deploy("top", str(profile), "--once", "--json", home=home)
+    assert top.returncode == 0, top.stderr
+    assert [(r["member"], r["state"], r["requests_running"]) for r in json.loads(top.stdout)["rows"]] == \
+        [("node 0", "ready", 0), ("node 1", "ready", None)], top.stdout
     one = deploy("status", str(profile), "--node", "1", home=home)
     assert one.returncode == 0 and "node 1 (dummy health):" in one.stdout and "node 0" not in one.stdout
 

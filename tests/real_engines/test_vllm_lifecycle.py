@@ -3,13 +3,14 @@ completion -> status -> logs -> restart -> down."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from conftest import MODEL, free_port, vllm_engine, write_real_profile
 from deploy_helpers import deploy
 from dashboard_row import assert_dashboard_shows
-from lifecycle import assert_served_lifecycle, phases_of, report_of, standin_twin, status_row, up_json
+from lifecycle import assert_served_lifecycle, chat, phases_of, report_of, standin_twin, status_row, up_json
 
 
 def test_real_vllm_up_serves_then_status_logs_restart_down(tmp_path: Path, host: Any) -> None:
@@ -20,13 +21,14 @@ def test_real_vllm_up_serves_then_status_logs_restart_down(tmp_path: Path, host:
     phases = [e["phase"] for e in evs if e["event"] == "phase"]
     # vLLM 0.32.0's CPU startup as deployer reads it (no CUDA graphs on a CPU; --enforce-eager)
     assert phases == ["args", "loading weights", "weights loaded", "allocating cache", "http up", "ready"], phases
-    report = report_of("\n".join(__import__("json").dumps(e) for e in evs))
+    report = report_of("\n".join(json.dumps(e) for e in evs))
     assert report["status"] == "ready" and report["drift"] == [], report
     preflight = " ".join(e.get("message", "") for e in evs if e["event"] in ("warning", "preflight", "problem"))
     assert "cannot introspect" not in preflight and "could not introspect" not in preflight, preflight
     _, row = status_row(prof, home)
     assert_dashboard_shows(prof, home, "tiny-vllm", "vllm", phases, "Application startup complete.",
                            Path(row["run_dir"]))
+    assert_serving_metrics(prof, home, port)
     assert_served_lifecycle(prof, home, port, str(MODEL), phases)
 
     # the fast tier's stand-in vLLM, same profile: deployer must read the same startup from it
@@ -35,3 +37,25 @@ def test_real_vllm_up_serves_then_status_logs_restart_down(tmp_path: Path, host:
     assert code == 0, said
     assert phases_of(twin_evs) == phases_of(evs), (phases_of(twin_evs), phases_of(evs))
     assert deploy("down", str(twin), home=home, timeout=60).returncode == 0
+
+
+def assert_serving_metrics(prof: Path, home: Path, port: int) -> None:
+    """Issue 26: `status` shows real vLLM's own /metrics (a first look, one completion, a second look over the
+    interval between them), the stand-in nvidia-smi's GPU memory, and `top --once --json` the same row."""
+    code, first = status_row(prof, home)
+    m = first["metrics"]
+    assert code == 0 and m["engine"] == "vllm" and m["absent"] == [] and m["requests_running"] == 0, m
+    assert isinstance(m["gpu_memory"], list) and m["gpu_memory"][0]["total_mib"] > 0, m
+    answer = chat(port, str(MODEL))
+    code, row = status_row(prof, home)
+    m = row["metrics"]
+    assert code == 0 and m["interval_s"] and m["interval_s"] > 0, m
+    tokens = answer["usage"]["completion_tokens"]
+    assert m["generation_tokens_per_s"] * m["interval_s"] >= tokens > 0, (m, answer["usage"])
+    assert m["prompt_tokens_per_s"] > 0 and m["e2e_latency"]["count"] == 1, m
+    assert m["e2e_latency"]["p99_s"] > 0 and m["time_to_first_token"]["p99_s"] > 0, m
+    assert m["request_errors"] == {"total": 0.0, "in_interval": 0.0}, m
+    top = deploy("top", str(prof), "--once", "--json", home=home, timeout=60)
+    assert top.returncode == 0, top.stderr
+    rows = json.loads(top.stdout)["rows"]
+    assert [(r["state"], r["healthy"], r["requests_running"]) for r in rows] == [("ready", True, 0)], rows

@@ -1,7 +1,7 @@
 """STAND-IN for tests: imitates vLLM 0.33.0 (no GPU here); never used by the product.
 
 The HTTP side (stdlib ThreadingHTTPServer in place of uvicorn/FastAPI): /health (200 once the engine is up,
-empty body), /v1/models, /v1/chat/completions, /version, /ping, vLLM's error bodies, the --api-key check of
+empty body), /metrics (vLLM 0.32.0's real capture, advanced per completion: standin_metrics), /v1/models, /v1/chat/completions, /version, /ping, vLLM's error bodies, the --api-key check of
 the /v1 routes, and uvicorn-style access lines on stdout.
 """
 
@@ -13,6 +13,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, Optional, Tuple
 
+import standin_metrics
+
 PHRASES = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 503: "Service Unavailable"}
 
 
@@ -23,6 +25,7 @@ class EngineState:
         self.api_key: Optional[str] = None
         self.access_log = True
         self.lock = threading.Lock()
+        self.metrics = standin_metrics.vllm()
 
     def set_phase(self, phase: str) -> None:
         with self.lock:
@@ -50,10 +53,10 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         pass
 
-    def _send(self, code: int, body: Any) -> None:
+    def _send(self, code: int, body: Any, content_type: str = "application/json") -> None:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.send_response(code)
-        self.send_header("content-type", "application/json")
+        self.send_header("content-type", content_type)
         self.send_header("content-length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -80,6 +83,8 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, b"") if phase == "ready" else self._send(503, b"")
         elif path == "/ping":
             self._send(200, b"") if phase == "ready" else self._send(503, b"")
+        elif path == "/metrics":
+            self._send(200, self.state.metrics.text().encode(), "text/plain; version=0.0.4; charset=utf-8")
         elif path == "/version":
             from vllm import __version__
 
@@ -117,7 +122,12 @@ class Handler(BaseHTTPRequestHandler):
             self._send(400, error_body("[{'type': 'missing', 'loc': ('body', 'messages'), 'msg': 'Field required'}]",
                                        "BadRequestError", 400))
             return
-        self._send(200, chat_completion(self.state.model))
+        self.state.metrics.started()
+        try:
+            answer = chat_completion(self.state.model)
+        finally:
+            self.state.metrics.finished()
+        self._send(200, answer)
 
 
 def chat_completion(model: str) -> Dict[str, Any]:

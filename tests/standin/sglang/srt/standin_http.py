@@ -1,7 +1,8 @@
 """STAND-IN for tests: imitates SGLang 0.5.23 (no GPU here); never used by the product.
 
 The HTTP side of the stand-in (stdlib ThreadingHTTPServer in place of uvicorn/FastAPI): the endpoints a
-deployer looks at, their 503/200 behaviour by phase, and uvicorn-style access log lines on stdout.
+deployer looks at, their 503/200 behaviour by phase, /metrics with --enable-metrics (SGLang 0.5.23's real capture,
+advanced per completion: standin_metrics), and uvicorn-style access log lines on stdout.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import os
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, Optional, Tuple
+
+import standin_metrics
 
 STATUS_PHRASES = {200: "OK", 400: "Bad Request", 404: "Not Found", 503: "Service Unavailable"}
 
@@ -32,6 +35,7 @@ class EngineState:
         self.access_log = True
         self.lock = threading.Lock()
         self.requests = 0
+        self.metrics = standin_metrics.sglang()
 
     def set_phase(self, phase: str) -> None:
         with self.lock:
@@ -62,10 +66,10 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         pass
 
-    def _send(self, code: int, body: Any) -> None:
+    def _send(self, code: int, body: Any, content_type: str = "application/json") -> None:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.send_response(code)
-        self.send_header("content-type", "application/json")
+        self.send_header("content-type", content_type)
         self.send_header("content-length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -102,6 +106,8 @@ class Handler(BaseHTTPRequestHandler):
                                                          "root": self.state.model}]})
         elif path in ("/server_info", "/get_server_info"):
             self._send(200, self.state.server_info)
+        elif path == "/metrics" and self.state.server_info.get("enable_metrics"):  # only with --enable-metrics
+            self._send(200, self.state.metrics.text().encode(), "text/plain; version=0.0.4; charset=utf-8")
         else:
             self._send(404, {"detail": "Not Found"})
 
@@ -115,7 +121,11 @@ class Handler(BaseHTTPRequestHandler):
             if status != 200:
                 self._send(status, {"object": "error", "message": "stand-in: STANDIN_CHAT_STATUS", "code": status})
             else:
-                time.sleep(float(os.environ.get("STANDIN_CHAT_DELAY_S", "0")))  # generation time: in flight
+                self.state.metrics.started()
+                try:
+                    time.sleep(float(os.environ.get("STANDIN_CHAT_DELAY_S", "0")))  # generation time: in flight
+                finally:
+                    self.state.metrics.finished()
                 self._send(200, chat_completion(self.state.model, body))
         elif path in ("/generate", "/v1/completions"):
             self._send(200, generate(body))
