@@ -264,6 +264,8 @@ class FakeRemote:
         with self._lock:
             if port not in self.listening:
                 return {"ok": False, "kind": "unreachable", "error": f"127.0.0.1:{port}: nothing listening"}
+        if path == "/metrics":  # the scripted engine exposes no metrics
+            return {"ok": True, "status": 404, "headers": [], "body_b64": ""}
         body = b"{}" if path != "/health" else b""
         return {"ok": True, "status": 200, "headers": [["content-type", "application/json"]],
                 "body_b64": base64.b64encode(body).decode()}

@@ -45,7 +45,13 @@ def serving_row(report: dict[str, Any], **changes: Any) -> dict[str, Any]:
     return {"name": "demo", "host": "fake", "status": "ready", "pid": 5000, "uptime_s": changes.pop("uptime_s"),
             "healthy": True, "attempt": 1, "content_hash": report["content_hash"], "run_dir": report["run_dir"],
             "port": PORT, "restarts": 0, "last_crash": None, "exit_code": None, "signal_name": None, "drift": [],
-            "runs": 1, "diagnosis": None, "lock": None, "serving": True, **changes}
+            "runs": 1, "diagnosis": None, "lock": None, "serving": True,
+            "metrics": None if changes.get("serving") is False else NO_METRICS, **changes}
+
+
+# the scripted engine has no /metrics (404) and the fake box no nvidia-smi: status says so, numbers absent
+NO_METRICS = {"error": "/metrics answered HTTP 404; add `enable_metrics: true` to engine.args (SGLang serves /metrics "
+                       "only with --enable-metrics)", "gpu_memory": None}
 
 
 CRASH_DIAGNOSIS = {"signature": None, "summary": "unknown failure: RuntimeError: the fake engine broke",
@@ -134,7 +140,8 @@ def test_a_node_groups_status_asks_the_followers_health_from_node_0(monkeypatch:
     common = {"name": "two", "first_crash": False}
     assert rows == [
         {**serving_row(reports[0], uptime_s=rows[0]["uptime_s"]), **common, "node": 0, "role": "rank 0 (API)"},
-        {**serving_row(reports[1], uptime_s=rows[1]["uptime_s"]), **common, "node": 1, "role": "dummy health",
+        {**serving_row(reports[1], uptime_s=rows[1]["uptime_s"], metrics=None), **common, "node": 1,
+         "role": "dummy health",
          "health_seen_from": "node 0"}]
     assert [k for k in rows[1] if k not in rows[0]] == ["health_seen_from"]
     assert list(rows[1])[-4:] == ["node", "role", "health_seen_from", "first_crash"]

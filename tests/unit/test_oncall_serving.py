@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from deployer.deployments.reports import FleetStatus, HostStatus, NodeStatus
+from deployer.oncall.rows import NodeFacts, StatusRow
 from deployer.deployments.top import TopReport
 from deployer.engines import engine_for
 from deployer.observe.prometheus import parse
@@ -133,9 +134,19 @@ def _row(**extra: Any) -> dict[str, Any]:
                         "e2e_latency": {"p99_s": 1.5}}, **extra}
 
 
+def _status_row(**extra: Any) -> StatusRow:
+    """A single host's / a node's status row as on-call types it (every key describe() writes)."""
+    node = extra.pop("node", None)
+    full = {"pid": 1, "uptime_s": 1.0, "attempt": 1, "content_hash": "c", "run_dir": "/r", "port": 1,
+            "last_crash": None, "exit_code": None, "signal_name": None, "drift": [], "runs": 1, "diagnosis": None,
+            "lock": None, "serving": True, **_row(**extra)}
+    row = StatusRow.of(full)
+    return row if node is None else row.replace(node=NodeFacts(node, "rank 0 (API)" if node == 0 else "dummy"))
+
+
 def test_top_rows_for_each_kind_and_the_table() -> None:
-    host = TopReport.of("demo", HostStatus([_row()]))
-    nodes = TopReport.of("grp", NodeStatus([_row(node=0), _row(node=1, metrics=None)]))
+    host = TopReport.of("demo", HostStatus([_status_row()]))
+    nodes = TopReport.of("grp", NodeStatus([_status_row(node=0), _status_row(node=1, metrics=None)]))
     fleet = TopReport.of("fl", FleetStatus({"name": "fl", "replicas": [_row(member="r0", alias="node-0")],
                                             "router": _row(member="router", metrics=None)}, 0))
     assert [(r.deployment, r.member) for r in host.rows] == [("demo", "demo")]
