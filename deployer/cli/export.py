@@ -41,7 +41,7 @@ def export_group() -> None:
 @click.option("--image", default=None, help="Engine container image, e.g. "
               + ", ".join(engine.docs.image_example for engine in engines()) + ".")
 @click.option("--router-image", default=None, help="Router image (default: the engine image).")
-@click.option("--namespace", default="default", show_default=True)
+@click.option("--namespace", default="default", show_default=True, help="Kubernetes namespace of every object.")
 @click.option("--engine-version", default=None,
               help="Engine release in the image (default: from the image tag, else engine.version).")
 @click.option("--model-cache", default="pvc", show_default=True,
