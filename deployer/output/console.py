@@ -80,7 +80,7 @@ class LiveProgress:
         self.started = time.monotonic()                     # this phase, on our clock (the live line)
         self.opened: tuple[str, float, str] | None = None   # the phase now running: name, engine elapsed, text
         self.download_text = ""                             # the phase's last download line, if any
-        self.last_printed = ""                              # dedupe: a note never repeats the line before it
+        self.last_note: tuple[str, float] = ("", 0.0)       # without a terminal: the last download line, when
         self.download_noted: tuple[str, float, bool] = ("", 0.0, False)  # file, when, done: last download line
         if self.console.is_terminal:
             from rich.live import Live
@@ -105,7 +105,6 @@ class LiveProgress:
         """A permanent line quoting log text: phase, seconds, the text fitted to the terminal's width."""
         head = f"  {phase:<22} {seconds:7.1f}s  "
         line = fit(printable(text), terminal_width(self.console.file) - len(head))
-        self.last_printed = line
         self.say(f"  [cyan]{_esc(phase):<22}[/] [dim]{seconds:7.1f}s  {_esc(line)}[/]")
 
     def __call__(self, event: Event) -> None:
@@ -162,8 +161,8 @@ class LiveProgress:
         phase, began, text = self.opened
         self.opened = None
         text = self.download_text or text
-        if self.live is None and text == self.last_printed and self.download_text:
-            return  # without a terminal the last download note already said it, at this phase's end
+        if self.live is None and self.last_note[0] == text and elapsed - self.last_note[1] < 1.0:
+            return  # without a terminal the last download line said just this, at this phase's end
         self._quote(phase, max(elapsed - began, 0.0), text)
 
     def _download(self, event: Progressed, download: Download) -> None:
@@ -176,8 +175,8 @@ class LiveProgress:
         last_file, last_at, last_done = self.download_noted
         if file != last_file or now - last_at >= DOWNLOAD_NOTE_EVERY_S or (done and not last_done):
             self.download_noted = (file, now, done)
-            entered = self.opened[2] if self.opened else ""
-            if self.download_text not in (entered, self.last_printed):  # the hub cache's first line is its phase's
+            if self.download_text != self.last_note[0]:  # the hub cache's line repeats its phase's first line
+                self.last_note = (self.download_text, event.elapsed)
                 began = self.opened[1] if self.opened else 0.0
                 self._quote("downloading", max(event.elapsed - began, 0.0), self.download_text)
 
