@@ -1,9 +1,10 @@
 """Output for people (rich: live phase, elapsed, last log line; reports) and for machines (NDJSON events, JSON).
 
 Progress goes to stderr so stdout stays clean for `--json` and for piping. Lines quoting engine text (phases,
-downloads, evidence) are fitted to the terminal's width, read again for every line (`COLUMNS` wins; 80 when stderr
-is no terminal), their beginning kept and the end cut with an ellipsis; deployer's own messages are never cut or
-wrapped by us; engine text is printed without its control sequences. rich is imported where it draws, so
+evidence) are fitted to the terminal's width, read again for every line (`COLUMNS` wins; 80 when stderr is no
+terminal), their beginning kept and the end cut with an ellipsis; deployer's own messages are never cut or wrapped
+by us (a download line: only on a terminal, where it must fit); engine text is printed without its control
+sequences. rich is imported where it draws, so
 `--json` runs and `deploy --help` never load it.
 """
 
@@ -101,10 +102,13 @@ class LiveProgress:
     def say(self, markup: str) -> None:
         self.console.print(markup)
 
-    def _quote(self, phase: str, seconds: float, text: str) -> None:
-        """A permanent line quoting log text: phase, seconds, the text fitted to the terminal's width."""
+    def _quote(self, phase: str, seconds: float, text: str, ours: bool = False) -> None:
+        """A permanent line: phase, seconds, and log text fitted to the terminal's width. `ours` (a download line
+        deployer wrote: file, percent, bytes, rate) is fitted only on a terminal: a CI log keeps all of it."""
         head = f"  {phase:<22} {seconds:7.1f}s  "
-        line = fit(printable(text), terminal_width(self.console.file) - len(head))
+        line = printable(text)
+        if not ours or self.live is not None:
+            line = fit(line, terminal_width(self.console.file) - len(head))
         self.say(f"  [cyan]{_esc(phase):<22}[/] [dim]{seconds:7.1f}s  {_esc(line)}[/]")
 
     def __call__(self, event: Event) -> None:
@@ -163,7 +167,7 @@ class LiveProgress:
         text = self.download_text or text
         if self.live is None and self.last_note[0] == text and elapsed - self.last_note[1] < 1.0:
             return  # without a terminal the last download line said just this, at this phase's end
-        self._quote(phase, max(elapsed - began, 0.0), text)
+        self._quote(phase, max(elapsed - began, 0.0), text, ours=bool(self.download_text))
 
     def _download(self, event: Progressed, download: Download) -> None:
         """The live line shows the download; a log without a terminal gets a line per file and every 30 s."""
@@ -178,7 +182,7 @@ class LiveProgress:
             if self.download_text != self.last_note[0]:  # the hub cache's line repeats its phase's first line
                 self.last_note = (self.download_text, event.elapsed)
                 began = self.opened[1] if self.opened else 0.0
-                self._quote("downloading", max(event.elapsed - began, 0.0), self.download_text)
+                self._quote("downloading", max(event.elapsed - began, 0.0), self.download_text, ours=True)
 
     def _diagnosis(self, event: Diagnosed) -> None:
         self.say(f"  [bold]diagnosis[/] [magenta]{event.signature or 'unknown'}[/]: {_esc(event.summary)}")
