@@ -193,7 +193,10 @@ class LiveProgress:
             self.say(f"    hint: {_esc(event.hint)}")
 
     def close(self) -> None:
-        """Stop the live line, clearing it once (also after Ctrl-C: callers close in a `finally`)."""
+        """Stop the live line, clearing it once (also after Ctrl-C: callers close in a `finally`); a phase still
+        running (interrupted) gets its permanent line, with its time so far."""
+        if self.opened is not None:  # printed above the live line, which then goes
+            self._close_phase(self.opened[1] + time.monotonic() - self.started)
         live, self.live = self.live, None
         if live is not None:
             live.stop()
