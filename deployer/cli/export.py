@@ -20,6 +20,11 @@ from deployer.export import k8s as k8s_export
 from deployer.export.prometheus import written_address
 from deployer.export.translate import for_version
 from deployer.fleet.members import ssh_address
+from deployer.profile.loader import load_profile
+
+
+# where a `${VAR}` makes a value secret (Profile.secret_env_keys, secret_arg_keys): the manifests reference it
+SECRET_FIELDS = ("engine.env.", "engine.args.")
 
 
 @click.group("export")
@@ -36,7 +41,7 @@ def export_group() -> None:
 @click.option("--image", default=None, help="Engine container image, e.g. "
               + ", ".join(engine.docs.image_example for engine in engines()) + ".")
 @click.option("--router-image", default=None, help="Router image (default: the engine image).")
-@click.option("--namespace", default="default", show_default=True)
+@click.option("--namespace", default="default", show_default=True, help="Kubernetes namespace of every object.")
 @click.option("--engine-version", default=None,
               help="Engine release in the image (default: from the image tag, else engine.version).")
 @click.option("--model-cache", default="pvc", show_default=True,
@@ -59,7 +64,10 @@ def k8s(profile: str | None, overrides: tuple[str, ...], host: str | None, trust
         source = resolve(from_run, host, workdir, trust_new_host=trust_new_host, mode=CHANGE).export_source()
         click.echo(f"exporting run {source.run_id} of {from_run} (the last that reached ready)", err=True)
     elif profile:
-        source = for_profile(_load(profile, overrides, None)).export_source()
+        # the engine's `${VAR}`s are secrets the pods read from the Secret (secretKeyRef): their values are not
+        # needed here; one anywhere else would be written into a manifest, so it must be set
+        prof_loaded = load_profile(profile, overrides=list(overrides), allow_unset=SECRET_FIELDS)
+        source = for_profile(prof_loaded).export_source()
     else:
         raise ProfileError("give a PROFILE file, or --from-run NAME --host HOST")
     prof = source.profile

@@ -20,6 +20,7 @@ import threading
 
 import click
 
+from deployer.cli.options import fill_help, with_examples
 from deployer.errors import DeployError
 from deployer.secrets import guard_std_streams
 
@@ -53,6 +54,32 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("profiles", "Check a profile; exit 0 when good, 2 listing every problem when not (secrets need "
                              "not be set)."),
 }
+# command (a group's: "export k8s") -> example lines its --help ends with
+EXAMPLES: dict[str, list[str]] = {
+    "diagnose": ["deploy diagnose qwen36-mtp --host root@gpu-box",
+                 "deploy diagnose --log engine.log --engine sglang --engine-version 0.5.23 --json"],
+    "down": ["deploy down qwen36-mtp --host root@gpu-box", "deploy down profiles/qwen36-mtp.yaml --grace 60"],
+    "export": ["deploy export k8s profiles/qwen36-mtp.yaml --image lmsysorg/sglang:v0.5.23-cu129 -o k8s/ --check",
+               "deploy export prometheus profiles/qwen3-8b-fleet.yaml -o targets.json"],
+    "export k8s": ["deploy export k8s profiles/qwen36-mtp.yaml --image lmsysorg/sglang:v0.5.23-cu129 -o k8s/ "
+                   "--check", "deploy export k8s --from-run qwen36-mtp --host root@gpu-box --image IMAGE"],
+    "export prometheus": ["deploy export prometheus profiles/qwen3-8b-fleet.yaml -o targets.json"],
+    "history": ["deploy history qwen36-mtp --host root@gpu-box", "deploy history qwen36-mtp --local --json"],
+    "logs": ["deploy logs qwen36-mtp --host root@gpu-box -n 200", "deploy logs qwen36-mtp --previous"],
+    "plan": ["deploy plan profiles/qwen36-mtp.yaml --host root@gpu-box",
+             "deploy plan profiles/qwen36-mtp.yaml --set engine.args.tp_size=2 --json"],
+    "prune": ["deploy prune qwen36-mtp --host root@gpu-box --keep 5 --dry-run"],
+    "render": ["deploy render profiles/qwen36-mtp.yaml", "deploy render profiles/qwen36-mtp.yaml --set "
+               "engine.version=0.5.23 --json"],
+    "restart": ["deploy restart qwen36-mtp --host root@gpu-box"],
+    "rollback": ["deploy rollback qwen36-mtp --host root@gpu-box"],
+    "schema": ["deploy schema > profile.schema.json"],
+    "smoke": ["deploy smoke profiles/starter.yaml --host root@gpu-box --junit smoke.xml"],
+    "status": ["deploy status qwen36-mtp --host root@gpu-box", "deploy status --host root@gpu-box --json"],
+    "up": ["deploy up profiles/qwen36-mtp.yaml --host root@gpu-box",
+           "deploy up profiles/qwen36-mtp.yaml --save-fixed fixed.yaml --json > events.ndjson"],
+    "validate": ["deploy validate profiles/qwen36-mtp.yaml", "deploy validate profiles/qwen36-mtp.yaml --set engine.version=0.5.23 --json"],
+}
 ATTRIBUTE = {"export": "export_group"}   # a command whose function is not named after it
 
 
@@ -69,6 +96,7 @@ class LazyGroup(click.Group):
         module = importlib.import_module(f"deployer.cli.{COMMANDS[cmd_name][0]}")
         command = getattr(module, ATTRIBUTE.get(cmd_name, cmd_name))
         assert isinstance(command, click.Command)
+        _document(command, cmd_name)
         self.add_command(command, cmd_name)
         return command
 
@@ -78,6 +106,14 @@ class LazyGroup(click.Group):
         rows = [(n, click.Command(n, help=COMMANDS[n][1]).get_short_help_str(limit)) for n in names]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
+
+
+def _document(command: click.Command, name: str) -> None:
+    """Standard help for shared options and the examples, on the command and (a group) its subcommands."""
+    fill_help(command, name)
+    with_examples(command, EXAMPLES.get(name, []))
+    for sub_name, sub in getattr(command, "commands", {}).items():
+        _document(sub, f"{name} {sub_name}")
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

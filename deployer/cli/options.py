@@ -11,6 +11,29 @@ import click
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+# The help of an option many commands share, where a command gives none of its own (filled in as the command is
+# loaded: deployer.cli.main.LazyGroup); `{cmd}` is the command's name.
+STANDARD_HELP: dict[str, str] = {
+    "host": "The target box: [USER@]HOST[:PORT] or an ~/.ssh/config alias.",
+    "workdir": "deployer's folder on the target (default: the profile's target.workdir, else /workspace/deployer).",
+    "lines": "How many lines from the end of the log.",
+    "as_json": "Print JSON instead of text: its shape for `deploy {cmd}` is in docs/json.md.",
+}
+
+
+def fill_help(command: click.Command, name: str) -> None:
+    """Give every shared option without help its standard text (for `deploy CMD --help`)."""
+    for param in command.params:
+        if isinstance(param, click.Option) and not param.help and param.name in STANDARD_HELP:
+            param.help = STANDARD_HELP[param.name].format(cmd=name)
+
+
+def with_examples(command: click.Command, lines: list[str]) -> None:
+    """End the command's --help with its examples (each kept on its own line)."""
+    if lines and not command.epilog:
+        command.epilog = "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
 def _profile_options(func: F) -> F:
     func = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
                         help="Override a profile field, e.g. engine.args.tp_size=2 (repeatable).")(func)

@@ -53,7 +53,9 @@ def validate(profile: str, overrides: tuple[str, ...], host: str | None, as_json
 def render(profile: str, overrides: tuple[str, ...], host: str | None, as_json: bool) -> None:
     """Print the launch script a profile renders to (secrets never shown)."""
     prof = _load(profile, overrides, host, allow_unset=True)
-    click.echo(for_profile(prof).render(as_json), nl=False)  # a node group: every node's launch
+    # a node group: every node's launch; stderr says which engine version the flags are for (or that none is known)
+    text = for_profile(prof).render(as_json, note=lambda line: click.echo(f"note: {line}", err=True))
+    click.echo(text, nl=False)
 
 
 @click.command()

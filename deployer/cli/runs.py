@@ -61,6 +61,9 @@ def run_reported(as_json: bool, deployment: Deployment, action: Callable[[Any], 
         if isinstance(exc.outcome, (UpReport, FleetReport)):
             _final(exc.outcome, as_json, sink)
         raise
+    except BaseException:
+        sink.close()  # Ctrl-C: the live line cleared once, before the message that follows
+        raise
     sink.close()
     _final(report, as_json, sink)
 

@@ -38,7 +38,8 @@ __all__ = ["show_runs", "smoke"]
 @click.option("--no-heal", is_flag=True, help="Diagnose a failed launch but change nothing and do not retry.")
 @click.option("--force", is_flag=True, help="Redeploy even if the same version is running and healthy.")
 @click.option("--prompt", default="Say hello in five words.", show_default=True, help="The chat prompt.")
-@click.option("--max-tokens", default=8, show_default=True, type=click.IntRange(1, 4096))
+@click.option("--max-tokens", default=8, show_default=True, type=click.IntRange(1, 4096),
+              help="max_tokens of the chat request.")
 @click.option("--request-timeout", default=60.0, show_default=True, type=click.FloatRange(0.1, 3600),
               help="Seconds to wait for each HTTP answer.")
 @click.option("--settle", default=0.0, show_default=True, type=click.FloatRange(0, 3600),

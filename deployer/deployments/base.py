@@ -70,9 +70,10 @@ class Deployment(ABC):
     def up(self, opts: UpOptions, emit: EventSink) -> UpResult: ...
 
     @abstractmethod
-    def render(self, as_json: bool = False) -> str:
+    def render(self, as_json: bool = False, note: Out | None = None) -> str:
         """The launch this deployment renders to (every node's for a group), as text or JSON; secrets never
-        shown."""
+        shown. The flags are translated for the engine version the target runs when the local cache knows it
+        (deployer.preflight.known); `note` gets a line saying which version, and why, or that none is known."""
 
     @abstractmethod
     def plan(self, model_config: Path | None = None) -> PlanReport: ...

@@ -62,8 +62,8 @@ class ReplicaFleet(Deployment):
         return SingleHost(lambda: self.as_single.ref, profile=self.profile,
                           origin=Origin(trust_new_host=self.trust_new_host))
 
-    def render(self, as_json: bool = False) -> str:
-        return self._one().render(as_json)
+    def render(self, as_json: bool = False, note: Out | None = None) -> str:
+        return self._one().render(as_json, note)
 
     def plan(self, model_config: Path | None = None) -> PlanReport:
         return self._one().plan(model_config)

@@ -54,8 +54,8 @@ class NodeGroup(Deployment):
     def up(self, opts: UpOptions, emit: EventSink) -> UpReport:
         return up_nodes(self.profile, opts, emit)
 
-    def render(self, as_json: bool = False) -> str:
-        return render_nodes(self.profile, as_json)
+    def render(self, as_json: bool = False, note: Out | None = None) -> str:
+        return render_nodes(self.profile, as_json, note)
 
     def plan(self, model_config: Path | None = None) -> PlanReport:
         report = plan_report(self.profile, trust_new_host=self.trust_new_host, model_config=model_config)

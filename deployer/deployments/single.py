@@ -87,17 +87,22 @@ class SingleHost(Deployment):
             remember(self.origin.arg, self.origin.overrides, self.origin.host, prof)
         return up(prof, opts, emit)
 
-    def render(self, as_json: bool = False) -> str:
+    def render(self, as_json: bool = False, note: Out | None = None) -> str:
+        from deployer.preflight.known import for_target, local_caches
         from deployer.render.bundle import render as render_bundle
 
         prof = self._profile()
-        bundle = render_bundle(prof)
+        fit = for_target(prof, local_caches())
+        for line in fit.notes():
+            if note is not None:
+                note(line)
+        bundle = render_bundle(fit.profile)
         if not as_json:
             return bundle.script
         # secret_sources: where each secret value will come from (field -> ${VAR} text)
         data = {"script": bundle.script, "argv": bundle.argv, "env": bundle.masked_env,
-                "content_hash": bundle.content_hash, "secret_sources": prof.templates,
-                "unset": sorted({u.name for u in prof.unset})}
+                "content_hash": bundle.content_hash, "secret_sources": fit.profile.templates,
+                "unset": sorted({u.name for u in prof.unset}), "engine_version": fit.to_json()}
         return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
 
     def plan(self, model_config: Path | None = None) -> PlanReport:

@@ -21,6 +21,7 @@ from deployer.errors import DeployError, ProfileError, ProfileProblems
 from deployer.preflight import flags as fl
 from deployer.preflight.facts import PROBE_CACHE, STORE_SH, Facts, ModelFiles, env_exports, gather_facts
 from deployer.preflight.facts import weight_bytes_from_index
+from deployer.preflight.known import record_target_version
 from deployer.preflight.topology import gpu_problems
 from deployer.profile.model import Profile
 from deployer.remote.base import Remote
@@ -126,6 +127,8 @@ def run_preflight(remote: Remote, profile: Profile, *, cache_dir: Path, model_co
     """
     engine = profile.engine.kind
     facts = gather_facts(remote, profile, cached_versions=fl.cached_versions(cache_dir, engine))
+    if facts.engine_version is not None:  # what `deploy render` shows next time for this target
+        record_target_version(cache_dir, profile, facts.engine_version)
     if own_port and facts.port_free is False:
         facts.problems = [p for p in facts.problems if not p.startswith(f"port {facts.port} is already in use")]
     report = PreflightReport(facts=facts, profile=profile, problems=list(facts.problems),

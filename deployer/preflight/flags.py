@@ -420,7 +420,7 @@ def check_offline(profile: Profile, cache_dirs: list[Path]) -> OfflineCheck:
     if pinned is not None and pinned in tables:
         version, basis = pinned, "engine.version pins it"
     elif tables:
-        version = max(tables, key=_version_order)
+        version = max(tables, key=version_order)
         basis = (f"the newest cached; engine.version {pinned} has no cached table" if pinned is not None
                  else "the newest cached; the profile pins no engine.version")
     else:
@@ -433,6 +433,6 @@ def check_offline(profile: Profile, cache_dirs: list[Path]) -> OfflineCheck:
     return OfflineCheck(version, basis, check_flags(profile, flagset, renames))
 
 
-def _version_order(version: str) -> tuple[Any, ...]:
+def version_order(version: str) -> tuple[Any, ...]:
     key = version_key(version)
     return (1, key) if key is not None else (0, version)

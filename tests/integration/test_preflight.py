@@ -16,6 +16,8 @@ import pytest
 from deployer.preflight.flags import load_cached_flagset
 from deployer.preflight.facts import gather_facts
 from deployer.preflight.checks import run_preflight
+from deployer.preflight.known import for_target, known_version
+from deployer.render.bundle import render
 from deployer.profile.model import Profile
 from deployer.remote.base import Remote
 from deployer.remote.connect import connect
@@ -131,6 +133,18 @@ def test_preflight_translates_checks_and_caches(tmp_path: Path, bed: Any, remote
     assert again.flags_cached and again.facts.flag_probe is None  # no introspection the second time
     assert again.profile.engine.args == report.profile.engine.args
     assert time.monotonic() - start < 30
+
+
+def test_render_after_a_preflight_shows_what_up_launches(tmp_path: Path, bed: Any, remote: Remote) -> None:
+    """A preflight records the target's engine version locally: `render` then translates as `up` does."""
+    cache = tmp_path / "cache"
+    prof = profile(tmp_path, bed, args={"mamba_scheduler_strategy": "extra_buffer", "tp_size": 1})
+    assert known_version(prof, [cache]).version is None
+    report = run_preflight(remote, prof, cache_dir=cache)
+    fit = for_target(prof, [cache])
+    assert fit.version.known and fit.version.version == "0.5.23" and "the last preflight against" in fit.version.basis
+    assert render(fit.profile).argv == render(report.profile).argv
+    assert "--mamba-radix-cache-strategy" in render(fit.profile).argv
 
 
 def test_misspelt_flag_is_respelt_and_an_unknown_one_a_problem(tmp_path: Path, bed: Any, remote: Remote) -> None:

@@ -301,3 +301,20 @@ def test_up_of_a_fleet_profile_whose_hosts_do_not_resolve_names_each_one(tmp_pat
     run = _cli("up", "profiles/qwen3-8b-fleet.yaml", env={**SECRETS, "DEPLOYER_HOME": str(tmp_path)})
     assert run.returncode == 3, run.stderr                       # every host unreachable: the connection code
     assert "r0@gpu-a: " in run.stderr and "r1@gpu-b: " in run.stderr and "Traceback" not in run.stderr
+
+
+def test_cli_needs_no_secret_value_in_the_local_environment(tmp_path: Path) -> None:
+    """The manifests only reference the Secret (secretKeyRef): HF_TOKEN need not be exported to write them."""
+    run = _cli("export", "k8s", "profiles/qwen36-mtp.yaml", "--image", IMAGE, "--check")
+    assert run.returncode == 0, run.stderr
+    env = {e["name"]: e for e in engine_container(docs([("engine.yaml", run.stdout)]))["env"]}
+    assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "HF_TOKEN"
+    assert "${HF_TOKEN}" not in run.stdout and "create secret generic qwen36-mtp-secrets" in run.stderr
+
+
+def test_cli_still_needs_a_variable_it_would_write_into_a_manifest(tmp_path: Path) -> None:
+    profile = tmp_path / "p.yaml"
+    profile.write_text(yaml.safe_dump({"name": "p", "target": {"host": "gpu-box"},
+                                       "engine": {"kind": "sglang", "model_path": "${MODEL_DIR}/qwen"}}))
+    run = _cli("export", "k8s", str(profile), "--image", IMAGE)
+    assert run.returncode == 2 and "${MODEL_DIR} is not set" in run.stderr and "Traceback" not in run.stderr
