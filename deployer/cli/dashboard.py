@@ -51,7 +51,13 @@ def named(tokens: tuple[str, ...]) -> list[Named]:
     return out
 
 
-@click.command(context_settings={"ignore_unknown_options": True})
+class PairedCommand(click.Command):
+    """A command whose `--host`/`--workdir` belong to the argument before them (parsed by `named`, not click)."""
+
+    pair_options = ("--host", "--workdir")
+
+
+@click.command(cls=PairedCommand, context_settings={"ignore_unknown_options": True})
 @click.argument("targets", nargs=-1, type=click.UNPROCESSED, metavar="[PROFILE|NAME --host H [--workdir W]]...")
 @click.option("--port", type=click.IntRange(0, 65535), default=0, help="The port to listen on (default: a free one).")
 @click.option("--address", default=LOOPBACK, show_default=True,
@@ -66,12 +72,7 @@ def dashboard(targets: tuple[str, ...], port: int, address: str, refresh: float,
 
     Serves on 127.0.0.1 (another address only with --address) and prints the address to open, with this run's
     access token, as its first line; read-only; one SSH connection per host, kept open. Ctrl-C stops it.
-
-    \b
-    Examples:
-      deploy dashboard profiles/qwen36-mtp.yaml
-      deploy dashboard qwen36-mtp --host root@gpu-box other --host root@gpu-2
-      deploy dashboard --host root@gpu-box          # every deployment under the default workdir there
+    `--host H` / `--workdir W` after a NAME are that name's; a `--host` alone means every deployment there.
     """
     # read-only, with each profile file loaded (its engine's kind and version label the rows)
     loaded = Mode(read_only=True, remembered=False)

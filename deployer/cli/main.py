@@ -56,6 +56,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 # command (a group's: "export k8s") -> example lines its --help ends with
 EXAMPLES: dict[str, list[str]] = {
+    "dashboard": ["deploy dashboard profiles/qwen36-mtp.yaml",
+                  "deploy dashboard qwen36-mtp --host root@gpu-box chat --host root@gpu-2 --port 8765",
+                  "deploy dashboard --host root@gpu-box"],
+    "top": ["deploy top profiles/qwen3-8b-fleet.yaml", "deploy top qwen36-mtp --host root@gpu-box --once --json"],
     "diagnose": ["deploy diagnose qwen36-mtp --host root@gpu-box",
                  "deploy diagnose --log engine.log --engine sglang --engine-version 0.5.23 --json"],
     "down": ["deploy down qwen36-mtp --host root@gpu-box", "deploy down profiles/qwen36-mtp.yaml --grace 60"],

@@ -50,7 +50,7 @@ def test_every_command_shows_examples_it_can_run(path: str, command: click.Comma
         assert words[:1 + len(path.split())] == ["deploy", *path.split()] or isinstance(command, click.Group), line
         if isinstance(command, click.Group):
             continue
-        known = {opt for p in command.params for opt in p.opts}
+        known = {opt for p in command.params for opt in p.opts} | set(getattr(command, "pair_options", ()))
         unknown = [w for w in words if w.startswith("-") and w not in known]
         assert unknown == [], f"{line}: deploy {path} has no {unknown}"
 
