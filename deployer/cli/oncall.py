@@ -66,8 +66,8 @@ def _diagnose_log(log_file: str, engine_version: str | None, engine_kind: str | 
     text = read_window(log_file)
     # Nothing defaults to an engine: the log names its engine, or only the engine-neutral signatures are used.
     engine, how = (engine_for(engine_kind), "given") if engine_kind else (detect(text), "detected from the log")
-    data = bounded_diagnosis(diagnose_text(text, engine_version=engine_version, engine=engine).to_json())
-    data["hint"] = None
+    diag = diagnose_text(text, engine_version=engine_version, engine=engine)
+    data = bounded_diagnosis({**diag.to_json(), "hint": diag.hint})
     data["engine"] = {"kind": engine.kind, "how": how} if engine is not None else \
         {"kind": None, "how": "not told by the log: engine-neutral signatures only"}
     return DiagnosisReport(data)

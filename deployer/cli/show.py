@@ -132,6 +132,8 @@ def _(report: HistoryReport, sink: Any = None) -> None:
 @text.register
 def _(report: DiagnosisReport, sink: Any = None) -> None:
     data = report.data
+    for line in run_lines(data):
+        click.echo(line)
     engine = data.get("engine")
     if isinstance(engine, dict):
         click.echo(f"engine:    {engine.get('kind') or 'unknown'} ({engine.get('how')})")
@@ -140,11 +142,57 @@ def _(report: DiagnosisReport, sink: Any = None) -> None:
     click.echo(f"transient: {'yes' if data.get('transient') else 'no (retrying unchanged is pointless)'}")
     for line in data.get("evidence") or []:
         click.echo(f"evidence:  {line}")
-    if data.get("remedy"):
-        click.echo(f"remedy:    {json.dumps(data['remedy'])}")
+    if data.get("hint"):
+        click.echo(f"next:      {data['hint']}")
+    for label, change in (("remedy:   ", data.get("remedy")), ("would do:", data.get("would_change"))):
+        for line in change_lines(change):
+            click.echo(f"{label} {line}")
     if data.get("traceback"):
         click.echo("traceback:")
         click.echo(data["traceback"])
+
+
+def run_lines(data: dict[str, Any]) -> list[str]:
+    """Which run a deployment's diagnosis is of, when it failed, and how the deployment is now (the failure may
+    be an old run's while the current one serves)."""
+    if not data.get("run_id"):
+        return []
+    at = data.get("failed_at")
+    when = f" at {_when(at)} ({_ago(max(time.time() - at, 0))} ago)" if isinstance(at, (int, float)) else ""
+    lines = [f"run:       {data['run_id']} failed{when}"]
+    now = data.get("now")
+    if isinstance(now, dict):
+        if now.get("run_id") == data["run_id"]:
+            state = "this is the current run"
+        else:
+            state = f"the current run is {now.get('run_id')}"
+        health = "healthy now" if now.get("healthy") else f"{now.get('status')}, not healthy now"
+        lines.append(f"now:       {state}: {health}" + (" (the failure above is history)"
+                                                           if now.get("healthy") else ""))
+    return lines
+
+
+def change_lines(change: Any) -> list[str]:
+    """A remedy (`{"args": ..., "env": ..., "reason": ...}`) as lines for people: why, then each profile
+    change with the engine flag it becomes."""
+    if not isinstance(change, dict):
+        return []
+    lines = [str(change["reason"])] if change.get("reason") else []
+    for key, value in (change.get("args") or {}).items():
+        flag = "--" + str(key).replace("_", "-")
+        if value is None:
+            lines.append(f"  remove engine.args.{key} ({flag})")
+        elif value is True:
+            lines.append(f"  set engine.args.{key}: true ({flag})")
+        else:
+            lines.append(f"  set engine.args.{key}: {json.dumps(value)} ({flag} {value})")
+    for name, value in (change.get("env") or {}).items():
+        lines.append(f"  unset engine.env.{name}" if value is None else f"  set engine.env.{name}={value}")
+    return lines
+
+
+def _when(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(at))
 
 
 @text.register
@@ -179,6 +227,12 @@ def print_status(rows: list[dict[str, Any]]) -> None:
         click.echo(f"  run dir {row['run_dir']} on {row['host']}")
         if row.get("last_crash"):
             click.echo(f"  last crash: {describe_crash(row['last_crash'])}")
+        crash = row.get("last_crash")
+        diagnosis = row.get("diagnosis") or (crash.get("diagnosis") if isinstance(crash, dict) else None)
+        if isinstance(diagnosis, dict):
+            click.echo(f"  diagnosis: {diagnosis.get('signature') or 'unknown failure'}: {diagnosis.get('summary')}")
+            if diagnosis.get("hint"):
+                click.echo(f"  next: {diagnosis['hint']}")
         if row.get("lock"):
             click.echo(f"  lock: {row['lock']['text']}")
         for line in row.get("drift") or []:
