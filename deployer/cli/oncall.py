@@ -18,17 +18,20 @@ from deployer.oncall.history import local_history
 
 
 @click.command()
-@click.argument("target")
+@click.argument("target", required=False)
 @click.option("--host", default=None, metavar="[USER@]HOST[:PORT]")
 @click.option("--workdir", default=None)
 @_target_options
 @click.option("--json", "as_json", is_flag=True)
-@click.option("--local", is_flag=True, help="Read this machine's history cache instead of the target.")
-def history(target: str, host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool,
+@click.option("--local", is_flag=True,
+              help="Read this machine's history cache instead of the target (without NAME: every deployment's).")
+def history(target: str | None, host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool,
             local: bool) -> None:
     """Every attempt of a deployment: when, content hash, outcome, diagnosis, change made."""
     if local:
         report = HistoryReport(local_history(target, host))
+    elif target is None:
+        raise click.UsageError("give NAME or PROFILE (or --local to list every deployment's attempts)")
     else:
         report = resolve(target, host, workdir, trust_new_host=trust_new_host, mode=READ).history()
     if as_json:

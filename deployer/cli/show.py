@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from deployer.deployments.base import Deployment
+from deployer.deployments.known import ConfigReport, KnownReport
 from deployer.deployments.reports import (DiagnosisReport, FleetDown, FleetStatus, HistoryReport, HostDown,
                                           HostStatus, NodeDown, NodeStatus, PlanReport, PruneReport)
 from deployer.output.console import JsonEvents, LiveProgress
@@ -125,7 +126,8 @@ def _(report: HistoryReport, sink: Any = None) -> None:
         current = "*" if row.current else " "
         outcome = row.outcome or "unfinished"  # an `up` interrupted (or still running) never recorded one
         change = f"  -> {row.change}" if row.change else ""
-        click.echo(f"{current} {when}  {row.run_id:<34} {row.content_hash[:12]}  "
+        where = f"{row.where}  " if row.where else ""
+        click.echo(f"{current} {when}  {where}{row.run_id:<34} {row.content_hash[:12]}  "
                    f"attempt {row.attempt}  {outcome:<10} {row.signature}{change}")
 
 
@@ -193,6 +195,39 @@ def change_lines(change: Any) -> list[str]:
 
 def _when(at: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(at))
+
+
+@text.register
+def _(report: KnownReport, sink: Any = None) -> None:
+    if not report.rows:
+        click.echo("no deployments in the local history (deploy up records them)")
+        return
+    head = ["NAME", "HOST", "WORKDIR", "VERSION", "STATE", "WHEN"] + (["NOW"] if report.live else [])
+    table = [head] + [_known_cells(row, report.live) for row in report.rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
+    for cells in table:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip())
+
+
+def _known_cells(row: dict[str, Any], live: bool) -> list[str]:
+    at = row.get("at")
+    when = f"{_when(at)} ({_ago(max(time.time() - at, 0))} ago)" if isinstance(at, (int, float)) else "?"
+    cells = [str(row["name"]), str(row["host"]), str(row["workdir"]), str(row.get("version") or "")[:12],
+             str(row.get("state")), when]
+    if live:
+        now = row.get("live") or {}
+        cells.append(f"unknown: {now['error']}" if now.get("error") else
+                     f"{now.get('status')} ({'healthy' if now.get('healthy') else 'not healthy'})")
+    return cells
+
+
+@text.register
+def _(report: ConfigReport, sink: Any = None) -> None:
+    state = "" if report.exists else " (not there: no defaults from it)"
+    click.echo(f"config file: {report.config_file}{state}")
+    for setting in report.settings:
+        click.echo(f"{setting.name:<14} {setting.value if setting.value is not None else '(none)':<30} "
+                   f"from {setting.source}")
 
 
 @text.register

@@ -123,15 +123,17 @@ class HistoryEntry:
     current: bool = False
     signature: str = ""
     change: str = ""
+    where: str = ""  # the local history of every deployment (`history --local` without NAME): NAME on HOST
 
     @classmethod
     def of(cls, row: Row) -> HistoryEntry:
         diagnosis, change = row.get("diagnosis") or {}, row.get("change") or {}
+        where = f"{row['deployment']} on {row.get('host')}" if row.get("deployment") else ""
         return cls(lock=row.get("kind") == "lock", started_at=row.get("started_at"), outcome=row.get("outcome"),
                    detail=row.get("detail"), run_id=str(row.get("run_id") or ""),
                    content_hash=str(row.get("content_hash") or ""), attempt=row.get("attempt"),
                    current=bool(row.get("current")), signature=str(diagnosis.get("signature") or ""),
-                   change=str(change.get("reason") or ""))
+                   change=str(change.get("reason") or ""), where=where)
 
 
 @dataclass(frozen=True)

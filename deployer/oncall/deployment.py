@@ -95,16 +95,43 @@ def make_ref(arg: str | None, host: str | None, workdir: str | None, trust_new_h
         if read_only:
             remembered.remember(arg, overrides, host, prof)
         return ref
-    if not host:
-        raise ProfileError("give --host [USER@]HOST[:PORT] (or a profile file instead of a name)")
     if arg is not None and not re.match(NAME_RE, arg):
         raise ProfileError(f"{arg!r} is neither a profile file nor a deployment name")
+    return _name_ref(arg, host, workdir, trust_new_host)
+
+
+def _name_ref(name: str | None, host: str | None, workdir: str | None, trust_new_host: bool) -> Ref:
+    """A bare NAME: host and workdir from the command line, the environment, the local history (deployer.oncall.
+    known), the config file, the built-in workdir, in that order (deployer.settings)."""
+    from deployer import settings
+    from deployer.oncall.known import Located, locate
+
+    given_host = settings.strong_default("host", host, "--host")
+    given_workdir = settings.strong_default("workdir", workdir, "--workdir")
+    found = Located(None, None)
+    if name is not None and (given_host is None or given_workdir is None):
+        found = locate(name, given_host.value if given_host else None,
+                       given_workdir.value if given_workdir else None, trust_new_host)
+    spec = found.spec
+    if spec is None:
+        host_value = given_host.value if given_host else settings.weak_default("host", settings.load_config()).value
+        if not host_value:
+            raise ProfileError("give --host [USER@]HOST[:PORT] (or a profile file instead of a name, or a default "
+                               "host in the config file: see `deploy config`)")
+        spec = _spec_of(host_value, trust_new_host)
+    if given_workdir is not None or found.workdir is not None:
+        where = given_workdir.value if given_workdir else found.workdir
+    else:
+        where = settings.weak_default("workdir", settings.load_config()).value
+    return Ref(name, spec, where or DEFAULT_WORKDIR)
+
+
+def _spec_of(host: str, trust_new_host: bool) -> TargetSpec:
     try:
         user, hostname, port = parse_host(host)
     except ValueError as exc:
         raise ProfileError(str(exc)) from None
-    return Ref(arg, TargetSpec(host=hostname, user=user, port=port, trust_new_host=trust_new_host),
-               workdir or DEFAULT_WORKDIR)
+    return TargetSpec(host=hostname, user=user, port=port, trust_new_host=trust_new_host)
 
 
 def remembered_ref(arg: str, host: str | None, workdir: str | None, trust_new_host: bool = False,

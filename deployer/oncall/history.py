@@ -106,15 +106,17 @@ def _merge_newest_first(runs: list[dict[str, Any]], events: list[dict[str, Any]]
     return out + pending
 
 
-def local_history(name: str, host: str | None) -> list[dict[str, Any]]:
-    """The attempts this machine ran (the local SQLite cache), newest first; works with the target down."""
+def local_history(name: str | None, host: str | None) -> list[dict[str, Any]]:
+    """The attempts this machine ran of NAME (None: of every deployment), from the local SQLite cache, newest
+    first; works with the target down."""
     store = History()
     try:
         rows = store.attempts(name, host)
     finally:
         store.close()
     if not rows:
-        raise NotFound(f"no attempts of {name!r} in the local history")
+        raise NotFound(f"no attempts of {name!r} in the local history" if name else
+                       "no attempts in the local history (deploy up records them)")
     return [{**row.to_json(), "current": False} for row in rows]
 
 
