@@ -19,12 +19,22 @@ from deployer.deployments.reports import (DiagnosisReport, FleetDown, FleetStatu
                                           HostStatus, NodeDown, NodeStatus, PlanReport, PruneReport)
 from deployer.output.console import JsonEvents, LiveProgress
 from deployer.output.fleet import FleetProgress, status_lines
+from deployer.logtext import line_time
 from deployer.secrets import mask_data
 from deployer.events import Event, SmokePhase
 
 
 def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
+def log_line_json(line: str) -> None:
+    """`logs --json`: one object per log line, with the line's own time when it has one (ISO, local time)."""
+    at = line_time(line)
+    when = None if at is None else time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(at)) + \
+        (f".{int(at % 1 * 1000):03d}" if at % 1 else "")
+    sys.stdout.write(json.dumps({"line": line, "time": when}) + "\n")
+    sys.stdout.flush()
 
 
 def report_event(data: dict[str, Any]) -> None:

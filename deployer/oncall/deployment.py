@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from deployer.engines import Engine
 from deployer.errors import LaunchFailed, NotFound, ProfileError, TargetError, Unhealthy
 from deployer.target.lock import DeploymentLock, Notify, lease_of
-from deployer.logtext import bounded_diagnosis
+from deployer.logtext import bounded_diagnosis, line_time
 from deployer.profile.host import NAME_RE, parse_host
 from deployer.target.push import Layout, expand_workdir
 from deployer.remote.base import Remote, TargetSpec
@@ -53,11 +53,34 @@ NO_DEPLOYMENT = NotFound.exit_code  # 7
 
 @dataclass(frozen=True)
 class LogOptions:
-    """`logs`: how many lines, follow, the previous attempt's log."""
+    """`logs`: how many lines, follow, the previous attempt's log; only the lines that match `grep` (a regular
+    expression, matched against the masked text) and that were logged at or after `since` (epoch seconds; a line
+    without its own time goes with the line before it)."""
 
     lines: int = 50
     follow: bool = False
     previous: bool = False
+    grep: str | None = None
+    since: float | None = None
+
+
+def log_filter(out: Callable[[str], None], grep: str | None, since: float | None) -> Callable[[str], None]:
+    """`out` for only the lines LogOptions' grep and since let through."""
+    if grep is None and since is None:
+        return out
+    pattern = re.compile(grep) if grep is not None else None
+    last: list[float | None] = [None]
+
+    def emit(line: str) -> None:
+        at = line_time(line)
+        if at is not None:
+            last[0] = at
+        if since is not None and (last[0] is None or last[0] < since):
+            return
+        if pattern is None or pattern.search(line):
+            out(line)
+
+    return emit
 
 
 @dataclass(frozen=True)
@@ -310,9 +333,11 @@ def pick_run(snap: snapshot.Snapshot, previous: bool, label: str) -> RunView:
 
 
 def logs(ref: Ref, *, lines: int, follow: bool, previous: bool, out: Callable[[str], None],
-         follow_for: float | None = None) -> None:
-    """The last `lines` lines of the run's log, masked, from one snapshot; `follow` then reads on over SFTP."""
+         follow_for: float | None = None, grep: str | None = None, since: float | None = None) -> None:
+    """The last `lines` lines of the run's log, masked, from one snapshot; `follow` then reads on over SFTP.
+    `grep`, `since`: only the lines LogOptions says (matched after masking)."""
     assert ref.name
+    out = log_filter(out, grep, since)
     with connected(ref) as remote:
         snap = snapshot.take(remote, layout_of(ref.workdir, ref.name).root, log_tail=tail_window(lines),
                              previous=previous)

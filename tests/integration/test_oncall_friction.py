@@ -139,3 +139,40 @@ def test_diagnose_says_which_run_failed_and_that_the_deployment_is_healthy_now(t
                     home=home, env={"DEPLOYER_SSH_CONFIG": str(sshd.ssh_config)})
     assert nosuch.returncode == 7 and "no deployment 'nosuch'" in nosuch.stderr, nosuch.stderr
     assert deploy("down", str(good), home=home).returncode == 0
+
+
+def test_up_says_how_to_reach_the_server_and_logs_grep_since_json(tmp_path: Path, sshd: Any) -> None:
+    home = tmp_path / "h"
+    prof = write_profile(tmp_path, sshd, name="reach", args={"api_key": "${REACH_KEY}"})
+    up = deploy("up", str(prof), "--skip-preflight", home=home, env={"REACH_KEY": "sk-reach-secret"})
+    assert up.returncode == 0, up.stderr
+    port = json.loads(deploy("status", str(prof), "--json", home=home).stdout)["port"]
+    tunnel = f"ssh -N -L {port}:127.0.0.1:{port} -p {sshd.port} {sshd.user}@{sshd.host} &"
+    assert f"reach it through an SSH tunnel (it listens on 127.0.0.1 of the box): {tunnel}" in up.stderr
+    assert f'curl -H "Authorization: Bearer $API_KEY" http://127.0.0.1:{port}/v1/models' in up.stderr
+    assert '"model": "Qwen/Qwen3-8B"' in up.stderr and "sk-reach-secret" not in up.stderr
+    report = json.loads(deploy("up", str(prof), "--skip-preflight", "--json", home=home,
+                               env={"REACH_KEY": "sk-reach-secret"}).stdout.splitlines()[-1])
+    assert report["status"] == "already-running"
+    assert report["reach"]["url"] == f"http://127.0.0.1:{port}/v1" and report["reach"]["ssh_tunnel"] == tunnel[:-2]
+
+    every = deploy("logs", str(prof), "-n", "200", home=home).stdout.splitlines()
+    ready = [line for line in every if "ready to roll" in line]
+    assert ready
+    got = deploy("logs", str(prof), "--grep", r"ready to r.ll", home=home)
+    assert got.returncode == 0 and got.stdout.splitlines() == ready
+    first_timed = next(i for i, line in enumerate(every) if line.startswith("[20"))
+    assert first_timed > 0  # the stand-in's first lines carry no time: --since cannot place them
+    for since in ("10m", "2000-01-01"):
+        assert deploy("logs", str(prof), "--since", since, home=home).stdout.splitlines() == every[first_timed:]
+    future = deploy("logs", str(prof), "--since", "2999-01-01 00:00", home=home)
+    assert future.returncode == 0 and future.stdout == ""
+    rows = [json.loads(line) for line in deploy("logs", str(prof), "--json", "-n", "5", home=home).stdout.splitlines()]
+    assert len(rows) == 5 and all(set(r) == {"line", "time"} for r in rows)
+    assert [r["line"] for r in rows] == every[-5:]
+    timed = [r for r in rows if r["time"]]
+    assert timed and all(r["time"][:10] in r["line"] for r in timed)
+    for bad in (["--grep", "(unclosed"], ["--since", "ten minutes"]):
+        res = deploy("logs", str(prof), *bad, home=home)
+        assert res.returncode == 2 and "Traceback" not in res.stderr and bad[0] in res.stderr, res.stderr
+    assert deploy("down", str(prof), home=home).returncode == 0

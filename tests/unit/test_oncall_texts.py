@@ -108,3 +108,61 @@ def test_status_text_shows_the_diagnosis_its_json_has(capsys: pytest.CaptureFixt
     out = capsys.readouterr().out
     assert "  diagnosis: cuda-illegal-memory-access: a GPU kernel fault" in out
     assert "  next: run without CUDA graphs" in out
+
+
+def test_line_time_reads_both_engines_line_shapes() -> None:
+    from deployer.logtext import line_time
+
+    at = time.mktime((2026, 12, 1, 4, 2, 16, 0, 0, -1))
+    assert line_time("[2026-12-01 04:02:16] The server is fired up and ready to roll!") == at
+    assert line_time("[2026-12-01 04:02:16.250 TP1] Scheduler hit an exception:") == at + 0.25
+    now = time.mktime((2026, 6, 1, 0, 0, 0, 0, 0, -1))
+    assert line_time("(EngineCore pid=8424) ERROR 12-01 04:02:16 [core.py:1510] x", now=now) == at
+    assert line_time('  File "x.py", line 3, in f') is None
+    assert line_time("x" * 100 + " 2026-12-01 04:02:16") is None  # a time inside the message is not the line's
+
+
+def test_parse_since_takes_durations_and_local_times() -> None:
+    from deployer.logtext import parse_since
+
+    assert parse_since("10m", now=1000.0) == 400.0 and parse_since("2h", now=1e5) == 1e5 - 7200
+    assert parse_since("1.5s", now=10.0) == 8.5 and parse_since("1d", now=1e6) == 1e6 - 86400
+    assert parse_since("2026-12-01 04:02") == time.mktime((2026, 12, 1, 4, 2, 0, 0, 0, -1))
+    for bad in ("ten minutes", "10x", "", "2026-13-01"):
+        with pytest.raises(ValueError):
+            parse_since(bad)
+
+
+def test_log_filter_greps_and_keeps_a_timeless_line_with_the_one_before() -> None:
+    from deployer.oncall.deployment import log_filter
+
+    lines = ["[2026-12-01 04:00:00] old", "  File old", "[2026-12-01 04:05:00] new error", "  File new",
+             "[2026-12-01 04:06:00] fine"]
+    since = time.mktime((2026, 12, 1, 4, 1, 0, 0, 0, -1))
+    got: list[str] = []
+    emit = log_filter(got.append, None, since)
+    for line in lines:
+        emit(line)
+    assert got == lines[2:]
+    got.clear()
+    emit = log_filter(got.append, r"error|File", since)
+    for line in lines:
+        emit(line)
+    assert got == ["[2026-12-01 04:05:00] new error", "  File new"]
+    out = got.append
+    assert log_filter(out, None, None) is out
+
+
+def test_reach_says_how_to_talk_to_the_server() -> None:
+    from deployer.runner.report import Reach
+
+    tunnel = Reach("gpu-box", "root", 2222, "127.0.0.1", 30000, "Qwen/Qwen3-0.6B")
+    lines = tunnel.lines()
+    assert lines[0].endswith("ssh -N -L 30000:127.0.0.1:30000 -p 2222 root@gpu-box &")
+    assert lines[1] == "  curl http://127.0.0.1:30000/v1/models"
+    assert '"model": "Qwen/Qwen3-0.6B"' in lines[2] and "/v1/chat/completions" in lines[2]
+    assert tunnel.to_json()["ssh_tunnel"] == "ssh -N -L 30000:127.0.0.1:30000 -p 2222 root@gpu-box"
+
+    open_ = Reach("gpu-box", None, None, "0.0.0.0", 8000, "m", api_key=True)
+    assert open_.lines()[0] == "reach it at http://gpu-box:8000/v1 (OpenAI API)"
+    assert 'Authorization: Bearer $API_KEY' in open_.lines()[1] and open_.to_json()["ssh_tunnel"] is None
