@@ -5,11 +5,14 @@ across hosts; `--live` asks each host), and the user's effective defaults with w
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deployer.deployments.reports import Row
 from deployer.errors import DeployError
 from deployer.settings import KEYS, Setting, load_config, strong_default, weak_default
+
+if TYPE_CHECKING:
+    from deployer.oncall.known import Known
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,7 @@ def known_deployments(live: bool = False) -> KnownReport:
     return KnownReport(rows, live)
 
 
-def _live(entry: Any) -> Row:
+def _live(entry: Known) -> Row:
     """One deployment's state on its host now (an unreachable host or a gone deployment says so, one line)."""
     from deployer.deployments.single import SingleHost
     from deployer.oncall.deployment import Ref

@@ -84,3 +84,19 @@ def test_the_config_host_fills_a_profile_without_one(xdg: Path, tmp_path: Path) 
     xdg.write_text("host: root@cfg-box\n")
     loaded = load_profile(prof)
     assert (loaded.target.host, loaded.target.user) == ("cfg-box", "root")
+
+
+def test_a_profile_value_the_environment_replaced_is_said(xdg: Path, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    prof = tmp_path / "p.yaml"
+    prof.write_text(PROFILE)
+    env = {**os.environ, "DEPLOYER_HOST": "env-box", "XDG_CONFIG_HOME": str(xdg.parent.parent),
+           "DEPLOYER_HOME": str(tmp_path / "home")}
+    out = subprocess.run([sys.executable, "-m", "deployer.cli", "validate", str(prof)], capture_output=True,
+                         text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "note: target.host from DEPLOYER_HOST (the environment outranks the profile)" in out.stderr
+    assert "-> env-box:" in out.stdout
