@@ -103,10 +103,11 @@ class History:
                          (attempt_id, deployment, time.time(), kind, json.dumps(mask_data(data), default=str)))
         self._db.commit()
 
-    def attempts(self, deployment: str, host: str | None = None, limit: int = 200) -> list[AttemptRow]:
+    def attempts(self, deployment: str | None, host: str | None = None, limit: int = 200) -> list[AttemptRow]:
+        """The attempts of one deployment (None: of every deployment), newest first."""
         query = ("SELECT deployment, host, up_id, attempt, run_id, content_hash, started_at, ended_at, outcome,"
-                 " diagnosis, change FROM attempts WHERE deployment = ?")
-        params: list[Any] = [deployment]
+                 " diagnosis, change FROM attempts WHERE (? IS NULL OR deployment = ?)")
+        params: list[Any] = [deployment, deployment]
         if host:
             query += " AND host = ?"
             params.append(host)
@@ -115,6 +116,36 @@ class History:
         rows = self._db.execute(query, params).fetchall()
         return [AttemptRow(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], _load(row[9]),
                            _load(row[10])) for row in rows]
+
+    def latest(self, deployment: str | None = None, limit: int = 2000) -> list[LatestRow]:
+        """The newest attempt of each deployment on each host (`deploy ls`, a NAME without --host), newest first,
+        with the target part of the profile it ran (how to reach the host, the workdir)."""
+        rows = self._db.execute(
+            "SELECT deployment, host, run_id, content_hash, started_at, ended_at, outcome, profile FROM attempts"
+            " WHERE (? IS NULL OR deployment = ?) ORDER BY started_at DESC, id DESC LIMIT ?",
+            (deployment, deployment, limit)).fetchall()
+        out: dict[tuple[str, str, str], LatestRow] = {}
+        for row in rows:
+            target = (_load(row[7]) or {}).get("target")
+            target = dict(target) if isinstance(target, dict) else {}
+            key = (row[0], row[1], str(target.get("workdir") or ""))
+            if key not in out:
+                out[key] = LatestRow(row[0], row[1], row[2], row[3], row[4], row[5], row[6], target)
+        return list(out.values())
+
+
+@dataclass(frozen=True)
+class LatestRow:
+    """The newest attempt this machine ran of a deployment on a host and workdir."""
+
+    deployment: str
+    host: str               # the host as the connection named it (user@host:port)
+    run_id: str
+    content_hash: str
+    started_at: float
+    ended_at: float | None
+    outcome: str | None
+    target: dict[str, Any]  # the profile's target: host as written, user, port, identity_file, known_hosts, workdir
 
 
 def _dump(value: dict[str, Any] | None) -> str | None:

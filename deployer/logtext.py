@@ -82,3 +82,52 @@ def bounded_diagnosis(data: dict[str, Any]) -> dict[str, Any]:
         out["traceback"] = text if len(text) <= TRACEBACK_CHARS else \
             text[:TRACEBACK_CHARS] + f"\n... [{len(text) - TRACEBACK_CHARS} more characters of traceback cut]"
     return out
+
+
+# A log line's time, engine-neutral: a date and time near the start of the line (`[2026-12-01 04:02:16]`,
+# `2026-12-01T04:02:16.123`), else a month-day and time (`INFO 12-01 20:02:04`, the year being this one). Read as
+# this machine's local time: engines log the target's local time, so keep both clocks on one zone (UTC) to compare.
+_FULL_TIME_RE = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,6}))?")
+_SHORT_TIME_RE = re.compile(r"(?<![\d-])(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,6}))?")
+_TIME_AT_START = 80                       # characters: a time further in is the message's, not the line's
+_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def line_time(line: str, now: float | None = None) -> float | None:
+    """Epoch seconds of a log line's own timestamp, None when it has none (a traceback's line, a bare print)."""
+    import time
+
+    head = line[:_TIME_AT_START]
+    full = _FULL_TIME_RE.search(head)
+    if full:
+        year, month, day, hh, mm, ss = (int(g) for g in full.groups()[:6])
+        fraction = float(f"0.{full.group(7)}") if full.group(7) else 0.0
+    else:
+        short = _SHORT_TIME_RE.search(head)
+        if not short:
+            return None
+        year = time.localtime(now).tm_year
+        month, day, hh, mm, ss = (int(g) for g in short.groups()[:5])
+        fraction = float(f"0.{short.group(6)}") if short.group(6) else 0.0
+    try:
+        return time.mktime((year, month, day, hh, mm, ss, 0, 0, -1)) + fraction
+    except (OverflowError, ValueError):
+        return None
+
+
+def parse_since(text: str, now: float | None = None) -> float:
+    """`--since`: a duration back from now (`90s`, `10m`, `2h`, `1d`) or a local date and time
+    (`2026-12-01 04:02`, `2026-12-01T04:02:16`, a date alone); epoch seconds. Raises ValueError."""
+    import time
+
+    spoken = text.strip()
+    found = _DURATION_RE.match(spoken)
+    if found:
+        return (time.time() if now is None else now) - float(found.group(1)) * _UNITS[found.group(2)]
+    for shape in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M", "%Y-%m-%d"):
+        try:
+            return time.mktime(time.strptime(spoken, shape))
+        except ValueError:
+            continue
+    raise ValueError(f"{text!r} is neither a duration (90s, 10m, 2h, 1d) nor a date and time (2026-12-01 04:02)")

@@ -30,9 +30,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                "attempts, log."),
     "diagnose": ("oncall", "The first traceback and diagnosis of a log file, or of a deployment's latest failed "
                             "attempt."),
+    "config": ("local", "The effective default host, workdir and engine python, and where each came from."),
     "down": ("targets", "Stop a deployment gracefully (idempotent: 'not running' is success)."),
     "export": ("export", "Write a profile for another platform (Kubernetes) or monitoring system (Prometheus)."),
     "history": ("oncall", "Every attempt of a deployment: when, content hash, outcome, diagnosis, change made."),
+    "ls": ("local", "The deployments this machine knows (its local history), across hosts: host, workdir, last "
+                    "version, state."),
     "logs": ("targets", "Print the engine log of the current (or previous) attempt (a fleet: of --replica N, "
                         "--host H or --router; a multi-node profile: of --node N)."),
     "plan": ("runs", "Preflight without launching: GPUs, engine version, flags, effective args, memory plan."),

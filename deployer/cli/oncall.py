@@ -18,17 +18,20 @@ from deployer.oncall.history import local_history
 
 
 @click.command()
-@click.argument("target")
+@click.argument("target", required=False)
 @click.option("--host", default=None, metavar="[USER@]HOST[:PORT]")
 @click.option("--workdir", default=None)
 @_target_options
 @click.option("--json", "as_json", is_flag=True)
-@click.option("--local", is_flag=True, help="Read this machine's history cache instead of the target.")
-def history(target: str, host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool,
+@click.option("--local", is_flag=True,
+              help="Read this machine's history cache instead of the target (without NAME: every deployment's).")
+def history(target: str | None, host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool,
             local: bool) -> None:
     """Every attempt of a deployment: when, content hash, outcome, diagnosis, change made."""
     if local:
         report = HistoryReport(local_history(target, host))
+    elif target is None:
+        raise click.UsageError("give NAME or PROFILE (or --local to list every deployment's attempts)")
     else:
         report = resolve(target, host, workdir, trust_new_host=trust_new_host, mode=READ).history()
     if as_json:
@@ -66,8 +69,8 @@ def _diagnose_log(log_file: str, engine_version: str | None, engine_kind: str | 
     text = read_window(log_file)
     # Nothing defaults to an engine: the log names its engine, or only the engine-neutral signatures are used.
     engine, how = (engine_for(engine_kind), "given") if engine_kind else (detect(text), "detected from the log")
-    data = bounded_diagnosis(diagnose_text(text, engine_version=engine_version, engine=engine).to_json())
-    data["hint"] = None
+    diag = diagnose_text(text, engine_version=engine_version, engine=engine)
+    data = bounded_diagnosis({**diag.to_json(), "hint": diag.hint})
     data["engine"] = {"kind": engine.kind, "how": how} if engine is not None else \
         {"kind": None, "how": "not told by the log: engine-neutral signatures only"}
     return DiagnosisReport(data)

@@ -14,17 +14,28 @@ from typing import Any
 import click
 
 from deployer.deployments.base import Deployment
+from deployer.deployments.known import ConfigReport, KnownReport
 from deployer.deployments.reports import (DiagnosisReport, FleetDown, FleetStatus, HistoryReport, HostDown,
                                           HostStatus, NodeDown, NodeStatus, PlanReport, PruneReport, StatusRow)
 from deployer.output.console import JsonEvents, LiveProgress
 from deployer.output.fleet import FleetProgress, status_lines
 from deployer.output.serving import serving_lines
+from deployer.logtext import line_time
 from deployer.secrets import mask_data
 from deployer.events import Event, SmokePhase
 
 
 def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
+def log_line_json(line: str) -> None:
+    """`logs --json`: one object per log line, with the line's own time when it has one (ISO, local time)."""
+    at = line_time(line)
+    when = None if at is None else time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(at)) + \
+        (f".{int(at % 1 * 1000):03d}" if at % 1 else "")
+    sys.stdout.write(json.dumps({"line": line, "time": when}) + "\n")
+    sys.stdout.flush()
 
 
 def report_event(data: dict[str, Any]) -> None:
@@ -127,13 +138,16 @@ def _(report: HistoryReport, sink: Any = None) -> None:
         current = "*" if row.current else " "
         outcome = row.outcome or "unfinished"  # an `up` interrupted (or still running) never recorded one
         change = f"  -> {row.change}" if row.change else ""
-        click.echo(f"{current} {when}  {row.run_id:<34} {row.content_hash[:12]}  "
+        where = f"{row.where}  " if row.where else ""
+        click.echo(f"{current} {when}  {where}{row.run_id:<34} {row.content_hash[:12]}  "
                    f"attempt {row.attempt}  {outcome:<10} {row.signature}{change}")
 
 
 @text.register
 def _(report: DiagnosisReport, sink: Any = None) -> None:
     data = report.data
+    for line in run_lines(data):
+        click.echo(line)
     engine = data.get("engine")
     if isinstance(engine, dict):
         click.echo(f"engine:    {engine.get('kind') or 'unknown'} ({engine.get('how')})")
@@ -142,11 +156,90 @@ def _(report: DiagnosisReport, sink: Any = None) -> None:
     click.echo(f"transient: {'yes' if data.get('transient') else 'no (retrying unchanged is pointless)'}")
     for line in data.get("evidence") or []:
         click.echo(f"evidence:  {line}")
-    if data.get("remedy"):
-        click.echo(f"remedy:    {json.dumps(data['remedy'])}")
+    if data.get("hint"):
+        click.echo(f"next:      {data['hint']}")
+    for label, change in (("remedy:   ", data.get("remedy")), ("would do:", data.get("would_change"))):
+        for line in change_lines(change):
+            click.echo(f"{label} {line}")
     if data.get("traceback"):
         click.echo("traceback:")
         click.echo(data["traceback"])
+
+
+def run_lines(data: dict[str, Any]) -> list[str]:
+    """Which run a deployment's diagnosis is of, when it failed, and how the deployment is now (the failure may
+    be an old run's while the current one serves)."""
+    if not data.get("run_id"):
+        return []
+    at = data.get("failed_at")
+    when = f" at {_when(at)} ({_ago(max(time.time() - at, 0))} ago)" if isinstance(at, (int, float)) else ""
+    lines = [f"run:       {data['run_id']} failed{when}"]
+    now = data.get("now")
+    if isinstance(now, dict):
+        if now.get("run_id") == data["run_id"]:
+            state = "this is the current run"
+        else:
+            state = f"the current run is {now.get('run_id')}"
+        health = "healthy now" if now.get("healthy") else f"{now.get('status')}, not healthy now"
+        lines.append(f"now:       {state}: {health}" + (" (the failure above is history)"
+                                                           if now.get("healthy") else ""))
+    return lines
+
+
+def change_lines(change: Any) -> list[str]:
+    """A remedy (`{"args": ..., "env": ..., "reason": ...}`) as lines for people: why, then each profile
+    change with the engine flag it becomes."""
+    if not isinstance(change, dict):
+        return []
+    lines = [str(change["reason"])] if change.get("reason") else []
+    for key, value in (change.get("args") or {}).items():
+        flag = "--" + str(key).replace("_", "-")
+        if value is None:
+            lines.append(f"  remove engine.args.{key} ({flag})")
+        elif value is True:
+            lines.append(f"  set engine.args.{key}: true ({flag})")
+        else:
+            lines.append(f"  set engine.args.{key}: {json.dumps(value)} ({flag} {value})")
+    for name, value in (change.get("env") or {}).items():
+        lines.append(f"  unset engine.env.{name}" if value is None else f"  set engine.env.{name}={value}")
+    return lines
+
+
+def _when(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(at))
+
+
+@text.register
+def _(report: KnownReport, sink: Any = None) -> None:
+    if not report.rows:
+        click.echo("no deployments in the local history (deploy up records them)")
+        return
+    head = ["NAME", "HOST", "WORKDIR", "VERSION", "STATE", "WHEN"] + (["NOW"] if report.live else [])
+    table = [head] + [_known_cells(row, report.live) for row in report.rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
+    for cells in table:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip())
+
+
+def _known_cells(row: dict[str, Any], live: bool) -> list[str]:
+    at = row.get("at")
+    when = f"{_when(at)} ({_ago(max(time.time() - at, 0))} ago)" if isinstance(at, (int, float)) else "?"
+    cells = [str(row["name"]), str(row["host"]), str(row["workdir"]), str(row.get("version") or "")[:12],
+             str(row.get("state")), when]
+    if live:
+        now = row.get("live") or {}
+        cells.append(f"unknown: {now['error']}" if now.get("error") else
+                     f"{now.get('status')} ({'healthy' if now.get('healthy') else 'not healthy'})")
+    return cells
+
+
+@text.register
+def _(report: ConfigReport, sink: Any = None) -> None:
+    state = "" if report.exists else " (not there: no defaults from it)"
+    click.echo(f"config file: {report.config_file}{state}")
+    for setting in report.settings:
+        click.echo(f"{setting.name:<14} {setting.value if setting.value is not None else '(none)':<30} "
+                   f"from {setting.source}")
 
 
 @text.register
@@ -181,6 +274,11 @@ def print_status(rows: list[StatusRow]) -> None:
         click.echo(f"  run dir {row.run_dir} on {row.host}")
         if row.last_crash is not None and row.last_crash.raw:
             click.echo(f"  last crash: {describe_crash(row.last_crash.to_json())}")
+        diagnosis = row.diagnosis or (row.last_crash.diagnosis if row.last_crash is not None else None)
+        if diagnosis is not None:
+            click.echo(f"  diagnosis: {diagnosis.signature or 'unknown failure'}: {diagnosis.summary}")
+            if diagnosis.hint:
+                click.echo(f"  next: {diagnosis.hint}")
         if row.lock:
             click.echo(f"  lock: {row.lock['text']}")
         for line in row.drift:

@@ -19,6 +19,9 @@ from deployer.smoke import SmokeReport
 @text.register
 def _(report: UpReport, sink: Any = None) -> None:
     print_up_report(report, sink)
+    if report.reach is not None and report.status in ("ready", "already-running"):
+        for line in report.reach.lines():
+            click.echo(line, err=True)
 
 
 @text.register

@@ -127,7 +127,8 @@ class SingleHost(Deployment):
         return HostStatus(rows, one=self.ref.name is not None)
 
     def logs(self, opts: LogOptions, out: Out) -> None:
-        ops.logs(self.ref, lines=opts.lines, follow=opts.follow, previous=opts.previous, out=out)
+        ops.logs(self.ref, lines=opts.lines, follow=opts.follow, previous=opts.previous, out=out,
+                 grep=opts.grep, since=opts.since)
 
     def known_profile(self) -> Profile | None:
         return self.profile or self.ref.profile

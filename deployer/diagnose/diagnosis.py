@@ -15,6 +15,7 @@ import os
 import re
 import signal as signals
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from deployer.diagnose.drift import masked, parse_args_dump
@@ -350,7 +351,7 @@ def _matched(sig: Signature, stage: str, found: re.Match[str], tb: Traceback | N
         signature=sig.id,
         summary=_expand(sig.summary, found),
         transient=sig.transient,
-        evidence=[_short(ln.strip()) for ln in lines if ln.strip()][:8],
+        evidence=evidence_lines(lines)[:8],
         traceback=tb.text if tb else None,
         remedy=sig.remedy,
         hint=_expand(sig.hint, found) if sig.hint else None,
@@ -367,6 +368,20 @@ def _expand(template: str, found: re.Match[str]) -> str:
         return template
 
 
+@lru_cache(maxsize=1)
+def _noise() -> tuple[re.Pattern[str], ...]:
+    from deployer.engines.common import noise_patterns
+
+    return noise_patterns()
+
+
+def evidence_lines(lines: list[str]) -> list[str]:
+    """The lines worth showing as evidence: stripped, shortened, without the engine-neutral noise
+    (engines/common/noise.yaml: `Possible solutions:`, a warning's echoed `warnings.warn(` ...)."""
+    kept = [ln.strip() for ln in lines if ln.strip()]
+    return [_short(ln) for ln in kept if not any(p.search(ln) for p in _noise())]
+
+
 def _short(line: str, limit: int = 500) -> str:
     return line if len(line) <= limit else line[:limit] + " ..."
 
@@ -374,9 +389,10 @@ def _short(line: str, limit: int = 500) -> str:
 def _unknown(tb: Traceback | None, tail: list[str]) -> Diagnosis:
     if tb is not None:
         last = tb.exception.split("\n", 1)[0]
-        return Diagnosis(None, f"unknown failure: {last}", False, [tb.exception], tb.text)
-    last = _short(tail[-1]) if tail else "no output"
-    return Diagnosis(None, f"unknown failure: {last}", False, [_short(t) for t in tail[-5:]])
+        return Diagnosis(None, f"unknown failure: {last}", False, evidence_lines(tb.exception.split("\n")), tb.text)
+    kept = evidence_lines(tail)
+    last = kept[-1] if kept else "no output"
+    return Diagnosis(None, f"unknown failure: {last}", False, kept[-5:])
 
 
 def _signal_of_exit(exit_code: int | None) -> int | None:
@@ -403,7 +419,7 @@ def killed_by_signal(signum: int, tail: list[str] | None = None) -> Diagnosis:
     cause = _SIGNAL_CAUSES.get(signum, "see the host's logs")
     how = "with no output" if not tail else "with no error in the log"
     hint = "check `dmesg -T | grep -i -e oom -e killed` on the host; lower host memory use (fewer workers, smaller CPU offload)"
-    evidence = [_short(t) for t in (tail or [])[-5:]]
+    evidence = evidence_lines(tail or [])[-5:]
     return Diagnosis("killed-by-signal", f"killed by {name} {how}: {cause}", False, evidence, None, None, hint)
 
 

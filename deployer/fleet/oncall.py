@@ -177,4 +177,5 @@ def pick_member(fleet: Fleet, *, replica: int | None, host: str | None, router: 
 
 
 def fleet_logs(member: Member, opts: ops.LogOptions, out: Callable[[str], None], trust_new_host: bool = False) -> None:
-    ops.logs(_ref(member, trust_new_host), lines=opts.lines, follow=opts.follow, previous=opts.previous, out=out)
+    ops.logs(_ref(member, trust_new_host), lines=opts.lines, follow=opts.follow, previous=opts.previous, out=out,
+             grep=opts.grep, since=opts.since)

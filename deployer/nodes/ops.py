@@ -130,7 +130,8 @@ def logs(profile: Profile, node: int | None, workdir: str | None, trust_new_host
         raise ProfileError(f"{profile.name} runs on {len(profile.nodes or [])} nodes: give --node N "
                            f"(0 is rank 0, which serves the API)")
     (_, ref), = node_refs(profile, node, workdir, trust_new_host)
-    ops.logs(ref, lines=opts.lines, follow=opts.follow, previous=opts.previous, out=out)
+    ops.logs(ref, lines=opts.lines, follow=opts.follow, previous=opts.previous, out=out,
+             grep=opts.grep, since=opts.since)
 
 
 def _silent(_message: str) -> None:

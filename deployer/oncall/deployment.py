@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from deployer.engines import Engine
 from deployer.errors import LaunchFailed, NotFound, ProfileError, TargetError, Unhealthy
 from deployer.target.lock import DeploymentLock, Notify, lease_of
-from deployer.logtext import bounded_diagnosis
+from deployer.logtext import bounded_diagnosis, line_time
 from deployer.profile.host import NAME_RE, parse_host
 from deployer.target.push import Layout, expand_workdir
 from deployer.remote.base import Remote, TargetSpec
@@ -54,11 +54,34 @@ NO_DEPLOYMENT = NotFound.exit_code  # 7
 
 @dataclass(frozen=True)
 class LogOptions:
-    """`logs`: how many lines, follow, the previous attempt's log."""
+    """`logs`: how many lines, follow, the previous attempt's log; only the lines that match `grep` (a regular
+    expression, matched against the masked text) and that were logged at or after `since` (epoch seconds; a line
+    without its own time goes with the line before it)."""
 
     lines: int = 50
     follow: bool = False
     previous: bool = False
+    grep: str | None = None
+    since: float | None = None
+
+
+def log_filter(out: Callable[[str], None], grep: str | None, since: float | None) -> Callable[[str], None]:
+    """`out` for only the lines LogOptions' grep and since let through."""
+    if grep is None and since is None:
+        return out
+    pattern = re.compile(grep) if grep is not None else None
+    last: list[float | None] = [None]
+
+    def emit(line: str) -> None:
+        at = line_time(line)
+        if at is not None:
+            last[0] = at
+        if since is not None and (last[0] is None or last[0] < since):
+            return
+        if pattern is None or pattern.search(line):
+            out(line)
+
+    return emit
 
 
 @dataclass(frozen=True)
@@ -96,16 +119,43 @@ def make_ref(arg: str | None, host: str | None, workdir: str | None, trust_new_h
         if read_only:
             remembered.remember(arg, overrides, host, prof)
         return ref
-    if not host:
-        raise ProfileError("give --host [USER@]HOST[:PORT] (or a profile file instead of a name)")
     if arg is not None and not re.match(NAME_RE, arg):
         raise ProfileError(f"{arg!r} is neither a profile file nor a deployment name")
+    return _name_ref(arg, host, workdir, trust_new_host)
+
+
+def _name_ref(name: str | None, host: str | None, workdir: str | None, trust_new_host: bool) -> Ref:
+    """A bare NAME: host and workdir from the command line, the environment, the local history (deployer.oncall.
+    known), the config file, the built-in workdir, in that order (deployer.settings)."""
+    from deployer import settings
+    from deployer.oncall.known import Located, locate
+
+    given_host = settings.strong_default("host", host, "--host")
+    given_workdir = settings.strong_default("workdir", workdir, "--workdir")
+    found = Located(None, None)
+    if name is not None and (given_host is None or given_workdir is None):
+        found = locate(name, given_host.value if given_host else None,
+                       given_workdir.value if given_workdir else None, trust_new_host)
+    spec = found.spec
+    if spec is None:
+        host_value = given_host.value if given_host else settings.weak_default("host", settings.load_config()).value
+        if not host_value:
+            raise ProfileError("give --host [USER@]HOST[:PORT] (or a profile file instead of a name, or a default "
+                               "host in the config file: see `deploy config`)")
+        spec = _spec_of(host_value, trust_new_host)
+    if given_workdir is not None or found.workdir is not None:
+        where = given_workdir.value if given_workdir else found.workdir
+    else:
+        where = settings.weak_default("workdir", settings.load_config()).value
+    return Ref(name, spec, where or DEFAULT_WORKDIR)
+
+
+def _spec_of(host: str, trust_new_host: bool) -> TargetSpec:
     try:
         user, hostname, port = parse_host(host)
     except ValueError as exc:
         raise ProfileError(str(exc)) from None
-    return Ref(arg, TargetSpec(host=hostname, user=user, port=port, trust_new_host=trust_new_host),
-               workdir or DEFAULT_WORKDIR)
+    return TargetSpec(host=hostname, user=user, port=port, trust_new_host=trust_new_host)
 
 
 def remembered_ref(arg: str, host: str | None, workdir: str | None, trust_new_host: bool = False,
@@ -304,9 +354,11 @@ def pick_run(snap: snapshot.Snapshot, previous: bool, label: str) -> RunView:
 
 
 def logs(ref: Ref, *, lines: int, follow: bool, previous: bool, out: Callable[[str], None],
-         follow_for: float | None = None) -> None:
-    """The last `lines` lines of the run's log, masked, from one snapshot; `follow` then reads on over SFTP."""
+         follow_for: float | None = None, grep: str | None = None, since: float | None = None) -> None:
+    """The last `lines` lines of the run's log, masked, from one snapshot; `follow` then reads on over SFTP.
+    `grep`, `since`: only the lines LogOptions says (matched after masking)."""
     assert ref.name
+    out = log_filter(out, grep, since)
     with connected(ref) as remote:
         snap = snapshot.take(remote, layout_of(ref.workdir, ref.name).root, log_tail=tail_window(lines),
                              previous=previous)

@@ -22,7 +22,7 @@ from deployer.remote.base import Remote
 from deployer.secrets import mask_data
 from deployer.supervisor.supervise_base import CRASHED
 from deployer.target import snapshot
-from deployer.target.records import current_view, list_runs, record_engine
+from deployer.target.records import current_view, healthy, list_runs, record_address, record_engine
 from deployer.target.retention import DEFAULT_KEEP, apply_plan, retention_plan
 
 __all__ = ["make_ref", "history", "local_history", "diagnose_deployment", "prune", "lock_events"]
@@ -110,15 +110,17 @@ def _merge_newest_first(runs: list[HistoryEntry], events: list[HistoryEntry]) ->
     return out + pending
 
 
-def local_history(name: str, host: str | None) -> list[HistoryEntry]:
-    """The attempts this machine ran (the local SQLite cache), newest first; works with the target down."""
+def local_history(name: str | None, host: str | None) -> list[HistoryEntry]:
+    """The attempts this machine ran of NAME (None: of every deployment), from the local SQLite cache, newest
+    first; works with the target down."""
     store = History()
     try:
         rows = store.attempts(name, host)
     finally:
         store.close()
     if not rows:
-        raise NotFound(f"no attempts of {name!r} in the local history")
+        raise NotFound(f"no attempts of {name!r} in the local history" if name else
+                       "no attempts in the local history (deploy up records them)")
     return [HistoryEntry.of_attempt({**row.to_json(), "current": False}) for row in rows]
 
 
@@ -127,6 +129,8 @@ def diagnose_deployment(ref: Ref, engine_version: str | None) -> dict[str, Any]:
     assert ref.name
     with connected(ref) as remote:
         snap = snapshot.take(remote, layout_of(ref.workdir, ref.name).root, runs=None, attempt="failed")
+        if not snap.runs:
+            raise NotFound(f"no deployment {ref.name!r} under {snap.workdir} on {remote.label}")
         for run_id in reversed(snap.runs):
             view = snap.view(run_id)
             state = view.state
@@ -139,12 +143,38 @@ def diagnose_deployment(ref: Ref, engine_version: str | None) -> dict[str, Any]:
             version = engine_version or (view.record.get("profile") or {}).get("engine", {}).get("version")
             diag = diagnose_attempt(snap.attempt, state, version, engine=record_engine(view.record))
 
-            data = {**bounded_diagnosis({**diag.to_json(), "hint": diag.hint}), "run_id": run_id}
+            data = {**bounded_diagnosis({**diag.to_json(), "hint": diag.hint}), "run_id": run_id,
+                    "failed_at": failed_at(view.state), "now": _now(remote, snap)}
             prof = _profile_of(view.record)
             change = propose(diag, prof, []) if prof is not None else None
             data["would_change"] = change.to_json() if change else None
             return dict(mask_data(data))
         raise NotFound(f"{ref.name}: no failed attempt on {remote.label}")
+
+
+def failed_at(state: Mapping[str, Any]) -> float | None:
+    """When a failed run ended: its last crash, else the end of its engine, else its start (the supervisor's
+    state; epoch seconds)."""
+    crash = state.get("last_crash")
+    for at in ((crash or {}).get("at") if isinstance(crash, dict) else None, state.get("ended_at"),
+               state.get("updated_at"), state.get("started_at")):
+        if isinstance(at, (int, float)):
+            return float(at)
+    return None
+
+
+def _now(remote: Remote, snap: snapshot.Snapshot) -> dict[str, Any] | None:
+    """The deployment as it is now (the failure diagnosed may be an old run's): its current run, its status and
+    whether it answers its health path."""
+    view = snap.current_view()
+    if view is None:
+        return None
+    record = view.record
+    port = int(record.get("port") or 0)
+    alive = view.status in ("ready", "running")
+    ok = alive and bool(port) and healthy(remote, port, str(record.get("health_path", "/health")),
+                                          address=record_address(record))
+    return {"run_id": view.run.run_id, "status": view.status, "healthy": ok}
 
 
 def _profile_of(record: Mapping[str, Any]) -> Any:

@@ -5,8 +5,9 @@ and the workdir there. Loading the profile for them imports the profile model (p
 command whose network part is one exec channel. So after a profile has been loaded once, this is kept under
 `$DEPLOYER_HOME/cache/refs/` keyed by the command's arguments (file path, --set, --host), and it is used only while
 everything the load read is unchanged: the content of every file of the `extends:` chain, and the value (or
-absence) of every `${VAR}` the profile names. Env values are compared as HMACs under a key kept beside the entries
-(0600), so no secret's digest is stored where anyone could test guesses against it.
+absence) of every `${VAR}` the profile names, and the user's defaults (deployer.settings: the config file and
+the DEPLOYER_HOST/WORKDIR/ENGINE_PYTHON variables). Env values are compared as HMACs under a key kept beside the
+entries (0600), so no secret's digest is stored where anyone could test guesses against it.
 
 Only single-host profiles are remembered: replicas and nodes profiles are loaded in full by their commands.
 """
@@ -23,7 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deployer import __version__
+from deployer.errors import ProfileError
 from deployer.local_history import home
+from deployer.settings import KEYS, load_config
 
 if TYPE_CHECKING:
     from deployer.profile.model import Profile
@@ -98,6 +101,8 @@ def lookup(path: str, overrides: tuple[str, ...], host: str | None) -> Pointer |
                 return None
         if any(_env_mac(key, name) != mac for name, mac in entry["env"]):
             return None
+        if entry.get("config") != _config_digest():
+            return None  # the user's defaults changed (deployer.settings)
         return Pointer(**entry["pointer"])
     except (OSError, ValueError, KeyError, TypeError):
         return None  # nothing remembered, or something unreadable: the caller loads the profile
@@ -108,7 +113,7 @@ def remember(path: str, overrides: tuple[str, ...], host: str | None, profile: P
     t = profile.target
     pointer = Pointer(profile.name, t.host, t.user, t.port, t.identity_file, t.known_hosts, t.workdir)
     names = sorted({n for text in profile.templates.values() for n in VAR_RE.findall(text)} |
-                   {u.name for u in profile.unset})
+                   {u.name for u in profile.unset} | {k.env for k in KEYS})
     try:
         key = _mac_key(create=True)
         if key is None:
@@ -116,7 +121,7 @@ def remember(path: str, overrides: tuple[str, ...], host: str | None, profile: P
         entry: dict[str, Any] = {
             "version": VERSION, "pointer": asdict(pointer),
             "files": [[str(f), _digest(f.read_bytes())] for f in profile.files],
-            "env": [[name, _env_mac(key, name)] for name in names],
+            "env": [[name, _env_mac(key, name)] for name in names], "config": _config_digest(),
         }
         target = _dir() / f"{_key(path, overrides, host)}.json"
         tmp = target.with_suffix(f".{os.getpid()}.tmp")
@@ -125,6 +130,14 @@ def remember(path: str, overrides: tuple[str, ...], host: str | None, profile: P
         _trim()
     except OSError:
         pass  # a read-only home: the next command loads the profile again
+
+
+def _config_digest() -> str | None:
+    """The user's config file as it is now (None: none); a bad one counts as changed (the load says why)."""
+    try:
+        return load_config().digest
+    except ProfileError:
+        return "unreadable"
 
 
 def _trim() -> None:

@@ -186,6 +186,7 @@ class HistoryEntry:
     signature: str = ""
     change: str = ""
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    where: str = ""  # the local history of every deployment (`history --local` without NAME): NAME on HOST
 
     @classmethod
     def of_attempt(cls, row: Mapping[str, Any]) -> HistoryEntry:
@@ -197,7 +198,8 @@ class HistoryEntry:
                    detail=row.get("detail"), run_id=str(row.get("run_id") or ""),
                    content_hash=str(row.get("content_hash") or ""), attempt=row.get("attempt"),
                    current=bool(row.get("current")), signature=str(diagnosis.signature or "") if diagnosis else "",
-                   change=str(change.get("reason") or ""), raw=row)
+                   change=str(change.get("reason") or ""), raw=row,
+                   where=f"{row['deployment']} on {row.get('host')}" if row.get("deployment") else "")
 
     @classmethod
     def of_lock(cls, row: Mapping[str, Any]) -> HistoryEntry:

@@ -20,6 +20,7 @@ from deployer.errors import ProfileError, ProfileProblems
 from deployer.profile.host import parse_host
 from deployer.profile.model import Profile, UnsetVar
 from deployer.secrets import remember
+from deployer.settings import KEYS, from_env, load_config
 
 Loc = tuple[Any, ...]
 VAR_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -51,8 +52,10 @@ def load(path: Path, *, overrides: list[str], host: str | None, environ: dict[st
     _expand_vars(layered, env, allow_unset)
     for text in overrides:
         _apply_override(layered, text)
+    _apply_defaults(layered, env)
     if host:
         _apply_host(layered, host)
+        layered.lines[("target", "host")] = ("--host", 0)
     layered.data.pop("extends", None)
     profile = _validate(layered, str(path))
     profile._source = path.resolve()
@@ -278,6 +281,37 @@ def with_host(profile: Profile, text: str) -> Profile:
     except ValidationError as exc:
         raise ProfileError(f"target: {exc.errors()[0]['msg']}", file="--host") from None
     return profile.model_copy(update={"target": target})   # its private attributes (source, secrets) kept
+
+
+def _apply_defaults(layered: Layered, env: dict[str, str]) -> None:
+    """The user's defaults (deployer.settings): the environment's over the profile's values, the config file's
+    under them; each recorded as where that value came from (`deploy config`, and the file:line of a problem)."""
+    data = layered.data
+    config = load_config(env)
+    for key in KEYS:
+        loc = tuple(key.field.split("."))
+        if key.name != "engine_python" and ("replicas" in data or "nodes" in data):
+            continue  # a fleet or node group names its hosts and workdirs per member
+        parent = data.get(loc[0])
+        if parent is not None and not isinstance(parent, dict):
+            continue  # the validation says what is wrong with it
+        if key.name == "engine_python" and isinstance(parent, dict) and "install" in parent:
+            continue  # a managed environment's python is deployer's to choose
+        if layered.lines.get(loc, ("",))[0] == "--set":
+            continue
+        value = from_env(key.name, env)
+        if value is not None:
+            _set_default(layered, loc, value, (f"env {key.env}", 0))
+        elif key.name in config.values and (parent is None or loc[1] not in parent):
+            _set_default(layered, loc, config.values[key.name], (str(config.path), config.lines[key.name]))
+
+
+def _set_default(layered: Layered, loc: Loc, value: str, origin: tuple[str, int]) -> None:
+    if loc == ("target", "host"):
+        _apply_host(layered, value)
+    else:
+        layered.data.setdefault(loc[0], {})[loc[1]] = value
+    layered.lines[loc] = origin
 
 
 # --- validation ------------------------------------------------------------------------------------------------

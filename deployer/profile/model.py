@@ -447,6 +447,12 @@ class Profile(Strict):
                 return hit[0], hit[1] or None
         return (str(self._source) if self._source else None), None
 
+    def written(self, path: str) -> tuple[str | None, int | None]:
+        """(file, line) exactly this dotted path's value came from: a file, "--set", "--host" or "env VAR" (line
+        None), or (None, None) for a default of the model."""
+        hit = self._lines.get(path)
+        return (hit[0], hit[1] or None) if hit else (None, None)
+
     @property
     def unset(self) -> list[UnsetVar]:
         """The `${VAR}`s the local environment does not set (only when loaded with allow_unset)."""

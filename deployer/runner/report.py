@@ -122,6 +122,56 @@ class BeforeLaunchChange:
         return {**self.diagnosis_json(), "change": self.change.to_json()}
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+@dataclass(frozen=True)
+class Reach:
+    """How to reach a ready server: the target as the profile names it (an ssh alias works), the address and port
+    the engine binds there, the model name to ask for, whether it wants an API key."""
+
+    host: str
+    user: str | None
+    ssh_port: int | None
+    bind: str
+    port: int
+    model: str
+    api_key: bool = False
+
+    @property
+    def tunnel(self) -> bool:
+        """Bound to the target's loopback only: reachable from here through an SSH tunnel (or on the box)."""
+        return self.bind in LOOPBACK and self.host != "local"
+
+    @property
+    def base_url(self) -> str:
+        if self.tunnel or self.host == "local":
+            return f"http://127.0.0.1:{self.port}"
+        bind = self.bind.strip("[]")
+        return f"http://{self.host if bind in ('', '0.0.0.0', '::') else self.bind}:{self.port}"
+
+    def ssh_command(self) -> str:
+        port = f" -p {self.ssh_port}" if self.ssh_port else ""
+        user = f"{self.user}@" if self.user else ""
+        return f"ssh -N -L {self.port}:{self.bind.strip('[]')}:{self.port}{port} {user}{self.host}"
+
+    def lines(self) -> list[str]:
+        """What to type to talk to the server: the tunnel (when it binds loopback), then example requests."""
+        auth = ' -H "Authorization: Bearer $API_KEY"' if self.api_key else ""
+        body = ('{"model": "' + self.model + '", "messages": [{"role": "user", "content": "Hi"}], '
+                '"max_tokens": 32}')
+        out = [f"reach it through an SSH tunnel (it listens on {self.bind} of the box): {self.ssh_command()} &"] \
+            if self.tunnel else [f"reach it at {self.base_url}/v1 (OpenAI API)"]
+        out.append(f"  curl{auth} {self.base_url}/v1/models")
+        out.append(f"  curl{auth} {self.base_url}/v1/chat/completions -H 'content-type: application/json' "
+                   f"-d '{body}'")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"url": f"{self.base_url}/v1", "bind": self.bind, "port": self.port, "model": self.model,
+                "ssh_tunnel": self.ssh_command() if self.tunnel else None}
+
+
 @dataclass
 class UpReport:
     name: str
@@ -136,13 +186,15 @@ class UpReport:
     saved_fixed: str | None = None
     before_launch: list[BeforeLaunchChange] = field(default_factory=list)   # preflight's diagnoses and changes
     restored: RestoredVersion | None = None   # the version brought back after a failed replace
+    reach: Reach | None = None                # how to talk to the server (a single host's up)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "host": self.host, "status": self.status, "run_dir": self.run_dir,
                 "content_hash": self.content_hash, "attempts": [a.to_json() for a in self.attempts],
                 "replaced": self.replaced, "warnings": list(self.warnings), "drift": list(self.drift),
                 "saved_fixed": self.saved_fixed, "before_launch": [n.to_json() for n in self.before_launch],
-                "restored": None if self.restored is None else self.restored.to_json()}
+                "restored": None if self.restored is None else self.restored.to_json(),
+                "reach": None if self.reach is None or self.status == "failed" else self.reach.to_json()}
 
 
 def outcome_name(outcome: Outcome) -> AttemptOutcome:

@@ -31,7 +31,7 @@ from deployer.remote.connect import target_spec
 from deployer.render.bundle import Bundle, render
 from deployer.runner.attempts import AttemptRunner
 from deployer.runner.logs import attempt_log, diagnose_attempt, diagnose_run, diagnose_state
-from deployer.runner.report import AttemptReport, UpOptions, UpReport
+from deployer.runner.report import AttemptReport, Reach, UpOptions, UpReport
 from deployer.runner.shape import SingleHost, Target
 from deployer.secrets import masking_sink
 from deployer.target.process import check_port
@@ -57,7 +57,7 @@ def up(profile: Profile, opts: UpOptions, emit: EventSink, connection: Remote | 
     """`connection`: an open connection to the profile's host to use (and leave open), else one of its own."""
     emit = masking_sink(emit)  # events carry engine text: the engine may print a secret (its own args dump)
     with locked_session(profile, opts, emit, connection) as (remote, layout):
-        report = UpReport(name=profile.name, host=remote.label, status="failed")
+        report = UpReport(name=profile.name, host=remote.label, status="failed", reach=reach_of(profile))
         original, version = profile, profile.engine.version
         tried: list[Change] = []
         dry: DryResolution | None = None
@@ -90,6 +90,15 @@ def up(profile: Profile, opts: UpOptions, emit: EventSink, connection: Remote | 
             raise
         _tidy(remote, layout, profile, emit)
         return done
+
+
+def reach_of(profile: Profile) -> Reach:
+    """How a person reaches this profile's server (UpReport.reach)."""
+    t, engine = profile.target, profile.engine
+    model = engine.args.get("served_model_name") or engine.model_path
+    if isinstance(model, list):  # several names: any one is asked for
+        model = model[0] if model else engine.model_path
+    return Reach(t.host, t.user, t.port, engine.host, engine.port, str(model), bool(engine.args.get("api_key")))
 
 
 def _already_running(target: Target, profile: Profile, bundle: Bundle, opts: UpOptions, report: UpReport,

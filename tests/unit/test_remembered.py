@@ -125,3 +125,20 @@ def test_a_fleet_profile_is_not_remembered(tmp_path: Path, monkeypatch: pytest.M
         make_ref(str(fleet), None, None, read_only=True)
     assert remembered_ref(str(fleet), None, None) is None
     assert not list((tmp_path / "home").glob("cache/refs/*.json"))
+
+
+@pytest.mark.parametrize("change", ["config file", "DEPLOYER_WORKDIR"])
+def test_a_change_of_the_users_defaults_forgets_it(setup: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    change: str) -> None:
+    """The config file and DEPLOYER_* defaults feed the load (deployer.settings): a change is a reload."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(setup.parent / "xdg"))
+    make_ref(str(setup), None, None, read_only=True)
+    assert remembered_ref(str(setup), None, None) is not None
+    if change == "config file":
+        (setup.parent / "xdg" / "deployer").mkdir(parents=True)
+        (setup.parent / "xdg" / "deployer" / "config.yaml").write_text("engine_python: /opt/py\n")
+    else:
+        monkeypatch.setenv("DEPLOYER_WORKDIR", "/elsewhere")
+    assert remembered_ref(str(setup), None, None) is None
+    if change == "DEPLOYER_WORKDIR":
+        assert make_ref(str(setup), None, None, read_only=True).workdir == "/elsewhere"  # env over the profile

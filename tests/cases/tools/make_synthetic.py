@@ -29,6 +29,15 @@ SYNTHETIC: dict[str, dict[str, Any]] = {
                   "cudaGetErrorString(cudaErrorIllegalAddress)); the two lines after it are strings of the wheel's "
                   "torch/lib/libc10_cuda.so (checked in the real SGLang venv)",
     },
+    "cuda-no-kernel-image": {
+        "exception": "torch.AcceleratorError: CUDA error: no kernel image is available for execution on the device\n"
+                     "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
+                     "below might be incorrect.\n"
+                     "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
+        "source": "torch 2.14.1 c10/cuda/CUDAException.h C10_CUDA_CHECK -> c10_cuda_check_implementation ('CUDA error: ' + "
+                  "cudaGetErrorString(cudaErrorNoKernelImageForDevice)); the two lines after it are strings of the "
+                  "wheel's torch/lib/libc10_cuda.so (checked in the real SGLang venv)",
+    },
     "nccl-unhandled-cuda-error": {
         "exception": "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/"
                      "NCCLUtils.cpp:77, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version "
