@@ -59,16 +59,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 # command (a group's: "export k8s") -> example lines its --help ends with
 EXAMPLES: dict[str, list[str]] = {
+    "config": ["deploy config", "deploy config profiles/qwen36-mtp.yaml --json"],
+    "ls": ["deploy ls", "deploy ls --live --json"],
     "dashboard": ["deploy dashboard profiles/qwen36-mtp.yaml",
                   "deploy dashboard qwen36-mtp --host root@gpu-box chat --host root@gpu-2 --port 8765",
                   "deploy dashboard --host root@gpu-box"],
     "top": ["deploy top profiles/qwen3-8b-fleet.yaml", "deploy top qwen36-mtp --host root@gpu-box --once --json"],
     "diagnose": ["deploy diagnose qwen36-mtp --host root@gpu-box",
-                 "deploy diagnose --log engine.log --engine sglang --engine-version 0.5.23 --json"],
+                 "deploy diagnose --log engine.log --engine-version 0.5.23 --json"],
     "down": ["deploy down qwen36-mtp --host root@gpu-box", "deploy down profiles/qwen36-mtp.yaml --grace 60"],
-    "export": ["deploy export k8s profiles/qwen36-mtp.yaml --image lmsysorg/sglang:v0.5.23-cu129 -o k8s/ --check",
+    "export": ["deploy export k8s profiles/qwen36-mtp.yaml --image REGISTRY/IMAGE:TAG -o k8s/ --check",
                "deploy export prometheus profiles/qwen3-8b-fleet.yaml -o targets.json"],
-    "export k8s": ["deploy export k8s profiles/qwen36-mtp.yaml --image lmsysorg/sglang:v0.5.23-cu129 -o k8s/ "
+    "export k8s": ["deploy export k8s profiles/qwen36-mtp.yaml --image REGISTRY/IMAGE:TAG -o k8s/ "
                    "--check", "deploy export k8s --from-run qwen36-mtp --host root@gpu-box --image IMAGE"],
     "export prometheus": ["deploy export prometheus profiles/qwen3-8b-fleet.yaml -o targets.json"],
     "history": ["deploy history qwen36-mtp --host root@gpu-box", "deploy history qwen36-mtp --local --json"],

@@ -280,7 +280,9 @@ def with_host(profile: Profile, text: str) -> Profile:
         target = type(profile.target).model_validate(data)
     except ValidationError as exc:
         raise ProfileError(f"target: {exc.errors()[0]['msg']}", file="--host") from None
-    return profile.model_copy(update={"target": target})   # its private attributes (source, secrets) kept
+    moved = profile.model_copy(update={"target": target})   # its private attributes (source, secrets) kept
+    moved._lines = {**profile._lines, "target.host": ("--host", 0)}  # where the host came from, as load says
+    return moved
 
 
 def _apply_defaults(layered: Layered, env: dict[str, str]) -> None:

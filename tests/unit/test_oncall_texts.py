@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from deployer.cli import show
-from deployer.deployments.reports import DiagnosisReport, HostStatus
+from deployer.deployments.reports import DiagnosisReport, HostStatus, StatusRow
 from deployer.diagnose.diagnosis import diagnose, evidence_lines
 from deployer.engines import engine_for
 
@@ -103,8 +103,9 @@ def test_status_text_shows_the_diagnosis_its_json_has(capsys: pytest.CaptureFixt
            "attempt": 1, "content_hash": "abc" * 8, "run_dir": "/w/st/runs/r", "port": 30000, "restarts": 1,
            "last_crash": {"exit_code": 1, "at": time.time()}, "drift": [], "lock": None,
            "diagnosis": {"signature": "cuda-illegal-memory-access", "summary": "a GPU kernel fault",
-                         "hint": "run without CUDA graphs"}}
-    show.text(HostStatus([row]))
+                         "hint": "run without CUDA graphs"},
+           "exit_code": 1, "signal_name": None, "runs": 1, "serving": False}
+    show.text(HostStatus([StatusRow.of(row)]))
     out = capsys.readouterr().out
     assert "  diagnosis: cuda-illegal-memory-access: a GPU kernel fault" in out
     assert "  next: run without CUDA graphs" in out
