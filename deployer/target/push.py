@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from deployer.engines.common import FATAL_GRACE_S, fatal_patterns
-from deployer.errors import CommandFailed, DeployError, TargetError
+from deployer.errors import CommandFailed, DeployError, DiskFull, TargetError
 from deployer.remote.base import Remote
 from deployer.remote.conversation import HelperRefused
 from deployer.remote.oneshot import UNSAFE_HINT
@@ -81,6 +81,24 @@ def _no_space(remote: Remote, folder: str, avail: str, need_k: int, what: str) -
     return TargetError(f"not enough free space on {remote.label} under {folder}: {avail} KiB free, {need_k} KiB "
                        f"needed for {what}; nothing was changed",
                        hint="free space there or set target.workdir to a larger disk")
+
+
+FULL_BELOW_K = 1024  # a workdir with less than this free is full: its supervisor cannot write its state
+
+
+def disk_full(remote: Remote, folder: str) -> DiskFull | None:
+    """The error naming a full disk under `folder` on the target, or None when there is room (or df cannot say)."""
+    try:
+        out = remote.run(f"df -Pk {shlex.quote(folder)} | awk 'NR==2 {{print $4}}'", timeout=20, check=False).stdout
+    except DeployError:
+        return None
+    avail = out.strip()
+    if not avail.isdigit() or int(avail) >= FULL_BELOW_K:
+        return None
+    return DiskFull(f"no space left on {remote.label} under {folder} ({avail} KiB free): the engine and its "
+                    "supervisor could not write there",
+                    hint="free space there (`deploy prune`, or remove what filled it) or set target.workdir to a "
+                         "larger disk, then run `deploy up` again")
 
 
 @dataclass(frozen=True)
