@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from deployer.logtext import clip, printable
+from deployer.output.edge import styled_stderr
 from deployer.events import (
     AttemptStarted, BecameReady, Changed, Diagnosed, Download, Drift, EngineExited, EngineHung, Event, FollowerExited, Info, Override,
     PhaseEntered, PortTakenSeen, Problem, Progressed, Restored, RollingBack, StartupTimedOut, Suggestion,
@@ -39,7 +40,7 @@ class LiveProgress:
     def __init__(self) -> None:
         from rich.console import Console
 
-        self.console = Console(stderr=True, highlight=False, soft_wrap=True)
+        self.console = Console(file=styled_stderr(), highlight=False, soft_wrap=True)  # draws: not stripped (edge.py)
         self.live: Any = None
         self.phase = "connecting"
         self.line = ""
@@ -56,11 +57,11 @@ class LiveProgress:
 
         elapsed = time.monotonic() - self.started
         text = Text.assemble((f"{self.phase:<22}", "bold cyan"), (f"{elapsed:7.1f}s  ", "dim"),
-                             (self.line[-110:], "dim"))
+                             (printable(self.line)[-110:], "dim"))
         return text
 
     def say(self, markup: str) -> None:
-        self.console.print(markup)
+        self.console.print(printable(markup))
 
     def __call__(self, event: Event) -> None:
         self._line(event)
