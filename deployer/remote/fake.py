@@ -266,6 +266,7 @@ class FakeRemote:
         s.on(r"^ls -1 ", self._ls)
         s.on(r"^rm -rf -- ", self._rm)
         s.on(r"^dmesg", lambda c, _i: ok(c))
+        s.on(r"^df -Pk ", lambda c, _i: ok(c, "100000000\n"))   # KiB free (target/push.py disk_full)
         s.on(r"^find .* -printf", lambda c, _i: ok(c, "0\n"))
         s.on(r"^bash -s$", self._bash_s)
         s.on("^" + py + " ", self._supervisor_program)

@@ -81,7 +81,7 @@ class AttemptRunner:
         if not isinstance(exc, (LaunchFailed, CommandFailed, TransferFailed)):
             return exc
         for target in self.targets:
-            full = disk_full(target.remote, target.layout.root)
+            full = disk_full(target.remote, target.layout.root) if target.layout is not None else None
             if full is not None:
                 full.message, full.outcome = f"{self.profile.name}: {full.message}", getattr(exc, "outcome", None)
                 return full
