@@ -17,6 +17,7 @@
     |   +-- PortBusy                  the engine port is already taken on the target
     |   +-- PreflightFailed           preflight found problems that would fail the launch
     |   +-- RecordUnreadable          a record the target keeps (env file, state) cannot be read
+    |   +-- DiskFull                  the target's disk under the workdir filled up part way
     +-- LaunchFailed                  the engine did not become ready (exit 5); carries the Outcome
     |   +-- RetriesExhausted          every attempt failed; carries the attempt reports
     +-- Unhealthy                     engine up but failing health or smoke requests (exit 6)
@@ -140,6 +141,14 @@ class PortBusy(TargetError):
 class RecordUnreadable(TargetError):
     """The supervisor's own parsers (SuperviseError, outside this tree: it runs on the target) are translated
     into this one where the deployer calls them."""
+
+
+class DiskFull(TargetError):
+    """No space left under the workdir on the target: what failed there (an engine and its supervisor that could
+    not write, a command that could not write a record) failed for that reason, whatever it said; `outcome`: the
+    report of the operation it ended, as LaunchFailed's."""
+
+    outcome: Any = None
 
 
 class PreflightFailed(TargetError):

@@ -13,13 +13,13 @@ from typing import Any
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 # Everything a terminal would act on rather than print: CSI (colour included: log text is shown plain), OSC up to
 # BEL or ST (or the end of the text when unterminated), DCS/SOS/PM/APC strings, other two-byte escapes, C1 codes
-# and C0 controls other than tab.
+# and C0 controls other than tab and newline (CR too: a \r-redrawn line is read by `readable`).
 CONTROL_RE = re.compile(
     r"\x1b\[[0-9;?<=>!]*[ -/]*[@-~]?"
     r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\|$)"
     r"|\x1b[PX^_][^\x1b]*(?:\x1b\\|$)"
     r"|\x1b[ -/]*[0-~]?"
-    r"|[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f\x80-\x9f]"
+    r"|[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]"
 )
 
 EXCERPT_CHARS = 500           # one log line quoted in output, outcome.json and history

@@ -22,6 +22,7 @@ import click
 
 from deployer.cli.options import fill_help, with_examples
 from deployer.errors import DeployError
+from deployer.output.edge import guard_printable
 from deployer.secrets import guard_std_streams
 
 # command -> (module under deployer.cli, the first paragraph of its help)
@@ -191,6 +192,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _main(argv: list[str] | None) -> None:
     guard_std_streams()  # whatever deployer prints passes the secret masking first
+    guard_printable()    # ... and loses its control sequences (a hostile log line, claim note or error message)
     as_json = wants_json(list(sys.argv[1:] if argv is None else argv))
     try:
         rc = cli.main(args=argv, prog_name="deploy", standalone_mode=False)

@@ -15,7 +15,7 @@ from deployer.cli.options import _profile_options, _target_options
 from deployer.deployments.base import Deployment
 from deployer.deployments.resolve import CHANGE, for_profile, resolve
 from deployer.deployments.single import Origin
-from deployer.errors import LaunchFailed, PartlyFailed
+from deployer.errors import DiskFull, LaunchFailed, PartlyFailed
 from deployer.fleet.report import FleetReport
 from deployer.runner.up import UpOptions, UpReport
 from deployer.secrets import mask_data
@@ -56,7 +56,7 @@ def run_reported(as_json: bool, deployment: Deployment, action: Callable[[Any], 
     sink = show.progress(deployment, as_json)
     try:
         report = action(sink)
-    except (LaunchFailed, PartlyFailed) as exc:
+    except (LaunchFailed, PartlyFailed, DiskFull) as exc:
         sink.close()
         if isinstance(exc.outcome, (UpReport, FleetReport)):
             _final(exc.outcome, as_json, sink)

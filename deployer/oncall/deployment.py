@@ -34,7 +34,7 @@ from deployer.target.process import stop
 from deployer.supervisor.supervise_base import CRASHED as CRASHED_STATES
 from deployer.supervisor.supervise_base import UP
 from deployer.target import snapshot
-from deployer.target.records import RunView, record_address, record_engine, record_kind, tail_window, window_lines
+from deployer.target.records import RunView, healthy, record_address, record_engine, record_kind, tail_window, window_lines
 from deployer.events import EventSink
 from deployer.watch.watcher import LogTail
 
@@ -360,18 +360,17 @@ def logs(ref: Ref, *, lines: int, follow: bool, previous: bool, out: Callable[[s
     assert ref.name
     out = log_filter(out, grep, since)
     with connected(ref) as remote:
-        snap = snapshot.take(remote, layout_of(ref.workdir, ref.name).root, log_tail=tail_window(lines),
-                             previous=previous)
+        snap = snapshot.take(remote, layout_of(ref.workdir, ref.name).root, log_lines=lines, previous=previous)
         view = pick_run(snap, previous, remote.label)
         learn_env_text(snap.env.get(view.run.run_id), view.record, view.run.file("env"))
         now = snap.current_view()
         if previous and now is not None:  # an older run's env file may be pruned; the current's secrets help
             learn_env_text(snap.env.get(now.run.run_id), now.record, now.run.file("env"))
         window = snap.log
-        if window is None or window.run_id != view.run.run_id:
+        if window is None or window.run_id != view.run.run_id or window.lines is None:
             raise TargetError(f"the target's snapshot of {snap.layout.root} has no log of run {view.run.run_id}")
         size = window.size
-        for line in window_lines(window.data, window.start, lines):
+        for line in snapshot.shown_lines(window.lines, window.first_partial, window.start):
             out(mask_text(line))
         if follow:
             _follow(remote, view, size, lambda line: out(mask_text(line)), follow_for)

@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from deployer.logtext import clip, printable
+from deployer.output.edge import styled_stderr
 from deployer.events import (
     AttemptStarted, BecameReady, Changed, Diagnosed, Download, Drift, EngineExited, EngineHung, Event, FollowerExited, Info, Override,
     PhaseEntered, PortTakenSeen, Problem, Progressed, Restored, RollingBack, StartupTimedOut, Suggestion,
@@ -74,7 +75,7 @@ class LiveProgress:
     def __init__(self) -> None:
         from rich.console import Console
 
-        self.console = Console(stderr=True, highlight=False, soft_wrap=True)
+        self.console = Console(file=styled_stderr(), highlight=False, soft_wrap=True)  # draws: not stripped (edge.py)
         self.live: Any = None
         self.phase = "connecting"
         self.line = ""
@@ -96,11 +97,11 @@ class LiveProgress:
         width = terminal_width(self.console.file)
         head = f"{self.phase:<22} {time.monotonic() - self.started:7.1f}s  "
         text = Text.assemble((head[:22], "bold cyan"), (head[22:], "dim"),
-                             (fit(self.line, width - 1 - len(head)), "dim"), no_wrap=True, overflow="ellipsis")
+                             (fit(printable(self.line), width - 1 - len(head)), "dim"), no_wrap=True, overflow="ellipsis")
         return text
 
     def say(self, markup: str) -> None:
-        self.console.print(markup)
+        self.console.print(printable(markup))
 
     def _quote(self, phase: str, seconds: float, text: str, ours: bool = False) -> None:
         """A permanent line: phase, seconds, and log text fitted to the terminal's width. `ours` (a download line

@@ -16,12 +16,12 @@ from typing import NoReturn
 from deployer.diagnose.drift import compare, masked, parse_args_dump
 from deployer.remedy.effective import DryResolution
 from deployer.engines import engine_for
-from deployer.errors import DeployError, LaunchFailed, PortBusy, RetriesExhausted
+from deployer.errors import CommandFailed, DeployError, LaunchFailed, PortBusy, RetriesExhausted, TransferFailed
 from deployer.events import AttemptStarted, Changed, Diagnosed, Drift, Event, EventSink, Info, PhaseEntered, RunPushed
 from deployer.logtext import clip, printable
 from deployer.profile.fixed import save_fixed
 from deployer.profile.model import Profile
-from deployer.target.push import RunDir, new_run_id, profile_record, push, write_outcome
+from deployer.target.push import RunDir, disk_full, new_run_id, profile_record, push, write_outcome
 from deployer.remedy.propose import Change, propose
 from deployer.render.bundle import Bundle, render
 from deployer.runner.history import AttemptRows
@@ -78,14 +78,29 @@ class AttemptRunner:
         self.rows = AttemptRows(self.opts.local_history)
         try:
             return self._attempts()
-        except DeployError as exc:  # a failed launch too (not Ctrl-C: that leaves at once)
+        except DeployError as failed:  # a failed launch too (not Ctrl-C: that leaves at once)
             self.rows.end_open("not-started")
+            exc = self._named_cause(failed)
             if self.stopped:
                 Restore(self.shape, self.profile, [p.engine.port for p in self.profiles], self.emit) \
                     .bring_back(exc, self.report, rollback=self.opts.rollback)
-            raise
+            if exc is failed:
+                raise
+            raise exc from failed
         finally:
             self.rows.close()
+
+    def _named_cause(self, exc: DeployError) -> DeployError:
+        """A launch or a target command that failed on a full disk fails for that reason (exit 4), whatever it
+        said (an engine whose supervisor could not write its state dies with no exit code)."""
+        if not isinstance(exc, (LaunchFailed, CommandFailed, TransferFailed)):
+            return exc
+        for target in self.targets:
+            full = disk_full(target.remote, target.layout.root) if target.layout is not None else None
+            if full is not None:
+                full.message, full.outcome = f"{self.profile.name}: {full.message}", getattr(exc, "outcome", None)
+                return full
+        return exc
 
     def _attempts(self) -> UpReport:
         for attempt in range(1, self.profile.retry.max_attempts + 1):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deployer.errors import DeployError, LockLost
+from deployer.errors import DeployError, DiskFull, LockLost
 from deployer.events import EventSink, Restored, RollingBack
 from deployer.profile.model import Profile
 from deployer.runner.report import RestoredVersion, UpReport
@@ -66,6 +66,8 @@ class Restore:
             self.emit(Restored(message=f"the previous version {name} is serving again{where}",
                                run_id=first.run.run_id, content_hash=first.content_hash))
             return amend(exc, f"brought back the previous version {name}: it is serving again")
+        if isinstance(exc, DiskFull):  # its "exit code None" says only that its supervisor could not write either
+            return amend(exc, f"brought back the previous version {name}, but it died too: the disk is still full")
         amend(exc, f"brought back the previous version {name}, but it did not become ready: {restored.detail}")
 
     def _restart(self) -> Result:

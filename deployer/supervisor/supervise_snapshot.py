@@ -3,10 +3,12 @@
 
 Runs on the TARGET (stdlib only, Python >= 3.8), from the deployer's own copy sent over stdin (it is not
 pushed into run dirs, so `up` uploads nothing more).
-`python3 supervise_snapshot.py DIR [--runs N|all] [--log-tail BYTES] [--previous] [--attempt failed|current]`
+`python3 supervise_snapshot.py DIR [--runs N|all] [--log-tail BYTES|--log-lines N] [--previous]
+[--attempt failed|current]`
 prints one JSON object: the deployment's run ids, the current one, the records (profile/state/outcome) of the
 runs asked for, the live status of the current run (what `supervise.py status` says), the env file of the
-runs whose text will be shown (so it can be masked), the engine.log window of the run `logs` shows, and with
+runs whose text will be shown (so it can be masked), the engine.log window (or its last N lines, each long one by
+its ends and the exact bytes cut between them) of the run `logs` shows, and with
 --attempt the log windows the diagnosis reads of the newest failed run (or of a crashed current run).
 `--workdir` treats DIR as a workdir and snapshots every deployment under it (current runs, --attempt current).
 Every read is bounded; a missing file is null and a damaged one is null plus a line under "unreadable";
@@ -36,6 +38,9 @@ RECORD_LIMIT = 4 << 20       # one JSON record (the deployer reads no more of on
 ENV_LIMIT = 1 << 20          # one env file
 LOG_LIMIT = 48 << 20         # the engine.log window one snapshot carries (`logs -n 100000` wants 40 MB)
 TOTAL_LIMIT = 64 << 20       # all records of one snapshot together; later runs' records are then left out
+LINE_KEEP = 8 << 10          # `--log-lines`: each end of a longer line (a shorter one comes whole)
+LINES_SCAN = 1 << 30         # `--log-lines` looks back at most this far for where its lines start
+SCAN_BLOCK = 1 << 20
 LOG_NAME = ENGINE_LOG
 LOCK_EVENTS = "lock-events.jsonl"  # the lease program's takeovers and breaks (deployer.target.push.Layout.lock_events)
 # An attempt's log as the diagnosis reads it (the deployer's attempt_log): its first traceback and its tail.
@@ -127,6 +132,76 @@ def log_window(path: str, tail: int) -> dict[str, Any]:
     return {"size": size, "start": size - want, "data": base64.b64encode(data).decode("ascii")}
 
 
+def log_lines(path: str, n: int) -> dict[str, Any]:
+    """The last `n` non-blank lines of a log, whatever their length: {size, start, lines, first_partial}.
+
+    Each line is [head, cut, tail] (head and tail base64, `cut` the exact number of bytes left out between them;
+    a line of at most twice `_line_keep(n)` bytes is all head, cut 0). The log is read backwards in blocks from its
+    end, at most LINES_SCAN bytes: when that ends inside a line, its start was not read (`first_partial`, its
+    head then begins at `start`).
+    """
+    keep = _line_keep(n)
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            spans, start, partial = _line_spans(f, size, n, keep)
+            lines = [_line_ends(f, a, b, keep) for a, b in spans]
+    except FileNotFoundError:
+        return {"size": 0, "start": 0, "lines": [], "first_partial": False}
+    except OSError as e:
+        return {"size": 0, "start": 0, "lines": [], "first_partial": False, "error": e.strerror or str(e)}
+    return {"size": size, "start": start, "lines": lines, "first_partial": partial}
+
+
+def _line_keep(n: int) -> int:
+    """Bytes kept of each end of a long line: LINE_KEEP, less when many lines are asked for (LOG_LIMIT in all)."""
+    return max(128, min(LINE_KEEP, LOG_LIMIT // (2 * max(n, 1))))
+
+
+def _line_spans(f: Any, size: int, n: int, keep: int) -> tuple[list[tuple[int, int]], int, bool]:
+    """(start, end) of the last `n` non-blank lines, oldest first; where the first begins; whether its start lies
+    before what was scanned."""
+    floor, pos, end = max(0, size - LINES_SCAN), size, size
+    spans: list[tuple[int, int]] = []
+    while pos > floor and len(spans) < n:
+        step = min(SCAN_BLOCK, pos - floor)
+        f.seek(pos - step)
+        buf = f.read(step)
+        i = len(buf)
+        while len(spans) < n:
+            j = buf.rfind(b"\n", 0, i)
+            if j < 0:
+                break
+            if not _blank(f, pos - step + j + 1, end, keep):
+                spans.append((pos - step + j + 1, end))
+            end, i = pos - step + j, j
+        pos -= step
+    partial = False
+    if len(spans) < n and end > pos and not _blank(f, pos, end, keep):
+        spans.append((pos, end))  # the first line of the log, or one that began before the scan's floor
+        partial = pos > 0
+    spans.reverse()
+    return spans, spans[0][0] if spans else size, partial
+
+
+def _blank(f: Any, start: int, end: int, keep: int) -> bool:
+    if end - start > 2 * keep:
+        return False
+    f.seek(start)
+    return not f.read(end - start).strip()
+
+
+def _line_ends(f: Any, start: int, end: int, keep: int) -> list[Any]:
+    if end - start <= 2 * keep:
+        f.seek(start)
+        return [base64.b64encode(f.read(end - start)).decode("ascii"), 0, ""]
+    f.seek(start)
+    head = f.read(keep)
+    f.seek(end - keep)
+    tail = f.read(keep)
+    return [base64.b64encode(head).decode("ascii"), end - start - 2 * keep, base64.b64encode(tail).decode("ascii")]
+
+
 def log_run(runs: list[str], current: str | None, previous: bool) -> str | None:
     """The run `deploy logs` shows: the current one (else the newest), or the one before it."""
     if not runs:
@@ -214,10 +289,11 @@ def _dmesg() -> str | None:
 
 
 def deployment(root: str, runs_wanted: int | None, log_tail: int | None, previous: bool,
-               which_attempt: str | None = None) -> dict[str, Any]:
-    """Everything the on-call read commands need of one deployment dir."""
+               which_attempt: str | None = None, log_count: int | None = None) -> dict[str, Any]:
+    """Everything the on-call read commands need of one deployment dir (`log_tail`: the log's last bytes,
+    `log_count`: its last lines)."""
     runs, current = list_runs(root), current_run(root)
-    shown = log_run(runs, current, previous) if log_tail is not None else None
+    shown = log_run(runs, current, previous) if log_tail is not None or log_count is not None else None
     picked = set(runs if runs_wanted is None else runs[len(runs) - runs_wanted:] if runs_wanted else [])
     picked.update(r for r in (current, shown) if r)
     budget = [TOTAL_LIMIT]
@@ -237,7 +313,9 @@ def deployment(root: str, runs_wanted: int | None, log_tail: int | None, previou
         told = current
     env = {r: _env_text(os.path.join(root, "runs", r)) for r in (current, shown, told) if r}
     log = None
-    if shown is not None and log_tail is not None:
+    if shown is not None and log_count is not None:
+        log = dict(log_lines(os.path.join(root, "runs", shown, LOG_NAME), log_count), run=shown)
+    elif shown is not None and log_tail is not None:
         log = dict(log_window(os.path.join(root, "runs", shown, LOG_NAME), log_tail), run=shown)
     diag = None
     if told is not None:
@@ -293,7 +371,7 @@ def _parse(argv: list[str]) -> tuple[str, dict[str, str], set[str]]:
         word = rest.pop(0)
         if word in ("--previous", "--workdir"):
             flags.add(word[2:])
-        elif word in ("--runs", "--log-tail", "--attempt"):
+        elif word in ("--runs", "--log-tail", "--log-lines", "--attempt"):
             if not rest:
                 raise SuperviseError(f"{word} needs a value", EXIT_BAD_INPUT)
             opts[word[2:]] = rest.pop(0)
@@ -302,7 +380,7 @@ def _parse(argv: list[str]) -> tuple[str, dict[str, str], set[str]]:
         else:
             pos.append(word)
     if len(pos) != 1:
-        raise SuperviseError("usage: snapshot DIR [--runs N|all] [--log-tail BYTES] [--previous] "
+        raise SuperviseError("usage: snapshot DIR [--runs N|all] [--log-tail BYTES|--log-lines N] [--previous] "
                              "[--attempt failed|current] [--workdir]", EXIT_BAD_INPUT)
     if opts.get("attempt", "failed") not in ("failed", "current"):
         raise SuperviseError(f"--attempt is failed or current, not {opts['attempt']!r}", EXIT_BAD_INPUT)
@@ -316,7 +394,7 @@ def snapshot(argv: list[str]) -> dict[str, Any]:
         return workdir(root)
     runs = _count(opts, "runs") if "runs" in opts else 0
     return deployment(root, runs, _count(opts, "log-tail") if "log-tail" in opts else None, "previous" in flags,
-                      opts.get("attempt"))
+                      opts.get("attempt"), _count(opts, "log-lines") if "log-lines" in opts else None)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from deployer.engines.common import FATAL_GRACE_S, fatal_patterns
-from deployer.errors import DeployError, RemoteError, TargetError
+from deployer.errors import CommandFailed, DeployError, DiskFull, RemoteError, TargetError
 from deployer.remote.base import Remote
 from deployer.remote.base import HelperRefused
 from deployer.remote.oneshot import UNSAFE_HINT
@@ -68,6 +68,23 @@ def _no_space(remote: Remote, folder: str, avail: str, need_k: int, what: str) -
     return TargetError(f"not enough free space on {remote.label} under {folder}: {avail} KiB free, {need_k} KiB "
                        f"needed for {what}; nothing was changed",
                        hint="free space there or set target.workdir to a larger disk")
+
+
+FULL_BELOW_K = 1024  # a workdir with less than this free is full: its supervisor cannot write its state
+
+
+def disk_full(remote: Remote, folder: str) -> DiskFull | None:
+    """The error naming a full disk under `folder` on the target, or None when there is room (or df cannot say)."""
+    try:
+        free = remote.helper.disk(folder, []).free
+    except DeployError:
+        return None
+    if free is None or free >= FULL_BELOW_K * 1024:
+        return None
+    return DiskFull(f"no space left on {remote.label} under {folder} ({free // 1024} KiB free): the engine and its "
+                    "supervisor could not write there",
+                    hint="free space there (`deploy prune`, or remove what filled it) or set target.workdir to a "
+                         "larger disk, then run `deploy up` again")
 
 
 @dataclass(frozen=True)

@@ -20,18 +20,32 @@ from typing import Any
 from deployer.errors import TargetError
 from deployer.target.push import Layout
 from deployer.remote.base import Remote
+from deployer.logtext import readable
 from deployer.target.records import RunView, view_of
 
 TIMEOUT_S = 60.0
 
 @dataclass(frozen=True)
+class LogLine:
+    """One line of a log as the target sent it: whole (`cut` 0, all in `head`), or its head and its end with the
+    exact number of bytes left out between them."""
+
+    head: bytes
+    cut: int = 0
+    tail: bytes = b""
+
+
+@dataclass(frozen=True)
 class LogWindow:
-    """The end of one run's engine.log: `data` is the file's bytes from `start` to `size` (at snapshot time)."""
+    """The end of one run's engine.log: `data` is the file's bytes from `start` to `size` (at snapshot time);
+    asked for by lines, `lines` are its last lines from `start` on (`first_partial`: the first began earlier)."""
 
     run_id: str
     size: int
     start: int
     data: bytes
+    lines: list[LogLine] | None = None
+    first_partial: bool = False
 
 
 @dataclass(frozen=True)
@@ -78,12 +92,15 @@ class Snapshot:
 
 
 def take(remote: Remote, root: str, *, runs: int | None = 0, log_tail: int | None = None,
-         previous: bool = False, attempt: str = "current") -> Snapshot:
+         previous: bool = False, attempt: str = "current", log_lines: int | None = None) -> Snapshot:
     """Snapshot of the deployment dir `root` (`~` is the target user's home): records of the newest `runs` runs
-    (None: all) and the current one; with `log_tail`, the last that many bytes of the log `logs` shows;
-    `attempt` "current": the diagnosis windows of a crashed current run, "failed": of the newest failed run."""
+    (None: all) and the current one; with `log_tail`, the last that many bytes of the log `logs` shows, with
+    `log_lines` its last that many lines; `attempt` "current": the diagnosis windows of a crashed current run,
+    "failed": of the newest failed run."""
     args = [root, "--runs", "all" if runs is None else str(runs), "--attempt", attempt]
-    if log_tail is not None:
+    if log_lines is not None:
+        args += ["--log-lines", str(log_lines)] + (["--previous"] if previous else [])
+    elif log_tail is not None:
         args += ["--log-tail", str(log_tail)] + (["--previous"] if previous else [])
     return _parse(_ask(remote, args, root))
 
@@ -133,4 +150,27 @@ def _b64(text: Any) -> bytes:
 def _log(data: Any) -> LogWindow | None:
     if not isinstance(data, dict) or not data.get("run"):
         return None
-    return LogWindow(str(data["run"]), int(data.get("size") or 0), int(data.get("start") or 0), _b64(data.get("data")))
+    lines = data.get("lines")
+    return LogWindow(str(data["run"]), int(data.get("size") or 0), int(data.get("start") or 0), _b64(data.get("data")),
+                     [_line(x) for x in lines] if isinstance(lines, list) else None, bool(data.get("first_partial")))
+
+
+def shown_lines(lines: list[LogLine], first_partial: bool = False, start: int = 0) -> list[str]:
+    """Log lines as the target sent them (snapshot `--log-lines`), readable: a long one by its head and its end
+    with the bytes cut between them; `first_partial`: the first began before byte `start`, which was not read."""
+    shown: list[str] = []
+    for i, line in enumerate(lines):
+        head = readable(line.head.decode("utf-8", "replace"))
+        text = head if not line.cut else \
+            f"{head} ... [{line.cut} bytes cut] ... {readable(line.tail.decode('utf-8', 'replace'))}"
+        if i == 0 and first_partial:
+            text = f"[start of line not read: it began before byte {start}] ... {text}"
+        if text:
+            shown.append(text)
+    return shown
+
+
+def _line(item: Any) -> LogLine:
+    if not isinstance(item, list) or len(item) != 3 or not isinstance(item[1], int):
+        raise TargetError("unexpected log line in the target's snapshot")
+    return LogLine(_b64(item[0]), item[1], _b64(item[2]))

@@ -126,21 +126,30 @@ def test_up_of_two_nodes_serves_from_rank0_with_a_dummy_health_on_rank1(tmp_path
     assert {r[0].split("@")[-1].split(":")[0] for r in rows} == {"127.0.0.2", "127.0.0.3"}
 
 
-def test_a_killed_follower_restarts_the_whole_group(tmp_path: Path, bed: HostBed) -> None:
-    profile, ports = nodes_profile(tmp_path, bed, restart={"policy": "on-failure", "backoff_s": [0.5, 2]})
+@pytest.mark.parametrize("peer_death", ["die", "hang"])
+def test_a_killed_follower_restarts_the_whole_group(tmp_path: Path, bed: HostBed, peer_death: str) -> None:
+    """`die`: rank 0's engine fails in its scheduler when its peer goes (gloo), each supervisor restarts its own
+    rank. `hang`: no engine notices (a collective that never returns): only the supervisors' group-fate check
+    takes rank 0 down and records it (peer_lost), and the group is whole again only through it."""
+    env = {"STANDIN_PEER_DEATH": peer_death} if peer_death != "die" else None
+    profile, ports = nodes_profile(tmp_path, bed, env=env, restart={"policy": "on-failure", "backoff_s": [0.5, 2]})
     assert up(tmp_path, profile).returncode == 0
     old0, old1 = engine_pid(bed, 0), engine_pid(bed, 1)
     killed = bed.run("node-1", f"kill -KILL {old1}")
     assert killed.returncode == 0, killed.stderr
     # after `up` has exited: the supervisors restart both ranks, and rank 0 serves again
-    wait_for(lambda: state(bed, 0).get("restarts", 0) >= 1 and state(bed, 1).get("restarts", 0) >= 1,
-             "both ranks restarted", 45)
+    wait_for(lambda: state(bed, 0).get("pid") not in (None, old0) and state(bed, 1).get("pid") not in (None, old1),
+             "both ranks' engines replaced", 45)
     wait_for(lambda: state(bed, 0).get("status") == "ready" and state(bed, 1).get("status") == "ready",
              "the group ready again", 45)
-    assert state(bed, 0)["pid"] != old0 and state(bed, 1)["pid"] != old1
+    s0, s1 = state(bed, 0), state(bed, 1)
+    assert s0["pid"] != old0 and s1["pid"] != old1 and s0["restarts"] >= 1 and s1["restarts"] >= 1, (s0, s1)
     assert http_status("127.0.0.1", ports[0], "/v1/models") == 200
-    crash0 = state(bed, 0)["last_crash"]
-    assert crash0["exit_code"] != 0 or crash0["signal"], crash0  # rank 0 went down with its peer
+    crash0 = s0["last_crash"]
+    if peer_death == "hang":  # the group restart, as its supervisor recorded it (it stopped a serving engine)
+        assert crash0["peer_lost"] == f"rank 1 at 127.0.0.3:{ports[1]} stopped answering its health check", crash0
+        return
+    assert crash0["exit_code"] != 0 or crash0["signal"], crash0  # rank 0's engine went down with its peer
     # status names the node whose crash came first: rank 1 (SIGKILL), not rank 0 (gloo: closed by peer)
     shown = deploy("status", str(profile), "--json", home=tmp_path / "home")
     rows = {r["node"]: r for r in json.loads(shown.stdout)}

@@ -312,3 +312,27 @@ def test_take_that_times_out_does_not_quote_the_output(tmp_path: Path) -> None:
     with pytest.raises(TargetError) as err:
         snapshot.take(Slow(), str(tmp_path))
     assert "no answer within" in str(err.value) and "leak" not in str(err.value)
+
+
+def test_log_lines_are_the_last_n_whatever_their_length(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 22 (7): lines, not bytes: blank lines are not counted, a long line comes by its ends and the exact
+    bytes cut; a scan that ends inside a line says its start was not read."""
+    log = tmp_path / "engine.log"
+    long_line = b"H" * 128 + b"m" * 5000 + b"T" * 128
+    log.write_bytes(b"a\nb\n\n  \nc\n" + long_line + b"\n\n")
+    monkeypatch.setattr(snap_mod, "LINE_KEEP", 128)
+    monkeypatch.setattr(snap_mod, "SCAN_BLOCK", 7)  # lines across block edges
+    got = snap_mod.log_lines(str(log), 3)
+    lines = [snapshot._line(x) for x in got["lines"]]
+    assert [x.head for x in lines] == [b"b", b"c", b"H" * 128] and lines[2] == snapshot.LogLine(b"H" * 128, 5000,
+                                                                                                  b"T" * 128)
+    assert got["start"] == 2 and not got["first_partial"] and got["size"] == log.stat().st_size
+    assert snapshot.shown_lines(lines)[2] == "H" * 128 + " ... [5000 bytes cut] ... " + "T" * 128
+    assert [snapshot._line(x).head for x in snap_mod.log_lines(str(log), 99)["lines"][:2]] == [b"a", b"b"]
+    monkeypatch.setattr(snap_mod, "LINES_SCAN", 1000)
+    cut = snap_mod.log_lines(str(log), 3)
+    assert len(cut["lines"]) == 1 and cut["first_partial"] and cut["start"] == log.stat().st_size - 1000
+    shown = snapshot.shown_lines([snapshot._line(x) for x in cut["lines"]], True, cut["start"])
+    assert shown[0].startswith(f"[start of line not read: it began before byte {cut['start']}]")
+    assert snap_mod.log_lines(str(tmp_path / "none"), 3)["lines"] == []
+    assert run_script(str(tmp_path), "--log-lines", "x").returncode == 2

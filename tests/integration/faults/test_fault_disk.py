@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from faultbed import SECRET, assert_lock_free, assert_nothing_leaked, lease, secret_env, status_of
+from faultbed import (SECRET, assert_lock_free, assert_nothing_leaked, lease, secret_env, start_deploy, status_of,
+                      wait_for_event)
 from deploy_helpers import deploy, write_profile
 from deployer.target.lock import DeploymentLock
 from deployer.profile.loader import load_profile
@@ -147,4 +148,33 @@ def test_a_new_version_on_a_nearly_full_disk_keeps_the_old_one_serving(
         assert_lock_free(work, "fullnew")
     finally:
         filler.unlink()
+        deploy("down", str(prof), home=home, env=env)
+
+
+def test_a_disk_that_fills_just_after_the_push_is_named_a_full_disk(
+        tmp_path: Path, small_disk: tuple[SSHD, Path]) -> None:
+    """Issue 22 (7): the disk fills between the push and the start: the old version is stopped, the new one and the
+    restore of the old both die. The exit code is the target's (4), not the connection's (3), and the one line says
+    the disk is full and what to do, not "exit code None"."""
+    sshd, work = small_disk
+    home, env = tmp_path / "h", secret_env()
+    prof = write_profile(tmp_path, sshd, name="fullafter", env=ENV, workdir=work)
+    assert deploy("up", str(prof), "--skip-preflight", home=home, env=env).returncode == 0
+    up = start_deploy("up", str(prof), "--skip-preflight", "--json", "--set", "engine.args.enable_metrics=true",
+                      home=home, env=env)
+    filler = None
+    try:
+        got = wait_for_event(up, '"event": "pushed"')
+        filler = fill(work)
+        out, err = up.communicate(timeout=180)
+        text = err.decode()
+        last = text.strip().splitlines()[-1]
+        assert up.returncode == 4, (up.returncode, text[-3000:], (got + out)[-3000:])
+        assert "Traceback" not in text and "exit code None" not in text, text[-3000:]
+        assert last.startswith("error: ") and "no space left" in last.lower() and "free" in last.lower(), last
+    finally:
+        if up.poll() is None:
+            up.kill()
+        if filler is not None:
+            filler.unlink()
         deploy("down", str(prof), home=home, env=env)
