@@ -34,7 +34,7 @@ from deployer.target.process import stop
 from deployer.supervisor.supervise_base import CRASHED as CRASHED_STATES
 from deployer.supervisor.supervise_base import UP
 from deployer.target import snapshot
-from deployer.target.records import RunView, healthy, record_address, record_engine, record_kind, tail_window, window_lines
+from deployer.target.records import RunView, healthy, record_address, record_engine, record_kind
 from deployer.events import EventSink
 from deployer.watch.watcher import LogTail
 

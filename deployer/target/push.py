@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from deployer.engines.common import FATAL_GRACE_S, fatal_patterns
-from deployer.errors import CommandFailed, DeployError, DiskFull, RemoteError, TargetError
+from deployer.errors import DeployError, DiskFull, RemoteError, TargetError
 from deployer.remote.base import Remote
 from deployer.remote.base import HelperRefused
 from deployer.remote.oneshot import UNSAFE_HINT
