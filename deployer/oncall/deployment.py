@@ -29,7 +29,7 @@ from deployer.remote.connect import conversing, target_spec
 from deployer.oncall import remembered
 from deployer.oncall.secret_restore import learn_env_text
 from deployer.secrets import mask_data, mask_text
-from deployer.target.process import stop
+from deployer.target.process import forget_boot, stop
 from deployer.supervisor.supervise_base import CRASHED as CRASHED_STATES
 from deployer.supervisor.supervise_base import UP
 from deployer.target import snapshot
@@ -265,7 +265,11 @@ def down(ref: Ref, grace: float | None = None, *, break_lock: bool = False,
         with DeploymentLock(remote, layout, "down", break_lock=break_lock, notify=notify) as lock, \
                 lock.reporting_loss():
             final = stop(lock.guarded(), view.run, wait)
-        return {"name": ref.name, "host": remote.label, "was_running": bool(final.get("was_running")),
+            on_boot = forget_boot(lock.guarded(), view.run)  # a reboot must not bring back what was stopped
+        # an engine that had ended by itself (crashloop, exited, lost) is now stopped as asked: say so
+        return {"name": ref.name, "host": remote.label,
+                "was_running": bool(final.get("was_running") or final.get("stopped_from")),
+                "stopped_from": final.get("stopped_from"), "on_boot": on_boot,
                 "status": final.get("status"), "run_dir": view.run.path}
 
 
