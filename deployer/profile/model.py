@@ -367,6 +367,12 @@ class Logs(Strict):
                             "lines) kept in place at every rotation")
     keep: int = Field(default=2, ge=1, le=20, description="rotated tails kept (engine.log.1 is the newest)")
 
+    @model_validator(mode="after")
+    def _head_below_max(self) -> "Logs":
+        if self.head_bytes >= self.max_bytes:
+            raise ValueError("logs.head_bytes must be below logs.max_bytes")
+        return self
+
 
 class Retention(Strict):
     keep_runs: int = Field(default=10, ge=1, le=10000,
