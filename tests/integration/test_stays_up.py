@@ -119,6 +119,10 @@ def test_a_reboot_brings_the_deployment_back_and_down_removes_the_entry(tmp_path
     assert oncall(sshd, tmp_path, "down", "boot").returncode == 0
     assert not [line for line in table.read_text().splitlines() if line.endswith(mark)]
 
+    smoked = deploy("smoke", str(prof), "--skip-preflight", home=tmp_path / "h")  # up, a request, stop
+    assert smoked.returncode == 0, smoked.stderr[-2000:]
+    assert mark not in table.read_text()  # a smoke's deployment does not come back after a reboot
+
     off = write_profile(tmp_path, sshd, name="boot", file="off.yaml", extra={"restart": {"on_boot": False}})
     assert deploy("up", str(off), "--skip-preflight", home=tmp_path / "h").returncode == 0
     assert mark not in table.read_text()
