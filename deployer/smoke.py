@@ -29,7 +29,7 @@ from deployer.profile.model import Profile
 from deployer.target.push import layout_for
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.remote.connect import conversing, target_spec
-from deployer.target.process import stop
+from deployer.target.process import forget_boot, stop
 from deployer.target.records import current_view, tail_lines
 from deployer.events import BecameReady, EngineExited, EngineHung, Event, EventSink, PhaseEntered, Progressed
 from deployer.events import AttemptStarted, RunPushed, SmokePhase, StartupTimedOut
@@ -456,4 +456,6 @@ def stop_current(profile: Profile, opts: SmokeOptions) -> dict[str, Any]:
         if view is None:
             return {"was_running": False}
         with DeploymentLock(remote, layout, "smoke stop") as lock:
-            return stop(lock.guarded(), view.run, profile.restart.grace_s)
+            final = stop(lock.guarded(), view.run, profile.restart.grace_s)
+            forget_boot(lock.guarded(), view.run)  # a smoke's deployment does not come back after a reboot
+            return final

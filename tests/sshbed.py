@@ -98,6 +98,27 @@ def known_hosts_name(host: str, port: int) -> str:
     return host if port == 22 else f"[{host}]:{port}"
 
 
+STAND_IN_CRONTAB = """#!/bin/bash
+# stand-in crontab(1) of the test bed: -l prints the table, - (or no argument) reads it from stdin, -r removes
+# it; the table is one file of the bed ({table}), so a test never touches the real user's crontab
+table={table}
+case "${{1:--}}" in
+  -l) [ -f "$table" ] || {{ echo "no crontab for $(id -un)" >&2; exit 1; }}; cat "$table" ;;
+  -) cat > "$table.new" && mv "$table.new" "$table" ;;
+  -r) rm -f "$table" ;;
+  *) echo "crontab: usage: crontab [-l|-r|-]" >&2; exit 1 ;;
+esac
+"""
+
+
+def write_stand_in_crontab(bin_dir: Path, table: Path) -> None:
+    """Puts the stand-in `crontab` first on the bed's PATH: `up`'s @reboot entry (restart.on_boot) lands in
+    `table`, never in the user's real crontab."""
+    path = bin_dir / "crontab"
+    path.write_text(STAND_IN_CRONTAB.format(table=shlex.quote(str(table))))
+    path.chmod(0o755)
+
+
 def _session_env(bin_dir: Path, home: Path | None) -> str:
     """sshd's SetEnv line. SHLVL=1 makes bash skip ~/.bashrc for ssh commands (it only sources it at level
     < 2): root's real bashrc here prepends pyenv/cargo dirs to PATH and costs ~120 ms per command. With a bed
@@ -469,6 +490,7 @@ def make_sshd(
     (d / "authorized_keys").write_text(public_key(identity) + "\n")
     bin_dir = d / "bin"
     bin_dir.mkdir(exist_ok=True)
+    write_stand_in_crontab(bin_dir, d / "crontab.txt")
     port = port or free_port(addr)
     known_hosts = d / "known_hosts"
     known_hosts.write_text(f"{known_hosts_name(addr, port)} {public_key(host_key)}\n")

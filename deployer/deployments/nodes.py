@@ -117,15 +117,16 @@ class NodeGroup(Deployment):
 
     def _last_good_group(self) -> RunView:
         """Node 0's run of the chosen version: the newest whose group attempt (up_id, attempt) every node ran
-        and reached ready, with another content hash than node 0's current run."""
+        and that stayed up on every node (records.RunView.stayed_up: not one that crash-looped after ready), with
+        another content hash than node 0's current run."""
         refs = self._node_refs()
         leader_views, current_id = self._runs(refs[0])
         current = next((v for v in leader_views if v.run.run_id == current_id), None)
         skip = current.content_hash if current else None
-        ready_elsewhere = [{_attempt_key(v) for v in self._runs(ref)[0] if v.reached_ready} for ref in refs[1:]]
+        ready_elsewhere = [{_attempt_key(v) for v in self._runs(ref)[0] if v.stayed_up} for ref in refs[1:]]
         for view in reversed(leader_views):
             key = _attempt_key(view)
-            if view.reached_ready and view.content_hash != skip and key[0] and \
+            if view.stayed_up and view.content_hash != skip and key[0] and \
                     all(key in keys for keys in ready_elsewhere):
                 return view
         raise NotFound(f"{self.name}: no other version ever reached ready on every node; nothing to go back to")

@@ -41,6 +41,7 @@ class FleetReport:
     replicas: list[ReplicaResult] = field(default_factory=list)
     router: RouterReport | None = None
     notes: list[str] = field(default_factory=list)
+    restart: dict[str, Any] | None = None        # what each replica's supervisor does with a crash after ready
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

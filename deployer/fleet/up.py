@@ -14,6 +14,7 @@ from deployer.errors import DeployError, NotFound
 from deployer.runner.fanout import TaggedSink, fan_out
 from deployer.fleet.links import Links
 from deployer.fleet.members import AddressOf, Fleet, ReplicaMember, fleet_of, spec_of, ssh_address
+from deployer.runner.report import restart_summary
 from deployer.fleet.report import FleetReport, failed_result, replica_result
 from deployer.fleet.rolling import Replace, roll
 from deployer.fleet.router import RouterReport, ensure_router, router_session, workers
@@ -33,7 +34,7 @@ from deployer.events import EventSink
 def fleet_up(profile: Profile, opts: UpOptions, emit: EventSink, address_of: AddressOf = ssh_address) -> FleetReport:
     fleet = fleet_of(profile, address_of)
     sink = TaggedSink(emit)
-    report = FleetReport(fleet.name)
+    report = FleetReport(fleet.name, restart=restart_summary(profile.restart))
     with Links(opts.trust_new_host) as links, _front(fleet, links) as front:
         def replace(member: ReplicaMember, e: EventSink) -> object:
             return up(member.profile, opts, e, links.to(member.profile.target))

@@ -41,7 +41,7 @@ from deployer.remedy.propose import Change
 from deployer.remote.base import Remote
 from deployer.render.bundle import render
 from deployer.runner.attempts import AttemptRunner
-from deployer.runner.report import FailedNode
+from deployer.runner.report import FailedNode, restart_summary
 from deployer.runner.shape import FollowerEnded, Found, Result, Shape, Target
 from deployer.runner.timing import stop_grace
 from deployer.secrets import masking_sink
@@ -100,7 +100,8 @@ def up_nodes(profile: Profile, opts: UpOptions, emit: EventSink) -> NodesReport:
     emit = _serialized(masking_sink(emit))
     plans = plan_nodes(profile)  # bad input is refused before any connection
     with _sessions(plans, opts, emit) as sessions:
-        report = NodesReport(name=profile.name, host=_hosts(plans), status="failed")
+        report = NodesReport(name=profile.name, host=_hosts(plans), status="failed",
+                             restart=restart_summary(profile.restart))
         for s, view in zip(sessions, at_once(lambda s: current_view(s.remote, s.layout), sessions)):
             s.serving = view if view is not None and view.alive else None
         group = NodeGroup(sessions, network(sessions, profile))

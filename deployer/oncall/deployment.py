@@ -30,7 +30,7 @@ from deployer.oncall import remembered, serving
 from deployer.oncall.rows import DownResult, StatusRow
 from deployer.oncall.secret_restore import learn_env_text
 from deployer.secrets import mask_data, mask_text
-from deployer.target.process import stop
+from deployer.target.process import forget_boot, stop
 from deployer.supervisor.supervise_base import CRASHED as CRASHED_STATES
 from deployer.supervisor.supervise_base import UP
 from deployer.target import snapshot
@@ -335,9 +335,13 @@ def down(ref: Ref, grace: float | None = None, *, break_lock: bool = False,
         with DeploymentLock(remote, layout, "down", break_lock=break_lock, notify=notify) as lock, \
                 lock.reporting_loss():
             final = stop(lock.guarded(), view.run, wait)
+            on_boot = forget_boot(lock.guarded(), view.run)  # a reboot must not bring back what was stopped
+        # an engine that had ended by itself (crashloop, exited, lost) is now stopped as asked: say so
         status = final.get("status")
-        return DownResult(ref.name, remote.label, was_running=bool(final.get("was_running")),
-                          status=None if status is None else str(status), run_dir=view.run.path)
+        stopped_from = final.get("stopped_from")
+        return DownResult(ref.name, remote.label, was_running=bool(final.get("was_running") or stopped_from),
+                          status=None if status is None else str(status), run_dir=view.run.path,
+                          stopped_from=None if stopped_from is None else str(stopped_from), on_boot=on_boot)
 
 
 def pick_run(snap: snapshot.Snapshot, previous: bool, label: str) -> RunView:

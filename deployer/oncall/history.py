@@ -22,7 +22,7 @@ from deployer.remote.base import Remote
 from deployer.secrets import mask_data
 from deployer.supervisor.supervise_base import CRASHED
 from deployer.target import snapshot
-from deployer.target.records import current_view, healthy, list_runs, record_address, record_engine
+from deployer.target.records import RunView, current_view, healthy, list_runs, record_address, record_engine
 from deployer.target.retention import DEFAULT_KEEP, apply_plan, retention_plan
 
 __all__ = ["make_ref", "history", "local_history", "diagnose_deployment", "prune", "lock_events"]
@@ -68,13 +68,25 @@ def history(ref: Ref) -> list[HistoryEntry]:
                 "kind": "attempt", "run_id": run_id, "current": run_id == current,
                 "attempt": view.record.get("attempt"), "up_id": view.record.get("up_id"), "started_at": view.state.get("started_at")
                 or view.record.get("pushed_at"), "content_hash": view.content_hash,
-                "outcome": outcome.get("outcome") or view.status, "detail": outcome.get("detail"),
+                **_outcome(view), "good": view.stayed_up,
                 "diagnosis": outcome.get("diagnosis"), "change": outcome.get("change"),
                 "drift": outcome.get("drift", []), "restarts": view.state.get("restarts", 0),
                 "phases": outcome.get("phases", []),
             })
         return _merge_newest_first([HistoryEntry.of_attempt(mask_data(row)) for row in rows],
                                    [HistoryEntry.of_lock(mask_data(row)) for row in lock_events(snap.lock_events)])
+
+
+def _outcome(view: RunView) -> dict[str, Any]:
+    """The attempt's outcome: outcome.json's (written when `up` saw it ready or failed), unless it crash-looped
+    after ready since (the supervisor's record): then that, as it is not a version to go back to."""
+    outcome = view.outcome or {}
+    if view.crashlooped:
+        crash = view.state.get("last_crash") or {}
+        how = f"signal {crash.get('signal_name')}" if crash.get("signal_name") else f"exit code {crash.get('exit_code')}"
+        return {"outcome": "crashloop", "detail": f"crash-looped after ready: {view.state.get('restarts', 0)} "
+                f"restarts, the last end {how} (was {outcome.get('outcome') or 'ready'})"}
+    return {"outcome": outcome.get("outcome") or view.status, "detail": outcome.get("detail")}
 
 
 def lock_events(text: str) -> list[dict[str, Any]]:

@@ -1,4 +1,5 @@
-"""On-call: restart the last good version, roll back to the last version that reached ready.
+"""On-call: restart the last good version, roll back to the last version that stayed up (reached ready and did
+not crash-loop: target/records.RunView.stayed_up).
 
 Both rebuild the profile of an earlier run from what the target keeps (profile.json, with secrets masked) and the
 real secret values (secret_restore: the run's 0600 env file, or `${VAR}` from the local environment), then go
@@ -28,7 +29,7 @@ def restart(ref: Ref, emit: EventSink, opts: UpOptions) -> UpReport:
 
 
 def rollback(ref: Ref, emit: EventSink, opts: UpOptions) -> UpReport:
-    """Back to the newest version, other than the current one, that reached ready."""
+    """Back to the newest version, other than the current one, that stayed up."""
     def pick(views: list[RunView], current: RunView | None) -> RunView:
         skip = current.content_hash if current else None
         return _last_good(views, None, skip_hash=skip)
@@ -42,13 +43,22 @@ def _forced(opts: UpOptions, what: str) -> UpOptions:
 
 
 def _last_good(views: list[RunView], current: RunView | None, skip_hash: str | None) -> RunView:
-    if current is not None and current.reached_ready:
-        return current
+    """The newest run of a version that stayed up (records.RunView.stayed_up): one that crash-looped after ready
+    is never gone back to. `current` (restart): that one, refused when it crash-looped."""
+    if current is not None:
+        if current.crashlooped:
+            raise NotFound(f"the current version {current.content_hash[:12]} ({current.run.run_id}) crash-looped "
+                           f"after ready ({current.state.get('restarts', 0)} restarts): restarting it brings the "
+                           "same crash back",
+                           hint="`deploy rollback` goes back to the last version that stayed up, `deploy diagnose` "
+                                "says why it crashed; `deploy up PROFILE.yaml` starts it anyway")
+        if current.stayed_up:
+            return current
     for view in reversed(views):
-        if view.reached_ready and view.content_hash != skip_hash:
+        if view.stayed_up and view.content_hash != skip_hash:
             return view
     what = "another version" if skip_hash else "a version"
-    raise NotFound(f"no run of {what} ever reached ready; nothing to go back to")
+    raise NotFound(f"no run of {what} ever reached ready and stayed up; nothing to go back to")
 
 
 def _profile_from(ref: Ref, pick: Any, what: str) -> Profile:

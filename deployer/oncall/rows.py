@@ -159,11 +159,13 @@ class DownResult:
     status: str | None
     run_dir: str | None = None
     node: int | None = None
+    stopped_from: str | None = None    # the state an engine that had ended by itself was in (now stopped)
+    on_boot: Any = None                # what became of the boot-time start (the supervisor's answer)
 
     def to_json(self) -> Json:
         out: Json = {"name": self.name, "host": self.host, "was_running": self.was_running, "status": self.status}
         if self.run_dir is not None:
-            out["run_dir"] = self.run_dir
+            out.update(stopped_from=self.stopped_from, on_boot=self.on_boot, run_dir=self.run_dir)
         if self.node is not None:
             out["node"] = self.node
         return out

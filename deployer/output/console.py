@@ -237,6 +237,8 @@ def print_up_report(report: Any, progress: LiveProgress) -> None:
             progress.say(f"  changed: {_esc(item.change.reason or _change_text(item.change.to_json()))}")
     if report.status == "ready":
         progress.say(f"[bold green]{report.name} is ready[/] on {report.host} ({report.run_dir})")
+        if getattr(report, "restart", None):
+            progress.say(f"  {_esc(report.restart['text'])}")
     restored = report.restored
     if restored:
         back = f"{restored.content_hash[:12]} ({restored.run_id})"

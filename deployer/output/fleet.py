@@ -97,6 +97,8 @@ def report_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"  {_t(note, 300)}")
     ready = sum(1 for r in report["replicas"] if r["status"] in ("ready", "already-running", "unchanged"))
     lines.append(f"{report['name']}: {report['status']} ({ready} of {len(report['replicas'])} replicas serving)")
+    if (report.get("restart") or {}).get("text"):
+        lines.append(f"  each replica: {_t(report['restart']['text'], 300)}")
     return lines
 
 

@@ -341,10 +341,16 @@ class Retry(Strict):
 
 
 class Restart(Strict):
-    policy: Literal["no", "on-failure", "always"] = "no"
+    policy: Literal["no", "on-failure", "always"] = Field(
+        default="on-failure", description="a crash after ready (any end deployer did not ask for) is restarted on "
+        "the target with backoff, up to `max` in `window_s` (then crashloop); `no` leaves it down")
     max: int = Field(default=5, ge=0, le=1000)
     backoff_s: tuple[float, float] = (10.0, 300.0)
     window_s: float = Field(default=600.0, gt=0)
+    stable_s: float = Field(default=60.0, gt=0, le=86400,
+                            description="ready this long without a crash: the version counts as good (rollback)")
+    on_boot: bool = Field(default=True, description="start the deployment again when the box reboots "
+                          "(an @reboot entry in the user's crontab; removed by `down`)")
     grace_s: float = Field(default=30.0, ge=0, le=3600, description="SIGTERM to SIGKILL on stop")
 
     @field_validator("backoff_s")
@@ -353,6 +359,19 @@ class Restart(Strict):
         if v[0] < 0 or v[1] < v[0]:
             raise ValueError("backoff_s must be [min, max] with 0 <= min <= max")
         return v
+
+
+class Logs(Strict):
+    max_bytes: int = Field(default=256 << 20, ge=64 << 10, description="engine.log is rotated past this size")
+    head_bytes: int = Field(default=1 << 20, ge=0, description="the start of engine.log (the engine's startup "
+                            "lines) kept in place at every rotation")
+    keep: int = Field(default=2, ge=1, le=20, description="rotated tails kept (engine.log.1 is the newest)")
+
+    @model_validator(mode="after")
+    def _head_below_max(self) -> "Logs":
+        if self.head_bytes >= self.max_bytes:
+            raise ValueError("logs.head_bytes must be below logs.max_bytes")
+        return self
 
 
 class Retention(Strict):
@@ -375,6 +394,7 @@ class Profile(Strict):
                                      description="ONE engine spread over these hosts, node_rank in this order")
     router: Router | None = None
     retention: Retention = Field(default_factory=Retention)
+    logs: Logs = Field(default_factory=Logs)
 
     # Not part of the schema: where the profile came from and which values are secret. `_templates` maps the
     # dotted path of every value that came from `${VAR}` (engine.env.HF_TOKEN, engine.args.lora_paths.1) to its

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from deployer.diagnose.diagnosis import Diagnosis
 from deployer.logtext import bounded_diagnosis
+from deployer.profile.model import Restart
 from deployer.remedy.propose import Change
 from deployer.watch.watcher import Crashed, Hung, Outcome, PortTaken, Ready, Stuck, TimedOut, Unsupervised
 
@@ -187,14 +188,31 @@ class UpReport:
     before_launch: list[BeforeLaunchChange] = field(default_factory=list)   # preflight's diagnoses and changes
     restored: RestoredVersion | None = None   # the version brought back after a failed replace
     reach: Reach | None = None                # how to talk to the server (a single host's up)
+    restart: dict[str, Any] | None = None     # what the target does with a crash after ready (restart_summary)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "host": self.host, "status": self.status, "run_dir": self.run_dir,
+                "restart": self.restart,
                 "content_hash": self.content_hash, "attempts": [a.to_json() for a in self.attempts],
                 "replaced": self.replaced, "warnings": list(self.warnings), "drift": list(self.drift),
                 "saved_fixed": self.saved_fixed, "before_launch": [n.to_json() for n in self.before_launch],
                 "restored": None if self.restored is None else self.restored.to_json(),
                 "reach": None if self.reach is None or self.status == "failed" else self.reach.to_json()}
+
+
+def restart_summary(restart: Restart) -> dict[str, Any]:
+    """What the target's supervisor does with a crash after ready, as data and as the line `up` prints."""
+    first, cap = restart.backoff_s
+    if restart.policy == "no":
+        text = "a crash after ready stays down (restart.policy: no)"
+    else:
+        text = (f"a crash after ready is restarted on the target (restart.policy: {restart.policy}, backoff "
+                f"{first:g}-{cap:g} s, crashloop after {restart.max} restarts in {restart.window_s:g} s; "
+                "restart.policy: no turns it off)")
+    if restart.on_boot:
+        text += "; started again when the box reboots (restart.on_boot)"
+    return {"policy": restart.policy, "max": restart.max, "backoff_s": [first, cap], "window_s": restart.window_s,
+            "stable_s": restart.stable_s, "on_boot": restart.on_boot, "text": text}
 
 
 def outcome_name(outcome: Outcome) -> AttemptOutcome:

@@ -31,7 +31,7 @@ from deployer.remote.connect import target_spec
 from deployer.render.bundle import Bundle, render
 from deployer.runner.attempts import AttemptRunner
 from deployer.runner.logs import attempt_log, diagnose_attempt, diagnose_run, diagnose_state
-from deployer.runner.report import AttemptReport, Reach, UpOptions, UpReport
+from deployer.runner.report import AttemptReport, Reach, UpOptions, UpReport, restart_summary
 from deployer.runner.shape import SingleHost, Target
 from deployer.secrets import masking_sink
 from deployer.target.process import check_port
@@ -57,7 +57,8 @@ def up(profile: Profile, opts: UpOptions, emit: EventSink, connection: Remote | 
     """`connection`: an open connection to the profile's host to use (and leave open), else one of its own."""
     emit = masking_sink(emit)  # events carry engine text: the engine may print a secret (its own args dump)
     with locked_session(profile, opts, emit, connection) as (remote, layout):
-        report = UpReport(name=profile.name, host=remote.label, status="failed", reach=reach_of(profile))
+        report = UpReport(name=profile.name, host=remote.label, status="failed", reach=reach_of(profile),
+                          restart=restart_summary(profile.restart))
         original, version = profile, profile.engine.version
         tried: list[Change] = []
         dry: DryResolution | None = None

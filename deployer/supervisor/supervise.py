@@ -18,20 +18,23 @@ import fcntl
 import json
 import os
 import select
+import shlex
+import shutil
 import signal
+import subprocess
 import sys
 import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     from deployer.supervisor.supervise_base import (
-        DEFAULTS, EXIT_BAD_INPUT, EXIT_BUSY, KILL_WAIT, LIVE, RUN_LOCK, START_TIMEOUT, STATE,
+        CRASHED, DEFAULTS, EXIT_BAD_INPUT, EXIT_BUSY, KILL_WAIT, LIVE, RUN_LOCK, START_TIMEOUT, STATE,
         STOP_REQUEST, SuperviseError, group_alive, kill_group, load_config, read_env_file,
         read_state, supervisor_alive, wait_until, write_json,
     )
 else:  # run as a script on the target, where the supervisor's files sit side by side
     from supervise_base import (  # type: ignore[no-redef]
-        DEFAULTS, EXIT_BAD_INPUT, EXIT_BUSY, KILL_WAIT, LIVE, RUN_LOCK, START_TIMEOUT, STATE,
+        CRASHED, DEFAULTS, EXIT_BAD_INPUT, EXIT_BUSY, KILL_WAIT, LIVE, RUN_LOCK, START_TIMEOUT, STATE,
         STOP_REQUEST, SuperviseError, group_alive, kill_group, load_config, read_env_file,
         read_state, supervisor_alive, wait_until, write_json,
     )
@@ -101,7 +104,76 @@ def cmd_start(run_dir: str) -> int:
     line = _read_report(read_fd, START_TIMEOUT)
     if line.startswith("ERR "):
         raise SuperviseError(line[4:])
+    if cfg.get("on_boot") is True:  # the engine runs: from now on a reboot starts this run again
+        try:
+            line = json.dumps(dict(json.loads(line), on_boot=set_boot_entry(run_dir, True)), sort_keys=True)
+        except ValueError:
+            pass
     print(line, flush=True)
+    return 0
+
+
+# -- the boot-time start: an @reboot entry in the user's crontab (no root, no lingering systemd user needed) --------
+BOOT_MARK = "# deployer-on-boot "
+CRONTAB_TIMEOUT = 10.0
+
+
+def _crontab(args: list[str], text: str | None = None) -> tuple[int, str]:
+    """Runs the user's crontab program: (exit code, stdout); (-1, why) when there is none or it hangs."""
+    exe = shutil.which("crontab")
+    if exe is None:
+        return -1, "no crontab program on this host"
+    try:
+        done = subprocess.run([exe, *args], input=text, capture_output=True, text=True, timeout=CRONTAB_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return -1, f"crontab {' '.join(args)}: {e}"
+    return done.returncode, done.stdout if done.returncode == 0 else (done.stderr.strip() or done.stdout)
+
+
+def boot_entry(run_dir: str) -> str | None:
+    """The crontab line that starts `run_dir` at boot (this python, the run's own supervise.py), marked with the
+    deployment dir so that the next start replaces it and `down` removes it; None for a path crontab would
+    mangle (a % is a newline there)."""
+    root = os.path.dirname(os.path.dirname(run_dir))
+    script = os.path.join(run_dir, "supervise.py")
+    log = os.path.join(run_dir, "boot.log")
+    cmd = " ".join(shlex.quote(w) for w in (sys.executable or "python3", "-B", script, "start", run_dir))
+    line = f"@reboot {cmd} >>{shlex.quote(log)} 2>&1 {BOOT_MARK}{root}"
+    return None if any(c in line for c in "%\n\r") else line
+
+
+def _table_without(table: str, root: str) -> list[str]:
+    return [line for line in table.splitlines() if line.strip() and not line.endswith(f"{BOOT_MARK}{root}")]
+
+
+def set_boot_entry(run_dir: str, on: bool) -> str:
+    """Installs (on) or removes this deployment's @reboot entry, leaving every other line of the table as it was;
+    what happened, in a few words (never raises: a box without cron only loses the boot-time start)."""
+    root = os.path.dirname(os.path.dirname(run_dir))
+    code, table = _crontab(["-l"])
+    if code == -1:
+        return f"unavailable: {table}"
+    if code != 0:  # "no crontab for USER"
+        table = ""
+    lines = _table_without(table, root)
+    if on:
+        entry = boot_entry(run_dir)
+        if entry is None:
+            return "unavailable: the run dir's path holds a character crontab cannot carry"
+        lines.append(entry)
+    elif len(lines) == len([x for x in table.splitlines() if x.strip()]):
+        return "none"
+    code, why = _crontab(["-"], "".join(line + "\n" for line in lines))
+    if code != 0:
+        return f"failed: {why[:200]}"
+    return "installed" if on else "removed"
+
+
+def cmd_boot(run_dir: str, what: str) -> int:
+    """`boot RUN on|off`: the deployment's boot-time start (on: this run; off: none, as `down` asks)."""
+    if what not in ("on", "off"):
+        raise SuperviseError("usage: supervise.py boot RUN on|off", EXIT_BAD_INPUT)
+    print(json.dumps({"on_boot": set_boot_entry(run_dir, what == "on")}, sort_keys=True), flush=True)
     return 0
 
 
@@ -150,7 +222,7 @@ def cmd_stop(run_dir: str, grace: float | None) -> int:
     before = status_of(run_dir)
     sup, pgid = before.get("supervisor_pid"), before.get("pgid")
     if not before["alive"] and not before["supervisor_alive"]:
-        print(json.dumps(dict(before, was_running=False), sort_keys=True), flush=True)
+        print(json.dumps(dict(_stopped_ended(run_dir, before), was_running=False), sort_keys=True), flush=True)
         return 0
     if before["supervisor_alive"] and isinstance(sup, int):
         try:
@@ -179,6 +251,22 @@ def cmd_stop(run_dir: str, grace: float | None) -> int:
             final = dict(state, alive=False, supervisor_alive=False, note=f"{STATE} not updated: {e.strerror}")
     print(json.dumps(dict(final or status_of(run_dir), was_running=True), sort_keys=True), flush=True)
     return 0
+
+
+def _stopped_ended(run_dir: str, before: dict[str, Any]) -> dict[str, Any]:
+    """A stop asked of a run that ended by itself (exited, crashloop, lost): nothing to signal, but from now on
+    it is stopped as asked (status 8), not a crash an on-call engineer cannot silence; `stopped_from` keeps what
+    it was, `last_crash` stays."""
+    if before.get("status") not in CRASHED:
+        return before
+    state = read_state(run_dir) or {}
+    state.update(status="stopped", stopped_from=before["status"], updated_at=time.time())
+    state.setdefault("ended_at", time.time())
+    try:
+        write_json(os.path.join(run_dir, STATE), state)
+    except OSError as e:
+        return dict(before, note=f"{STATE} not updated: {e.strerror}")
+    return status_of(run_dir)
 
 
 def cmd_ports(port: int) -> int:
@@ -210,7 +298,7 @@ def _run_dir(arg: str) -> str:
 def _parse(argv: list[str]) -> tuple[str, list[str], dict[str, str]]:
     """Tiny parser: (command, positionals, --options); argparse would print usage over several lines."""
     if not argv:
-        raise SuperviseError("usage: supervise.py start|stop|status|ports|listener ...", EXIT_BAD_INPUT)
+        raise SuperviseError("usage: supervise.py start|stop|status|ports|listener|boot ...", EXIT_BAD_INPUT)
     pos, opts, rest = [], {}, list(argv[1:])
     while rest:
         word = rest.pop(0)
@@ -228,10 +316,10 @@ def _parse(argv: list[str]) -> tuple[str, list[str], dict[str, str]]:
 
 def dispatch(argv: list[str]) -> int:
     cmd, pos, opts = _parse(argv)
-    allowed = {"start": (), "status": (), "stop": ("grace",), "ports": (), "listener": ()}
+    allowed = {"start": (), "status": (), "stop": ("grace",), "ports": (), "listener": (), "boot": ()}
     if cmd not in allowed:
-        raise SuperviseError(f"unknown command {cmd!r} (start|stop|status|ports|listener)", EXIT_BAD_INPUT)
-    if len(pos) != (2 if cmd == "listener" else 1) or set(opts) - set(allowed[cmd]):
+        raise SuperviseError(f"unknown command {cmd!r} (start|stop|status|ports|listener|boot)", EXIT_BAD_INPUT)
+    if len(pos) != (2 if cmd in ("listener", "boot") else 1) or set(opts) - set(allowed[cmd]):
         raise SuperviseError(f"usage: supervise.py {cmd} ARG {' '.join('--' + o + ' X' for o in allowed[cmd])}",
                              EXIT_BAD_INPUT)
     try:
@@ -242,6 +330,8 @@ def dispatch(argv: list[str]) -> int:
     if cmd == "ports":
         return cmd_ports(port)
     run_dir = _run_dir(pos[0])
+    if cmd == "boot":
+        return cmd_boot(run_dir, pos[1])
     if cmd == "listener":
         return cmd_listener(run_dir, port)
     return cmd_start(run_dir) if cmd == "start" else cmd_stop(run_dir, grace) if cmd == "stop" \

@@ -42,7 +42,9 @@ EXIT_FAILED, EXIT_BAD_INPUT, EXIT_BUSY, EXIT_UNSAFE = 1, 2, 75, 77
 # ready_pattern: deployer always writes the engine's own ready line (every release has); none is assumed here.
 DEFAULTS: dict[str, Any] = {"launch": LAUNCH_SH, "env_file": ENV_FILE, "log": ENGINE_LOG, "grace_s": 30,
                             "ready_pattern": None}
-DEFAULT_RESTART: dict[str, Any] = {"policy": "no", "max": 5, "backoff_s": [10, 300], "window_s": 600}
+DEFAULT_RESTART: dict[str, Any] = {"policy": "no", "max": 5, "backoff_s": [10, 300], "window_s": 600,
+                                   "stable_s": 60}
+DEFAULT_LOGS: dict[str, Any] = {"max_bytes": 256 << 20, "head_bytes": 1 << 20, "keep": 2}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -127,6 +129,14 @@ def load_config(run_dir: str) -> dict[str, Any]:
     _need(isinstance(b, list) and len(b) == 2 and all(_number(x) and x >= 0 for x in b),
           "restart.backoff_s must be [initial, maximum] seconds")
     _need(_number(rs["window_s"]) and rs["window_s"] > 0, "restart.window_s must be a number > 0")
+    _need(_number(rs["stable_s"]) and rs["stable_s"] > 0, "restart.stable_s must be a number > 0")
+    _need(isinstance(cfg.setdefault("on_boot", False), bool), "on_boot must be true or false")
+    _need(isinstance(cfg.get("logs", {}), dict), "logs must be an object")
+    cfg["logs"] = logs = dict(DEFAULT_LOGS, **cfg.get("logs", {}))
+    for key in ("max_bytes", "head_bytes", "keep"):
+        _need(isinstance(logs[key], int) and not isinstance(logs[key], bool) and logs[key] >= (key == "keep"),
+              f"logs.{key} must be an integer >= {int(key == 'keep')}")
+    _need(logs["head_bytes"] < logs["max_bytes"], "logs.head_bytes must be below logs.max_bytes")
     return cfg
 
 

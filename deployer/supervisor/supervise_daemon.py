@@ -118,6 +118,98 @@ def _own_file(name: str) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
+ROTATE_LOOK_EVERY = 2.0   # seconds between looks at engine.log's size
+COPY_CHUNK = 8 << 20
+
+
+class LogRotation:
+    """engine.log kept bounded (an engine that logs every request fills the disk): once it is bigger than
+    `max_bytes`, everything after its first `head_bytes` (cut at a line end: the engine's startup lines, the ones
+    a diagnosis of the first start needs) moves to engine.log.1 (older tails to .2 .. .keep, the oldest dropped),
+    and engine.log is cut back to that head plus one marker line. The engine keeps writing with O_APPEND, so its
+    next line lands after the marker; what it writes between the last copy and the cut (microseconds) is lost.
+
+    Nothing here follows a symlink: the log is opened O_NOFOLLOW, a tail is written to a new file (O_EXCL) and
+    renamed over the old name."""
+
+    def __init__(self, path: str, cfg: dict[str, Any], head_end: int | None = None) -> None:
+        self.path = path
+        self.max_bytes, self.head_bytes, self.keep = int(cfg["max_bytes"]), int(cfg["head_bytes"]), int(cfg["keep"])
+        self.head_end = head_end   # where the kept startup part ends (fixed at the first rotation)
+        self.next_look = 0.0
+
+    def due(self, now: float) -> bool:
+        if now < self.next_look:
+            return False
+        self.next_look = now + ROTATE_LOOK_EVERY
+        try:
+            return os.lstat(self.path).st_size > self.max_bytes
+        except OSError:
+            return False
+
+    def rotate(self) -> tuple[int, int] | None:
+        """(bytes moved out, offset where the engine's next line will land), or None when it could not."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW)  # reads seek; writes append
+        except OSError as e:
+            note(f"cannot rotate {self.path}: {e.strerror}")
+            return None
+        try:
+            cut = self.head_end if self.head_end is not None else _line_end_before(fd, self.head_bytes)
+            self._shift_tails()
+            moved = self._move_tail(fd, cut)
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+            marker = (f"\n==== deployer supervisor: engine.log rotated at {stamp}: {moved} bytes after the startup "
+                      f"part moved to {os.path.basename(self.path)}.1 ====\n").encode()
+            os.ftruncate(fd, cut)
+            os.write(fd, marker)   # appended, as the engine's own writes are: at the cut, before its next line
+            self.head_end = cut
+            return moved, cut + len(marker)
+        except OSError as e:
+            note(f"cannot rotate {self.path}: {e.strerror}")
+            return None
+        finally:
+            os.close(fd)
+
+    def _shift_tails(self) -> None:
+        for n in range(self.keep, 0, -1):
+            older = f"{self.path}.{n}"
+            if not os.path.lexists(older):
+                continue
+            if n == self.keep:
+                os.unlink(older)
+            else:
+                os.replace(older, f"{self.path}.{n + 1}")
+
+    def _move_tail(self, fd: int, cut: int) -> int:
+        """Copies log[cut:] (to its end, as it grows) into a new engine.log.1; the bytes copied."""
+        tmp = f"{self.path}.1.tmp.{os.getpid()}"
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o640)
+        pos = cut
+        try:
+            for _ in range(1 << 16):  # bounded: the engine cannot outrun a local copy for ever
+                os.lseek(fd, pos, os.SEEK_SET)
+                chunk = os.read(fd, COPY_CHUNK)
+                if not chunk:
+                    break
+                os.write(out, chunk)
+                pos += len(chunk)
+        finally:
+            os.close(out)
+        os.replace(tmp, f"{self.path}.1")
+        return pos - cut
+
+
+def _line_end_before(fd: int, limit: int) -> int:
+    """The offset just after the last newline in the first `limit` bytes (`limit` itself if there is none)."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    head = os.read(fd, limit) if limit > 0 else b""
+    at = head.rfind(b"\n")
+    return at + 1 if at >= 0 else len(head)
+
+
 class Daemon:
     """The detached supervisor: runs the engine, records its state, restarts it per policy."""
 
@@ -137,11 +229,13 @@ class Daemon:
         self.peer_lost: str | None = None
         self.shm = ShmLedger()
         self.stuck = False  # this run printed a fatal line and was ended for it
+        self.rotation = LogRotation(self.log, cfg["logs"]) if isinstance(cfg.get("logs"), dict) else None
         self.state: dict[str, Any] = {
             "status": "starting", "supervisor_pid": os.getpid(), "pid": None, "pgid": None,
             "started_at": None, "ready_at": None, "ended_at": None, "exit_code": None, "signal": None,
             "signal_name": None, "restarts": 0, "last_crash": None, "log_offset": 0,
-            "traceback_offset": None, "peer_lost": None}
+            "traceback_offset": None, "peer_lost": None, "stable_at": None, "crashloop_after_ready": False,
+            "rotated": 0, "log_head": None}
 
     def save(self) -> None:
         self.state["updated_at"] = time.time()
@@ -182,7 +276,10 @@ class Daemon:
                 if now >= self.next_group:
                     self.next_group = now + SCAN_EVERY
                     self.check_group()
+                    self.check_stable()
                 self.shm.look(self.state["pgid"], now)
+                if self.rotation is not None and self.rotation.due(now):
+                    self.rotate_log()
             time.sleep(TICK)
 
     def _on_stop(self, signum: int, frame: Any) -> None:
@@ -244,6 +341,37 @@ class Daemon:
             self.state["traceback_offset"] = self.scanner.traceback_at
             self.save()
 
+    def check_stable(self) -> None:
+        """Ready for restart.stable_s with no crash: this version stayed up (a good one for rollback)."""
+        s = self.state
+        ready_at = s.get("ready_at")
+        if s["status"] != "ready" or s.get("stable_at") or not isinstance(ready_at, (int, float)):
+            return
+        if time.time() - ready_at >= float(self.cfg["restart"]["stable_s"]):
+            s["stable_at"] = time.time()
+            note(f"engine stable: ready for {self.cfg['restart']['stable_s']:g} s without a crash")
+            self.save()
+
+    def rotate_log(self) -> None:
+        self.scanner.scan()  # whatever the engine wrote so far is looked at before it moves
+        done = self.rotation.rotate() if self.rotation is not None else None
+        if done is None:
+            return
+        moved, next_at = done
+        head = self.rotation.head_end if self.rotation is not None else 0
+        s = self.state
+        s["rotated"] = int(s.get("rotated") or 0) + moved
+        s["log_head"] = next_at
+        if int(s.get("log_offset") or 0) > (head or 0):  # this engine's first line moved out
+            s["log_offset"] = next_at
+        if isinstance(s.get("traceback_offset"), int) and s["traceback_offset"] >= (head or 0):
+            s["traceback_offset"] = None
+        self.scanner.pos, self.scanner.carry = next_at, b""
+        if self.scanner.traceback_at is not None and self.scanner.traceback_at >= (head or 0):
+            self.scanner.traceback_at = None
+        note(f"engine.log rotated: {moved} bytes moved to {os.path.basename(self.log)}.1")
+        self.save()
+
     def check_group(self) -> None:
         """Once ready, a peer rank that is gone breaks the group: end this rank too, as a crash (restarted by the
         policy like the others), so no rank serves or waits alone."""
@@ -289,6 +417,7 @@ class Daemon:
         now = time.time()
         recent = [t for t in self.restart_times if now - t < rs["window_s"]]
         if len(recent) >= rs["max"]:
+            s["crashloop_after_ready"] = True  # this version does not stay up: not one to go back to
             return self.finish("crashloop")
         s["status"] = "restarting"
         self.save()

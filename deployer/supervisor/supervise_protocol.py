@@ -52,6 +52,13 @@ class RestartConfig(TypedDict, total=False):
     max: int
     backoff_s: List[float]      # [first, cap]
     window_s: float
+    stable_s: float             # ready this long with no crash: the run is marked stable (a good version)
+
+
+class LogsConfig(TypedDict, total=False):
+    max_bytes: int              # engine.log is rotated once bigger than this
+    head_bytes: int             # its first bytes (the startup lines) stay in engine.log
+    keep: int                   # rotated tails kept: engine.log.1 (newest) .. engine.log.<keep>
 
 
 class SuperviseConfig(TypedDict, total=False):
@@ -67,6 +74,8 @@ class SuperviseConfig(TypedDict, total=False):
     fatal_patterns: List[str]
     fatal_grace_s: float
     restart: RestartConfig
+    logs: LogsConfig
+    on_boot: bool               # an @reboot crontab entry starts this run again after a reboot (removed by down)
     group: Dict[str, Any]       # one engine across nodes: the peers to watch (fleet/nodes)
 
 
@@ -121,6 +130,10 @@ class State(TypedDict, total=False):
     log_offset: int
     traceback_offset: Optional[int]
     peer_lost: Optional[str]
+    stable_at: Optional[float]  # when the engine had been ready for restart.stable_s with no crash (a good run)
+    crashloop_after_ready: bool  # it crash-looped after it had been ready (a version not to go back to)
+    stopped_from: Optional[str]  # `down` of an ended run: the status it had (exited, crashloop, lost)
+    rotated: int                # bytes of engine.log moved out to engine.log.1 so far (offsets shift by it)
     alive: bool
     supervisor_alive: bool
 

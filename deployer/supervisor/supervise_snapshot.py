@@ -202,6 +202,30 @@ def _line_ends(f: Any, start: int, end: int, keep: int) -> list[Any]:
     return [base64.b64encode(head).decode("ascii"), end - start - 2 * keep, base64.b64encode(tail).decode("ascii")]
 
 
+def rotated_window(path: str, tail: int, log_head: Any) -> dict[str, Any]:
+    """log_window across the supervisor's rotation (supervise_daemon.LogRotation): once engine.log was cut back
+    to its startup part and a marker ending at `log_head` (state.json), its last lines are what follows the marker
+    preceded by the end of engine.log.1. `start` then counts the bytes of .1 before the window (0: all of it)."""
+    window = log_window(path, tail)
+    if not isinstance(log_head, int) or isinstance(log_head, bool) or not 0 < log_head <= window["size"] \
+            or window["start"] >= log_head:
+        return window
+    try:
+        with open(path, "rb") as f:
+            f.seek(log_head)
+            new = f.read(min(window["size"] - log_head, LOG_LIMIT))
+        fd = os.open(path + ".1", os.O_RDONLY | os.O_NOFOLLOW)
+        with open(fd, "rb") as f:
+            older = os.fstat(f.fileno()).st_size
+            want = max(min(tail, LOG_LIMIT) - len(new), 0)
+            f.seek(older - min(want, older))
+            before = f.read(min(want, older))
+    except OSError:
+        return window
+    return {"size": window["size"], "start": older - len(before),
+            "data": base64.b64encode(before + new).decode("ascii")}
+
+
 def log_run(runs: list[str], current: str | None, previous: bool) -> str | None:
     """The run `deploy logs` shows: the current one (else the newest), or the one before it."""
     if not runs:
@@ -316,7 +340,9 @@ def deployment(root: str, runs_wanted: int | None, log_tail: int | None, previou
     if shown is not None and log_count is not None:
         log = dict(log_lines(os.path.join(root, "runs", shown, LOG_NAME), log_count), run=shown)
     elif shown is not None and log_tail is not None:
-        log = dict(log_window(os.path.join(root, "runs", shown, LOG_NAME), log_tail), run=shown)
+        shown_state = (status if shown == current else None) or (records.get(shown) or {}).get("state") or {}
+        log = dict(rotated_window(os.path.join(root, "runs", shown, LOG_NAME), log_tail,
+                                  shown_state.get("log_head")), run=shown)
     diag = None
     if told is not None:
         state = (status if told == current else None) or records.get(told, {}).get("state") or {}

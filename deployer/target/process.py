@@ -87,6 +87,13 @@ def stop(remote: Remote, run: RunDir, grace: float) -> dict[str, Any]:
     return _json_line(result.stdout)
 
 
+def forget_boot(remote: Remote, run: RunDir) -> str:
+    """Removes the deployment's boot-time start (`down`): what the supervisor did ("removed", "none",
+    "unavailable: ...", "failed: ..."); a deployer whose supervisor is older says "unknown"."""
+    result = run_supervisor(remote, "boot", run.path, "off", timeout=30, check=False)
+    return str(_json_line(result.stdout).get("on_boot") or "unknown")
+
+
 @dataclass(frozen=True)
 class Listener:
     """Who listens on the engine port: `ours` True when a process of the run's engine group does."""

@@ -182,7 +182,7 @@ def engine_spec(profile: Profile, written_hash: str | None = None) -> Supervised
     return SupervisedSpec(
         name=profile.name, ports=(profile.engine.port,), ready_pattern=profile.engine.definition.log.ready_line,
         grace_s=profile.restart.grace_s, restart=profile.restart,
-        fatal=FatalWatch([p.pattern for p in fatal_patterns()], FATAL_GRACE_S),
+        fatal=FatalWatch([p.pattern for p in fatal_patterns()], FATAL_GRACE_S), logs=profile.logs,
         record=RecordFields(profile=profile.public_dict(), health_path=profile.health.path,
                             written_hash=written_hash, kind=profile.engine.kind,
                             secret_templates=profile.templates, helper=helper_bundle()[1]))

@@ -50,6 +50,22 @@ class RunView:
     def reached_ready(self) -> bool:
         return bool(self.state.get("ready_at")) or (self.outcome or {}).get("outcome") == "ready"
 
+    @property
+    def crashlooped(self) -> bool:
+        """It crash-looped after ready (restart.max restarts within restart.window_s): a version that does not stay
+        up, whatever `down` made of its state since."""
+        st = self.state
+        return bool(st.get("crashloop_after_ready")) or "crashloop" in (st.get("status"), st.get("stopped_from"))
+
+    @property
+    def stayed_up(self) -> bool:
+        """A good version: it reached ready and stayed up: ready for restart.stable_s with no crash (the
+        supervisor's stable_at), or no crash since it was ready (a record of an earlier release, or one stopped
+        within the window); never one that crash-looped."""
+        if not self.reached_ready or self.crashlooped:
+            return False
+        return bool(self.state.get("stable_at")) or not self.state.get("last_crash")
+
 
 def read_json(remote: Remote, path: str) -> dict[str, Any] | None:
     try:

@@ -15,10 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union, cast
 
-from deployer.supervisor.supervise_protocol import ENGINE_LOG, ENV_FILE, LAUNCH_SH, ProfileRecord, SuperviseConfig
+from deployer.supervisor.supervise_base import DEFAULT_LOGS, DEFAULT_RESTART
+from deployer.supervisor.supervise_protocol import (
+    ENGINE_LOG, ENV_FILE, LAUNCH_SH, LogsConfig, ProfileRecord, SuperviseConfig,
+)
 
 if TYPE_CHECKING:
-    from deployer.profile.model import Restart
+    from deployer.profile.model import Logs, Restart
     from deployer.render.bundle import Bundle
 
 
@@ -66,6 +69,7 @@ class SupervisedSpec:
     restart: Restart
     record: RecordFields
     fatal: FatalWatch | None = None
+    logs: Logs | None = None     # engine.log's rotation (the supervisor's defaults when None)
 
     @property
     def port(self) -> int:
@@ -82,6 +86,17 @@ def supervise_config(spec: SupervisedSpec) -> SuperviseConfig:
         config["fatal_grace_s"] = spec.fatal.grace_s
     config["restart"] = {"policy": restart.policy, "max": restart.max, "backoff_s": list(restart.backoff_s),
                          "window_s": restart.window_s}
+    # keys the previous release did not write: only when they differ from the supervisor's own defaults, so a
+    # default profile's supervise.json stays byte for byte the previous release's (tests/unit/records)
+    if restart.stable_s != DEFAULT_RESTART["stable_s"]:
+        config["restart"]["stable_s"] = restart.stable_s
+    if restart.on_boot:
+        config["on_boot"] = True
+    if spec.logs is not None:
+        logs: LogsConfig = {"max_bytes": spec.logs.max_bytes, "head_bytes": spec.logs.head_bytes,
+                            "keep": spec.logs.keep}
+        if dict(logs) != DEFAULT_LOGS:
+            config["logs"] = logs
     return config
 
 

@@ -77,7 +77,8 @@ def run_dir_with(tmp_path: Path, cfg: object) -> Path:
 def test_config_defaults(tmp_path: Path) -> None:
     cfg = base.load_config(str(run_dir_with(tmp_path, {"restart": {"policy": "always"}})))
     assert cfg["grace_s"] == 30 and cfg["log"] == "engine.log" and cfg["env_file"] == "env"
-    assert cfg["restart"] == {"policy": "always", "max": 5, "backoff_s": [10, 300], "window_s": 600}
+    assert cfg["restart"] == {"policy": "always", "max": 5, "backoff_s": [10, 300], "window_s": 600, "stable_s": 60}
+    assert cfg["logs"] == {"max_bytes": 256 << 20, "head_bytes": 1 << 20, "keep": 2}
 
 
 @pytest.mark.parametrize(("cfg", "needle"), [
