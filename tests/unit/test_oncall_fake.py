@@ -93,7 +93,7 @@ def test_down_and_history(monkeypatch: pytest.MonkeyPatch) -> None:
     report = deployed(fake)
     hosts(monkeypatch, {"gpu-box": fake})
     assert ops.down(REF, 1.0).to_json() == {"name": "demo", "host": "fake", "was_running": True, "status": "stopped",
-                                  "run_dir": report["run_dir"]}
+                                  "stopped_from": None, "on_boot": "unknown", "run_dir": report["run_dir"]}
     assert ops.down(REF, 1.0).was_running is False
     run_id = report["attempts"][0]["run_id"]
     state = fake.states[report["run_dir"]]
@@ -104,7 +104,7 @@ def test_down_and_history(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [e.to_json() for e in history(REF)] == [{"kind": "attempt", "run_id": run_id, "current": True, "attempt": 1,
                              "up_id": record["up_id"], "started_at": state["started_at"],
                              "content_hash": report["content_hash"], "outcome": "ready", "detail": "ready",
-                             "diagnosis": None, "change": None, "drift": [], "restarts": 0,
+                             "good": True, "diagnosis": None, "change": None, "drift": [], "restarts": 0,
                                  "phases": [{"phase": "ready", "elapsed": 0.0}]}]
 
 
