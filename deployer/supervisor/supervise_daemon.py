@@ -122,6 +122,10 @@ ROTATE_LOOK_EVERY = 2.0   # seconds between looks at engine.log's size
 COPY_CHUNK = 8 << 20
 
 
+# how the line that ends a rotated engine.log's startup part begins (deployer's log follower goes on after it)
+ROTATION_MARK = "==== deployer supervisor: engine.log rotated at "
+
+
 class LogRotation:
     """engine.log kept bounded (an engine that logs every request fills the disk): once it is bigger than
     `max_bytes`, everything after its first `head_bytes` (cut at a line end: the engine's startup lines, the ones
@@ -159,7 +163,7 @@ class LogRotation:
             self._shift_tails()
             moved = self._move_tail(fd, cut)
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-            marker = (f"\n==== deployer supervisor: engine.log rotated at {stamp}: {moved} bytes after the startup "
+            marker = (f"\n{ROTATION_MARK}{stamp}: {moved} bytes after the startup "
                       f"part moved to {os.path.basename(self.path)}.1 ====\n").encode()
             os.ftruncate(fd, cut)
             os.write(fd, marker)   # appended, as the engine's own writes are: at the cut, before its next line

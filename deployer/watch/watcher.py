@@ -29,6 +29,7 @@ from deployer.logtext import clip, readable
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.target.process import Launch, listener, status
 from deployer.supervisor.supervise_base import ENDED
+from deployer.supervisor.supervise_daemon import ROTATION_MARK
 from deployer.watch.fatal import FATAL_GRACE_S, fatal_line
 from deployer.watch.hubcache import HubCache
 from deployer.watch.progress import Bar, describe, human_bytes, parse
@@ -166,8 +167,8 @@ class LogTail:
         size = self.remote.size(self.path)
         if size is None:
             return LogUpdate(0, [])
-        if size < self.offset:  # truncated or replaced: start again
-            self.offset, self.partial, self.dropped = 0, b"", 0
+        if size < self.offset:  # rotated by the supervisor, or truncated or replaced
+            self.offset, self.partial, self.dropped = self._after_rotation(size), b"", 0
         if size - self.offset > SKIP_AHEAD:
             self.skipped += size - JUMP_TO - self.offset
             self.offset, self.partial, self.dropped = size - JUMP_TO, b"", 0
@@ -190,6 +191,15 @@ class LogTail:
         self.lines.extend(new)
         screen = self._line(self.partial, self.dropped) if b"\n" not in data[-1:] and self.partial else None
         return LogUpdate(len(data), new, screen or None)
+
+    def _after_rotation(self, size: int) -> int:
+        """Where to go on in a log that shrank: the supervisor's rotation left the startup part (shown already)
+        and its marker line, so from that line on; a log truncated or replaced otherwise from its start."""
+        try:
+            at = self.remote.helper.find_bytes(self.path, ("\n" + ROTATION_MARK).encode())
+        except DeployError:
+            return 0
+        return 0 if at is None or at + 1 > size else at + 1
 
     def _hold(self, rest: bytes) -> None:
         """Keep the unfinished line bounded: only its last redraw, and at most PARTIAL_KEEP bytes of that."""
