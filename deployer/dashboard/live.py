@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from deployer.dashboard.model import DeploymentDetail, GpuMemory, LogChunk, LogRequest, OverviewRow
+from deployer.dashboard.model import Attempt, DeploymentDetail, GpuMemory, LogChunk, LogRequest, OverviewRow, Rollback
 from deployer.dashboard.readers import attempts_from_history, drift_from_lines, memory_from_plan, row_from_status
 from deployer.deployments.base import Deployment, Select
 from deployer.errors import DeployError
@@ -91,7 +91,8 @@ class LiveSource:
         except DeployError:
             attempts = ()
         drift = tuple(drift_from_lines([str(d) for d in status.get("drift") or ()]))
-        return DeploymentDetail(row=row, attempts=attempts, memory=self._memory_of(key, part), drift=drift)
+        return DeploymentDetail(row=row, attempts=attempts, rollbacks=rollbacks_of(attempts), drift=drift,
+                                memory=self._memory_of(key, part))
 
     def log(self, key: str, request: LogRequest) -> LogChunk | None:
         part = self._part(key)
@@ -173,6 +174,18 @@ class LiveSource:
         return memory
 
 
+def rollbacks_of(attempts: Sequence[Attempt]) -> tuple[Rollback, ...]:
+    """The version serving again after newer attempts failed (oldest first in `attempts`): the current run is not
+    the newest one, so a failed replace brought it back (or `deploy rollback` made an older run current)."""
+    current = next((i for i, a in enumerate(attempts) if a.current), None)
+    if current is None or current == len(attempts) - 1:
+        return ()
+    back, newer = attempts[current], attempts[current + 1:]
+    failed = [a for a in newer if a.outcome != "ready"]
+    why = f"after {failed[-1].run_id} {failed[-1].outcome}" if failed else "an older version made current"
+    return (Rollback(run_id=back.run_id, status=back.outcome, at=newer[-1].started_at, reason=why),)
+
+
 def _plan_memory(plan: Any, node: int | None) -> tuple[GpuMemory, ...]:
     """The memory block of a plan's JSON (a group's plan: node `node`'s, else node 0's)."""
     if isinstance(plan, dict) and isinstance(plan.get("nodes"), list) and plan["nodes"]:
@@ -195,4 +208,4 @@ def _offset_chunk(data: bytes, start: int, size: int, run_id: str) -> LogChunk:
     return LogChunk(lines=lines, start=start, end=start + len(body), size=size, run_id=run_id)
 
 
-__all__ = ["LiveSource", "Watched", "row_key", "watched"]
+__all__ = ["LiveSource", "Watched", "rollbacks_of", "row_key", "watched"]

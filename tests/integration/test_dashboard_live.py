@@ -106,6 +106,28 @@ def test_the_memory_picture_is_the_plan_of_the_profile(tmp_path: Path, sshd: Any
         deploy("down", str(prof), home=tmp_path / "home")
 
 
+def test_a_failed_replace_shows_the_version_brought_back(tmp_path: Path, sshd: Any,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    monkeypatch.setenv("DEPLOYER_HOME", str(home))
+    good = write_profile(tmp_path, sshd, name="dashback")
+    assert deploy("up", str(good), "--skip-preflight", home=home).returncode == 0
+    port = resolve(str(good)).status().to_json()["port"]
+    bad = write_profile(tmp_path, sshd, name="dashback", env={"STANDIN_MODE": "crash"}, file="bad.yaml", port=port)
+    assert deploy("up", str(bad), "--skip-preflight", "--no-heal", home=home).returncode == 5
+    try:
+        source = LiveSource([watched(resolve(str(good), mode=Mode(read_only=True, remembered=False)))])
+        (row,) = source.overview()
+        detail = source.detail(row.key)
+        assert detail is not None and row.status == "ready"
+        first, *failed = detail.attempts
+        assert first.current and failed and all(a.outcome != "ready" for a in failed)
+        (back,) = detail.rollbacks
+        assert back.run_id == first.run_id and back.status == "ready" and failed[-1].run_id in (back.reason or "")
+    finally:
+        deploy("down", str(good), home=home)
+
+
 def test_an_unreachable_host_is_a_row_not_a_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DEPLOYER_HOME", str(tmp_path))
     source = LiveSource([watched(resolve("ghost", "nobody@127.0.0.1:1"))])
