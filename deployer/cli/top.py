@@ -23,6 +23,8 @@ from deployer.deployments.base import Deployment
 from deployer.deployments.resolve import READ, resolve
 from deployer.deployments.top import TopRow
 from deployer.errors import DeployError
+from deployer.logtext import printable
+from deployer.output.edge import styled_stdout
 from deployer.output.top import table
 from deployer.remote.connect import kept_open
 
@@ -108,8 +110,9 @@ def _live(refresh: Callable[[], Look], interval: float) -> None:
                 when = time.strftime("%H:%M:%S")
                 lines = [f"deploy top: {len(seen.rows)} engines at {when}, every {interval:g}s (q quits)", "",
                          *table(seen.rows, seen.problems)]
-                sys.stdout.write("\x1b[H\x1b[2J" + "\r\n".join(lines) + "\r\n")
-                sys.stdout.flush()
+                screen = styled_stdout()   # its own escape sequences; the text stripped here
+                screen.write("\x1b[H\x1b[2J" + "\r\n".join(printable(line) for line in lines) + "\r\n")
+                screen.flush()
                 if _quit_pressed(fd, interval):
                     return
         except KeyboardInterrupt:
@@ -121,15 +124,15 @@ def _screen() -> Iterator[int]:
     """The terminal in cbreak mode (keys one by one, no echo) on the alternate screen, restored on the way out."""
     fd = sys.stdin.fileno()
     saved = termios.tcgetattr(fd)
-    sys.stdout.write("\x1b[?1049h\x1b[?25l")
-    sys.stdout.flush()
+    styled_stdout().write("\x1b[?1049h\x1b[?25l")
+    styled_stdout().flush()
     try:
         tty.setcbreak(fd)
         yield fd
     finally:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
-        sys.stdout.write("\x1b[?25h\x1b[?1049l")
-        sys.stdout.flush()
+        styled_stdout().write("\x1b[?25h\x1b[?1049l")
+        styled_stdout().flush()
 
 
 def _quit_pressed(fd: int, wait_s: float) -> bool:

@@ -49,6 +49,13 @@ def guard_printable() -> None:
         sys.stderr = PrintableStream(sys.stderr)  # type: ignore[assignment]
 
 
+def styled_stdout() -> TextIO:
+    """stdout for a writer that draws with escape sequences of its own (`deploy top`'s screen) and strips its text
+    itself."""
+    stream = sys.stdout
+    return stream.inner if isinstance(stream, PrintableStream) else stream
+
+
 def styled_stderr() -> TextIO:
     """stderr for a writer that draws with escape sequences of its own (rich) and strips its text itself."""
     stream = sys.stderr
