@@ -3,7 +3,9 @@
 Never below N-1 serving: a replica that serves is taken out only while every other replica serves. A replica that
 will not come back stops the rollout; the single-host `up` has already brought its previous version back (unless
 --no-rollback), and that version goes back into the router when it serves. Without a router the replicas are
-still replaced one after another.
+still replaced one after another. Ctrl-C or SIGTERM after a replica was taken out adds it back before deployer
+leaves (bounded: deployer/interrupts.py; the router takes requests to it once its health check passes); after
+kill -9 it stays out, `deploy status` exits 9 saying so, and the next `up` or `restart` of the fleet adds it back.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from deployer import interrupts
 from deployer.errors import DeployError, Unhealthy
 from deployer.runner.fanout import TaggedSink
 from deployer.fleet.members import Fleet, ReplicaMember, RouterMember
@@ -22,6 +25,7 @@ from deployer.events import EventSink, Info
 Replace = Callable[[ReplicaMember, EventSink], Any]   # -> the replica's UpReport; raises DeployError
 Unchanged = Callable[[ReplicaMember], bool]            # whether the replica already runs what it should
 STILL_SERVING_S = 15.0                                 # after a failed replace: how long to look for the old one
+IN_AGAIN_S = 20.0                                      # after an interrupt: how long its drain may still take
 
 
 def roll(fleet: Fleet, report: FleetReport, sink: TaggedSink, replace: Replace, router_remote: Remote | None,
@@ -78,7 +82,18 @@ def roll_one(fleet: Fleet, replica: ReplicaMember, sink: TaggedSink, replace: Re
         return ReplicaResult(replica.index, replica.host, replica.name, replica.url, "left-running", exit_code=6,
                              error=f"only {others} other replicas serve: taking r{replica.index} out would leave "
                                    f"fewer than {len(fleet.replicas) - 1} serving")
-    if mine is not None:
+    try:
+        return _out_replace_in(router_remote, router, replica, emit, replace, mine is not None)
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM: a drained replica is not left out of the router
+        if mine is not None:
+            _in_again(router_remote, router, replica, emit)
+        raise
+
+
+def _out_replace_in(router_remote: Remote, router: RouterMember, replica: ReplicaMember, emit: EventSink,
+                    replace: Replace, registered: bool) -> ReplicaResult:
+    """Out of the router (when it is registered), replaced, and back in once it serves."""
+    if registered:
         emit(Info(message=f"taking r{replica.index} ({replica.url}) out of the router; waiting for "
                                        "its requests to finish"))
         try:
@@ -92,9 +107,27 @@ def roll_one(fleet: Fleet, replica: ReplicaMember, sink: TaggedSink, replace: Re
     result = _replace(replica, emit, replace)
     if result.serving:
         _back_in(router_remote, router, replica, result, emit)
-    elif mine is not None:  # failed before changing anything (no other version, locked, ...): still serving?
+    elif registered:  # failed before changing anything (no other version, locked, ...): still serving?
         _back_if_serving(router_remote, router, replica, result, emit)
     return result
+
+
+def _in_again(remote: Remote, router: RouterMember, replica: ReplicaMember, emit: EventSink) -> None:
+    """After an interrupt: register the replica again (no wait: the router's health check decides when it takes
+    requests), within the interrupt's bound."""
+    interrupts.allow(IN_AGAIN_S + 10.0)
+    try:
+        mine = workers(remote, router).get(replica.url)
+        if mine is not None and "drain" not in mine.status.lower():
+            return  # still (or already again) registered
+        if mine is not None:  # a re-add while it drains is "already exists", and the drain's end removes it
+            wait_workers(remote, router, healthy=set(), gone={replica.url}, deadline_s=IN_AGAIN_S)
+        add_worker(remote, router, replica.url)
+    except DeployError as exc:
+        emit(Info(message=f"interrupted: r{replica.index} could not be added back to the router: {exc.message}; "
+                          "the next `deploy up` or `deploy restart` of the fleet adds it"))
+        return
+    emit(Info(message=f"interrupted: r{replica.index} added back to the router ({replica.url})"))
 
 
 def _replace(replica: ReplicaMember, emit: EventSink, replace: Replace) -> ReplicaResult:
