@@ -71,7 +71,7 @@ def steps(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     for module in (attempts, restore):
         monkeypatch.setattr(module, "start", start)
-        monkeypatch.setattr(module, "stop", lambda remote, run, grace: done.append(f"stop {run.run_id}"))
+        monkeypatch.setattr(module, "stop", lambda remote, run, grace, why=None: done.append(f"stop {run.run_id}"))
         monkeypatch.setattr(module, "set_current", lambda remote, layout, run: None)
         monkeypatch.setattr(module, "check_port", lambda *a, **k: None)
     monkeypatch.setattr(attempts, "push", push)
