@@ -87,6 +87,8 @@ def test_a_supervisor_does_not_restart_its_engine_while_another_holds_the_lock(t
         time.sleep(seconds)
         return str(json.loads((run / "state.json").read_text())["status"])
 
+    engine = host_pid(int(json.loads((run / "state.json").read_text())["pid"]), work / name)
+    assert b"DEPLOYER_LEASE_TOKENS" not in Path(f"/proc/{engine}/environ").read_bytes()  # the supervisor's only
     kill_engine()  # nobody holds the lock: the policy restarts it
     deadline = time.monotonic() + 30
     state: dict[str, Any] = {}
