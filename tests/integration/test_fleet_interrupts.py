@@ -73,15 +73,16 @@ def test_an_interrupted_rolling_restart_adds_the_drained_replica_back(tmp_path: 
             restart.kill()
     text = out.decode() + err.decode()
     assert restart.returncode == 130 and "Traceback" not in text, text[-3000:]
-    assert "added back to the router" in text, text[-3000:]
+    assert "added back to the router" in text or "asked back into the router" in text, text[-3000:]
     assert took < 60, took
-    assert router_urls(bed, data) == set(urls)  # registered again before deployer left, with no further command
-    deadline = time.monotonic() + 40  # its engine (brought back, loading) passes the router's health check
+    # registered again with no further command (smg lists it once its brought-back engine answers its health)
+    deadline = time.monotonic() + 40
     st = fleet_deploy(bed, "status", str(prof), "--json", home=home)
     while st.returncode != 0 and time.monotonic() < deadline:
         time.sleep(1)
         st = fleet_deploy(bed, "status", str(prof), "--json", home=home)
     assert st.returncode == 0, st.stdout[-3000:]
+    assert router_urls(bed, data) == set(urls)
     assert fleet_deploy(bed, "down", str(prof), home=home).returncode == 0
 
 
