@@ -21,6 +21,7 @@ import threading
 import click
 
 from deployer.cli.options import fill_help, with_examples
+from deployer import interrupts
 from deployer.errors import DeployError
 from deployer.output.edge import guard_printable
 from deployer.secrets import guard_std_streams
@@ -155,26 +156,37 @@ def _fail(code: int, message: str, as_json: bool) -> None:
     sys.exit(code)
 
 
-INTERRUPT_GRACE_S = 20.0
-_armed: list[threading.Timer] = []
+INTERRUPT_GRACE_S = interrupts.GRACE_S
+_watching: list[threading.Event] = []
 
 
 def _interrupted(signum: int, frame: object) -> None:
-    """Ctrl-C: unwind as usual (the lock is released, the report printed), but never for longer than
-    INTERRUPT_GRACE_S. An interrupt that lands inside paramiko can leave a channel's lock held, and the clean-up's
-    next send on that channel then waits forever (seen in CI: `up` hung after Ctrl-C during the watch)."""
+    """Ctrl-C or SIGTERM: unwind as usual (the lock is released, a stopped version brought back, the report
+    printed), but never for longer than the clean-up's bound (deployer/interrupts.py: INTERRUPT_GRACE_S, or what a
+    step that must not be left half done asked for). An interrupt that lands inside paramiko can leave a channel's
+    lock held, and the clean-up's next send on that channel then waits forever (seen in CI: `up` hung after Ctrl-C
+    during the watch)."""
+    done = threading.Event()
+
     def give_up() -> None:
-        sys.stderr.write(f"interrupted: the clean-up did not finish within {INTERRUPT_GRACE_S:g}s; leaving now (the "
-                         "deployment lock's lease expires on its own; what was started keeps running: see `deploy "
-                         "status`)\n")
+        while not done.is_set():
+            left = interrupts.left()
+            if left is None or left <= 0:
+                break
+            done.wait(min(left, 0.2))
+        if done.is_set():
+            return
+        sys.stderr.write("interrupted: the clean-up did not finish in time; leaving now "
+                         "(the deployment lock's lease expires on its own; what was started keeps running: see "
+                         "`deploy status`)\n")
         sys.stderr.flush()
         os._exit(130)
 
-    timer = threading.Timer(INTERRUPT_GRACE_S, give_up)
-    timer.daemon = True
-    timer.start()
-    _armed.append(timer)
+    interrupts.begin(INTERRUPT_GRACE_S)
+    threading.Thread(target=give_up, name="deployer-interrupt-bound", daemon=True).start()
+    _watching.append(done)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C interrupts the clean-up itself
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends us at once
     raise KeyboardInterrupt
 
 
@@ -182,12 +194,15 @@ def main(argv: list[str] | None = None) -> None:
     if threading.current_thread() is not threading.main_thread():
         return _main(argv)
     before = signal.signal(signal.SIGINT, _interrupted)
+    before_term = signal.signal(signal.SIGTERM, _interrupted)  # SIGTERM (systemd, a CI runner) cleans up as Ctrl-C
     try:
         _main(argv)
-    finally:  # called in-process (tests, a library user): leave the caller's Ctrl-C as it was
+    finally:  # called in-process (tests, a library user): leave the caller's signals as they were
         signal.signal(signal.SIGINT, before)
-        while _armed:
-            _armed.pop().cancel()
+        signal.signal(signal.SIGTERM, before_term)
+        while _watching:
+            _watching.pop().set()
+        interrupts.end()
 
 
 def _main(argv: list[str] | None) -> None:

@@ -1,8 +1,9 @@
 """On-call for a fleet: status of every replica and the router, down of all, logs of one member.
 
 Each member is a deployment of its own on its host, read with the single-host on-call functions; hosts are asked
-at once (fan-out). `status` exits 0 only while every member serves; 9 (partly) while the router serves through
-at least one replica but not every member serves; otherwise the most urgent code of the members.
+at once (fan-out). `status` exits 0 only while every member serves and every replica is one of the router's
+healthy workers; 9 (partly) while the router serves through at least one replica but not every member serves or a
+replica is out of the router; otherwise the most urgent code of the members.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 from deployer.errors import DeployError, NotFound, PartlyFailed, ProfileError
 from deployer.runner.fanout import TaggedSink, fan_out
 from deployer.fleet.members import Fleet, spec_of
-from deployer.fleet.router import readiness
+from deployer.fleet.router import readiness, workers
 from deployer.oncall import deployment as ops
 from deployer.oncall.deployment import Ref
 from deployer.profile.model import Target
@@ -75,7 +76,7 @@ def fleet_status(fleet: Fleet, trust_new_host: bool = False) -> tuple[dict[str, 
         row = {**row, "role": member.role, "index": member.index, "member": member.tag, "url": member.url,
                "alias": member.host}
         if member.role == "router" and row.get("healthy"):
-            row["readiness"] = _router_readiness(fleet, trust_new_host)
+            row["readiness"], row["workers"] = _router_readiness(fleet, trust_new_host)
         return row
 
     done = fan_out(everyone, lambda m: m.host, lambda m: m.tag, one, TaggedSink(_quiet))
@@ -86,29 +87,47 @@ def fleet_status(fleet: Fleet, trust_new_host: bool = False) -> tuple[dict[str, 
              "serving": False, "error": d.error.message if d.error else None, "code": d.error.exit_code if d.error
              else 1}
             for d in done]
+    _mark_in_router(rows)
     code = _exit_code(rows)
     return {"name": fleet.name, "serving": code == ops.SERVING, "code": code,
             "replicas": [r for r in rows if r["role"] == "replica"],
             "router": next((r for r in rows if r["role"] == "router"), None)}, code
 
 
-def _router_readiness(fleet: Fleet, trust_new_host: bool) -> dict[str, Any]:
+def _router_readiness(fleet: Fleet, trust_new_host: bool) -> tuple[dict[str, Any], dict[str, bool] | None]:
+    """The router's readiness, and its workers (url -> healthy; None when it could not say)."""
     assert fleet.router is not None
     try:
         with conversing(spec_of(fleet.router.target, trust_new_host)) as remote:
-            return readiness(remote, fleet.router)
+            ready = readiness(remote, fleet.router)
+            try:
+                return ready, {url: w.healthy for url, w in workers(remote, fleet.router).items()}
+            except DeployError:
+                return ready, None
     except DeployError as exc:
-        return {"error": exc.message}
+        return {"error": exc.message}, None
+
+
+def _mark_in_router(rows: list[dict[str, Any]]) -> None:
+    """Each replica's `in_router`: whether the serving router counts it a healthy worker (None: unknown, or no
+    router). A replica an interrupted rolling restart drained and never added back serves, but not the fleet."""
+    router = next((r for r in rows if r["role"] == "router"), None)
+    have = (router or {}).get("workers")
+    for row in rows:
+        if row["role"] == "replica":
+            row["in_router"] = bool(have.get(row["url"])) if isinstance(have, dict) else None
 
 
 def _exit_code(rows: list[dict[str, Any]]) -> int:
     codes = [_row_code(r) for r in rows]
-    if all(c == ops.SERVING for c in codes):
+    left_out = any(r["role"] == "replica" and r.get("in_router") is False for r in rows)
+    if all(c == ops.SERVING for c in codes) and not left_out:
         return ops.SERVING
     router = next((r for r in rows if r["role"] == "router"), None)
-    serving_replicas = [r for r in rows if r["role"] == "replica" and _row_code(r) == ops.SERVING]
+    serving_replicas = [r for r in rows if r["role"] == "replica" and _row_code(r) == ops.SERVING
+                        and r.get("in_router") is not False]
     front_ok = router is None or _row_code(router) == ops.SERVING
-    if serving_replicas and front_ok:
+    if (serving_replicas or left_out) and front_ok:
         return PartlyFailed.exit_code
     return next((c for c in (ops.CRASHED, ops.NOT_SERVING, ops.STOPPED, ops.NO_DEPLOYMENT) if c in codes),
                 max(codes))

@@ -3,14 +3,19 @@
 Never below N-1 serving: a replica that serves is taken out only while every other replica serves. A replica that
 will not come back stops the rollout; the single-host `up` has already brought its previous version back (unless
 --no-rollback), and that version goes back into the router when it serves. Without a router the replicas are
-still replaced one after another.
+still replaced one after another. Ctrl-C or SIGTERM after a replica was taken out asks the router to take it back before
+deployer leaves (bounded: deployer/interrupts.py; smg lists it once its health check passes); after
+kill -9 it stays out, `deploy status` exits 9 saying so, and the next `up` or `restart` of the fleet adds it back.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from deployer import interrupts
 from deployer.errors import DeployError, Unhealthy
 from deployer.runner.fanout import TaggedSink
 from deployer.fleet.members import Fleet, ReplicaMember, RouterMember
@@ -22,6 +27,7 @@ from deployer.events import EventSink, Info
 Replace = Callable[[ReplicaMember, EventSink], Any]   # -> the replica's UpReport; raises DeployError
 Unchanged = Callable[[ReplicaMember], bool]            # whether the replica already runs what it should
 STILL_SERVING_S = 15.0                                 # after a failed replace: how long to look for the old one
+IN_AGAIN_S = 20.0                                      # after an interrupt: for its drain, then its registration
 
 
 def roll(fleet: Fleet, report: FleetReport, sink: TaggedSink, replace: Replace, router_remote: Remote | None,
@@ -78,23 +84,81 @@ def roll_one(fleet: Fleet, replica: ReplicaMember, sink: TaggedSink, replace: Re
         return ReplicaResult(replica.index, replica.host, replica.name, replica.url, "left-running", exit_code=6,
                              error=f"only {others} other replicas serve: taking r{replica.index} out would leave "
                                    f"fewer than {len(fleet.replicas) - 1} serving")
-    if mine is not None:
+    out = Out()
+    try:
+        return _out_replace_in(router_remote, router, replica, emit, replace, mine is not None, out)
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM: a drained replica is not left out of the router
+        if out.taken:
+            _in_again(router_remote, router, replica, emit)
+        raise
+
+
+@dataclass
+class Out:
+    """Whether the replica was taken out of the router and not yet added back (what an interrupt must undo)."""
+
+    taken: bool = False
+
+
+def _out_replace_in(router_remote: Remote, router: RouterMember, replica: ReplicaMember, emit: EventSink,
+                    replace: Replace, registered: bool, out: Out) -> ReplicaResult:
+    """Out of the router (when it is registered), replaced, and back in once it serves."""
+    if registered:
         emit(Info(message=f"taking r{replica.index} ({replica.url}) out of the router; waiting for "
                                        "its requests to finish"))
         try:
+            out.taken = True
             remove_worker(router_remote, router, replica.url)
             wait_workers(router_remote, router, healthy=set(), gone={replica.url}, deadline_s=DRAIN_TIMEOUT_S)
         except DeployError as exc:  # not out (a drain that never ends): untouched, and back in if it left
             result = ReplicaResult(replica.index, replica.host, replica.name, replica.url, "left-running",
                                    exit_code=exc.exit_code, error=f"could not take it out of the router: {exc.message}")
+            out.taken = False
             _back_in(router_remote, router, replica, result, emit)
             return result
     result = _replace(replica, emit, replace)
+    out.taken = False  # from here on it is added back (or, not serving, deliberately left out)
     if result.serving:
         _back_in(router_remote, router, replica, result, emit)
-    elif mine is not None:  # failed before changing anything (no other version, locked, ...): still serving?
+    elif registered:  # failed before changing anything (no other version, locked, ...): still serving?
         _back_if_serving(router_remote, router, replica, result, emit)
     return result
+
+
+def _in_again(remote: Remote, router: RouterMember, replica: ReplicaMember, emit: EventSink) -> None:
+    """After an interrupt: once its drain is over, register the replica again, and wait (bounded: IN_AGAIN_S) until
+    the router lists it (smg registers a worker only once it answers its health check; its brought-back engine
+    may still be loading). Within the interrupt's bound (deployer/interrupts.py)."""
+    interrupts.allow(2 * IN_AGAIN_S + 10.0)
+    try:
+        try:  # a re-add while it drains is "already exists", and the drain's end then removes it
+            wait_workers(remote, router, healthy=set(), gone={replica.url}, deadline_s=IN_AGAIN_S)
+        except DeployError:
+            pass  # still draining after IN_AGAIN_S (or the removal never reached the router): add it anyway
+        listed = _register(remote, router, replica.url, time.monotonic() + IN_AGAIN_S)
+    except DeployError as exc:
+        emit(Info(message=f"interrupted: r{replica.index} could not be added back to the router: {exc.message}; "
+                          "the next `deploy up` or `deploy restart` of the fleet adds it"))
+        return
+    if listed:
+        emit(Info(message=f"interrupted: r{replica.index} added back to the router ({replica.url})"))
+    else:
+        emit(Info(message=f"interrupted: r{replica.index} was asked back into the router ({replica.url}), which "
+                          f"had not listed it within {IN_AGAIN_S:g}s; if it stays out, `deploy status` exits 9 "
+                          "and the next `deploy up` or `deploy restart` of the fleet adds it"))
+
+
+def _register(remote: Remote, router: RouterMember, url: str, deadline: float) -> bool:
+    """POST the worker (again every few seconds) until the router lists it or `deadline` passes."""
+    while True:
+        add_worker(remote, router, url)
+        again = min(deadline, time.monotonic() + 5.0)
+        while time.monotonic() < again:
+            if url in workers(remote, router):
+                return True
+            time.sleep(0.5)
+        if time.monotonic() >= deadline:
+            return False
 
 
 def _replace(replica: ReplicaMember, emit: EventSink, replace: Replace) -> ReplicaResult:

@@ -216,7 +216,7 @@ class NodeGroup(Shape):
     def stop_failed(self, result: Result, profile: Profile) -> None:
         """Every rank of this attempt stopped, all at once."""
         grace = stop_grace(profile.restart.grace_s)
-        at_once(lambda s: stop(s.remote, s.run, grace) if s.run else None, self.sessions)
+        at_once(lambda s: stop(s.remote, s.run, grace, why="failed") if s.run else None, self.sessions)
 
     def diagnose(self, result: Result, version: str | None, engine: Engine) -> Found:
         """The first rank that failed, and its diagnosis; rank 0's own (a hang, a timeout) when no rank ended."""

@@ -113,6 +113,8 @@ def status_lines(data: dict[str, Any]) -> list[str]:
             line += f"  pid {row['pid']} content {str(row.get('content_hash'))[:12]} restarts {row.get('restarts')}"
         if row.get("error"):
             line += f"  {_t(row['error'], 300)}"
+        if row.get("in_router") is False:
+            line += "  not in the router (run `deploy up` or `deploy restart` of the fleet to add it back)"
         lines.append(line)
         lines += [f"  {'':<20} {text}" for text in serving_lines(row.get("metrics"))]
         ready = row.get("readiness")

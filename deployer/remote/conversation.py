@@ -424,6 +424,8 @@ class Conversation(FileOps):
             raise TransferFailed(f"cannot write {where}: no answer within {VERIFY_TIMEOUT_S:g}s",
                                  host=self.label) from None
         except HelperRefused as e:  # the helper's words: cannot write PATH: why, or a sha256 mismatch
+            if e.kind == "fenced":
+                raise  # the lease is no longer ours: the lock's guard reports it as the lost lock
             raise TransferFailed(e.said, host=self.label) from None
         return digests
 

@@ -25,6 +25,7 @@ from deployer.target.push import RunDir, disk_full, new_run_id, profile_record, 
 from deployer.remedy.propose import Change, propose
 from deployer.render.bundle import Bundle, render
 from deployer.runner.history import AttemptRows
+from deployer.runner.interrupted import Interrupted
 from deployer.runner.logs import attempt_values, log_head
 from deployer.runner.report import AttemptReport, PhaseSeen, UpOptions, UpReport
 from deployer.runner.restore import Restore
@@ -78,6 +79,10 @@ class AttemptRunner:
         self.rows = AttemptRows(self.opts.local_history)
         try:
             return self._attempts()
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: a replace is not left half done (runner/interrupted.py)
+            if self.stopped:
+                Interrupted(self.shape, self.shape.serving_grace_s(self.profile), self.emit).bring_back()
+            raise
         except DeployError as failed:  # a failed launch too (not Ctrl-C: that leaves at once)
             self.rows.end_open("not-started")
             exc = self._named_cause(failed)
@@ -162,7 +167,8 @@ class AttemptRunner:
         assert serving[0].serving is not None
         self.report.replaced = serving[0].serving.run.run_id
         grace = self.shape.serving_grace_s(self.profile)
-        self.shape.each(lambda t: stop(t.remote, t.serving.run, grace) if t.serving else None, serving)
+        self.shape.each(lambda t: stop(t.remote, t.serving.run, grace, why="replace") if t.serving else None,
+                        serving)
         return True
 
     def _start(self, *, stopped: bool, port_wait: float) -> None:

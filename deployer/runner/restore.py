@@ -58,6 +58,9 @@ class Restore:
         report.restored = restored = RestoredVersion(first.run.run_id, first.content_hash, first.run.path)
         try:
             result = self._restart()
+        except LockLost as lost:  # taken over meanwhile (the target refused the start): that is what to report
+            amend(lost, f"the previous version {name} was not brought back")
+            raise lost from exc
         except DeployError as err:
             restored.status, restored.detail = "failed", err.message
             return amend(exc, f"bringing back the previous version {name} failed too: {err.message}")

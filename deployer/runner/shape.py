@@ -153,7 +153,7 @@ class SingleHost(Shape):
     def stop_failed(self, result: Result, profile: Profile) -> None:
         if isinstance(result, (Hung, Stuck, TimedOut, Unsupervised)):  # unsupervised: no restart policy covers it
             assert self.leader.run is not None
-            stop(self.leader.remote, self.leader.run, stop_grace(profile.restart.grace_s))
+            stop(self.leader.remote, self.leader.run, stop_grace(profile.restart.grace_s), why="failed")
 
     def diagnose(self, result: Result, version: str | None, engine: Engine) -> Found:
         assert self.leader.launch is not None and not isinstance(result, FollowerEnded)

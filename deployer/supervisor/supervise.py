@@ -3,7 +3,10 @@
 
 Stdlib only, Python >= 3.8.  `python3 supervise.py CMD ...`:
   start RUN_DIR              detach a daemon that runs launch.sh in its own process group; print state JSON
-  stop RUN_DIR [--grace S]   SIGTERM the engine group, SIGKILL after the grace; print the final state JSON
+  stop RUN_DIR [--grace S] [--why replace]
+                             SIGTERM the engine group, SIGKILL after the grace; print the final state JSON.
+                             --why replace records "stopped_for": "replace" (an `up` replacing it: nobody asked
+                             for the deployment to stop); a stop without it clears that note
   status RUN_DIR             print state.json plus "alive" / "supervisor_alive" ("lost" when both are gone)
   ports PORT                 exit 0 if PORT is unclaimed and free on 127.0.0.1 and 0.0.0.0, else 1 and who holds it
   listener RUN_DIR PORT      print whether the listener on PORT is a process of the run's engine group
@@ -213,7 +216,22 @@ def cmd_status(run_dir: str) -> int:
     return 0
 
 
-def cmd_stop(run_dir: str, grace: float | None) -> int:
+def _note_why(run_dir: str, why: str | None) -> None:
+    """Record (or clear) why a stopped run was stopped: `deploy status` tells an interrupted replace from a down."""
+    state = read_state(run_dir)
+    if state is None or state.get("status") != "stopped" or state.get("stopped_for") == why:
+        return
+    if why:
+        state["stopped_for"] = why
+    else:
+        state.pop("stopped_for", None)
+    try:
+        write_json(os.path.join(run_dir, STATE), state)
+    except OSError:
+        pass  # a full disk: the stop itself happened
+
+
+def cmd_stop(run_dir: str, grace: float | None, why: str | None = None) -> int:
     if grace is None:
         try:
             grace = float(load_config(run_dir)["grace_s"])
@@ -222,7 +240,12 @@ def cmd_stop(run_dir: str, grace: float | None) -> int:
     before = status_of(run_dir)
     sup, pgid = before.get("supervisor_pid"), before.get("pgid")
     if not before["alive"] and not before["supervisor_alive"]:
-        print(json.dumps(dict(_stopped_ended(run_dir, before), was_running=False), sort_keys=True), flush=True)
+        # a deliberate stop (`down`) of a run that ended by itself: now stopped as asked; deployer's own stops
+        # (a replace, a failed attempt's clean-up) leave an ended run as it ended
+        final = _stopped_ended(run_dir, before) if why is None else before
+        _note_why(run_dir, why)  # a `down` of a replace left half done: now it is a deliberate stop
+        print(json.dumps(dict(status_of(run_dir) if why is None else final, was_running=False), sort_keys=True),
+              flush=True)
         return 0
     if before["supervisor_alive"] and isinstance(sup, int):
         try:
@@ -249,6 +272,8 @@ def cmd_stop(run_dir: str, grace: float | None) -> int:
             write_json(os.path.join(run_dir, STATE), state)
         except OSError as e:
             final = dict(state, alive=False, supervisor_alive=False, note=f"{STATE} not updated: {e.strerror}")
+    if final is None:
+        _note_why(run_dir, why)
     print(json.dumps(dict(final or status_of(run_dir), was_running=True), sort_keys=True), flush=True)
     return 0
 
@@ -316,7 +341,7 @@ def _parse(argv: list[str]) -> tuple[str, list[str], dict[str, str]]:
 
 def dispatch(argv: list[str]) -> int:
     cmd, pos, opts = _parse(argv)
-    allowed = {"start": (), "status": (), "stop": ("grace",), "ports": (), "listener": (), "boot": ()}
+    allowed = {"start": (), "status": (), "stop": ("grace", "why"), "ports": (), "listener": (), "boot": ()}
     if cmd not in allowed:
         raise SuperviseError(f"unknown command {cmd!r} (start|stop|status|ports|listener|boot)", EXIT_BAD_INPUT)
     if len(pos) != (2 if cmd in ("listener", "boot") else 1) or set(opts) - set(allowed[cmd]):
@@ -334,7 +359,9 @@ def dispatch(argv: list[str]) -> int:
         return cmd_boot(run_dir, pos[1])
     if cmd == "listener":
         return cmd_listener(run_dir, port)
-    return cmd_start(run_dir) if cmd == "start" else cmd_stop(run_dir, grace) if cmd == "stop" \
+    if cmd == "stop" and opts.get("why", "replace") not in ("replace", "failed"):
+        raise SuperviseError(f"stop: --why is replace, failed or nothing, not {opts['why']!r}", EXIT_BAD_INPUT)
+    return cmd_start(run_dir) if cmd == "start" else cmd_stop(run_dir, grace, opts.get("why")) if cmd == "stop" \
         else cmd_status(run_dir)
 
 

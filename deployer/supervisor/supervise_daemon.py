@@ -30,8 +30,10 @@ else:  # run as a script on the target, where the supervisor's files sit side by
 
 if TYPE_CHECKING or __package__:
     from deployer.supervisor.supervise_group import GroupWatch
+    from deployer.supervisor.supervise_lease import restart_refusal, take_fence
 else:
     from supervise_group import GroupWatch  # type: ignore[no-redef]
+    from supervise_lease import restart_refusal, take_fence  # type: ignore[no-redef]
 
 SHM = "/dev/shm"
 SHM_LOOK_EVERY = 5.0   # seconds between looks at what the engine's processes hold open in /dev/shm
@@ -234,6 +236,7 @@ class Daemon:
         self.shm = ShmLedger()
         self.stuck = False  # this run printed a fatal line and was ended for it
         self.rotation = LogRotation(self.log, cfg["logs"]) if isinstance(cfg.get("logs"), dict) else None
+        self.fence = take_fence()  # the lease tokens it was started under: a restart needs no one else's lock
         self.state: dict[str, Any] = {
             "status": "starting", "supervisor_pid": os.getpid(), "pid": None, "pgid": None,
             "started_at": None, "ready_at": None, "ended_at": None, "exit_code": None, "signal": None,
@@ -429,6 +432,10 @@ class Daemon:
         note(f"restarting in {delay:g} s ({len(recent)} restarts in the last {rs['window_s']:g} s)")
         if not self.sleep(delay):
             return self.finish("stopped")
+        refused = restart_refusal(self.run_dir, self.fence)
+        if refused:
+            note(refused)
+            return self.finish("exited")
         self.restart_times = recent + [time.time()]
         s["restarts"] += 1
         self.spawn()

@@ -36,6 +36,12 @@ come out of order and carry the request's id.
 - `link`, `readlink`, `remove`, `disk`, `mkdir`, `listdir`, `find_bytes`, `kernel_log`, `lease_show`, `runs`: the
   file ops of a deployment dir (supervise_files.py): inside the deployment dir only, never through a symlink.
 
+Fencing: while the helper holds a lease, `run`, `install` and `mkdirs` (a start, a stop, a write) first check that
+every lease it holds is still current and unexpired; once one is not (someone broke the lock or took it over),
+they are refused for the rest of the conversation (kind `fenced`): the operation that lost its lock cannot start,
+stop or bring back anything. Commands run under a lease get its token in env DEPLOYER_LEASE_TOKENS (a supervisor
+started then checks it before each restart: supervise_lease.restart_refusal).
+
 EOF on stdin ends the conversation: the helper exits at once without releasing a lease it holds (as the lease
 program does: a client whose connection dropped re-takes it with its token, anyone else after it expires).
 Commands still running keep running (a `stop` in progress is not cut short); their replies go nowhere.
@@ -58,14 +64,14 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Callable
 if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     from deployer.supervisor.supervise import dispatch
     from deployer.supervisor.supervise_base import SuperviseError, UnsafePath, make_dirs
-    from deployer.supervisor.supervise_lease import LeaseError, Refused, acquire, update
+    from deployer.supervisor.supervise_lease import FENCE_ENV, LeaseError, Refused, acquire, still_ours, update
     from deployer.supervisor.supervise_snapshot import snapshot as take_snapshot
     from deployer.supervisor.supervise_protocol import IN_HELPER
     from deployer.supervisor.supervise_files import FILE_OPS, OpRefused
 else:  # run on the target from the helper bundle, where the modules are loaded by their bare names
     from supervise import dispatch  # type: ignore[no-redef]
     from supervise_base import SuperviseError, UnsafePath, make_dirs  # type: ignore[no-redef]
-    from supervise_lease import LeaseError, Refused, acquire, update  # type: ignore[no-redef]
+    from supervise_lease import FENCE_ENV, LeaseError, Refused, acquire, still_ours, update  # type: ignore[no-redef]
     from supervise_snapshot import snapshot as take_snapshot  # type: ignore[no-redef]
     from supervise_protocol import IN_HELPER  # type: ignore[no-redef]
     from supervise_files import FILE_OPS, OpRefused  # type: ignore[no-redef]
@@ -83,6 +89,9 @@ class RequestError(Exception):
         self.kind = kind
 
 
+CHANGING_FILE_OPS = ("link", "remove", "mkdir")
+
+
 class Helper:
     """The request dispatcher; `out` is where reply lines go (one write per line, under a lock)."""
 
@@ -91,6 +100,7 @@ class Helper:
         self._write = threading.Lock()
         self._leases: dict[str, tuple[int, float]] = {}  # token -> (open lease fd, lease seconds)
         self._lease_lock = threading.Lock()
+        self._fenced: str | None = None  # why changes are refused: a lease this helper held is no longer ours
         self._supervise_lock = threading.Lock()  # their output is captured from sys.stdout: one at a time
         self.ops: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "run": self.run, "verify": self.verify, "lease_take": self.lease_take, "lease_beat": self.lease_beat,
@@ -140,12 +150,31 @@ class Helper:
 
     # -- ops ----------------------------------------------------------------------------------------------
 
+    def fence(self) -> list[str]:
+        """Refuse a change (kind `fenced`) once a lease this helper holds is no longer ours; the held tokens."""
+        with self._lease_lock:
+            held = list(self._leases.items())
+        for token, (fd, _) in held:
+            if self._fenced is None:
+                ours, lease = still_ours(fd, token)
+                if not ours:
+                    who = "%s pid %s (%s)" % (lease.get("owner"), lease.get("pid"), lease.get("command")) \
+                        if lease.get("held") else ""
+                    self._fenced = "the deployment lock is no longer ours (%s)" % (
+                        "now held by " + who if who else "another took it and has released it since")
+        if self._fenced is not None:
+            raise RequestError("refused: %s; nothing was changed" % self._fenced, "fenced")
+        return [token for token, _ in held]
+
     def run(self, req: dict[str, Any]) -> dict[str, Any]:
         cmd, timeout = str(req["cmd"]), min(float(req.get("timeout") or 60.0), MAX_TIMEOUT_S)
         stdin = base64.b64decode(req["stdin_b64"]) if req.get("stdin_b64") is not None else None
+        env = _child_env()
+        tokens = self.fence()
+        if tokens:
+            env[FENCE_ENV] = ",".join(tokens)
         proc = subprocess.Popen(["bash", "-c", cmd], stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                env=_child_env())
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, env=env)
         timed_out = False
         try:
             out, err = proc.communicate(stdin, timeout=timeout)
@@ -188,6 +217,7 @@ class Helper:
                  for f in req["files"]]
         temps: list[str] = []
         where = files[0][0] if files else ""
+        self.fence()
         try:
             for where, _, digest, data in files:
                 temps.append(_write_temp(where, data))
@@ -208,6 +238,7 @@ class Helper:
 
     def mkdirs(self, req: dict[str, Any]) -> dict[str, Any]:
         """`mkdir -p` of a deployment's directories that refuses a chain another user controls (kind `unsafe`)."""
+        self.fence()
         try:
             make_dirs(str(req["path"]), str(req["owned_from"]))
         except UnsafePath as e:
@@ -217,7 +248,10 @@ class Helper:
         return {}
 
     def file_op(self, req: dict[str, Any]) -> dict[str, Any]:
-        """One of supervise_files.py's ops; its refusals as one-line errors of their kind."""
+        """One of supervise_files.py's ops; its refusals as one-line errors of their kind. The ops that change a
+        file (link, remove, mkdir) are fenced like every other change."""
+        if req["op"] in CHANGING_FILE_OPS:
+            self.fence()
         try:
             return FILE_OPS[str(req["op"])](req)
         except UnsafePath as e:
@@ -297,6 +331,8 @@ class Helper:
                 self._leases.pop(token, None)
             _close(fd)
         if not ok:
+            self._fenced = self._fenced or "the deployment lock is no longer ours (now held by %s pid %s (%s))" % (
+                lease.get("owner"), lease.get("pid"), lease.get("command"))
             return {"word": "LOST", "data": lease}
         return {"word": "RELEASED" if release else "OK", "data": {"lease_s": lease_s}}
 

@@ -18,6 +18,12 @@ between. A holder that hears nothing for two leases exits (a late heartbeat befo
 
 Takeovers of an expired lease and broken locks are appended to LOCK_PATH + "-events.jsonl" (the deployment's
 lock history; `deploy history` shows it). `--show` prints the lease with "held" and "expires_in".
+
+Fencing: the helper that holds a lease checks it is still current (`still_ours`) before every change it makes (a
+start, a stop, a write), and hands the tokens it holds to the supervisors it starts (env FENCE_ENV), which check
+(`restart_refusal`) before each restart that nobody else holds the deployment's lock and that their run is still
+the deployment's `current`: an operation that lost its lock, or its supervisor, brings nothing back after another
+took over.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ GUARD_WAIT_S = 5.0
 EVENTS_SUFFIX = "-events.jsonl"
 EVENTS_MAX = 256 << 10
 HOLDER_KEYS = ("owner", "pid", "host_id", "command")
+FENCE_ENV = "DEPLOYER_LEASE_TOKENS"  # the tokens of the leases a start ran under (comma-separated)
 
 
 class LeaseError(Exception):
@@ -215,6 +222,47 @@ def update(fd: int, token: str, lease_s: float, release: bool) -> tuple[bool, di
         return True, public(lease, now)
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def still_ours(fd: int, token: str) -> tuple[bool, dict[str, Any]]:
+    """Whether the lease open on `fd` is still `token`'s and unexpired, and the lease as others may see it."""
+    _guard(fd)
+    try:
+        now = time.time()
+        lease = read_lease(fd)
+        return lease.get("token") == token and held(lease, now), public(lease, now)
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def take_fence() -> frozenset[str]:
+    """The lease tokens a supervisor was started under, removed from the environment its engine inherits."""
+    return frozenset(t for t in os.environ.pop(FENCE_ENV, "").split(",") if t)
+
+
+def restart_refusal(run_dir: str, tokens: frozenset[str]) -> str | None:
+    """Why the supervisor of `run_dir` must not restart its engine now (None: it may). Someone else holds the
+    deployment's lock (they did not ask for it: a break-lock, a takeover, a `down` or a replace in progress), or
+    the run is no longer the deployment's `current` (another version was switched to)."""
+    deployment = os.path.dirname(os.path.dirname(os.path.abspath(run_dir)))
+    try:
+        link = os.readlink(os.path.join(deployment, "current"))
+        if os.path.basename(link.rstrip("/")) != os.path.basename(os.path.abspath(run_dir)):
+            return f"not restarted: the deployment's current run is now {os.path.basename(link.rstrip('/'))}"
+    except OSError:
+        pass  # no `current` (a run started by hand): nothing says another run replaced it
+    try:
+        fd = open_file(os.path.join(deployment, "lock"), os.O_RDONLY, 0, "lock")
+    except (OSError, UnsafePath):
+        return None
+    try:
+        lease = read_lease(fd)
+    finally:
+        os.close(fd)
+    if held(lease, time.time()) and lease.get("token") not in tokens:
+        return f"not restarted: the deployment lock is held by {lease.get('owner')} pid {lease.get('pid')} " \
+               f"({lease.get('command')}), who did not ask for it"
+    return None
 
 
 def _say(word: str, data: Any = None) -> None:

@@ -7,7 +7,8 @@ program of its own on an exec channel: deployer's own copy, sent in the exec lin
 when the connection drops it re-takes the same lease over a new connection (the lease cannot be taken by anyone
 else before it expires). Every remote call of the operation goes through `Guarded`, which refuses to act once the
 lease may have expired or was broken: the operation then stops with LockLost instead of changing a target that
-someone else may now be changing.
+someone else may now be changing. The target fences too (supervise_helper.py): a change that reaches it after the
+lease stopped being ours is refused there (kind `fenced`), and reported here as the lost lock.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 from deployer.errors import Locked, LockLost, NotFound, ProfileError, RemoteError, TargetError
 from deployer.target.push import Layout
 from deployer.remote.base import Hasher, Helper, HttpReply, Remote, Result, Session
+from deployer.remote.base import HelperRefused
 from deployer.remote.files import FileOps
 
 LEASE_S = 30.0  # env DEPLOYER_LOCK_LEASE_S; a vanished client blocks others at most this long
@@ -291,6 +293,20 @@ class DeploymentLock:
                         hint="see `deploy status` and `deploy history`, then run the operation again")
 
     @contextmanager
+    def fenced(self) -> Iterator[None]:
+        """A change the target refused because the lease is no longer ours (its helper checks before each start,
+        stop and write) is the lost lock: reported as such, whatever the heartbeat has heard so far."""
+        try:
+            yield
+        except HelperRefused as exc:
+            if exc.kind != "fenced":
+                raise
+            self._lost = self._lost or exc.said.removeprefix("refused: ").split("; nothing was changed")[0]
+            lost = self.lost_error()
+            assert lost is not None
+            raise lost from None
+
+    @contextmanager
     def reporting_loss(self) -> Iterator[None]:
         """A connection error while the lock was lost (or its lease ran out) is reported as the lost lock."""
         try:
@@ -340,15 +356,18 @@ class Guarded:
 
     def run(self, cmd: str, *, timeout: float = 60.0, check: bool = True, stdin: bytes | None = None) -> Result:
         self.lock.ensure()
-        return self.inner.run(cmd, timeout=timeout, check=check, stdin=stdin)
+        with self.lock.fenced():
+            return self.inner.run(cmd, timeout=timeout, check=check, stdin=stdin)
 
     def put(self, data: bytes, path: str, mode: int = 0o644) -> str:
         self.lock.ensure()
-        return self.inner.put(data, path, mode)
+        with self.lock.fenced():
+            return self.inner.put(data, path, mode)
 
     def put_all(self, files: Sequence[tuple[bytes, str, int]], hasher: Hasher | None = None) -> list[str]:
         self.lock.ensure()  # the one-argument call when no hasher is given: a narrower put_all (a test's) still fits
-        return self.inner.put_all(files) if hasher is None else self.inner.put_all(files, hasher)
+        with self.lock.fenced():
+            return self.inner.put_all(files) if hasher is None else self.inner.put_all(files, hasher)
 
     def read(self, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes:
         self.lock.ensure()
@@ -381,7 +400,8 @@ class GuardedHelper(FileOps):
 
     def supervise(self, argv: Sequence[str], timeout: float) -> Result:
         self.lock.ensure()
-        return self.inner.supervise(argv, timeout)
+        with self.lock.fenced():
+            return self.inner.supervise(argv, timeout)
 
     def snapshot(self, argv: Sequence[str], timeout: float) -> dict[str, Any]:
         self.lock.ensure()
@@ -394,7 +414,8 @@ class GuardedHelper(FileOps):
 
     def mkdirs(self, path: str, owned_from: str) -> None:
         self.lock.ensure()
-        self.inner.mkdirs(path, owned_from)
+        with self.lock.fenced():
+            self.inner.mkdirs(path, owned_from)
 
     def call(self, op: str, fields: dict[str, Any], wait_s: float, what: str) -> dict[str, Any]:
         self.lock.ensure()

@@ -82,8 +82,12 @@ def status(remote: Remote, run: RunDir) -> dict[str, Any]:
     return _json_line(result.stdout)
 
 
-def stop(remote: Remote, run: RunDir, grace: float) -> dict[str, Any]:
-    result = run_supervisor(remote, "stop", run.path, "--grace", f"{grace:g}", timeout=grace + 30)
+def stop(remote: Remote, run: RunDir, grace: float, why: str | None = None) -> dict[str, Any]:
+    """Stop the run's engine; `why` "replace" records that nobody asked for the deployment to stop (an `up`
+    replacing it), so an interrupted replace never reads as a deliberate `down`; "failed": deployer ends a failed
+    attempt (a rank that ended by itself keeps the status it ended with). None: a deliberate stop (`down`)."""
+    extra = ("--why", why) if why else ()
+    result = run_supervisor(remote, "stop", run.path, "--grace", f"{grace:g}", *extra, timeout=grace + 30)
     return _json_line(result.stdout)
 
 

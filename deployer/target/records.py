@@ -44,7 +44,10 @@ class RunView:
 
     @property
     def status(self) -> str:
-        return str(self.state.get("status", "unknown"))
+        """The supervisor's status; a run an `up` stopped to replace it, and that nothing replaced (the `up` was
+        killed), is `interrupted`: nobody asked for the deployment to stop (`stopped` is a `down`'s)."""
+        status = str(self.state.get("status", "unknown"))
+        return "interrupted" if status == "stopped" and self.state.get("stopped_for") == "replace" else status
 
     @property
     def reached_ready(self) -> bool:

@@ -74,13 +74,13 @@ def test_dropped_connection_mid_up_retakes_the_lease_and_a_down_meanwhile_is_ref
     assert "locked by" in last_error(down) and "(up)" in last_error(down) and " since " in last_error(down)
     text = err.decode() + out.decode()  # with --json, warnings are events on stdout
     assert "Traceback" not in text, text
-    if up.returncode == 0:  # re-took the same lease and carried on
-        assert "re-took the same deployment lock" in text
-        assert lease_on_target(work, "drop").get("token") in (None, token)
-        st = json.loads(deploy("status", str(prof), "--json", home=home).stdout)
-        assert st["status"] == "ready" and st["healthy"]
-    else:  # or stopped, saying so
-        assert up.returncode == 4 and "lost the deployment lock" in text, text
+    # the link came back at once (loopback), well within the lease: the one right outcome is to re-take the same
+    # lease and carry on (losing the lock here would mean the retake is broken)
+    assert up.returncode == 0, text[-3000:]
+    assert "re-took the same deployment lock" in text and "lost the deployment lock" not in text
+    assert lease_on_target(work, "drop").get("token") in (None, token)
+    st = json.loads(deploy("status", str(prof), "--json", home=home).stdout)
+    assert st["status"] == "ready" and st["healthy"]
     # released at the end either way: the next operation needs no wait
     assert deploy("down", str(prof), home=home, env=SHORT_LEASE).returncode == 0
 

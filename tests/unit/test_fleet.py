@@ -15,7 +15,10 @@ import yaml
 from deployer.errors import LaunchFailed, PartlyFailed, ProfileError, TargetError
 from deployer.runner.fanout import TaggedSink, fan_out
 from deployer.fleet.members import fleet_of, http_url
-from deployer.fleet.oncall import _exit_code, pick_member
+from deployer.fleet.oncall import _exit_code, _mark_in_router, pick_member
+from deployer.oncall.deployment import status_exit_code
+from deployer.target.push import RunDir
+from deployer.target.records import RunView
 from deployer.fleet.report import FleetReport, ReplicaResult
 from deployer.fleet.router import RouterReport, render_router, settings_hash
 from deployer.profile.loader import load_profile
@@ -209,6 +212,28 @@ def test_fleet_status_exit_codes() -> None:
     assert _exit_code([_row("replica", "ready", True), _row("router", "exited", False)]) == 5   # nothing in front
     assert _exit_code([_row("replica", "stopped", False), _row("router", "stopped", False)]) == 8
     assert _exit_code([_row("replica", "absent", False), _row("router", "absent", False)]) == 7
+
+
+def test_fleet_status_is_never_0_while_a_serving_replica_is_out_of_its_router() -> None:
+    """Issue 22 finding 4: an interrupted rolling restart drained r1 and never added it back."""
+    rows = [{**_row("replica", "ready", True), "url": "http://a:1"}, {**_row("replica", "ready", True),
+            "url": "http://b:1"}, {**_row("router", "ready", True), "workers": {"http://a:1": True}}]
+    _mark_in_router(rows)
+    assert [r.get("in_router") for r in rows] == [True, False, None]
+    assert _exit_code(rows) == 9
+    rows[2]["workers"] = {"http://a:1": True, "http://b:1": True}
+    _mark_in_router(rows)
+    assert _exit_code(rows) == 0
+    rows[2]["workers"] = {"http://a:1": True, "http://b:1": False}   # registered, not healthy: not serving in it
+    _mark_in_router(rows)
+    assert _exit_code(rows) == 9
+
+
+def test_an_interrupted_replace_reads_interrupted_never_stopped() -> None:
+    run = RunDir("/w/d/runs/1", "1")
+    assert RunView(run, {}, {"status": "stopped", "stopped_for": "replace"}, None).status == "interrupted"
+    assert RunView(run, {}, {"status": "stopped"}, None).status == "stopped"
+    assert status_exit_code({"status": "interrupted", "healthy": False}) == 5
 
 
 def test_logs_picks_one_member(tmp_path: Path) -> None:

@@ -280,3 +280,55 @@ def test_find_bytes_runs_and_lease_show(helper: Helper, tmp_path: Path) -> None:
     shown = helper.ask("lease_show", path=str(root / "lock"))["lease"]
     assert shown["held"] and shown["command"] == "up" and "token" not in shown
     assert isinstance(helper.ask("kernel_log", lines=5)["text"], str)
+
+
+def test_a_helper_whose_lease_was_broken_refuses_every_change_but_still_reads(tmp_path: Path) -> None:
+    """Fencing (issue 22 finding 3): `up`'s helper holds t1; `down --break-lock` (another helper) takes t2. Before
+    t1's next heartbeat, the lost `up` asks its helper to start, stop or write: refused, nothing done."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    lost, other = Helper(tmp_path / "a"), Helper(tmp_path / "b")
+    try:
+        lock, marker = str(tmp_path / "dep" / "lock"), tmp_path / "dep" / "started"
+        assert lost.ask("lease_take", path=lock, holder=holder("up"), token="t1", lease_s=30)["word"] == "LOCKED"
+        held = lost.ask("run", cmd='echo "$DEPLOYER_LEASE_TOKENS"', timeout=5)
+        assert held["ok"] and held["stdout"] == "t1\n"  # what a supervisor started now is told (restart fencing)
+        broke = other.ask("lease_take", path=lock, holder=holder("down"), token="t2", lease_s=30, mode="break")
+        assert broke["word"] == "LOCKED"
+        refused = lost.ask("run", cmd=f"touch {marker}", timeout=5)
+        assert refused["ok"] is False and refused["kind"] == "fenced" and not marker.exists()
+        assert "no longer ours (now held by t@laptop pid 1 (down))" in refused["error"]
+        data = base64.b64encode(b"x").decode()
+        wrote = lost.ask("install", files=[{"path": str(marker), "mode": 0o644, "data_b64": data,
+                                            "sha256": hashlib.sha256(b"x").hexdigest()}])
+        assert wrote["kind"] == "fenced" and not marker.exists()
+        assert lost.ask("mkdirs", path=str(tmp_path / "dep" / "runs"), owned_from=str(tmp_path))["kind"] == "fenced"
+        assert lost.ask("size", path=lock)["ok"]  # reads still answer (status, the report)
+        assert other.ask("run", cmd=f"touch {marker}", timeout=5)["ok"] and marker.exists()  # the new holder acts
+        lost.ask("lease_beat", token="t1")  # LOST: and still refused afterwards (the token is forgotten)
+        assert lost.ask("run", cmd="true", timeout=5)["kind"] == "fenced"
+    finally:
+        lost.close()
+        other.close()
+
+
+def test_a_supervisor_may_restart_only_while_nobody_else_holds_the_lock_and_its_run_is_current(
+        tmp_path: Path) -> None:
+    from deployer.supervisor import supervise_lease as lease
+
+    dep = tmp_path / "dep"
+    run = dep / "runs" / "r1"
+    run.mkdir(parents=True)
+    (dep / "current").symlink_to("runs/r1")
+    assert lease.restart_refusal(str(run), frozenset({"t1"})) is None  # no lock file: nothing says no
+    fd, _ = lease.acquire(str(dep / "lock"), holder("up"), "t1", 30, "take")
+    try:
+        assert lease.restart_refusal(str(run), frozenset({"t1"})) is None  # its own up still holds it
+        assert "held by t@laptop pid 1 (up)" in str(lease.restart_refusal(str(run), frozenset({"t0"})))
+        lease.update(fd, "t1", 30, release=True)
+        assert lease.restart_refusal(str(run), frozenset()) is None  # released: the 3 a.m. crash is restarted
+        (dep / "current").unlink()
+        (dep / "current").symlink_to("runs/r2")
+        assert "current run is now r2" in str(lease.restart_refusal(str(run), frozenset({"t1"})))
+    finally:
+        os.close(fd)

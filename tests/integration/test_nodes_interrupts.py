@@ -1,0 +1,93 @@
+"""Interrupts of a two-node group's replace, over real sshd hosts (issue 22 finding 5 for multi-node groups):
+Ctrl-C during the stop starts the stopped version again on every node before deployer leaves; after kill -9 the
+group reads `interrupted` (exit 5), never `stopped` (8)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "faults"))
+
+from deploy_helpers import deploy  # noqa: E402
+from faultbed import start_deploy, wait_for_event  # noqa: E402
+from hostbed import HostBed  # noqa: E402
+from test_nodes_up import bed, nodes_profile  # noqa: E402,F401 (the two-host bed fixture)
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+STOPPING = "to replace it"
+
+
+def two_versions(tmp_path: Path, bed: HostBed) -> tuple[Path, Path]:
+    v1, _ = nodes_profile(tmp_path, bed, env={"STANDIN_DRAIN_S": "3"}, restart={"grace_s": 10})
+    data = yaml.safe_load(v1.read_text())
+    data["engine"]["env"].update(STANDIN_MODE="slow", STANDIN_STEP_S="0.5", VERSION="2")
+    v2 = tmp_path / "v2.yaml"
+    v2.write_text(yaml.safe_dump(data, sort_keys=False))
+    return v1, v2
+
+
+def currents(bed: HostBed, name: str = "two-node") -> list[Path]:
+    return [(h.workdir / name / "current").resolve() for h in bed.hosts]
+
+
+def group_status(prof: Path, home: Path) -> tuple[int, list[dict[str, Any]]]:
+    out = deploy("status", str(prof), "--json", home=home)
+    assert "Traceback" not in out.stderr, out.stderr
+    data = json.loads(out.stdout)
+    return out.returncode, data if isinstance(data, list) else data.get("nodes", [data])
+
+
+def test_ctrl_c_during_the_stop_of_a_group_replace_starts_the_old_version_on_every_node(
+        tmp_path: Path, bed: HostBed) -> None:
+    home = tmp_path / "home"
+    v1, v2 = two_versions(tmp_path, bed)
+    assert deploy("up", str(v1), home=home, timeout=150).returncode == 0
+    old = currents(bed)
+    up = start_deploy("up", str(v2), "--json", home=home)
+    try:
+        wait_for_event(up, STOPPING, timeout=60)
+        time.sleep(0.5)  # inside the stop (rank 0 drains for 3 s)
+        up.send_signal(signal.SIGINT)
+        out, err = up.communicate(timeout=90)
+    finally:
+        if up.poll() is None:
+            up.kill()
+    text = out.decode() + err.decode()
+    assert up.returncode == 130 and "Traceback" not in text, text[-3000:]
+    assert "started the previous version" in text and "on every node" in text, text[-3000:]
+    assert currents(bed) == old
+    deadline = time.monotonic() + 60
+    code, rows = group_status(v1, home)
+    while code != 0 and time.monotonic() < deadline:
+        time.sleep(1)
+        code, rows = group_status(v1, home)
+    assert code == 0, rows
+    assert deploy("down", str(v1), home=home).returncode == 0
+
+
+def test_kill_9_during_the_stop_of_a_group_replace_reads_interrupted(tmp_path: Path, bed: HostBed) -> None:
+    home = tmp_path / "home"
+    v1, v2 = two_versions(tmp_path, bed)
+    assert deploy("up", str(v1), home=home, timeout=150).returncode == 0
+    up = start_deploy("up", str(v2), "--json", home=home)
+    wait_for_event(up, STOPPING, timeout=60)
+    time.sleep(0.5)
+    up.send_signal(signal.SIGKILL)
+    up.communicate(timeout=10)
+    deadline = time.monotonic() + 30
+    code, rows = group_status(v1, home)
+    while any(r["status"] not in ("interrupted", "exited", "stopped") for r in rows) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        code, rows = group_status(v1, home)
+    assert code == 5 and "interrupted" in [r["status"] for r in rows], (code, rows)  # never 8: no one asked
+    assert deploy("up", str(v1), home=home, timeout=150).returncode == 0  # the next up repairs it
+    assert group_status(v1, home)[0] == 0
+    assert deploy("down", str(v1), home=home).returncode == 0
