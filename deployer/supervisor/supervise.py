@@ -242,9 +242,9 @@ def cmd_stop(run_dir: str, grace: float | None, why: str | None = None) -> int:
     if not before["alive"] and not before["supervisor_alive"]:
         # a deliberate stop (`down`) of a run that ended by itself: now stopped as asked; deployer's own stops
         # (a replace, a failed attempt's clean-up) leave an ended run as it ended
-        final = _stopped_ended(run_dir, before) if why is None else before
+        ended = _stopped_ended(run_dir, before) if why is None else before
         _note_why(run_dir, why)  # a `down` of a replace left half done: now it is a deliberate stop
-        print(json.dumps(dict(status_of(run_dir) if why is None else final, was_running=False), sort_keys=True),
+        print(json.dumps(dict(status_of(run_dir) if why is None else ended, was_running=False), sort_keys=True),
               flush=True)
         return 0
     if before["supervisor_alive"] and isinstance(sup, int):

@@ -16,7 +16,7 @@ from deployer.errors import LaunchFailed, PartlyFailed, ProfileError, TargetErro
 from deployer.runner.fanout import TaggedSink, fan_out
 from deployer.fleet.members import fleet_of, http_url
 from deployer.fleet.oncall import _exit_code, _mark_in_router, pick_member
-from deployer.oncall.deployment import status_exit_code
+from deployer.oncall.deployment import status_code
 from deployer.target.push import RunDir
 from deployer.target.records import RunView
 from deployer.fleet.report import FleetReport, ReplicaResult
@@ -233,7 +233,7 @@ def test_an_interrupted_replace_reads_interrupted_never_stopped() -> None:
     run = RunDir("/w/d/runs/1", "1")
     assert RunView(run, {}, {"status": "stopped", "stopped_for": "replace"}, None).status == "interrupted"
     assert RunView(run, {}, {"status": "stopped"}, None).status == "stopped"
-    assert status_exit_code({"status": "interrupted", "healthy": False}) == 5
+    assert status_code("interrupted", False) == 5
 
 
 def test_logs_picks_one_member(tmp_path: Path) -> None:
