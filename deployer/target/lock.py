@@ -419,7 +419,8 @@ class GuardedHelper(FileOps):
 
     def call(self, op: str, fields: dict[str, Any], wait_s: float, what: str) -> dict[str, Any]:
         self.lock.ensure()
-        return self.inner.call(op, fields, wait_s, what)
+        with self.lock.fenced():  # a file op that changes a file is refused once the lease is another's
+            return self.inner.call(op, fields, wait_s, what)
 
 
 def _conforms(remote: Guarded, helper: GuardedHelper) -> tuple[Remote, Helper]:

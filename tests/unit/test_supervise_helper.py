@@ -303,6 +303,14 @@ def test_a_helper_whose_lease_was_broken_refuses_every_change_but_still_reads(tm
                                             "sha256": hashlib.sha256(b"x").hexdigest()}])
         assert wrote["kind"] == "fenced" and not marker.exists()
         assert lost.ask("mkdirs", path=str(tmp_path / "dep" / "runs"), owned_from=str(tmp_path))["kind"] == "fenced"
+        dep = tmp_path / "dep"
+        (dep / "runs" / "old").mkdir(parents=True)
+        for op, fields in [("link", {"path": str(dep / "current"), "target": "runs/old", "within": str(dep)}),
+                           ("remove", {"paths": [str(dep / "runs" / "old")], "within": str(dep)}),
+                           ("mkdir", {"path": str(dep / "runs" / "new"), "within": str(dep), "need": 0})]:
+            assert lost.ask(op, **fields)["kind"] == "fenced", op   # the file ops that change files, too
+        assert (dep / "runs" / "old").is_dir() and not (dep / "current").exists() and not (dep / "runs" / "new").exists()
+        assert lost.ask("listdir", path=str(dep / "runs"))["ok"]
         assert lost.ask("size", path=lock)["ok"]  # reads still answer (status, the report)
         assert other.ask("run", cmd=f"touch {marker}", timeout=5)["ok"] and marker.exists()  # the new holder acts
         lost.ask("lease_beat", token="t1")  # LOST: and still refused afterwards (the token is forgotten)
