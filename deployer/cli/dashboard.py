@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import click
 
 from deployer.dashboard.live import LiveSource, watched
-from deployer.dashboard.server import LOOPBACK, DashboardConfig, DashboardServer
+from deployer.dashboard.server import LOOPBACK, DashboardConfig, DashboardServer, serve_until_interrupted
 from deployer.deployments.resolve import Mode, resolve
 from deployer.remote.connect import kept_open
 
@@ -79,11 +79,5 @@ def dashboard(targets: tuple[str, ...], port: int, address: str, refresh: float,
     chosen = [resolve(n.arg, n.host, n.workdir, trust_new_host=trust_new_host, mode=loaded) for n in named(targets)]
     source = LiveSource([watched(d) for d in chosen])
     server = DashboardServer(source, DashboardConfig(address=address, port=port, refresh_s=refresh))
-    click.echo(server.url)
     with kept_open():
-        try:
-            server.serve_forever()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            server.server_close()
+        serve_until_interrupted(server, click.echo)

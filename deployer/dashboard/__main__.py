@@ -10,7 +10,7 @@ import sys
 from importlib.resources import as_file, files
 from pathlib import Path
 
-from deployer.dashboard.server import LOOPBACK, DashboardConfig, DashboardServer
+from deployer.dashboard.server import LOOPBACK, DashboardConfig, DashboardServer, serve_until_interrupted
 from deployer.dashboard.source import StaticSource
 
 
@@ -25,14 +25,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def serve(directory: Path, config: DashboardConfig) -> None:
-    server = DashboardServer(StaticSource.from_dir(directory), config)
-    print(server.url, flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+    serve_until_interrupted(DashboardServer(StaticSource.from_dir(directory), config),
+                            lambda url: print(url, flush=True))
 
 
 def main(argv: list[str] | None = None) -> None:

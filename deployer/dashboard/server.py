@@ -247,6 +247,17 @@ def _int(query: dict[str, list[str]], name: str) -> int | None:
     return int(raw) if raw.isdigit() else None
 
 
+def serve_until_interrupted(server: DashboardServer, say: Callable[[str], None]) -> None:
+    """The foreground way: the URL (token included) said first, then serving until Ctrl-C."""
+    say(server.url)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
 @contextmanager
 def running(source: DashboardSource, config: DashboardConfig = DashboardConfig()) -> Iterator[DashboardServer]:
     """A dashboard serving from a background thread until the block ends."""

@@ -17,27 +17,19 @@ from conftest import FAST
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
-from deploy_helpers import deploy, write_profile  # noqa: E402
+from deploy_helpers import healed_deployment  # noqa: E402
 from deployer.dashboard import running  # noqa: E402
 from deployer.dashboard.live import LiveSource, watched  # noqa: E402
 from deployer.deployments.resolve import Mode, resolve  # noqa: E402
 from deployer.remote.connect import kept_open  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
-MTP_ARGS = {"speculative_algorithm": "NEXTN", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
-            "speculative_num_draft_tokens": 4, "tp_size": 1}
 
 
 @pytest.fixture(scope="module")
 def healed(tmp_path_factory: pytest.TempPathFactory, sshd: Any) -> Iterator[tuple[Path, Path]]:
-    tmp = tmp_path_factory.mktemp("live")
-    prof = write_profile(tmp, sshd, name="livedemo", model="Qwen/Qwen3.6-27B", args=MTP_ARGS,
-                         env={"STANDIN_SGLANG_VERSION": "0.5.10"})
-    home = tmp / "home"
-    up = deploy("up", str(prof), "--skip-preflight", home=home)
-    assert up.returncode == 0, up.stderr[-3000:]
-    yield prof, home
-    deploy("down", str(prof), home=home)
+    with healed_deployment(tmp_path_factory.mktemp("live"), sshd, "livedemo") as made:
+        yield made
 
 
 def test_a_live_stand_in_deployment_its_healed_attempt_and_its_log(

@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -58,3 +60,22 @@ def fill(disk: Path, leave: int) -> None:
     st = os.statvfs(disk)
     with open(disk / "filler", "wb") as f:
         f.write(b"\0" * max(st.f_bavail * st.f_frsize - leave, 0))
+
+
+MTP_ARGS = {"speculative_algorithm": "NEXTN", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
+            "speculative_num_draft_tokens": 4, "tp_size": 1}
+
+
+@contextmanager
+def healed_deployment(tmp: Path, sshd: Any, name: str) -> Iterator[tuple[Path, Path]]:
+    """A stand-in deployment whose first attempt crashed and was healed (SGLang 0.5.10's Mamba + MTP failure,
+    attempt 2 ready), stopped at the end; its profile and DEPLOYER_HOME."""
+    prof = write_profile(tmp, sshd, name=name, model="Qwen/Qwen3.6-27B", args=MTP_ARGS,
+                         env={"STANDIN_SGLANG_VERSION": "0.5.10"})
+    home = tmp / "home"
+    up = deploy("up", str(prof), "--skip-preflight", home=home)
+    assert up.returncode == 0, up.stderr[-3000:]
+    try:
+        yield prof, home
+    finally:
+        deploy("down", str(prof), home=home)

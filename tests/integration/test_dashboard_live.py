@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from deploy_helpers import REPO, deploy, write_profile
+from deploy_helpers import REPO, deploy, healed_deployment, write_profile
 from deployer.dashboard.live import LiveSource, watched
 from deployer.dashboard.model import LogRequest
 from deployer.deployments.resolve import Mode, resolve
@@ -28,21 +28,12 @@ from deployer.remote.connect import kept_open
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-MTP_ARGS = {"speculative_algorithm": "NEXTN", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
-            "speculative_num_draft_tokens": 4, "tp_size": 1}
 
 
 @pytest.fixture(scope="module")
 def healed(tmp_path_factory: pytest.TempPathFactory, sshd: Any) -> Iterator[tuple[Path, Path]]:
-    """A deployment whose first attempt crashed and was healed (attempt 2 ready); its profile and DEPLOYER_HOME."""
-    tmp = tmp_path_factory.mktemp("dash")
-    prof = write_profile(tmp, sshd, name="dashdemo", model="Qwen/Qwen3.6-27B", args=MTP_ARGS,
-                         env={"STANDIN_SGLANG_VERSION": "0.5.10"})
-    home = tmp / "home"
-    up = deploy("up", str(prof), "--skip-preflight", home=home)
-    assert up.returncode == 0, up.stderr[-3000:]
-    yield prof, home
-    deploy("down", str(prof), home=home)
+    with healed_deployment(tmp_path_factory.mktemp("dash"), sshd, "dashdemo") as made:
+        yield made
 
 
 def test_rows_timeline_and_log_through_one_kept_connection(healed: tuple[Path, Path],
