@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from deployer.engines.common import FATAL_GRACE_S, fatal_patterns
-from deployer.errors import DeployError, DiskFull, RemoteError, TargetError
+from deployer.errors import DeployError, DiskFull, LockLost, RemoteError, TargetError
 from deployer.remote.base import Remote
 from deployer.remote.base import HelperRefused
 from deployer.remote.oneshot import UNSAFE_HINT
@@ -216,6 +216,8 @@ def push(remote: Remote, layout: Layout, bundle: Bundle, record: Mapping[str, An
         remote.put_all([(data, run.file(name), mode) for name, data, mode in files])
     except DeployError as exc:
         remove_run_dir(remote, layout, run)
+        if isinstance(exc, LockLost):
+            raise  # not a fault of the push: the lock's own message says what happened and what to do
         exc.message = f"push of {run_id} failed, nothing of it kept: {exc.message}"
         exc.args = (exc.message,)
         raise
