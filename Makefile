@@ -39,7 +39,7 @@ test-unit: install
 
 # The dashboard in a real headless Chromium (tests/browser): Debian's chromium and chromium-driver, installed with
 # apt-get when run as root (scripts/provision-test-host.sh browser); skipped without them, a failure under CI=true.
-test-browser: install
+test-browser: provision install
 	@PYTHON=$(PYTHON) bash scripts/provision-test-host.sh browser
 	$(PY) -m pytest -q -p no:cacheprovider -m browser tests/browser
 
