@@ -9,6 +9,7 @@ from __future__ import annotations
 from deployer.engines.renames import load_renames
 from deployer.errors import ProfileError
 from deployer.preflight import flags as fl
+from deployer.preflight.known import local_caches
 from deployer.profile.model import Profile
 
 
@@ -19,7 +20,9 @@ def for_version(profile: Profile, version: str | None) -> tuple[Profile, list[st
                          "engine.version): flags are exported as written, untranslated"]
     kind = profile.engine.kind
     renames = load_renames(profile.engine.definition.knowledge)
-    flagset = fl.load_cached_flagset(fl.default_cache_dir(), kind, version)
+    # where `up`'s preflight caches first, then the user cache dir: the same places `validate` reads
+    flagset = next((found for cache in local_caches()
+                    if (found := fl.load_cached_flagset(cache, kind, version)) is not None), None)
     report = (fl.check_flags(profile, flagset, renames) if flagset is not None
               else fl.translate_offline(profile, kind, version, renames))
     if report.errors:

@@ -318,3 +318,24 @@ def test_cli_still_needs_a_variable_it_would_write_into_a_manifest(tmp_path: Pat
                                        "engine": {"kind": "sglang", "model_path": "${MODEL_DIR}/qwen"}}))
     run = _cli("export", "k8s", str(profile), "--image", IMAGE)
     assert run.returncode == 2 and "${MODEL_DIR} is not set" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_export_reads_the_flag_table_where_ups_preflight_cached_it(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without DEPLOYER_HOME, `up` caches the target's flag table under the user data dir's cache/; export finds
+    it there (the full check, which refuses a flag that release does not have) as `validate` does, not only in
+    the user cache dir."""
+    from deployer.local_history import home
+    from deployer.preflight.flags import save_flagset
+
+    monkeypatch.delenv("DEPLOYER_HOME", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    profile = load("qwen36-mtp")
+    odd = profile.model_copy(update={"engine": profile.engine.model_copy(
+        update={"args": {**profile.engine.args, "zzq_totally_unknown": 7}})})
+    odd._secret_env, odd._secret_args = profile._secret_env, profile._secret_args
+    assert for_version(odd, "0.5.23")[0].engine.args["zzq_totally_unknown"] == 7  # no table: renames alone
+    save_flagset(home() / "cache", standin_flagset())
+    with pytest.raises(ProfileError, match="zzq"):
+        for_version(odd, "0.5.23")
