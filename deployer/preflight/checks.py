@@ -203,7 +203,8 @@ def _cached(probe: str, name: str) -> str:
     """Shell that answers from the target's probe cache (then prints @@cached), else runs `probe` and keeps what
     it printed when that holds the probe's JSON."""
     return STORE_SH + (f'f={PROBE_CACHE}/{name}.out\n'
-                       'if [ -s "$f" ]; then cat "$f"; echo "@@cached"; exit 0; fi\n'
+                       'if [ -s "$f" ] && [ ! -L "$f" ] && owned "${f%/*}"; then\n'
+                       '  cat "$f"; echo "@@cached"; exit 0\nfi\n'
                        f'o=$({probe}); rc=$?\n'
                        "printf '%s\\n' \"$o\"\n"
                        f'case "$o" in *{shlex.quote(fl.PROBE_MARKER)}*) store "$f" "$o" ;; esac\n'

@@ -122,9 +122,11 @@ def version_py(install: Install) -> str:
 PROBE_CACHE = '"${XDG_CACHE_HOME:-$HOME/.cache}/deployer/probes"'
 PROBES_KEPT = 200
 # `store FILE TEXT`: write atomically, best effort (a full disk only costs the next probe run); the oldest answers
-# beyond PROBES_KEPT go.
-STORE_SH = """store() { mkdir -p -m 0700 "${1%%/*}" && printf '%%s\\n' "$2" > "$1.$$.tmp" && mv -f "$1.$$.tmp" "$1" &&
-  (cd "${1%%/*}" && ls -1t | tail -n +%d | xargs -r rm -f --); } 2>/dev/null
+# beyond PROBES_KEPT go. Only into a real directory of this user's that nobody else can write (`owned`), and the
+# temporary file made new (noclobber: a planted file or symlink at its name is refused, never followed).
+STORE_SH = """owned() { [ -d "$1" ] && [ ! -L "$1" ] && [ -O "$1" ] && [ -z "$(find "$1" -maxdepth 0 -perm /022)" ]; }
+store() { d=${1%%/*}; mkdir -p -m 0700 "$d" && owned "$d" && (set -C; printf '%%s\\n' "$2" > "$1.$$.tmp") &&
+  mv -f "$1.$$.tmp" "$1" && (cd "$d" && ls -1t | tail -n +%d | xargs -r rm -f --); } 2>/dev/null
 """ % (PROBES_KEPT + 1)
 
 FACTS_SCRIPT = r"""
@@ -169,7 +171,7 @@ st=$(printf '%s\n' "$out" | sed -n 's/^@@stamp //p')
 case " $CACHED " in *" $v "*) ;; *) if [ -n "$v" ] && [ "$v" != - ]; then
   # the flag table, kept on the target for this engine install (any laptop's next preflight skips the probe)
   f=""; [ -n "$st" ] && f="$PROBES/flags-$(printf '%s\n' "$KIND" "$v" "$st" "$PROBE" | sha256sum | cut -c1-40).out"
-  if [ -n "$f" ] && [ -s "$f" ]; then cat "$f"; echo "@@cached"
+  if [ -n "$f" ] && [ -s "$f" ] && [ ! -L "$f" ] && owned "$PROBES"; then cat "$f"; echo "@@cached"
   else o=$("$PY" -c "$PROBE" --flags 2>/dev/null); printf '%s\n' "$o"
     [ -n "$f" ] && case "$o" in *"$MARKER"*) store "$f" "$o" ;; esac
   fi

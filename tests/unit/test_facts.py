@@ -6,6 +6,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from deployer.preflight.facts import PROBES_KEPT, STORE_SH, parse_facts
 from deployer.profile.model import Profile
 
@@ -53,3 +55,32 @@ def test_the_probe_cache_keeps_its_newest_answers_only(tmp_path: Path) -> None:
     names = {p.name for p in probes.iterdir()}
     assert len(names) == PROBES_KEPT and "new.out" in names and "old-0.out" not in names
     assert not [n for n in names if n.endswith(".tmp")]
+
+
+def _store(probes: Path, before: str = "") -> None:
+    script = STORE_SH + before + f'store {probes}/new.out "answer"\n'
+    subprocess.run(["bash", "-c", script], check=False, timeout=30)
+
+
+def test_the_probe_cache_never_writes_through_a_planted_symlink(tmp_path: Path) -> None:
+    probes, victim = tmp_path / "probes", tmp_path / "victim"
+    probes.mkdir(mode=0o700)
+    victim.write_text("root's own\n")
+    # a link planted at the temporary file's name (it holds the shell's pid, $$, known here in the same shell)
+    _store(probes, before=f'ln -s {victim} {probes}/new.out.$$.tmp\n')
+    assert victim.read_text() == "root's own\n"
+    assert not (probes / "new.out").exists()
+
+
+@pytest.mark.parametrize("unsafe", ["group-writable", "a symlink"])
+def test_the_probe_cache_stores_nothing_in_a_directory_others_control(tmp_path: Path, unsafe: str) -> None:
+    real = tmp_path / "elsewhere"
+    real.mkdir(mode=0o700)
+    probes = tmp_path / "probes"
+    if unsafe == "a symlink":
+        probes.symlink_to(real)
+    else:
+        probes.mkdir()
+        probes.chmod(0o770)
+    _store(probes)
+    assert list(real.iterdir()) == [] and not (probes / "new.out").exists()
