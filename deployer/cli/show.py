@@ -17,7 +17,8 @@ from deployer.deployments.base import Deployment
 from deployer.deployments.known import ConfigReport, KnownReport
 from deployer.deployments.reports import (DiagnosisReport, FleetDown, FleetStatus, HistoryReport, HostDown,
                                           HostStatus, NodeDown, NodeStatus, PlanReport, PruneReport, StatusRow)
-from deployer.output.console import JsonEvents, LiveProgress
+from deployer.output.console import JsonEvents, LiveProgress, terminal_width
+from deployer.output.memory import allocated_lines, budget_lines
 from deployer.output.fleet import FleetProgress, status_lines
 from deployer.output.serving import serving_lines
 from deployer.logtext import line_time
@@ -265,6 +266,12 @@ def _(report: PruneReport, sink: Any = None) -> None:
 @text.register
 def _(report: PlanReport, sink: Any = None) -> None:
     click.echo(report.text, nl=False)
+    picture = report.picture
+    if picture is not None:
+        width = terminal_width(sys.stdout)
+        drawn = budget_lines(picture.gpus, width, sys.stdout.isatty()) if picture.gpus else []
+        for line in drawn + allocated_lines(picture.estimate, picture.allocated, picture.run_id):
+            click.echo(line)
 
 
 def timeline_text(data: Any) -> str:
