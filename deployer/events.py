@@ -9,8 +9,9 @@ context: the node (rank) and host of a node group, the member (replica tag) and 
 may share one (`exited` from an engine's supervisor and from a follower node).
 
     Event ─┬─ PhaseEntered, Progressed (Download), BecameReady, EngineExited, FollowerExited, EngineHung,
-           │  StartupTimedOut, PortTakenSeen, SupervisorLost                                   (watching)
-           ├─ AttemptStarted, RunPushed, Diagnosed, Changed, RollingBack, Restored            (the attempts)
+           │  StartupTimedOut, PortTakenSeen, SupervisorLost, StartSlow                        (watching)
+           ├─ AttemptStarted, RunPushed, StartPredicted, Diagnosed, Changed, RollingBack, Restored
+           │                                                                                  (the attempts)
            ├─ Note ─ Info, Warn, Problem, Suggestion, Override, Drift                      (a message)
            └─ SmokePhase                                                                      (smoke)
 """
@@ -200,6 +201,19 @@ class SupervisorLost(Event):
     message: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class StartSlow(Event):
+    """A running start far beyond its prediction (observe/timeline.py's rule): `phase` the phase that is (None: the
+    start as a whole, its download left out), `expected` the [fastest, slowest] of the earlier starts."""
+
+    kind: ClassVar[str] = "slow-start"
+    elapsed: float
+    phase: str | None
+    phase_s: float
+    expected: list[float]
+    message: str
+
+
 # --- the attempts -----------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True, kw_only=True)
@@ -207,6 +221,21 @@ class AttemptStarted(Event):
     kind: ClassVar[str] = "attempt"
     attempt: int
     content_hash: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartPredicted(Event):
+    """What this start should take, from the last `starts` ready starts with its key (model, revision, engine
+    version, host, engine arguments) in the target's records: `ready` and each phase's [fastest, slowest] seconds;
+    `startup_timeout_s` the deadline `startup_timeout_s: auto` derived (None: the profile's fixed one)."""
+
+    kind: ClassVar[str] = "prediction"
+    attempt: int
+    starts: int
+    ready: list[float]
+    phases: dict[str, list[float]]
+    summary: str
+    startup_timeout_s: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

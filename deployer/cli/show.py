@@ -17,10 +17,12 @@ from deployer.deployments.base import Deployment
 from deployer.deployments.known import ConfigReport, KnownReport
 from deployer.deployments.reports import (DiagnosisReport, FleetDown, FleetStatus, HistoryReport, HostDown,
                                           HostStatus, NodeDown, NodeStatus, PlanReport, PruneReport, StatusRow)
-from deployer.output.console import JsonEvents, LiveProgress
+from deployer.output.console import JsonEvents, LiveProgress, terminal_width
+from deployer.output.memory import allocated_lines, budget_lines
 from deployer.output.fleet import FleetProgress, status_lines
 from deployer.output.serving import serving_lines
 from deployer.logtext import line_time
+from deployer.observe.timeline import Timeline, duration_text
 from deployer.secrets import mask_data
 from deployer.events import Event, SmokePhase
 
@@ -141,6 +143,9 @@ def _(report: HistoryReport, sink: Any = None) -> None:
         where = f"{row.where}  " if row.where else ""
         click.echo(f"{current} {when}  {where}{row.run_id:<34} {row.content_hash[:12]}  "
                    f"attempt {row.attempt}  {outcome:<10} {row.signature}{change}")
+        phases = timeline_text(row.raw.get("timeline"))
+        if phases:
+            click.echo(f"    phases: {phases}")
 
 
 @text.register
@@ -261,6 +266,26 @@ def _(report: PruneReport, sink: Any = None) -> None:
 @text.register
 def _(report: PlanReport, sink: Any = None) -> None:
     click.echo(report.text, nl=False)
+    picture = report.picture
+    if picture is not None:
+        width = terminal_width(sys.stdout)
+        drawn = budget_lines(picture.gpus, width, sys.stdout.isatty()) if picture.gpus else []
+        for line in drawn + allocated_lines(picture.estimate, picture.allocated, picture.run_id):
+            click.echo(line)
+
+
+def timeline_text(data: Any) -> str:
+    """An attempt's recorded timeline as one line: "start 2.1s, load 12s, ... -> ready at 1m05s" ("" without one,
+    or for a record this release cannot read)."""
+    if not isinstance(data, dict):
+        return ""
+    try:
+        timeline = Timeline.from_json(data)
+    except (KeyError, TypeError, ValueError):
+        return ""
+    parts = [f"{r.phase.label} {duration_text(r.duration_s)}" for r in timeline.phases]
+    end = f" -> ready at {duration_text(timeline.ready_s)}" if timeline.ready_s is not None else ""
+    return ", ".join(parts) + end
 
 
 def print_status(rows: list[StatusRow]) -> None:

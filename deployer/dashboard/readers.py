@@ -74,7 +74,15 @@ def with_phases(attempt: Attempt, phases: Sequence[Mapping[str, Any]]) -> Attemp
 def memory_from_plan(memory: Mapping[str, Any], gpus: Sequence[Mapping[str, Any]] = ()) -> list[GpuMemory]:
     """`deploy plan --json`'s `memory` block (whichever engine's memory model made it: KV tokens x bytes per token
     and Mamba slots, or KV, CUDA graph, activation and non-torch estimates) as one `GpuMemory` per GPU of
-    `facts.gpus` (index, name, total_mib); one GPU when the facts name none. Each part sums the fields present."""
+    `facts.gpus` (index, name, total_mib); one GPU when the facts name none. Each part sums the fields present.
+    A plan that carries its own per-GPU `budget` (deployer's plan since the memory picture) is read from that."""
+    budget = memory.get("budget")
+    if isinstance(budget, list) and budget:   # `deploy plan`'s own per-GPU budget (what its bars draw)
+        return [GpuMemory(gpu=int(b.get("gpu", i)), name=None if b.get("name") is None else str(b["name"]),
+                          total_mib=float(b.get("total_mib") or 0), weights_mib=float(b.get("weights_mib") or 0),
+                          kv_mib=float(b.get("kv_cache_mib") or 0), mamba_mib=float(b.get("mamba_state_mib") or 0),
+                          other_mib=float(b.get("activations_graphs_mib") or 0), fits=bool(memory.get("fits", True)))
+                for i, b in enumerate(budget) if isinstance(b, Mapping)]
     kv = float(memory.get("kv_memory_mib") or 0.0) or \
         float(memory.get("kv_tokens") or 0) * float(memory.get("kv_cell_bytes") or 0) / MIB
     mamba = float(memory.get("mamba_state_bytes") or 0) * float(memory.get("mamba_slots") or 0) / MIB

@@ -16,8 +16,8 @@ from typing import Any
 
 from deployer import smoke as smoke_run
 from deployer.deployments.base import Deployment, DownOptions, ExportSource, LogOptions, Out, PruneOptions, Select
-from deployer.deployments.reports import (DiagnosisReport, HistoryReport, NodeDown, NodeStatus, PlanReport,
-                                          PruneReport, plan_error)
+from deployer.deployments.reports import (DiagnosisReport, HistoryReport, MemoryPicture, NodeDown, NodeStatus,
+                                          PlanReport, PruneReport, plan_error)
 from deployer.deployments.single import Origin, SingleHost
 from deployer.errors import NotFound, ProfileError
 from deployer.export.prometheus import AddressOf, PromExport, node_targets, written_address
@@ -59,7 +59,7 @@ class NodeGroup(Deployment):
 
     def plan(self, model_config: Path | None = None) -> PlanReport:
         report = plan_report(self.profile, trust_new_host=self.trust_new_host, model_config=model_config)
-        return PlanReport(report, report.render_text(), plan_error(report.problems))
+        return PlanReport(report, report.render_text(), plan_error(report.problems), MemoryPicture.of(report.leader))
 
     def status(self) -> NodeStatus:
         return NodeStatus(nodes_ops.status(self.profile, self.node, self.workdir, self.trust_new_host))

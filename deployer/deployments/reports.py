@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
+from deployer.engines.base import GpuBudget, KvAllocated
 from deployer.errors import DeployError, PreflightFailed
 from deployer.oncall.deployment import worst_exit_code
 from deployer.oncall.rows import DownResult, HistoryEntry, StatusRow
@@ -145,13 +146,34 @@ class PruneReport:
 
 
 @dataclass(frozen=True)
+class MemoryPicture:
+    """The memory plan as `plan` draws it: each GPU's budget, deployer's KV estimate, and what the running
+    version's engine allocated (its log; run `run_id`)."""
+
+    gpus: list[GpuBudget]
+    estimate: KvAllocated | None = None
+    allocated: KvAllocated | None = None
+    run_id: str | None = None
+
+    @classmethod
+    def of(cls, preflight: PreflightReport | None) -> MemoryPicture | None:
+        """From a preflight report (a node group's: node 0's); None when there is nothing to draw."""
+        if preflight is None or (preflight.memory is None and preflight.allocated is None):
+            return None
+        estimate = preflight.memory.kv_estimate() if preflight.memory is not None else None
+        return cls(preflight.gpu_budgets(), estimate, preflight.allocated, preflight.allocated_run)
+
+
+@dataclass(frozen=True)
 class PlanReport:
     """`plan`: the preflight report (one host) or the node group's (node 0's preflight plus a line per node);
-    `error` is what the command then raises (a flag nothing may fix, or the problems found)."""
+    `error` is what the command then raises (a flag nothing may fix, or the problems found); `picture` the memory
+    plan to draw."""
 
     report: PreflightReport | NodesPlanReport
     text: str
     error: DeployError | None = field(default=None)
+    picture: MemoryPicture | None = None
 
     def to_json(self) -> Any:
         return self.report.to_json()
@@ -170,5 +192,5 @@ def plan_error(problems: list[str], refused: DeployError | None = None) -> Deplo
 
 __all__ = ["DiagnosisReport", "HistoryEntry", "DownReport", "DownResult", "FleetDown", "FleetStatus", "HistoryReport", "HostDown",
            "HostStatus", "StatusRow",
-           "NodeDown", "NodeStatus", "PlanReport", "PruneReport", "Row", "SmokeResult", "StatusReport", "UpResult",
+           "MemoryPicture", "NodeDown", "NodeStatus", "PlanReport", "PruneReport", "Row", "SmokeResult", "StatusReport", "UpResult",
            "plan_error"]

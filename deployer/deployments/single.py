@@ -19,14 +19,13 @@ from typing import TYPE_CHECKING
 
 from deployer.deployments.base import Deployment, DownOptions, ExportSource, LogOptions, Out, PruneOptions
 from deployer.deployments.reports import (DiagnosisReport, DownReport, HistoryReport, HostDown, HostStatus,
-                                          PlanReport, PruneReport, StatusReport, plan_error)
+                                          MemoryPicture, PlanReport, PruneReport, StatusReport, plan_error)
 from deployer.errors import NotFound, ProfileError
 from deployer.oncall import deployment as ops
 
 if TYPE_CHECKING:
     from deployer.runner.up import UpOptions, UpReport
     from deployer.profile.model import Profile
-    from deployer.remote.base import Remote
     from deployer.smoke import SmokeOptions, SmokeReport
     from deployer.events import EventSink
     from deployer.export.prometheus import AddressOf, PromExport
@@ -109,12 +108,20 @@ class SingleHost(Deployment):
         from deployer.local_history import home
         from deployer.preflight.checks import run_preflight
         from deployer.remote.connect import conversing, target_spec
+        from deployer.target.push import layout_for
+        from deployer.target.records import current_view, engine_allocated
 
         prof = self._profile()
         with conversing(target_spec(prof, self.origin.trust_new_host)) as remote:  # one exec channel
+            view = current_view(remote, layout_for(remote, prof))
+            own_port = view is not None and view.alive and view.record.get("port") == prof.engine.port
             report = run_preflight(remote, prof, cache_dir=home() / "cache", model_config=model_config,
-                                   own_port=_own_port(remote, prof))
-        return PlanReport(report, report.render_text() + "\n", plan_error(report.problems, report.refusal()))
+                                   own_port=own_port)
+            if view is not None:  # after a start: what the engine really allocated, beside the estimate
+                report.allocated, report.allocated_run = engine_allocated(remote, view, prof.engine.definition), \
+                    view.run.run_id
+        return PlanReport(report, report.render_text() + "\n", plan_error(report.problems, report.refusal()),
+                          MemoryPicture.of(report))
 
     def status(self) -> StatusReport:
         try:
@@ -189,12 +196,3 @@ class SingleHost(Deployment):
         from deployer.export.prometheus import engine_targets, written_address
 
         return engine_targets(self._profile(), address_of or written_address)
-
-
-def _own_port(remote: Remote, prof: Profile) -> bool:
-    """This deployment's running version holds the engine port: `up` replaces it, so plan does not call it busy."""
-    from deployer.target.push import layout_for
-    from deployer.target.records import current_view
-
-    view = current_view(remote, layout_for(remote, prof))
-    return view is not None and view.alive and view.record.get("port") == prof.engine.port

@@ -80,6 +80,88 @@ class MemoryInput:
         return {**self.args, **(self.resolved or {})}
 
 
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """One GPU's memory as a plan divides it, in MiB: weights, KV cache, Mamba state, activations and graphs
+    (everything the engine keeps outside its pools: activations, CUDA graphs, the CUDA context), and the headroom
+    left (negative: it does not fit)."""
+
+    total_mib: float
+    weights_mib: float
+    kv_cache_mib: float
+    mamba_state_mib: float = 0.0
+    activations_graphs_mib: float = 0.0
+
+    PARTS = ("weights_mib", "kv_cache_mib", "mamba_state_mib", "activations_graphs_mib")
+
+    @property
+    def used_mib(self) -> float:
+        return sum(float(getattr(self, part)) for part in self.PARTS)
+
+    @property
+    def headroom_mib(self) -> float:
+        return self.total_mib - self.used_mib
+
+    def to_json(self) -> dict[str, float]:
+        return {"total_mib": round(self.total_mib, 1), **{p: round(float(getattr(self, p)), 1) for p in self.PARTS},
+                "headroom_mib": round(self.headroom_mib, 1)}
+
+
+@dataclass(frozen=True)
+class GpuBudget:
+    """One GPU of the engine (its index and name on the box) with the plan's budget on its total."""
+
+    gpu: int
+    name: str | None
+    budget: MemoryBudget
+
+    def to_json(self) -> dict[str, Any]:
+        return {"gpu": self.gpu, "name": self.name, **self.budget.to_json()}
+
+
+@dataclass(frozen=True)
+class KvAllocated:
+    """What the engine's log says it allocated for its KV cache: tokens, and MiB where a line says (the K and V
+    sizes, or the KV cache memory); `line` is the line(s) it came from."""
+
+    tokens: int | None
+    mib: float | None
+    line: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kv_tokens": self.tokens, "kv_cache_mib": None if self.mib is None else round(self.mib, 1),
+                "line": self.line}
+
+
+GIB_GROUPS = ("k_gb", "v_gb", "gib")   # named groups of a kv_allocated pattern that add up to the KV cache (GB)
+
+
+def kv_allocated_in(patterns: tuple[re.Pattern[str], ...], text: str) -> KvAllocated | None:
+    """The engine's KV allocation from its log text by its `LogFormat.kv_allocated` patterns (named groups
+    `tokens`, and `k_gb` + `v_gb` or `gib`); the numbers of every pattern that matches are put together, the first
+    match of each pattern counting (a restart's second allocation is the same)."""
+    tokens: int | None = None
+    mib: float | None = None
+    lines = []
+    for pattern in patterns:
+        found = pattern.search(text)
+        if found is None:
+            continue
+        groups = found.groupdict()
+        if groups.get("tokens") and tokens is None:
+            tokens = int(groups["tokens"].replace(",", ""))
+        sizes = [float(groups[g]) for g in GIB_GROUPS if groups.get(g)]
+        if sizes and mib is None:
+            mib = sum(sizes) * 1024
+        lines.append(found.group(0).strip())
+    if tokens is None and mib is None:
+        return None
+    return KvAllocated(tokens, mib, " | ".join(lines))
+
+
 class MemoryPlan(Protocol):
     """One GPU's memory budget as the engine would lay it out; `fits` False comes with `problems`."""
 
@@ -93,6 +175,8 @@ class MemoryPlan(Protocol):
     def suggestions(self) -> list[str]: ...
     def rows(self) -> list[tuple[str, str]]: ...
     def to_json(self) -> dict[str, Any]: ...
+    def budget(self) -> MemoryBudget: ...
+    def kv_estimate(self) -> KvAllocated: ...
 
 
 # UnsupportedModel, KeyError, ValueError: the model's config is not one the engine's model covers.
@@ -141,6 +225,8 @@ class LogFormat:
     # MULTILINE: `deployer.engines.detect` names the engine of a log from them.
     markers: tuple[re.Pattern[str], ...] = ()
     cli_prog: str = ""                      # the engine CLI's name in its argparse usage ("<kind> serve")
+    # the lines that say what it allocated for the KV cache (named groups: tokens, k_gb + v_gb, or gib)
+    kv_allocated: tuple[re.Pattern[str], ...] = ()
 
     def phase_of(self, line: str) -> str | None:
         for phase in self.phases:

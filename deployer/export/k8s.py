@@ -131,7 +131,7 @@ def expectations(profile: Profile) -> Expectations:
     """What the manifests of `profile` must show (for `check`)."""
     size = len(profile.nodes) if profile.nodes else 1
     gpus = profile.nodes[0].gpus if profile.nodes else _replica_gpus(profile)
-    return Expectations(health_path=profile.health.path, startup_timeout_s=profile.health.startup_timeout_s,
+    return Expectations(health_path=profile.health.path, startup_timeout_s=profile.health.startup_deadline_s,
                         gpus_per_pod=_gpu_count(profile, gpus, nodes=size),
                         secret_env_names=frozenset(_secret_keys(profile)))
 
@@ -209,7 +209,7 @@ def _probes(profile: Profile) -> dict[str, Any]:
     return {
         # failureThreshold x period covers startup_timeout_s: a first start may download for many minutes
         "startupProbe": {**get, "periodSeconds": STARTUP_PERIOD_S, "timeoutSeconds": timeout,
-                         "failureThreshold": max(1, math.ceil(health.startup_timeout_s / STARTUP_PERIOD_S))},
+                         "failureThreshold": max(1, math.ceil(health.startup_deadline_s / STARTUP_PERIOD_S))},
         "readinessProbe": {**get, "periodSeconds": max(1, math.ceil(health.interval_s)), "timeoutSeconds": timeout,
                            "failureThreshold": 3},
         "livenessProbe": {**get, "periodSeconds": LIVENESS_PERIOD_S, "timeoutSeconds": max(timeout, 30),

@@ -27,6 +27,7 @@ from deployer.remedy.effective import DryResolution
 from deployer.engines import Engine
 from deployer.errors import DeployError, PreflightFailed
 from deployer.events import Event, EventSink, Info, Problem, Warn
+from deployer.observe.timeline import Prediction
 from deployer.runner.fanout import at_once
 from deployer.nodes.checks import compare, dist_init_problems, network
 from deployer.nodes.diagnose import RankEnd, first_failure
@@ -210,8 +211,8 @@ class NodeGroup(Shape):
     def stopping(self, serving: list[Target]) -> str:
         return f"stopping the running version on {len(serving)} node(s) to replace it"
 
-    def watch(self, profile: Profile, emit: EventSink) -> Result:
-        return watch_group(self.sessions, profile, emit)
+    def watch(self, profile: Profile, emit: EventSink, prediction: Prediction | None = None) -> Result:
+        return watch_group(self.sessions, profile, emit, prediction=prediction)
 
     def stop_failed(self, result: Result, profile: Profile) -> None:
         """Every rank of this attempt stopped, all at once."""

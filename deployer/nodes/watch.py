@@ -16,6 +16,7 @@ from deployer.runner.shape import FollowerEnded, Target
 from deployer.target.process import status
 from deployer.watch.hubcache import hub_cache
 from deployer.events import Event, EventSink, FollowerExited
+from deployer.observe.timeline import Prediction
 from deployer.watch.watcher import DEAD_STATES, Outcome, Ready, Watcher
 
 
@@ -37,15 +38,17 @@ def for_node(emit: EventSink, plan: NodePlan) -> EventSink:
     return sink
 
 
-def watch_group(sessions: list[NodeSession], profile: Profile, emit: EventSink, port: int | None = None
-                ) -> Outcome | FollowerEnded:
+def watch_group(sessions: list[NodeSession], profile: Profile, emit: EventSink, port: int | None = None,
+                prediction: Prediction | None = None) -> Outcome | FollowerEnded:
     """Rank 0's log and health (the single-host watch, one poll at a time) and every follower's supervisor.
-    `port`: rank 0's port when it is not the plan's (an earlier run brought back)."""
+    `port`: rank 0's port when it is not the plan's (an earlier run brought back); `prediction`: rank 0's start
+    is checked against it (far beyond: a warning)."""
     leader = sessions[0]
     assert leader.launch is not None
     watcher = Watcher(leader.remote, leader.launch, port or leader.plan.port, profile.health,
                       profile.engine.definition,
-                      for_node(emit, leader.plan), cache=hub_cache(profile.engine.model_path, profile.engine.env))
+                      for_node(emit, leader.plan), cache=hub_cache(profile.engine.model_path, profile.engine.env),
+                      prediction=prediction)
     delay, next_look = 0.1, 0.0
     for _ in range(10_000_000):  # bounded by the watcher's startup and stall deadlines
         outcome = watcher.poll_once()

@@ -225,16 +225,22 @@ class Prediction:
 
     def check(self, running: Timeline) -> Overrun | None:
         """Whether a running start is far beyond this prediction: its current phase first, then the whole."""
+        found = self.overruns(running)
+        return found[0] if found else None
+
+    def overruns(self, running: Timeline) -> list[Overrun]:
+        """Every way a running start is far beyond this prediction: its current phase, then the whole of it."""
+        found = []
         current = running.current
         if current is not None and current.phase in self.phases:
             expected = self.phases[current.phase]
             unpredicted = current.phase is Phase.DOWNLOAD and expected.high == 0
             if not unpredicted and current.duration_s > far_beyond(expected.high):
-                return Overrun(current.phase, current.duration_s, expected, self.starts)
+                found.append(Overrun(current.phase, current.duration_s, expected, self.starts))
         elapsed = running.elapsed() - running.duration(Phase.DOWNLOAD)
         if elapsed > far_beyond(self.ready_without_download.high):
-            return Overrun(None, elapsed, self.ready_without_download, self.starts)
-        return None
+            found.append(Overrun(None, elapsed, self.ready_without_download, self.starts))
+        return found
 
 
 def predict(history: Iterable[PastStart], key: StartKey, last: int = PREDICTION_STARTS) -> Prediction | None:

@@ -71,7 +71,7 @@ def history(ref: Ref) -> list[HistoryEntry]:
                 **_outcome(view), "good": view.stayed_up,
                 "diagnosis": outcome.get("diagnosis"), "change": outcome.get("change"),
                 "drift": outcome.get("drift", []), "restarts": view.state.get("restarts", 0),
-                "phases": outcome.get("phases", []),
+                "phases": outcome.get("phases", []), "timeline": outcome.get("timeline"),
             })
         return _merge_newest_first([HistoryEntry.of_attempt(mask_data(row)) for row in rows],
                                    [HistoryEntry.of_lock(mask_data(row)) for row in lock_events(snap.lock_events)])

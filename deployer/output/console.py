@@ -20,8 +20,8 @@ from deployer.logtext import clip, printable
 from deployer.output.edge import styled_stderr
 from deployer.events import (
     AttemptStarted, BecameReady, Changed, Diagnosed, Download, Drift, EngineExited, EngineHung, Event, FollowerExited, Info, Override,
-    PhaseEntered, PortTakenSeen, Problem, Progressed, Restored, RollingBack, StartupTimedOut, Suggestion,
-    SupervisorLost, Warn,
+    PhaseEntered, PortTakenSeen, Problem, Progressed, Restored, RollingBack, StartPredicted, StartSlow,
+    StartupTimedOut, Suggestion, SupervisorLost, Warn,
 )
 
 DOWNLOAD_NOTE_EVERY_S = 30.0   # without a terminal: a download's progress line at most this often
@@ -141,6 +141,10 @@ class LiveProgress:
         elif isinstance(event, (EngineHung, StartupTimedOut)):
             self._close_phase(event.elapsed)
             self.say(f"  [bold red]{event.kind}[/] after {event.elapsed:.1f}s (total)")
+        elif isinstance(event, StartPredicted):
+            self.say(f"  [cyan]predicted[/]: {_esc(event.summary)}")
+        elif isinstance(event, StartSlow):
+            self.say(f"  [bold yellow]slow start[/]: {_esc(event.message)}")
         elif isinstance(event, Diagnosed):
             self._diagnosis(event)
         elif isinstance(event, Changed):

@@ -11,7 +11,8 @@ from deployer.logtext import clip, printable
 from deployer.output.serving import serving_lines
 from deployer.events import (
     AttemptStarted, BecameReady, PhaseEntered, Changed, Diagnosed, Drift, EngineExited, EngineHung, Event, FollowerExited, Info,
-    PortTakenSeen, Problem, Progressed, Restored, RollingBack, StartupTimedOut, SupervisorLost, Warn,
+    PortTakenSeen, Problem, Progressed, Restored, RollingBack, StartPredicted, StartSlow, StartupTimedOut,
+    SupervisorLost, Warn,
 )
 
 QUIET = (Progressed,)   # download progress would flood a multi-host view: the phase lines say enough
@@ -65,6 +66,10 @@ def event_text(event: Event) -> str | None:  # noqa: C901 (one branch per event 
         return f"{event.kind}: " + _t(event.message, 300)
     if isinstance(event, PortTakenSeen):
         return f"port {event.port} taken by {_t(', '.join(event.holders))}"
+    if isinstance(event, StartPredicted):
+        return f"predicted: {_t(event.summary, 300)}"
+    if isinstance(event, StartSlow):
+        return f"slow start: {_t(event.message, 300)}"
     return None
 
 

@@ -11,11 +11,12 @@ import hashlib
 import json
 import re
 import shlex
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from deployer.engines.base import MemoryInput, MemoryPlan, ModelInfo, UnsupportedModel
+from deployer.engines.base import (GpuBudget, KvAllocated, MemoryInput, MemoryPlan, ModelInfo,
+                                   UnsupportedModel)
 from deployer.engines.renames import load_renames
 from deployer.errors import DeployError, ProfileError, ProfileProblems
 from deployer.preflight import flags as fl
@@ -49,6 +50,20 @@ class PreflightReport:
     gpu_problems: list[str] = field(default_factory=list)         # GPU indices/count vs the box (topology.py)
     own_port: bool = False            # the port is busy, held by this deployment's running version (up replaces it)
     flag_names: list[str] = field(default_factory=list)           # every flag the target's engine has
+    allocated: KvAllocated | None = None   # what the running version's engine allocated for its KV cache (its log)
+    allocated_run: str | None = None       # the run whose log said so
+
+    def gpu_budgets(self) -> list[GpuBudget]:
+        """The memory plan on each GPU the engine uses (the plan is one GPU's: the smallest; each bar is drawn on
+        its own GPU's total)."""
+        if self.memory is None:
+            return []
+        budget = self.memory.budget()
+        engine = self.profile.engine
+        used = [g for g in self.facts.gpus if engine.gpus is None or g.index in engine.gpus]
+        used = used[:engine.definition.launch.gpus_per_engine(dict(engine.args))] or used[:1]
+        return [GpuBudget(g.index, g.name, replace(budget, total_mib=float(g.total_mib))) for g in used] or \
+            [GpuBudget(0, None, budget)]
 
     @property
     def ok(self) -> bool:
@@ -91,7 +106,11 @@ class PreflightReport:
             "resolution_cached": self.resolution_cached,
             "rejection": self.rejection,
             "memory": None if self.memory is None else {
-                **self.memory.to_json(), "rows": self.memory.rows()},
+                **self.memory.to_json(), "rows": self.memory.rows(),
+                "budget": [g.to_json() for g in self.gpu_budgets()],
+                "kv_estimate": {k: v for k, v in self.memory.kv_estimate().to_json().items() if k != "line"}},
+            "allocated": None if self.allocated is None else {"run_id": self.allocated_run,
+                                                              **self.allocated.to_json()},
         }
 
     def render_text(self) -> str:

@@ -19,6 +19,7 @@ from deployer.profile.host import NAME_RE, probe_address
 from deployer import engines
 from deployer.engines import engine_for, kinds
 from deployer.flag_names import option_key
+from deployer.observe.timeline import TimeoutRule
 from deployer.secrets import MASK, hidden_values, is_secret_env_name, mask_leaves
 
 ArgScalar = Union[bool, int, float, str]
@@ -329,9 +330,27 @@ def _check_text(value: Any, where: str) -> None:
 class Health(Strict):
     path: str = Field(default="/health", pattern=r"^/[\x21-\x7e]*$")
     interval_s: float = Field(default=2.0, gt=0, le=300)
-    startup_timeout_s: float = Field(default=1800.0, gt=0)
+    startup_timeout_s: Union[float, Literal["auto"]] = Field(
+        default=1800.0, description="seconds, or auto: derived from this start's history on the target "
+        "(observe/timeline.py auto_startup_timeout; without 3 earlier starts: 1800)")
     stall_timeout_s: float = Field(default=600.0, gt=0)
     request_timeout_s: float = Field(default=5.0, gt=0, le=120)
+
+    @field_validator("startup_timeout_s", mode="before")
+    @classmethod
+    def _seconds_or_auto(cls, value: Any) -> Any:
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if value == "auto" or (number and value > 0):
+            return value
+        raise ValueError(f"{value!r}: a number of seconds greater than 0, or auto")
+
+    @property
+    def startup_deadline_s(self) -> float:
+        """The startup deadline in seconds: the fixed one, or for `auto` the rule's fallback (`up` replaces `auto`
+        with the number derived from the history before it watches)."""
+        if self.startup_timeout_s == "auto":
+            return TimeoutRule().no_history_s
+        return float(self.startup_timeout_s)
 
 
 class Retry(Strict):
@@ -444,7 +463,7 @@ class Profile(Strict):
 
     @model_validator(mode="after")
     def _stall_vs_startup(self) -> Profile:
-        if self.health.stall_timeout_s > self.health.startup_timeout_s:
+        if self.health.startup_timeout_s != "auto" and self.health.stall_timeout_s > self.health.startup_timeout_s:
             self.health.stall_timeout_s = self.health.startup_timeout_s
         return self
 

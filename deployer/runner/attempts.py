@@ -19,6 +19,7 @@ from deployer.engines import engine_for
 from deployer.errors import CommandFailed, DeployError, LaunchFailed, PortBusy, RetriesExhausted, TransferFailed
 from deployer.events import AttemptStarted, Changed, Diagnosed, Drift, Event, EventSink, Info, PhaseEntered, RunPushed
 from deployer.logtext import clip, printable
+from deployer.observe.timeline import PastStart, Timeline
 from deployer.profile.fixed import save_fixed
 from deployer.profile.model import Profile
 from deployer.target.push import RunDir, disk_full, new_run_id, profile_record, push, write_outcome
@@ -29,11 +30,18 @@ from deployer.runner.interrupted import Interrupted
 from deployer.runner.logs import attempt_values, log_head
 from deployer.runner.report import AttemptReport, PhaseSeen, UpOptions, UpReport
 from deployer.runner.restore import Restore
+from deployer.runner.startup import StartPlan, timeline_of
 from deployer.runner.shape import Found, Result, Shape, Target, result_name, result_text
 from deployer.runner.timing import PORT_WAIT_S, RETRY_PORT_WAIT_S, stop_grace
 from deployer.target.process import listener, stop
 from deployer.target.switch import Ports, switch_to
 from deployer.watch.watcher import PortTaken, Ready
+
+
+def _timeline(seen: list[PhaseSeen], result: Result) -> Timeline:
+    """The attempt's timeline: its phases until ready (or until it ended)."""
+    ended = float(getattr(result, "elapsed", seen[-1].elapsed if seen else 0.0))
+    return timeline_of(seen, ended if isinstance(result, Ready) else None, ended)
 
 
 class PhaseLog:
@@ -70,6 +78,7 @@ class AttemptRunner:
     stopped: bool = False                     # the version that served was stopped: a failure brings it back
     profiles: list[Profile] = field(default_factory=list)   # each target's profile in this attempt
     rows: AttemptRows = field(init=False)
+    past: list[PastStart] | None = None       # the starts the target's records keep (read at attempt 1)
 
     @property
     def targets(self) -> list[Target]:
@@ -130,11 +139,13 @@ class AttemptRunner:
             self._start(stopped=self._stop_serving(), port_wait=PORT_WAIT_S)
         else:  # this run's own engine of the attempt before just stopped
             self._start(stopped=True, port_wait=RETRY_PORT_WAIT_S)
+        start = self._start_plan(attempt)
         phases = PhaseLog(self.emit)
-        result = self.shape.watch(self.profile, phases)
+        result = self.shape.watch(start.watched(self.profile), phases, start.prediction)
         assert self.targets[0].run is not None
         item = AttemptReport(attempt, self.targets[0].run.run_id, bundles[0].content_hash, result_name(result),
-                             result_text(result), phases=phases.seen)
+                             result_text(result), phases=phases.seen, start_key=start.key,
+                             timeline=_timeline(phases.seen, result))
         self.report.attempts.append(item)
         if isinstance(result, Ready):
             self._ready(item, bundles[0])
@@ -143,6 +154,18 @@ class AttemptRunner:
             self._port_taken(item)
         self._failed(item, result)
         return False
+
+    def _start_plan(self, attempt: int) -> StartPlan:
+        """This attempt's key, its prediction from the target's records (shown) and the `auto` deadline."""
+        if self.past is None:
+            self.past = self.shape.earlier_starts()
+        start = StartPlan.of(self.profiles[0], self.version, self.targets[0].remote.label, self.past)
+        predicted = start.event(attempt)
+        if predicted is not None:
+            self.emit(predicted)
+        if start.deadline is not None:
+            self.emit(Info(message=f"startup_timeout_s auto: {start.deadline.why}"))
+        return start
 
     # --- push, stop, start -------------------------------------------------------------------------------------
 

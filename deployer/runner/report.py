@@ -3,12 +3,14 @@ only in `to_json()` (the JSON of `--json`, outcome.json and the local history, t
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from deployer.diagnose.diagnosis import Diagnosis
 from deployer.logtext import bounded_diagnosis
+from deployer.observe.timeline import StartKey, Timeline
 from deployer.profile.model import Restart
 from deployer.remedy.propose import Change
 from deployer.watch.watcher import Crashed, Hung, Outcome, PortTaken, Ready, Stuck, TimedOut, Unsupervised
@@ -66,6 +68,8 @@ class AttemptReport:
     drift: list[str] = field(default_factory=list)
     failed_node: FailedNode | None = None     # a node group: where the diagnosis comes from
     phases: list[PhaseSeen] = field(default_factory=list)  # what the watch saw, in order (node 0's for a group)
+    timeline: Timeline | None = None          # the phases with their durations (observe/timeline.py)
+    start_key: StartKey | None = None         # what later starts are compared by (runner/startup.py)
 
     def diagnosis_json(self) -> dict[str, Any] | None:
         """The diagnosis as outcome.json, the history and the output show it (its texts bounded)."""
@@ -83,7 +87,9 @@ class AttemptReport:
         return {"attempt": self.attempt, "run_id": self.run_id, "content_hash": self.content_hash,
                 "outcome": self.outcome, "detail": self.detail, "diagnosis": self.diagnosis_json(),
                 "change": self.change_json(), "drift": list(self.drift),
-                "phases": [p.to_json() for p in self.phases]}
+                "phases": [p.to_json() for p in self.phases],
+                "timeline": None if self.timeline is None else self.timeline.to_json(),
+                "start_key": None if self.start_key is None else dataclasses.asdict(self.start_key)}
 
 
 @dataclass

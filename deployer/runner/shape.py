@@ -16,10 +16,12 @@ from typing import Any, TypeVar, Union
 from deployer.diagnose.diagnosis import Diagnosis
 from deployer.engines import Engine, engine_for
 from deployer.events import EventSink
+from deployer.observe.timeline import PastStart, Prediction
 from deployer.profile.model import Profile
 from deployer.target.push import Layout, RunDir, supervisor_config
 from deployer.remote.base import Remote
 from deployer.runner.logs import diagnose_attempt
+from deployer.runner.startup import read_past_starts
 from deployer.runner.report import AttemptOutcome, FailedNode, UpReport, describe, outcome_name
 from deployer.runner.timing import stop_grace
 from deployer.target.process import Launch, stop
@@ -111,9 +113,14 @@ class Shape(ABC):
     def stopping(self, serving: list[Target]) -> str:
         """The line that says the version that served is being stopped."""
 
+    def earlier_starts(self) -> list[PastStart]:
+        """The starts the serving target's records keep (runner/startup.py), to predict this one from."""
+        return read_past_starts(self.leader.remote, self.leader.layout)
+
     @abstractmethod
-    def watch(self, profile: Profile, emit: EventSink) -> Result:
-        """This attempt, started on every target, until ready or failed."""
+    def watch(self, profile: Profile, emit: EventSink, prediction: Prediction | None = None) -> Result:
+        """This attempt, started on every target, until ready or failed (warning when it runs far beyond
+        `prediction`, where the shape's watch can tell)."""
 
     @abstractmethod
     def stop_failed(self, result: Result, profile: Profile) -> None:
@@ -142,13 +149,13 @@ class SingleHost(Shape):
         assert view is not None
         return f"stopping the running version {view.content_hash[:12]} ({view.run.run_id}) to replace it"
 
-    def watch(self, profile: Profile, emit: EventSink) -> Result:
+    def watch(self, profile: Profile, emit: EventSink, prediction: Prediction | None = None) -> Result:
         target = self.leader
         assert target.launch is not None
         return Watcher(target.remote, target.launch, profile.engine.port, profile.health,
                        profile.engine.definition, emit,
                        cache=hub_cache(profile.engine.model_path, profile.engine.env),
-                       address=profile.engine.probe_address).run()
+                       address=profile.engine.probe_address, prediction=prediction).run()
 
     def stop_failed(self, result: Result, profile: Profile) -> None:
         if isinstance(result, (Hung, Stuck, TimedOut, Unsupervised)):  # unsupervised: no restart policy covers it

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from deployer.engines import Engine, engine_for
+from deployer.engines.base import KvAllocated, kv_allocated_in
 from deployer.errors import NotFound
 from deployer.logtext import clip_middle, clip_tail, readable
 from deployer.profile.host import probe_address
@@ -115,6 +116,21 @@ def all_runs(remote: Remote, layout: Layout) -> tuple[list[RunView], str | None]
 def current_view(remote: Remote, layout: Layout) -> RunView | None:
     run_id = current_run_id(remote, layout)
     return run_view(remote, layout, run_id) if run_id else None
+
+
+ALLOCATION_WINDOW = 2 << 20   # bytes of an engine log's start read for its KV allocation line
+
+
+def engine_allocated(remote: Remote, view: RunView, engine: Engine) -> KvAllocated | None:
+    """What a run's engine said it allocated for its KV cache, from the start of its log (the supervisor's
+    rotation keeps the startup part); None when its log says nothing of it or cannot be read."""
+    if not engine.log.kv_allocated:
+        return None
+    try:
+        head = remote.read(view.run.log, 0, ALLOCATION_WINDOW)
+    except NotFound:
+        return None
+    return kv_allocated_in(engine.log.kv_allocated, readable(head.decode("utf-8", "replace")))
 
 
 def tail_lines(remote: Remote, path: str, n: int, window: int | None = None) -> list[str]:

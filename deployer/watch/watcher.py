@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING, Any, Callable, Union
 from deployer.engines.base import Engine
 from deployer.errors import DeployError, NotFound
 from deployer.events import (
-    BecameReady, Download, EngineExited, EngineHung, PhaseEntered, Progressed, PortTakenSeen,
+    BecameReady, Download, EngineExited, EngineHung, PhaseEntered, Progressed, PortTakenSeen, StartSlow,
     StartupTimedOut, SupervisorLost,
 )
 from deployer.events import Event as Event, EventSink as EventSink  # re-exported: the sink type watchers take
 from deployer.logtext import clip, readable
+from deployer.observe.timeline import Phase as TimelinePhase, Prediction, Timeline, phase_of_watch
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.target.process import Launch, listener, status
 from deployer.supervisor.supervise_base import ENDED
@@ -237,12 +238,38 @@ def download_of(bar: Bar) -> Download:
                     unit=bar.unit)
 
 
+class SlowStart:
+    """Warns (once per phase, once for the whole start) when a start runs far beyond its prediction (the rule is
+    observe/timeline.py's); does nothing without a prediction."""
+
+    def __init__(self, prediction: Prediction | None, emit: EventSink) -> None:
+        self.prediction, self.emit = prediction, emit
+        self.marks: list[tuple[TimelinePhase, float]] = [(TimelinePhase.START, 0.0)]
+        self.warned: set[TimelinePhase | None] = set()
+
+    def entered(self, phase: str, elapsed: float) -> None:
+        mapped = phase_of_watch(phase)
+        if mapped is not None and mapped is not TimelinePhase.READY and mapped is not self.marks[-1][0]:
+            self.marks.append((mapped, elapsed))
+
+    def check(self, elapsed: float) -> None:
+        if self.prediction is None:
+            return
+        for overrun in self.prediction.overruns(Timeline.from_marks(self.marks, elapsed)):
+            if overrun.phase in self.warned:
+                continue
+            self.warned.add(overrun.phase)
+            self.emit(StartSlow(elapsed=round(elapsed, 3), phase=overrun.phase.value if overrun.phase else None,
+                                phase_s=round(overrun.elapsed_s, 3),
+                                expected=[overrun.expected.low, overrun.expected.high], message=overrun.message()))
+
+
 class Watcher:
     """Polls one launch: supervisor state, log, health. `run()` returns the Outcome."""
 
     def __init__(self, remote: Remote, launch: Launch, port: int, health: Health, engine: Engine,
                  emit: EventSink, clock: Callable[[], float] = time.monotonic, cache: HubCache | None = None,
-                 address: str = "127.0.0.1") -> None:
+                 address: str = "127.0.0.1", prediction: Prediction | None = None) -> None:
         self.remote, self.launch, self.port, self.health, self.engine = remote, launch, port, health, engine
         self.address = address  # where the target reaches the engine: its bind address, else loopback
         self.cache = cache
@@ -260,6 +287,7 @@ class Watcher:
         self.before_download: str | None = None
         self.orphaned: dict[str, Any] | None = None  # the supervisor's status once it died with the engine alive
         self.fatal: tuple[float, str] | None = None  # (when, line): the first fatal line seen (watch/fatal.py)
+        self.slow = SlowStart(prediction, emit)
 
     def run(self) -> Outcome:
         delay = FIRST_POLL_S
@@ -278,6 +306,7 @@ class Watcher:
         self._read_log(now, elapsed)  # for a dead engine: its last words
         if dead is None:
             self._look_at_cache(now, elapsed)
+            self.slow.check(elapsed)
         if dead is not None:
             return self._crashed(dead, elapsed)
         if self.orphaned is not None:
@@ -298,7 +327,7 @@ class Watcher:
         if stalled > self.health.stall_timeout_s:
             self.emit(EngineHung(elapsed=elapsed, stalled_s=stalled))
             return Hung(elapsed, stalled, self.log.tail())
-        if elapsed > self.health.startup_timeout_s:
+        if elapsed > self.health.startup_deadline_s:
             self.emit(StartupTimedOut(elapsed=elapsed))
             return TimedOut(elapsed, self.log.tail())
         return None
@@ -391,6 +420,7 @@ class Watcher:
     def _enter(self, phase: str | None, elapsed: float, line: str) -> None:
         if phase and phase != self.phase:
             self.phase = phase
+            self.slow.entered(phase, elapsed)
             self.emit(PhaseEntered(phase=phase, elapsed=round(elapsed, 3), line=clip(line, 300)))
 
     def _emit_progress(self, elapsed: float) -> None:

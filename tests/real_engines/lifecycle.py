@@ -10,6 +10,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from deploy_helpers import STANDIN, deploy, events
 
 DEPLOY_S = 400  # one deploy command, bounded: a real start is 15-45 s here, a busy CI's 2 cores slower
@@ -109,6 +111,21 @@ def new_shm_segments(before: set[str], since: float) -> list[str]:
     return left
 
 
+def assert_recorded_timeline(prof: Path, home: Path) -> None:
+    """The real start's timeline as `up` recorded it (outcome.json, read by `history`): its phases in order from
+    launch, the weights loaded, their durations adding up to the time to ready; `history` shows them."""
+    rows = json.loads(deploy("history", str(prof), "--json", home=home, timeout=60).stdout)
+    (current,) = [r for r in rows if r.get("current")]
+    timeline = current["timeline"]
+    phases = [p["phase"] for p in timeline["phases"]]
+    assert phases[0] == "start" and "load" in phases and phases[-1] == "http_up", timeline
+    assert timeline["ready_s"] > 1.0, timeline
+    assert sum(p["duration_s"] for p in timeline["phases"]) == pytest.approx(timeline["ready_s"], abs=0.01)
+    assert [p["start_s"] for p in timeline["phases"]] == sorted(p["start_s"] for p in timeline["phases"])
+    text = deploy("history", str(prof), home=home, timeout=60).stdout
+    assert "    phases: start " in text and "-> ready at " in text, text
+
+
 def assert_served_lifecycle(prof: Path, home: Path, port: int, model: str, phases: list[str]) -> None:
     """up (done by the caller, `phases` its phase events) -> chat -> status -> logs -> restart -> chat -> down."""
     assert phases[0] == "args" and phases[-1] == "ready", phases
@@ -119,6 +136,8 @@ def assert_served_lifecycle(prof: Path, home: Path, port: int, model: str, phase
     code, row = status_row(prof, home)
     assert code == 0 and row["status"] == "ready" and row["healthy"] is True, row
     first_pid = row["pid"]
+
+    assert_recorded_timeline(prof, home)
 
     logs = deploy("logs", str(prof), "-n", "400", home=home, timeout=60)
     assert logs.returncode == 0 and "POST /v1/chat/completions" in logs.stdout, logs.stdout[-2000:]

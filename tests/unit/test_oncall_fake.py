@@ -105,7 +105,9 @@ def test_down_and_history(monkeypatch: pytest.MonkeyPatch) -> None:
                              "up_id": record["up_id"], "started_at": state["started_at"],
                              "content_hash": report["content_hash"], "outcome": "ready", "detail": "ready",
                              "good": True, "diagnosis": None, "change": None, "drift": [], "restarts": 0,
-                                 "phases": [{"phase": "ready", "elapsed": 0.0}]}]
+                                 "phases": [{"phase": "ready", "elapsed": 0.0}],
+                                 "timeline": {"phases": [{"phase": "start", "start_s": 0.0, "duration_s": 0.0}],
+                                              "ready_s": 0.0, "download_bytes": None}}]
 
 
 def node_json(prof: Profile, node: int | None) -> list[dict[str, Any]]:

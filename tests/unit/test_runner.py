@@ -43,7 +43,10 @@ class Scripted(Shape):
     def stopping(self, serving: list[Target]) -> str:
         return "stopping"
 
-    def watch(self, profile: Profile, emit: EventSink) -> Result:
+    def earlier_starts(self) -> list[Any]:
+        return []
+
+    def watch(self, profile: Profile, emit: EventSink, prediction: object = None) -> Result:
         return self.results.pop(0)
 
     def stop_failed(self, result: Result, profile: Profile) -> None:

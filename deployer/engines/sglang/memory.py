@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from deployer.engines.base import MemoryInput, ModelInfo, UnsupportedModel
+from deployer.engines.base import KvAllocated, MemoryBudget, MemoryInput, ModelInfo, UnsupportedModel
 from deployer.versions import version_in
 
 __all__ = ["MemoryPlan", "ModelInfo", "UnsupportedModel", "plan", "plan_memory"]
@@ -90,6 +90,18 @@ class MemoryPlan:
 
     def source(self) -> str:
         return self.mfs_source or ("auto" if self.mfs_auto else "")
+
+    def budget(self) -> MemoryBudget:
+        """The GPU as this plan divides it (its own arithmetic, below): the static pools (weights, KV, Mamba
+        state), and (1 - mem_fraction_static) of the free memory left for activations and CUDA graphs; what other
+        processes use counts as neither, so it is outside the parts (headroom)."""
+        return MemoryBudget(total_mib=self.gpu_total_mib, weights_mib=self.weights_per_gpu_mib,
+                            kv_cache_mib=self.kv_tokens * self.kv_cell_bytes / MIB,
+                            mamba_state_mib=self.mamba_state_bytes * self.mamba_slots / MIB,
+                            activations_graphs_mib=self.gpu_free_mib * (1 - self.mem_fraction_static))
+
+    def kv_estimate(self) -> KvAllocated:
+        return KvAllocated(self.kv_tokens, self.kv_tokens * self.kv_cell_bytes / MIB, "deployer's estimate")
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}

@@ -56,6 +56,10 @@ SGLANG = Engine(
         args_dump=re.compile(r"server_args=(ServerArgs\(|\{)"),
         markers=LOG_MARKERS,
         cli_prog="sglang serve",
+        # mem_cache/memory_pool.py (0.5.x, GPU and the CPU engine alike): "KV Cache is allocated. dtype:
+        # torch.bfloat16, #tokens: 8192, K size: 0.00 GB, V size: 0.00 GB" (its GB is 1024**3 bytes)
+        kv_allocated=(re.compile(r"KV Cache is allocated\. .*?#tokens: (?P<tokens>[0-9,]+), "
+                                 r"K size: (?P<k_gb>[0-9.]+) GB, V size: (?P<v_gb>[0-9.]+) GB"),),
     ),
     knowledge=Knowledge(
         signatures=HERE / "signatures.yaml",

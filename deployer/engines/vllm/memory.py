@@ -25,7 +25,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from deployer.engines.base import MemoryInput, ModelInfo, UnsupportedModel
+from deployer.engines.base import KvAllocated, MemoryBudget, MemoryInput, ModelInfo, UnsupportedModel
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -111,6 +111,16 @@ class VllmMemoryPlan:
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "max_concurrency": round(self.max_concurrency, 2)}
+
+    def budget(self) -> MemoryBudget:
+        """The GPU as vLLM divides it: weights, the KV cache, and the activation peak, CUDA graphs and the CUDA
+        context within gpu_memory_utilization; the rest of the GPU is headroom."""
+        return MemoryBudget(total_mib=self.gpu_total_mib, weights_mib=self.weights_per_gpu_mib,
+                            kv_cache_mib=self.kv_memory_mib,
+                            activations_graphs_mib=self.activation_mib + self.cuda_graph_mib + self.non_torch_mib)
+
+    def kv_estimate(self) -> KvAllocated:
+        return KvAllocated(self.kv_tokens, self.kv_memory_mib, "deployer's estimate")
 
 
 def plan(request: MemoryInput) -> VllmMemoryPlan:

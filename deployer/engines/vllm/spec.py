@@ -78,6 +78,10 @@ VLLM = Engine(
         # a flag the profile set to the default is absent from the dump, which is no drift.
         args_dump=re.compile(r"non-default args: (\{)"),
         args_dump_complete=False,
+        # GPU 0.33.0: gpu_worker "Available KV cache memory: 30.25 GiB", kv_cache_utils "GPU KV cache size:
+        # 1,234,560 tokens"; the CPU build 0.32.0: kv_cache_utils.py:2327 "CPU KV cache size: 2,097,152 tokens"
+        kv_allocated=(re.compile(r"Available KV cache memory: (?P<gib>[0-9.]+) GiB"),
+                      re.compile(r"[GC]PU KV cache size: (?P<tokens>[0-9,]+) tokens")),
         prefix=LOG_PREFIX,
         markers=LOG_MARKERS,
         cli_prog="vllm serve",
