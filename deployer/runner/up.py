@@ -30,6 +30,7 @@ from deployer.remote.base import Remote
 from deployer.remote.connect import target_spec
 from deployer.render.bundle import Bundle, render
 from deployer.runner.attempts import AttemptRunner
+from deployer.runner.install import with_environment
 from deployer.runner.logs import attempt_log, diagnose_attempt, diagnose_run, diagnose_state
 from deployer.runner.report import AttemptReport, Reach, UpOptions, UpReport, restart_summary
 from deployer.runner.shape import SingleHost, Target
@@ -57,6 +58,7 @@ def up(profile: Profile, opts: UpOptions, emit: EventSink, connection: Remote | 
     """`connection`: an open connection to the profile's host to use (and leave open), else one of its own."""
     emit = masking_sink(emit)  # events carry engine text: the engine may print a secret (its own args dump)
     with locked_session(profile, opts, emit, connection) as (remote, layout):
+        profile = with_environment(remote, profile, emit)  # engine.install: built or reused, launched from it
         report = UpReport(name=profile.name, host=remote.label, status="failed", reach=reach_of(profile),
                           restart=restart_summary(profile.restart))
         original, version = profile, profile.engine.version
