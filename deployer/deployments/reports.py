@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from deployer.fleet.smoke import FleetSmokeReport
     from deployer.runner.up import UpReport
     from deployer.preflight.checks import PreflightReport
+    from deployer.prepare.environment import EnvPrepared
     from deployer.smoke import SmokeReport
 
     UpResult = Union[UpReport, FleetReport]
@@ -152,9 +153,13 @@ class PlanReport:
     report: PreflightReport | NodesPlanReport
     text: str
     error: DeployError | None = field(default=None)
+    environment: EnvPrepared | None = field(default=None)   # engine.install: what would be installed, the disk
 
     def to_json(self) -> Any:
-        return self.report.to_json()
+        data = self.report.to_json()
+        if self.environment is not None and isinstance(data, dict):
+            data = {**data, "environment": self.environment.to_json()}
+        return data
 
     @property
     def exit_code(self) -> int:

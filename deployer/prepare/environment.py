@@ -86,12 +86,19 @@ class EnvPrepared:
         """What `deploy plan` / `deploy prepare` say of it, one line each."""
         state = "reused" if self.reused else ("built" if self.built else "would be built")
         head = (f"environment {self.spec.digest} ({self.paths.dir}): {state} with {self.tool}; "
-                f"{len(self.resolved)} packages, ~{self.env_bytes / (1 << 20):.0f} MiB on disk")
+                f"{len(self.resolved)} packages, ~{human_bytes(self.env_bytes)} on disk")
         if self.unknown_sizes:
             head += f" (+{self.unknown_sizes} of unknown size)"
         shown = ", ".join(f"{d.name}=={d.version}" for d in self.resolved[:8])
         more = f" and {len(self.resolved) - 8} more" if len(self.resolved) > 8 else ""
         return [head] + ([f"  packages: {shown}{more}"] if shown else []) + [f"  warning: {w}" for w in self.warnings]
+
+
+def human_bytes(size: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift:
+            return f"{size / (1 << shift):.1f} {unit}"
+    return f"{size} B"
 
 
 def prepare_environment(target: Target, install: EngineInstall, demand: Demand, emit: EventSink, *,

@@ -6,11 +6,17 @@ records name the environment by its python, which is what retention keeps and a 
 
 from __future__ import annotations
 
-from deployer.events import EventSink
+from collections.abc import Sequence
+
+from deployer.errors import DeployError
+from deployer.events import Event, EventSink
 from deployer.prepare.compat import Demand
 from deployer.prepare.environment import EnvPrepared, Ran, Target, prepare_environment, warn_all
+from deployer.prepare.report import HostPrepared, PrepareReport
 from deployer.profile.model import Profile
 from deployer.remote.base import Remote
+from deployer.remote.connect import conversing, target_spec
+from deployer.runner.fanout import TaggedSink, fan_out
 from deployer.target.push import expand_workdir
 
 
@@ -50,3 +56,52 @@ def with_environment(remote: Remote, profile: Profile, emit: EventSink) -> Profi
         return profile
     engine = profile.engine.model_copy(update={"python": prepared.python, "install": None})
     return profile.model_copy(update={"engine": engine})
+
+
+# --- `deploy prepare` and `deploy plan` ---------------------------------------------------------------------------
+
+
+def prepare_host(profile: Profile, label: str, trust_new_host: bool, emit: EventSink) -> HostPrepared:
+    """Everything a launch of `profile` needs on its host, without launching: the compatibility checks and the
+    managed environment (built or reused). A failure is the host's `error`, one line."""
+    try:
+        with conversing(target_spec(profile, trust_new_host)) as remote:
+            prepared = prepared_environment(remote, profile, emit)
+            # The weights step (issue 25 item 3) goes here, on the same connection, before anything launches.
+        return HostPrepared(label, prepared)
+    except DeployError as exc:
+        return HostPrepared(label, error=exc)
+
+
+def prepare_all(name: str, members: Sequence[tuple[str, str, Profile]], trust_new_host: bool,
+                emit: EventSink) -> PrepareReport:
+    """`prepare_host` for each (host, label, profile): hosts at once, a host's members one after another (two on one
+    host share the environment: the second finds it built)."""
+    sink = TaggedSink(emit)
+    done = fan_out(list(members), lambda m: m[0], lambda m: m[1],
+                   lambda m, tagged: prepare_host(m[2], m[1], trust_new_host, tagged), sink)
+    return PrepareReport(name, [d.value if d.value is not None else HostPrepared(d.member[1], error=d.error)
+                                for d in done])
+
+
+def plan_environment(remote: Remote, profile: Profile) -> tuple[Profile, EnvPrepared | None]:
+    """For `deploy plan`: the environment resolved and checked (nothing built), and the profile preflight should
+    check: launched from the environment's python when it is built already."""
+    prepared = prepared_environment(remote, profile, _quiet, build=False)
+    if prepared is None:
+        return profile, None
+    engine = profile.engine.model_copy(update={"python": prepared.python, "install": None})
+    return profile.model_copy(update={"engine": engine}), prepared
+
+
+def unbuilt_problem(problem: str, profile: Profile, prepared: EnvPrepared | None) -> bool:
+    """A preflight problem that only says the environment `up` would build is not there yet."""
+    if prepared is None or prepared.reused:
+        return False
+    engine = profile.engine
+    return problem.startswith((f"engine python {engine.python!r} not found",
+                               f"{engine.kind} is not installed for {engine.python}"))
+
+
+def _quiet(_event: Event) -> None:
+    pass

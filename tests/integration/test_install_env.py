@@ -118,7 +118,9 @@ def test_prepare_builds_without_launching(tmp_path: Path, sshd: Any) -> None:
     home, work = tmp_path / "home", tmp_path / "work"
     prof = install_profile(tmp_path, sshd, wheels, "1.0", name="prepdemo")
     plan = deploy("plan", str(prof), home=home, timeout=300)
-    assert f"{PACKAGE}==1.0" in plan.stdout and "would be built" in plan.stdout, plan.stdout + plan.stderr
+    assert plan.returncode == 0 and f"{PACKAGE}==1.0" in plan.stdout and "would be built" in plan.stdout, \
+        plan.stdout + plan.stderr
+    print(plan.stdout)
     assert envs(work) == {}  # plan builds nothing
     prep = deploy("prepare", str(prof), "--json", home=home, timeout=300)
     assert prep.returncode == 0, prep.stderr[-3000:] + prep.stdout[-3000:]
