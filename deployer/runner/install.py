@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from deployer.errors import DeployError
+from deployer.errors import DeployError, TargetError
 from deployer.events import Event, EventSink
 from deployer.prepare.compat import Demand
 from deployer.prepare.environment import EnvPrepared, Ran, Target, prepare_environment, warn_all
@@ -16,7 +16,7 @@ from deployer.prepare.report import HostPrepared, PrepareReport
 from deployer.profile.model import Profile
 from deployer.remote.base import Remote
 from deployer.remote.connect import conversing, target_spec
-from deployer.runner.fanout import TaggedSink, fan_out
+from deployer.runner.fanout import TaggedSink, at_once, fan_out
 from deployer.target.push import expand_workdir
 
 
@@ -52,10 +52,27 @@ def prepared_environment(remote: Remote, profile: Profile, emit: EventSink, *, b
 def with_environment(remote: Remote, profile: Profile, emit: EventSink) -> Profile:
     """The profile to launch: unchanged without `engine.install`; else its environment ready and its python."""
     prepared = prepared_environment(remote, profile, emit)
-    if prepared is None:
-        return profile
-    engine = profile.engine.model_copy(update={"python": prepared.python, "install": None})
+    return profile if prepared is None else launched_from(profile, prepared.python)
+
+
+def launched_from(profile: Profile, python: str) -> Profile:
+    """The profile whose engine runs from `python` (a managed environment's): `install` done, so dropped."""
+    engine = profile.engine.model_copy(update={"python": python, "install": None})
     return profile.model_copy(update={"engine": engine})
+
+
+def shared_environment(places: Sequence[tuple[Remote, Profile, EventSink]]) -> str | None:
+    """A node group's environment ready on every node at once (each node's profile on its connection): the one
+    python they all launch from, None without `engine.install`. TargetError when the nodes' workdirs put it at
+    different paths (the group is launched from one profile)."""
+    done = at_once(lambda place: prepared_environment(*place), list(places))
+    pythons = sorted({p.python for p in done if p is not None})
+    if not pythons:
+        return None
+    if len(pythons) > 1:
+        raise TargetError(f"the nodes' environments are at different paths ({', '.join(pythons)}): give "
+                          "target.workdir as an absolute path that is the same on every node")
+    return pythons[0]
 
 
 # --- `deploy prepare` and `deploy plan` ---------------------------------------------------------------------------
@@ -88,10 +105,7 @@ def plan_environment(remote: Remote, profile: Profile) -> tuple[Profile, EnvPrep
     """For `deploy plan`: the environment resolved and checked (nothing built), and the profile preflight should
     check: launched from the environment's python when it is built already."""
     prepared = prepared_environment(remote, profile, _quiet, build=False)
-    if prepared is None:
-        return profile, None
-    engine = profile.engine.model_copy(update={"python": prepared.python, "install": None})
-    return profile.model_copy(update={"engine": engine}), prepared
+    return (profile, None) if prepared is None else (launched_from(profile, prepared.python), prepared)
 
 
 def unbuilt_problem(problem: str, profile: Profile, prepared: EnvPrepared | None) -> bool:

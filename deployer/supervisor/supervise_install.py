@@ -62,7 +62,9 @@ def env_build(req: Dict[str, Any], base_env: Dict[str, str]) -> Dict[str, Any]:
         raise BuildRefused("env_build: a digest of 16 hex digits, a build id and an absolute root are needed",
                            "bad-request")
     deadline = time.monotonic() + float(req.get("timeout") or 1800.0)
+    _no_link_below(root, str(req["owned_from"]))
     make_dirs(root, str(req["owned_from"]))
+    _no_link_below(root, str(req["owned_from"]))
     fd = _lock(os.path.join(root, digest + ".lock"), deadline)
     try:
         record = published_record(root, digest)
@@ -89,6 +91,23 @@ def env_build(req: Dict[str, Any], base_env: Dict[str, str]) -> Dict[str, Any]:
         return _reply(record=text, steps=timings)
     finally:
         os.close(fd)
+
+
+def _no_link_below(root: str, owned_from: str) -> None:
+    """No symlink between the workdir (which may itself be one, to a disk of ours) and the envs dir: deployer
+    never builds through one."""
+    top = os.path.normpath(owned_from)
+    if not root.startswith(top.rstrip("/") + "/"):
+        raise BuildRefused("%s is not inside the workdir %s: refused" % (root, owned_from), "unsafe")
+    step = top
+    for part in [p for p in root[len(top):].split("/") if p]:
+        step = os.path.join(step, part)
+        try:
+            if stat.S_ISLNK(os.lstat(step).st_mode):
+                raise BuildRefused("%s is a symbolic link: refused (deployer never builds through one)" % step,
+                                   "unsafe")
+        except FileNotFoundError:
+            return
 
 
 def _reply(**fields: Any) -> Dict[str, Any]:
