@@ -54,6 +54,12 @@ class Target:
     call: Call
     workdir: str
     label: str = "the target"
+    engine_env: tuple[tuple[str, str], ...] = ()   # the facts are read as the engine sees the host
+
+    def facts_shell(self, argv: list[str]) -> Ran:
+        """`argv` with the engine's environment (CUDA_VISIBLE_DEVICES and the like change what nvidia-smi says)."""
+        exports = "".join(f"export {k}={shlex.quote(v)}; " for k, v in self.engine_env)
+        return self.shell(exports + " ".join(shlex.quote(a) for a in argv), PROBE_TIMEOUT_S, None)
 
 
 @dataclass(frozen=True)
@@ -189,10 +195,10 @@ def resolve(target: Target, spec: EnvSpec, tools: TargetTools, plan: InstallPlan
 
 def host_facts(target: Target, python_version: str | None) -> HostFacts:
     """nvidia-smi (driver, CUDA, GPUs), /dev/shm, free bytes under the workdir: None/() where not answered."""
-    smi = _sh(target, FACT_COMMANDS["smi"])
+    smi = target.facts_shell(FACT_COMMANDS["smi"])
     driver, cuda = parse_smi(smi.stdout) if smi.exit_code == 0 else (None, None)
-    caps = _sh(target, FACT_COMMANDS["caps"]) if smi.exit_code == 0 else Ran(1, "", "")
-    shm = _sh(target, FACT_COMMANDS["shm"])
+    caps = target.facts_shell(FACT_COMMANDS["caps"]) if smi.exit_code == 0 else Ran(1, "", "")
+    shm = target.facts_shell(FACT_COMMANDS["shm"])
     disk = target.shell(f"d={shlex.quote(target.workdir)}; while [ ! -d \"$d\" ]; do d=$(dirname \"$d\"); done; "
                         "df -PB1 \"$d\"", PROBE_TIMEOUT_S, None)
     return HostFacts(driver_version=driver, driver_cuda=cuda,

@@ -16,17 +16,20 @@ from deployer.prepare.report import HostPrepared, PrepareReport
 from deployer.profile.model import Profile
 from deployer.remote.base import Remote
 from deployer.remote.connect import conversing, target_spec
+from deployer.render.bundle import engine_env
 from deployer.runner.fanout import TaggedSink, at_once, fan_out
 from deployer.target.push import expand_workdir
 
 
-def env_target(remote: Remote, workdir: str) -> Target:
-    """The target as deployer/prepare/environment.py reaches it: this connection's shell and helper."""
+def env_target(remote: Remote, profile: Profile) -> Target:
+    """The target as deployer/prepare/environment.py reaches it: this connection's shell and helper, the profile's
+    workdir there, the engine's environment for the facts."""
     def shell(cmd: str, timeout: float, stdin: bytes | None) -> Ran:
         result = remote.run(cmd, timeout=timeout, check=False, stdin=stdin)
         return Ran(result.exit_code, result.stdout, result.stderr)
 
-    return Target(shell=shell, call=remote.helper.call, workdir=expand_workdir(remote, workdir), label=remote.label)
+    return Target(shell=shell, call=remote.helper.call, workdir=expand_workdir(remote, profile.target.workdir),
+                  label=remote.label, engine_env=tuple(sorted(engine_env(profile).items())))
 
 
 def demand_of(profile: Profile) -> Demand:
@@ -43,8 +46,7 @@ def prepared_environment(remote: Remote, profile: Profile, emit: EventSink, *, b
     install = profile.engine.install
     if install is None:
         return None
-    prepared = prepare_environment(env_target(remote, profile.target.workdir), install, demand_of(profile), emit,
-                                   build=build)
+    prepared = prepare_environment(env_target(remote, profile), install, demand_of(profile), emit, build=build)
     warn_all(prepared, emit)
     return prepared
 
