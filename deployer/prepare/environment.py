@@ -229,16 +229,27 @@ class _Built:
 
 
 def _published(target: Target, paths: EnvPaths) -> EnvRecord | None:
-    """The record of the environment already published for this digest (None: not built, or not intact)."""
-    ran = target.shell(f"test -L {shlex.quote(paths.dir)} && cat {shlex.quote(paths.record)}", PROBE_TIMEOUT_S,
-                       None)
-    if ran.exit_code != 0:
+    """The record of the environment already published for this digest (None: not built, or not intact), asked
+    under its lock (a build of it in progress is waited for, then reused) and marked as used just now."""
+    fields = {"root": paths.root, "owned_from": target.workdir, "digest": paths.digest, "build_id": "reuse",
+              "steps": [], "record": {}, "reuse_only": True, "timeout": BUILD_TIMEOUT_S}
+    reply = target.call("env_build", fields, BUILD_TIMEOUT_S + 60, f"looking for the environment {paths.dir}")
+    if not reply.get("record"):
         return None
     try:
-        record = EnvRecord.from_json(ran.stdout)
+        record = EnvRecord.from_json(str(reply["record"]))
     except ValueError:
         return None
     return record if record.intact and record.digest == paths.digest else None
+
+
+def prune_environments(target: Target, in_use: set[str], min_age_s: float) -> list[str]:
+    """Retention: the environments under the workdir no kept run uses and not used for `min_age_s` removed (with
+    dead builds); the names removed."""
+    fields = {"root": f"{target.workdir.rstrip('/')}/{ENVS_DIR}", "owned_from": target.workdir,
+              "keep": sorted(in_use), "min_age_s": min_age_s}
+    reply = target.call("env_prune", fields, PROBE_TIMEOUT_S * 5, "retention of the managed environments")
+    return [str(n) for n in reply.get("removed") or ()]
 
 
 def _build(target: Target, plan: InstallPlan, tools: TargetTools, config: PipConfig,
@@ -251,8 +262,7 @@ def _build(target: Target, plan: InstallPlan, tools: TargetTools, config: PipCon
               "python_version": tools.python_version, "pip_config": [list(kv) for kv in config.items()],
               "resolved_hint": [{"name": d.name, "version": d.version, "url": d.url, "size": d.size}
                                 for d in resolved]}
-    fields = {"root": f"{target.workdir.rstrip('/')}/{ENVS_DIR}", "owned_from": target.workdir,
-              "digest": plan.spec.digest, "build_id": plan.build_id, "steps": steps, "record": record,
+    fields = {"root": plan.paths.root, "owned_from": target.workdir, "digest": plan.spec.digest, "build_id": plan.build_id, "steps": steps, "record": record,
               "timeout": BUILD_TIMEOUT_S}
     reply = target.call("env_build", fields, BUILD_TIMEOUT_S + 60, f"building the environment {plan.paths.dir}")
     if reply.get("failed"):

@@ -6,12 +6,16 @@ records name the environment by its python, which is what retention keeps and a 
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
+from dataclasses import replace
 
 from deployer.errors import DeployError, TargetError
 from deployer.events import Event, EventSink
 from deployer.prepare.compat import Demand
-from deployer.prepare.environment import EnvPrepared, Ran, Target, prepare_environment, warn_all
+from deployer.prepare.environment import EnvPrepared, Ran, Target, prepare_environment, prune_environments, \
+    warn_all
+from deployer.prepare.envspec import ENVS_DIR, envs_in_use
 from deployer.prepare.report import HostPrepared, PrepareReport
 from deployer.profile.model import Profile
 from deployer.remote.base import Remote
@@ -24,12 +28,31 @@ from deployer.target.push import expand_workdir
 def env_target(remote: Remote, profile: Profile) -> Target:
     """The target as deployer/prepare/environment.py reaches it: this connection's shell and helper, the profile's
     workdir there, the engine's environment for the facts."""
+    return replace(env_target_at(remote, profile.target.workdir), engine_env=tuple(sorted(engine_env(profile).items())))
+
+
+def env_target_at(remote: Remote, workdir: str) -> Target:
     def shell(cmd: str, timeout: float, stdin: bytes | None) -> Ran:
         result = remote.run(cmd, timeout=timeout, check=False, stdin=stdin)
         return Ran(result.exit_code, result.stdout, result.stderr)
 
-    return Target(shell=shell, call=remote.helper.call, workdir=expand_workdir(remote, profile.target.workdir),
-                  label=remote.label, engine_env=tuple(sorted(engine_env(profile).items())))
+    return Target(shell=shell, call=remote.helper.call, workdir=expand_workdir(remote, workdir), label=remote.label)
+
+
+# An environment used (built or reused) within this long is kept even when no run references it yet: a deployment
+# between its environment step and its push.
+ENV_UNUSED_S = 3600.0
+
+
+def prune_unused(remote: Remote, workdir: str) -> list[str]:
+    """Retention of the managed environments under `workdir`: those no kept run of any deployment there launches
+    from (its profile.json's engine python), unused for ENV_UNUSED_S. The names removed."""
+    target = env_target_at(remote, workdir)
+    root = shlex.quote(target.workdir.rstrip("/"))
+    found = remote.run(f"cat {root}/*/runs/*/profile.json 2>/dev/null | grep -oE "
+                       f"'{ENVS_DIR}/[0-9a-f]{{16}}/bin/python' | sort -u", timeout=60, check=False)
+    pythons = [f"{target.workdir.rstrip('/')}/{line.strip()}" for line in found.stdout.splitlines() if line.strip()]
+    return prune_environments(target, envs_in_use(pythons, target.workdir), ENV_UNUSED_S)
 
 
 def demand_of(profile: Profile) -> Demand:

@@ -34,7 +34,8 @@ come out of order and carry the request's id.
   rules, events and file format); `{word: LOCKED|BUSY|LOST|UNSAFE, data}`. The helper keeps the lease file open.
 - `lease_beat {token, release}`: renew (or release) it; `{word: OK|LOST|RELEASED, data}`.
 - `env_build {root, owned_from, digest, build_id, steps, record, timeout}`: build a managed engine environment
-  once per host under its lock and publish it atomically (supervise_install.py); fenced.
+  once per host under its lock and publish it atomically (supervise_install.py); `env_prune {root, owned_from,
+  keep, min_age_s}`: retention of the ones no kept run uses. Both fenced.
 - `link`, `readlink`, `remove`, `disk`, `mkdir`, `listdir`, `find_bytes`, `kernel_log`, `lease_show`, `runs`: the
   file ops of a deployment dir (supervise_files.py): inside the deployment dir only, never through a symlink.
 
@@ -70,7 +71,7 @@ if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     from deployer.supervisor.supervise_snapshot import snapshot as take_snapshot
     from deployer.supervisor.supervise_protocol import IN_HELPER
     from deployer.supervisor.supervise_files import FILE_OPS, OpRefused
-    from deployer.supervisor.supervise_install import BuildRefused, env_build
+    from deployer.supervisor.supervise_install import BuildRefused, env_build, env_prune
 else:  # run on the target from the helper bundle, where the modules are loaded by their bare names
     from supervise import dispatch  # type: ignore[no-redef]
     from supervise_base import SuperviseError, UnsafePath, make_dirs  # type: ignore[no-redef]
@@ -78,7 +79,7 @@ else:  # run on the target from the helper bundle, where the modules are loaded 
     from supervise_snapshot import snapshot as take_snapshot  # type: ignore[no-redef]
     from supervise_protocol import IN_HELPER  # type: ignore[no-redef]
     from supervise_files import FILE_OPS, OpRefused  # type: ignore[no-redef]
-    from supervise_install import BuildRefused, env_build  # type: ignore[no-redef]
+    from supervise_install import BuildRefused, env_build, env_prune  # type: ignore[no-redef]
 
 PROTOCOL = 1
 KILL_WAIT_S = 2.0
@@ -113,6 +114,7 @@ class Helper:
         }
         self.ops.update({name: self.file_op for name in FILE_OPS})   # supervise_files.py: link, remove, ...
         self.ops["env_build"] = self.env_build                         # supervise_install.py
+        self.ops["env_prune"] = self.env_prune
 
     def say(self, data: dict[str, Any]) -> None:
         line = json.dumps(data, sort_keys=True).encode() + b"\n"
@@ -275,6 +277,16 @@ class Helper:
             env[FENCE_ENV] = ",".join(tokens)
         try:
             return env_build(req, env)
+        except UnsafePath as e:
+            raise RequestError(str(e), "unsafe") from None
+        except BuildRefused as e:
+            raise RequestError(str(e), e.kind) from None
+
+    def env_prune(self, req: dict[str, Any]) -> dict[str, Any]:
+        """supervise_install.py's retention of managed environments: fenced like every change."""
+        self.fence()
+        try:
+            return env_prune(req)
         except UnsafePath as e:
             raise RequestError(str(e), "unsafe") from None
         except BuildRefused as e:

@@ -18,6 +18,14 @@ connection:
            over `<digest>` (rename(2) is atomic; a venv cannot be moved, so the link publishes it).
     -> {reused: bool, record: text | null, failed: step name | null, exit_code, timed_out, output (the failed
         step's stdout + stderr tail), steps: [{name, seconds}]}
+    With `reuse_only`, steps 3 only (nothing created): {reused: true, record} or {reused: false, record: null}.
+    A reuse touches the published link (its mtime, not the build's): retention spares an environment used lately.
+
+    env_prune {root, owned_from, keep: [digests], min_age_s}
+        environments no kept run uses (`keep`) and not used for `min_age_s` (the link's mtime), with their builds;
+        dead builds and link temps; each digest only while its lock is free (taken non-blocking, held while its
+        entries go), never through a symlink. Lock files and names deployer did not make are left.
+    -> {removed: [names]}
 """
 
 from __future__ import annotations
@@ -62,6 +70,8 @@ def env_build(req: Dict[str, Any], base_env: Dict[str, str]) -> Dict[str, Any]:
         raise BuildRefused("env_build: a digest of 16 hex digits, a build id and an absolute root are needed",
                            "bad-request")
     deadline = time.monotonic() + float(req.get("timeout") or 1800.0)
+    if req.get("reuse_only") and not os.path.isdir(root):
+        return _reply()
     _no_link_below(root, str(req["owned_from"]))
     make_dirs(root, str(req["owned_from"]))
     _no_link_below(root, str(req["owned_from"]))
@@ -69,7 +79,10 @@ def env_build(req: Dict[str, Any], base_env: Dict[str, str]) -> Dict[str, Any]:
     try:
         record = published_record(root, digest)
         if record is not None:
+            os.utime(os.path.join(root, digest), follow_symlinks=False)
             return _reply(reused=True, record=record)
+        if req.get("reuse_only"):
+            return _reply()
         _clear_dead(root, digest)
         build = os.path.join(root, digest + BUILD_MARK + build_id)
         timings: List[Dict[str, Any]] = []
@@ -91,6 +104,68 @@ def env_build(req: Dict[str, Any], base_env: Dict[str, str]) -> Dict[str, Any]:
         return _reply(record=text, steps=timings)
     finally:
         os.close(fd)
+
+
+def env_prune(req: Dict[str, Any]) -> Dict[str, Any]:
+    root, owned_from = os.path.normpath(str(req["root"])), str(req["owned_from"])
+    keep = set(str(d) for d in req.get("keep") or ())
+    min_age = float(req.get("min_age_s") or 0.0)
+    if not os.path.isdir(root):
+        return {"removed": []}
+    _no_link_below(root, owned_from)
+    make_dirs(root, owned_from)   # checks the chain (nothing is created: it exists)
+    digests = sorted({n.split(".", 1)[0] for n in os.listdir(root) if _DIGEST.match(n.split(".", 1)[0])})
+    removed: List[str] = []
+    for digest in digests:
+        if digest in keep:
+            continue
+        fd = _try_lock(os.path.join(root, digest + ".lock"))
+        if fd is None:
+            continue  # a build or a reuse of it is in progress
+        try:
+            removed += _prune_digest(root, digest, min_age)
+        finally:
+            os.close(fd)
+    return {"removed": removed}
+
+
+def _try_lock(path: str) -> Optional[int]:
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except OSError:
+        return None
+    try:
+        if os.fstat(fd).st_uid != os.getuid():
+            raise OSError(errno.EPERM, "not ours")
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+    except OSError:
+        os.close(fd)
+        return None
+
+
+def _prune_digest(root: str, digest: str, min_age: float) -> List[str]:
+    link = os.path.join(root, digest)
+    linked = None
+    try:
+        st = os.lstat(link)
+        if stat.S_ISLNK(st.st_mode):
+            linked = os.readlink(link)
+            if time.time() - st.st_mtime < min_age:
+                return []  # used lately: a deployment may be about to launch from it
+    except FileNotFoundError:
+        pass
+    gone = []
+    for name in sorted(os.listdir(root)):
+        if name == digest or name.startswith(digest + BUILD_MARK) or name.startswith(digest + LINK_MARK):
+            if name != digest and name == linked:
+                continue  # removed after its link, below
+            _remove(os.path.join(root, name))
+            gone.append(name)
+    if linked is not None and "/" not in linked and linked.startswith(digest + BUILD_MARK):
+        _remove(os.path.join(root, linked))
+        gone.append(linked)
+    return gone
 
 
 def _no_link_below(root: str, owned_from: str) -> None:

@@ -101,3 +101,43 @@ def test_refusals(tmp_path: Path) -> None:
     (work / ".deployer").chmod(0o777)   # another user could write it: refused
     with pytest.raises(UnsafePath):
         env_build(request(work), dict(os.environ))
+
+
+def test_prune_keeps_what_runs_use_what_was_used_lately_and_what_is_being_built(tmp_path: Path) -> None:
+    import fcntl
+
+    from deployer.supervisor.supervise_install import env_prune
+
+    work = tmp_path / "work"
+    root = work / ".deployer" / "envs"
+    root.mkdir(parents=True, mode=0o700)
+    digests = {k: k * 16 for k in "abcde"}
+    for digest in digests.values():
+        (root / f"{digest}.build-1").mkdir()
+        (root / digest).symlink_to(f"{digest}.build-1")
+        os.utime(root / digest, (1, 1), follow_symlinks=False)   # unused since 1970
+    (root / f"{digests['d']}").unlink()                           # d: a dead build, never published
+    os.utime(root / digests["b"], None, follow_symlinks=False)    # b: reused just now
+    held = os.open(root / f"{digests['e']}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX)                              # e: a build in progress
+    (root / "notes.txt").write_text("not deployer's")
+    try:
+        reply = env_prune({"root": str(root), "owned_from": str(work), "keep": [digests["a"]], "min_age_s": 600})
+    finally:
+        os.close(held)
+    assert sorted(reply["removed"]) == sorted([digests["c"], f"{digests['c']}.build-1", f"{digests['d']}.build-1"])
+    left = sorted(p.name for p in root.iterdir() if not p.name.endswith(".lock"))
+    assert left == sorted([digests["a"], f"{digests['a']}.build-1", digests["b"], f"{digests['b']}.build-1",
+                           digests["e"], f"{digests['e']}.build-1", "notes.txt"])
+
+
+def test_a_reuse_marks_the_environment_used(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir(mode=0o700)
+    env_build(request(work), dict(os.environ))
+    link = work / ".deployer" / "envs" / DIGEST
+    os.utime(link, (1, 1), follow_symlinks=False)
+    reply = env_build({**request(work, "b2", steps=[]), "reuse_only": True}, dict(os.environ))
+    assert reply["reused"] is True and link.lstat().st_mtime > 1
+    missing = env_build({**request(tmp_path / "nowhere", "b3", steps=[]), "reuse_only": True}, dict(os.environ))
+    assert missing["record"] is None and not (tmp_path / "nowhere").exists()   # nothing created
