@@ -20,8 +20,10 @@ __all__ = ["prepare"]
 @_target_options
 @click.option("--json", "as_json", is_flag=True, help="NDJSON events on stdout, then the report.")
 def prepare(profile: str, overrides: tuple[str, ...], host: str | None, trust_new_host: bool, as_json: bool) -> None:
-    """Get every host ready without launching: compatibility checks, then the engine's environment
-    (engine.install) built or reused. For images and CI."""
+    """Get every host ready without launching: compatibility checks, then the engine's environment (engine.install)
+    built or reused.
+
+    For images and CI: a fleet prepares every replica's host, a node group every node."""
     prof = _load(profile, overrides, host)
     deployment = for_profile(prof, Origin(profile, host, None, trust_new_host, overrides))
     sink = show.progress(deployment, as_json)
