@@ -150,3 +150,26 @@ def test_a_torch_the_driver_cannot_run_is_refused_before_anything_is_installed(t
     assert said and "supports CUDA 11.4" in said[0] and "upgrade the driver" in said[0], up.stderr
     assert envs(work) == {} and not (work / ".deployer" / "envs").exists()  # nothing installed
     assert not (work / "oldcuda" / "current").exists()                        # nothing launched
+
+
+def test_prepare_of_a_fleet_builds_on_every_replica_host(tmp_path: Path) -> None:
+    """`deploy prepare` of a `replicas:` profile through the Deployment interface: one row per replica, each
+    host's environment built at once; nothing launched."""
+    from fleet_helpers import fleet_deploy, fleet_profile
+    from hostbed import host_bed
+
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "1.0")
+    with host_bed(tmp_path / "hosts", 2) as bed:
+        path, data = fleet_profile(tmp_path, bed, name="envfleet", router=False)
+        data["engine"].pop("python")
+        data["engine"]["install"] = {"packages": [f"{PACKAGE}==1.0"], "find_links": [str(wheels)],
+                                     "index_url": (tmp_path / "wheels").as_uri(), "python": "/usr/bin/python3"}
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        prep = fleet_deploy(bed, "prepare", str(path), "--json", home=tmp_path / "home", timeout=300)
+        assert prep.returncode == 0, prep.stderr[-3000:] + prep.stdout[-3000:]
+        report = events(prep.stdout)[-1]
+        assert report["status"] == "prepared" and len(report["environments"]) == 2
+        assert all(row["built"] and row["ok"] for row in report["environments"])
+        for host in bed.hosts:
+            assert len(envs(host.workdir)) == 1 and list(host.workdir.glob("*/current")) == []   # nothing launched
