@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -119,6 +120,7 @@ def prepare_environment(target: Target, install: EngineInstall, demand: Demand, 
         env_bytes, unknown = estimate_env_bytes(record.resolved, UNPACK_FACTOR)
         return EnvPrepared(spec, paths, built=False, reused=True, tool=record.tool, resolved=record.resolved,
                            env_bytes=env_bytes, unknown_sizes=unknown, warnings=warnings, record=record)
+    started = time.monotonic()
     emit(PhaseEntered(phase="installing", elapsed=0.0, line=f"resolving {' '.join(spec.packages)}"))
     tools, config = probe(target, spec)
     plan = _plan(spec, target, tools, config)
@@ -129,7 +131,7 @@ def prepare_environment(target: Target, install: EngineInstall, demand: Demand, 
                            env_bytes=env_bytes, unknown_sizes=unknown, warnings=warnings)
     if not build:
         return prepared
-    emit(PhaseEntered(phase="installing", elapsed=0.0,
+    emit(PhaseEntered(phase="installing", elapsed=round(time.monotonic() - started, 3),
                       line=f"building {paths.dir} with {plan.choice.tool} ({len(resolved)} packages)"))
     built = _build(target, plan, tools, config, resolved)
     return EnvPrepared(spec, paths, built=not built.reused, reused=built.reused, tool=built.record.tool,
