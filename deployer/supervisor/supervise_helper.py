@@ -47,7 +47,8 @@ started then checks it before each restart: supervise_lease.restart_refusal).
 
 EOF on stdin ends the conversation: the helper exits at once without releasing a lease it holds (as the lease
 program does: a client whose connection dropped re-takes it with its token, anyone else after it expires).
-Commands still running keep running (a `stop` in progress is not cut short); their replies go nowhere.
+Commands still running keep running (a `stop` in progress is not cut short); their replies go nowhere. An
+environment build's steps are the exception: they are killed (their build lock is this process's).
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     from deployer.supervisor.supervise_snapshot import snapshot as take_snapshot
     from deployer.supervisor.supervise_protocol import IN_HELPER
     from deployer.supervisor.supervise_files import FILE_OPS, OpRefused
-    from deployer.supervisor.supervise_install import BuildRefused, env_build, env_prune
+    from deployer.supervisor.supervise_install import BuildRefused, env_build, env_prune, stop_running
 else:  # run on the target from the helper bundle, where the modules are loaded by their bare names
     from supervise import dispatch  # type: ignore[no-redef]
     from supervise_base import SuperviseError, UnsafePath, make_dirs  # type: ignore[no-redef]
@@ -79,7 +80,7 @@ else:  # run on the target from the helper bundle, where the modules are loaded 
     from supervise_snapshot import snapshot as take_snapshot  # type: ignore[no-redef]
     from supervise_protocol import IN_HELPER  # type: ignore[no-redef]
     from supervise_files import FILE_OPS, OpRefused  # type: ignore[no-redef]
-    from supervise_install import BuildRefused, env_build, env_prune  # type: ignore[no-redef]
+    from supervise_install import BuildRefused, env_build, env_prune, stop_running  # type: ignore[no-redef]
 
 PROTOCOL = 1
 KILL_WAIT_S = 2.0
@@ -127,7 +128,9 @@ class Helper:
 
     def finish(self) -> None:
         """Leave now, without the interpreter's shutdown: it would flush stdout while a request's thread may hold
-        its lock (a reply just written), and wait a second for it per stream. Requests still running are left."""
+        its lock (a reply just written), and wait a second for it per stream. Requests still running are left,
+        except an environment build's steps (stopped: their build lock goes with this process)."""
+        stop_running()
         if self._write.acquire(timeout=KILL_WAIT_S):  # no reply half-written
             try:
                 self._out.flush()

@@ -58,6 +58,19 @@ _BUILD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _NAME_RUN = re.compile(r"[-_.]+")
 
 
+# Process groups of the build steps running now: the helper ends them when its conversation ends (the deploy was
+# interrupted or its connection dropped), so no pip keeps writing into a build whose lock is gone.
+RUNNING: "set[int]" = set()
+
+
+def stop_running() -> None:
+    for pgid in list(RUNNING):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 class BuildRefused(Exception):
     def __init__(self, message: str, kind: str) -> None:
         super().__init__(message)
@@ -275,6 +288,7 @@ def _run(argv: List[str], env: Dict[str, str], deadline: float) -> "tuple[int, s
                                 start_new_session=True, env=env)
     except OSError as e:
         return 127, "%s: %s" % (argv[0], e.strerror or e), False
+    RUNNING.add(proc.pid)
     try:
         out, _ = proc.communicate(timeout=left)
         return proc.returncode, out.decode("utf-8", "replace"), False
@@ -289,6 +303,8 @@ def _run(argv: List[str], env: Dict[str, str], deadline: float) -> "tuple[int, s
             proc.kill()
             out = b""
         return -1, out.decode("utf-8", "replace") + "\n(the build timed out)", True
+    finally:
+        RUNNING.discard(proc.pid)
 
 
 def _canonical(name: str) -> str:

@@ -141,3 +141,26 @@ def test_a_reuse_marks_the_environment_used(tmp_path: Path) -> None:
     assert reply["reused"] is True and link.lstat().st_mtime > 1
     missing = env_build({**request(tmp_path / "nowhere", "b3", steps=[]), "reuse_only": True}, dict(os.environ))
     assert missing["record"] is None and not (tmp_path / "nowhere").exists()   # nothing created
+
+
+def test_the_steps_of_a_build_end_with_the_conversation(tmp_path: Path) -> None:
+    """The helper calls stop_running when its conversation ends: a step still running (pip) is killed, so it
+    never writes into a build whose lock is gone."""
+    import time
+
+    from deployer.supervisor import supervise_install
+
+    work = tmp_path / "work"
+    work.mkdir(mode=0o700)
+    replies: list[dict[str, Any]] = []
+    thread = threading.Thread(target=lambda: replies.append(
+        env_build(request(work, steps=[["sleep", "60"]]), dict(os.environ))))
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not supervise_install.RUNNING and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert supervise_install.RUNNING
+    supervise_install.stop_running()
+    thread.join(10)
+    assert replies and replies[0]["failed"] == "s0" and replies[0]["exit_code"] == -9
+    assert not supervise_install.RUNNING and not (work / ".deployer" / "envs" / DIGEST).exists()
