@@ -82,8 +82,7 @@ def with_environment(remote: Remote, profile: Profile, emit: EventSink) -> Profi
 
 def launched_from(profile: Profile, python: str) -> Profile:
     """The profile whose engine runs from `python` (a managed environment's): `install` done, so dropped."""
-    engine = profile.engine.model_copy(update={"python": python, "install": None})
-    return profile.model_copy(update={"engine": engine})
+    return profile.with_engine(profile.engine.model_copy(update={"python": python, "install": None}))
 
 
 def shared_environment(places: Sequence[tuple[Remote, Profile, EventSink]]) -> str | None:
