@@ -173,3 +173,27 @@ def test_prepare_of_a_fleet_builds_on_every_replica_host(tmp_path: Path) -> None
         assert all(row["built"] and row["ok"] for row in report["environments"])
         for host in bed.hosts:
             assert len(envs(host.workdir)) == 1 and list(host.workdir.glob("*/current")) == []   # nothing launched
+
+
+def test_prepare_of_a_node_group_builds_on_every_node(tmp_path: Path) -> None:
+    """`deploy prepare` of a `nodes:` profile: one row per node, each node's own workdir; nothing launched."""
+    from hostbed import host_bed
+    from sshbed import free_port
+
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "1.0")
+    with host_bed(tmp_path / "hosts", 2) as bed:
+        data = {"name": "envnodes", "nodes": [h.sshd.target(h.workdir) for h in bed.hosts],
+                "engine": {"kind": "sglang", "model_path": "Qwen/Qwen3-8B", "port": free_port(bed.hosts[0].addr),
+                           "args": {"tp_size": 2}, "dist_init_port": free_port(bed.hosts[0].addr),
+                           "install": {"packages": [f"{PACKAGE}==1.0"], "find_links": [str(wheels)],
+                                       "index_url": wheels.as_uri(), "python": "/usr/bin/python3"}}}
+        path = tmp_path / "envnodes.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        prep = deploy("prepare", str(path), "--json", home=tmp_path / "home", timeout=300)
+        assert prep.returncode == 0, prep.stderr[-3000:] + prep.stdout[-3000:]
+        report = events(prep.stdout)[-1]
+        assert [row["host"] for row in report["environments"]] == ["node 0 (127.0.0.2)", "node 1 (127.0.0.3)"]
+        assert all(row["built"] for row in report["environments"])
+        for host in bed.hosts:
+            assert len(envs(host.workdir)) == 1 and list(host.workdir.glob("*/current")) == []
