@@ -138,7 +138,8 @@ def unbuilt_problem(problem: str, profile: Profile, prepared: EnvPrepared | None
         return False
     engine = profile.engine
     return problem.startswith((f"engine python {engine.python!r} not found",
-                               f"{engine.kind} is not installed for {engine.python}"))
+                               f"{engine.kind} is not installed for {engine.python}",
+                               f"no {engine.kind} found by {engine.python} "))   # a node group's comparison
 
 
 def _quiet(_event: Event) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from deploy_helpers import deploy, events, write_profile
+from deploy_helpers import STANDIN, deploy, events, write_profile
 
 pytestmark = pytest.mark.integration
 
@@ -183,6 +183,8 @@ def test_prepare_of_a_node_group_builds_on_every_node(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
     make_wheel(wheels, "1.0")
     with host_bed(tmp_path / "hosts", 2) as bed:
+        for host in bed.hosts:  # each node is a GPU box: the stand-in nvidia-smi
+            (host.sshd.bin_dir / "nvidia-smi").symlink_to(STANDIN / "bin" / "nvidia-smi")
         data = {"name": "envnodes", "nodes": [h.sshd.target(h.workdir) for h in bed.hosts],
                 "engine": {"kind": "sglang", "model_path": "Qwen/Qwen3-8B", "port": free_port(bed.hosts[0].addr),
                            "args": {"tp_size": 2}, "dist_init_port": free_port(bed.hosts[0].addr),
@@ -190,6 +192,8 @@ def test_prepare_of_a_node_group_builds_on_every_node(tmp_path: Path) -> None:
                                        "index_url": wheels.as_uri(), "python": "/usr/bin/python3"}}}
         path = tmp_path / "envnodes.yaml"
         path.write_text(yaml.safe_dump(data, sort_keys=False))
+        plan = deploy("plan", str(path), home=tmp_path / "home", timeout=300)
+        assert plan.returncode == 0 and "would be built" in plan.stdout, plan.stdout + plan.stderr
         prep = deploy("prepare", str(path), "--json", home=tmp_path / "home", timeout=300)
         assert prep.returncode == 0, prep.stderr[-3000:] + prep.stdout[-3000:]
         report = events(prep.stdout)[-1]
