@@ -41,6 +41,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "logs": ("targets", "Print the engine log of the current (or previous) attempt (a fleet: of --replica N, "
                         "--host H or --router; a multi-node profile: of --node N)."),
     "plan": ("runs", "Preflight without launching: GPUs, engine version, flags, effective args, memory plan."),
+    "prepare": ("prepare", "Get every host ready without launching: compatibility checks, then the engine's "
+                           "environment (engine.install) built or reused."),
     "prune": ("oncall", "Delete old run dirs beyond the newest N and the env files (secrets) of runs no restart "
                         "or rollback needs."),
     "render": ("profiles", "Print the launch script a profile renders to (secrets never shown)."),
@@ -66,6 +68,8 @@ EXAMPLES: dict[str, list[str]] = {
     "dashboard": ["deploy dashboard profiles/qwen36-mtp.yaml",
                   "deploy dashboard qwen36-mtp --host root@gpu-box chat --host root@gpu-2 --port 8765",
                   "deploy dashboard --host root@gpu-box"],
+    "prepare": ["deploy prepare profiles/qwen36-mtp.yaml --host root@gpu-box",
+                "deploy prepare profiles/qwen3-8b-fleet.yaml --json"],
     "top": ["deploy top profiles/qwen3-8b-fleet.yaml", "deploy top qwen36-mtp --host root@gpu-box --once --json"],
     "diagnose": ["deploy diagnose qwen36-mtp --host root@gpu-box",
                  "deploy diagnose --log engine.log --engine-version 0.5.23 --json"],

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from deployer.profile.model import Profile
     from deployer.deployments.reports import SmokeResult
     from deployer.export.prometheus import AddressOf, PromExport
+    from deployer.prepare.report import PrepareReport
     from deployer.smoke import SmokeOptions
     from deployer.runner.up import UpOptions
     from deployer.events import EventSink
@@ -105,9 +106,11 @@ class Deployment(ABC):
     @abstractmethod
     def smoke(self, opts: SmokeOptions, emit: EventSink) -> SmokeResult: ...
 
-    # Room for the commands other issues add (prepare, top, ls, the dashboard's reads): a kind that has not
-    # built one says so.
-    def prepare(self) -> object:
+    # Room for the commands other issues add (top, ls, the dashboard's reads): a kind that has not built one
+    # says so.
+    def prepare(self, emit: EventSink) -> PrepareReport:
+        """What a launch needs on every host (the compatibility checks, the managed environment), without
+        launching: for images and CI (`deploy prepare`)."""
         raise self._not_built("prepare")
 
     def top(self) -> TopReport:

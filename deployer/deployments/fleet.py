@@ -22,6 +22,8 @@ from deployer.fleet.report import FleetReport
 from deployer.fleet.smoke import FleetSmokeReport, smoke_fleet
 from deployer.fleet.up import fleet_restart, fleet_rollback, fleet_up
 from deployer.runner.up import UpOptions
+from deployer.prepare.report import PrepareReport
+from deployer.runner.install import prepare_all
 from deployer.profile.model import Profile
 from deployer.smoke import SmokeOptions
 from deployer.events import Event, EventSink
@@ -67,6 +69,12 @@ class ReplicaFleet(Deployment):
 
     def plan(self, model_config: Path | None = None) -> PlanReport:
         return self._one().plan(model_config)
+
+    def prepare(self, emit: EventSink) -> PrepareReport:
+        """Every replica's host (and the router's, once its environment can be installed too)."""
+        self._no_host("prepare")
+        members = [(m.profile.target.host, m.name, m.profile) for m in fleet_of(self.profile).replicas]
+        return prepare_all(self.profile.name, members, self.trust_new_host, emit)
 
     def status(self) -> FleetStatus:
         self._no_host("status")

@@ -33,6 +33,8 @@ from deployer.profile.model import Profile
 from deployer.smoke import SmokeOptions, SmokeReport, Stand
 from deployer.target.records import RunView, all_runs
 from deployer.events import EventSink
+from deployer.prepare.report import PrepareReport
+from deployer.runner.install import prepare_all
 
 
 class NodeGroup(Deployment):
@@ -60,6 +62,11 @@ class NodeGroup(Deployment):
     def plan(self, model_config: Path | None = None) -> PlanReport:
         report = plan_report(self.profile, trust_new_host=self.trust_new_host, model_config=model_config)
         return PlanReport(report, report.render_text(), plan_error(report.problems), MemoryPicture.of(report.leader))
+
+    def prepare(self, emit: EventSink) -> PrepareReport:
+        """Every node's host: each runs the engine from its own environment."""
+        members = [(p.node.host, p.label, p.profile) for p in plan_nodes(self.profile)]
+        return prepare_all(self.name or self.profile.name, members, self.trust_new_host, emit)
 
     def status(self) -> NodeStatus:
         return NodeStatus(nodes_ops.status(self.profile, self.node, self.workdir, self.trust_new_host))

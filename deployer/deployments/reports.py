@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from deployer.fleet.smoke import FleetSmokeReport
     from deployer.runner.up import UpReport
     from deployer.preflight.checks import PreflightReport
+    from deployer.prepare.environment import EnvPrepared
     from deployer.smoke import SmokeReport
 
     UpResult = Union[UpReport, FleetReport]
@@ -174,9 +175,13 @@ class PlanReport:
     text: str
     error: DeployError | None = field(default=None)
     picture: MemoryPicture | None = None
+    environment: EnvPrepared | None = field(default=None)   # engine.install: what would be installed, the disk
 
     def to_json(self) -> Any:
-        return self.report.to_json()
+        data = self.report.to_json()
+        if self.environment is not None and isinstance(data, dict):
+            data = {**data, "environment": self.environment.to_json()}
+        return data
 
     @property
     def exit_code(self) -> int:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from deployer.events import EventSink
     from deployer.export.prometheus import AddressOf, PromExport
     from deployer.target.snapshot import LogWindow
+    from deployer.prepare.report import PrepareReport
 
 
 @dataclass(frozen=True)
@@ -108,11 +109,13 @@ class SingleHost(Deployment):
         from deployer.local_history import home
         from deployer.preflight.checks import run_preflight
         from deployer.remote.connect import conversing, target_spec
+        from deployer.runner.install import plan_environment, unbuilt_problem
         from deployer.target.push import layout_for
         from deployer.target.records import current_view, engine_allocated
 
         prof = self._profile()
         with conversing(target_spec(prof, self.origin.trust_new_host)) as remote:  # one exec channel
+            prof, env = plan_environment(remote, prof)
             view = current_view(remote, layout_for(remote, prof))
             own_port = view is not None and view.alive and view.record.get("port") == prof.engine.port
             report = run_preflight(remote, prof, cache_dir=home() / "cache", model_config=model_config,
@@ -120,8 +123,17 @@ class SingleHost(Deployment):
             if view is not None:  # after a start: what the engine really allocated, beside the estimate
                 report.allocated, report.allocated_run = engine_allocated(remote, view, prof.engine.definition), \
                     view.run.run_id
-        return PlanReport(report, report.render_text() + "\n", plan_error(report.problems, report.refusal()),
-                          MemoryPicture.of(report))
+        report.problems = [p for p in report.problems if not unbuilt_problem(p, prof, env)]
+        text = "".join(line + "\n" for line in (env.lines() if env is not None else [])) + report.render_text()
+        return PlanReport(report, text + "\n", plan_error(report.problems, report.refusal()),
+                          MemoryPicture.of(report), environment=env)
+
+    def prepare(self, emit: EventSink) -> PrepareReport:
+        from deployer.prepare.report import PrepareReport
+        from deployer.runner.install import prepare_host
+
+        prof = self._profile()
+        return PrepareReport(prof.name, [prepare_host(prof, prof.target.host, self.origin.trust_new_host, emit)])
 
     def status(self) -> StatusReport:
         try:

@@ -20,7 +20,9 @@ from deployer.nodes.watch import NodeSession
 from deployer.local_history import home
 from deployer.preflight.checks import PreflightReport, run_preflight
 from deployer.preflight.facts import Facts, gather_facts
+from deployer.prepare.environment import EnvPrepared
 from deployer.profile.model import Profile
+from deployer.runner.install import launched_from, plan_environment, unbuilt_problem
 from deployer.target.push import layout_for
 from deployer.remote.connect import conversing, target_spec
 from deployer.target.records import current_view
@@ -31,13 +33,16 @@ class NodesPlanReport:
     leader: PreflightReport | None
     nodes: list[dict[str, Any]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    environment: EnvPrepared | None = None      # engine.install: what up would install (resolved on node 0)
 
     def to_json(self) -> dict[str, Any]:
-        return {"node0": self.leader.to_json() if self.leader else None, "nodes": self.nodes,
+        data = {"node0": self.leader.to_json() if self.leader else None, "nodes": self.nodes,
                 "problems": self.problems}
+        return data if self.environment is None else {**data, "environment": self.environment.to_json()}
 
     def render_text(self) -> str:
-        lines = [self.leader.render_text().rstrip()] if self.leader else []
+        lines = self.environment.lines() if self.environment is not None else []
+        lines += [self.leader.render_text().rstrip()] if self.leader else []
         lines.append("nodes:")
         for n in self.nodes:
             nic = n["nic"] or "(NCCL/Gloo choose)"
@@ -56,6 +61,9 @@ def plan_report(profile: Profile, *, trust_new_host: bool, model_config: Path | 
         except PreflightFailed as exc:
             report.problems = exc.problems
             return report
+        if profile.engine.install is not None:  # resolved and checked on node 0; nothing built
+            launched, report.environment = plan_environment(sessions[0].remote, sessions[0].plan.profile)
+            profile = launched_from(profile, launched.engine.python)
         plans = plan_nodes(profile, nets)
         for s, plan in zip(sessions, plans):
             s.plan = plan
@@ -65,6 +73,10 @@ def plan_report(profile: Profile, *, trust_new_host: bool, model_config: Path | 
         report.nodes = [_row(p, f) for p, f in zip(plans, facts)]
         report.problems = [*report.leader.problems, *compare(sessions, plans, facts, False),
                            *dist_init_problems(sessions, plans)]
+        if report.environment is not None:  # "not installed" only says the environment is not built yet
+            for holder in (report, report.leader):
+                holder.problems = [p for p in holder.problems
+                                   if not unbuilt_problem(p, plans[0].profile, report.environment)]
         return report
 
 

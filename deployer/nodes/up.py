@@ -34,6 +34,7 @@ from deployer.nodes.diagnose import RankEnd, first_failure
 from deployer.nodes.plan import NodeNet, NodePlan, multinode_of, node_keys, plan_nodes, supervisor_overrides
 from deployer.nodes.watch import NodeSession, for_node, watch_group
 from deployer.runner.before_launch import BeforeLaunch
+from deployer.runner.install import launched_from, shared_environment
 from deployer.runner.up import UpOptions, UpReport, attempt_log, diagnose_attempt, locked_session
 from deployer.preflight.facts import gather_facts
 from deployer.profile.model import Profile
@@ -101,6 +102,11 @@ def up_nodes(profile: Profile, opts: UpOptions, emit: EventSink) -> NodesReport:
     emit = _serialized(masking_sink(emit))
     plans = plan_nodes(profile)  # bad input is refused before any connection
     with _sessions(plans, opts, emit) as sessions:
+        python = shared_environment([(s.remote, s.plan.profile, for_node(emit, s.plan)) for s in sessions])
+        if python is not None:  # engine.install: every node launches from its environment
+            profile = launched_from(profile, python)
+            for s, plan in zip(sessions, plan_nodes(profile)):
+                s.plan = plan
         report = NodesReport(name=profile.name, host=_hosts(plans), status="failed",
                              restart=restart_summary(profile.restart))
         for s, view in zip(sessions, at_once(lambda s: current_view(s.remote, s.layout), sessions)):

@@ -9,5 +9,10 @@
 - `compat` + `compat.yaml`: the compatibility preflight (driver CUDA vs the torch build, compute capability vs the
   engine's kernels, Python vs wheel tags, /dev/shm, free disk), each rule data with its source.
 
-Pure: nothing here talks to a target; the target-side helper runs the argv lists and hands back their output.
+- `environment`: the steps on a target (probe, dry resolution, compat, the build by the helper's `env_build` under
+  its lock, reuse, retention), reached through two callables the runner makes from its connection.
+- `report`: what `deploy prepare` did on each host.
+
+Only `environment` talks to a target, through those callables (this package sits below the remote layer); the
+target-side helper (supervisor/supervise_install.py) runs the argv lists and hands back their output.
 """

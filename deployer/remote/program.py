@@ -52,7 +52,8 @@ SUPERVISOR_MODULES = ("supervise_protocol", "supervise_base", "supervise_ports",
                       "supervise_daemon", "supervise")  # the daemon asks the lease before a restart (fencing)
 LEASE_MODULES = ("supervise_protocol", "supervise_base", "supervise_lease")        # the lock's lease program
 SNAPSHOT_MODULES = (*SUPERVISOR_MODULES, "supervise_snapshot")                      # a deployment's snapshot
-HELPER_MODULES = (*SUPERVISOR_MODULES, "supervise_snapshot", "supervise_files", "supervise_helper")  # the helper
+HELPER_MODULES = (*SUPERVISOR_MODULES, "supervise_snapshot", "supervise_files", "supervise_install",
+                  "supervise_helper")                                               # the helper
 DIRS_MODULES = ("supervise_protocol", "supervise_base")                             # + a `mkdirs` main of its own
 
 

@@ -19,6 +19,7 @@ import jinja2
 from deployer import __version__
 from deployer.errors import RenderError
 from deployer.flag_names import key_option
+from deployer.prepare.envspec import engine_python
 from deployer.profile.model import Profile
 from deployer.secrets import MASK, SECRET_ENV_PREFIX, secret_var
 
@@ -105,7 +106,8 @@ def _engine_words(profile: Profile) -> tuple[list[Word], dict[str, str]]:
     env = dict(profile.engine.env)
     if profile.engine.gpus is not None:
         env.setdefault("CUDA_VISIBLE_DEVICES", ",".join(str(g) for g in profile.engine.gpus))
-    argv: list[Word] = [engine.python, "-m", launch.module]
+    # engine.install: the managed environment's python (`up` builds it there before it renders)
+    argv: list[Word] = [engine_python(engine, profile.target.workdir), "-m", launch.module]
     argv += flag_tokens(launch.model_flag, engine.model_path)
     argv += flag_tokens("host", engine.host)
     argv += flag_tokens("port", engine.port)

@@ -12,6 +12,7 @@ report says so. Attempt 1's run dir goes up while preflight runs, when that can 
 
 from __future__ import annotations
 
+import posixpath
 import shlex
 import uuid
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ from deployer.remote.base import Remote
 from deployer.remote.connect import target_spec
 from deployer.render.bundle import Bundle, render
 from deployer.runner.attempts import AttemptRunner
+from deployer.runner.install import prune_unused, with_environment
 from deployer.runner.logs import attempt_log, diagnose_attempt, diagnose_run, diagnose_state
 from deployer.runner.report import AttemptReport, Reach, UpOptions, UpReport, restart_summary
 from deployer.runner.shape import SingleHost, Target
@@ -57,6 +59,8 @@ def up(profile: Profile, opts: UpOptions, emit: EventSink, connection: Remote | 
     """`connection`: an open connection to the profile's host to use (and leave open), else one of its own."""
     emit = masking_sink(emit)  # events carry engine text: the engine may print a secret (its own args dump)
     with locked_session(profile, opts, emit, connection) as (remote, layout):
+        managed = profile.engine.install is not None
+        profile = with_environment(remote, profile, emit)  # engine.install: built or reused, launched from it
         report = UpReport(name=profile.name, host=remote.label, status="failed", reach=reach_of(profile),
                           restart=restart_summary(profile.restart))
         original, version = profile, profile.engine.version
@@ -87,9 +91,9 @@ def up(profile: Profile, opts: UpOptions, emit: EventSink, connection: Remote | 
         try:
             done = runner.run()
         except DeployError:  # a failed launch too (not Ctrl-C: that leaves at once)
-            _tidy(remote, layout, profile, emit)
+            _tidy(remote, layout, profile, emit, envs=managed)
             raise
-        _tidy(remote, layout, profile, emit)
+        _tidy(remote, layout, profile, emit, envs=managed)
         return done
 
 
@@ -143,10 +147,13 @@ def _early_plan(written: Planned | None, view: RunView | None, opts: UpOptions) 
     return written
 
 
-def _tidy(remote: Remote, layout: Layout, profile: Profile, emit: EventSink) -> None:
-    """Retention after every up: old runs lose their env file (secrets) at once, their dirs beyond keep_runs."""
+def _tidy(remote: Remote, layout: Layout, profile: Profile, emit: EventSink, *, envs: bool = False) -> None:
+    """Retention after every up: old runs lose their env file (secrets) at once, their dirs beyond keep_runs; with
+    `envs` (engine.install) the managed environments no kept run uses."""
     try:
         tidy(remote, layout, profile.retention.keep_runs)
+        if envs:
+            prune_unused(remote, posixpath.dirname(layout.root))
     except DeployError as exc:  # never hides the outcome of the up itself
         emit(Warn(message=f"retention of old runs skipped: {exc}"))
 

@@ -33,6 +33,9 @@ come out of order and carry the request's id.
 - `lease_take {path, holder, token, lease_s, mode, from?}`: the deployment lock's lease (supervise_lease.py's
   rules, events and file format); `{word: LOCKED|BUSY|LOST|UNSAFE, data}`. The helper keeps the lease file open.
 - `lease_beat {token, release}`: renew (or release) it; `{word: OK|LOST|RELEASED, data}`.
+- `env_build {root, owned_from, digest, build_id, steps, record, timeout}`: build a managed engine environment
+  once per host under its lock and publish it atomically (supervise_install.py); `env_prune {root, owned_from,
+  keep, min_age_s}`: retention of the ones no kept run uses. Both fenced.
 - `link`, `readlink`, `remove`, `disk`, `mkdir`, `listdir`, `find_bytes`, `kernel_log`, `lease_show`, `runs`: the
   file ops of a deployment dir (supervise_files.py): inside the deployment dir only, never through a symlink.
 
@@ -44,7 +47,8 @@ started then checks it before each restart: supervise_lease.restart_refusal).
 
 EOF on stdin ends the conversation: the helper exits at once without releasing a lease it holds (as the lease
 program does: a client whose connection dropped re-takes it with its token, anyone else after it expires).
-Commands still running keep running (a `stop` in progress is not cut short); their replies go nowhere.
+Commands still running keep running (a `stop` in progress is not cut short); their replies go nowhere. An
+environment build's steps are the exception: they are killed (their build lock is this process's).
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     from deployer.supervisor.supervise_snapshot import snapshot as take_snapshot
     from deployer.supervisor.supervise_protocol import IN_HELPER
     from deployer.supervisor.supervise_files import FILE_OPS, OpRefused
+    from deployer.supervisor.supervise_install import BuildRefused, env_build, env_prune, stop_running
 else:  # run on the target from the helper bundle, where the modules are loaded by their bare names
     from supervise import dispatch  # type: ignore[no-redef]
     from supervise_base import SuperviseError, UnsafePath, make_dirs  # type: ignore[no-redef]
@@ -75,6 +80,7 @@ else:  # run on the target from the helper bundle, where the modules are loaded 
     from supervise_snapshot import snapshot as take_snapshot  # type: ignore[no-redef]
     from supervise_protocol import IN_HELPER  # type: ignore[no-redef]
     from supervise_files import FILE_OPS, OpRefused  # type: ignore[no-redef]
+    from supervise_install import BuildRefused, env_build, env_prune, stop_running  # type: ignore[no-redef]
 
 PROTOCOL = 1
 KILL_WAIT_S = 2.0
@@ -108,6 +114,8 @@ class Helper:
             "read": self.read, "size": self.size, "http": self.http, "mkdirs": self.mkdirs,
         }
         self.ops.update({name: self.file_op for name in FILE_OPS})   # supervise_files.py: link, remove, ...
+        self.ops["env_build"] = self.env_build                         # supervise_install.py
+        self.ops["env_prune"] = self.env_prune
 
     def say(self, data: dict[str, Any]) -> None:
         line = json.dumps(data, sort_keys=True).encode() + b"\n"
@@ -120,7 +128,9 @@ class Helper:
 
     def finish(self) -> None:
         """Leave now, without the interpreter's shutdown: it would flush stdout while a request's thread may hold
-        its lock (a reply just written), and wait a second for it per stream. Requests still running are left."""
+        its lock (a reply just written), and wait a second for it per stream. Requests still running are left,
+        except an environment build's steps (stopped: their build lock goes with this process)."""
+        stop_running()
         if self._write.acquire(timeout=KILL_WAIT_S):  # no reply half-written
             try:
                 self._out.flush()
@@ -260,6 +270,30 @@ class Helper:
             raise RequestError(str(e), e.kind) from None
         except LeaseError as e:
             raise RequestError(str(e), "lease") from None
+
+    def env_build(self, req: dict[str, Any]) -> dict[str, Any]:
+        """supervise_install.py's build of a managed environment: fenced like every change; its steps run with
+        the lease tokens in their environment as `run`'s commands do."""
+        env = _child_env()
+        tokens = self.fence()
+        if tokens:
+            env[FENCE_ENV] = ",".join(tokens)
+        try:
+            return env_build(req, env)
+        except UnsafePath as e:
+            raise RequestError(str(e), "unsafe") from None
+        except BuildRefused as e:
+            raise RequestError(str(e), e.kind) from None
+
+    def env_prune(self, req: dict[str, Any]) -> dict[str, Any]:
+        """supervise_install.py's retention of managed environments: fenced like every change."""
+        self.fence()
+        try:
+            return env_prune(req)
+        except UnsafePath as e:
+            raise RequestError(str(e), "unsafe") from None
+        except BuildRefused as e:
+            raise RequestError(str(e), e.kind) from None
 
     def read(self, req: dict[str, Any]) -> dict[str, Any]:
         path, offset, limit = str(req["path"]), int(req.get("offset") or 0), int(req["limit"])

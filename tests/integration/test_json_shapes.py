@@ -46,6 +46,7 @@ def test_every_commands_json_is_the_documented_shape(tmp_path: Path, sshd: Any) 
         ("validate", ["validate", str(prof), "--json"], False),
         ("render", ["render", str(prof), "--json"], False),
         ("plan", ["plan", str(prof), "--json"], False),
+        ("prepare", ["prepare", str(prof), "--json"], True),
         ("up", ["up", str(prof), "--json"], True),
         ("status", ["status", "shapes", *onhost, "--json"], False),
         ("status-host", ["status", *onhost, "--json"], False),

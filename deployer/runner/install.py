@@ -1,0 +1,146 @@
+"""The managed engine environment as a step of `up` and `prepare`: a profile with `engine.install` gets its
+environment built (or reused) on the target, checked for compatibility first (deployer/prepare/environment.py), and
+comes back as the profile to launch, whose `engine.python` is that environment's python (`install` dropped: the run
+records name the environment by its python, which is what retention keeps and a rollback launches).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import replace
+
+from deployer.errors import DeployError, TargetError
+from deployer.events import Event, EventSink
+from deployer.prepare.compat import Demand
+from deployer.prepare.environment import EnvPrepared, Ran, Target, prepare_environment, prune_environments, \
+    warn_all
+from deployer.prepare.envspec import ENVS_DIR, envs_in_use
+from deployer.prepare.report import HostPrepared, PrepareReport
+from deployer.profile.model import Profile
+from deployer.remote.base import Remote
+from deployer.remote.connect import conversing, target_spec
+from deployer.render.bundle import engine_env
+from deployer.runner.fanout import TaggedSink, at_once, fan_out
+from deployer.target.push import expand_workdir
+
+
+def env_target(remote: Remote, profile: Profile) -> Target:
+    """The target as deployer/prepare/environment.py reaches it: this connection's shell and helper, the profile's
+    workdir there, the engine's environment for the facts."""
+    return replace(env_target_at(remote, profile.target.workdir), engine_env=tuple(sorted(engine_env(profile).items())))
+
+
+def env_target_at(remote: Remote, workdir: str) -> Target:
+    def shell(cmd: str, timeout: float, stdin: bytes | None) -> Ran:
+        result = remote.run(cmd, timeout=timeout, check=False, stdin=stdin)
+        return Ran(result.exit_code, result.stdout, result.stderr)
+
+    return Target(shell=shell, call=remote.helper.call, workdir=expand_workdir(remote, workdir), label=remote.label)
+
+
+# An environment used (built or reused) within this long is kept even when no run references it yet: a deployment
+# between its environment step and its push.
+ENV_UNUSED_S = 3600.0
+
+
+def prune_unused(remote: Remote, workdir: str) -> list[str]:
+    """Retention of the managed environments under `workdir`: those no kept run of any deployment there launches
+    from (its profile.json's engine python), unused for ENV_UNUSED_S. The names removed."""
+    target = env_target_at(remote, workdir)
+    root = shlex.quote(target.workdir.rstrip("/"))
+    found = remote.run(f"cat {root}/*/runs/*/profile.json 2>/dev/null | grep -oE "
+                       f"'{ENVS_DIR}/[0-9a-f]{{16}}/bin/python' | sort -u", timeout=60, check=False)
+    pythons = [f"{target.workdir.rstrip('/')}/{line.strip()}" for line in found.stdout.splitlines() if line.strip()]
+    return prune_environments(target, envs_in_use(pythons, target.workdir), ENV_UNUSED_S)
+
+
+def demand_of(profile: Profile) -> Demand:
+    """What the profile asks of the host, for the compatibility rules."""
+    engine = profile.engine
+    gpus = len(engine.gpus) if engine.gpus else 1
+    return Demand(engine_kind=engine.kind, args=dict(engine.args), env=dict(engine.env), gpus_used=gpus)
+
+
+def prepared_environment(remote: Remote, profile: Profile, emit: EventSink, *, build: bool = True
+                         ) -> EnvPrepared | None:
+    """The profile's environment ready on this target (`build`) or only resolved and checked; None without
+    `engine.install`."""
+    install = profile.engine.install
+    if install is None:
+        return None
+    prepared = prepare_environment(env_target(remote, profile), install, demand_of(profile), emit, build=build)
+    warn_all(prepared, emit)
+    return prepared
+
+
+def with_environment(remote: Remote, profile: Profile, emit: EventSink) -> Profile:
+    """The profile to launch: unchanged without `engine.install`; else its environment ready and its python."""
+    prepared = prepared_environment(remote, profile, emit)
+    return profile if prepared is None else launched_from(profile, prepared.python)
+
+
+def launched_from(profile: Profile, python: str) -> Profile:
+    """The profile whose engine runs from `python` (a managed environment's): `install` done, so dropped."""
+    return profile.with_engine(profile.engine.model_copy(update={"python": python, "install": None}))
+
+
+def shared_environment(places: Sequence[tuple[Remote, Profile, EventSink]]) -> str | None:
+    """A node group's environment ready on every node at once (each node's profile on its connection): the one
+    python they all launch from, None without `engine.install`. TargetError when the nodes' workdirs put it at
+    different paths (the group is launched from one profile)."""
+    done = at_once(lambda place: prepared_environment(*place), list(places))
+    pythons = sorted({p.python for p in done if p is not None})
+    if not pythons:
+        return None
+    if len(pythons) > 1:
+        raise TargetError(f"the nodes' environments are at different paths ({', '.join(pythons)}): give "
+                          "target.workdir as an absolute path that is the same on every node")
+    return pythons[0]
+
+
+# --- `deploy prepare` and `deploy plan` ---------------------------------------------------------------------------
+
+
+def prepare_host(profile: Profile, label: str, trust_new_host: bool, emit: EventSink) -> HostPrepared:
+    """Everything a launch of `profile` needs on its host, without launching: the compatibility checks and the
+    managed environment (built or reused). A failure is the host's `error`, one line."""
+    try:
+        with conversing(target_spec(profile, trust_new_host)) as remote:
+            prepared = prepared_environment(remote, profile, emit)
+            # The weights step (issue 25 item 3) goes here, on the same connection, before anything launches.
+        return HostPrepared(label, prepared)
+    except DeployError as exc:
+        return HostPrepared(label, error=exc)
+
+
+def prepare_all(name: str, members: Sequence[tuple[str, str, Profile]], trust_new_host: bool,
+                emit: EventSink) -> PrepareReport:
+    """`prepare_host` for each (host, label, profile): hosts at once, a host's members one after another (two on one
+    host share the environment: the second finds it built)."""
+    sink = TaggedSink(emit)
+    done = fan_out(list(members), lambda m: m[0], lambda m: m[1],
+                   lambda m, tagged: prepare_host(m[2], m[1], trust_new_host, tagged), sink)
+    return PrepareReport(name, [d.value if d.value is not None else HostPrepared(d.member[1], error=d.error)
+                                for d in done])
+
+
+def plan_environment(remote: Remote, profile: Profile) -> tuple[Profile, EnvPrepared | None]:
+    """For `deploy plan`: the environment resolved and checked (nothing built), and the profile preflight should
+    check: launched from the environment's python when it is built already."""
+    prepared = prepared_environment(remote, profile, _quiet, build=False)
+    return (profile, None) if prepared is None else (launched_from(profile, prepared.python), prepared)
+
+
+def unbuilt_problem(problem: str, profile: Profile, prepared: EnvPrepared | None) -> bool:
+    """A preflight problem that only says the environment `up` would build is not there yet."""
+    if prepared is None or prepared.reused:
+        return False
+    engine = profile.engine
+    return problem.startswith((f"engine python {engine.python!r} not found",
+                               f"{engine.kind} is not installed for {engine.python}",
+                               f"no {engine.kind} found by {engine.python} "))   # a node group's comparison
+
+
+def _quiet(_event: Event) -> None:
+    pass
