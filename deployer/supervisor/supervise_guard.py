@@ -67,7 +67,7 @@ else:  # run from a run dir, beside the other supervisor files
 INTENT = "replace-intent.json"          # a replace's guard (arm)
 ROUTER_INTENT = "router-intent.json"    # a rolling restart's guard, in the router's deployment dir (arm-router)
 REPAIR_LOG = "repair.log"
-REPAIR_WAIT_S = float(os.environ.get("DEPLOYER_REPAIR_WAIT_S") or 3.0)  # a dropped connection's reconnect window
+REPAIR_WAIT_S = 3.0  # a dropped connection's reconnect window (the client re-takes its lease meanwhile)
 POLL_S = 0.25
 LIFE_S = 6 * 3600.0
 PORT_WAIT_S = 30.0
