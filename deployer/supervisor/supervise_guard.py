@@ -51,7 +51,7 @@ if TYPE_CHECKING or __package__:  # imported as part of the deployer package
         EXIT_BAD_INPUT, SuperviseError, UnsafePath, check_dirs, open_file, pid_alive, write_json,
     )
     from deployer.supervisor.supervise_lease import (
-        FENCE_ENV, LeaseError, Refused, acquire, read_lease, record_event, take_fence, update,
+        FENCE_ENV, LeaseError, Refused, acquire, read_lease, record_event, still_ours, take_fence, update,
     )
     from deployer.supervisor.supervise_ports import claimed_by, port_bindable
 else:  # run from a run dir, beside the other supervisor files
@@ -60,7 +60,7 @@ else:  # run from a run dir, beside the other supervisor files
         EXIT_BAD_INPUT, SuperviseError, UnsafePath, check_dirs, open_file, pid_alive, write_json,
     )
     from supervise_lease import (  # type: ignore[no-redef]
-        FENCE_ENV, LeaseError, Refused, acquire, read_lease, record_event, take_fence, update,
+        FENCE_ENV, LeaseError, Refused, acquire, read_lease, record_event, still_ours, take_fence, update,
     )
     from supervise_ports import claimed_by, port_bindable  # type: ignore[no-redef]
 
@@ -183,6 +183,10 @@ def _router_workers(intent: dict[str, Any], secret: str) -> set[str] | None:
     return {str(w.get("url")) for w in data["workers"] if isinstance(w, dict)}
 
 
+class LostLock(Exception):
+    """The lease the repair took is no longer its own: it stops where it is."""
+
+
 class Guard:
     """One armed guard: the deployment, the intent it watches, the client's lease tokens."""
 
@@ -192,6 +196,7 @@ class Guard:
         self.lock = os.path.join(deployment, "lock")
         self.tokens = tokens
         self.secret = ""  # the router's API key (kept in memory only: never in the intent)
+        self._held: tuple[int, str] = (-1, "")  # the lease the repair took: (open lock fd, its token)
 
     def watch(self, clock: Callable[[], float] = time.monotonic) -> str:
         """Wait for the client to finish or to be gone; what happened, in a few words."""
@@ -222,7 +227,11 @@ class Guard:
         except LeaseError as e:
             return "left: cannot take the lock: %s" % e
         try:
-            done = self._add_back(intent) if intent.get("url") else self._bring_back(intent, token)
+            self._held = (fd, token)
+            try:
+                done = self._add_back(intent) if intent.get("url") else self._bring_back(intent, token)
+            except LostLock as lost:
+                return str(lost)
             record_event(self.lock, {"at": time.time(), "event": "repaired", "detail": done,
                                      "what": "rolling restart" if intent.get("url") else "replace",
                                      "by": {k: v for k, v in _holder().items()}})
@@ -238,6 +247,13 @@ class Guard:
                 pass
             os.close(fd)
 
+    def _still_ours(self) -> None:
+        """Fencing for the guard itself: LostLock once someone broke or took over the lease it took."""
+        ours, lease = still_ours(*self._held)
+        if not ours:
+            raise LostLock("stopped: the lock was taken by %s pid %s (%s)" % (lease.get("owner"), lease.get("pid"),
+                                                                          lease.get("command")))
+
     def _add_back(self, intent: dict[str, Any]) -> str:
         """The drained replica back into the router: once its drain is over (or DRAIN_WAIT_S passed), POSTed again
         every few seconds until the router lists it (smg registers a worker only once it answers its health
@@ -248,6 +264,7 @@ class Guard:
             if have is not None and url in have and (posted or time.monotonic() > drain_end):
                 return "added %s back to the router" % url
             if have is not None and url not in have and time.monotonic() - posted >= READD_EVERY_S:
+                self._still_ours()
                 _router_call(intent, self.secret, "POST", "/workers",
                              dict({"url": url}, **({"api_key": self.secret} if self.secret else {})))
                 posted = time.monotonic()
@@ -256,6 +273,7 @@ class Guard:
 
     def _bring_back(self, intent: dict[str, Any], token: str) -> str:
         old = _run_dir(self.deployment, str(intent["old_run"]))
+        self._still_ours()
         current = _current(self.deployment)
         if current is not None and current != old and os.path.isdir(current):
             now = status_of(current)
@@ -267,6 +285,7 @@ class Guard:
         port = intent.get("port")
         if isinstance(port, int) and port > 0 and not _wait_port(port):
             return "the previous version %s was not started again: port %d stayed busy" % (os.path.basename(old), port)
+        self._still_ours()
         _set_current(self.deployment, old)
         env = dict(os.environ, **{FENCE_ENV: token})
         done = subprocess.run([sys.executable or "python3", "-B", os.path.join(old, "supervise.py"), "start", old],

@@ -101,3 +101,21 @@ def test_a_repair_after_a_takeover_in_between_is_refused(tmp_path: Path) -> None
     said = Guard(str(root), frozenset({"client"})).repair(intent, "client")
     assert said == "left: the lock was lost before the repair could take it"
     assert not (root / "current").exists()
+
+
+def test_a_repair_whose_lock_is_broken_meanwhile_stops_where_it_is(tmp_path: Path) -> None:
+    """--break-lock while the guard waits for the port: it neither moves `current` nor starts anything."""
+    root = deployment(tmp_path, "client", dead_pid())
+    intent = dict(json.loads((root / INTENT).read_text()), port=1)
+
+    def broken(port: int) -> bool:
+        fd, _ = acquire(str(root / "lock"), {"owner": "x"}, "breaker", 30.0, "break")
+        os.close(fd)
+        return True
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(supervise_guard, "_wait_port", broken)
+        said = Guard(str(root), frozenset({"client"})).repair(intent, "client")
+    assert said.startswith("stopped: the lock was taken by x"), said
+    assert not (root / "current").exists()
+    assert json.loads((root / "lock").read_text())["token"] == "breaker"
