@@ -21,7 +21,10 @@ from deployer.runner.fanout import TaggedSink
 from deployer.fleet.members import Fleet, ReplicaMember, RouterMember
 from deployer.fleet.report import FleetReport, ReplicaResult, failed_result, replica_result
 from deployer.fleet.router import DRAIN_TIMEOUT_S, READY_TIMEOUT_S, add_worker, remove_worker, wait_workers, workers
+from deployer.profile.host import probe_address
 from deployer.remote.base import Remote
+from deployer.target.process import arm_router_repair, disarm_repair
+from deployer.target.push import Layout
 from deployer.events import EventSink, Info
 
 Replace = Callable[[ReplicaMember, EventSink], Any]   # -> the replica's UpReport; raises DeployError
@@ -31,7 +34,7 @@ IN_AGAIN_S = 20.0                                      # after an interrupt: for
 
 
 def roll(fleet: Fleet, report: FleetReport, sink: TaggedSink, replace: Replace, router_remote: Remote | None,
-         unchanged: Unchanged | None = None) -> None:
+         unchanged: Unchanged | None = None, router_layout: Layout | None = None) -> None:
     """Replace the replicas one at a time, those the router does not count as healthy first (replacing them
     costs no capacity); stops at the first that does not serve again (the rest stay untouched). The report lists
     the replicas in the profile's order."""
@@ -39,7 +42,7 @@ def roll(fleet: Fleet, report: FleetReport, sink: TaggedSink, replace: Replace, 
     order = _order(fleet, router_remote)
     results: dict[int, ReplicaResult] = {}
     for position, replica in enumerate(order):
-        result = roll_one(fleet, replica, sink, replace, router_remote, unchanged)
+        result = roll_one(fleet, replica, sink, replace, router_remote, unchanged, router_layout)
         results[replica.index] = result
         if result.error is not None:
             report.notes.append(f"rollout stopped at r{replica.index}@{replica.host}: {result.error}")
@@ -68,7 +71,7 @@ def _untouched(fleet: Fleet, rest: list[ReplicaMember], router_remote: Remote | 
 
 
 def roll_one(fleet: Fleet, replica: ReplicaMember, sink: TaggedSink, replace: Replace, router_remote: Remote | None,
-             unchanged: Unchanged | None = None) -> ReplicaResult:
+             unchanged: Unchanged | None = None, router_layout: Layout | None = None) -> ReplicaResult:
     emit = sink.tagged(replica.host, f"r{replica.index}")
     router = fleet.router
     if router is None or router_remote is None:
@@ -85,12 +88,24 @@ def roll_one(fleet: Fleet, replica: ReplicaMember, sink: TaggedSink, replace: Re
                              error=f"only {others} other replicas serve: taking r{replica.index} out would leave "
                                    f"fewer than {len(fleet.replicas) - 1} serving")
     out = Out()
+    guarded = mine is not None and router_layout is not None
+    if guarded:
+        assert router_layout is not None
+        arm_router_repair(router_remote, router_layout, replica.url, probe_address(router.bind), router.router.port,
+                          router.api_key)
     try:
         return _out_replace_in(router_remote, router, replica, emit, replace, mine is not None, out)
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM: a drained replica is not left out of the router
         if out.taken:
             _in_again(router_remote, router, replica, emit)
         raise
+    finally:  # back in (or deliberately out, or the lock lost: then the guard leaves by itself)
+        if guarded:
+            assert router_layout is not None
+            try:
+                disarm_repair(router_remote, router_layout, router=True)
+            except DeployError:
+                pass
 
 
 @dataclass

@@ -104,7 +104,7 @@ def _rolling(fleet: Fleet, report: FleetReport, sink: TaggedSink, opts: UpOption
     try:
         with router_session(member, opts.what, emit, trust_new_host=opts.trust_new_host,
                             break_lock=opts.break_lock, remote=front) as (remote, layout):
-            roll(fleet, report, sink, replace, remote, unchanged)
+            roll(fleet, report, sink, replace, remote, unchanged, layout)
             report.router = ensure_router(remote, layout, member, fleet.profile, report.serving_urls(), emit)
     except DeployError as exc:
         report.router = RouterReport(member.name, member.host, "failed", detail=exc.message)

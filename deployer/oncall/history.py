@@ -108,7 +108,10 @@ def lock_event_text(event: dict[str, Any]) -> str:
     by, old = describe_holder(event.get("by") or {}), describe_holder(event.get("from") or {})
     if event.get("event") == "lock-broken":
         return f"{by} broke the lock held by {old} (--break-lock)"
-    why = "its process was gone" if event.get("reason") == "holder-gone" else "its lease had expired"
+    if event.get("event") == "repaired":
+        return f"the target repaired an interrupted {event.get('what') or 'replace'}: {event.get('detail')}"
+    why = {"holder-gone": "its process was gone",
+           "client-gone": "its client was gone during a replace"}.get(str(event.get("reason")), "its lease had expired")
     return f"{by} took over the lock from {old}: {why}"
 
 

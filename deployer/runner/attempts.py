@@ -33,7 +33,7 @@ from deployer.runner.restore import Restore
 from deployer.runner.startup import StartPlan, timeline_of
 from deployer.runner.shape import Found, Result, Shape, Target, result_name, result_text
 from deployer.runner.timing import PORT_WAIT_S, RETRY_PORT_WAIT_S, stop_grace
-from deployer.target.process import listener, stop
+from deployer.target.process import arm_repair, disarm_repair, listener, stop
 from deployer.target.switch import Ports, switch_to
 from deployer.watch.watcher import PortTaken, Ready
 
@@ -79,6 +79,7 @@ class AttemptRunner:
     profiles: list[Profile] = field(default_factory=list)   # each target's profile in this attempt
     rows: AttemptRows = field(init=False)
     past: list[PastStart] | None = None       # the starts the target's records keep (read at attempt 1)
+    guarded: list[Target] = field(default_factory=list)   # targets whose repair guard is armed (_stop_one)
 
     @property
     def targets(self) -> list[Target]:
@@ -102,6 +103,7 @@ class AttemptRunner:
                 raise
             raise exc from failed
         finally:
+            self._disarm()
             self.rows.close()
 
     def _named_cause(self, exc: DeployError) -> DeployError:
@@ -190,9 +192,29 @@ class AttemptRunner:
         assert serving[0].serving is not None
         self.report.replaced = serving[0].serving.run.run_id
         grace = self.shape.serving_grace_s(self.profile)
-        self.shape.each(lambda t: stop(t.remote, t.serving.run, grace, why="replace") if t.serving else None,
-                        serving)
+        self.shape.each(lambda t: self._stop_one(t, grace), serving)
         return True
+
+    def _stop_one(self, target: Target, grace: float) -> None:
+        """Arm the target's repair guard (a version that reached ready comes back by itself if this client dies
+        before the replace is done: supervise_guard.py), then stop the version that served there."""
+        view = target.serving
+        assert view is not None
+        if view.reached_ready and target.run is not None and target.layout is not None:
+            self.guarded.append(target)
+            arm_repair(target.remote, target.layout, target.run, view.run, grace, int(view.record.get("port") or 0))
+        stop(target.remote, view.run, grace, why="replace")
+
+    def _disarm(self) -> None:
+        """The replace is done (its version started, or what it stopped was brought back, or the lock is lost:
+        then the guard, seeing the lease is not ours, leaves by itself): each guard leaves."""
+        for target in self.guarded:
+            assert target.layout is not None
+            try:
+                disarm_repair(target.remote, target.layout)
+            except DeployError:
+                pass
+        self.guarded.clear()
 
     def _start(self, *, stopped: bool, port_wait: float) -> None:
         """Every target switched to its run (target/switch.py: its port free, waited for when something was

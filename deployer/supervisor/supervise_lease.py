@@ -16,7 +16,9 @@ took it over) and `RELEASE` frees it (`RELEASED`). EOF without RELEASE (the conn
 leaves the lease to expire, so a reconnecting client can re-take it with its token and nobody else can act in
 between. A holder that hears nothing for two leases exits (a late heartbeat before that gets a precise LOST).
 
-Takeovers of an expired lease and broken locks are appended to LOCK_PATH + "-events.jsonl" (the deployment's
+Mode `inherit` (`--from` is then a lease token, not an identity) takes the lease only while that token holds it:
+the target-side repair of an interrupted replace (supervise_guard.py) takes over from a client that is gone, and
+from nobody else. Takeovers of an expired lease and broken locks are appended to LOCK_PATH + "-events.jsonl" (the deployment's
 lock history; `deploy history` shows it). `--show` prints the lease with "held" and "expires_in".
 
 Fencing: the helper that holds a lease checks it is still current (`still_ours`) before every change it makes (a
@@ -44,7 +46,7 @@ else:  # sent over stdin with supervise_base (deployer's own copy), or run besid
     from supervise_base import EXIT_UNSAFE, UnsafePath, make_dirs, open_file  # type: ignore[no-redef]
 
 EXIT_BUSY, EXIT_LOST, EXIT_BAD_INPUT, EXIT_FAILED = 75, 76, 2, 1
-MODES = ("take", "retake", "break", "replace")
+MODES = ("take", "retake", "break", "replace", "inherit")
 RECORD_SIZE = 2048  # the lease is rewritten in place, padded: once created it needs no new disk blocks
 GUARD_WAIT_S = 5.0
 EVENTS_SUFFIX = "-events.jsonl"
@@ -145,6 +147,8 @@ def _decide(lease: dict[str, Any], token: str, mode: str, from_token: str, now: 
     ours = bool(lease.get("token")) and lease.get("token") == token
     if mode == "retake":
         return ("take", "") if ours else ("lost", "")
+    if mode == "inherit":  # the target-side repair (supervise_guard.py): only from the gone client's own lease
+        return ("take", "client-gone") if from_token and lease.get("token") == from_token else ("lost", "")
     if ours or not lease.get("token"):
         return "take", ""
     if mode == "break":

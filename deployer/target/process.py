@@ -9,6 +9,7 @@ work on a run whose payload is damaged or missing.
 from __future__ import annotations
 
 import json
+import posixpath
 import shlex
 import time
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from deployer.errors import CommandFailed, PortBusy, TargetError
 from deployer.target.push import Layout, RunDir
 from deployer.remote.base import Remote, Result
 from deployer.remote.program import SUPERVISOR_PYTHON
+from deployer.supervisor.supervise_guard import INTENT as REPAIR_INTENT, ROUTER_INTENT
 
 EXIT_BUSY = 75
 
@@ -136,3 +138,28 @@ def check_port(remote: Remote, layout: Layout, port: int, wait_s: float = 0.0) -
         holders = detail.split(": ", 1)[1] if detail.startswith("busy ") and ": " in detail else detail
         raise PortBusy(f"port {port} taken by {holders} on {remote.label}",
                        hint="stop what holds it, or set engine.port to another port")
+
+
+def arm_repair(remote: Remote, layout: Layout, new: RunDir, old: RunDir, grace: float, port: int) -> bool:
+    """Before a replace stops `old`: a guard on the target (supervise_guard.py, from the new run dir's own copy)
+    that starts `old` again by itself if this client dies before it disarms (kill -9: nobody is left to do it);
+    whether it was armed (a target where it cannot be is repaired by the next `up`, as before)."""
+    args = ["arm", layout.root, "--old", old.path, "--grace", f"{grace:g}"] + (["--port", str(port)] if port else [])
+    result = remote.run(supervisor(new.file("supervise_guard.py"), *args), timeout=30, check=False)
+    return result.ok and bool(_json_line(result.stdout).get("guard_pid"))
+
+
+def arm_router_repair(remote: Remote, layout: Layout, url: str, address: str, port: int, api_key: str | None) -> bool:
+    """Before a rolling restart drains the replica at `url` out of the router of deployment `layout` (this host): a
+    guard that adds it back by itself if this client dies first (supervise_guard.py `arm-router`, the deployment's
+    own synced copy; the router's API key travels on stdin and stays in the guard's memory)."""
+    body = json.dumps({"url": url, "address": address, "port": port, "api_key": api_key or ""}).encode()
+    result = remote.run(supervisor(posixpath.join(layout.root, "supervise_guard.py"), "arm-router", layout.root),
+                        timeout=30, check=False, stdin=body)
+    return result.ok and bool(_json_line(result.stdout).get("guard_pid"))
+
+
+def disarm_repair(remote: Remote, layout: Layout, router: bool = False) -> None:
+    """The replace is finished (its new version started, or what it stopped brought back), or the drained replica
+    is back in its router (or deliberately left out): the guard leaves."""
+    remote.helper.remove([posixpath.join(layout.root, ROUTER_INTENT if router else REPAIR_INTENT)], layout.root)

@@ -24,7 +24,7 @@ from deployer.errors import DeployError, DiskFull, LockLost, RemoteError, Target
 from deployer.remote.base import Remote
 from deployer.remote.base import HelperRefused
 from deployer.remote.oneshot import UNSAFE_HINT
-from deployer.remote.program import SUPERVISOR_MODULES, helper_bundle
+from deployer.remote.program import RUN_DIR_MODULES, helper_bundle
 from deployer.remote.program import supervisor_files
 from deployer.secrets import mask_data
 from deployer.supervisor.supervise_protocol import ENGINE_LOG, ENV_FILE, LAUNCH_SH, OUTCOME_JSON, PROFILE_JSON
@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # annotations only: the on-call commands read layouts without
     from deployer.render.bundle import Bundle
 
 # The supervisor program: run as `python3 -B supervise.py`, it imports the others from beside it.
-SUPERVISOR_FILES = tuple(f"{name}.py" for name in SUPERVISOR_MODULES)   # the payload's list: remote/program.py
+SUPERVISOR_FILES = tuple(f"{name}.py" for name in RUN_DIR_MODULES)   # the payload's list: remote/program.py
 # The deployment lock's lease, a program of its own kept at the deployment's root (deployer/target/lock.py runs it).
 LEASE_FILE = "supervise_lease.py"
 # Free space a push needs beyond its files: state.json, outcome.json and the engine's first log lines.

@@ -20,6 +20,8 @@ from deploy_helpers import deploy, free_port, write_profile  # noqa: E402
 from faultbed import assert_lock_free, current_run, start_deploy, wait_for_event  # noqa: E402
 from netbed import processes_under  # noqa: E402
 
+from deployer.supervisor.supervise_base import pid_alive  # noqa: E402
+
 pytestmark = pytest.mark.integration
 
 STOPPING = "to replace it"  # the line `up` says just before it stops the serving version
@@ -97,41 +99,108 @@ def test_sigterm_of_up_while_it_watches_releases_the_lock_and_leaves_the_new_ver
     assert deploy("down", str(prof), home=home).returncode == 0  # no wait for a lease
 
 
-def test_kill_9_during_the_stop_of_a_replace_reads_interrupted_not_stopped_and_the_next_up_repairs_it(
+def guard_of(work: Path, name: str, timeout: float = 10) -> int:
+    """This machine's pid of the deployment's armed repair guard (the target's sshd may run in a pid namespace of
+    its own: the intent file names the guard in that one), waited for (bounded)."""
+    intent = work / name / "replace-intent.json"
+    deadline = time.monotonic() + timeout
+    while not intent.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert intent.exists(), "no repair guard was armed"
+    found = [pid for pid in processes_under(work / name) if b"supervise_guard.py" in cmdline(pid)]
+    while len(found) > 1 and time.monotonic() < deadline + 5:  # `arm` itself, leaving once the guard reported
+        time.sleep(0.05)
+        found = [pid for pid in processes_under(work / name) if b"supervise_guard.py" in cmdline(pid)]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_kill_9_during_the_stop_of_a_replace_the_target_starts_the_previous_version_again_by_itself(
         tmp_path: Path, sshd: Any) -> None:
+    """No further command but reads: the target-side guard notices the client is gone, takes the lock, starts v1
+    again from its run dir, records it in the lock's history and releases the lock, within stop + load + 10 s."""
     home, work, name = tmp_path / "h", tmp_path / "work", "intr-kill"
     v1, v2 = replace_pair(tmp_path, sshd, name)
+    began = time.monotonic()
     assert deploy("up", str(v1), "--skip-preflight", home=home).returncode == 0
+    load_s = time.monotonic() - began  # v1's whole first up: more than its load
+    old_run = current_run(work, name)
     up = start_deploy("up", str(v2), "--json", "--skip-preflight", home=home)
-    wait_for_event(up, STOPPING)
-    time.sleep(0.5)  # inside the stop (v1 drains for 3 s), which goes on on the target without us
-    up.send_signal(signal.SIGKILL)
-    up.communicate(timeout=10)
-    deadline = time.monotonic() + 20
-    while processes_under(work / name) and time.monotonic() < deadline:  # the stop goes on on the target
-        time.sleep(0.2)
-    code, st = status(v1, home)
-    assert (code, st["status"]) == (5, "interrupted"), (code, st)  # not 8: nobody asked for a stop
-    again = deploy("up", str(v1), "--skip-preflight", home=home)
-    assert again.returncode == 0, again.stderr
-    assert wait_serving(v1, home)["status"] == "ready"
+    try:
+        wait_for_event(up, STOPPING)
+        guard = guard_of(work, name)
+        time.sleep(0.5)  # inside the stop (v1 drains for 3 s), which goes on on the target without us
+        killed = time.monotonic()
+        up.send_signal(signal.SIGKILL)
+        up.communicate(timeout=10)
+    finally:
+        if up.poll() is None:
+            up.kill()
+    st = wait_serving(v1, home, timeout=3 + load_s + 10)
+    took = time.monotonic() - killed
+    assert Path(st["run_dir"]) == old_run and current_run(work, name) == old_run, st
+    assert took < 3 + load_s + 10, (took, load_s)
+    deadline = time.monotonic() + 10
+    while pid_alive(guard) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pid_alive(guard)  # its work done, it left
+    assert_lock_free(work, name)
+    assert not (work / name / "replace-intent.json").exists()
+    shown = deploy("history", str(v1), home=home).stdout
+    assert "repaired an interrupted replace" in shown and "its client was gone" in shown, shown
     down = deploy("down", str(v1), home=home)
     assert down.returncode == 0
     assert status(v1, home) == (8, status(v1, home)[1]) and status(v1, home)[1]["status"] == "stopped"
 
 
+def test_the_guard_leaves_a_replacement_that_finished_alone(tmp_path: Path, sshd: Any) -> None:
+    """A replace that ends normally disarms its guard: the guard is gone, nothing is started again."""
+    home, work, name = tmp_path / "h", tmp_path / "work", "intr-guard-done"
+    v1, v2 = replace_pair(tmp_path, sshd, name)
+    assert deploy("up", str(v1), "--skip-preflight", home=home).returncode == 0
+    up = start_deploy("up", str(v2), "--json", "--skip-preflight", home=home)
+    try:
+        wait_for_event(up, STOPPING)
+        guard = guard_of(work, name)
+        out, err = up.communicate(timeout=90)
+    finally:
+        if up.poll() is None:
+            up.kill()
+    assert up.returncode == 0, err.decode()[-3000:]
+    new_run = current_run(work, name)
+    deadline = time.monotonic() + 5
+    while pid_alive(guard) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pid_alive(guard)
+    assert not (work / name / "replace-intent.json").exists()
+    assert current_run(work, name) == new_run
+    assert deploy("down", str(v2), home=home).returncode == 0
+
+
 def test_a_down_of_an_interrupted_replace_makes_it_a_deliberate_stop(tmp_path: Path, sshd: Any) -> None:
+    """With the target's guard gone too (killed here; a reboot does the same), the replace stays interrupted
+    (exit 5, never 8) until a `down` makes it a deliberate stop."""
     home, work, name = tmp_path / "h", tmp_path / "work", "intr-down"
     v1, v2 = replace_pair(tmp_path, sshd, name)
     assert deploy("up", str(v1), "--skip-preflight", home=home).returncode == 0
     up = start_deploy("up", str(v2), "--json", "--skip-preflight", home=home)
     wait_for_event(up, STOPPING)
+    os.kill(guard_of(work, name), signal.SIGKILL)
     time.sleep(0.5)
     up.send_signal(signal.SIGKILL)
     up.communicate(timeout=10)
     deadline = time.monotonic() + 20
     while status(v1, home)[1]["status"] != "interrupted" and time.monotonic() < deadline:
         time.sleep(0.3)
+    code, st = status(v1, home)
+    assert (code, st["status"]) == (5, "interrupted"), st  # not 8: nobody asked for a stop
     assert deploy("down", str(v1), home=home).returncode == 0
     code, st = status(v1, home)
     assert (code, st["status"]) == (8, "stopped"), st

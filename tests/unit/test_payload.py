@@ -13,7 +13,7 @@ from deployer.errors import TargetError
 from deployer.target.push import SUPERVISOR_FILES
 from deployer.remote.local import LocalRemote
 from deployer.remote.program import (
-    DIRS_MODULES, HELPER_MODULES, LEASE_MODULES, SNAPSHOT_MODULES, SUPERVISOR_MODULES, helper_bundle,
+    DIRS_MODULES, HELPER_MODULES, LEASE_MODULES, RUN_DIR_MODULES, SNAPSHOT_MODULES, SUPERVISOR_MODULES, helper_bundle,
     supervisor_source,
 )
 
@@ -26,7 +26,7 @@ def siblings(name: str) -> set[str]:
     return {m for m in found if m.startswith("supervise")}
 
 
-@pytest.mark.parametrize("modules", [SUPERVISOR_MODULES, LEASE_MODULES, SNAPSHOT_MODULES, HELPER_MODULES,
+@pytest.mark.parametrize("modules", [SUPERVISOR_MODULES, RUN_DIR_MODULES, LEASE_MODULES, SNAPSHOT_MODULES, HELPER_MODULES,
                                      DIRS_MODULES])
 def test_each_module_comes_after_what_it_imports(modules: tuple[str, ...]) -> None:
     for i, name in enumerate(modules):
@@ -34,7 +34,8 @@ def test_each_module_comes_after_what_it_imports(modules: tuple[str, ...]) -> No
 
 
 def test_a_run_dir_holds_the_supervisor_and_the_helper_ships_the_protocol() -> None:
-    assert set(SUPERVISOR_FILES) == {f"{m}.py" for m in SUPERVISOR_MODULES}
+    assert set(SUPERVISOR_FILES) == {f"{m}.py" for m in RUN_DIR_MODULES} >= {f"{m}.py" for m in SUPERVISOR_MODULES}
+    assert "supervise_guard.py" in SUPERVISOR_FILES
     assert "supervise_protocol.py" in SUPERVISOR_FILES
     assert b"SUPERVISE_JSON" in helper_bundle()[0]
 

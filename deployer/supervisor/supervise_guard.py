@@ -1,0 +1,417 @@
+#!/usr/bin/env python3
+"""The target-side repair of an interrupted replace: a small guard that outlives a client killed with -9.
+
+Stdlib only, Python >= 3.8. `up` (restart, rollback: the same attempts) arms it through its helper, from the new run
+dir's own copy, right before it stops the version that serves:
+
+  supervise_guard.py arm DEPLOYMENT_DIR --old RUN_DIR --grace S [--port P]
+
+A rolling restart arms one on the router's host, from that deployment's synced copy, before it drains a replica:
+
+  supervise_guard.py arm-router ROUTER_DEPLOYMENT_DIR       (stdin: {"url", "address", "port", "api_key"?})
+
+`arm` writes the intent (DEPLOYMENT_DIR/replace-intent.json: the run to bring back, the stop's grace, the engine
+port, the guard's pid; router-intent.json: the replica's URL and the router's address and port, never the API key,
+which the guard keeps in memory), detaches the guard (its own session, output appended to DEPLOYMENT_DIR/repair.log) and
+prints `{"guard_pid": N}`. The lease tokens the helper hands to what it runs (env DEPLOYER_LEASE_TOKENS) are the
+client's: the guard keeps them in memory only (nothing secret on disk).
+
+The guard then watches, every POLL_S, until one of these:
+- the intent is gone (the client finished the replace, or brought back what it stopped, and removed it): it leaves;
+- the lock's lease is not the client's any more (released at the client's normal end, broken with --break-lock,
+  taken over by another): it leaves and changes nothing (fencing: an operation that lost its lock acts no more);
+- the lease is still the client's but the process on this host that held it (its helper, or lease program) is gone
+  for REPAIR_WAIT_S (the client died: kill -9, or its connection dropped and it did not come back; a client that
+  reconnects re-takes the lease from a new, live process and the guard goes on watching): it repairs.
+
+The repair takes the lease itself (mode `inherit`: only from the client's token, so whoever broke or took the lock
+in between wins), which makes a client coming back late get the lost-lock error. Then: a replacement that runs
+(`current` names a run that is alive) is left running (nothing half done); otherwise the stop of the old run is
+finished, `current` points at it again (target/switch.py's rules: after the port is free, right before the start),
+and it is started from its own run dir. A router's guard asks the router (its HTTP API on this host) to take the
+replica back, after its drain, every few seconds until the router lists it (smg lists a worker once it answers its
+health check) or READD_S passed. Lock events record the takeover and what the repair did (`deploy history`
+shows both); the lease is released and the intent removed. The guard lives at most LIFE_S.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING or __package__:  # imported as part of the deployer package
+    from deployer.supervisor.supervise import cmd_stop, status_of
+    from deployer.supervisor.supervise_base import (
+        EXIT_BAD_INPUT, SuperviseError, UnsafePath, check_dirs, open_file, pid_alive, write_json,
+    )
+    from deployer.supervisor.supervise_lease import (
+        FENCE_ENV, LeaseError, Refused, acquire, read_lease, record_event, still_ours, take_fence, update,
+    )
+    from deployer.supervisor.supervise_ports import claimed_by, port_bindable
+else:  # run from a run dir, beside the other supervisor files
+    from supervise import cmd_stop, status_of  # type: ignore[no-redef]
+    from supervise_base import (  # type: ignore[no-redef]
+        EXIT_BAD_INPUT, SuperviseError, UnsafePath, check_dirs, open_file, pid_alive, write_json,
+    )
+    from supervise_lease import (  # type: ignore[no-redef]
+        FENCE_ENV, LeaseError, Refused, acquire, read_lease, record_event, still_ours, take_fence, update,
+    )
+    from supervise_ports import claimed_by, port_bindable  # type: ignore[no-redef]
+
+INTENT = "replace-intent.json"          # a replace's guard (arm)
+ROUTER_INTENT = "router-intent.json"    # a rolling restart's guard, in the router's deployment dir (arm-router)
+REPAIR_LOG = "repair.log"
+REPAIR_WAIT_S = 3.0  # a dropped connection's reconnect window (the client re-takes its lease meanwhile)
+POLL_S = 0.25
+LIFE_S = 6 * 3600.0
+PORT_WAIT_S = 30.0
+START_S = 60.0
+READD_S = 300.0      # how long the router's guard asks for the replica back (its own repair may be loading it)
+READD_EVERY_S = 5.0
+DRAIN_WAIT_S = 20.0  # a re-add while it still drains is "already exists", and the drain's end removes it
+LOG_MAX = 256 << 10
+
+
+def _log(message: str) -> None:
+    print(time.strftime("%Y-%m-%d %H:%M:%S ") + message, flush=True)
+
+
+def read_intent(path: str) -> dict[str, Any] | None:
+    try:
+        fd = open_file(path, os.O_RDONLY, 0, "intent")
+    except (OSError, UnsafePath):
+        return None
+    try:
+        data = json.loads(os.read(fd, 65536).decode("utf-8", "replace") or "null")
+    except ValueError:
+        return None
+    finally:
+        os.close(fd)
+    return data if isinstance(data, dict) else None
+
+
+def _lease(lock: str) -> dict[str, Any]:
+    try:
+        fd = open_file(lock, os.O_RDONLY, 0, "lock")
+    except (OSError, UnsafePath):
+        return {}
+    try:
+        return read_lease(fd)
+    finally:
+        os.close(fd)
+
+
+def _run_dir(deployment: str, path: str) -> str:
+    """A run dir of this deployment (runs/<id>, no symlink on the way), else SuperviseError."""
+    runs = os.path.join(deployment, "runs")
+    real = os.path.abspath(path)
+    if os.path.dirname(real) != runs or not os.path.isdir(real) or os.path.islink(real):
+        raise SuperviseError(f"{path} is not a run dir of {deployment}", EXIT_BAD_INPUT)
+    return real
+
+
+def _current(deployment: str) -> str | None:
+    try:
+        link = os.readlink(os.path.join(deployment, "current"))
+    except OSError:
+        return None
+    return os.path.join(deployment, "runs", os.path.basename(link.rstrip("/")))
+
+
+def _set_current(deployment: str, run: str) -> None:
+    """`current` -> runs/<id>, atomically (a new link renamed over the old one, never followed)."""
+    path = os.path.join(deployment, "current")
+    tmp = os.path.join(deployment, ".current.%s.link" % os.urandom(6).hex())
+    os.symlink(os.path.join("runs", os.path.basename(run)), tmp)
+    try:
+        os.replace(tmp, path)
+    except OSError:
+        os.unlink(tmp)
+        raise
+
+
+def _wait_port(port: int) -> bool:
+    deadline = time.monotonic() + PORT_WAIT_S
+    while claimed_by(port) is not None or not port_bindable(port):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
+
+
+def _holder() -> dict[str, Any]:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    return {"owner": "%s@%s" % (getpass.getuser(), socket.gethostname()), "pid": os.getpid(),
+            "host_id": "%s/%s" % (socket.gethostname(), boot), "command": "repair of an interrupted replace"}
+
+
+def _router_call(intent: dict[str, Any], secret: str, method: str, path: str, body: Any = None) -> Any:
+    """One request to the router's API on this host; the JSON answer, None when it does not answer."""
+    import http.client  # only the router's guard needs it
+
+    headers = {"content-type": "application/json"} if body is not None else {}
+    if secret:
+        headers["authorization"] = "Bearer " + secret
+    conn = http.client.HTTPConnection(str(intent["address"]), int(intent["port"]), timeout=5.0)
+    try:
+        conn.request(method, path, body=json.dumps(body).encode() if body is not None else None, headers=headers)
+        data = conn.getresponse().read()
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+    try:
+        return json.loads(data or b"null")
+    except ValueError:
+        return None
+
+
+def _router_workers(intent: dict[str, Any], secret: str) -> set[str] | None:
+    data = _router_call(intent, secret, "GET", "/workers")
+    if not isinstance(data, dict) or not isinstance(data.get("workers"), list):
+        return None
+    return {str(w.get("url")) for w in data["workers"] if isinstance(w, dict)}
+
+
+class LostLock(Exception):
+    """The lease the repair took is no longer its own: it stops where it is."""
+
+
+class Guard:
+    """One armed guard: the deployment, the intent it watches, the client's lease tokens."""
+
+    def __init__(self, deployment: str, tokens: frozenset[str], intent: str = INTENT) -> None:
+        self.deployment = deployment
+        self.intent = os.path.join(deployment, intent)
+        self.lock = os.path.join(deployment, "lock")
+        self.tokens = tokens
+        self.secret = ""  # the router's API key (kept in memory only: never in the intent)
+        self._held: tuple[int, str] = (-1, "")  # the lease the repair took: (open lock fd, its token)
+
+    def watch(self, clock: Callable[[], float] = time.monotonic) -> str:
+        """Wait for the client to finish or to be gone; what happened, in a few words."""
+        end, gone_since = clock() + LIFE_S, None
+        while clock() < end:
+            intent = read_intent(self.intent)
+            if intent is None or intent.get("guard_pid") != os.getpid():
+                return "disarmed: the client finished the replace"
+            lease = _lease(self.lock)
+            if lease.get("token") not in self.tokens:
+                return "left: the lock is no longer the client's (released, broken or taken over)"
+            if pid_alive(lease.get("holder_pid")):
+                gone_since = None
+            elif gone_since is None:
+                gone_since = clock()
+            elif clock() - gone_since >= REPAIR_WAIT_S:
+                return self.repair(intent, str(lease["token"]))
+            time.sleep(POLL_S)
+        return "left: the client did not finish within the guard's life"
+
+    def repair(self, intent: dict[str, Any], client_token: str) -> str:
+        token = os.urandom(16).hex()
+        lease_s = (READD_S if intent.get("url") else float(intent.get("grace_s") or 0) + PORT_WAIT_S + START_S) + 30
+        try:
+            fd, _ = acquire(self.lock, _holder(), token, lease_s, "inherit", client_token)
+        except Refused as r:
+            return "left: the lock was %s before the repair could take it" % r.verdict
+        except LeaseError as e:
+            return "left: cannot take the lock: %s" % e
+        try:
+            self._held = (fd, token)
+            try:
+                done = self._add_back(intent) if intent.get("url") else self._bring_back(intent, token)
+            except LostLock as lost:
+                return str(lost)
+            record_event(self.lock, {"at": time.time(), "event": "repaired", "detail": done,
+                                     "what": "rolling restart" if intent.get("url") else "replace",
+                                     "by": {k: v for k, v in _holder().items()}})
+            try:
+                os.unlink(self.intent)
+            except OSError:
+                pass
+            return "repaired: " + done
+        finally:
+            try:
+                update(fd, token, lease_s, release=True)
+            except LeaseError:
+                pass
+            os.close(fd)
+
+    def _still_ours(self) -> None:
+        """Fencing for the guard itself: LostLock once someone broke or took over the lease it took."""
+        ours, lease = still_ours(*self._held)
+        if not ours:
+            raise LostLock("stopped: the lock was taken by %s pid %s (%s)" % (lease.get("owner"), lease.get("pid"),
+                                                                          lease.get("command")))
+
+    def _add_back(self, intent: dict[str, Any]) -> str:
+        """The drained replica back into the router: once its drain is over (or DRAIN_WAIT_S passed), POSTed again
+        every few seconds until the router lists it (smg registers a worker only once it answers its health
+        check: a replica whose own replace was interrupted is being started again by its own guard)."""
+        url, end, drain_end, posted = str(intent["url"]), time.monotonic() + READD_S, time.monotonic() + DRAIN_WAIT_S, 0.0
+        while time.monotonic() < end:
+            have = _router_workers(intent, self.secret)
+            if have is not None and url in have and (posted or time.monotonic() > drain_end):
+                return "added %s back to the router" % url
+            if have is not None and url not in have and time.monotonic() - posted >= READD_EVERY_S:
+                self._still_ours()
+                _router_call(intent, self.secret, "POST", "/workers",
+                             dict({"url": url}, **({"api_key": self.secret} if self.secret else {})))
+                posted = time.monotonic()
+            time.sleep(1.0)
+        return "%s was not listed by the router within %gs (asked again until then)" % (url, READD_S)
+
+    def _bring_back(self, intent: dict[str, Any], token: str) -> str:
+        old = _run_dir(self.deployment, str(intent["old_run"]))
+        self._still_ours()
+        current = _current(self.deployment)
+        if current is not None and current != old and os.path.isdir(current):
+            now = status_of(current)
+            if now.get("alive") or now.get("supervisor_alive"):
+                return "the replacement %s was started; left running" % os.path.basename(current)
+        before = status_of(old)
+        if before.get("alive") or before.get("supervisor_alive"):  # a stop still in progress ends first
+            cmd_stop(old, float(intent.get("grace_s") or 0), "replace")
+        port = intent.get("port")
+        if isinstance(port, int) and port > 0 and not _wait_port(port):
+            return "the previous version %s was not started again: port %d stayed busy" % (os.path.basename(old), port)
+        self._still_ours()
+        _set_current(self.deployment, old)
+        env = dict(os.environ, **{FENCE_ENV: token})
+        done = subprocess.run([sys.executable or "python3", "-B", os.path.join(old, "supervise.py"), "start", old],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=env, timeout=START_S)
+        if done.returncode != 0:
+            why = (done.stderr or done.stdout).decode("utf-8", "replace").strip().splitlines()[-1:]
+            return "starting the previous version %s again failed: %s" % (os.path.basename(old), " ".join(why))
+        return "started the previous version %s again" % os.path.basename(old)
+
+
+USAGE = "usage: supervise_guard.py arm DEPLOYMENT_DIR --old RUN_DIR --grace S [--port P] | arm-router DEPLOYMENT_DIR"
+
+
+def _options(argv: list[str]) -> tuple[str, str, dict[str, str]]:
+    if len(argv) < 2 or argv[0] not in ("arm", "arm-router"):
+        raise SuperviseError(USAGE, EXIT_BAD_INPUT)
+    opts, rest = {}, list(argv[2:])
+    while rest:
+        word = rest.pop(0)
+        if not word.startswith("--") or not rest:
+            raise SuperviseError("bad argument %r" % word, EXIT_BAD_INPUT)
+        opts[word[2:]] = rest.pop(0)
+    return argv[0], argv[1], opts
+
+
+def _replace_intent(deployment: str, opts: dict[str, str]) -> dict[str, Any]:
+    try:
+        old, grace = _run_dir(deployment, opts["old"]), float(opts.get("grace") or 0)
+        port = int(opts["port"]) if opts.get("port") else None
+    except (KeyError, ValueError):
+        raise SuperviseError("--old RUN_DIR and a numeric --grace (and --port) are needed", EXIT_BAD_INPUT) from None
+    return {"old_run": old, "grace_s": grace, "port": port}
+
+
+def _router_intent() -> tuple[dict[str, Any], str]:
+    """From stdin: {"url", "address", "port", "api_key"?}; the API key stays out of the intent."""
+    try:
+        data = json.loads(sys.stdin.read(65536) or "null")
+        intent = {"url": str(data["url"]), "address": str(data["address"]), "port": int(data["port"])}
+    except (ValueError, KeyError, TypeError):
+        raise SuperviseError("arm-router reads {url, address, port, api_key?} as JSON on stdin",
+                             EXIT_BAD_INPUT) from None
+    return intent, str(data.get("api_key") or "")
+
+
+def _log_fd(deployment: str) -> int:
+    path = os.path.join(deployment, REPAIR_LOG)
+    fd = open_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644, "repair log")
+    if os.fstat(fd).st_size > LOG_MAX:
+        os.ftruncate(fd, 0)
+    return fd
+
+
+def arm(argv: list[str]) -> int:
+    what, where, opts = _options(argv)
+    deployment = os.path.abspath(where)
+    check_dirs(deployment, deployment)  # ours alone, as the lock's folder is
+    tokens = take_fence()
+    if not tokens:
+        raise SuperviseError("not armed: no lease tokens (run it through deployer's helper, under the lock)")
+    guard = Guard(deployment, tokens, INTENT if what == "arm" else ROUTER_INTENT)
+    if what == "arm":
+        intent = _replace_intent(deployment, opts)
+    else:
+        intent, guard.secret = _router_intent()
+    intent["armed_at"] = time.time()
+    log = _log_fd(deployment)
+    read_fd, write_fd = os.pipe()
+    sys.stdout.flush()
+    if os.fork() == 0:  # the guard: its own session, its output in the repair log, nothing of the helper's held
+        try:
+            os.close(read_fd)
+            os.setsid()
+            if os.fork() == 0:
+                _guard_main(guard, log, write_fd, intent)
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    os.close(log)
+    answer = b""
+    while True:
+        chunk = os.read(read_fd, 4096)
+        if not chunk:
+            break
+        answer += chunk
+    os.close(read_fd)
+    if not answer.startswith(b"{"):
+        raise SuperviseError("the guard did not start: %s" % answer.decode("utf-8", "replace").strip()[:300])
+    print(answer.decode().strip(), flush=True)
+    return 0
+
+
+def _guard_main(guard: Guard, log: int, report: int, intent: dict[str, Any]) -> None:
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(null)
+    os.close(log)
+    try:
+        write_json(guard.intent, dict(intent, guard_pid=os.getpid()))
+    except OSError as e:
+        os.write(report, ("cannot write %s: %s" % (guard.intent, e.strerror)).encode())
+        os.close(report)
+        return
+    os.write(report, json.dumps({"guard_pid": os.getpid()}).encode())
+    os.close(report)
+    what = intent.get("url") or os.path.basename(str(intent.get("old_run")))
+    _log("guard %d armed for %s: repairs if the client is gone" % (os.getpid(), what))
+    try:
+        _log(guard.watch())
+    except Exception as e:  # noqa: BLE001 - the guard's log is the only place anyone reads this
+        _log("guard failed: %s: %s" % (type(e).__name__, e))
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return arm(sys.argv[1:] if argv is None else argv)
+    except (SuperviseError, UnsafePath) as e:
+        print("supervise_guard: %s" % e, file=sys.stderr, flush=True)
+        return getattr(e, "code", 1)
+    except OSError as e:
+        print("supervise_guard: %s" % (e.strerror or e), file=sys.stderr, flush=True)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
