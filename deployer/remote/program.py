@@ -54,6 +54,7 @@ LEASE_MODULES = ("supervise_protocol", "supervise_base", "supervise_lease")     
 SNAPSHOT_MODULES = (*SUPERVISOR_MODULES, "supervise_snapshot")                      # a deployment's snapshot
 HELPER_MODULES = (*SUPERVISOR_MODULES, "supervise_snapshot", "supervise_files", "supervise_helper")  # the helper
 DIRS_MODULES = ("supervise_protocol", "supervise_base")                             # + a `mkdirs` main of its own
+FETCH_MODULES = ("supervise_protocol", "supervise_base", "supervise_fetch")         # weights from the hub (issue 25)
 
 
 def bootstrap(sources: list[tuple[str, str]]) -> bytes:

@@ -1,0 +1,53 @@
+"""The weights step of `up` (and of `deploy prepare`): before the launch is rendered and before anything is stopped,
+the hub repo `engine.weights` names is fetched on every host of the run, once per host and at once on all of them
+(deployer/target/weights.py); the profile comes back pinned to the commit fetched (deployer/prepare/weights.py).
+
+Called by runner/up.py (one host; a fleet's members each through it, and two members on one host share one
+fetch: the target-side lock) and by nodes/up.py (every node), always before the attempt runner stops what served.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from deployer.errors import TargetError
+from deployer.events import EventSink, Info
+from deployer.prepare.weights import Fetched, pinned, plan_for
+from deployer.profile.model import Profile
+from deployer.remote.base import Remote
+from deployer.target.weights import fetch
+
+
+def fetch_weights(remotes: Sequence[Remote], profile: Profile, emit: EventSink,
+                  each: Callable[[Callable[[Remote], Fetched], list[Remote]], list[Fetched]] | None = None,
+                  ) -> tuple[Profile, list[Fetched]]:
+    """`profile` pinned to the commit fetched on every host of `remotes` (once per host label, at once through
+    `each`); unchanged, with nothing fetched, when the profile has no `engine.weights`."""
+    plan = plan_for(profile)
+    if plan is None:
+        return profile, []
+    hosts: dict[str, Remote] = {}
+    for remote in remotes:
+        hosts.setdefault(remote.label, remote)
+
+    def one(remote: Remote) -> Fetched:
+        return fetch(remote, plan, emit)
+
+    done = (each or _serial)(one, list(hosts.values()))
+    commits = {f.commit for f in done}
+    if len(commits) != 1:  # a branch that moved between two hosts' listings: the group would load different weights
+        raise TargetError(f"{plan.describe()} named different commits on the hosts ({', '.join(sorted(commits))})",
+                          hint="set engine.weights.revision to a commit")
+    for item in done:
+        emit(Info(message=item.describe()))
+    return pinned(profile, done[0].commit), done
+
+
+def _serial(work: Callable[[Remote], Fetched], items: list[Remote]) -> list[Fetched]:
+    return [work(item) for item in items]
+
+
+def prepare_weights(remote: Remote, profile: Profile, emit: EventSink) -> Fetched | None:
+    """The hook for `deploy prepare`: fetch the profile's weights on its host without launching anything."""
+    _, done = fetch_weights([remote], profile, emit)
+    return done[0] if done else None
