@@ -126,7 +126,8 @@ class Fetch:
     """One repo's revision into one hub cache folder."""
 
     def __init__(self, req: Dict[str, Any]) -> None:
-        self.endpoint = str(req.get("endpoint") or "https://huggingface.co").rstrip("/")
+        endpoint = req.get("endpoint") or os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+        self.endpoint = str(endpoint).rstrip("/")
         self.repo, self.revision = str(req["repo"]), str(req.get("revision") or "main")
         if not NAME_RE.match(self.repo):
             raise FetchError("listing", "%r is not a hub repo id (org/name)" % self.repo)

@@ -87,6 +87,7 @@ class HubStub:
         self.starts: list[tuple[str, int]] = []
         self.requests: list[str] = []
         self.auth_seen: list[str | None] = []
+        self.last_byte_at: float | None = None     # time.time() of the last file byte sent
         self._lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
@@ -211,6 +212,7 @@ def _handler(hub: HubStub) -> type[BaseHTTPRequestHandler]:
                 end = min(sent + step, len(body), cut if cut is not None else len(body))
                 self.wfile.write(body[sent:end])
                 hub.count(name, end - sent)
+                hub.last_byte_at = time.time()
                 sent = end
                 if hub.rate:
                     ahead = sent / hub.rate - (time.monotonic() - began)
