@@ -8,7 +8,7 @@ Env knobs (all optional):
 
 | env                     | default | meaning |
 |-------------------------|---------|---------|
-| STANDIN_MODE            | ok      | ok, crash, sigkill_empty, hang, slow, crash_after_ready, mem, fail_text, download, download_frozen, download_quiet |
+| STANDIN_MODE            | ok      | ok, crash, sigkill_empty, hang, slow, crash_after_ready, mem, fail_text, download, download_frozen, download_quiet, download_hub |
 | STANDIN_STEP_S          | 0.01    | pause between progress lines (slow mode: 0.5 when unset) |
 | STANDIN_READY_DELAY_S   | 0.05    | warmup time: HTTP up, /health 503, before "fired up" |
 | STANDIN_CRASH_AFTER_S   | 0.3     | crash_after_ready: seconds of readiness before dying |
@@ -42,6 +42,8 @@ Modes:
 - download_frozen: the download stops part-way and its bar never moves again (until killed, capped at 1 hour).
 - download_quiet: the download as it really goes under a supervisor (bars off without a terminal): no output,
   the files grow in the hub cache.
+- download_hub: the engine downloads the model's files itself, for real, from HF_ENDPOINT (the hub stand-in,
+  tests/standin/hubstub.py) while it loads, as an engine does without deployer's `engine.weights`.
 
 HF_HUB_OFFLINE=1 with a hub id as the model (deployer's `engine.weights`): the snapshot of --revision (a commit,
 or what refs/<revision> names) must be in the hub cache, as huggingface_hub requires offline; else its error and
@@ -143,6 +145,8 @@ class ModelRunner:
             standin_download.download(frozen=mode() == "download_frozen")
         if mode() == "download_quiet":
             standin_download.download_quiet(self.view.model_path)
+        if mode() == "download_hub":
+            standin_download.download_hub(self.view.model_path)
         step()
         if mode() == "mem" and self.cap.weights_gb > self.avail:
             raise OutOfMemoryError(oom_text(1.0, self.cap.gpu_gb, self.avail - (self.cap.weights_gb % 1)))
