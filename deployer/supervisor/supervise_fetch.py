@@ -158,7 +158,8 @@ class Fetch:
             os.close(lock)
 
     def _locked(self) -> int:
-        listed = listing(self.endpoint, self.repo, self.revision, self.token)
+        kept = self._manifest() if SHA_RE.match(self.revision) else None
+        listed = kept or listing(self.endpoint, self.repo, self.revision, self.token)
         sha, files = listed["sha"], listed["files"]
         for sub in ("blobs", os.path.join("snapshots", sha), "refs"):
             make_dirs(os.path.join(self.folder, sub), self.hub)
@@ -178,10 +179,48 @@ class Fetch:
             self._link(sha, f)
         if self.revision != sha:
             self._ref(sha)
+        if kept is None:
+            self._keep(listed)
         self._progress("", force=True)
         say({"done": sha, "fetched": self.fetched, "files": len(files), "total": self.total,
              "snapshot": os.path.join(self.folder, "snapshots", sha)})
         return 0
+
+    def _manifest_path(self, sha: str) -> str:
+        """Where a complete fetch's listing is kept: under `.locks/`, which huggingface_hub's cache scan skips."""
+        return os.path.join(self.hub, ".locks", os.path.basename(self.folder), "deployer-%s.json" % sha)
+
+    def _manifest(self) -> Optional[Dict[str, Any]]:
+        """The listing of a commit fetched completely before (a pinned revision, a rollback): used without asking
+        the hub when every file it names is still here whole; None otherwise."""
+        try:
+            fd = open_file(self._manifest_path(self.revision), os.O_RDONLY, 0o600, "fetch manifest")
+        except OSError:
+            return None
+        try:
+            data = json.loads(os.read(fd, 1 << 24).decode("utf-8"))
+            files = [_sibling({"rfilename": f["name"], "size": f["size"], "blobId": f["blob"],
+                               "lfs": {"sha256": f["sha256"], "size": f["size"]} if f.get("sha256") else None})
+                     for f in data["files"]]
+        except (ValueError, KeyError, TypeError, FetchError):
+            return None
+        finally:
+            os.close(fd)
+        if data.get("sha") != self.revision or any(self._have(f) != f["size"] or not os.path.exists(self._blob(f))
+                                                   for f in files):
+            return None
+        return {"sha": self.revision, "files": files}
+
+    def _keep(self, listed: Dict[str, Any]) -> None:
+        path = self._manifest_path(listed["sha"])
+        make_dirs(os.path.dirname(path), self.hub)
+        tmp = path + ".tmp"
+        fd = open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600, "fetch manifest")
+        try:
+            _write_all(fd, json.dumps(listed).encode(), "fetch manifest")
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
 
     def _blob(self, f: Dict[str, Any]) -> str:
         return os.path.join(self.folder, "blobs", f["blob"])

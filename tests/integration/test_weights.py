@@ -225,3 +225,31 @@ def test_an_upgrade_keeps_the_old_version_serving_until_the_new_weights_are_on_d
             assert stopping and stopping[0] >= hub.last_byte_at
         finally:
             deploy("down", str(prof), home=home)
+
+
+def engine_log_text(run_dir: Path) -> str:
+    return "".join(p.read_text(errors="replace") for p in run_dir.glob("*.log"))
+
+
+def test_a_rollback_loads_the_weights_it_ran_with_even_with_the_hub_gone(tmp_path: Path, sshd: Any) -> None:
+    from test_oncall import oncall
+
+    v1 = tiny_repo(REPO_ID, 300_000, seed="rb1")
+    home = tmp_path / "home"
+    with HubStub(v1) as hub:
+        prof = weights_profile(tmp_path, sshd, hub, name="wrb", hf_home=tmp_path / "hf")
+        first = up(prof, home, "--json")
+        assert first.returncode == 0, first.stderr[-3000:]
+        v2 = tiny_repo(REPO_ID, 300_000, seed="rb2")
+        hub.publish(v2)
+        second = up(prof, home, "--json")
+        assert second.returncode == 0, second.stderr[-3000:]
+        assert f"snapshots/{v2.commit}" in engine_log_text(run_dir_of(second))
+    try:  # the hub is gone now: main cannot be resolved, but the commit v1 ran with is on disk
+        back = oncall(sshd, tmp_path, "rollback", "wrb", "--json")
+        assert back.returncode == 0, back.stdout[-2000:] + back.stderr[-2000:]
+        log = engine_log_text(run_dir_of(back))
+        assert f"standin: weights from {tmp_path / 'hf' / 'hub' / 'models--acme--tiny' / 'snapshots' / v1.commit}" \
+            in log
+    finally:
+        deploy("down", str(prof), home=home)

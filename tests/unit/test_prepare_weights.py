@@ -144,3 +144,20 @@ def test_the_profile_pins_the_commit_fetched_and_runs_offline(tmp_path: Path) ->
 def test_bad_weights_are_refused_by_the_profile(tmp_path: Path, engine: str, said: str) -> None:
     with pytest.raises(ProfileError, match=said):
         profile(tmp_path, engine)
+
+
+def test_a_commit_fetched_before_needs_no_hub_a_branch_does(tmp_path: Path) -> None:
+    """A rollback (or a pinned commit) to weights already here works while the hub is unreachable."""
+    repo = tiny_repo(REPO, 50_000)
+    with HubStub(repo) as hub:
+        run(hub, tmp_path / "hub")
+        endpoint = hub.endpoint
+    gone = WeightsPlan(REPO, repo.commit, str(tmp_path / "hub"), endpoint, None)
+    got = fetch(LocalRemote(), gone, lambda e: None)
+    assert got.commit == repo.commit and got.fetched == 0
+    with pytest.raises(TargetError, match="cannot reach"):
+        fetch(LocalRemote(), WeightsPlan(REPO, "main", str(tmp_path / "hub"), endpoint, None), lambda e: None)
+    blob = next((tmp_path / "hub" / "models--acme--tiny" / "blobs").glob(repo.files[2].sha256))
+    blob.unlink()  # a file gone: the hub is asked again (and cannot be reached)
+    with pytest.raises(TargetError, match="cannot reach"):
+        fetch(LocalRemote(), gone, lambda e: None)

@@ -1,0 +1,55 @@
+"""Weights for a fleet (issue 25, item 3): every member's `up` fetches on its host at once, before anything of it
+is stopped; members that share a host share one fetch (the target-side lock), so the hub sends the repo once per
+host. The bed's hosts share this machine's disk (tests/hostbed.py), so here the repo is sent once in all."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from standin.hubstub import HubStub, tiny_repo
+
+from deploy_helpers import events
+from fleet_helpers import fleet_deploy, fleet_profile
+from hostbed import HostBed, host_bed
+from sshbed import free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+
+@pytest.fixture()
+def bed(tmp_path: Path) -> Iterator[HostBed]:
+    with host_bed(tmp_path / "hosts", 2) as hosts:
+        yield hosts
+
+
+def test_a_fleet_fetches_at_once_and_once_per_host(tmp_path: Path, bed: HostBed) -> None:
+    repo = tiny_repo("acme/tiny", 2_000_000)
+    with HubStub(repo) as hub:
+        hub.rate = 2_000_000
+        h0, h1 = bed.hosts
+        replicas = [{"host": h0.alias, "workdir": str(h0.workdir / "a"), "engine_port": free_port(h0.addr)},
+                    {"host": h0.alias, "workdir": str(h0.workdir / "b"), "engine_port": free_port(h0.addr)},
+                    {"host": h1.alias, "workdir": str(h1.workdir), "engine_port": free_port(h1.addr)}]
+        prof, data = fleet_profile(tmp_path, bed, name="wfleet", router=False, replicas=replicas,
+                                   env={"HF_HOME": str(tmp_path / "hf")})
+        data["engine"]["model_path"] = "acme/tiny"
+        data["engine"]["weights"] = {"endpoint": hub.endpoint}
+        prof.write_text(yaml.safe_dump(data, sort_keys=False))
+        home = tmp_path / "home"
+        made = fleet_deploy(bed, "up", str(prof), "--skip-preflight", "--json", home=home)
+        try:
+            assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
+            seen = events(made.stdout)
+            began = [e for e in seen if e.get("event") == "phase" and e.get("phase") == "fetching weights"]
+            done = [e for e in seen if e.get("event") == "info" and str(e.get("message", "")).startswith("weights ")]
+            assert len(began) == 3 and len(done) == 3, [e for e in seen if e.get("event") in ("phase", "info")]
+            first = {host: min(e["at"] for e in began if e["host"] == host) for host in {e["host"] for e in began}}
+            assert len(first) == 2 and max(first.values()) < min(e["at"] for e in done)  # the hosts at once
+            assert sum(hub.served.values()) == repo.total  # one disk here: the repo came once
+            later = [e["message"] for e in done if e["member"] == "r1"]  # node-0's second member: nothing left
+            assert len(later) == 1 and "already on disk" in later[0], later
+        finally:
+            fleet_deploy(bed, "down", str(prof), home=home)
