@@ -108,7 +108,7 @@ def up_nodes(profile: Profile, opts: UpOptions, emit: EventSink) -> NodesReport:
         group = NodeGroup(sessions, network(sessions, profile))
         tried: list[Change] = []
         base, version, dry = _preflight(group, profile, opts, tried, report, emit)
-        base, _ = fetch_weights([s.remote for s in sessions], base, emit, group.each)  # every node, before a stop
+        base, _ = fetch_weights([s.remote for s in sessions], base, emit, group.each, group.sink)  # before a stop
         if _already_running(sessions, plan_nodes(base, group.nets), opts, report, emit):
             return report
         runner = AttemptRunner(group, base, opts, emit, report, uuid.uuid4().hex[:12], profile, version=version,

@@ -19,31 +19,32 @@ from deployer.target.weights import fetch
 
 
 def fetch_weights(remotes: Sequence[Remote], profile: Profile, emit: EventSink,
-                  each: Callable[[Callable[[Remote], Fetched], list[Remote]], list[Fetched]] | None = None,
-                  ) -> tuple[Profile, list[Fetched]]:
+                  each: Callable[[Callable[[int], Fetched], list[int]], list[Fetched]] | None = None,
+                  sink: Callable[[EventSink, int], EventSink] | None = None) -> tuple[Profile, list[Fetched]]:
     """`profile` pinned to the commit fetched on every host of `remotes` (once per host label, at once through
-    `each`); unchanged, with nothing fetched, when the profile has no `engine.weights`."""
+    `each`; `sink`: where the events of the i-th remote go); unchanged, with nothing fetched, when the profile has
+    no `engine.weights`."""
     plan = plan_for(profile)
     if plan is None:
         return profile, []
-    hosts: dict[str, Remote] = {}
-    for remote in remotes:
-        hosts.setdefault(remote.label, remote)
+    firsts: dict[str, int] = {}
+    for index, remote in enumerate(remotes):
+        firsts.setdefault(remote.label, index)
 
-    def one(remote: Remote) -> Fetched:
-        return fetch(remote, plan, emit)
+    def one(index: int) -> Fetched:
+        return fetch(remotes[index], plan, sink(emit, index) if sink is not None else emit)
 
-    done = (each or _serial)(one, list(hosts.values()))
+    done = (each or _serial)(one, list(firsts.values()))
     commits = {f.commit for f in done}
     if len(commits) != 1:  # a branch that moved between two hosts' listings: the group would load different weights
         raise TargetError(f"{plan.describe()} named different commits on the hosts ({', '.join(sorted(commits))})",
                           hint="set engine.weights.revision to a commit")
-    for item in done:
-        emit(Info(message=item.describe()))
+    for index, item in zip(firsts.values(), done):
+        (sink(emit, index) if sink is not None else emit)(Info(message=item.describe()))
     return pinned(profile, done[0].commit), done
 
 
-def _serial(work: Callable[[Remote], Fetched], items: list[Remote]) -> list[Fetched]:
+def _serial(work: Callable[[int], Fetched], items: list[int]) -> list[Fetched]:
     return [work(item) for item in items]
 
 

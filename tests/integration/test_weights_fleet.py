@@ -53,3 +53,29 @@ def test_a_fleet_fetches_at_once_and_once_per_host(tmp_path: Path, bed: HostBed)
             assert len(later) == 1 and "already on disk" in later[0], later
         finally:
             fleet_deploy(bed, "down", str(prof), home=home)
+
+
+def test_a_node_group_fetches_on_every_node_before_it_starts(tmp_path: Path, bed: HostBed) -> None:
+    from test_nodes_up import STANDIN_BIN, nodes_profile
+
+    for host in bed.hosts:  # each node is a GPU box: the stand-in nvidia-smi
+        (host.sshd.bin_dir / "nvidia-smi").symlink_to(STANDIN_BIN / "nvidia-smi")
+    repo = tiny_repo("acme/tiny", 500_000)
+    with HubStub(repo) as hub:
+        prof, _ = nodes_profile(tmp_path, bed, name="wnodes", env={"HF_HOME": str(tmp_path / "hf")})
+        data = yaml.safe_load(prof.read_text())
+        data["engine"]["model_path"] = "acme/tiny"
+        data["engine"]["weights"] = {"endpoint": hub.endpoint}
+        prof.write_text(yaml.safe_dump(data, sort_keys=False))
+        home = tmp_path / "home"
+        made = fleet_deploy(bed, "up", str(prof), "--skip-preflight", "--json", home=home)
+        try:
+            assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
+            seen = events(made.stdout)
+            began = {e.get("node") for e in seen if e.get("event") == "phase" and e.get("phase") == "fetching weights"}
+            assert began == {0, 1}, [e for e in seen if e.get("event") == "phase"]
+            first_attempt = min(e["at"] for e in seen if e.get("event") == "attempt")
+            fetched = [e["at"] for e in seen if e.get("event") == "info" and str(e.get("message")).startswith("weights")]
+            assert len(fetched) == 2 and max(fetched) < first_attempt
+        finally:
+            fleet_deploy(bed, "down", str(prof), home=home)
