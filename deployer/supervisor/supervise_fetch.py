@@ -27,6 +27,7 @@ import json
 import os
 import re
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -371,8 +372,20 @@ def _size(n: float) -> str:
     return "%d B" % n
 
 
+def _end_with_the_caller() -> None:
+    """The caller went away (Ctrl-C, a dropped connection): its stdin ends, and so does this fetch, at once (what
+    arrived stays in the .incomplete file for the next one; the lock goes with the process)."""
+    try:
+        while sys.stdin.buffer.read(4096):
+            pass
+    except (OSError, ValueError):
+        pass
+    os._exit(3)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     line = sys.stdin.readline()
+    threading.Thread(target=_end_with_the_caller, name="caller", daemon=True).start()
     try:
         req = json.loads(line)
         return Fetch(req).run()

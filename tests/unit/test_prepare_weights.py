@@ -5,6 +5,7 @@ and the profile pinned to the commit it fetched."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -161,3 +162,33 @@ def test_a_commit_fetched_before_needs_no_hub_a_branch_does(tmp_path: Path) -> N
     blob.unlink()  # a file gone: the hub is asked again (and cannot be reached)
     with pytest.raises(TargetError, match="cannot reach"):
         fetch(LocalRemote(), gone, lambda e: None)
+
+
+def test_a_fetch_whose_caller_goes_away_ends_and_frees_its_lock(tmp_path: Path) -> None:
+    import shlex
+
+    from deployer.events import Info
+    from deployer.remote.program import FETCH_MODULES, SUPERVISOR_PYTHON, program
+
+    repo = tiny_repo(REPO, 3_000_000)
+    with HubStub(repo) as hub:
+        hub.rate = 500_000  # 6 s in all
+        session = LocalRemote().spawn(" ".join([SUPERVISOR_PYTHON, "-c", shlex.quote(program(FETCH_MODULES).decode()),
+                                                "fetch"]))
+        session.send(plan(hub, tmp_path / "hub").request(0.05))
+        for _ in range(100):  # until bytes flow
+            line = session.readline(10)
+            assert line is not None
+            if '"file": "model.safetensors"' in line:
+                break
+        session.close()  # Ctrl-C on the controller: the channel goes
+        time.sleep(1.0)
+        still = dict(hub.served)
+        time.sleep(1.0)
+        assert hub.served == still  # the fetch ended with its caller: nothing more was sent
+        hub.rate = 0
+        seen: list[Event] = []
+        got = fetch(LocalRemote(), plan(hub, tmp_path / "hub"), seen.append)
+        assert got.commit == repo.commit
+        assert not [e for e in seen if isinstance(e, Info) and "waiting" in e.message]  # the first one had ended
+        assert got.fetched < 3_000_000  # it resumed from what had arrived
