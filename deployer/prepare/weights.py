@@ -33,10 +33,10 @@ class WeightsPlan:
     endpoint: str | None
     token: str | None
 
-    def request(self, progress_s: float = 1.0) -> bytes:
-        """The one JSON line the target-side fetch reads on stdin."""
-        return (json.dumps({"repo": self.repo, "revision": self.revision, "hub": self.hub,
-                            "endpoint": self.endpoint, "token": self.token, "progress_s": progress_s}) + "\n").encode()
+    def request(self, progress_s: float = 1.0, dry: bool = False) -> bytes:
+        """The one JSON line the target-side fetch reads on stdin (`dry`: list and measure, fetch nothing)."""
+        return (json.dumps({"repo": self.repo, "revision": self.revision, "hub": self.hub, "endpoint": self.endpoint,
+                            "token": self.token, "progress_s": progress_s, "dry": dry}) + "\n").encode()
 
     def describe(self) -> str:
         return f"{self.repo}@{self.revision}"
@@ -82,6 +82,27 @@ class Fetched:
         got = f"{size_text(self.fetched)} fetched in {self.seconds:.1f}s ({size_text(rate)}/s)" if self.fetched \
             else "already on disk"
         return f"weights {self.commit[:12]} on {self.host}: {self.files} files, {size_text(self.total)}, {got}"
+
+
+@dataclass(frozen=True)
+class Needed:
+    """What a fetch would do on one host (`deploy plan`): the commit, the repo's size, what is missing, the free
+    disk of the cache; `fits`: the missing bytes fit."""
+
+    host: str
+    commit: str
+    total: int
+    missing: int
+    free: int
+
+    @property
+    def fits(self) -> bool:
+        return self.missing <= self.free
+
+    def describe(self) -> str:
+        verdict = "fits" if self.fits else "DOES NOT FIT"
+        return (f"weights {self.commit[:12]} on {self.host}: {size_text(self.total)}, {size_text(self.missing)} to "
+                f"fetch, {size_text(self.free)} free ({verdict})")
 
 
 def progress(line: dict[str, object]) -> Download | None:

@@ -2,8 +2,10 @@
 the hub repo `engine.weights` names is fetched on every host of the run, once per host and at once on all of them
 (deployer/target/weights.py); the profile comes back pinned to the commit fetched (deployer/prepare/weights.py).
 
-Called by runner/up.py (one host; a fleet's members each through it, and two members on one host share one
-fetch: the target-side lock) and by nodes/up.py (every node), always before the attempt runner stops what served.
+Called by runner/up.py (one host; a fleet's members each through it, and two members on one host share one fetch:
+the target-side lock) and by nodes/up.py (every node), always before the attempt runner stops what served.
+`prepare_weights` and `plan_weights` are the hooks for `deploy prepare` (fetch, no launch) and `deploy plan` (what
+the fetch would take: size, missing bytes, free disk).
 """
 
 from __future__ import annotations
@@ -12,10 +14,10 @@ from collections.abc import Callable, Sequence
 
 from deployer.errors import TargetError
 from deployer.events import EventSink, Info
-from deployer.prepare.weights import Fetched, pinned, plan_for
+from deployer.prepare.weights import Fetched, Needed, pinned, plan_for
 from deployer.profile.model import Profile
 from deployer.remote.base import Remote
-from deployer.target.weights import fetch
+from deployer.target.weights import fetch, needed
 
 
 def fetch_weights(remotes: Sequence[Remote], profile: Profile, emit: EventSink,
@@ -52,3 +54,10 @@ def prepare_weights(remote: Remote, profile: Profile, emit: EventSink) -> Fetche
     """The hook for `deploy prepare`: fetch the profile's weights on its host without launching anything."""
     _, done = fetch_weights([remote], profile, emit)
     return done[0] if done else None
+
+
+def plan_weights(remote: Remote, profile: Profile) -> Needed | None:
+    """The hook for `deploy plan`: what the fetch would take on the profile's host (commit, size, missing, free
+    disk), nothing fetched; None without `engine.weights`."""
+    plan = plan_for(profile)
+    return needed(remote, plan) if plan is not None else None

@@ -4,7 +4,7 @@ Run on the target as a program of its own (deployer/target/weights.py starts it 
 stdin (the token travels there, never in argv), JSON lines out:
 
     request   {"endpoint", "repo", "revision", "hub" (null: HF_HUB_CACHE / HF_HOME/hub / ~/.cache/huggingface/hub),
-               "token" (null: the target's HF_TOKEN), "progress_s"}
+               "token" (null: the target's HF_TOKEN), "progress_s", "dry" (true: the `listed` line only)}
     out       {"listed": sha, "files", "total", "missing", "free"}, then {"file", "bytes", "total", "rate"} every
               progress_s, then {"done": sha, "fetched", "files", "total", "snapshot"} or {"error": kind, "message"}
 
@@ -138,6 +138,7 @@ class Fetch:
         self.hub = hub_dir(req.get("hub"))
         self.folder = os.path.join(self.hub, "models--" + self.repo.replace("/", "--"))
         self.every = float(req.get("progress_s") or 1.0)
+        self.dry = bool(req.get("dry"))  # `deploy plan`: say what is missing and the free disk, fetch nothing
         self.fetched = 0      # bytes that came over the network in this fetch
         self.done = 0         # bytes of the revision on disk (complete or partial)
         self.total = 0
@@ -171,6 +172,8 @@ class Fetch:
         st = os.statvfs(self.hub)
         free = st.f_bavail * st.f_frsize
         say({"listed": sha, "files": len(files), "total": self.total, "missing": missing, "free": free})
+        if self.dry:
+            return 0
         if missing > free:
             raise FetchError("disk", "%s@%s needs %s more on %s, which has %s free" % (
                 self.repo, sha[:12], _size(missing), self.hub, _size(free)))

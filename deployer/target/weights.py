@@ -15,11 +15,45 @@ from typing import Any
 
 from deployer.errors import DiskFull, RemoteError, TargetError, TransferFailed
 from deployer.events import EventSink, Info, PhaseEntered, Progressed
-from deployer.prepare.weights import PHASE, Fetched, WeightsPlan, progress
-from deployer.remote.base import Remote
+from deployer.prepare.weights import PHASE, Fetched, Needed, WeightsPlan, progress
+from deployer.remote.base import Remote, Session
 from deployer.remote.program import FETCH_MODULES, SUPERVISOR_PYTHON, program
 
 QUIET_S = 600.0    # no line for this long (the program says progress every second while bytes move): given up
+
+
+def needed(remote: Remote, plan: WeightsPlan, *, wait_s: float = 120.0) -> Needed:
+    """What fetching `plan` would take on this host (`deploy plan`): the listing and the free disk, nothing fetched."""
+    session = _start(remote)
+    try:
+        session.send(plan.request(dry=True))
+        while True:
+            line = _line(session, plan, remote.label, wait_s)
+            if "listed" in line:
+                return Needed(remote.label, str(line["listed"]), int(line.get("total") or 0),
+                              int(line.get("missing") or 0), int(line.get("free") or 0))
+            if "error" in line:
+                raise _error(plan, remote.label, str(line["error"]), str(line.get("message") or ""))
+    finally:
+        session.close()
+
+
+def _start(remote: Remote) -> Session:
+    return remote.spawn(" ".join([SUPERVISOR_PYTHON, "-c", shlex.quote(program(FETCH_MODULES).decode()), "fetch"]))
+
+
+def _line(session: Session, plan: WeightsPlan, host: str, wait_s: float) -> dict[str, Any]:
+    """The next JSON line of the program (others skipped); TargetError when none comes or it ended."""
+    while True:
+        try:
+            text = session.readline(wait_s)
+        except RemoteError as exc:
+            raise TargetError(f"fetching {plan.describe()} on {host}: {exc}") from None
+        if text is None:
+            raise TargetError(f"fetching {plan.describe()} on {host}: the fetch ended without a result")
+        line = _json(text)
+        if line is not None:
+            return line
 
 
 def fetch(remote: Remote, plan: WeightsPlan, emit: EventSink, *, progress_s: float = 1.0,
@@ -27,20 +61,11 @@ def fetch(remote: Remote, plan: WeightsPlan, emit: EventSink, *, progress_s: flo
     """Fetch `plan` into the target's hub cache; the commit and bytes, or one line of error."""
     began = time.monotonic()
     emit(PhaseEntered(phase=PHASE, elapsed=0.0, line=f"{plan.describe()} on {remote.label}"))
-    session = remote.spawn(" ".join([SUPERVISOR_PYTHON, "-c", shlex.quote(program(FETCH_MODULES).decode()),
-                                     "fetch"]))
+    session = _start(remote)
     try:
         session.send(plan.request(progress_s))
         while True:
-            try:
-                text = session.readline(quiet_s)
-            except RemoteError as exc:
-                raise TargetError(f"fetching {plan.describe()} on {remote.label}: {exc}") from None
-            if text is None:
-                raise TargetError(f"fetching {plan.describe()} on {remote.label}: the fetch ended without a result")
-            line = _json(text)
-            if line is None:
-                continue
+            line = _line(session, plan, remote.label, quiet_s)
             if "done" in line:
                 return Fetched(remote.label, str(line["done"]), int(line.get("fetched") or 0),
                                int(line.get("total") or 0), int(line.get("files") or 0),

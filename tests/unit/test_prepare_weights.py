@@ -192,3 +192,18 @@ def test_a_fetch_whose_caller_goes_away_ends_and_frees_its_lock(tmp_path: Path) 
         assert got.commit == repo.commit
         assert not [e for e in seen if isinstance(e, Info) and "waiting" in e.message]  # the first one had ended
         assert got.fetched < 3_000_000  # it resumed from what had arrived
+
+
+def test_plan_says_what_the_fetch_would_take_and_fetches_nothing(tmp_path: Path) -> None:
+    from deployer.target.weights import needed
+
+    repo = tiny_repo(REPO, 100_000)
+    with HubStub(repo) as hub:
+        need = needed(LocalRemote(), plan(hub, tmp_path / "hub"))
+        assert need.commit == repo.commit and need.total == need.missing == repo.total and need.fits
+        assert hub.served == {}
+        assert "to fetch" in need.describe() and "(fits)" in need.describe()
+        run(hub, tmp_path / "hub")
+        assert needed(LocalRemote(), plan(hub, tmp_path / "hub")).missing == 0
+        hub.lie = {"model.safetensors": 1 << 60}
+        assert "DOES NOT FIT" in needed(LocalRemote(), plan(hub, tmp_path / "hub")).describe()
