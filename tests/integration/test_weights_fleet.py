@@ -51,6 +51,23 @@ def test_a_fleet_fetches_at_once_and_once_per_host(tmp_path: Path, bed: HostBed)
             assert sum(hub.served.values()) == repo.total  # one disk here: the repo came once
             later = [e["message"] for e in done if e["member"] == "r1"]  # node-0's second member: nothing left
             assert len(later) == 1 and "already on disk" in later[0], later
+
+            v2 = tiny_repo("acme/tiny", 2_000_000, seed="v2")
+            hub.publish(v2)
+            served = dict(hub.served)
+            rolled = fleet_deploy(bed, "up", str(prof), "--skip-preflight", "--json", home=home)
+            assert rolled.returncode == 0, rolled.stdout[-3000:] + rolled.stderr[-3000:]
+            seen = events(rolled.stdout)
+            stops = [e["at"] for e in seen if "stopping the running version" in str(e.get("message", ""))]
+            fetched = [e for e in seen if e.get("event") == "info" and v2.commit[:12] in str(e.get("message", ""))
+                       and "fetched in" in str(e.get("message", ""))]
+            assert len(stops) == 3 and fetched, [e.get("message") for e in seen if e.get("event") == "info"]
+            assert max(e["at"] for e in fetched) < min(stops)  # the whole roll began after the new weights were in
+            early = {e["host"] for e in seen if e.get("phase") == "fetching weights" and e["at"] < min(stops)}
+            assert len(early) == 2  # both hosts fetched before the first replica was stopped
+            new = sum(len(f.data) for f in v2.files if f.blob_id not in {g.blob_id for g in repo.files})
+            assert new < v2.total  # the tokenizer did not change: its blob is on disk already
+            assert sum(hub.served.values()) - sum(served.values()) == new  # the new blobs came once
         finally:
             fleet_deploy(bed, "down", str(prof), home=home)
 
