@@ -23,6 +23,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -68,6 +69,14 @@ def tiny_repo(repo_id: str, weights_bytes: int = 2_000_000, seed: str = "v1",
     weights = (block * (weights_bytes // len(block) + 1))[:weights_bytes]
     files = [RepoFile("config.json", config, False), RepoFile("tokenizer.json", tokenizer, False),
              RepoFile("model.safetensors", weights, True)]
+    commit = hashlib.sha1(b"".join(hashlib.sha1(f.data).digest() for f in files)).hexdigest()
+    return Repo(repo_id, commit, files, {"main": commit})
+
+
+def repo_from_dir(repo_id: str, folder: Path) -> Repo:
+    """A real model folder (tests' tiny Llama) as a repo: `*.safetensors` as LFS files, the rest plain."""
+    files = [RepoFile(p.name, p.read_bytes(), p.suffix == ".safetensors")
+             for p in sorted(folder.iterdir()) if p.is_file() and not p.name.startswith(".")]
     commit = hashlib.sha1(b"".join(hashlib.sha1(f.data).digest() for f in files)).hexdigest()
     return Repo(repo_id, commit, files, {"main": commit})
 
