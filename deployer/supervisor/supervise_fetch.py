@@ -69,6 +69,19 @@ def hub_dir(asked: Optional[str]) -> str:
     return os.path.abspath(os.path.expanduser(path))
 
 
+class _Redirects(urllib.request.HTTPRedirectHandler):
+    """Redirects followed (the hub sends LFS files to its CDN), the token never sent on to another host."""
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> Any:
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and urllib.parse.urlsplit(newurl).netloc != urllib.parse.urlsplit(req.full_url).netloc:
+            new.remove_header("Authorization")
+        return new
+
+
+OPENER = urllib.request.build_opener(_Redirects)
+
+
 def _get(url: str, token: Optional[str], start: int = 0) -> Any:
     req = urllib.request.Request(url, headers={"User-Agent": "deployer-fetch"})
     if token:
@@ -76,7 +89,7 @@ def _get(url: str, token: Optional[str], start: int = 0) -> Any:
     if start:
         req.add_header("Range", "bytes=%d-" % start)
     try:
-        return urllib.request.urlopen(req, timeout=TIMEOUT_S)
+        return OPENER.open(req, timeout=TIMEOUT_S)
     except urllib.error.HTTPError as e:
         if e.code == 416 and start:
             return None  # nothing after `start`: the partial file is already whole (or longer: checked after)

@@ -12,7 +12,8 @@ Knobs (attributes of `HubStub`, changeable while it runs): `rate` (bytes/s per t
 longer than that,
 `lie` (file -> the size the listing claims instead of the real one), `ranges` (False: ignore Range, send 200 and
 the whole file), `token` (required as `Authorization: Bearer`). It counts the bytes it sent per file (`served`),
-the Range starts it was asked for (`starts`) and every request line (`requests`).
+the Range starts it was asked for (`starts`) and every request line (`requests`). `cdn`: an endpoint (another
+HubStub, or this one by another address) file downloads are redirected to, as the hub sends LFS files to its CDN.
 """
 
 from __future__ import annotations
@@ -92,6 +93,7 @@ class HubStub:
         self.lie: dict[str, int] = {}
         self.ranges = True
         self.token: str | None = None
+        self.cdn: str | None = None    # an endpoint to redirect file downloads to (302), as the hub does for LFS
         self.served: dict[str, int] = {}
         self.starts: list[tuple[str, int]] = []
         self.requests: list[str] = []
@@ -152,8 +154,16 @@ def _handler(hub: HubStub) -> type[BaseHTTPRequestHandler]:
             hub.requests.append(self.path)
             auth = self.headers.get("Authorization")
             hub.auth_seen.append(auth)
-            if hub.token is not None and auth != f"Bearer {hub.token}":
+            if hub.token is not None and auth != f"Bearer {hub.token}" and not self.path.startswith("/cdn/"):
                 return self._json(401, {"error": "Invalid credentials in Authorization header"})
+            if hub.cdn is not None and RESOLVE_RE.match(self.path):
+                self.send_response(302)
+                self.send_header("Location", hub.cdn + "/cdn" + self.path)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            if self.path.startswith("/cdn/"):
+                self.path = self.path[len("/cdn"):]
             api, resolve = API_RE.match(self.path), RESOLVE_RE.match(self.path)
             if api:
                 return self._listing(api.group(1), api.group(2))

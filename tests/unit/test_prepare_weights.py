@@ -207,3 +207,13 @@ def test_plan_says_what_the_fetch_would_take_and_fetches_nothing(tmp_path: Path)
         assert needed(LocalRemote(), plan(hub, tmp_path / "hub")).missing == 0
         hub.lie = {"model.safetensors": 1 << 60}
         assert "DOES NOT FIT" in needed(LocalRemote(), plan(hub, tmp_path / "hub")).describe()
+
+
+def test_a_redirect_to_another_host_is_followed_without_the_token(tmp_path: Path) -> None:
+    repo = tiny_repo(REPO, 20_000)
+    with HubStub(repo) as hub, HubStub(repo) as cdn:
+        hub.token = "hf_secret_value_123"
+        hub.cdn = cdn.endpoint  # another port: another host for the redirect
+        got, _ = run(hub, tmp_path / "hub", token="hf_secret_value_123")
+        assert got.commit == repo.commit and sum(cdn.served.values()) == repo.total
+        assert all(r.startswith("/cdn/") for r in cdn.requests) and set(cdn.auth_seen) == {None}
