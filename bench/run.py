@@ -1,6 +1,6 @@
 """Benchmarks of deployer on the SSH test bed; each figure against a baseline measured in the same command.
 
-    .venv/bin/python bench/run.py [--reps N] [--only overhead,status,detection,cli,real] [--rc-cost S] [--delay S]
+    .venv/bin/python bench/run.py [--reps N] [--only overhead,status,detection,cli,weights,real] [--rc-cost S] [--delay S]
 
 Starts a throwaway sshd on 127.0.0.1 (tests/sshbed.py) whose login shell's .bashrc costs about --rc-cost
 seconds per command (as conda/pyenv init do on a real GPU image; never skipped), and the stand-in engine;
@@ -28,11 +28,12 @@ import oncall_status  # noqa: E402
 import overhead  # noqa: E402
 import real_engines  # noqa: E402
 import shell_cost  # noqa: E402
+import weights_downtime  # noqa: E402
 from common import REPO, Figure, use_link  # noqa: E402
 from sshbed import make_sshd  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "latest.json"
-SECTIONS = ("overhead", "status", "detection", "cli")
+SECTIONS = ("overhead", "status", "detection", "cli", "weights")
 OPTIONAL = ("real",)  # real engines (make real-engines; minutes): only when asked for with --only
 RC_COST_S = 0.15  # conda init on a GPU image: ~120-230 ms (/work/shared/ssh-notes.md)
 
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if "cli" in only:
             figures += cli_start.run(tmp, max(args.reps, 10))
-        if only & {"overhead", "status", "detection", "real"}:
+        if only & {"overhead", "status", "detection", "real", "weights"}:
             bed = make_sshd(tmp / "sshd", rc_cost=args.rc_cost)
             use_link(args.delay, tmp, bed.host)
             try:
@@ -89,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
                     over_ssh.append(oncall_status.run(bed, tmp, args.reps))
                 if "detection" in only:
                     over_ssh += detection.run(bed, tmp, args.reps)
+                if "weights" in only:
+                    over_ssh += weights_downtime.run(bed, tmp, args.reps)
                 if "real" in only:
                     over_ssh += real_engines.run(bed, tmp, args.reps)
             finally:

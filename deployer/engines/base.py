@@ -201,6 +201,7 @@ class Launch:
     # flags (profile keys) that take a credential: always masked (env file, records, drift, the args dump line)
     secret_flags: frozenset[str] = frozenset()
     health_path: str = "/health"
+    revision_flag: str = "revision"         # the flag that pins the model's hub commit (engine.weights, issue 25)
 
     def gpus_per_engine(self, args: dict[str, Any]) -> int:
         """The GPUs one engine uses according to its parallelism flags in `args` (1 when none is set)."""

@@ -17,6 +17,7 @@ from deployer.fleet.members import AddressOf, Fleet, ReplicaMember, fleet_of, sp
 from deployer.runner.report import restart_summary
 from deployer.fleet.report import FleetReport, failed_result, replica_result
 from deployer.fleet.rolling import Replace, roll
+from deployer.fleet.weights import fetch_first
 from deployer.fleet.router import RouterReport, ensure_router, router_session, workers
 from deployer.oncall.deployment import Ref
 from deployer.oncall.deployment import status as deployment_status
@@ -42,6 +43,7 @@ def fleet_up(profile: Profile, opts: UpOptions, emit: EventSink, address_of: Add
         serving = _router_serves(fleet, front) if front is not None else \
             fleet.router is None and _replicas_serve(fleet, links)
         if serving:
+            fetch_first(fleet, links, sink)  # engine.weights: every host at once, while every replica serves
             _rolling(fleet, report, sink, opts, replace, None if opts.force else _unchanged(links), front)
             return report.settle()
         done = fan_out(fleet.replicas, lambda m: m.host, lambda m: f"r{m.index}", replace, sink)

@@ -43,6 +43,7 @@ from deployer.remedy.propose import Change
 from deployer.remote.base import Remote
 from deployer.render.bundle import render
 from deployer.runner.attempts import AttemptRunner
+from deployer.runner.weights import fetch_weights
 from deployer.runner.report import FailedNode, restart_summary
 from deployer.runner.shape import FollowerEnded, Found, Result, Shape, Target
 from deployer.runner.timing import stop_grace
@@ -114,6 +115,7 @@ def up_nodes(profile: Profile, opts: UpOptions, emit: EventSink) -> NodesReport:
         group = NodeGroup(sessions, network(sessions, profile))
         tried: list[Change] = []
         base, version, dry = _preflight(group, profile, opts, tried, report, emit)
+        base, _ = fetch_weights([s.remote for s in sessions], base, emit, group.each, group.sink)  # before a stop
         if _already_running(sessions, plan_nodes(base, group.nets), opts, report, emit):
             return report
         runner = AttemptRunner(group, base, opts, emit, report, uuid.uuid4().hex[:12], profile, version=version,

@@ -204,6 +204,21 @@ class EngineInstall(Strict):
         return v
 
 
+REVISION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)*$"  # no `..` part: refs/<rev>
+HUB_REPO_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+
+
+class EngineWeights(Strict):
+    """`engine.weights`: deployer fetches the hub repo engine.model_path names onto the target before anything is
+    stopped (deployer.prepare.weights), and the engine loads that commit from the cache, offline."""
+
+    revision: str = Field(default="main", min_length=1, max_length=200, pattern=REVISION_PATTERN,
+                          description="the branch, tag or commit to fetch; the commit it named is recorded per run")
+    endpoint: str | None = Field(default=None, pattern=r"^https?://\S+$",
+                                 description="the hub (default: HF_ENDPOINT in engine.env or on the target, "
+                                             "else https://huggingface.co)")
+
+
 # A profile without engine.kind is SGLang's (the first engine: profiles and records written before a second engine
 # existed name none). The one default engine in the code (README, "Profiles"); nothing below the profile defaults.
 DEFAULT_ENGINE_KIND = "sglang"
@@ -227,6 +242,8 @@ class Engine(Strict):
                                 description="multi-node (`nodes:`): the rendezvous port on node 0")
     nic: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:-]{1,15}$",
                             description="multi-node: NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME")
+    weights: EngineWeights | None = Field(default=None,
+                                          description="fetch the hub repo model_path names before the launch")
 
     @field_validator("gpus")
     @classmethod
@@ -275,6 +292,20 @@ class Engine(Strict):
         flag = self.definition.launch.model_flag
         if flag in self.args:
             raise ValueError(f"set engine.model_path instead of args.{flag} (the {self.kind} flag it becomes)")
+        return self
+
+    @model_validator(mode="after")
+    def _weights(self) -> Engine:
+        """`weights` fetches a hub repo: model_path must name one, and the revision is said in one place (a run's
+        record has both, the flag pinned to the weights' commit)."""
+        if self.weights is None:
+            return self
+        if not HUB_REPO_RE.match(self.model_path):
+            raise ValueError(f"engine.weights fetches a hub repo, and model_path {self.model_path!r} is not one "
+                             "(org/name); remove engine.weights to load a local path")
+        flag = self.definition.launch.revision_flag
+        if flag in self.args and self.args[flag] != self.weights.revision:
+            raise ValueError(f"set engine.weights.revision instead of args.{flag}")
         return self
 
     @field_validator("env", mode="before")

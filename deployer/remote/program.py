@@ -58,6 +58,7 @@ SNAPSHOT_MODULES = (*SUPERVISOR_MODULES, "supervise_snapshot")                  
 HELPER_MODULES = (*SUPERVISOR_MODULES, "supervise_snapshot", "supervise_files", "supervise_install",
                   "supervise_helper")                                               # the helper
 DIRS_MODULES = ("supervise_protocol", "supervise_base")                             # + a `mkdirs` main of its own
+FETCH_MODULES = ("supervise_protocol", "supervise_base", "supervise_fetch")         # weights from the hub (issue 25)
 
 
 def bootstrap(sources: list[tuple[str, str]]) -> bytes:

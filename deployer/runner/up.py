@@ -35,6 +35,7 @@ from deployer.runner.install import prune_unused, with_environment
 from deployer.runner.logs import attempt_log, diagnose_attempt, diagnose_run, diagnose_state
 from deployer.runner.report import AttemptReport, Reach, UpOptions, UpReport, restart_summary
 from deployer.runner.shape import SingleHost, Target
+from deployer.runner.weights import fetch_weights
 from deployer.secrets import masking_sink
 from deployer.target.process import check_port
 from deployer.target.records import RunView, current_view, healthy
@@ -72,12 +73,15 @@ def up(profile: Profile, opts: UpOptions, emit: EventSink, connection: Remote | 
         own_port = running and view is not None and view.record.get("port") == profile.engine.port
         written = _written(profile, up_id)
         target = Target(remote=remote, layout=layout, serving=view if view is not None and running else None)
-        with early_push(remote, layout, _early_plan(written, view, opts)) as early:
+        # engine.weights: the launch is pinned to the commit fetched, known only after the fetch (no early push)
+        early_plan = _early_plan(written, view, opts) if profile.engine.weights is None else None
+        with early_push(remote, layout, early_plan) as early:
             if not opts.skip_preflight:
                 profile, version, dry = BeforeLaunch(opts, report, emit, tried).checked(remote, profile,
                                                                                         own_port=own_port)
             else:
                 _check_engine_python(remote, profile)  # preflight's facts include this
+            profile, _ = fetch_weights([remote], profile, emit)  # engine.weights: before anything is stopped
             bundle = render(profile)
             if target.serving is not None and _already_running(target, profile, bundle, opts, report, emit):
                 return report

@@ -13,7 +13,8 @@ from deployer.errors import TargetError
 from deployer.target.push import SUPERVISOR_FILES
 from deployer.remote.local import LocalRemote
 from deployer.remote.program import (
-    DIRS_MODULES, HELPER_MODULES, LEASE_MODULES, RUN_DIR_MODULES, SNAPSHOT_MODULES, SUPERVISOR_MODULES, helper_bundle,
+    DIRS_MODULES, FETCH_MODULES, HELPER_MODULES, LEASE_MODULES, RUN_DIR_MODULES, SNAPSHOT_MODULES, SUPERVISOR_MODULES,
+    helper_bundle,
     supervisor_source,
 )
 
@@ -27,7 +28,7 @@ def siblings(name: str) -> set[str]:
 
 
 @pytest.mark.parametrize("modules", [SUPERVISOR_MODULES, RUN_DIR_MODULES, LEASE_MODULES, SNAPSHOT_MODULES, HELPER_MODULES,
-                                     DIRS_MODULES])
+                                     DIRS_MODULES, FETCH_MODULES])
 def test_each_module_comes_after_what_it_imports(modules: tuple[str, ...]) -> None:
     for i, name in enumerate(modules):
         assert siblings(name) <= set(modules[:i]), (name, modules)

@@ -24,9 +24,11 @@ Env knobs (mode `download`, `download_frozen`, `download_quiet`):
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
+import urllib.request
 
 UNICODE_BLOCKS = " " + "".join(chr(c) for c in range(0x258F, 0x2587, -1))  # " ▏▎▍▌▋▊▉█"
 N_BARS = 10
@@ -140,3 +142,15 @@ def _freeze(desc: str, size: float, started: float, frac: float) -> None:
         if redraw:
             _draw(format_bar(desc, size * frac, size, time.monotonic() - started))
         time.sleep(0.5)
+
+
+def download_hub(model_path: str) -> None:
+    """Mode `download_hub`: every file of `main` fetched from HF_ENDPOINT (the bytes read and dropped)."""
+    endpoint = os.environ["HF_ENDPOINT"].rstrip("/")
+    with urllib.request.urlopen(f"{endpoint}/api/models/{model_path}/revision/main", timeout=30) as resp:
+        listing = json.loads(resp.read())
+    for sibling in listing["siblings"]:
+        url = f"{endpoint}/{model_path}/resolve/{listing['sha']}/{sibling['rfilename']}"
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            while resp.read(1 << 20):
+                pass

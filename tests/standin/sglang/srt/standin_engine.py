@@ -8,7 +8,7 @@ Env knobs (all optional):
 
 | env                     | default | meaning |
 |-------------------------|---------|---------|
-| STANDIN_MODE            | ok      | ok, crash, sigkill_empty, hang, slow, crash_after_ready, mem, fail_text, download, download_frozen, download_quiet |
+| STANDIN_MODE            | ok      | ok, crash, sigkill_empty, hang, slow, crash_after_ready, mem, fail_text, download, download_frozen, download_quiet, download_hub |
 | STANDIN_STEP_S          | 0.01    | pause between progress lines (slow mode: 0.5 when unset) |
 | STANDIN_READY_DELAY_S   | 0.05    | warmup time: HTTP up, /health 503, before "fired up" |
 | STANDIN_CRASH_AFTER_S   | 0.3     | crash_after_ready: seconds of readiness before dying |
@@ -42,6 +42,12 @@ Modes:
 - download_frozen: the download stops part-way and its bar never moves again (until killed, capped at 1 hour).
 - download_quiet: the download as it really goes under a supervisor (bars off without a terminal): no output,
   the files grow in the hub cache.
+- download_hub: the engine downloads the model's files itself, for real, from HF_ENDPOINT (the hub stand-in,
+  tests/standin/hubstub.py) while it loads, as an engine does without deployer's `engine.weights`.
+
+HF_HUB_OFFLINE=1 with a hub id as the model (deployer's `engine.weights`): the snapshot of --revision (a commit,
+or what refs/<revision> names) must be in the hub cache, as huggingface_hub requires offline; else its error and
+exit 1. The snapshot used is logged ("standin: weights from <dir>").
 """
 
 from __future__ import annotations
@@ -139,6 +145,8 @@ class ModelRunner:
             standin_download.download(frozen=mode() == "download_frozen")
         if mode() == "download_quiet":
             standin_download.download_quiet(self.view.model_path)
+        if mode() == "download_hub":
+            standin_download.download_hub(self.view.model_path)
         step()
         if mode() == "mem" and self.cap.weights_gb > self.avail:
             raise OutOfMemoryError(oom_text(1.0, self.cap.gpu_gb, self.avail - (self.cap.weights_gb % 1)))
@@ -263,6 +271,7 @@ class Engine:
 
     def launch(self) -> int:
         logger.info(f"server_args={server_args_log_text(self.server_args)}")
+        offline_snapshot(self.server_args)
         signal.signal(signal.SIGQUIT, self.on_sigquit)
         self.spawn_scheduler()
         t0 = time.monotonic()
@@ -377,6 +386,32 @@ def _version() -> str:
 
 def _jsonable(view: SimpleNamespace) -> dict:
     return {k: v for k, v in vars(view).items() if isinstance(v, (str, int, float, bool, type(None), list))}
+
+
+def offline_snapshot(server_args: ServerArgs) -> None:
+    """HF_HUB_OFFLINE=1 and a hub id: the cached snapshot, as huggingface_hub finds it offline, or its error."""
+    model = str(server_args.model_path)
+    if os.environ.get("HF_HUB_OFFLINE") != "1" or os.path.isdir(model) or model.count("/") != 1:
+        return
+    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
+        os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface"), "hub")
+    folder = os.path.join(hub, "models--" + model.replace("/", "--"))
+    revision = getattr(server_args, "revision", None) or "main"
+    commit = revision
+    ref = os.path.join(folder, "refs", revision)
+    if os.path.isfile(ref):
+        with open(ref, encoding="utf-8") as fh:
+            commit = fh.read().strip()
+    snapshot = os.path.join(folder, "snapshots", commit)
+    config = os.path.join(snapshot, "config.json")
+    if not os.path.isfile(config):  # a dangling link (its blob missing) counts as missing too
+        sys.stderr.write("huggingface_hub.errors.LocalEntryNotFoundError: Cannot find an appropriate cached "
+                         "snapshot folder for the specified revision on the local disk and outgoing traffic has "
+                         "been disabled. To enable repo look-ups and downloads online, pass "
+                         "'local_files_only=False' as input.\n")
+        sys.stderr.flush()
+        sys.exit(1)
+    logger.info(f"standin: weights from {snapshot}")
 
 
 def launch_server(server_args: ServerArgs) -> int:

@@ -1,0 +1,295 @@
+"""Weights as a step of their own (issue 25, item 3), end to end over the real sshd: `deploy up` of a profile with
+`engine.weights` fetches the hub repo on the target from the local stand-in of the hub's file API
+(tests/standin/hubstub.py) before anything is stopped, and the stand-in engine loads that commit offline."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from standin.hubstub import HubStub, tiny_repo
+
+from deploy_helpers import deploy, events, write_profile
+from sshbed import free_port, make_sshd
+
+pytestmark = pytest.mark.integration
+
+REPO_ID = "acme/tiny"
+TOKEN = "hf_weights_secret_4711"
+
+
+def weights_profile(tmp_path: Path, sshd: Any, hub: HubStub, *, name: str, hf_home: Path,
+                    port: int | None = None) -> Path:
+    return write_profile(tmp_path, sshd, name=name, model=REPO_ID, port=port,
+                         env={"HF_HOME": str(hf_home), "HF_TOKEN": "${WEIGHTS_TOKEN}"},
+                         extra={"engine": {"weights": {"endpoint": hub.endpoint}}})
+
+
+def up(prof: Path, home: Path, *more: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return deploy("up", str(prof), "--skip-preflight", *more, home=home, timeout=timeout,
+                  env={"WEIGHTS_TOKEN": TOKEN})
+
+
+def run_dir_of(result: subprocess.CompletedProcess[str]) -> Path:
+    return Path(json.loads(result.stdout.splitlines()[-1])["run_dir"])
+
+
+def test_up_fetches_the_repo_on_the_target_and_the_engine_loads_that_commit_offline(tmp_path: Path,
+                                                                                     sshd: Any) -> None:
+    repo = tiny_repo(REPO_ID, 3_000_000)
+    with HubStub(repo) as hub:
+        hub.token = TOKEN
+        hf_home = tmp_path / "hf"
+        prof = weights_profile(tmp_path, sshd, hub, name="wfetch", hf_home=hf_home)
+        home = tmp_path / "home"
+        made = up(prof, home, "--json")
+        try:
+            assert made.returncode == 0, made.stderr[-3000:]
+            run_dir = run_dir_of(made)
+            snapshot = hf_home / "hub" / "models--acme--tiny" / "snapshots" / repo.commit
+            log = (run_dir / "engine.log").read_text() if (run_dir / "engine.log").exists() else \
+                "".join(p.read_text() for p in run_dir.glob("*.log"))
+            assert f"standin: weights from {snapshot}" in log
+            record = json.loads((run_dir / "profile.json").read_text())
+            engine = record["profile"]["engine"] if "profile" in record else record["engine"]
+            assert engine["weights"]["revision"] == repo.commit and engine["args"]["revision"] == repo.commit
+            assert engine["env"]["HF_HUB_OFFLINE"] == "1"
+            fetched = [e for e in events(made.stdout) if e.get("source") == "fetch"]
+            assert fetched and fetched[-1]["bytes"] == repo.total and fetched[-1]["total_bytes"] == repo.total
+            assert set(hub.auth_seen) == {f"Bearer {TOKEN}"}
+            assert TOKEN not in made.stdout + made.stderr
+            assert TOKEN not in (run_dir / "launch.sh").read_text()
+
+            again = up(prof, home)  # the same commit: nothing fetched, nothing restarted
+            assert again.returncode == 0, again.stderr[-2000:]
+            said = again.stdout + again.stderr
+            assert "already running" in said and "already on disk" in said, said
+            assert sum(hub.served.values()) == repo.total
+        finally:
+            deploy("down", str(prof), home=home)
+
+
+def test_an_interrupted_fetch_fails_in_one_line_and_the_next_up_fetches_only_the_rest(tmp_path: Path,
+                                                                                       sshd: Any) -> None:
+    repo = tiny_repo(REPO_ID, 2_000_000)
+    weights = next(f for f in repo.files if f.name == "model.safetensors")
+    with HubStub(repo) as hub:
+        hub.cut_after, hub.cuts = 500_000, 99
+        prof = weights_profile(tmp_path, sshd, hub, name="wcut", hf_home=tmp_path / "hf")
+        home = tmp_path / "home"
+        failed = up(prof, home)
+        assert failed.returncode == 4, failed.stdout[-2000:] + failed.stderr[-2000:]
+        lines = [ln for ln in failed.stderr.strip().splitlines() if ln.strip()]
+        assert any("broke off" in ln and "model.safetensors" in ln for ln in lines), failed.stderr
+        assert "Traceback" not in failed.stderr
+        sent_before = hub.served["model.safetensors"]
+        assert sent_before == 1_500_000  # three tries of 500 kB each, kept on the target
+        hub.cuts = 0
+        made = up(prof, home)
+        try:
+            assert made.returncode == 0, made.stderr[-3000:]
+            assert hub.served["model.safetensors"] == len(weights.data)  # the second up sent only the rest
+            assert ("model.safetensors", 1_500_000) in hub.starts
+        finally:
+            deploy("down", str(prof), home=home)
+
+
+def test_a_file_larger_than_listed_is_refused_in_one_line_and_nothing_starts(tmp_path: Path, sshd: Any) -> None:
+    repo = tiny_repo(REPO_ID, 400_000)
+    with HubStub(repo) as hub:
+        hub.lie = {"model.safetensors": 100_000}
+        prof = weights_profile(tmp_path, sshd, hub, name="wlie", hf_home=tmp_path / "hf")
+        home = tmp_path / "home"
+        failed = up(prof, home)
+        assert failed.returncode == 3, failed.stdout[-2000:] + failed.stderr[-2000:]
+        assert "model.safetensors: the hub listed 100000 bytes but sent more; refused" in failed.stderr
+        assert "Traceback" not in failed.stderr
+        assert not (tmp_path / "work" / "wlie" / "current").exists()  # nothing was started
+
+
+@pytest.fixture()
+def small_hf(tmp_path: Path) -> Iterator[tuple[Any, Path]]:
+    """An 8 MB tmpfs for HF_HOME, mounted before its own sshd starts (the sshd's mount namespace copies it)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0755", "tmpfs", str(disk)],
+                             capture_output=True, text=True, timeout=20)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.strip()}")
+    bed = None
+    try:
+        bed = make_sshd(tmp_path / "sshd")
+        yield bed, disk
+    finally:
+        if bed is not None:
+            bed.stop()
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True, timeout=20)
+
+
+def test_a_repo_larger_than_the_free_disk_is_refused_before_a_byte_is_fetched(tmp_path: Path,
+                                                                              small_hf: Any) -> None:
+    bed, disk = small_hf
+    repo = tiny_repo(REPO_ID, 12_000_000)
+    with HubStub(repo) as hub:
+        prof = weights_profile(tmp_path, bed, hub, name="wdisk", hf_home=disk / "hf")
+        failed = up(prof, tmp_path / "home")
+        assert failed.returncode == 4, failed.stdout[-2000:] + failed.stderr[-2000:]
+        assert "needs 12.0 MB more on" in failed.stderr and "free" in failed.stderr, failed.stderr
+        assert "Traceback" not in failed.stderr
+        assert hub.served == {}
+
+
+def test_a_disk_that_fills_during_the_fetch_is_said_as_such(tmp_path: Path, small_hf: Any) -> None:
+    bed, disk = small_hf
+    repo = tiny_repo(REPO_ID, 5_000_000)
+    with HubStub(repo) as hub:
+        hub.rate = 2_000_000
+        prof = weights_profile(tmp_path, bed, hub, name="wfill", hf_home=disk / "hf")
+        filled = threading.Event()
+
+        def fill_when_it_flows() -> None:
+            deadline = time.monotonic() + 30
+            while hub.served.get("model.safetensors", 0) < 500_000 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            with open(disk / "filler", "wb", buffering=0) as f:
+                try:
+                    for _ in range(2000):  # 8 MB at most
+                        f.write(b"\0" * 16384)
+                except OSError as e:
+                    assert e.errno == errno.ENOSPC
+            filled.set()
+
+        filler = threading.Thread(target=fill_when_it_flows, daemon=True)
+        filler.start()
+        failed = up(prof, tmp_path / "home")
+        filler.join(timeout=30)
+        assert filled.is_set()
+        assert failed.returncode == 4, failed.stdout[-2000:] + failed.stderr[-2000:]
+        assert "the disk filled while writing" in failed.stderr, failed.stderr
+        assert "Traceback" not in failed.stderr
+
+
+def poll(port: int, stop: threading.Event, seen: list[tuple[float, bool]]) -> None:
+    """GET /health every 50 ms until `stop` (bounded: 10 minutes), noting (when, answered 200)."""
+    deadline = time.monotonic() + 600
+    while not stop.is_set() and time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
+                ok = resp.status == 200
+        except OSError:
+            ok = False
+        seen.append((time.time(), ok))
+        time.sleep(0.05)
+
+
+def test_an_upgrade_keeps_the_old_version_serving_until_the_new_weights_are_on_disk(tmp_path: Path,
+                                                                                     sshd: Any) -> None:
+    v1 = tiny_repo(REPO_ID, 500_000, seed="v1")
+    with HubStub(v1) as hub:
+        port = free_port()
+        prof = weights_profile(tmp_path, sshd, hub, name="wupg", hf_home=tmp_path / "hf", port=port)
+        home = tmp_path / "home"
+        first = up(prof, home, "--json")
+        assert first.returncode == 0, first.stderr[-3000:]
+        try:
+            v2 = tiny_repo(REPO_ID, 4_000_000, seed="v2")
+            hub.publish(v2)
+            hub.rate = 1_000_000  # ~4 s of download
+            stop, seen = threading.Event(), []
+            poller = threading.Thread(target=poll, args=(port, stop, seen), daemon=True)
+            poller.start()
+            upgraded = up(prof, home, "--json", timeout=180)
+            stop.set()
+            poller.join(timeout=10)
+            assert upgraded.returncode == 0, upgraded.stderr[-3000:]
+            assert hub.last_byte_at is not None
+            during = [ok for at, ok in seen if at < hub.last_byte_at]
+            assert len(during) > 20, len(during)       # the poll ran through the download
+            assert all(during), "the old version stopped answering before the new weights were on disk"
+            record = json.loads((run_dir_of(upgraded) / "profile.json").read_text())
+            engine = record["profile"]["engine"] if "profile" in record else record["engine"]
+            assert engine["weights"]["revision"] == v2.commit
+            stopping = [e["at"] for e in events(upgraded.stdout)
+                        if e.get("event") == "info" and "stopping the running version" in e.get("message", "")]
+            assert stopping and stopping[0] >= hub.last_byte_at
+        finally:
+            deploy("down", str(prof), home=home)
+
+
+def engine_log_text(run_dir: Path) -> str:
+    return "".join(p.read_text(errors="replace") for p in run_dir.glob("*.log"))
+
+
+def test_a_rollback_loads_the_weights_it_ran_with_even_with_the_hub_gone(tmp_path: Path, sshd: Any) -> None:
+    from test_oncall import oncall
+
+    v1 = tiny_repo(REPO_ID, 300_000, seed="rb1")
+    home = tmp_path / "home"
+    with HubStub(v1) as hub:
+        prof = weights_profile(tmp_path, sshd, hub, name="wrb", hf_home=tmp_path / "hf")
+        first = up(prof, home, "--json")
+        assert first.returncode == 0, first.stderr[-3000:]
+        v2 = tiny_repo(REPO_ID, 300_000, seed="rb2")
+        hub.publish(v2)
+        second = up(prof, home, "--json")
+        assert second.returncode == 0, second.stderr[-3000:]
+        assert f"snapshots/{v2.commit}" in engine_log_text(run_dir_of(second))
+    try:  # the hub is gone now: main cannot be resolved, but the commit v1 ran with is on disk
+        back = oncall(sshd, tmp_path, "rollback", "wrb", "--json")
+        assert back.returncode == 0, back.stdout[-2000:] + back.stderr[-2000:]
+        log = engine_log_text(run_dir_of(back))
+        assert f"standin: weights from {tmp_path / 'hf' / 'hub' / 'models--acme--tiny' / 'snapshots' / v1.commit}" \
+            in log
+    finally:
+        deploy("down", str(prof), home=home)
+
+
+REAL_VENV = Path(os.environ.get("REAL_VLLM_VENV", Path.home() / ".cache" / "deployer" / "real-vllm-venv"))
+TINY = Path(os.environ.get("TINY_MODEL", Path.home() / ".cache" / "deployer" / "tiny-llama"))
+
+
+@pytest.mark.skipif(not (REAL_VENV / "bin" / "python").exists() or not (TINY / "config.json").exists(),
+                    reason="the real-engine venv (huggingface_hub, transformers) or the tiny model is not built")
+def test_the_real_huggingface_hub_reads_the_cache_offline(tmp_path: Path) -> None:
+    """What the engines do with HF_HUB_OFFLINE=1: the real huggingface_hub and transformers find the fetched
+    commit (pinned and through refs/main), and the cache scan finds nothing corrupt."""
+    from deployer.prepare.weights import WeightsPlan
+    from deployer.remote.local import LocalRemote
+    from deployer.target.weights import fetch
+    from standin.hubstub import repo_from_dir
+
+    repo = repo_from_dir("test/tiny-llama", TINY)
+    with HubStub(repo) as hub:
+        fetch(LocalRemote(), WeightsPlan("test/tiny-llama", "main", str(tmp_path / "hub"), hub.endpoint, None),
+              lambda e: None)
+    code = f"""
+import sys
+from huggingface_hub import scan_cache_dir, snapshot_download
+from transformers import AutoConfig, AutoTokenizer
+pinned = snapshot_download("test/tiny-llama", revision="{repo.commit}")
+main = snapshot_download("test/tiny-llama")
+assert pinned == main and pinned.endswith("{repo.commit}"), (pinned, main)
+AutoConfig.from_pretrained("test/tiny-llama", revision="{repo.commit}")
+AutoTokenizer.from_pretrained("test/tiny-llama", revision="{repo.commit}")
+scan = scan_cache_dir()
+assert not scan.warnings, scan.warnings
+repos = list(scan.repos)
+assert [r.repo_id for r in repos] == ["test/tiny-llama"] and repos[0].nb_files == {len(repo.files)}, repos
+print("ok", pinned)
+"""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HF_HUB_OFFLINE": "1", "HOME": str(tmp_path),
+           "HF_HUB_CACHE": str(tmp_path / "hub")}
+    done = subprocess.run([str(REAL_VENV / "bin" / "python"), "-c", code], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert done.returncode == 0 and "ok " in done.stdout, done.stderr[-3000:]

@@ -1,0 +1,98 @@
+"""Weights for a fleet (issue 25, item 3): every member's `up` fetches on its host at once, before anything of it
+is stopped; members that share a host share one fetch (the target-side lock), so the hub sends the repo once per
+host. The bed's hosts share this machine's disk (tests/hostbed.py), so here the repo is sent once in all."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from standin.hubstub import HubStub, tiny_repo
+
+from deploy_helpers import events
+from fleet_helpers import fleet_deploy, fleet_profile
+from hostbed import HostBed, host_bed
+from sshbed import free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+
+@pytest.fixture()
+def bed(tmp_path: Path) -> Iterator[HostBed]:
+    with host_bed(tmp_path / "hosts", 2) as hosts:
+        yield hosts
+
+
+def test_a_fleet_fetches_at_once_and_once_per_host(tmp_path: Path, bed: HostBed) -> None:
+    repo = tiny_repo("acme/tiny", 2_000_000)
+    with HubStub(repo) as hub:
+        hub.rate = 2_000_000
+        h0, h1 = bed.hosts
+        replicas = [{"host": h0.alias, "workdir": str(h0.workdir / "a"), "engine_port": free_port(h0.addr)},
+                    {"host": h0.alias, "workdir": str(h0.workdir / "b"), "engine_port": free_port(h0.addr)},
+                    {"host": h1.alias, "workdir": str(h1.workdir), "engine_port": free_port(h1.addr)}]
+        prof, data = fleet_profile(tmp_path, bed, name="wfleet", router=False, replicas=replicas,
+                                   env={"HF_HOME": str(tmp_path / "hf")})
+        data["engine"]["model_path"] = "acme/tiny"
+        data["engine"]["weights"] = {"endpoint": hub.endpoint}
+        prof.write_text(yaml.safe_dump(data, sort_keys=False))
+        home = tmp_path / "home"
+        made = fleet_deploy(bed, "up", str(prof), "--skip-preflight", "--json", home=home)
+        try:
+            assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
+            seen = events(made.stdout)
+            began = [e for e in seen if e.get("event") == "phase" and e.get("phase") == "fetching weights"]
+            done = [e for e in seen if e.get("event") == "info" and str(e.get("message", "")).startswith("weights ")]
+            assert len(began) == 3 and len(done) == 3, [e for e in seen if e.get("event") in ("phase", "info")]
+            first = {host: min(e["at"] for e in began if e["host"] == host) for host in {e["host"] for e in began}}
+            assert len(first) == 2 and max(first.values()) < min(e["at"] for e in done)  # the hosts at once
+            assert sum(hub.served.values()) == repo.total  # one disk here: the repo came once
+            later = [e["message"] for e in done if e["member"] == "r1"]  # node-0's second member: nothing left
+            assert len(later) == 1 and "already on disk" in later[0], later
+
+            v2 = tiny_repo("acme/tiny", 2_000_000, seed="v2")
+            hub.publish(v2)
+            served = dict(hub.served)
+            rolled = fleet_deploy(bed, "up", str(prof), "--skip-preflight", "--json", home=home)
+            assert rolled.returncode == 0, rolled.stdout[-3000:] + rolled.stderr[-3000:]
+            seen = events(rolled.stdout)
+            stops = [e["at"] for e in seen if "stopping the running version" in str(e.get("message", ""))]
+            fetched = [e for e in seen if e.get("event") == "info" and v2.commit[:12] in str(e.get("message", ""))
+                       and "fetched in" in str(e.get("message", ""))]
+            assert len(stops) == 3 and fetched, [e.get("message") for e in seen if e.get("event") == "info"]
+            assert max(e["at"] for e in fetched) < min(stops)  # the whole roll began after the new weights were in
+            early = {e["host"] for e in seen if e.get("phase") == "fetching weights" and e["at"] < min(stops)}
+            assert len(early) == 2  # both hosts fetched before the first replica was stopped
+            new = sum(len(f.data) for f in v2.files if f.blob_id not in {g.blob_id for g in repo.files})
+            assert new < v2.total  # the tokenizer did not change: its blob is on disk already
+            assert sum(hub.served.values()) - sum(served.values()) == new  # the new blobs came once
+        finally:
+            fleet_deploy(bed, "down", str(prof), home=home)
+
+
+def test_a_node_group_fetches_on_every_node_before_it_starts(tmp_path: Path, bed: HostBed) -> None:
+    from test_nodes_up import STANDIN_BIN, nodes_profile
+
+    for host in bed.hosts:  # each node is a GPU box: the stand-in nvidia-smi
+        (host.sshd.bin_dir / "nvidia-smi").symlink_to(STANDIN_BIN / "nvidia-smi")
+    repo = tiny_repo("acme/tiny", 500_000)
+    with HubStub(repo) as hub:
+        prof, _ = nodes_profile(tmp_path, bed, name="wnodes", env={"HF_HOME": str(tmp_path / "hf")})
+        data = yaml.safe_load(prof.read_text())
+        data["engine"]["model_path"] = "acme/tiny"
+        data["engine"]["weights"] = {"endpoint": hub.endpoint}
+        prof.write_text(yaml.safe_dump(data, sort_keys=False))
+        home = tmp_path / "home"
+        made = fleet_deploy(bed, "up", str(prof), "--skip-preflight", "--json", home=home)
+        try:
+            assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
+            seen = events(made.stdout)
+            began = {e.get("node") for e in seen if e.get("event") == "phase" and e.get("phase") == "fetching weights"}
+            assert began == {0, 1}, [e for e in seen if e.get("event") == "phase"]
+            first_attempt = min(e["at"] for e in seen if e.get("event") == "attempt")
+            fetched = [e["at"] for e in seen if e.get("event") == "info" and str(e.get("message")).startswith("weights")]
+            assert len(fetched) == 2 and max(fetched) < first_attempt
+        finally:
+            fleet_deploy(bed, "down", str(prof), home=home)

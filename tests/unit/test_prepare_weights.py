@@ -1,0 +1,219 @@
+"""Weights as a step of their own (issue 25, item 3): the target-side fetch (supervise_fetch.py, run for real as the
+program deployer ships, on this machine) against the local stand-in of the hub's file API (tests/standin/hubstub.py),
+and the profile pinned to the commit it fetched."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from standin.hubstub import HubStub, tiny_repo
+
+from deployer.errors import ProfileError, TargetError, TransferFailed
+from deployer.events import Event, Progressed
+from deployer.prepare.weights import WeightsPlan, pinned, plan_for
+from deployer.profile.loader import load_profile
+from deployer.remote.local import LocalRemote
+from deployer.target.weights import fetch
+
+REPO = "acme/tiny"
+
+
+def plan(hub: HubStub, cache: Path, revision: str = "main", token: str | None = None) -> WeightsPlan:
+    return WeightsPlan(REPO, revision, str(cache), hub.endpoint, token)
+
+
+def run(hub: HubStub, cache: Path, **kw: Any) -> tuple[Any, list[Event]]:
+    seen: list[Event] = []
+    return fetch(LocalRemote(), plan(hub, cache, **kw), seen.append, progress_s=0.05), seen
+
+
+def test_a_fetch_lays_out_the_cache_the_engines_read_and_a_second_fetches_nothing(tmp_path: Path) -> None:
+    repo = tiny_repo(REPO, 1_000_000)
+    with HubStub(repo) as hub:
+        hub.rate = 4_000_000
+        got, seen = run(hub, tmp_path / "hub")
+        assert got.commit == repo.commit and got.fetched == repo.total == got.total and got.files == 3
+        folder = tmp_path / "hub" / "models--acme--tiny"
+        assert (folder / "refs" / "main").read_text() == repo.commit
+        for f in repo.files:
+            link = folder / "snapshots" / repo.commit / f.name
+            assert link.is_symlink() and not os.readlink(link).startswith("/")
+            assert link.read_bytes() == f.data
+            blob = f.sha256 if f.lfs else f.blob_id
+            assert os.readlink(link) == f"../../blobs/{blob}"
+        assert not list(folder.glob("blobs/*.incomplete"))
+        downloads = [e.download for e in seen if isinstance(e, Progressed) and e.download is not None]
+        assert downloads and downloads[-1].bytes == repo.total and downloads[-1].total_bytes == repo.total
+        assert any((d.rate_bytes_s or 0) > 0 for d in downloads)
+
+        again, _ = run(hub, tmp_path / "hub")
+        assert again.commit == repo.commit and again.fetched == 0
+        assert sum(hub.served.values()) == repo.total  # nothing sent twice
+
+
+def test_a_dropped_connection_resumes_from_what_arrived(tmp_path: Path) -> None:
+    repo = tiny_repo(REPO, 1_500_000)
+    with HubStub(repo) as hub:
+        hub.cut_after, hub.cuts = 600_000, 1
+        got, _ = run(hub, tmp_path / "hub")
+        weights = next(f for f in repo.files if f.name == "model.safetensors")
+        assert got.commit == repo.commit
+        assert hub.served["model.safetensors"] == len(weights.data)  # the rest only, after the cut
+        assert ("model.safetensors", 600_000) in hub.starts
+
+
+def test_a_transfer_that_keeps_breaking_leaves_its_part_for_the_next_try(tmp_path: Path) -> None:
+    repo = tiny_repo(REPO, 1_500_000)
+    with HubStub(repo) as hub:
+        hub.cut_after, hub.cuts = 200_000, 99
+        with pytest.raises(TargetError, match="broke off"):
+            run(hub, tmp_path / "hub")
+        part = next((tmp_path / "hub" / "models--acme--tiny" / "blobs").glob("*.incomplete"))
+        assert part.stat().st_size == 600_000  # three tries, 200 kB each
+        hub.cuts = 0
+        got, _ = run(hub, tmp_path / "hub")
+        assert got.commit == repo.commit and got.fetched == 1_500_000 - 600_000  # the small files came before
+        weights = next(f for f in repo.files if f.name == "model.safetensors")
+        assert hub.served["model.safetensors"] == len(weights.data)  # every byte sent once
+
+
+def test_a_size_that_does_not_match_the_listing_is_refused_in_one_line(tmp_path: Path) -> None:
+    repo = tiny_repo(REPO, 300_000)
+    with HubStub(repo) as hub:
+        hub.lie = {"model.safetensors": 200_000}
+        with pytest.raises(TransferFailed) as caught:
+            run(hub, tmp_path / "hub")
+        assert "model.safetensors: the hub listed 200000 bytes but sent more" in str(caught.value)
+        assert "\n" not in str(caught.value)
+        snapshot = tmp_path / "hub" / "models--acme--tiny" / "snapshots" / repo.commit
+        assert not (snapshot / "model.safetensors").exists()
+
+
+def test_a_disk_too_small_for_what_is_missing_is_refused_before_any_byte(tmp_path: Path) -> None:
+    repo = tiny_repo(REPO, 1_000)
+    with HubStub(repo) as hub:
+        hub.lie = {"model.safetensors": 1 << 60}
+        with pytest.raises(TargetError, match=r"needs .* more on .* which has .* free"):
+            run(hub, tmp_path / "hub")
+        assert hub.served == {}
+
+
+def test_the_token_goes_as_a_header_and_a_wrong_one_is_said_in_one_line(tmp_path: Path) -> None:
+    repo = tiny_repo(REPO, 10_000)
+    with HubStub(repo) as hub:
+        hub.token = "hf_secret_value_123"
+        with pytest.raises(TargetError, match="HTTP 401.*HF_TOKEN"):
+            run(hub, tmp_path / "hub", token="hf_wrong")
+        got, _ = run(hub, tmp_path / "hub", token="hf_secret_value_123")
+        assert got.commit == repo.commit
+
+
+def test_a_revision_the_hub_does_not_have_is_said_in_one_line(tmp_path: Path) -> None:
+    with HubStub(tiny_repo(REPO, 10_000)) as hub:
+        with pytest.raises(TargetError, match="HTTP 404 .no such repo, revision or file."):
+            run(hub, tmp_path / "hub", revision="v9")
+
+
+def profile(tmp_path: Path, engine: str) -> Any:
+    path = tmp_path / "p.yaml"
+    path.write_text(f"name: w\ntarget: {{host: local}}\nengine:\n{engine}")
+    return load_profile(path)
+
+
+def test_the_profile_pins_the_commit_fetched_and_runs_offline(tmp_path: Path) -> None:
+    p = profile(tmp_path, "  model_path: acme/tiny\n  weights: {revision: v1}\n"
+                          "  env: {HF_HOME: /data/hf, HF_TOKEN: hf_abcdef}\n")
+    got = plan_for(p)
+    assert got == WeightsPlan("acme/tiny", "v1", "/data/hf/hub", None, "hf_abcdef")
+    pin = pinned(p, "a" * 40)
+    assert pin.engine.args["revision"] == "a" * 40 and pin.engine.env["HF_HUB_OFFLINE"] == "1"
+    assert pin.engine.weights is not None and pin.engine.weights.revision == "a" * 40
+    assert "HF_TOKEN" in pin.secret_env_keys()
+    assert plan_for(profile(tmp_path, "  model_path: acme/tiny\n")) is None
+
+
+@pytest.mark.parametrize("engine, said", [
+    ("  model_path: /models/tiny\n  weights: {}\n", "is not one"),
+    ("  model_path: acme/tiny\n  weights: {revision: main}\n  args: {revision: v2}\n",
+     "set engine.weights.revision instead of args.revision"),
+    ("  model_path: acme/tiny\n  weights: {revison: main}\n", "revison"),
+])
+def test_bad_weights_are_refused_by_the_profile(tmp_path: Path, engine: str, said: str) -> None:
+    with pytest.raises(ProfileError, match=said):
+        profile(tmp_path, engine)
+
+
+def test_a_commit_fetched_before_needs_no_hub_a_branch_does(tmp_path: Path) -> None:
+    """A rollback (or a pinned commit) to weights already here works while the hub is unreachable."""
+    repo = tiny_repo(REPO, 50_000)
+    with HubStub(repo) as hub:
+        run(hub, tmp_path / "hub")
+        endpoint = hub.endpoint
+    gone = WeightsPlan(REPO, repo.commit, str(tmp_path / "hub"), endpoint, None)
+    got = fetch(LocalRemote(), gone, lambda e: None)
+    assert got.commit == repo.commit and got.fetched == 0
+    with pytest.raises(TargetError, match="cannot reach"):
+        fetch(LocalRemote(), WeightsPlan(REPO, "main", str(tmp_path / "hub"), endpoint, None), lambda e: None)
+    blob = next((tmp_path / "hub" / "models--acme--tiny" / "blobs").glob(repo.files[2].sha256))
+    blob.unlink()  # a file gone: the hub is asked again (and cannot be reached)
+    with pytest.raises(TargetError, match="cannot reach"):
+        fetch(LocalRemote(), gone, lambda e: None)
+
+
+def test_a_fetch_whose_caller_goes_away_ends_and_frees_its_lock(tmp_path: Path) -> None:
+    import shlex
+
+    from deployer.events import Info
+    from deployer.remote.program import FETCH_MODULES, SUPERVISOR_PYTHON, program
+
+    repo = tiny_repo(REPO, 3_000_000)
+    with HubStub(repo) as hub:
+        hub.rate = 500_000  # 6 s in all
+        session = LocalRemote().spawn(" ".join([SUPERVISOR_PYTHON, "-c", shlex.quote(program(FETCH_MODULES).decode()),
+                                                "fetch"]))
+        session.send(plan(hub, tmp_path / "hub").request(0.05))
+        for _ in range(100):  # until bytes flow
+            line = session.readline(10)
+            assert line is not None
+            if '"file": "model.safetensors"' in line:
+                break
+        session.close()  # Ctrl-C on the controller: the channel goes
+        time.sleep(1.0)
+        still = dict(hub.served)
+        time.sleep(1.0)
+        assert hub.served == still  # the fetch ended with its caller: nothing more was sent
+        hub.rate = 0
+        seen: list[Event] = []
+        got = fetch(LocalRemote(), plan(hub, tmp_path / "hub"), seen.append)
+        assert got.commit == repo.commit
+        assert not [e for e in seen if isinstance(e, Info) and "waiting" in e.message]  # the first one had ended
+        assert got.fetched < 3_000_000  # it resumed from what had arrived
+
+
+def test_plan_says_what_the_fetch_would_take_and_fetches_nothing(tmp_path: Path) -> None:
+    from deployer.target.weights import needed
+
+    repo = tiny_repo(REPO, 100_000)
+    with HubStub(repo) as hub:
+        need = needed(LocalRemote(), plan(hub, tmp_path / "hub"))
+        assert need.commit == repo.commit and need.total == need.missing == repo.total and need.fits
+        assert hub.served == {}
+        assert "to fetch" in need.describe() and "(fits)" in need.describe()
+        run(hub, tmp_path / "hub")
+        assert needed(LocalRemote(), plan(hub, tmp_path / "hub")).missing == 0
+        hub.lie = {"model.safetensors": 1 << 60}
+        assert "DOES NOT FIT" in needed(LocalRemote(), plan(hub, tmp_path / "hub")).describe()
+
+
+def test_a_redirect_to_another_host_is_followed_without_the_token(tmp_path: Path) -> None:
+    repo = tiny_repo(REPO, 20_000)
+    with HubStub(repo) as hub, HubStub(repo) as cdn:
+        hub.token = "hf_secret_value_123"
+        hub.cdn = cdn.endpoint  # another port: another host for the redirect
+        got, _ = run(hub, tmp_path / "hub", token="hf_secret_value_123")
+        assert got.commit == repo.commit and sum(cdn.served.values()) == repo.total
+        assert all(r.startswith("/cdn/") for r in cdn.requests) and set(cdn.auth_seen) == {None}
