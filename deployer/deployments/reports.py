@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from deployer.runner.up import UpReport
     from deployer.preflight.checks import PreflightReport
     from deployer.prepare.environment import EnvPrepared
+    from deployer.prepare.weights import Needed
     from deployer.smoke import SmokeReport
 
     UpResult = Union[UpReport, FleetReport]
@@ -176,11 +177,16 @@ class PlanReport:
     error: DeployError | None = field(default=None)
     picture: MemoryPicture | None = None
     environment: EnvPrepared | None = field(default=None)   # engine.install: what would be installed, the disk
+    weights: Needed | None = field(default=None)             # engine.weights: what the fetch would take
 
     def to_json(self) -> Any:
         data = self.report.to_json()
         if self.environment is not None and isinstance(data, dict):
             data = {**data, "environment": self.environment.to_json()}
+        if self.weights is not None and isinstance(data, dict):
+            w = self.weights
+            data = {**data, "weights": {"commit": w.commit, "total_bytes": w.total, "missing_bytes": w.missing,
+                                        "free_bytes": w.free, "fits": w.fits}}
         return data
 
     @property

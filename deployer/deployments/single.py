@@ -109,7 +109,7 @@ class SingleHost(Deployment):
         from deployer.local_history import home
         from deployer.preflight.checks import run_preflight
         from deployer.remote.connect import conversing, target_spec
-        from deployer.runner.install import plan_environment, unbuilt_problem
+        from deployer.runner.install import plan_environment, planned_weights, unbuilt_problem
         from deployer.target.push import layout_for
         from deployer.target.records import current_view, engine_allocated
 
@@ -123,10 +123,12 @@ class SingleHost(Deployment):
             if view is not None:  # after a start: what the engine really allocated, beside the estimate
                 report.allocated, report.allocated_run = engine_allocated(remote, view, prof.engine.definition), \
                     view.run.run_id
-        report.problems = [p for p in report.problems if not unbuilt_problem(p, prof, env)]
-        text = "".join(line + "\n" for line in (env.lines() if env is not None else [])) + report.render_text()
+            weights, weights_problem = planned_weights(remote, prof)
+        report.problems = [p for p in report.problems if not unbuilt_problem(p, prof, env)] + weights_problem
+        lines = (env.lines() if env is not None else []) + ([weights.describe()] if weights is not None else [])
+        text = "".join(line + "\n" for line in lines) + report.render_text()
         return PlanReport(report, text + "\n", plan_error(report.problems, report.refusal()),
-                          MemoryPicture.of(report), environment=env)
+                          MemoryPicture.of(report), environment=env, weights=weights)
 
     def prepare(self, emit: EventSink) -> PrepareReport:
         from deployer.prepare.report import PrepareReport

@@ -1,5 +1,5 @@
-"""What `deploy prepare` did on each host (or fleet member, or node): the managed environment built or reused (and,
-once the weights step lands, the weights fetched), or the one line that stopped it. Pure."""
+"""What `deploy prepare` did on each host (or fleet member, or node): the managed environment built or reused, the
+weights fetched (or found on disk), or the one line that stopped it. Pure."""
 
 from __future__ import annotations
 
@@ -8,21 +8,27 @@ from typing import Any
 
 from deployer.errors import DeployError, PartlyFailed
 from deployer.prepare.environment import EnvPrepared
+from deployer.prepare.weights import Fetched
 
 
 @dataclass(frozen=True)
 class HostPrepared:
     """One host's part: `label` names it (the host, `r0 gpu-a`, `node 1 (gpu-b)`); `environment` None without
-    `engine.install`; `error` what stopped it."""
+    `engine.install`; `weights` None without `engine.weights`; `error` what stopped it."""
 
     label: str
     environment: EnvPrepared | None = None
     error: DeployError | None = None
+    weights: Fetched | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"host": self.label, "ok": self.error is None}
         if self.environment is not None:
             out.update(self.environment.to_json())
+        if self.weights is not None:
+            w = self.weights
+            out["weights"] = {"commit": w.commit, "files": w.files, "total_bytes": w.total,
+                              "fetched_bytes": w.fetched, "seconds": round(w.seconds, 3), "snapshot": w.snapshot}
         if self.error is not None:
             out.update(error=str(self.error), exit_code=self.error.exit_code)
         return out
@@ -30,9 +36,11 @@ class HostPrepared:
     def lines(self) -> list[str]:
         if self.error is not None:
             return [f"{self.label}: {self.error}"]
-        if self.environment is None:
-            return [f"{self.label}: nothing to install (no engine.install: the engine runs from engine.python)"]
-        return [f"{self.label}: {line}" if i == 0 else line for i, line in enumerate(self.environment.lines())]
+        lines = self.environment.lines() if self.environment is not None else \
+            ["nothing to install (no engine.install: the engine runs from engine.python)"]
+        if self.weights is not None:
+            lines.append(self.weights.describe())
+        return [f"{self.label}: {line}" if i == 0 else line for i, line in enumerate(lines)]
 
 
 @dataclass

@@ -16,12 +16,14 @@ from deployer.prepare.compat import Demand
 from deployer.prepare.environment import EnvPrepared, Ran, Target, prepare_environment, prune_environments, \
     warn_all
 from deployer.prepare.envspec import ENVS_DIR, envs_in_use
+from deployer.prepare.weights import Needed
 from deployer.prepare.report import HostPrepared, PrepareReport
 from deployer.profile.model import Profile
 from deployer.remote.base import Remote
 from deployer.remote.connect import conversing, target_spec
 from deployer.render.bundle import engine_env
 from deployer.runner.fanout import TaggedSink, at_once, fan_out
+from deployer.runner.weights import plan_weights, prepare_weights
 from deployer.target.push import expand_workdir
 
 
@@ -104,12 +106,13 @@ def shared_environment(places: Sequence[tuple[Remote, Profile, EventSink]]) -> s
 
 def prepare_host(profile: Profile, label: str, trust_new_host: bool, emit: EventSink) -> HostPrepared:
     """Everything a launch of `profile` needs on its host, without launching: the compatibility checks and the
-    managed environment (built or reused). A failure is the host's `error`, one line."""
+    managed environment (built or reused), the weights (`engine.weights`: fetched, or found whole on disk). A
+    failure is the host's `error`, one line."""
     try:
         with conversing(target_spec(profile, trust_new_host)) as remote:
             prepared = prepared_environment(remote, profile, emit)
-            # The weights step (issue 25 item 3) goes here, on the same connection, before anything launches.
-        return HostPrepared(label, prepared)
+            fetched = prepare_weights(remote, profile, emit)
+        return HostPrepared(label, prepared, weights=fetched)
     except DeployError as exc:
         return HostPrepared(label, error=exc)
 
@@ -130,6 +133,19 @@ def plan_environment(remote: Remote, profile: Profile) -> tuple[Profile, EnvPrep
     check: launched from the environment's python when it is built already."""
     prepared = prepared_environment(remote, profile, _quiet, build=False)
     return (profile, None) if prepared is None else (launched_from(profile, prepared.python), prepared)
+
+
+def planned_weights(remote: Remote, profile: Profile) -> tuple[Needed | None, list[str]]:
+    """For `deploy plan`: what fetching `engine.weights` would take on this host (nothing fetched), and the problems
+    it finds: the missing bytes do not fit the free disk, or the hub cannot say what the revision holds."""
+    try:
+        needed = plan_weights(remote, profile)
+    except DeployError as exc:
+        return None, [f"weights: {exc}"]
+    if needed is not None and not needed.fits:
+        return needed, [f"weights: {needed.describe()}: free space under the hub cache on {needed.host}, or set "
+                        "HF_HOME on the box to a larger disk"]
+    return needed, []
 
 
 def unbuilt_problem(problem: str, profile: Profile, prepared: EnvPrepared | None) -> bool:

@@ -293,3 +293,38 @@ print("ok", pinned)
     done = subprocess.run([str(REAL_VENV / "bin" / "python"), "-c", code], capture_output=True, text=True,
                           timeout=120, env=env)
     assert done.returncode == 0 and "ok " in done.stdout, done.stderr[-3000:]
+
+
+def document(stdout: str) -> Any:
+    """The one JSON document a `--json` command printed (before the error envelope line of a failure)."""
+    return json.JSONDecoder().raw_decode(stdout.lstrip())[0]
+
+
+def test_plan_says_what_the_fetch_takes_and_prepare_fetches_without_launching(tmp_path: Path, small_hf: Any) -> None:
+    """`deploy plan` lists the commit, size and missing bytes against the free disk (nothing fetched; a repo
+    larger than the disk is a problem); `deploy prepare` fetches it and launches nothing; plan then has nothing
+    left to fetch."""
+    bed, disk = small_hf
+    env = {"WEIGHTS_TOKEN": TOKEN}
+    big, small = tiny_repo(REPO_ID, 12_000_000), tiny_repo(REPO_ID, 3_000_000)
+    with HubStub(big) as hub:
+        prof = weights_profile(tmp_path, bed, hub, name="wplanbig", hf_home=disk / "hf")
+        planned = deploy("plan", str(prof), "--json", home=tmp_path / "home", env=env)
+        assert planned.returncode != 0 and "Traceback" not in planned.stderr, planned.stderr[-2000:]
+        weights = document(planned.stdout)["weights"]
+        assert weights["commit"] == big.commit and weights["missing_bytes"] == big.total and not weights["fits"]
+        assert "weights:" in planned.stderr + planned.stdout and hub.served == {}
+    with HubStub(small) as hub:
+        prof = weights_profile(tmp_path, bed, hub, name="wplan", hf_home=disk / "hf")
+        home = tmp_path / "home2"
+        text = deploy("plan", str(prof), home=home, env=env)
+        assert f"weights {small.commit[:12]} on" in text.stdout and "(fits)" in text.stdout, text.stdout
+        assert hub.served == {}
+        prepared = deploy("prepare", str(prof), "--json", home=home, env=env, timeout=120)
+        assert prepared.returncode == 0, prepared.stderr[-2000:]
+        row = json.loads(prepared.stdout.splitlines()[-1])["environments"][0]
+        assert row["weights"]["commit"] == small.commit and row["weights"]["fetched_bytes"] == small.total
+        assert sum(hub.served.values()) == small.total
+        assert not (tmp_path / "work" / "wplan" / "current").exists()  # nothing launched
+        after = document(deploy("plan", str(prof), "--json", home=home, env=env).stdout)["weights"]
+        assert after["missing_bytes"] == 0 and after["fits"]
