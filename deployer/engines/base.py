@@ -117,6 +117,7 @@ class Launch:
     # flags (profile keys) that take a credential: always masked (env file, records, drift, the args dump line)
     secret_flags: frozenset[str] = frozenset()
     health_path: str = "/health"
+    completion_path: str = "/v1/completions"  # where a one-token completion is asked (the readiness probe)
 
     def gpus_per_engine(self, args: dict[str, Any]) -> int:
         """The GPUs one engine uses according to its parallelism flags in `args` (1 when none is set)."""

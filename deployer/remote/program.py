@@ -49,7 +49,7 @@ sys.exit(_main.main(sys.argv[1:]))
 # The supervisor payload, the one list: its modules in load order (each imports the ones before it by bare name).
 # A run dir holds SUPERVISOR's files (push.py); every program sent to the target is built from one of these tuples.
 SUPERVISOR_MODULES = ("supervise_protocol", "supervise_base", "supervise_ports", "supervise_group", "supervise_lease",
-                      "supervise_daemon", "supervise")  # the daemon asks the lease before a restart (fencing)
+                      "supervise_probe", "supervise_daemon", "supervise")  # the daemon asks the lease before a restart (fencing)
 LEASE_MODULES = ("supervise_protocol", "supervise_base", "supervise_lease")        # the lock's lease program
 SNAPSHOT_MODULES = (*SUPERVISOR_MODULES, "supervise_snapshot")                      # a deployment's snapshot
 HELPER_MODULES = (*SUPERVISOR_MODULES, "supervise_snapshot", "supervise_files", "supervise_helper")  # the helper

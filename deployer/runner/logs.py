@@ -56,7 +56,10 @@ def diagnose_attempt(remote: Remote, launch: Launch, outcome: Outcome, version: 
     if isinstance(outcome, (Hung, TimedOut)):
         stalled = outcome.stalled_s if isinstance(outcome, Hung) else outcome.elapsed
         diag = hang_diagnosis(outcome.tail, stalled)
-        return diag if isinstance(outcome, Hung) else dataclasses.replace(diag, summary=outcome.describe())
+        if isinstance(outcome, Hung):
+            return diag
+        evidence = [outcome.no_token] if outcome.no_token else []
+        return dataclasses.replace(diag, summary=outcome.describe(), evidence=[*evidence, *diag.evidence])
     if isinstance(outcome, Stuck):  # stopped by us after its fatal line: the log says why, as a crash's would
         return diagnose_run(remote, launch.run, Ending(launch.log_offset, _state_traceback(remote, launch.run)),
                             version, engine=engine)
