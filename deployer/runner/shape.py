@@ -168,4 +168,4 @@ class SingleHost(Shape):
         health = profile.health.model_copy(update={"path": str(view.record.get("health_path") or profile.health.path)})
         return Watcher(target.remote, target.launch, port, health,
                        record_engine(view.record), emit,
-                       address=record_address(view.record)).run()
+                       address=record_address(view.record), probe=TokenProbe.of_record(view.record, profile)).run()

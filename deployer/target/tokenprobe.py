@@ -8,14 +8,17 @@ model the name the engine serves (Engine.served_model), the load gauges the engi
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from deployer.engines.base import Engine
 from deployer.observe.names import MetricNamesUnreadable, Quantity, load_metric_names
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.secrets import secret_var
+from deployer.profile.host import probe_address
 from deployer.supervisor.supervise_probe import generated, request_body
 from deployer.supervisor.supervise_protocol import ProbeConfig
 
@@ -40,6 +43,20 @@ class TokenProbe:
         key = engine.args.get("api_key")
         return cls(port or engine.port, engine.served_model, engine.definition.launch.completion_path,
                    engine.probe_address, str(key) if key else None, profile.health.probe_timeout_s)
+
+    @classmethod
+    def of_record(cls, record: Mapping[str, Any], profile: Profile) -> TokenProbe:
+        """The probe of an earlier run (its profile.json: its port, address and served model), with the API key
+        of `profile` (the record masks it)."""
+        now = cls.of(profile)
+        engine = (record.get("profile") or {}).get("engine") or {}
+        args = engine.get("args") or {}
+        model = args.get("served_model_name") or engine.get("model_path") or now.model
+        if isinstance(model, list):
+            model = model[0] if model else now.model
+        bind = engine.get("host")
+        return dataclasses.replace(now, port=int(record.get("port") or now.port), model=str(model),
+                                   address=probe_address(bind) if isinstance(bind, str) else "127.0.0.1")
 
     def ask(self, remote: Remote) -> str | None:
         """None when the engine generated a token; else why not, in one line."""
