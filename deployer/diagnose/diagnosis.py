@@ -484,5 +484,5 @@ def no_token_diagnosis(end: dict[str, Any]) -> Diagnosis | None:
                      summary=f"{NO_TOKEN}: {failures} one-token probes in a row failed while no request was running "
                              f"or waiting",
                      evidence=[f"last probe: {clip(reason, 300)}"] if reason else [],
-                     hint="its HTTP server outlived its engine core (a hung or dead engine process; vllm#16259): "
+                     hint="its HTTP server outlived its engine core (a hung or dead engine process): "
                           "the supervisor ended it as a crash (restart policy); see engine.log around that time")

@@ -429,7 +429,9 @@ class Daemon:
         since = (s.get("unhealthy") or {}).get("since") or time.time()
         s["unhealthy"] = {"since": since, "reason": verdict.reason, "running": running, "waiting": waiting,
                           "failures": probe.failures}
-        if verdict.busy:
+        if not verdict.answering:
+            note(f"one-token probe failed and /health does not answer 200 either: {verdict.reason}")
+        elif verdict.busy:
             note(f"one-token probe failed under load ({running:g} running, {waiting:g} waiting): unhealthy, "
                  f"not a crash: {verdict.reason}")
         elif probe.dead():

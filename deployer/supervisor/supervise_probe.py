@@ -9,9 +9,10 @@ Both sides import it: deployer's watcher and smoke send the same request through
 the answer with `generated`; the daemon (supervise_daemon.py) runs `TokenWatch` on the target. Stdlib only,
 Python >= 3.8.
 
-A failed probe counts towards a crash only while the engine reports no request running or waiting: under load a
-slow or failed probe is "unhealthy", never a restart (an engine whose /metrics cannot be read counts as idle:
-nothing shows that it is busy).
+A failed probe counts towards a crash only while the engine's health endpoint answers 200 (its HTTP server lives:
+an engine that fails /health too is on its way down, and its exit is the crash) and it reports no request running
+or waiting: under load a slow or failed probe is "unhealthy", never a restart (an engine whose /metrics cannot be
+read counts as idle: nothing shows that it is busy).
 """
 
 from __future__ import annotations
@@ -96,8 +97,9 @@ def exchange(address: str, port: int, method: str, path: str, body: Optional[byt
 class Verdict:
     """One probe's result: ok, or the reason it failed and the load the engine reported then."""
 
-    def __init__(self, generation: int, reason: Optional[str], load: Optional[Tuple[float, float]]) -> None:
-        self.generation, self.reason, self.load = generation, reason, load
+    def __init__(self, generation: int, reason: Optional[str], load: Optional[Tuple[float, float]],
+                 answering: bool = True) -> None:
+        self.generation, self.reason, self.load, self.answering = generation, reason, load, answering
 
     @property
     def ok(self) -> bool:
@@ -106,6 +108,11 @@ class Verdict:
     @property
     def busy(self) -> bool:
         return self.load is not None and (self.load[0] > 0 or self.load[1] > 0)
+
+    @property
+    def counts(self) -> bool:
+        """A failure towards a crash: the HTTP server answers /health, and nothing runs or waits."""
+        return not self.ok and self.answering and not self.busy
 
 
 class TokenWatch:
@@ -120,6 +127,7 @@ class TokenWatch:
         self.model = str(cfg.get("model") or "")
         self.address = str(cfg.get("address") or "127.0.0.1")
         self.port = int(cfg.get("port") or 0)
+        self.health_path = str(cfg.get("health_path") or "/health")
         self.interval_s = float(cfg.get("interval_s") or 0)
         self.limit = max(1, int(cfg.get("failures") or 3))
         self.timeout_s = float(cfg.get("timeout_s") or 30.0)
@@ -165,10 +173,7 @@ class TokenWatch:
             verdict, self._done = self._done, None
         if verdict is None or verdict.generation != self.generation:
             return None
-        if verdict.ok or verdict.busy:
-            self.failures = 0
-        else:
-            self.failures += 1
+        self.failures = self.failures + 1 if verdict.counts else 0
         return verdict
 
     def dead(self) -> bool:
@@ -177,8 +182,17 @@ class TokenWatch:
     def _probe(self, generation: int) -> None:
         reason = self.once()
         load = None if reason is None else self.load()
+        answering = reason is None or self.answering()
         with self._lock:
-            self._done = Verdict(generation, reason, load)
+            self._done = Verdict(generation, reason, load, answering)
+
+    def answering(self) -> bool:
+        """The engine's health endpoint answers 200."""
+        try:
+            status, _ = exchange(self.address, self.port, "GET", self.health_path, None, {}, METRICS_TIMEOUT_S)
+        except (OSError, http.client.HTTPException):
+            return False
+        return status == 200
 
     def once(self) -> Optional[str]:
         """One probe: None when a token came back, else why not."""

@@ -68,6 +68,7 @@ class ProbeConfig(TypedDict, total=False):
     model: str                  # the model name the engine serves
     address: str                # where the target reaches the engine
     port: int
+    health_path: str            # a failure counts only while this answers 200 (the HTTP server lives)
     interval_s: float           # 0: off
     failures: int               # failed probes in a row, while idle, that make a crash
     timeout_s: float            # one probe's wait for its token

@@ -90,7 +90,7 @@ def probe_config(profile: Profile) -> ProbeConfig:
     engine, health = profile.engine, profile.health
     running, waiting = load_gauges(engine.definition)
     config: ProbeConfig = {"path": engine.definition.launch.completion_path, "model": engine.served_model,
-                           "address": engine.probe_address, "port": engine.port,
+                           "address": engine.probe_address, "port": engine.port, "health_path": health.path,
                            "interval_s": health.probe_interval_s, "failures": health.probe_failures,
                            "timeout_s": health.probe_timeout_s, "running_metrics": running,
                            "waiting_metrics": waiting}

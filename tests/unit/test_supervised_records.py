@@ -93,7 +93,7 @@ def test_engine_records_are_the_previous_releases(tmp_path: Path) -> None:
     # added since (the one-token probe after ready): a key the previous release's supervisor never reads
     assert config.pop("probe") == {
         "path": "/v1/completions", "model": profile.engine.served_model, "address": "127.0.0.1", "port": 30000,
-        "interval_s": 30.0, "failures": 3, "timeout_s": 30.0, "running_metrics": ["sglang:num_running_reqs"],
+        "health_path": "/health", "interval_s": 30.0, "failures": 3, "timeout_s": 30.0, "running_metrics": ["sglang:num_running_reqs"],
         "waiting_metrics": ["sglang:num_queue_reqs"]}
     _pinned("engine-supervise.json", config)
     record = dict(profile_record(profile, bundle, attempt=2, up_id="feedc0ffee12", written_hash="ab" * 32))

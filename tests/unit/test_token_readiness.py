@@ -65,12 +65,15 @@ class _Engine(http.server.BaseHTTPRequestHandler):
         if self.mode == "hang":
             time.sleep(2.0)
             return
-        if self.mode == "dead":
+        if self.mode in ("dead", "dying"):
             self._send(503, b'{"error": "engine dead"}')
             return
         self._send(200, json.dumps({"choices": [{"text": " a"}], "usage": {"completion_tokens": 1}}).encode())
 
     def do_GET(self) -> None:  # noqa: N802
+        if self.path == "/health":
+            self._send(503 if self.mode == "dying" else 200, b"")
+            return
         self._send(200, f'sglang:num_running_reqs{{tp_rank="0"}} {self.running}\n'
                         'sglang:num_queue_reqs{tp_rank="0"} 0.0\n'.encode())
 
@@ -145,6 +148,19 @@ def test_failures_under_load_are_never_a_crash(engine_port: int) -> None:
     assert watch.failures == 0 and not watch.dead()
 
 
+def test_failures_while_health_fails_too_are_the_exits_to_judge_not_the_probes(engine_port: int) -> None:
+    """An engine on its way down (vLLM's dead worker: /health 503, the API server exits seconds later): its exit
+    is the crash, with its own diagnosis; the probe does not count it as a server that answers but generates
+    nothing."""
+    watch = _watch(engine_port)
+    watch.reset(time.monotonic())
+    _Engine.mode = "dying"
+    for _ in range(4):
+        verdict = _next(watch)
+        assert not verdict.ok and not verdict.answering and not verdict.counts
+    assert watch.failures == 0 and not watch.dead()
+
+
 def test_a_probe_of_the_engine_before_a_restart_is_dropped(engine_port: int) -> None:
     watch = _watch(engine_port)
     watch.reset(time.monotonic())
@@ -172,7 +188,7 @@ def _profile(**health: Any) -> Profile:
 def test_supervise_json_carries_the_probe() -> None:
     probe = supervisor_config(_profile(probe_interval_s=5, probe_failures=2))["probe"]
     assert probe == {"path": "/v1/completions", "model": "tiny-chat", "address": "127.0.0.1", "port": 30000,
-                     "interval_s": 5.0, "failures": 2, "timeout_s": 30.0,
+                     "health_path": "/health", "interval_s": 5.0, "failures": 2, "timeout_s": 30.0,
                      "running_metrics": ["vllm:num_requests_running"],
                      "waiting_metrics": ["vllm:num_requests_waiting"],
                      "api_key_env": "DEPLOYER_SECRET_API_KEY"}     # the key itself stays in the 0600 env file
