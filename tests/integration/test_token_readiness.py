@@ -44,7 +44,8 @@ def test_health_without_a_token_is_not_ready(tmp_path: Path, sshd: Any) -> None:
     up = deploy("up", str(prof), "--skip-preflight", "--force", "--json", home=tmp_path / "h")
     said = up.stdout + up.stderr
     assert up.returncode != 0, said
-    shown = [e["line"] for e in events(up.stdout) if e.get("event") == "progress" and "token" in e.get("line", "")]
+    shown = [e["line"] for e in events(up.stdout)
+             if e.get("event") == "progress" and "generated token" in e.get("line", "")]
     assert shown and shown[0].startswith("/health answers; waiting for a generated token: no answer to a "
                                          "one-token completion after"), said
     assert f"/health answers but no token came back ({NO_TOKEN})" in said, said
