@@ -126,13 +126,27 @@ def hand_launch_script(profile: Path, dest: Path) -> Path:
     return dest
 
 
-def hand_start(bed: SSHD, script: Path, rdir: str, port: int, polls: int, timeout: float = 60) -> float:
+def served_model(profile: Path) -> str:
+    """The model name the profile's engine serves (what a one-token completion asks for)."""
+    from deployer.profile.loader import load_profile
+
+    return load_profile(str(profile)).engine.served_model
+
+
+def hand_start(bed: SSHD, script: Path, rdir: str, port: int, polls: int, timeout: float = 60,
+               model: str = "") -> float:
     """The hand-written OpenSSH launch: scp the script, `ssh setsid nohup bash launch.sh &`, then an ssh curl loop
-    every 0.25 s until /health answers (at most `polls` times); the seconds it took."""
+    every 0.25 s until /health answers and a one-token completion of `model` comes back (the readiness `deploy up`
+    waits for; at most `polls` times); the seconds it took."""
+    from deployer.supervisor.supervise_probe import request_body
+
+    body = shlex.quote(request_body(model).decode())
     t0 = time.perf_counter()
     timed(scp_argv(bed, script, f"{rdir}/launch.sh"))
     timed(ssh_argv(bed, f"cd {rdir}; setsid nohup bash launch.sh > engine.log 2>&1 < /dev/null & "
                         f"echo $! > {rdir}/pid"))
     timed(ssh_argv(bed, f"for i in $(seq {polls}); do curl -sf -o /dev/null http://127.0.0.1:{port}/health && "
+                        f"curl -sf -m 30 -H 'content-type: application/json' -d {body} "
+                        f"http://127.0.0.1:{port}/v1/completions | grep -Eq '\"completion_tokens\": ?[1-9]' && "
                         "exit 0; sleep 0.25; done; exit 1"), timeout=timeout)
     return time.perf_counter() - t0

@@ -1,7 +1,8 @@
 """Deploy overhead: `deploy up` to ready against a hand-written OpenSSH baseline, on the same sshd and engine.
 
 Baseline (what a person would script): scp the launch script; `ssh host 'setsid nohup bash launch.sh &'`;
-`ssh host 'until curl -sf /health; do sleep 0.25; done'`. Both start the identical engine command line (the
+`ssh host 'until curl -sf /health && <a one-token /v1/completions>; do sleep 0.25; done'` (ready means a generated
+token, as for `deploy up`). Both start the identical engine command line (the
 argv deployer renders for the profile) with the stand-in set to be ready at once, and both poll health every
 0.25 s. Runs alternate (baseline, up, baseline, up, ...) so drift hits both; medians are compared.
 
@@ -18,12 +19,13 @@ from pathlib import Path
 import yaml
 
 from common import (
-    DEPLOY, REPO, SSHD, Figure, bench_profile, deploy_env, hand_launch_script, hand_start, median, ssh_argv, timed,
+    DEPLOY, REPO, SSHD, Figure, bench_profile, deploy_env, hand_launch_script, hand_start, median, served_model,
+    ssh_argv, timed,
 )
 
 
-def _baseline_once(bed: SSHD, script: Path, rdir: str, port: int) -> float:
-    took = hand_start(bed, script, rdir, port, polls=480)
+def _baseline_once(bed: SSHD, script: Path, rdir: str, port: int, model: str) -> float:
+    took = hand_start(bed, script, rdir, port, polls=480, model=model)
     timed(ssh_argv(bed, f"kill -TERM -- -$(cat {rdir}/pid); for i in $(seq 100); do "
                         f"curl -s -o /dev/null http://127.0.0.1:{port}/health || exit 0; sleep 0.1; done"))
     return took
@@ -57,7 +59,7 @@ def run(bed: SSHD, tmp: Path, reps: int) -> list[Figure]:
     _deploy_once(profile, home)                # warm-up: first run creates the deployment dir and history db
     base, skip, full, first = [], [], [], []
     for _ in range(reps):
-        base.append(_baseline_once(bed, script, rdir, port))
+        base.append(_baseline_once(bed, script, rdir, port, served_model(profile)))
         skip.append(_deploy_once(profile, home, "--skip-preflight"))
         full.append(_deploy_once(profile, home))   # the probe is cached on the target by the run before
         _fresh_target(bed, tmp / "fresh-home")

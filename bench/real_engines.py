@@ -5,7 +5,8 @@ alternated; and a warm restart (compile caches kept) against a cold start of the
 Needs `make real-engines` (the venvs and the model; see tests/real_engines/conftest.py for the profiles: the
 KV cache capped on every launch). The hand baseline is what a person scripts: scp launch.sh (the engine command
 line deployer renders for the profile, its environment exported), `ssh setsid nohup bash launch.sh &`, then
-`ssh 'until curl -sf /health'` every 0.25 s; `deploy up` polls health at the same interval.
+`ssh 'until curl -sf /health && curl -sf /v1/completions (one token)'` every 0.25 s (the readiness `deploy up` waits
+for: a generated token); `deploy up` polls health at the same interval.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from typing import Any, Callable
 
 import yaml
 
-from common import DEPLOY, REPO, SSHD, Figure, deploy_env, hand_launch_script, hand_start, median, ssh_argv, timed
+from common import (
+    DEPLOY, REPO, SSHD, Figure, deploy_env, hand_launch_script, hand_start, median, served_model, ssh_argv, timed,
+)
 
 sys.path.insert(0, str(REPO / "tests" / "real_engines"))
 from conftest import sglang_engine, vllm_engine, write_real_profile  # noqa: E402
@@ -34,8 +37,8 @@ def _profile(tmp: Path, bed: SSHD, name: str, engine: dict[str, Any]) -> Path:
     return prof
 
 
-def _hand_once(bed: SSHD, script: Path, rdir: str, port: int) -> float:
-    took = hand_start(bed, script, rdir, port, polls=1600, timeout=START_S)
+def _hand_once(bed: SSHD, script: Path, rdir: str, port: int, model: str) -> float:
+    took = hand_start(bed, script, rdir, port, polls=1600, timeout=START_S, model=model)
     timed(ssh_argv(bed, f"kill -TERM -- -$(cat {rdir}/pid); for i in $(seq 300); do "
                         f"kill -0 -- -$(cat {rdir}/pid) 2>/dev/null || exit 0; sleep 0.1; done; "
                         f"kill -KILL -- -$(cat {rdir}/pid)"), timeout=60, check=False)
@@ -64,7 +67,7 @@ def _time_to_ready(bed: SSHD, tmp: Path, reps: int, kind: str,
     _deploy_once(profile, home)  # warm-up: caches (compile, page cache), the deployment dir, the probe
     hand, ours = [], []
     for _ in range(reps):
-        hand.append(_hand_once(bed, script, rdir, port))
+        hand.append(_hand_once(bed, script, rdir, port, served_model(profile)))
         ours.append(_deploy_once(profile, home))
     name = {"vllm": "real vLLM 0.32.0", "sglang": "real SGLang 0.5.23"}[kind]
     value, base = median(ours), median(hand)

@@ -6,7 +6,8 @@ Six phases, timed from the pipeline's own events, each passed / failed / skipped
     push       port check, upload of the run dir                (ends at `pushed`, else the engine's first line)
     start      supervisor start, engine loading                 (ends when the engine's HTTP server is up)
     ready      warm-up until the health endpoint answers 200    (ends at `ready`)
-    request    GET /v1/models, POST /v1/chat/completions        (non-empty answer, latency)
+    request    a one-token completion (the readiness probe), GET /v1/models, POST /v1/chat/completions
+                                                                (a token; a non-empty answer, latency)
     stop       graceful stop under the deployment lock          (skipped with --keep)
 
 A failure is charged to the phase that was running when it happened; the exception it raised is kept on the
@@ -31,6 +32,7 @@ from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.remote.connect import conversing, target_spec
 from deployer.target.process import forget_boot, stop
 from deployer.target.records import current_view, tail_lines
+from deployer.target.tokenprobe import TokenProbe
 from deployer.events import BecameReady, EngineExited, EngineHung, Event, EventSink, PhaseEntered, Progressed
 from deployer.events import AttemptStarted, RunPushed, SmokePhase, StartupTimedOut
 
@@ -353,7 +355,7 @@ def _request_phase(profile: Profile, opts: SmokeOptions, clock: PhaseClock, repo
         with _session(profile, opts) as remote:
             key = profile.engine.args.get("api_key")
             answer = ask(remote, Endpoint(profile.engine.port, profile.engine.probe_address,
-                                          str(key) if key else None), opts)
+                                          str(key) if key else None), opts, TokenProbe.of(profile))
     except DeployError as exc:
         report.error = exc
         run_id = posixpath.basename(str((report.up or {}).get("run_dir") or ""))
@@ -379,10 +381,15 @@ class Endpoint:
         return {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
 
-def ask(remote: Remote, endpoint: Endpoint, opts: SmokeOptions) -> Answer:
-    """GET /v1/models, then one chat completion (opts.prompt, opts.max_tokens, each answer within
-    opts.request_timeout_s); Unhealthy unless both answer 200 with a non-empty answer."""
+def ask(remote: Remote, endpoint: Endpoint, opts: SmokeOptions, probe: TokenProbe | None = None) -> Answer:
+    """The one-token probe `deploy up` is ready by (when given), GET /v1/models, then one chat completion
+    (opts.prompt, opts.max_tokens, each answer within opts.request_timeout_s); Unhealthy unless a token comes back
+    and both answer 200 with a non-empty answer."""
     port = endpoint.port
+    if probe is not None:
+        why = probe.ask(remote)
+        if why is not None:
+            raise Unhealthy(f"no token from a one-token completion on port {port}: {why}")
     t0 = time.monotonic()
     models = _json_reply(remote, endpoint, "GET", "/v1/models", None, opts.request_timeout_s)
     models_ms = (time.monotonic() - t0) * 1000

@@ -297,6 +297,8 @@ def print_status(rows: list[StatusRow]) -> None:
         click.echo(f"{row.name}: {row.status} ({health}{uptime}) pid {row.pid} port {row.port} "
                    f"attempt {row.attempt} content {row.content_hash[:12]} restarts {row.restarts}")
         click.echo(f"  run dir {row.run_dir} on {row.host}")
+        if row.unhealthy is not None:
+            click.echo(f"  unhealthy: {unhealthy_text(row.unhealthy)}")
         if row.last_crash is not None and row.last_crash.raw:
             click.echo(f"  last crash: {describe_crash(row.last_crash.to_json())}")
         diagnosis = row.diagnosis or (row.last_crash.diagnosis if row.last_crash is not None else None)
@@ -310,6 +312,17 @@ def print_status(rows: list[StatusRow]) -> None:
             click.echo(f"  drift: {line}")
         for line in serving_lines(row.metrics):
             click.echo(f"  {line}")
+
+
+def unhealthy_text(unhealthy: dict[str, Any]) -> str:
+    """The supervisor's `unhealthy` record for people: why its last one-token probe failed, and the load then."""
+    running, waiting = unhealthy.get("running"), unhealthy.get("waiting")
+    if isinstance(running, (int, float)) and isinstance(waiting, (int, float)):
+        load = f"{running:g} running, {waiting:g} waiting"
+        load += " (under load: not restarted)" if running or waiting else f" ({unhealthy.get('failures')} in a row)"
+    else:
+        load = f"load unknown ({unhealthy.get('failures')} in a row)"
+    return f"no token from the one-token probe: {unhealthy.get('reason')}; {load}"
 
 
 def describe_crash(crash: Any, now: float | None = None) -> str:

@@ -24,6 +24,7 @@ from deployer.engines import Engine, all_secret_flags, engine_for
 from deployer.logtext import ANSI_RE, clip, readable
 from deployer.remedy.propose import RemedySpec, resolve
 from deployer.versions import version_in
+from deployer.supervisor.supervise_probe import NO_TOKEN
 from deployer.diagnose.signatures import Signature, load_signatures
 
 TB_MARK = "Traceback (most recent call last):"
@@ -468,3 +469,20 @@ def read_window(path: str | os.PathLike[str], window_bytes: int = 8 << 20) -> st
 
 def _from_line(chunk: bytes, cut: bool) -> bytes:
     return chunk[chunk.find(b"\n") + 1:] if cut else chunk
+
+
+def no_token_diagnosis(end: dict[str, Any]) -> Diagnosis | None:
+    """The supervisor ended the engine because its one-token probe failed `failures` times in a row while no
+    request was running or waiting (supervise_probe): its HTTP server answered, its engine generated nothing.
+    `end` is the supervisor's record of the crash (state.json's last_crash); None when the probe did not end it."""
+    dead = end.get("probe_dead")
+    if not isinstance(dead, dict):
+        return None
+    reason = str(dead.get("reason") or "")
+    failures = dead.get("failures")
+    return Diagnosis(signature="no-token", transient=True,
+                     summary=f"{NO_TOKEN}: {failures} one-token probes in a row failed while no request was running "
+                             f"or waiting",
+                     evidence=[f"last probe: {clip(reason, 300)}"] if reason else [],
+                     hint="its HTTP server outlived its engine core (a hung or dead engine process): "
+                          "the supervisor ended it as a crash (restart policy); see engine.log around that time")

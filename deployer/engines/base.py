@@ -202,6 +202,7 @@ class Launch:
     secret_flags: frozenset[str] = frozenset()
     health_path: str = "/health"
     revision_flag: str = "revision"         # the flag that pins the model's hub commit (engine.weights, issue 25)
+    completion_path: str = "/v1/completions"  # where a one-token completion is asked (the readiness probe)
 
     def gpus_per_engine(self, args: dict[str, Any]) -> int:
         """The GPUs one engine uses according to its parallelism flags in `args` (1 when none is set)."""

@@ -14,6 +14,7 @@ from deployer.runner.fanout import at_once
 from deployer.profile.model import Profile
 from deployer.runner.shape import FollowerEnded, Target
 from deployer.target.process import status
+from deployer.target.tokenprobe import TokenProbe
 from deployer.watch.hubcache import hub_cache
 from deployer.events import Event, EventSink, FollowerExited
 from deployer.observe.timeline import Prediction
@@ -48,7 +49,7 @@ def watch_group(sessions: list[NodeSession], profile: Profile, emit: EventSink, 
     watcher = Watcher(leader.remote, leader.launch, port or leader.plan.port, profile.health,
                       profile.engine.definition,
                       for_node(emit, leader.plan), cache=hub_cache(profile.engine.model_path, profile.engine.env),
-                      prediction=prediction)
+                      prediction=prediction, probe=TokenProbe.of(profile, port or leader.plan.port))
     delay, next_look = 0.1, 0.0
     for _ in range(10_000_000):  # bounded by the watcher's startup and stall deadlines
         outcome = watcher.poll_once()

@@ -193,7 +193,8 @@ def describe(view: RunView, remote: Remote, name: str, runs: int, env_text: str 
              attempt: snapshot.Attempt | None = None, lock: dict[str, Any] | None = None,
              with_metrics: bool = True) -> dict[str, Any]:
     """One deployment's status row; `metrics` (serving metrics and GPU memory) while it is alive and
-    `with_metrics` (None otherwise)."""
+    `with_metrics` (None otherwise); `unhealthy` while the supervisor's last one-token probe failed (its /health
+    may answer: not healthy)."""
     state, record = view.state, view.record
     learn_env_text(env_text, record, view.run.file("env"))  # the diagnosis quotes engine text
     port = int(record.get("port") or 0)
@@ -203,10 +204,11 @@ def describe(view: RunView, remote: Remote, name: str, runs: int, env_text: str 
     engine_metrics = with_metrics and record.get("role") != "router"  # a fleet's router: no engine /metrics
     looked = serving.look(remote, record_engine(record), _endpoint(view, port), engine_metrics) \
         if port and alive else serving.Looked(False)
+    unhealthy = state.get("unhealthy") if alive and isinstance(state.get("unhealthy"), dict) else None
     return {
         "name": name, "host": remote.label, "status": view.status, "pid": state.get("pid"),
         "uptime_s": round(time.time() - started, 1) if started and alive else None,
-        "healthy": looked.healthy,
+        "healthy": looked.healthy and unhealthy is None, "unhealthy": unhealthy,
         "attempt": record.get("attempt"), "content_hash": view.content_hash, "run_dir": view.run.path,
         "port": port, "restarts": state.get("restarts", 0), "last_crash": last_crash(remote, view, alive, diagnosis),
         "exit_code": state.get("exit_code"), "signal_name": state.get("signal_name"),
@@ -290,9 +292,12 @@ def last_crash(remote: Remote, view: RunView, alive: bool, crashed: dict[str, An
 def diagnose_attempt(attempt: snapshot.Attempt, state: Mapping[str, Any], version: str | None, *,
                      engine: Engine) -> Diagnosis:
     """pipeline.up.diagnose_state on what a snapshot brought: no further trip to the target."""
-    from deployer.diagnose.diagnosis import diagnose, oom_killer_lines
+    from deployer.diagnose.diagnosis import diagnose, no_token_diagnosis, oom_killer_lines
 
     end = state.get("last_crash") or state
+    probe = no_token_diagnosis(dict(end))
+    if probe is not None:
+        return probe
     diag = diagnose(attempt.text, engine_version=version, exit_code=end.get("exit_code"), signal=end.get("signal"),
                     engine=engine)
     if diag.signature == "killed-by-signal":

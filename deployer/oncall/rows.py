@@ -117,6 +117,7 @@ class StatusRow:
     serving: bool
     node: NodeFacts | None = None
     metrics: Json | None = None          # what the engine serves (deployer.oncall.serving; None: not asked / down)
+    unhealthy: Json | None = None        # the supervisor's last one-token probe failed (supervise_probe): why
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> StatusRow:
@@ -130,7 +131,8 @@ class StatusRow:
                    drift=[str(d) for d in row["drift"] or []], runs=int(row["runs"]),
                    diagnosis=ShownDiagnosis.of(row["diagnosis"]),
                    lock=dict(lock) if isinstance(lock, Mapping) else None, serving=bool(row["serving"]),
-                   metrics=dict(row["metrics"]) if isinstance(row.get("metrics"), Mapping) else None)
+                   metrics=dict(row["metrics"]) if isinstance(row.get("metrics"), Mapping) else None,
+                   unhealthy=dict(row["unhealthy"]) if isinstance(row.get("unhealthy"), Mapping) else None)
 
     def replace(self, **changes: Any) -> StatusRow:
         return dataclasses.replace(self, **changes)
@@ -143,7 +145,7 @@ class StatusRow:
             "last_crash": None if self.last_crash is None else self.last_crash.to_json(),
             "exit_code": self.exit_code, "signal_name": self.signal_name, "drift": list(self.drift),
             "runs": self.runs, "diagnosis": None if self.diagnosis is None else self.diagnosis.to_json(),
-            "lock": self.lock, "serving": self.serving, "metrics": self.metrics,
+            "lock": self.lock, "serving": self.serving, "metrics": self.metrics, "unhealthy": self.unhealthy,
         }
         return {**out, **self.node.to_json()} if self.node is not None else out
 

@@ -268,6 +268,14 @@ class Engine(Strict):
         return engine_for(self.kind)
 
     @property
+    def served_model(self) -> str:
+        """The model name the engine serves (its --served-model-name, the first of several; else model_path)."""
+        model = self.args.get("served_model_name") or self.model_path
+        if isinstance(model, list):  # several names: any one is asked for
+            model = model[0] if model else self.model_path
+        return str(model)
+
+    @property
     def probe_address(self) -> str:
         """Where deployer reaches the engine from the target: its bind address, or loopback when it binds all."""
         return probe_address(self.host)
@@ -366,6 +374,11 @@ class Health(Strict):
         "(observe/timeline.py auto_startup_timeout; without 3 earlier starts: 1800)")
     stall_timeout_s: float = Field(default=600.0, gt=0)
     request_timeout_s: float = Field(default=5.0, gt=0, le=120)
+    probe_interval_s: float = Field(default=30.0, ge=0, le=86400,
+                                    description="after ready, a one-token completion this often (0: off)")
+    probe_failures: int = Field(default=3, ge=1, le=100, description="failed probes in a row, while no request is "
+                                "running or waiting, that count as a crash (under load: unhealthy, never a restart)")
+    probe_timeout_s: float = Field(default=30.0, gt=0, le=600, description="how long one probe waits for its token")
 
     @field_validator("startup_timeout_s", mode="before")
     @classmethod

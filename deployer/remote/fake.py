@@ -43,6 +43,7 @@ class EngineScript:
     log: str
     ready: bool = True
     exit_code: int = 1
+    generates: bool = True      # its /v1/completions answers a token (False: /health 200, completions 503)
 
     @classmethod
     def serving(cls, ready_line: str = "The server is fired up and ready to roll!") -> EngineScript:
@@ -264,11 +265,26 @@ class FakeRemote:
         with self._lock:
             if port not in self.listening:
                 return {"ok": False, "kind": "unreachable", "error": f"127.0.0.1:{port}: nothing listening"}
+            holder = self.listening[port]
+            script = next((s.script for s in reversed(self.started) if s.run_dir == holder), None)
+        if path == "/v1/completions":
+            return self._completion(script is None or script.generates)
         if path == "/metrics":  # the scripted engine exposes no metrics
             return {"ok": True, "status": 404, "headers": [], "body_b64": ""}
         body = b"{}" if path != "/health" else b""
         return {"ok": True, "status": 200, "headers": [["content-type", "application/json"]],
                 "body_b64": base64.b64encode(body).decode()}
+
+    @staticmethod
+    def _completion(generates: bool) -> dict[str, Any]:
+        """A one-token completion as the engines answer it, or the 503 of an engine that generates nothing."""
+        if not generates:
+            body = json.dumps({"error": {"message": "engine core is dead", "code": 503}}).encode()
+            return {"ok": True, "status": 503, "headers": [], "body_b64": base64.b64encode(body).decode()}
+        reply = {"object": "text_completion", "choices": [{"index": 0, "text": " hi", "finish_reason": "length"}],
+                 "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+        return {"ok": True, "status": 200, "headers": [["content-type", "application/json"]],
+                "body_b64": base64.b64encode(json.dumps(reply).encode()).decode()}
 
     # -- the shell the pipeline still sends ---------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from collections.abc import Mapping
 from typing import Any
 
-from deployer.diagnose.diagnosis import Diagnosis, diagnose, hang_diagnosis, oom_killer_lines
+from deployer.diagnose.diagnosis import Diagnosis, diagnose, hang_diagnosis, no_token_diagnosis, oom_killer_lines
 from deployer.diagnose.drift import parse_args_dump
 from deployer.remedy.effective import DryResolution, EngineValues, engine_values
 from deployer.engines import Engine
@@ -56,7 +56,10 @@ def diagnose_attempt(remote: Remote, launch: Launch, outcome: Outcome, version: 
     if isinstance(outcome, (Hung, TimedOut)):
         stalled = outcome.stalled_s if isinstance(outcome, Hung) else outcome.elapsed
         diag = hang_diagnosis(outcome.tail, stalled)
-        return diag if isinstance(outcome, Hung) else dataclasses.replace(diag, summary=outcome.describe())
+        if isinstance(outcome, Hung):
+            return diag
+        evidence = [outcome.no_token] if outcome.no_token else []
+        return dataclasses.replace(diag, summary=outcome.describe(), evidence=[*evidence, *diag.evidence])
     if isinstance(outcome, Stuck):  # stopped by us after its fatal line: the log says why, as a crash's would
         return diagnose_run(remote, launch.run, Ending(launch.log_offset, _state_traceback(remote, launch.run)),
                             version, engine=engine)
@@ -72,6 +75,9 @@ def diagnose_state(remote: Remote, run: RunDir, state: Mapping[str, Any], versio
                    engine: Engine) -> Diagnosis:
     """The diagnosis of a run's last engine death, from what its supervisor recorded (state.json)."""
     end = state.get("last_crash") or state
+    probe = no_token_diagnosis(dict(end))
+    if probe is not None:
+        return probe
     ending = Ending(int(end.get("log_offset") or 0), end.get("traceback_offset"), end.get("exit_code"),
                     end.get("signal"))
     return diagnose_run(remote, run, ending, version, engine=engine)

@@ -26,6 +26,7 @@ from deployer.runner.report import AttemptOutcome, FailedNode, UpReport, describ
 from deployer.runner.timing import stop_grace
 from deployer.target.process import Launch, stop
 from deployer.target.records import RunView, record_address, record_engine
+from deployer.target.tokenprobe import TokenProbe
 from deployer.watch.hubcache import hub_cache
 from deployer.watch.watcher import Hung, Outcome, Stuck, TimedOut, Unsupervised, Watcher
 
@@ -155,7 +156,8 @@ class SingleHost(Shape):
         return Watcher(target.remote, target.launch, profile.engine.port, profile.health,
                        profile.engine.definition, emit,
                        cache=hub_cache(profile.engine.model_path, profile.engine.env),
-                       address=profile.engine.probe_address, prediction=prediction).run()
+                       address=profile.engine.probe_address, prediction=prediction,
+                       probe=TokenProbe.of(profile)).run()
 
     def stop_failed(self, result: Result, profile: Profile) -> None:
         if isinstance(result, (Hung, Stuck, TimedOut, Unsupervised)):  # unsupervised: no restart policy covers it
@@ -174,4 +176,4 @@ class SingleHost(Shape):
         health = profile.health.model_copy(update={"path": str(view.record.get("health_path") or profile.health.path)})
         return Watcher(target.remote, target.launch, port, health,
                        record_engine(view.record), emit,
-                       address=record_address(view.record)).run()
+                       address=record_address(view.record), probe=TokenProbe.of_record(view.record, profile)).run()

@@ -104,10 +104,8 @@ def up(profile: Profile, opts: UpOptions, emit: EventSink, connection: Remote | 
 def reach_of(profile: Profile) -> Reach:
     """How a person reaches this profile's server (UpReport.reach)."""
     t, engine = profile.target, profile.engine
-    model = engine.args.get("served_model_name") or engine.model_path
-    if isinstance(model, list):  # several names: any one is asked for
-        model = model[0] if model else engine.model_path
-    return Reach(t.host, t.user, t.port, engine.host, engine.port, str(model), bool(engine.args.get("api_key")))
+    return Reach(t.host, t.user, t.port, engine.host, engine.port, engine.served_model,
+                 bool(engine.args.get("api_key")))
 
 
 def _already_running(target: Target, profile: Profile, bundle: Bundle, opts: UpOptions, report: UpReport,

@@ -31,9 +31,11 @@ else:  # run as a script on the target, where the supervisor's files sit side by
 if TYPE_CHECKING or __package__:
     from deployer.supervisor.supervise_group import GroupWatch
     from deployer.supervisor.supervise_lease import restart_refusal, take_fence
+    from deployer.supervisor.supervise_probe import NO_TOKEN, TokenWatch, Verdict
 else:
     from supervise_group import GroupWatch  # type: ignore[no-redef]
     from supervise_lease import restart_refusal, take_fence  # type: ignore[no-redef]
+    from supervise_probe import NO_TOKEN, TokenWatch, Verdict  # type: ignore[no-redef]
 
 SHM = "/dev/shm"
 SHM_LOOK_EVERY = 5.0   # seconds between looks at what the engine's processes hold open in /dev/shm
@@ -237,12 +239,15 @@ class Daemon:
         self.stuck = False  # this run printed a fatal line and was ended for it
         self.rotation = LogRotation(self.log, cfg["logs"]) if isinstance(cfg.get("logs"), dict) else None
         self.fence = take_fence()  # the lease tokens it was started under: a restart needs no one else's lock
+        # the one-token probe after ready (supervise_probe); an older supervise.json has none
+        self.probe = TokenWatch(cfg["probe"], env) if isinstance(cfg.get("probe"), dict) else None
+        self.probe_dead: dict[str, Any] | None = None  # this run was ended by the probe: why
         self.state: dict[str, Any] = {
             "status": "starting", "supervisor_pid": os.getpid(), "pid": None, "pgid": None,
             "started_at": None, "ready_at": None, "ended_at": None, "exit_code": None, "signal": None,
             "signal_name": None, "restarts": 0, "last_crash": None, "log_offset": 0,
             "traceback_offset": None, "peer_lost": None, "stable_at": None, "crashloop_after_ready": False,
-            "rotated": 0, "log_head": None}
+            "rotated": 0, "log_head": None, "unhealthy": None}
 
     def save(self) -> None:
         self.state["updated_at"] = time.time()
@@ -284,6 +289,7 @@ class Daemon:
                     self.next_group = now + SCAN_EVERY
                     self.check_group()
                     self.check_stable()
+                self.check_probe(now)
                 self.shm.look(self.state["pgid"], now)
                 if self.rotation is not None and self.rotation.due(now):
                     self.rotate_log()
@@ -310,13 +316,16 @@ class Daemon:
         except OSError:
             pass
         self.engine_pid, self.exit_status, self.peer_lost, self.stuck = pid, None, None, False
+        self.probe_dead = None
+        if self.probe is not None:
+            self.probe.reset(time.monotonic())
         if self.group is not None:
             self.group.reset()
         self.scanner = LogScanner(self.log, self.cfg["ready_pattern"], offset, self.cfg.get("fatal_patterns"))
         note(f"engine started: pid {pid}, log offset {offset}")
         self.state.update(status="running", pid=pid, pgid=pid, started_at=time.time(), ready_at=None,
                           ended_at=None, exit_code=None, signal=None, signal_name=None, log_offset=offset,
-                          traceback_offset=None, peer_lost=None, group_seen=[])
+                          traceback_offset=None, peer_lost=None, group_seen=[], unhealthy=None)
         self.save()
 
     def reap(self) -> None:
@@ -396,6 +405,45 @@ class Daemon:
             self.save()
             self.clear_group(self.state["pgid"])
 
+    def check_probe(self, now: float) -> None:
+        """Once ready, the one-token probe every probe interval: a failure under load marks the engine unhealthy;
+        `failures` in a row while idle end it as a crash (the restart policy takes it from there)."""
+        probe = self.probe
+        if probe is None or self.state["status"] != "ready" or self.probe_dead is not None:
+            return
+        verdict = probe.result()
+        if verdict is not None:
+            self.judge_probe(probe, verdict)
+        if self.probe_dead is None:
+            probe.due(now)
+
+    def judge_probe(self, probe: TokenWatch, verdict: Verdict) -> None:
+        s = self.state
+        if verdict.ok:
+            if s.get("unhealthy"):
+                note("one-token probe: a token again")
+                s["unhealthy"] = None
+                self.save()
+            return
+        running, waiting = verdict.load if verdict.load is not None else (None, None)
+        since = (s.get("unhealthy") or {}).get("since") or time.time()
+        s["unhealthy"] = {"since": since, "reason": verdict.reason, "running": running, "waiting": waiting,
+                          "failures": probe.failures}
+        if not verdict.answering:
+            note(f"one-token probe failed and /health does not answer 200 either: {verdict.reason}")
+        elif verdict.busy:
+            note(f"one-token probe failed under load ({running:g} running, {waiting:g} waiting): unhealthy, "
+                 f"not a crash: {verdict.reason}")
+        elif probe.dead():
+            self.probe_dead = {"at": time.time(), "reason": verdict.reason, "failures": probe.failures}
+            note(f"{NO_TOKEN}: {probe.failures} one-token probes in a row failed while idle ({verdict.reason}); "
+                 "ending it as a crash")
+        else:
+            note(f"one-token probe failed while idle ({probe.failures} of {probe.limit}): {verdict.reason}")
+        self.save()
+        if self.probe_dead is not None:
+            self.clear_group(s["pgid"])
+
     def record_end(self, status: int | None) -> None:
         code, sig = decode_wait_status(status) if status is not None else (None, None)
         self.state.update(ended_at=time.time(), exit_code=code, signal=sig, signal_name=signal_name(sig))
@@ -417,7 +465,8 @@ class Daemon:
         s, rs = self.state, self.cfg["restart"]
         s["last_crash"] = {"at": s["ended_at"], "exit_code": s["exit_code"], "signal": s["signal"],
                            "signal_name": s["signal_name"], "log_offset": s["log_offset"],
-                           "traceback_offset": self.scanner.traceback_at, "peer_lost": self.peer_lost}
+                           "traceback_offset": self.scanner.traceback_at, "peer_lost": self.peer_lost,
+                           "probe_dead": self.probe_dead}
         # nobody asked it to stop (a stop request takes the other path): a crash, whatever its exit code
         if not (was_ready and should_restart(rs["policy"])):
             return self.finish("exited")

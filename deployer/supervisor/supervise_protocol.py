@@ -63,6 +63,22 @@ class LogsConfig(TypedDict, total=False):
     keep: int                   # rotated tails kept: engine.log.1 (newest) .. engine.log.<keep>
 
 
+class ProbeConfig(TypedDict, total=False):
+    """The one-token probe after ready (supervise_probe.TokenWatch); absent in older files: no probe."""
+
+    path: str                   # the engine's completion endpoint (/v1/completions)
+    model: str                  # the model name the engine serves
+    address: str                # where the target reaches the engine
+    port: int
+    health_path: str            # a failure counts only while this answers 200 (the HTTP server lives)
+    interval_s: float           # 0: off
+    failures: int               # failed probes in a row, while idle, that make a crash
+    timeout_s: float            # one probe's wait for its token
+    running_metrics: List[str]  # the engine's gauges of requests running / waiting (its metrics.yaml)
+    waiting_metrics: List[str]
+    api_key_env: str            # the env file variable holding the API key (--api-key), if one is set
+
+
 class SuperviseConfig(TypedDict, total=False):
     """supervise.json: how the supervisor runs the engine (target/supervised.supervise_config writes it)."""
 
@@ -79,6 +95,7 @@ class SuperviseConfig(TypedDict, total=False):
     logs: LogsConfig
     on_boot: bool               # an @reboot crontab entry starts this run again after a reboot (removed by down)
     group: Dict[str, Any]       # one engine across nodes: the peers to watch (fleet/nodes)
+    probe: ProbeConfig          # the one-token probe after ready
 
 
 class ProfileRecord(TypedDict, total=False):
@@ -111,6 +128,7 @@ class Crash(TypedDict, total=False):
     signal_name: Optional[str]
     log_offset: int
     traceback_offset: Optional[int]
+    probe_dead: Optional[Dict[str, Any]]  # ended by the one-token probe: {at, reason, failures}
 
 
 class State(TypedDict, total=False):
@@ -135,6 +153,7 @@ class State(TypedDict, total=False):
     stable_at: Optional[float]  # when the engine had been ready for restart.stable_s with no crash (a good run)
     crashloop_after_ready: bool  # it crash-looped after it had been ready (a version not to go back to)
     stopped_from: Optional[str]  # `down` of an ended run: the status it had (exited, crashloop, lost)
+    unhealthy: Optional[Dict[str, Any]]  # the last probe failed while ready: {since, reason, running, waiting, failures}
     rotated: int                # bytes of engine.log moved out to engine.log.1 so far (offsets shift by it)
     alive: bool
     supervisor_alive: bool

@@ -30,6 +30,7 @@ from deployer.secrets import mask_data
 from deployer.supervisor.supervise_protocol import ENGINE_LOG, ENV_FILE, LAUNCH_SH, OUTCOME_JSON, PROFILE_JSON
 from deployer.supervisor.supervise_protocol import STATE_JSON, SUPERVISE_JSON, ProfileRecord, SuperviseConfig
 from deployer.target.supervised import FatalWatch, RecordFields, SupervisedSpec, process_record, supervise_config
+from deployer.target.tokenprobe import probe_config
 
 if TYPE_CHECKING:  # annotations only: the on-call commands read layouts without loading the profile model
     from deployer.profile.model import Profile
@@ -183,7 +184,7 @@ def engine_spec(profile: Profile, written_hash: str | None = None) -> Supervised
         name=profile.name, ports=(profile.engine.port,), ready_pattern=profile.engine.definition.log.ready_line,
         grace_s=profile.restart.grace_s, restart=profile.restart,
         fatal=FatalWatch([p.pattern for p in fatal_patterns()], FATAL_GRACE_S), logs=profile.logs,
-        record=RecordFields(profile=profile.public_dict(), health_path=profile.health.path,
+        probe=probe_config(profile), record=RecordFields(profile=profile.public_dict(), health_path=profile.health.path,
                             written_hash=written_hash, kind=profile.engine.kind,
                             secret_templates=profile.templates, helper=helper_bundle()[1]))
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Union, cast
 
 from deployer.supervisor.supervise_base import DEFAULT_LOGS, DEFAULT_RESTART
 from deployer.supervisor.supervise_protocol import (
-    ENGINE_LOG, ENV_FILE, LAUNCH_SH, LogsConfig, ProfileRecord, SuperviseConfig,
+    ENGINE_LOG, ENV_FILE, LAUNCH_SH, LogsConfig, ProbeConfig, ProfileRecord, SuperviseConfig,
 )
 
 if TYPE_CHECKING:
@@ -70,6 +70,7 @@ class SupervisedSpec:
     record: RecordFields
     fatal: FatalWatch | None = None
     logs: Logs | None = None     # engine.log's rotation (the supervisor's defaults when None)
+    probe: ProbeConfig | None = None  # the one-token probe after ready (None: none, e.g. a router)
 
     @property
     def port(self) -> int:
@@ -97,6 +98,8 @@ def supervise_config(spec: SupervisedSpec) -> SuperviseConfig:
                             "keep": spec.logs.keep}
         if dict(logs) != DEFAULT_LOGS:
             config["logs"] = logs
+    if spec.probe is not None:
+        config["probe"] = spec.probe
     return config
 
 

@@ -29,8 +29,10 @@ from deployer.logtext import clip, readable
 from deployer.observe.timeline import Phase as TimelinePhase, Prediction, Timeline, phase_of_watch
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.target.process import Launch, listener, status
+from deployer.target.tokenprobe import TokenProbe
 from deployer.supervisor.supervise_base import ENDED
 from deployer.supervisor.supervise_daemon import ROTATION_MARK
+from deployer.supervisor.supervise_probe import NO_TOKEN
 from deployer.watch.fatal import FATAL_GRACE_S, fatal_line
 from deployer.watch.hubcache import HubCache
 from deployer.watch.progress import Bar, describe, human_bytes, parse
@@ -100,9 +102,13 @@ class Stuck:
 class TimedOut:
     elapsed: float
     tail: list[str]
+    no_token: str | None = None     # /health answered, but the last one-token probe failed: why
 
     def describe(self) -> str:
-        return f"engine not ready after {self.elapsed:.0f}s (startup_timeout_s)"
+        said = f"engine not ready after {self.elapsed:.0f}s (startup_timeout_s)"
+        if self.no_token is not None:
+            said += f": /health answers but no token came back ({NO_TOKEN}): {self.no_token}"
+        return said
 
 
 @dataclass(frozen=True)
@@ -265,12 +271,16 @@ class SlowStart:
 
 
 class Watcher:
-    """Polls one launch: supervisor state, log, health. `run()` returns the Outcome."""
+    """Polls one launch: supervisor state, log, health and a one-token probe (`probe`; None: /health alone).
+    `run()` returns the Outcome."""
 
     def __init__(self, remote: Remote, launch: Launch, port: int, health: Health, engine: Engine,
                  emit: EventSink, clock: Callable[[], float] = time.monotonic, cache: HubCache | None = None,
-                 address: str = "127.0.0.1", prediction: Prediction | None = None) -> None:
+                 address: str = "127.0.0.1", prediction: Prediction | None = None,
+                 probe: TokenProbe | None = None) -> None:
         self.remote, self.launch, self.port, self.health, self.engine = remote, launch, port, health, engine
+        self.probe = probe
+        self.no_token: str | None = None             # why the last one-token probe failed (None: none failed)
         self.address = address  # where the target reaches the engine: its bind address, else loopback
         self.cache = cache
         self.cache_bytes: tuple[float, int] | None = None    # (when, size) of the last look at the hub cache
@@ -317,7 +327,9 @@ class Watcher:
                 self.emit(PortTakenSeen(elapsed=round(elapsed, 3), port=self.port, holders=owner.holders))
                 return PortTaken(elapsed, self.port, owner.describe(), self.log.tail())
             if owner.ours:
-                return self._ready(elapsed)
+                self.last_progress = now  # its server is up: the startup deadline bounds the wait for a token
+                if self._token(elapsed):
+                    return self._ready(elapsed)
         if self.fatal is not None and now - self.fatal[0] >= FATAL_GRACE_S:
             stuck = Stuck(elapsed, self.fatal[1], now - self.fatal[0], self.log.tail())
             self.emit(EngineHung(elapsed=round(elapsed, 3), stalled_s=round(stuck.waited_s, 3),
@@ -329,8 +341,20 @@ class Watcher:
             return Hung(elapsed, stalled, self.log.tail())
         if elapsed > self.health.startup_deadline_s:
             self.emit(StartupTimedOut(elapsed=elapsed))
-            return TimedOut(elapsed, self.log.tail())
+            return TimedOut(elapsed, self.log.tail(), self.no_token)
         return None
+
+    def _token(self, elapsed: float) -> bool:
+        """A one-token completion came back (always, without a probe); a failure is shown as progress once per
+        reason and kept for the diagnosis of a start that runs out of time."""
+        if self.probe is None:
+            return True
+        why = self.probe.ask(self.remote)
+        if why is not None and why != self.no_token:
+            self.emit(Progressed(phase=self.phase, elapsed=round(elapsed, 3),
+                                 line=clip(f"/health answers; waiting for a generated token: {why}", 300)))
+        self.no_token = why
+        return why is None
 
     def _ready(self, elapsed: float) -> Outcome:
         """Health answers from our engine; ready also means supervised (the restart policy covers it)."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -117,12 +119,39 @@ def test_request_failure_is_unhealthy(tmp_path: Path, sshd: Any) -> None:
                          extra={"health": {"interval_s": 0.1}})
     res = smoke(str(prof), "--skip-preflight", "--settle", "3", "--junit", str(xml), home=home)
     assert res.returncode == 6, res.stderr + res.stdout
-    assert res.stderr.strip().splitlines()[-1].startswith("error: GET /v1/models")
+    assert res.stderr.strip().splitlines()[-1].startswith("error: no token from a one-token completion on port ")
     _, cases = junit_cases(xml)
     assert [outcome_of(c) for c in cases.values()] == ["passed"] * 4 + ["failure", "passed"]
     failure = cases["request"].find("failure")
     assert failure is not None and failure.get("type") == "Unhealthy"
     assert "engine.log tail" in (failure.text or "")
+
+
+def test_a_server_that_answers_but_generates_nothing_fails_the_smoke(tmp_path: Path, sshd: Any) -> None:
+    """Ready (a token came back), then its engine core dies during --settle: /health still answers 200 (the vLLM
+    stand-in, as vllm#16259), but the smoke's one-token probe gets no token: exit 6, the request phase failed."""
+    home, dead = tmp_path / "home", tmp_path / "dead-core"
+    prof = write_profile(tmp_path, sshd, name="smoke-core", env={"STANDIN_DEAD_CORE_FILE": str(dead)},
+                         extra={"engine": {"kind": "vllm"}, "health": {"probe_timeout_s": 1, "probe_interval_s": 0}})
+    outcome = tmp_path / "work" / "smoke-core" / "current" / "outcome.json"
+
+    def kill_core_once_ready() -> None:
+        for _ in range(600):   # bounded: 60 s
+            if outcome.exists():
+                dead.touch()
+                return
+            time.sleep(0.1)
+    killer = threading.Thread(target=kill_core_once_ready, daemon=True)
+    killer.start()
+    try:
+        res = smoke(str(prof), "--skip-preflight", "--settle", "4", home=home)
+    finally:
+        killer.join(timeout=70)
+        dead.unlink(missing_ok=True)
+    assert res.returncode == 6, res.stderr + res.stdout
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: no token from a one-token completion on port ") and \
+        "no answer to a one-token completion after" in last, last
 
 
 @pytest.mark.parametrize("knob,needle", [({"STANDIN_CHAT_TEXT": ""}, "empty"),

@@ -1,6 +1,7 @@
 """Real vLLM 0.32.0 failures, each healed or refused the way a user wants: two heals in a row from the numbers
-in vLLM's own messages, an unknown flag, a bad model path, and the worker SIGKILLed after ready (what the
-kernel's OOM killer does), which the API server answers with exit 0."""
+in vLLM's own messages (then the healed engine's core stopped, SIGSTOP, while its API server lives on: only the
+supervisor's one-token probe sees it, vllm#16259), an unknown flag, a bad model path, and the worker SIGKILLed
+after ready (what the kernel's OOM killer does), which the API server answers with exit 0."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ def test_max_model_len_above_the_models_then_a_kv_cache_too_small_are_healed_in_
     home, port = tmp_path / "home", free_port()
     engine = vllm_engine(port, tmp_path, max_model_len=100000, kv_cache_memory_bytes=262144)
     del engine["env"]["VLLM_CPU_KVCACHE_SPACE"]  # set, it silently overrides --kv-cache-memory-bytes
-    prof = write_real_profile(tmp_path, host, "heal-vllm", engine, retry={"max_attempts": 3, "backoff_s": 0.5})
+    prof = write_real_profile(tmp_path, host, "heal-vllm", engine, retry={"max_attempts": 3, "backoff_s": 0.5},
+                              restart={"backoff_s": [1, 2]},
+                              health={"probe_interval_s": 2, "probe_failures": 2, "probe_timeout_s": 4})
     code, evs, said = up_json(prof, home)
     assert code == 0, said
     report = [e for e in evs if e["event"] == "report"][-1]
@@ -31,6 +34,18 @@ def test_max_model_len_above_the_models_then_a_kv_cache_too_small_are_healed_in_
     assert all(c is not None for c in changes), attempts
     assert "max_model_len" in str(changes[0]) and "2048" in str(changes[0]), changes[0]
     assert "max_model_len" in str(changes[1]) and "384" in str(changes[1]), changes[1]
+    assert chat(port, str(MODEL))["usage"]["completion_tokens"] >= 1
+
+    # issue 26: the engine core stopped (SIGSTOP: alive, generating nothing) while the API server lives on: no exit,
+    # no log line; the supervisor's one-token probe (every 2 s here) finds it and it is restarted as a crash
+    _, row = status_row(prof, home)
+    cores = _signal_titled(host, row["pid"], "VLLM::EngineCore", "STOP")
+    assert len(cores) == 1, (cores, row)
+    row = wait_status(prof, home, lambda r: r.get("restarts", 0) >= 1 and r.get("healthy") is True, 240,
+                      "the engine whose core stopped restarted and generating")
+    stopped = (row["last_crash"] or {}).get("diagnosis") or {}
+    assert stopped.get("signature") == "no-token", row["last_crash"]
+    assert "the engine's HTTP server answers but generates nothing" in stopped.get("summary", ""), stopped
     assert chat(port, str(MODEL))["usage"]["completion_tokens"] >= 1
     assert deploy("down", str(prof), home=home, timeout=120).returncode == 0
 
@@ -79,11 +94,17 @@ done"""
 def _kill_worker(host: Any, pgid: int) -> list[int]:
     """SIGKILL the engine's VLLM::Worker on the target (its own PID namespace; found by title and process group:
     setproctitle blanks its environ), as the kernel's OOM killer would."""
+    return _signal_titled(host, pgid, "VLLM::Worker", "KILL")
+
+
+def _signal_titled(host: Any, pgid: int, title: str, signal: str) -> list[int]:
+    """Send `signal` to the processes of the engine's group whose title starts with `title`, on the target."""
     remote = connect(host.spec())
     try:
-        found = [int(p) for p in remote.run(WORKER_IN_GROUP.format(pgid=pgid), timeout=30).stdout.split()]
+        script = WORKER_IN_GROUP.format(pgid=pgid).replace("VLLM::Worker*", f"{title}*")
+        found = [int(p) for p in remote.run(script, timeout=30).stdout.split()]
         for pid in found:
-            remote.run(f"kill -9 {pid}", timeout=30)
+            remote.run(f"kill -{signal} {pid}", timeout=30)
     finally:
         remote.close()
     return found

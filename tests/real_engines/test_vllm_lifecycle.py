@@ -15,7 +15,10 @@ from lifecycle import assert_served_lifecycle, chat, phases_of, report_of, stand
 
 def test_real_vllm_up_serves_then_status_logs_restart_down(tmp_path: Path, host: Any) -> None:
     home, port = tmp_path / "home", free_port()
-    prof = write_real_profile(tmp_path, host, "tiny-vllm", vllm_engine(port, tmp_path))
+    # no periodic one-token probe here: it is a completion like any other, and one landing between the two looks of
+    # assert_serving_metrics would count in its interval (the probe's own real test: test_vllm_failures)
+    prof = write_real_profile(tmp_path, host, "tiny-vllm", vllm_engine(port, tmp_path),
+                              health={"probe_interval_s": 0})
     code, evs, said = up_json(prof, home)
     assert code == 0, said
     phases = [e["phase"] for e in evs if e["event"] == "phase"]

@@ -89,9 +89,18 @@ def test_router_records_are_the_previous_releases(tmp_path: Path) -> None:
 def test_engine_records_are_the_previous_releases(tmp_path: Path) -> None:
     profile = _engine(tmp_path)
     bundle = render(profile)
-    _pinned("engine-supervise.json", supervisor_config(profile))
+    config = dict(supervisor_config(profile))
+    # added since (the one-token probe after ready): a key the previous release's supervisor never reads
+    assert config.pop("probe") == {
+        "path": "/v1/completions", "model": profile.engine.served_model, "address": "127.0.0.1", "port": 30000,
+        "health_path": "/health", "interval_s": 30.0, "failures": 3, "timeout_s": 30.0, "running_metrics": ["sglang:num_running_reqs"],
+        "waiting_metrics": ["sglang:num_queue_reqs"]}
+    _pinned("engine-supervise.json", config)
     record = dict(profile_record(profile, bundle, attempt=2, up_id="feedc0ffee12", written_hash="ab" * 32))
     assert record.pop("helper") == helper_bundle()[1]
+    health = record["profile"]["health"]
+    assert {k: health.pop(k) for k in ("probe_interval_s", "probe_failures", "probe_timeout_s")} == {
+        "probe_interval_s": 30.0, "probe_failures": 3, "probe_timeout_s": 30.0}
     _pinned("engine-profile.json", record, content_hash=bundle.content_hash)
 
 

@@ -22,6 +22,7 @@ profile fails or fits the way it would on the pretended GPU and a remedy compute
 | STANDIN_DRAIN_S         | 0.1           | after SIGTERM: seconds before exit 0 |
 | STANDIN_CRASH_AFTER_S   | 0.3           | crash_after_ready, worker_killed_after_ready: seconds of readiness before the engine core / worker dies |
 | STANDIN_CHAT_TEXT       | (hello)       | content of /v1/chat/completions answers |
+| STANDIN_DEAD_CORE_FILE  | (none)        | while this file exists the engine core is dead: /health 200, completions hang (standin_core.py) |
 | STANDIN_FAIL_LOG / STANDIN_EXIT | | fail_text: file printed verbatim, exit status |
 """
 

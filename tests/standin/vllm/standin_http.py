@@ -1,7 +1,7 @@
 """STAND-IN for tests: imitates vLLM 0.33.0 (no GPU here); never used by the product.
 
 The HTTP side (stdlib ThreadingHTTPServer in place of uvicorn/FastAPI): /health (200 once the engine is up,
-empty body), /metrics (vLLM 0.32.0's real capture, advanced per completion: standin_metrics), /v1/models, /v1/chat/completions, /version, /ping, vLLM's error bodies, the --api-key check of
+empty body), /metrics (vLLM 0.32.0's real capture, advanced per completion: standin_metrics), /v1/models, /v1/chat/completions, /v1/completions, /version, /ping, vLLM's error bodies, the --api-key check of
 the /v1 routes, and uvicorn-style access lines on stdout.
 """
 
@@ -13,6 +13,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, Optional, Tuple
 
+import standin_core
 import standin_metrics
 
 PHRASES = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 503: "Service Unavailable"}
@@ -101,7 +102,7 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length) if length else b""
-        if path != "/v1/chat/completions":
+        if path not in ("/v1/chat/completions", "/v1/completions"):
             self._send(404, {"detail": "Not Found"})
             return
         if not self._authorized():
@@ -118,13 +119,19 @@ class Handler(BaseHTTPRequestHandler):
         if model not in (None, self.state.model):
             self._send(404, error_body(f"The model `{model}` does not exist.", "NotFoundError", 404, "model"))
             return
+        if path == "/v1/completions":  # the one-token probe's (not added to the replayed /metrics)
+            standin_core.wait_for_core()
+            self._send(200, standin_core.completion(self.state.model, body, "vllm"))
+            return
         if not isinstance(body.get("messages"), list) or not body["messages"]:
             self._send(400, error_body("[{'type': 'missing', 'loc': ('body', 'messages'), 'msg': 'Field required'}]",
                                        "BadRequestError", 400))
             return
+        standin_core.wait_for_core()  # arrived while the core is dead: never scheduled, not counted
         self.state.metrics.started()
         try:
             answer = chat_completion(self.state.model)
+            standin_core.wait_for_core()
         finally:
             self.state.metrics.finished()
         self._send(200, answer)

@@ -15,6 +15,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, Optional, Tuple
 
+import standin_core
 import standin_metrics
 
 STATUS_PHRASES = {200: "OK", 400: "Bad Request", 404: "Not Found", 503: "Service Unavailable"}
@@ -121,13 +122,19 @@ class Handler(BaseHTTPRequestHandler):
             if status != 200:
                 self._send(status, {"object": "error", "message": "stand-in: STANDIN_CHAT_STATUS", "code": status})
             else:
+                standin_core.wait_for_core()  # arrived while the core is dead: never scheduled, not counted
                 self.state.metrics.started()
                 try:
                     time.sleep(float(os.environ.get("STANDIN_CHAT_DELAY_S", "0")))  # generation time: in flight
+                    standin_core.wait_for_core()  # the core died while it ran: it stays running
                 finally:
                     self.state.metrics.finished()
                 self._send(200, chat_completion(self.state.model, body))
-        elif path in ("/generate", "/v1/completions"):
+        elif path == "/v1/completions":  # the one-token probe's (not added to the replayed /metrics)
+            standin_core.wait_for_core()
+            self._send(200, standin_core.completion(body.get("model") or self.state.model, body, "sglang"))
+        elif path == "/generate":
+            standin_core.wait_for_core()
             self._send(200, generate(body))
         else:
             self._send(404, {"detail": "Not Found"})

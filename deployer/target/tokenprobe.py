@@ -1,0 +1,99 @@
+"""The one-token probe as deployer sends it: before `ready` (watch), in `deploy smoke`, and as the supervisor's
+configuration after ready (supervise.json's "probe").
+
+The request and the judgement of its answer are the supervisor's (supervisor/supervise_probe.py), so the
+target-side probe and this one cannot drift apart; the endpoint is the engine's (Launch.completion_path), the
+model the name the engine serves (Engine.served_model), the load gauges the engine's metrics.yaml names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from deployer.engines.base import Engine
+from deployer.observe.names import MetricNamesUnreadable, Quantity, load_metric_names
+from deployer.remote.base import EndpointUnreachable, Remote
+from deployer.secrets import secret_var
+from deployer.profile.host import probe_address
+from deployer.supervisor.supervise_probe import generated, request_body
+from deployer.supervisor.supervise_protocol import ProbeConfig
+
+if TYPE_CHECKING:
+    from deployer.profile.model import Profile
+
+
+@dataclass(frozen=True)
+class TokenProbe:
+    """One-token completions to one engine, as the target reaches it."""
+
+    port: int
+    model: str
+    path: str = "/v1/completions"
+    address: str = "127.0.0.1"
+    api_key: str | None = None
+    timeout_s: float = 30.0
+
+    @classmethod
+    def of(cls, profile: Profile, port: int | None = None) -> TokenProbe:
+        engine = profile.engine
+        key = engine.args.get("api_key")
+        return cls(port or engine.port, engine.served_model, engine.definition.launch.completion_path,
+                   engine.probe_address, str(key) if key else None, profile.health.probe_timeout_s)
+
+    @classmethod
+    def of_record(cls, record: Mapping[str, Any], profile: Profile) -> TokenProbe:
+        """The probe of an earlier run (its profile.json: its port, address and served model), with the API key
+        of `profile` (the record masks it)."""
+        now = cls.of(profile)
+        engine = (record.get("profile") or {}).get("engine") or {}
+        args = engine.get("args") or {}
+        model = args.get("served_model_name") or engine.get("model_path") or now.model
+        if isinstance(model, list):
+            model = model[0] if model else now.model
+        bind = engine.get("host")
+        return dataclasses.replace(now, port=int(record.get("port") or now.port), model=str(model),
+                                   address=probe_address(bind) if isinstance(bind, str) else "127.0.0.1")
+
+    def ask(self, remote: Remote) -> str | None:
+        """None when the engine generated a token; else why not, in one line."""
+        headers = {"content-type": "application/json"}
+        if self.api_key:
+            headers["authorization"] = f"Bearer {self.api_key}"
+        started = time.monotonic()
+        try:
+            reply = remote.request("POST", self.port, self.path, body=request_body(self.model), headers=headers,
+                                   timeout=self.timeout_s, address=self.address)
+        except EndpointUnreachable as exc:
+            return f"no answer to a one-token completion after {time.monotonic() - started:.1f} s: {exc}"
+        return generated(reply.status, reply.body)
+
+
+def load_gauges(engine: Engine) -> tuple[list[str], list[str]]:
+    """The engine's gauges of requests running and waiting (its metrics.yaml; none when it names none)."""
+    path = engine.knowledge.metrics
+    if path is None:
+        return [], []
+    try:
+        names = load_metric_names(path)
+    except MetricNamesUnreadable:
+        return [], []
+    return ([m.name for m in names.candidates(Quantity.REQUESTS_RUNNING)],
+            [m.name for m in names.candidates(Quantity.REQUESTS_WAITING)])
+
+
+def probe_config(profile: Profile) -> ProbeConfig:
+    """supervise.json's "probe": the supervisor's one-token probe after ready."""
+    engine, health = profile.engine, profile.health
+    running, waiting = load_gauges(engine.definition)
+    config: ProbeConfig = {"path": engine.definition.launch.completion_path, "model": engine.served_model,
+                           "address": engine.probe_address, "port": engine.port, "health_path": health.path,
+                           "interval_s": health.probe_interval_s, "failures": health.probe_failures,
+                           "timeout_s": health.probe_timeout_s, "running_metrics": running,
+                           "waiting_metrics": waiting}
+    if engine.args.get("api_key"):
+        config["api_key_env"] = secret_var("api_key")
+    return config

@@ -1,0 +1,223 @@
+"""Readiness that means a token: the one-token probe's judgement, the load it reads from real /metrics captures,
+the supervisor's periodic probe (`TokenWatch`) against a real HTTP server on loopback, the watcher's wait for a
+token before `ready` (the scripted fake target), and the probe as supervise.json carries it."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deployer.errors import RetriesExhausted
+from deployer.profile.model import Profile
+from deployer.remote.fake import EngineScript, FakeRemote
+from deployer.runner.up import UpOptions, up
+from deployer.supervisor.supervise_probe import NO_TOKEN, TokenWatch, generated, load_of, request_body
+from deployer.target.push import supervisor_config
+
+CAPTURES = Path(__file__).resolve().parents[1] / "cases" / "metrics"
+
+
+def test_only_a_generated_token_counts() -> None:
+    token = {"choices": [{"index": 0, "text": " hi", "finish_reason": "length"}],
+             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+    assert generated(200, json.dumps(token).encode()) is None
+    # a token whose text decodes to nothing (a special token) is still a token: the usage says so
+    assert generated(200, json.dumps({**token, "choices": [{"text": ""}]}).encode()) is None
+    assert generated(200, json.dumps({"choices": [{"text": "x"}]}).encode()) is None
+    assert "no token" in str(generated(200, json.dumps({"choices": [{"text": ""}], "usage": {}}).encode()))
+    assert str(generated(503, b'{"error": "EngineDeadError"}')).startswith("HTTP 503: ")
+    assert "not JSON" in str(generated(200, b"<html>"))
+    assert "not a JSON object" in str(generated(200, b"[1]"))
+    assert json.loads(request_body("m")) == {"model": "m", "prompt": "Hello", "max_tokens": 1, "temperature": 0}
+
+
+@pytest.mark.parametrize("capture, names, before, during", [
+    ("vllm-0.32.0", (["vllm:num_requests_running"], ["vllm:num_requests_waiting"]), (0.0, 0.0), (4.0, 0.0)),
+    ("sglang-0.5.23", (["sglang:num_running_reqs"], ["sglang:num_queue_reqs"]), (0.0, 0.0), (1.0, 0.0)),
+])
+def test_load_from_real_metrics_captures(capture: str, names: tuple[list[str], list[str]],
+                                         before: tuple[float, float], during: tuple[float, float] | None) -> None:
+    text = (CAPTURES / capture / "before.prom").read_text()
+    assert load_of(text, *names) == before
+    if during is not None:
+        assert load_of((CAPTURES / capture / "during.prom").read_text(), *names) == during
+    assert load_of(text, ["no_such_gauge"], []) is None   # not exposed: unknown, not 0
+
+
+class _Engine(http.server.BaseHTTPRequestHandler):
+    """An engine whose HTTP server lives: completions answer a token, 503, or hang (`mode`); /metrics says how
+    many requests run."""
+
+    mode = "token"
+    running = 0.0
+    seen: list[dict[str, Any]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+        body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
+        type(self).seen.append({"path": self.path, "body": body, "auth": self.headers.get("authorization")})
+        if self.mode == "hang":
+            time.sleep(2.0)
+            return
+        if self.mode in ("dead", "dying"):
+            self._send(503, b'{"error": "engine dead"}')
+            return
+        self._send(200, json.dumps({"choices": [{"text": " a"}], "usage": {"completion_tokens": 1}}).encode())
+
+    def do_GET(self) -> None:  # noqa: N802
+        if self.path == "/health":
+            self._send(503 if self.mode == "dying" else 200, b"")
+            return
+        self._send(200, f'sglang:num_running_reqs{{tp_rank="0"}} {self.running}\n'
+                        'sglang:num_queue_reqs{tp_rank="0"} 0.0\n'.encode())
+
+    def _send(self, code: int, data: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture()
+def engine_port() -> Iterator[int]:
+    _Engine.mode, _Engine.running, _Engine.seen = "token", 0.0, []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Engine)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _watch(port: int, **extra: Any) -> TokenWatch:
+    cfg = {"path": "/v1/completions", "model": "tiny", "port": port, "interval_s": 0.01, "failures": 3,
+           "timeout_s": 0.5, "running_metrics": ["sglang:num_running_reqs"],
+           "waiting_metrics": ["sglang:num_queue_reqs"], **extra}
+    return TokenWatch(cfg, {"DEPLOYER_SECRET_API_KEY": "sk-1"})
+
+
+def _next(watch: TokenWatch) -> Any:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        watch.due(time.monotonic())
+        verdict = watch.result()
+        if verdict is not None:
+            return verdict
+        time.sleep(0.01)
+    raise AssertionError("no probe finished in 10 s")
+
+
+def test_idle_failures_in_a_row_make_a_crash(engine_port: int) -> None:
+    watch = _watch(engine_port, api_key_env="DEPLOYER_SECRET_API_KEY")
+    watch.reset(time.monotonic())
+    assert _next(watch).ok and watch.failures == 0
+    assert _Engine.seen[-1] == {"path": "/v1/completions", "auth": "Bearer sk-1",
+                                "body": {"model": "tiny", "prompt": "Hello", "max_tokens": 1, "temperature": 0}}
+    _Engine.mode = "dead"
+    for n in (1, 2):
+        verdict = _next(watch)
+        assert not verdict.ok and not verdict.busy and verdict.load == (0.0, 0.0)
+        assert watch.failures == n and not watch.dead()
+    _Engine.mode = "token"   # one token between failures: the count starts again
+    assert _next(watch).ok and watch.failures == 0
+    _Engine.mode = "hang"    # no answer within the probe's timeout is a failure too
+    for _ in range(3):
+        verdict = _next(watch)
+    assert watch.dead() and "no answer to a one-token completion after" in verdict.reason
+
+
+def test_failures_under_load_are_never_a_crash(engine_port: int) -> None:
+    watch = _watch(engine_port)
+    watch.reset(time.monotonic())
+    _Engine.mode, _Engine.running = "dead", 2.0
+    for _ in range(5):
+        verdict = _next(watch)
+        assert verdict.busy and verdict.load == (2.0, 0.0) and verdict.reason.startswith("HTTP 503")
+    assert watch.failures == 0 and not watch.dead()
+
+
+def test_failures_while_health_fails_too_are_the_exits_to_judge_not_the_probes(engine_port: int) -> None:
+    """An engine on its way down (vLLM's dead worker: /health 503, the API server exits seconds later): its exit
+    is the crash, with its own diagnosis; the probe does not count it as a server that answers but generates
+    nothing."""
+    watch = _watch(engine_port)
+    watch.reset(time.monotonic())
+    _Engine.mode = "dying"
+    for _ in range(4):
+        verdict = _next(watch)
+        assert not verdict.ok and not verdict.answering and not verdict.counts
+    assert watch.failures == 0 and not watch.dead()
+
+
+def test_a_probe_of_the_engine_before_a_restart_is_dropped(engine_port: int) -> None:
+    watch = _watch(engine_port)
+    watch.reset(time.monotonic())
+    _Engine.mode = "dead"
+    assert watch.due(time.monotonic() + 1)
+    time.sleep(0.3)
+    watch.reset(time.monotonic())     # restarted while that probe ran
+    assert watch.result() is None and watch.failures == 0
+
+
+def test_off_without_an_interval() -> None:
+    assert not TokenWatch({"model": "m", "port": 1, "interval_s": 0}, {}).due(time.monotonic() + 100)
+    assert not TokenWatch({}, {}).enabled     # an older supervise.json: no probe key at all
+
+
+def _profile(**health: Any) -> Profile:
+    return Profile.model_validate({
+        "name": "demo", "target": {"host": "gpu-box", "workdir": "/srv/deploy"},
+        "engine": {"kind": "vllm", "python": "/usr/bin/python3", "model_path": "/models/tiny", "port": 30000,
+                   "args": {"served_model_name": ["tiny-chat", "alias"], "api_key": "sk-x"}},
+        "health": {"interval_s": 0.05, "startup_timeout_s": 20, "stall_timeout_s": 10, **health},
+        "retry": {"max_attempts": 1, "backoff_s": 0}, "restart": {"grace_s": 1}})
+
+
+def test_supervise_json_carries_the_probe() -> None:
+    probe = supervisor_config(_profile(probe_interval_s=5, probe_failures=2))["probe"]
+    assert probe == {"path": "/v1/completions", "model": "tiny-chat", "address": "127.0.0.1", "port": 30000,
+                     "health_path": "/health", "interval_s": 5.0, "failures": 2, "timeout_s": 30.0,
+                     "running_metrics": ["vllm:num_requests_running"],
+                     "waiting_metrics": ["vllm:num_requests_waiting"],
+                     "api_key_env": "DEPLOYER_SECRET_API_KEY"}     # the key itself stays in the 0600 env file
+
+
+@pytest.fixture()
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEPLOYER_HOME", str(tmp_path / "home"))
+
+
+def test_up_is_ready_only_once_a_token_comes_back(home: None) -> None:
+    fake = FakeRemote()
+    report = up(_profile(), UpOptions(skip_preflight=True), lambda e: None, connection=fake).to_json()
+    assert report["status"] == "ready"
+    asked = [r for r in fake.requests if r.get("op") == "http" and r.get("path") == "/v1/completions"]
+    assert asked and json.loads(__import__("base64").b64decode(asked[-1]["body_b64"]))["model"] == "tiny-chat"
+
+
+def test_health_without_a_token_is_not_ready_and_says_why(home: None) -> None:
+    fake = FakeRemote(engine=lambda n, record: EngineScript("loading\nApplication startup complete.\n",
+                                                             generates=False))
+    events: list[Any] = []
+    with pytest.raises(RetriesExhausted) as failed:
+        up(_profile(startup_timeout_s=1.0), UpOptions(skip_preflight=True), events.append, connection=fake)
+    report = failed.value.outcome.to_json()
+    assert report["status"] != "ready"
+    attempt = report["attempts"][0]
+    assert attempt["outcome"] == "timeout"
+    said = json.dumps(attempt)
+    assert NO_TOKEN in said and "HTTP 503" in said and "engine core is dead" in said
+    shown = [e.line for e in events if type(e).__name__ == "Progressed" and "generated token" in (e.line or "")]
+    assert len(shown) == 1 and "HTTP 503" in shown[0]   # once per reason, not once per poll
