@@ -513,3 +513,27 @@ def make_sshd(
         write_rc_home(bed.home, rc_cost)
     bed.start()
     return bed
+
+
+@contextlib.contextmanager
+def small_disk_sshd(tmp_path: Path, size: str = "8m") -> Iterator[tuple[SSHD, Path]]:
+    """A tmpfs of `size` at tmp_path/disk, mounted before its own sshd starts (the sshd's PID and mount namespace
+    copies the mounts), for disks that fill; skips without root or when a tmpfs cannot be mounted."""
+    import pytest
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(disk)],
+                             capture_output=True, text=True, timeout=20)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.strip()}")
+    bed = None
+    try:
+        bed = make_sshd(tmp_path / "sshd")
+        yield bed, disk
+    finally:
+        if bed is not None:
+            bed.stop()
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True, timeout=20)

@@ -19,7 +19,7 @@ import pytest
 from standin.hubstub import HubStub, tiny_repo
 
 from deploy_helpers import deploy, events, write_profile
-from sshbed import free_port, make_sshd
+from sshbed import free_port, small_disk_sshd
 
 pytestmark = pytest.mark.integration
 
@@ -119,22 +119,8 @@ def test_a_file_larger_than_listed_is_refused_in_one_line_and_nothing_starts(tmp
 @pytest.fixture()
 def small_hf(tmp_path: Path) -> Iterator[tuple[Any, Path]]:
     """An 8 MB tmpfs for HF_HOME, mounted before its own sshd starts (the sshd's mount namespace copies it)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0755", "tmpfs", str(disk)],
-                             capture_output=True, text=True, timeout=20)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.strip()}")
-    bed = None
-    try:
-        bed = make_sshd(tmp_path / "sshd")
-        yield bed, disk
-    finally:
-        if bed is not None:
-            bed.stop()
-        subprocess.run(["umount", "-l", str(disk)], capture_output=True, timeout=20)
+    with small_disk_sshd(tmp_path) as bed_disk:
+        yield bed_disk
 
 
 def test_a_repo_larger_than_the_free_disk_is_refused_before_a_byte_is_fetched(tmp_path: Path,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from deployer.target.lock import DeploymentLock
 from deployer.profile.loader import load_profile
 from deployer.target.push import layout_for
 from deployer.remote.connect import connect
-from sshbed import SSHD, make_sshd
+from sshbed import SSHD, small_disk_sshd
 
 pytestmark = pytest.mark.integration
 
@@ -28,22 +27,8 @@ ENV = {"HF_TOKEN": "${FAULT_SECRET}"}
 @pytest.fixture()
 def small_disk(tmp_path: Path) -> Iterator[tuple[SSHD, Path]]:
     """An 8 MB tmpfs workdir, mounted before the sshd starts (its PID namespace copies the mounts)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0755", "tmpfs", str(disk)],
-                             capture_output=True, text=True, timeout=20)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.strip()}")
-    bed = None
-    try:
-        bed = make_sshd(tmp_path / "sshd")
+    with small_disk_sshd(tmp_path) as (bed, disk):
         yield bed, disk / "work"
-    finally:
-        if bed is not None:
-            bed.stop()
-        subprocess.run(["umount", "-l", str(disk)], capture_output=True, timeout=20)
 
 
 def fill(disk: Path, leave: int = 0) -> Path:
