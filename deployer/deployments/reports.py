@@ -184,9 +184,7 @@ class PlanReport:
         if self.environment is not None and isinstance(data, dict):
             data = {**data, "environment": self.environment.to_json()}
         if self.weights is not None and isinstance(data, dict):
-            w = self.weights
-            data = {**data, "weights": {"commit": w.commit, "total_bytes": w.total, "missing_bytes": w.missing,
-                                        "free_bytes": w.free, "fits": w.fits}}
+            data = {**data, "weights": self.weights.to_json()}
         return data
 
     @property

@@ -26,9 +26,7 @@ class HostPrepared:
         if self.environment is not None:
             out.update(self.environment.to_json())
         if self.weights is not None:
-            w = self.weights
-            out["weights"] = {"commit": w.commit, "files": w.files, "total_bytes": w.total,
-                              "fetched_bytes": w.fetched, "seconds": round(w.seconds, 3), "snapshot": w.snapshot}
+            out["weights"] = self.weights.to_json()
         if self.error is not None:
             out.update(error=str(self.error), exit_code=self.error.exit_code)
         return out

@@ -77,6 +77,10 @@ class Fetched:
     seconds: float
     snapshot: str
 
+    def to_json(self) -> dict[str, object]:
+        return {"commit": self.commit, "files": self.files, "total_bytes": self.total,
+                "fetched_bytes": self.fetched, "seconds": round(self.seconds, 3), "snapshot": self.snapshot}
+
     def describe(self) -> str:
         rate = self.fetched / self.seconds if self.seconds > 0 else 0.0
         got = f"{size_text(self.fetched)} fetched in {self.seconds:.1f}s ({size_text(rate)}/s)" if self.fetched \
@@ -98,6 +102,10 @@ class Needed:
     @property
     def fits(self) -> bool:
         return self.missing <= self.free
+
+    def to_json(self) -> dict[str, object]:
+        return {"commit": self.commit, "total_bytes": self.total, "missing_bytes": self.missing,
+                "free_bytes": self.free, "fits": self.fits}
 
     def describe(self) -> str:
         verdict = "fits" if self.fits else "DOES NOT FIT"

@@ -15,6 +15,7 @@ import re
 import shlex
 import signal
 import stat
+import subprocess
 import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, List
@@ -287,6 +288,29 @@ def kill_group(pgid: Any, sig: int) -> None:
             os.killpg(pgid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+KILL_WAIT_S = 2.0  # after a child's process group was killed: how long its pipes may take to close
+
+
+def communicate_bounded(proc: "subprocess.Popen[bytes]", stdin: "bytes | None",
+                        timeout: float) -> "tuple[bytes, bytes, bool]":
+    """`proc.communicate(stdin)` bounded by `timeout`: past it the child's process group (it was started in a
+    session of its own) is killed and what it printed so far kept. (stdout, stderr (b"" when merged), timed out)."""
+    try:
+        out, err = proc.communicate(stdin, timeout=timeout)
+        return out or b"", err or b"", False
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            out, err = proc.communicate(timeout=KILL_WAIT_S)
+        except subprocess.TimeoutExpired:  # a daemon that left the group still holds the pipes
+            proc.kill()
+            out, err = b"", b""
+        return out or b"", err or b"", True
 
 
 def note(message: str) -> None:

@@ -59,7 +59,6 @@ import hashlib
 import io
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -67,7 +66,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Callable
 
 if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     from deployer.supervisor.supervise import dispatch
-    from deployer.supervisor.supervise_base import SuperviseError, UnsafePath, make_dirs
+    from deployer.supervisor.supervise_base import SuperviseError, UnsafePath, communicate_bounded, make_dirs
     from deployer.supervisor.supervise_lease import FENCE_ENV, LeaseError, Refused, acquire, still_ours, update
     from deployer.supervisor.supervise_snapshot import snapshot as take_snapshot
     from deployer.supervisor.supervise_protocol import IN_HELPER
@@ -75,7 +74,7 @@ if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     from deployer.supervisor.supervise_install import BuildRefused, env_build, env_prune, stop_running
 else:  # run on the target from the helper bundle, where the modules are loaded by their bare names
     from supervise import dispatch  # type: ignore[no-redef]
-    from supervise_base import SuperviseError, UnsafePath, make_dirs  # type: ignore[no-redef]
+    from supervise_base import SuperviseError, UnsafePath, communicate_bounded, make_dirs  # type: ignore[no-redef]
     from supervise_lease import FENCE_ENV, LeaseError, Refused, acquire, still_ours, update  # type: ignore[no-redef]
     from supervise_snapshot import snapshot as take_snapshot  # type: ignore[no-redef]
     from supervise_protocol import IN_HELPER  # type: ignore[no-redef]
@@ -185,20 +184,7 @@ class Helper:
             env[FENCE_ENV] = ",".join(tokens)
         proc = subprocess.Popen(["bash", "-c", cmd], stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, env=env)
-        timed_out = False
-        try:
-            out, err = proc.communicate(stdin, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            try:
-                out, err = proc.communicate(timeout=KILL_WAIT_S)
-            except subprocess.TimeoutExpired:  # a daemon that left the group still holds the pipes
-                proc.kill()
-                out, err = b"", b""
+        out, err, timed_out = communicate_bounded(proc, stdin, timeout)
         return {"exit_code": -1 if timed_out else proc.returncode, "timed_out": timed_out,
                 "stdout": out.decode("utf-8", "replace"), "stderr": err.decode("utf-8", "replace")}
 

@@ -43,16 +43,15 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 if TYPE_CHECKING or __package__:  # imported as part of the deployer package
-    from deployer.supervisor.supervise_base import make_dirs
+    from deployer.supervisor.supervise_base import communicate_bounded, make_dirs
 else:  # in the helper bundle, loaded by bare names
-    from supervise_base import make_dirs  # type: ignore[no-redef]
+    from supervise_base import communicate_bounded, make_dirs  # type: ignore[no-redef]
 
 RECORD_NAME = "deployer-env.json"
 BUILD_MARK = ".build-"
 LINK_MARK = ".link-"
 OUTPUT_TAIL = 64 * 1024
 LOCK_POLL_S = 0.2
-KILL_WAIT_S = 2.0
 _DIGEST = re.compile(r"^[0-9a-f]{16}$")
 _BUILD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _NAME_RUN = re.compile(r"[-_.]+")
@@ -290,19 +289,10 @@ def _run(argv: List[str], env: Dict[str, str], deadline: float) -> "tuple[int, s
         return 127, "%s: %s" % (argv[0], e.strerror or e), False
     RUNNING.add(proc.pid)
     try:
-        out, _ = proc.communicate(timeout=left)
+        out, _, timed_out = communicate_bounded(proc, None, left)
+        if timed_out:
+            return -1, out.decode("utf-8", "replace") + "\n(the build timed out)", True
         return proc.returncode, out.decode("utf-8", "replace"), False
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        try:
-            out, _ = proc.communicate(timeout=KILL_WAIT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out = b""
-        return -1, out.decode("utf-8", "replace") + "\n(the build timed out)", True
     finally:
         RUNNING.discard(proc.pid)
 
