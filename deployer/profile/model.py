@@ -276,6 +276,13 @@ class Engine(Strict):
         return str(model)
 
     @property
+    def downloads_at_start(self) -> bool:
+        """Whether the engine itself may download its weights while it starts: model_path names a hub repo and
+        deployer does not fetch it first (engine.weights). A local path, or weights fetched before the launch,
+        leave no download inside the startup."""
+        return self.weights is None and bool(HUB_REPO_RE.match(self.model_path))
+
+    @property
     def probe_address(self) -> str:
         """Where deployer reaches the engine from the target: its bind address, or loopback when it binds all."""
         return probe_address(self.host)

@@ -87,7 +87,10 @@ class StartPlan:
         key = start_key(profile, version, host)
         prediction = predict(history, key)
         auto = profile.health.startup_timeout_s == "auto"
-        return cls(key, prediction, auto_startup_timeout(prediction, None) if auto else None)
+        # weights fetched before the launch (or a local path): no download inside this start, whatever the
+        # history's starts downloaded; else the history's slowest download is allowed for
+        download = None if profile.engine.downloads_at_start else 0
+        return cls(key, prediction, auto_startup_timeout(prediction, download) if auto else None)
 
     def watched(self, profile: Profile) -> Profile:
         """The profile the watch uses: `auto` replaced by the derived deadline."""

@@ -149,3 +149,31 @@ def test_history_shows_an_attempts_phases() -> None:
     assert timeline_text(timeline.to_json()) == "start 2.0s, load 1m, http up 3.0s -> ready at 1m05s"
     assert timeline_text(None) == "" and timeline_text({"phases": [{"phase": "warp"}]}) == ""
     assert Range(0, 0).text() == "0"
+
+
+def test_auto_allows_for_a_download_only_where_the_engine_itself_downloads() -> None:
+    """Three earlier starts that each downloaded for 10 minutes: a hub id the engine downloads itself gets the
+    history's download in its deadline; the same repo fetched by deployer first (engine.weights) or a local path
+    does not (the fetch is done before the launch: nothing is downloaded inside this start)."""
+    def profile(**engine: object) -> Profile:
+        return Profile.model_validate({"name": "demo", "target": {"host": "gpu-box"},
+                                       "engine": {"kind": "sglang", "model_path": "Qwen/Qwen3-8B", **engine},
+                                       "health": {"startup_timeout_s": "auto"}})
+
+    hub, fetched, local = profile(), profile(weights={"revision": "main"}), profile(model_path="/models/qwen3-8b")
+    assert hub.engine.downloads_at_start and not fetched.engine.downloads_at_start
+    assert not local.engine.downloads_at_start
+
+    def history(profile: Profile) -> list[PastStart]:
+        key = start_key(profile, "0.5.10", "h")
+        marks = [(Phase.START, 0.0), (Phase.DOWNLOAD, 5.0), (Phase.LOAD, 605.0), (Phase.READY, 665.0)]
+        return [PastStart(key, float(i), Timeline.from_marks(marks, 665.0)) for i in range(3)]
+
+    def deadline(profile: Profile) -> float:
+        plan = StartPlan.of(profile, "0.5.10", "h", history(profile))
+        assert plan.deadline is not None
+        return plan.deadline.seconds
+
+    without_download = 2 * 65 + 120   # the slowest start without its download: 65 s
+    assert deadline(fetched) == deadline(local) == 300.0 >= without_download   # the floor
+    assert deadline(hub) == 300.0 + 2 * 600                                      # + 2 x the slowest download
