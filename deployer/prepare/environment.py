@@ -56,6 +56,11 @@ class Target:
     workdir: str
     label: str = "the target"
     engine_env: tuple[tuple[str, str], ...] = ()   # the facts are read as the engine sees the host
+    section: str = "engine.install"                # the profile's section the spec comes from, in messages
+
+    def says(self, line: str) -> str:
+        """A message written for engine.install, naming this target's section instead (router.install)."""
+        return line.replace("engine.install", self.section)
 
     def facts_shell(self, argv: list[str]) -> Ran:
         """`argv` with the engine's environment (CUDA_VISIBLE_DEVICES and the like change what nvidia-smi says)."""
@@ -152,9 +157,9 @@ def probe(target: Target, spec: EnvSpec) -> tuple[TargetTools, PipConfig]:
     cmds = probe_commands(spec)
     py = _sh(target, cmds["python"])
     if py.exit_code != 0 or not py.stdout.strip():
-        raise TargetError(f"engine.install.python {spec.python} does not run on {target.label}: "
+        raise TargetError(f"{target.section}.python {spec.python} does not run on {target.label}: "
                           f"{_last_line(py.stderr or py.stdout) or 'not found'}",
-                          hint="set engine.install.python to a python3 on the target (>= 3.9)")
+                          hint=f"set {target.section}.python to a python3 on the target (>= 3.9)")
     pip = _sh(target, cmds["pip"])
     uv = target.shell("command -v uv && uv --version", PROBE_TIMEOUT_S, None)
     uv_lines = uv.stdout.split("\n") if uv.exit_code == 0 else []
@@ -169,7 +174,7 @@ def _plan(spec: EnvSpec, target: Target, tools: TargetTools, config: PipConfig) 
     try:
         return plan_install(spec, target.workdir, tools, config, uuid.uuid4().hex[:12])
     except ValueError as exc:
-        raise TargetError(f"{target.label}: {exc}") from None
+        raise TargetError(target.says(f"{target.label}: {exc}")) from None
 
 
 def resolve(target: Target, spec: EnvSpec, tools: TargetTools, plan: InstallPlan) -> tuple[ResolvedDist, ...]:
@@ -214,10 +219,10 @@ def _checked(target: Target, resolved: tuple[ResolvedDist, ...], demand: Demand,
     """The compatibility rules against this host: PreflightFailed with every error (one line each); the
     warnings returned."""
     problems: list[Problem] = check(host_facts(target, python_version), resolved, demand)
-    errors = [p.line for p in problems if p.severity == "error"]
+    errors = [target.says(p.line) for p in problems if p.severity == "error"]
     if errors:
         raise PreflightFailed(errors)
-    return tuple(p.line for p in problems)
+    return tuple(target.says(p.line) for p in problems)
 
 
 # --- the build -------------------------------------------------------------------------------------------------
@@ -279,7 +284,7 @@ def _build(target: Target, plan: InstallPlan, tools: TargetTools, config: PipCon
 
 
 def _failure_line(target: Target, output: str, tool: str, prefix: str = "the environment cannot be resolved") -> str:
-    return f"{prefix} on {target.label}: {diagnose_install(output, tool).line}"
+    return f"{prefix} on {target.label}: {target.says(diagnose_install(output, tool).line)}"
 
 
 def _last_line(text: str) -> str:
