@@ -82,7 +82,7 @@ class ReplicaFleet(Deployment):
         try:
             env = plan_router(router, self.trust_new_host, _quiet)
         except DeployError as exc:
-            return FleetPlan(plans, router.host, router_problem=f"its environment: {exc}").plan_report()
+            return FleetPlan(plans, router.host, router_problem=str(exc)).plan_report()
         return FleetPlan(plans, router.host, env).plan_report()
 
     def _replica_plan(self, member: ReplicaMember, model_config: Path | None) -> PlanReport | DeployError:

@@ -62,6 +62,11 @@ class Target:
         """A message written for engine.install, naming this target's section instead (router.install)."""
         return line.replace("engine.install", self.section)
 
+    @property
+    def env_name(self) -> str:
+        """How messages name the environment: `the environment` (an engine's), `the router.install environment`."""
+        return "the environment" if self.section == "engine.install" else f"the {self.section} environment"
+
     def facts_shell(self, argv: list[str]) -> Ran:
         """`argv` with the engine's environment (CUDA_VISIBLE_DEVICES and the like change what nvidia-smi says)."""
         exports = "".join(f"export {k}={shlex.quote(v)}; " for k, v in self.engine_env)
@@ -284,6 +289,7 @@ def _build(target: Target, plan: InstallPlan, tools: TargetTools, config: PipCon
 
 
 def _failure_line(target: Target, output: str, tool: str, prefix: str = "the environment cannot be resolved") -> str:
+    prefix = prefix.replace("the environment", target.env_name, 1)
     return f"{prefix} on {target.label}: {target.says(diagnose_install(output, tool).line)}"
 
 

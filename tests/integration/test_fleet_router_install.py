@@ -65,7 +65,7 @@ def test_a_fleet_comes_up_behind_the_router_deployer_installed(tmp_path: Path, b
     prof, data = router_install_profile(tmp_path, bed, [f"smg=={SMG_VERSION}"], "rfleet")
 
     plan = fleet_deploy(bed, "plan", str(prof), home=home, timeout=300)
-    assert "router: environment" in plan.stdout and f"smg=={SMG_VERSION}" in plan.stdout and \
+    assert f"router ({host.alias}): environment" in plan.stdout and f"smg=={SMG_VERSION}" in plan.stdout and \
         "would be built" in plan.stdout, plan.stdout + plan.stderr
     assert envs(host.workdir) == {}  # plan builds nothing
 
@@ -105,7 +105,7 @@ def test_a_fleet_comes_up_behind_the_router_deployer_installed(tmp_path: Path, b
         assert rows[f"router ({host.alias})"]["reused"] is True and rows[f"router ({host.alias})"]["digest"] == digest
 
         # the fleet's record (written beside the router) reads back: on-call finds the fleet by name and host
-        status = fleet_deploy(bed, "status", "rfleet", "--host", host.alias, "--json", home=tmp_path / "other-home")
+        status = fleet_deploy(bed, "status", "rfleet", "--host", host.alias, "--workdir", str(host.workdir), "--json", home=tmp_path / "other-home")
         assert status.returncode == 0, status.stderr[-2000:]
         assert json.loads(status.stdout)["router"]["healthy"] is True
         print(f"router.install: first up {first_up_s:.1f}s (builds smg's environment), second up {second_up_s:.1f}s")
@@ -122,9 +122,11 @@ def test_a_router_spec_that_cannot_resolve_is_refused_in_one_line(tmp_path: Path
     assert len(said) == 1 and "smg==99.0" in said[0] and SMG_VERSION in said[0], up.stderr  # the versions there are
     assert "router.install" in up.stderr and "engine.install" not in up.stderr, up.stderr
     assert envs(host.workdir) == {} and list(host.workdir.glob("*/current")) == []   # nothing built, nothing started
+    print(said[0])
 
     plan = fleet_deploy(bed, "plan", str(prof), home=home, timeout=300)
-    assert plan.returncode != 0 and "router environment:" in plan.stdout + plan.stderr, plan.stdout + plan.stderr
+    said = [line for line in plan.stdout.splitlines() if line.startswith(f"router ({host.alias}): problem:")]
+    assert plan.returncode != 0 and len(said) == 1 and "router.install.packages" in said[0], plan.stdout + plan.stderr
 
     both = yaml.safe_load(prof.read_text())
     both["router"]["python"] = "/usr/bin/python3"
