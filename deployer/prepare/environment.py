@@ -23,8 +23,8 @@ from deployer.prepare.compat import FACT_COMMANDS, Demand, HostFacts, Problem, c
     parse_caps, parse_df_available, parse_smi
 from deployer.prepare.diagnose_install import diagnose_install
 from deployer.prepare.envspec import ENVS_DIR, EnvPaths, EnvRecord, EnvSpec, ResolvedDist
-from deployer.prepare.install_plan import SIZES_PY, InstallPlan, PipConfig, TargetTools, parse_pip_config, \
-    parse_pip_report, parse_tool_version, plan_install, probe_commands, with_sizes
+from deployer.prepare.install_plan import SIZES_PY, InstallPlan, PipConfig, Step, TargetTools, parse_pip_config, \
+    parse_pip_report, parse_tool_version, parse_uv_compile, plan_install, probe_commands, profile_flags, with_sizes
 from deployer.profile.model import EngineInstall
 
 PROBE_TIMEOUT_S = 60.0
@@ -168,7 +168,7 @@ def probe(target: Target, spec: EnvSpec) -> tuple[TargetTools, PipConfig]:
     pip = _sh(target, cmds["pip"])
     uv = target.shell("command -v uv && uv --version", PROBE_TIMEOUT_S, None)
     uv_lines = uv.stdout.split("\n") if uv.exit_code == 0 else []
-    config = _sh(target, cmds["pip_config"]) if pip.exit_code == 0 else Ran(1, "", "")
+    config = _sh(target, cmds["pip_config"] if pip.exit_code == 0 else cmds["pip_config_any"])
     tools = TargetTools(python_version=py.stdout.strip(), uv=uv_lines[0].strip() if uv_lines else None,
                         uv_version=parse_tool_version(uv_lines[1]) if len(uv_lines) > 1 else None,
                         pip_version=parse_tool_version(pip.stdout) if pip.exit_code == 0 else None)
@@ -183,13 +183,23 @@ def _plan(spec: EnvSpec, target: Target, tools: TargetTools, config: PipConfig) 
 
 
 def resolve(target: Target, spec: EnvSpec, tools: TargetTools, plan: InstallPlan) -> tuple[ResolvedDist, ...]:
-    """What the spec would install, resolved by the build python's own pip (`--dry-run --report`, nothing
-    installed, nothing created), with each archive's size where it can be had. () when that pip has no report
-    (the preflight then checks only the host). A spec that cannot resolve fails here, in one line."""
-    if not tools.pip_has_report:
-        return ()
+    """What the spec would install, nothing installed, nothing created: by the build python's own pip
+    (`--dry-run --report`, pip >= 22.2: with each archive's URL and size), else, when uv builds, by uv
+    (`uv pip compile`: names and versions) so that a python with an old pip or none is resolved all the same.
+    () only when neither can (pip builds, and its pip is older than 22.2: the preflight then checks only the
+    host). A spec that cannot resolve fails here, in one line."""
+    if tools.pip_has_report:
+        return _resolved_by_pip(target, spec)
+    if plan.choice.tool == "uv" and plan.resolve is not None:
+        return _resolved_by_uv(target, spec, plan.resolve)
+    return ()
+
+
+def _resolved_by_pip(target: Target, spec: EnvSpec) -> tuple[ResolvedDist, ...]:
+    # pip's own flags, never uv's (--index-strategy, --allow-insecure-host): pip reads the target's configuration
+    # itself, which is where uv's flags were taken from
     argv = [spec.python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", "-",
-            "--no-input", "--disable-pip-version-check", *plan.choice.flags, *spec.packages]
+            "--no-input", "--disable-pip-version-check", *profile_flags(spec), *spec.packages]
     ran = _sh(target, argv, RESOLVE_TIMEOUT_S)
     if ran.exit_code != 0:
         raise TargetError(_failure_line(target, ran.stdout + "\n" + ran.stderr, "pip"))
@@ -203,6 +213,14 @@ def resolve(target: Target, spec: EnvSpec, tools: TargetTools, plan: InstallPlan
         return with_sizes(dists, json.loads(sizes.stdout)) if sizes.exit_code == 0 else dists
     except ValueError:
         return dists
+
+
+def _resolved_by_uv(target: Target, spec: EnvSpec, step: Step) -> tuple[ResolvedDist, ...]:
+    env = ["env", *(f"{k}={v}" for k, v in step.env)] if step.env else []
+    ran = _sh(target, [*env, *step.argv], RESOLVE_TIMEOUT_S, "".join(p + "\n" for p in spec.packages).encode())
+    if ran.exit_code != 0:
+        raise TargetError(_failure_line(target, ran.stdout + "\n" + ran.stderr, "uv"))
+    return parse_uv_compile(ran.stdout)
 
 
 def host_facts(target: Target, python_version: str | None) -> HostFacts:
