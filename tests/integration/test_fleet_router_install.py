@@ -8,7 +8,6 @@ network), shown by `plan`, built as an `installing` phase before anything starts
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ import yaml
 from deploy_helpers import events
 from fleet_helpers import SMG_VENV, chat, fleet_deploy, fleet_profile, get_json
 from hostbed import HostBed, host_bed
+from install_helpers import envs
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -49,11 +49,6 @@ def router_install_profile(tmp_path: Path, bed: HostBed, packages: list[str], na
                                  "index_url": empty_index.as_uri(), "python": "/usr/bin/python3"}
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path, data
-
-
-def envs(work: Path) -> dict[str, str]:
-    root = work / ".deployer" / "envs"
-    return {p.name: os.readlink(p) for p in root.iterdir() if p.is_symlink()} if root.is_dir() else {}
 
 
 def router_phases(stdout: str) -> list[str]:
