@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import zipfile
 from pathlib import Path
@@ -57,3 +58,23 @@ def envs(work: Path) -> dict[str, str]:
     """Published environments: <digest> -> the build dir it links to."""
     root = work / ".deployer" / "envs"
     return {p.name: os.readlink(p) for p in root.iterdir() if p.is_symlink()} if root.is_dir() else {}
+
+
+TORCH_CU128 = "torch==2.8.0+cu128"
+
+
+def cuda_mismatch(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A find-links dir with a torch built for CUDA 12.8 (as its local version says) and the engine env that makes
+    the stand-in nvidia-smi report a driver for CUDA 11.4: what the compatibility preflight must refuse."""
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "2.8.0+cu128", package="torch")
+    gpus = tmp_path / "gpus.json"
+    gpus.write_text(json.dumps({"driver_version": "470.57.02", "cuda_version": "11.4",
+                                "gpus": [{"name": "NVIDIA A100-SXM4-80GB", "memory_total": 81920}]}))
+    return wheels, {"STANDIN_GPUS_FILE": str(gpus)}
+
+
+def refused_for_cuda(stderr: str) -> list[str]:
+    """The lines of a refused `up` that say the torch needs a newer driver."""
+    return [line for line in stderr.splitlines() if "torch 2.8.0+cu128 needs CUDA 12.8" in line and
+            "supports CUDA 11.4" in line]

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from deploy_helpers import STANDIN, deploy, events
-from install_helpers import PACKAGE, envs, install_profile, make_wheel
+from install_helpers import PACKAGE, TORCH_CU128, cuda_mismatch, envs, install_profile, make_wheel, \
+    refused_for_cuda
 
 pytestmark = pytest.mark.integration
 
@@ -89,18 +90,13 @@ def test_prepare_builds_without_launching(tmp_path: Path, sshd: Any) -> None:
 def test_a_torch_the_driver_cannot_run_is_refused_before_anything_is_installed(tmp_path: Path, sshd: Any) -> None:
     """The compatibility preflight: the spec resolved first (a torch built for CUDA 12.8, as its local version
     says), the driver's CUDA from nvidia-smi (the stand-in, 11.4): one line saying what to change, nothing built."""
-    wheels = tmp_path / "wheels"
-    make_wheel(wheels, "2.8.0+cu128", package="torch")
-    gpus = tmp_path / "gpus.json"
-    gpus.write_text(json.dumps({"driver_version": "470.57.02", "cuda_version": "11.4",
-                                "gpus": [{"name": "NVIDIA A100-SXM4-80GB", "memory_total": 81920}]}))
+    wheels, env = cuda_mismatch(tmp_path)
     home, work = tmp_path / "home", tmp_path / "work"
-    prof = install_profile(tmp_path, sshd, wheels, "", name="oldcuda", packages=["torch==2.8.0+cu128"],
-                           env={"STANDIN_GPUS_FILE": str(gpus)})
+    prof = install_profile(tmp_path, sshd, wheels, "", name="oldcuda", packages=[TORCH_CU128], env=env)
     up = deploy("up", str(prof), home=home, timeout=300)
     assert up.returncode == 4 and "Traceback" not in up.stderr, up.stderr[-3000:]
-    said = [line for line in up.stderr.splitlines() if "torch 2.8.0+cu128 needs CUDA 12.8" in line]
-    assert said and "supports CUDA 11.4" in said[0] and "upgrade the driver" in said[0], up.stderr
+    said = refused_for_cuda(up.stderr)
+    assert said and "upgrade the driver" in said[0], up.stderr
     assert envs(work) == {} and not (work / ".deployer" / "envs").exists()  # nothing installed
     assert not (work / "oldcuda" / "current").exists()                        # nothing launched
 
