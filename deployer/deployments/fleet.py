@@ -22,8 +22,8 @@ from deployer.fleet.oncall import fleet_down, fleet_logs, fleet_status, member_r
 from deployer.fleet.report import FleetReport
 from deployer.fleet.router_env import plan_router, prepare_router
 from deployer.fleet.smoke import FleetSmokeReport, smoke_fleet
-from deployer.oncall.deployment import Ref
 from deployer.fleet.up import fleet_restart, fleet_rollback, fleet_up
+from deployer.oncall.deployment import Ref
 from deployer.runner.up import UpOptions
 from deployer.prepare.report import PrepareReport
 from deployer.runner.install import prepare_all
