@@ -2,7 +2,7 @@
 router, the real smg, deployer installs itself from this machine's local package source (the wheelhouse
 scripts/build-smg-venv.sh downloads beside SMG_VENV: smg and its dependencies, find_links and an empty index, no
 network), shown by `plan`, built as an `installing` phase before anything starts, serving, reused by the next
-`up` and by `prepare`; a spec that cannot resolve refused in one line with nothing started.
+`up`, by `restart` and by `prepare`; a spec that cannot resolve refused in one line with nothing started.
 """
 
 from __future__ import annotations
@@ -94,6 +94,14 @@ def test_a_fleet_comes_up_behind_the_router_deployer_installed(tmp_path: Path, b
         assert envs(host.workdir) == {digest: build} and (env_dir.parent / build).stat().st_ino == inode  # reused
         assert events(again.stdout)[-1]["router"]["action"] in ("reconciled", "unchanged")  # not restarted
 
+        # restart (rolling) reuses it too: the router keeps running from the same environment
+        started = time.monotonic()
+        restart = fleet_deploy(bed, "restart", str(prof), "--json", home=home, timeout=300)
+        restart_s = time.monotonic() - started
+        assert restart.returncode == 0, restart.stderr[-3000:] + restart.stdout[-3000:]
+        assert "installing" not in router_phases(restart.stdout)
+        assert events(restart.stdout)[-1]["router"]["action"] == "reconciled", events(restart.stdout)[-1]
+
         prep = fleet_deploy(bed, "prepare", str(prof), "--json", home=home, timeout=300)
         assert prep.returncode == 0, prep.stderr[-3000:] + prep.stdout[-3000:]
         rows = {r["host"]: r for r in events(prep.stdout)[-1]["environments"]}
@@ -103,7 +111,8 @@ def test_a_fleet_comes_up_behind_the_router_deployer_installed(tmp_path: Path, b
         status = fleet_deploy(bed, "status", "rfleet", "--host", host.alias, "--workdir", str(host.workdir), "--json", home=tmp_path / "other-home")
         assert status.returncode == 0, status.stderr[-2000:]
         assert json.loads(status.stdout)["router"]["healthy"] is True
-        print(f"router.install: first up {first_up_s:.1f}s (builds smg's environment), second up {second_up_s:.1f}s")
+        print(f"router.install: first up {first_up_s:.1f}s (builds smg's environment), second up {second_up_s:.1f}s, "
+              f"restart {restart_s:.1f}s")
     finally:
         fleet_deploy(bed, "down", str(prof), home=home)
 
