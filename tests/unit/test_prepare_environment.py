@@ -116,26 +116,35 @@ class WithStdin(Scripted):
         return super().shell(cmd, timeout, stdin)
 
 
-def uv_without_pip(compile_out: Ran) -> dict[str, Ran]:
-    """A build python with no pip at all (a venv made --without-pip), uv on PATH, python3's pip for the config."""
+NO_PIP = Ran(1, "", "No module named pip")
+
+
+def uv_without_pip(compile_out: Ran, pip: Ran = NO_PIP) -> dict[str, Ran]:
+    """A build python with no pip at all (a venv made --without-pip), or `pip`, uv on PATH, python3's pip for the
+    configuration."""
     answers = tools(smi=SMI_OLD)
-    answers = {"uv pip compile": compile_out, "-m pip --version": Ran(1, "", "No module named pip"),
+    answers = {"uv pip compile": compile_out, "-m pip --version": pip,
                "python3 -m pip config list": Ran(0, "global.find-links='/opt/wheels'\n", ""), **answers}
+    if pip is not NO_PIP:  # a pip of its own reads the configuration
+        answers["config list"] = answers["python3 -m pip config list"]
     answers["uv --version"] = Ran(0, "/usr/local/bin/uv\nuv 0.13.8 (x86_64-unknown-linux-gnu)\n", "")
     return answers
 
 
-def test_uv_resolves_a_python_that_has_no_pip_before_anything_is_built() -> None:
-    """The compatibility preflight is not skipped when the build python has no pip: uv resolves the spec (`uv pip
-    compile`, the packages on its stdin) and the torch it would install is checked against the driver."""
+@pytest.mark.parametrize("pip", [NO_PIP, Ran(0, "pip 20.0.2 from /usr/lib/python3/dist-packages/pip (python 3.8)", "")],
+                         ids=["no-pip", "pip-20.0.2"])
+def test_uv_resolves_a_python_whose_pip_cannot_before_anything_is_built(pip: Ran) -> None:
+    """The compatibility preflight is not skipped when the build python has no pip, or one older than 22.2 (no
+    --report): uv resolves the spec (`uv pip compile`, the packages on its stdin) and the torch it would install
+    is checked against the driver."""
     install = EngineInstall(packages=["torch==2.8.0+cu128"], python="/opt/nopip/bin/python")
-    target = WithStdin(uv_without_pip(Ran(0, "torch==2.8.0+cu128\n", "")))
+    target = WithStdin(uv_without_pip(Ran(0, "torch==2.8.0+cu128\n", ""), pip))
     with pytest.raises(PreflightFailed) as caught:
         prepare_environment(target.target(), install, Demand(engine_kind="sglang"), lambda e: None)
     assert any("torch 2.8.0+cu128 needs CUDA 12.8" in p for p in caught.value.problems), caught.value.problems
     (compiled,) = [c for c in target.commands if "uv pip compile" in c]
     assert "--python /opt/nopip/bin/python" in compiled and compiled.endswith(" -")
-    assert "--find-links /opt/wheels" in compiled            # the target's pip configuration, read by python3's pip
+    assert "--find-links /opt/wheels" in compiled            # the target's pip configuration, given to uv
     assert target.stdin[compiled] == b"torch==2.8.0+cu128\n"
     assert not any("--dry-run" in c for c in target.commands)
     assert [c["op"] for c in target.calls] == ["env_build"] and target.calls[0]["reuse_only"]   # nothing built
