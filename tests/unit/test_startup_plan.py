@@ -177,3 +177,27 @@ def test_auto_allows_for_a_download_only_where_the_engine_itself_downloads() -> 
     without_download = 2 * 65 + 120   # the slowest start without its download: 65 s
     assert deadline(fetched) == deadline(local) == 300.0 >= without_download   # the floor
     assert deadline(hub) == 300.0 + 2 * 600                                      # + 2 x the slowest download
+
+
+def test_a_start_without_the_engines_version_counts_as_the_same_launch_before_it() -> None:
+    """`restart` (no preflight) does not ask the target for the engine's version: its start takes the version of
+    the latest earlier start of the same launch (measured on real vLLM: restarts were keyed "unknown" and never
+    counted). A different launch (other args) stays unknown."""
+    profile = _profile(startup_timeout_s="auto")
+    known = start_key(profile, "0.5.10", "h")
+    older = start_key(profile, "0.5.9", "h")
+    history = [_past(older, 1.0), _past(known, 2.0)]
+    assert start_key(profile, None, "h", history) == known
+    assert start_key(profile, None, "h", history[:1]).engine_version == "0.5.9"
+    assert start_key(profile, None, "h").engine_version == "unknown"
+    other = profile.patched(args={"tp": 2})
+    assert start_key(other, None, "h", history).engine_version == "unknown"
+    assert start_key(profile, "0.6.0", "h", history).engine_version == "0.6.0"   # a known version is kept
+    restarted = history + [_past(known, 2.5), _past(start_key(profile, None, "h", history), 3.0)]
+    plan = StartPlan.of(profile, None, "h", restarted)
+    assert plan.prediction is not None and plan.prediction.starts == 3 and plan.key == known
+
+
+def _past(key: StartKey, at: float) -> PastStart:
+    marks = [(Phase.START, 0.0), (Phase.LOAD, 2.0), (Phase.READY, 30.0)]
+    return PastStart(key, at, Timeline.from_marks(marks, 30.0))
