@@ -87,7 +87,8 @@ def diagnose_install(output: str, tool: str) -> InstallDiagnosis:
         groups = failure.match(output)
         if groups is not None:
             filled = {k: _tidy(k, v) for k, v in groups.items()}
-            return InstallDiagnosis(failure.id, failure.summary.format_map(_Missing(filled)), failure.hint,
+            return InstallDiagnosis(failure.id, failure.summary.format_map(_Missing(filled)),
+                                    failure.hint.format_map(_Missing(filled)),
                                     failure.source)
     return InstallDiagnosis("unknown", f"{tool} failed: {_last_error(output)}", "", "the output's own last error line")
 
@@ -107,13 +108,17 @@ def _tidy(name: str, value: str) -> str:
     return text if len(text) <= MAX_GROUP else text[:MAX_GROUP - 3] + "..."
 
 
+# pip prints these as `ERROR:` lines before the one that says what failed (the versions it skipped for Python)
+_NOT_THE_ERROR = ("Ignored the following versions",)
+
+
 def _last_error(output: str) -> str:
     """The most specific line of an unknown failure: the last `cause:` (uv) or the first `ERROR:` (pip), else the
     last non-empty line; never the traceback above it."""
     causes = _CAUSE_LINE.findall(output)
     if causes:
         return _tidy("cause", causes[-1])
-    errors = [e for e in _ERROR_LINE.findall(output) if e.strip() != "Exception:"]
+    errors = [e for e in _ERROR_LINE.findall(output) if e.strip() != "Exception:" and not e.startswith(_NOT_THE_ERROR)]
     if errors:
         return _tidy("error", errors[0])
     lines = [line.strip() for line in output.splitlines() if line.strip()]

@@ -22,7 +22,7 @@ from deployer.events import EventSink, PhaseEntered, Warn
 from deployer.prepare.compat import FACT_COMMANDS, Demand, HostFacts, Problem, check, estimate_env_bytes, \
     parse_caps, parse_df_available, parse_smi
 from deployer.prepare.diagnose_install import diagnose_install
-from deployer.prepare.envspec import ENVS_DIR, EnvPaths, EnvRecord, EnvSpec, ResolvedDist
+from deployer.prepare.envspec import ENVS_DIR, EnvPaths, EnvRecord, EnvSpec, ResolvedDist, canonical_name
 from deployer.prepare.install_plan import SIZES_PY, InstallPlan, PipConfig, Step, TargetTools, parse_pip_config, \
     parse_pip_report, parse_tool_version, parse_uv_compile, plan_install, probe_commands, profile_flags, with_sizes
 from deployer.profile.model import EngineInstall
@@ -189,10 +189,13 @@ def resolve(target: Target, spec: EnvSpec, tools: TargetTools, plan: InstallPlan
     () only when neither can (pip builds, and its pip is older than 22.2: the preflight then checks only the
     host). A spec that cannot resolve fails here, in one line."""
     if tools.pip_has_report:
-        return _resolved_by_pip(target, spec)
-    if plan.choice.tool == "uv" and plan.resolve is not None:
-        return _resolved_by_uv(target, spec, plan.resolve)
-    return ()
+        resolved = _resolved_by_pip(target, spec)
+    elif plan.choice.tool == "uv" and plan.resolve is not None:
+        resolved = _resolved_by_uv(target, spec, plan.resolve)
+    else:
+        return ()
+    # what `remove` uninstalls after the install is not in the environment: not checked, not counted
+    return tuple(d for d in resolved if canonical_name(d.name) not in spec.remove)
 
 
 def _resolved_by_pip(target: Target, spec: EnvSpec) -> tuple[ResolvedDist, ...]:
@@ -285,7 +288,7 @@ def prune_environments(target: Target, in_use: set[str], min_age_s: float) -> li
 def _build(target: Target, plan: InstallPlan, tools: TargetTools, config: PipConfig,
            resolved: tuple[ResolvedDist, ...]) -> _Built:
     steps = [{"name": s.name, "argv": list(s.argv), "env": dict(s.env)}
-             for s in (plan.venv, plan.install, plan.freeze)]
+             for s in plan.build_steps]
     tool_version = tools.uv_version if plan.choice.tool == "uv" else tools.pip_version
     record = {"digest": plan.spec.digest, "spec": plan.spec.as_dict(),
               "tool": f"{plan.choice.tool} {tool_version}" if tool_version else plan.choice.tool,

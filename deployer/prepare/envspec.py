@@ -73,6 +73,7 @@ class EnvSpec:
     find_links: tuple[str, ...] = ()
     python: str = "python3"
     format: int = ENV_FORMAT
+    remove: tuple[str, ...] = ()   # canonical names, sorted; uninstalled after the install
 
     @classmethod
     def from_install(cls, install: EngineInstall) -> EnvSpec:
@@ -81,19 +82,22 @@ class EnvSpec:
         packages = tuple(sorted({normalise_requirement(p) for p in install.packages}))
         return cls(packages=packages, index_url=install.index_url,
                    extra_index_urls=tuple(install.extra_index_urls), find_links=tuple(install.find_links),
-                   python=install.python)
+                   python=install.python, remove=tuple(sorted({canonical_name(n) for n in install.remove})))
 
     def as_dict(self) -> dict[str, Any]:
-        return {"format": self.format, "packages": list(self.packages), "index_url": self.index_url,
-                "extra_index_urls": list(self.extra_index_urls), "find_links": list(self.find_links),
-                "python": self.python}
+        data: dict[str, Any] = {"format": self.format, "packages": list(self.packages), "index_url": self.index_url,
+                                "extra_index_urls": list(self.extra_index_urls), "find_links": list(self.find_links),
+                                "python": self.python}
+        if self.remove:  # only when set: the environments built before `remove` existed keep their digests
+            data["remove"] = list(self.remove)
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EnvSpec:
         return cls(packages=tuple(data["packages"]), index_url=data.get("index_url"),
                    extra_index_urls=tuple(data.get("extra_index_urls") or ()),
                    find_links=tuple(data.get("find_links") or ()), python=str(data.get("python") or "python3"),
-                   format=int(data.get("format", ENV_FORMAT)))
+                   format=int(data.get("format", ENV_FORMAT)), remove=tuple(data.get("remove") or ()))
 
     @property
     def digest(self) -> str:

@@ -148,14 +148,20 @@ class InstallPlan:
     install: Step
     freeze: Step
     notes: tuple[str, ...] = ()
+    uninstall: Step | None = None   # spec.remove: after the install, before the list
 
     @property
     def build_dir(self) -> str:
         return self.paths.build_dir(self.build_id)
 
     @property
+    def build_steps(self) -> tuple[Step, ...]:
+        """What the target's helper runs to build (the resolve ran before, on its own)."""
+        return tuple(s for s in (self.venv, self.install, self.uninstall, self.freeze) if s is not None)
+
+    @property
     def steps(self) -> tuple[Step, ...]:
-        return tuple(s for s in (self.venv, self.resolve, self.install, self.freeze) if s is not None)
+        return tuple(s for s in (self.venv, self.resolve, self.install, self.uninstall, self.freeze) if s is not None)
 
 
 def profile_flags(spec: EnvSpec) -> list[str]:
@@ -249,7 +255,9 @@ def plan_install(spec: EnvSpec, workdir: str, tools: TargetTools, config: PipCon
             resolve=Step("resolve", (uv, "pip", "compile", "--python", spec.python, *UV_COMPILE_QUIET,
                                      *choice.flags, "-"), choice.env),
             install=Step("install", (uv, "pip", "install", "--python", py, *choice.flags, *packages), choice.env),
-            freeze=Step("freeze", (uv, "pip", "list", "--python", py, "--format", "json"), choice.env))
+            freeze=Step("freeze", (uv, "pip", "list", "--python", py, "--format", "json"), choice.env),
+            uninstall=Step("remove", (uv, "pip", "uninstall", "--python", py, *spec.remove), choice.env)
+            if spec.remove else None)
     notes: tuple[str, ...] = ()
     resolve: Step | None = Step("resolve", (py, "-m", "pip", "install", "--dry-run", "--quiet", "--report", "-",
                                             "--no-input", "--disable-pip-version-check", *choice.flags, *packages))
@@ -264,7 +272,9 @@ def plan_install(spec: EnvSpec, workdir: str, tools: TargetTools, config: PipCon
         install=Step("install", (py, "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
                                  *choice.flags, *packages)),
         freeze=Step("freeze", (py, "-m", "pip", "list", "--format", "json", "--disable-pip-version-check")),
-        notes=notes)
+        notes=notes,
+        uninstall=Step("remove", (py, "-m", "pip", "uninstall", "--yes", "--no-input", "--disable-pip-version-check",
+                                  *spec.remove)) if spec.remove else None)
 
 
 # --- reading the answers -------------------------------------------------------------------------------------

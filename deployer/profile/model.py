@@ -138,6 +138,14 @@ def check_requirement_text(text: str) -> str:
 RequirementText = Annotated[str, AfterValidator(check_requirement_text)]
 
 
+DIST_NAME_RE = re.compile(r"\A[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?\Z")
+
+
+def _dist_key(name: str) -> str:
+    """A distribution name as PEP 503 compares them (case, runs of - _ . alike)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 class EngineInstall(Strict):
     """`engine.install`: the managed engine environment deployer builds on the target (deployer.prepare), keyed by
     a hash of these fields, under `<workdir>/.deployer/envs/<hash>/`; the engine runs from its python."""
@@ -151,6 +159,10 @@ class EngineInstall(Strict):
                                   description="wheel directories or pages on the target (pip --find-links)")
     python: str = Field(default="python3", min_length=1,
                         description="the interpreter on the target the environment is built with")
+    remove: list[str] = Field(default_factory=list,
+                              description="distributions uninstalled after the install: a dependency the packages "
+                                          "drag in that breaks the environment (e.g. PyPI's CUDA torchvision beside "
+                                          "a CPU torch)")
 
     @model_validator(mode="before")
     @classmethod
@@ -172,6 +184,24 @@ class EngineInstall(Strict):
         if len(set(v)) != len(v):
             raise ValueError("a package is listed twice")
         return v
+
+    @field_validator("remove")
+    @classmethod
+    def _remove(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not DIST_NAME_RE.match(name):
+                raise ValueError(f"{name!r}: a distribution name (letters, digits, . _ -), no version")
+        if len({_dist_key(n) for n in v}) != len(v):
+            raise ValueError("a distribution is listed twice")
+        return v
+
+    @model_validator(mode="after")
+    def _remove_not_asked_for(self) -> EngineInstall:
+        asked = {_dist_key(re.split(r"[\[<>=!~;@ ]", p, maxsplit=1)[0]) for p in self.packages}
+        both = sorted(n for n in self.remove if _dist_key(n) in asked)
+        if both:
+            raise ValueError(f"remove lists {', '.join(both)}, which packages asks for: remove it from one of them")
+        return self
 
     @field_validator("index_url", "python")
     @classmethod

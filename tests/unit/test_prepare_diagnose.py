@@ -75,3 +75,10 @@ def test_tool_specific_entries_do_not_cross() -> None:
     """uv's text read as pip's (or the reverse) falls to the generic line: the entries are per tool."""
     assert diagnose_install(_text("uv-no-such-version"), "pip").id == "unknown"
     assert diagnose_install(_text("pip-no-such-version"), "uv").id == "unknown"
+
+
+def test_an_unknown_failure_skips_pips_list_of_versions_ignored_for_python() -> None:
+    """pip prints the versions it skipped for the Python as an ERROR line before the one that says what failed."""
+    text = ("ERROR: Ignored the following versions that require a different python version: 0.52.0 Requires-Python "
+            ">=3.6,<3.9\nERROR: something new went wrong\n")
+    assert diagnose_install(text, "pip").summary == "pip failed: something new went wrong"

