@@ -23,7 +23,7 @@ from deployer.fleet.smoke import FleetSmokeReport, smoke_fleet
 from deployer.fleet.up import fleet_restart, fleet_rollback, fleet_up
 from deployer.runner.up import UpOptions
 from deployer.prepare.report import PrepareReport
-from deployer.runner.install import prepare_all
+from deployer.runner.install import planned_weights_on, prepare_all
 from deployer.profile.model import Profile
 from deployer.smoke import SmokeOptions
 from deployer.events import Event, EventSink
@@ -68,7 +68,14 @@ class ReplicaFleet(Deployment):
         return self._one().render(as_json, note)
 
     def plan(self, model_config: Path | None = None) -> PlanReport:
-        return self._one().plan(model_config)
+        """The first replica preflighted on its host (the replicas run one engine profile), and with
+        `engine.weights` what the fetch would take on every replica host (a fleet fetches once per host)."""
+        self._no_host("plan")
+        replicas = fleet_of(self.profile).replicas
+        first = SingleHost(lambda: self.as_single.ref, profile=replicas[0].profile,
+                           origin=Origin(trust_new_host=self.trust_new_host))
+        hosts = [(m.host, m.profile) for m in replicas]
+        return first.planned(model_config, lambda _remote, _profile: planned_weights_on(hosts, self.trust_new_host))
 
     def prepare(self, emit: EventSink) -> PrepareReport:
         """Every replica's host (and the router's, once its environment can be installed too)."""

@@ -177,14 +177,15 @@ class PlanReport:
     error: DeployError | None = field(default=None)
     picture: MemoryPicture | None = None
     environment: EnvPrepared | None = field(default=None)   # engine.install: what would be installed, the disk
-    weights: Needed | None = field(default=None)             # engine.weights: what the fetch would take
+    # engine.weights: what the fetch would take, one per host (a fleet's hosts, a node group's nodes)
+    weights: list[Needed] = field(default_factory=list)
 
     def to_json(self) -> Any:
         data = self.report.to_json()
         if self.environment is not None and isinstance(data, dict):
             data = {**data, "environment": self.environment.to_json()}
-        if self.weights is not None and isinstance(data, dict):
-            data = {**data, "weights": self.weights.to_json()}
+        if self.weights and isinstance(data, dict):  # `weights`: the first host's, as before there were several
+            data = {**data, "weights": self.weights[0].to_json(), "weights_hosts": [w.to_json() for w in self.weights]}
         return data
 
     @property

@@ -104,7 +104,7 @@ class Needed:
         return self.missing <= self.free
 
     def to_json(self) -> dict[str, object]:
-        return {"commit": self.commit, "total_bytes": self.total, "missing_bytes": self.missing,
+        return {"host": self.host, "commit": self.commit, "total_bytes": self.total, "missing_bytes": self.missing,
                 "free_bytes": self.free, "fits": self.fits}
 
     def describe(self) -> str:

@@ -135,17 +135,40 @@ def plan_environment(remote: Remote, profile: Profile) -> tuple[Profile, EnvPrep
     return (profile, None) if prepared is None else (launched_from(profile, prepared.python), prepared)
 
 
-def planned_weights(remote: Remote, profile: Profile) -> tuple[Needed | None, list[str]]:
-    """For `deploy plan`: what fetching `engine.weights` would take on this host (nothing fetched), and the problems
-    it finds: the missing bytes do not fit the free disk, or the hub cannot say what the revision holds."""
+def planned_weights(remote: Remote, profile: Profile) -> tuple[list[Needed], list[str]]:
+    """For `deploy plan`: what fetching `engine.weights` would take on this host (nothing fetched; empty without
+    `engine.weights`), and the problems it finds: the missing bytes do not fit the free disk, or the hub cannot say
+    what the revision holds."""
     try:
         needed = plan_weights(remote, profile)
     except DeployError as exc:
-        return None, [f"weights: {exc}"]
+        return [], [f"weights: {exc}"]
     if needed is not None and not needed.fits:
-        return needed, [f"weights: {needed.describe()}: free space under the hub cache on {needed.host}, or set "
-                        "HF_HOME on the box to a larger disk"]
-    return needed, []
+        return [needed], [f"weights: {needed.describe()}: free space under the hub cache on {needed.host}, or set "
+                          "HF_HOME on the box to a larger disk"]
+    return ([needed] if needed is not None else []), []
+
+
+def planned_weights_on(hosts: Sequence[tuple[str, Profile]], trust_new_host: bool) -> tuple[list[Needed], list[str]]:
+    """`planned_weights` on every host of a fleet (host, a member's profile), once per host (a fleet fetches once
+    per host), hosts at once; a host that cannot be reached is a problem of its own line."""
+    firsts: dict[str, Profile] = {}
+    for host, profile in hosts:
+        firsts.setdefault(host, profile)
+
+    def one(profile: Profile) -> tuple[list[Needed], list[str]]:
+        try:
+            with conversing(target_spec(profile, trust_new_host)) as remote:
+                return planned_weights(remote, profile)
+        except DeployError as exc:
+            return [], [f"weights on {profile.target.host}: {exc}"]
+
+    return merged_weights(at_once(one, list(firsts.values())))
+
+
+def merged_weights(each: Sequence[tuple[list[Needed], list[str]]]) -> tuple[list[Needed], list[str]]:
+    """Several hosts' `planned_weights` as one: every host's line, every problem, in the hosts' order."""
+    return [n for needs, _ in each for n in needs], [p for _, problems in each for p in problems]
 
 
 def unbuilt_problem(problem: str, profile: Profile, prepared: EnvPrepared | None) -> bool:

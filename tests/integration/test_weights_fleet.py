@@ -4,7 +4,9 @@ host. The bed's hosts share this machine's disk (tests/hostbed.py), so here the 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -96,3 +98,59 @@ def test_a_node_group_fetches_on_every_node_before_it_starts(tmp_path: Path, bed
             assert len(fetched) == 2 and max(fetched) < first_attempt
         finally:
             fleet_deploy(bed, "down", str(prof), home=home)
+
+
+def plan_document(stdout: str) -> Any:
+    """The one JSON document `plan --json` printed (before the error envelope line of a failure)."""
+    return json.JSONDecoder().raw_decode(stdout.lstrip())[0]
+
+
+def test_a_fleet_plan_says_what_the_fetch_takes_on_every_host_once(tmp_path: Path, bed: HostBed) -> None:
+    """Three replicas on two hosts: one `weights` line per host (text and --json), nothing fetched."""
+    repo = tiny_repo("acme/tiny", 300_000)
+    with HubStub(repo) as hub:
+        h0, h1 = bed.hosts
+        replicas = [{"host": h0.alias, "workdir": str(h0.workdir / "a"), "engine_port": free_port(h0.addr)},
+                    {"host": h0.alias, "workdir": str(h0.workdir / "b"), "engine_port": free_port(h0.addr)},
+                    {"host": h1.alias, "workdir": str(h1.workdir), "engine_port": free_port(h1.addr)}]
+        prof, data = fleet_profile(tmp_path, bed, name="wfplan", router=False, replicas=replicas,
+                                   env={"HF_HOME": str(tmp_path / "hf")})
+        data["engine"]["model_path"] = "acme/tiny"
+        data["engine"]["weights"] = {"endpoint": hub.endpoint}
+        prof.write_text(yaml.safe_dump(data, sort_keys=False))
+        home = tmp_path / "home"
+        text = fleet_deploy(bed, "plan", str(prof), home=home)
+        assert "Traceback" not in text.stderr, text.stderr[-2000:]
+        lines = [line for line in text.stdout.splitlines() if line.startswith(f"weights {repo.commit[:12]} on ")]
+        assert len(lines) == 2 and all("(fits)" in line for line in lines), text.stdout[-3000:] + text.stderr[-3000:]
+        assert any(f"@{h0.addr}:" in line for line in lines) and any(f"@{h1.addr}:" in line for line in lines), lines
+        as_json = plan_document(fleet_deploy(bed, "plan", str(prof), "--json", home=home).stdout)
+        hosts = as_json["weights_hosts"]
+        assert [w["missing_bytes"] for w in hosts] == [repo.total, repo.total], hosts
+        assert sorted(w["host"].split("@")[1].split(":")[0] for w in hosts) == sorted([h0.addr, h1.addr]), hosts
+        assert as_json["weights"] == hosts[0] and hub.served == {}
+
+
+def test_a_node_group_plan_says_what_the_fetch_takes_on_every_node(tmp_path: Path, bed: HostBed) -> None:
+    from test_nodes_up import STANDIN_BIN, nodes_profile
+
+    for host in bed.hosts:
+        (host.sshd.bin_dir / "nvidia-smi").symlink_to(STANDIN_BIN / "nvidia-smi")
+    repo = tiny_repo("acme/tiny", 300_000)
+    with HubStub(repo) as hub:
+        prof, _ = nodes_profile(tmp_path, bed, name="wnplan", env={"HF_HOME": str(tmp_path / "hf")})
+        data = yaml.safe_load(prof.read_text())
+        data["engine"]["model_path"] = "acme/tiny"
+        data["engine"]["weights"] = {"endpoint": hub.endpoint}
+        prof.write_text(yaml.safe_dump(data, sort_keys=False))
+        home = tmp_path / "home"
+        text = fleet_deploy(bed, "plan", str(prof), home=home)
+        assert "Traceback" not in text.stderr, text.stderr[-2000:]
+        lines = [line for line in text.stdout.splitlines() if line.startswith(f"weights {repo.commit[:12]} on ")]
+        assert len(lines) == 2, text.stdout[-3000:]
+        as_json = plan_document(fleet_deploy(bed, "plan", str(prof), "--json", home=home).stdout)
+        assert len(as_json["weights_hosts"]) == 2 and as_json["weights"]["commit"] == repo.commit, as_json
+        hub.repos.clear()  # the hub no longer knows the repo: a problem line per node, nothing else breaks
+        gone = fleet_deploy(bed, "plan", str(prof), home=home)
+        assert gone.returncode != 0 and "Traceback" not in gone.stderr, gone.stderr[-2000:]
+        assert gone.stdout.count("problem: weights: fetching acme/tiny@main on") == 2, gone.stdout + gone.stderr
