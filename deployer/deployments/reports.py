@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from deployer.runner.up import UpReport
     from deployer.preflight.checks import PreflightReport
     from deployer.prepare.environment import EnvPrepared
-    from deployer.prepare.weights import Needed
+    from deployer.prepare.pushed import WeightsNeeded
     from deployer.smoke import SmokeReport
 
     UpResult = Union[UpReport, FleetReport]
@@ -178,7 +178,7 @@ class PlanReport:
     picture: MemoryPicture | None = None
     environment: EnvPrepared | None = field(default=None)   # engine.install: what would be installed, the disk
     # engine.weights: what the fetch would take, one per host (a fleet's hosts, a node group's nodes)
-    weights: list[Needed] = field(default_factory=list)
+    weights: list[WeightsNeeded] = field(default_factory=list)
 
     def to_json(self) -> Any:
         data = self.report.to_json()

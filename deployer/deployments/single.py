@@ -31,11 +31,11 @@ if TYPE_CHECKING:
     from deployer.export.prometheus import AddressOf, PromExport
     from deployer.target.snapshot import LogWindow
     from deployer.prepare.report import PrepareReport
-    from deployer.prepare.weights import Needed
+    from deployer.prepare.pushed import WeightsNeeded
     from deployer.remote.base import Remote
 
     # For `plan`: what the weights would take (a line per host) and the problems, given a connection and the profile.
-    WeightsOf = Callable[[Remote, Profile], tuple[list[Needed], list[str]]]
+    WeightsOf = Callable[[Remote, Profile], tuple[list[WeightsNeeded], list[str]]]
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from deployer.preflight.checks import PreflightReport, run_preflight
 from deployer.preflight.facts import Facts, gather_facts
 from deployer.prepare.environment import EnvPrepared
 from deployer.profile.model import Profile
-from deployer.prepare.weights import Needed
+from deployer.prepare.pushed import WeightsNeeded
 from deployer.runner.install import launched_from, merged_weights, plan_environment, planned_weights, \
     unbuilt_problem
 from deployer.target.push import layout_for
@@ -36,7 +36,7 @@ class NodesPlanReport:
     nodes: list[dict[str, Any]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     environment: EnvPrepared | None = None      # engine.install: what up would install (resolved on node 0)
-    weights: list[Needed] = field(default_factory=list)   # engine.weights: what the fetch would take, per node
+    weights: list[WeightsNeeded] = field(default_factory=list)   # engine.weights: what the fetch would take, per node
 
     def to_json(self) -> dict[str, Any]:
         data = {"node0": self.leader.to_json() if self.leader else None, "nodes": self.nodes,

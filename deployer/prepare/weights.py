@@ -45,7 +45,7 @@ class WeightsPlan:
 def plan_for(profile: Profile) -> WeightsPlan | None:
     """What `up` fetches for this profile before launch; None when the engine finds its own weights."""
     engine = profile.engine
-    if engine.weights is None:
+    if engine.weights is None or engine.weights.push:  # a pushed directory: deployer/prepare/pushed.py
         return None
     env = engine.env
     hub = env.get("HF_HUB_CACHE") or (env["HF_HOME"].rstrip("/") + "/hub" if env.get("HF_HOME") else None)

@@ -16,7 +16,7 @@ from deployer.prepare.compat import Demand
 from deployer.prepare.environment import EnvPrepared, Ran, Target, prepare_environment, prune_environments, \
     warn_all
 from deployer.prepare.envspec import ENVS_DIR, envs_in_use
-from deployer.prepare.weights import Needed
+from deployer.prepare.pushed import PushNeeded, WeightsNeeded
 from deployer.prepare.report import HostPrepared, PrepareReport
 from deployer.profile.model import Profile
 from deployer.remote.base import Remote
@@ -135,7 +135,7 @@ def plan_environment(remote: Remote, profile: Profile) -> tuple[Profile, EnvPrep
     return (profile, None) if prepared is None else (launched_from(profile, prepared.python), prepared)
 
 
-def planned_weights(remote: Remote, profile: Profile) -> tuple[list[Needed], list[str]]:
+def planned_weights(remote: Remote, profile: Profile) -> tuple[list[WeightsNeeded], list[str]]:
     """For `deploy plan`: what fetching `engine.weights` would take on this host (nothing fetched; empty without
     `engine.weights`), and the problems it finds: the missing bytes do not fit the free disk, or the hub cannot say
     what the revision holds."""
@@ -144,19 +144,21 @@ def planned_weights(remote: Remote, profile: Profile) -> tuple[list[Needed], lis
     except DeployError as exc:
         return [], [f"weights: {exc}"]
     if needed is not None and not needed.fits:
-        return [needed], [f"weights: {needed.describe()}: free space under the hub cache on {needed.host}, or set "
-                          "HF_HOME on the box to a larger disk"]
+        where = "under target.workdir" if isinstance(needed, PushNeeded) else "under the hub cache"
+        larger = "target.workdir" if isinstance(needed, PushNeeded) else "HF_HOME on the box"
+        return [needed], [f"weights: {needed.describe()}: free space {where} on {needed.host}, or set {larger} to "
+                          "a larger disk"]
     return ([needed] if needed is not None else []), []
 
 
-def planned_weights_on(hosts: Sequence[tuple[str, Profile]], trust_new_host: bool) -> tuple[list[Needed], list[str]]:
+def planned_weights_on(hosts: Sequence[tuple[str, Profile]], trust_new_host: bool) -> tuple[list[WeightsNeeded], list[str]]:
     """`planned_weights` on every host of a fleet (host, a member's profile), once per host (a fleet fetches once
     per host), hosts at once; a host that cannot be reached is a problem of its own line."""
     firsts: dict[str, Profile] = {}
     for host, profile in hosts:
         firsts.setdefault(host, profile)
 
-    def one(profile: Profile) -> tuple[list[Needed], list[str]]:
+    def one(profile: Profile) -> tuple[list[WeightsNeeded], list[str]]:
         try:
             with conversing(target_spec(profile, trust_new_host)) as remote:
                 return planned_weights(remote, profile)
@@ -166,7 +168,7 @@ def planned_weights_on(hosts: Sequence[tuple[str, Profile]], trust_new_host: boo
     return merged_weights(at_once(one, list(firsts.values())))
 
 
-def merged_weights(each: Sequence[tuple[list[Needed], list[str]]]) -> tuple[list[Needed], list[str]]:
+def merged_weights(each: Sequence[tuple[list[WeightsNeeded], list[str]]]) -> tuple[list[WeightsNeeded], list[str]]:
     """Several hosts' `planned_weights` as one: every host's line, every problem, in the hosts' order."""
     return [n for needs, _ in each for n in needs], [p for _, problems in each for p in problems]
 
