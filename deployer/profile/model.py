@@ -227,8 +227,8 @@ class EngineWeights(Strict):
 
     @model_validator(mode="after")
     def _one_source(self) -> EngineWeights:
-        hub = sorted({"revision", "endpoint"} & self.model_fields_set)
-        if self.push and hub:
+        hub = [name for name, default in (("endpoint", None), ("revision", "main")) if getattr(self, name) != default]
+        if self.push and hub:  # (a run's record writes the defaults out)
             raise ValueError(f"weights.push sends a directory from here; weights.{hub[0]} is for a hub repo "
                              "(remove one of them)")
         if self.pushed is not None and not self.push:

@@ -13,13 +13,16 @@ workdir's `.deployer/models`, ours alone, never through a symlink):
     .<content>.lock            one push of a content at a time on a host (a second waits)
 
     request   {"models", "owned_from" (the workdir), "content", "files": [{"name", "size", "sha256"}], "dry"}
-    out       {"have": [{"name", "offset", "whole", "corrupt"}], "send", "total", "free", "dir"} (dry: then exit)
+    out       {"have": [{"name", "offset", "whole", "corrupt", "linked"?}], "send", "total", "free", "dir"} (dry:
+              then exit)
     in/out    {"append": name, "chunk": file name, "offset", "sha256"} -> {"appended": name, "size"}
               {"seal": name}  -> {"sealed": name} | {"bad": name, "message"} (the staged file removed: send again)
               {"finish": true} -> {"done": content, "dir", "files", "total"}
     errors    {"error": kind, "message"} (kinds: disk, unsafe, request, os, missing) and exit 2
 
-A file already in `<content>/` is whole when its size, mtime and inode are the ones recorded when it was last
+A file another content pushed here before holds (the same sha256, still as verified) is hard-linked into the
+staging dir instead of sent (two versions of a model that share most shards share their disk too). A file already
+in `<content>/` is whole when its size, mtime and inode are the ones recorded when it was last
 hashed, else it is hashed again (a file changed on the target is found and sent again, `corrupt`). Received files
 are renamed into `<content>/` only once every one is whole: a directory that is there is complete.
 """
@@ -47,6 +50,7 @@ else:  # run on the target, where the modules are loaded by their bare names
 CHUNK = 1 << 20
 CONTENT_RE = re.compile(r"\A[0-9a-f]{64}\Z")
 PART_RE = re.compile(r"\A[A-Za-z0-9_.-]{1,128}\Z")
+RECORD_RE = re.compile(r"\A\.([0-9a-f]{64})\.verified\.json\Z")
 
 
 class PushError(Exception):
@@ -99,6 +103,7 @@ class Receive:
         self.record_path = os.path.join(self.models, ".%s.verified.json" % self.content)
         self.record: Dict[str, List[Any]] = {}
         self.whole: Dict[str, bool] = {}
+        self.elsewhere: Dict[str, str] = {}
 
     def run(self) -> int:
         make_dirs(self.models, self.owned_from)
@@ -115,7 +120,8 @@ class Receive:
             os.close(lock)
 
     def _locked(self) -> int:
-        self.record = self._read_record()
+        self.record = self._read_record(self.record_path)
+        self.elsewhere = self._verified_elsewhere()
         have = [self._state(f) for f in self.files]
         total = sum(f["size"] for f in self.files)
         send = sum(f["size"] - h["offset"] for f, h in zip(self.files, have) if not h["whole"])
@@ -142,9 +148,9 @@ class Receive:
 
     # -- what is there ------------------------------------------------------------------------------------
 
-    def _read_record(self) -> Dict[str, List[Any]]:
+    def _read_record(self, path: str) -> Dict[str, List[Any]]:
         try:
-            fd = open_file(self.record_path, os.O_RDONLY, 0o600, "verification record")
+            fd = open_file(path, os.O_RDONLY, 0o600, "verification record")
         except OSError:
             return {}
         try:
@@ -154,6 +160,39 @@ class Receive:
         finally:
             os.close(fd)
         return data if isinstance(data, dict) else {}
+
+    def _verified_elsewhere(self) -> Dict[str, str]:
+        """sha256 -> a file of another content pushed here before, still as it was when verified (size, mtime,
+        inode): a file two versions share is linked, not sent again."""
+        found: Dict[str, str] = {}
+        for entry in sorted(os.listdir(self.models)):
+            other = RECORD_RE.match(entry)
+            if other is None or other.group(1) == self.content:
+                continue
+            for name, kept in self._read_record(os.path.join(self.models, entry)).items():
+                path = os.path.join(self.models, other.group(1), name)
+                try:
+                    _name(name)
+                    _inside(path, self.models)
+                    st = os.lstat(path)
+                except (PushError, UnsafePath, OSError):
+                    continue
+                if stat.S_ISREG(st.st_mode) and kept[:3] == [st.st_size, st.st_mtime_ns, st.st_ino]:
+                    found.setdefault(str(kept[3]), path)
+        return found
+
+    def _linked(self, f: Dict[str, Any], staged: str) -> bool:
+        """The file staged as a hard link to the same bytes of another content (False: none, or no link here)."""
+        source = self.elsewhere.get(f["sha256"])
+        if source is None:
+            return False
+        make_dirs(os.path.dirname(staged), self.models)
+        _inside(staged, self.models)
+        try:
+            os.link(source, staged)
+        except OSError:
+            return False  # another file system, links not allowed: sent as usual
+        return True
 
     def _state(self, f: Dict[str, Any]) -> Dict[str, Any]:
         """Whole in the final dir (recorded, or hashed again), else how much of it is staged."""
@@ -173,6 +212,9 @@ class Receive:
             offset = size if stat.S_ISREG(os.lstat(staged).st_mode) and size <= f["size"] else 0
             if offset == 0:
                 _remove(staged)
+        if offset == 0 and f["sha256"] in self.elsewhere and (self.dry or self._linked(f, staged)):
+            self.whole[name] = True
+            return {"name": name, "offset": f["size"], "whole": True, "corrupt": corrupt, "linked": True}
         self.whole[name] = False
         return {"name": name, "offset": offset, "whole": False, "corrupt": corrupt}
 

@@ -26,7 +26,10 @@ def model_dir(root: Path) -> Path:
     """A tiny model directory: config, tokenizer, weights and a file in a subfolder."""
     folder = root / "models" / "my-finetune"
     (folder / "extra").mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "hidden_size": 64}))
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 256, "max_position_embeddings": 512,
+        "torch_dtype": "bfloat16"}))
     (folder / "tokenizer.json").write_text(json.dumps({"version": "1.0"}))
     block = hashlib.sha256(b"finetune").digest() * 4096
     (folder / "model.safetensors").write_bytes((block * (WEIGHTS // len(block) + 1))[:WEIGHTS])
@@ -62,6 +65,7 @@ def test_up_pushes_the_directory_and_the_engine_starts_from_it_and_a_second_up_s
     planned = json.JSONDecoder().raw_decode(deploy("plan", str(prof), "--json", home=home).stdout.lstrip())[0]
     total = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
     assert planned["weights"]["pushed"] == content and planned["weights"]["missing_bytes"] == total, planned
+    assert not [w for w in planned["warnings"] if "no memory estimate" in w], planned["warnings"]  # read from here
     made = deploy("up", str(prof), "--skip-preflight", "--json", home=home)
     try:
         assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-3000:]
@@ -156,3 +160,37 @@ def test_a_symlink_in_the_directory_and_a_models_dir_others_can_write_are_refuse
     assert unsafe.returncode != 0 and "Traceback" not in unsafe.stderr, unsafe.stderr
     assert "writable by everyone" in unsafe.stdout + unsafe.stderr
     assert os.listdir(models) == []
+
+
+def test_a_rollback_loads_the_directory_it_ran_with_and_says_so_when_it_is_gone(tmp_path: Path, sshd: Any) -> None:
+    from test_oncall import oncall
+
+    folder = model_dir(tmp_path)
+    v1 = content_of(folder)
+    prof = push_profile(tmp_path, sshd, "wpushrb")
+    home = tmp_path / "home"
+    first = deploy("up", str(prof), "--skip-preflight", "--json", home=home)
+    assert first.returncode == 0, first.stderr[-3000:]
+    (folder / "extra" / "notes.txt").write_text("trained again on Wednesday\n")
+    v2 = content_of(folder)
+    second = deploy("up", str(prof), "--skip-preflight", "--json", home=home)
+    try:
+        assert second.returncode == 0, second.stderr[-3000:]
+        models = tmp_path / "work" / ".deployer" / "models"
+        run2 = Path(json.loads(second.stdout.splitlines()[-1])["run_dir"])
+        assert f"standin: weights from {models / v2}" in (run2 / "engine.log").read_text()
+        sent = [e["message"] for e in events(second.stdout) if str(e.get("message", "")).startswith("weights ")]
+        assert sent and "27 B sent" in sent[0], sent  # only the changed file travelled, the rest are linked
+        assert (models / v1 / "model.safetensors").stat().st_ino == (models / v2 / "model.safetensors").stat().st_ino
+        back = oncall(sshd, tmp_path, "rollback", "wpushrb", "--json")
+        assert back.returncode == 0, back.stdout[-2000:] + back.stderr[-2000:]
+        run1 = Path(json.loads(back.stdout.splitlines()[-1])["run_dir"])
+        assert f"standin: weights from {models / v1}" in (run1 / "engine.log").read_text()
+
+        import shutil
+        shutil.rmtree(models / v2)
+        gone = oncall(sshd, tmp_path, "rollback", "wpushrb")
+        assert gone.returncode != 0 and "Traceback" not in gone.stderr, gone.stderr
+        assert f"the weights pushed as {v2[:12]} are no longer on" in gone.stderr, gone.stderr
+    finally:
+        deploy("down", str(prof), home=home)
