@@ -32,11 +32,14 @@ class WeightsPlan:
     hub: str | None
     endpoint: str | None
     token: str | None
+    connections: int = 8            # a large file comes in parts over this many connections at once
+    part_bytes: int = 64 << 20      # ... of this size (a file of two parts or more)
 
     def request(self, progress_s: float = 1.0, dry: bool = False) -> bytes:
         """The one JSON line the target-side fetch reads on stdin (`dry`: list and measure, fetch nothing)."""
         return (json.dumps({"repo": self.repo, "revision": self.revision, "hub": self.hub, "endpoint": self.endpoint,
-                            "token": self.token, "progress_s": progress_s, "dry": dry}) + "\n").encode()
+                            "token": self.token, "progress_s": progress_s, "dry": dry,
+                            "connections": self.connections, "part_bytes": self.part_bytes}) + "\n").encode()
 
     def describe(self) -> str:
         return f"{self.repo}@{self.revision}"
@@ -52,7 +55,8 @@ def plan_for(profile: Profile) -> WeightsPlan | None:
     if hub is not None and "$" in hub:
         hub = None  # a path the target's shell would expand: the target's own environment decides
     endpoint = engine.weights.endpoint or env.get("HF_ENDPOINT") or None
-    return WeightsPlan(engine.model_path, engine.weights.revision, hub, endpoint, env.get("HF_TOKEN") or None)
+    return WeightsPlan(engine.model_path, engine.weights.revision, hub, endpoint, env.get("HF_TOKEN") or None,
+                       connections=engine.weights.connections)
 
 
 def pinned(profile: Profile, commit: str) -> Profile:

@@ -219,6 +219,9 @@ class EngineWeights(Strict):
     endpoint: str | None = Field(default=None, pattern=r"^https?://\S+$",
                                  description="the hub (default: HF_ENDPOINT in engine.env or on the target, "
                                              "else https://huggingface.co)")
+    connections: int = Field(default=8, ge=1, le=32,
+                             description="a large file is fetched in parts over this many connections at once "
+                                         "(1: one stream per file)")
     push: bool = Field(default=False, description="model_path is a directory on the controller: push it to the "
                                                   "target (resumable, sha256 per file) instead of fetching a repo")
     pushed: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$",
@@ -227,7 +230,8 @@ class EngineWeights(Strict):
 
     @model_validator(mode="after")
     def _one_source(self) -> EngineWeights:
-        hub = [name for name, default in (("endpoint", None), ("revision", "main")) if getattr(self, name) != default]
+        hub = [name for name, default in (("endpoint", None), ("revision", "main"), ("connections", 8))
+               if getattr(self, name) != default]
         if self.push and hub:  # (a run's record writes the defaults out)
             raise ValueError(f"weights.push sends a directory from here; weights.{hub[0]} is for a hub repo "
                              "(remove one of them)")
