@@ -206,27 +206,19 @@ class Pushed:
 
 
 @dataclass(frozen=True)
-class PushNeeded:
-    """What a push would do on one host (`deploy plan`): the bytes to send against the free disk there."""
+class PushNeeded(Needed):
+    """What a push would do on one host (`deploy plan`): the bytes to send (`missing`) against the free disk there;
+    `commit` is the content hash, `folder` where the copy goes."""
 
-    host: str
-    content: str
-    folder: str
-    total: int
-    missing: int
-    free: int
-
-    @property
-    def fits(self) -> bool:
-        return self.missing <= self.free
+    folder: str = ""
 
     def to_json(self) -> dict[str, object]:
-        return {"host": self.host, "pushed": self.content, "dir": self.folder, "total_bytes": self.total,
-                "missing_bytes": self.missing, "free_bytes": self.free, "fits": self.fits}
+        data = {k: v for k, v in super().to_json().items() if k != "commit"}
+        return {**data, "pushed": self.commit, "dir": self.folder}
 
     def describe(self) -> str:
         verdict = "fits" if self.fits else "DOES NOT FIT"
-        return (f"weights {self.content[:12]} push to {self.host}: {size_text(self.total)}, {size_text(self.missing)} "
+        return (f"weights {self.commit[:12]} push to {self.host}: {size_text(self.total)}, {size_text(self.missing)} "
                 f"to send, {size_text(self.free)} free ({verdict})")
 
 

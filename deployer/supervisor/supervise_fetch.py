@@ -194,7 +194,7 @@ class Fetch:
             return 0
         if missing > free:
             raise FetchError("disk", "%s@%s needs %s more on %s, which has %s free" % (
-                self.repo, sha[:12], _size(missing), self.hub, _size(free)))
+                self.repo, sha[:12], size_text(missing), self.hub, size_text(free)))
         for f in files:
             if have[f["name"]] < f["size"] or not os.path.exists(self._blob(f)):
                 self._file(sha, f)
@@ -239,7 +239,7 @@ class Fetch:
         tmp = path + ".tmp"
         fd = open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600, "fetch manifest")
         try:
-            _write_all(fd, json.dumps(listed).encode(), "fetch manifest")
+            write_all(fd, json.dumps(listed).encode(), "fetch manifest")
         finally:
             os.close(fd)
         os.rename(tmp, path)
@@ -310,7 +310,7 @@ class Fetch:
                 raise FetchError("cut", "the transfer of %s broke off: %s" % (f["name"], e)) from None
             if not chunk:
                 break
-            _write_all(fd, chunk, f["name"])
+            write_all(fd, chunk, f["name"])
             got += len(chunk)
             self.fetched += len(chunk)
             self.done += len(chunk)
@@ -366,7 +366,7 @@ class Fetch:
         tmp = ref + ".deployer-tmp"
         fd = open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, "ref")
         try:
-            _write_all(fd, sha.encode(), "ref")
+            write_all(fd, sha.encode(), "ref")
         finally:
             os.close(fd)
         os.rename(tmp, ref)
@@ -446,7 +446,7 @@ class Parts:
         tmp = self.path + ".json.tmp"
         fd = open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, "parts record")
         try:
-            _write_all(fd, json.dumps({"size": self.size, "part": self.part, "got": self.got}).encode(),
+            write_all(fd, json.dumps({"size": self.size, "part": self.part, "got": self.got}).encode(),
                        "parts record")
         finally:
             os.close(fd)
@@ -475,7 +475,7 @@ class Parts:
             raise self.failed
         self.fetch._check(self.path, self.f)  # removes the file when it does not match: all parts come again
         os.rename(self.path, self.fetch._blob(self.f))
-        _unlink(self.path + ".json")
+        unlink_missing_ok(self.path + ".json")
         return True
 
     def _first(self, fd: int) -> bool:
@@ -499,7 +499,7 @@ class Parts:
 
     def _drop(self) -> None:
         for path in (self.path, self.path + ".json"):
-            _unlink(path)
+            unlink_missing_ok(path)
 
     def _work(self, fd: int) -> None:
         while self.failed is None:
@@ -550,7 +550,7 @@ class Parts:
             self.fetch.count(len(chunk), self.f["name"])
 
 
-def _unlink(path: str) -> None:
+def unlink_missing_ok(path: str) -> None:
     try:
         os.unlink(path)
     except FileNotFoundError:
@@ -569,7 +569,7 @@ def _pwrite_all(fd: int, data: bytes, offset: int, what: str) -> None:
         view, offset = view[n:], offset + n
 
 
-def _write_all(fd: int, data: bytes, what: str) -> None:
+def write_all(fd: int, data: bytes, what: str) -> None:
     view = memoryview(data)
     while view:
         try:
@@ -581,7 +581,7 @@ def _write_all(fd: int, data: bytes, what: str) -> None:
         view = view[n:]
 
 
-def _size(n: float) -> str:
+def size_text(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if n < 1000 or unit == "TB":
             return ("%.0f %s" if unit == "B" else "%.1f %s") % (n, unit)

@@ -42,9 +42,11 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     from deployer.supervisor.supervise_base import UnsafePath, make_dirs, open_file
+    from deployer.supervisor.supervise_fetch import FetchError, say, size_text, unlink_missing_ok, write_all
     from deployer.supervisor.supervise_files import _inside
 else:  # run on the target, where the modules are loaded by their bare names
     from supervise_base import UnsafePath, make_dirs, open_file  # type: ignore[no-redef]
+    from supervise_fetch import FetchError, say, size_text, unlink_missing_ok, write_all  # type: ignore[no-redef]
     from supervise_files import _inside  # type: ignore[no-redef]
 
 CHUNK = 1 << 20
@@ -53,23 +55,12 @@ PART_RE = re.compile(r"\A[A-Za-z0-9_.-]{1,128}\Z")
 RECORD_RE = re.compile(r"\A\.([0-9a-f]{64})\.verified\.json\Z")
 
 
-class PushError(Exception):
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-def say(data: Dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(data) + "\n")
-    sys.stdout.flush()
-
-
 def _name(raw: Any) -> str:
     name = str(raw)
     parts = name.split("/")
     if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\x00" in name \
             or "\n" in name or len(name) > 1024:
-        raise PushError("request", "a file name deployer will not write: %r" % (name,))
+        raise FetchError("request", "a file name deployer will not write: %r" % (name,))
     return name
 
 
@@ -93,7 +84,7 @@ class Receive:
         self.models, self.owned_from = os.path.abspath(str(req["models"])), os.path.abspath(str(req["owned_from"]))
         self.content = str(req["content"])
         if not CONTENT_RE.match(self.content):
-            raise PushError("request", "%r is not a content hash" % self.content)
+            raise FetchError("request", "%r is not a content hash" % self.content)
         self.files: List[Dict[str, Any]] = [{"name": _name(f["name"]), "size": int(f["size"]), "sha256": str(f["sha256"])}
                       for f in req["files"]]
         self.dry = bool(req.get("dry"))
@@ -134,8 +125,8 @@ class Receive:
         if self.dry:
             return 0
         if send > free:
-            raise PushError("disk", "%s needs %s more under %s, which has %s free" % (
-                self.content[:12], _size(send), self.models, _size(free)))
+            raise FetchError("disk", "%s needs %s more under %s, which has %s free" % (
+                self.content[:12], size_text(send), self.models, size_text(free)))
         while True:
             line = sys.stdin.readline()
             if not line:
@@ -175,7 +166,7 @@ class Receive:
                     _name(name)
                     _inside(path, self.models)
                     st = os.lstat(path)
-                except (PushError, UnsafePath, OSError):
+                except (FetchError, UnsafePath, OSError):
                     continue
                 if stat.S_ISREG(st.st_mode) and kept[:3] == [st.st_size, st.st_mtime_ns, st.st_ino]:
                     found.setdefault(str(kept[3]), path)
@@ -211,7 +202,7 @@ class Receive:
             size = os.lstat(staged).st_size
             offset = size if stat.S_ISREG(os.lstat(staged).st_mode) and size <= f["size"] else 0
             if offset == 0:
-                _remove(staged)
+                unlink_missing_ok(staged)
         if offset == 0 and f["sha256"] in self.elsewhere and (self.dry or self._linked(f, staged)):
             self.whole[name] = True
             return {"name": name, "offset": f["size"], "whole": True, "corrupt": corrupt, "linked": True}
@@ -236,16 +227,16 @@ class Receive:
         for f in self.files:
             if f["name"] == name:
                 return f
-        raise PushError("request", "%r is not a file of this push" % name)
+        raise FetchError("request", "%r is not a file of this push" % name)
 
     def _append(self, req: Dict[str, Any]) -> Dict[str, Any]:
         f, part = self._listed(str(req["append"])), str(req["chunk"])
         if not PART_RE.match(part) or part.startswith("."):
-            raise PushError("request", "a bad chunk name %r" % part)
+            raise FetchError("request", "a bad chunk name %r" % part)
         chunk = os.path.join(self.chunks, part)
         digest, _ = sha256_of(chunk)
         if digest != req["sha256"]:
-            _remove(chunk)
+            unlink_missing_ok(chunk)
             return {"bad": f["name"], "message": "a chunk of %s arrived damaged" % f["name"]}
         staged = os.path.join(self.staging, f["name"])
         make_dirs(os.path.dirname(staged), self.models)
@@ -254,7 +245,7 @@ class Receive:
         try:
             offset = int(req["offset"])
             if os.fstat(fd).st_size < offset:
-                raise PushError("request", "%s: a chunk for offset %d, but %d bytes are staged" % (
+                raise FetchError("request", "%s: a chunk for offset %d, but %d bytes are staged" % (
                     f["name"], offset, os.fstat(fd).st_size))
             os.ftruncate(fd, offset)
             os.lseek(fd, offset, os.SEEK_SET)
@@ -264,15 +255,15 @@ class Receive:
                     data = os.read(src, CHUNK)
                     if not data:
                         break
-                    _write_all(fd, data, f["name"])
+                    write_all(fd, data, f["name"])
             finally:
                 os.close(src)
             size = os.fstat(fd).st_size
         finally:
             os.close(fd)
-        _remove(chunk)
+        unlink_missing_ok(chunk)
         if size > f["size"]:
-            raise PushError("request", "%s: %d bytes staged, more than its %d" % (f["name"], size, f["size"]))
+            raise FetchError("request", "%s: %d bytes staged, more than its %d" % (f["name"], size, f["size"]))
         return {"appended": f["name"], "size": size}
 
     def _seal(self, name: str) -> Dict[str, Any]:
@@ -285,7 +276,7 @@ class Receive:
         except FileNotFoundError:
             return {"bad": name, "message": "%s: nothing staged" % name}
         if st.st_size != f["size"] or digest != f["sha256"]:
-            _remove(staged)
+            unlink_missing_ok(staged)
             return {"bad": name, "message": "%s: %d bytes with sha256 %s staged, %d with %s sent; removed" % (
                 name, st.st_size, digest[:12], f["size"], f["sha256"][:12])}
         fd = open_file(staged, os.O_RDONLY, 0o644, "staged model file")
@@ -299,11 +290,11 @@ class Receive:
     def _finish(self) -> Dict[str, Any]:
         missing = [f["name"] for f in self.files if not self.whole.get(f["name"])]
         if missing:
-            raise PushError("missing", "%d file(s) not received whole, e.g. %s" % (len(missing), missing[0]))
+            raise FetchError("missing", "%d file(s) not received whole, e.g. %s" % (len(missing), missing[0]))
         if not os.path.lexists(self.final):
             for f in self.files:  # a file staged for nothing (an earlier push's) does not travel
                 if not os.path.lexists(os.path.join(self.staging, f["name"])):
-                    raise PushError("missing", "%s is not staged" % f["name"])
+                    raise FetchError("missing", "%s is not staged" % f["name"])
             os.rename(self.staging, self.final)
         else:
             _inside(os.path.join(self.final, "x"), self.models)
@@ -328,44 +319,16 @@ class Receive:
         tmp = self.record_path + ".tmp"
         fd = open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600, "verification record")
         try:
-            _write_all(fd, json.dumps(self.record).encode(), "verification record")
+            write_all(fd, json.dumps(self.record).encode(), "verification record")
         finally:
             os.close(fd)
         os.rename(tmp, self.record_path)
 
 
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError as e:
-        if e.errno != errno.ENOENT:
-            raise
-
-
-def _write_all(fd: int, data: bytes, what: str) -> None:
-    view = memoryview(data)
-    while view:
-        try:
-            n = os.write(fd, view)
-        except OSError as e:
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise PushError("disk", "the disk filled while writing %s" % what) from None
-            raise
-        view = view[n:]
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return ("%.0f %s" if unit == "B" else "%.1f %s") % (n, unit)
-        n /= 1000.0
-    return "%d B" % n
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     try:
         return Receive(json.loads(sys.stdin.readline())).run()
-    except PushError as e:
+    except FetchError as e:
         say({"error": e.kind, "message": str(e)})
     except UnsafePath as e:
         say({"error": "unsafe", "message": str(e)})

@@ -97,8 +97,8 @@ def needed_push(remote: Remote, plan: PushPlan, workdir: str) -> PushNeeded:
         have = receiver.ask(plan.request(workdir, dry=True))
     finally:
         receiver.close()
-    return PushNeeded(remote.label, plan.content, str(have.get("dir") or ""), plan.total, int(have.get("send") or 0),
-                      int(have.get("free") or 0))
+    return PushNeeded(remote.label, plan.content, plan.total, int(have.get("send") or 0), int(have.get("free") or 0),
+                      folder=str(have.get("dir") or ""))
 
 
 def push(remote: Remote, plan: PushPlan, workdir: str, emit: EventSink) -> Pushed:

@@ -27,19 +27,40 @@ def bed(tmp_path: Path) -> Iterator[HostBed]:
         yield hosts
 
 
+def hub_fleet(tmp_path: Path, bed: HostBed, hub: HubStub, name: str) -> Path:
+    """Three replicas of acme/tiny with `engine.weights` on two hosts (two on the first, in workdirs of their own)."""
+    h0, h1 = bed.hosts
+    replicas = [{"host": h0.alias, "workdir": str(h0.workdir / "a"), "engine_port": free_port(h0.addr)},
+                {"host": h0.alias, "workdir": str(h0.workdir / "b"), "engine_port": free_port(h0.addr)},
+                {"host": h1.alias, "workdir": str(h1.workdir), "engine_port": free_port(h1.addr)}]
+    prof, data = fleet_profile(tmp_path, bed, name=name, router=False, replicas=replicas,
+                               env={"HF_HOME": str(tmp_path / "hf")})
+    data["engine"]["model_path"] = "acme/tiny"
+    data["engine"]["weights"] = {"endpoint": hub.endpoint}
+    prof.write_text(yaml.safe_dump(data, sort_keys=False))
+    return prof
+
+
+def hub_nodes(tmp_path: Path, bed: HostBed, hub: HubStub, name: str) -> Path:
+    """A two-node group of acme/tiny with `engine.weights`, each node a GPU box (the stand-in nvidia-smi)."""
+    from test_nodes_up import STANDIN_BIN, nodes_profile
+
+    for host in bed.hosts:
+        if not (host.sshd.bin_dir / "nvidia-smi").exists():
+            (host.sshd.bin_dir / "nvidia-smi").symlink_to(STANDIN_BIN / "nvidia-smi")
+    prof, _ = nodes_profile(tmp_path, bed, name=name, env={"HF_HOME": str(tmp_path / "hf")})
+    data = yaml.safe_load(prof.read_text())
+    data["engine"]["model_path"] = "acme/tiny"
+    data["engine"]["weights"] = {"endpoint": hub.endpoint}
+    prof.write_text(yaml.safe_dump(data, sort_keys=False))
+    return prof
+
+
 def test_a_fleet_fetches_at_once_and_once_per_host(tmp_path: Path, bed: HostBed) -> None:
     repo = tiny_repo("acme/tiny", 2_000_000)
     with HubStub(repo) as hub:
         hub.rate = 2_000_000
-        h0, h1 = bed.hosts
-        replicas = [{"host": h0.alias, "workdir": str(h0.workdir / "a"), "engine_port": free_port(h0.addr)},
-                    {"host": h0.alias, "workdir": str(h0.workdir / "b"), "engine_port": free_port(h0.addr)},
-                    {"host": h1.alias, "workdir": str(h1.workdir), "engine_port": free_port(h1.addr)}]
-        prof, data = fleet_profile(tmp_path, bed, name="wfleet", router=False, replicas=replicas,
-                                   env={"HF_HOME": str(tmp_path / "hf")})
-        data["engine"]["model_path"] = "acme/tiny"
-        data["engine"]["weights"] = {"endpoint": hub.endpoint}
-        prof.write_text(yaml.safe_dump(data, sort_keys=False))
+        prof = hub_fleet(tmp_path, bed, hub, "wfleet")
         home = tmp_path / "home"
         made = fleet_deploy(bed, "up", str(prof), "--skip-preflight", "--json", home=home)
         try:
@@ -75,17 +96,9 @@ def test_a_fleet_fetches_at_once_and_once_per_host(tmp_path: Path, bed: HostBed)
 
 
 def test_a_node_group_fetches_on_every_node_before_it_starts(tmp_path: Path, bed: HostBed) -> None:
-    from test_nodes_up import STANDIN_BIN, nodes_profile
-
-    for host in bed.hosts:  # each node is a GPU box: the stand-in nvidia-smi
-        (host.sshd.bin_dir / "nvidia-smi").symlink_to(STANDIN_BIN / "nvidia-smi")
     repo = tiny_repo("acme/tiny", 500_000)
     with HubStub(repo) as hub:
-        prof, _ = nodes_profile(tmp_path, bed, name="wnodes", env={"HF_HOME": str(tmp_path / "hf")})
-        data = yaml.safe_load(prof.read_text())
-        data["engine"]["model_path"] = "acme/tiny"
-        data["engine"]["weights"] = {"endpoint": hub.endpoint}
-        prof.write_text(yaml.safe_dump(data, sort_keys=False))
+        prof = hub_nodes(tmp_path, bed, hub, "wnodes")
         home = tmp_path / "home"
         made = fleet_deploy(bed, "up", str(prof), "--skip-preflight", "--json", home=home)
         try:
@@ -110,14 +123,7 @@ def test_a_fleet_plan_says_what_the_fetch_takes_on_every_host_once(tmp_path: Pat
     repo = tiny_repo("acme/tiny", 300_000)
     with HubStub(repo) as hub:
         h0, h1 = bed.hosts
-        replicas = [{"host": h0.alias, "workdir": str(h0.workdir / "a"), "engine_port": free_port(h0.addr)},
-                    {"host": h0.alias, "workdir": str(h0.workdir / "b"), "engine_port": free_port(h0.addr)},
-                    {"host": h1.alias, "workdir": str(h1.workdir), "engine_port": free_port(h1.addr)}]
-        prof, data = fleet_profile(tmp_path, bed, name="wfplan", router=False, replicas=replicas,
-                                   env={"HF_HOME": str(tmp_path / "hf")})
-        data["engine"]["model_path"] = "acme/tiny"
-        data["engine"]["weights"] = {"endpoint": hub.endpoint}
-        prof.write_text(yaml.safe_dump(data, sort_keys=False))
+        prof = hub_fleet(tmp_path, bed, hub, "wfplan")
         home = tmp_path / "home"
         text = fleet_deploy(bed, "plan", str(prof), home=home)
         assert "Traceback" not in text.stderr, text.stderr[-2000:]
@@ -132,17 +138,9 @@ def test_a_fleet_plan_says_what_the_fetch_takes_on_every_host_once(tmp_path: Pat
 
 
 def test_a_node_group_plan_says_what_the_fetch_takes_on_every_node(tmp_path: Path, bed: HostBed) -> None:
-    from test_nodes_up import STANDIN_BIN, nodes_profile
-
-    for host in bed.hosts:
-        (host.sshd.bin_dir / "nvidia-smi").symlink_to(STANDIN_BIN / "nvidia-smi")
     repo = tiny_repo("acme/tiny", 300_000)
     with HubStub(repo) as hub:
-        prof, _ = nodes_profile(tmp_path, bed, name="wnplan", env={"HF_HOME": str(tmp_path / "hf")})
-        data = yaml.safe_load(prof.read_text())
-        data["engine"]["model_path"] = "acme/tiny"
-        data["engine"]["weights"] = {"endpoint": hub.endpoint}
-        prof.write_text(yaml.safe_dump(data, sort_keys=False))
+        prof = hub_nodes(tmp_path, bed, hub, "wnplan")
         home = tmp_path / "home"
         text = fleet_deploy(bed, "plan", str(prof), home=home)
         assert "Traceback" not in text.stderr, text.stderr[-2000:]
