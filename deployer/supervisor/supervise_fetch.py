@@ -32,7 +32,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     from deployer.supervisor.supervise_base import UnsafePath, make_dirs, open_file
@@ -328,17 +328,7 @@ class Fetch:
             raise FetchError("size", "%s: the hub listed %d bytes but the file has %d; refused" % (
                 f["name"], f["size"], size))
         if f["sha256"]:
-            digest = hashlib.sha256()
-            fd = open_file(part, os.O_RDONLY, 0o644, "downloaded file")
-            try:
-                while True:
-                    chunk = os.read(fd, CHUNK)
-                    if not chunk:
-                        break
-                    digest.update(chunk)
-            finally:
-                os.close(fd)
-            if digest.hexdigest() != f["sha256"]:
+            if sha256_of(part, "downloaded file")[0] != f["sha256"]:
                 os.unlink(part)
                 raise FetchError("sha256", "%s: its sha256 is not the one the hub listed; refused (removed)"
                                  % f["name"])
@@ -548,6 +538,20 @@ class Parts:
                     self.unsaved = 0
                     self._save()
             self.fetch.count(len(chunk), self.f["name"])
+
+
+def sha256_of(path: str, what: str = "file") -> Tuple[str, os.stat_result]:
+    """The file's sha256 and its stat (read through open_file: never a symlink, only a regular file of ours)."""
+    fd = open_file(path, os.O_RDONLY, 0o644, what)
+    try:
+        st, digest = os.fstat(fd), hashlib.sha256()
+        while True:
+            chunk = os.read(fd, CHUNK)
+            if not chunk:
+                return digest.hexdigest(), st
+            digest.update(chunk)
+    finally:
+        os.close(fd)
 
 
 def unlink_missing_ok(path: str) -> None:

@@ -31,22 +31,23 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import re
 import shutil
 import stat
 import sys
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     from deployer.supervisor.supervise_base import UnsafePath, make_dirs, open_file
-    from deployer.supervisor.supervise_fetch import FetchError, say, size_text, unlink_missing_ok, write_all
+    from deployer.supervisor.supervise_fetch import FetchError, say, sha256_of, size_text, unlink_missing_ok, \
+        write_all
     from deployer.supervisor.supervise_files import _inside
 else:  # run on the target, where the modules are loaded by their bare names
     from supervise_base import UnsafePath, make_dirs, open_file  # type: ignore[no-redef]
-    from supervise_fetch import FetchError, say, size_text, unlink_missing_ok, write_all  # type: ignore[no-redef]
+    from supervise_fetch import (FetchError, say, sha256_of, size_text,  # type: ignore[no-redef]
+                                 unlink_missing_ok, write_all)
     from supervise_files import _inside  # type: ignore[no-redef]
 
 CHUNK = 1 << 20
@@ -62,19 +63,6 @@ def _name(raw: Any) -> str:
             or "\n" in name or len(name) > 1024:
         raise FetchError("request", "a file name deployer will not write: %r" % (name,))
     return name
-
-
-def sha256_of(path: str) -> Tuple[str, os.stat_result]:
-    fd = open_file(path, os.O_RDONLY, 0o644, "model file")
-    try:
-        st, digest = os.fstat(fd), hashlib.sha256()
-        while True:
-            chunk = os.read(fd, CHUNK)
-            if not chunk:
-                return digest.hexdigest(), st
-            digest.update(chunk)
-    finally:
-        os.close(fd)
 
 
 class Receive:

@@ -94,7 +94,8 @@ def test_the_profile_rules_of_push(tmp_path: Path) -> None:
     with pytest.raises(ProfileError, match="is not a directory here"):
         plan_push(profile(tmp_path, "  model_path: nowhere\n  weights: {push: true}\n"), None)
     pinned = pinned_push(p, "/w/.deployer/models/" + "b" * 64, "b" * 64)
-    assert pinned.engine.model_path.endswith("b" * 64) and pinned.engine.weights.pushed == "b" * 64
+    assert pinned.engine.weights is not None and pinned.engine.weights.pushed == "b" * 64
+    assert pinned.engine.model_path.endswith("b" * 64)
     assert pinned.engine.env["HF_HUB_OFFLINE"] == "1" and pinned.engine.served_model == "ft"
     assert plan_push(pinned, None) is None  # a run's record: nothing to push again
 
