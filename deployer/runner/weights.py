@@ -32,10 +32,12 @@ _T = TypeVar("_T")
 
 
 def fetch_weights(remotes: Sequence[Remote], profile: Profile, emit: EventSink, each: Each | None = None,
-                  sink: Callable[[EventSink, int], EventSink] | None = None) -> tuple[Profile, list[WeightsDone]]:
+                  sink: Callable[[EventSink, int], EventSink] | None = None,
+                  workdirs: Sequence[str] | None = None) -> tuple[Profile, list[WeightsDone]]:
     """`profile` pinned to the weights fetched or pushed on every host of `remotes` (once per host label, at once
-    through `each`; `sink`: where the events of the i-th remote go); unchanged, with nothing done, when the profile
-    has no `engine.weights` (or is a run's record of a push: its copy is checked to be there)."""
+    through `each`; `sink`: where the events of the i-th remote go; `workdirs`: the i-th remote's target.workdir,
+    where a push goes, default the profile's); unchanged, with nothing done, when the profile has no
+    `engine.weights` (or is a run's record of a push: its copy is checked to be there)."""
     pushing = plan_push(profile, push_cache())
     plan = plan_for(profile)
     if pushing is None and plan is None:
@@ -48,7 +50,8 @@ def fetch_weights(remotes: Sequence[Remote], profile: Profile, emit: EventSink, 
     def one(index: int) -> WeightsDone:
         to = sink(emit, index) if sink is not None else emit
         if pushing is not None:
-            return push(remotes[index], pushing, expand_workdir(remotes[index], profile.target.workdir), to)
+            workdir = workdirs[index] if workdirs is not None else profile.target.workdir
+            return push(remotes[index], pushing, expand_workdir(remotes[index], workdir), to)
         assert plan is not None
         return fetch(remotes[index], plan, to)
 
@@ -57,7 +60,7 @@ def fetch_weights(remotes: Sequence[Remote], profile: Profile, emit: EventSink, 
     if len(loads) != 1:  # a branch that moved between two hosts' listings, or a push to different paths
         what = pushing.describe() if pushing is not None else plan.describe() if plan is not None else ""
         raise TargetError(f"{what} is at different places on the hosts ({', '.join(sorted(loads))})",
-                          hint="set target.workdir to an absolute path that is the same on every host"
+                          hint="give every node the same workdir (the engine's model path is one for the group)"
                           if pushing is not None else "set engine.weights.revision to a commit")
     for index, item in zip(firsts.values(), done):
         (sink(emit, index) if sink is not None else emit)(Info(message=item.describe()))

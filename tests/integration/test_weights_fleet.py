@@ -152,3 +152,53 @@ def test_a_node_group_plan_says_what_the_fetch_takes_on_every_node(tmp_path: Pat
         gone = fleet_deploy(bed, "plan", str(prof), home=home)
         assert gone.returncode != 0 and "Traceback" not in gone.stderr, gone.stderr[-2000:]
         assert gone.stdout.count("problem: weights: fetching acme/tiny@main on") == 2, gone.stdout + gone.stderr
+
+
+def test_a_node_group_push_to_nodes_with_different_workdirs_is_refused_before_anything_starts(
+        tmp_path: Path, bed: HostBed) -> None:
+    """The group's engine has one model path: pushed into each node's own workdir, two places are one line (as an
+    environment at two paths is), and nothing is launched."""
+    folder = tmp_path / "models" / "ft"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"w" * 100_000)
+    with HubStub(tiny_repo("acme/tiny", 1000)) as hub:
+        prof = hub_nodes(tmp_path, bed, hub, "wnpush")
+    data = yaml.safe_load(prof.read_text())
+    data["engine"]["model_path"] = "models/ft"
+    data["engine"]["weights"] = {"push": True}
+    prof.write_text(yaml.safe_dump(data, sort_keys=False))
+    home = tmp_path / "home"
+    made = fleet_deploy(bed, "up", str(prof), "--skip-preflight", home=home)
+    try:
+        assert made.returncode != 0 and "Traceback" not in made.stderr, made.stderr[-3000:]
+        assert "is at different places on the hosts" in made.stderr and "same workdir" in made.stderr, made.stderr
+        for host in bed.hosts:  # each node got the directory in its own workdir, and nothing started
+            assert (host.workdir / ".deployer" / "models").is_dir()
+            assert not list(host.workdir.glob("wnpush/current"))
+    finally:
+        fleet_deploy(bed, "down", str(prof), home=home)
+
+
+def test_a_fleet_pushes_a_directory_to_every_replica_before_it_starts(tmp_path: Path, bed: HostBed) -> None:
+    folder = tmp_path / "models" / "ft"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"w" * 200_000)
+    with HubStub(tiny_repo("acme/tiny", 1000)) as hub:
+        prof = hub_fleet(tmp_path, bed, hub, "wfpush")
+    data = yaml.safe_load(prof.read_text())
+    data["engine"]["model_path"] = "models/ft"
+    data["engine"]["weights"] = {"push": True}
+    prof.write_text(yaml.safe_dump(data, sort_keys=False))
+    home = tmp_path / "home"
+    made = fleet_deploy(bed, "up", str(prof), "--skip-preflight", "--json", home=home)
+    try:
+        assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
+        pushed = [e for e in events(made.stdout) if "pushed to" in str(e.get("message", ""))]
+        assert {e["member"] for e in pushed} == {"r0", "r1", "r2"}, pushed
+        for index, workdir in enumerate((bed.hosts[0].workdir / "a", bed.hosts[0].workdir / "b", bed.hosts[1].workdir)):
+            log = (workdir / f"wfpush-r{index}" / "current" / "engine.log").read_text()
+            assert f"standin: weights from {workdir / '.deployer' / 'models'}/" in log, log[-2000:]
+    finally:
+        fleet_deploy(bed, "down", str(prof), home=home)
