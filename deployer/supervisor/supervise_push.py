@@ -40,12 +40,12 @@ import sys
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 if TYPE_CHECKING or __package__:  # imported as part of the deployer package
-    from deployer.supervisor.supervise_base import UnsafePath, make_dirs, open_file
+    from deployer.supervisor.supervise_base import UnsafePath, check_dirs, make_dirs, open_file
     from deployer.supervisor.supervise_fetch import FetchError, say, sha256_of, size_text, unlink_missing_ok, \
         write_all
     from deployer.supervisor.supervise_files import _inside
 else:  # run on the target, where the modules are loaded by their bare names
-    from supervise_base import UnsafePath, make_dirs, open_file  # type: ignore[no-redef]
+    from supervise_base import UnsafePath, check_dirs, make_dirs, open_file  # type: ignore[no-redef]
     from supervise_fetch import (FetchError, say, sha256_of, size_text,  # type: ignore[no-redef]
                                  unlink_missing_ok, write_all)
     from supervise_files import _inside  # type: ignore[no-redef]
@@ -85,6 +85,15 @@ class Receive:
         self.elsewhere: Dict[str, str] = {}
 
     def run(self) -> int:
+        if self.dry and not os.path.lexists(self.models):  # `deploy plan` writes nothing: all of it to send
+            check_dirs(self.models, self.owned_from)
+            where = self.models
+            while not os.path.exists(where):
+                where = os.path.dirname(where)
+            st, total = os.statvfs(where), sum(f["size"] for f in self.files)
+            say({"have": [{"name": f["name"], "offset": 0, "whole": False, "corrupt": False} for f in self.files],
+                 "send": total, "total": total, "free": st.f_bavail * st.f_frsize, "dir": self.final})
+            return 0
         make_dirs(self.models, self.owned_from)
         lock = open_file(os.path.join(self.models, ".%s.lock" % self.content), os.O_RDWR | os.O_CREAT, 0o600,
                          "push lock")

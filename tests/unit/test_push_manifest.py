@@ -109,6 +109,7 @@ def test_the_receiver_takes_files_in_pieces_and_a_second_push_sends_nothing(tmp_
     work = str(tmp_path / "work")
     (tmp_path / "work").mkdir(mode=0o700)
     assert needed_push(LocalRemote(), plan, work).missing == plan.total
+    assert os.listdir(work) == []  # `deploy plan` wrote nothing
     seen: list[Event] = []
     got = push(LocalRemote(), plan, work, seen.append)
     there = Path(got.folder)
