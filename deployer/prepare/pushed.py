@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
@@ -29,6 +30,7 @@ from deployer.profile.model import Profile
 MODELS_DIR = ".deployer/models"
 SKIPPED_TOP = (".git", ".cache")
 READ_CHUNK = 1 << 20
+SAY_HASHING = 1 << 30   # bytes to hash before a push that are worth a line (a second or more)
 
 
 @dataclass(frozen=True)
@@ -78,9 +80,10 @@ def source_of(profile: Profile) -> Path:
     return path
 
 
-def plan_push(profile: Profile, cache: Path | None) -> PushPlan | None:
-    """The push for this profile (its files hashed, or read from `cache`); None without `engine.weights.push`,
-    or when the profile is a run's record (already pushed: its model_path is the target's copy)."""
+def plan_push(profile: Profile, cache: Path | None, say: Callable[[str], None] | None = None) -> PushPlan | None:
+    """The push for this profile (its files hashed, or read from `cache`; `say`: told when many bytes must be
+    read first); None without `engine.weights.push`, or when the profile is a run's record (already pushed: its
+    model_path is the target's copy)."""
     weights = profile.engine.weights
     if weights is None or not weights.push or weights.pushed is not None:
         return None
@@ -90,7 +93,11 @@ def plan_push(profile: Profile, cache: Path | None) -> PushPlan | None:
                            "push, relative to the profile file)", file=str(profile.source or "<profile>"),
                            field="engine.model_path")
     hashes = HashCache(cache)
-    files = tuple(LocalFile(name, path, st.st_size, hashes.sha256(path, st)) for name, path, st in _walk(folder))
+    found = _walk(folder)
+    unknown = sum(st.st_size for _, path, st in found if not hashes.knows(path, st))
+    if say is not None and unknown >= SAY_HASHING:
+        say(f"hashing {size_text(unknown)} under {folder} (sha256 per file; kept for the next push)")
+    files = tuple(LocalFile(name, path, st.st_size, hashes.sha256(path, st)) for name, path, st in found)
     hashes.save()
     if not files:
         raise ProfileError(f"engine.weights.push: {folder} holds no files", file=str(profile.source or "<profile>"),
@@ -140,11 +147,21 @@ class HashCache:
             except (OSError, ValueError):
                 self.known = {}
 
+    def _kept(self, path: Path, st: os.stat_result) -> str | None:
+        kept = self.known.get(str(path.resolve()))
+        if isinstance(kept, list) and len(kept) == 4 and kept[:3] == [st.st_size, st.st_mtime_ns, st.st_ino] and \
+                isinstance(kept[3], str):
+            return kept[3]
+        return None
+
+    def knows(self, path: Path, st: os.stat_result) -> bool:
+        return self._kept(path, st) is not None
+
     def sha256(self, path: Path, st: os.stat_result) -> str:
         key, stamp = str(path.resolve()), [st.st_size, st.st_mtime_ns, st.st_ino]
-        kept = self.known.get(key)
-        if isinstance(kept, list) and len(kept) == 4 and kept[:3] == stamp and isinstance(kept[3], str):
-            return kept[3]
+        kept = self._kept(path, st)
+        if kept is not None:
+            return kept
         digest = hashlib.sha256()
         try:
             with open(path, "rb") as fh:

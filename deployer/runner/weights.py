@@ -38,7 +38,7 @@ def fetch_weights(remotes: Sequence[Remote], profile: Profile, emit: EventSink, 
     through `each`; `sink`: where the events of the i-th remote go; `workdirs`: the i-th remote's target.workdir,
     where a push goes, default the profile's); unchanged, with nothing done, when the profile has no
     `engine.weights` (or is a run's record of a push: its copy is checked to be there)."""
-    pushing = plan_push(profile, push_cache())
+    pushing = plan_push(profile, push_cache(), lambda line: emit(Info(message=line)))
     plan = plan_for(profile)
     if pushing is None and plan is None:
         _still_there(remotes, profile)

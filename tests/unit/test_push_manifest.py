@@ -67,6 +67,18 @@ def test_a_symlink_or_special_file_is_refused_in_one_line(tmp_path: Path, odd: s
         plan_push(profile(tmp_path, PUSHED), None)
 
 
+def test_a_large_first_hashing_is_said_and_a_cached_one_is_not(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import deployer.prepare.pushed as pushed
+
+    monkeypatch.setattr(pushed, "SAY_HASHING", 100_000)
+    model(tmp_path)
+    said: list[str] = []
+    plan_push(profile(tmp_path, PUSHED), tmp_path / "cache", said.append)
+    assert len(said) == 1 and said[0].startswith("hashing 250.0 kB under "), said
+    plan_push(profile(tmp_path, PUSHED), tmp_path / "cache", said.append)
+    assert len(said) == 1
+
+
 def test_the_hash_cache_is_used_while_size_mtime_and_inode_are_the_same(tmp_path: Path) -> None:
     f = tmp_path / "a.bin"
     f.write_bytes(b"one")
