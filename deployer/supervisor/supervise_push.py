@@ -158,6 +158,8 @@ class Receive:
             if other is None or other.group(1) == self.content:
                 continue
             for name, kept in self._read_record(os.path.join(self.models, entry)).items():
+                if not isinstance(kept, list) or len(kept) != 4:
+                    continue  # a record deployer did not write: nothing in it is believed
                 path = os.path.join(self.models, other.group(1), name)
                 try:
                     _name(name)
