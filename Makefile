@@ -7,6 +7,7 @@ PY     := $(VENV)/bin/python
 SGLANG_VENV ?= $(HOME)/.cache/deployer/sglang-venv
 VLLM_VENV ?= $(HOME)/.cache/deployer/vllm-venv
 SMG_VENV ?= $(HOME)/.cache/deployer/smg-venv
+UV_VENV ?= $(HOME)/.cache/deployer/uv-venv
 # The real-engine tier: real vLLM (CPU build) and real SGLang (CPU engine) serving a tiny model made here.
 REAL_VLLM_VENV ?= $(HOME)/.cache/deployer/real-vllm-venv
 REAL_SGLANG_VENV ?= $(HOME)/.cache/deployer/real-sglang-venv
@@ -15,7 +16,7 @@ TINY_MODEL ?= $(HOME)/.cache/deployer/tiny-llama
 SGLANG_SEED_VERSION ?= 0.5.10
 SGLANG_SEED_VENV ?= $(HOME)/.cache/deployer/sglang-venv-$(SGLANG_SEED_VERSION)
 
-.PHONY: install provision walkthrough test lint-imports test-unit test-integration test-browser test-sglang-real sglang-venv sglang-seed-venv smg-venv test-vllm-real vllm-venv real-engines test-real-engines typecheck demo bench clean
+.PHONY: install provision walkthrough test lint-imports test-unit test-integration test-browser test-sglang-real sglang-venv sglang-seed-venv smg-venv uv-venv test-vllm-real vllm-venv real-engines test-real-engines typecheck demo bench clean
 
 install: $(VENV)/.installed
 
@@ -29,10 +30,10 @@ $(VENV)/.installed: pyproject.toml
 provision:
 	@PYTHON=$(PYTHON) bash scripts/provision-test-host.sh test
 
-test: provision install smg-venv
+test: provision install smg-venv uv-venv
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports --no-logo
-	SMG_VENV=$(SMG_VENV) $(PY) -m pytest -q -p no:cacheprovider -m "not sglang_real and not vllm_real and not real_engines" tests
+	SMG_VENV=$(SMG_VENV) UV_VENV=$(UV_VENV) $(PY) -m pytest -q -p no:cacheprovider -m "not sglang_real and not vllm_real and not real_engines" tests
 
 test-unit: install
 	$(PY) -m pytest -q tests/unit
@@ -54,6 +55,10 @@ sglang-venv:
 # The real SGLang Model Gateway (smg, PyPI; runs on a CPU) for the fleet tests, cached like the SGLang venv.
 smg-venv:
 	bash scripts/build-smg-venv.sh $(SMG_VENV)
+
+# uv (PyPI; a binary in a wheel) for the tests whose target builds a managed environment with it.
+uv-venv:
+	bash scripts/build-uv-venv.sh $(UV_VENV)
 
 sglang-seed-venv:
 	bash scripts/build-sglang-venv.sh $(SGLANG_SEED_VENV) $(SGLANG_SEED_VERSION)

@@ -2,8 +2,9 @@
 status / down / logs of its members through deployer.fleet.oncall, smoke through deployer.fleet.smoke.
 
 Its hosts are in the profile: --host does not apply to up, status or down (for `logs` it picks the member on
-that host). history, diagnose, prune and plan act as they always have on a fleet file: as on a single host
-(`as_single`).
+that host). `plan` plans each replica on its host and resolves the router's environment (router.install);
+`prepare` builds every replica's environment and the router's. history, diagnose and prune act as they always
+have on a fleet file: as on a single host (`as_single`).
 """
 
 from __future__ import annotations
@@ -11,26 +12,35 @@ from __future__ import annotations
 from pathlib import Path
 
 from deployer.deployments.base import Deployment, DownOptions, ExportSource, LogOptions, Out, PruneOptions, Select
-from deployer.deployments.reports import (DiagnosisReport, FleetDown, FleetStatus, HistoryReport, PlanReport,
-                                          PruneReport)
+from deployer.deployments.reports import (DiagnosisReport, FleetDown, FleetPlan, FleetStatus, HistoryReport,
+                                          PlanReport, PruneReport)
 from deployer.deployments.single import Origin, SingleHost
-from deployer.errors import ProfileError
+from deployer.errors import DeployError, ProfileError
 from deployer.export.prometheus import AddressOf, PromExport, fleet_targets, written_address
-from deployer.fleet.members import fleet_of
+from deployer.fleet.members import ReplicaMember, fleet_of, spec_of
 from deployer.fleet.oncall import fleet_down, fleet_logs, fleet_status, member_ref, pick_member
 from deployer.fleet.report import FleetReport
+from deployer.fleet.router_env import plan_router, prepare_router
 from deployer.fleet.smoke import FleetSmokeReport, smoke_fleet
 from deployer.fleet.up import fleet_restart, fleet_rollback, fleet_up
+from deployer.oncall.deployment import Ref
 from deployer.runner.up import UpOptions
 from deployer.prepare.report import PrepareReport
-from deployer.runner.install import planned_weights_on, prepare_all
+from deployer.runner.install import prepare_all
 from deployer.profile.model import Profile
+from deployer.prepare.pushed import WeightsNeeded
+from deployer.remote.base import Remote
 from deployer.smoke import SmokeOptions
 from deployer.events import Event, EventSink
 
 
 def _quiet(_event: Event) -> None:
     pass
+
+
+def _no_weights(_remote: Remote, _profile: Profile) -> tuple[list[WeightsNeeded], list[str]]:
+    """A replica whose host another replica's plan has asked about the weights already."""
+    return [], []
 
 
 class ReplicaFleet(Deployment):
@@ -68,20 +78,43 @@ class ReplicaFleet(Deployment):
         return self._one().render(as_json, note)
 
     def plan(self, model_config: Path | None = None) -> PlanReport:
-        """The first replica preflighted on its host (the replicas run one engine profile), and with
-        `engine.weights` what the fetch would take on every replica host (a fleet fetches once per host)."""
+        """Each replica's plan on its host (one after another), and the router's environment (router.install)
+        resolved on its host; nothing is built or started. With `engine.weights`, the first replica on each host
+        says what the fetch or push would take there (a fleet fetches once per host)."""
         self._no_host("plan")
-        replicas = fleet_of(self.profile).replicas
-        first = SingleHost(lambda: self.as_single.ref, profile=replicas[0].profile,
-                           origin=Origin(trust_new_host=self.trust_new_host))
-        hosts = [(m.host, m.profile) for m in replicas]
-        return first.planned(model_config, lambda _remote, _profile: planned_weights_on(hosts, self.trust_new_host))
+        fleet = fleet_of(self.profile)
+        hosts: set[str] = set()
+        plans = []
+        for m in fleet.replicas:
+            plans.append((m.tag, self._replica_plan(m, model_config, weights=m.host not in hosts)))
+            hosts.add(m.host)
+        router = fleet.router
+        if router is None or router.router.install is None:
+            return FleetPlan(plans).plan_report()
+        try:
+            env = plan_router(router, self.trust_new_host, _quiet)
+        except DeployError as exc:
+            return FleetPlan(plans, router.host, router_problem=str(exc)).plan_report()
+        return FleetPlan(plans, router.host, env).plan_report()
+
+    def _replica_plan(self, member: ReplicaMember, model_config: Path | None,
+                      weights: bool = True) -> PlanReport | DeployError:
+        t = member.profile.target
+        ref = Ref(member.name, spec_of(t, self.trust_new_host), t.workdir, member.profile)
+        single = SingleHost(lambda: ref, profile=member.profile, origin=Origin(trust_new_host=self.trust_new_host))
+        try:
+            return single.planned(model_config, None if weights else _no_weights)
+        except DeployError as exc:  # the host unreachable, its lock, ...: that replica's problem, the others shown
+            return exc
 
     def prepare(self, emit: EventSink) -> PrepareReport:
-        """Every replica's host (and the router's, once its environment can be installed too)."""
+        """Every replica's host, and the router's environment (router.install) on its host."""
         self._no_host("prepare")
-        members = [(m.profile.target.host, m.name, m.profile) for m in fleet_of(self.profile).replicas]
-        return prepare_all(self.profile.name, members, self.trust_new_host, emit)
+        fleet = fleet_of(self.profile)
+        members = [(m.profile.target.host, m.name, m.profile) for m in fleet.replicas]
+        more = [prepare_router(fleet.router, self.trust_new_host)] \
+            if fleet.router is not None and fleet.router.router.install is not None else []
+        return prepare_all(self.profile.name, members, self.trust_new_host, emit, more)
 
     def status(self) -> FleetStatus:
         self._no_host("status")

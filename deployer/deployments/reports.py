@@ -8,7 +8,7 @@ FleetReport; `smoke` the SmokeReport / FleetSmokeReport of deployer.smoke / depl
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Union
 
 from deployer.engines.base import GpuBudget, KvAllocated
@@ -172,7 +172,7 @@ class PlanReport:
     `error` is what the command then raises (a flag nothing may fix, or the problems found); `picture` the memory
     plan to draw."""
 
-    report: PreflightReport | NodesPlanReport
+    report: PreflightReport | NodesPlanReport | FleetPlan
     text: str
     error: DeployError | None = field(default=None)
     picture: MemoryPicture | None = None
@@ -193,6 +193,63 @@ class PlanReport:
         return 0 if self.error is None else self.error.exit_code
 
 
+@dataclass(frozen=True)
+class FleetPlan:
+    """`plan` of a fleet: each replica's own plan (tagged `r0@host`), and the router's environment (router.install)
+    resolved on its host (`router_problem`: why it cannot be). A replica whose host cannot be planned (unreachable,
+    locked) has its error instead of a plan."""
+
+    replicas: list[tuple[str, PlanReport | DeployError]]
+    router_host: str | None = None
+    router_environment: EnvPrepared | None = None
+    router_problem: str | None = None
+
+    @property
+    def problems(self) -> list[str]:
+        out = [f"{tag}: {p}" for tag, plan in self.replicas for p in _problems_of(_error_of(plan))]
+        return out + ([f"router: {self.router_problem}"] if self.router_problem else [])
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"replicas": [{"member": tag, **({"plan": plan.to_json()} if isinstance(plan, PlanReport)
+                                                                else {"error": str(plan)})}
+                                             for tag, plan in self.replicas],
+                                "problems": self.problems}
+        if self.router_environment is not None:
+            data["router_environment"] = self.router_environment.to_json()
+        return data
+
+    def render_text(self) -> str:
+        parts = [f"{tag}:\n{plan.text}" if isinstance(plan, PlanReport) else f"{tag}: cannot plan: {plan}\n"
+                 for tag, plan in self.replicas]
+        if self.router_environment is not None:
+            lines = self.router_environment.lines()
+            parts.append("".join(f"router ({self.router_host}): {line}\n" if i == 0 else f"{line}\n"
+                                 for i, line in enumerate(lines)))
+        if self.router_problem:
+            parts.append(f"router ({self.router_host}): problem: {self.router_problem}\n")
+        return "\n".join(parts)
+
+    def plan_report(self) -> PlanReport:
+        """As `plan` returns it: a replica's refusal (a flag nothing may fix) first, else every problem."""
+        refusals = [e for e in (_error_of(p) for _, p in self.replicas)
+                    if e is not None and not isinstance(e, PreflightFailed)]
+        error = refusals[0] if refusals else plan_error(self.problems)
+        first = self.replicas[0][1] if self.replicas else None
+        picture = first.picture if isinstance(first, PlanReport) else None
+        weights = [w for _, plan in self.replicas if isinstance(plan, PlanReport) for w in plan.weights]
+        return PlanReport(self, self.render_text(), error, picture, weights=weights)
+
+
+def _error_of(plan: PlanReport | DeployError) -> DeployError | None:
+    return plan.error if isinstance(plan, PlanReport) else plan
+
+
+def _problems_of(error: DeployError | None) -> list[str]:
+    if error is None:
+        return []
+    return list(error.problems) if isinstance(error, PreflightFailed) else [error.message]
+
+
 def plan_error(problems: list[str], refused: DeployError | None = None) -> DeployError | None:
     """What `plan` raises after showing its report: the refusal, else the problems, else nothing."""
     if refused is not None:
@@ -202,5 +259,5 @@ def plan_error(problems: list[str], refused: DeployError | None = None) -> Deplo
 
 __all__ = ["DiagnosisReport", "HistoryEntry", "DownReport", "DownResult", "FleetDown", "FleetStatus", "HistoryReport", "HostDown",
            "HostStatus", "StatusRow",
-           "MemoryPicture", "NodeDown", "NodeStatus", "PlanReport", "PruneReport", "Row", "SmokeResult", "StatusReport", "UpResult",
+           "FleetPlan", "MemoryPicture", "NodeDown", "NodeStatus", "PlanReport", "PruneReport", "Row", "SmokeResult", "StatusReport", "UpResult",
            "plan_error"]

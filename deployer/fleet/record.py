@@ -26,6 +26,9 @@ def record_path(workdir: str, name: str) -> str:
 def write_record(remote: Remote, workdir: str, profile: Profile) -> None:
     data = profile.public_dict()
     data.pop("target", None)        # derived from the first replica; `target:` is not allowed beside replicas
+    for section in (data.get("engine"), data.get("router")):
+        if section and section.get("install") is not None:
+            section.pop("python", None)   # the default beside `install` would not read back (they exclude each other)
     if data.get("router"):
         data["router"]["args"] = {k: ("***" if _secret_path(profile, f"router.args.{k}") else v)
                                   for k, v in (data["router"].get("args") or {}).items()}

@@ -19,6 +19,7 @@ from deployer.fleet.report import FleetReport, failed_result, replica_result
 from deployer.fleet.rolling import Replace, roll
 from deployer.fleet.weights import fetch_first
 from deployer.fleet.router import RouterReport, ensure_router, router_session, workers
+from deployer.fleet.router_env import prune_router_environments, with_router_environment
 from deployer.oncall.deployment import Ref
 from deployer.oncall.deployment import status as deployment_status
 from deployer.oncall.rollback import restart as restart_replica
@@ -29,7 +30,7 @@ from deployer.target.push import Layout, expand_workdir
 from deployer.remote.base import Remote
 from deployer.render.bundle import render
 from deployer.target.records import current_view
-from deployer.events import EventSink
+from deployer.events import EventSink, Warn
 
 
 def fleet_up(profile: Profile, opts: UpOptions, emit: EventSink, address_of: AddressOf = ssh_address) -> FleetReport:
@@ -37,6 +38,8 @@ def fleet_up(profile: Profile, opts: UpOptions, emit: EventSink, address_of: Add
     sink = TaggedSink(emit)
     report = FleetReport(fleet.name, restart=restart_summary(profile.restart))
     with Links(opts.trust_new_host) as links, _front(fleet, links) as front:
+        fleet = _router_ready(fleet, links, front, sink)  # router.install: before anything is stopped
+
         def replace(member: ReplicaMember, e: EventSink) -> object:
             return up(member.profile, opts, e, links.to(member.profile.target))
 
@@ -52,6 +55,30 @@ def fleet_up(profile: Profile, opts: UpOptions, emit: EventSink, address_of: Add
         if fleet.router is not None:
             report.router = _start_router(fleet, report, sink, opts, front)
     return report.settle()
+
+
+def _router_ready(fleet: Fleet, links: Links, front: Remote | None, sink: TaggedSink) -> Fleet:
+    """The fleet with its router's environment (router.install) built or reused on the router's host and the
+    router launched from it; the fleet unchanged without one. A failure (one line) ends the command here, before
+    any replica or router is stopped."""
+    member = fleet.router
+    if member is None or member.router.install is None:
+        return fleet
+    remote = front if front is not None else links.to(member.target)
+    return with_router_environment(fleet, remote, sink.tagged(member.host, "router"))
+
+
+def _router_started(remote: Remote, layout: Layout, fleet: Fleet, urls: list[str], emit: EventSink, *,
+                    force: bool = False) -> RouterReport:
+    """ensure_router, then (router.install) retention of the router's environments no kept run uses."""
+    member = fleet.router
+    assert member is not None
+    report = ensure_router(remote, layout, member, fleet.profile, urls, emit, force=force)
+    if fleet.profile.router is not None and fleet.profile.router.install is not None:
+        warning = prune_router_environments(remote, member)
+        if warning:
+            emit(Warn(message=warning))
+    return report
 
 
 @contextmanager
@@ -92,7 +119,8 @@ def _on_call(profile: Profile, opts: UpOptions, emit: EventSink, address_of: Add
         return action(ref, e, opts)
 
     with Links(opts.trust_new_host) as links, _front(fleet, links) as front:
-        _rolling(fleet, report, TaggedSink(emit), opts, again, None, front)
+        sink = TaggedSink(emit)
+        _rolling(_router_ready(fleet, links, front, sink), report, sink, opts, again, None, front)
     return report.settle()
 
 
@@ -107,7 +135,7 @@ def _rolling(fleet: Fleet, report: FleetReport, sink: TaggedSink, opts: UpOption
         with router_session(member, opts.what, emit, trust_new_host=opts.trust_new_host,
                             break_lock=opts.break_lock, remote=front) as (remote, layout):
             roll(fleet, report, sink, replace, remote, unchanged, layout)
-            report.router = ensure_router(remote, layout, member, fleet.profile, report.serving_urls(), emit)
+            report.router = _router_started(remote, layout, fleet, report.serving_urls(), emit)
     except DeployError as exc:
         report.router = RouterReport(member.name, member.host, "failed", detail=exc.message)
         if not report.replicas:
@@ -168,6 +196,6 @@ def _start_router(fleet: Fleet, report: FleetReport, sink: TaggedSink, opts: UpO
     try:
         with router_session(member, opts.what, emit, trust_new_host=opts.trust_new_host,
                             break_lock=opts.break_lock, remote=front) as (remote, layout):
-            return ensure_router(remote, layout, member, fleet.profile, urls, emit, force=opts.force)
+            return _router_started(remote, layout, fleet, urls, emit, force=opts.force)
     except DeployError as exc:
         return RouterReport(member.name, member.host, "failed", detail=exc.message)

@@ -23,8 +23,8 @@ from deployer.prepare.compat import FACT_COMMANDS, Demand, HostFacts, Problem, c
     parse_caps, parse_df_available, parse_smi
 from deployer.prepare.diagnose_install import diagnose_install
 from deployer.prepare.envspec import ENVS_DIR, EnvPaths, EnvRecord, EnvSpec, ResolvedDist
-from deployer.prepare.install_plan import SIZES_PY, InstallPlan, PipConfig, TargetTools, parse_pip_config, \
-    parse_pip_report, parse_tool_version, plan_install, probe_commands, with_sizes
+from deployer.prepare.install_plan import SIZES_PY, InstallPlan, PipConfig, Step, TargetTools, parse_pip_config, \
+    parse_pip_report, parse_tool_version, parse_uv_compile, plan_install, probe_commands, profile_flags, with_sizes
 from deployer.profile.model import EngineInstall
 
 PROBE_TIMEOUT_S = 60.0
@@ -56,6 +56,16 @@ class Target:
     workdir: str
     label: str = "the target"
     engine_env: tuple[tuple[str, str], ...] = ()   # the facts are read as the engine sees the host
+    section: str = "engine.install"                # the profile's section the spec comes from, in messages
+
+    def says(self, line: str) -> str:
+        """A message written for engine.install, naming this target's section instead (router.install)."""
+        return line.replace("engine.install", self.section)
+
+    @property
+    def env_name(self) -> str:
+        """How messages name the environment: `the environment` (an engine's), `the router.install environment`."""
+        return "the environment" if self.section == "engine.install" else f"the {self.section} environment"
 
     def facts_shell(self, argv: list[str]) -> Ran:
         """`argv` with the engine's environment (CUDA_VISIBLE_DEVICES and the like change what nvidia-smi says)."""
@@ -152,13 +162,13 @@ def probe(target: Target, spec: EnvSpec) -> tuple[TargetTools, PipConfig]:
     cmds = probe_commands(spec)
     py = _sh(target, cmds["python"])
     if py.exit_code != 0 or not py.stdout.strip():
-        raise TargetError(f"engine.install.python {spec.python} does not run on {target.label}: "
+        raise TargetError(f"{target.section}.python {spec.python} does not run on {target.label}: "
                           f"{_last_line(py.stderr or py.stdout) or 'not found'}",
-                          hint="set engine.install.python to a python3 on the target (>= 3.9)")
+                          hint=f"set {target.section}.python to a python3 on the target (>= 3.9)")
     pip = _sh(target, cmds["pip"])
     uv = target.shell("command -v uv && uv --version", PROBE_TIMEOUT_S, None)
     uv_lines = uv.stdout.split("\n") if uv.exit_code == 0 else []
-    config = _sh(target, cmds["pip_config"]) if pip.exit_code == 0 else Ran(1, "", "")
+    config = _sh(target, cmds["pip_config"] if pip.exit_code == 0 else cmds["pip_config_any"])
     tools = TargetTools(python_version=py.stdout.strip(), uv=uv_lines[0].strip() if uv_lines else None,
                         uv_version=parse_tool_version(uv_lines[1]) if len(uv_lines) > 1 else None,
                         pip_version=parse_tool_version(pip.stdout) if pip.exit_code == 0 else None)
@@ -169,17 +179,27 @@ def _plan(spec: EnvSpec, target: Target, tools: TargetTools, config: PipConfig) 
     try:
         return plan_install(spec, target.workdir, tools, config, uuid.uuid4().hex[:12])
     except ValueError as exc:
-        raise TargetError(f"{target.label}: {exc}") from None
+        raise TargetError(target.says(f"{target.label}: {exc}")) from None
 
 
 def resolve(target: Target, spec: EnvSpec, tools: TargetTools, plan: InstallPlan) -> tuple[ResolvedDist, ...]:
-    """What the spec would install, resolved by the build python's own pip (`--dry-run --report`, nothing
-    installed, nothing created), with each archive's size where it can be had. () when that pip has no report
-    (the preflight then checks only the host). A spec that cannot resolve fails here, in one line."""
-    if not tools.pip_has_report:
-        return ()
+    """What the spec would install, nothing installed, nothing created: by the build python's own pip
+    (`--dry-run --report`, pip >= 22.2: with each archive's URL and size), else, when uv builds, by uv
+    (`uv pip compile`: names and versions) so that a python with an old pip or none is resolved all the same.
+    () only when neither can (pip builds, and its pip is older than 22.2: the preflight then checks only the
+    host). A spec that cannot resolve fails here, in one line."""
+    if tools.pip_has_report:
+        return _resolved_by_pip(target, spec)
+    if plan.choice.tool == "uv" and plan.resolve is not None:
+        return _resolved_by_uv(target, spec, plan.resolve)
+    return ()
+
+
+def _resolved_by_pip(target: Target, spec: EnvSpec) -> tuple[ResolvedDist, ...]:
+    # pip's own flags, never uv's (--index-strategy, --allow-insecure-host): pip reads the target's configuration
+    # itself, which is where uv's flags were taken from
     argv = [spec.python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", "-",
-            "--no-input", "--disable-pip-version-check", *plan.choice.flags, *spec.packages]
+            "--no-input", "--disable-pip-version-check", *profile_flags(spec), *spec.packages]
     ran = _sh(target, argv, RESOLVE_TIMEOUT_S)
     if ran.exit_code != 0:
         raise TargetError(_failure_line(target, ran.stdout + "\n" + ran.stderr, "pip"))
@@ -193,6 +213,14 @@ def resolve(target: Target, spec: EnvSpec, tools: TargetTools, plan: InstallPlan
         return with_sizes(dists, json.loads(sizes.stdout)) if sizes.exit_code == 0 else dists
     except ValueError:
         return dists
+
+
+def _resolved_by_uv(target: Target, spec: EnvSpec, step: Step) -> tuple[ResolvedDist, ...]:
+    env = ["env", *(f"{k}={v}" for k, v in step.env)] if step.env else []
+    ran = _sh(target, [*env, *step.argv], RESOLVE_TIMEOUT_S, "".join(p + "\n" for p in spec.packages).encode())
+    if ran.exit_code != 0:
+        raise TargetError(_failure_line(target, ran.stdout + "\n" + ran.stderr, "uv"))
+    return parse_uv_compile(ran.stdout)
 
 
 def host_facts(target: Target, python_version: str | None) -> HostFacts:
@@ -214,10 +242,10 @@ def _checked(target: Target, resolved: tuple[ResolvedDist, ...], demand: Demand,
     """The compatibility rules against this host: PreflightFailed with every error (one line each); the
     warnings returned."""
     problems: list[Problem] = check(host_facts(target, python_version), resolved, demand)
-    errors = [p.line for p in problems if p.severity == "error"]
+    errors = [target.says(p.line) for p in problems if p.severity == "error"]
     if errors:
         raise PreflightFailed(errors)
-    return tuple(p.line for p in problems)
+    return tuple(target.says(p.line) for p in problems)
 
 
 # --- the build -------------------------------------------------------------------------------------------------
@@ -279,7 +307,8 @@ def _build(target: Target, plan: InstallPlan, tools: TargetTools, config: PipCon
 
 
 def _failure_line(target: Target, output: str, tool: str, prefix: str = "the environment cannot be resolved") -> str:
-    return f"{prefix} on {target.label}: {diagnose_install(output, tool).line}"
+    prefix = prefix.replace("the environment", target.env_name, 1)
+    return f"{prefix} on {target.label}: {target.says(diagnose_install(output, tool).line)}"
 
 
 def _last_line(text: str) -> str:

@@ -105,6 +105,9 @@ def probe_commands(spec: EnvSpec) -> dict[str, list[str]]:
     return {"python": [spec.python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
             "pip": [spec.python, "-m", "pip", "--version"],
             "pip_config": [spec.python, "-m", "pip", "config", "list"],
+            # the same files and PIP_* variables read by any pip on the box, when the build python has none (a
+            # venv made --without-pip): uv is then told what pip would honour
+            "pip_config_any": ["python3", "-m", "pip", "config", "list"],
             "uv": ["uv", "--version"]}
 
 
@@ -125,10 +128,16 @@ class ToolChoice:
     env: tuple[tuple[str, str], ...] = ()
 
 
+# `uv pip compile` printing only the pins (`name==version` per line): what the resolve step reads back.
+UV_COMPILE_QUIET = ("--no-header", "--no-annotate", "--quiet")
+
+
 @dataclass(frozen=True)
 class InstallPlan:
     """Build one environment: venv, resolve (dry run), install, list; then the helper writes the record and
-    publishes (LOCK_PROTOCOL). `resolve` may be None (pip older than 22.2: no report; said in `notes`)."""
+    publishes (LOCK_PROTOCOL). `resolve` may be None (pip older than 22.2: no report; said in `notes`). uv's
+    resolve is `uv pip compile` of the packages given on its stdin (`-`): it needs neither the environment nor a
+    pip, and resolves with the very flags the install gets."""
 
     spec: EnvSpec
     paths: EnvPaths
@@ -149,7 +158,8 @@ class InstallPlan:
         return tuple(s for s in (self.venv, self.resolve, self.install, self.freeze) if s is not None)
 
 
-def _profile_flags(spec: EnvSpec) -> list[str]:
+def profile_flags(spec: EnvSpec) -> list[str]:
+    """The profile's own index and find-links as pip flags (pip reads the target's configuration itself)."""
     flags: list[str] = []
     if spec.index_url:
         flags += ["--index-url", spec.index_url]
@@ -194,7 +204,7 @@ def _uv_flags(spec: EnvSpec, config: PipConfig) -> tuple[list[str], list[tuple[s
             env.append((_UV_ENV[key], values[0]))
         else:
             return f"pip's configuration sets {key} ({values[0]}), which uv has no flag for"
-    flags += _profile_flags(spec)
+    flags += profile_flags(spec)
     return flags + _index_strategy(flags), env
 
 
@@ -215,11 +225,11 @@ def choose_tool(spec: EnvSpec, tools: TargetTools, config: PipConfig) -> ToolCho
             return ToolChoice("uv", f"uv {tools.uv_version or ''} found on the target".replace("  ", " "),
                               tuple(mapped[0]), tuple(mapped[1]))
         if pip_ok:
-            return ToolChoice("pip", f"pip, not uv: {mapped}", tuple(_profile_flags(spec)))
+            return ToolChoice("pip", f"pip, not uv: {mapped}", tuple(profile_flags(spec)))
         raise ValueError(f"cannot build the environment: {mapped}, and {spec.python} has no pip")
     if pip_ok:
         return ToolChoice("pip", f"pip {tools.pip_version} ({spec.python} -m pip; no uv on the target's PATH)",
-                          tuple(_profile_flags(spec)))
+                          tuple(profile_flags(spec)))
     raise ValueError(f"cannot build the environment: no uv on the target's PATH and {spec.python} has no pip "
                      "(install uv: `pip install uv` or https://docs.astral.sh/uv/, or python3-venv/python3-pip)")
 
@@ -236,8 +246,8 @@ def plan_install(spec: EnvSpec, workdir: str, tools: TargetTools, config: PipCon
         return InstallPlan(
             spec, paths, build_id, choice,
             venv=Step("venv", (uv, "venv", "--quiet", "--python", spec.python, build), choice.env),
-            resolve=Step("resolve", (uv, "pip", "install", "--python", py, "--dry-run", *choice.flags, *packages),
-                         choice.env),
+            resolve=Step("resolve", (uv, "pip", "compile", "--python", spec.python, *UV_COMPILE_QUIET,
+                                     *choice.flags, "-"), choice.env),
             install=Step("install", (uv, "pip", "install", "--python", py, *choice.flags, *packages), choice.env),
             freeze=Step("freeze", (uv, "pip", "list", "--python", py, "--format", "json"), choice.env))
     notes: tuple[str, ...] = ()
@@ -293,6 +303,23 @@ def parse_uv_dry_run(text: str) -> tuple[ResolvedDist, ...]:
     them on stderr: pass both streams."""
     return tuple(ResolvedDist(name=m.group("name"), version=m.group("version"))
                  for m in map(_UV_WOULD.match, text.splitlines()) if m)
+
+
+_UV_PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*"
+                     r"(?:==\s*(?P<version>[^\s;]+)|@\s*(?P<url>[^\s;]+))")
+
+
+def parse_uv_compile(text: str) -> tuple[ResolvedDist, ...]:
+    """`uv pip compile --no-header --no-annotate` -> its pins (`name==version`; `name @ url` for a direct
+    reference, version unknown); comments, option lines and warnings skipped. No sizes: uv prints no URLs for
+    index packages."""
+    out = []
+    for line in text.splitlines():
+        match = _UV_PIN.match(line.strip())
+        if match:
+            out.append(ResolvedDist(name=match.group("name"), version=match.group("version") or "",
+                                    url=match.group("url")))
+    return tuple(out)
 
 
 def parse_freeze(text: str) -> dict[str, str]:

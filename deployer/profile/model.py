@@ -101,21 +101,6 @@ class RouterTarget(Strict):
     workdir: str | None = None
 
 
-class Router(Strict):
-    """The model gateway `smg` (PyPI) in front of the replicas."""
-
-    target: RouterTarget = Field(default_factory=RouterTarget)
-    python: str = Field(default="python3", min_length=1, description="the python that has `smg` installed")
-    port: int = Field(default=8000, ge=1, le=65535)
-    policy: str = Field(default="cache_aware", min_length=1, description="any policy smg accepts")
-    args: dict[str, ArgValue] = Field(default_factory=dict, description="extra smg flags, as engine.args")
-
-    @field_validator("args", mode="before")
-    @classmethod
-    def _args(cls, v: Any) -> Any:
-        return _flag_mapping(v, reserved={"port": "router.port", "policy": "router.policy"})
-
-
 # PEP 508 requirement specifiers, for when `packaging` is not installed: a name, extras, either version clauses or
 # `@ URL`, then an optional `; marker` (checked for being non-empty only).
 _REQ_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
@@ -201,6 +186,34 @@ class EngineInstall(Strict):
         for item in v:
             if not item or item != item.strip() or any(c in item for c in " \t\n\x00"):
                 raise ValueError(f"{item!r}: a path or URL without spaces, newline or NUL")
+        return v
+
+
+class Router(Strict):
+    """The model gateway `smg` (PyPI) in front of the replicas: run by `python`, or from the environment deployer
+    builds on the router's host (`install`, as engine.install)."""
+
+    target: RouterTarget = Field(default_factory=RouterTarget)
+    install: EngineInstall | None = Field(default=None,
+                                          description="build the router's environment (smg) on its host, as "
+                                                      "engine.install (excludes python)")
+    python: str = Field(default="python3", min_length=1, description="the python that has `smg` installed")
+    port: int = Field(default=8000, ge=1, le=65535)
+    policy: str = Field(default="cache_aware", min_length=1, description="any policy smg accepts")
+    args: dict[str, ArgValue] = Field(default_factory=dict, description="extra smg flags, as engine.args")
+
+    @field_validator("args", mode="before")
+    @classmethod
+    def _args(cls, v: Any) -> Any:
+        return _flag_mapping(v, reserved={"port": "router.port", "policy": "router.policy"})
+
+    @field_validator("python")
+    @classmethod
+    def _python_or_install(cls, v: str, info: ValidationInfo) -> str:
+        """As engine.python: a python written beside `install` is two ways to say where smg comes from."""
+        if info.data.get("install") is not None:
+            raise ValueError("router.python and router.install exclude each other: `python` names an environment "
+                             "that has smg, `install` has deployer build one (remove one of them)")
         return v
 
 
@@ -295,6 +308,13 @@ class Engine(Strict):
         if isinstance(model, list):  # several names: any one is asked for
             model = model[0] if model else self.model_path
         return str(model)
+
+    @property
+    def downloads_at_start(self) -> bool:
+        """Whether the engine itself may download its weights while it starts: model_path names a hub repo and
+        deployer does not fetch it first (engine.weights). A local path, or weights fetched before the launch,
+        leave no download inside the startup."""
+        return self.weights is None and bool(HUB_REPO_RE.match(self.model_path))
 
     @property
     def probe_address(self) -> str:

@@ -7,8 +7,9 @@ records name the environment by its python, which is what retention keeps and a 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
 
 from deployer.errors import DeployError, TargetError
 from deployer.events import Event, EventSink
@@ -117,14 +118,24 @@ def prepare_host(profile: Profile, label: str, trust_new_host: bool, emit: Event
         return HostPrepared(label, error=exc)
 
 
+@dataclass(frozen=True)
+class PrepareJob:
+    """One row of `deploy prepare`: the host it runs on (a host's jobs run one after another), its label, and the
+    work (an engine's host: prepare_host; a fleet's router: its own environment)."""
+
+    host: str
+    label: str
+    work: Callable[[EventSink], HostPrepared]
+
+
 def prepare_all(name: str, members: Sequence[tuple[str, str, Profile]], trust_new_host: bool,
-                emit: EventSink) -> PrepareReport:
-    """`prepare_host` for each (host, label, profile): hosts at once, a host's members one after another (two on one
-    host share the environment: the second finds it built)."""
-    sink = TaggedSink(emit)
-    done = fan_out(list(members), lambda m: m[0], lambda m: m[1],
-                   lambda m, tagged: prepare_host(m[2], m[1], trust_new_host, tagged), sink)
-    return PrepareReport(name, [d.value if d.value is not None else HostPrepared(d.member[1], error=d.error)
+                emit: EventSink, more: Sequence[PrepareJob] = ()) -> PrepareReport:
+    """`prepare_host` for each (host, label, profile), then `more`: hosts at once, a host's jobs one after another
+    (two on one host share the environment: the second finds it built)."""
+    jobs = [PrepareJob(host, label, partial(prepare_host, profile, label, trust_new_host))
+            for host, label, profile in members] + list(more)
+    done = fan_out(jobs, lambda j: j.host, lambda j: j.label, lambda j, tagged: j.work(tagged), TaggedSink(emit))
+    return PrepareReport(name, [d.value if d.value is not None else HostPrepared(d.member.label, error=d.error)
                                 for d in done])
 
 
@@ -149,23 +160,6 @@ def planned_weights(remote: Remote, profile: Profile) -> tuple[list[WeightsNeede
         return [needed], [f"weights: {needed.describe()}: free space {where} on {needed.host}, or set {larger} to "
                           "a larger disk"]
     return ([needed] if needed is not None else []), []
-
-
-def planned_weights_on(hosts: Sequence[tuple[str, Profile]], trust_new_host: bool) -> tuple[list[WeightsNeeded], list[str]]:
-    """`planned_weights` on every host of a fleet (host, a member's profile), once per host (a fleet fetches once
-    per host), hosts at once; a host that cannot be reached is a problem of its own line."""
-    firsts: dict[str, Profile] = {}
-    for host, profile in hosts:
-        firsts.setdefault(host, profile)
-
-    def one(profile: Profile) -> tuple[list[WeightsNeeded], list[str]]:
-        try:
-            with conversing(target_spec(profile, trust_new_host)) as remote:
-                return planned_weights(remote, profile)
-        except DeployError as exc:
-            return [], [f"weights on {profile.target.host}: {exc}"]
-
-    return merged_weights(at_once(one, list(firsts.values())))
 
 
 def merged_weights(each: Sequence[tuple[list[WeightsNeeded], list[str]]]) -> tuple[list[WeightsNeeded], list[str]]:

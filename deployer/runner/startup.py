@@ -9,7 +9,7 @@ reads. A deployment's run dirs beyond `retention.keep_runs` are gone, and with t
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from deployer.errors import DeployError
@@ -24,12 +24,25 @@ from deployer.target import snapshot
 from deployer.target.push import Layout
 
 
-def start_key(profile: Profile, version: str | None, host: str) -> StartKey:
-    """What makes an attempt's start comparable with earlier ones (an unknown engine version is "unknown")."""
+UNKNOWN_VERSION = "unknown"
+
+
+def start_key(profile: Profile, version: str | None, host: str, history: Sequence[PastStart] = ()) -> StartKey:
+    """What makes an attempt's start comparable with earlier ones. Without the engine's version (a restart or
+    `--skip-preflight` does not ask the target for it), the version of the latest earlier start of this very launch
+    (model, revision, host, arguments) that knew one: the same launch again, not a start of an unknown engine that
+    never counts (else "unknown")."""
     engine = profile.engine
-    return StartKey(model=engine.model_path, revision=str(engine.args.get("revision") or ""),
-                    engine_version=version or engine.version or "unknown", host=host,
-                    args_hash=StartKey.hash_args(engine.args))
+    key = StartKey(model=engine.model_path, revision=str(engine.args.get("revision") or ""),
+                   engine_version=version or engine.version or UNKNOWN_VERSION, host=host,
+                   args_hash=StartKey.hash_args(engine.args))
+    if key.engine_version != UNKNOWN_VERSION:
+        return key
+    same = [s for s in history if s.key.engine_version != UNKNOWN_VERSION
+            and replace(s.key, engine_version=UNKNOWN_VERSION) == key]
+    if not same:
+        return key
+    return replace(key, engine_version=max(same, key=lambda s: s.started_at).key.engine_version)
 
 
 def timeline_of(seen: Sequence[PhaseSeen], ready_s: float | None, ended_s: float) -> Timeline:
@@ -84,10 +97,13 @@ class StartPlan:
 
     @classmethod
     def of(cls, profile: Profile, version: str | None, host: str, history: Sequence[PastStart]) -> StartPlan:
-        key = start_key(profile, version, host)
+        key = start_key(profile, version, host, history)
         prediction = predict(history, key)
         auto = profile.health.startup_timeout_s == "auto"
-        return cls(key, prediction, auto_startup_timeout(prediction, None) if auto else None)
+        # weights fetched before the launch (or a local path): no download inside this start, whatever the
+        # history's starts downloaded; else the history's slowest download is allowed for
+        download = None if profile.engine.downloads_at_start else 0
+        return cls(key, prediction, auto_startup_timeout(prediction, download) if auto else None)
 
     def watched(self, profile: Profile) -> Profile:
         """The profile the watch uses: `auto` replaced by the derived deadline."""

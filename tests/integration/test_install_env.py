@@ -4,64 +4,18 @@ that does not exist refused in one line (pip's own error), and `deploy prepare` 
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
-import os
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from deploy_helpers import STANDIN, deploy, events, write_profile
+from deploy_helpers import STANDIN, deploy, events
+from install_helpers import PACKAGE, TORCH_CU128, cuda_mismatch, envs, install_profile, make_wheel, \
+    refused_for_cuda
 
 pytestmark = pytest.mark.integration
-
-PACKAGE = "h25tiny"
-
-
-def make_wheel(folder: Path, version: str, package: str = PACKAGE) -> Path:
-    """A real (tiny, pure-Python) wheel of `package` at `version`, written by hand: a wheel is a zip with its
-    dist-info (PEP 427), so no build backend or network is needed."""
-    folder.mkdir(parents=True, exist_ok=True)
-    dist = f"{package}-{version}.dist-info"
-    files = {
-        f"{package}/__init__.py": f"VERSION = {version!r}\n".encode(),
-        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {package}\nVersion: {version}\n".encode(),
-        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: deployer-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = "".join(
-        f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}\n"
-        for name, data in files.items()) + f"{dist}/RECORD,,\n"
-    path = folder / f"{package}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as zf:
-        for name, data in files.items():
-            zf.writestr(name, data)
-        zf.writestr(f"{dist}/RECORD", record)
-    return path
-
-
-def install_profile(tmp_path: Path, sshd: Any, wheels: Path, version: str, name: str = "envdemo",
-                    packages: list[str] | None = None, env: dict[str, str] | None = None) -> Path:
-    """The stand-in engine's profile with `engine.install` instead of `engine.python`."""
-    path = write_profile(tmp_path, sshd, name=name, env=env)
-    data = yaml.safe_load(path.read_text())
-    data["engine"].pop("python")
-    empty_index = tmp_path / "empty-index"
-    empty_index.mkdir(exist_ok=True)
-    data["engine"]["install"] = {"packages": packages or [f"{PACKAGE}=={version}"], "find_links": [str(wheels)],
-                                 "index_url": empty_index.as_uri(), "python": "/usr/bin/python3"}
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
-def envs(work: Path) -> dict[str, str]:
-    """Published environments: <digest> -> the build dir it links to."""
-    root = work / ".deployer" / "envs"
-    return {p.name: os.readlink(p) for p in root.iterdir() if p.is_symlink()} if root.is_dir() else {}
-
 
 def test_up_builds_reuses_and_rebuilds_the_managed_environment(tmp_path: Path, sshd: Any) -> None:
     wheels = tmp_path / "wheels"
@@ -136,18 +90,13 @@ def test_prepare_builds_without_launching(tmp_path: Path, sshd: Any) -> None:
 def test_a_torch_the_driver_cannot_run_is_refused_before_anything_is_installed(tmp_path: Path, sshd: Any) -> None:
     """The compatibility preflight: the spec resolved first (a torch built for CUDA 12.8, as its local version
     says), the driver's CUDA from nvidia-smi (the stand-in, 11.4): one line saying what to change, nothing built."""
-    wheels = tmp_path / "wheels"
-    make_wheel(wheels, "2.8.0+cu128", package="torch")
-    gpus = tmp_path / "gpus.json"
-    gpus.write_text(json.dumps({"driver_version": "470.57.02", "cuda_version": "11.4",
-                                "gpus": [{"name": "NVIDIA A100-SXM4-80GB", "memory_total": 81920}]}))
+    wheels, env = cuda_mismatch(tmp_path)
     home, work = tmp_path / "home", tmp_path / "work"
-    prof = install_profile(tmp_path, sshd, wheels, "", name="oldcuda", packages=["torch==2.8.0+cu128"],
-                           env={"STANDIN_GPUS_FILE": str(gpus)})
+    prof = install_profile(tmp_path, sshd, wheels, "", name="oldcuda", packages=[TORCH_CU128], env=env)
     up = deploy("up", str(prof), home=home, timeout=300)
     assert up.returncode == 4 and "Traceback" not in up.stderr, up.stderr[-3000:]
-    said = [line for line in up.stderr.splitlines() if "torch 2.8.0+cu128 needs CUDA 12.8" in line]
-    assert said and "supports CUDA 11.4" in said[0] and "upgrade the driver" in said[0], up.stderr
+    said = refused_for_cuda(up.stderr)
+    assert said and "upgrade the driver" in said[0], up.stderr
     assert envs(work) == {} and not (work / ".deployer" / "envs").exists()  # nothing installed
     assert not (work / "oldcuda" / "current").exists()                        # nothing launched
 

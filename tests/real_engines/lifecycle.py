@@ -39,6 +39,17 @@ def chat(port: int, model: str, tokens: int = 8) -> dict[str, Any]:
     return answer
 
 
+def completion(port: int, model: str, tokens: int) -> int:
+    """A real /v1/completions request that generates exactly `tokens` tokens (ignore_eos); the tokens it got."""
+    body = json.dumps({"model": model, "prompt": "hello", "max_tokens": tokens, "ignore_eos": True,
+                       "temperature": 0}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=180) as resp:   # behind a queue of others
+        answer: dict[str, Any] = json.loads(resp.read())
+    return int(answer["usage"]["completion_tokens"])
+
+
 def status_row(prof: Path, home: Path) -> tuple[int, dict[str, Any]]:
     proc = deploy("status", str(prof), "--json", home=home, timeout=60)
     row: dict[str, Any] = json.loads(proc.stdout)

@@ -378,3 +378,61 @@ def test_ctrl_c_ends_a_fan_out_at_once(tmp_path: Path) -> None:
         assert "interrupted" in out and proc.returncode == 0 and time.monotonic() - t0 < 5
     finally:
         proc.kill()
+
+
+ROUTER_INSTALL = {"install": {"packages": ["smg==1.13.0"], "find_links": ["/opt/wheels"]}, "port": 8000}
+
+
+def test_router_install_excludes_router_python_in_one_line(tmp_path: Path) -> None:
+    prof = _profile(tmp_path, router=ROUTER_INSTALL)
+    assert prof.router is not None and prof.router.install is not None
+    assert prof.router.install.packages == ["smg==1.13.0"]
+    with pytest.raises(ProfileError, match="router.python and router.install exclude each other"):
+        _profile(tmp_path, router={**ROUTER_INSTALL, "python": "/venv/bin/python"})
+    with pytest.raises(ProfileError, match="did you mean 'packages'"):
+        _profile(tmp_path, router={"install": {"pakages": ["smg"]}})
+
+
+def test_the_router_launches_from_its_managed_environment(tmp_path: Path) -> None:
+    """With router.install the router's python is its environment's (what the run record names, so retention keeps
+    it); the same spec is the same python, so an unchanged router is not replaced."""
+    from deployer.fleet.router_env import launched_router
+    from deployer.prepare.envspec import EnvPaths, EnvSpec
+
+    prof = _profile(tmp_path, router=ROUTER_INSTALL)
+    member = fleet_of(prof, addr).router
+    assert member is not None and member.router.install is not None
+    python = EnvPaths.of("/srv/w", EnvSpec.from_install(member.router.install)).python
+    launched = launched_router(member, python)
+    assert launched.router.install is None and render_router(launched, [], prof).argv[:2] == [python, "-m"]
+    assert settings_hash(launched, prof) == settings_hash(launched_router(member, python), prof)
+    assert settings_hash(launched, prof) != settings_hash(launched_router(member, "/other/bin/python"), prof)
+
+
+def test_a_fleet_record_with_install_reads_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """fleet.json drops the default python beside engine.install / router.install: both keys would not load."""
+    from deployer.fleet.record import read_record, write_record
+
+    stored: dict[str, bytes] = {}
+
+    class Disk:
+        label = "gpu-a"
+
+        def run(self, cmd: str, **_kw: Any) -> Any:
+            return subprocess.CompletedProcess(cmd, 0, "", "")
+
+        def put(self, data: bytes, path: str, mode: int) -> None:
+            stored[path] = data
+
+        def read(self, path: str, offset: int, size: int) -> bytes:
+            return stored[path]
+
+    engine = {"model_path": "Qwen/Qwen3-8B", "install": {"packages": ["sglang==0.5.23"]}}
+    prof = _profile(tmp_path, router=ROUTER_INSTALL, engine=engine)
+    monkeypatch.setattr("deployer.fleet.record.make_owned_dirs", lambda *a: None)
+    monkeypatch.setattr("deployer.fleet.record.expand_workdir", lambda remote, workdir: workdir)
+    remote: Any = Disk()
+    write_record(remote, "/srv/w", prof)
+    back = read_record(remote, "/srv/w", prof.name)
+    assert back is not None and back.router is not None and back.router.install is not None
+    assert back.engine.install is not None and back.engine.install.packages == ["sglang==0.5.23"]

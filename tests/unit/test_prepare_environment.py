@@ -102,3 +102,70 @@ def test_a_published_environment_is_reused_without_resolving() -> None:
     done = prepare_environment(target.target(), INSTALL, Demand(engine_kind="sglang"), lambda e: None)
     assert done.reused and not done.built and done.python == f"/srv/w/.deployer/envs/{spec.digest}/bin/python"
     assert not any("--dry-run" in c for c in target.commands)
+
+
+class WithStdin(Scripted):
+    """Scripted, and what each command got on its stdin."""
+
+    def __init__(self, answers: dict[str, Ran], build: dict[str, Any] | None = None) -> None:
+        super().__init__(answers, build)
+        self.stdin: dict[str, bytes | None] = {}
+
+    def shell(self, cmd: str, timeout: float, stdin: bytes | None) -> Ran:
+        self.stdin[cmd] = stdin
+        return super().shell(cmd, timeout, stdin)
+
+
+NO_PIP = Ran(1, "", "No module named pip")
+
+
+def uv_without_pip(compile_out: Ran, pip: Ran = NO_PIP) -> dict[str, Ran]:
+    """A build python with no pip at all (a venv made --without-pip), or `pip`, uv on PATH, python3's pip for the
+    configuration."""
+    answers = tools(smi=SMI_OLD)
+    answers = {"uv pip compile": compile_out, "-m pip --version": pip,
+               "python3 -m pip config list": Ran(0, "global.find-links='/opt/wheels'\n", ""), **answers}
+    if pip is not NO_PIP:  # a pip of its own reads the configuration
+        answers["config list"] = answers["python3 -m pip config list"]
+    answers["uv --version"] = Ran(0, "/usr/local/bin/uv\nuv 0.13.8 (x86_64-unknown-linux-gnu)\n", "")
+    return answers
+
+
+@pytest.mark.parametrize("pip", [NO_PIP, Ran(0, "pip 20.0.2 from /usr/lib/python3/dist-packages/pip (python 3.8)", "")],
+                         ids=["no-pip", "pip-20.0.2"])
+def test_uv_resolves_a_python_whose_pip_cannot_before_anything_is_built(pip: Ran) -> None:
+    """The compatibility preflight is not skipped when the build python has no pip, or one older than 22.2 (no
+    --report): uv resolves the spec (`uv pip compile`, the packages on its stdin) and the torch it would install
+    is checked against the driver."""
+    install = EngineInstall(packages=["torch==2.8.0+cu128"], python="/opt/nopip/bin/python")
+    target = WithStdin(uv_without_pip(Ran(0, "torch==2.8.0+cu128\n", ""), pip))
+    with pytest.raises(PreflightFailed) as caught:
+        prepare_environment(target.target(), install, Demand(engine_kind="sglang"), lambda e: None)
+    assert any("torch 2.8.0+cu128 needs CUDA 12.8" in p for p in caught.value.problems), caught.value.problems
+    (compiled,) = [c for c in target.commands if "uv pip compile" in c]
+    assert "--python /opt/nopip/bin/python" in compiled and compiled.endswith(" -")
+    assert "--find-links /opt/wheels" in compiled            # the target's pip configuration, given to uv
+    assert target.stdin[compiled] == b"torch==2.8.0+cu128\n"
+    assert not any("--dry-run" in c for c in target.commands)
+    assert [c["op"] for c in target.calls] == ["env_build"] and target.calls[0]["reuse_only"]   # nothing built
+
+
+def test_uvs_resolution_failure_is_one_line() -> None:
+    target = WithStdin(uv_without_pip(Ran(1, "", (CASES / "uv-no-such-version.txt").read_text())))
+    with pytest.raises(TargetError) as caught:
+        prepare_environment(target.target(), INSTALL, Demand(engine_kind="sglang"), lambda e: None)
+    assert "\n" not in str(caught.value) and "cannot be resolved" in str(caught.value), str(caught.value)
+
+
+def test_pip_resolving_for_a_uv_build_gets_pips_flags_not_uvs() -> None:
+    """uv builds, pip (>= 22.2) resolves: pip reads its configuration itself and never gets uv's own flags
+    (--index-strategy would make pip exit 2 with `no such option`)."""
+    answers = tools()
+    answers["config list"] = Ran(0, "global.find-links='/opt/wheels'\nglobal.extra-index-url='file:///opt/pypi'\n", "")
+    answers["pip --version"] = Ran(0, "pip 23.2.1 from /x (python 3.11)", "")
+    answers["uv --version"] = Ran(0, "/usr/local/bin/uv\nuv 0.13.8\n", "")
+    target = Scripted(answers)
+    done = prepare_environment(target.target(), INSTALL, Demand(engine_kind="sglang"), lambda e: None, build=False)
+    assert done.tool == "uv" and done.resolved and done.resolved[0].size == 2000000000
+    (dry,) = [c for c in target.commands if "--dry-run" in c]
+    assert "--index-strategy" not in dry and "--find-links" not in dry, dry

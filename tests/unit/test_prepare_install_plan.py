@@ -10,7 +10,7 @@ import pytest
 from deployer.prepare.envspec import EnvSpec
 from deployer.prepare.install_plan import (LOCK_PROTOCOL, PipConfig, TargetTools, choose_tool, parse_freeze,
                                            record_for,
-                                           parse_pip_config, parse_pip_report, parse_tool_version, parse_uv_dry_run,
+                                           parse_pip_config, parse_pip_report, parse_tool_version, parse_uv_compile, parse_uv_dry_run,
                                            plan_install, probe_commands, with_sizes)
 from deployer.profile.model import EngineInstall
 
@@ -88,9 +88,9 @@ def test_uv_plan_argv() -> None:
     plan = plan_install(s, "/w", UV, PipConfig(), "b1")
     build = f"/w/.deployer/envs/{s.digest}.build-b1"
     assert plan.venv.argv == ("/usr/local/bin/uv", "venv", "--quiet", "--python", "python3", build)
+    # uv resolves with `uv pip compile` of the packages on its stdin: no environment, no pip needed
     assert plan.resolve is not None and plan.resolve.argv == (
-        "/usr/local/bin/uv", "pip", "install", "--python", f"{build}/bin/python", "--dry-run", "torch==2.8.0",
-        "vllm==0.11.0")
+        "/usr/local/bin/uv", "pip", "compile", "--python", "python3", "--no-header", "--no-annotate", "--quiet", "-")
     assert plan.install.argv[-2:] == ("torch==2.8.0", "vllm==0.11.0") and "--dry-run" not in plan.install.argv
     assert plan.freeze.argv[-2:] == ("--format", "json")
     assert [s.name for s in plan.steps] == ["venv", "resolve", "install", "freeze"]
@@ -137,6 +137,16 @@ def test_real_uv_dry_runs() -> None:
                                                                                    ("six", "1.16.0")]
     dists = parse_uv_dry_run(case("uv-find-links-dry-run"))
     assert ("torch", "2.13.0+cpu") in [(d.name, d.version) for d in dists] and len(dists) == 10
+
+
+def test_real_uv_compile() -> None:
+    dists = parse_uv_compile(case("uv-compile"))
+    assert [(d.name, d.version) for d in dists][-2:] == [("smg", "1.13.0"), ("typing-extensions", "4.16.0")]
+    assert len(dists) == 7 and all(d.url is None and d.size is None for d in dists)
+    direct = parse_uv_compile("# a comment\n--index-url x\nh25tiny @ file:///w/h25tiny-1.0-py3-none-any.whl\n"
+                              "torch[cpu]==2.8.0 ; sys_platform == 'linux'\n")
+    assert [(d.name, d.version, d.url) for d in direct] == [
+        ("h25tiny", "", "file:///w/h25tiny-1.0-py3-none-any.whl"), ("torch", "2.8.0", None)]
 
 
 def test_sizes_freeze_and_versions() -> None:

@@ -149,3 +149,55 @@ def test_history_shows_an_attempts_phases() -> None:
     assert timeline_text(timeline.to_json()) == "start 2.0s, load 1m, http up 3.0s -> ready at 1m05s"
     assert timeline_text(None) == "" and timeline_text({"phases": [{"phase": "warp"}]}) == ""
     assert Range(0, 0).text() == "0"
+
+
+def test_auto_allows_for_a_download_only_where_the_engine_itself_downloads() -> None:
+    """Three earlier starts that each downloaded for 10 minutes: a hub id the engine downloads itself gets the
+    history's download in its deadline; the same repo fetched by deployer first (engine.weights) or a local path
+    does not (the fetch is done before the launch: nothing is downloaded inside this start)."""
+    def profile(**engine: object) -> Profile:
+        return Profile.model_validate({"name": "demo", "target": {"host": "gpu-box"},
+                                       "engine": {"kind": "sglang", "model_path": "Qwen/Qwen3-8B", **engine},
+                                       "health": {"startup_timeout_s": "auto"}})
+
+    hub, fetched, local = profile(), profile(weights={"revision": "main"}), profile(model_path="/models/qwen3-8b")
+    assert hub.engine.downloads_at_start and not fetched.engine.downloads_at_start
+    assert not local.engine.downloads_at_start
+
+    def history(profile: Profile) -> list[PastStart]:
+        key = start_key(profile, "0.5.10", "h")
+        marks = [(Phase.START, 0.0), (Phase.DOWNLOAD, 5.0), (Phase.LOAD, 605.0), (Phase.READY, 665.0)]
+        return [PastStart(key, float(i), Timeline.from_marks(marks, 665.0)) for i in range(3)]
+
+    def deadline(profile: Profile) -> float:
+        plan = StartPlan.of(profile, "0.5.10", "h", history(profile))
+        assert plan.deadline is not None
+        return plan.deadline.seconds
+
+    without_download = 2 * 65 + 120   # the slowest start without its download: 65 s
+    assert deadline(fetched) == deadline(local) == 300.0 >= without_download   # the floor
+    assert deadline(hub) == 300.0 + 2 * 600                                      # + 2 x the slowest download
+
+
+def test_a_start_without_the_engines_version_counts_as_the_same_launch_before_it() -> None:
+    """`restart` (no preflight) does not ask the target for the engine's version: its start takes the version of
+    the latest earlier start of the same launch (measured on real vLLM: restarts were keyed "unknown" and never
+    counted). A different launch (other args) stays unknown."""
+    profile = _profile(startup_timeout_s="auto")
+    known = start_key(profile, "0.5.10", "h")
+    older = start_key(profile, "0.5.9", "h")
+    history = [_past(older, 1.0), _past(known, 2.0)]
+    assert start_key(profile, None, "h", history) == known
+    assert start_key(profile, None, "h", history[:1]).engine_version == "0.5.9"
+    assert start_key(profile, None, "h").engine_version == "unknown"
+    other = profile.patched(args={"tp": 2})
+    assert start_key(other, None, "h", history).engine_version == "unknown"
+    assert start_key(profile, "0.6.0", "h", history).engine_version == "0.6.0"   # a known version is kept
+    restarted = history + [_past(known, 2.5), _past(start_key(profile, None, "h", history), 3.0)]
+    plan = StartPlan.of(profile, None, "h", restarted)
+    assert plan.prediction is not None and plan.prediction.starts == 3 and plan.key == known
+
+
+def _past(key: StartKey, at: float) -> PastStart:
+    marks = [(Phase.START, 0.0), (Phase.LOAD, 2.0), (Phase.READY, 30.0)]
+    return PastStart(key, at, Timeline.from_marks(marks, 30.0))
