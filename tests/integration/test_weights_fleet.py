@@ -154,20 +154,26 @@ def test_a_node_group_plan_says_what_the_fetch_takes_on_every_node(tmp_path: Pat
         assert gone.stdout.count("problem: weights: fetching acme/tiny@main on") == 2, gone.stdout + gone.stderr
 
 
-def test_a_node_group_push_to_nodes_with_different_workdirs_is_refused_before_anything_starts(
-        tmp_path: Path, bed: HostBed) -> None:
-    """The group's engine has one model path: pushed into each node's own workdir, two places are one line (as an
-    environment at two paths is), and nothing is launched."""
+def pushing(tmp_path: Path, bed: HostBed, make: Any, name: str) -> Path:
+    """`make`'s profile (hub_fleet, hub_nodes) with `engine.weights.push` of a small directory beside it instead."""
     folder = tmp_path / "models" / "ft"
     folder.mkdir(parents=True)
     (folder / "config.json").write_text("{}")
-    (folder / "model.safetensors").write_bytes(b"w" * 100_000)
+    (folder / "model.safetensors").write_bytes(b"w" * 200_000)
     with HubStub(tiny_repo("acme/tiny", 1000)) as hub:
-        prof = hub_nodes(tmp_path, bed, hub, "wnpush")
+        prof: Path = make(tmp_path, bed, hub, name)
     data = yaml.safe_load(prof.read_text())
     data["engine"]["model_path"] = "models/ft"
     data["engine"]["weights"] = {"push": True}
     prof.write_text(yaml.safe_dump(data, sort_keys=False))
+    return prof
+
+
+def test_a_node_group_push_to_nodes_with_different_workdirs_is_refused_before_anything_starts(
+        tmp_path: Path, bed: HostBed) -> None:
+    """The group's engine has one model path: pushed into each node's own workdir, two places are one line (as an
+    environment at two paths is), and nothing is launched."""
+    prof = pushing(tmp_path, bed, hub_nodes, "wnpush")
     home = tmp_path / "home"
     made = fleet_deploy(bed, "up", str(prof), "--skip-preflight", home=home)
     try:
@@ -181,16 +187,7 @@ def test_a_node_group_push_to_nodes_with_different_workdirs_is_refused_before_an
 
 
 def test_a_fleet_pushes_a_directory_to_every_replica_before_it_starts(tmp_path: Path, bed: HostBed) -> None:
-    folder = tmp_path / "models" / "ft"
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text("{}")
-    (folder / "model.safetensors").write_bytes(b"w" * 200_000)
-    with HubStub(tiny_repo("acme/tiny", 1000)) as hub:
-        prof = hub_fleet(tmp_path, bed, hub, "wfpush")
-    data = yaml.safe_load(prof.read_text())
-    data["engine"]["model_path"] = "models/ft"
-    data["engine"]["weights"] = {"push": True}
-    prof.write_text(yaml.safe_dump(data, sort_keys=False))
+    prof = pushing(tmp_path, bed, hub_fleet, "wfpush")
     home = tmp_path / "home"
     made = fleet_deploy(bed, "up", str(prof), "--skip-preflight", "--json", home=home)
     try:
