@@ -28,12 +28,19 @@ from deployer.runner.up import UpOptions
 from deployer.prepare.report import PrepareReport
 from deployer.runner.install import prepare_all
 from deployer.profile.model import Profile
+from deployer.prepare.pushed import WeightsNeeded
+from deployer.remote.base import Remote
 from deployer.smoke import SmokeOptions
 from deployer.events import Event, EventSink
 
 
 def _quiet(_event: Event) -> None:
     pass
+
+
+def _no_weights(_remote: Remote, _profile: Profile) -> tuple[list[WeightsNeeded], list[str]]:
+    """A replica whose host another replica's plan has asked about the weights already."""
+    return [], []
 
 
 class ReplicaFleet(Deployment):
@@ -72,10 +79,15 @@ class ReplicaFleet(Deployment):
 
     def plan(self, model_config: Path | None = None) -> PlanReport:
         """Each replica's plan on its host (one after another), and the router's environment (router.install)
-        resolved on its host; nothing is built or started."""
+        resolved on its host; nothing is built or started. With `engine.weights`, the first replica on each host
+        says what the fetch or push would take there (a fleet fetches once per host)."""
         self._no_host("plan")
         fleet = fleet_of(self.profile)
-        plans = [(m.tag, self._replica_plan(m, model_config)) for m in fleet.replicas]
+        hosts: set[str] = set()
+        plans = []
+        for m in fleet.replicas:
+            plans.append((m.tag, self._replica_plan(m, model_config, weights=m.host not in hosts)))
+            hosts.add(m.host)
         router = fleet.router
         if router is None or router.router.install is None:
             return FleetPlan(plans).plan_report()
@@ -85,12 +97,13 @@ class ReplicaFleet(Deployment):
             return FleetPlan(plans, router.host, router_problem=str(exc)).plan_report()
         return FleetPlan(plans, router.host, env).plan_report()
 
-    def _replica_plan(self, member: ReplicaMember, model_config: Path | None) -> PlanReport | DeployError:
+    def _replica_plan(self, member: ReplicaMember, model_config: Path | None,
+                      weights: bool = True) -> PlanReport | DeployError:
         t = member.profile.target
         ref = Ref(member.name, spec_of(t, self.trust_new_host), t.workdir, member.profile)
         single = SingleHost(lambda: ref, profile=member.profile, origin=Origin(trust_new_host=self.trust_new_host))
         try:
-            return single.plan(model_config)
+            return single.planned(model_config, None if weights else _no_weights)
         except DeployError as exc:  # the host unreachable, its lock, ...: that replica's problem, the others shown
             return exc
 

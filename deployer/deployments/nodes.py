@@ -61,7 +61,8 @@ class NodeGroup(Deployment):
 
     def plan(self, model_config: Path | None = None) -> PlanReport:
         report = plan_report(self.profile, trust_new_host=self.trust_new_host, model_config=model_config)
-        return PlanReport(report, report.render_text(), plan_error(report.problems), MemoryPicture.of(report.leader))
+        return PlanReport(report, report.render_text(), plan_error(report.problems), MemoryPicture.of(report.leader),
+                          weights=report.weights)
 
     def prepare(self, emit: EventSink) -> PrepareReport:
         """Every node's host: each runs the engine from its own environment."""

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from deployer.runner.up import UpReport
     from deployer.preflight.checks import PreflightReport
     from deployer.prepare.environment import EnvPrepared
-    from deployer.prepare.weights import Needed
+    from deployer.prepare.pushed import WeightsNeeded
     from deployer.smoke import SmokeReport
 
     UpResult = Union[UpReport, FleetReport]
@@ -177,13 +177,15 @@ class PlanReport:
     error: DeployError | None = field(default=None)
     picture: MemoryPicture | None = None
     environment: EnvPrepared | None = field(default=None)   # engine.install: what would be installed, the disk
-    weights: Needed | None = field(default=None)             # engine.weights: what the fetch would take
+    # engine.weights: what the fetch would take, one per host (a fleet's hosts, a node group's nodes)
+    weights: list[WeightsNeeded] = field(default_factory=list)
+
     def to_json(self) -> Any:
         data = self.report.to_json()
         if self.environment is not None and isinstance(data, dict):
             data = {**data, "environment": self.environment.to_json()}
-        if self.weights is not None and isinstance(data, dict):
-            data = {**data, "weights": self.weights.to_json()}
+        if self.weights and isinstance(data, dict):  # `weights`: the first host's, as before there were several
+            data = {**data, "weights": self.weights[0].to_json(), "weights_hosts": [w.to_json() for w in self.weights]}
         return data
 
     @property
@@ -234,7 +236,8 @@ class FleetPlan:
         error = refusals[0] if refusals else plan_error(self.problems)
         first = self.replicas[0][1] if self.replicas else None
         picture = first.picture if isinstance(first, PlanReport) else None
-        return PlanReport(self, self.render_text(), error, picture)
+        weights = [w for _, plan in self.replicas if isinstance(plan, PlanReport) for w in plan.weights]
+        return PlanReport(self, self.render_text(), error, picture, weights=weights)
 
 
 def _error_of(plan: PlanReport | DeployError) -> DeployError | None:

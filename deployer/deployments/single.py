@@ -31,6 +31,11 @@ if TYPE_CHECKING:
     from deployer.export.prometheus import AddressOf, PromExport
     from deployer.target.snapshot import LogWindow
     from deployer.prepare.report import PrepareReport
+    from deployer.prepare.pushed import WeightsNeeded
+    from deployer.remote.base import Remote
+
+    # For `plan`: what the weights would take (a line per host) and the problems, given a connection and the profile.
+    WeightsOf = Callable[[Remote, Profile], tuple[list[WeightsNeeded], list[str]]]
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,11 @@ class SingleHost(Deployment):
         return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
 
     def plan(self, model_config: Path | None = None) -> PlanReport:
+        return self.planned(model_config)
+
+    def planned(self, model_config: Path | None = None, weights_of: WeightsOf | None = None) -> PlanReport:
+        """`plan`; `weights_of`: what the weights would take, given this host's connection and profile (a fleet's
+        asks every host; default: this host)."""
         from deployer.local_history import home
         from deployer.preflight.checks import run_preflight
         from deployer.remote.connect import conversing, target_spec
@@ -123,9 +133,9 @@ class SingleHost(Deployment):
             if view is not None:  # after a start: what the engine really allocated, beside the estimate
                 report.allocated, report.allocated_run = engine_allocated(remote, view, prof.engine.definition), \
                     view.run.run_id
-            weights, weights_problem = planned_weights(remote, prof)
+            weights, weights_problem = (weights_of or planned_weights)(remote, prof)
         report.problems = [p for p in report.problems if not unbuilt_problem(p, prof, env)] + weights_problem
-        lines = (env.lines() if env is not None else []) + ([weights.describe()] if weights is not None else [])
+        lines = (env.lines() if env is not None else []) + [w.describe() for w in weights]
         text = "".join(line + "\n" for line in lines) + report.render_text()
         return PlanReport(report, text + "\n", plan_error(report.problems, report.refusal()),
                           MemoryPicture.of(report), environment=env, weights=weights)

@@ -22,7 +22,9 @@ from deployer.preflight.checks import PreflightReport, run_preflight
 from deployer.preflight.facts import Facts, gather_facts
 from deployer.prepare.environment import EnvPrepared
 from deployer.profile.model import Profile
-from deployer.runner.install import launched_from, plan_environment, unbuilt_problem
+from deployer.prepare.pushed import WeightsNeeded
+from deployer.runner.install import launched_from, merged_weights, plan_environment, planned_weights, \
+    unbuilt_problem
 from deployer.target.push import layout_for
 from deployer.remote.connect import conversing, target_spec
 from deployer.target.records import current_view
@@ -34,6 +36,7 @@ class NodesPlanReport:
     nodes: list[dict[str, Any]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     environment: EnvPrepared | None = None      # engine.install: what up would install (resolved on node 0)
+    weights: list[WeightsNeeded] = field(default_factory=list)   # engine.weights: what the fetch would take, per node
 
     def to_json(self) -> dict[str, Any]:
         data = {"node0": self.leader.to_json() if self.leader else None, "nodes": self.nodes,
@@ -42,6 +45,7 @@ class NodesPlanReport:
 
     def render_text(self) -> str:
         lines = self.environment.lines() if self.environment is not None else []
+        lines += [w.describe() for w in self.weights]
         lines += [self.leader.render_text().rstrip()] if self.leader else []
         lines.append("nodes:")
         for n in self.nodes:
@@ -71,8 +75,10 @@ def plan_report(profile: Profile, *, trust_new_host: bool, model_config: Path | 
                                       model_config=model_config, own_port=_own_port(sessions[0]))
         facts = at_once(lambda s: gather_facts(s.remote, s.plan.profile), sessions)
         report.nodes = [_row(p, f) for p, f in zip(plans, facts)]
+        report.weights, weights_problems = merged_weights(at_once(lambda s: planned_weights(s.remote, s.plan.profile),
+                                                                  sessions))
         report.problems = [*report.leader.problems, *compare(sessions, plans, facts, False),
-                           *dist_init_problems(sessions, plans)]
+                           *dist_init_problems(sessions, plans), *weights_problems]
         if report.environment is not None:  # "not installed" only says the environment is not built yet
             for holder in (report, report.leader):
                 holder.problems = [p for p in holder.problems

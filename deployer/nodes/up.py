@@ -115,7 +115,8 @@ def up_nodes(profile: Profile, opts: UpOptions, emit: EventSink) -> NodesReport:
         group = NodeGroup(sessions, network(sessions, profile))
         tried: list[Change] = []
         base, version, dry = _preflight(group, profile, opts, tried, report, emit)
-        base, _ = fetch_weights([s.remote for s in sessions], base, emit, group.each, group.sink)  # before a stop
+        base, _ = fetch_weights([s.remote for s in sessions], base, emit, group.each, group.sink,  # before a stop
+                                [s.plan.profile.target.workdir for s in sessions])
         if _already_running(sessions, plan_nodes(base, group.nets), opts, report, emit):
             return report
         runner = AttemptRunner(group, base, opts, emit, report, uuid.uuid4().hex[:12], profile, version=version,

@@ -25,6 +25,7 @@ from deployer.preflight.facts import weight_bytes_from_index
 from deployer.preflight.known import record_target_version
 from deployer.preflight.topology import gpu_problems
 from deployer.profile.model import Profile
+from deployer.prepare.pushed import source_of
 from deployer.remote.base import Remote
 from deployer.render.bundle import engine_argv, sh_word
 
@@ -165,8 +166,14 @@ def run_preflight(remote: Remote, profile: Profile, *, cache_dir: Path, model_co
         report.flag_names = flagset.option_keys()
         if checked.ok:
             _resolve(remote, report)
-    _memory(report, model_config)
+    _memory(report, model_config or pushed_source(profile))
     return report
+
+
+def pushed_source(profile: Profile) -> Path | None:
+    """`engine.weights.push`: the directory here is the model (its copy on the target exists only after the push)."""
+    weights = profile.engine.weights
+    return source_of(profile) if weights is not None and weights.push and weights.pushed is None else None
 
 
 def _flagset(report: PreflightReport, cache_dir: Path, engine: str) -> fl.FlagSet | None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from deployer.errors import DeployError, PartlyFailed
 from deployer.prepare.environment import EnvPrepared
-from deployer.prepare.weights import Fetched
+from deployer.prepare.pushed import WeightsDone
 
 
 @dataclass(frozen=True)
@@ -19,7 +19,7 @@ class HostPrepared:
     label: str
     environment: EnvPrepared | None = None
     error: DeployError | None = None
-    weights: Fetched | None = None
+    weights: WeightsDone | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"host": self.label, "ok": self.error is None}

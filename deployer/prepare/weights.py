@@ -32,11 +32,14 @@ class WeightsPlan:
     hub: str | None
     endpoint: str | None
     token: str | None
+    connections: int = 8            # a large file comes in parts over this many connections at once
+    part_bytes: int = 64 << 20      # ... of this size (a file of two parts or more)
 
     def request(self, progress_s: float = 1.0, dry: bool = False) -> bytes:
         """The one JSON line the target-side fetch reads on stdin (`dry`: list and measure, fetch nothing)."""
         return (json.dumps({"repo": self.repo, "revision": self.revision, "hub": self.hub, "endpoint": self.endpoint,
-                            "token": self.token, "progress_s": progress_s, "dry": dry}) + "\n").encode()
+                            "token": self.token, "progress_s": progress_s, "dry": dry,
+                            "connections": self.connections, "part_bytes": self.part_bytes}) + "\n").encode()
 
     def describe(self) -> str:
         return f"{self.repo}@{self.revision}"
@@ -45,14 +48,15 @@ class WeightsPlan:
 def plan_for(profile: Profile) -> WeightsPlan | None:
     """What `up` fetches for this profile before launch; None when the engine finds its own weights."""
     engine = profile.engine
-    if engine.weights is None:
+    if engine.weights is None or engine.weights.push:  # a pushed directory: deployer/prepare/pushed.py
         return None
     env = engine.env
     hub = env.get("HF_HUB_CACHE") or (env["HF_HOME"].rstrip("/") + "/hub" if env.get("HF_HOME") else None)
     if hub is not None and "$" in hub:
         hub = None  # a path the target's shell would expand: the target's own environment decides
     endpoint = engine.weights.endpoint or env.get("HF_ENDPOINT") or None
-    return WeightsPlan(engine.model_path, engine.weights.revision, hub, endpoint, env.get("HF_TOKEN") or None)
+    return WeightsPlan(engine.model_path, engine.weights.revision, hub, endpoint, env.get("HF_TOKEN") or None,
+                       connections=engine.weights.connections)
 
 
 def pinned(profile: Profile, commit: str) -> Profile:
@@ -104,7 +108,7 @@ class Needed:
         return self.missing <= self.free
 
     def to_json(self) -> dict[str, object]:
-        return {"commit": self.commit, "total_bytes": self.total, "missing_bytes": self.missing,
+        return {"host": self.host, "commit": self.commit, "total_bytes": self.total, "missing_bytes": self.missing,
                 "free_bytes": self.free, "fits": self.fits}
 
     def describe(self) -> str:

@@ -253,13 +253,34 @@ HUB_REPO_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-
 
 class EngineWeights(Strict):
     """`engine.weights`: deployer fetches the hub repo engine.model_path names onto the target before anything is
-    stopped (deployer.prepare.weights), and the engine loads that commit from the cache, offline."""
+    stopped (deployer.prepare.weights), and the engine loads that commit from the cache, offline. With `push`,
+    engine.model_path is a directory on the controller instead (relative to the profile file), pushed to the
+    target under the workdir, keyed by its content (deployer.prepare.pushed); a run records that key (`pushed`)."""
 
     revision: str = Field(default="main", min_length=1, max_length=200, pattern=REVISION_PATTERN,
                           description="the branch, tag or commit to fetch; the commit it named is recorded per run")
     endpoint: str | None = Field(default=None, pattern=r"^https?://\S+$",
                                  description="the hub (default: HF_ENDPOINT in engine.env or on the target, "
                                              "else https://huggingface.co)")
+    connections: int = Field(default=8, ge=1, le=32,
+                             description="a large file is fetched in parts over this many connections at once "
+                                         "(1: one stream per file)")
+    push: bool = Field(default=False, description="model_path is a directory on the controller: push it to the "
+                                                  "target (resumable, sha256 per file) instead of fetching a repo")
+    pushed: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$",
+                               description="set by deployer in a run's record: the content hash of the directory "
+                                           "pushed (model_path is then its place on the target)")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EngineWeights:
+        hub = [name for name, default in (("endpoint", None), ("revision", "main"), ("connections", 8))
+               if getattr(self, name) != default]
+        if self.push and hub:  # (a run's record writes the defaults out)
+            raise ValueError(f"weights.push sends a directory from here; weights.{hub[0]} is for a hub repo "
+                             "(remove one of them)")
+        if self.pushed is not None and not self.push:
+            raise ValueError("weights.pushed is the record of a push: it needs weights.push")
+        return self
 
 
 # A profile without engine.kind is SGLang's (the first engine: profiles and records written before a second engine
@@ -358,12 +379,27 @@ class Engine(Strict):
         record has both, the flag pinned to the weights' commit)."""
         if self.weights is None:
             return self
+        if self.weights.push:
+            return self._pushed_name()
         if not HUB_REPO_RE.match(self.model_path):
             raise ValueError(f"engine.weights fetches a hub repo, and model_path {self.model_path!r} is not one "
                              "(org/name); remove engine.weights to load a local path")
         flag = self.definition.launch.revision_flag
         if flag in self.args and self.args[flag] != self.weights.revision:
             raise ValueError(f"set engine.weights.revision instead of args.{flag}")
+        return self
+
+    def _pushed_name(self) -> Engine:
+        """A pushed directory lands at a path named by its content; the name the engine serves stays the directory's
+        own (args.served_model_name, else its last part), so clients keep it across pushes."""
+        flag = self.definition.launch.revision_flag
+        if flag in self.args:
+            raise ValueError(f"args.{flag} names a hub commit; engine.weights.push loads a directory")
+        if "served_model_name" not in self.args:
+            name = self.model_path.rstrip("/").rsplit("/", 1)[-1] if self.weights and self.weights.pushed is None \
+                else None
+            if name:
+                self.args = {**self.args, "served_model_name": name}
         return self
 
     @field_validator("env", mode="before")

@@ -59,6 +59,8 @@ HELPER_MODULES = (*SUPERVISOR_MODULES, "supervise_snapshot", "supervise_files", 
                   "supervise_helper")                                               # the helper
 DIRS_MODULES = ("supervise_protocol", "supervise_base")                             # + a `mkdirs` main of its own
 FETCH_MODULES = ("supervise_protocol", "supervise_base", "supervise_fetch")         # weights from the hub (issue 25)
+PUSH_MODULES = ("supervise_protocol", "supervise_base", "supervise_lease", "supervise_files", "supervise_fetch",
+                "supervise_push")                                                   # a model dir pushed (issue 25)
 
 
 def bootstrap(sources: list[tuple[str, str]]) -> bytes:

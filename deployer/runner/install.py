@@ -17,7 +17,7 @@ from deployer.prepare.compat import Demand
 from deployer.prepare.environment import EnvPrepared, Ran, Target, prepare_environment, prune_environments, \
     warn_all
 from deployer.prepare.envspec import ENVS_DIR, envs_in_use
-from deployer.prepare.weights import Needed
+from deployer.prepare.pushed import PushNeeded, WeightsNeeded
 from deployer.prepare.report import HostPrepared, PrepareReport
 from deployer.profile.model import Profile
 from deployer.remote.base import Remote
@@ -146,17 +146,25 @@ def plan_environment(remote: Remote, profile: Profile) -> tuple[Profile, EnvPrep
     return (profile, None) if prepared is None else (launched_from(profile, prepared.python), prepared)
 
 
-def planned_weights(remote: Remote, profile: Profile) -> tuple[Needed | None, list[str]]:
-    """For `deploy plan`: what fetching `engine.weights` would take on this host (nothing fetched), and the problems
-    it finds: the missing bytes do not fit the free disk, or the hub cannot say what the revision holds."""
+def planned_weights(remote: Remote, profile: Profile) -> tuple[list[WeightsNeeded], list[str]]:
+    """For `deploy plan`: what fetching `engine.weights` would take on this host (nothing fetched; empty without
+    `engine.weights`), and the problems it finds: the missing bytes do not fit the free disk, or the hub cannot say
+    what the revision holds."""
     try:
         needed = plan_weights(remote, profile)
     except DeployError as exc:
-        return None, [f"weights: {exc}"]
+        return [], [f"weights: {exc}"]
     if needed is not None and not needed.fits:
-        return needed, [f"weights: {needed.describe()}: free space under the hub cache on {needed.host}, or set "
-                        "HF_HOME on the box to a larger disk"]
-    return needed, []
+        where = "under target.workdir" if isinstance(needed, PushNeeded) else "under the hub cache"
+        larger = "target.workdir" if isinstance(needed, PushNeeded) else "HF_HOME on the box"
+        return [needed], [f"weights: {needed.describe()}: free space {where} on {needed.host}, or set {larger} to "
+                          "a larger disk"]
+    return ([needed] if needed is not None else []), []
+
+
+def merged_weights(each: Sequence[tuple[list[WeightsNeeded], list[str]]]) -> tuple[list[WeightsNeeded], list[str]]:
+    """Several hosts' `planned_weights` as one: every host's line, every problem, in the hosts' order."""
+    return [n for needs, _ in each for n in needs], [p for _, problems in each for p in problems]
 
 
 def unbuilt_problem(problem: str, profile: Profile, prepared: EnvPrepared | None) -> bool:

@@ -32,7 +32,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     from deployer.supervisor.supervise_base import UnsafePath, make_dirs, open_file
@@ -40,6 +40,8 @@ else:  # run on the target, where the modules are loaded by their bare names
     from supervise_base import UnsafePath, make_dirs, open_file  # type: ignore[no-redef]
 
 CHUNK = 1 << 20
+PART = 64 << 20           # a file of two parts or more comes in parts at once (Parts), when asked for connections
+MAX_CONNECTIONS = 32
 TRIES = 3                 # per file: a dropped connection is resumed from what arrived, this many times in all
 TIMEOUT_S = 60.0          # per socket read
 SHA_RE = re.compile(r"\A[0-9a-f]{40}\Z")
@@ -82,12 +84,12 @@ class _Redirects(urllib.request.HTTPRedirectHandler):
 OPENER = urllib.request.build_opener(_Redirects)
 
 
-def _get(url: str, token: Optional[str], start: int = 0) -> Any:
+def _get(url: str, token: Optional[str], start: int = 0, last: Optional[int] = None) -> Any:
     req = urllib.request.Request(url, headers={"User-Agent": "deployer-fetch"})
     if token:
         req.add_header("Authorization", "Bearer " + token)
-    if start:
-        req.add_header("Range", "bytes=%d-" % start)
+    if start or last is not None:
+        req.add_header("Range", "bytes=%d-%s" % (start, "" if last is None else last))
     try:
         return OPENER.open(req, timeout=TIMEOUT_S)
     except urllib.error.HTTPError as e:
@@ -151,6 +153,9 @@ class Fetch:
         self.hub = hub_dir(req.get("hub"))
         self.folder = os.path.join(self.hub, "models--" + self.repo.replace("/", "--"))
         self.every = float(req.get("progress_s") or 1.0)
+        self.connections = max(1, min(int(req.get("connections") or 1), MAX_CONNECTIONS))
+        self.part = max(int(req.get("part_bytes") or PART), 1 << 16)
+        self.lock = threading.Lock()  # the counters below, when parts of a file come at once
         self.dry = bool(req.get("dry"))  # `deploy plan`: say what is missing and the free disk, fetch nothing
         self.fetched = 0      # bytes that came over the network in this fetch
         self.done = 0         # bytes of the revision on disk (complete or partial)
@@ -189,7 +194,7 @@ class Fetch:
             return 0
         if missing > free:
             raise FetchError("disk", "%s@%s needs %s more on %s, which has %s free" % (
-                self.repo, sha[:12], _size(missing), self.hub, _size(free)))
+                self.repo, sha[:12], size_text(missing), self.hub, size_text(free)))
         for f in files:
             if have[f["name"]] < f["size"] or not os.path.exists(self._blob(f)):
                 self._file(sha, f)
@@ -234,7 +239,7 @@ class Fetch:
         tmp = path + ".tmp"
         fd = open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600, "fetch manifest")
         try:
-            _write_all(fd, json.dumps(listed).encode(), "fetch manifest")
+            write_all(fd, json.dumps(listed).encode(), "fetch manifest")
         finally:
             os.close(fd)
         os.rename(tmp, path)
@@ -244,6 +249,9 @@ class Fetch:
 
     def _have(self, f: Dict[str, Any]) -> int:
         """Bytes of the file already here: the whole blob, else its partial download (never more than listed)."""
+        parts = Parts.done_of(self._blob(f), f["size"])
+        if parts is not None:
+            return parts
         for path in (self._blob(f), self._blob(f) + ".incomplete"):
             try:
                 st = os.lstat(path)
@@ -254,9 +262,14 @@ class Fetch:
         return 0
 
     def _file(self, sha: str, f: Dict[str, Any]) -> None:
-        """Download one file into its .incomplete (resumed from what is there), check it, rename it into place."""
+        """Download one file into its .incomplete (resumed from what is there), check it, rename it into place; a
+        large one in parts at once when the hub answers ranges (Parts)."""
         part = self._blob(f) + ".incomplete"
         url = "%s/%s/resolve/%s/%s" % (self.endpoint, self.repo, sha, urllib.parse.quote(f["name"]))
+        parted = Parts.done_of(self._blob(f), f["size"]) is not None  # a parted download to resume
+        if (parted or self.connections > 1 and f["size"] >= 2 * self.part and not os.path.lexists(part)) and \
+                Parts(self, url, f).run():
+            return
         for attempt in range(1, TRIES + 1):
             try:
                 self._transfer(url, part, f)
@@ -297,7 +310,7 @@ class Fetch:
                 raise FetchError("cut", "the transfer of %s broke off: %s" % (f["name"], e)) from None
             if not chunk:
                 break
-            _write_all(fd, chunk, f["name"])
+            write_all(fd, chunk, f["name"])
             got += len(chunk)
             self.fetched += len(chunk)
             self.done += len(chunk)
@@ -315,17 +328,7 @@ class Fetch:
             raise FetchError("size", "%s: the hub listed %d bytes but the file has %d; refused" % (
                 f["name"], f["size"], size))
         if f["sha256"]:
-            digest = hashlib.sha256()
-            fd = open_file(part, os.O_RDONLY, 0o644, "downloaded file")
-            try:
-                while True:
-                    chunk = os.read(fd, CHUNK)
-                    if not chunk:
-                        break
-                    digest.update(chunk)
-            finally:
-                os.close(fd)
-            if digest.hexdigest() != f["sha256"]:
+            if sha256_of(part, "downloaded file")[0] != f["sha256"]:
                 os.unlink(part)
                 raise FetchError("sha256", "%s: its sha256 is not the one the hub listed; refused (removed)"
                                  % f["name"])
@@ -353,10 +356,16 @@ class Fetch:
         tmp = ref + ".deployer-tmp"
         fd = open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, "ref")
         try:
-            _write_all(fd, sha.encode(), "ref")
+            write_all(fd, sha.encode(), "ref")
         finally:
             os.close(fd)
         os.rename(tmp, ref)
+
+    def count(self, n: int, name: str) -> None:
+        with self.lock:
+            self.fetched += n
+            self.done += n
+            self._progress(name)
 
     def _progress(self, name: str, force: bool = False) -> None:
         now = time.monotonic()
@@ -368,7 +377,203 @@ class Fetch:
         say({"file": name, "bytes": self.done, "total": self.total, "rate": rate, "fetched": self.fetched})
 
 
-def _write_all(fd: int, data: bytes, what: str) -> None:
+class Parts:
+    """One large file downloaded in parts at once (what hf_transfer does for huggingface_hub, in the stdlib): part
+    k is bytes [k*part, (k+1)*part) asked with its own `Range`, up to `connections` at a time, each written where it
+    belongs in `<blob>.deployer-parts` (not `.incomplete`: huggingface_hub resumes that one from its size, which a
+    file with holes would make wrong). How much of each part has arrived is kept beside it (`.json`, saved every
+    few MB and when the fetch ends), so a broken fetch resumes every part where it stopped. A hub that ignores
+    Range (200 to the first part's request) gets the file in one stream instead."""
+
+    SAVE_EVERY = 8 << 20
+
+    def __init__(self, fetch: Fetch, url: str, f: Dict[str, Any]) -> None:
+        self.fetch, self.url, self.f = fetch, url, f
+        self.path = fetch._blob(f) + ".deployer-parts"
+        self.size, self.part = int(f["size"]), fetch.part
+        self.parts = -(-self.size // self.part)
+        self.got = self._kept() or [0] * self.parts
+        self.todo = [k for k in range(self.parts) if self.got[k] < self._length(k)]
+        self.failed: Optional[BaseException] = None
+        self.unsaved = 0
+
+    @staticmethod
+    def done_of(blob: str, size: int) -> Optional[int]:
+        """Bytes of a parted download already here (None: there is none)."""
+        try:
+            fd = open_file(blob + ".deployer-parts.json", os.O_RDONLY, 0o644, "parts record")
+        except OSError:
+            return None
+        try:
+            data = json.loads(os.read(fd, 1 << 20).decode("utf-8"))
+            return min(sum(int(n) for n in data["got"]), size) if data.get("size") == size else None
+        except (ValueError, KeyError, TypeError):
+            return None
+        finally:
+            os.close(fd)
+
+    def _kept(self) -> Optional[List[int]]:
+        try:
+            fd = open_file(self.path + ".json", os.O_RDONLY, 0o644, "parts record")
+        except OSError:
+            return None
+        try:
+            data = json.loads(os.read(fd, 1 << 20).decode("utf-8"))
+        except ValueError:
+            return None
+        finally:
+            os.close(fd)
+        got = data.get("got") if isinstance(data, dict) else None
+        if data.get("size") != self.size or data.get("part") != self.part or not isinstance(got, list) or \
+                len(got) != self.parts or not os.path.lexists(self.path):
+            return None
+        return [max(0, min(int(n), self._length(k))) for k, n in enumerate(got)]
+
+    def _length(self, k: int) -> int:
+        return min(self.part, self.size - k * self.part)
+
+    def _save(self) -> None:
+        tmp = self.path + ".json.tmp"
+        fd = open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, "parts record")
+        try:
+            write_all(fd, json.dumps({"size": self.size, "part": self.part, "got": self.got}).encode(),
+                       "parts record")
+        finally:
+            os.close(fd)
+        os.rename(tmp, self.path + ".json")
+
+    def run(self) -> bool:
+        """The file whole, checked and in place (True), or False when the hub does not answer ranges."""
+        fd = open_file(self.path, os.O_RDWR | os.O_CREAT, 0o644, "partial download")
+        try:
+            if self.todo and not self._first(fd):
+                os.close(fd)
+                fd = -1
+                self._drop()
+                return False
+            workers = [threading.Thread(target=self._work, args=(fd,), daemon=True)
+                       for _ in range(min(self.fetch.connections, len(self.todo)))]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+        finally:
+            if fd >= 0:
+                os.close(fd)
+                self._save()
+        if self.failed is not None:
+            raise self.failed
+        self.fetch._check(self.path, self.f)  # removes the file when it does not match: all parts come again
+        os.rename(self.path, self.fetch._blob(self.f))
+        unlink_missing_ok(self.path + ".json")
+        return True
+
+    def _first(self, fd: int) -> bool:
+        """The first missing part, asked before the others: False when the hub sends the whole file (no ranges)."""
+        k = self.todo.pop(0)
+        start = k * self.part + self.got[k]
+        resp = _get(self.url, self.fetch.token, start, k * self.part + self._length(k) - 1)
+        if resp is None:
+            self.got[k] = self._length(k)
+            return True
+        with resp:
+            if resp.status != 206:
+                return False
+            try:
+                self._copy(resp, fd, k)
+            except FetchError as e:
+                if e.kind != "cut":
+                    raise
+                self.todo.append(k)  # what arrived is kept; the rest with the others
+        return True
+
+    def _drop(self) -> None:
+        for path in (self.path, self.path + ".json"):
+            unlink_missing_ok(path)
+
+    def _work(self, fd: int) -> None:
+        while self.failed is None:
+            with self.fetch.lock:
+                if not self.todo:
+                    return
+                k = self.todo.pop(0)
+            try:
+                self._part(fd, k)
+            except BaseException as e:  # noqa: BLE001 (said once every worker ended)
+                with self.fetch.lock:
+                    self.failed = self.failed or e
+
+    def _part(self, fd: int, k: int) -> None:
+        for attempt in range(1, TRIES + 1):
+            start, last = k * self.part + self.got[k], k * self.part + self._length(k) - 1
+            if start > last:
+                return
+            resp = _get(self.url, self.fetch.token, start, last)
+            if resp is None:
+                return
+            with resp:
+                if resp.status != 206:
+                    raise FetchError("http", "%s: the hub answered a range with the whole file" % self.f["name"])
+                try:
+                    self._copy(resp, fd, k)
+                    return
+                except FetchError as e:
+                    if e.kind != "cut" or attempt == TRIES:
+                        raise
+
+    def _copy(self, resp: Any, fd: int, k: int) -> None:
+        length = self._length(k)
+        while self.got[k] < length and self.failed is None:
+            try:
+                chunk = resp.read(min(CHUNK, length - self.got[k]))
+            except Exception as e:  # a reset socket, a timeout, http.client.IncompleteRead
+                raise FetchError("cut", "the transfer of %s broke off: %s" % (self.f["name"], e)) from None
+            if not chunk:
+                raise FetchError("cut", "the transfer of %s broke off in part %d" % (self.f["name"], k))
+            _pwrite_all(fd, chunk, k * self.part + self.got[k], self.f["name"])
+            with self.fetch.lock:
+                self.got[k] += len(chunk)
+                self.unsaved += len(chunk)
+                if self.unsaved >= self.SAVE_EVERY:
+                    self.unsaved = 0
+                    self._save()
+            self.fetch.count(len(chunk), self.f["name"])
+
+
+def sha256_of(path: str, what: str = "file") -> Tuple[str, os.stat_result]:
+    """The file's sha256 and its stat (read through open_file: never a symlink, only a regular file of ours)."""
+    fd = open_file(path, os.O_RDONLY, 0o644, what)
+    try:
+        st, digest = os.fstat(fd), hashlib.sha256()
+        while True:
+            chunk = os.read(fd, CHUNK)
+            if not chunk:
+                return digest.hexdigest(), st
+            digest.update(chunk)
+    finally:
+        os.close(fd)
+
+
+def unlink_missing_ok(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int, what: str) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            n = os.pwrite(fd, view, offset)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise FetchError("disk", "the disk filled while writing %s" % what) from None
+            raise
+        view, offset = view[n:], offset + n
+
+
+def write_all(fd: int, data: bytes, what: str) -> None:
     view = memoryview(data)
     while view:
         try:
@@ -380,7 +585,7 @@ def _write_all(fd: int, data: bytes, what: str) -> None:
         view = view[n:]
 
 
-def _size(n: float) -> str:
+def size_text(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if n < 1000 or unit == "TB":
             return ("%.0f %s" if unit == "B" else "%.1f %s") % (n, unit)
@@ -400,6 +605,13 @@ def _end_with_the_caller() -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """The program's entry: it ends here, through _exit, whatever happened."""
+    code = _serve()
+    _exit(code)
+    return code
+
+
+def _serve() -> int:
     line = sys.stdin.readline()
     threading.Thread(target=_end_with_the_caller, name="caller", daemon=True).start()
     try:
@@ -417,5 +629,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 2
 
 
+def _exit(code: int) -> None:
+    """End now, output flushed: not through the interpreter's shutdown, which aborts ("could not acquire lock for
+    <stdin>") while the caller thread is blocked reading stdin."""
+    try:
+        sys.stdout.flush()
+    finally:
+        os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

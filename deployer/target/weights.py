@@ -28,7 +28,7 @@ def needed(remote: Remote, plan: WeightsPlan, *, wait_s: float = 120.0) -> Neede
     try:
         session.send(plan.request(dry=True))
         while True:
-            line = _line(session, plan, remote.label, wait_s)
+            line = next_line(session, f"fetching {plan.describe()} on {remote.label}", wait_s)
             if "listed" in line:
                 return Needed(remote.label, str(line["listed"]), int(line.get("total") or 0),
                               int(line.get("missing") or 0), int(line.get("free") or 0))
@@ -42,15 +42,16 @@ def _start(remote: Remote) -> Session:
     return remote.spawn(" ".join([SUPERVISOR_PYTHON, "-c", shlex.quote(program(FETCH_MODULES).decode()), "fetch"]))
 
 
-def _line(session: Session, plan: WeightsPlan, host: str, wait_s: float) -> dict[str, Any]:
-    """The next JSON line of the program (others skipped); TargetError when none comes or it ended."""
+def next_line(session: Session, what: str, wait_s: float) -> dict[str, Any]:
+    """The next JSON line of a target-side program (others skipped); TargetError, starting with `what`, when none
+    comes or it ended."""
     while True:
         try:
             text = session.readline(wait_s)
         except RemoteError as exc:
-            raise TargetError(f"fetching {plan.describe()} on {host}: {exc}") from None
+            raise TargetError(f"{what}: {exc}") from None
         if text is None:
-            raise TargetError(f"fetching {plan.describe()} on {host}: the fetch ended without a result")
+            raise TargetError(f"{what}: it ended without a result")
         line = _json(text)
         if line is not None:
             return line
@@ -65,7 +66,7 @@ def fetch(remote: Remote, plan: WeightsPlan, emit: EventSink, *, progress_s: flo
     try:
         session.send(plan.request(progress_s))
         while True:
-            line = _line(session, plan, remote.label, quiet_s)
+            line = next_line(session, f"fetching {plan.describe()} on {remote.label}", quiet_s)
             if "done" in line:
                 return Fetched(remote.label, str(line["done"]), int(line.get("fetched") or 0),
                                int(line.get("total") or 0), int(line.get("files") or 0),

@@ -4,7 +4,9 @@ host. The bed's hosts share this machine's disk (tests/hostbed.py), so here the 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -25,19 +27,40 @@ def bed(tmp_path: Path) -> Iterator[HostBed]:
         yield hosts
 
 
+def hub_fleet(tmp_path: Path, bed: HostBed, hub: HubStub, name: str) -> Path:
+    """Three replicas of acme/tiny with `engine.weights` on two hosts (two on the first, in workdirs of their own)."""
+    h0, h1 = bed.hosts
+    replicas = [{"host": h0.alias, "workdir": str(h0.workdir / "a"), "engine_port": free_port(h0.addr)},
+                {"host": h0.alias, "workdir": str(h0.workdir / "b"), "engine_port": free_port(h0.addr)},
+                {"host": h1.alias, "workdir": str(h1.workdir), "engine_port": free_port(h1.addr)}]
+    prof, data = fleet_profile(tmp_path, bed, name=name, router=False, replicas=replicas,
+                               env={"HF_HOME": str(tmp_path / "hf")})
+    data["engine"]["model_path"] = "acme/tiny"
+    data["engine"]["weights"] = {"endpoint": hub.endpoint}
+    prof.write_text(yaml.safe_dump(data, sort_keys=False))
+    return prof
+
+
+def hub_nodes(tmp_path: Path, bed: HostBed, hub: HubStub, name: str) -> Path:
+    """A two-node group of acme/tiny with `engine.weights`, each node a GPU box (the stand-in nvidia-smi)."""
+    from test_nodes_up import STANDIN_BIN, nodes_profile
+
+    for host in bed.hosts:
+        if not (host.sshd.bin_dir / "nvidia-smi").exists():
+            (host.sshd.bin_dir / "nvidia-smi").symlink_to(STANDIN_BIN / "nvidia-smi")
+    prof, _ = nodes_profile(tmp_path, bed, name=name, env={"HF_HOME": str(tmp_path / "hf")})
+    data = yaml.safe_load(prof.read_text())
+    data["engine"]["model_path"] = "acme/tiny"
+    data["engine"]["weights"] = {"endpoint": hub.endpoint}
+    prof.write_text(yaml.safe_dump(data, sort_keys=False))
+    return prof
+
+
 def test_a_fleet_fetches_at_once_and_once_per_host(tmp_path: Path, bed: HostBed) -> None:
     repo = tiny_repo("acme/tiny", 2_000_000)
     with HubStub(repo) as hub:
         hub.rate = 2_000_000
-        h0, h1 = bed.hosts
-        replicas = [{"host": h0.alias, "workdir": str(h0.workdir / "a"), "engine_port": free_port(h0.addr)},
-                    {"host": h0.alias, "workdir": str(h0.workdir / "b"), "engine_port": free_port(h0.addr)},
-                    {"host": h1.alias, "workdir": str(h1.workdir), "engine_port": free_port(h1.addr)}]
-        prof, data = fleet_profile(tmp_path, bed, name="wfleet", router=False, replicas=replicas,
-                                   env={"HF_HOME": str(tmp_path / "hf")})
-        data["engine"]["model_path"] = "acme/tiny"
-        data["engine"]["weights"] = {"endpoint": hub.endpoint}
-        prof.write_text(yaml.safe_dump(data, sort_keys=False))
+        prof = hub_fleet(tmp_path, bed, hub, "wfleet")
         home = tmp_path / "home"
         made = fleet_deploy(bed, "up", str(prof), "--skip-preflight", "--json", home=home)
         try:
@@ -73,17 +96,9 @@ def test_a_fleet_fetches_at_once_and_once_per_host(tmp_path: Path, bed: HostBed)
 
 
 def test_a_node_group_fetches_on_every_node_before_it_starts(tmp_path: Path, bed: HostBed) -> None:
-    from test_nodes_up import STANDIN_BIN, nodes_profile
-
-    for host in bed.hosts:  # each node is a GPU box: the stand-in nvidia-smi
-        (host.sshd.bin_dir / "nvidia-smi").symlink_to(STANDIN_BIN / "nvidia-smi")
     repo = tiny_repo("acme/tiny", 500_000)
     with HubStub(repo) as hub:
-        prof, _ = nodes_profile(tmp_path, bed, name="wnodes", env={"HF_HOME": str(tmp_path / "hf")})
-        data = yaml.safe_load(prof.read_text())
-        data["engine"]["model_path"] = "acme/tiny"
-        data["engine"]["weights"] = {"endpoint": hub.endpoint}
-        prof.write_text(yaml.safe_dump(data, sort_keys=False))
+        prof = hub_nodes(tmp_path, bed, hub, "wnodes")
         home = tmp_path / "home"
         made = fleet_deploy(bed, "up", str(prof), "--skip-preflight", "--json", home=home)
         try:
@@ -96,3 +111,91 @@ def test_a_node_group_fetches_on_every_node_before_it_starts(tmp_path: Path, bed
             assert len(fetched) == 2 and max(fetched) < first_attempt
         finally:
             fleet_deploy(bed, "down", str(prof), home=home)
+
+
+def plan_document(stdout: str) -> Any:
+    """The one JSON document `plan --json` printed (before the error envelope line of a failure)."""
+    return json.JSONDecoder().raw_decode(stdout.lstrip())[0]
+
+
+def test_a_fleet_plan_says_what_the_fetch_takes_on_every_host_once(tmp_path: Path, bed: HostBed) -> None:
+    """Three replicas on two hosts: one `weights` line per host (text and --json), nothing fetched."""
+    repo = tiny_repo("acme/tiny", 300_000)
+    with HubStub(repo) as hub:
+        h0, h1 = bed.hosts
+        prof = hub_fleet(tmp_path, bed, hub, "wfplan")
+        home = tmp_path / "home"
+        text = fleet_deploy(bed, "plan", str(prof), home=home)
+        assert "Traceback" not in text.stderr, text.stderr[-2000:]
+        lines = [line for line in text.stdout.splitlines() if line.startswith(f"weights {repo.commit[:12]} on ")]
+        assert len(lines) == 2 and all("(fits)" in line for line in lines), text.stdout[-3000:] + text.stderr[-3000:]
+        assert any(f"@{h0.addr}:" in line for line in lines) and any(f"@{h1.addr}:" in line for line in lines), lines
+        as_json = plan_document(fleet_deploy(bed, "plan", str(prof), "--json", home=home).stdout)
+        hosts = as_json["weights_hosts"]
+        assert [w["missing_bytes"] for w in hosts] == [repo.total, repo.total], hosts
+        assert sorted(w["host"].split("@")[1].split(":")[0] for w in hosts) == sorted([h0.addr, h1.addr]), hosts
+        assert as_json["weights"] == hosts[0] and hub.served == {}
+
+
+def test_a_node_group_plan_says_what_the_fetch_takes_on_every_node(tmp_path: Path, bed: HostBed) -> None:
+    repo = tiny_repo("acme/tiny", 300_000)
+    with HubStub(repo) as hub:
+        prof = hub_nodes(tmp_path, bed, hub, "wnplan")
+        home = tmp_path / "home"
+        text = fleet_deploy(bed, "plan", str(prof), home=home)
+        assert "Traceback" not in text.stderr, text.stderr[-2000:]
+        lines = [line for line in text.stdout.splitlines() if line.startswith(f"weights {repo.commit[:12]} on ")]
+        assert len(lines) == 2, text.stdout[-3000:]
+        as_json = plan_document(fleet_deploy(bed, "plan", str(prof), "--json", home=home).stdout)
+        assert len(as_json["weights_hosts"]) == 2 and as_json["weights"]["commit"] == repo.commit, as_json
+        hub.repos.clear()  # the hub no longer knows the repo: a problem line per node, nothing else breaks
+        gone = fleet_deploy(bed, "plan", str(prof), home=home)
+        assert gone.returncode != 0 and "Traceback" not in gone.stderr, gone.stderr[-2000:]
+        assert gone.stdout.count("problem: weights: fetching acme/tiny@main on") == 2, gone.stdout + gone.stderr
+
+
+def pushing(tmp_path: Path, bed: HostBed, make: Any, name: str) -> Path:
+    """`make`'s profile (hub_fleet, hub_nodes) with `engine.weights.push` of a small directory beside it instead."""
+    folder = tmp_path / "models" / "ft"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"w" * 200_000)
+    with HubStub(tiny_repo("acme/tiny", 1000)) as hub:
+        prof: Path = make(tmp_path, bed, hub, name)
+    data = yaml.safe_load(prof.read_text())
+    data["engine"]["model_path"] = "models/ft"
+    data["engine"]["weights"] = {"push": True}
+    prof.write_text(yaml.safe_dump(data, sort_keys=False))
+    return prof
+
+
+def test_a_node_group_push_to_nodes_with_different_workdirs_is_refused_before_anything_starts(
+        tmp_path: Path, bed: HostBed) -> None:
+    """The group's engine has one model path: pushed into each node's own workdir, two places are one line (as an
+    environment at two paths is), and nothing is launched."""
+    prof = pushing(tmp_path, bed, hub_nodes, "wnpush")
+    home = tmp_path / "home"
+    made = fleet_deploy(bed, "up", str(prof), "--skip-preflight", home=home)
+    try:
+        assert made.returncode != 0 and "Traceback" not in made.stderr, made.stderr[-3000:]
+        assert "is at different places on the hosts" in made.stderr and "same workdir" in made.stderr, made.stderr
+        for host in bed.hosts:  # each node got the directory in its own workdir, and nothing started
+            assert (host.workdir / ".deployer" / "models").is_dir()
+            assert not list(host.workdir.glob("wnpush/current"))
+    finally:
+        fleet_deploy(bed, "down", str(prof), home=home)
+
+
+def test_a_fleet_pushes_a_directory_to_every_replica_before_it_starts(tmp_path: Path, bed: HostBed) -> None:
+    prof = pushing(tmp_path, bed, hub_fleet, "wfpush")
+    home = tmp_path / "home"
+    made = fleet_deploy(bed, "up", str(prof), "--skip-preflight", "--json", home=home)
+    try:
+        assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
+        pushed = [e for e in events(made.stdout) if "pushed to" in str(e.get("message", ""))]
+        assert {e["member"] for e in pushed} == {"r0", "r1", "r2"}, pushed
+        for index, workdir in enumerate((bed.hosts[0].workdir / "a", bed.hosts[0].workdir / "b", bed.hosts[1].workdir)):
+            log = (workdir / f"wfpush-r{index}" / "current" / "engine.log").read_text()
+            assert f"standin: weights from {workdir / '.deployer' / 'models'}/" in log, log[-2000:]
+    finally:
+        fleet_deploy(bed, "down", str(prof), home=home)

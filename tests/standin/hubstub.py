@@ -5,14 +5,16 @@ Serves generated tiny model repos on 127.0.0.1 with the two routes deployer's fe
 
     GET /api/models/{org}/{name}/revision/{rev}[?blobs=true]   {"id", "sha", "siblings": [{rfilename, size,
                                                                  blobId, lfs: {sha256, size}}]}
-    GET /{org}/{name}/resolve/{commit or rev}/{file}            the bytes (honours `Range: bytes=N-` with 206)
+    GET /{org}/{name}/resolve/{commit or rev}/{file}            the bytes (honours `Range: bytes=N-` and
+                                                                 `bytes=N-M` with 206)
 
 Knobs (attributes of `HubStub`, changeable while it runs): `rate` (bytes/s per transfer, 0 = as fast as it can),
 `cut_after` (close the connection after this many bytes of a file transfer) for the next `cuts` transfers
 longer than that,
 `lie` (file -> the size the listing claims instead of the real one), `ranges` (False: ignore Range, send 200 and
 the whole file), `token` (required as `Authorization: Bearer`). It counts the bytes it sent per file (`served`),
-the Range starts it was asked for (`starts`) and every request line (`requests`). `cdn`: an endpoint (another
+the Range starts it was asked for (`starts`; whole ranges: `ranges_asked`), the most transfers at once
+(`most_in_flight`) and every request line (`requests`). `cdn`: an endpoint (another
 HubStub, or this one by another address) file downloads are redirected to, as the hub sends LFS files to its CDN.
 """
 
@@ -96,6 +98,9 @@ class HubStub:
         self.cdn: str | None = None    # an endpoint to redirect file downloads to (302), as the hub does for LFS
         self.served: dict[str, int] = {}
         self.starts: list[tuple[str, int]] = []
+        self.ranges_asked: list[tuple[str, int, int]] = []   # (file, first byte, last byte) of each Range asked
+        self.in_flight = 0          # file transfers under way now
+        self.most_in_flight = 0     # ... and at most, so far
         self.requests: list[str] = []
         self.auth_seen: list[str | None] = []
         self.last_byte_at: float | None = None     # time.time() of the last file byte sent
@@ -197,25 +202,35 @@ def _handler(hub: HubStub) -> type[BaseHTTPRequestHandler]:
             f = next((f for f in repo.files if f.name == name), None) if repo is not None else None
             if f is None:
                 return self._json(404, {"error": "Entry not found"})
-            start = 0
-            wanted = re.match(r"\Abytes=(\d+)-\Z", self.headers.get("Range") or "")
+            start, end = 0, len(f.data) - 1
+            wanted = re.match(r"\Abytes=(\d+)-(\d*)\Z", self.headers.get("Range") or "")
             if wanted and hub.ranges:
                 start = int(wanted.group(1))
+                end = min(int(wanted.group(2)), end) if wanted.group(2) else end
                 hub.starts.append((name, start))
-                if start >= len(f.data):
+                hub.ranges_asked.append((name, start, end))
+                if start >= len(f.data) or end < start:
                     self.send_response(416)
                     self.send_header("Content-Range", f"bytes */{len(f.data)}")
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-            body = f.data[start:]
-            self.send_response(206 if start else 200)
-            if start:
-                self.send_header("Content-Range", f"bytes {start}-{len(f.data) - 1}/{len(f.data)}")
+            body = f.data[start:end + 1]
+            partial = wanted is not None and hub.ranges
+            self.send_response(206 if partial and (start or end < len(f.data) - 1) else 200)
+            if partial and (start or end < len(f.data) - 1):
+                self.send_header("Content-Range", f"bytes {start}-{end}/{len(f.data)}")
             self.send_header("Content-Length", str(len(body)))
             self.send_header("ETag", f'"{f.sha256 if f.lfs else f.blob_id}"')
             self.end_headers()
-            self._send(name, body)
+            with hub._lock:
+                hub.in_flight += 1
+                hub.most_in_flight = max(hub.most_in_flight, hub.in_flight)
+            try:
+                self._send(name, body)
+            finally:
+                with hub._lock:
+                    hub.in_flight -= 1
 
         def _send(self, name: str, body: bytes) -> None:
             cut = None

@@ -4,6 +4,7 @@ and the profile pinned to the commit it fetched."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -217,3 +218,52 @@ def test_a_redirect_to_another_host_is_followed_without_the_token(tmp_path: Path
         got, _ = run(hub, tmp_path / "hub", token="hf_secret_value_123")
         assert got.commit == repo.commit and sum(cdn.served.values()) == repo.total
         assert all(r.startswith("/cdn/") for r in cdn.requests) and set(cdn.auth_seen) == {None}
+
+
+def parted(hub: HubStub, cache: Path, connections: int = 4) -> tuple[Any, list[Event]]:
+    """A fetch whose large files come in parts of 200 kB, `connections` at a time."""
+    seen: list[Event] = []
+    plan = WeightsPlan(REPO, "main", str(cache), hub.endpoint, None, connections=connections, part_bytes=200_000)
+    return fetch(LocalRemote(), plan, seen.append, progress_s=0.05), seen
+
+
+def test_a_large_file_comes_in_parts_at_once_and_lands_whole(tmp_path: Path) -> None:
+    repo = tiny_repo(REPO, 1_000_000)
+    weights = next(f for f in repo.files if f.name == "model.safetensors")
+    with HubStub(repo) as hub:
+        hub.rate = 400_000  # per transfer: five parts at once take a fifth of one stream's time
+        got, _ = parted(hub, tmp_path / "hub")
+        assert got.fetched == repo.total and hub.most_in_flight >= 3, hub.most_in_flight
+        asked = sorted((a, b) for name, a, b in hub.ranges_asked if name == "model.safetensors")
+        assert asked == [(k * 200_000, k * 200_000 + 199_999) for k in range(5)]
+        blobs = tmp_path / "hub" / "models--acme--tiny" / "blobs"
+        assert (blobs / weights.sha256).read_bytes() == weights.data
+        assert not [p for p in blobs.iterdir() if ".deployer-parts" in p.name or p.name.endswith(".incomplete")]
+
+
+def test_a_parted_fetch_that_broke_resumes_every_part_where_it_stopped(tmp_path: Path) -> None:
+    repo = tiny_repo(REPO, 1_000_000)
+    weights = next(f for f in repo.files if f.name == "model.safetensors")
+    with HubStub(repo) as hub:
+        hub.cut_after, hub.cuts = 50_000, 999   # every transfer of a part is cut after 50 kB, three times each
+        with pytest.raises(TargetError, match="broke off"):
+            parted(hub, tmp_path / "hub")
+        record = tmp_path / "hub" / "models--acme--tiny" / "blobs" / f"{weights.sha256}.deployer-parts.json"
+        kept = sum(json.loads(record.read_text())["got"])
+        assert 0 < kept < len(weights.data)
+        hub.cuts, hub.ranges_asked = 0, []
+        got, _ = parted(hub, tmp_path / "hub")
+        assert got.fetched == len(weights.data) - kept  # what had arrived was not asked for again
+        assert all(a % 200_000 for _, a, _ in hub.ranges_asked), hub.ranges_asked  # each part from where it stopped
+        blob = tmp_path / "hub" / "models--acme--tiny" / "blobs" / weights.sha256
+        assert blob.read_bytes() == weights.data
+
+
+def test_a_hub_that_ignores_ranges_gets_one_stream(tmp_path: Path) -> None:
+    repo = tiny_repo(REPO, 1_000_000)
+    weights = next(f for f in repo.files if f.name == "model.safetensors")
+    with HubStub(repo) as hub:
+        hub.ranges = False
+        got, _ = parted(hub, tmp_path / "hub")
+        assert got.fetched == repo.total and hub.most_in_flight == 1
+        assert (tmp_path / "hub" / "models--acme--tiny" / "blobs" / weights.sha256).read_bytes() == weights.data

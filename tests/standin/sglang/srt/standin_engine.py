@@ -48,7 +48,8 @@ Modes:
 
 HF_HUB_OFFLINE=1 with a hub id as the model (deployer's `engine.weights`): the snapshot of --revision (a commit,
 or what refs/<revision> names) must be in the hub cache, as huggingface_hub requires offline; else its error and
-exit 1. The snapshot used is logged ("standin: weights from <dir>").
+exit 1. The snapshot used is logged ("standin: weights from <dir>"); a local directory (`engine.weights.push`)
+must hold config.json, and is logged so too.
 """
 
 from __future__ import annotations
@@ -392,6 +393,13 @@ def _jsonable(view: SimpleNamespace) -> dict:
 def offline_snapshot(server_args: ServerArgs) -> None:
     """HF_HUB_OFFLINE=1 and a hub id: the cached snapshot, as huggingface_hub finds it offline, or its error."""
     model = str(server_args.model_path)
+    if os.environ.get("HF_HUB_OFFLINE") == "1" and os.path.isdir(model):  # a local directory (a pushed one)
+        if not os.path.isfile(os.path.join(model, "config.json")):
+            sys.stderr.write(f"OSError: {model} does not appear to have a file named config.json.\n")
+            sys.stderr.flush()
+            sys.exit(1)
+        logger.info(f"standin: weights from {model}")
+        return
     if os.environ.get("HF_HUB_OFFLINE") != "1" or os.path.isdir(model) or model.count("/") != 1:
         return
     hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
