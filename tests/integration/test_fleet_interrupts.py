@@ -12,6 +12,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -141,14 +142,33 @@ def stopping(run: Path | None, timeout: float = 20) -> None:
     raise AssertionError(f"{run} was not stopped: {state}")
 
 
-def test_kill_9_between_the_routers_stop_and_its_start_the_router_serves_again_by_itself(tmp_path: Path,
-                                                                                         bed: HostBed) -> None:
-    """A router replaced for its settings, the client killed once the old router is on its way down (the guard
-    armed before, the new router not started: checked): while the router is down `status` is not serving
-    (the old router's state says `interrupted`); with no further command but reads the guard starts the new router
-    from its complete run dir, requests through it are answered, the repair is in the lock's history and the lock
-    is released."""
-    home, name = tmp_path / "home", "fi-rkill"
+def answers(addr: str, port: int, within: float) -> bool:
+    """Whether a request through the router is answered (a generated token) within `within` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            return bool(chat(addr, port)["choices"][0]["message"]["content"])
+        except OSError:
+            time.sleep(0.5)
+    return False
+
+
+@dataclass
+class RouterReplace:
+    """A fleet whose router's settings changed, its `up` interrupted between the old router's stop and the start."""
+
+    prof: Path
+    data: dict[str, Any]
+    home: Path
+    work: Path
+    router: str
+    old_run: Path | None
+    returncode: int
+    stderr: str
+
+
+def interrupt_router_replace(tmp_path: Path, bed: HostBed, name: str, how: signal.Signals) -> RouterReplace:
+    home = tmp_path / "home"
     prof, data = fleet_profile(tmp_path, bed, name=name)
     assert fleet_deploy(bed, "up", str(prof), "--skip-preflight", home=home).returncode == 0
     work, router = bed.hosts[0].workdir, f"{name}-router"
@@ -160,15 +180,41 @@ def test_kill_9_between_the_routers_stop_and_its_start_the_router_serves_again_b
     try:
         wait_for_event(up, "replacing the router", timeout=120)  # the guard is armed before it says so
         stopping(old_run)
-        up.send_signal(signal.SIGKILL)  # the old router on its way down (or down), the new one not started
-        up.communicate(timeout=10)
+        up.send_signal(how)  # the old router on its way down (or down), the new one not started
+        _, err = up.communicate(timeout=60)
     finally:
         if up.poll() is None:
             up.kill()
+    return RouterReplace(prof, data, home, work, router, old_run, up.returncode, err.decode())
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_between_the_routers_stop_and_its_start_starts_the_new_router_first(
+        tmp_path: Path, bed: HostBed, how: signal.Signals) -> None:
+    r = interrupt_router_replace(tmp_path, bed, "fi-rint", how)
+    assert r.returncode == 130, r.stderr[-3000:]
+    new_run = current_run(r.work, r.router)
+    assert new_run != r.old_run and new_run is not None and "random" in (new_run / "launch.sh").read_text()
+    assert json.loads((new_run / "state.json").read_text())["status"] in ("starting", "running", "ready")
+    assert not (r.work / r.router / "replace-intent.json").exists()  # disarmed
+    assert_lock_free(r.work, r.router)
+    assert answers(bed.hosts[0].addr, r.data["router"]["port"], 60)
+    assert fleet_deploy(bed, "down", str(r.prof), home=r.home).returncode == 0
+
+
+def test_kill_9_between_the_routers_stop_and_its_start_the_router_serves_again_by_itself(tmp_path: Path,
+                                                                                         bed: HostBed) -> None:
+    """A router replaced for its settings, the client killed once the old router is on its way down (the guard
+    armed before, the new router not started: checked): while the router is down `status` is not serving
+    (the old router's state says `interrupted`); with no further command but reads the guard starts the new router
+    from its complete run dir, requests through it are answered, the repair is in the lock's history and the lock
+    is released."""
+    r = interrupt_router_replace(tmp_path, bed, "fi-rkill", signal.SIGKILL)
+    prof, data, home, work, router, old_run = r.prof, r.data, r.home, r.work, r.router, r.old_run
     guard = guard_of(work, router)
     os.kill(guard, signal.SIGSTOP)  # held while we look at the router down: nothing else can start it now
     try:
-        new_runs = [r for r in (work / router / "runs").iterdir() if r != old_run]
+        new_runs = [run for run in (work / router / "runs").iterdir() if run != old_run]
         assert len(new_runs) == 1 and not (new_runs[0] / "state.json").exists(), new_runs  # killed before its start
         st = fleet_deploy(bed, "status", str(prof), "--json", home=home)
         shown = json.loads(st.stdout)
@@ -183,13 +229,8 @@ def test_kill_9_between_the_routers_stop_and_its_start_the_router_serves_again_b
     events = (work / router / "lock-events.jsonl").read_text()
     assert '"event": "repaired"' in events and "started the new version" in events, events[-2000:]
     assert current_run(work, router) == new_runs[0] and "random" in (new_runs[0] / "launch.sh").read_text()
-    addr, port, answered = bed.hosts[0].addr, data["router"]["port"], None
-    while answered is None and time.monotonic() < resumed + 90:  # smg's first health checks of its workers
-        try:
-            answered = chat(addr, port)
-        except OSError:
-            time.sleep(0.5)
-    assert answered is not None and answered["choices"][0]["message"]["content"], time.monotonic() - resumed
+    assert answers(bed.hosts[0].addr, data["router"]["port"], 90 - (time.monotonic() - resumed)), \
+        time.monotonic() - resumed  # smg's first health checks of its workers
     assert_lock_free(work, router)
     assert fleet_deploy(bed, "status", str(prof), home=home).returncode == 0
     assert fleet_deploy(bed, "down", str(prof), home=home).returncode == 0
