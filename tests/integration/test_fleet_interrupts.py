@@ -218,8 +218,8 @@ def test_kill_9_between_the_routers_stop_and_its_start_the_router_serves_again_b
         assert len(new_runs) == 1 and not (new_runs[0] / "state.json").exists(), new_runs  # killed before its start
         st = fleet_deploy(bed, "status", str(prof), "--json", home=home)
         shown = json.loads(st.stdout)
-        assert st.returncode not in (0, 9) and not shown["serving"], (st.returncode, shown["router"])
-        assert shown["router"]["status"] in ("interrupted", "stopping"), shown["router"]
+        assert not shown["serving"] and (shown["router"]["status"], st.returncode) in (("interrupted", 5), (
+            "stopping", 8)), (st.returncode, shown["router"])  # never 0, nor 9 (the router serves some)
     finally:
         os.kill(guard, signal.SIGCONT)
     resumed = time.monotonic()
