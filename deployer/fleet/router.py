@@ -26,6 +26,7 @@ from typing import Any
 from deployer.errors import LaunchFailed, NotFound, Unhealthy
 from deployer.fleet.members import ROUTER_HEALTH_PATH, RouterMember, spec_of
 from deployer.fleet.record import try_write_record
+from deployer.fleet.router_replace import replace_router
 from deployer.profile.host import probe_address
 from deployer.profile.model import Profile
 from deployer.target.push import Layout, RunDir, new_run_id, push
@@ -171,11 +172,11 @@ def ensure_router(remote: Remote, layout: Layout, member: RouterMember, fleet: P
         record = process_record(spec, bundle, attempt=1, up_id=uuid.uuid4().hex[:12])
         run = push(remote, layout, bundle, record, supervise_config(spec), new_run_id(bundle, 1))
         report.action = "started"
-        serving = view.run if view is not None and view.alive else None
-        if view is not None and serving is not None:
-            emit(Info(message=f"replacing the router {view.content_hash[:12]} ({view.run.run_id})"))
+        if view is not None and view.alive:
             report.action = "replaced"
-        switch_to(remote, layout, run, spec, serving=serving, port_wait_s=PORT_WAIT_S)
+            replace_router(remote, layout, run, spec, view, emit)
+        else:
+            switch_to(remote, layout, run, spec, serving=None, port_wait_s=PORT_WAIT_S)
         report.run_dir = run.path
         emit(PhaseEntered(phase="router started", elapsed=0.0, line=" ".join(bundle.argv)[:300]))
     wait_workers(remote, member, healthy=set(urls), gone=set(), deadline_s=READY_TIMEOUT_S, run=run)

@@ -33,7 +33,7 @@ from deployer.runner.restore import Restore
 from deployer.runner.startup import StartPlan, timeline_of
 from deployer.runner.shape import Found, Result, Shape, Target, result_name, result_text
 from deployer.runner.timing import PORT_WAIT_S, RETRY_PORT_WAIT_S, stop_grace
-from deployer.target.process import arm_repair, disarm_repair, listener, stop
+from deployer.target.process import ReplaceGuard, arm_repair, disarm_repair, listener, stop
 from deployer.target.switch import Ports, switch_to
 from deployer.watch.watcher import PortTaken, Ready
 
@@ -202,7 +202,8 @@ class AttemptRunner:
         assert view is not None
         if view.reached_ready and target.run is not None and target.layout is not None:
             self.guarded.append(target)
-            arm_repair(target.remote, target.layout, target.run, view.run, grace, int(view.record.get("port") or 0))
+            port = int(view.record.get("port") or 0)
+            arm_repair(target.remote, target.layout, ReplaceGuard(target.run, view.run, grace, (port,) if port else ()))
         stop(target.remote, view.run, grace, why="replace")
 
     def _disarm(self) -> None:

@@ -4,7 +4,11 @@
 Stdlib only, Python >= 3.8. `up` (restart, rollback: the same attempts) arms it through its helper, from the new run
 dir's own copy, right before it stops the version that serves:
 
-  supervise_guard.py arm DEPLOYMENT_DIR --old RUN_DIR --grace S [--port P]
+  supervise_guard.py arm DEPLOYMENT_DIR --old RUN_DIR --grace S [--port P[,Q...]] [--new RUN_DIR]
+
+A fleet's `up` (restart, rollback) that replaces its router (its settings changed) arms the same guard, from the new
+router run dir's copy, with `--new` (that run dir, pushed completely before the guard is armed) and both of the
+router's ports, right before it stops the old router.
 
 A rolling restart arms one on the router's host, from that deployment's synced copy, before it drains a replica:
 
@@ -27,8 +31,13 @@ The guard then watches, every POLL_S, until one of these:
 The repair takes the lease itself (mode `inherit`: only from the client's token, so whoever broke or took the lock
 in between wins), which makes a client coming back late get the lost-lock error. Then: a replacement that runs
 (`current` names a run that is alive) is left running (nothing half done); otherwise the stop of the old run is
-finished, `current` points at it again (target/switch.py's rules: after the port is free, right before the start),
-and it is started from its own run dir. A router's guard asks the router (its HTTP API on this host) to take the
+finished, and, once its ports are free, `current` points at the run to start (target/switch.py's rules: right
+before the start), which is started from its own run dir: the old run, or with `--new` (a router) the new one when
+its run dir is complete, the old one again when the new one does not start or does not reach ready within
+NEW_READY_S. Why the new router first: the client had already decided it (its settings are what the profile now
+says; its worker list is the replicas that `up` found ready, while the old router's launch.sh names the workers it
+was started with, which the worker API may have changed since), and a router holds no state a restart loses; the
+old one, which served, is the fallback when the new settings do not start. A router's guard asks the router (its HTTP API on this host) to take the
 replica back, after its drain, every few seconds until the router lists it (smg lists a worker once it answers its
 health check) or READD_S passed. Lock events record the takeover and what the repair did (`deploy history`
 shows both); the lease is released and the intent removed. The guard lives at most LIFE_S.
@@ -40,6 +49,7 @@ import getpass
 import json
 import os
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -54,6 +64,7 @@ if TYPE_CHECKING or __package__:  # imported as part of the deployer package
         FENCE_ENV, LeaseError, Refused, acquire, read_lease, record_event, still_ours, take_fence, update,
     )
     from deployer.supervisor.supervise_ports import claimed_by, port_bindable
+    from deployer.supervisor.supervise_protocol import ENV_FILE, LAUNCH_SH, PROFILE_JSON, SUPERVISE_JSON
 else:  # run from a run dir, beside the other supervisor files
     from supervise import cmd_stop, status_of  # type: ignore[no-redef]
     from supervise_base import (  # type: ignore[no-redef]
@@ -63,6 +74,7 @@ else:  # run from a run dir, beside the other supervisor files
         FENCE_ENV, LeaseError, Refused, acquire, read_lease, record_event, still_ours, take_fence, update,
     )
     from supervise_ports import claimed_by, port_bindable  # type: ignore[no-redef]
+    from supervise_protocol import ENV_FILE, LAUNCH_SH, PROFILE_JSON, SUPERVISE_JSON  # type: ignore[no-redef]
 
 INTENT = "replace-intent.json"          # a replace's guard (arm)
 ROUTER_INTENT = "router-intent.json"    # a rolling restart's guard, in the router's deployment dir (arm-router)
@@ -72,6 +84,8 @@ POLL_S = 0.25
 LIFE_S = 6 * 3600.0
 PORT_WAIT_S = 30.0
 START_S = 60.0
+NEW_READY_S = 60.0   # a new router's start until its ready line (fleet/router.py READY_TIMEOUT_S)
+RUN_FILES = (LAUNCH_SH, ENV_FILE, PROFILE_JSON, SUPERVISE_JSON, "supervise.py")  # a run dir a push completed
 READD_S = 300.0      # how long the router's guard asks for the replica back (its own repair may be loading it)
 READD_EVERY_S = 5.0
 DRAIN_WAIT_S = 20.0  # a re-add while it still drains is "already exists", and the drain's end removes it
@@ -136,13 +150,30 @@ def _set_current(deployment: str, run: str) -> None:
         raise
 
 
-def _wait_port(port: int) -> bool:
+def _wait_ports(ports: list[int]) -> int | None:
+    """None once every port is free (bounded by PORT_WAIT_S), else the port that stayed busy."""
     deadline = time.monotonic() + PORT_WAIT_S
-    while claimed_by(port) is not None or not port_bindable(port):
-        if time.monotonic() > deadline:
+    for port in ports:
+        while claimed_by(port) is not None or not port_bindable(port):
+            if time.monotonic() > deadline:
+                return port
+            time.sleep(0.5)
+    return None
+
+
+def _complete(run: str) -> bool:
+    """Every file a push writes is there, a regular file (a push that failed removes its run dir)."""
+    for name in RUN_FILES:
+        try:
+            if not stat.S_ISREG(os.lstat(os.path.join(run, name)).st_mode):
+                return False
+        except OSError:
             return False
-        time.sleep(0.5)
     return True
+
+
+def _intent_ports(intent: dict[str, Any]) -> list[int]:
+    return [p for p in intent.get("ports") or [] if isinstance(p, int) and 0 < p < 65536]
 
 
 def _holder() -> dict[str, Any]:
@@ -219,7 +250,8 @@ class Guard:
 
     def repair(self, intent: dict[str, Any], client_token: str) -> str:
         token = os.urandom(16).hex()
-        lease_s = (READD_S if intent.get("url") else float(intent.get("grace_s") or 0) + PORT_WAIT_S + START_S) + 30
+        one = float(intent.get("grace_s") or 0) + PORT_WAIT_S + START_S  # a stop, the port wait, a start
+        lease_s = (READD_S if intent.get("url") else one + (one + NEW_READY_S if intent.get("new_run") else 0)) + 30
         try:
             fd, _ = acquire(self.lock, _holder(), token, lease_s, "inherit", client_token)
         except Refused as r:
@@ -273,31 +305,67 @@ class Guard:
 
     def _bring_back(self, intent: dict[str, Any], token: str) -> str:
         old = _run_dir(self.deployment, str(intent["old_run"]))
+        new = _run_dir(self.deployment, str(intent["new_run"])) if intent.get("new_run") else None
         self._still_ours()
         current = _current(self.deployment)
         if current is not None and current != old and os.path.isdir(current):
             now = status_of(current)
             if now.get("alive") or now.get("supervisor_alive"):
                 return "the replacement %s was started; left running" % os.path.basename(current)
-        before = status_of(old)
-        if before.get("alive") or before.get("supervisor_alive"):  # a stop still in progress ends first
-            cmd_stop(old, float(intent.get("grace_s") or 0), "replace")
-        port = intent.get("port")
-        if isinstance(port, int) and port > 0 and not _wait_port(port):
-            return "the previous version %s was not started again: port %d stayed busy" % (os.path.basename(old), port)
+        self._stopped(old, intent)
+        if new is not None and _complete(new):
+            why = self._start(new, token, intent)
+            if not why:
+                return "started the new version %s (the previous %s stays stopped)" % (
+                    os.path.basename(new), os.path.basename(old))
+            self._stopped(new, intent)
+            again = self._start(old, token, intent)
+            return again or "the new version %s did not come up (%s); started the previous version %s again" % (
+                os.path.basename(new), why, os.path.basename(old))
+        return self._start(old, token, intent) or "started the previous version %s again" % os.path.basename(old)
+
+    @staticmethod
+    def _stopped(run: str, intent: dict[str, Any]) -> None:
+        """`run` stopped (a stop still in progress ends first; a run that never started has nothing to stop)."""
+        now = status_of(run)
+        if now.get("alive") or now.get("supervisor_alive"):
+            cmd_stop(run, float(intent.get("grace_s") or 0), "replace")
+
+    def _start(self, run: str, token: str, intent: dict[str, Any]) -> str:
+        """Start `run` once its ports are free: "" when it runs (for `--new`: reached ready), else why not."""
+        name = os.path.basename(run)
+        busy = _wait_ports(_intent_ports(intent))
+        if busy is not None:
+            return "%s was not started: port %d stayed busy" % (name, busy)
         self._still_ours()
-        _set_current(self.deployment, old)
+        _set_current(self.deployment, run)
         env = dict(os.environ, **{FENCE_ENV: token})
-        done = subprocess.run([sys.executable or "python3", "-B", os.path.join(old, "supervise.py"), "start", old],
+        done = subprocess.run([sys.executable or "python3", "-B", os.path.join(run, "supervise.py"), "start", run],
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               env=env, timeout=START_S)
         if done.returncode != 0:
             why = (done.stderr or done.stdout).decode("utf-8", "replace").strip().splitlines()[-1:]
-            return "starting the previous version %s again failed: %s" % (os.path.basename(old), " ".join(why))
-        return "started the previous version %s again" % os.path.basename(old)
+            return "starting %s failed: %s" % (name, " ".join(why))
+        if run != str(intent.get("new_run") or ""):
+            return ""
+        return _ready(run)
 
 
-USAGE = "usage: supervise_guard.py arm DEPLOYMENT_DIR --old RUN_DIR --grace S [--port P] | arm-router DEPLOYMENT_DIR"
+def _ready(run: str) -> str:
+    """"" once the run's supervisor says ready (its ready line was logged) within NEW_READY_S, else why not."""
+    end = time.monotonic() + NEW_READY_S
+    while time.monotonic() < end:
+        now = status_of(run)
+        if now.get("status") == "ready":
+            return ""
+        if now.get("status") not in ("starting", "running"):
+            return "it is %s" % now.get("status")
+        time.sleep(POLL_S)
+    return "not ready within %gs" % NEW_READY_S
+
+
+USAGE = ("usage: supervise_guard.py arm DEPLOYMENT_DIR --old RUN_DIR --grace S [--port P[,Q]] [--new RUN_DIR] | "
+         "arm-router DEPLOYMENT_DIR")
 
 
 def _options(argv: list[str]) -> tuple[str, str, dict[str, str]]:
@@ -315,10 +383,14 @@ def _options(argv: list[str]) -> tuple[str, str, dict[str, str]]:
 def _replace_intent(deployment: str, opts: dict[str, str]) -> dict[str, Any]:
     try:
         old, grace = _run_dir(deployment, opts["old"]), float(opts.get("grace") or 0)
-        port = int(opts["port"]) if opts.get("port") else None
+        ports = [int(p) for p in opts["port"].split(",")] if opts.get("port") else []
     except (KeyError, ValueError):
-        raise SuperviseError("--old RUN_DIR and a numeric --grace (and --port) are needed", EXIT_BAD_INPUT) from None
-    return {"old_run": old, "grace_s": grace, "port": port}
+        raise SuperviseError("--old RUN_DIR and a numeric --grace (and --port P[,Q]) are needed",
+                             EXIT_BAD_INPUT) from None
+    new = _run_dir(deployment, opts["new"]) if opts.get("new") else None
+    if new == old:
+        raise SuperviseError("--new and --old name the same run", EXIT_BAD_INPUT)
+    return {"old_run": old, "new_run": new, "grace_s": grace, "ports": ports}
 
 
 def _router_intent() -> tuple[dict[str, Any], str]:

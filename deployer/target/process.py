@@ -140,12 +140,27 @@ def check_port(remote: Remote, layout: Layout, port: int, wait_s: float = 0.0) -
                        hint="stop what holds it, or set engine.port to another port")
 
 
-def arm_repair(remote: Remote, layout: Layout, new: RunDir, old: RunDir, grace: float, port: int) -> bool:
+@dataclass(frozen=True)
+class ReplaceGuard:
+    """What a replace's guard is armed with: the run that replaces `old`, the stop's grace, the ports to wait for,
+    and whether the guard starts `new` (a router: its run dir complete; `old` again when it does not come up) or
+    brings back `old` (an engine: only the version that reached ready is trusted)."""
+
+    new: RunDir
+    old: RunDir
+    grace_s: float
+    ports: tuple[int, ...] = ()
+    start_new: bool = False
+
+
+def arm_repair(remote: Remote, layout: Layout, guard: ReplaceGuard) -> bool:
     """Before a replace stops `old`: a guard on the target (supervise_guard.py, from the new run dir's own copy)
-    that starts `old` again by itself if this client dies before it disarms (kill -9: nobody is left to do it);
+    that finishes the replace by itself if this client dies before it disarms (kill -9: nobody is left to do it);
     whether it was armed (a target where it cannot be is repaired by the next `up`, as before)."""
-    args = ["arm", layout.root, "--old", old.path, "--grace", f"{grace:g}"] + (["--port", str(port)] if port else [])
-    result = remote.run(supervisor(new.file("supervise_guard.py"), *args), timeout=30, check=False)
+    args = ["arm", layout.root, "--old", guard.old.path, "--grace", f"{guard.grace_s:g}"]
+    args += ["--port", ",".join(str(p) for p in guard.ports)] if any(guard.ports) else []
+    args += ["--new", guard.new.path] if guard.start_new else []
+    result = remote.run(supervisor(guard.new.file("supervise_guard.py"), *args), timeout=30, check=False)
     return result.ok and bool(_json_line(result.stdout).get("guard_pid"))
 
 

@@ -17,8 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "faults"))
 
 from deploy_helpers import deploy, free_port, write_profile  # noqa: E402
-from faultbed import assert_lock_free, current_run, start_deploy, wait_for_event  # noqa: E402
-from netbed import processes_under  # noqa: E402
+from faultbed import assert_lock_free, current_run, guard_of, start_deploy, wait_for_event  # noqa: E402
 
 from deployer.supervisor.supervise_base import pid_alive  # noqa: E402
 
@@ -97,29 +96,6 @@ def test_sigterm_of_up_while_it_watches_releases_the_lock_and_leaves_the_new_ver
     assert err.decode().strip().splitlines()[-1].startswith("interrupted")
     assert_lock_free(work, name)
     assert deploy("down", str(prof), home=home).returncode == 0  # no wait for a lease
-
-
-def guard_of(work: Path, name: str, timeout: float = 10) -> int:
-    """This machine's pid of the deployment's armed repair guard (the target's sshd may run in a pid namespace of
-    its own: the intent file names the guard in that one), waited for (bounded)."""
-    intent = work / name / "replace-intent.json"
-    deadline = time.monotonic() + timeout
-    while not intent.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert intent.exists(), "no repair guard was armed"
-    found = [pid for pid in processes_under(work / name) if b"supervise_guard.py" in cmdline(pid)]
-    while len(found) > 1 and time.monotonic() < deadline + 5:  # `arm` itself, leaving once the guard reported
-        time.sleep(0.05)
-        found = [pid for pid in processes_under(work / name) if b"supervise_guard.py" in cmdline(pid)]
-    assert len(found) == 1, found
-    return found[0]
-
-
-def cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
 
 
 def test_kill_9_during_the_stop_of_a_replace_the_target_starts_the_previous_version_again_by_itself(

@@ -106,16 +106,65 @@ def test_a_repair_after_a_takeover_in_between_is_refused(tmp_path: Path) -> None
 def test_a_repair_whose_lock_is_broken_meanwhile_stops_where_it_is(tmp_path: Path) -> None:
     """--break-lock while the guard waits for the port: it neither moves `current` nor starts anything."""
     root = deployment(tmp_path, "client", dead_pid())
-    intent = dict(json.loads((root / INTENT).read_text()), port=1)
+    intent = dict(json.loads((root / INTENT).read_text()), ports=[1])
 
-    def broken(port: int) -> bool:
+    def broken(ports: list[int]) -> int | None:
         fd, _ = acquire(str(root / "lock"), {"owner": "x"}, "breaker", 30.0, "break")
         os.close(fd)
-        return True
+        return None
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(supervise_guard, "_wait_port", broken)
+        patch.setattr(supervise_guard, "_wait_ports", broken)
         said = Guard(str(root), frozenset({"client"})).repair(intent, "client")
     assert said.startswith("stopped: the lock was taken by x"), said
     assert not (root / "current").exists()
     assert json.loads((root / "lock").read_text())["token"] == "breaker"
+
+
+def router_replace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, new_starts: str,
+                   complete: bool = True) -> tuple[Path, list[str], str]:
+    """A router's replace interrupted between the stop and the start (r1 old, r2 new; neither runs): which runs
+    the repair starts, in order (`new_starts`: what starting r2 answers, "" when it reached ready), and its word."""
+    root = deployment(tmp_path, "client", dead_pid())
+    new = root / "runs" / "r2"
+    new.mkdir(mode=0o700)
+    for name in supervise_guard.RUN_FILES if complete else supervise_guard.RUN_FILES[:2]:
+        (new / name).write_text("x")
+    intent = dict(json.loads((root / INTENT).read_text()), new_run=str(new), ports=[])
+    started: list[str] = []
+
+    def start(self: Guard, run: str, token: str, intent: dict[str, object]) -> str:
+        started.append(os.path.basename(run))
+        return new_starts if run == str(new) else ""
+
+    monkeypatch.setattr(Guard, "_start", start)
+    monkeypatch.setattr(Guard, "_still_ours", lambda self: None)
+    return root, started, Guard(str(root), frozenset({"client"}))._bring_back(intent, "guard")
+
+
+def test_a_router_replace_is_finished_with_the_new_router_when_its_run_dir_is_complete(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, started, said = router_replace(tmp_path, monkeypatch, "")
+    assert started == ["r2"] and said == "started the new version r2 (the previous r1 stays stopped)", said
+
+
+def test_a_router_replace_whose_new_run_dir_is_incomplete_starts_the_old_router_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, started, said = router_replace(tmp_path, monkeypatch, "", complete=False)
+    assert started == ["r1"] and said == "started the previous version r1 again", said
+
+
+def test_a_new_router_that_does_not_come_up_gives_way_to_the_old_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, started, said = router_replace(tmp_path, monkeypatch, "it is crashloop")
+    assert started == ["r2", "r1"], started
+    assert said == "the new version r2 did not come up (it is crashloop); started the previous version r1 again", said
+
+
+def test_arm_refuses_a_new_run_that_is_the_old_one(tmp_path: Path) -> None:
+    root = deployment(tmp_path, "client", os.getpid())
+    run = str(root / "runs" / "r1")
+    with pytest.raises(supervise_guard.SuperviseError, match="same run"):
+        supervise_guard._replace_intent(str(root), {"old": run, "new": run, "grace": "1", "port": "8000,8001"})
+    assert supervise_guard._replace_intent(str(root), {"old": run, "grace": "1", "port": "8000,8001"})["ports"] == \
+        [8000, 8001]

@@ -143,3 +143,26 @@ def status_of(prof: Path, home: Path, env: dict[str, str] | None = None) -> dict
     st = dict(json.loads(out.stdout))
     assert (out.returncode == 0) == (st["status"] in ("ready", "running") and st["healthy"]), (out.returncode, st)
     return st
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def guard_of(work: Path, name: str, timeout: float = 10, intent: str = "replace-intent.json") -> int:
+    """This machine's pid of the deployment's armed repair guard (the target's sshd may run in a pid namespace of
+    its own: the intent file names the guard in that one), waited for (bounded)."""
+    path = work / name / intent
+    deadline = time.monotonic() + timeout
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert path.exists(), "no repair guard was armed"
+    found = [pid for pid in processes_under(work / name) if b"supervise_guard.py" in cmdline(pid)]
+    while len(found) > 1 and time.monotonic() < deadline + 5:  # `arm` itself, leaving once the guard reported
+        time.sleep(0.05)
+        found = [pid for pid in processes_under(work / name) if b"supervise_guard.py" in cmdline(pid)]
+    assert len(found) == 1, found
+    return found[0]

@@ -1,0 +1,65 @@
+"""Replacing a router whose settings changed: the old router stopped, the new one (its run dir already pushed)
+started, never left half done.
+
+Before the stop a guard is armed on the router's host (target/process.py `arm_repair` with `start_new`,
+deployer/supervisor/supervise_guard.py): after kill -9 of this client between the stop and the start it takes the
+lock over, starts the new router (its run dir is complete: pushed before the guard was armed), or the old one again
+when the new one does not come up, records the repair in the lock's history and releases the lock. A Ctrl-C or
+SIGTERM in that window finishes the switch here, within the interrupt's bound (deployer/interrupts.py), before
+deployer leaves; a normal end and a failure disarm the guard. The old router is stopped `--why replace`, so while
+nothing routes `deploy status` says `interrupted` (never `stopped`, never serving).
+"""
+
+from __future__ import annotations
+
+from deployer import interrupts
+from deployer.errors import DeployError
+from deployer.events import EventSink, Info
+from deployer.remote.base import Remote
+from deployer.runner.interrupted import START_S
+from deployer.runner.timing import PORT_WAIT_S
+from deployer.target.process import ReplaceGuard, arm_repair, disarm_repair, status, stop
+from deployer.target.push import Layout, RunDir
+from deployer.target.records import RunView
+from deployer.target.supervised import SupervisedSpec
+from deployer.target.switch import switch_to
+
+
+def replace_router(remote: Remote, layout: Layout, run: RunDir, spec: SupervisedSpec, serving: RunView,
+                   emit: EventSink) -> None:
+    """Stop the router `serving`, start `run` (guarded; see the module's docstring)."""
+    armed = arm_repair(remote, layout, ReplaceGuard(run, serving.run, spec.grace_s, spec.ports, start_new=True))
+    emit(Info(message=f"replacing the router {serving.content_hash[:12]} ({serving.run.run_id})"))
+    try:
+        try:
+            _switch(remote, layout, run, spec, serving.run)
+        except KeyboardInterrupt:
+            _finish(remote, layout, run, spec, serving.run, emit)
+            raise
+    finally:
+        if armed:
+            try:
+                disarm_repair(remote, layout)
+            except DeployError:
+                pass  # the guard leaves by itself once the lock is released (not the client's lease any more)
+
+
+def _switch(remote: Remote, layout: Layout, run: RunDir, spec: SupervisedSpec, serving: RunDir) -> None:
+    stop(remote, serving, spec.grace_s, why="replace")
+    switch_to(remote, layout, run, spec, serving=None, port_wait_s=PORT_WAIT_S, stopped=True)
+
+
+def _finish(remote: Remote, layout: Layout, run: RunDir, spec: SupervisedSpec, serving: RunDir,
+            emit: EventSink) -> None:
+    """Interrupted between the stop and the start: the new router started (a stop still in progress ends first)."""
+    interrupts.allow(spec.grace_s + PORT_WAIT_S + START_S)
+    try:
+        now = status(remote, run)
+        if now.get("alive") or now.get("supervisor_alive"):
+            return  # started already: nothing is half done
+        _switch(remote, layout, run, spec, serving)
+    except DeployError as err:
+        emit(Info(message=f"interrupted: the new router was not started: {err.message}; the router is stopped "
+                          "until the next `deploy up` of the fleet"))
+        return
+    emit(Info(message=f"interrupted: started the new router ({run.run_id}) before leaving; it is loading"))
