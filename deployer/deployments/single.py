@@ -119,7 +119,7 @@ class SingleHost(Deployment):
         from deployer.local_history import home
         from deployer.preflight.checks import run_preflight
         from deployer.remote.connect import conversing, target_spec
-        from deployer.runner.install import plan_environment, planned_weights, unbuilt_problem
+        from deployer.runner.install import engine_download_note, plan_environment, planned_weights, unbuilt_problem
         from deployer.target.push import layout_for
         from deployer.target.records import current_view, engine_allocated
 
@@ -136,6 +136,7 @@ class SingleHost(Deployment):
             weights, weights_problem = (weights_of or planned_weights)(remote, prof)
         report.problems = [p for p in report.problems if not unbuilt_problem(p, prof, env)] + weights_problem
         lines = (env.lines() if env is not None else []) + [w.describe() for w in weights]
+        lines += engine_download_note(prof) if weights_of is None else []   # once per host
         text = "".join(line + "\n" for line in lines) + report.render_text()
         return PlanReport(report, text + "\n", plan_error(report.problems, report.refusal()),
                           MemoryPicture.of(report), environment=env, weights=weights)

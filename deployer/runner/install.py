@@ -146,6 +146,15 @@ def plan_environment(remote: Remote, profile: Profile) -> tuple[Profile, EnvPrep
     return (profile, None) if prepared is None else (launched_from(profile, prepared.python), prepared)
 
 
+def engine_download_note(profile: Profile) -> list[str]:
+    """For `deploy plan`: a hub repo the engine downloads itself (no engine.weights) is downloaded while it starts,
+    inside the outage of a replace; said once, with the setting that moves it before anything stops."""
+    if not profile.engine.downloads_at_start:
+        return []
+    return [f"weights: the engine downloads {profile.engine.model_path} itself as it starts (on a replace, while "
+            "nothing serves); `engine.weights: {}` fetches it first, before anything is stopped"]
+
+
 def planned_weights(remote: Remote, profile: Profile) -> tuple[list[WeightsNeeded], list[str]]:
     """For `deploy plan`: what fetching `engine.weights` would take on this host (nothing fetched; empty without
     `engine.weights`), and the problems it finds: the missing bytes do not fit the free disk, or the hub cannot say

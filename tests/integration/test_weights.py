@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from standin.hubstub import HubStub, tiny_repo
 
 from deploy_helpers import deploy, events, write_profile
@@ -314,3 +315,12 @@ def test_plan_says_what_the_fetch_takes_and_prepare_fetches_without_launching(tm
         assert not (tmp_path / "work" / "wplan" / "current").exists()  # nothing launched
         after = document(deploy("plan", str(prof), "--json", home=home, env=env).stdout)["weights"]
         assert after["missing_bytes"] == 0 and after["fits"]
+        assert "itself as it starts" not in text.stdout, text.stdout
+        # without engine.weights the engine downloads the repo as it starts: plan says so, and what moves it first
+        data = yaml.safe_load(prof.read_text())
+        del data["engine"]["weights"]
+        itself = tmp_path / "itself.yaml"
+        itself.write_text(yaml.safe_dump(data, sort_keys=False))
+        plain = deploy("plan", str(itself), home=home, env=env)
+        assert f"weights: the engine downloads {REPO_ID} itself as it starts" in plain.stdout, plain.stdout
+        assert "`engine.weights: {}` fetches it first" in plain.stdout
