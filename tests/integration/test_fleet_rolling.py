@@ -1,7 +1,8 @@
 """Rolling restart and upgrade of a fleet behind the real router (smg): requests keep being answered.
 
-A client sends requests through the router for the whole rolling restart and counts failures (target 0); the
-router never has fewer than N-1 healthy workers. An upgrade whose new version cannot start stops the rollout at
+A client sends requests through the router for the whole rolling restart and counts failures (target 0), and no
+replica's engine answers a request with its shutting-down 503 (it was out of the router before it was stopped);
+the router never has fewer than N-1 healthy workers. An upgrade whose new version cannot start stops the rollout at
 that replica, brings its previous version back into the router, and leaves the others as they were (exit 9).
 """
 
@@ -24,11 +25,15 @@ from hostbed import HostBed, host_bed
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 CLIENT_LIMIT_S = 300.0
 CLIENTS = 3
-# As hard as a real fleet: answers take time (requests are in flight when a replica is stopped), an engine takes
-# seconds to go after SIGTERM and refuses new requests meanwhile (503), and the router does not retry a failed
-# request on another worker (smg --disable-retries): only taking a replica out of the router first saves them.
+# As hard as a real fleet: answers take time (requests are in flight when a replica is stopped), and an engine
+# takes seconds to go after SIGTERM and refuses new requests meanwhile (503). smg keeps its default retries, as in
+# production: they are also its defence against a send that fails before any answer (smg PR #2162: a pooled
+# connection lost in a race; with --disable-retries CI saw one such 500 while both engines served). What deployer
+# must do, take a replica out of the router before stopping it, is checked where it shows: no engine ever answers
+# a completion with its shutting-down 503 (`_turned_away`).
 HARD_WORLD = {"STANDIN_CHAT_DELAY_S": "0.2", "STANDIN_DRAIN_S": "1.5"}
-NO_RETRIES = {"health_check_interval_secs": 1, "disable_retries": True}
+ROUTER_ARGS = {"health_check_interval_secs": 1}
+SHUTTING_DOWN = '"POST /v1/chat/completions HTTP/1.1" 503'
 
 
 @dataclass
@@ -96,9 +101,18 @@ class Clients:
 
 def _hard_profile(tmp_path: Path, bed: HostBed, name: str) -> tuple[Path, dict[str, Any]]:
     prof, data = fleet_profile(tmp_path, bed, name=name, env=HARD_WORLD)
-    data["router"]["args"] = NO_RETRIES
+    data["router"]["args"] = ROUTER_ARGS
     prof.write_text(yaml.safe_dump(data, sort_keys=False))
     return prof, data
+
+
+def _turned_away(tmp_path: Path) -> list[str]:
+    """Completions a replica's engine refused because it was shutting down: each one a request the router sent to
+    a replica deployer was stopping (smg's retry would hide it from the client)."""
+    logs = sorted((tmp_path / "hosts").glob("*/work/*/runs/*/engine.log"))
+    assert logs, "no engine logs found"
+    return [f"{log}: {line.strip()}" for log in logs
+            for line in log.read_text(errors="replace").splitlines() if SHUTTING_DOWN in line]
 
 
 def _pids(bed: HostBed, home: Path, prof: Path) -> list[int]:
@@ -134,6 +148,7 @@ def test_rolling_restart_through_the_real_router_loses_no_request(tmp_path: Path
     after = _pids(bed, home, prof)
     assert all(a != b for a, b in zip(after, before)), (before, after)   # every engine was really restarted
     assert client.failures == [], client.failures[:5]
+    assert _turned_away(tmp_path) == [], _turned_away(tmp_path)[:5]
     assert during >= 10, (during, client.ok)
     assert client.fewest_healthy is not None and client.fewest_healthy >= 1   # never below N-1 of 2
     assert fleet_deploy(bed, "down", str(prof), home=home).returncode == 0
@@ -163,6 +178,7 @@ def test_an_upgrade_that_will_not_start_stops_the_rollout_and_rolls_that_replica
     assert sorted(report["router"]["workers"]) == sorted([first["url"], second["url"]])
     assert evs[-1]["event"] == "error" and evs[-1]["code"] == 9
     assert client.failures == [], client.failures[:5]
+    assert _turned_away(tmp_path) == [], _turned_away(tmp_path)[:5]
     assert client.fewest_healthy is not None and client.fewest_healthy >= 1
     after = _pids(bed, home, prof)
     assert after[1] == before[1]                               # r1 untouched
@@ -230,6 +246,7 @@ def test_rolling_rollback_of_a_fleet(tmp_path: Path, bed: HostBed) -> None:
     assert back.returncode == 0, back.stderr[-2000:]
     assert all(a != b for a, b in zip(v1, v2)) and _hashes(bed, home, prof) == v1
     assert client.failures == [], client.failures[:5]
+    assert _turned_away(tmp_path) == [], _turned_away(tmp_path)[:5]
     assert client.fewest_healthy is not None and client.fewest_healthy >= 1
     assert fleet_deploy(bed, "down", str(prof), home=home).returncode == 0
 
