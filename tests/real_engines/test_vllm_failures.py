@@ -163,6 +163,12 @@ def _signal_titled(host: Any, pgid: int, title: str, signal: str) -> list[int]:
     return found
 
 
+# Real vLLM 0.32.0 logs the same SIGKILLed worker in one of two ways, run to run: "(exit code: -9)" when its worker
+# monitor reads the exit code after the worker is reaped, "(exit code: None)" when before (both captured:
+# tests/cases/vllm/worker-killed.log and worker-killed-exit-code-none.log). deployer names them worker-killed and
+# worker-died; which one a run gets is vLLM's race, not deployer's (a CI run saw the None wording).
+SIGKILLED_WORKER = ("worker-killed", "worker-died")
+
 def test_the_worker_sigkilled_after_ready_is_a_crash_restarted_by_the_policy(tmp_path: Path, host: Any) -> None:
     """Real vLLM answers a dead worker with /health 503 and its API server exits 0: deployer calls it a crash,
     restarts it (restart.policy on-failure), says why in status, and no shared memory segment is left behind."""
@@ -183,7 +189,7 @@ def test_the_worker_sigkilled_after_ready_is_a_crash_restarted_by_the_policy(tmp
     assert crash and crash["exit_code"] in (0, None), crash   # 0: the API server's own exit after the worker died
     assert chat(port, str(MODEL))["usage"]["completion_tokens"] >= 1
     why = crash.get("diagnosis") or {}
-    assert why.get("signature") not in ("unknown", None) and "SGLang" not in str(why), why  # the worker's death
+    assert why.get("signature") in SIGKILLED_WORKER and "SGLang" not in str(why), why  # the worker's death
     logs = deploy("logs", str(prof), "-n", "2000", home=home, timeout=60)  # the restart appends to the same log
     assert "died unexpectedly" in logs.stdout, logs.stdout[-2000:]
     assert deploy("down", str(prof), home=home, timeout=120).returncode == 0
@@ -197,5 +203,5 @@ def test_the_worker_sigkilled_after_ready_is_a_crash_restarted_by_the_policy(tmp
     twin_row = wait_status(twin, home, lambda r: r.get("restarts", 0) >= 1 and r.get("last_crash"), 60, "a restart")
     twin_crash = twin_row["last_crash"]
     assert twin_crash["exit_code"] == crash["exit_code"], (twin_crash, crash)
-    assert (twin_crash.get("diagnosis") or {}).get("signature") == why.get("signature"), (twin_crash, why)
+    assert (twin_crash.get("diagnosis") or {}).get("signature") in SIGKILLED_WORKER, (twin_crash, why)
     assert deploy("down", str(twin), home=home, timeout=60).returncode == 0

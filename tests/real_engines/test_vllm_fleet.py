@@ -1,6 +1,12 @@
 """A fleet of two real vLLM 0.32.0 replicas behind the real router (smg), the way real fleets run: each host in its
 own network namespace with its own /dev/shm, the same engine port (30000) on both, one OMP thread each; up,
-requests through the router during a rolling restart (none may fail), down."""
+requests through the router during a rolling restart (none may fail), down.
+
+smg keeps its default retries here, as in production: they are also its defence against a send that fails before
+any answer (smg PR #2162, a pooled connection lost in a race; the stand-in tier saw one such 500 with
+--disable-retries while both engines served). Retries never hide a fleet with no ready replica: the requests would
+have nowhere to go. That deployer takes a replica out of the router before stopping it is checked where it shows,
+with engines that answer 503 while they shut down: tests/integration/test_fleet_rolling.py (`_turned_away`)."""
 
 from __future__ import annotations
 
@@ -75,7 +81,7 @@ def test_rolling_restart_of_two_real_vllm_replicas_through_the_real_router_loses
         "replicas": [{"host": h.alias, "workdir": str(h.workdir)} for h in bed.hosts],
         "engine": engine,
         "router": {"python": smg_python(), "port": ROUTER_PORT, "policy": "round_robin",
-                   "args": {"health_check_interval_secs": 1, "disable_retries": True}},
+                   "args": {"health_check_interval_secs": 1}},   # smg's default retries, as in production
         "health": {"interval_s": 0.5, "startup_timeout_s": 300, "stall_timeout_s": 120},
         "retry": {"max_attempts": 1, "backoff_s": 0.5},
         "restart": {"grace_s": 15},
