@@ -23,8 +23,8 @@ from deployer.preflight.facts import Facts, gather_facts
 from deployer.prepare.environment import EnvPrepared
 from deployer.profile.model import Profile
 from deployer.prepare.pushed import WeightsNeeded
-from deployer.runner.install import launched_from, merged_weights, plan_environment, planned_weights, \
-    unbuilt_problem
+from deployer.runner.install import engine_download_note, launched_from, merged_weights, plan_environment, \
+    planned_weights, unbuilt_problem
 from deployer.target.push import layout_for
 from deployer.remote.connect import conversing, target_spec
 from deployer.target.records import current_view
@@ -37,6 +37,7 @@ class NodesPlanReport:
     problems: list[str] = field(default_factory=list)
     environment: EnvPrepared | None = None      # engine.install: what up would install (resolved on node 0)
     weights: list[WeightsNeeded] = field(default_factory=list)   # engine.weights: what the fetch would take, per node
+    notes: list[str] = field(default_factory=list)   # said once for the group (the engine's own download)
 
     def to_json(self) -> dict[str, Any]:
         data = {"node0": self.leader.to_json() if self.leader else None, "nodes": self.nodes,
@@ -46,6 +47,7 @@ class NodesPlanReport:
     def render_text(self) -> str:
         lines = self.environment.lines() if self.environment is not None else []
         lines += [w.describe() for w in self.weights]
+        lines += self.notes
         lines += [self.leader.render_text().rstrip()] if self.leader else []
         lines.append("nodes:")
         for n in self.nodes:
@@ -75,6 +77,7 @@ def plan_report(profile: Profile, *, trust_new_host: bool, model_config: Path | 
                                       model_config=model_config, own_port=_own_port(sessions[0]))
         facts = at_once(lambda s: gather_facts(s.remote, s.plan.profile), sessions)
         report.nodes = [_row(p, f) for p, f in zip(plans, facts)]
+        report.notes = engine_download_note(profile)   # every node's engine downloads it: said once
         report.weights, weights_problems = merged_weights(at_once(lambda s: planned_weights(s.remote, s.plan.profile),
                                                                   sessions))
         report.problems = [*report.leader.problems, *compare(sessions, plans, facts, False),

@@ -113,6 +113,18 @@ def test_a_node_group_fetches_on_every_node_before_it_starts(tmp_path: Path, bed
             fleet_deploy(bed, "down", str(prof), home=home)
 
 
+ITSELF = "weights: the engine downloads acme/tiny itself as it starts"
+
+
+def without_weights(prof: Path) -> Path:
+    """`prof` without `engine.weights`, beside it: the engine downloads the hub repo itself as it starts."""
+    data = yaml.safe_load(prof.read_text())
+    del data["engine"]["weights"]
+    itself = prof.with_name(prof.stem + "-itself.yaml")
+    itself.write_text(yaml.safe_dump(data, sort_keys=False))
+    return itself
+
+
 def plan_document(stdout: str) -> Any:
     """The one JSON document `plan --json` printed (before the error envelope line of a failure)."""
     return json.JSONDecoder().raw_decode(stdout.lstrip())[0]
@@ -135,6 +147,10 @@ def test_a_fleet_plan_says_what_the_fetch_takes_on_every_host_once(tmp_path: Pat
         assert [w["missing_bytes"] for w in hosts] == [repo.total, repo.total], hosts
         assert sorted(w["host"].split("@")[1].split(":")[0] for w in hosts) == sorted([h0.addr, h1.addr]), hosts
         assert as_json["weights"] == hosts[0] and hub.served == {}
+        assert "itself as it starts" not in text.stdout, text.stdout
+        # without engine.weights each replica's engine downloads the repo as it starts: said once per host
+        plain = fleet_deploy(bed, "plan", str(without_weights(prof)), home=home)
+        assert plain.stdout.count(ITSELF) == 2, plain.stdout[-3000:] + plain.stderr[-2000:]
 
 
 def test_a_node_group_plan_says_what_the_fetch_takes_on_every_node(tmp_path: Path, bed: HostBed) -> None:
@@ -152,6 +168,11 @@ def test_a_node_group_plan_says_what_the_fetch_takes_on_every_node(tmp_path: Pat
         gone = fleet_deploy(bed, "plan", str(prof), home=home)
         assert gone.returncode != 0 and "Traceback" not in gone.stderr, gone.stderr[-2000:]
         assert gone.stdout.count("problem: weights: fetching acme/tiny@main on") == 2, gone.stdout + gone.stderr
+        assert "itself as it starts" not in text.stdout, text.stdout
+        # without engine.weights every node's engine downloads the repo as it starts: said once for the group
+        itself = without_weights(prof)
+        plain = fleet_deploy(bed, "plan", str(itself), home=home)
+        assert plain.stdout.count(ITSELF) == 1, plain.stdout[-3000:] + plain.stderr[-2000:]
 
 
 def pushing(tmp_path: Path, bed: HostBed, make: Any, name: str) -> Path:
