@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Union
 
 from deployer.errors import ProfileError
-from deployer.prepare.weights import OFFLINE_ENV, Fetched, Needed, size_text
+from deployer.prepare.weights import OFFLINE_ENV, Fetched, Needed, moved_text, size_text
 from deployer.profile.model import Profile
 
 MODELS_DIR = ".deployer/models"
@@ -216,9 +216,7 @@ class Pushed:
                 "sent_bytes": self.sent, "seconds": round(self.seconds, 3)}
 
     def describe(self) -> str:
-        rate = self.sent / self.seconds if self.seconds > 0 else 0.0
-        got = f"{size_text(self.sent)} sent in {self.seconds:.1f}s ({size_text(rate)}/s)" if self.sent \
-            else "already there"
+        got = moved_text(self.sent, self.seconds, "sent") if self.sent else "already there"
         return f"weights {self.content[:12]} pushed to {self.host}: {self.files} files, {size_text(self.total)}, {got}"
 
 

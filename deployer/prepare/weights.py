@@ -86,9 +86,7 @@ class Fetched:
                 "fetched_bytes": self.fetched, "seconds": round(self.seconds, 3), "snapshot": self.snapshot}
 
     def describe(self) -> str:
-        rate = self.fetched / self.seconds if self.seconds > 0 else 0.0
-        got = f"{size_text(self.fetched)} fetched in {self.seconds:.1f}s ({size_text(rate)}/s)" if self.fetched \
-            else "already on disk"
+        got = moved_text(self.fetched, self.seconds, "fetched") if self.fetched else "already on disk"
         return f"weights {self.commit[:12]} on {self.host}: {self.files} files, {size_text(self.total)}, {got}"
 
 
@@ -128,6 +126,12 @@ def progress(line: dict[str, object]) -> Download | None:
     text = f"{name or 'weights'} {percent:.0f}% {size_text(done)}/{size_text(total)} {size_text(rate)}/s"
     return Download(file=name or "weights", percent=percent, text=text, bytes=done, total_bytes=total,
                     rate_bytes_s=rate, source="fetch")
+
+
+def moved_text(moved: int, seconds: float, verb: str) -> str:
+    """How many bytes a transfer moved (`verb`: fetched, sent), in how long, at what rate."""
+    rate = moved / seconds if seconds > 0 else 0.0
+    return f"{size_text(moved)} {verb} in {seconds:.1f}s ({size_text(rate)}/s)"
 
 
 def size_text(n: float) -> str:

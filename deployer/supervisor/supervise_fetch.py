@@ -32,7 +32,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     from deployer.supervisor.supervise_base import UnsafePath, make_dirs, open_file
@@ -270,13 +270,7 @@ class Fetch:
         if (parted or self.connections > 1 and f["size"] >= 2 * self.part and not os.path.lexists(part)) and \
                 Parts(self, url, f).run():
             return
-        for attempt in range(1, TRIES + 1):
-            try:
-                self._transfer(url, part, f)
-                break
-            except FetchError as e:
-                if e.kind != "cut" or attempt == TRIES:
-                    raise
+        retry_cuts(lambda: self._transfer(url, part, f))
         self._check(part, f)
         os.rename(part, self._blob(f))
 
@@ -504,22 +498,19 @@ class Parts:
                     self.failed = self.failed or e
 
     def _part(self, fd: int, k: int) -> None:
-        for attempt in range(1, TRIES + 1):
-            start, last = k * self.part + self.got[k], k * self.part + self._length(k) - 1
-            if start > last:
-                return
-            resp = _get(self.url, self.fetch.token, start, last)
-            if resp is None:
-                return
-            with resp:
-                if resp.status != 206:
-                    raise FetchError("http", "%s: the hub answered a range with the whole file" % self.f["name"])
-                try:
-                    self._copy(resp, fd, k)
-                    return
-                except FetchError as e:
-                    if e.kind != "cut" or attempt == TRIES:
-                        raise
+        retry_cuts(lambda: self._part_from_where_it_is(fd, k))
+
+    def _part_from_where_it_is(self, fd: int, k: int) -> None:
+        start, last = k * self.part + self.got[k], k * self.part + self._length(k) - 1
+        if start > last:
+            return
+        resp = _get(self.url, self.fetch.token, start, last)
+        if resp is None:
+            return
+        with resp:
+            if resp.status != 206:
+                raise FetchError("http", "%s: the hub answered a range with the whole file" % self.f["name"])
+            self._copy(resp, fd, k)
 
     def _copy(self, resp: Any, fd: int, k: int) -> None:
         length = self._length(k)
@@ -538,6 +529,18 @@ class Parts:
                     self.unsaved = 0
                     self._save()
             self.fetch.count(len(chunk), self.f["name"])
+
+
+def retry_cuts(transfer: Callable[[], None]) -> None:
+    """`transfer()`, again after it broke off (it resumes from what it wrote), TRIES times in all; any other
+    failure, or the last cut, is raised."""
+    for attempt in range(1, TRIES + 1):
+        try:
+            transfer()
+            return
+        except FetchError as e:
+            if e.kind != "cut" or attempt == TRIES:
+                raise
 
 
 def sha256_of(path: str, what: str = "file") -> Tuple[str, os.stat_result]:
