@@ -3,6 +3,8 @@ its deployment (deployer.deployments) and calls one method of it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from deployer.cli import show
@@ -13,6 +15,7 @@ from deployer.deployments.base import PruneOptions
 from deployer.diagnose.diagnosis import diagnose as diagnose_text
 from deployer.diagnose.diagnosis import read_window
 from deployer.engines import detect, engine_for, kinds
+from deployer.errors import ProfileError
 from deployer.logtext import bounded_diagnosis
 from deployer.oncall.history import local_history
 
@@ -56,13 +59,25 @@ def diagnose(target: str | None, log_file: str | None, engine_version: str | Non
              host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool) -> None:
     """The first traceback and diagnosis of a log file, or of a deployment's latest failed attempt."""
     if log_file is None:
-        report = resolve(target, host, workdir, trust_new_host=trust_new_host, mode=READ).diagnose(engine_version)
+        report = _diagnose_target(target, host, workdir, trust_new_host, engine_version)
     else:
         report = _diagnose_log(log_file, engine_version, engine_kind)
     if as_json:
         show.emit_json(report.to_json())
     else:
         show.text(report)
+
+
+def _diagnose_target(target: str | None, host: str | None, workdir: str | None, trust_new_host: bool,
+                     engine_version: str | None) -> DiagnosisReport:
+    try:
+        return resolve(target, host, workdir, trust_new_host=trust_new_host, mode=READ).diagnose(engine_version)
+    except ProfileError:
+        # a log given where a profile goes reads as a profile of unknown keys: say what was meant instead
+        if target is not None and Path(target).is_file() and Path(target).suffix not in (".yaml", ".yml"):
+            raise click.UsageError(f"{target} is not a profile; to diagnose a log file: deploy diagnose --log "
+                                   f"{target}") from None
+        raise
 
 
 def _diagnose_log(log_file: str, engine_version: str | None, engine_kind: str | None) -> DiagnosisReport:

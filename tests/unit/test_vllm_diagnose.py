@@ -176,6 +176,11 @@ def test_cli_diagnoses_a_vllm_log_file_with_engine_vllm() -> None:
     assert as_sglang["signature"] != data["signature"]
     bad = _cli("diagnose", "--log", log, "--engine", "tgi")
     assert bad.returncode != 0 and "Traceback" not in bad.stderr
+    # the log where a profile goes: one line that names --log, not the profile loader's unknown keys
+    misplaced = _cli("diagnose", log)
+    assert misplaced.returncode == 2 and "Traceback" not in misplaced.stderr, misplaced.stderr
+    assert f"is not a profile; to diagnose a log file: deploy diagnose --log {log}" in misplaced.stderr
+    assert "unknown key" not in misplaced.stderr, misplaced.stderr
 
 
 def test_cli_renders_the_vllm_profile() -> None:

