@@ -58,6 +58,21 @@ def _no_fleet() -> Deployment | None:
     return None
 
 
+def _as_pushed(profile: Profile) -> tuple[Profile, list[str]]:
+    """For `render`: a profile that pushes its model directory as it launches after the push (the engine loads the
+    copy under the workdir, keyed by the directory's content, hashed here), and the line that says so."""
+    from deployer.prepare.pushed import models_dir, pinned_push, plan_push
+    from deployer.runner.weights import push_cache
+
+    plan = plan_push(profile, push_cache())
+    if plan is None:
+        return profile, []
+    folder = f"{models_dir(profile.target.workdir)}/{plan.content}"
+    where = "" if folder.startswith("/") else " (~ as the target's user expands it)"
+    return pinned_push(profile, folder, plan.content), [
+        f"engine.weights.push: the engine loads the copy of {plan.source} pushed to {folder}{where}"]
+
+
 class SingleHost(Deployment):
     """One engine on one host."""
 
@@ -96,9 +111,9 @@ class SingleHost(Deployment):
         from deployer.preflight.known import for_target, local_caches
         from deployer.render.bundle import render as render_bundle
 
-        prof = self._profile()
+        prof, pushed = _as_pushed(self._profile())
         fit = for_target(prof, local_caches())
-        for line in fit.notes():
+        for line in [*fit.notes(), *pushed]:
             if note is not None:
                 note(line)
         bundle = render_bundle(fit.profile)

@@ -85,6 +85,13 @@ def test_up_pushes_the_directory_and_the_engine_starts_from_it_and_a_second_up_s
         attempts = [e for e in seen if e.get("event") == "attempt"]
         assert phases and attempts and phases[0]["at"] < attempts[0]["at"]  # pushed before the launch
         assert not list(there.parent.glob(".staging-*")) and not list(there.parent.glob(".chunks-*"))
+        # render shows what up launched: the engine on the pushed copy (the same script, hence the same hash)
+        shown = deploy("render", str(prof), "--json", home=home)
+        assert shown.returncode == 0, shown.stderr[-2000:]
+        rendered = json.loads(shown.stdout)
+        assert str(there) in rendered["argv"] and str(folder) not in shown.stdout, rendered["argv"]
+        assert f"the engine loads the copy of {folder} pushed to {there}" in shown.stderr, shown.stderr
+        assert rendered["content_hash"] == json.loads(made.stdout.splitlines()[-1])["content_hash"]
 
         again = deploy("up", str(prof), "--skip-preflight", home=home)
         assert again.returncode == 0, again.stderr[-2000:]
