@@ -22,6 +22,7 @@ from deployer.output.memory import allocated_lines, budget_lines
 from deployer.output.fleet import FleetProgress, status_lines
 from deployer.output.serving import serving_lines
 from deployer.logtext import line_time
+from deployer.prepare.weights import size_text
 from deployer.observe.timeline import Timeline, duration_text
 from deployer.secrets import mask_data
 from deployer.events import Event, SmokePhase
@@ -259,7 +260,15 @@ def _(report: PruneReport, sink: Any = None) -> None:
         click.echo(f"  {verb} the env file of run {run_id}")
     for run_id, why in result["protected"].items():
         click.echo(f"  kept run {run_id}: {why}")
-    if not result["delete"] and not result["drop_env"]:
+    models = result.get("models") or {}
+    for content in models.get("removed") or ():
+        click.echo(f"  {verb} the pushed model dir {content[:12]} (no kept run loads it)")
+    for content in models.get("recent") or ():
+        click.echo(f"  kept the pushed model dir {content[:12]}: pushed or reused within a day")
+    if models.get("removed"):
+        click.echo(f"  {size_text(models.get('freed_bytes') or 0)} {'to free' if dry_run else 'freed'} by the model "
+                   "dirs")
+    if not result["delete"] and not result["drop_env"] and not models.get("removed"):
         click.echo("  nothing to prune")
 
 

@@ -23,7 +23,7 @@ from deployer.secrets import mask_data
 from deployer.supervisor.supervise_base import CRASHED
 from deployer.target import snapshot
 from deployer.target.records import RunView, current_view, healthy, list_runs, record_address, record_engine
-from deployer.target.retention import DEFAULT_KEEP, apply_plan, retention_plan
+from deployer.target.retention import DEFAULT_KEEP, apply_plan, prune_pushed, retention_plan
 
 __all__ = ["make_ref", "history", "local_history", "diagnose_deployment", "prune", "lock_events"]
 
@@ -41,11 +41,15 @@ def prune(ref: Ref, keep: int | None, dry_run: bool) -> dict[str, Any]:
             keep = int(recorded.get("keep_runs") or DEFAULT_KEEP)
         if dry_run:
             plan = retention_plan(remote, layout, keep)
+            going = frozenset(f"{ref.name}/runs/{run_id}" for run_id in plan.delete)
+            models = prune_pushed(remote, workdir, dry=True, going=going)
         else:
             with DeploymentLock(remote, layout, "prune"):
                 plan = retention_plan(remote, layout, keep)
                 apply_plan(remote, layout, plan)
-        return {"name": ref.name, "host": remote.label, "dry_run": dry_run, **plan.to_json()}
+                models = prune_pushed(remote, workdir)   # after the runs: what they loaded is free to go
+        return {"name": ref.name, "host": remote.label, "dry_run": dry_run, **plan.to_json(),
+                "models": models.to_json()}
 
 
 def history(ref: Ref) -> list[HistoryEntry]:

@@ -39,7 +39,7 @@ from deployer.runner.weights import fetch_weights
 from deployer.secrets import masking_sink
 from deployer.target.process import check_port
 from deployer.target.records import RunView, current_view, healthy
-from deployer.target.retention import tidy
+from deployer.target.retention import prune_pushed, tidy
 from deployer.target.session import DeploymentPlace
 
 __all__ = ["AttemptReport", "UpOptions", "UpReport", "attempt_log", "diagnose_attempt", "diagnose_run",
@@ -151,11 +151,15 @@ def _early_plan(written: Planned | None, view: RunView | None, opts: UpOptions) 
 
 def _tidy(remote: Remote, layout: Layout, profile: Profile, emit: EventSink, *, envs: bool = False) -> None:
     """Retention after every up: old runs lose their env file (secrets) at once, their dirs beyond keep_runs; with
-    `envs` (engine.install) the managed environments no kept run uses."""
+    `envs` (engine.install) the managed environments no kept run uses; the pushed model directories no kept run of
+    the workdir loads (target/retention.py)."""
     try:
         tidy(remote, layout, profile.retention.keep_runs)
         if envs:
             prune_unused(remote, posixpath.dirname(layout.root))
+        said = prune_pushed(remote, posixpath.dirname(layout.root)).describe()
+        if said:
+            emit(Info(message=f"{said} on {remote.label}"))
     except DeployError as exc:  # never hides the outcome of the up itself
         emit(Warn(message=f"retention of old runs skipped: {exc}"))
 

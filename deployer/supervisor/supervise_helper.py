@@ -72,6 +72,8 @@ if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     from deployer.supervisor.supervise_protocol import IN_HELPER
     from deployer.supervisor.supervise_files import FILE_OPS, OpRefused
     from deployer.supervisor.supervise_install import BuildRefused, env_build, env_prune, stop_running
+    from deployer.supervisor.supervise_fetch import FetchError
+    from deployer.supervisor.supervise_push import models_prune
 else:  # run on the target from the helper bundle, where the modules are loaded by their bare names
     from supervise import dispatch  # type: ignore[no-redef]
     from supervise_base import SuperviseError, UnsafePath, communicate_bounded, make_dirs  # type: ignore[no-redef]
@@ -80,6 +82,8 @@ else:  # run on the target from the helper bundle, where the modules are loaded 
     from supervise_protocol import IN_HELPER  # type: ignore[no-redef]
     from supervise_files import FILE_OPS, OpRefused  # type: ignore[no-redef]
     from supervise_install import BuildRefused, env_build, env_prune, stop_running  # type: ignore[no-redef]
+    from supervise_fetch import FetchError  # type: ignore[no-redef]
+    from supervise_push import models_prune  # type: ignore[no-redef]
 
 PROTOCOL = 1
 KILL_WAIT_S = 2.0
@@ -115,6 +119,7 @@ class Helper:
         self.ops.update({name: self.file_op for name in FILE_OPS})   # supervise_files.py: link, remove, ...
         self.ops["env_build"] = self.env_build                         # supervise_install.py
         self.ops["env_prune"] = self.env_prune
+        self.ops["models_prune"] = self.models_prune                   # supervise_push.py
 
     def say(self, data: dict[str, Any]) -> None:
         line = json.dumps(data, sort_keys=True).encode() + b"\n"
@@ -279,6 +284,16 @@ class Helper:
         except UnsafePath as e:
             raise RequestError(str(e), "unsafe") from None
         except BuildRefused as e:
+            raise RequestError(str(e), e.kind) from None
+
+    def models_prune(self, req: dict[str, Any]) -> dict[str, Any]:
+        """supervise_push.py's retention of pushed model directories: fenced like every change."""
+        self.fence()
+        try:
+            return models_prune(req)
+        except UnsafePath as e:
+            raise RequestError(str(e), "unsafe") from None
+        except FetchError as e:
             raise RequestError(str(e), e.kind) from None
 
     def read(self, req: dict[str, Any]) -> dict[str, Any]:

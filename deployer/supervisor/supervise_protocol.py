@@ -44,7 +44,9 @@ HELPER_OPS: Tuple[str, ...] = ("run", "verify", "lease_take", "lease_beat", "sup
                                "link", "readlink", "remove", "disk", "mkdir", "listdir", "find_bytes", "kernel_log",
                                "lease_show", "runs",
                                # supervise_install.py's
-                               "env_build", "env_prune")
+                               "env_build", "env_prune",
+                               # supervise_push.py's
+                               "models_prune")
 # Supervisor commands the helper answers in its own process (quick, read-only); start and stop stay processes.
 IN_HELPER: Tuple[str, ...] = ("status", "ports", "listener")
 

@@ -37,6 +37,7 @@ import re
 import shutil
 import stat
 import sys
+import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 if TYPE_CHECKING or __package__:  # imported as part of the deployer package
@@ -322,6 +323,98 @@ class Receive:
         finally:
             os.close(fd)
         os.rename(tmp, self.record_path)
+
+
+# -- retention (the helper's `models_prune`) -------------------------------------------------------------------
+
+def models_prune(req: Dict[str, Any]) -> Dict[str, Any]:
+    """Retention of the pushed directories under `models`: each content not in `keep` (the ones kept runs load),
+    last pushed or reused more than `min_age_s` ago and not being pushed now (its lock is free), goes with its
+    staging, chunks and record; `dry`: only said. Never through a symlink: `models` must be a directory of ours,
+    and what goes is removed without following a link in it."""
+    models, owned_from = os.path.abspath(str(req["models"])), os.path.abspath(str(req["owned_from"]))
+    keep = set(str(c) for c in req.get("keep") or ())
+    min_age, dry = float(req.get("min_age_s") or 0.0), bool(req.get("dry"))
+    if not os.path.lexists(models):
+        return {"removed": [], "bytes": 0, "recent": [], "busy": []}
+    check_dirs(models, owned_from)
+    if not stat.S_ISDIR(os.lstat(models).st_mode):
+        raise UnsafePath("%s is not a directory (a symbolic link?): refused" % models)
+    removed: List[str] = []
+    recent: List[str] = []
+    busy: List[str] = []
+    freed = 0
+    for content in _contents(models):
+        if content in keep:
+            continue
+        lock = _try_lock(os.path.join(models, ".%s.lock" % content))
+        if lock is None:
+            busy.append(content)  # a push of it runs now
+            continue
+        try:
+            places = _places(models, content)
+            if time.time() - max(os.lstat(p).st_mtime for p in places) < min_age:
+                recent.append(content)
+                continue
+            freed += sum(_bytes(p) for p in places)
+            if not dry:
+                for path in places:  # the record first: no push believes (and links) a file of a content that goes
+                    _remove(path)
+            removed.append(content)
+        finally:
+            os.close(lock)
+    return {"removed": removed, "bytes": freed, "recent": recent, "busy": busy}
+
+
+def _contents(models: str) -> List[str]:
+    found = set()
+    for name in os.listdir(models):
+        record = RECORD_RE.match(name)
+        bare = name.split("-", 1)[1] if name.startswith((".staging-", ".chunks-")) else name
+        if record is not None:
+            found.add(record.group(1))
+        elif CONTENT_RE.match(bare):
+            found.add(bare)
+    return sorted(found)
+
+
+def _places(models: str, content: str) -> List[str]:
+    """What a content has under `models`, its record first (the lock file stays: a waiting push may hold it open)."""
+    names = (".%s.verified.json" % content, content, ".staging-" + content, ".chunks-" + content)
+    return [os.path.join(models, n) for n in names if os.path.lexists(os.path.join(models, n))]
+
+
+def _try_lock(path: str) -> Optional[int]:
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except OSError:
+        return None
+    try:
+        if os.fstat(fd).st_uid != os.getuid():
+            raise OSError(errno.EPERM, "not ours")
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+    except OSError:
+        os.close(fd)
+        return None
+
+
+def _bytes(path: str) -> int:
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        return st.st_size if stat.S_ISREG(st.st_mode) and st.st_nlink == 1 else 0
+    total = 0
+    for top, _, files in os.walk(path):  # os.walk follows no symlink to a directory
+        for name in files:
+            total += _bytes(os.path.join(top, name))
+    return total
+
+
+def _remove(path: str) -> None:
+    if stat.S_ISDIR(os.lstat(path).st_mode):
+        shutil.rmtree(path)  # unlinks the symlinks inside, never follows them
+    else:
+        os.unlink(path)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -5,20 +5,28 @@ the newest run that reached ready, and the newest ready run of another version (
 run loses its env file as soon as an `up` (restart, rollback) ends. Run dirs beyond the newest `keep` are
 deleted whole, except those same runs and any run whose state still looks alive: they are never deleted.
 `deploy prune` applies the same plan on demand, with `--keep` and `--dry-run`.
+
+Pushed model directories (`engine.weights.push`, `<workdir>/.deployer/models/<content>/`) are shared by every
+deployment of the workdir: one goes once no kept run of any of them loads it and nothing pushed or reused it for
+MODELS_UNUSED_S (a `deploy prepare` ahead of its `up`), and never while a push of it runs.
 """
 
 from __future__ import annotations
 
 import posixpath
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
 from deployer.errors import TargetError
-from deployer.target.push import Layout
+from deployer.prepare.pushed import MODELS_DIR, models_dir
+from deployer.prepare.weights import size_text
+from deployer.target.push import Layout, expand_workdir
 from deployer.remote.base import Remote
 from deployer.supervisor.supervise_base import LIVE
 
 DEFAULT_KEEP = 10
+MODELS_UNUSED_S = 24 * 3600.0   # a pushed directory no kept run loads stays this long after its last push or reuse
 
 @dataclass(frozen=True)
 class RunSummary:
@@ -104,3 +112,52 @@ def tidy(remote: Remote, layout: Layout, keep: int) -> RetentionPlan:
     plan = retention_plan(remote, layout, keep)
     apply_plan(remote, layout, plan)
     return plan
+
+
+@dataclass(frozen=True)
+class PrunedModels:
+    """What the retention of pushed model directories did (or, dry, would do) on one host."""
+
+    removed: list[str] = field(default_factory=list)   # contents
+    freed: int = 0                                      # bytes (a file another content shares is not counted)
+    recent: list[str] = field(default_factory=list)    # unused, but pushed or reused within MODELS_UNUSED_S
+    busy: list[str] = field(default_factory=list)      # being pushed now
+
+    def to_json(self) -> dict[str, Any]:
+        return {"removed": self.removed, "freed_bytes": self.freed, "recent": self.recent, "busy": self.busy}
+
+    def describe(self, dry: bool = False) -> str | None:
+        if not self.removed:
+            return None
+        verb = "would remove" if dry else "removed"
+        names = ", ".join(c[:12] for c in self.removed)
+        return (f"{verb} {len(self.removed)} pushed model dir(s) no kept run loads ({names}): "
+                f"{size_text(self.freed)} freed")
+
+
+def prune_pushed(remote: Remote, workdir: str, *, dry: bool = False, going: frozenset[str] = frozenset(),
+                 min_age_s: float = MODELS_UNUSED_S) -> PrunedModels:
+    """Retention of the pushed model directories under `workdir` (see the module's docstring). The contents the
+    kept runs of every deployment there load are read from their records in one shell command; `going`: run dirs
+    (`<name>/runs/<id>`, relative to the workdir) about to be deleted, whose records do not count (a dry run's)."""
+    root = expand_workdir(remote, workdir).rstrip("/")
+    models = models_dir(root)
+    found = remote.run(f"[ -d {shlex.quote(models)} ] || exit 3; cd {shlex.quote(root)} || exit 4; "
+                       "set -- */runs/*/profile.json; [ -e \"$1\" ] || exit 0; "
+                       f"grep -oHE '{MODELS_DIR}/[0-9a-f]{{64}}' \"$@\"; [ $? -le 1 ] || exit 4",
+                       timeout=60, check=False)
+    if found.exit_code == 3:
+        return PrunedModels()
+    if found.exit_code != 0:  # a record not read must never let what it loads go
+        raise TargetError(f"cannot read the run records under {root} on {remote.label}: "
+                          f"{found.stderr.strip()[-300:] or f'exit {found.exit_code}'}")
+    keep = set()
+    for line in found.stdout.splitlines():
+        record, _, place = line.strip().rpartition(":")
+        if record and posixpath.dirname(record) not in going:
+            keep.add(place.rsplit("/", 1)[1])
+    reply = remote.helper.call("models_prune", {"models": models, "owned_from": root, "keep": sorted(keep),
+                                                "min_age_s": min_age_s, "dry": dry},
+                               120.0, "retention of the pushed model directories")
+    return PrunedModels([str(c) for c in reply.get("removed") or ()], int(reply.get("bytes") or 0),
+                        [str(c) for c in reply.get("recent") or ()], [str(c) for c in reply.get("busy") or ()])

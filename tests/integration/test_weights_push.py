@@ -10,6 +10,7 @@ import json
 import os
 import stat
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -199,5 +200,59 @@ def test_a_rollback_loads_the_directory_it_ran_with_and_says_so_when_it_is_gone(
         gone = oncall(sshd, tmp_path, "rollback", "wpushrb")
         assert gone.returncode != 0 and "Traceback" not in gone.stderr, gone.stderr
         assert f"the weights pushed as {v2[:12]} are no longer on" in gone.stderr, gone.stderr
+    finally:
+        deploy("down", str(prof), home=home)
+
+
+def aged(*paths: Path, days: float = 2.0) -> None:
+    """As if last pushed or reused `days` ago (the retention keeps what was used within a day)."""
+    then = time.time() - days * 24 * 3600
+    for p in paths:
+        os.utime(p, (then, then), follow_symlinks=False)
+
+
+def test_a_pushed_directory_no_kept_run_loads_goes_with_retention_and_prune_says_so(tmp_path: Path,
+                                                                                   sshd: Any) -> None:
+    """Three versions of a fine-tune pushed one after another (keep_runs 1): the first one's runs go, and its
+    directory with them once a day has passed since it was last used; the one rollback would load stays. `deploy
+    prune --dry-run` counts the runs it would delete, and changes nothing."""
+    folder = model_dir(tmp_path)
+    prof = write_profile(tmp_path, sshd, name="wprune", model="models/my-finetune",
+                         extra={"engine": {"weights": {"push": True}}, "retention": {"keep_runs": 1}})
+    home, models = tmp_path / "home", tmp_path / "work" / ".deployer" / "models"
+    versions = []
+    try:
+        for n in range(3):
+            (folder / "extra" / "notes.txt").write_text(f"version {n}\n")
+            versions.append(content_of(folder))
+            if n == 2:   # the first version: no longer used for two days
+                aged(models / versions[0], models / f".{versions[0]}.verified.json")
+            made = deploy("up", str(prof), "--skip-preflight", "--force", home=home)
+            assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-3000:]
+        said = made.stdout + made.stderr
+        assert f"removed 1 pushed model dir(s) no kept run loads ({versions[0][:12]})" in said, said[-3000:]
+        assert not (models / versions[0]).exists() and not (models / f".{versions[0]}.verified.json").exists()
+        assert (models / versions[1]).is_dir() and (models / versions[2]).is_dir()  # rollback's and the current
+
+        # the second version's run is rollback's target: kept, and what it loads with it, however old
+        aged(models / versions[1], models / f".{versions[1]}.verified.json")
+        dry = deploy("prune", str(prof), "--keep", "1", "--dry-run", "--json", home=home)
+        assert dry.returncode == 0, dry.stderr[-2000:]
+        assert json.loads(dry.stdout)["models"]["removed"] == [], dry.stdout
+
+        # a directory pushed by `prepare` that no run ever loaded, unused for two days: prune says it, then does it
+        (folder / "extra" / "notes.txt").write_text("never launched\n")
+        orphan = content_of(folder)
+        assert pushed_row(deploy("prepare", str(prof), "--json", home=home))["pushed"] == orphan
+        fresh = deploy("prune", str(prof), "--json", home=home)
+        assert json.loads(fresh.stdout)["models"]["recent"] == [orphan], fresh.stdout  # pushed just now: stays
+        aged(models / orphan, models / f".{orphan}.verified.json")
+        shown = deploy("prune", str(prof), "--dry-run", home=home)
+        assert f"would delete the pushed model dir {orphan[:12]}" in shown.stdout, shown.stdout
+        assert (models / orphan).is_dir()
+        gone = deploy("prune", str(prof), "--json", home=home)
+        assert json.loads(gone.stdout)["models"]["removed"] == [orphan], gone.stdout
+        assert json.loads(gone.stdout)["models"]["freed_bytes"] > 0
+        assert not (models / orphan).exists() and (models / versions[2]).is_dir()
     finally:
         deploy("down", str(prof), home=home)
