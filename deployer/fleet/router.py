@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deployer.errors import LaunchFailed, NotFound, Unhealthy
+from deployer.errors import DeployError, LaunchFailed, NotFound, Unhealthy
 from deployer.fleet.members import ROUTER_HEALTH_PATH, RouterMember, spec_of
 from deployer.fleet.record import try_write_record
-from deployer.fleet.router_replace import replace_router
+from deployer.fleet.router_replace import fall_back, replace_router
 from deployer.profile.host import probe_address
 from deployer.profile.model import Profile
 from deployer.target.push import Layout, RunDir, new_run_id, push
@@ -35,7 +35,7 @@ from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.secrets import MASK, secret_var
 from deployer.target.process import status, stop
 from deployer.target.switch import switch_to
-from deployer.target.records import current_view
+from deployer.target.records import RunView, current_view
 from deployer.target.session import DeploymentPlace, locked_session
 from deployer.target.supervised import RecordFields, SupervisedSpec, process_record, supervise_config
 from deployer.supervisor.supervise_protocol import ProfileRecord, SuperviseConfig
@@ -176,7 +176,7 @@ def ensure_router(remote: Remote, layout: Layout, member: RouterMember, fleet: P
         report.action = "started"
         if view is not None and view.alive:
             report.action = "replaced"
-            replace_router(remote, layout, run, spec, view, emit)
+            _replaced(remote, layout, member, run, spec, view, emit)
         else:
             switch_to(remote, layout, run, spec, serving=None, port_wait_s=PORT_WAIT_S)
         report.run_dir = run.path
@@ -188,6 +188,28 @@ def ensure_router(remote: Remote, layout: Layout, member: RouterMember, fleet: P
     if warning:
         emit(Warn(message=warning))
     return report
+
+
+def _replaced(remote: Remote, layout: Layout, member: RouterMember, run: RunDir, spec: SupervisedSpec,
+              serving: RunView, emit: EventSink) -> None:
+    """The router `serving` replaced by `run`, which must come up and answer (its workers may still be joining);
+    when it does not, the old router serves again and the failure is raised (router_replace.fall_back)."""
+    try:
+        replace_router(remote, layout, run, spec, serving, emit)
+        _wait_answering(remote, member, run)
+    except DeployError as failure:
+        # the old router's own ready line (it may listen on another port than the new settings say)
+        raise fall_back(remote, layout, run, serving.run, spec.grace_s, failure,
+                        lambda: status(remote, serving.run).get("status") == "ready", emit) from None
+
+
+def _wait_answering(remote: Remote, member: RouterMember, run: RunDir) -> None:
+    end = time.monotonic() + READY_TIMEOUT_S
+    while not _answers(remote, member):
+        _check_alive(remote, member, run)
+        if time.monotonic() > end:
+            raise LaunchFailed(f"router {member.name} on {remote.label}: no answer after {READY_TIMEOUT_S:g}s")
+        time.sleep(POLL_S)
 
 
 def _answers(remote: Remote, member: RouterMember) -> bool:

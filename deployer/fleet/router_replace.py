@@ -8,21 +8,30 @@ when the new one does not come up, records the repair in the lock's history and 
 SIGTERM in that window finishes the switch here, within the interrupt's bound (deployer/interrupts.py), before
 deployer leaves; a normal end and a failure disarm the guard. The old router is stopped `--why replace`, so while
 nothing routes `deploy status` says `interrupted` (never `stopped`, never serving).
+
+A new router that does not come up while this client is alive (it cannot start, or dies before it answers) is
+stopped and the old one started again (`fall_back`), so a failed settings change leaves the fleet routed as
+before, and the failure is said with that.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from deployer import interrupts
-from deployer.errors import DeployError
+from deployer.errors import DeployError, LaunchFailed
 from deployer.events import EventSink, Info
 from deployer.remote.base import Remote
 from deployer.runner.interrupted import START_S
 from deployer.runner.timing import PORT_WAIT_S
-from deployer.target.process import ReplaceGuard, arm_repair, disarm_repair, status, stop
-from deployer.target.push import Layout, RunDir
+from deployer.target.process import ReplaceGuard, arm_repair, disarm_repair, start, status, stop
+from deployer.target.push import Layout, RunDir, set_current
 from deployer.target.records import RunView
 from deployer.target.supervised import SupervisedSpec
 from deployer.target.switch import switch_to
+
+FALL_BACK_S = 60.0   # for the previous router to answer again (as the guard's fallback waits)
 
 
 def replace_router(remote: Remote, layout: Layout, run: RunDir, spec: SupervisedSpec, serving: RunView,
@@ -63,3 +72,24 @@ def _finish(remote: Remote, layout: Layout, run: RunDir, spec: SupervisedSpec, s
                           "until the next `deploy up` of the fleet"))
         return
     emit(Info(message=f"interrupted: started the new router ({run.run_id}) before leaving; it is loading"))
+
+
+def fall_back(remote: Remote, layout: Layout, new: RunDir, old: RunDir, grace_s: float, failure: DeployError,
+              answers: Callable[[], bool], emit: EventSink) -> DeployError:
+    """The new router `new` did not come up (`failure`): it is stopped and the old router `old` made current and
+    started again, until `answers` (bounded). The error to raise: `failure`, saying which router serves now."""
+    try:
+        stop(remote, new, grace_s, why="failed")
+        set_current(remote, layout, old)
+        start(remote, old)
+        end = time.monotonic() + FALL_BACK_S
+        while not answers():
+            if time.monotonic() > end:
+                raise LaunchFailed(f"it does not answer after {FALL_BACK_S:g}s")
+            time.sleep(0.25)
+    except DeployError as err:
+        return LaunchFailed(f"{failure.message}; the previous router ({old.run_id}) could not be started again "
+                            f"either: {err.message}; the router is stopped until the next `deploy up` of the fleet")
+    emit(Info(message=f"the new router did not come up: started the previous one ({old.run_id}) again"))
+    return LaunchFailed(f"{failure.message}; the previous router ({old.run_id}) was started again and routes as "
+                        "before (the settings change was not applied)")

@@ -234,3 +234,26 @@ def test_kill_9_between_the_routers_stop_and_its_start_the_router_serves_again_b
     assert_lock_free(work, router)
     assert fleet_deploy(bed, "status", str(prof), home=home).returncode == 0
     assert fleet_deploy(bed, "down", str(prof), home=home).returncode == 0
+
+
+def test_a_new_router_that_does_not_come_up_leaves_the_old_one_routing(tmp_path: Path, bed: HostBed) -> None:
+    """A settings change whose router cannot start (a flag smg refuses, while this client is alive): the new router
+    is stopped, the old one started again, made current and routing to every replica; `up` fails and says so."""
+    home = tmp_path / "home"
+    prof, data = fleet_profile(tmp_path, bed, name="fi-rfail")
+    assert fleet_deploy(bed, "up", str(prof), "--skip-preflight", home=home).returncode == 0
+    work, router = bed.hosts[0].workdir, "fi-rfail-router"
+    old_run, urls = current_run(work, router), replica_urls(bed, home, prof)
+    data["router"].setdefault("args", {})["no_such_smg_flag"] = 1
+    prof.write_text(yaml.safe_dump(data, sort_keys=False))
+    failed = fleet_deploy(bed, "up", str(prof), "--skip-preflight", home=home, timeout=240)
+    assert failed.returncode != 0 and "Traceback" not in failed.stderr, failed.stderr[-3000:]
+    said = failed.stdout + failed.stderr
+    assert f"the previous router ({old_run.name if old_run else '?'}) was started again and routes as before" \
+        in said, said[-3000:]
+    assert current_run(work, router) == old_run
+    assert router_urls(bed, data) == set(urls)
+    assert chat(bed.hosts[0].addr, data["router"]["port"])["usage"]["completion_tokens"] >= 1
+    status = fleet_deploy(bed, "status", str(prof), home=home)
+    assert status.returncode == 0, status.stdout[-2000:] + status.stderr[-2000:]
+    assert_lock_free(work, router)
