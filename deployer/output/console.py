@@ -187,7 +187,8 @@ class LiveProgress:
             if self.download_text != self.last_note[0]:  # the hub cache's line repeats its phase's first line
                 self.last_note = (self.download_text, event.elapsed)
                 began = self.opened[1] if self.opened else 0.0
-                self._quote("downloading", max(event.elapsed - began, 0.0), self.download_text, ours=True)
+                verb = "sending" if download.source == "push" else "downloading"   # a push goes the other way
+                self._quote(verb, max(event.elapsed - began, 0.0), self.download_text, ours=True)
 
     def _diagnosis(self, event: Diagnosed) -> None:
         self.say(f"  [bold]diagnosis[/] [magenta]{event.signature or 'unknown'}[/]: {_esc(event.summary)}")

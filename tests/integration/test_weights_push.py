@@ -231,6 +231,7 @@ def test_a_pushed_directory_no_kept_run_loads_goes_with_retention_and_prune_says
             assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-3000:]
         said = made.stdout + made.stderr
         assert f"removed 1 pushed model dir(s) no kept run loads ({versions[0][:12]})" in said, said[-3000:]
+        assert "  sending " in said and "downloading" not in said, said[-3000:]   # a push's progress lines
         assert not (models / versions[0]).exists() and not (models / f".{versions[0]}.verified.json").exists()
         assert (models / versions[1]).is_dir() and (models / versions[2]).is_dir()  # rollback's and the current
 
