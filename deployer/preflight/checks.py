@@ -25,9 +25,10 @@ from deployer.preflight.facts import weight_bytes_from_index
 from deployer.preflight.known import record_target_version
 from deployer.preflight.topology import gpu_problems
 from deployer.profile.model import Profile
-from deployer.prepare.pushed import source_of
+from deployer.prepare.pushed import models_dir, pinned_push, plan_push, source_of
 from deployer.remote.base import Remote
 from deployer.render.bundle import engine_argv, sh_word
+from deployer.target.push import expand_workdir
 
 RESOLVE_TIMEOUT = 180.0
 NOISE = {"random_seed", "served_model_name", "tokenizer_path"}
@@ -165,9 +166,27 @@ def run_preflight(remote: Remote, profile: Profile, *, cache_dir: Path, model_co
         report.unknown_flags = dict(checked.unknown)
         report.flag_names = flagset.option_keys()
         if checked.ok:
-            _resolve(remote, report)
+            _resolve_where_the_model_is(remote, report, cache_dir)
     _memory(report, model_config or pushed_source(profile))
     return report
+
+
+def _resolve_where_the_model_is(remote: Remote, report: PreflightReport, cache_dir: Path) -> None:
+    """The dry resolution needs the model where the engine will find it (an engine reads its config as it
+    resolves). A directory not pushed yet is resolved against its copy on the target when that is there already
+    (the same content pushed before), else skipped: the engine would look for the controller's path."""
+    if pushed_source(report.profile) is None:
+        _resolve(remote, report)
+        return
+    plan = plan_push(report.profile, cache_dir)
+    assert plan is not None
+    folder = f"{models_dir(expand_workdir(remote, report.profile.target.workdir))}/{plan.content}"
+    if remote.run(f"test -d {shlex.quote(folder)}", timeout=30, check=False).exit_code != 0:
+        report.resolution = "after the push"
+        report.warnings.append(f"dry resolution skipped: {plan.source.name} is pushed after preflight (not on the "
+                               "target yet); effective args are checked after start")
+        return
+    _resolve(remote, report, pinned_push(report.profile, folder, plan.content))
 
 
 def pushed_source(profile: Profile) -> Path | None:
@@ -200,9 +219,10 @@ def _flagset(report: PreflightReport, cache_dir: Path, engine: str) -> fl.FlagSe
     return flagset
 
 
-def _resolve(remote: Remote, report: PreflightReport) -> None:
-    """Dry resolution on the target: what the engine will change in the args it is given."""
-    profile = report.profile
+def _resolve(remote: Remote, report: PreflightReport, profile: Profile | None = None) -> None:
+    """Dry resolution on the target: what the engine will change in the args it is given (`profile`: the one to
+    resolve, default the report's)."""
+    profile = profile or report.profile
     argv = engine_argv(profile)[3:]  # drop `python -m module`
     probe = (f"{shlex.quote(profile.engine.python)} -c {shlex.quote(profile.engine.definition.probe.source())} "
              f"--resolve {' '.join(sh_word(a) for a in argv)}")

@@ -67,6 +67,9 @@ def test_up_pushes_the_directory_and_the_engine_starts_from_it_and_a_second_up_s
     total = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
     assert planned["weights"]["pushed"] == content and planned["weights"]["missing_bytes"] == total, planned
     assert not [w for w in planned["warnings"] if "no memory estimate" in w], planned["warnings"]  # read from here
+    # the engine's dry resolution reads the model: not there before the first push, so skipped and said
+    assert planned["resolution"] == "after the push", planned["resolution"]
+    assert any("dry resolution skipped: my-finetune is pushed after preflight" in w for w in planned["warnings"])
     made = deploy("up", str(prof), "--skip-preflight", "--json", home=home)
     try:
         assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-3000:]
@@ -100,6 +103,7 @@ def test_up_pushes_the_directory_and_the_engine_starts_from_it_and_a_second_up_s
         assert "already there" in said and "already running" in said, said
         after = json.JSONDecoder().raw_decode(deploy("plan", str(prof), "--json", home=home).stdout.lstrip())[0]
         assert after["weights"]["missing_bytes"] == 0 and after["weights"]["fits"]
+        assert after["resolution"] == "done", after["resolution"]   # against the copy there now
     finally:
         deploy("down", str(prof), home=home)
 

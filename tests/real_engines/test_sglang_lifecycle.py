@@ -5,6 +5,7 @@ taken after deployer's own check, which real SGLang meets by logging uvicorn's e
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -18,18 +19,28 @@ from lifecycle import DEPLOY_S, assert_served_lifecycle, new_shm_segments, shm_e
 
 
 def test_real_sglang_up_serves_then_status_logs_restart_down(tmp_path: Path, host: Any) -> None:
+    """The model directory is pushed from here (`engine.weights.push`): real SGLang loads deployer's copy under
+    the target's workdir, serves it under the directory's name, and its restart loads the same copy."""
     home, port = tmp_path / "home", free_port()
     shm_before, since = shm_entries(), time.time()
-    prof = write_real_profile(tmp_path, host, "tiny-sglang", sglang_engine(port, tmp_path))
+    shutil.copytree(MODEL, tmp_path / "models" / "tiny-llama")
+    engine = {**sglang_engine(port, tmp_path), "model_path": "models/tiny-llama", "weights": {"push": True}}
+    prof = write_real_profile(tmp_path, host, "tiny-sglang", engine)
     code, evs, said = up_json(prof, home)
     assert code == 0, said
+    pushed = [e for e in evs if "pushed to" in str(e.get("message", ""))]
+    assert pushed, said[-3000:]
+    record = json.loads((tmp_path / "work" / "tiny-sglang" / "current" / "profile.json").read_text())
+    loaded = (record.get("profile") or record)["engine"]["model_path"]
+    assert loaded.startswith(str(tmp_path / "work" / ".deployer" / "models")), loaded
     phases = [e["phase"] for e in evs if e["event"] == "phase"]
     assert "loading weights" in phases and "allocating cache" in phases, phases
     report = [e for e in evs if e["event"] == "report"][-1]
     assert report["status"] == "ready" and report["drift"] == [], report
     run_dir = Path(report["run_dir"])
     started = time.monotonic()
-    assert_served_lifecycle(prof, home, port, str(MODEL), phases)
+    assert phases[0] == "pushing weights", phases   # before anything else happens on the target
+    assert_served_lifecycle(prof, home, port, "tiny-llama", phases[1:])   # the pushed directory's name
     assert time.monotonic() - started > 3  # SGLang's real SIGTERM takes ~5 s, twice (restart, down)
     supervisor_log = (tmp_path / "work" / "tiny-sglang" / "current" / "supervisor.log").read_text()
     assert "supervisor done: stopped" in supervisor_log, supervisor_log
