@@ -26,6 +26,7 @@ from deployer.preflight.known import record_target_version
 from deployer.preflight.topology import gpu_problems
 from deployer.profile.model import Profile
 from deployer.prepare.pushed import models_dir, pinned_push, plan_push, source_of
+from deployer.prepare.weights import WeightsPlan, pinned, plan_for
 from deployer.remote.base import Remote
 from deployer.render.bundle import engine_argv, sh_word
 from deployer.target.push import expand_workdir
@@ -173,8 +174,20 @@ def run_preflight(remote: Remote, profile: Profile, *, cache_dir: Path, model_co
 
 def _resolve_where_the_model_is(remote: Remote, report: PreflightReport, cache_dir: Path) -> None:
     """The dry resolution needs the model where the engine will find it (an engine reads its config as it
-    resolves). A directory not pushed yet is resolved against its copy on the target when that is there already
-    (the same content pushed before), else skipped: the engine would look for the controller's path."""
+    resolves: real SGLang does). A directory not pushed yet is resolved against its copy on the target when that
+    is there already (the same content pushed before), else skipped: the engine would look for the controller's
+    path. A hub repo deployer fetches is resolved offline against the commit the target's hub cache has for its
+    revision, else skipped: the engine would download it (or fail offline) during preflight."""
+    fetch = plan_for(report.profile)
+    if fetch is not None:
+        commit = _cached_commit(remote, fetch)
+        if commit is None:
+            report.resolution = "after the fetch"
+            report.warnings.append(f"dry resolution skipped: {fetch.describe()} is fetched after preflight (not in "
+                                   "the target's hub cache yet); effective args are checked after start")
+            return
+        _resolve(remote, report, pinned(report.profile, commit))
+        return
     if pushed_source(report.profile) is None:
         _resolve(remote, report)
         return
@@ -217,6 +230,18 @@ def _flagset(report: PreflightReport, cache_dir: Path, engine: str) -> fl.FlagSe
         report.warnings.append(f"could not cache the flag set under {cache_dir}: {exc.strerror or exc}")
     report.flagset_version = flagset.version
     return flagset
+
+
+def _cached_commit(remote: Remote, plan: WeightsPlan) -> str | None:
+    """The commit the target's hub cache holds for the plan's revision (a ref, or the commit itself), with its
+    config.json; None when it has none."""
+    hub = shlex.quote(plan.hub) if plan.hub else '"${HF_HUB_CACHE:-${HF_HOME:-$HOME/.cache/huggingface}/hub}"'
+    folder = shlex.quote("models--" + plan.repo.replace("/", "--"))
+    script = (f"d={hub}/{folder}; r={shlex.quote(plan.revision)}; c=\n"
+              'if [ -f "$d/refs/$r" ]; then c=$(cat "$d/refs/$r"); elif [ -d "$d/snapshots/$r" ]; then c=$r; fi\n'
+              '[ -n "$c" ] && [ -e "$d/snapshots/$c/config.json" ] && printf %s "$c"\n')
+    found = remote.run("sh -s", stdin=script.encode(), timeout=30, check=False).stdout.strip()
+    return found if re.fullmatch(r"[0-9a-f]{40}", found) else None
 
 
 def _resolve(remote: Remote, report: PreflightReport, profile: Profile | None = None) -> None:

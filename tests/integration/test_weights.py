@@ -306,6 +306,10 @@ def test_plan_says_what_the_fetch_takes_and_prepare_fetches_without_launching(tm
         home = tmp_path / "home2"
         text = deploy("plan", str(prof), home=home, env=env)
         assert f"weights {small.commit[:12]} on" in text.stdout and "(fits)" in text.stdout, text.stdout
+        first = document(deploy("plan", str(prof), "--json", home=home, env=env).stdout)
+        assert first["resolution"] == "after the fetch", first["resolution"]   # the engine would download it
+        assert any("dry resolution skipped: acme/tiny@main is fetched after preflight" in w
+                   for w in first["warnings"]), first["warnings"]
         assert hub.served == {}
         prepared = deploy("prepare", str(prof), "--json", home=home, env=env, timeout=120)
         assert prepared.returncode == 0, prepared.stderr[-2000:]
@@ -313,8 +317,10 @@ def test_plan_says_what_the_fetch_takes_and_prepare_fetches_without_launching(tm
         assert row["weights"]["commit"] == small.commit and row["weights"]["fetched_bytes"] == small.total
         assert sum(hub.served.values()) == small.total
         assert not (tmp_path / "work" / "wplan" / "current").exists()  # nothing launched
-        after = document(deploy("plan", str(prof), "--json", home=home, env=env).stdout)["weights"]
+        replanned = document(deploy("plan", str(prof), "--json", home=home, env=env).stdout)
+        after = replanned["weights"]
         assert after["missing_bytes"] == 0 and after["fits"]
+        assert replanned["resolution"] == "done", replanned["resolution"]   # offline, against the commit fetched
         assert "itself as it starts" not in text.stdout, text.stdout
         # without engine.weights the engine downloads the repo as it starts: plan says so, and what moves it first
         data = yaml.safe_load(prof.read_text())

@@ -1,5 +1,6 @@
-"""Real SGLang 0.5.23 (its CPU engine) deployed by deployer over the real sshd: up -> phases -> ready -> a real
-chat completion -> status -> logs -> restart -> down with SIGTERM honoured as it really is (~5 s); and a port
+"""Real SGLang 0.5.23 (its CPU engine) deployed by deployer over the real sshd, its model directory pushed from
+here: up -> phases -> ready -> a real chat completion -> status -> logs -> restart -> down with SIGTERM honoured as
+it really is (~5 s); preflight's dry resolution of a hub repo before and after deployer fetched it; and a port
 taken after deployer's own check, which real SGLang meets by logging uvicorn's error and hanging."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from conftest import MODEL, free_port, sglang_engine, write_real_profile
 from deploy_helpers import REPO, deploy
 from lifecycle import DEPLOY_S, assert_served_lifecycle, new_shm_segments, shm_entries, up_json
+from standin.hubstub import HubStub, repo_from_dir
 
 
 def test_real_sglang_up_serves_then_status_logs_restart_down(tmp_path: Path, host: Any) -> None:
@@ -49,6 +51,29 @@ def test_real_sglang_up_serves_then_status_logs_restart_down(tmp_path: Path, hos
     leaked = new_shm_segments(shm_before, since)  # SGLang leaves sglang_loads_*.shm on every run
     assert not leaked, leaked
     assert run_dir.exists()
+    _assert_resolved_offline_once_fetched(tmp_path, host, home, port)
+
+
+def _assert_resolved_offline_once_fetched(tmp_path: Path, host: Any, home: Path, port: int) -> None:
+    """Real SGLang reads the model's config as it resolves its args: for a hub repo deployer fetches, `plan` skips
+    the dry resolution until the target's hub cache has the repo (it would download it, or fail offline), then
+    resolves offline against the commit fetched. Nothing is launched (plan, prepare)."""
+    repo = repo_from_dir("test/tiny-llama", MODEL)
+    with HubStub(repo) as hub:
+        engine = sglang_engine(port, tmp_path)
+        engine["model_path"], engine["weights"] = "test/tiny-llama", {"endpoint": hub.endpoint}
+        engine["env"] = {**engine["env"], "HF_HOME": str(tmp_path / "hf")}
+        engine["env"].pop("HF_HUB_OFFLINE")
+        prof = write_real_profile(tmp_path, host, "fetch-sglang", engine)
+        before = json.JSONDecoder().raw_decode(deploy("plan", str(prof), "--json", home=home,
+                                                      timeout=DEPLOY_S).stdout.lstrip())[0]
+        assert before["resolution"] == "after the fetch" and not before["problems"], before
+        prepared = deploy("prepare", str(prof), "--json", home=home, timeout=DEPLOY_S)
+        assert prepared.returncode == 0, prepared.stdout[-2000:] + prepared.stderr[-2000:]
+        after = json.JSONDecoder().raw_decode(deploy("plan", str(prof), "--json", home=home,
+                                                     timeout=DEPLOY_S).stdout.lstrip())[0]
+        assert after["resolution"] == "done" and not after["problems"], after
+        assert sum(hub.served.values()) == repo.total   # the plans fetched nothing; the engine downloaded nothing
 
 
 def test_a_port_taken_after_the_check_is_exit_4_in_seconds_not_a_hang(tmp_path: Path, host: Any) -> None:
