@@ -173,8 +173,8 @@ def run_preflight(remote: Remote, profile: Profile, *, cache_dir: Path, model_co
 
 
 def _resolve_where_the_model_is(remote: Remote, report: PreflightReport, cache_dir: Path) -> None:
-    """The dry resolution needs the model where the engine will find it (an engine reads its config as it
-    resolves: real SGLang does). A directory not pushed yet is resolved against its copy on the target when that
+    """The dry resolution needs the model where the engine will find it (an engine may read its config as it
+    resolves). A directory not pushed yet is resolved against its copy on the target when that
     is there already (the same content pushed before), else skipped: the engine would look for the controller's
     path. A hub repo deployer fetches is resolved offline against the commit the target's hub cache has for its
     revision, else skipped: the engine would download it (or fail offline) during preflight."""

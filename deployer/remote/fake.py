@@ -482,6 +482,10 @@ class FakeRemote:
                         "env": posixpath.join(d, "env") in self.files})
         return {"ok": True, "runs": out, "current": self.current(posixpath.dirname(runs_dir))}
 
+    def _op_models_prune(self, r: dict[str, Any]) -> dict[str, Any]:
+        """The retention of pushed model directories: the fake's targets push none."""
+        return {"ok": True, "removed": [], "bytes": 0, "recent": [], "busy": []}
+
     def _op_http(self, r: dict[str, Any]) -> dict[str, Any]:
         address = str(r.get("address") or "127.0.0.1")
         host = self.peers.get(address) or (self if address in self.addresses else None)   # another fake host, or ours

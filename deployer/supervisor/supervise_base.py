@@ -7,12 +7,14 @@ target (directories no other user controls, files opened without following symli
 from __future__ import annotations
 
 import errno
+import fcntl
 import grp
 import json
 import os
 import pwd
 import re
 import shlex
+import shutil
 import signal
 import stat
 import subprocess
@@ -513,6 +515,35 @@ def open_file(path: str, flags: int, mode: int = 0o644, what: str = "file") -> i
     if not flags & os.O_NONBLOCK:
         os.set_blocking(fd, True)
     return fd
+
+
+def try_lock(path: str) -> "int | None":
+    """An exclusive flock on the lock file `path` (made if missing, never through a symlink, ours), or None at once
+    when another holds it (or it is not ours)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except OSError:
+        return None
+    try:
+        if os.fstat(fd).st_uid != os.getuid():
+            raise OSError(errno.EPERM, "not ours")
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+    except OSError:
+        os.close(fd)
+        return None
+
+
+def remove_entry(path: str) -> None:
+    """`path` gone, never followed: a symlink is unlinked, a directory removed without following links in it."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(path)  # rmtree does not follow symlinks inside (it unlinks them)
+    else:
+        os.unlink(path)
 
 
 def dirs_main(argv: List[str]) -> int:

@@ -35,7 +35,6 @@ import fcntl
 import json
 import os
 import re
-import shutil
 import signal
 import stat
 import subprocess
@@ -43,9 +42,9 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 if TYPE_CHECKING or __package__:  # imported as part of the deployer package
-    from deployer.supervisor.supervise_base import communicate_bounded, make_dirs
+    from deployer.supervisor.supervise_base import communicate_bounded, make_dirs, remove_entry, try_lock
 else:  # in the helper bundle, loaded by bare names
-    from supervise_base import communicate_bounded, make_dirs  # type: ignore[no-redef]
+    from supervise_base import communicate_bounded, make_dirs, remove_entry, try_lock  # type: ignore[no-redef]
 
 RECORD_NAME = "deployer-env.json"
 BUILD_MARK = ".build-"
@@ -106,7 +105,7 @@ def env_build(req: Dict[str, Any], base_env: Dict[str, str]) -> Dict[str, Any]:
                                         deadline)
             timings.append({"name": name, "seconds": round(time.monotonic() - started, 3)})
             if code != 0:
-                _remove(build)
+                remove_entry(build)
                 return _reply(failed=name, exit_code=code, timed_out=timed_out, output=out[-OUTPUT_TAIL:],
                               steps=timings)
             last = out
@@ -131,7 +130,7 @@ def env_prune(req: Dict[str, Any]) -> Dict[str, Any]:
     for digest in digests:
         if digest in keep:
             continue
-        fd = _try_lock(os.path.join(root, digest + ".lock"))
+        fd = try_lock(os.path.join(root, digest + ".lock"))
         if fd is None:
             continue  # a build or a reuse of it is in progress
         try:
@@ -139,21 +138,6 @@ def env_prune(req: Dict[str, Any]) -> Dict[str, Any]:
         finally:
             os.close(fd)
     return {"removed": removed}
-
-
-def _try_lock(path: str) -> Optional[int]:
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
-    except OSError:
-        return None
-    try:
-        if os.fstat(fd).st_uid != os.getuid():
-            raise OSError(errno.EPERM, "not ours")
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return fd
-    except OSError:
-        os.close(fd)
-        return None
 
 
 def _prune_digest(root: str, digest: str, min_age: float) -> List[str]:
@@ -172,10 +156,10 @@ def _prune_digest(root: str, digest: str, min_age: float) -> List[str]:
         if name == digest or name.startswith(digest + BUILD_MARK) or name.startswith(digest + LINK_MARK):
             if name != digest and name == linked:
                 continue  # removed after its link, below
-            _remove(os.path.join(root, name))
+            remove_entry(os.path.join(root, name))
             gone.append(name)
     if linked is not None and "/" not in linked and linked.startswith(digest + BUILD_MARK):
-        _remove(os.path.join(root, linked))
+        remove_entry(os.path.join(root, linked))
         gone.append(linked)
     return gone
 
@@ -258,24 +242,12 @@ def _clear_dead(root: str, digest: str) -> None:
     """Builds and link temps of `digest` left by a build that died (we hold its lock: nobody builds it now)."""
     for name in os.listdir(root):
         if name.startswith(digest + BUILD_MARK) or name.startswith(digest + LINK_MARK):
-            _remove(os.path.join(root, name))
+            remove_entry(os.path.join(root, name))
     try:
         if not stat.S_ISLNK(os.lstat(os.path.join(root, digest)).st_mode):
-            _remove(os.path.join(root, digest))  # not ours to reuse (a dir someone made by hand)
+            remove_entry(os.path.join(root, digest))  # not ours to reuse (a dir someone made by hand)
     except FileNotFoundError:
         pass
-
-
-def _remove(path: str) -> None:
-    """`path` gone, never followed: a symlink is unlinked, a directory removed without following links in it."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(path)  # rmtree does not follow symlinks inside (it unlinks them)
-    else:
-        os.unlink(path)
 
 
 def _run(argv: List[str], env: Dict[str, str], deadline: float) -> "tuple[int, str, bool]":
@@ -336,7 +308,7 @@ def _write_record(build: str, text: str) -> None:
 
 def _publish(root: str, digest: str, build_id: str) -> None:
     temp = os.path.join(root, digest + LINK_MARK + build_id)
-    _remove(temp)
+    remove_entry(temp)
     os.symlink(digest + BUILD_MARK + build_id, temp)
     os.replace(temp, os.path.join(root, digest))
     _fsync_dir(root)

@@ -41,12 +41,14 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 if TYPE_CHECKING or __package__:  # imported as part of the deployer package
-    from deployer.supervisor.supervise_base import UnsafePath, check_dirs, make_dirs, open_file
+    from deployer.supervisor.supervise_base import UnsafePath, check_dirs, make_dirs, open_file, remove_entry, \
+        try_lock
     from deployer.supervisor.supervise_fetch import FetchError, say, sha256_of, size_text, unlink_missing_ok, \
         write_all
     from deployer.supervisor.supervise_files import _inside
 else:  # run on the target, where the modules are loaded by their bare names
-    from supervise_base import UnsafePath, check_dirs, make_dirs, open_file  # type: ignore[no-redef]
+    from supervise_base import (UnsafePath, check_dirs, make_dirs, open_file,  # type: ignore[no-redef]
+                                remove_entry, try_lock)
     from supervise_fetch import (FetchError, say, sha256_of, size_text,  # type: ignore[no-redef]
                                  unlink_missing_ok, write_all)
     from supervise_files import _inside  # type: ignore[no-redef]
@@ -328,18 +330,19 @@ class Receive:
 # -- retention (the helper's `models_prune`) -------------------------------------------------------------------
 
 def models_prune(req: Dict[str, Any]) -> Dict[str, Any]:
-    """Retention of the pushed directories under `models`: each content not in `keep` (the ones kept runs load),
+    """Retention of the pushed directories under `models` (the workdir `owned_from`'s): each content no kept run
+    of a deployment there loads (its profile.json; `going`: run dirs, relative to the workdir, not to count),
     last pushed or reused more than `min_age_s` ago and not being pushed now (its lock is free), goes with its
     staging, chunks and record; `dry`: only said. Never through a symlink: `models` must be a directory of ours,
-    and what goes is removed without following a link in it."""
+    and what goes is removed without following a link in it. A run record that cannot be read removes nothing."""
     models, owned_from = os.path.abspath(str(req["models"])), os.path.abspath(str(req["owned_from"]))
-    keep = set(str(c) for c in req.get("keep") or ())
     min_age, dry = float(req.get("min_age_s") or 0.0), bool(req.get("dry"))
     if not os.path.lexists(models):
         return {"removed": [], "bytes": 0, "recent": [], "busy": []}
     check_dirs(models, owned_from)
     if not stat.S_ISDIR(os.lstat(models).st_mode):
         raise UnsafePath("%s is not a directory (a symbolic link?): refused" % models)
+    keep = _loaded(owned_from, models, set(str(g) for g in req.get("going") or ()))
     removed: List[str] = []
     recent: List[str] = []
     busy: List[str] = []
@@ -347,7 +350,7 @@ def models_prune(req: Dict[str, Any]) -> Dict[str, Any]:
     for content in _contents(models):
         if content in keep:
             continue
-        lock = _try_lock(os.path.join(models, ".%s.lock" % content))
+        lock = try_lock(os.path.join(models, ".%s.lock" % content))
         if lock is None:
             busy.append(content)  # a push of it runs now
             continue
@@ -359,11 +362,37 @@ def models_prune(req: Dict[str, Any]) -> Dict[str, Any]:
             freed += sum(_bytes(p) for p in places)
             if not dry:
                 for path in places:  # the record first: no push believes (and links) a file of a content that goes
-                    _remove(path)
+                    remove_entry(path)
             removed.append(content)
         finally:
             os.close(lock)
     return {"removed": removed, "bytes": freed, "recent": recent, "busy": busy}
+
+
+def _loaded(workdir: str, models: str, going: "set[str]") -> "set[str]":
+    """The contents the runs under `workdir` (`<name>/runs/<id>/profile.json`) load, but those `going`."""
+    loaded: "set[str]" = set()
+    for name in sorted(os.listdir(workdir)):
+        runs = os.path.join(workdir, name, "runs")
+        if name.startswith(".") or not os.path.isdir(runs) or os.path.islink(os.path.join(workdir, name)):
+            continue
+        for run in sorted(os.listdir(runs)):
+            if "%s/runs/%s" % (name, run) in going:
+                continue
+            path = os.path.join(runs, run, "profile.json")
+            if not os.path.lexists(path):
+                continue  # a run dir still being written has its files pushed before it is used
+            try:
+                fd = open_file(path, os.O_RDONLY, 0o600, "run record")
+                try:
+                    text = b"".join(iter(lambda: os.read(fd, 1 << 20), b"")).decode("utf-8")
+                finally:
+                    os.close(fd)
+            except (OSError, UnsafePath, UnicodeDecodeError) as e:
+                raise FetchError("os", "cannot read %s (%s): no pushed model directory removed" % (path, e)) \
+                    from None
+            loaded.update(m.group(1) for m in re.finditer(re.escape(models) + r"/([0-9a-f]{64})", text))
+    return loaded
 
 
 def _contents(models: str) -> List[str]:
@@ -384,21 +413,6 @@ def _places(models: str, content: str) -> List[str]:
     return [os.path.join(models, n) for n in names if os.path.lexists(os.path.join(models, n))]
 
 
-def _try_lock(path: str) -> Optional[int]:
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
-    except OSError:
-        return None
-    try:
-        if os.fstat(fd).st_uid != os.getuid():
-            raise OSError(errno.EPERM, "not ours")
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return fd
-    except OSError:
-        os.close(fd)
-        return None
-
-
 def _bytes(path: str) -> int:
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode):
@@ -408,13 +422,6 @@ def _bytes(path: str) -> int:
         for name in files:
             total += _bytes(os.path.join(top, name))
     return total
-
-
-def _remove(path: str) -> None:
-    if stat.S_ISDIR(os.lstat(path).st_mode):
-        shutil.rmtree(path)  # unlinks the symlinks inside, never follows them
-    else:
-        os.unlink(path)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -14,12 +14,11 @@ MODELS_UNUSED_S (a `deploy prepare` ahead of its `up`), and never while a push o
 from __future__ import annotations
 
 import posixpath
-import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
 from deployer.errors import TargetError
-from deployer.prepare.pushed import MODELS_DIR, models_dir
+from deployer.prepare.pushed import models_dir
 from deployer.prepare.weights import size_text
 from deployer.target.push import Layout, expand_workdir
 from deployer.remote.base import Remote
@@ -137,27 +136,12 @@ class PrunedModels:
 
 def prune_pushed(remote: Remote, workdir: str, *, dry: bool = False, going: frozenset[str] = frozenset(),
                  min_age_s: float = MODELS_UNUSED_S) -> PrunedModels:
-    """Retention of the pushed model directories under `workdir` (see the module's docstring). The contents the
-    kept runs of every deployment there load are read from their records in one shell command; `going`: run dirs
+    """Retention of the pushed model directories under `workdir` (see the module's docstring), in one request to
+    the helper, which reads what the kept runs of every deployment there load; `going`: run dirs
     (`<name>/runs/<id>`, relative to the workdir) about to be deleted, whose records do not count (a dry run's)."""
     root = expand_workdir(remote, workdir).rstrip("/")
-    models = models_dir(root)
-    found = remote.run(f"[ -d {shlex.quote(models)} ] || exit 3; cd {shlex.quote(root)} || exit 4; "
-                       "set -- */runs/*/profile.json; [ -e \"$1\" ] || exit 0; "
-                       f"grep -oHE '{MODELS_DIR}/[0-9a-f]{{64}}' \"$@\"; [ $? -le 1 ] || exit 4",
-                       timeout=60, check=False)
-    if found.exit_code == 3:
-        return PrunedModels()
-    if found.exit_code != 0:  # a record not read must never let what it loads go
-        raise TargetError(f"cannot read the run records under {root} on {remote.label}: "
-                          f"{found.stderr.strip()[-300:] or f'exit {found.exit_code}'}")
-    keep = set()
-    for line in found.stdout.splitlines():
-        record, _, place = line.strip().rpartition(":")
-        if record and posixpath.dirname(record) not in going:
-            keep.add(place.rsplit("/", 1)[1])
-    reply = remote.helper.call("models_prune", {"models": models, "owned_from": root, "keep": sorted(keep),
-                                                "min_age_s": min_age_s, "dry": dry},
+    reply = remote.helper.call("models_prune", {"models": models_dir(root), "owned_from": root,
+                                                "going": sorted(going), "min_age_s": min_age_s, "dry": dry},
                                120.0, "retention of the pushed model directories")
     return PrunedModels([str(c) for c in reply.get("removed") or ()], int(reply.get("bytes") or 0),
                         [str(c) for c in reply.get("recent") or ()], [str(c) for c in reply.get("busy") or ()])

@@ -6,6 +6,7 @@ through a symlink."""
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from deployer.supervisor.supervise_base import UnsafePath
+from deployer.supervisor.supervise_fetch import FetchError
 from deployer.supervisor.supervise_push import models_prune
 
 DAY = 24 * 3600.0
@@ -35,8 +37,15 @@ def pushed(models: Path, c: str, size: int, age_s: float = 2 * DAY) -> Path:
     return folder
 
 
-def ask(work: Path, keep: list[str], dry: bool = False) -> dict[str, object]:
-    return models_prune({"models": str(work / ".deployer" / "models"), "owned_from": str(work), "keep": keep,
+def ask(work: Path, keep: list[str], dry: bool = False, going: list[str] | None = None) -> dict[str, object]:
+    """models_prune with a run of a deployment `dep` in the workdir for each content in `keep` (its profile.json
+    loads it, as a pushed run's does)."""
+    models = work / ".deployer" / "models"
+    for index, c in enumerate(keep):
+        run = work / "dep" / "runs" / f"r{index}"
+        run.mkdir(parents=True, exist_ok=True)
+        (run / "profile.json").write_text(json.dumps({"profile": {"engine": {"model_path": f"{models}/{c}"}}}))
+    return models_prune({"models": str(models), "owned_from": str(work), "going": going or [],
                          "min_age_s": DAY, "dry": dry})
 
 
@@ -67,6 +76,12 @@ def test_what_no_kept_run_loads_goes_what_one_loads_or_was_used_lately_stays(wor
     assert left == sorted([kept, f".{kept}.verified.json", recent, f".{recent}.verified.json", f".{recent}.lock",
                            f".{old}.lock"]), left   # lock files stay: a push waiting on one may hold it open
     assert ask(work, [kept])["removed"] == []
+    # a run about to be deleted (`deploy prune --dry-run`) does not keep what it loads
+    assert ask(work, [kept], dry=True, going=["dep/runs/r0"])["removed"] == [kept]
+    (work / "dep" / "runs" / "r0" / "profile.json").write_bytes(b"\xff\xfe not a record")
+    with pytest.raises(FetchError, match="no pushed model directory removed"):   # unreadable: nothing goes
+        ask(work, [])
+    assert (models / kept).is_dir()
 
 
 def test_a_content_being_pushed_is_left_and_a_shared_file_frees_nothing(work: Path) -> None:
