@@ -277,23 +277,21 @@ class Helper:
             raise RequestError(str(e), e.kind) from None
 
     def env_prune(self, req: dict[str, Any]) -> dict[str, Any]:
-        """supervise_install.py's retention of managed environments: fenced like every change."""
-        self.fence()
-        try:
-            return env_prune(req)
-        except UnsafePath as e:
-            raise RequestError(str(e), "unsafe") from None
-        except BuildRefused as e:
-            raise RequestError(str(e), e.kind) from None
+        """supervise_install.py's retention of managed environments."""
+        return self._retention(env_prune, req)
 
     def models_prune(self, req: dict[str, Any]) -> dict[str, Any]:
-        """supervise_push.py's retention of pushed model directories: fenced like every change."""
+        """supervise_push.py's retention of pushed model directories."""
+        return self._retention(models_prune, req)
+
+    def _retention(self, prune: Callable[[dict[str, Any]], dict[str, Any]], req: dict[str, Any]) -> dict[str, Any]:
+        """A retention op: fenced like every change; its refusals (a `kind` each) are the request's error."""
         self.fence()
         try:
-            return models_prune(req)
+            return prune(req)
         except UnsafePath as e:
             raise RequestError(str(e), "unsafe") from None
-        except FetchError as e:
+        except (BuildRefused, FetchError) as e:
             raise RequestError(str(e), e.kind) from None
 
     def read(self, req: dict[str, Any]) -> dict[str, Any]:
