@@ -61,16 +61,15 @@ def _no_fleet() -> Deployment | None:
 def _as_pushed(profile: Profile) -> tuple[Profile, list[str]]:
     """For `render`: a profile that pushes its model directory as it launches after the push (the engine loads the
     copy under the workdir, keyed by the directory's content, hashed here), and the line that says so."""
-    from deployer.prepare.pushed import models_dir, pinned_push, plan_push
+    from deployer.prepare.pushed import pinned_to_copy
     from deployer.runner.weights import push_cache
 
-    plan = plan_push(profile, push_cache())
-    if plan is None:
+    at_copy = pinned_to_copy(profile, profile.target.workdir, push_cache())
+    if at_copy is None:
         return profile, []
-    folder = f"{models_dir(profile.target.workdir)}/{plan.content}"
+    pinned, plan, folder = at_copy
     where = "" if folder.startswith("/") else " (~ as the target's user expands it)"
-    return pinned_push(profile, folder, plan.content), [
-        f"engine.weights.push: the engine loads the copy of {plan.source} pushed to {folder}{where}"]
+    return pinned, [f"engine.weights.push: the engine loads the copy of {plan.source} pushed to {folder}{where}"]
 
 
 class SingleHost(Deployment):

@@ -25,7 +25,7 @@ from deployer.preflight.facts import weight_bytes_from_index
 from deployer.preflight.known import record_target_version
 from deployer.preflight.topology import gpu_problems
 from deployer.profile.model import Profile
-from deployer.prepare.pushed import models_dir, pinned_push, plan_push, source_of
+from deployer.prepare.pushed import pinned_to_copy, source_of
 from deployer.prepare.weights import WeightsPlan, pinned, plan_for
 from deployer.remote.base import Remote
 from deployer.render.bundle import engine_argv, sh_word
@@ -191,15 +191,15 @@ def _resolve_where_the_model_is(remote: Remote, report: PreflightReport, cache_d
     if pushed_source(report.profile) is None:
         _resolve(remote, report)
         return
-    plan = plan_push(report.profile, cache_dir)
-    assert plan is not None
-    folder = f"{models_dir(expand_workdir(remote, report.profile.target.workdir))}/{plan.content}"
+    at_copy = pinned_to_copy(report.profile, expand_workdir(remote, report.profile.target.workdir), cache_dir)
+    assert at_copy is not None
+    pinned_there, plan, folder = at_copy
     if remote.run(f"test -d {shlex.quote(folder)}", timeout=30, check=False).exit_code != 0:
         report.resolution = "after the push"
         report.warnings.append(f"dry resolution skipped: {plan.source.name} is pushed after preflight (not on the "
                                "target yet); effective args are checked after start")
         return
-    _resolve(remote, report, pinned_push(report.profile, folder, plan.content))
+    _resolve(remote, report, pinned_there)
 
 
 def pushed_source(profile: Profile) -> Path | None:

@@ -194,6 +194,16 @@ def pinned_push(profile: Profile, folder: str, content: str) -> Profile:
     return patched.with_engine(patched.engine.model_copy(update={"model_path": folder, "weights": weights}))
 
 
+def pinned_to_copy(profile: Profile, workdir: str, cache: Path | None) -> tuple[Profile, PushPlan, str] | None:
+    """Before a push (`render`, preflight): the profile as it will launch on the copy under `workdir` (as the
+    target spells it), the push, and that copy's place; None when the profile pushes nothing (or was pushed)."""
+    plan = plan_push(profile, cache)
+    if plan is None:
+        return None
+    folder = f"{models_dir(workdir)}/{plan.content}"
+    return pinned_push(profile, folder, plan.content), plan, folder
+
+
 @dataclass(frozen=True)
 class Pushed:
     """What a push ended with on one host: the content, its place there, the bytes sent, the directory's size."""
