@@ -19,6 +19,7 @@ namespace: veths are freed asynchronously), the namespace. `unavailable()` says 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import os
 import shutil
@@ -27,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sshbed import SSHD, make_sshd
+from sshbed import SSHD, make_sshd, worker_slot
 
 NET = "10.200"
 SSH_PORT = 2222
@@ -118,9 +119,16 @@ class NetHost:
         _ip("netns", "del", self.ns, check=False)
 
 
+def _subnet_index() -> int:
+    """The next 10.200.N subnet of this pytest-xdist worker's own slice of 1..250: two workers never build a host on
+    the same subnet (two links with one address would route one test's packets to the other's host)."""
+    worker, workers = worker_slot()
+    width = 250 // workers
+    return 1 + worker * width + next(_counter) % width
+
+
 def create_host() -> NetHost:
-    index = next(_counter) + (os.getpid() % 200)
-    index = index % 250 + 1
+    index = _subnet_index()
     host = NetHost(index=index, ns=f"dpl{os.getpid()}x{index}", veth=f"vd{os.getpid() % 100000}x{index}"[:15])
     _ip("route", "replace", "blackhole", f"{NET}.0.0/16")
     try:
@@ -171,16 +179,49 @@ def processes_under(path: Path) -> list[int]:
     return found
 
 
+FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
+FORWARD_USERS = Path("/run/deployer-tests-ip-forward")  # one line per holder pid: parallel workers share the knob
+
+
+@contextlib.contextmanager
+def _forwarding() -> Iterator[None]:
+    """ip_forward on while any test process needs it; the last one out puts back what the first one found (a
+    plain save-and-restore per test would turn forwarding off under another worker's routed hosts)."""
+    with _users_locked() as users:
+        if not users:
+            (FORWARD_USERS.with_suffix(".before")).write_text(FORWARD.read_text())
+        users.append(str(os.getpid()))
+        FORWARD.write_text("1\n")
+    try:
+        yield
+    finally:
+        with _users_locked() as users:
+            users.remove(str(os.getpid()))
+            if not users:
+                FORWARD.write_text(FORWARD_USERS.with_suffix(".before").read_text())
+
+
+@contextlib.contextmanager
+def _users_locked() -> Iterator[list[str]]:
+    """The holders' list, under an exclusive lock, written back when the block ends; holders whose process is gone
+    (a killed worker) are dropped."""
+    FORWARD_USERS.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(FORWARD_USERS.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        text = FORWARD_USERS.read_text() if FORWARD_USERS.exists() else ""
+        users = [pid for pid in text.split() if Path(f"/proc/{pid}").exists()]
+        yield users
+        FORWARD_USERS.write_text("".join(f"{pid}\n" for pid in users))
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def routed(hosts: list[NetHost]) -> Iterator[None]:
     """The hosts reach each other (a fleet's router its replicas) through this namespace, which forwards between
-    their links while the block runs (ip_forward is put back as it was)."""
-    forward = Path("/proc/sys/net/ipv4/ip_forward")
-    before = forward.read_text().strip()
-    try:
-        forward.write_text("1\n")
+    their links while the block runs (ip_forward is put back as it was once no test process routes any more)."""
+    with _forwarding():
         for host in hosts:
             _ip("-n", host.ns, "route", "replace", f"{NET}.0.0/16", "via", host.gateway)
         yield
-    finally:
-        forward.write_text(before + "\n")

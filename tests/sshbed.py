@@ -6,8 +6,9 @@ Keys, known_hosts, ssh_config, authorized_keys, the log and the pid file all liv
 ~/.ssh is never read or written. Sessions see a fixed environment whose PATH starts with `bin_dir`, where
 tests drop stand-in tools (e.g. `nvidia-smi`).
 
-By default sessions skip ~/.bashrc (SHLVL=1): quick, and root's real rc file is not ours to run. A bed made
-with `rc_cost=` is as slow as a real GPU image instead: sessions get HOME = a bed-private home whose `.bashrc`
+Sessions get HOME = a bed-private home (`SSHD.home`), so nothing a test leaves under ~ on the "target" reaches
+the real user's home or another bed. By default sessions skip ~/.bashrc (SHLVL=1): quick. A bed made
+with `rc_cost=` is as slow as a real GPU image instead: its home gets a `.bashrc` that
 runs a Python "shell hook" and evals what it prints, the way conda's and pyenv's init do, calibrated to cost
 about `rc_cost` seconds per command; nothing sets SHLVL, so every exec channel and every SFTP session (sshd
 runs the subsystem through the login shell too) pays it. The real ~/.bashrc is never read or written.
@@ -43,6 +44,8 @@ START_TIMEOUT = 10.0
 
 
 _HANDED_OUT: set[int] = set()
+_PORTS = random.Random()  # its own generator: pytest-randomly reseeds the global one identically in every worker
+PORT_FLOOR = 10000
 
 
 def _ephemeral_low() -> int:
@@ -62,19 +65,36 @@ def _bindable(addr: str, port: int) -> bool:
     return True
 
 
+def worker_slot() -> tuple[int, int]:
+    """(this pytest-xdist worker's index, the number of workers); (0, 1) outside xdist."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    index = int(name[2:]) if name.startswith("gw") and name[2:].isdigit() else 0
+    return index % max(count, 1), max(count, 1)
+
+
+def port_range() -> range:
+    """This worker's own slice of the ports below the kernel's ephemeral range: parallel workers never pick the
+    same port, so a port free when it is checked is not taken by another worker before it is used."""
+    low = max(_ephemeral_low(), PORT_FLOOR + 2000)
+    index, count = worker_slot()
+    width = (low - PORT_FLOOR) // count
+    start = PORT_FLOOR + index * width
+    return range(start, start + width)
+
+
 def free_port(addr: str = "127.0.0.1") -> int:
-    """A port free on `addr` (and on the wildcard), below the kernel's ephemeral range and never handed out twice
-    in this process. A port from the ephemeral range (what binding port 0 gives) can become the source port of
-    any outgoing connection between this call and the port's use; a CI run lost a test to exactly that."""
-    low = max(_ephemeral_low(), 12000)
-    for _ in range(500):  # bounded: the range has thousands of ports, nearly all free
-        port = random.randrange(10000, low)
+    """A port free on `addr` (and on the wildcard), in this worker's slice below the kernel's ephemeral range and
+    never handed out twice in this process. A port from the ephemeral range (what binding port 0 gives) can become
+    the source port of any outgoing connection between this call and the port's use; a CI run lost a test to
+    exactly that."""
+    ports = port_range()
+    for _ in range(500):  # bounded: the slice has hundreds of ports, nearly all free
+        port = _PORTS.randrange(ports.start, ports.stop)
         if port not in _HANDED_OUT and _bindable(addr, port):
             _HANDED_OUT.add(port)
             return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((addr, 0))
-        return int(s.getsockname()[1])
+    raise RuntimeError(f"no free port in {ports.start}-{ports.stop - 1} after 500 tries")
 
 
 def keygen(path: Path, comment: str = "deployer-test") -> Path:
@@ -119,17 +139,17 @@ def write_stand_in_crontab(bin_dir: Path, table: Path) -> None:
     path.chmod(0o755)
 
 
-def _session_env(bin_dir: Path, home: Path | None) -> str:
-    """sshd's SetEnv line. SHLVL=1 makes bash skip ~/.bashrc for ssh commands (it only sources it at level
-    < 2): root's real bashrc here prepends pyenv/cargo dirs to PATH and costs ~120 ms per command. With a bed
-    home, HOME points there and nothing skips its rc file."""
-    if home is not None:
+def _session_env(bin_dir: Path, home: Path, rc_file: bool) -> str:
+    """sshd's SetEnv line. HOME is always the bed's own (what a session keeps under ~, the helper's cache, a hub
+    cache, is per bed, never the real user's nor another test's). Without an rc file, SHLVL=1 makes bash skip
+    ~/.bashrc as well (it only sources it at level < 2); with one, nothing skips it."""
+    if rc_file:
         return f"SetEnv PATH={bin_dir}:{SYSTEM_PATH} HOME={home}"
-    return f"SetEnv PATH={bin_dir}:{SYSTEM_PATH} SHLVL=1"
+    return f"SetEnv PATH={bin_dir}:{SYSTEM_PATH} HOME={home} SHLVL=1"
 
 
 def _sshd_config(
-    d: Path, addr: str, port: int, host_key: Path, bin_dir: Path, extra: list[str], home: Path | None = None
+    d: Path, addr: str, port: int, host_key: Path, bin_dir: Path, extra: list[str], home: Path, rc_file: bool
 ) -> str:
     return "\n".join(
         [
@@ -139,7 +159,7 @@ def _sshd_config(
             f"PidFile {d / 'sshd.pid'}",
             f"AuthorizedKeysFile {d / 'authorized_keys'}",
             f"Subsystem sftp {SFTP_SERVER}",
-            _session_env(bin_dir, home),
+            _session_env(bin_dir, home, rc_file),
             "StrictModes no",
             "UsePAM no",
             "UseDNS no",
@@ -284,7 +304,7 @@ class SSHD:
     log: Path
     user: str = "root"
     extra_config: list[str] = field(default_factory=list)
-    home: Path | None = None  # sessions' HOME when the bed has its own rc file (rc_cost), else the user's
+    home: Path = Path("/nonexistent")  # sessions' HOME: the bed's own (make_sshd), never the real user's
     rc_cost: float = 0.0  # what the bed's .bashrc was calibrated to cost per command, seconds
     netns: str | None = None  # run inside this network namespace (tests/netbed.py)
     private_shm: bool = False  # its sessions get their own /dev/shm (a tmpfs in its mount namespace), as a host has
@@ -340,14 +360,14 @@ class SSHD:
 
     def rc_runs(self) -> int:
         """How many times the bed's .bashrc has run (0 without rc_cost)."""
-        runs = self.home / ".bed-init" / "runs" if self.home else None
-        return len(runs.read_text().split()) if runs and runs.exists() else 0
+        runs = self.home / ".bed-init" / "runs"
+        return len(runs.read_text().split()) if runs.exists() else 0
 
     def start(self) -> None:
         Path("/run/sshd").mkdir(mode=0o755, parents=True, exist_ok=True)  # privilege-separation dir
         cfg = self.dir / "sshd_config"
         cfg.write_text(_sshd_config(self.dir, self.host, self.port, self.host_key, self.bin_dir, self.extra_config,
-                                 self.home))
+                                 self.home, (self.home / ".bashrc").exists()))
         argv = [SSHD_BIN, "-D", "-f", str(cfg), "-E", str(self.log)]
         if self.private_shm:  # --mount-proc makes a private mount namespace: this tmpfs stays inside it
             argv = ["sh", "-c", 'mount -t tmpfs -o size=8g,mode=1777 tmpfs /dev/shm && exec "$@"', "sh", *argv]
@@ -481,7 +501,7 @@ def make_sshd(
 
     `extra_config`: sshd_config lines that take precedence over the defaults (e.g. "AllowTcpForwarding no").
     `rc_cost`: seconds each command's login shell spends in `~/.bashrc` (a real GPU image: ~0.15); sessions
-    then get HOME=`d`/home and its calibrated rc file. None: the rc file is skipped (SHLVL=1).
+    then get a calibrated rc file in their home (`d`/home, always the bed's own). None: no rc file (SHLVL=1).
     `netns`: start it inside that network namespace, on `port` (a free port of this namespace is meaningless there).
     """
     d.mkdir(parents=True, exist_ok=True)
@@ -508,8 +528,10 @@ def make_sshd(
         netns=netns,
         private_shm=private_shm,
     )
+    bed.home = d / "home"
+    bed.home.mkdir(mode=0o700, exist_ok=True)
     if rc_cost is not None:
-        bed.home, bed.rc_cost = d / "home", rc_cost
+        bed.rc_cost = rc_cost
         write_rc_home(bed.home, rc_cost)
     bed.start()
     return bed
