@@ -2,7 +2,7 @@
 
 The venv comes from `scripts/build-sglang-venv.sh DIR VERSION` (env SGLANG_VENV; `make test-sglang-real` runs
 the tier once against 0.5.23 and once against the seed era's 0.5.10); without it every test here is skipped
-with the reason. Modules for one release skip on the other (sglang_release.py). The "target" is the SSH test
+with the reason (a failure under CI). Modules for one release are deselected on the other (sglang_release.py). The "target" is the SSH test
 bed; its engine python is a wrapper that puts tests/sglang_real/h200 (a sitecustomize making SGLang see one H200) on PYTHONPATH.
 """
 
@@ -16,14 +16,15 @@ import pytest
 from deployer.remote.base import Remote
 from deployer.remote.connect import connect
 from realtier import engine_host, mark_tier
-from sglang_release import VENV
+from sglang_release import VENV, deselect_other_releases
 from sshbed import SSHD
 
 H200_DIR = Path(__file__).resolve().parent / "h200"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     mark_tier(items, Path(__file__).resolve().parent, pytest.mark.sglang_real, VENV, "scripts/build-sglang-venv.sh")
+    deselect_other_releases(config, items)
 
 
 @pytest.fixture(scope="module")
