@@ -21,6 +21,7 @@ from deployer.render.bundle import render
 from deployer.profile.model import Profile
 from deployer.remote.base import Remote
 from deployer.remote.connect import connect
+from sshbed import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -68,7 +69,7 @@ def profile(tmp_path: Path, bed: Any, *, args: dict[str, Any] | None = None, env
         "name": "pf",
         "target": bed.target(tmp_path / "work"),
         "engine": {"python": python, "model_path": model or str(MODELS / "qwen36-27b-like"),
-                   "port": port or 30000, "args": args or {},
+                   "port": port or free_port(), "args": args or {},
                    "env": {"PYTHONPATH": str(STANDIN), **(env or {})}},
     })
 
@@ -169,7 +170,7 @@ def test_memory_plan_from_a_local_model_config(tmp_path: Path, bed: Any, remote:
 def vllm_profile(tmp_path: Path, bed: Any, args: dict[str, Any], gpus: str) -> Profile:
     return Profile.model_validate({
         "name": "pf-vllm", "target": bed.target(tmp_path / "work"),
-        "engine": {"kind": "vllm", "python": "python3", "model_path": str(MODELS / "qwen3-8b"), "port": 30000,
+        "engine": {"kind": "vllm", "python": "python3", "model_path": str(MODELS / "qwen3-8b"), "port": free_port(),
                    "args": args, "env": {"PYTHONPATH": str(STANDIN), "STANDIN_GPUS_FILE": gpus}},
     })
 

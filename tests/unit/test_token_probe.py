@@ -58,12 +58,13 @@ class _Engine(http.server.BaseHTTPRequestHandler):
     mode = "token"
     running = 0.0
     seen: list[dict[str, Any]] = []
+    released = threading.Event()  # a hanging completion waits for this (set when the test ends), never answers
 
     def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
         body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
         type(self).seen.append({"path": self.path, "body": body, "auth": self.headers.get("authorization")})
         if self.mode == "hang":
-            time.sleep(2.0)
+            type(self).released.wait(30)
             return
         if self.mode in ("dead", "dying"):
             self._send(503, b'{"error": "engine dead"}')
@@ -89,7 +90,7 @@ class _Engine(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture()
 def engine_port() -> Iterator[int]:
-    _Engine.mode, _Engine.running, _Engine.seen = "token", 0.0, []
+    _Engine.mode, _Engine.running, _Engine.seen, _Engine.released = "token", 0.0, [], threading.Event()
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Engine)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -97,13 +98,15 @@ def engine_port() -> Iterator[int]:
     try:
         yield server.server_address[1]
     finally:
+        _Engine.released.set()
         server.shutdown()
         server.server_close()
 
 
 def _watch(port: int, **extra: Any) -> TokenWatch:
     cfg = {"path": "/v1/completions", "model": "tiny", "port": port, "interval_s": 0.01, "failures": 3,
-           "timeout_s": 0.5, "running_metrics": ["sglang:num_running_reqs"],
+           "timeout_s": 2.0,  # a token takes ms; a loaded 2-core box may take a second; a hang never answers
+           "running_metrics": ["sglang:num_running_reqs"],
            "waiting_metrics": ["sglang:num_queue_reqs"], **extra}
     return TokenWatch(cfg, {"DEPLOYER_SECRET_API_KEY": "sk-1"})
 
