@@ -8,6 +8,11 @@ SGLANG_VENV ?= $(HOME)/.cache/deployer/sglang-venv
 VLLM_VENV ?= $(HOME)/.cache/deployer/vllm-venv
 SMG_VENV ?= $(HOME)/.cache/deployer/smg-venv
 UV_VENV ?= $(HOME)/.cache/deployer/uv-venv
+# The fast tier's workers (pytest-xdist): its tests mostly wait on sshd, bash and HTTP, so a 2-core box runs 4
+# well; each worker has its own beds (sshd, ports, network namespaces). The order is shuffled (pytest-randomly).
+TEST_WORKERS ?= 4
+# Tests slower than this are listed at the end of a run (pytest --durations), to be made faster or moved to a tier.
+SLOW_S ?= 30
 # The real-engine tier: real vLLM (CPU build) and real SGLang (CPU engine) serving a tiny model made here.
 REAL_VLLM_VENV ?= $(HOME)/.cache/deployer/real-vllm-venv
 REAL_SGLANG_VENV ?= $(HOME)/.cache/deployer/real-sglang-venv
@@ -33,7 +38,8 @@ provision:
 test: provision install smg-venv uv-venv
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports --no-logo
-	SMG_VENV=$(SMG_VENV) UV_VENV=$(UV_VENV) $(PY) -m pytest -q -p no:cacheprovider -m "not sglang_real and not vllm_real and not real_engines" tests
+	SMG_VENV=$(SMG_VENV) UV_VENV=$(UV_VENV) $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) \
+	  --durations=0 --durations-min=$(SLOW_S) -m "not sglang_real and not vllm_real and not real_engines and not browser" tests
 
 test-unit: install
 	$(PY) -m pytest -q tests/unit
