@@ -163,7 +163,8 @@ class ProfileReference:
                "# Profile reference", "",
                "Every key of a profile, with its type, default and meaning. Unknown keys are errors; `--set KEY=VALUE` "
                "overrides any key (typed by this schema); `deploy schema` prints the JSON Schema itself, for editors. "
-               "[Profiles](../profiles.md) shows them in use.", "",
+               "[Profiles](../profiles.md) shows them in use. A default of `-` is an empty list or map, or for a "
+               "section the defaults of its own keys; `null` means unset (the description says what that does).", "",
                "## Top level", "", one_line(self.schema.get("description", "")), ""]
         out += self.table("", self.schema) + [""]
         while self.queue:  # depth first: engine.install right after engine
