@@ -21,7 +21,7 @@ TINY_MODEL ?= $(HOME)/.cache/deployer/tiny-llama
 SGLANG_SEED_VERSION ?= 0.5.10
 SGLANG_SEED_VENV ?= $(HOME)/.cache/deployer/sglang-venv-$(SGLANG_SEED_VERSION)
 
-.PHONY: install provision walkthrough test lint-imports test-unit test-integration test-browser test-sglang-real sglang-venv sglang-seed-venv smg-venv uv-venv test-vllm-real vllm-venv real-engines test-real-engines typecheck demo bench clean
+.PHONY: install provision walkthrough test lint-imports test-unit test-integration test-browser test-sglang-real sglang-venv sglang-seed-venv smg-venv uv-venv test-vllm-real vllm-venv real-engines test-real-engines typecheck demo bench docs clean
 
 install: $(VENV)/.installed
 
@@ -102,6 +102,11 @@ walkthrough: provision install
 # Benchmarks: ratios against a baseline run in the same command; results in bench/results/.
 bench: provision install
 	$(PY) bench/run.py
+
+# The docs site (mkdocs.yml, Material): built strict, so a broken link, a missing anchor or a page left out of the
+# nav fails it; the site is written to build/site/. docs/reference/ is generated: $(PY) scripts/gen_docs.py.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 typecheck: install
 	$(PY) -m mypy

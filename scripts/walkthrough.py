@@ -1,4 +1,4 @@
-"""`make walkthrough`: follow README's "From zero to a served model" end to end and write docs/walkthrough.md.
+"""`make walkthrough`: follow "From zero to a served model" (docs/getting-started.md) and write docs/walkthrough.md.
 
 Every command below really runs and its real output (stdout and stderr, with the exit code) goes into the
 document. The GPU box is a throwaway OpenSSH sshd on 127.0.0.1 (tests/sshbed.py) reached through an
@@ -114,7 +114,7 @@ def steps(walk: Walk, work: Path, bed: SSHD) -> None:
     walk.run("deploy status --host gpu-box --trust-new-host", expect=7)
     walk.run(f"cat {work}/known_hosts | cut -c1-60")
 
-    walk.text("## 2. Check the GPU box\n\nThe same checks README's \"Prepare the GPU box\" asks for, over plain "
+    walk.text("## 2. Check the GPU box\n\nThe same checks Getting started's \"The GPU box\" step asks for, over plain "
               "ssh (which now finds the host in the same known_hosts). `nvidia-smi` and `sglang` are the "
               "stand-ins here.")
     walk.run(f"{ssh} gpu-box 'nvidia-smi --query-gpu=index,name,memory.total,memory.used --format=csv'")

@@ -21,6 +21,7 @@ import threading
 import click
 
 from deployer.cli.options import fill_help, with_examples
+from deployer.cli.sections import SectionedGroup
 from deployer import interrupts
 from deployer.errors import DeployError
 from deployer.output.edge import guard_printable
@@ -98,9 +99,9 @@ EXAMPLES: dict[str, list[str]] = {
 ATTRIBUTE = {"export": "export_group"}   # a command whose function is not named after it
 
 
-class LazyGroup(click.Group):
-    """A click group whose commands are imported on first use (click's documented lazy-loading pattern); the
-    command list in `--help` comes from COMMANDS without importing anything."""
+class LazyGroup(SectionedGroup):
+    """A click group whose commands are imported on first use (click's documented lazy-loading pattern); `--help`
+    lists them by section (deployer.cli.sections) without importing anything."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *COMMANDS})
@@ -114,13 +115,6 @@ class LazyGroup(click.Group):
         _document(command, cmd_name)
         self.add_command(command, cmd_name)
         return command
-
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        names = self.list_commands(ctx)
-        limit = formatter.width - 6 - max(len(n) for n in names)
-        rows = [(n, click.Command(n, help=COMMANDS[n][1]).get_short_help_str(limit)) for n in names]
-        with formatter.section("Commands"):
-            formatter.write_dl(rows)
 
 
 def _document(command: click.Command, name: str) -> None:

@@ -54,12 +54,20 @@ class Strict(BaseModel):
 
 
 class Target(Strict):
+    """The box a deployment runs on, reached over SSH (`~/.ssh/config` is read: HostName, User, Port, IdentityFile,
+    ProxyJump, ProxyCommand), and the directory that holds its deployments."""
+
     host: str = Field(min_length=1, description='hostname, ~/.ssh/config alias, or "local"')
-    user: str | None = None
-    port: int | None = Field(default=None, ge=1, le=65535)
-    identity_file: str | None = None
-    known_hosts: str | None = None
-    workdir: str = Field(default="/workspace/deployer", min_length=1)
+    user: str | None = Field(default=None, description="the SSH user (default: ~/.ssh/config's, else yours)")
+    port: int | None = Field(default=None, ge=1, le=65535, description="the SSH port (default: ~/.ssh/config's, "
+                             "else 22)")
+    identity_file: str | None = Field(default=None, description="the private key (default: ~/.ssh/config's, "
+                                      "else the ssh-agent's keys)")
+    known_hosts: str | None = Field(default=None, description="the known_hosts file host keys are checked against "
+                                    "(default: ~/.ssh/config's UserKnownHostsFile, else ~/.ssh/known_hosts)")
+    workdir: str = Field(default="/workspace/deployer", min_length=1,
+                         description="absolute directory on the target holding <workdir>/<name>/; only the "
+                                     "deploying user may write it")
 
     @field_validator("workdir")
     @classmethod
@@ -74,8 +82,10 @@ class Target(Strict):
 class Replica(Target):
     """One engine of a `replicas:` fleet: a full target plus what may differ per replica."""
 
-    gpus: list[int] | None = None
-    engine_port: int | None = Field(default=None, ge=1, le=65535)
+    gpus: list[int] | None = Field(default=None, description="this replica's GPUs (default engine.gpus)")
+    engine_port: int | None = Field(default=None, ge=1, le=65535,
+                                    description="this replica's engine port (default engine.port; two replicas on "
+                                                "one host need distinct ones)")
     listen: str | None = Field(default=None, min_length=1,
                                description="address the engine binds, where the router reaches it "
                                            "(default: the replica's host address; never 0.0.0.0 unless asked)")
@@ -84,7 +94,7 @@ class Replica(Target):
 class Node(Target):
     """One host of a multi-node engine (`nodes:`); node_rank is its position in the list."""
 
-    gpus: list[int] | None = None
+    gpus: list[int] | None = Field(default=None, description="this node's GPUs (default engine.gpus)")
     engine_port: int | None = Field(default=None, ge=1, le=65535,
                                     description="this node's engine port (rank 0: the API; others: the dummy "
                                                 "health); default engine.port")
@@ -93,12 +103,12 @@ class Node(Target):
 class RouterTarget(Strict):
     """Where the router runs: target fields, host optional (default: the first replica's host)."""
 
-    host: str | None = Field(default=None, min_length=1)
-    user: str | None = None
-    port: int | None = Field(default=None, ge=1, le=65535)
-    identity_file: str | None = None
-    known_hosts: str | None = None
-    workdir: str | None = None
+    host: str | None = Field(default=None, min_length=1, description="default: the first replica's host")
+    user: str | None = Field(default=None, description="as target.user (default: that replica's)")
+    port: int | None = Field(default=None, ge=1, le=65535, description="as target.port")
+    identity_file: str | None = Field(default=None, description="as target.identity_file")
+    known_hosts: str | None = Field(default=None, description="as target.known_hosts")
+    workdir: str | None = Field(default=None, description="as target.workdir (default: that replica's)")
 
 
 # PEP 508 requirement specifiers, for when `packaging` is not installed: a name, extras, either version clauses or
@@ -223,12 +233,12 @@ class Router(Strict):
     """The model gateway `smg` (PyPI) in front of the replicas: run by `python`, or from the environment deployer
     builds on the router's host (`install`, as engine.install)."""
 
-    target: RouterTarget = Field(default_factory=RouterTarget)
+    target: RouterTarget = Field(default_factory=RouterTarget, description="where the router runs")
     install: EngineInstall | None = Field(default=None,
                                           description="build the router's environment (smg) on its host, as "
                                                       "engine.install (excludes python)")
     python: str = Field(default="python3", min_length=1, description="the python that has `smg` installed")
-    port: int = Field(default=8000, ge=1, le=65535)
+    port: int = Field(default=8000, ge=1, le=65535, description="the port clients send requests to")
     policy: str = Field(default="cache_aware", min_length=1, description="any policy smg accepts")
     args: dict[str, ArgValue] = Field(default_factory=dict, description="extra smg flags, as engine.args")
 
@@ -289,19 +299,28 @@ DEFAULT_ENGINE_KIND = "sglang"
 
 
 class Engine(Strict):
+    """The inference engine: which one, where its environment comes from, the model, and its flags and
+    environment as the engine takes them."""
+
     kind: str = Field(default=DEFAULT_ENGINE_KIND,
                       description="the inference engine: a kind registered in deployer.engines",
                       json_schema_extra={"enum": list(kinds())})
     install: EngineInstall | None = Field(default=None,
                                     description="build the engine's environment on the target (excludes python)")
     python: str = Field(default="python3", min_length=1, description="interpreter that has the engine installed")
-    model_path: str = Field(min_length=1)
-    host: str = "127.0.0.1"
-    port: int = Field(default=30000, ge=1, le=65535)
-    gpus: list[int] | None = None
+    model_path: str = Field(min_length=1, description="a hub repo (ORG/NAME) or a directory on the target (with "
+                            "weights.push: on this machine)", examples=["Qwen/Qwen3-8B"])
+    host: str = Field(default="127.0.0.1", description="the address the engine's HTTP server binds on the target "
+                      "(0.0.0.0 serves other machines: set an api_key too)")
+    port: int = Field(default=30000, ge=1, le=65535, description="the engine's HTTP port")
+    gpus: list[int] | None = Field(default=None, description="GPU indices the engine may use (CUDA_VISIBLE_DEVICES); "
+                                   "default: all", examples=[[0, 1]])
     version: str | None = Field(default=None, description="expected engine version (checked by preflight)")
-    args: dict[str, ArgValue] = Field(default_factory=dict)
-    env: dict[str, str] = Field(default_factory=dict)
+    args: dict[str, ArgValue] = Field(default_factory=dict, description="the engine's flags, as flag: value "
+                                      "(true: a bare flag; false or null: left out; a list: several values)",
+                                      examples=[{"tp_size": 2, "enable_metrics": True}])
+    env: dict[str, str] = Field(default_factory=dict, description="the engine's environment; ${VAR} values come "
+                                "from the local environment and stay secret", examples=[{"HF_TOKEN": "${HF_TOKEN}"}])
     dist_init_port: int = Field(default=20000, ge=1, le=65535,
                                 description="multi-node (`nodes:`): the rendezvous port on node 0")
     nic: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:-]{1,15}$",
@@ -453,13 +472,16 @@ def _check_text(value: Any, where: str) -> None:
 
 
 class Health(Strict):
-    path: str = Field(default="/health", pattern=r"^/[\x21-\x7e]*$")
-    interval_s: float = Field(default=2.0, gt=0, le=300)
+    """When the engine counts as ready, and how long a start may take: /health, then a one-token completion."""
+
+    path: str = Field(default="/health", pattern=r"^/[\x21-\x7e]*$", description="the engine's health endpoint")
+    interval_s: float = Field(default=2.0, gt=0, le=300, description="seconds between health checks while it starts")
     startup_timeout_s: Union[float, Literal["auto"]] = Field(
         default=1800.0, description="seconds, or auto: derived from this start's history on the target "
         "(observe/timeline.py auto_startup_timeout; without 3 earlier starts: 1800)")
-    stall_timeout_s: float = Field(default=600.0, gt=0)
-    request_timeout_s: float = Field(default=5.0, gt=0, le=120)
+    stall_timeout_s: float = Field(default=600.0, gt=0, description="no progress at all (log output, a download) "
+                                   "for this long while starting: a hang")
+    request_timeout_s: float = Field(default=5.0, gt=0, le=120, description="how long one health check waits")
     probe_interval_s: float = Field(default=30.0, ge=0, le=86400,
                                     description="after ready, a one-token completion this often (0: off)")
     probe_failures: int = Field(default=3, ge=1, le=100, description="failed probes in a row, while no request is "
@@ -484,18 +506,25 @@ class Health(Strict):
 
 
 class Retry(Strict):
-    max_attempts: int = Field(default=3, ge=1, le=20)
-    heal: bool = True
+    """The attempts of one `up`: how many, and whether a known failure's change is applied between them."""
+
+    max_attempts: int = Field(default=3, ge=1, le=20, description="attempts of one up, the first included")
+    heal: bool = Field(default=True, description="apply a known failure's change before the next attempt "
+                       "(--no-heal: diagnose only)")
     backoff_s: float = Field(default=2.0, ge=0, le=600, description="wait before retrying a transient failure")
 
 
 class Restart(Strict):
+    """What the supervisor on the target does when the engine ends after ready without being asked to."""
+
     policy: Literal["no", "on-failure", "always"] = Field(
         default="on-failure", description="a crash after ready (any end deployer did not ask for) is restarted on "
         "the target with backoff, up to `max` in `window_s` (then crashloop); `no` leaves it down")
-    max: int = Field(default=5, ge=0, le=1000)
-    backoff_s: tuple[float, float] = (10.0, 300.0)
-    window_s: float = Field(default=600.0, gt=0)
+    max: int = Field(default=5, ge=0, le=1000, description="restarts within window_s before it is a crashloop "
+                     "(and left down)")
+    backoff_s: tuple[float, float] = Field(default=(10.0, 300.0), description="[min, max] seconds before a restart, "
+                                           "doubling from min")
+    window_s: float = Field(default=600.0, gt=0, description="the window max counts restarts in")
     stable_s: float = Field(default=60.0, gt=0, le=86400,
                             description="ready this long without a crash: the version counts as good (rollback)")
     on_boot: bool = Field(default=True, description="start the deployment again when the box reboots "
@@ -511,6 +540,8 @@ class Restart(Strict):
 
 
 class Logs(Strict):
+    """The rotation of the engine's log on the target (engine.log)."""
+
     max_bytes: int = Field(default=256 << 20, ge=64 << 10, description="engine.log is rotated past this size")
     head_bytes: int = Field(default=1 << 20, ge=0, description="the start of engine.log (the engine's startup "
                             "lines) kept in place at every rotation")
@@ -524,12 +555,18 @@ class Logs(Strict):
 
 
 class Retention(Strict):
+    """How much of a deployment's past stays on the target."""
+
     keep_runs: int = Field(default=10, ge=1, le=10000,
                            description="run dirs kept per deployment (the current and last good run always stay)")
 
 
 class Profile(Strict):
-    name: str = Field(pattern=NAME_RE, max_length=63)
+    """A deployment profile: one engine on one host (`target`), a fleet (`replicas`, `router`) or one engine across
+    nodes (`nodes`). Unknown keys are errors."""
+
+    name: str = Field(pattern=NAME_RE, max_length=63, description="names the deployment on the target "
+                      "(<workdir>/<name>/): lowercase letters, digits and -")
     extends: str | None = Field(default=None, description="profile file layered under this one (relative path)")
     template: str | None = Field(default=None, description="launch script template (relative to the profile)")
     target: Target = Field(description="the host (single-host profiles); with replicas/nodes: the first one's")
@@ -541,7 +578,7 @@ class Profile(Strict):
         default=None, description="one engine per entry (each a full target), or a count (Kubernetes export)")
     nodes: list[Node] | None = Field(default=None, min_length=2,
                                      description="ONE engine spread over these hosts, node_rank in this order")
-    router: Router | None = None
+    router: Router | None = Field(default=None, description="the model gateway in front of a fleet's replicas")
     retention: Retention = Field(default_factory=Retention)
     logs: Logs = Field(default_factory=Logs)
 

@@ -1,4 +1,4 @@
-"""README's environment-variable table names every variable deployer's code reads (a new one must be documented)."""
+"""docs/cli.md's environment-variable table names every variable deployer's code reads (a new one must be documented)."""
 
 from __future__ import annotations
 
@@ -23,14 +23,14 @@ def variables_read() -> dict[str, str]:
     return found
 
 
-def readme_table() -> set[str]:
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## Environment variables", 1)[1].split("\n## ", 1)[0]
+def docs_table() -> set[str]:
+    page = (REPO / "docs" / "cli.md").read_text()
+    section = page.split("## Environment variables", 1)[1].split("\n## ", 1)[0]
     return set(re.findall(r"^\| `([A-Z][A-Z0-9_]+)`", section, re.M))
 
 
-def test_every_variable_deployer_reads_is_in_the_readme_table() -> None:
+def test_every_variable_deployer_reads_is_in_the_docs_table() -> None:
     read = variables_read()
     assert {"DEPLOYER_HOME", "DEPLOYER_SSH_CONFIG", "SSH_AUTH_SOCK"} <= set(read)  # the scan itself works
-    missing = {name: where for name, where in read.items() if name not in readme_table()}
-    assert not missing, f"document these in README's 'Environment variables': {missing}"
+    missing = {name: where for name, where in read.items() if name not in docs_table()}
+    assert not missing, f"document these in docs/cli.md's 'Environment variables': {missing}"
