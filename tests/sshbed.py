@@ -529,7 +529,7 @@ def make_sshd(
         private_shm=private_shm,
     )
     bed.home = d / "home"
-    bed.home.mkdir(mode=0o700, exist_ok=True)
+    bed.home.mkdir(exist_ok=True)  # 0755, as a real home is (a red-team test has another user reach into it)
     if rc_cost is not None:
         bed.rc_cost = rc_cost
         write_rc_home(bed.home, rc_cost)

@@ -63,13 +63,22 @@ def gpus_file(tmp_path: Path, gpus: list[dict[str, Any]]) -> str:
     return str(path)
 
 
+_ENGINE_PORTS: dict[Path, int] = {}
+
+
+def engine_port(tmp_path: Path) -> int:
+    """The engine port of this test's profiles: free on the target, the same for every profile of the test (the
+    probe's cache is keyed by the arguments, the port among them)."""
+    return _ENGINE_PORTS.setdefault(tmp_path, free_port())
+
+
 def profile(tmp_path: Path, bed: Any, *, args: dict[str, Any] | None = None, env: dict[str, str] | None = None,
             model: str | None = None, python: str = "python3", port: int | None = None) -> Profile:
     return Profile.model_validate({
         "name": "pf",
         "target": bed.target(tmp_path / "work"),
         "engine": {"python": python, "model_path": model or str(MODELS / "qwen36-27b-like"),
-                   "port": port or free_port(), "args": args or {},
+                   "port": port or engine_port(tmp_path), "args": args or {},
                    "env": {"PYTHONPATH": str(STANDIN), **(env or {})}},
     })
 
@@ -170,7 +179,7 @@ def test_memory_plan_from_a_local_model_config(tmp_path: Path, bed: Any, remote:
 def vllm_profile(tmp_path: Path, bed: Any, args: dict[str, Any], gpus: str) -> Profile:
     return Profile.model_validate({
         "name": "pf-vllm", "target": bed.target(tmp_path / "work"),
-        "engine": {"kind": "vllm", "python": "python3", "model_path": str(MODELS / "qwen3-8b"), "port": free_port(),
+        "engine": {"kind": "vllm", "python": "python3", "model_path": str(MODELS / "qwen3-8b"), "port": engine_port(tmp_path),
                    "args": args, "env": {"PYTHONPATH": str(STANDIN), "STANDIN_GPUS_FILE": gpus}},
     })
 

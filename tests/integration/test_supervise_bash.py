@@ -157,7 +157,8 @@ def test_env_file_and_daemon_environment_reach_the_engine(make_run: Callable[...
     tricky = {"QUOTES": "it's \"quoted\" 'x'", "SUBST": "$(touch /tmp/pwned) `id` $HOME",
               "LINES": "one\ntwo\n\nthree", "UNI": "héllo ☃ 日本", "EMPTY": "", "HASH": "a # not a comment"}
     engine = ("import json, os\nkeys = %r\n" % sorted([*tricky, "FROM_CALLER", "DEPLOYER_RUN_DIR"])
-              + "json.dump({k: os.environ.get(k) for k in keys}, open('seen.json', 'w'))\n" + SLEEPER)
+              + "json.dump({k: os.environ.get(k) for k in keys}, open('seen.tmp', 'w'))\n"
+              + "os.rename('seen.tmp', 'seen.json')\n" + SLEEPER)  # whole or absent: the test reads it meanwhile
     run = make_run(engine, env=tricky)
     start_env = dict(os.environ, FROM_CALLER="kept")
     proc = sup("start", str(run), env=start_env)
