@@ -330,7 +330,7 @@ def test_plan_says_what_the_fetch_takes_and_prepare_fetches_without_launching(tm
     with HubStub(big) as hub:
         prof = weights_profile(tmp_path, bed, hub, name="wplanbig", hf_home=disk / "hf")
         planned = deploy("plan", str(prof), "--json", home=tmp_path / "home", env=env)
-        assert planned.returncode != 0 and "Traceback" not in planned.stderr, planned.stderr[-2000:]
+        assert planned.returncode == 4 and "Traceback" not in planned.stderr, planned.stderr[-2000:]
         weights = document(planned.stdout)["weights"]
         assert weights["commit"] == big.commit and weights["missing_bytes"] == big.total and not weights["fits"]
         assert "weights:" in planned.stderr + planned.stdout and hub.served == {}

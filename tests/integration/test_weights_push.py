@@ -160,7 +160,7 @@ def test_a_symlink_in_the_directory_and_a_models_dir_others_can_write_are_refuse
     prof = push_profile(tmp_path, sshd, "wrefuse")
     home = tmp_path / "home"
     refused = deploy("prepare", str(prof), home=home)
-    assert refused.returncode != 0 and "Traceback" not in refused.stderr, refused.stderr
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr  # the local folder: bad input
     assert "link.json is a symbolic link" in refused.stdout + refused.stderr
     assert not (tmp_path / "work" / ".deployer" / "models").exists()
 
@@ -169,7 +169,7 @@ def test_a_symlink_in_the_directory_and_a_models_dir_others_can_write_are_refuse
     models.mkdir(parents=True)
     models.chmod(0o777)
     unsafe = deploy("prepare", str(prof), home=home)
-    assert unsafe.returncode != 0 and "Traceback" not in unsafe.stderr, unsafe.stderr
+    assert unsafe.returncode == 4 and "Traceback" not in unsafe.stderr, unsafe.stderr
     assert "writable by everyone" in unsafe.stdout + unsafe.stderr
     assert os.listdir(models) == []
 
@@ -202,7 +202,7 @@ def test_a_rollback_loads_the_directory_it_ran_with_and_says_so_when_it_is_gone(
         import shutil
         shutil.rmtree(models / v2)
         gone = oncall(sshd, tmp_path, "rollback", "wpushrb")
-        assert gone.returncode != 0 and "Traceback" not in gone.stderr, gone.stderr
+        assert gone.returncode == 4 and "Traceback" not in gone.stderr, gone.stderr
         assert f"the weights pushed as {v2[:12]} are no longer on" in gone.stderr, gone.stderr
     finally:
         deploy("down", str(prof), home=home)
