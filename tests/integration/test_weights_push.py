@@ -136,6 +136,7 @@ def test_a_push_cut_short_resumes_and_a_file_changed_on_the_target_is_sent_again
         fh.seek(10)
         fh.write(b"garbage")
     repaired = deploy("prepare", str(prof), "--json", home=home)
+    assert repaired.returncode == 0, repaired.stderr[-3000:]
     row = pushed_row(repaired)
     assert row["sent_bytes"] == WEIGHTS - 1_000_000 + WEIGHTS, row
     assert "sending it again" in repaired.stdout + repaired.stderr
@@ -146,6 +147,7 @@ def test_a_push_cut_short_resumes_and_a_file_changed_on_the_target_is_sent_again
         fh.seek(WEIGHTS // 2)
         fh.write(b"bitrot")
     fixed = deploy("prepare", str(prof), "--json", home=home)
+    assert fixed.returncode == 0, fixed.stderr[-3000:]
     assert pushed_row(fixed)["sent_bytes"] == WEIGHTS
     assert "model.safetensors on" in fixed.stdout + fixed.stderr and "not what was pushed" in \
         fixed.stdout + fixed.stderr
