@@ -13,8 +13,8 @@ Knobs (attributes of `HubStub`, changeable while it runs): `rate` (bytes/s per t
 longer than that,
 `lie` (file -> the size the listing claims instead of the real one), `corrupt` (files sent with their last byte
 changed: the listing keeps their real size and sha256, the bytes do not match it), `ranges` (False: ignore Range,
-send 200 and the whole file), `token` (required as `Authorization: Bearer`). It counts the bytes it sent per file (`served`),
-the Range starts it was asked for (`starts`; whole ranges: `ranges_asked`), the most transfers at once
+send 200 and the whole file), `token` (required as `Authorization: Bearer`). It counts the bytes it sent per file
+(`served`), the Range starts it was asked for (`starts`; whole ranges: `ranges_asked`), the most transfers at once
 (`most_in_flight`) and every request line (`requests`). `cdn`: an endpoint (another
 HubStub, or this one by another address) file downloads are redirected to, as the hub sends LFS files to its CDN.
 """
