@@ -98,7 +98,7 @@ def test_unknown_vllm_flag_is_caught_before_launch(tmp_path: Path, sshd: Any) ->
     prof = write_profile(tmp_path, sshd, name="vllm-badflag", extra={"engine": VLLM},
                          args={"mem_fraction_static": 0.8})
     up = deploy("up", str(prof), "--json", home=home)
-    assert up.returncode != 0
+    assert up.returncode == 2, up.stderr[-2000:]  # refused, never dropped (README: exit codes)
     text = up.stdout + up.stderr
     assert "mem_fraction_static" in text or "mem-fraction-static" in text, text[-2000:]
     assert "Traceback" not in up.stderr

@@ -117,6 +117,39 @@ def test_a_file_larger_than_listed_is_refused_in_one_line_and_nothing_starts(tmp
         assert not (tmp_path / "work" / "wlie" / "current").exists()  # nothing was started
 
 
+def test_a_file_whose_sha256_is_not_the_listed_one_is_refused_in_one_line_and_nothing_is_published(
+        tmp_path: Path, sshd: Any) -> None:
+    """The stand-in hub sends model.safetensors with one byte changed (its listing keeps the real size and sha256):
+    the fetch fails in one line (exit 3: a transfer whose hash did not match, deployer/errors.py), the bad bytes
+    are removed, no snapshot names them, nothing starts; once the hub sends the right bytes the next `up` serves."""
+    repo = tiny_repo(REPO_ID, 400_000)
+    weights = next(f for f in repo.files if f.name == "model.safetensors")
+    with HubStub(repo) as hub:
+        hub.corrupt = {"model.safetensors"}
+        hf_home = tmp_path / "hf"
+        prof = weights_profile(tmp_path, sshd, hub, name="wsha", hf_home=hf_home)
+        home = tmp_path / "home"
+        try:
+            failed = up(prof, home)
+            assert failed.returncode == 3, failed.stdout[-2000:] + failed.stderr[-2000:]
+            errors = [ln for ln in failed.stderr.splitlines() if ln.startswith("error: ")]
+            assert len(errors) == 1 and "model.safetensors: its sha256 is not the one the hub listed; refused" \
+                in errors[0], failed.stderr
+            assert "Traceback" not in failed.stderr
+            assert hub.served["model.safetensors"] >= len(weights.data)  # it came whole: refused by its hash
+            folder = hf_home / "hub" / "models--acme--tiny"
+            assert not [p for p in (folder / "blobs").iterdir() if p.name.startswith(weights.sha256)]
+            assert not (folder / "snapshots" / repo.commit / "model.safetensors").exists()
+            assert not (folder / "refs" / "main").exists()
+            assert not (tmp_path / "work" / "wsha" / "current").exists()  # nothing was started
+            hub.corrupt = set()
+            made = up(prof, home)
+            assert made.returncode == 0, made.stderr[-3000:]
+            assert (folder / "snapshots" / repo.commit / "model.safetensors").read_bytes() == weights.data
+        finally:
+            deploy("down", str(prof), home=home)
+
+
 @pytest.fixture()
 def small_hf(tmp_path: Path) -> Iterator[tuple[Any, Path]]:
     """An 8 MB tmpfs for HF_HOME, mounted before its own sshd starts (the sshd's mount namespace copies it)."""
@@ -257,7 +290,7 @@ def test_plan_says_what_the_fetch_takes_and_prepare_fetches_without_launching(tm
     with HubStub(big) as hub:
         prof = weights_profile(tmp_path, bed, hub, name="wplanbig", hf_home=disk / "hf")
         planned = deploy("plan", str(prof), "--json", home=tmp_path / "home", env=env)
-        assert planned.returncode != 0 and "Traceback" not in planned.stderr, planned.stderr[-2000:]
+        assert planned.returncode == 4 and "Traceback" not in planned.stderr, planned.stderr[-2000:]
         weights = document(planned.stdout)["weights"]
         assert weights["commit"] == big.commit and weights["missing_bytes"] == big.total and not weights["fits"]
         assert "weights:" in planned.stderr + planned.stdout and hub.served == {}

@@ -136,6 +136,7 @@ def test_a_push_cut_short_resumes_and_a_file_changed_on_the_target_is_sent_again
         fh.seek(10)
         fh.write(b"garbage")
     repaired = deploy("prepare", str(prof), "--json", home=home)
+    assert repaired.returncode == 0, repaired.stderr[-3000:]
     row = pushed_row(repaired)
     assert row["sent_bytes"] == WEIGHTS - 1_000_000 + WEIGHTS, row
     assert "sending it again" in repaired.stdout + repaired.stderr
@@ -146,6 +147,7 @@ def test_a_push_cut_short_resumes_and_a_file_changed_on_the_target_is_sent_again
         fh.seek(WEIGHTS // 2)
         fh.write(b"bitrot")
     fixed = deploy("prepare", str(prof), "--json", home=home)
+    assert fixed.returncode == 0, fixed.stderr[-3000:]
     assert pushed_row(fixed)["sent_bytes"] == WEIGHTS
     assert "model.safetensors on" in fixed.stdout + fixed.stderr and "not what was pushed" in \
         fixed.stdout + fixed.stderr
@@ -160,7 +162,7 @@ def test_a_symlink_in_the_directory_and_a_models_dir_others_can_write_are_refuse
     prof = push_profile(tmp_path, sshd, "wrefuse")
     home = tmp_path / "home"
     refused = deploy("prepare", str(prof), home=home)
-    assert refused.returncode != 0 and "Traceback" not in refused.stderr, refused.stderr
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr  # the local folder: bad input
     assert "link.json is a symbolic link" in refused.stdout + refused.stderr
     assert not (tmp_path / "work" / ".deployer" / "models").exists()
 
@@ -169,7 +171,7 @@ def test_a_symlink_in_the_directory_and_a_models_dir_others_can_write_are_refuse
     models.mkdir(parents=True)
     models.chmod(0o777)
     unsafe = deploy("prepare", str(prof), home=home)
-    assert unsafe.returncode != 0 and "Traceback" not in unsafe.stderr, unsafe.stderr
+    assert unsafe.returncode == 4 and "Traceback" not in unsafe.stderr, unsafe.stderr
     assert "writable by everyone" in unsafe.stdout + unsafe.stderr
     assert os.listdir(models) == []
 
@@ -202,7 +204,7 @@ def test_a_rollback_loads_the_directory_it_ran_with_and_says_so_when_it_is_gone(
         import shutil
         shutil.rmtree(models / v2)
         gone = oncall(sshd, tmp_path, "rollback", "wpushrb")
-        assert gone.returncode != 0 and "Traceback" not in gone.stderr, gone.stderr
+        assert gone.returncode == 4 and "Traceback" not in gone.stderr, gone.stderr
         assert f"the weights pushed as {v2[:12]} are no longer on" in gone.stderr, gone.stderr
     finally:
         deploy("down", str(prof), home=home)

@@ -11,9 +11,10 @@ Serves generated tiny model repos on 127.0.0.1 with the two routes deployer's fe
 Knobs (attributes of `HubStub`, changeable while it runs): `rate` (bytes/s per transfer, 0 = as fast as it can),
 `cut_after` (close the connection after this many bytes of a file transfer) for the next `cuts` transfers
 longer than that,
-`lie` (file -> the size the listing claims instead of the real one), `ranges` (False: ignore Range, send 200 and
-the whole file), `token` (required as `Authorization: Bearer`). It counts the bytes it sent per file (`served`),
-the Range starts it was asked for (`starts`; whole ranges: `ranges_asked`), the most transfers at once
+`lie` (file -> the size the listing claims instead of the real one), `corrupt` (files sent with their last byte
+changed: the listing keeps their real size and sha256, the bytes do not match it), `ranges` (False: ignore Range,
+send 200 and the whole file), `token` (required as `Authorization: Bearer`). It counts the bytes it sent per file
+(`served`), the Range starts it was asked for (`starts`; whole ranges: `ranges_asked`), the most transfers at once
 (`most_in_flight`) and every request line (`requests`). `cdn`: an endpoint (another
 HubStub, or this one by another address) file downloads are redirected to, as the hub sends LFS files to its CDN.
 """
@@ -93,6 +94,7 @@ class HubStub:
         self.cut_after: int | None = None
         self.cuts = 0
         self.lie: dict[str, int] = {}
+        self.corrupt: set[str] = set()
         self.ranges = True
         self.token: str | None = None
         self.cdn: str | None = None    # an endpoint to redirect file downloads to (302), as the hub does for LFS
@@ -202,24 +204,25 @@ def _handler(hub: HubStub) -> type[BaseHTTPRequestHandler]:
             f = next((f for f in repo.files if f.name == name), None) if repo is not None else None
             if f is None:
                 return self._json(404, {"error": "Entry not found"})
-            start, end = 0, len(f.data) - 1
+            data = f.data[:-1] + bytes([f.data[-1] ^ 0xFF]) if name in hub.corrupt and f.data else f.data
+            start, end = 0, len(data) - 1
             wanted = re.match(r"\Abytes=(\d+)-(\d*)\Z", self.headers.get("Range") or "")
             if wanted and hub.ranges:
                 start = int(wanted.group(1))
                 end = min(int(wanted.group(2)), end) if wanted.group(2) else end
                 hub.starts.append((name, start))
                 hub.ranges_asked.append((name, start, end))
-                if start >= len(f.data) or end < start:
+                if start >= len(data) or end < start:
                     self.send_response(416)
-                    self.send_header("Content-Range", f"bytes */{len(f.data)}")
+                    self.send_header("Content-Range", f"bytes */{len(data)}")
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-            body = f.data[start:end + 1]
+            body = data[start:end + 1]
             partial = wanted is not None and hub.ranges
-            self.send_response(206 if partial and (start or end < len(f.data) - 1) else 200)
-            if partial and (start or end < len(f.data) - 1):
-                self.send_header("Content-Range", f"bytes {start}-{end}/{len(f.data)}")
+            self.send_response(206 if partial and (start or end < len(data) - 1) else 200)
+            if partial and (start or end < len(data) - 1):
+                self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
             self.send_header("Content-Length", str(len(body)))
             self.send_header("ETag", f'"{f.sha256 if f.lfs else f.blob_id}"')
             self.end_headers()

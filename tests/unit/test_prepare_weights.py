@@ -271,3 +271,27 @@ def test_a_hub_that_ignores_ranges_gets_one_stream(tmp_path: Path) -> None:
         got, _ = parted(hub, tmp_path / "hub")
         assert got.fetched == repo.total and hub.most_in_flight == 1
         assert (tmp_path / "hub" / "models--acme--tiny" / "blobs" / weights.sha256).read_bytes() == weights.data
+
+
+@pytest.mark.parametrize("connections", [1, 4])
+def test_a_file_whose_bytes_do_not_match_the_listed_sha256_is_refused_and_not_published(
+        tmp_path: Path, connections: int) -> None:
+    """One stream (the file's .incomplete) and parts at once (its .deployer-parts): the whole file arrives with its
+    listed size but one byte changed; the fetch fails saying so, nothing of it is left where an engine looks, and
+    the next fetch (the hub sending the right bytes) asks for the whole file again."""
+    repo = tiny_repo(REPO, 1_000_000)
+    weights = next(f for f in repo.files if f.name == "model.safetensors")
+    with HubStub(repo) as hub:
+        hub.corrupt = {"model.safetensors"}
+        with pytest.raises(TransferFailed, match="model.safetensors: its sha256 is not the one the hub listed"):
+            parted(hub, tmp_path / "hub", connections=connections)
+        assert hub.served["model.safetensors"] == len(weights.data)
+        folder = tmp_path / "hub" / "models--acme--tiny"
+        left = [p.name for p in (folder / "blobs").iterdir() if p.name.startswith(weights.sha256)]
+        assert left in ([], [f"{weights.sha256}.deployer-parts.json"]), left  # a record of parts, of no file
+        assert not (folder / "snapshots" / repo.commit / "model.safetensors").exists()
+        assert not (folder / "refs" / "main").exists()
+        hub.corrupt = set()
+        got, _ = parted(hub, tmp_path / "hub", connections=connections)  # the right bytes: fetched whole, again
+        assert got.fetched == len(weights.data)
+        assert (folder / "snapshots" / repo.commit / "model.safetensors").read_bytes() == weights.data

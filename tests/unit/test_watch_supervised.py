@@ -1,4 +1,5 @@
-"""Ready means supervised: the watch's verdict when the engine serves but its supervisor is gone.
+"""Ready means supervised: the watch's verdict when the engine serves but its supervisor is gone; and the watch's
+own give-up on an engine that printed a fatal line and lives on under a supervisor that does not end it.
 
 Real parts throughout: the run's state.json on disk, the real supervisor's `status` and `listener` commands run
 through LocalRemote, a real HTTP server answering /health on loopback from this test's own process group (the
@@ -23,7 +24,8 @@ from deployer.profile.model import Health
 from deployer.target.push import RunDir
 from deployer.remote.local import LocalRemote
 from deployer.target.process import Launch
-from deployer.watch.watcher import LIVENESS_EVERY_S, Event, Ready, Unsupervised, Watcher
+from deployer.watch.fatal import FATAL_GRACE_S
+from deployer.watch.watcher import LIVENESS_EVERY_S, Event, Ready, Stuck, Unsupervised, Watcher
 
 
 class _Health(http.server.BaseHTTPRequestHandler):
@@ -133,3 +135,28 @@ def test_what_the_engine_printed_just_before_serving_is_shown_before_ready(
     kinds = [(e.kind, e.data.get("phase")) for e in events if e.kind in ("phase", "ready")]
     assert kinds[-1] == ("ready", "ready")
     assert ("phase", "loading weights") in kinds[:-1], kinds
+
+
+# Real SGLang 0.5.23 when its port is taken (docs/real-engines.md): uvicorn's bind error, then it never exits
+BIND_FAILED = ("[2026-12-01 18:40:20] ERROR:    [Errno 98] error while attempting to bind on address "
+               "('127.0.0.1', 30000): address already in use")
+
+
+def test_an_engine_that_lives_on_after_a_fatal_bind_line_is_given_up_on_by_the_watcher_itself(
+        tmp_path: Path, supervisor: subprocess.Popen[bytes]) -> None:
+    """The run's supervisor races the watcher to end such an engine (tests/integration/test_watch.py accepts either);
+    here the supervisor is a process that never does, and nothing answers /health: the `Stuck` verdict after
+    FATAL_GRACE_S, not a minute later at a timeout, is the watcher's own."""
+    watcher, events, clock = _watcher(tmp_path, 1, supervisor.pid)
+    with open(tmp_path / "engine.log", "a") as log:
+        log.write(BIND_FAILED + "\n")
+    assert watcher.poll_once() is None  # the line is seen: the engine's grace to exit by itself begins
+    clock.now += FATAL_GRACE_S - 0.5
+    assert watcher.poll_once() is None
+    clock.now += 0.5
+    outcome = watcher.poll_once()
+    assert isinstance(outcome, Stuck), outcome
+    assert outcome.line == BIND_FAILED and outcome.waited_s == FATAL_GRACE_S
+    assert "engine printed a fatal error and did not exit within 5s (stopped)" in outcome.describe()
+    hung = [e for e in events if e.kind == "hung"]
+    assert len(hung) == 1 and hung[0].data["line"] == BIND_FAILED and hung[0].data["stalled_s"] == FATAL_GRACE_S
