@@ -70,8 +70,9 @@ class PairedCommand(click.Command):
 def dashboard(targets: tuple[str, ...], port: int, address: str, refresh: float, trust_new_host: bool) -> None:
     """A local web page of every deployment, fleet member and node named: state, serving, attempts, log.
 
-    Serves on 127.0.0.1 (another address only with --address) and prints the address to open, with this run's
-    access token, as its first line; read-only; one SSH connection per host, kept open. Ctrl-C stops it.
+    Serves on 127.0.0.1 (another address only with --address) and prints the address to open, with a one-time
+    ticket that lets one browser in, as its first line (then the next one each time one is used); read-only; one
+    SSH connection per host, kept open. Ctrl-C stops it.
     `--host H` / `--workdir W` after a NAME are that name's; a `--host` alone means every deployment there.
     """
     # read-only, with each profile file loaded (its engine's kind and version label the rows)

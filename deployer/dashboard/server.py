@@ -2,14 +2,18 @@
 
 - Bound to 127.0.0.1 unless the caller names another address (`DashboardConfig.address`); the port is the
   caller's or a free one.
-- The token (`secrets.token_urlsafe`) is in the URL printed once (`http://127.0.0.1:PORT/?token=...`, as Jupyter
-  does); the first request carrying it gets it as an HttpOnly, SameSite=Strict cookie and is redirected to the
-  same address without it (out of the history and the address bar). Any request without the token gets 401, with
-  a wrong one 403, and no data either way; static files too.
+- The credential never rides in a cookie (browsers send cookies to every port of 127.0.0.1) nor stays in a URL:
+  the printed URL (`http://127.0.0.1:PORT/#ticket=...`) carries a one-time ticket in its fragment (never sent
+  over the wire); the page trades it once (`GET /api/session`, header `X-Deployer-Ticket`) for the run's token
+  (`secrets.token_urlsafe`), keeps that in sessionStorage (this origin, this tab) and sends it on every data
+  request as `Authorization: Bearer <token>`. A spent ticket opens nothing, so the URL the browser's history
+  keeps is worthless; the next ticket is announced (`announce`: `deploy dashboard` prints it) for another
+  browser. Data without the header: 401, with a wrong token: 403, no data either way. The pages and static
+  files hold no data and are served to anyone on the right Host.
 - While bound to a loopback address, a request whose Host header names another host is refused (403): a page
-  of another site that rebinds its name to 127.0.0.1 gets nothing even before the token is checked.
+  of another site that rebinds its name to 127.0.0.1 gets nothing, the pages included.
 - Every response carries a strict Content-Security-Policy (self only, no inline script or style), nosniff,
-  no-referrer (the first URL holds the token), no framing and no caching.
+  no-referrer, no framing and no caching.
 - Pages: `/` (overview), `/deployment?key=K`; data: `/api/overview`, `/api/deployment?key=K`,
   `/api/log?key=K[&offset=N][&max_bytes=N]`. JSON only from the source's typed values, through `shown`.
 """
@@ -26,11 +30,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http import HTTPStatus
-from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.resources import files
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from deployer.dashboard.model import LogRequest
 from deployer.dashboard.shown import json_bytes, shown, shown_log_lines
@@ -49,6 +52,7 @@ SECURITY_HEADERS = {
 }
 PAGES = {"/": "index.html", "/deployment": "deployment.html"}
 STATIC = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
+TICKET_HEADER = "X-Deployer-Ticket"
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,9 @@ class DashboardServer(ThreadingHTTPServer):
         self.source = Throttled(source, config.min_interval_s)
         self.config = config
         self.token = secrets.token_urlsafe(32)
+        self.announce: Callable[[str], None] | None = None   # told the next URL once a ticket is spent
+        self._ticket = secrets.token_urlsafe(32)
+        self._ticket_lock = threading.Lock()
         if ":" in config.address:
             self.address_family = socket.AF_INET6
         super().__init__((config.address, config.port), DashboardHandler)
@@ -88,15 +95,26 @@ class DashboardServer(ThreadingHTTPServer):
         return int(self.server_address[1])
 
     @property
-    def cookie_name(self) -> str:
-        return f"deployer_dashboard_{self.port}"  # cookies ignore ports: one per dashboard
+    def base_url(self) -> str:
+        host = str(self.server_address[0])
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
 
     @property
     def url(self) -> str:
-        """The address to open, token included (print it once; it is the only way in)."""
-        host = str(self.server_address[0])
-        shown_host = f"[{host}]" if ":" in host else host
-        return f"http://{shown_host}:{self.port}/?token={self.token}"
+        """The address to open, with the one-time ticket that lets one browser tab in."""
+        with self._ticket_lock:
+            return f"{self.base_url}/#ticket={self._ticket}"
+
+    def exchange(self, ticket: str | None) -> str | None:
+        """The run's token for the unspent ticket (which is then spent, and the next one announced), else None."""
+        with self._ticket_lock:
+            if ticket is None or not hmac.compare_digest(ticket.encode(), self._ticket.encode()):
+                return None
+            self._ticket = secrets.token_urlsafe(32)
+            url = f"{self.base_url}/#ticket={self._ticket}"
+        if self.announce is not None:
+            self.announce(f"opened in a browser; to open it in another one: {url}")
+        return self.token
 
     def allowed_host(self, header: str | None) -> bool:
         """A Host header this server answers: any while bound to a chosen non-loopback address, else only
@@ -111,8 +129,8 @@ class DashboardServer(ThreadingHTTPServer):
         if not isinstance(sys.exc_info()[1], ConnectionError):
             super().handle_error(request, client_address)
 
-    def token_ok(self, given: str | None) -> bool:
-        return given is not None and hmac.compare_digest(given.encode(), self.token.encode())
+    def token_ok(self, given: str) -> bool:
+        return hmac.compare_digest(given.encode(), self.token.encode())
 
 
 class DashboardHandler(BaseHTTPRequestHandler):
@@ -133,7 +151,14 @@ class DashboardHandler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         self._plain(HTTPStatus.METHOD_NOT_ALLOWED, "read-only")
 
-    do_PUT = do_DELETE = do_PATCH = do_POST
+    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_POST  # OPTIONS: a cross-origin preflight is refused too
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (a bad request line, too long a header, an unknown method): one plain line
+        with the usual headers, not its HTML page."""
+        self.close_connection = True
+        status = HTTPStatus(code)
+        self._plain(status, message or status.description)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         """No access log: a request line may hold the token."""
@@ -143,41 +168,17 @@ class DashboardHandler(BaseHTTPRequestHandler):
         query = parse_qs(url.query)
         if not self.server.allowed_host(self.headers.get("Host")):
             self._plain(HTTPStatus.FORBIDDEN, "wrong host")
-        elif "token" in query:
-            self._take_token(url.path, query)
-        elif (refusal := self._cookie_refusal()) is not None:
+        elif self._public(url.path):
+            return
+        elif url.path == "/api/session":
+            self._session()
+        elif (refusal := self._token_refusal()) is not None:
             self._plain(*refusal)
         else:
             self._route(url.path, query)
 
-    def _take_token(self, path: str, query: dict[str, list[str]]) -> None:
-        if not self.server.token_ok(query["token"][0]):
-            self._plain(HTTPStatus.FORBIDDEN, "wrong token")
-            return
-        rest = urlencode({k: v for k, v in query.items() if k != "token"}, doseq=True)
-        page = path if path in PAGES else "/"  # never a Location the request spelt (`//elsewhere`)
-        self.send_response(HTTPStatus.SEE_OTHER)
-        self.send_header("Location", page + (f"?{rest}" if rest else ""))
-        self.send_header("Set-Cookie", f"{self.server.cookie_name}={self.server.token}; HttpOnly; "
-                                       "SameSite=Strict; Path=/")
-        self._finish_headers(0)
-
-    def _cookie_refusal(self) -> tuple[HTTPStatus, str] | None:
-        """Why the request's cookie does not let it in (401: no token, 403: a wrong one), or None."""
-        try:
-            jar = SimpleCookie(self.headers.get("Cookie") or "")
-        except CookieError:
-            jar = SimpleCookie()
-        morsel = jar.get(self.server.cookie_name)
-        if morsel is None:
-            return HTTPStatus.UNAUTHORIZED, "open the URL the dashboard printed (it carries the token)"
-        if not self.server.token_ok(morsel.value):
-            return HTTPStatus.FORBIDDEN, "wrong token"
-        return None
-
-    def _route(self, path: str, query: dict[str, list[str]]) -> None:
-        api: dict[str, Callable[[dict[str, list[str]]], Any]] = {
-            "/api/overview": self._overview, "/api/deployment": self._detail, "/api/log": self._log}
+    def _public(self, path: str) -> bool:
+        """Answer a page, a static file or the icon (no data in any), when `path` is one."""
         if path in PAGES:
             self._resource(PAGES[path], "text/html; charset=utf-8")
         elif path == "/favicon.ico":
@@ -185,7 +186,32 @@ class DashboardHandler(BaseHTTPRequestHandler):
         elif path.startswith("/static/") and path[len("/static/"):] in STATIC:
             name = path[len("/static/"):]
             self._resource(name, STATIC[name])
-        elif path in api:
+        else:
+            return False
+        return True
+
+    def _session(self) -> None:
+        """The token, for the one-time ticket of the printed URL (sent as a header, never in the address)."""
+        token = self.server.exchange(self.headers.get(TICKET_HEADER))
+        if token is None:
+            self._plain(HTTPStatus.FORBIDDEN, "this address was used already: open the newest one the dashboard "
+                                              "printed")
+        else:
+            self._send(HTTPStatus.OK, json_bytes({"token": token}), "application/json; charset=utf-8")
+
+    def _token_refusal(self) -> tuple[HTTPStatus, str] | None:
+        """Why the request's `Authorization: Bearer` header does not let it in (401: none, 403: wrong), or None."""
+        scheme, _, given = (self.headers.get("Authorization") or "").partition(" ")
+        if scheme.lower() != "bearer" or not given.strip():
+            return HTTPStatus.UNAUTHORIZED, "open the URL the dashboard printed (it lets the page in)"
+        if not self.server.token_ok(given.strip()):
+            return HTTPStatus.FORBIDDEN, "wrong token"
+        return None
+
+    def _route(self, path: str, query: dict[str, list[str]]) -> None:
+        api: dict[str, Callable[[dict[str, list[str]]], Any]] = {
+            "/api/overview": self._overview, "/api/deployment": self._detail, "/api/log": self._log}
+        if path in api:
             value = api[path](query)
             if value is None:
                 self._plain(HTTPStatus.NOT_FOUND, "no such deployment")
@@ -248,8 +274,10 @@ def _int(query: dict[str, list[str]], name: str) -> int | None:
 
 
 def serve_until_interrupted(server: DashboardServer, say: Callable[[str], None]) -> None:
-    """The foreground way: the URL (token included) said first, then serving until Ctrl-C."""
+    """The foreground way: the URL (its ticket included) said first, then serving until Ctrl-C; each later ticket
+    said when the one before is spent."""
     say(server.url)
+    server.announce = say
     try:
         server.serve_forever()
     except KeyboardInterrupt:

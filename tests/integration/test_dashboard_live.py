@@ -127,19 +127,13 @@ def test_an_unreachable_host_is_a_row_not_a_failure(tmp_path: Path, monkeypatch:
     assert row.status == "unreachable" and not row.serving
 
 
-def _get(url: str, cookie: str | None = None) -> tuple[int, bytes, Any]:
-    request = urllib.request.Request(url, headers={"Cookie": cookie} if cookie else {})
-    opener = urllib.request.build_opener(_NoRedirect)
+def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes, Any]:
+    request = urllib.request.Request(url, headers=headers or {})
     try:
-        with opener.open(request, timeout=30) as reply:
+        with urllib.request.urlopen(request, timeout=30) as reply:
             return reply.status, reply.read(), reply.headers
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read(), exc.headers
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
 
 
 def test_the_command_prints_its_address_and_serves_only_with_the_token(healed: tuple[Path, Path]) -> None:
@@ -152,18 +146,19 @@ def test_the_command_prints_its_address_and_serves_only_with_the_token(healed: t
         assert proc.stdout is not None
         url = proc.stdout.readline().strip()
         parts = urlsplit(url)
-        assert parts.hostname == "127.0.0.1" and parts.query.startswith("token=")
+        assert parts.hostname == "127.0.0.1" and parts.fragment.startswith("ticket=") and not parts.query
         base = f"http://127.0.0.1:{parts.port}"
         assert _get(f"{base}/api/overview")[0] == 401
-        assert _get(f"{base}/api/overview", "deployer_dashboard_%d=wrong" % parts.port)[0] == 403
-        code, _, headers = _get(url)
-        assert code == 303
-        cookie = headers["Set-Cookie"].split(";")[0]
-        code, body, _ = _get(f"{base}/api/overview", cookie)
+        assert _get(f"{base}/api/overview", {"Authorization": "Bearer wrong"})[0] == 403
+        code, body, headers = _get(f"{base}/api/session", {"X-Deployer-Ticket": parts.fragment[len("ticket="):]})
+        assert code == 200 and "Set-Cookie" not in headers
+        bearer = {"Authorization": f"Bearer {json.loads(body)['token']}"}
+        assert "another one: http://127.0.0.1:" in proc.stdout.readline()   # the next ticket, for another browser
+        code, body, _ = _get(f"{base}/api/overview", bearer)
         assert code == 200
         (row,) = json.loads(body)["rows"]
         assert (row["name"], row["status"], row["serving"]) == ("dashdemo", "ready", True)
-        code, body, _ = _get(f"{base}/api/deployment?key={row['key']}", cookie)
+        code, body, _ = _get(f"{base}/api/deployment?key={row['key']}", bearer)
         assert code == 200 and [a["outcome"] for a in json.loads(body)["attempts"]] == ["crashed", "ready"]
         listening = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True).stdout
         mine = [line for line in listening.splitlines() if f"pid={proc.pid}," in line]
