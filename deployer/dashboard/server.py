@@ -1,4 +1,4 @@
-"""The dashboard's HTTP server: standard library only (`ThreadingHTTPServer`), read-only, behind a per-run token.
+"""The dashboard's HTTP server: standard library only (`http.server`), read-only, behind a per-run token.
 
 - Bound to 127.0.0.1 unless the caller names another address (`DashboardConfig.address`); the port is the
   caller's or a free one.
@@ -16,12 +16,18 @@
   no-referrer, no framing and no caching.
 - Pages: `/` (overview), `/deployment?key=K`; data: `/api/overview`, `/api/deployment?key=K`,
   `/api/log?key=K[&offset=N][&max_bytes=N]`. JSON only from the source's typed values, through `shown`.
+- Limits: every query parameter checked (dashboard/query.py: a one-line 400); one log read at most 256 KiB and a
+  page's attempts at most `MAX_ATTEMPTS`, whatever is asked; connections bounded in number and idle time, answered
+  by a fixed number of threads (dashboard/doorway.py); a source that does not answer in time is a one-line 504
+  (`NoAnswer`); http.server's own refusals and anything unexpected are one plain line too, never a traceback.
 """
 
 from __future__ import annotations
 
 import hmac
+import io
 import ipaddress
+import math
 import secrets
 import socket
 import sys
@@ -30,14 +36,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from importlib.resources import files
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
-from deployer.dashboard.model import LogRequest
-from deployer.dashboard.shown import json_bytes, shown, shown_log_lines
-from deployer.dashboard.source import DashboardSource, Throttled, valid_key
+from deployer.dashboard.doorway import Doorway
+from deployer.dashboard.query import BadQuery, key_of, log_request, params
+from deployer.dashboard.shown import json_bytes, shown, shown_log_lines, shown_text
+from deployer.dashboard.source import DashboardSource, NoAnswer, Throttled
 
 LOOPBACK = "127.0.0.1"
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
@@ -53,18 +60,33 @@ SECURITY_HEADERS = {
 PAGES = {"/": "index.html", "/deployment": "deployment.html"}
 STATIC = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
 TICKET_HEADER = "X-Deployer-Ticket"
+MAX_ATTEMPTS = 100                 # the newest attempts a deployment page shows
 
 
 @dataclass(frozen=True)
 class DashboardConfig:
     """Where to listen and how often the page refreshes (the page reads `refresh_s` and `log_poll_s` from
-    /api/overview); `min_interval_s`: the floor under how often the source is asked."""
+    /api/overview); `min_interval_s`: the floor under how often the source is asked. The connections: at most
+    `max_connections` open, each closed when its request has not arrived `idle_timeout_s` after it opened, answered
+    by `workers` threads, each answer's sending bounded by `send_timeout_s`."""
 
     address: str = LOOPBACK
     port: int = 0
     refresh_s: float = 5.0
     log_poll_s: float = 1.0
     min_interval_s: float = 2.0
+    workers: int = 8
+    max_connections: int = 256
+    idle_timeout_s: float = 10.0
+    send_timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        for name in ("refresh_s", "log_poll_s", "idle_timeout_s", "send_timeout_s"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{name} must be a finite number of seconds above 0, not {value}")
+        if self.workers < 1 or self.max_connections < self.workers:
+            raise ValueError("workers must be at least 1 and max_connections at least workers")
 
 
 def _is_loopback(address: str) -> bool:
@@ -74,10 +96,10 @@ def _is_loopback(address: str) -> bool:
         return address == "localhost"
 
 
-class DashboardServer(ThreadingHTTPServer):
-    """One dashboard: its source (throttled), its token, its config."""
+class DashboardServer(HTTPServer):
+    """One dashboard: its source (throttled), its token, its config, its connections (a `Doorway`)."""
 
-    daemon_threads = True
+    request_queue_size = 128
 
     def __init__(self, source: DashboardSource, config: DashboardConfig = DashboardConfig()) -> None:
         self.source = Throttled(source, config.min_interval_s)
@@ -88,7 +110,31 @@ class DashboardServer(ThreadingHTTPServer):
         self._ticket_lock = threading.Lock()
         if ":" in config.address:
             self.address_family = socket.AF_INET6
-        super().__init__((config.address, config.port), DashboardHandler)
+        self.doorway: Doorway | None = None
+        super().__init__((config.address, config.port), DashboardHandler)  # OSError: cannot listen there
+        self.doorway = Doorway(self._answer, _refuse, workers=config.workers,
+                               max_connections=config.max_connections, idle_timeout_s=config.idle_timeout_s)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """An accepted connection waits in the doorway for its request (no thread of its own meanwhile)."""
+        assert self.doorway is not None  # made in __init__ before serving
+        self.doorway.admit(request, client_address)
+
+    def server_close(self) -> None:
+        super().server_close()
+        if self.doorway is not None:
+            self.doorway.stop()
+
+    def _answer(self, sock: socket.socket, address: tuple[str, int], head: bytes) -> None:
+        """One request whose head has arrived (a worker thread)."""
+        try:
+            sock.setblocking(True)
+            sock.settimeout(self.config.send_timeout_s)
+            DashboardHandler(_Arrived(sock, head), address, self)  # type: ignore[arg-type]
+        except OSError:
+            pass  # the page went away, or stopped reading: nothing to tell anyone
+        except Exception as exc:  # noqa: BLE001 (a bug: one line, never a traceback; the connection is closed)
+            sys.stderr.write(f"dashboard: could not answer a request: {type(exc).__name__}: {exc}"[:300] + "\n")
 
     @property
     def port(self) -> int:
@@ -125,19 +171,66 @@ class DashboardServer(ThreadingHTTPServer):
         return (header or "").lower() in names
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        """A page closed mid-answer is no error worth a traceback; anything else is reported as usual."""
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
+        """An error while accepting: one line, never a traceback."""
+        error = sys.exc_info()[1]
+        if not isinstance(error, ConnectionError):
+            sys.stderr.write(f"dashboard: {type(error).__name__}: {error}"[:300] + "\n")
 
     def token_ok(self, given: str) -> bool:
         return hmac.compare_digest(given.encode(), self.token.encode())
+
+
+@dataclass(frozen=True)
+class _Arrived:
+    """A connection and its request's head, read by the doorway."""
+
+    sock: socket.socket
+    head: bytes
+
+
+class _SendAll:
+    """The handler's `wfile`: every write sent whole (within the socket's timeout)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self.closed = False
+
+    def write(self, data: bytes) -> int:
+        self._sock.sendall(data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _refuse(sock: socket.socket, status: int, text: str) -> None:
+    """A one-line answer straight from the doorway (too many connections, too long a head), then closed."""
+    phrase = HTTPStatus(status).phrase
+    body = f"{status} {phrase}: {text}\n".encode()
+    head = [f"HTTP/1.0 {status} {phrase}", "Content-Type: text/plain; charset=utf-8", "Connection: close",
+            *(f"{k}: {v}" for k, v in SECURITY_HEADERS.items()), f"Content-Length: {len(body)}"]
+    try:
+        sock.settimeout(1.0)
+        sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+    except OSError:
+        pass
 
 
 class DashboardHandler(BaseHTTPRequestHandler):
     """One request: host check, token check, then a page, a static file or JSON."""
 
     server: DashboardServer
+    request: _Arrived  # type: ignore[assignment]
     server_version = "deployer-dashboard"
+
+    def setup(self) -> None:
+        """The request's head as read by the doorway (a GET has no body); answers sent whole."""
+        self.connection = self.request.sock
+        self.rfile = io.BytesIO(self.request.head)  # type: ignore[assignment]
+        self.wfile = _SendAll(self.request.sock)  # type: ignore[assignment]
 
     def version_string(self) -> str:
         return self.server_version
@@ -165,7 +258,6 @@ class DashboardHandler(BaseHTTPRequestHandler):
 
     def _answer(self) -> None:
         url = urlsplit(self.path)
-        query = parse_qs(url.query)
         if not self.server.allowed_host(self.headers.get("Host")):
             self._plain(HTTPStatus.FORBIDDEN, "wrong host")
         elif self._public(url.path):
@@ -175,7 +267,7 @@ class DashboardHandler(BaseHTTPRequestHandler):
         elif (refusal := self._token_refusal()) is not None:
             self._plain(*refusal)
         else:
-            self._route(url.path, query)
+            self._data(url.path, url.query)
 
     def _public(self, path: str) -> bool:
         """Answer a page, a static file or the icon (no data in any), when `path` is one."""
@@ -208,36 +300,50 @@ class DashboardHandler(BaseHTTPRequestHandler):
             return HTTPStatus.FORBIDDEN, "wrong token"
         return None
 
-    def _route(self, path: str, query: dict[str, list[str]]) -> None:
-        api: dict[str, Callable[[dict[str, list[str]]], Any]] = {
-            "/api/overview": self._overview, "/api/deployment": self._detail, "/api/log": self._log}
-        if path in api:
-            value = api[path](query)
-            if value is None:
-                self._plain(HTTPStatus.NOT_FOUND, "no such deployment")
-            else:
-                self._send(HTTPStatus.OK, json_bytes(value), "application/json; charset=utf-8")
-        else:
+    def _data(self, path: str, query: str) -> None:
+        """A data route's JSON: 404 for no such route or row, 400 for a bad query, 504 for no answer in time."""
+        routes: dict[str, tuple[Callable[[dict[str, str]], Any], tuple[str, ...]]] = {
+            "/api/overview": (self._overview, ()), "/api/deployment": (self._detail, ("key",)),
+            "/api/log": (self._log, ("key", "offset", "max_bytes"))}
+        if path not in routes:
             self._plain(HTTPStatus.NOT_FOUND, "not found")
+            return
+        answer, allowed = routes[path]
+        try:
+            value = answer(params(query, allowed))
+        except BadQuery as exc:
+            self._plain(HTTPStatus.BAD_REQUEST, str(exc))
+            return
+        except NoAnswer as exc:
+            self._plain(HTTPStatus.GATEWAY_TIMEOUT, shown_text(str(exc)))
+            return
+        except Exception as exc:  # noqa: BLE001 (a source's bug: one line each side, never a traceback)
+            line = shown_text(f"{type(exc).__name__}: {exc}")[:300]
+            sys.stderr.write(f"dashboard: {path}: {line}\n")
+            self._plain(HTTPStatus.INTERNAL_SERVER_ERROR, line)
+            return
+        if value is None:
+            self._plain(HTTPStatus.NOT_FOUND, "no such deployment")
+        else:
+            self._send(HTTPStatus.OK, json_bytes(value), "application/json; charset=utf-8")
 
-    def _overview(self, query: dict[str, list[str]]) -> Any:
+    def _overview(self, query: dict[str, str]) -> Any:
         config = self.server.config
         rows = [row.to_json() for row in self.server.source.overview()]
         return {"rows": shown(rows), "refresh_s": config.refresh_s, "log_poll_s": config.log_poll_s}
 
-    def _detail(self, query: dict[str, list[str]]) -> Any:
-        key = _key(query)
-        detail = self.server.source.detail(key) if key else None
+    def _detail(self, query: dict[str, str]) -> Any:
+        detail = self.server.source.detail(key_of(query))
         if detail is None:
             return None
         config = self.server.config
-        return {**shown(detail.to_json()), "refresh_s": config.refresh_s, "log_poll_s": config.log_poll_s}
+        data = detail.to_json()
+        data["attempts"] = data["attempts"][-MAX_ATTEMPTS:]   # oldest first: the newest kept
+        return {**shown(data), "refresh_s": config.refresh_s, "log_poll_s": config.log_poll_s}
 
-    def _log(self, query: dict[str, list[str]]) -> Any:
-        key = _key(query)
-        offset, max_bytes = _int(query, "offset"), _int(query, "max_bytes")
-        request = LogRequest(offset=offset, **({"max_bytes": max_bytes} if max_bytes else {}))
-        chunk = self.server.source.log(key, request) if key else None
+    def _log(self, query: dict[str, str]) -> Any:
+        key, request = key_of(query), log_request(query)
+        chunk = self.server.source.log(key, request)
         if chunk is None:
             return None
         return {**shown(chunk.to_json()), "lines": shown_log_lines(chunk.lines)}
@@ -261,16 +367,6 @@ class DashboardHandler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.send_header("Content-Length", str(length))
         self.end_headers()
-
-
-def _key(query: dict[str, list[str]]) -> str | None:
-    key = (query.get("key") or [""])[0]
-    return key if valid_key(key) else None
-
-
-def _int(query: dict[str, list[str]], name: str) -> int | None:
-    raw = (query.get(name) or [""])[0]
-    return int(raw) if raw.isdigit() else None
 
 
 def serve_until_interrupted(server: DashboardServer, say: Callable[[str], None]) -> None:

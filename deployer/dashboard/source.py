@@ -25,8 +25,14 @@ MAX_LOG_BYTES = 256 << 10          # the most one log request reads, whatever th
 T = TypeVar("T")
 
 
+class NoAnswer(Exception):
+    """A source's answer did not come in time (a host that does not answer); `str()` is one line (the server's
+    504). A source may raise it from any call."""
+
+
 class DashboardSource(Protocol):
-    """What the dashboard asks. Every call may be slow (a trip to a target) and is made from a server thread."""
+    """What the dashboard asks. Every call may be slow (a trip to a target) and is made from a server thread;
+    one that cannot answer in time raises NoAnswer."""
 
     def overview(self) -> Sequence[OverviewRow]:
         """Every deployment, fleet member and node, in the order to list them."""

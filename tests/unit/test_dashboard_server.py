@@ -150,7 +150,7 @@ def test_with_the_token_the_pages_and_data_are_served(server: DashboardServer) -
     assert isinstance(data, dict) and [r["key"] for r in data["rows"]] == [KEY]
     assert ask(server, "/api/overview", headers={"Authorization": f"bearer  {token}"}).status == 200
     assert ask(server, "/api/deployment?key=nope", token=token).status == 404
-    assert ask(server, "/api/deployment?key=../../etc/passwd", token=token).status == 404
+    assert ask(server, "/api/deployment?key=../../etc/passwd", token=token).status == 400
     assert ask(server, "/static/../server.py", token=token).status == 404
 
 
