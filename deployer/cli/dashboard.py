@@ -12,6 +12,7 @@ import click
 from deployer.dashboard.live import LiveSource, watched
 from deployer.dashboard.options import beyond_loopback, listen_address, loud_warning, refresh_interval
 from deployer.dashboard.server import LOOPBACK, DashboardConfig, DashboardServer, serve_until_interrupted
+from deployer.deployments.base import Deployment
 from deployer.deployments.resolve import Mode, resolve
 from deployer.remote.connect import kept_open
 
@@ -101,8 +102,11 @@ def dashboard(targets: tuple[str, ...], port: int, address: str, refresh: float,
     """
     # read-only, with each profile file loaded (its engine's kind and version label the rows)
     loaded = Mode(read_only=True, remembered=False)
-    chosen = [resolve(n.arg, n.host, n.workdir, trust_new_host=trust_new_host, mode=loaded) for n in named(targets)]
-    source = LiveSource([watched(d) for d in chosen])
+    def by_name(n: Named) -> Callable[[str], Deployment]:  # a row of `--host H`: that deployment, as NAME --host H
+        return lambda name: resolve(name, n.host, n.workdir, trust_new_host=trust_new_host, mode=loaded)
+
+    source = LiveSource([watched(resolve(n.arg, n.host, n.workdir, trust_new_host=trust_new_host, mode=loaded),
+                                 by_name(n) if n.arg is None else None) for n in named(targets)])
     try:
         server = DashboardServer(source, DashboardConfig(address=address, port=port, refresh_s=refresh))
     except OSError as exc:

@@ -31,7 +31,7 @@ from deployer.dashboard.model import Attempt, DeploymentDetail, GpuMemory, LogCh
 from deployer.dashboard.readers import attempts_from_history, drift_from_lines, memory_from_plan, row_from_status
 from deployer.dashboard.source import MAX_LOG_BYTES, NoAnswer
 from deployer.deployments.base import Deployment, Select
-from deployer.errors import DeployError
+from deployer.errors import DeployError, NotFound
 
 _KEY_CHARS = re.compile(r"[^A-Za-z0-9._@-]+")
 DEADLINE_S = 8.0                   # how long one page waits for one host
@@ -72,23 +72,36 @@ class Lane:
         return future.result()
 
 
+Named = Callable[[str], Deployment]
+
+
 @dataclass(frozen=True)
 class Watched:
-    """One deployment the dashboard shows, and what the CLI knows of its engine (from the profile, when given)."""
+    """One deployment the dashboard shows, and what the CLI knows of its engine (from the profile, when given);
+    for every deployment on a host (`deployment.name` None), `named` resolves one of them by its name (as the
+    command line would, with the same --host and --workdir): its page and log are read from that one."""
 
     deployment: Deployment
     engine: str | None = None
     version: str | None = None
+    named: Named | None = None
 
 
 @dataclass(frozen=True)
 class _Part:
-    """Which part of which watched deployment a row is."""
+    """Which part of which watched deployment a row is; `deployment`: the one its page is read from (the watched
+    one, or for a host-wide one the row's own; None: none to read from)."""
 
     watched: Watched
     select: Select
     name: str
     host: str
+    deployment: Deployment | None
+
+    def member(self) -> Deployment:
+        if self.deployment is None:
+            raise NotFound(f"{self.name}: no deployment to read its page from")
+        return self.deployment.member(self.select)
 
 
 @dataclass
@@ -100,15 +113,18 @@ class _Asked:
     plans: dict[str, Future[Any]] = field(default_factory=dict)
 
 
-def watched(deployment: Deployment) -> Watched:
-    """A deployment to show, with its engine's kind and version when its profile names them."""
+def watched(deployment: Deployment, named: Named | None = None) -> Watched:
+    """A deployment to show, with its engine's kind and version when its profile names them; `named`: see
+    Watched (for every deployment on a host)."""
+    if deployment.name is None:
+        return Watched(deployment, named=named)
     try:
         profile = deployment.known_profile()
     except DeployError:
         profile = None
     if profile is None:
-        return Watched(deployment)
-    return Watched(deployment, profile.engine.kind, profile.engine.version)
+        return Watched(deployment, named=named)
+    return Watched(deployment, profile.engine.kind, profile.engine.version, named)
 
 
 def row_key(name: str, host: str, node: int | None = None) -> str:
@@ -125,6 +141,7 @@ class LiveSource:
         self._deadline_s = deadline_s
         self._asked = {id(w): _Asked(Lane(w.deployment.name or f"deployments-{i}")) for i, w in enumerate(watched)}
         self._parts: dict[str, _Part] = {}
+        self._by_name: dict[tuple[int, str], Deployment] = {}
         self._rows: dict[str, OverviewRow] = {}
         self._status: dict[str, Mapping[str, Any]] = {}
         self._memory: dict[str, tuple[GpuMemory, ...]] = {}
@@ -149,8 +166,8 @@ class LiveSource:
             return None
         with self._lock:
             row, status = self._rows[key], self._status.get(key, {})
-        member = part.watched.deployment.member(part.select)
         try:
+            member = part.member()
             history = self._lane(part).ask(lambda: member.history().to_json(), self._deadline_s)
             attempts = tuple(attempts_from_history(history))
         except DeployError:
@@ -164,8 +181,8 @@ class LiveSource:
         if part is None:
             return None
         limit = max(1, min(request.max_bytes, MAX_LOG_BYTES))
-        member = part.watched.deployment.member(part.select)
         try:
+            member = part.member()
             window = self._lane(part).ask(lambda: member.log_window(request.offset, limit), self._deadline_s)
         except DeployError:
             return None
@@ -201,7 +218,7 @@ class LiveSource:
         error = f"no answer within {self._deadline_s:g} s"
         row = OverviewRow(key=row_key(name, "no-answer"), name=name, host="", status="no answer",
                           engine=watched.engine, version=watched.version)
-        return self._keep(row, _Part(watched, Select(), name, ""), {"error": error})
+        return self._keep(row, _Part(watched, Select(), name, "", watched.deployment), {"error": error})
 
     # --- rows -------------------------------------------------------------------------------------------------
 
@@ -213,7 +230,7 @@ class LiveSource:
             name = deployment.name or "deployments"
             row = OverviewRow(key=row_key(name, "unreachable"), name=name, host="", status="unreachable",
                               engine=watched.engine, version=watched.version)
-            return [self._keep(row, _Part(watched, Select(), name, ""), {"error": exc.message})]
+            return [self._keep(row, _Part(watched, Select(), name, "", deployment), {"error": exc.message})]
         if isinstance(data, dict) and "replicas" in data:
             members = [*(data.get("replicas") or ()), *([data["router"]] if data.get("router") else [])]
             return [self._member_row(watched, m) for m in members]
@@ -226,7 +243,7 @@ class LiveSource:
         select = Select(router=True) if router else Select(replica=int(status.get("index") or 0))
         row = row_from_status(status, row_key(name, host), engine=None if router else watched.engine,
                               version=None if router else watched.version)
-        return self._keep(row, _Part(watched, select, name, host), status)
+        return self._keep(row, _Part(watched, select, name, host, watched.deployment), status)
 
     def _host_row(self, watched: Watched, status: Mapping[str, Any]) -> OverviewRow:
         name, host = str(status.get("name", "")), str(status.get("host", ""))
@@ -234,7 +251,25 @@ class LiveSource:
         select = Select(node=int(node)) if node is not None else Select()
         row = row_from_status(status, row_key(name, host, None if node is None else int(node)),
                               engine=watched.engine, version=watched.version)
-        return self._keep(row, _Part(watched, select, name, host), status)
+        return self._keep(row, _Part(watched, select, name, host, self._read_from(watched, name)), status)
+
+    def _read_from(self, watched: Watched, name: str) -> Deployment | None:
+        """The deployment a row of `watched` is read from: itself, or (every deployment on a host) the one of
+        the row's name, resolved once."""
+        if watched.deployment.name is not None:
+            return watched.deployment
+        if watched.named is None or not name:
+            return None
+        with self._lock:
+            found = self._by_name.get((id(watched), name))
+        if found is None:
+            try:
+                found = watched.named(name)
+            except DeployError:
+                return None
+            with self._lock:
+                self._by_name[(id(watched), name)] = found
+        return found
 
     def _keep(self, row: OverviewRow, part: _Part, status: Mapping[str, Any]) -> OverviewRow:
         with self._lock:
@@ -262,7 +297,10 @@ class LiveSource:
             future = plans.get(key)
         if future is None:
             try:
-                future = self._lane(part).submit(lambda: part.watched.deployment.plan().to_json())
+                whole = part.deployment
+                if whole is None:
+                    return ()
+                future = self._lane(part).submit(lambda: whole.plan().to_json())
             except NoAnswer:
                 return ()
             with self._lock:
