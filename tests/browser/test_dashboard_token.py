@@ -1,7 +1,7 @@
 """The dashboard's credential in a real headless Chromium (issue 35): once the printed URL is opened, no request to a
 server on another port of 127.0.0.1 carries the token (no cookie, no header, no URL; that page's script finds it in
 no storage it can read), and the browser's history (its History database, after the browser has quit) holds no
-token: the URL it keeps carries a one-time ticket, spent. The sign-in here waits for the page's data, not for any
+token, nor does any other file of the browser's profile: the URL it keeps carries a one-time ticket, spent. The sign-in here waits for the page's data, not for any
 one mechanism, so the tests judge whichever way the dashboard lets the browser in."""
 
 from __future__ import annotations
@@ -141,3 +141,5 @@ def test_the_browsers_history_keeps_no_token(tmp_path: Path, source: StaticSourc
     for name in ("History", "History-journal"):
         path = profile / "Default" / name
         assert not path.exists() or token.encode() not in path.read_bytes(), name
+    holding = [p for p in profile.rglob("*") if p.is_file() and token.encode() in p.read_bytes()]
+    assert holding == [], holding          # nor anywhere else the browser keeps on disk (cookies, storage, cache)
