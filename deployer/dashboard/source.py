@@ -4,7 +4,8 @@ The integrator implements `DashboardSource` over the Deployment interface (one h
 kept open); the page only ever sees the typed values of dashboard/model.py. `StaticSource` serves fixed values
 (from dicts, or a directory of JSON files: the tests and `python -m deployer.dashboard --demo`), with logs that
 grow when lines are appended (`append_log`, or a writer appending to the directory's `logs/<key>.log`).
-`Throttled` puts a floor under how often the targets are asked, whatever the number of open pages.
+`Throttled` puts a floor under how often the targets are asked, whatever the number of open pages. A source that
+cannot answer in time raises `NoAnswer` (the server's one-line 504).
 """
 
 from __future__ import annotations

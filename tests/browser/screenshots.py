@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[2]))   # this checkout's deployer, not an installed one
 
 from conftest import demo_data  # noqa: E402
 from dashboard_chrome import chrome, missing  # noqa: E402
