@@ -194,7 +194,7 @@ def test_the_server_listens_only_on_127_0_0_1(browser: Any, dashboard: Dashboard
 
     fresh(browser)
     with pytest.raises(WebDriverException, match="ERR_CONNECTION_REFUSED"):
-        browser.get(f"http://{address}:{dashboard.port}/?token={dashboard.token}")
+        browser.get(f"http://{address}:{dashboard.port}/")
     assert browser.get_cookies() == []
     with pytest.raises(OSError):
         socket.create_connection((address, dashboard.port), timeout=2).close()
