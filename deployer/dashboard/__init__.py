@@ -6,7 +6,11 @@ as the CLI, whose `--json` field names its typed values mirror); nothing of it r
 - readers.py: the CLI's `--json` outputs (status, fleet status, history, plan, drift lines) read into them.
 - source.py: the `DashboardSource` protocol, `StaticSource` (fixed values: tests, `--demo`), `Throttled`.
 - shown.py: what may leave the server (control sequences stripped, secrets masked, JSON no parser reads as HTML).
-- server.py: the standard-library HTTP server (127.0.0.1 by default, a per-run token, a strict CSP).
+- server.py: the standard-library HTTP server (127.0.0.1 by default, a per-run token sent as a header, a strict CSP).
+- doorway.py: its connections (bounded in number and idle time, answered by a fixed pool of threads).
+- query.py: the data routes' query parameters, checked (a one-line 400).
+- options.py: the address, port and refresh a person gives, checked (one line each).
+- live.py: `LiveSource`, the real targets through the Deployment interface (each host within its own deadline).
 - static/: the pages (plain HTML, CSS and JS; no build step, nothing fetched from elsewhere).
 - demo/: the data `python -m deployer.dashboard --demo` serves when given no directory.
 """

@@ -10,6 +10,7 @@ with `<`, `>` and `&` written as JSON escapes. The page itself only ever sets te
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -30,7 +31,20 @@ def shown_log_lines(lines: Iterable[str]) -> list[str]:
     return [mask_text(readable(line)) for line in lines]
 
 
+def finite(value: Any) -> Any:
+    """`value` (JSON-like) with every float that is not finite (nan, inf) as None: JSON has no such numbers, and
+    the page's parser refuses the `NaN` Python would write."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
 def json_bytes(value: Any) -> bytes:
-    """The JSON body of a response: `<`, `>`, `&` as \\u escapes, so no sniffing parser finds a tag in it."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    """The JSON body of a response: `<`, `>`, `&` as \\u escapes, so no sniffing parser finds a tag in it; no
+    float that is not finite (None instead)."""
+    text = json.dumps(finite(value), ensure_ascii=False, separators=(",", ":"), default=str, allow_nan=False)
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").encode()

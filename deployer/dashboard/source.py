@@ -4,7 +4,8 @@ The integrator implements `DashboardSource` over the Deployment interface (one h
 kept open); the page only ever sees the typed values of dashboard/model.py. `StaticSource` serves fixed values
 (from dicts, or a directory of JSON files: the tests and `python -m deployer.dashboard --demo`), with logs that
 grow when lines are appended (`append_log`, or a writer appending to the directory's `logs/<key>.log`).
-`Throttled` puts a floor under how often the targets are asked, whatever the number of open pages.
+`Throttled` puts a floor under how often the targets are asked, whatever the number of open pages. A source that
+cannot answer in time raises `NoAnswer` (the server's one-line 504).
 """
 
 from __future__ import annotations
@@ -25,8 +26,14 @@ MAX_LOG_BYTES = 256 << 10          # the most one log request reads, whatever th
 T = TypeVar("T")
 
 
+class NoAnswer(Exception):
+    """A source's answer did not come in time (a host that does not answer); `str()` is one line (the server's
+    504). A source may raise it from any call."""
+
+
 class DashboardSource(Protocol):
-    """What the dashboard asks. Every call may be slow (a trip to a target) and is made from a server thread."""
+    """What the dashboard asks. Every call may be slow (a trip to a target) and is made from a server thread;
+    one that cannot answer in time raises NoAnswer."""
 
     def overview(self) -> Sequence[OverviewRow]:
         """Every deployment, fleet member and node, in the order to list them."""

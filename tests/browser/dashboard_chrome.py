@@ -27,8 +27,9 @@ def missing() -> str | None:
     return None
 
 
-def chrome(width: int = 1400, height: int = 1000) -> Any:
-    """A headless Chromium whose console log (CSP violations included) can be read back."""
+def chrome(width: int = 1400, height: int = 1000, user_data_dir: str | None = None) -> Any:
+    """A headless Chromium whose console log (CSP violations included) can be read back; its profile (history
+    and all) in `user_data_dir` when given, else a temporary one of chromedriver's."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -36,7 +37,7 @@ def chrome(width: int = 1400, height: int = 1000) -> Any:
     options.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                 "--disable-extensions", "--no-first-run", "--disable-background-networking",
-                f"--window-size={width},{height}"):
+                f"--window-size={width},{height}", *([f"--user-data-dir={user_data_dir}"] if user_data_dir else [])):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)

@@ -33,13 +33,26 @@ def rows_by_name(browser: Any) -> dict[str, tuple[str, list[str]]]:
     return {cells[0]: (key, cells) for key, cells in rows}
 
 
-def open_dashboard(browser: Any, url: str) -> str:
-    """Sign in with the printed URL; the page's base address."""
+def fresh_tab(browser: Any) -> None:
+    """One new tab left (a tab's sessionStorage is its own), on a blank page, with no cookies."""
+    old = list(browser.window_handles)
+    browser.switch_to.new_window("tab")
+    mine = browser.current_window_handle
+    for handle in old:
+        browser.switch_to.window(handle)
+        browser.close()
+    browser.switch_to.window(mine)
     browser.get("about:blank")
     browser.execute_cdp_cmd("Network.clearBrowserCookies", {})
+
+
+def open_dashboard(browser: Any, url: str) -> str:
+    """Sign in with the printed URL (the page trades its one-time ticket for the token, kept in the tab's
+    sessionStorage, and takes the ticket out of the address); the page's base address."""
     browser.get(url)
-    base = url.split("/?", 1)[0]
-    wait_for(browser, lambda b: b.current_url.rstrip("/") == base, "the token redirect")
+    base = url.split("/#", 1)[0]
+    wait_for(browser, lambda b: b.current_url == base + "/" and b.execute_script(
+        "return window.sessionStorage.getItem('deployer-dashboard-token') !== null"), "the ticket traded")
     return base
 
 

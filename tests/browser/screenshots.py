@@ -10,9 +10,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[2]))   # this checkout's deployer, not an installed one
 
 from conftest import demo_data  # noqa: E402
 from dashboard_chrome import chrome, missing  # noqa: E402
+from live_checks import open_dashboard  # noqa: E402
 from deployer.dashboard import DashboardConfig, StaticSource, running  # noqa: E402
 
 PAGES = {
@@ -31,7 +33,7 @@ def main(out: Path) -> None:
     driver = chrome(1400, 1000)
     try:
         with running(source, DashboardConfig(refresh_s=1.0, log_poll_s=1.0)) as server:
-            driver.get(server.url)
+            open_dashboard(driver, server.url)
             for name, (path, ready) in PAGES.items():
                 driver.get(f"http://127.0.0.1:{server.port}{path}")
                 for _ in range(100):

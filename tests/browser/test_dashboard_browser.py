@@ -1,6 +1,6 @@
 """The dashboard in a real headless Chromium (issue 27): the overview's deployments and their states, a healed
 attempt on the timeline, the log view following new lines, a hostile log line shown as text, no token -> refused,
-listening only on 127.0.0.1. The data is the packaged demo (StaticSource); a real source is the integrator's."""
+a second tab let in by the first, listening only on 127.0.0.1. The data is the packaged demo (StaticSource); a real source is the integrator's."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from deployer.dashboard import DashboardServer, StaticSource
+from live_checks import fresh_tab, open_dashboard
 
 STANDIN, REAL = "tiny-standin@box-a", "qwen3-vllm@gpu-box"
 WAIT_S = 15.0
@@ -23,17 +24,16 @@ def wait_for(browser: Any, condition: Callable[[Any], Any], message: str) -> Any
 
 
 def fresh(browser: Any) -> None:
-    """A blank page, no cookies, and the console log read empty (a page left polling a stopped server logs)."""
-    browser.get("about:blank")
-    browser.execute_cdp_cmd("Network.clearBrowserCookies", {})  # every site's, not only the current page's
+    """A new tab alone (its sessionStorage empty), no cookies, and the console log read empty."""
+    fresh_tab(browser)
     browser.get_log("browser")
 
 
 def sign_in(browser: Any, server: DashboardServer, path: str = "/") -> None:
-    """Open the printed URL (the token becomes a cookie), then `path`; the console log of earlier pages dropped."""
+    """Open the printed URL (its ticket traded for the token the tab keeps), then `path`; the console log of
+    earlier pages dropped."""
     fresh(browser)
-    browser.get(server.url)
-    wait_for(browser, lambda b: b.current_url.rstrip("/").endswith(f":{server.port}"), "the token redirect")
+    open_dashboard(browser, server.url)
     if path != "/":
         browser.get(f"http://127.0.0.1:{server.port}{path}")
 
@@ -148,13 +148,30 @@ def test_a_hostile_log_line_is_shown_as_text_and_runs_nothing(browser: Any, dash
 
 def test_without_the_token_the_browser_is_refused(browser: Any, dashboard: DashboardServer) -> None:
     fresh(browser)
-    for path in ("/", f"/deployment?key={STANDIN}", "/api/overview", "/static/app.js"):
+    for path in ("/api/overview", f"/api/log?key={STANDIN}"):
         browser.get(f"http://127.0.0.1:{dashboard.port}{path}")
         assert text_of(browser, "body").startswith("401 Unauthorized"), path
+    for path in ("/", f"/deployment?key={STANDIN}", "/#ticket=not-the-ticket"):
+        fresh(browser)
+        browser.get(f"http://127.0.0.1:{dashboard.port}{path}")
+        wait_for(browser, lambda b: "refused (401)" in text_of(b, "#error"), f"the refusal on {path}")
         assert "tiny-standin" not in browser.page_source
-    browser.get(f"http://127.0.0.1:{dashboard.port}/?token=not-the-token")
-    assert text_of(browser, "body").startswith("403 Forbidden")
-    assert browser.get_cookies() == []  # a wrong token is not kept
+    assert browser.get_cookies() == []
+
+
+def test_a_second_tab_is_let_in_by_the_first_and_a_spent_address_by_none(
+        browser: Any, dashboard: DashboardServer) -> None:
+    sign_in(browser, dashboard)
+    spent = browser.execute_cdp_cmd("Page.getNavigationHistory", {})["entries"][-1]["userTypedURL"]
+    assert "#ticket=" in spent and dashboard.token not in spent
+    wait_for(browser, lambda b: len(overview_rows(b)) == 4, "the overview's rows")
+    browser.switch_to.new_window("tab")      # no opener, its own sessionStorage: the first tab hands it the token
+    browser.get(f"http://127.0.0.1:{dashboard.port}/deployment?key={STANDIN}")
+    wait_for(browser, lambda b: "ready to roll" in text_of(b, "#log"), "the second tab's log")
+    fresh(browser)                           # a tab alone: none of the dashboard is left to hand the token on
+    browser.get(spent)                       # the address the history kept: its ticket is spent
+    wait_for(browser, lambda b: "refused (401)" in text_of(b, "#error"), "the spent address refused")
+    assert browser.current_url == f"http://127.0.0.1:{dashboard.port}/"
 
 
 def _other_addresses() -> list[str]:
@@ -177,7 +194,7 @@ def test_the_server_listens_only_on_127_0_0_1(browser: Any, dashboard: Dashboard
 
     fresh(browser)
     with pytest.raises(WebDriverException, match="ERR_CONNECTION_REFUSED"):
-        browser.get(f"http://{address}:{dashboard.port}/?token={dashboard.token}")
+        browser.get(f"http://{address}:{dashboard.port}/")
     assert browser.get_cookies() == []
     with pytest.raises(OSError):
         socket.create_connection((address, dashboard.port), timeout=2).close()

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from live_checks import check_page, check_row, open_dashboard, wait_for
+from live_checks import check_page, check_row, fresh_tab, open_dashboard, wait_for
 from conftest import FAST
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
@@ -41,6 +41,7 @@ def test_a_live_stand_in_deployment_its_healed_attempt_and_its_log(
     deployment = resolve(str(prof), mode=Mode(read_only=True, remembered=False))
     run_dir = Path(deployment.status().to_json()["run_dir"])
     with kept_open(), running(LiveSource([watched(deployment)]), FAST) as server:
+        fresh_tab(browser)
         base = open_dashboard(browser, server.url)
         key, cells = check_row(browser, "livedemo", "ready", "sglang")
         assert cells[1] == "deployment" and cells[2] == f"root@127.0.0.1:{deployment.known_profile().target.port}"

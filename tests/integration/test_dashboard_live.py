@@ -127,19 +127,13 @@ def test_an_unreachable_host_is_a_row_not_a_failure(tmp_path: Path, monkeypatch:
     assert row.status == "unreachable" and not row.serving
 
 
-def _get(url: str, cookie: str | None = None) -> tuple[int, bytes, Any]:
-    request = urllib.request.Request(url, headers={"Cookie": cookie} if cookie else {})
-    opener = urllib.request.build_opener(_NoRedirect)
+def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes, Any]:
+    request = urllib.request.Request(url, headers=headers or {})
     try:
-        with opener.open(request, timeout=30) as reply:
+        with urllib.request.urlopen(request, timeout=30) as reply:
             return reply.status, reply.read(), reply.headers
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read(), exc.headers
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
 
 
 def test_the_command_prints_its_address_and_serves_only_with_the_token(healed: tuple[Path, Path]) -> None:
@@ -152,18 +146,19 @@ def test_the_command_prints_its_address_and_serves_only_with_the_token(healed: t
         assert proc.stdout is not None
         url = proc.stdout.readline().strip()
         parts = urlsplit(url)
-        assert parts.hostname == "127.0.0.1" and parts.query.startswith("token=")
+        assert parts.hostname == "127.0.0.1" and parts.fragment.startswith("ticket=") and not parts.query
         base = f"http://127.0.0.1:{parts.port}"
         assert _get(f"{base}/api/overview")[0] == 401
-        assert _get(f"{base}/api/overview", "deployer_dashboard_%d=wrong" % parts.port)[0] == 403
-        code, _, headers = _get(url)
-        assert code == 303
-        cookie = headers["Set-Cookie"].split(";")[0]
-        code, body, _ = _get(f"{base}/api/overview", cookie)
+        assert _get(f"{base}/api/overview", {"Authorization": "Bearer wrong"})[0] == 403
+        code, body, headers = _get(f"{base}/api/session", {"X-Deployer-Ticket": parts.fragment[len("ticket="):]})
+        assert code == 200 and "Set-Cookie" not in headers
+        bearer = {"Authorization": f"Bearer {json.loads(body)['token']}"}
+        assert "another one: http://127.0.0.1:" in proc.stdout.readline()   # the next ticket, for another browser
+        code, body, _ = _get(f"{base}/api/overview", bearer)
         assert code == 200
         (row,) = json.loads(body)["rows"]
         assert (row["name"], row["status"], row["serving"]) == ("dashdemo", "ready", True)
-        code, body, _ = _get(f"{base}/api/deployment?key={row['key']}", cookie)
+        code, body, _ = _get(f"{base}/api/deployment?key={row['key']}", bearer)
         assert code == 200 and [a["outcome"] for a in json.loads(body)["attempts"]] == ["crashed", "ready"]
         listening = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True).stdout
         mine = [line for line in listening.splitlines() if f"pid={proc.pid}," in line]
@@ -187,3 +182,52 @@ def test_bad_arguments_are_one_line_and_exit_2(tmp_path: Path, argv: tuple[str, 
     out = deploy("dashboard", *argv, home=tmp_path)
     assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr, out.stderr
     assert time.monotonic() - started < 30
+
+
+def test_every_deployment_on_a_host_opens_its_page(healed: tuple[Path, Path], sshd: Any,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """`deploy dashboard --host H --workdir W` (issue 36): each row's page (its attempts) and its log, not an
+    AssertionError (`assert ref.name` in oncall/history.py and logwindow.py: a host-wide deployment has no name)."""
+    prof, home = healed
+    monkeypatch.setenv("DEPLOYER_HOME", str(home))
+    monkeypatch.setenv("DEPLOYER_SSH_CONFIG", str(sshd.ssh_config))
+    host, workdir = "deployer-test", str(prof.parent / "work")
+    read = Mode(read_only=True, remembered=False)
+    source = LiveSource([watched(resolve(None, host, workdir, mode=read),
+                                 named=lambda name: resolve(name, host, workdir, mode=read))])
+    with kept_open():
+        (row,) = [r for r in source.overview() if r.name == "dashdemo"]
+        assert row.status == "ready" and row.serving
+        detail = source.detail(row.key)
+        assert detail is not None and [a.outcome for a in detail.attempts] == ["crashed", "ready"]
+        tail = source.log(row.key, LogRequest(None, 64 << 10))
+        assert tail is not None and tail.lines and tail.run_id == detail.attempts[-1].run_id
+
+
+def test_the_command_with_only_a_host_serves_each_deployments_page(healed: tuple[Path, Path], sshd: Any) -> None:
+    prof, home = healed
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DEPLOYER_HOME": str(home),
+           "HOME": os.environ.get("HOME", "/root"), "DEPLOYER_SSH_CONFIG": str(sshd.ssh_config)}
+    proc = subprocess.Popen([sys.executable, "-m", "deployer.cli", "dashboard", "--host", "deployer-test",
+                             "--workdir", str(prof.parent / "work")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(REPO))
+    try:
+        assert proc.stdout is not None
+        parts = urlsplit(proc.stdout.readline().strip())
+        base = f"http://127.0.0.1:{parts.port}"
+        code, body, _ = _get(f"{base}/api/session", {"X-Deployer-Ticket": parts.fragment[len("ticket="):]})
+        bearer = {"Authorization": f"Bearer {json.loads(body)['token']}"}
+        code, body, _ = _get(f"{base}/api/overview", bearer)
+        (row,) = [r for r in json.loads(body)["rows"] if r["name"] == "dashdemo"]
+        code, body, _ = _get(f"{base}/api/deployment?key={row['key']}", bearer)
+        assert code == 200 and [a["outcome"] for a in json.loads(body)["attempts"]] == ["crashed", "ready"], body
+        code, body, _ = _get(f"{base}/api/log?key={row['key']}", bearer)
+        assert code == 200 and json.loads(body)["lines"], body
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            rc = proc.wait(timeout=30)
+        finally:
+            proc.kill()
+    stderr = proc.stderr.read() if proc.stderr else ""
+    assert rc == 0 and "Traceback" not in stderr and "AssertionError" not in stderr, stderr

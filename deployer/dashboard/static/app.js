@@ -1,6 +1,10 @@
 // deployer dashboard: the overview and deployment pages. Plain JS, no build step, no outside resources.
 // Every value from the server is put in the page as text (textContent / SVG text), never parsed as HTML.
 // Polls are chained (one at a time), bounded below by the server's refresh_s / log_poll_s, and back off on errors.
+// The credential: the printed URL's one-time ticket (in the fragment, never sent over the wire) is traded once for
+// the run's token, kept in this tab's sessionStorage (this origin only: never a cookie, which every port of
+// 127.0.0.1 would receive) and sent as `Authorization: Bearer` with each data request. Another tab of this
+// dashboard gets it from a tab that has it (a BroadcastChannel: same origin only).
 "use strict";
 
 (function () {
@@ -8,6 +12,9 @@
   const MIN_POLL_S = 0.5;
   const MAX_BACKOFF_S = 60;
   const SVG_NS = "http://www.w3.org/2000/svg";
+  const TOKEN_KEY = "deployer-dashboard-token";
+  const ASK_OTHER_TABS_MS = 1500;
+  let bearer = null;  // the run's token, once this tab has it
   const PARTS = [
     ["weights_mib", "weights"], ["kv_mib", "KV cache"], ["mamba_mib", "Mamba state"],
     ["graphs_mib", "CUDA graphs"], ["other_mib", "other"], ["headroom_mib", "headroom"],
@@ -59,7 +66,7 @@
   function fail(error) {
     const box = document.getElementById("error");
     box.textContent = error.status === 401 || error.status === 403
-      ? "refused (" + error.status + "): open the URL the dashboard printed, it carries the token"
+      ? "refused (" + error.status + "): open the newest URL the dashboard printed (each lets one browser in)"
       : "could not refresh: " + error.message;
     box.hidden = false;
   }
@@ -69,8 +76,53 @@
     document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
   }
 
+  // ---- the credential ----
+  function ticketOfAddress() {  // the printed URL's `#ticket=...`, taken out of the address bar at once
+    const found = /(?:^#|&)ticket=([A-Za-z0-9_-]+)/.exec(window.location.hash);
+    if (window.location.hash) {
+      window.history.replaceState(null, "", window.location.pathname + window.location.search);
+    }
+    return found ? found[1] : null;
+  }
+
+  function sharedChannel() {
+    if (typeof BroadcastChannel === "undefined") return null;
+    const channel = new BroadcastChannel("deployer-dashboard");
+    channel.onmessage = function (event) {
+      const data = event.data || {};
+      if (data.ask && bearer) channel.postMessage({ token: bearer });
+    };
+    return channel;
+  }
+
+  function fromOtherTabs(channel) {
+    return new Promise(function (resolve) {
+      if (!channel) { resolve(null); return; }
+      const timer = window.setTimeout(function () { resolve(null); }, ASK_OTHER_TABS_MS);
+      channel.addEventListener("message", function (event) {
+        const data = event.data || {};
+        if (typeof data.token === "string") { window.clearTimeout(timer); resolve(data.token); }
+      });
+      channel.postMessage({ ask: true });
+    });
+  }
+
+  async function signIn() {
+    const ticket = ticketOfAddress();
+    const channel = sharedChannel();
+    if (ticket) {
+      const response = await fetch("/api/session", {
+        credentials: "omit", cache: "no-store", headers: { "X-Deployer-Ticket": ticket } });
+      if (response.ok) bearer = (await response.json()).token;
+    }
+    if (!bearer) bearer = window.sessionStorage.getItem(TOKEN_KEY);
+    if (!bearer) bearer = await fromOtherTabs(channel);
+    if (bearer) window.sessionStorage.setItem(TOKEN_KEY, bearer);
+  }
+
   async function getJSON(url) {
-    const response = await fetch(url, { credentials: "same-origin", cache: "no-store" });
+    const headers = bearer ? { "Authorization": "Bearer " + bearer } : {};
+    const response = await fetch(url, { credentials: "omit", cache: "no-store", headers: headers });
     if (!response.ok) {
       const error = new Error(response.status + " " + response.statusText);
       error.status = response.status;
@@ -370,6 +422,8 @@
   }
 
   const page = document.body.dataset.page;
-  if (page === "overview") overviewPage();
-  if (page === "deployment") deploymentPage();
+  signIn().catch(function (error) { fail(error); }).then(function () {
+    if (page === "overview") overviewPage();
+    if (page === "deployment") deploymentPage();
+  });
 })();
