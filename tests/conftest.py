@@ -18,6 +18,8 @@ from sshbed import SSHD, make_sshd  # noqa: E402
 
 STANDIN_BIN = Path(__file__).resolve().parent / "standin" / "bin"
 
+pytest_plugins = ["ci_skips"]  # under CI=true a skipped test is a failed one (tests/ci_skips.py)
+
 
 HOME_VARS = ("DEPLOYER_HOME", "DEPLOYER_CONFIG", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME",
              "XDG_STATE_HOME")
@@ -40,17 +42,6 @@ def own_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monke
     return home
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    """Under CI=true a skipped test is a failed one: CI installs everything every tier needs, so a skip there
-    means a missing install step or a test that hides, never "not applicable here" (tests for another release
-    are deselected instead, see tests/sglang_real/conftest.py)."""
-    outcome = yield
-    report = outcome.get_result()  # type: ignore[attr-defined]
-    if os.environ.get("CI") == "true" and report.skipped and not hasattr(report, "wasxfail"):
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        report.outcome = "failed"
-        report.longrepr = f"skipped under CI=true, where every skip is a failure: {reason}"
 
 
 @pytest.fixture(scope="session")
