@@ -1,12 +1,15 @@
 """`--save-fixed`: the written profile loads on its own, now that `extends:` must stay inside a profile's folder:
-the base is named relative to the saved file when it lies inside that file's folder, else merged in as written."""
+the base is named relative to the saved file when it lies inside that file's folder, else merged in as written.
+And the list of a profile's problems stays readable however many there are."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
+from deployer.errors import ProfileProblems
 from deployer.profile.fixed import save_fixed
 from deployer.profile.loader import load_profile
 
@@ -55,3 +58,13 @@ def test_a_base_outside_the_saved_files_folder_is_merged_in_as_written(tmp_path:
     assert "extends" not in data and data["name"] == "top"
     engine = data["engine"]
     assert isinstance(engine, dict) and engine["env"] == {"HF_TOKEN": "${HF_TOKEN}"}   # as written: no secret
+
+
+def test_a_profile_error_lists_at_most_twenty_problems_and_counts_the_rest(tmp_path: Path) -> None:
+    """A profile of thousands of unknown keys: 20 lines and a count, not thousands of lines (validate's output)."""
+    path = tmp_path / "p.yaml"
+    path.write_text(BASE + "".join(f"k{i}: 1\n" for i in range(5000)))
+    with pytest.raises(ProfileProblems) as info:
+        load_profile(path, environ={"HF_TOKEN": "x", "XDG_CONFIG_HOME": str(tmp_path / "config")})
+    lines = str(info.value).splitlines()
+    assert len(lines) == 22 and lines[-1].endswith("... and 4980 more problems"), lines[-3:]
