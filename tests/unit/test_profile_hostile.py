@@ -42,9 +42,12 @@ class Ran:
     cpu_s: float
 
 
-def _limits() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
-    resource.setrlimit(resource.RLIMIT_CPU, (30, 30))
+# the child caps itself, then runs `deploy` as `python -m deployer.cli` would (no preexec_fn: unsafe with threads)
+CAPPED = ("import resource, runpy, sys\n"
+          f"resource.setrlimit(resource.RLIMIT_AS, ({AS_LIMIT}, {AS_LIMIT}))\n"
+          "resource.setrlimit(resource.RLIMIT_CPU, (30, 30))\n"
+          "sys.argv[0] = 'deploy'\n"
+          "runpy.run_module('deployer.cli', run_name='__main__', alter_sys=True)\n")
 
 
 def deploy(tmp_path: Path, *argv: str) -> Ran:
@@ -55,8 +58,8 @@ def deploy(tmp_path: Path, *argv: str) -> Ran:
            "XDG_CONFIG_HOME": str(home / "config")}
     out, err = tmp_path / "stdout", tmp_path / "stderr"
     with out.open("wb") as o, err.open("wb") as e:
-        proc = subprocess.Popen([sys.executable, "-m", "deployer.cli", *argv], stdout=o, stderr=e,
-                                stdin=subprocess.DEVNULL, env=env, cwd=str(tmp_path), preexec_fn=_limits)
+        proc = subprocess.Popen([sys.executable, "-c", CAPPED, *argv], stdout=o, stderr=e, stdin=subprocess.DEVNULL,
+                                env=env, cwd=str(tmp_path))
     deadline = time.monotonic() + WALL_S
     status, usage = 0, None
     while usage is None:
