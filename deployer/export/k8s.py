@@ -95,8 +95,11 @@ class Export:
         """The `kubectl create secret` line that makes the Secret the pods read (values from your shell)."""
         if not self.secret_keys:
             return None
-        literals = " ".join(f'--from-literal={k}="${k}"' for k in self.secret_keys)
-        return f"kubectl -n {shlex.quote(self.namespace)} create secret generic {self.secret_name} {literals}"
+        # shell-quoted from its parts; each value is the shell's `"$NAME"` (names are environment variable names:
+        # the profile's schema refuses any other), so no value of the profile is ever pasted into the line
+        literals = " ".join(shlex.quote(f"--from-literal={k}=") + f'"${{{k}}}"' for k in self.secret_keys)
+        return shlex.join(["kubectl", "-n", self.namespace, "create", "secret", "generic", self.secret_name]) + \
+            f" {literals}"
 
 
 def version_from_image(image: str) -> str | None:

@@ -8,12 +8,14 @@ the profile that reached ready: healing's remedies and preflight's flag translat
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
 
 from deployer.flag_names import key_option
+from deployer.profile.bounded import Budget, parse, read_text
+from deployer.profile.loader import as_written
 from deployer.profile.model import Profile
 
 
@@ -34,7 +36,7 @@ def profile_diff(before: Profile, after: Profile) -> dict[str, dict[str, Any]]:
 
 
 def save_fixed(source: Path, before: Profile, after: Profile, reasons: list[str], dest: Path) -> None:
-    data = yaml.safe_load(source.read_text(encoding="utf-8")) or {}
+    data = _written(source, dest)
     engine = data.setdefault("engine", {})
     diff = profile_diff(before, after)
     _apply(engine.setdefault("args", {}), diff["args"])
@@ -42,11 +44,23 @@ def save_fixed(source: Path, before: Profile, after: Profile, reasons: list[str]
     for key in ("args", "env"):
         if not engine.get(key):
             engine.pop(key, None)
-    if isinstance(data.get("extends"), str):
-        base = (source.parent / data["extends"]).resolve()
-        data["extends"] = os.path.relpath(base, dest.resolve().parent)
     header = f"# Written by `deploy up --save-fixed` from {source.name}. Changes: {'; '.join(reasons) or 'none'}\n"
     dest.write_text(header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
+
+
+def _written(source: Path, dest: Path) -> dict[str, Any]:
+    """The user's file as written (read within the loader's bounds). Its `extends:` is respelt from dest's folder
+    when the base lies inside that folder; otherwise (a profile may only extend files inside its own folder) the
+    files it extends are merged in as written, so the saved profile loads on its own."""
+    budget = Budget()
+    data = parse(read_text(source, budget), str(source), budget)[1]
+    data = data if isinstance(data, dict) else {}
+    if isinstance(data.get("extends"), str):
+        base = os.path.relpath((source.parent / data["extends"]).resolve(), dest.resolve().parent)
+        if ".." in PurePosixPath(base).parts:
+            return as_written(source)
+        data["extends"] = base
+    return data
 
 
 def _apply(mapping: dict[str, Any], updates: dict[str, Any]) -> None:

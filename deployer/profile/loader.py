@@ -1,7 +1,9 @@
 """Reading profile files: YAML with line numbers, `extends:` layering, `${VAR}` expansion, `--set` overrides.
 
 The output is a validated `Profile`; every problem becomes one `ProfileError` that names the file, the line and
-the field, with a "did you mean" for misspelt keys.
+the field, with a "did you mean" for misspelt keys. Files are read and parsed within bounds (deployer.profile.bounded:
+size, kind of file, nesting, nodes with aliases expanded, number lengths), and `extends:` stays inside the folder of
+the profile named on the command line.
 """
 
 from __future__ import annotations
@@ -10,13 +12,14 @@ import difflib
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from deployer.errors import ProfileError, ProfileProblems
+from deployer.profile.bounded import Budget, parse, parse_value, read_text
 from deployer.profile.host import parse_host
 from deployer.profile.model import Profile, UnsetVar
 from deployer.secrets import remember
@@ -24,7 +27,8 @@ from deployer.settings import KEYS, from_env, load_config
 
 Loc = tuple[Any, ...]
 VAR_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-MAX_BYTES = 1 << 20
+MAX_LAYERS = 16  # files in one extends chain
+MAX_SHOWN = 20   # problems listed one per line by validate; the rest counted
 # allow_unset for the commands that only read a deployment (status, logs, history): at 3 a.m. nobody has
 # HF_TOKEN exported, and those commands never use the engine's values; a `${VAR}` anywhere else stays an error.
 READ_ONLY = ("engine.",)
@@ -48,7 +52,8 @@ def load(path: Path, *, overrides: list[str], host: str | None, environ: dict[st
     of field prefixes allows it only under those (`("engine.",)`: the on-call reads never use the engine's values,
     but they do need the target's)."""
     env = dict(os.environ if environ is None else environ)
-    layered = _load_layers(path, stack=[])
+    root = path.absolute().parent.resolve()
+    layered = _load_layers(path, stack=[], root=root, budget=Budget())
     _expand_vars(layered, env, allow_unset)
     for text in overrides:
         _apply_override(layered, text)
@@ -70,47 +75,16 @@ def load(path: Path, *, overrides: list[str], host: str | None, environ: dict[st
 # --- YAML with lines -------------------------------------------------------------------------------------------
 
 
-def _read_text(path: Path) -> str:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ProfileError("file not found", file=str(path)) from None
-    except IsADirectoryError:
-        raise ProfileError("is a directory, not a profile file", file=str(path)) from None
-    except OSError as exc:
-        raise ProfileError(f"cannot read: {exc.strerror}", file=str(path)) from None
-    if len(raw) > MAX_BYTES:
-        raise ProfileError(f"file is too large ({len(raw)} bytes) for a profile", file=str(path))
-    if b"\x00" in raw:
-        raise ProfileError("not a text file (binary content)", file=str(path))
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ProfileError("not a UTF-8 text file (binary content?)", file=str(path)) from None
-
-
-def _parse_yaml(path: Path) -> Layered:
-    text = _read_text(path)
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else None
-        problem = exc.problem or exc.context or "invalid YAML"
-        raise ProfileError(f"YAML syntax error: {problem}", file=str(path), line=line) from None
-    except yaml.YAMLError as exc:
-        raise ProfileError(f"YAML error: {exc}", file=str(path)) from None
-    finally:
-        loader.dispose()
+def _parse_yaml(path: Path, budget: Budget) -> Layered:
+    file = str(path)
+    node, data = parse(read_text(path, budget), file, budget)
     if data is None:
-        raise ProfileError("file is empty", file=str(path))
+        raise ProfileError("file is empty", file=file)
     if not isinstance(data, dict):
-        raise ProfileError("a profile must be a YAML mapping (name:, target:, engine: ...)", file=str(path), line=1)
+        raise ProfileError("a profile must be a YAML mapping (name:, target:, engine: ...)", file=file, line=1)
     lines: dict[Loc, tuple[str, int]] = {}
     assert node is not None
-    _record_lines(node, (), str(path), lines)
+    _record_lines(node, (), file, lines)
     return Layered(data=data, lines=lines, files=[path.resolve()])
 
 
@@ -134,26 +108,55 @@ def _record_lines(node: yaml.Node, loc: Loc, file: str, lines: dict[Loc, tuple[s
 # --- extends ---------------------------------------------------------------------------------------------------
 
 
-def _load_layers(path: Path, stack: list[Path]) -> Layered:
+def _load_layers(path: Path, stack: list[Path], root: Path, budget: Budget) -> Layered:
+    """`path` and the chain of files it extends, base first. Every file of the chain lies inside `root` (the folder
+    of the profile named on the command line) and all of them share one budget of bytes and nodes."""
     resolved = path.resolve()
     if resolved in stack:
         chain = " -> ".join(p.name for p in stack + [resolved])
         raise ProfileError(f"extends loop: {chain}", file=str(path))
-    layer = _parse_yaml(path)
+    if len(stack) >= MAX_LAYERS:
+        raise ProfileError(f"extends chain longer than {MAX_LAYERS} files", file=str(path))
+    layer = _parse_yaml(path, budget)
     base_name = layer.data.get("extends")
     if base_name is None:
         return layer
-    if not isinstance(base_name, str) or not base_name:
-        raise ProfileError("must be a relative file path", file=str(path), line=_line(layer, ("extends",)),
-                           field="extends")
-    base_path = (path.parent / base_name)
-    if not base_path.exists():
-        raise ProfileError(f"extends file not found: {base_path}", file=str(path),
-                           line=_line(layer, ("extends",)), field="extends")
-    base = _load_layers(base_path, stack + [resolved])
+    base_path = _extends_path(path, base_name, root, _line(layer, ("extends",)))
+    base = _load_layers(base_path, stack + [resolved], root, budget)
     base.data.pop("extends", None)
     return Layered(data=_merge(base.data, layer.data), lines={**base.lines, **layer.lines},
                    files=base.files + layer.files)
+
+
+def _extends_path(path: Path, base_name: object, root: Path, line: int | None) -> Path:
+    """The file `extends:` names: a relative path, from the folder of the file that says it, that stays inside
+    `root` (no absolute path, no `..`, no symbolic link leading out). Refused before it is opened, so an error
+    never shows anything of a file outside the profile's folder."""
+    def refuse(why: str) -> ProfileError:
+        return ProfileError(f"must be a relative file path inside the profile's folder ({root}); {why}",
+                            file=str(path), line=line, field="extends")
+
+    if not isinstance(base_name, str) or not base_name:
+        raise refuse("it is not a file name")
+    written = PurePosixPath(base_name)
+    if written.is_absolute() or base_name.startswith("~"):
+        raise refuse(f"{base_name!r} is not relative")
+    if ".." in written.parts:
+        raise refuse(f"{base_name!r} goes up with '..'")
+    base_path = path.parent / base_name
+    if not base_path.exists():
+        raise ProfileError(f"extends file not found: {base_path}", file=str(path), line=line, field="extends")
+    if not base_path.resolve().is_relative_to(root):
+        raise refuse(f"{base_name!r} leads outside it through a symbolic link")
+    return base_path
+
+
+def as_written(path: Path) -> dict[str, Any]:
+    """The profile file's data as written, the files it extends merged under it (no `${VAR}` expanded, no defaults,
+    no `extends:` left), read within the same bounds as `load`."""
+    layered = _load_layers(path, stack=[], root=path.absolute().parent.resolve(), budget=Budget())
+    layered.data.pop("extends", None)
+    return layered.data
 
 
 def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
@@ -229,10 +232,7 @@ def _apply_override(layered: Layered, text: str) -> None:
     if not sep or not key.strip():
         raise ProfileError(f"--set {text!r}: expected KEY=VALUE like engine.args.tp_size=2", file="--set")
     parts = key.strip().split(".")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
+    value = parse_value(raw, "--set") if raw.strip() else ""
     node = layered.data
     for i, part in enumerate(parts[:-1]):
         child = node.get(part)
@@ -328,6 +328,9 @@ def _validate(layered: Layered, path: str) -> Profile:
         problems = _problems(layered, exc.errors(), path)
         if len(problems) == 1:
             raise problems[0] from None
+        if len(problems) > MAX_SHOWN:
+            more = ProfileError(f"... and {len(problems) - MAX_SHOWN} more problems", file=path)
+            problems = problems[:MAX_SHOWN] + [more]
         raise ProfileProblems(problems, file=path) from None
 
 

@@ -4,6 +4,8 @@ only in `to_json()` (the JSON of `--json`, outcome.json and the local history, t
 from __future__ import annotations
 
 import dataclasses
+import json
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -157,22 +159,32 @@ class Reach:
         bind = self.bind.strip("[]")
         return f"http://{self.host if bind in ('', '0.0.0.0', '::') else self.bind}:{self.port}"
 
+    def ssh_argv(self) -> list[str]:
+        """The tunnel's ssh command as words (a destination that starts with `-` comes after `--`: a destination,
+        never an option such as -oProxyCommand)."""
+        port = ["-p", str(self.ssh_port)] if self.ssh_port else []
+        destination = f"{self.user}@{self.host}" if self.user else self.host
+        end = ["--"] if destination.startswith("-") else []
+        return ["ssh", "-N", "-L", f"{self.port}:{self.bind.strip('[]')}:{self.port}", *port, *end, destination]
+
     def ssh_command(self) -> str:
-        port = f" -p {self.ssh_port}" if self.ssh_port else ""
-        user = f"{self.user}@" if self.user else ""
-        return f"ssh -N -L {self.port}:{self.bind.strip('[]')}:{self.port}{port} {user}{self.host}"
+        """The tunnel's ssh command, safe to paste into a shell whatever the profile's values (shell-quoted)."""
+        return shlex.join(self.ssh_argv())
+
+    def curl_commands(self) -> list[str]:
+        """Example requests, safe to paste into a shell: every word shell-quoted from its parts (the model name
+        inside a JSON body, the body one word), except the fixed `$API_KEY` header, which the shell expands."""
+        auth = ' -H "Authorization: Bearer $API_KEY"' if self.api_key else ""
+        body = json.dumps({"model": self.model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 32},
+                          ensure_ascii=False)
+        chat = [f"{self.base_url}/v1/chat/completions", "-H", "content-type: application/json", "-d", body]
+        return [f"curl{auth} {shlex.quote(self.base_url + '/v1/models')}", f"curl{auth} {shlex.join(chat)}"]
 
     def lines(self) -> list[str]:
         """What to type to talk to the server: the tunnel (when it binds loopback), then example requests."""
-        auth = ' -H "Authorization: Bearer $API_KEY"' if self.api_key else ""
-        body = ('{"model": "' + self.model + '", "messages": [{"role": "user", "content": "Hi"}], '
-                '"max_tokens": 32}')
         out = [f"reach it through an SSH tunnel (it listens on {self.bind} of the box): {self.ssh_command()} &"] \
             if self.tunnel else [f"reach it at {self.base_url}/v1 (OpenAI API)"]
-        out.append(f"  curl{auth} {self.base_url}/v1/models")
-        out.append(f"  curl{auth} {self.base_url}/v1/chat/completions -H 'content-type: application/json' "
-                   f"-d '{body}'")
-        return out
+        return out + ["  " + command for command in self.curl_commands()]
 
     def to_json(self) -> dict[str, Any]:
         return {"url": f"{self.base_url}/v1", "bind": self.bind, "port": self.port, "model": self.model,

@@ -94,10 +94,13 @@ def test_the_shipped_qwen36_profile_against_real_sglang(h200_host: Any, tmp_path
     import sys
 
     repo = Path(__file__).resolve().parents[2]
-    shipped = os.path.relpath(repo / "profiles" / "qwen36-mtp.yaml", tmp_path)
+    shipped = tmp_path / "shipped"  # `extends:` stays inside the profile's folder: the shipped files copied in
+    shipped.mkdir()
+    for name in ("qwen36-mtp.yaml", "base.yaml"):
+        (shipped / name).write_bytes((repo / "profiles" / name).read_bytes())
     model = repo / "tests" / "fixtures" / "models" / "qwen36-27b-like"
     target = json.dumps(h200_host.target(tmp_path / "work"))
-    (tmp_path / "p.yaml").write_text(f"extends: {shipped}\nname: qwen36-mtp\ntarget: {target}\n"
+    (tmp_path / "p.yaml").write_text(f"extends: shipped/qwen36-mtp.yaml\nname: qwen36-mtp\ntarget: {target}\n"
                                      f"engine: {{python: sglang-python, model_path: {model}, "
                                      f"args: {{device: cuda}}}}\n")
     proc = subprocess.run([sys.executable, "-m", "deployer.cli", "plan", str(tmp_path / "p.yaml"), "--json"],
