@@ -16,6 +16,7 @@ from deployer.errors import DeployError, NotFound, PartlyFailed, ProfileError
 from deployer.runner.fanout import TaggedSink, fan_out
 from deployer.fleet.members import Fleet, spec_of
 from deployer.fleet.router import readiness, workers
+from deployer.fleet.router_key import keyed
 from deployer.oncall import deployment as ops
 from deployer.oncall.deployment import Ref
 from deployer.profile.model import Target
@@ -99,9 +100,10 @@ def _router_readiness(fleet: Fleet, trust_new_host: bool) -> tuple[dict[str, Any
     assert fleet.router is not None
     try:
         with conversing(spec_of(fleet.router.target, trust_new_host)) as remote:
-            ready = readiness(remote, fleet.router)
+            member = keyed(remote, fleet.router)
+            ready = readiness(remote, member)
             try:
-                return ready, {url: w.healthy for url, w in workers(remote, fleet.router).items()}
+                return ready, {url: w.healthy for url, w in workers(remote, member).items()}
             except DeployError:
                 return ready, None
     except DeployError as exc:

@@ -92,7 +92,7 @@ def roll_one(fleet: Fleet, replica: ReplicaMember, sink: TaggedSink, replace: Re
     if guarded:
         assert router_layout is not None
         arm_router_repair(router_remote, router_layout, replica.url, probe_address(router.bind), router.router.port,
-                          router.api_key)
+                          router.api_key, router.control_key)
     try:
         return _out_replace_in(router_remote, router, replica, emit, replace, mine is not None, out)
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM: a drained replica is not left out of the router

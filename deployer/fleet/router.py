@@ -19,13 +19,14 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from deployer.errors import DeployError, LaunchFailed, NotFound, Unhealthy
 from deployer.fleet.members import ROUTER_HEALTH_PATH, RouterMember, spec_of
 from deployer.fleet.record import try_write_record
+from deployer.fleet.router_key import CONTROL_KEY_VAR, SHIM, control_entry, running_key, secret_args, with_new_key
 from deployer.fleet.router_replace import fall_back, replace_router
 from deployer.profile.host import probe_address
 from deployer.profile.model import Profile
@@ -46,6 +47,7 @@ from deployer.runner.timing import PORT_WAIT_S, stop_grace
 READY_LINE = "Starting router on"
 # smg flags that take credentials: their values go to the env file, never into launch.sh.
 SECRET_FLAGS = frozenset({"api_key", "control_plane_api_keys", "jwt_secret"})
+CONTROL_PLANE_VAR = secret_var("router_control_plane_api_keys")
 LAUNCH_TEMPLATE = Path(__file__).with_name("router_launch.sh.j2")
 READY_TIMEOUT_S = 60.0
 DRAIN_TIMEOUT_S = 120.0
@@ -77,10 +79,12 @@ def metrics_port(member: RouterMember) -> int:
 
 
 def router_words(member: RouterMember, urls: list[str], fleet: Profile) -> tuple[list[Word], dict[str, str]]:
-    """`python -m smg launch` with host, port, policy, the worker URLs and the profile's extra flags; its metrics
-    on the router's address and port + 1 unless the profile says otherwise."""
+    """smg's launch (`python -c SHIM launch`, router_key.py) with host, port, policy, the worker URLs and the
+    profile's extra flags; its metrics on the router's address and port + 1 unless the profile says otherwise.
+    Credentials (the replicas' key, the control key, the profile's secret flags) go to the env file, from where SHIM
+    hands them to smg: none is an argv word."""
     router = member.router
-    words: list[Word] = [router.python, "-m", "smg", "launch"]
+    words: list[Word] = [router.python, "-c", SHIM, "launch"]
     words += flag_tokens("host", member.bind) + flag_tokens("port", router.port)
     words += flag_tokens("policy", router.policy)
     if "prometheus_port" not in router.args:
@@ -89,20 +93,37 @@ def router_words(member: RouterMember, urls: list[str], fleet: Profile) -> tuple
         words += flag_tokens("prometheus_host", member.bind)
     if urls:
         words += ["--worker-urls", *urls]
-    env: dict[str, str] = {}
+    secret: dict[str, Any] = {}
     if member.api_key is not None and "api_key" not in router.args:  # the replicas' key, for smg to send them
-        env[secret_var("router_api_key")] = member.api_key
-        words += ["--api-key", EnvRef(secret_var("router_api_key"))]
+        secret["api_key"] = member.api_key
     for name, value in router.args.items():
         if name == "host":
             continue  # the bind address, above
         if _secret(fleet, name) and value is not None and not isinstance(value, bool):
-            env[secret_var(f"router_{name}")] = json.dumps(value) if isinstance(value, dict) else \
-                " ".join(str(v) for v in value) if isinstance(value, list) else str(value)
-            words += ["--" + name.replace("_", "-"), EnvRef(secret_var(f"router_{name}"))]
+            secret[name] = value
         else:
             words += flag_tokens(name, value)
+    if member.control_key:
+        given = secret.get("control_plane_api_keys")
+        given = given if isinstance(given, list) else [] if given is None else [given]
+        secret["control_plane_api_keys"] = [*given, control_entry(member.control_key)]
+    env = _secret_env(secret)
+    if member.control_key:
+        env[CONTROL_KEY_VAR] = member.control_key  # read back by the next `up` and by `status` (router_key.py)
     return words, env
+
+
+def _secret_env(secret: dict[str, Any]) -> dict[str, str]:
+    """The env file of the router: each secret flag's value in its variable, and SHIM's list of them."""
+    env: dict[str, str] = {}
+    flags: list[tuple[str, str, bool]] = []
+    for name, value in secret.items():
+        var = CONTROL_PLANE_VAR if name == "control_plane_api_keys" else secret_var(f"router_{name}")
+        many = isinstance(value, list)
+        env[var] = json.dumps([str(v) for v in value]) if many else \
+            json.dumps(value) if isinstance(value, dict) else str(value)
+        flags.append(("--" + name.replace("_", "-"), var, many))
+    return {**env, **secret_args(flags)}
 
 
 def _secret(fleet: Profile, name: str) -> bool:
@@ -162,6 +183,8 @@ def ensure_router(remote: Remote, layout: Layout, member: RouterMember, fleet: P
     or brought to that worker set through its API."""
     report = RouterReport(member.name, member.host, "failed", url=f"http://{member.bind}:{member.router.port}")
     view = current_view(remote, layout)
+    # the running router's control key is kept (a new one changes its settings): else a new key (router_key.py)
+    member = with_new_key(replace(member, control_key=running_key(remote, layout) or member.control_key))
     same = view is not None and view.alive and view.record.get("settings_hash") == settings_hash(member, fleet)
     if same and not force and _answers(remote, member):
         assert view is not None
@@ -224,8 +247,8 @@ def _request(remote: Remote, member: RouterMember, method: str, path: str, body:
              timeout: float = 5.0) -> tuple[int, Any]:
     data = json.dumps(body).encode() if body is not None else None
     headers = {"content-type": "application/json"} if data is not None else {}
-    if member.api_key:  # smg's shared --api-key gates its worker API too
-        headers["authorization"] = f"Bearer {member.api_key}"
+    if member.bearer:  # the control key (router_key.py): smg's worker API answers 401 without it
+        headers["authorization"] = f"Bearer {member.bearer}"
     try:
         reply = remote.request(method, member.router.port, path, body=data, headers=headers, timeout=timeout,
                                address=probe_address(member.bind))

@@ -19,6 +19,7 @@ from deployer.fleet.report import FleetReport, failed_result, replica_result
 from deployer.fleet.rolling import Replace, roll
 from deployer.fleet.weights import fetch_first
 from deployer.fleet.router import RouterReport, ensure_router, router_session, workers
+from deployer.fleet.router_key import keyed_fleet
 from deployer.fleet.router_env import prune_router_environments, with_router_environment
 from deployer.oncall.deployment import Ref
 from deployer.oncall.deployment import status as deployment_status
@@ -39,6 +40,7 @@ def fleet_up(profile: Profile, opts: UpOptions, emit: EventSink, address_of: Add
     report = FleetReport(fleet.name, restart=restart_summary(profile.restart))
     with Links(opts.trust_new_host) as links, _front(fleet, links) as front:
         fleet = _router_ready(fleet, links, front, sink)  # router.install: before anything is stopped
+        fleet = keyed_fleet(fleet, front)  # the running router's control key (router_key.py)
 
         def replace(member: ReplicaMember, e: EventSink) -> object:
             return up(member.profile, opts, e, links.to(member.profile.target))
@@ -120,7 +122,8 @@ def _on_call(profile: Profile, opts: UpOptions, emit: EventSink, address_of: Add
 
     with Links(opts.trust_new_host) as links, _front(fleet, links) as front:
         sink = TaggedSink(emit)
-        _rolling(_router_ready(fleet, links, front, sink), report, sink, opts, again, None, front)
+        _rolling(keyed_fleet(_router_ready(fleet, links, front, sink), front), report, sink, opts, again, None,
+                 front)
     return report.settle()
 
 

@@ -3,7 +3,11 @@ the fleet report's verdict and the status exit code."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import shlex
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -78,14 +82,14 @@ def test_router_defaults_to_the_first_replicas_host_and_renders_smg(tmp_path: Pa
     assert (fleet.router.host, fleet.router.bind, fleet.router.name) == ("gpu-a", "10.0.0.1", "qwen3-8b-fleet-router")
     urls = [r.url for r in fleet.replicas]
     bundle = render_router(fleet.router, urls, prof)
-    assert bundle.argv[:4] == ["/workspace/router-venv/bin/python", "-m", "smg", "launch"]
+    assert bundle.argv[:2] == ["/workspace/router-venv/bin/python", "-c"] and bundle.argv[3] == "launch"
     text = " ".join(bundle.argv)
     assert "--host 10.0.0.1 --port 8000 --policy cache_aware --prometheus-port 8001 --prometheus-host 10.0.0.1 " \
         "--worker-urls " + " ".join(urls) in text     # smg's metrics default (0.0.0.0:29000) would collide
     assert "--health-check-interval-secs 5" in text
-    # the router's key: env file by reference, never in launch.sh or argv
+    # the router's key: in the env file, never in launch.sh or argv (not even by reference: router_key.SHIM)
     assert "rk-secret-9" not in bundle.script and "rk-secret-9" not in text and "rk-secret-9" in bundle.env
-    assert '--api-key "$DEPLOYER_SECRET_ROUTER_API_KEY"' in bundle.script
+    assert "--api-key" not in bundle.script and "DEPLOYER_SECRET_ROUTER_API_KEY" in bundle.env
     # the worker set is not the router's identity: the API changes it without a restart
     assert render_router(fleet.router, urls[:1], prof).content_hash != bundle.content_hash
     assert settings_hash(fleet.router, prof) == settings_hash(fleet.router, prof)
@@ -261,7 +265,7 @@ def test_the_router_gets_the_replicas_key_by_reference(tmp_path: Path) -> None:
     router = fleet_of(prof, addr).router
     assert router is not None and router.api_key == "ek-77-secret" and "ek-77" not in repr(router)
     bundle = render_router(router, ["http://10.0.0.1:30000"], prof)
-    assert '--api-key "$DEPLOYER_SECRET_ROUTER_API_KEY"' in bundle.script and "ek-77" not in bundle.script
+    assert "--api-key" not in bundle.script and "ek-77" not in bundle.script and "ek-77" not in " ".join(bundle.argv)
     assert "DEPLOYER_SECRET_ROUTER_API_KEY=ek-77-secret\n" in bundle.env
 
 
@@ -404,7 +408,7 @@ def test_the_router_launches_from_its_managed_environment(tmp_path: Path) -> Non
     assert member is not None and member.router.install is not None
     python = EnvPaths.of("/srv/w", EnvSpec.from_install(member.router.install)).python
     launched = launched_router(member, python)
-    assert launched.router.install is None and render_router(launched, [], prof).argv[:2] == [python, "-m"]
+    assert launched.router.install is None and render_router(launched, [], prof).argv[:2] == [python, "-c"]
     assert settings_hash(launched, prof) == settings_hash(launched_router(member, python), prof)
     assert settings_hash(launched, prof) != settings_hash(launched_router(member, "/other/bin/python"), prof)
 
@@ -436,3 +440,29 @@ def test_a_fleet_record_with_install_reads_back(tmp_path: Path, monkeypatch: pyt
     back = read_record(remote, "/srv/w", prof.name)
     assert back is not None and back.router is not None and back.router.install is not None
     assert back.engine.install is not None and back.engine.install.packages == ["sglang==0.5.23"]
+
+
+def test_the_router_gets_its_credentials_from_its_environment_not_its_argv(tmp_path: Path) -> None:
+    """Issue 34 finding 2: smg takes keys only as flags, and a flag is in /proc/PID/cmdline for every local user.
+    launch.sh runs router_key.SHIM, which appends them from the environment inside the process: run here against a
+    stand-in `smg.cli` that prints the argv smg's parser would get."""
+    prof = _profile(tmp_path)
+    member = fleet_of(prof, addr).router
+    assert member is not None
+    member = dataclasses.replace(member, control_key="ck-" + "9" * 20)
+    bundle = render_router(member, ["http://10.0.0.1:30000"], prof)
+    assert "ck-999" not in bundle.script and "rk-secret-9" not in bundle.script
+    stand_in = tmp_path / "standin" / "smg"
+    stand_in.mkdir(parents=True)
+    (stand_in / "__init__.py").write_text("")
+    (stand_in / "cli.py").write_text("import json\ndef main(argv):\n    print(json.dumps(argv))\n")
+    env = {k: v for k, v in (line.split("=", 1) for line in bundle.env.splitlines()[1:])}
+    env = {k: shlex.split(v)[0] for k, v in env.items()}
+    argv = [sys.executable, *bundle.argv[1:]]
+    out = subprocess.run(argv, env={**env, "PYTHONPATH": str(stand_in.parent)}, capture_output=True, text=True,
+                         timeout=30, check=True)
+    got = json.loads(out.stdout)
+    assert got[:1] == ["launch"] and "--api-key=rk-secret-9" in got
+    keys = got[got.index("--control-plane-api-keys") + 1:]
+    assert keys == [f"deployer:deployer:admin:ck-{'9' * 20}"]
+    assert not any("rk-secret" in word or "ck-999" in word for word in argv)
