@@ -20,6 +20,7 @@ from deployer.errors import LaunchFailed, PartlyFailed, ProfileError, TargetErro
 from deployer.runner.fanout import TaggedSink, fan_out
 from deployer.fleet.members import fleet_of, http_url
 from deployer.fleet.oncall import _exit_code, _mark_in_router, pick_member
+from deployer.output.fleet import status_lines
 from deployer.oncall.deployment import status_code
 from deployer.target.push import RunDir
 from deployer.target.records import RunView
@@ -221,16 +222,38 @@ def test_fleet_status_exit_codes() -> None:
 def test_fleet_status_is_never_0_while_a_serving_replica_is_out_of_its_router() -> None:
     """Issue 22 finding 4: an interrupted rolling restart drained r1 and never added it back."""
     rows = [{**_row("replica", "ready", True), "url": "http://a:1"}, {**_row("replica", "ready", True),
-            "url": "http://b:1"}, {**_row("router", "ready", True), "workers": {"http://a:1": True}}]
+            "url": "http://b:1"}, {**_row("router", "ready", True), "worker_states": {"http://a:1": "healthy"}}]
     _mark_in_router(rows)
     assert [r.get("in_router") for r in rows] == [True, False, None]
+    assert [r.get("router_health") for r in rows] == ["healthy", "not registered", None]
     assert _exit_code(rows) == 9
-    rows[2]["workers"] = {"http://a:1": True, "http://b:1": True}
+    rows[2]["worker_states"] = {"http://a:1": "healthy", "http://b:1": "healthy"}
     _mark_in_router(rows)
     assert _exit_code(rows) == 0
-    rows[2]["workers"] = {"http://a:1": True, "http://b:1": False}   # registered, not healthy: not serving in it
+    rows[2]["worker_states"] = {"http://a:1": "healthy", "http://b:1": "pending"}  # registered, not healthy
     _mark_in_router(rows)
-    assert _exit_code(rows) == 9
+    assert _exit_code(rows) == 9 and rows[1]["router_health"] == "pending"
+
+
+def test_a_worker_the_fleet_did_not_add_is_an_alarm() -> None:
+    """Issue 34 finding 2: a server another user registered with the router; status named it, exit 6."""
+    both = {"http://a:1": "healthy", "http://b:1": "healthy"}
+    rows = [{**_row("replica", "ready", True), "url": "http://a:1", "member": "r0", "host": "h"},
+            {**_row("replica", "ready", True), "url": "http://b:1", "member": "r1", "host": "h"},
+            {**_row("router", "ready", True), "worker_states": both, "foreign_workers": [], "member": "router",
+             "host": "h", "url": "http://h:8"}]
+    _mark_in_router(rows)
+    assert _exit_code(rows) == 0
+    rows[2]["foreign_workers"] = ["http://evil:9"]
+    assert _exit_code(rows) == 6
+    text = "\n".join(status_lines({"name": "f", "serving": False, "replicas": rows[:2], "router": rows[2]}))
+    assert "ALARM: the router routes to http://evil:9, which is not a replica" in text
+    rows[0]["status"], rows[0]["healthy"] = "exited", False      # a more urgent code stays
+    rows[2]["worker_states"] = {"http://b:1": "healthy"}
+    _mark_in_router(rows)
+    assert _exit_code(rows) == 6                                  # partly (9) with a foreign worker: 6
+    rows[2]["status"], rows[2]["healthy"] = "exited", False
+    assert _exit_code(rows) == 5
 
 
 def test_an_interrupted_replace_reads_interrupted_never_stopped() -> None:
