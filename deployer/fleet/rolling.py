@@ -166,7 +166,7 @@ def _in_again(remote: Remote, router: RouterMember, replica: ReplicaMember, emit
 def _register(remote: Remote, router: RouterMember, url: str, deadline: float) -> bool:
     """POST the worker (again every few seconds) until the router lists it or `deadline` passes."""
     while True:
-        add_worker(remote, router, url)
+        add_worker(remote, router, url, deadline_s=max(0.0, deadline - time.monotonic()))  # within the interrupt's
         again = min(deadline, time.monotonic() + 5.0)
         while time.monotonic() < again:
             if url in workers(remote, router):

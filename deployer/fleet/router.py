@@ -52,6 +52,11 @@ LAUNCH_TEMPLATE = Path(__file__).with_name("router_launch.sh.j2")
 READY_TIMEOUT_S = 60.0
 DRAIN_TIMEOUT_S = 120.0
 POLL_S = 0.25
+# smg 1.13.0's 409 while an earlier POST of the same URL waits for the worker's health check (its binary's text)
+CREATING = "Worker creation already in progress"
+CREATING_WAIT_S = READY_TIMEOUT_S
+CREATING_EVERY_S = 1.0
+CREATING_TRIES = int(CREATING_WAIT_S / CREATING_EVERY_S) + 1
 
 
 @dataclass
@@ -286,13 +291,23 @@ def readiness(remote: Remote, member: RouterMember) -> dict[str, Any]:
     return {"http_status": code, **(data if isinstance(data, dict) else {})}
 
 
-def add_worker(remote: Remote, member: RouterMember, url: str) -> None:
+def add_worker(remote: Remote, member: RouterMember, url: str, deadline_s: float = CREATING_WAIT_S) -> None:
+    """POST the worker; done when smg accepts it or already lists it. While smg answers 409 "Worker creation already
+    in progress" (an earlier POST's job, e.g. from a client killed meanwhile or from the router's guard, still
+    waits for the worker's health check) it is asked again every CREATING_EVERY_S until it lists the worker or
+    accepts the POST: bounded by `deadline_s` and CREATING_TRIES."""
     spec = {"url": url, **({"api_key": member.api_key} if member.api_key else {})}
-    code, data = _request(remote, member, "POST", "/workers", spec)
-    if code == 409 and url in workers(remote, member):
-        return  # already registered (smg: "Worker already exists at URL ...")
-    if code not in (200, 201, 202):
-        raise Unhealthy(f"router {member.name}: adding worker {url} answered HTTP {code}: {str(data)[:200]}")
+    end = time.monotonic() + deadline_s
+    for _ in range(CREATING_TRIES):
+        code, data = _request(remote, member, "POST", "/workers", spec)
+        if code in (200, 201, 202):
+            return
+        if code == 409 and url in workers(remote, member):
+            return  # already registered (smg: "Worker already exists at URL ...")
+        if code != 409 or CREATING not in str(data) or time.monotonic() + CREATING_EVERY_S > end:
+            break
+        time.sleep(CREATING_EVERY_S)
+    raise Unhealthy(f"router {member.name}: adding worker {url} answered HTTP {code}: {str(data)[:200]}")
 
 
 def remove_worker(remote: Remote, member: RouterMember, url: str) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from deployer.errors import LaunchFailed, PartlyFailed, ProfileError, TargetError
+from deployer.errors import LaunchFailed, PartlyFailed, ProfileError, TargetError, Unhealthy
 from deployer.runner.fanout import TaggedSink, fan_out
 from deployer.fleet.members import fleet_of, http_url
 from deployer.fleet.oncall import _exit_code, _mark_in_router, pick_member
@@ -489,3 +489,46 @@ def test_the_router_gets_its_credentials_from_its_environment_not_its_argv(tmp_p
     keys = got[got.index("--control-plane-api-keys") + 1:]
     assert keys == [f"deployer:deployer:admin:ck-{'9' * 20}"]
     assert not any("rk-secret" in word or "ck-999" in word for word in argv)
+
+
+class CreatingRouter:
+    """Stand-in for smg's worker API while an earlier POST of a URL still waits for its health check: 409 "Worker
+    creation already in progress" for the first `busy` POSTs, then 202 (listed from then on)."""
+
+    label = "creating-router"
+
+    def __init__(self, busy: int) -> None:
+        self.busy, self.posts, self.listed = busy, 0, False
+
+    def request(self, method: str, port: int, path: str, *, body: bytes | None = None,
+                headers: dict[str, str] | None = None, timeout: float = 5.0, address: str = "127.0.0.1") -> Any:
+        from deployer.remote.base import HttpReply
+
+        if method == "GET":
+            found = [{"id": "w1", "url": "http://r1:1", "is_healthy": True}] if self.listed else []
+            return HttpReply(200, json.dumps({"workers": found}).encode(), {})
+        self.posts += 1
+        if self.posts <= self.busy:
+            text = {"error": "Worker creation already in progress for URL 'http://r1:1'", "code": "conflict"}
+            return HttpReply(409, json.dumps(text).encode(), {})
+        self.listed = True
+        return HttpReply(202, b"{}", {})
+
+
+def test_a_worker_being_created_is_asked_again_until_the_router_takes_it(monkeypatch: pytest.MonkeyPatch,
+                                                                          tmp_path: Path) -> None:
+    """Issue 34 finding 5: smg answered 409 "creation already in progress" while a replica was added back."""
+    from deployer.fleet import router as router_mod
+
+    monkeypatch.setattr(router_mod, "CREATING_EVERY_S", 0.01)
+    member = fleet_of(_profile(tmp_path), addr).router
+    assert member is not None
+    busy = CreatingRouter(busy=3)
+    router_mod.add_worker(busy, member, "http://r1:1")  # type: ignore[arg-type]
+    assert busy.posts == 4 and busy.listed
+    stuck = CreatingRouter(busy=10 ** 6)                 # never done: bounded in time (and count)
+    start = time.monotonic()
+    with pytest.raises(Unhealthy) as err:
+        router_mod.add_worker(stuck, member, "http://r1:1", deadline_s=0.3)  # type: ignore[arg-type]
+    assert time.monotonic() - start < 5 and stuck.posts <= router_mod.CREATING_TRIES
+    assert "409" in err.value.message and "already in progress" in err.value.message
