@@ -40,6 +40,10 @@ SGLANG = Engine(
         # Every option of the 0.5.23 parser that takes a credential (its help: "API key of the server", "admin API
         # key", "password to decrypt the SSL keyfile"); tests/unit/test_secrets.py checks this over the real table.
         secret_flags=frozenset({"api_key", "admin_api_key", "ssl_keyfile_password"}),
+        # No SGLang release in this table reads --api-key or --admin-api-key from the environment (server_args.py
+        # ServerArgs fields, set from argv only; 0.5.10, 0.5.23): they stay argv words, readable by every local user
+        # in /proc/PID/cmdline while the engine runs (docs/fleet-router.md).
+        secret_env=(),
         health_path="/health",
     ),
     log=LogFormat(
