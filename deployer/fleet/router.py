@@ -194,7 +194,7 @@ def ensure_router(remote: Remote, layout: Layout, member: RouterMember, fleet: P
     if same and not force and _answers(remote, member):
         assert view is not None
         report.run_dir, report.action = view.run.path, "reconciled"
-        set_workers(remote, member, urls, emit)
+        removed = set_workers(remote, member, urls, emit)
         run: RunDir | None = None
     else:
         bundle = render_router(member, urls, fleet)
@@ -207,9 +207,11 @@ def ensure_router(remote: Remote, layout: Layout, member: RouterMember, fleet: P
             _replaced(remote, layout, member, run, spec, view, emit)
         else:
             switch_to(remote, layout, run, spec, serving=None, port_wait_s=PORT_WAIT_S)
-        report.run_dir = run.path
+        report.run_dir, removed = run.path, set()
         emit(PhaseEntered(phase="router started", elapsed=0.0, line=" ".join(bundle.argv)[:300]))
     wait_workers(remote, member, healthy=set(urls), gone=set(), deadline_s=READY_TIMEOUT_S, run=run)
+    if removed:  # ready once every worker it should not have (one someone else added too) has drained and left
+        wait_workers(remote, member, healthy=set(urls), gone=removed, deadline_s=DRAIN_TIMEOUT_S, run=run)
     report.status, report.workers = "ready", list(urls)
     emit(BecameReady(elapsed=0.0, phase=None, message=f"router ready with {len(urls)} workers"))
     warning = try_write_record(remote, member.target.workdir, fleet)
@@ -319,17 +321,20 @@ def remove_worker(remote: Remote, member: RouterMember, url: str) -> None:
         raise Unhealthy(f"router {member.name}: removing worker {url} answered HTTP {code}: {str(data)[:200]}")
 
 
-def set_workers(remote: Remote, member: RouterMember, urls: list[str], emit: EventSink) -> None:
-    """Add the missing URLs and remove the ones not wanted (they drain first, in the router)."""
+def set_workers(remote: Remote, member: RouterMember, urls: list[str], emit: EventSink) -> set[str]:
+    """Add the missing URLs and remove the ones not wanted (they drain first, in the router); the removed ones."""
     have = workers(remote, member)
     for url in urls:
         if url not in have:
             emit(Info(message=f"router: adding worker {url}"))
             add_worker(remote, member, url)
+    removed = set()
     for url in have:
         if url not in urls:
             emit(Info(message=f"router: removing worker {url}"))
             remove_worker(remote, member, url)
+            removed.add(url)
+    return removed
 
 
 def wait_workers(remote: Remote, member: RouterMember, *, healthy: set[str], gone: set[str], deadline_s: float,

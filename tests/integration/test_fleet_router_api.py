@@ -4,7 +4,7 @@ from the router's command line).
 
 Another process without the router's control key is refused (HTTP 401, also with the clients' key), and no prompt
 reaches its server; the key is in no launch.sh nor argv. A worker planted by a holder of the key (simulated here
-with the key read from the router's env file) is named by `deploy status`, which exits 6."""
+with the key read from the router's env file) is named by `deploy status`, which exits 6, until `up` removes it."""
 
 from __future__ import annotations
 
@@ -142,5 +142,10 @@ def test_the_router_refuses_a_foreign_worker_and_status_names_a_planted_one(
     assert [r["router_health"] for r in row["replicas"]] == ["healthy", "healthy"]
     text = fleet_deploy(bed, "status", str(prof), home=home, env=env)
     assert text.returncode == 6 and f"ALARM: the router routes to {foreign_url}" in text.stdout, text.stdout
+    # `up` brings the router to exactly the fleet's replicas again
+    again = fleet_deploy(bed, "up", str(prof), "--skip-preflight", home=home, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert set(str(w["url"]) for w in get_json(f"{front}/workers", key=key)[1]["workers"]) == set(replicas)
+    assert fleet_deploy(bed, "status", str(prof), home=home, env=env).returncode == 0
     down = fleet_deploy(bed, "down", str(prof), home=home, env=env)
     assert down.returncode == 0, down.stderr
