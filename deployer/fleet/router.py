@@ -26,12 +26,12 @@ from typing import Any
 from deployer.errors import DeployError, LaunchFailed, NotFound, Unhealthy
 from deployer.fleet.members import ROUTER_HEALTH_PATH, RouterMember, spec_of
 from deployer.fleet.record import try_write_record
-from deployer.fleet.router_key import CONTROL_KEY_VAR, SHIM, control_entry, running_key, secret_args, with_new_key
+from deployer.fleet.router_key import CONTROL_KEY_VAR, SHIM, control_entry, key_of, secret_args, with_new_key
 from deployer.fleet.router_replace import fall_back, replace_router
 from deployer.profile.host import probe_address
 from deployer.profile.model import Profile
 from deployer.target.push import Layout, RunDir, new_run_id, push
-from deployer.render.bundle import Bundle, EnvRef, Word, flag_tokens, render_launch
+from deployer.render.bundle import Bundle, Word, flag_tokens, render_launch
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.secrets import MASK, secret_var
 from deployer.target.process import status, stop
@@ -189,7 +189,7 @@ def ensure_router(remote: Remote, layout: Layout, member: RouterMember, fleet: P
     report = RouterReport(member.name, member.host, "failed", url=f"http://{member.bind}:{member.router.port}")
     view = current_view(remote, layout)
     # the running router's control key is kept (a new one changes its settings): else a new key (router_key.py)
-    member = with_new_key(replace(member, control_key=running_key(remote, layout) or member.control_key))
+    member = with_new_key(replace(member, control_key=(key_of(remote, view) if view else None) or member.control_key))
     same = view is not None and view.alive and view.record.get("settings_hash") == settings_hash(member, fleet)
     if same and not force and _answers(remote, member):
         assert view is not None

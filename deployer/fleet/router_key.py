@@ -31,7 +31,7 @@ from deployer.remote.base import Remote
 from deployer.secrets import secret_var
 from deployer.supervisor.supervise_protocol import ENV_FILE
 from deployer.target.push import Layout, expand_workdir
-from deployer.target.records import current_view
+from deployer.target.records import RunView, current_view
 
 CONTROL_KEY_VAR = secret_var("router_control_key")
 SECRET_ARGS_VAR = "DEPLOYER_SMG_SECRET_ARGS"   # JSON: [[flag, env var, is a list], ...]; names only, no value
@@ -59,16 +59,22 @@ def running_key(remote: Remote, layout: Layout) -> str | None:
     """The control key of the router's current run (its env file); None without a run or a key (a router an earlier
     release started, which has none)."""
     view = current_view(remote, layout)
-    if view is None:
-        return None
+    return None if view is None else key_of(remote, view)
+
+
+def key_of(remote: Remote, view: RunView) -> str | None:
+    """The control key in the env file of the router run `view`; None when it has none."""
     env = read_env_file(remote, view.run.file(ENV_FILE))
     return (env or {}).get(CONTROL_KEY_VAR) or None
 
 
+def with_key(member: RouterMember, key: str | None) -> RouterMember:
+    return member if key is None else replace(member, control_key=key)
+
+
 def keyed(remote: Remote, member: RouterMember) -> RouterMember:
     """The router member with the control key its running router holds (unchanged when it has none)."""
-    key = running_key(remote, router_layout(remote, member))
-    return member if key is None else replace(member, control_key=key)
+    return with_key(member, running_key(remote, router_layout(remote, member)))
 
 
 def keyed_fleet(fleet: Fleet, remote: Remote | None) -> Fleet:

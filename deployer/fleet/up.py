@@ -19,7 +19,7 @@ from deployer.fleet.report import FleetReport, failed_result, replica_result
 from deployer.fleet.rolling import Replace, roll
 from deployer.fleet.weights import fetch_first
 from deployer.fleet.router import RouterReport, ensure_router, router_session, workers
-from deployer.fleet.router_key import keyed_fleet
+from deployer.fleet.router_key import key_of, keyed_fleet, with_key
 from deployer.fleet.router_env import prune_router_environments, with_router_environment
 from deployer.oncall.deployment import Ref
 from deployer.oncall.deployment import status as deployment_status
@@ -40,7 +40,6 @@ def fleet_up(profile: Profile, opts: UpOptions, emit: EventSink, address_of: Add
     report = FleetReport(fleet.name, restart=restart_summary(profile.restart))
     with Links(opts.trust_new_host) as links, _front(fleet, links) as front:
         fleet = _router_ready(fleet, links, front, sink)  # router.install: before anything is stopped
-        fleet = keyed_fleet(fleet, front)  # the running router's control key (router_key.py)
 
         def replace(member: ReplicaMember, e: EventSink) -> object:
             return up(member.profile, opts, e, links.to(member.profile.target))
@@ -122,8 +121,7 @@ def _on_call(profile: Profile, opts: UpOptions, emit: EventSink, address_of: Add
 
     with Links(opts.trust_new_host) as links, _front(fleet, links) as front:
         sink = TaggedSink(emit)
-        _rolling(keyed_fleet(_router_ready(fleet, links, front, sink), front), report, sink, opts, again, None,
-                 front)
+        _rolling(_router_ready(fleet, links, front, sink), report, sink, opts, again, None, front)
     return report.settle()
 
 
@@ -137,6 +135,7 @@ def _rolling(fleet: Fleet, report: FleetReport, sink: TaggedSink, opts: UpOption
     try:
         with router_session(member, opts.what, emit, trust_new_host=opts.trust_new_host,
                             break_lock=opts.break_lock, remote=front) as (remote, layout):
+            fleet = keyed_fleet(fleet, remote)  # the running router's control key (router_key.py)
             roll(fleet, report, sink, replace, remote, unchanged, layout)
             report.router = _router_started(remote, layout, fleet, report.serving_urls(), emit)
     except DeployError as exc:
@@ -183,7 +182,7 @@ def _router_serves(fleet: Fleet, remote: Remote) -> bool:
     if view is None or not view.alive:
         return False
     try:
-        return any(w.healthy for w in workers(remote, member).values())
+        return any(w.healthy for w in workers(remote, with_key(member, key_of(remote, view))).values())
     except DeployError:
         return False
 
