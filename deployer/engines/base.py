@@ -200,9 +200,17 @@ class Launch:
     env_prefixes: tuple[str, ...] = ()      # environment variables the engine reads start with one of these
     # flags (profile keys) that take a credential: always masked (env file, records, drift, the args dump line)
     secret_flags: frozenset[str] = frozenset()
+    # credential flags the engine also reads from an environment variable, (flag, variable): render puts a string
+    # value in that variable of the 0600 env file and leaves the flag out of argv, which every local user can read
+    # (/proc/PID/cmdline); a credential flag not listed stays an argv word (its value from the env file)
+    secret_env: tuple[tuple[str, str], ...] = ()
     health_path: str = "/health"
     revision_flag: str = "revision"         # the flag that pins the model's hub commit (engine.weights, issue 25)
     completion_path: str = "/v1/completions"  # where a one-token completion is asked (the readiness probe)
+
+    def secret_env_var(self, flag: str) -> str | None:
+        """The environment variable the engine reads `flag`'s credential from; None when only its argv has it."""
+        return next((var for name, var in self.secret_env if name == flag), None)
 
     def gpus_per_engine(self, args: dict[str, Any]) -> int:
         """The GPUs one engine uses according to its parallelism flags in `args` (1 when none is set)."""

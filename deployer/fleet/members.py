@@ -57,6 +57,14 @@ class RouterMember:
     router: Router
     # smg's --api-key: what it sends to the replicas and what its own API asks for (the replicas' key by default)
     api_key: str | None = field(default=None, repr=False)
+    # the key of smg's control plane (its worker API), only deployer's: fleet/router_key.py
+    control_key: str | None = field(default=None, repr=False)
+
+    @property
+    def bearer(self) -> str | None:
+        """What opens this router's worker API: its control key; the shared key for a router an earlier release
+        started (then that one guarded it)."""
+        return self.control_key or self.api_key
 
     @property
     def host(self) -> str:

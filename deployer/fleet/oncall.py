@@ -1,9 +1,13 @@
 """On-call for a fleet: status of every replica and the router, down of all, logs of one member.
 
 Each member is a deployment of its own on its host, read with the single-host on-call functions; hosts are asked
-at once (fan-out). `status` exits 0 only while every member serves and every replica is one of the router's
-healthy workers; 9 (partly) while the router serves through at least one replica but not every member serves or a
-replica is out of the router; otherwise the most urgent code of the members.
+at once (fan-out). Each replica is reported by the router's own health of it (`router_health`: healthy, the
+router's status of it, or `not registered`). `status` exits 0 only while every member serves and every replica is
+one of the router's healthy workers; 9 (partly) while the router serves through at least one replica but not every
+member serves or a replica is out of the router; otherwise the most urgent code of the members. A worker of the
+router that is not one of the fleet's replicas (`foreign_workers`: someone else registered it, and the router sends
+it prompts) is an alarm: exit 6 (not serving as deployed), unless a more urgent code (5, 7, 8, a connection's)
+already applies.
 """
 
 from __future__ import annotations
@@ -16,11 +20,15 @@ from deployer.errors import DeployError, NotFound, PartlyFailed, ProfileError
 from deployer.runner.fanout import TaggedSink, fan_out
 from deployer.fleet.members import Fleet, spec_of
 from deployer.fleet.router import readiness, workers
+from deployer.fleet.router_key import keyed
 from deployer.oncall import deployment as ops
 from deployer.oncall.deployment import Ref
 from deployer.profile.model import Target
 from deployer.remote.connect import conversing
 from deployer.events import Event, EventSink, Warn
+
+HEALTHY = "healthy"
+NOT_REGISTERED = "not registered"
 
 
 @dataclass(frozen=True)
@@ -76,7 +84,11 @@ def fleet_status(fleet: Fleet, trust_new_host: bool = False) -> tuple[dict[str, 
         row = {**row, "role": member.role, "index": member.index, "member": member.tag, "url": member.url,
                "alias": member.host}
         if member.role == "router" and row.get("healthy"):
-            row["readiness"], row["workers"] = _router_readiness(fleet, trust_new_host)
+            row["readiness"], states = _router_readiness(fleet, trust_new_host)
+            row["workers"] = None if states is None else {url: state == HEALTHY for url, state in states.items()}
+            row["worker_states"] = states
+            row["foreign_workers"] = None if states is None else \
+                sorted(url for url in states if url not in {r.url for r in fleet.replicas})
         return row
 
     done = fan_out(everyone, lambda m: m.host, lambda m: m.tag, one, TaggedSink(_quiet))
@@ -94,14 +106,17 @@ def fleet_status(fleet: Fleet, trust_new_host: bool = False) -> tuple[dict[str, 
             "router": next((r for r in rows if r["role"] == "router"), None)}, code
 
 
-def _router_readiness(fleet: Fleet, trust_new_host: bool) -> tuple[dict[str, Any], dict[str, bool] | None]:
-    """The router's readiness, and its workers (url -> healthy; None when it could not say)."""
+def _router_readiness(fleet: Fleet, trust_new_host: bool) -> tuple[dict[str, Any], dict[str, str] | None]:
+    """The router's readiness, and its own state of each worker (url -> `healthy` or smg's status of it: `pending`,
+    `draining`, `unhealthy`...; None when it could not say)."""
     assert fleet.router is not None
     try:
         with conversing(spec_of(fleet.router.target, trust_new_host)) as remote:
-            ready = readiness(remote, fleet.router)
+            member = keyed(remote, fleet.router)
+            ready = readiness(remote, member)
             try:
-                return ready, {url: w.healthy for url, w in workers(remote, fleet.router).items()}
+                return ready, {url: HEALTHY if w.healthy else (w.status or "unhealthy")
+                               for url, w in workers(remote, member).items()}
             except DeployError:
                 return ready, None
     except DeployError as exc:
@@ -110,15 +125,28 @@ def _router_readiness(fleet: Fleet, trust_new_host: bool) -> tuple[dict[str, Any
 
 def _mark_in_router(rows: list[dict[str, Any]]) -> None:
     """Each replica's `in_router`: whether the serving router counts it a healthy worker (None: unknown, or no
-    router). A replica an interrupted rolling restart drained and never added back serves, but not the fleet."""
+    router), and `router_health`: the router's own word for it. A replica an interrupted rolling restart drained and
+    never added back serves, but not the fleet."""
     router = next((r for r in rows if r["role"] == "router"), None)
-    have = (router or {}).get("workers")
+    have = (router or {}).get("worker_states")
     for row in rows:
-        if row["role"] == "replica":
-            row["in_router"] = bool(have.get(row["url"])) if isinstance(have, dict) else None
+        if row["role"] != "replica":
+            continue
+        state = have.get(row["url"], NOT_REGISTERED) if isinstance(have, dict) else None
+        row["in_router"] = None if state is None else state == HEALTHY
+        row["router_health"] = state
 
 
 def _exit_code(rows: list[dict[str, Any]]) -> int:
+    """The members' code; a foreign worker in the router turns a serving (0) or partly serving (9) fleet into 6."""
+    code = _members_code(rows)
+    router = next((r for r in rows if r["role"] == "router"), None)
+    if router is not None and router.get("foreign_workers") and code in (ops.SERVING, PartlyFailed.exit_code):
+        return ops.NOT_SERVING
+    return code
+
+
+def _members_code(rows: list[dict[str, Any]]) -> int:
     codes = [_row_code(r) for r in rows]
     left_out = any(r["role"] == "replica" and r.get("in_router") is False for r in rows)
     if all(c == ops.SERVING for c in codes) and not left_out:

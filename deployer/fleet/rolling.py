@@ -92,7 +92,7 @@ def roll_one(fleet: Fleet, replica: ReplicaMember, sink: TaggedSink, replace: Re
     if guarded:
         assert router_layout is not None
         arm_router_repair(router_remote, router_layout, replica.url, probe_address(router.bind), router.router.port,
-                          router.api_key)
+                          router.api_key, router.control_key)
     try:
         return _out_replace_in(router_remote, router, replica, emit, replace, mine is not None, out)
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM: a drained replica is not left out of the router
@@ -166,7 +166,7 @@ def _in_again(remote: Remote, router: RouterMember, replica: ReplicaMember, emit
 def _register(remote: Remote, router: RouterMember, url: str, deadline: float) -> bool:
     """POST the worker (again every few seconds) until the router lists it or `deadline` passes."""
     while True:
-        add_worker(remote, router, url)
+        add_worker(remote, router, url, deadline_s=max(0.0, deadline - time.monotonic()))  # within the interrupt's
         again = min(deadline, time.monotonic() + 5.0)
         while time.monotonic() < again:
             if url in workers(remote, router):

@@ -19,18 +19,19 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from deployer.errors import DeployError, LaunchFailed, NotFound, Unhealthy
 from deployer.fleet.members import ROUTER_HEALTH_PATH, RouterMember, spec_of
 from deployer.fleet.record import try_write_record
+from deployer.fleet.router_key import CONTROL_KEY_VAR, SHIM, control_entry, key_of, secret_args, with_new_key
 from deployer.fleet.router_replace import fall_back, replace_router
 from deployer.profile.host import probe_address
 from deployer.profile.model import Profile
 from deployer.target.push import Layout, RunDir, new_run_id, push
-from deployer.render.bundle import Bundle, EnvRef, Word, flag_tokens, render_launch
+from deployer.render.bundle import Bundle, Word, flag_tokens, render_launch
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.secrets import MASK, secret_var
 from deployer.target.process import status, stop
@@ -46,10 +47,16 @@ from deployer.runner.timing import PORT_WAIT_S, stop_grace
 READY_LINE = "Starting router on"
 # smg flags that take credentials: their values go to the env file, never into launch.sh.
 SECRET_FLAGS = frozenset({"api_key", "control_plane_api_keys", "jwt_secret"})
+CONTROL_PLANE_VAR = secret_var("router_control_plane_api_keys")
 LAUNCH_TEMPLATE = Path(__file__).with_name("router_launch.sh.j2")
 READY_TIMEOUT_S = 60.0
 DRAIN_TIMEOUT_S = 120.0
 POLL_S = 0.25
+# smg 1.13.0's 409 while an earlier POST of the same URL waits for the worker's health check (its binary's text)
+CREATING = "Worker creation already in progress"
+CREATING_WAIT_S = READY_TIMEOUT_S
+CREATING_EVERY_S = 1.0
+CREATING_TRIES = int(CREATING_WAIT_S / CREATING_EVERY_S) + 1
 
 
 @dataclass
@@ -77,10 +84,12 @@ def metrics_port(member: RouterMember) -> int:
 
 
 def router_words(member: RouterMember, urls: list[str], fleet: Profile) -> tuple[list[Word], dict[str, str]]:
-    """`python -m smg launch` with host, port, policy, the worker URLs and the profile's extra flags; its metrics
-    on the router's address and port + 1 unless the profile says otherwise."""
+    """smg's launch (`python -c SHIM launch`, router_key.py) with host, port, policy, the worker URLs and the
+    profile's extra flags; its metrics on the router's address and port + 1 unless the profile says otherwise.
+    Credentials (the replicas' key, the control key, the profile's secret flags) go to the env file, from where SHIM
+    hands them to smg: none is an argv word."""
     router = member.router
-    words: list[Word] = [router.python, "-m", "smg", "launch"]
+    words: list[Word] = [router.python, "-c", SHIM, "launch"]
     words += flag_tokens("host", member.bind) + flag_tokens("port", router.port)
     words += flag_tokens("policy", router.policy)
     if "prometheus_port" not in router.args:
@@ -89,20 +98,37 @@ def router_words(member: RouterMember, urls: list[str], fleet: Profile) -> tuple
         words += flag_tokens("prometheus_host", member.bind)
     if urls:
         words += ["--worker-urls", *urls]
-    env: dict[str, str] = {}
+    secret: dict[str, Any] = {}
     if member.api_key is not None and "api_key" not in router.args:  # the replicas' key, for smg to send them
-        env[secret_var("router_api_key")] = member.api_key
-        words += ["--api-key", EnvRef(secret_var("router_api_key"))]
+        secret["api_key"] = member.api_key
     for name, value in router.args.items():
         if name == "host":
             continue  # the bind address, above
         if _secret(fleet, name) and value is not None and not isinstance(value, bool):
-            env[secret_var(f"router_{name}")] = json.dumps(value) if isinstance(value, dict) else \
-                " ".join(str(v) for v in value) if isinstance(value, list) else str(value)
-            words += ["--" + name.replace("_", "-"), EnvRef(secret_var(f"router_{name}"))]
+            secret[name] = value
         else:
             words += flag_tokens(name, value)
+    if member.control_key:
+        given = secret.get("control_plane_api_keys")
+        given = given if isinstance(given, list) else [] if given is None else [given]
+        secret["control_plane_api_keys"] = [*given, control_entry(member.control_key)]
+    env = _secret_env(secret)
+    if member.control_key:
+        env[CONTROL_KEY_VAR] = member.control_key  # read back by the next `up` and by `status` (router_key.py)
     return words, env
+
+
+def _secret_env(secret: dict[str, Any]) -> dict[str, str]:
+    """The env file of the router: each secret flag's value in its variable, and SHIM's list of them."""
+    env: dict[str, str] = {}
+    flags: list[tuple[str, str, bool]] = []
+    for name, value in secret.items():
+        var = CONTROL_PLANE_VAR if name == "control_plane_api_keys" else secret_var(f"router_{name}")
+        many = isinstance(value, list)
+        env[var] = json.dumps([str(v) for v in value]) if many else \
+            json.dumps(value) if isinstance(value, dict) else str(value)
+        flags.append(("--" + name.replace("_", "-"), var, many))
+    return {**env, **secret_args(flags)}
 
 
 def _secret(fleet: Profile, name: str) -> bool:
@@ -162,11 +188,13 @@ def ensure_router(remote: Remote, layout: Layout, member: RouterMember, fleet: P
     or brought to that worker set through its API."""
     report = RouterReport(member.name, member.host, "failed", url=f"http://{member.bind}:{member.router.port}")
     view = current_view(remote, layout)
+    # the running router's control key is kept (a new one changes its settings): else a new key (router_key.py)
+    member = with_new_key(replace(member, control_key=(key_of(remote, view) if view else None) or member.control_key))
     same = view is not None and view.alive and view.record.get("settings_hash") == settings_hash(member, fleet)
     if same and not force and _answers(remote, member):
         assert view is not None
         report.run_dir, report.action = view.run.path, "reconciled"
-        set_workers(remote, member, urls, emit)
+        removed = set_workers(remote, member, urls, emit)
         run: RunDir | None = None
     else:
         bundle = render_router(member, urls, fleet)
@@ -179,9 +207,11 @@ def ensure_router(remote: Remote, layout: Layout, member: RouterMember, fleet: P
             _replaced(remote, layout, member, run, spec, view, emit)
         else:
             switch_to(remote, layout, run, spec, serving=None, port_wait_s=PORT_WAIT_S)
-        report.run_dir = run.path
+        report.run_dir, removed = run.path, set()
         emit(PhaseEntered(phase="router started", elapsed=0.0, line=" ".join(bundle.argv)[:300]))
     wait_workers(remote, member, healthy=set(urls), gone=set(), deadline_s=READY_TIMEOUT_S, run=run)
+    if removed:  # ready once every worker it should not have (one someone else added too) has drained and left
+        wait_workers(remote, member, healthy=set(urls), gone=removed, deadline_s=DRAIN_TIMEOUT_S, run=run)
     report.status, report.workers = "ready", list(urls)
     emit(BecameReady(elapsed=0.0, phase=None, message=f"router ready with {len(urls)} workers"))
     warning = try_write_record(remote, member.target.workdir, fleet)
@@ -224,8 +254,8 @@ def _request(remote: Remote, member: RouterMember, method: str, path: str, body:
              timeout: float = 5.0) -> tuple[int, Any]:
     data = json.dumps(body).encode() if body is not None else None
     headers = {"content-type": "application/json"} if data is not None else {}
-    if member.api_key:  # smg's shared --api-key gates its worker API too
-        headers["authorization"] = f"Bearer {member.api_key}"
+    if member.bearer:  # the control key (router_key.py): smg's worker API answers 401 without it
+        headers["authorization"] = f"Bearer {member.bearer}"
     try:
         reply = remote.request(method, member.router.port, path, body=data, headers=headers, timeout=timeout,
                                address=probe_address(member.bind))
@@ -263,13 +293,23 @@ def readiness(remote: Remote, member: RouterMember) -> dict[str, Any]:
     return {"http_status": code, **(data if isinstance(data, dict) else {})}
 
 
-def add_worker(remote: Remote, member: RouterMember, url: str) -> None:
+def add_worker(remote: Remote, member: RouterMember, url: str, deadline_s: float = CREATING_WAIT_S) -> None:
+    """POST the worker; done when smg accepts it or already lists it. While smg answers 409 "Worker creation already
+    in progress" (an earlier POST's job, e.g. from a client killed meanwhile or from the router's guard, still
+    waits for the worker's health check) it is asked again every CREATING_EVERY_S until it lists the worker or
+    accepts the POST: bounded by `deadline_s` and CREATING_TRIES."""
     spec = {"url": url, **({"api_key": member.api_key} if member.api_key else {})}
-    code, data = _request(remote, member, "POST", "/workers", spec)
-    if code == 409 and url in workers(remote, member):
-        return  # already registered (smg: "Worker already exists at URL ...")
-    if code not in (200, 201, 202):
-        raise Unhealthy(f"router {member.name}: adding worker {url} answered HTTP {code}: {str(data)[:200]}")
+    end = time.monotonic() + deadline_s
+    for _ in range(CREATING_TRIES):
+        code, data = _request(remote, member, "POST", "/workers", spec)
+        if code in (200, 201, 202):
+            return
+        if code == 409 and url in workers(remote, member):
+            return  # already registered (smg: "Worker already exists at URL ...")
+        if code != 409 or CREATING not in str(data) or time.monotonic() + CREATING_EVERY_S > end:
+            break
+        time.sleep(CREATING_EVERY_S)
+    raise Unhealthy(f"router {member.name}: adding worker {url} answered HTTP {code}: {str(data)[:200]}")
 
 
 def remove_worker(remote: Remote, member: RouterMember, url: str) -> None:
@@ -281,17 +321,20 @@ def remove_worker(remote: Remote, member: RouterMember, url: str) -> None:
         raise Unhealthy(f"router {member.name}: removing worker {url} answered HTTP {code}: {str(data)[:200]}")
 
 
-def set_workers(remote: Remote, member: RouterMember, urls: list[str], emit: EventSink) -> None:
-    """Add the missing URLs and remove the ones not wanted (they drain first, in the router)."""
+def set_workers(remote: Remote, member: RouterMember, urls: list[str], emit: EventSink) -> set[str]:
+    """Add the missing URLs and remove the ones not wanted (they drain first, in the router); the removed ones."""
     have = workers(remote, member)
     for url in urls:
         if url not in have:
             emit(Info(message=f"router: adding worker {url}"))
             add_worker(remote, member, url)
+    removed = set()
     for url in have:
         if url not in urls:
             emit(Info(message=f"router: removing worker {url}"))
             remove_worker(remote, member, url)
+            removed.add(url)
+    return removed
 
 
 def wait_workers(remote: Remote, member: RouterMember, *, healthy: set[str], gone: set[str], deadline_s: float,

@@ -19,6 +19,7 @@ from deployer.fleet.report import FleetReport, failed_result, replica_result
 from deployer.fleet.rolling import Replace, roll
 from deployer.fleet.weights import fetch_first
 from deployer.fleet.router import RouterReport, ensure_router, router_session, workers
+from deployer.fleet.router_key import key_of, keyed_fleet, with_key
 from deployer.fleet.router_env import prune_router_environments, with_router_environment
 from deployer.oncall.deployment import Ref
 from deployer.oncall.deployment import status as deployment_status
@@ -134,6 +135,7 @@ def _rolling(fleet: Fleet, report: FleetReport, sink: TaggedSink, opts: UpOption
     try:
         with router_session(member, opts.what, emit, trust_new_host=opts.trust_new_host,
                             break_lock=opts.break_lock, remote=front) as (remote, layout):
+            fleet = keyed_fleet(fleet, remote)  # the running router's control key (router_key.py)
             roll(fleet, report, sink, replace, remote, unchanged, layout)
             report.router = _router_started(remote, layout, fleet, report.serving_urls(), emit)
     except DeployError as exc:
@@ -180,7 +182,7 @@ def _router_serves(fleet: Fleet, remote: Remote) -> bool:
     if view is None or not view.alive:
         return False
     try:
-        return any(w.healthy for w in workers(remote, member).values())
+        return any(w.healthy for w in workers(remote, with_key(member, key_of(remote, view))).values())
     except DeployError:
         return False
 

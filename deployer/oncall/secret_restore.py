@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from deployer.engines.registry import engine_for, kinds
 from deployer.errors import NotFound, ProfileError, RecordUnreadable
 from deployer.remote.base import Remote
 from deployer.secrets import MASK, SECRET_ENV_PREFIX, is_secret_env_name, remember, secret_var
@@ -75,13 +76,18 @@ class Restorer:
         out = dict(engine)
         out["env"] = {k: self._value(f"engine.env.{k}", k) if v == MASK else v
                       for k, v in (engine.get("env") or {}).items()}
-        out["args"] = {k: self._arg(k, v) for k, v in (engine.get("args") or {}).items()}
+        kind = engine.get("kind")
+        launch = engine_for(kind).launch if isinstance(kind, str) and kind in kinds() else None
+        out["args"] = {k: self._arg(k, v, launch.secret_env_var(k) if launch else None)
+                       for k, v in (engine.get("args") or {}).items()}
         return out
 
-    def _arg(self, name: str, value: Any) -> Any:
+    def _arg(self, name: str, value: Any, engine_var: str | None = None) -> Any:
+        """`engine_var`: the engine's own variable for this credential (Launch.secret_env), where render put it."""
         path = f"engine.args.{name}"
         if value == MASK:
-            return self._value(path, secret_var(name))
+            held = engine_var if engine_var and engine_var in (self.env_file or {}) else secret_var(name)
+            return self._value(path, held)
         if isinstance(value, list) and MASK in value:
             return [self._value(f"{path}.{i}", secret_var(name, i)) if item == MASK else item
                     for i, item in enumerate(value)]

@@ -119,8 +119,12 @@ def status_lines(data: dict[str, Any]) -> list[str]:
         if row.get("error"):
             line += f"  {_t(row['error'], 300)}"
         if row.get("in_router") is False:
-            line += "  not in the router (run `deploy up` or `deploy restart` of the fleet to add it back)"
+            line += f"  router: {row.get('router_health') or 'not healthy'} (not serving through the router; run " \
+                    "`deploy up` or `deploy restart` of the fleet to add it back)"
         lines.append(line)
+        for url in row.get("foreign_workers") or []:
+            lines.append(f"  {'':<20} ALARM: the router routes to {_t(url, 200)}, which is not a replica of this fleet "
+                         "(registered by someone else: it receives prompts)")
         lines += [f"  {'':<20} {text}" for text in serving_lines(row.get("metrics"))]
         ready = row.get("readiness")
         if ready:

@@ -113,7 +113,10 @@ def _engine_words(profile: Profile) -> tuple[list[Word], dict[str, str]]:
     argv += flag_tokens("port", engine.port)
     secret = profile.secret_arg_keys()
     for name, value in engine.args.items():
-        if name in secret and value is not None and not isinstance(value, bool):
+        from_env = launch.secret_env_var(name)
+        if name in secret and from_env and isinstance(value, str):
+            env[from_env] = value  # the engine reads it from there (Launch.secret_env): not an argv word at all
+        elif name in secret and value is not None and not isinstance(value, bool):
             argv += _secret_tokens(profile, name, value, env)
         else:
             argv += flag_tokens(name, value, launch.false_prefix)
@@ -154,7 +157,7 @@ def render(profile: Profile) -> Bundle:
                                            profile=profile.public_dict())
     except jinja2.TemplateError as exc:
         raise RenderError(f"template error: {exc}") from None
-    secret = profile.secret_env_keys()
+    secret = profile.secret_env_keys() | {var for _, var in profile.engine.definition.launch.secret_env}
     masked = {k: (MASK if k in secret or k.startswith(SECRET_ENV_PREFIX) else v) for k, v in sorted(env.items())}
     return _bundle(script, argv, env, masked)
 

@@ -12,10 +12,12 @@ router's ports, right before it stops the old router.
 
 A rolling restart arms one on the router's host, from that deployment's synced copy, before it drains a replica:
 
-  supervise_guard.py arm-router ROUTER_DEPLOYMENT_DIR       (stdin: {"url", "address", "port", "api_key"?})
+  supervise_guard.py arm-router ROUTER_DEPLOYMENT_DIR       (stdin: {"url", "address", "port", "api_key"?,
+                                                            "router_key"?})
 
 `arm` writes the intent (DEPLOYMENT_DIR/replace-intent.json: the run to bring back, the stop's grace, the engine
-port, the guard's pid; router-intent.json: the replica's URL and the router's address and port, never the API key,
+port, the guard's pid; router-intent.json: the replica's URL and the router's address and port, never the API key
+(the replicas' key, given to the router with the worker) nor the router's control key (what opens its worker API),
 which the guard keeps in memory), detaches the guard (its own session, output appended to DEPLOYMENT_DIR/repair.log) and
 prints `{"guard_pid": N}`. The lease tokens the helper hands to what it runs (env DEPLOYER_LEASE_TOKENS) are the
 client's: the guard keeps them in memory only (nothing secret on disk).
@@ -226,7 +228,8 @@ class Guard:
         self.intent = os.path.join(deployment, intent)
         self.lock = os.path.join(deployment, "lock")
         self.tokens = tokens
-        self.secret = ""  # the router's API key (kept in memory only: never in the intent)
+        self.secret = ""  # the replicas' API key (kept in memory only: never in the intent)
+        self.router_key = ""  # the router's control key, for its worker API (the same: memory only)
         self._held: tuple[int, str] = (-1, "")  # the lease the repair took: (open lock fd, its token)
 
     def watch(self, clock: Callable[[], float] = time.monotonic) -> str:
@@ -292,12 +295,12 @@ class Guard:
         check: a replica whose own replace was interrupted is being started again by its own guard)."""
         url, end, drain_end, posted = str(intent["url"]), time.monotonic() + READD_S, time.monotonic() + DRAIN_WAIT_S, 0.0
         while time.monotonic() < end:
-            have = _router_workers(intent, self.secret)
+            have = _router_workers(intent, self.router_key or self.secret)
             if have is not None and url in have and (posted or time.monotonic() > drain_end):
                 return "added %s back to the router" % url
             if have is not None and url not in have and time.monotonic() - posted >= READD_EVERY_S:
                 self._still_ours()
-                _router_call(intent, self.secret, "POST", "/workers",
+                _router_call(intent, self.router_key or self.secret, "POST", "/workers",
                              dict({"url": url}, **({"api_key": self.secret} if self.secret else {})))
                 posted = time.monotonic()
             time.sleep(1.0)
@@ -393,15 +396,15 @@ def _replace_intent(deployment: str, opts: dict[str, str]) -> dict[str, Any]:
     return {"old_run": old, "new_run": new, "grace_s": grace, "ports": ports}
 
 
-def _router_intent() -> tuple[dict[str, Any], str]:
-    """From stdin: {"url", "address", "port", "api_key"?}; the API key stays out of the intent."""
+def _router_intent() -> tuple[dict[str, Any], str, str]:
+    """From stdin: {"url", "address", "port", "api_key"?, "router_key"?}; the keys stay out of the intent."""
     try:
         data = json.loads(sys.stdin.read(65536) or "null")
         intent = {"url": str(data["url"]), "address": str(data["address"]), "port": int(data["port"])}
     except (ValueError, KeyError, TypeError):
         raise SuperviseError("arm-router reads {url, address, port, api_key?} as JSON on stdin",
                              EXIT_BAD_INPUT) from None
-    return intent, str(data.get("api_key") or "")
+    return intent, str(data.get("api_key") or ""), str(data.get("router_key") or "")
 
 
 def _log_fd(deployment: str) -> int:
@@ -423,7 +426,7 @@ def arm(argv: list[str]) -> int:
     if what == "arm":
         intent = _replace_intent(deployment, opts)
     else:
-        intent, guard.secret = _router_intent()
+        intent, guard.secret, guard.router_key = _router_intent()
     intent["armed_at"] = time.time()
     log = _log_fd(deployment)
     read_fd, write_fd = os.pipe()

@@ -164,11 +164,14 @@ def arm_repair(remote: Remote, layout: Layout, guard: ReplaceGuard) -> bool:
     return result.ok and bool(_json_line(result.stdout).get("guard_pid"))
 
 
-def arm_router_repair(remote: Remote, layout: Layout, url: str, address: str, port: int, api_key: str | None) -> bool:
+def arm_router_repair(remote: Remote, layout: Layout, url: str, address: str, port: int, api_key: str | None,
+                      router_key: str | None = None) -> bool:
     """Before a rolling restart drains the replica at `url` out of the router of deployment `layout` (this host): a
     guard that adds it back by itself if this client dies first (supervise_guard.py `arm-router`, the deployment's
-    own synced copy; the router's API key travels on stdin and stays in the guard's memory)."""
-    body = json.dumps({"url": url, "address": address, "port": port, "api_key": api_key or ""}).encode()
+    own synced copy; the replicas' API key and the router's control key travel on stdin and stay in the guard's
+    memory)."""
+    body = json.dumps({"url": url, "address": address, "port": port, "api_key": api_key or "",
+                       "router_key": router_key or ""}).encode()
     result = remote.run(supervisor(posixpath.join(layout.root, "supervise_guard.py"), "arm-router", layout.root),
                         timeout=30, check=False, stdin=body)
     return result.ok and bool(_json_line(result.stdout).get("guard_pid"))

@@ -95,5 +95,7 @@ def probe_config(profile: Profile) -> ProbeConfig:
                            "timeout_s": health.probe_timeout_s, "running_metrics": running,
                            "waiting_metrics": waiting}
     if engine.args.get("api_key"):
-        config["api_key_env"] = secret_var("api_key")
+        from_env = engine.definition.launch.secret_env_var("api_key")  # render put it there (Launch.secret_env)
+        config["api_key_env"] = from_env if from_env and isinstance(engine.args["api_key"], str) else \
+            secret_var("api_key")
     return config

@@ -65,9 +65,11 @@ def chat(addr: str, port: int, timeout: float = 10.0) -> dict[str, Any]:
         return data
 
 
-def get_json(url: str, timeout: float = 3.0) -> tuple[int, Any]:
+def get_json(url: str, timeout: float = 3.0, key: str | None = None) -> tuple[int, Any]:
+    """GET `url` (with `key` as the bearer): its HTTP status and JSON (0 when nothing answers)."""
+    request = urllib.request.Request(url, headers={"authorization": f"Bearer {key}"} if key else {})
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as reply:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:
             return reply.status, json.loads(reply.read() or b"null")
     except urllib.error.HTTPError as exc:
         return exc.code, None
@@ -77,3 +79,11 @@ def get_json(url: str, timeout: float = 3.0) -> tuple[int, Any]:
 
 def engine_log(workdir: str, name: str) -> str:
     return (Path(workdir) / name / "current" / "engine.log").read_text(errors="replace")
+
+
+def router_key(workdir: Path | str, router: str) -> str:
+    """The control key of the router deployment `router` (its current run's 0600 env file: fleet/router_key.py)."""
+    for line in (Path(workdir) / router / "current" / "env").read_text().splitlines():
+        if line.startswith("DEPLOYER_SECRET_ROUTER_CONTROL_KEY="):
+            return line.split("=", 1)[1].strip("'")
+    raise AssertionError(f"no control key in {router}'s env file")

@@ -21,7 +21,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "faults"))
 
-from fleet_helpers import chat, fleet_deploy, fleet_profile, get_json  # noqa: E402
+from fleet_helpers import chat, fleet_deploy, fleet_profile, get_json, router_key  # noqa: E402
 from faultbed import assert_lock_free, current_run, guard_of, start_deploy, wait_for_event  # noqa: E402
 from hostbed import HostBed, host_bed  # noqa: E402
 
@@ -36,7 +36,8 @@ def bed(tmp_path: Path) -> Iterator[HostBed]:
 
 
 def router_urls(bed: HostBed, data: dict[str, Any]) -> set[str]:
-    code, body = get_json(f"http://{bed.hosts[0].addr}:{data['router']['port']}/workers")
+    key = router_key(bed.hosts[0].workdir, f"{data['name']}-router")
+    code, body = get_json(f"http://{bed.hosts[0].addr}:{data['router']['port']}/workers", key=key)
     assert code == 200, code
     return {str(w["url"]) for w in body["workers"]}
 

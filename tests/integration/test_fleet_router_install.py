@@ -78,7 +78,9 @@ def test_a_fleet_comes_up_behind_the_router_deployer_installed(tmp_path: Path, b
         assert {"name": "smg", "version": SMG_VERSION}.items() <= \
             next(d for d in record["resolved"] if d["name"] == "smg").items()
         launch = (Path(report["router"]["run_dir"]) / "launch.sh").read_text()
-        assert f"{env_dir}/bin/python -m smg launch" in launch   # the router runs from the managed environment
+        # the router runs from the managed environment (smg through router_key.SHIM: its secrets from the env)
+        assert f"exec {env_dir}/bin/python -c " in launch and "from smg.cli import main" in launch
+        assert "' launch --host " in launch
 
         addr, port = host.addr, data["router"]["port"]
         code, ready = get_json(f"http://{addr}:{port}/readiness")

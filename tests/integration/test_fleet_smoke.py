@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from deploy_helpers import events
-from fleet_helpers import engine_log, fleet_deploy, fleet_profile, get_json
+from fleet_helpers import engine_log, fleet_deploy, fleet_profile, get_json, router_key
 from hostbed import HostBed, host_bed
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -50,7 +50,9 @@ def test_fleet_smoke_asks_the_router_and_every_replica(tmp_path: Path, bed: Host
     assert key not in (router_dir / "launch.sh").read_text() and key in (router_dir / "env").read_text()
     assert key not in (bed.hosts[0].workdir / "smk" / "fleet.json").read_text()
     addr, port = bed.hosts[0].addr, data["router"]["port"]
-    assert get_json(f"http://{addr}:{port}/workers")[0] == 401          # smg's API wants the key ...
+    assert get_json(f"http://{addr}:{port}/workers")[0] == 401          # smg's API wants a key ...
+    assert get_json(f"http://{addr}:{port}/workers", key=key)[0] == 401  # ... not the clients' one ...
+    assert get_json(f"http://{addr}:{port}/workers", key=router_key(bed.hosts[0].workdir, "smk-router"))[0] == 200
     down = fleet_deploy(bed, "down", str(prof), home=home, env={"FLEET_TEST_KEY": key})
     assert down.returncode == 0, down.stderr
     report = events(run.stdout)[-1]

@@ -44,7 +44,9 @@ def test_vllm_up_reaches_ready_smoke_and_down(tmp_path: Path, sshd: Any) -> None
     assert "sk-vllm-secret-1" not in up.stdout + up.stderr
 
     run_dir = Path(report["run_dir"])
-    assert "--api-key \"$DEPLOYER_SECRET_API_KEY\"" in (run_dir / "launch.sh").read_text()
+    # the key in vLLM's own variable of the 0600 env file, no argv word (Launch.secret_env; docs/fleet-router.md)
+    assert "api-key" not in (run_dir / "launch.sh").read_text() and "API_KEY" not in (run_dir / "launch.sh").read_text()
+    assert "VLLM_API_KEY=sk-vllm-secret-1\n" in (run_dir / "env").read_text()
     log = (run_dir / "engine.log").read_text()
     assert "Starting vLLM server on http://127.0.0.1:" in log and "Application startup complete." in log
     assert log.index("Starting vLLM server") < log.index("Application startup complete.")

@@ -3,7 +3,11 @@ the fleet report's verdict and the status exit code."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import shlex
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -12,10 +16,11 @@ from typing import Any
 import pytest
 import yaml
 
-from deployer.errors import LaunchFailed, PartlyFailed, ProfileError, TargetError
+from deployer.errors import LaunchFailed, PartlyFailed, ProfileError, TargetError, Unhealthy
 from deployer.runner.fanout import TaggedSink, fan_out
 from deployer.fleet.members import fleet_of, http_url
 from deployer.fleet.oncall import _exit_code, _mark_in_router, pick_member
+from deployer.output.fleet import status_lines
 from deployer.oncall.deployment import status_code
 from deployer.target.push import RunDir
 from deployer.target.records import RunView
@@ -78,14 +83,14 @@ def test_router_defaults_to_the_first_replicas_host_and_renders_smg(tmp_path: Pa
     assert (fleet.router.host, fleet.router.bind, fleet.router.name) == ("gpu-a", "10.0.0.1", "qwen3-8b-fleet-router")
     urls = [r.url for r in fleet.replicas]
     bundle = render_router(fleet.router, urls, prof)
-    assert bundle.argv[:4] == ["/workspace/router-venv/bin/python", "-m", "smg", "launch"]
+    assert bundle.argv[:2] == ["/workspace/router-venv/bin/python", "-c"] and bundle.argv[3] == "launch"
     text = " ".join(bundle.argv)
     assert "--host 10.0.0.1 --port 8000 --policy cache_aware --prometheus-port 8001 --prometheus-host 10.0.0.1 " \
         "--worker-urls " + " ".join(urls) in text     # smg's metrics default (0.0.0.0:29000) would collide
     assert "--health-check-interval-secs 5" in text
-    # the router's key: env file by reference, never in launch.sh or argv
+    # the router's key: in the env file, never in launch.sh or argv (not even by reference: router_key.SHIM)
     assert "rk-secret-9" not in bundle.script and "rk-secret-9" not in text and "rk-secret-9" in bundle.env
-    assert '--api-key "$DEPLOYER_SECRET_ROUTER_API_KEY"' in bundle.script
+    assert "--api-key" not in bundle.script and "DEPLOYER_SECRET_ROUTER_API_KEY" in bundle.env
     # the worker set is not the router's identity: the API changes it without a restart
     assert render_router(fleet.router, urls[:1], prof).content_hash != bundle.content_hash
     assert settings_hash(fleet.router, prof) == settings_hash(fleet.router, prof)
@@ -217,16 +222,38 @@ def test_fleet_status_exit_codes() -> None:
 def test_fleet_status_is_never_0_while_a_serving_replica_is_out_of_its_router() -> None:
     """Issue 22 finding 4: an interrupted rolling restart drained r1 and never added it back."""
     rows = [{**_row("replica", "ready", True), "url": "http://a:1"}, {**_row("replica", "ready", True),
-            "url": "http://b:1"}, {**_row("router", "ready", True), "workers": {"http://a:1": True}}]
+            "url": "http://b:1"}, {**_row("router", "ready", True), "worker_states": {"http://a:1": "healthy"}}]
     _mark_in_router(rows)
     assert [r.get("in_router") for r in rows] == [True, False, None]
+    assert [r.get("router_health") for r in rows] == ["healthy", "not registered", None]
     assert _exit_code(rows) == 9
-    rows[2]["workers"] = {"http://a:1": True, "http://b:1": True}
+    rows[2]["worker_states"] = {"http://a:1": "healthy", "http://b:1": "healthy"}
     _mark_in_router(rows)
     assert _exit_code(rows) == 0
-    rows[2]["workers"] = {"http://a:1": True, "http://b:1": False}   # registered, not healthy: not serving in it
+    rows[2]["worker_states"] = {"http://a:1": "healthy", "http://b:1": "pending"}  # registered, not healthy
     _mark_in_router(rows)
-    assert _exit_code(rows) == 9
+    assert _exit_code(rows) == 9 and rows[1]["router_health"] == "pending"
+
+
+def test_a_worker_the_fleet_did_not_add_is_an_alarm() -> None:
+    """Issue 34 finding 2: a server another user registered with the router; status named it, exit 6."""
+    both = {"http://a:1": "healthy", "http://b:1": "healthy"}
+    rows = [{**_row("replica", "ready", True), "url": "http://a:1", "member": "r0", "host": "h"},
+            {**_row("replica", "ready", True), "url": "http://b:1", "member": "r1", "host": "h"},
+            {**_row("router", "ready", True), "worker_states": both, "foreign_workers": [], "member": "router",
+             "host": "h", "url": "http://h:8"}]
+    _mark_in_router(rows)
+    assert _exit_code(rows) == 0
+    rows[2]["foreign_workers"] = ["http://evil:9"]
+    assert _exit_code(rows) == 6
+    text = "\n".join(status_lines({"name": "f", "serving": False, "replicas": rows[:2], "router": rows[2]}))
+    assert "ALARM: the router routes to http://evil:9, which is not a replica" in text
+    rows[0]["status"], rows[0]["healthy"] = "exited", False      # a more urgent code stays
+    rows[2]["worker_states"] = {"http://b:1": "healthy"}
+    _mark_in_router(rows)
+    assert _exit_code(rows) == 6                                  # partly (9) with a foreign worker: 6
+    rows[2]["status"], rows[2]["healthy"] = "exited", False
+    assert _exit_code(rows) == 5
 
 
 def test_an_interrupted_replace_reads_interrupted_never_stopped() -> None:
@@ -261,7 +288,7 @@ def test_the_router_gets_the_replicas_key_by_reference(tmp_path: Path) -> None:
     router = fleet_of(prof, addr).router
     assert router is not None and router.api_key == "ek-77-secret" and "ek-77" not in repr(router)
     bundle = render_router(router, ["http://10.0.0.1:30000"], prof)
-    assert '--api-key "$DEPLOYER_SECRET_ROUTER_API_KEY"' in bundle.script and "ek-77" not in bundle.script
+    assert "--api-key" not in bundle.script and "ek-77" not in bundle.script and "ek-77" not in " ".join(bundle.argv)
     assert "DEPLOYER_SECRET_ROUTER_API_KEY=ek-77-secret\n" in bundle.env
 
 
@@ -404,7 +431,7 @@ def test_the_router_launches_from_its_managed_environment(tmp_path: Path) -> Non
     assert member is not None and member.router.install is not None
     python = EnvPaths.of("/srv/w", EnvSpec.from_install(member.router.install)).python
     launched = launched_router(member, python)
-    assert launched.router.install is None and render_router(launched, [], prof).argv[:2] == [python, "-m"]
+    assert launched.router.install is None and render_router(launched, [], prof).argv[:2] == [python, "-c"]
     assert settings_hash(launched, prof) == settings_hash(launched_router(member, python), prof)
     assert settings_hash(launched, prof) != settings_hash(launched_router(member, "/other/bin/python"), prof)
 
@@ -436,3 +463,72 @@ def test_a_fleet_record_with_install_reads_back(tmp_path: Path, monkeypatch: pyt
     back = read_record(remote, "/srv/w", prof.name)
     assert back is not None and back.router is not None and back.router.install is not None
     assert back.engine.install is not None and back.engine.install.packages == ["sglang==0.5.23"]
+
+
+def test_the_router_gets_its_credentials_from_its_environment_not_its_argv(tmp_path: Path) -> None:
+    """Issue 34 finding 2: smg takes keys only as flags, and a flag is in /proc/PID/cmdline for every local user.
+    launch.sh runs router_key.SHIM, which appends them from the environment inside the process: run here against a
+    stand-in `smg.cli` that prints the argv smg's parser would get."""
+    prof = _profile(tmp_path)
+    member = fleet_of(prof, addr).router
+    assert member is not None
+    member = dataclasses.replace(member, control_key="ck-" + "9" * 20)
+    bundle = render_router(member, ["http://10.0.0.1:30000"], prof)
+    assert "ck-999" not in bundle.script and "rk-secret-9" not in bundle.script
+    stand_in = tmp_path / "standin" / "smg"
+    stand_in.mkdir(parents=True)
+    (stand_in / "__init__.py").write_text("")
+    (stand_in / "cli.py").write_text("import json\ndef main(argv):\n    print(json.dumps(argv))\n")
+    env = {k: v for k, v in (line.split("=", 1) for line in bundle.env.splitlines()[1:])}
+    env = {k: shlex.split(v)[0] for k, v in env.items()}
+    argv = [sys.executable, *bundle.argv[1:]]
+    out = subprocess.run(argv, env={**env, "PYTHONPATH": str(stand_in.parent)}, capture_output=True, text=True,
+                         timeout=30, check=True)
+    got = json.loads(out.stdout)
+    assert got[:1] == ["launch"] and "--api-key=rk-secret-9" in got
+    keys = got[got.index("--control-plane-api-keys") + 1:]
+    assert keys == [f"deployer:deployer:admin:ck-{'9' * 20}"]
+    assert not any("rk-secret" in word or "ck-999" in word for word in argv)
+
+
+class CreatingRouter:
+    """Stand-in for smg's worker API while an earlier POST of a URL still waits for its health check: 409 "Worker
+    creation already in progress" for the first `busy` POSTs, then 202 (listed from then on)."""
+
+    label = "creating-router"
+
+    def __init__(self, busy: int) -> None:
+        self.busy, self.posts, self.listed = busy, 0, False
+
+    def request(self, method: str, port: int, path: str, *, body: bytes | None = None,
+                headers: dict[str, str] | None = None, timeout: float = 5.0, address: str = "127.0.0.1") -> Any:
+        from deployer.remote.base import HttpReply
+
+        if method == "GET":
+            found = [{"id": "w1", "url": "http://r1:1", "is_healthy": True}] if self.listed else []
+            return HttpReply(200, json.dumps({"workers": found}).encode(), {})
+        self.posts += 1
+        if self.posts <= self.busy:
+            text = {"error": "Worker creation already in progress for URL 'http://r1:1'", "code": "conflict"}
+            return HttpReply(409, json.dumps(text).encode(), {})
+        self.listed = True
+        return HttpReply(202, b"{}", {})
+
+
+def test_a_worker_being_created_is_asked_again_until_the_router_takes_it(monkeypatch: pytest.MonkeyPatch,
+                                                                          tmp_path: Path) -> None:
+    """Issue 34 finding 5: smg answered 409 "creation already in progress" while a replica was added back."""
+    from deployer.fleet import router as router_mod
+
+    monkeypatch.setattr(router_mod, "CREATING_EVERY_S", 0.01)
+    member = fleet_of(_profile(tmp_path), addr).router
+    assert member is not None
+    busy = CreatingRouter(busy=3)
+    router_mod.add_worker(busy, member, "http://r1:1")  # type: ignore[arg-type]
+    assert busy.posts == 4 and busy.listed
+    stuck = CreatingRouter(busy=10 ** 6)                 # never done: bounded in time (and count)
+    start = time.monotonic()
+    with pytest.raises(Unhealthy) as err:
+        router_mod.add_worker(stuck, member, "http://r1:1", deadline_s=0.3)  # type: ignore[arg-type]
+    assert time.monotonic() - start < 5 and stuck.posts <= router_mod.CREATING_TRIES
+    assert "409" in err.value.message and "already in progress" in err.value.message

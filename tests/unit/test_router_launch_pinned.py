@@ -1,12 +1,16 @@
-"""The router's launch.sh and env file, pinned byte for byte as the release that built them in Python wrote them
-(captured before they moved to a template): a different byte changes the router's settings hash, and every
-running router would then be restarted by the next `up` instead of being brought to its worker set.
+"""The router's launch.sh and env file, pinned byte for byte: a different byte changes the router's settings hash,
+and every running router would then be restarted by the next `up` instead of being brought to its worker set.
+
+Captured again, on purpose, when smg moved behind its control key and its credentials out of its argv (issue 34:
+fleet/router_key.py): a router an earlier release started has an open worker API and is replaced once by the next
+`up`. The member carries a fixed control key here (a real one is random, kept by the running router).
 
 The captured files stand under records/router-launch/, with this deployer's version as `<version>` (the script
 names it). Set DEPLOYER_CAPTURE_ROUTER_LAUNCH=1 to write them again (only ever on purpose)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import shlex
@@ -73,6 +77,7 @@ def test_the_router_launch_files_are_the_previous_releases(tmp_path: Path, case:
     fleet = _fleet(tmp_path, case)
     member = fleet_of(fleet, _addr).router
     assert member is not None
+    member = dataclasses.replace(member, control_key="ck-fixed-for-test")
     bundle = router_mod.render_router(member, urls, fleet)
     stem = f"{case}-{'workers' if urls else 'settings'}"
     script, env = PINNED / f"{stem}.launch.sh", PINNED / f"{stem}.env"

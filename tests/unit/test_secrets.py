@@ -279,3 +279,21 @@ def test_structured_output_is_masked_before_json_escaping() -> None:
     data = mask_data({"detail": 'engine said quo"te-s\u00e9cret', "list": ['quo"te-s\u00e9cret']})
     text = json.dumps(data)
     assert data == {"detail": "engine said ***", "list": ["***"]} and "cret" not in text
+
+
+def test_an_engine_that_reads_its_key_from_its_environment_gets_it_there_and_restores_from_there(
+        tmp_path: Path) -> None:
+    """Issue 34 finding 2: the key was read from the engine's argv. vLLM reads VLLM_API_KEY (Launch.secret_env): the
+    key is in that variable of the 0600 env file, in no argv word; restart and rollback restore it from there."""
+    path = tmp_path / "v.yaml"
+    path.write_text("name: v\ntarget: {host: h}\nengine:\n  kind: vllm\n  model_path: m\n  python: /usr/bin/python3\n"
+                    "  args:\n    api_key: '${KEY}'\n")
+    prof = load_profile(path, environ={"KEY": "sk-vllm-env-5150"})
+    bundle = render(prof)
+    assert "sk-vllm-env" not in bundle.script and not any("api-key" in w or "API_KEY" in w for w in bundle.argv)
+    assert _env_of(bundle.env)["VLLM_API_KEY"] == "sk-vllm-env-5150" and bundle.masked_env["VLLM_API_KEY"] == "***"
+    engine = Restorer("r1", _env_of(bundle.env), prof.templates, environ={}).engine(prof.public_dict()["engine"])
+    assert engine["args"]["api_key"] == "sk-vllm-env-5150"
+    rebuilt = Profile.model_validate({**prof.public_dict(), "engine": engine})
+    rebuilt._templates = prof.templates
+    assert render(rebuilt).content_hash == bundle.content_hash

@@ -14,6 +14,7 @@ import pytest
 from deployer.diagnose.drift import compare, masked, parse_args_dump
 from deployer.engines import engine_for, kinds
 from deployer.preflight.facts import version_py
+from deployer.target.tokenprobe import probe_config
 from deployer.profile.model import Profile
 from deployer.render.bundle import EnvRef, engine_argv, render
 
@@ -46,12 +47,14 @@ def test_argv_names_the_model_with_model_and_secrets_come_from_the_env() -> None
                  "served_model_name": ["qwen3-8b"]})
     argv = engine_argv(p)
     assert argv[:5] == ["/opt/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", "Qwen/Qwen3-8B"]
-    assert "--model-path" not in argv and EnvRef("DEPLOYER_SECRET_API_KEY") in argv
+    # the API key: vLLM reads VLLM_API_KEY (Launch.secret_env), so not even a reference to it is an argv word
+    assert "--model-path" not in argv and "--api-key" not in argv and not any("API_KEY" in str(w) for w in argv)
     assert argv[argv.index("--hf-token") + 1] == EnvRef("DEPLOYER_SECRET_HF_TOKEN")   # a literal in the profile too
     bundle = render(p)
-    assert "sk-1" not in bundle.script and "hf_2" not in bundle.script
+    assert "sk-1" not in bundle.script and "hf_2" not in bundle.script and "VLLM_API_KEY=sk-1\n" in bundle.env
     assert "vllm.entrypoints.openai.api_server" in bundle.script
-    assert bundle.masked_env["DEPLOYER_SECRET_API_KEY"] == "***" == bundle.masked_env["DEPLOYER_SECRET_HF_TOKEN"]
+    assert bundle.masked_env["VLLM_API_KEY"] == "***" == bundle.masked_env["DEPLOYER_SECRET_HF_TOKEN"]
+    assert probe_config(p)["api_key_env"] == "VLLM_API_KEY"   # the supervisor's probe finds it there
 
 
 def test_rendered_argv_is_accepted_by_the_parser_table_of_vllm_0_33_0() -> None:

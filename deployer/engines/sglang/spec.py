@@ -40,6 +40,10 @@ SGLANG = Engine(
         # Every option of the 0.5.23 parser that takes a credential (its help: "API key of the server", "admin API
         # key", "password to decrypt the SSL keyfile"); tests/unit/test_secrets.py checks this over the real table.
         secret_flags=frozenset({"api_key", "admin_api_key", "ssl_keyfile_password"}),
+        # SGLang has no environment variable for --api-key or --admin-api-key that deployer knows of (server_args.py
+        # ServerArgs fields, set from argv; not verified against the 0.5.10 and 0.5.23 wheels, which were not at
+        # hand): they stay argv words, readable by every local user in /proc/PID/cmdline (docs/fleet-router.md).
+        secret_env=(),
         health_path="/health",
     ),
     log=LogFormat(

@@ -55,6 +55,10 @@ VLLM = Engine(
         env_prefixes=("VLLM_",),
         # entrypoints/common/startup.py:51 redacts these in 0.33.0; older releases printed them in clear.
         secret_flags=frozenset({"api_key", "hf_token"}),
+        # envs.py VLLM_API_KEY: the OpenAI server's auth middleware takes `args.api_key or envs.VLLM_API_KEY` (seen
+        # in the api_server sources of the code index; the 0.32.0 CPU and 0.33.0 wheels were not at hand to check).
+        # --hf-token has no variable of vLLM's own (HF_TOKEN is huggingface_hub's): it stays an argv word.
+        secret_env=(("api_key", "VLLM_API_KEY"),),
         health_path="/health",
     ),
     log=LogFormat(

@@ -364,7 +364,8 @@ class Server:
         uvicorn("INFO", f"Started server process [{self.pid}]")
         uvicorn("INFO", "Waiting for application startup.")
         time.sleep(env_float("STANDIN_READY_DELAY_S", 0.05))
-        self.state.api_key = (self.args.api_key or [None])[0]
+        # as the real server: `args.api_key or [envs.VLLM_API_KEY]` (deployer passes the key in the environment)
+        self.state.api_key = (self.args.api_key or [os.environ.get("VLLM_API_KEY")])[0]
         self.state.access_log = not self.args.disable_uvicorn_access_log
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         self.state.set_phase("ready")

@@ -3,4 +3,4 @@
 # The supervisor runs it with the environment from ./env (0600); no secret is ever written here.
 set -euo pipefail
 cd -- "$(dirname -- "${BASH_SOURCE[0]}")"
-exec /workspace/router-venv/bin/python -m smg launch --host 10.0.0.1 --port 8000 --policy cache_aware --prometheus-port 8001 --prometheus-host 10.0.0.1 --worker-urls http://10.0.0.1:30000 http://10.0.0.2:30001 --api-key "$DEPLOYER_SECRET_ROUTER_API_KEY" --health-check-interval-secs 5
+exec /workspace/router-venv/bin/python -c 'import json, os, sys; from smg.cli import main; argv = sys.argv[1:]; [argv.extend([flag, *json.loads(os.environ[var])] if many else [flag + "=" + os.environ[var]]) for flag, var, many in json.loads(os.environ.get("DEPLOYER_SMG_SECRET_ARGS") or "[]")]; main(argv)' launch --host 10.0.0.1 --port 8000 --policy cache_aware --prometheus-port 8001 --prometheus-host 10.0.0.1 --worker-urls http://10.0.0.1:30000 http://10.0.0.2:30001 --health-check-interval-secs 5
