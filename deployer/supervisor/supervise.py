@@ -33,13 +33,13 @@ if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     from deployer.supervisor.supervise_base import (
         CRASHED, DEFAULTS, EXIT_BAD_INPUT, EXIT_BUSY, KILL_WAIT, LIVE, RUN_LOCK, START_TIMEOUT, STATE,
         STOP_REQUEST, SuperviseError, group_alive, kill_group, load_config, read_env_file,
-        read_state, supervisor_alive, wait_until, write_json,
+        open_dir, read_state, supervisor_alive, wait_until, write_json,
     )
 else:  # run as a script on the target, where the supervisor's files sit side by side
     from supervise_base import (  # type: ignore[no-redef]
         CRASHED, DEFAULTS, EXIT_BAD_INPUT, EXIT_BUSY, KILL_WAIT, LIVE, RUN_LOCK, START_TIMEOUT, STATE,
         STOP_REQUEST, SuperviseError, group_alive, kill_group, load_config, read_env_file,
-        read_state, supervisor_alive, wait_until, write_json,
+        open_dir, read_state, supervisor_alive, wait_until, write_json,
     )
 
 if TYPE_CHECKING or __package__:
@@ -76,6 +76,14 @@ def _read_report(fd: int, timeout: float) -> str:
 
 
 def cmd_start(run_dir: str) -> int:
+    run_fd = open_dir(run_dir, run_dir)  # no link another user controls on the way (UnsafePath: one line, exit 77)
+    try:
+        return _start(run_dir, run_fd)
+    finally:
+        os.close(run_fd)
+
+
+def _start(run_dir: str, run_fd: int) -> int:
     cfg = load_config(run_dir)
     env = read_env_file(os.path.join(run_dir, cfg["env_file"])) if cfg["env_file"] else {}
     lock_fd = _take_run_lock(run_dir)  # inherited by the daemon, held for its whole life
@@ -96,7 +104,7 @@ def cmd_start(run_dir: str) -> int:
             os.close(read_fd)
             os.setsid()
             if os.fork() == 0:
-                _daemon_main(run_dir, cfg, env, [write_fd, lock_fd], claim_fd)
+                _daemon_main(run_dir, cfg, env, [write_fd, lock_fd], claim_fd, run_fd)
         finally:
             os._exit(0)
     os.close(write_fd)
