@@ -10,7 +10,9 @@ to chmod. (Abstract names are per network namespace, as the port itself is.)
 
 Who holds a claim: the holder's uid, asked of the socket itself (SO_PEERCRED of a connection to it), and
 its note, `/dev/shm/deployer-port-<port>.<uid>.json` (name, run dir), written by the holder into the root-owned
-sticky /dev/shm with O_EXCL/O_NOFOLLOW and believed only when that uid owns it (no other user can forge it).
+sticky /dev/shm with O_EXCL/O_NOFOLLOW (never through a link planted there). A note is believed only when it is the
+deploying user's own (its owner and the claim's holder are this user): another user's note says what that user
+wants, so a claim of another user is named by its user, uid and pid, never as "deployment X".
 
 A claim file of the previous release (`/dev/shm/deployer-ports/<port>`, a flock) is still honoured while its holder
 runs: probed read-only, never created, followed through a symlink or written.
@@ -20,9 +22,9 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import glob
 import json
 import os
+import pwd
 import re
 import socket
 import stat
@@ -183,19 +185,31 @@ def _name_bound(port: int) -> bool:
         return False
 
 
+def user_name(uid: int) -> str:
+    try:
+        return _clean(pwd.getpwuid(uid).pw_name)
+    except (KeyError, OverflowError):
+        return "uid %d" % uid
+
+
+def _another_user(uid: int, pid: Optional[int]) -> str:
+    """A holder that is not the deploying user, by what the kernel says of it (its note is not believed)."""
+    at = "" if pid is None else ", pid %d" % pid
+    return "a process of user %s (uid %d%s), not a deployment of %s" % (user_name(uid), uid, at,
+                                                                         user_name(os.geteuid()))
+
+
 def _holder(port: int, peer: Optional[Tuple[int, int]]) -> str:
-    """'deployment NAME (RUN_DIR)' from the holder's note, else 'another deployment'."""
+    """'deployment NAME (RUN_DIR)' from our own note when we hold the claim; another user's claim by its user, uid
+    and pid; else 'another deployment'."""
+    me = os.geteuid()
     if peer is not None:
-        uid = peer[1]  # (the pid is the claimer's in its own PID namespace: not compared)
+        pid, uid = peer  # (the pid is the claimer's in its own PID namespace: said, not compared)
+        if uid != me:
+            return _another_user(uid, pid)
         return _describe_note(_read_note(_note_path(port, uid), uid)) or "another deployment"
-    found = []  # the claim could not be asked: a note is believed when exactly one owned by its uid is there
-    for path in glob.glob(_note_path(port, 0)[:-len("0.json")] + "*.json"):
-        owner = path.rsplit(".", 2)[-2]
-        if owner.isdigit():
-            info = _read_note(path, int(owner))
-            if _describe_note(info):
-                found.append(_describe_note(info))
-    return str(found[0]) if len(found) == 1 else "another deployment"
+    # the claim could not be asked: only our own note is believed
+    return _describe_note(_read_note(_note_path(port, me), me)) or "another deployment"
 
 
 def _legacy_holder(port: int) -> Optional[str]:
@@ -205,13 +219,16 @@ def _legacy_holder(port: int) -> Optional[str]:
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             return None
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             return None
         except OSError:
             pass
+        if st.st_uid != os.geteuid():
+            return _another_user(st.st_uid, None)
         try:
             info = json.loads(os.pread(fd, NOTE_MAX, 0).decode("utf-8", "replace") or "{}")
         except (OSError, ValueError):
