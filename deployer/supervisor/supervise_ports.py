@@ -272,9 +272,10 @@ def claimed_by(port: int) -> Optional[str]:
     return _holder(port, peer) if claimed else None
 
 
-def listening_inodes(port: int) -> Set[str]:
-    """Socket inodes listening on `port` (any address, IPv4 and IPv6), from /proc/net/tcp{,6}."""
-    inodes: Set[str] = set()
+def listening_inodes(port: int) -> Dict[str, int]:
+    """Socket inodes listening on `port` (any address, IPv4 and IPv6), from /proc/net/tcp{,6}: inode -> the uid
+    that owns the socket (readable by anyone, where the process behind it may not be)."""
+    inodes: Dict[str, int] = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             with open(table, encoding="ascii") as f:
@@ -283,26 +284,12 @@ def listening_inodes(port: int) -> Set[str]:
             continue
         for r in rows:
             if len(r) > 9 and r[3] == LISTEN and int(r[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(r[9])
+                inodes[r[9]] = int(r[7]) if r[7].isdigit() else -1
     return inodes
 
 
 def _pids() -> List[int]:
     return [int(p) for p in os.listdir("/proc") if p.isdigit()]
-
-
-def _holds(pid: int, inodes: Set[str]) -> bool:
-    wanted = {f"socket:[{i}]" for i in inodes}
-    try:
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
-                    return True
-            except OSError:
-                continue
-    except OSError:
-        pass
-    return False
 
 
 def _pgid(pid: int) -> Optional[int]:
@@ -312,28 +299,70 @@ def _pgid(pid: int) -> Optional[int]:
         return None
 
 
+def _uid_of(pid: int) -> Optional[int]:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
 def _describe(pid: int) -> str:
-    """'pid N (comm)', with the deployer run it belongs to where its environment says (DEPLOYER_RUN_DIR)."""
+    """'pid N (comm) of user U', with the deployer run it belongs to where its environment says
+    (DEPLOYER_RUN_DIR)."""
     try:
         with open(f"/proc/{pid}/comm", encoding="utf-8") as f:
-            text = f"pid {pid} ({f.read().strip()})"
+            text = f"pid {pid} ({_clean(f.read().strip())})"
     except OSError:
         text = f"pid {pid}"
+    uid = _uid_of(pid)
+    if uid is not None:
+        text += f" of user {user_name(uid)}"
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             env = f.read().split(b"\0")
         run = next((e[len(b"DEPLOYER_RUN_DIR="):] for e in env if e.startswith(b"DEPLOYER_RUN_DIR=")), None)
         if run:
-            text += f" of run {run.decode('utf-8', 'replace')}"
+            text += f" of run {_clean(run.decode('utf-8', 'replace'))}"
     except OSError:
         pass
     return text
 
 
+def _hidden(inodes: Dict[str, int], seen: Set[str]) -> List[str]:
+    """The listeners no readable /proc/PID/fd showed: named by the uid /proc/net/tcp gives their socket."""
+    uids = sorted({uid for inode, uid in inodes.items() if inode not in seen})
+    return ["a process of user %s (uid %d) that cannot be inspected from here" % (user_name(uid), uid)
+            for uid in uids if uid >= 0]
+
+
+def _sockets_of(pid: int, inodes: Dict[str, int]) -> Set[str]:
+    found: Set[str] = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:[") and link[8:-1] in inodes:
+                found.add(link[8:-1])
+    except OSError:
+        pass
+    return found
+
+
 def port_holders(port: int) -> List[str]:
-    """Best effort: who listens on `port` (needs rights to read their fds)."""
+    """Best effort: who listens on `port`: 'pid N (comm) of user U' where its fds can be read, else the user the
+    socket belongs to."""
     inodes = listening_inodes(port)
-    return [_describe(pid) for pid in _pids() if inodes and _holds(pid, inodes)]
+    if not inodes:
+        return []
+    out, seen = [], set()  # type: List[str], Set[str]
+    for pid in _pids():
+        held = _sockets_of(pid, inodes)
+        if held:
+            seen |= held
+            out.append(_describe(pid))
+    return out + _hidden(inodes, seen)
 
 
 def listener_of(port: int, pgid: Any) -> Dict[str, Any]:
@@ -347,14 +376,18 @@ def listener_of(port: int, pgid: Any) -> Dict[str, Any]:
     if not inodes:
         return {"port": port, "ours": None, "holders": []}
     holders: List[str] = []
-    ours = False
+    ours, seen = False, set()  # type: bool, Set[str]
     for pid in _pids():
-        if not _holds(pid, inodes):
+        held = _sockets_of(pid, inodes)
+        if not held:
             continue
+        seen |= held
         if isinstance(pgid, int) and _pgid(pid) == pgid:
             ours = True
         else:
             holders.append(_describe(pid))
-    if not ours and not holders:  # a listener we may not inspect (another user's): name the claim, if any
+    if not ours:  # listeners we may not inspect (another user's): named by their socket's user
+        holders += _hidden(inodes, seen)
+    if not ours and not holders:
         holders = [claimed_by(port) or "a process that cannot be inspected from here"]
     return {"port": port, "ours": ours, "holders": holders}

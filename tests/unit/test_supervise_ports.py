@@ -72,7 +72,7 @@ def test_listener_is_ours_only_for_a_process_of_the_runs_group(tmp_path: Path) -
         assert ours["ours"] is True and ours["holders"] == []
         (tmp_path / "state.json").write_text(json.dumps({"pgid": os.getpgid(0)}))  # another run's group
         other = json.loads(cli("listener", str(tmp_path), str(port)).stdout)
-        assert other["ours"] is False and other["holders"] == [f"pid {server.pid} (python3)"]
+        assert other["ours"] is False and other["holders"] == [f"pid {server.pid} (python3) of user {ports.user_name(os.geteuid())}"]
     finally:
         server.kill()
         server.wait(timeout=5)
