@@ -39,7 +39,7 @@ CLAIM_NAME = "deployer-port-%d"
 NOTE_MAX = 64 << 10
 NOTE_GRACE_S = 10.0
 LISTEN = "0A"
-_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")  # controls, bidi too
 
 
 class PortTaken(Exception):
