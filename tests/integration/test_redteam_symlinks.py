@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,8 @@ from typing import Any
 import pytest
 
 import waiting
-from test_redteam_local import PWNED, Victim, arena, as_nobody, up_refused, victim
+from deploy_helpers import deploy, write_profile
+from test_redteam_local import NOBODY, PWNED, Victim, arena, as_nobody, refused, up_refused, victim
 from test_supervise_bash import LAUNCH, READY, sup
 
 pytestmark = [
@@ -140,3 +142,69 @@ def test_a_restart_never_execs_through_a_repointed_link(arena: Path, victim: Vic
         sup("stop", str(good / "demo" / "runs" / "r1"), "--grace", "0.2")
         sup("stop", str(evil / "demo" / "runs" / "r1"), "--grace", "0.2")
     assert victim.unchanged()
+
+
+def _engine_pids(run_root: Path) -> list[int]:
+    """Processes whose environment names a run dir of the deployment (the sshd bed has a PID namespace of its own:
+    the pids status gives are not this test's)."""
+    want, found = f"DEPLOYER_RUN_DIR={run_root}/runs/".encode(), []
+    for pid in [int(p) for p in os.listdir("/proc") if p.isdigit()]:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if any(e.startswith(want) for e in f.read().split(b"\0")):
+                    found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("spoil", ["chmod-777", "chown-nobody"])
+def test_down_stops_what_deployer_started_after_its_path_became_unsafe(tmp_path: Path, sshd: Any, arena: Path,
+                                                                       spoil: str) -> None:
+    """After `up`, the workdir becomes one another user controls (made world-writable, or handed to nobody): `down`
+    still stops the engine and its supervisor (found by their processes, not by what the directory says), says the
+    path is unsafe in one line, and reads or runs nothing there."""
+    workdir = arena / "w"
+    workdir.mkdir(mode=0o755)
+    prof = write_profile(tmp_path, sshd, name="demo", workdir=workdir,
+                         extra={"restart": {"grace_s": 3, "on_boot": False}})
+    up = deploy("up", str(prof), "--skip-preflight", home=tmp_path / "h", timeout=120)
+    assert up.returncode == 0, up.stderr
+    assert _engine_pids(workdir / "demo")
+    try:
+        if spoil == "chmod-777":
+            workdir.chmod(0o777)
+        else:
+            os.chown(workdir, NOBODY, NOBODY)
+        gone = deploy("down", str(prof), home=tmp_path / "h", timeout=90)
+        line = refused(gone)
+        assert "unsafe deployment dir" in line and str(workdir) in line and "stopped" in line, line
+        waiting.wait_for(lambda: not _engine_pids(workdir / "demo"), "the engine gone", 10, poll_s=0.1)
+    finally:
+        os.chown(workdir, 0, 0)
+        workdir.chmod(0o755)
+        deploy("down", str(prof), "--break-lock", home=tmp_path / "h", timeout=60)
+
+
+def test_rescue_finds_only_our_own_processes(arena: Path) -> None:
+    """`down`'s rescue picks processes by what their argv and environment say: only this user's are believed
+    (another user can put any run dir in its own process's environment and argv)."""
+    from deployer.supervisor import supervise as sv
+
+    root = arena / "w" / "demo"
+    env = {"PATH": os.environ["PATH"], "DEPLOYER_RUN_DIR": f"{root}/runs/r1"}
+    sleeper = ["/usr/bin/python3", "-c", "import time; time.sleep(30)", "supervise.py", "start", f"{root}/runs/r1"]
+    theirs = subprocess.Popen(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--",
+                               *sleeper], env=env, start_new_session=True)
+    ours = subprocess.Popen(["/usr/bin/python3", "-c", "import time; time.sleep(30)"], env=env,
+                            start_new_session=True)
+    try:
+        waiting.wait_for(lambda: os.path.exists(f"/proc/{theirs.pid}/environ") and os.stat(
+            f"/proc/{theirs.pid}").st_uid == NOBODY, "nobody's process", 10, poll_s=0.05)
+        daemons, groups = sv.deployment_processes(str(root))
+        assert theirs.pid not in daemons and theirs.pid not in groups
+        assert ours.pid in groups
+    finally:
+        for p in (theirs, ours):
+            p.kill()
+            p.wait(timeout=5)
