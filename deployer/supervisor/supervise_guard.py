@@ -21,10 +21,14 @@ prints `{"guard_pid": N}`. The lease tokens the helper hands to what it runs (en
 client's: the guard keeps them in memory only (nothing secret on disk).
 
 The guard then watches, every POLL_S, until one of these:
-- the intent is gone (the client finished the replace, or brought back what it stopped, and removed it): it leaves;
-- the lock's lease is not the client's any more (released at the client's normal end, broken with --break-lock,
-  taken over by another): it leaves and changes nothing (fencing: an operation that lost its lock acts no more);
-- the lease is still the client's but the process on this host that held it (its helper, or lease program) is gone
+- the intent is gone (the client finished the replace, or brought back what it stopped, and removed it) and what
+  should serve is verified serving (`current` names a run whose engine or supervisor is alive and not stopping): it
+  leaves. An intent removed while nothing serves (a second Ctrl-C cut the client's bring-back short, and its clean-up
+  still disarmed) is not believed: the guard goes on watching with the intent it last read;
+- the lock's lease is another's (broken with --break-lock, taken over, a `down`): it leaves and changes nothing
+  (fencing: an operation that lost its lock acts no more);
+- the lease was released (nobody holds it) while the replace is unfinished (the intent is there, or nothing serves),
+  or it is still the client's but the process on this host that held it (its helper, or lease program) is gone
   for REPAIR_WAIT_S (the client died: kill -9, or its connection dropped and it did not come back; a client that
   reconnects re-takes the lease from a new, live process and the guard goes on watching): it repairs.
 
@@ -61,7 +65,7 @@ if TYPE_CHECKING or __package__:  # imported as part of the deployer package
         EXIT_BAD_INPUT, SuperviseError, UnsafePath, check_dirs, open_file, pid_alive, write_json,
     )
     from deployer.supervisor.supervise_lease import (
-        FENCE_ENV, LeaseError, Refused, acquire, read_lease, record_event, still_ours, take_fence, update,
+        FENCE_ENV, LeaseError, Refused, acquire, held, read_lease, record_event, still_ours, take_fence, update,
     )
     from deployer.supervisor.supervise_ports import claimed_by, port_bindable
     from deployer.supervisor.supervise_protocol import ENV_FILE, LAUNCH_SH, PROFILE_JSON, SUPERVISE_JSON
@@ -71,7 +75,7 @@ else:  # run from a run dir, beside the other supervisor files
         EXIT_BAD_INPUT, SuperviseError, UnsafePath, check_dirs, open_file, pid_alive, write_json,
     )
     from supervise_lease import (  # type: ignore[no-redef]
-        FENCE_ENV, LeaseError, Refused, acquire, read_lease, record_event, still_ours, take_fence, update,
+        FENCE_ENV, LeaseError, Refused, acquire, held, read_lease, record_event, still_ours, take_fence, update,
     )
     from supervise_ports import claimed_by, port_bindable  # type: ignore[no-redef]
     from supervise_protocol import ENV_FILE, LAUNCH_SH, PROFILE_JSON, SUPERVISE_JSON  # type: ignore[no-redef]
@@ -79,6 +83,7 @@ else:  # run from a run dir, beside the other supervisor files
 INTENT = "replace-intent.json"          # a replace's guard (arm)
 ROUTER_INTENT = "router-intent.json"    # a rolling restart's guard, in the router's deployment dir (arm-router)
 REPAIR_LOG = "repair.log"
+UP_STATES = ("starting", "running", "ready", "restarting")  # a run that serves, or is on its way to
 REPAIR_WAIT_S = 3.0  # a dropped connection's reconnect window (the client re-takes its lease meanwhile)
 POLL_S = 0.25
 LIFE_S = 6 * 3600.0
@@ -231,29 +236,52 @@ class Guard:
 
     def watch(self, clock: Callable[[], float] = time.monotonic) -> str:
         """Wait for the client to finish or to be gone; what happened, in a few words."""
-        end, gone_since = clock() + LIFE_S, None
+        end, gone_since, last = clock() + LIFE_S, None, None  # type: float, float | None, dict[str, Any] | None
         while clock() < end:
             intent = read_intent(self.intent)
-            if intent is None or intent.get("guard_pid") != os.getpid():
+            if intent is not None and intent.get("guard_pid") == os.getpid():
+                last = intent
+            elif last is None or last.get("url"):  # a router's guard: its intent's removal is the client's word
                 return "disarmed: the client finished the replace"
+            else:
+                serving = self.serving()
+                if serving:
+                    return "disarmed: the client finished the replace (%s serves)" % serving
             lease = _lease(self.lock)
             if lease.get("token") not in self.tokens:
-                return "left: the lock is no longer the client's (released, broken or taken over)"
+                if held(lease, time.time()) or last.get("url"):
+                    return "left: the lock is no longer the client's (broken or taken over)"
+                if intent is None and self.serving():
+                    return "left: the client released the lock with its replace done"
+                return self.repair(last, "")  # released with the replace unfinished: nobody else will finish it
             if pid_alive(lease.get("holder_pid")):
                 gone_since = None
             elif gone_since is None:
                 gone_since = clock()
             elif clock() - gone_since >= REPAIR_WAIT_S:
-                return self.repair(intent, str(lease["token"]))
+                return self.repair(last, str(lease["token"]))
             time.sleep(POLL_S)
         return "left: the client did not finish within the guard's life"
 
+    def serving(self) -> str | None:
+        """The run `current` names when it is verified serving (its engine or supervisor alive, not stopping or
+        stopped), else None."""
+        current = _current(self.deployment)
+        if current is None or not os.path.isdir(current):
+            return None
+        now = status_of(current)
+        if (now.get("alive") or now.get("supervisor_alive")) and now.get("status") in UP_STATES:
+            return os.path.basename(current)
+        return None
+
     def repair(self, intent: dict[str, Any], client_token: str) -> str:
+        """Take the lock (from the gone client's lease, or, `client_token` "", a lease nobody holds) and finish the
+        replace."""
         token = os.urandom(16).hex()
         one = float(intent.get("grace_s") or 0) + PORT_WAIT_S + START_S  # a stop, the port wait, a start
         lease_s = (READD_S if intent.get("url") else one + (one + NEW_READY_S if intent.get("new_run") else 0)) + 30
         try:
-            fd, _ = acquire(self.lock, _holder(), token, lease_s, "inherit", client_token)
+            fd, _ = acquire(self.lock, _holder(), token, lease_s, "inherit" if client_token else "take", client_token)
         except Refused as r:
             return "left: the lock was %s before the repair could take it" % r.verdict
         except LeaseError as e:
