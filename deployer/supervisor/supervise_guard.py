@@ -21,14 +21,13 @@ prints `{"guard_pid": N}`. The lease tokens the helper hands to what it runs (en
 client's: the guard keeps them in memory only (nothing secret on disk).
 
 The guard then watches, every POLL_S, until one of these:
-- the intent is gone (the client finished the replace, or brought back what it stopped, and removed it) and what
-  should serve is verified serving (`current` names a run whose engine or supervisor is alive and not stopping): it
-  leaves. An intent removed while nothing serves (a second Ctrl-C cut the client's bring-back short, and its clean-up
-  still disarmed) is not believed: the guard goes on watching with the intent it last read;
+- the intent is gone (the client finished the replace, or brought back what it stopped, or decided to leave it
+  stopped, and removed it; a client whose bring-back was cut short by a second Ctrl-C leaves it in place): it leaves;
 - the lock's lease is another's (broken with --break-lock, taken over, a `down`): it leaves and changes nothing
   (fencing: an operation that lost its lock acts no more);
-- the lease was released (nobody holds it) while the replace is unfinished (the intent is there, or nothing serves),
-  or it is still the client's but the process on this host that held it (its helper, or lease program) is gone
+- the lease was released (nobody holds it) with the intent still there (the client left without finishing: a
+  second interrupt), or it is still the client's but the process on this host that held it (its helper, or lease
+  program) is gone
   for REPAIR_WAIT_S (the client died: kill -9, or its connection dropped and it did not come back; a client that
   reconnects re-takes the lease from a new, live process and the guard goes on watching): it repairs.
 
@@ -83,7 +82,6 @@ else:  # run from a run dir, beside the other supervisor files
 INTENT = "replace-intent.json"          # a replace's guard (arm)
 ROUTER_INTENT = "router-intent.json"    # a rolling restart's guard, in the router's deployment dir (arm-router)
 REPAIR_LOG = "repair.log"
-UP_STATES = ("starting", "running", "ready", "restarting")  # a run that serves, or is on its way to
 REPAIR_WAIT_S = 3.0  # a dropped connection's reconnect window (the client re-takes its lease meanwhile)
 POLL_S = 0.25
 LIFE_S = 6 * 3600.0
@@ -236,43 +234,24 @@ class Guard:
 
     def watch(self, clock: Callable[[], float] = time.monotonic) -> str:
         """Wait for the client to finish or to be gone; what happened, in a few words."""
-        end, gone_since, last = clock() + LIFE_S, None, None  # type: float, float | None, dict[str, Any] | None
+        end, gone_since = clock() + LIFE_S, None
         while clock() < end:
             intent = read_intent(self.intent)
-            if intent is not None and intent.get("guard_pid") == os.getpid():
-                last = intent
-            elif last is None or last.get("url"):  # a router's guard: its intent's removal is the client's word
+            if intent is None or intent.get("guard_pid") != os.getpid():
                 return "disarmed: the client finished the replace"
-            else:
-                serving = self.serving()
-                if serving:
-                    return "disarmed: the client finished the replace (%s serves)" % serving
             lease = _lease(self.lock)
             if lease.get("token") not in self.tokens:
-                if held(lease, time.time()) or last.get("url"):
+                if held(lease, time.time()) or intent.get("url") or lease.get("token"):
                     return "left: the lock is no longer the client's (broken or taken over)"
-                if intent is None and self.serving():
-                    return "left: the client released the lock with its replace done"
-                return self.repair(last, "")  # released with the replace unfinished: nobody else will finish it
+                return self.repair(intent, "")  # released, the replace not finished: nobody else will finish it
             if pid_alive(lease.get("holder_pid")):
                 gone_since = None
             elif gone_since is None:
                 gone_since = clock()
             elif clock() - gone_since >= REPAIR_WAIT_S:
-                return self.repair(last, str(lease["token"]))
+                return self.repair(intent, str(lease["token"]))
             time.sleep(POLL_S)
         return "left: the client did not finish within the guard's life"
-
-    def serving(self) -> str | None:
-        """The run `current` names when it is verified serving (its engine or supervisor alive, not stopping or
-        stopped), else None."""
-        current = _current(self.deployment)
-        if current is None or not os.path.isdir(current):
-            return None
-        now = status_of(current)
-        if (now.get("alive") or now.get("supervisor_alive")) and now.get("status") in UP_STATES:
-            return os.path.basename(current)
-        return None
 
     def repair(self, intent: dict[str, Any], client_token: str) -> str:
         """Take the lock (from the gone client's lease, or, `client_token` "", a lease nobody holds) and finish the

@@ -1,9 +1,10 @@
 """Red team, issue #34 finding 3: two Ctrl-C 0.3 s apart inside the stop of a replace.
 
 The first interrupt starts the clean-up that brings the stopped version back; the second cuts it short. The client
-still disarms the target's guard on its way out and releases the lock, so the guard used to log "disarmed: the
-client finished the replace", which was false: nothing served. The guard now believes a disarm only when what should
-serve is verified serving, and finishes a replace whose lock was released unfinished."""
+still disarmed the target's guard on its way out and released the lock, so the guard logged "disarmed: the client
+finished the replace", which was false: nothing served. Now the client disarms only once its bring-back finished (a
+cut-short one leaves the guard armed), and the guard finishes a replace whose lock was released while it was still
+armed (a `--no-rollback` failure, which disarms, is left as the client decided: tests/integration/test_oncall.py)."""
 
 from __future__ import annotations
 
