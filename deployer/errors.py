@@ -18,6 +18,7 @@
     |   +-- PreflightFailed           preflight found problems that would fail the launch
     |   +-- RecordUnreadable          a record the target keeps (env file, state) cannot be read
     |   +-- DiskFull                  the target's disk under the workdir filled up part way
+    |   +-- UnsafeTarget              a directory or link on the deployment's path another user controls
     +-- LaunchFailed                  the engine did not become ready (exit 5); carries the Outcome
     |   +-- RetriesExhausted          every attempt failed; carries the attempt reports
     +-- Unhealthy                     engine up but failing health or smoke requests (exit 6)
@@ -149,6 +150,11 @@ class DiskFull(TargetError):
     report of the operation it ended, as LaunchFailed's."""
 
     outcome: Any = None
+
+
+class UnsafeTarget(TargetError):
+    """The deployment dir (or a directory or link on its path) is one another user controls: nothing is written
+    there, and nothing there is run or believed."""
 
 
 class PreflightFailed(TargetError):

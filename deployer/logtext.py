@@ -1,6 +1,7 @@
 """Engine log text as a person reads it, and as much of it as may be shown or stored.
 
-`readable`: no escape or control sequences (colour, cursor moves, OSC titles and hyperlinks, bells, C1 codes), only
+`readable`: no escape or control sequences (colour, cursor moves, OSC titles and hyperlinks, bells, C1 codes,
+bidirectional overrides and isolates), only
 the last state of a \\r-redrawn line. `clip`, `clip_tail` and `clip_middle`: one excerpt of a line capped in size, saying how
 much was cut. `bounded_diagnosis`: a diagnosis as it may go to the terminal, outcome.json and the history.
 """
@@ -13,13 +14,16 @@ from typing import Any
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 # Everything a terminal would act on rather than print: CSI (colour included: log text is shown plain), OSC up to
 # BEL or ST (or the end of the text when unterminated), DCS/SOS/PM/APC strings, other two-byte escapes, C1 codes
-# and C0 controls other than tab and newline (CR too: a \r-redrawn line is read by `readable`).
+# and C0 controls other than tab and newline (CR too: a \r-redrawn line is read by `readable`), and the bidirectional
+# controls (embeddings and overrides U+202A-202E, isolates U+2066-2069, the marks U+200E/200F) that would make a
+# line read otherwise than it is (`deployer` shown as `reyolped`, a path's end moved to its start).
+BIDI = "\u200e\u200f\u202a-\u202e\u2066-\u2069"
 CONTROL_RE = re.compile(
     r"\x1b\[[0-9;?<=>!]*[ -/]*[@-~]?"
     r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\|$)"
     r"|\x1b[PX^_][^\x1b]*(?:\x1b\\|$)"
     r"|\x1b[ -/]*[0-~]?"
-    r"|[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]"
+    r"|[\x00-\x08\x0b-\x1f\x7f\x80-\x9f" + BIDI + "]"
 )
 
 EXCERPT_CHARS = 500           # one log line quoted in output, outcome.json and history

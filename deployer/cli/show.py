@@ -324,7 +324,10 @@ def print_status(rows: list[StatusRow]) -> None:
 
 
 def unhealthy_text(unhealthy: dict[str, Any]) -> str:
-    """The supervisor's `unhealthy` record for people: why its last one-token probe failed, and the load then."""
+    """The supervisor's `unhealthy` record for people: why its last one-token probe failed, and the load then; or
+    who answers on the engine's port instead of it (status's squatter record)."""
+    if unhealthy.get("holders"):
+        return str(unhealthy.get("reason"))
     running, waiting = unhealthy.get("running"), unhealthy.get("waiting")
     if isinstance(running, (int, float)) and isinstance(waiting, (int, float)):
         load = f"{running:g} running, {waiting:g} waiting"

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deployer.engines import Engine
-from deployer.errors import LaunchFailed, NotFound, ProfileError, TargetError, Unhealthy
+from deployer.errors import LaunchFailed, NotFound, ProfileError, TargetError, Unhealthy, UnsafeTarget
 from deployer.target.lock import DeploymentLock, Notify, lease_of
 from deployer.logtext import bounded_diagnosis, line_time
 from deployer.profile.host import NAME_RE, parse_host
@@ -30,7 +30,7 @@ from deployer.oncall import remembered, serving
 from deployer.oncall.rows import DownResult, StatusRow
 from deployer.oncall.secret_restore import learn_env_text
 from deployer.secrets import mask_data, mask_text
-from deployer.target.process import forget_boot, stop
+from deployer.target.process import forget_boot, listener, rescue, stop
 from deployer.supervisor.supervise_base import CRASHED as CRASHED_STATES
 from deployer.supervisor.supervise_base import UP
 from deployer.target import snapshot
@@ -205,6 +205,8 @@ def describe(view: RunView, remote: Remote, name: str, runs: int, env_text: str 
     looked = serving.look(remote, record_engine(record), _endpoint(view, port), engine_metrics) \
         if port and alive else serving.Looked(False)
     unhealthy = state.get("unhealthy") if alive and isinstance(state.get("unhealthy"), dict) else None
+    if looked.healthy:  # /health answered: by this run's engine, or by whoever took its port (a crash's backoff)?
+        unhealthy = squatter(remote, view, port) or unhealthy
     return {
         "name": name, "host": remote.label, "status": view.status, "pid": state.get("pid"),
         "uptime_s": round(time.time() - started, 1) if started and alive else None,
@@ -216,6 +218,15 @@ def describe(view: RunView, remote: Remote, name: str, runs: int, env_text: str 
         "diagnosis": diagnosis or (view.outcome or {}).get("diagnosis"),
         "lock": lock, "metrics": looked.metrics,
     }
+
+
+def squatter(remote: Remote, view: RunView, port: int) -> dict[str, Any] | None:
+    """The `unhealthy` record of a port another process answers on (pid, user as far as /proc tells), else None."""
+    owner = listener(remote, view.run, port)
+    if owner.ours is not False:
+        return None
+    return {"reason": f"port {port} is answered by {owner.describe()}, not by this run's engine",
+            "holders": owner.holders}
 
 
 def _endpoint(view: RunView, port: int) -> serving.Endpoint:
@@ -337,10 +348,14 @@ def down(ref: Ref, grace: float | None = None, *, break_lock: bool = False,
         if view is None:
             return DownResult(ref.name, remote.label, was_running=False, status="absent")
         wait = grace if grace is not None else (ref.profile.restart.grace_s if ref.profile else 30.0)
-        with DeploymentLock(remote, layout, "down", break_lock=break_lock, notify=notify) as lock, \
-                lock.reporting_loss():
-            final = stop(lock.guarded(), view.run, wait)
-            on_boot = forget_boot(lock.guarded(), view.run)  # a reboot must not bring back what was stopped
+        try:
+            with DeploymentLock(remote, layout, "down", break_lock=break_lock, notify=notify) as lock, \
+                    lock.reporting_loss():
+                final = stop(lock.guarded(), view.run, wait)
+                on_boot = forget_boot(lock.guarded(), view.run)  # a reboot must not bring back what was stopped
+        except UnsafeTarget as e:  # another user controls its path now: stop what deployer started, read nothing
+            raise UnsafeTarget(f"{e.message}; {rescue(remote, layout, wait)} (found by their processes, without "
+                               f"the lock; nothing in the directory was read or run)", hint=e.hint) from None
         # an engine that had ended by itself (crashloop, exited, lost) is now stopped as asked: say so
         status = final.get("status")
         stopped_from = final.get("stopped_from")

@@ -87,11 +87,14 @@ class AttemptRunner:
 
     def run(self) -> UpReport:
         self.rows = AttemptRows(self.opts.local_history)
+        settled = True  # False while a bring-back runs: a second interrupt that cuts it short leaves the guard armed
         try:
             return self._attempts()
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: a replace is not left half done (runner/interrupted.py)
             if self.stopped:
+                settled = False
                 Interrupted(self.shape, self.shape.serving_grace_s(self.profile), self.emit).bring_back()
+                settled = True
             raise
         except DeployError as failed:  # a failed launch too (not Ctrl-C: that leaves at once)
             self.rows.end_open("not-started")
@@ -103,7 +106,10 @@ class AttemptRunner:
                 raise
             raise exc from failed
         finally:
-            self._disarm()
+            if settled:
+                self._disarm()
+            else:  # the target's guard finishes it once the lock is released (supervise_guard.py)
+                self.guarded.clear()
             self.rows.close()
 
     def _named_cause(self, exc: DeployError) -> DeployError:

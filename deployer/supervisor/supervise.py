@@ -10,6 +10,12 @@ Stdlib only, Python >= 3.8.  `python3 supervise.py CMD ...`:
   status RUN_DIR             print state.json plus "alive" / "supervisor_alive" ("lost" when both are gone)
   ports PORT                 exit 0 if PORT is unclaimed and free on 127.0.0.1 and 0.0.0.0, else 1 and who holds it
   listener RUN_DIR PORT      print whether the listener on PORT is a process of the run's engine group
+  rescue DEPLOYMENT_DIR [--grace S]
+                             `down` when the deployment dir became unsafe (another user controls a directory or a
+                             link on its path): nothing is read there. The supervisors and engine groups deployer
+                             started for it are found in /proc (this user's processes whose argv or environment name
+                             a run dir under it), stopped (SIGTERM, SIGKILL after the grace), and its @reboot entry
+                             removed; print {"stopped": [pids], "groups": [pgids], "on_boot": ...}
 start claims the engine port host-wide first (supervise_ports.py); a port taken exits 75 naming its holder.
 State: starting -> running -> ready [-> restarting -> running ...] -> stopped | exited | crashloop.
 Bad input exits 2, other failures 1, always with one line on stderr. The deployment lock is supervise_lease.py.
@@ -33,13 +39,13 @@ if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     from deployer.supervisor.supervise_base import (
         CRASHED, DEFAULTS, EXIT_BAD_INPUT, EXIT_BUSY, KILL_WAIT, LIVE, RUN_LOCK, START_TIMEOUT, STATE,
         STOP_REQUEST, SuperviseError, group_alive, kill_group, load_config, read_env_file,
-        read_state, supervisor_alive, wait_until, write_json,
+        open_dir, pid_alive, read_state, supervisor_alive, wait_until, write_json,
     )
 else:  # run as a script on the target, where the supervisor's files sit side by side
     from supervise_base import (  # type: ignore[no-redef]
         CRASHED, DEFAULTS, EXIT_BAD_INPUT, EXIT_BUSY, KILL_WAIT, LIVE, RUN_LOCK, START_TIMEOUT, STATE,
         STOP_REQUEST, SuperviseError, group_alive, kill_group, load_config, read_env_file,
-        read_state, supervisor_alive, wait_until, write_json,
+        open_dir, pid_alive, read_state, supervisor_alive, wait_until, write_json,
     )
 
 if TYPE_CHECKING or __package__:
@@ -76,6 +82,14 @@ def _read_report(fd: int, timeout: float) -> str:
 
 
 def cmd_start(run_dir: str) -> int:
+    run_fd = open_dir(run_dir, run_dir)  # no link another user controls on the way (UnsafePath: one line, exit 77)
+    try:
+        return _start(run_dir, run_fd)
+    finally:
+        os.close(run_fd)
+
+
+def _start(run_dir: str, run_fd: int) -> int:
     cfg = load_config(run_dir)
     env = read_env_file(os.path.join(run_dir, cfg["env_file"])) if cfg["env_file"] else {}
     lock_fd = _take_run_lock(run_dir)  # inherited by the daemon, held for its whole life
@@ -96,7 +110,7 @@ def cmd_start(run_dir: str) -> int:
             os.close(read_fd)
             os.setsid()
             if os.fork() == 0:
-                _daemon_main(run_dir, cfg, env, [write_fd, lock_fd], claim_fd)
+                _daemon_main(run_dir, cfg, env, [write_fd, lock_fd], claim_fd, run_fd)
         finally:
             os._exit(0)
     os.close(write_fd)
@@ -313,6 +327,78 @@ def cmd_listener(run_dir: str, port: int) -> int:
     return 0
 
 
+RUN_DIR_ENV = b"DEPLOYER_RUN_DIR="
+
+
+def _proc_words(pid: int, what: str) -> list[bytes]:
+    try:
+        with open(f"/proc/{pid}/{what}", "rb") as f:
+            return f.read(1 << 20).split(b"\0")
+    except OSError:
+        return []
+
+
+def _under(path: bytes, runs: bytes) -> bool:
+    return path.startswith(runs) and b"/" not in path[len(runs):].rstrip(b"/") and len(path) > len(runs)
+
+
+def deployment_processes(root: str) -> tuple[list[int], set[int]]:
+    """(supervisor daemon pids, engine process groups) of the deployment at `root`: processes of this user only
+    (their /proc entry is ours), a daemon by its argv (`supervise.py start RUN`), an engine by the run dir its
+    supervisor put in its environment (DEPLOYER_RUN_DIR). Nothing under `root` is read."""
+    runs = (root.rstrip("/") + "/runs/").encode()
+    daemons: list[int] = []
+    groups: set[int] = set()
+    me = os.geteuid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        pid = int(name)
+        try:
+            if os.stat(f"/proc/{pid}").st_uid != me:
+                continue
+        except OSError:
+            continue
+        argv = _proc_words(pid, "cmdline")
+        at = argv.index(b"start") if b"start" in argv else -1
+        if 0 < at < len(argv) - 1 and _under(argv[at + 1], runs) and any(a.endswith(b"supervise.py")
+                                                                          for a in argv[:at]):
+            daemons.append(pid)
+            continue
+        run = next((e[len(RUN_DIR_ENV):] for e in _proc_words(pid, "environ") if e.startswith(RUN_DIR_ENV)), None)
+        if run is not None and _under(run, runs):
+            try:
+                groups.add(os.getpgid(pid))
+            except OSError:
+                continue
+    return daemons, groups
+
+
+def cmd_rescue(root: str, grace: float | None) -> int:
+    """Stops what deployer started for the deployment at `root` without reading anything there (see `rescue`)."""
+    root = os.path.normpath(os.path.abspath(root))
+    daemons, groups = deployment_processes(root)
+    for pid in daemons:
+        try:
+            os.kill(pid, signal.SIGTERM)  # a supervisor stops its engine group itself, gracefully
+        except OSError:
+            pass
+    wait = float(DEFAULTS["grace_s"] if grace is None else grace) + KILL_WAIT
+    wait_until(lambda: not any(group_alive(g) for g in groups) and not any(pid_alive(p) for p in daemons), wait)
+    for pgid in groups:
+        kill_group(pgid, signal.SIGKILL)
+    for pid in daemons:
+        if pid_alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    on_boot = set_boot_entry(os.path.join(root, "runs", "x"), False)
+    print(json.dumps({"stopped": sorted(daemons), "groups": sorted(groups), "on_boot": on_boot}, sort_keys=True),
+          flush=True)
+    return 0
+
+
 def _run_dir(arg: str) -> str:
     path = os.path.abspath(arg)
     if not os.path.isdir(path):
@@ -323,7 +409,7 @@ def _run_dir(arg: str) -> str:
 def _parse(argv: list[str]) -> tuple[str, list[str], dict[str, str]]:
     """Tiny parser: (command, positionals, --options); argparse would print usage over several lines."""
     if not argv:
-        raise SuperviseError("usage: supervise.py start|stop|status|ports|listener|boot ...", EXIT_BAD_INPUT)
+        raise SuperviseError("usage: supervise.py start|stop|status|ports|listener|boot|rescue ...", EXIT_BAD_INPUT)
     pos, opts, rest = [], {}, list(argv[1:])
     while rest:
         word = rest.pop(0)
@@ -341,9 +427,11 @@ def _parse(argv: list[str]) -> tuple[str, list[str], dict[str, str]]:
 
 def dispatch(argv: list[str]) -> int:
     cmd, pos, opts = _parse(argv)
-    allowed = {"start": (), "status": (), "stop": ("grace", "why"), "ports": (), "listener": (), "boot": ()}
+    allowed = {"start": (), "status": (), "stop": ("grace", "why"), "ports": (), "listener": (), "boot": (),
+               "rescue": ("grace",)}
     if cmd not in allowed:
-        raise SuperviseError(f"unknown command {cmd!r} (start|stop|status|ports|listener|boot)", EXIT_BAD_INPUT)
+        raise SuperviseError(f"unknown command {cmd!r} (start|stop|status|ports|listener|boot|rescue)",
+                             EXIT_BAD_INPUT)
     if len(pos) != (2 if cmd in ("listener", "boot") else 1) or set(opts) - set(allowed[cmd]):
         raise SuperviseError(f"usage: supervise.py {cmd} ARG {' '.join('--' + o + ' X' for o in allowed[cmd])}",
                              EXIT_BAD_INPUT)
@@ -354,6 +442,8 @@ def dispatch(argv: list[str]) -> int:
         raise SuperviseError(f"{cmd}: not a number: {opts.get('grace', pos[-1])}", EXIT_BAD_INPUT) from None
     if cmd == "ports":
         return cmd_ports(port)
+    if cmd == "rescue":
+        return cmd_rescue(pos[0], grace)
     run_dir = _run_dir(pos[0])
     if cmd == "boot":
         return cmd_boot(run_dir, pos[1])

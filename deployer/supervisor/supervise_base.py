@@ -450,34 +450,118 @@ def _within(path: str, top: str) -> bool:
     return path == top or path.startswith(top.rstrip("/") + "/")
 
 
+O_DIR_NOFOLLOW = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_PATH", 0) | getattr(os, "O_CLOEXEC", 0)
+MAX_LINKS = 40
+
+
+class _Walk:
+    """One walk down a path from /, a directory fd at a time (openat with O_NOFOLLOW): nothing is resolved by
+    the kernel behind our back, so what is checked is what is opened. A symlink is followed only above
+    `owned_from`, and only when root or we own it (its directory, already checked, lets no one else replace it);
+    at or below `owned_from` a symlink is refused, whoever made it."""
+
+    def __init__(self, owned_from: str) -> None:
+        self.owned_from, self.me, self.links = owned_from, os.geteuid(), 0
+
+    def root(self) -> int:
+        fd = os.open("/", O_DIR_NOFOLLOW)
+        self._judge(fd, "/", _within("/", self.owned_from))
+        return fd
+
+    def _judge(self, fd: int, shown: str, own: bool) -> None:
+        problem = dir_problem(shown, os.fstat(fd), own)
+        if problem:
+            os.close(fd)
+            raise UnsafePath(problem)
+
+    def step(self, fd: int, name: str, shown: str, own: bool) -> int | None:
+        """The directory `name` in the directory `fd` (closed), opened and checked; None when it does not exist."""
+        try:
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                return None
+            except OSError as e:
+                raise UnsafePath(f"cannot inspect {shown}: {e.strerror}") from None
+            if stat.S_ISLNK(st.st_mode):
+                return self._follow(fd, name, shown, st, own)
+            try:
+                nfd = os.open(name, O_DIR_NOFOLLOW, dir_fd=fd)
+            except OSError as e:
+                if e.errno in (errno.ENOTDIR, errno.ELOOP):
+                    raise UnsafePath(f"{shown} is not a directory") from None
+                raise UnsafePath(f"cannot open {shown}: {e.strerror}") from None
+        finally:
+            os.close(fd)
+        fst = os.fstat(nfd)
+        if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
+            os.close(nfd)
+            raise UnsafePath(f"{shown} was replaced while it was checked: refused")
+        self._judge(nfd, shown, own)
+        return nfd
+
+    def _follow(self, fd: int, name: str, shown: str, st: os.stat_result, own: bool) -> int:
+        """A symlink at `shown` (in directory `fd`, left open for the caller to close): the directory it leads
+        to, walked the same way, or UnsafePath."""
+        owner = _user(st.st_uid)
+        if own:
+            raise UnsafePath(f"{shown} is a symbolic link (owned by {owner}): refused (deployer never acts "
+                             f"through one at or below {self.owned_from})")
+        if st.st_uid not in (0, self.me):
+            trusted = "root" if self.me == 0 else f"{_user(self.me)} or root"
+            raise UnsafePath(f"{shown} is a symbolic link owned by {owner}, not {trusted}: another user controls "
+                             f"where it leads")
+        self.links += 1
+        if self.links > MAX_LINKS:
+            raise UnsafePath(f"{shown}: too many levels of symbolic links")
+        target = os.readlink(name, dir_fd=fd)
+        absolute = target.startswith("/")
+        at = self.root() if absolute else os.open(".", O_DIR_NOFOLLOW, dir_fd=fd)
+        where = "/" if absolute else os.path.dirname(shown)
+        for part in [p for p in target.split("/") if p and p != "."]:
+            where = os.path.normpath(os.path.join(where, part))
+            nxt = self.step(at, part, where, False)
+            if nxt is None:
+                raise UnsafePath(f"{shown} is a symbolic link to {target}, which does not exist")
+            at = nxt
+        return at
+
+
+def _walk(path: str, owned_from: str) -> "tuple[int | None, int]":
+    """(an fd of `path` when it all exists, else None; how many leading components of it exist), every
+    component checked on the way (dir_problem), never through a link another user controls."""
+    walk = _Walk(owned_from)
+    fd: int | None = walk.root()
+    prefixes = _prefixes(path)
+    exists = 1
+    for prefix in prefixes[1:]:
+        assert fd is not None
+        fd = walk.step(fd, os.path.basename(prefix), prefix, _within(prefix, owned_from))
+        if fd is None:
+            return None, exists
+        exists += 1
+    return fd, exists
+
+
 def check_dirs(path: str, owned_from: str) -> int:
     """Refuse (UnsafePath) a directory chain another user controls: every existing directory from / to `path`,
-    as written and as resolved through symlinks; those at or below `owned_from` must be ours alone. Returns how
-    many leading components exist (the rest are to be created)."""
-    path, owned_from = os.path.abspath(path), os.path.abspath(owned_from)
-    lexical = _prefixes(path)
-    exists = 0
-    for p in lexical:
-        try:
-            st = os.stat(p)
-        except FileNotFoundError:
-            break
-        except OSError as e:
-            raise UnsafePath(f"cannot inspect {p}: {e.strerror}") from None
-        problem = dir_problem(p, st, _within(p, owned_from))
-        if problem:
-            raise UnsafePath(problem)
-        exists += 1
-    if exists:
-        for p in _prefixes(os.path.realpath(lexical[exists - 1]))[:-1]:  # where symlinks on the way lead
-            try:
-                st = os.stat(p)
-            except OSError as e:
-                raise UnsafePath(f"cannot inspect {p}: {e.strerror}") from None
-            problem = dir_problem(p, st, False)
-            if problem:
-                raise UnsafePath(problem)
+    walked a component at a time without the kernel following links (_Walk); those at or below `owned_from` must
+    be ours alone and no symlink. Returns how many leading components exist (the rest are to be created)."""
+    fd, exists = _walk(os.path.abspath(path), os.path.abspath(owned_from))
+    if fd is not None:
+        os.close(fd)
     return exists
+
+
+def open_dir(path: str, owned_from: str) -> int:
+    """A descriptor of the directory `path`, reached and checked as check_dirs does (O_PATH where the system has
+    it: good for fchdir, fstat and dir_fd=, not for reading); UnsafePath, or FileNotFoundError when it is
+    missing. What is run or read later through it cannot be re-pointed by a link."""
+    path = os.path.abspath(path)
+    fd, _ = _walk(path, os.path.abspath(owned_from))
+    if fd is None:
+        raise FileNotFoundError(errno.ENOENT, "no such directory", path)
+    return fd
 
 
 def make_dirs(path: str, owned_from: str, mode: int = 0o700) -> None:

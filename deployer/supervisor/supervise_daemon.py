@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     from deployer.supervisor.supervise_base import (
         EXIT_FAILED, KILL_WAIT, LogScanner, SCAN_BEFORE_READY, SCAN_EVERY, STATE, STOP_REQUEST, TICK, backoff_delay,
-        decode_wait_status, group_alive, group_pids, kill_group, note, should_restart, signal_name, wait_until,
-        write_json,
+        UnsafePath, decode_wait_status, group_alive, group_pids, kill_group, note, open_dir, should_restart,
+        signal_name, wait_until, write_json,
     )
 else:  # run as a script on the target, where the supervisor's files sit side by side
     from supervise_base import (  # type: ignore[no-redef]
         EXIT_FAILED, KILL_WAIT, LogScanner, SCAN_BEFORE_READY, SCAN_EVERY, STATE, STOP_REQUEST, TICK, backoff_delay,
-        decode_wait_status, group_alive, group_pids, kill_group, note, should_restart, signal_name, wait_until,
-        write_json,
+        UnsafePath, decode_wait_status, group_alive, group_pids, kill_group, note, open_dir, should_restart,
+        signal_name, wait_until, write_json,
     )
 
 if TYPE_CHECKING or __package__:
@@ -226,7 +226,7 @@ class Daemon:
         self.run_dir, self.cfg, self.env = run_dir, cfg, env
         self.claim_fd = claim_fd  # the host-wide port claim: handed to every engine it starts
         self.report_fd: int | None = report_fd
-        self.log = os.path.join(run_dir, cfg["log"])
+        self.log = cfg["log"]  # relative: the daemon's cwd is the run dir, opened and checked once (_daemon_main)
         self.engine_pid: int | None = None
         self.exit_status: int | None = None
         self.stop_requested = False
@@ -252,7 +252,7 @@ class Daemon:
     def save(self) -> None:
         self.state["updated_at"] = time.time()
         try:
-            write_json(os.path.join(self.run_dir, STATE), self.state)
+            write_json(STATE, self.state)
         except OSError as e:  # a full disk must not kill the supervisor: the next save that fits catches up
             note(f"cannot write {STATE}: {e.strerror}")
 
@@ -309,7 +309,7 @@ class Daemon:
         bash = shutil.which("bash") or "/bin/bash"
         pid = os.fork()
         if pid == 0:
-            _exec_engine(fd, bash, os.path.join(self.run_dir, self.cfg["launch"]), env, self.claim_fd)
+            _exec_engine(fd, bash, os.path.join(".", self.cfg["launch"]), env, self.claim_fd)
         os.close(fd)
         try:
             os.setpgid(pid, pid)  # also in the child: whichever runs first wins the race
@@ -481,7 +481,7 @@ class Daemon:
         note(f"restarting in {delay:g} s ({len(recent)} restarts in the last {rs['window_s']:g} s)")
         if not self.sleep(delay):
             return self.finish("stopped")
-        refused = restart_refusal(self.run_dir, self.fence)
+        refused = restart_refusal(self.run_dir, self.fence) or self.moved()
         if refused:
             note(refused)
             return self.finish("exited")
@@ -489,6 +489,21 @@ class Daemon:
         s["restarts"] += 1
         self.spawn()
         return True
+
+    def moved(self) -> str | None:
+        """Why the run dir's path no longer leads, safely, to the directory this daemon runs in (its cwd): then
+        nothing is restarted (what runs is always the cwd's launch.sh; this only makes the end honest)."""
+        try:
+            fd = open_dir(self.run_dir, self.run_dir)
+        except (OSError, UnsafePath) as e:
+            return f"not restarted: {e}"
+        try:
+            now, here = os.fstat(fd), os.stat(".")
+        finally:
+            os.close(fd)
+        if (now.st_dev, now.st_ino) != (here.st_dev, here.st_ino):
+            return f"not restarted: {self.run_dir} now leads to another directory than the one this run started in"
+        return None
 
     def sleep(self, seconds: float) -> bool:
         """Backoff wait that reaps and gives way to a stop request (then False)."""
@@ -519,7 +534,7 @@ class Daemon:
         self.save()
         grace = float(self.cfg["grace_s"])
         try:
-            with open(os.path.join(self.run_dir, STOP_REQUEST), encoding="utf-8") as f:
+            with open(STOP_REQUEST, encoding="utf-8") as f:
                 grace = float(json.load(f)["grace_s"])
         except (OSError, ValueError, KeyError, TypeError):
             pass
@@ -568,7 +583,7 @@ class Daemon:
         self.state["status"] = status
         self.save()
         try:
-            os.unlink(os.path.join(self.run_dir, STOP_REQUEST))
+            os.unlink(STOP_REQUEST)
         except OSError:
             pass
         return False
@@ -612,14 +627,20 @@ def _close_fds_except(keep: list[int]) -> None:
 
 
 def _daemon_main(run_dir: str, cfg: dict[str, Any], env: dict[str, str], keep: list[int],
-                 claim_fd: int | None = None) -> None:
+                 claim_fd: int | None = None, run_fd: int | None = None) -> None:
+    """The daemon's life. `run_fd`: the run dir as the caller opened and checked it (supervise_base.open_dir); it
+    becomes the cwd, and every file of the run is reached relative to it from then on, never by its path again."""
     code, report_fd = EXIT_FAILED, keep[0]
     daemon = None
     try:
-        _close_fds_except(keep + ([claim_fd] if claim_fd is not None else []))
-        os.chdir(run_dir)
+        _close_fds_except(keep + [fd for fd in (claim_fd, run_fd) if fd is not None])
+        if run_fd is not None:
+            os.fchdir(run_fd)
+            os.close(run_fd)
+        else:
+            os.chdir(run_dir)
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-        out = os.open(os.path.join(run_dir, "supervisor.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+        out = os.open("supervisor.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o640)
         os.dup2(out, 1)
         os.dup2(out, 2)
         daemon = Daemon(run_dir, cfg, env, report_fd, claim_fd)

@@ -23,10 +23,13 @@ prints `{"guard_pid": N}`. The lease tokens the helper hands to what it runs (en
 client's: the guard keeps them in memory only (nothing secret on disk).
 
 The guard then watches, every POLL_S, until one of these:
-- the intent is gone (the client finished the replace, or brought back what it stopped, and removed it): it leaves;
-- the lock's lease is not the client's any more (released at the client's normal end, broken with --break-lock,
-  taken over by another): it leaves and changes nothing (fencing: an operation that lost its lock acts no more);
-- the lease is still the client's but the process on this host that held it (its helper, or lease program) is gone
+- the intent is gone (the client finished the replace, or brought back what it stopped, or decided to leave it
+  stopped, and removed it; a client whose bring-back was cut short by a second Ctrl-C leaves it in place): it leaves;
+- the lock's lease is another's (broken with --break-lock, taken over, a `down`): it leaves and changes nothing
+  (fencing: an operation that lost its lock acts no more);
+- the lease was released (nobody holds it) with the intent still there (the client left without finishing: a
+  second interrupt), or it is still the client's but the process on this host that held it (its helper, or lease
+  program) is gone
   for REPAIR_WAIT_S (the client died: kill -9, or its connection dropped and it did not come back; a client that
   reconnects re-takes the lease from a new, live process and the guard goes on watching): it repairs.
 
@@ -63,7 +66,7 @@ if TYPE_CHECKING or __package__:  # imported as part of the deployer package
         EXIT_BAD_INPUT, SuperviseError, UnsafePath, check_dirs, open_file, pid_alive, write_json,
     )
     from deployer.supervisor.supervise_lease import (
-        FENCE_ENV, LeaseError, Refused, acquire, read_lease, record_event, still_ours, take_fence, update,
+        FENCE_ENV, LeaseError, Refused, acquire, held, read_lease, record_event, still_ours, take_fence, update,
     )
     from deployer.supervisor.supervise_ports import claimed_by, port_bindable
     from deployer.supervisor.supervise_protocol import ENV_FILE, LAUNCH_SH, PROFILE_JSON, SUPERVISE_JSON
@@ -73,7 +76,7 @@ else:  # run from a run dir, beside the other supervisor files
         EXIT_BAD_INPUT, SuperviseError, UnsafePath, check_dirs, open_file, pid_alive, write_json,
     )
     from supervise_lease import (  # type: ignore[no-redef]
-        FENCE_ENV, LeaseError, Refused, acquire, read_lease, record_event, still_ours, take_fence, update,
+        FENCE_ENV, LeaseError, Refused, acquire, held, read_lease, record_event, still_ours, take_fence, update,
     )
     from supervise_ports import claimed_by, port_bindable  # type: ignore[no-redef]
     from supervise_protocol import ENV_FILE, LAUNCH_SH, PROFILE_JSON, SUPERVISE_JSON  # type: ignore[no-redef]
@@ -241,7 +244,9 @@ class Guard:
                 return "disarmed: the client finished the replace"
             lease = _lease(self.lock)
             if lease.get("token") not in self.tokens:
-                return "left: the lock is no longer the client's (released, broken or taken over)"
+                if held(lease, time.time()) or intent.get("url") or lease.get("token"):
+                    return "left: the lock is no longer the client's (broken or taken over)"
+                return self.repair(intent, "")  # released, the replace not finished: nobody else will finish it
             if pid_alive(lease.get("holder_pid")):
                 gone_since = None
             elif gone_since is None:
@@ -252,11 +257,13 @@ class Guard:
         return "left: the client did not finish within the guard's life"
 
     def repair(self, intent: dict[str, Any], client_token: str) -> str:
+        """Take the lock (from the gone client's lease, or, `client_token` "", a lease nobody holds) and finish the
+        replace."""
         token = os.urandom(16).hex()
         one = float(intent.get("grace_s") or 0) + PORT_WAIT_S + START_S  # a stop, the port wait, a start
         lease_s = (READD_S if intent.get("url") else one + (one + NEW_READY_S if intent.get("new_run") else 0)) + 30
         try:
-            fd, _ = acquire(self.lock, _holder(), token, lease_s, "inherit", client_token)
+            fd, _ = acquire(self.lock, _holder(), token, lease_s, "inherit" if client_token else "take", client_token)
         except Refused as r:
             return "left: the lock was %s before the repair could take it" % r.verdict
         except LeaseError as e:

@@ -9,6 +9,9 @@ itself with one line `{"hello": {...}}`, then reads requests
     {"id": N, "op": "run" | "verify" | "lease_take" | "lease_beat", ...}
 
 and answers each with one line `{"id": N, "ok": true, ...}` or `{"id": N, "ok": false, "error": "...", "kind": K}`.
+Every request gets its answer, whatever it holds: nesting deeper than MAX_DEPTH, a number that is not finite or
+beyond MAX_NUMBER (`NaN`, `Infinity`, `1e400`, `1e30`), and anything an op did not foresee are refused with an error
+reply (kind `bad-request`, or `internal`), never met with silence.
 Requests run concurrently (one thread each), so a heartbeat is never queued behind a long command; replies may
 come out of order and carry the request's id.
 
@@ -58,7 +61,9 @@ import contextlib
 import hashlib
 import io
 import json
+import math
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -86,10 +91,18 @@ else:  # run on the target from the helper bundle, where the modules are loaded 
     from supervise_push import models_prune  # type: ignore[no-redef]
 
 PROTOCOL = 1
+READ_MAX = 64 << 20
+MAX_LEASE_S = 7 * 86400.0
 KILL_WAIT_S = 2.0
 MAX_TIMEOUT_S = 3600.0
 # Supervisor commands answered inside the helper (quick, read-only); start and stop stay processes of their own.
 IN_PROCESS = IN_HELPER
+
+
+MAX_DEPTH = 64              # nesting of a request's JSON (deployer's own go 4 deep)
+MAX_NUMBER = (1 << 63) - 1  # the largest number a request may carry (what a C int64 holds: bytes, offsets)
+_STRINGS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_ID = re.compile(rb'\s*\{\s*"id"\s*:\s*(-?\d{1,15})\s*[,}]')
 
 
 class RequestError(Exception):
@@ -143,9 +156,10 @@ class Helper:
         os._exit(0)
 
     def handle(self, raw: bytes) -> None:
-        rid: Any = None
+        found = _ID.match(raw)
+        rid: Any = int(found.group(1)) if found else None  # the id, even of a request that cannot be parsed
         try:
-            req = json.loads(raw.decode("utf-8"))
+            req = parse_request(raw)
             if not isinstance(req, dict):
                 raise RequestError("a request is a JSON object")
             rid = req.get("id")
@@ -161,6 +175,10 @@ class Helper:
             self.say({"id": rid, "ok": False, "error": f"bad request: {type(e).__name__}: {e}", "kind": "bad-request"})
         except OSError as e:
             self.say({"id": rid, "ok": False, "error": f"{e.strerror or e}", "kind": "os"})
+        except Exception as e:  # noqa: BLE001 - whatever went wrong, the client gets its answer, not silence
+            why = f"{type(e).__name__}: {e}"[:300]
+            self.say({"id": rid, "ok": False, "error": f"the request could not be answered: {why}",
+                      "kind": "internal"})
 
     # -- ops ----------------------------------------------------------------------------------------------
 
@@ -295,7 +313,8 @@ class Helper:
             raise RequestError(str(e), e.kind) from None
 
     def read(self, req: dict[str, Any]) -> dict[str, Any]:
-        path, offset, limit = str(req["path"]), int(req.get("offset") or 0), int(req["limit"])
+        path, offset = str(req["path"]), int(req.get("offset") or 0)
+        limit = min(int(req["limit"]), READ_MAX)   # a reply holds at most READ_MAX bytes (the client reads on)
         try:
             with open(path, "rb") as f:
                 f.seek(max(offset, 0))
@@ -337,8 +356,9 @@ class Helper:
 
     def lease_take(self, req: dict[str, Any]) -> dict[str, Any]:
         holder, token, lease_s = req["holder"], str(req["token"]), float(req["lease_s"])
-        if not isinstance(holder, dict) or not token or lease_s <= 0:
-            raise RequestError("lease_take needs a holder object, a token and a positive lease_s")
+        if not isinstance(holder, dict) or not token or not 0 < lease_s <= MAX_LEASE_S:
+            raise RequestError("lease_take needs a holder object, a token and a lease_s above 0 and at most "
+                               "%g seconds" % MAX_LEASE_S)
         try:
             fd, info = acquire(str(req["path"]), holder, token, lease_s, str(req.get("mode") or "take"),
                                str(req.get("from") or ""))
@@ -419,6 +439,43 @@ def _fsync_sha256(path: str) -> str | None:
     except OSError:
         return None
     return h.hexdigest()
+
+
+def _nesting(raw: bytes) -> int:
+    """How deep the JSON text `raw` nests (strings skipped), counted without parsing it."""
+    depth = deepest = 0
+    for c in _STRINGS.sub(b'""', raw):
+        if c in b"[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in b"]}":
+            depth -= 1
+    return deepest
+
+
+def _number(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or abs(value) > MAX_NUMBER:
+        raise RequestError(f"bad request: the number {text[:40]} is out of range (at most {MAX_NUMBER})")
+    return value
+
+
+def _integer(text: str) -> int:
+    if len(text) > 20 or abs(int(text)) > MAX_NUMBER:
+        raise RequestError(f"bad request: the number {text[:40]} is out of range (at most {MAX_NUMBER})")
+    return int(text)
+
+
+def _constant(text: str) -> Any:
+    raise RequestError(f"bad request: {text} is not a number a request may carry")
+
+
+def parse_request(raw: bytes) -> Any:
+    """A request line as JSON, bounded: nesting at most MAX_DEPTH, every number finite and at most MAX_NUMBER
+    (NaN and Infinity refused); RequestError otherwise."""
+    if _nesting(raw) > MAX_DEPTH:
+        raise RequestError(f"bad request: JSON nested deeper than {MAX_DEPTH}")
+    return json.loads(raw.decode("utf-8"), parse_float=_number, parse_int=_integer, parse_constant=_constant)
 
 
 def serve(version: str, stdin: BinaryIO, stdout: BinaryIO) -> int:

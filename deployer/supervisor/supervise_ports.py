@@ -10,7 +10,9 @@ to chmod. (Abstract names are per network namespace, as the port itself is.)
 
 Who holds a claim: the holder's uid, asked of the socket itself (SO_PEERCRED of a connection to it), and
 its note, `/dev/shm/deployer-port-<port>.<uid>.json` (name, run dir), written by the holder into the root-owned
-sticky /dev/shm with O_EXCL/O_NOFOLLOW and believed only when that uid owns it (no other user can forge it).
+sticky /dev/shm with O_EXCL/O_NOFOLLOW (never through a link planted there). A note is believed only when it is the
+deploying user's own (its owner and the claim's holder are this user): another user's note says what that user
+wants, so a claim of another user is named by its user, uid and pid, never as "deployment X".
 
 A claim file of the previous release (`/dev/shm/deployer-ports/<port>`, a flock) is still honoured while its holder
 runs: probed read-only, never created, followed through a symlink or written.
@@ -20,9 +22,9 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import glob
 import json
 import os
+import pwd
 import re
 import socket
 import stat
@@ -37,7 +39,7 @@ CLAIM_NAME = "deployer-port-%d"
 NOTE_MAX = 64 << 10
 NOTE_GRACE_S = 10.0
 LISTEN = "0A"
-_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")  # controls, bidi too
 
 
 class PortTaken(Exception):
@@ -183,19 +185,31 @@ def _name_bound(port: int) -> bool:
         return False
 
 
+def user_name(uid: int) -> str:
+    try:
+        return _clean(pwd.getpwuid(uid).pw_name)
+    except (KeyError, OverflowError):
+        return "uid %d" % uid
+
+
+def _another_user(uid: int, pid: Optional[int]) -> str:
+    """A holder that is not the deploying user, by what the kernel says of it (its note is not believed)."""
+    at = "" if pid is None else ", pid %d" % pid
+    return "a process of user %s (uid %d%s), not a deployment of %s" % (user_name(uid), uid, at,
+                                                                         user_name(os.geteuid()))
+
+
 def _holder(port: int, peer: Optional[Tuple[int, int]]) -> str:
-    """'deployment NAME (RUN_DIR)' from the holder's note, else 'another deployment'."""
+    """'deployment NAME (RUN_DIR)' from our own note when we hold the claim; another user's claim by its user, uid
+    and pid; else 'another deployment'."""
+    me = os.geteuid()
     if peer is not None:
-        uid = peer[1]  # (the pid is the claimer's in its own PID namespace: not compared)
+        pid, uid = peer  # (the pid is the claimer's in its own PID namespace: said, not compared)
+        if uid != me:
+            return _another_user(uid, pid)
         return _describe_note(_read_note(_note_path(port, uid), uid)) or "another deployment"
-    found = []  # the claim could not be asked: a note is believed when exactly one owned by its uid is there
-    for path in glob.glob(_note_path(port, 0)[:-len("0.json")] + "*.json"):
-        owner = path.rsplit(".", 2)[-2]
-        if owner.isdigit():
-            info = _read_note(path, int(owner))
-            if _describe_note(info):
-                found.append(_describe_note(info))
-    return str(found[0]) if len(found) == 1 else "another deployment"
+    # the claim could not be asked: only our own note is believed
+    return _describe_note(_read_note(_note_path(port, me), me)) or "another deployment"
 
 
 def _legacy_holder(port: int) -> Optional[str]:
@@ -205,13 +219,16 @@ def _legacy_holder(port: int) -> Optional[str]:
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             return None
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             return None
         except OSError:
             pass
+        if st.st_uid != os.geteuid():
+            return _another_user(st.st_uid, None)
         try:
             info = json.loads(os.pread(fd, NOTE_MAX, 0).decode("utf-8", "replace") or "{}")
         except (OSError, ValueError):
@@ -255,9 +272,10 @@ def claimed_by(port: int) -> Optional[str]:
     return _holder(port, peer) if claimed else None
 
 
-def listening_inodes(port: int) -> Set[str]:
-    """Socket inodes listening on `port` (any address, IPv4 and IPv6), from /proc/net/tcp{,6}."""
-    inodes: Set[str] = set()
+def listening_inodes(port: int) -> Dict[str, int]:
+    """Socket inodes listening on `port` (any address, IPv4 and IPv6), from /proc/net/tcp{,6}: inode -> the uid
+    that owns the socket (readable by anyone, where the process behind it may not be)."""
+    inodes: Dict[str, int] = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             with open(table, encoding="ascii") as f:
@@ -266,26 +284,12 @@ def listening_inodes(port: int) -> Set[str]:
             continue
         for r in rows:
             if len(r) > 9 and r[3] == LISTEN and int(r[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(r[9])
+                inodes[r[9]] = int(r[7]) if r[7].isdigit() else -1
     return inodes
 
 
 def _pids() -> List[int]:
     return [int(p) for p in os.listdir("/proc") if p.isdigit()]
-
-
-def _holds(pid: int, inodes: Set[str]) -> bool:
-    wanted = {f"socket:[{i}]" for i in inodes}
-    try:
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
-                    return True
-            except OSError:
-                continue
-    except OSError:
-        pass
-    return False
 
 
 def _pgid(pid: int) -> Optional[int]:
@@ -295,28 +299,70 @@ def _pgid(pid: int) -> Optional[int]:
         return None
 
 
+def _uid_of(pid: int) -> Optional[int]:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
 def _describe(pid: int) -> str:
-    """'pid N (comm)', with the deployer run it belongs to where its environment says (DEPLOYER_RUN_DIR)."""
+    """'pid N (comm) of user U', with the deployer run it belongs to where its environment says
+    (DEPLOYER_RUN_DIR)."""
     try:
         with open(f"/proc/{pid}/comm", encoding="utf-8") as f:
-            text = f"pid {pid} ({f.read().strip()})"
+            text = f"pid {pid} ({_clean(f.read().strip())})"
     except OSError:
         text = f"pid {pid}"
+    uid = _uid_of(pid)
+    if uid is not None:
+        text += f" of user {user_name(uid)}"
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             env = f.read().split(b"\0")
         run = next((e[len(b"DEPLOYER_RUN_DIR="):] for e in env if e.startswith(b"DEPLOYER_RUN_DIR=")), None)
         if run:
-            text += f" of run {run.decode('utf-8', 'replace')}"
+            text += f" of run {_clean(run.decode('utf-8', 'replace'))}"
     except OSError:
         pass
     return text
 
 
+def _hidden(inodes: Dict[str, int], seen: Set[str]) -> List[str]:
+    """The listeners no readable /proc/PID/fd showed: named by the uid /proc/net/tcp gives their socket."""
+    uids = sorted({uid for inode, uid in inodes.items() if inode not in seen})
+    return ["a process of user %s (uid %d) that cannot be inspected from here" % (user_name(uid), uid)
+            for uid in uids if uid >= 0]
+
+
+def _sockets_of(pid: int, inodes: Dict[str, int]) -> Set[str]:
+    found: Set[str] = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:[") and link[8:-1] in inodes:
+                found.add(link[8:-1])
+    except OSError:
+        pass
+    return found
+
+
 def port_holders(port: int) -> List[str]:
-    """Best effort: who listens on `port` (needs rights to read their fds)."""
+    """Best effort: who listens on `port`: 'pid N (comm) of user U' where its fds can be read, else the user the
+    socket belongs to."""
     inodes = listening_inodes(port)
-    return [_describe(pid) for pid in _pids() if inodes and _holds(pid, inodes)]
+    if not inodes:
+        return []
+    out, seen = [], set()  # type: List[str], Set[str]
+    for pid in _pids():
+        held = _sockets_of(pid, inodes)
+        if held:
+            seen |= held
+            out.append(_describe(pid))
+    return out + _hidden(inodes, seen)
 
 
 def listener_of(port: int, pgid: Any) -> Dict[str, Any]:
@@ -330,14 +376,18 @@ def listener_of(port: int, pgid: Any) -> Dict[str, Any]:
     if not inodes:
         return {"port": port, "ours": None, "holders": []}
     holders: List[str] = []
-    ours = False
+    ours, seen = False, set()  # type: bool, Set[str]
     for pid in _pids():
-        if not _holds(pid, inodes):
+        held = _sockets_of(pid, inodes)
+        if not held:
             continue
+        seen |= held
         if isinstance(pgid, int) and _pgid(pid) == pgid:
             ours = True
         else:
             holders.append(_describe(pid))
-    if not ours and not holders:  # a listener we may not inspect (another user's): name the claim, if any
+    if not ours:  # listeners we may not inspect (another user's): named by their socket's user
+        holders += _hidden(inodes, seen)
+    if not ours and not holders:
         holders = [claimed_by(port) or "a process that cannot be inspected from here"]
     return {"port": port, "ours": ours, "holders": holders}

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from deployer.errors import Locked, LockLost, NotFound, ProfileError, RemoteError, TargetError
+from deployer.errors import Locked, LockLost, NotFound, ProfileError, RemoteError, TargetError, UnsafeTarget
 from deployer.target.push import Layout
 from deployer.remote.base import Hasher, Helper, HttpReply, Remote, Result, Session
 from deployer.remote.base import HelperRefused
@@ -184,8 +184,8 @@ class DeploymentLock:
         if word != "LOCKED":
             session.close()
             if word == "UNSAFE":
-                raise TargetError(f"unsafe deployment dir on {self.remote.label}: {data.get('error')}; the lock was "
-                                  f"not taken", hint="use a target.workdir that only the deploying user can write")
+                raise UnsafeTarget(f"unsafe deployment dir on {self.remote.label}: {data.get('error')}; the lock was "
+                                   f"not taken", hint="use a target.workdir that only the deploying user can write")
             if word not in ("BUSY", "LOST"):
                 raise RemoteError(f"could not take the deployment lock: {line or 'no answer'}", host=self.remote.label)
         return word, data if isinstance(data, dict) else {}, session

@@ -93,6 +93,19 @@ def stop(remote: Remote, run: RunDir, grace: float, why: str | None = None) -> d
     return _json_line(result.stdout)
 
 
+def rescue(remote: Remote, layout: Layout, grace: float) -> str:
+    """`down` of a deployment whose dir became unsafe (supervise.py `rescue`, this deployer's copy over stdin:
+    nothing under the dir is read or run): what was stopped, in a few words."""
+    result = run_supervisor(remote, "rescue", layout.root, "--grace", f"{grace:g}", timeout=grace + 30)
+    data = _json_line(result.stdout)
+    stopped, groups = data.get("stopped") or [], data.get("groups") or []
+    if not stopped and not groups:
+        return "no process of it was running"
+    said = [f"supervisor pid(s) {', '.join(str(p) for p in stopped)}" if stopped else "",
+            f"engine process group(s) {', '.join(str(g) for g in groups)}" if groups else ""]
+    return f"stopped {' and '.join(w for w in said if w)}; @reboot entry: {data.get('on_boot', 'unknown')}"
+
+
 def forget_boot(remote: Remote, run: RunDir) -> str:
     """Removes the deployment's boot-time start (`down`): what the supervisor did ("removed", "none",
     "unavailable: ...", "failed: ..."); a deployer whose supervisor is older says "unknown"."""

@@ -1,8 +1,10 @@
 """Retention: what the target keeps of a deployment's old runs (their dirs, and the secrets in their env files).
 
-An env file (0600, the run's secret values) stays only where a restart or rollback may need it: the current run,
-the newest run that reached ready, and the newest ready run of another version (rollback's target). Every other
-run loses its env file as soon as an `up` (restart, rollback) ends. Run dirs beyond the newest `keep` are
+An env file (0600, the run's secret values) stays only where a restart or rollback may need it, in a run that
+reached ready (one that can be rolled back to): the current run, the newest run that reached ready, and the newest
+ready run of another version (rollback's target); and the current run while its state says it is alive (a reboot's
+start reads it). Every other run loses its env file as soon as an `up` (restart, rollback) ends: a run that ended
+in a timeout or a crash before ready never needs its secrets again, current or not. Run dirs beyond the newest `keep` are
 deleted whole, except those same runs and any run whose state still looks alive: they are never deleted.
 `deploy prune` applies the same plan on demand, with `--keep` and `--dry-run`.
 
@@ -62,9 +64,15 @@ def plan_retention(runs: list[RunSummary], current: str | None, keep: int) -> Re
     for run in runs:
         if run.run_id not in newest and run.run_id not in protected:
             plan.delete.append(run.run_id)
-        elif run.has_env and run.run_id not in protected:
+        elif run.has_env and not (run.run_id in protected and _needs_env(run, current)):
             plan.drop_env.append(run.run_id)
     return plan
+
+
+def _needs_env(run: RunSummary, current: str | None) -> bool:
+    """Whether a kept run may be started again from its env file: it reached ready (restart, rollback), or it is
+    the current run and alive (a reboot starts it again)."""
+    return run.reached_ready or (run.run_id == current and run.status in LIVE)
 
 
 def _protected(runs: list[RunSummary], current: str | None) -> dict[str, str]:

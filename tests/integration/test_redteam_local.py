@@ -155,15 +155,20 @@ def _claim_as_nobody(arena: Path, port: int) -> subprocess.Popen[str]:
     return proc
 
 
+def _claim_holder_line(port: int, pid: int) -> str:
+    return f"a process of user nobody (uid {NOBODY}, pid {pid}), not a deployment of root"
+
+
 def test_claims_stay_host_wide_across_users_and_name_the_holder(arena: Path) -> None:
-    """Another user's claim still stops ours (no collision during a long load), and names its deployment."""
+    """Another user's claim still stops ours (no collision during a long load), and names that user: its note says
+    what that user wants (issue 34), so it is never shown as a deployment."""
     port = free_port()
     theirs = _claim_as_nobody(arena, port)
     try:
-        with pytest.raises(ports.PortTaken, match=f"port {port} taken by deployment theirs "
-                                                  r"\(/home/nobody/work/theirs/runs/r1\)"):
+        with pytest.raises(ports.PortTaken) as taken:
             ports.claim_port(port, "/root/work/ours/runs/r2", "ours")
-        assert ports.claimed_by(port) == "deployment theirs (/home/nobody/work/theirs/runs/r1)"
+        assert str(taken.value) == f"port {port} taken by {_claim_holder_line(port, theirs.pid)}"
+        assert ports.claimed_by(port) == _claim_holder_line(port, theirs.pid)
     finally:
         theirs.kill()
         theirs.wait(timeout=5)
@@ -171,20 +176,77 @@ def test_claims_stay_host_wide_across_users_and_name_the_holder(arena: Path) -> 
     os.close(ports.claim_port(port, "/root/work/ours/runs/r2", "ours"))  # freed by the kernel with its holder
 
 
+FORGED = {"run_dir": "/evil\x1b]8;;http://x\x07", "name": "\x1b[2Jforged"}
+
+
+def _plant_note(port: int, uid: int, info: dict[str, Any]) -> None:
+    """nobody writes a note under `uid`'s name; the planting must succeed (else the test proves nothing)."""
+    note = ports._note_path(port, uid)
+    planted = as_nobody(f"printf '%s' {json.dumps(json.dumps({**info, 'port': port}))} > {note}")
+    assert planted.returncode == 0, planted.stderr
+    st = os.lstat(note)
+    assert stat.S_ISREG(st.st_mode) and st.st_uid == NOBODY
+
+
 def test_a_forged_note_never_names_roots_claim(arena: Path) -> None:
-    """nobody writes notes for a port root holds (under root's name and its own): neither is believed."""
+    """root holds the claim before its note is written; nobody plants notes under root's name and its own:
+    neither is believed (the owner check of the note)."""
     port = free_port()
-    fd = ports.claim_port(port, "/root/work/ours/runs/r1", "ours")
+    claim = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    claim.bind(ports._address(port))
+    claim.listen(4)
     try:
-        forged = {"run_dir": "/evil\x1b]8;;http://x\x07", "name": "\x1b[2Jforged", "port": port}
         for uid in (0, NOBODY):
-            note = ports._note_path(port, uid)
-            as_nobody(f"rm -f {note}.x; printf '%s' {json.dumps(json.dumps(forged))} > {note}.x; "
-                      f"mv -f {note}.x {note} 2>/dev/null || true")
+            _plant_note(port, uid, FORGED)
+        assert ports.claimed_by(port) == "another deployment"
+        # root writes its own note (the old one goes, renamed over) and is named by it
+        ports._write_note(port, {"port": port, "run_dir": "/root/work/ours/runs/r1", "name": "ours"})
         assert ports.claimed_by(port) == "deployment ours (/root/work/ours/runs/r1)"
     finally:
+        claim.close()
+        as_nobody(f"rm -f {ports._note_path(port, NOBODY)}")
+        for left in (ports._note_path(port, 0),):
+            if os.path.lexists(left):
+                os.unlink(left)
+
+
+def test_another_users_claim_with_a_note_naming_roots_deployment_names_that_user(arena: Path) -> None:
+    """nobody takes the claim of the port root's deployment uses and writes a note saying it is root's
+    deployment `demo`: root is told the port is held by user nobody, never "taken by deployment demo"."""
+    port = free_port()
+    theirs = _claim_as_nobody(arena, port)
+    try:
+        _plant_note(port, NOBODY, {"run_dir": "/root/work/demo/runs/r1", "name": "demo"})
+        said = ports.claimed_by(port)
+        assert said == _claim_holder_line(port, theirs.pid), said
+        with pytest.raises(ports.PortTaken) as taken:
+            ports.claim_port(port, "/root/work/demo/runs/r2", "demo")
+        assert "deployment" not in str(taken.value).replace("not a deployment of root", "")
+        assert "user nobody (uid 65534" in str(taken.value)
+    finally:
+        theirs.kill()
+        theirs.wait(timeout=5)
+        as_nobody(f"rm -f {ports._note_path(port, NOBODY)}")
+
+
+def test_a_note_is_never_written_through_a_planted_link(arena: Path, victim: Victim,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """nobody plants root's next temp note name (made predictable here) and root's note name itself as links to
+    the victim: the claim writes neither through them."""
+    port = free_port()
+    monkeypatch.setattr(ports.os, "urandom", lambda n: b"\x00" * n)
+    name = os.path.basename(ports._note_path(port, 0))
+    tmp = os.path.join(ports.SHM, ".%s.%d.%s.tmp" % (name, os.getpid(), "00" * 4))
+    planted = as_nobody(f"ln -s {victim.path} {tmp}")
+    assert planted.returncode == 0 and os.path.islink(tmp), planted.stderr
+    try:
+        fd = ports.claim_port(port, "/root/work/ours/runs/r1", "ours")
         os.close(fd)
-        as_nobody(f"rm -f {ports._note_path(port, 0)}.x {ports._note_path(port, NOBODY)}")
+        assert victim.unchanged()
+    finally:
+        as_nobody(f"rm -f {tmp}")
+        if os.path.lexists(ports._note_path(port, 0)):
+            os.unlink(ports._note_path(port, 0))
 
 
 # --- finding 2: the workdir, the deployment dir and the lock ----------------------------------------------------

@@ -151,7 +151,8 @@ def test_retention_drops_old_secrets_and_prune_keeps_what_restart_and_rollback_n
     # 5 ups, keep_runs 3: the failed current, the newest ready, rollback's target (the same here) are kept
     assert len(runs) == 3 and current == runs[-1]
     with_env = [r.name for r in runs if (r / "env").exists()]
-    assert with_env == [runs[-2].name, runs[-1].name]  # newest ready (rollback's target) and current
+    # newest ready (rollback's target); the failed current never reached ready: its secrets go (issue 35 item 5)
+    assert with_env == [runs[-2].name]
 
     missing = oncall(sshd, tmp_path, "prune", "no-such-deployment")
     assert missing.returncode == 7 and "no deployment 'no-such-deployment'" in missing.stderr

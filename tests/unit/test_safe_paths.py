@@ -81,3 +81,38 @@ def test_write_json_replaces_a_planted_temp_link_instead_of_following_it(tmp_pat
     (tmp_path / f"state.json.tmp.{os.getpid()}").symlink_to(victim)
     base.write_json(str(tmp_path / "state.json"), {"ok": True})
     assert victim.read_text() == "keep" and (tmp_path / "state.json").read_text() == '{"ok": true}\n'
+
+
+def test_a_link_at_or_below_owned_from_is_refused_even_ours(tmp_path: Path) -> None:
+    """Issue 34: at or below the deployment dir no link is followed, whoever made it."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "w").symlink_to(tmp_path / "real")
+    with pytest.raises(base.UnsafePath, match=f"{tmp_path}/w is a symbolic link \\(owned by "):
+        base.make_dirs(str(tmp_path / "w" / "demo"), str(tmp_path / "w"))
+    assert os.listdir(tmp_path / "real") == []
+
+
+def test_our_link_above_owned_from_is_followed_and_open_dir_holds_where_it_led(tmp_path: Path) -> None:
+    (tmp_path / "real" / "demo").mkdir(parents=True)
+    (tmp_path / "w").symlink_to(tmp_path / "real")
+    fd = base.open_dir(str(tmp_path / "w" / "demo"), str(tmp_path / "w" / "demo"))
+    try:
+        (tmp_path / "w").unlink()
+        (tmp_path / "w").symlink_to(tmp_path)   # re-pointed: the descriptor still holds the directory checked
+        st = os.fstat(fd)
+        assert (st.st_dev, st.st_ino) == (os.stat(tmp_path / "real" / "demo").st_dev,
+                                          os.stat(tmp_path / "real" / "demo").st_ino)
+    finally:
+        os.close(fd)
+    with pytest.raises(FileNotFoundError):
+        base.open_dir(str(tmp_path / "nope"), str(tmp_path / "nope"))
+
+
+@needs_root
+def test_another_users_link_above_owned_from_is_refused_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "w").symlink_to(tmp_path / "real")
+    os.lchown(tmp_path / "w", NOBODY, NOBODY)
+    with pytest.raises(base.UnsafePath, match=f"{tmp_path}/w is a symbolic link owned by nobody, not root"):
+        base.make_dirs(str(tmp_path / "w" / "demo" / "runs"), str(tmp_path / "w" / "demo"))
+    assert os.listdir(tmp_path / "real") == []

@@ -72,7 +72,7 @@ def test_listener_is_ours_only_for_a_process_of_the_runs_group(tmp_path: Path) -
         assert ours["ours"] is True and ours["holders"] == []
         (tmp_path / "state.json").write_text(json.dumps({"pgid": os.getpgid(0)}))  # another run's group
         other = json.loads(cli("listener", str(tmp_path), str(port)).stdout)
-        assert other["ours"] is False and other["holders"] == [f"pid {server.pid} (python3)"]
+        assert other["ours"] is False and other["holders"] == [f"pid {server.pid} (python3) of user {ports.user_name(os.geteuid())}"]
     finally:
         server.kill()
         server.wait(timeout=5)
@@ -121,3 +121,8 @@ def test_a_claim_file_of_the_previous_release_is_honoured_read_only(tmp_path: Pa
     old.symlink_to(tmp_path / "elsewhere")
     os.close(ports.claim_port(port, "/w/new/runs/r1", "new"))
     assert not (tmp_path / "elsewhere").exists()
+
+
+def test_a_notes_words_lose_controls_and_bidi_overrides() -> None:
+    """Issue 34: target text shown as one line: C0/C1 controls and the bidi controls become '?'."""
+    assert ports._clean("dep\u202eolyer\x1b[2J\u2066x\u2069\u200e\u200f") == "dep?olyer?[2J?x???"
