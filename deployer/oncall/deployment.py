@@ -221,9 +221,11 @@ def describe(view: RunView, remote: Remote, name: str, runs: int, env_text: str 
 def engine_of(record: Mapping[str, Any]) -> dict[str, str | None]:
     """The run's engine kind, the version its profile names (None: none named) and the model it serves (its
     --served-model-name, else model_path), from the run's record."""
-    engine = (record.get("profile") or {}).get("engine") or {}
-    args = engine.get("args") if isinstance(engine.get("args"), Mapping) else {}
-    model = args.get("served_model_name") or engine.get("model_path")
+    profile = record.get("profile")
+    engine = profile.get("engine") if isinstance(profile, Mapping) else None
+    engine = engine if isinstance(engine, Mapping) else {}
+    args = engine.get("args")
+    model = (args.get("served_model_name") if isinstance(args, Mapping) else None) or engine.get("model_path")
     if isinstance(model, list):
         model = model[0] if model else None
     version = engine.get("version")
