@@ -231,3 +231,102 @@ def test_the_command_with_only_a_host_serves_each_deployments_page(healed: tuple
             proc.kill()
     stderr = proc.stderr.read() if proc.stderr else ""
     assert rc == 0 and "Traceback" not in stderr and "AssertionError" not in stderr, stderr
+
+
+# --- the dashboard shows what status shows (issue 36) ------------------------------------------------------------
+
+# status's fields and the dashboard row's of the same name (the row spells the crash loop and the lock its own way)
+SAME_FIELDS = ("name", "host", "status", "healthy", "serving", "engine", "engine_version", "model", "pid", "uptime_s",
+               "restarts", "attempt", "content_hash", "run_dir", "port")
+DIAGNOSIS_FIELDS = ("signature", "summary", "hint", "evidence", "traceback")
+
+
+@pytest.fixture(scope="module")
+def crash_looping(tmp_path_factory: pytest.TempPathFactory, sshd: Any) -> Iterator[tuple[Path, Path]]:
+    """A stand-in engine that crashes after ready, restarted once and then given up on (crashloop), its profile
+    naming the engine version; (profile, home)."""
+    tmp = tmp_path_factory.mktemp("loop")
+    crash = {"STANDIN_MODE": "crash_after_ready", "STANDIN_CRASH_AFTER_S": "0.5"}
+    prof = write_profile(tmp, sshd, name="dashloop", env=crash, extra={
+        "engine": {"version": "0.5.10"},
+        "restart": {"policy": "on-failure", "max": 1, "backoff_s": [0.2, 0.2], "grace_s": 2}})
+    home = tmp / "home"
+    up = deploy("up", str(prof), "--skip-preflight", home=home)
+    assert up.returncode == 0, up.stderr
+    for _ in range(60):  # bounded: ~30 s
+        if _status_json(("status", str(prof)), home, sshd)["status"] == "crashloop":
+            break
+        time.sleep(0.5)
+    try:
+        yield prof, home
+    finally:
+        deploy("down", str(prof), home=home)
+
+
+def _env(home: Path, sshd: Any) -> dict[str, str]:
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DEPLOYER_HOME": str(home),
+            "HOME": os.environ.get("HOME", "/root"), "DEPLOYER_SSH_CONFIG": str(sshd.ssh_config)}
+
+
+def _status_json(argv: tuple[str, ...], home: Path, sshd: Any) -> Any:
+    out = deploy(*argv, "--json", home=home, env={"DEPLOYER_SSH_CONFIG": str(sshd.ssh_config)})
+    assert out.stdout.strip() and "Traceback" not in out.stderr, out.stderr
+    return json.loads(out.stdout)
+
+
+def _dashboard_json(argv: tuple[str, ...], home: Path, sshd: Any, name: str) -> tuple[Any, Any]:
+    """`deploy dashboard ARGV` as a browser reads it: the overview row of `name` and its page's row (the API's
+    JSON, through the server's safe edge)."""
+    proc = subprocess.Popen([sys.executable, "-m", "deployer.cli", "dashboard", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_env(home, sshd), cwd=str(REPO))
+    try:
+        assert proc.stdout is not None
+        parts = urlsplit(proc.stdout.readline().strip())
+        base = f"http://127.0.0.1:{parts.port}"
+        code, body, _ = _get(f"{base}/api/session", {"X-Deployer-Ticket": parts.fragment[len("ticket="):]})
+        bearer = {"Authorization": f"Bearer {json.loads(body)['token']}"}
+        code, body, _ = _get(f"{base}/api/overview", bearer)
+        (row,) = [r for r in json.loads(body)["rows"] if r["name"] == name]
+        code, body, _ = _get(f"{base}/api/deployment?key={row['key']}", bearer)
+        assert code == 200, body
+        return row, json.loads(body)["row"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        finally:
+            proc.kill()
+
+
+def assert_shows_what_status_shows(status: dict[str, Any], row: dict[str, Any]) -> None:
+    """Every field `deploy status` shows of a deployment, in the dashboard's row, field by field."""
+    for field in SAME_FIELDS:
+        assert row[field] == status[field], (field, row[field], status[field])
+    assert row["crash_loop"] == (status["status"] == "crashloop")
+    crash = status["last_crash"]
+    assert row["last_crash"] == (None if not crash else {k: crash.get(k) for k in ("at", "exit_code", "signal_name")})
+    diagnosis = status["diagnosis"] or (crash or {}).get("diagnosis")
+    assert (row["diagnosis"] is None) == (diagnosis is None), (row["diagnosis"], diagnosis)
+    for field in DIAGNOSIS_FIELDS if diagnosis else ():
+        assert row["diagnosis"][field] == diagnosis.get(field, [] if field == "evidence" else None), field
+    assert row["lock"] == (status["lock"] or {}).get("text")
+    assert row["unhealthy"] == (None if status["unhealthy"] is None else status["unhealthy"].get("reason"))
+
+
+@pytest.mark.parametrize("form", ["profile", "name", "host"])
+def test_the_dashboard_shows_what_status_shows(crash_looping: tuple[Path, Path], sshd: Any, form: str) -> None:
+    """For one crash-looping deployment, named by its profile, by name + --host, or among every deployment of a
+    host: `deploy status --json` and the dashboard API's row and page, field by field (engine and version, the
+    crash loop, the last crash's diagnosis included)."""
+    prof, home = crash_looping
+    where = ("--host", "deployer-test", "--workdir", str(prof.parent / "work"))
+    args = {"profile": (str(prof),), "name": ("dashloop", *where), "host": where}[form]
+    status = _status_json(("status", *args), home, sshd)
+    if form == "host":
+        (status,) = [s for s in status if s["name"] == "dashloop"]
+    assert status["status"] == "crashloop" and status["engine_version"] == "0.5.10", status
+    assert (status["diagnosis"] or status["last_crash"]["diagnosis"])["signature"] not in (None, "unknown")
+    overview, page = _dashboard_json(args, home, sshd, "dashloop")
+    assert_shows_what_status_shows(status, overview)
+    assert_shows_what_status_shows(status, page)
+    assert (overview["engine"], overview["engine_version"], overview["crash_loop"]) == ("sglang", "0.5.10", True)
