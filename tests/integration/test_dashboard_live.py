@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from deploy_helpers import REPO, deploy, healed_deployment, write_profile
+from deploy_helpers import REPO, crash_looping_deployment, deploy, healed_deployment, write_profile
 from deployer.dashboard.live import LiveSource, watched
 from deployer.dashboard.model import LogRequest
 from deployer.deployments.resolve import Mode, resolve
@@ -243,24 +243,8 @@ DIAGNOSIS_FIELDS = ("signature", "summary", "hint", "evidence", "traceback")
 
 @pytest.fixture(scope="module")
 def crash_looping(tmp_path_factory: pytest.TempPathFactory, sshd: Any) -> Iterator[tuple[Path, Path]]:
-    """A stand-in engine that crashes after ready, restarted once and then given up on (crashloop), its profile
-    naming the engine version; (profile, home)."""
-    tmp = tmp_path_factory.mktemp("loop")
-    crash = {"STANDIN_MODE": "crash_after_ready", "STANDIN_CRASH_AFTER_S": "0.5"}
-    prof = write_profile(tmp, sshd, name="dashloop", env=crash, extra={
-        "engine": {"version": "0.5.10"},
-        "restart": {"policy": "on-failure", "max": 1, "backoff_s": [0.2, 0.2], "grace_s": 2}})
-    home = tmp / "home"
-    up = deploy("up", str(prof), "--skip-preflight", home=home)
-    assert up.returncode == 0, up.stderr
-    for _ in range(60):  # bounded: ~30 s
-        if _status_json(("status", str(prof)), home, sshd)["status"] == "crashloop":
-            break
-        time.sleep(0.5)
-    try:
-        yield prof, home
-    finally:
-        deploy("down", str(prof), home=home)
+    with crash_looping_deployment(tmp_path_factory.mktemp("loop"), sshd, "dashloop") as made:
+        yield made
 
 
 def _env(home: Path, sshd: Any) -> dict[str, str]:
