@@ -308,7 +308,8 @@ def test_the_dashboard_shows_what_status_shows(crash_looping: tuple[Path, Path],
     status = _status_json(("status", *args), home, sshd)
     if form == "host":
         (status,) = [s for s in status if s["name"] == "dashloop"]
-    assert status["status"] == "crashloop" and status["engine_version"] == "0.5.10", status
+    assert (status["status"], status["engine"], status["engine_version"], status["model"]) == \
+        ("crashloop", "sglang", "0.5.10", "Qwen/Qwen3-8B"), status
     assert (status["diagnosis"] or status["last_crash"]["diagnosis"])["signature"] not in (None, "unknown")
     overview, page = _dashboard_json(args, home, sshd, "dashloop")
     assert_shows_what_status_shows(status, overview)
