@@ -295,6 +295,12 @@ def assert_shows_what_status_shows(status: dict[str, Any], row: dict[str, Any]) 
         assert row["diagnosis"][field] == diagnosis.get(field, [] if field == "evidence" else None), field
     assert row["lock"] == (status["lock"] or {}).get("text")
     assert row["unhealthy"] == (None if status["unhealthy"] is None else status["unhealthy"].get("reason"))
+    metrics = status["metrics"] or {}
+    p99 = (metrics.get("e2e_latency") or {}).get("p99_s")
+    assert (row["tokens_per_s"], row["p99_latency_ms"]) == \
+        (metrics.get("generation_tokens_per_s"), None if p99 is None else round(p99 * 1000, 1))
+    if not metrics:                                     # not serving: no numbers on either side
+        assert (row["requests"], row["kv_usage_pct"]) == (None, None), row
 
 
 @pytest.mark.parametrize("form", ["profile", "name", "host"])
