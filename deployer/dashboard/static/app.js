@@ -202,7 +202,7 @@
     const tr = el("tr", "row-" + token(row.status));
     tr.dataset.key = row.key;
     COLUMNS.forEach(function (column, i) {
-      const td = el("td", NUMERIC.indexOf(i) >= 0 ? "num" : null);
+      const td = el("td", NUMERIC.indexOf(i) >= 0 ? "num" : i === COLUMNS.length - 1 ? "failure" : null);
       const value = column(row);
       if (value instanceof Node) td.appendChild(value); else td.textContent = blank(value) ? "" : String(value);
       tr.appendChild(td);
