@@ -13,6 +13,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,7 +25,10 @@ from deployer.dashboard.live import LiveSource, watched
 from deployer.dashboard.model import LogRequest
 from deployer.deployments.resolve import Mode, resolve
 from deployer.remote import connect as connect_module
+from deployer.profile.loader import load_profile
 from deployer.remote.connect import kept_open
+from deployer.target.lock import DeploymentLock
+from deployer.target.push import layout_for, prepare
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -282,6 +286,25 @@ def _dashboard_json(argv: tuple[str, ...], home: Path, sshd: Any, name: str) -> 
             proc.kill()
 
 
+def _holder(lock: str | None) -> str | None:
+    """Who holds the lock, as status says it, without the heartbeat's age (which moves between two reads)."""
+    return None if lock is None else lock.split(" (heartbeat", 1)[0]
+
+
+@contextmanager
+def held_lock(sshd: Any, prof: Path) -> Iterator[None]:
+    """The deployment's lock held by this test (as a running `up` would hold it) while status and the dashboard
+    read it."""
+    remote = connect_module.connect(sshd.spec())
+    try:
+        layout = layout_for(remote, load_profile(prof))
+        prepare(remote, layout)
+        with DeploymentLock(remote, layout, "the dashboard test"):
+            yield
+    finally:
+        remote.close()
+
+
 def assert_shows_what_status_shows(status: dict[str, Any], row: dict[str, Any]) -> None:
     """Every field `deploy status` shows of a deployment, in the dashboard's row, field by field."""
     for field in SAME_FIELDS:
@@ -293,7 +316,7 @@ def assert_shows_what_status_shows(status: dict[str, Any], row: dict[str, Any]) 
     assert (row["diagnosis"] is None) == (diagnosis is None), (row["diagnosis"], diagnosis)
     for field in DIAGNOSIS_FIELDS if diagnosis else ():
         assert row["diagnosis"][field] == diagnosis.get(field, [] if field == "evidence" else None), field
-    assert row["lock"] == (status["lock"] or {}).get("text")
+    assert _holder(row["lock"]) == _holder((status["lock"] or {}).get("text"))
     assert row["unhealthy"] == (None if status["unhealthy"] is None else status["unhealthy"].get("reason"))
     metrics = status["metrics"] or {}
     p99 = (metrics.get("e2e_latency") or {}).get("p99_s")
@@ -311,13 +334,15 @@ def test_the_dashboard_shows_what_status_shows(crash_looping: tuple[Path, Path],
     prof, home = crash_looping
     where = ("--host", "deployer-test", "--workdir", str(prof.parent / "work"))
     args = {"profile": (str(prof),), "name": ("dashloop", *where), "host": where}[form]
-    status = _status_json(("status", *args), home, sshd)
+    with held_lock(sshd, prof):
+        status = _status_json(("status", *args), home, sshd)
+        overview, page = _dashboard_json(args, home, sshd, "dashloop")
     if form == "host":
         (status,) = [s for s in status if s["name"] == "dashloop"]
+    assert "the dashboard test" in status["lock"]["text"], status["lock"]
     assert (status["status"], status["engine"], status["engine_version"], status["model"]) == \
         ("crashloop", "sglang", "0.5.10", "Qwen/Qwen3-8B"), status
     assert (status["diagnosis"] or status["last_crash"]["diagnosis"])["signature"] not in (None, "unknown")
-    overview, page = _dashboard_json(args, home, sshd, "dashloop")
     assert_shows_what_status_shows(status, overview)
     assert_shows_what_status_shows(status, page)
     assert (overview["engine"], overview["engine_version"], overview["crash_loop"]) == ("sglang", "0.5.10", True)
