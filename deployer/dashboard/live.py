@@ -3,8 +3,9 @@
 Each watched deployment (a `deploy dashboard` argument, resolved as every command resolves it) answers `status()`
 for the overview: the typed report `deploy status --json` prints from; its rows (a single host's, every deployment
 of a host's, a group's nodes: `StatusRow`s; a fleet's members: the JSON its report carries) are read with
-dashboard/readers.py, so a row shows every field status shows (engine and version from the run's own record). A row's page asks the part it is (`Deployment.member`) for its
-`history()` (the attempts) and reads its engine log by offset (`Deployment.log_window`). The memory picture comes
+dashboard/readers.py, so a row shows every field status shows (engine and version from the run's own record).
+A row's page asks the part it is (`Deployment.member`) for its `history()` (the attempts) and reads its engine log
+by offset (`Deployment.log_window`). The memory picture comes
 from `plan()` of a deployment named by a profile file, asked once per part (a preflight trip) and kept.
 
 A target that cannot be reached, or a deployment not found, is a row saying so (`unreachable` / `absent`, with the

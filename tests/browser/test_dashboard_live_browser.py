@@ -100,6 +100,7 @@ def test_a_crash_looping_deployment_of_a_host_shows_a_red_badge_its_diagnosis_an
         assert browser.find_element(By.ID, "state").text == "crashloop, not serving"
         why = browser.find_element(By.ID, "status-diagnosis")
         assert why.is_displayed() and diagnosis.signature in why.text and diagnosis.summary in why.text, why.text
-        shown = {dd.get_attribute("data-field"): dd.text for dd in browser.find_elements(By.CSS_SELECTOR, "#summary dd")}
+        shown = {dd.get_attribute("data-field"): dd.text
+                 for dd in browser.find_elements(By.CSS_SELECTOR, "#summary dd")}
         assert (shown["engine"], shown["version"], shown["crash-loop"]) == ("sglang", "0.5.10", "yes"), shown
         assert shown["model"] == "Qwen/Qwen3-8B" and shown["restarts"] == "1" and shown["last-crash"], shown
