@@ -306,11 +306,13 @@ def print_status(rows: list[StatusRow]) -> None:
         click.echo(f"{row.name}: {row.status} ({health}{uptime}) pid {row.pid} port {row.port} "
                    f"attempt {row.attempt} content {row.content_hash[:12]} restarts {row.restarts}")
         click.echo(f"  run dir {row.run_dir} on {row.host}")
+        if row.engine is not None:
+            click.echo(f"  engine {row.engine} {row.engine_version or '(version not named)'}, model {row.model}")
         if row.unhealthy is not None:
             click.echo(f"  unhealthy: {unhealthy_text(row.unhealthy)}")
         if row.last_crash is not None and row.last_crash.raw:
             click.echo(f"  last crash: {describe_crash(row.last_crash.to_json())}")
-        diagnosis = row.diagnosis or (row.last_crash.diagnosis if row.last_crash is not None else None)
+        diagnosis = row.shown_diagnosis
         if diagnosis is not None:
             click.echo(f"  diagnosis: {diagnosis.signature or 'unknown failure'}: {diagnosis.summary}")
             if diagnosis.hint:

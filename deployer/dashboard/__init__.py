@@ -16,18 +16,20 @@ as the CLI, whose `--json` field names its typed values mirror); nothing of it r
 """
 
 from deployer.dashboard.model import (
-    Attempt, Change, DeploymentDetail, Diagnosis, Drift, GpuMemory, LogChunk, LogRequest, OverviewRow, Phase,
-    Rollback,
+    Attempt, Change, DeploymentDetail, Diagnosis, Drift, GpuMemory, LastCrash, LogChunk, LogRequest, OverviewRow,
+    Phase, Rollback,
 )
 from deployer.dashboard.readers import (
-    attempts_from_history, drift_from_lines, memory_from_plan, row_from_status, rows_from_fleet_status, with_phases,
+    attempts_from_history, drift_from_lines, memory_from_plan, row_from_status, row_of_status, rows_from_fleet_status,
+    with_phases,
 )
 from deployer.dashboard.server import DashboardConfig, DashboardServer, running
 from deployer.dashboard.source import DashboardSource, StaticSource, Throttled
 
 __all__ = [
     "Attempt", "Change", "DashboardConfig", "DashboardServer", "DashboardSource", "DeploymentDetail", "Diagnosis",
-    "Drift", "GpuMemory", "LogChunk", "LogRequest", "OverviewRow", "Phase", "Rollback", "StaticSource", "Throttled",
-    "attempts_from_history", "drift_from_lines", "memory_from_plan", "row_from_status", "rows_from_fleet_status",
-    "running", "with_phases",
+    "Drift", "GpuMemory", "LastCrash", "LogChunk", "LogRequest", "OverviewRow", "Phase", "Rollback", "StaticSource",
+    "Throttled",
+    "attempts_from_history", "drift_from_lines", "memory_from_plan", "row_from_status", "row_of_status",
+    "rows_from_fleet_status", "running", "with_phases",
 ]

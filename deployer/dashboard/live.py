@@ -1,9 +1,11 @@
 """`LiveSource`: the dashboard's data from real targets, through the Deployment interface only.
 
 Each watched deployment (a `deploy dashboard` argument, resolved as every command resolves it) answers `status()`
-for the overview; its rows (a single host's, a fleet's members, a group's nodes) are read with dashboard/readers.py,
-exactly the JSON `deploy status --json` prints. A row's page asks the part it is (`Deployment.member`) for its
-`history()` (the attempts) and reads its engine log by offset (`Deployment.log_window`). The memory picture comes
+for the overview: the typed report `deploy status --json` prints from; its rows (a single host's, every deployment
+of a host's, a group's nodes: `StatusRow`s; a fleet's members: the JSON its report carries) are read with
+dashboard/readers.py, so a row shows every field status shows (engine and version from the run's own record).
+A row's page asks the part it is (`Deployment.member`) for its `history()` (the attempts) and reads its engine log
+by offset (`Deployment.log_window`). The memory picture comes
 from `plan()` of a deployment named by a profile file, asked once per part (a preflight trip) and kept.
 
 A target that cannot be reached, or a deployment not found, is a row saying so (`unreachable` / `absent`, with the
@@ -28,9 +30,13 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from deployer.dashboard.model import Attempt, DeploymentDetail, GpuMemory, LogChunk, LogRequest, OverviewRow, Rollback
-from deployer.dashboard.readers import attempts_from_history, drift_from_lines, memory_from_plan, row_from_status
+from deployer.dashboard.readers import (
+    attempts_from_history, drift_from_lines, memory_from_plan, row_from_status, row_of_status,
+)
 from deployer.dashboard.source import MAX_LOG_BYTES, NoAnswer
 from deployer.deployments.base import Deployment, Select
+from deployer.deployments.reports import FleetStatus
+from deployer.oncall.rows import StatusRow
 from deployer.errors import DeployError, NotFound
 
 _KEY_CHARS = re.compile(r"[^A-Za-z0-9._@-]+")
@@ -143,7 +149,7 @@ class LiveSource:
         self._parts: dict[str, _Part] = {}
         self._by_name: dict[tuple[int, str], Deployment] = {}
         self._rows: dict[str, OverviewRow] = {}
-        self._status: dict[str, Mapping[str, Any]] = {}
+        self._drift: dict[str, tuple[str, ...]] = {}
         self._memory: dict[str, tuple[GpuMemory, ...]] = {}
         self._lock = threading.Lock()
 
@@ -165,14 +171,14 @@ class LiveSource:
         if part is None:
             return None
         with self._lock:
-            row, status = self._rows[key], self._status.get(key, {})
+            row, drift_lines = self._rows[key], self._drift.get(key, ())
         try:
             member = part.member()
             history = self._lane(part).ask(lambda: member.history().to_json(), self._deadline_s)
             attempts = tuple(attempts_from_history(history))
         except DeployError:
             attempts = ()
-        drift = tuple(drift_from_lines([str(d) for d in status.get("drift") or ()]))
+        drift = tuple(drift_from_lines(drift_lines))
         return DeploymentDetail(row=row, attempts=attempts, rollbacks=rollbacks_of(attempts), drift=drift,
                                 memory=self._memory_of(key, part))
 
@@ -215,27 +221,26 @@ class LiveSource:
 
     def _silent_row(self, watched: Watched) -> OverviewRow:
         name = watched.deployment.name or "deployments"
-        error = f"no answer within {self._deadline_s:g} s"
         row = OverviewRow(key=row_key(name, "no-answer"), name=name, host="", status="no answer",
-                          engine=watched.engine, version=watched.version)
-        return self._keep(row, _Part(watched, Select(), name, "", watched.deployment), {"error": error})
+                          engine=watched.engine, engine_version=watched.version)
+        return self._keep(row, _Part(watched, Select(), name, "", watched.deployment), ())
 
     # --- rows -------------------------------------------------------------------------------------------------
 
     def _rows_of(self, watched: Watched) -> list[OverviewRow]:
         deployment = watched.deployment
         try:
-            data = deployment.status().to_json()
+            report = deployment.status()
         except DeployError as exc:
             name = deployment.name or "deployments"
             row = OverviewRow(key=row_key(name, "unreachable"), name=name, host="", status="unreachable",
-                              engine=watched.engine, version=watched.version)
-            return [self._keep(row, _Part(watched, Select(), name, "", deployment), {"error": exc.message})]
-        if isinstance(data, dict) and "replicas" in data:
+                              engine=watched.engine, engine_version=watched.version)
+            return [self._keep(row, _Part(watched, Select(), name, "", deployment), ())]
+        if isinstance(report, FleetStatus):
+            data = report.to_json()
             members = [*(data.get("replicas") or ()), *([data["router"]] if data.get("router") else [])]
             return [self._member_row(watched, m) for m in members]
-        rows = data if isinstance(data, list) else [data]
-        return [self._host_row(watched, r) for r in rows]
+        return [self._host_row(watched, r) for r in report.rows]
 
     def _member_row(self, watched: Watched, status: Mapping[str, Any]) -> OverviewRow:
         name, host = str(status.get("name", "")), str(status.get("host", ""))
@@ -243,15 +248,16 @@ class LiveSource:
         select = Select(router=True) if router else Select(replica=int(status.get("index") or 0))
         row = row_from_status(status, row_key(name, host), engine=None if router else watched.engine,
                               version=None if router else watched.version)
-        return self._keep(row, _Part(watched, select, name, host, watched.deployment), status)
+        drift = tuple(str(d) for d in status.get("drift") or ())
+        return self._keep(row, _Part(watched, select, name, host, watched.deployment), drift)
 
-    def _host_row(self, watched: Watched, status: Mapping[str, Any]) -> OverviewRow:
-        name, host = str(status.get("name", "")), str(status.get("host", ""))
-        node = status.get("node")
-        select = Select(node=int(node)) if node is not None else Select()
-        row = row_from_status(status, row_key(name, host, None if node is None else int(node)),
-                              engine=watched.engine, version=watched.version)
-        return self._keep(row, _Part(watched, select, name, host, self._read_from(watched, name)), status)
+    def _host_row(self, watched: Watched, status: StatusRow) -> OverviewRow:
+        node = None if status.node is None else status.node.rank
+        select = Select(node=node) if node is not None else Select()
+        row = row_of_status(status, row_key(status.name, status.host, node), engine=watched.engine,
+                            version=watched.version)
+        part = _Part(watched, select, status.name, status.host, self._read_from(watched, status.name))
+        return self._keep(row, part, tuple(status.drift))
 
     def _read_from(self, watched: Watched, name: str) -> Deployment | None:
         """The deployment a row of `watched` is read from: itself, or (every deployment on a host) the one of
@@ -271,9 +277,9 @@ class LiveSource:
                 self._by_name[(id(watched), name)] = found
         return found
 
-    def _keep(self, row: OverviewRow, part: _Part, status: Mapping[str, Any]) -> OverviewRow:
+    def _keep(self, row: OverviewRow, part: _Part, drift: tuple[str, ...]) -> OverviewRow:
         with self._lock:
-            self._parts[row.key], self._rows[row.key], self._status[row.key] = part, row, status
+            self._parts[row.key], self._rows[row.key], self._drift[row.key] = part, row, drift
         return row
 
     def _part(self, key: str) -> _Part | None:

@@ -1,9 +1,10 @@
 """The dashboard's typed values: what a `DashboardSource` returns and what the page draws.
 
 Field names mirror the CLI's `--json` outputs, so the page is a view of the same data:
-- `OverviewRow`: one row of `deploy status --json` (name, host, status, serving, healthy, uptime_s, restarts,
-  attempt, content_hash, port; a fleet member's role/member/index) plus the metrics `deploy top` shows
-  (requests, tokens/s, KV %, p99), each None when absent (the page leaves it blank).
+- `OverviewRow`: one row of `deploy status` (name, host, status, serving, healthy, engine, engine_version, model,
+  pid, uptime_s, restarts, crash_loop, last_crash, diagnosis, lock, unhealthy, attempt, content_hash, run_dir,
+  port; a fleet member's role/member/index) plus the metrics `deploy top` shows (requests, tokens/s, KV %, p99),
+  each None when absent (the page leaves it blank).
 - `Attempt`: one `kind: "attempt"` row of `deploy history --json` (run_id, current, attempt, up_id, started_at,
   content_hash, outcome, detail, diagnosis, change, drift, restarts) plus its phase timeline (the watcher's
   `phase` events: phase, elapsed).
@@ -40,22 +41,63 @@ def _strs(values: Any) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class Diagnosis:
+    """Why an attempt failed (diagnose/diagnosis.py's `Diagnosis.to_json`, bounded as outcome.json stores it)."""
+
+    signature: str | None                     # None: no known failure matched (the page says "unknown failure")
+    summary: str = ""
+    transient: bool = False
+    evidence: tuple[str, ...] = ()
+    hint: str | None = None
+    traceback: str | None = None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Diagnosis:
+        return cls(signature=_opt_str(data.get("signature")), summary=str(data.get("summary") or ""),
+                   transient=bool(data.get("transient")), evidence=_strs(data.get("evidence")),
+                   hint=_opt_str(data.get("hint")), traceback=_opt_str(data.get("traceback")))
+
+
+@dataclass(frozen=True)
+class LastCrash:
+    """How and when the engine last ended (status's `last_crash`: exit code or signal, epoch seconds)."""
+
+    at: float | None = None
+    exit_code: int | None = None
+    signal_name: str | None = None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LastCrash:
+        return cls(at=_opt_float(data.get("at")), exit_code=_opt_int(data.get("exit_code")),
+                   signal_name=_opt_str(data.get("signal_name")))
+
+
+@dataclass(frozen=True)
 class OverviewRow:
-    """One deployment, fleet replica or router, or node of a node group, as the overview lists it."""
+    """One deployment, fleet replica or router, or node of a node group, as the overview lists it: every field
+    `deploy status` shows of it (dashboard/readers.py `row_of_status` reads them from its typed row)."""
 
     key: str                                  # the deployment page's address (unique within the source)
     name: str
     host: str
-    status: str                               # the supervisor's state: ready, running, crashed, stopped, ...
+    status: str                               # the supervisor's state: ready, running, crashed, crashloop, ...
     serving: bool = False
     healthy: bool = False
     kind: str = "deployment"                  # deployment | replica | router | node
     engine: str | None = None                 # the engine kind as the record names it (or "stand-in")
-    version: str | None = None
+    engine_version: str | None = None         # as the run's profile names it
+    model: str | None = None                  # the model name it serves
+    pid: int | None = None
     uptime_s: float | None = None
     restarts: int | None = None
+    crash_loop: bool = False                  # the supervisor stopped restarting it (restart.max within window_s)
+    last_crash: LastCrash | None = None
+    diagnosis: Diagnosis | None = None        # of the last failure (the run's, else its last crash's)
+    lock: str | None = None                   # who holds the deployment's lock, as status says it
+    unhealthy: str | None = None              # why the supervisor's last one-token probe failed
     attempt: int | None = None
     content_hash: str | None = None
+    run_dir: str | None = None
     port: int | None = None
     member: str | None = None                 # a fleet member's tag / a node's rank, as `status --json` has it
     requests: int | None = None
@@ -65,14 +107,21 @@ class OverviewRow:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> OverviewRow:
+        crash, diag = data.get("last_crash"), data.get("diagnosis")
         return cls(
             key=str(data["key"]), name=str(data["name"]), host=str(data.get("host", "")),
             status=str(data.get("status", "unknown")), serving=bool(data.get("serving")),
             healthy=bool(data.get("healthy")), kind=str(data.get("kind", "deployment")),
-            engine=_opt_str(data.get("engine")), version=_opt_str(data.get("version")),
+            engine=_opt_str(data.get("engine")),
+            engine_version=_opt_str(data.get("engine_version", data.get("version"))),
+            model=_opt_str(data.get("model")), pid=_opt_int(data.get("pid")),
             uptime_s=_opt_float(data.get("uptime_s")), restarts=_opt_int(data.get("restarts")),
+            crash_loop=bool(data.get("crash_loop")),
+            last_crash=LastCrash.from_json(crash) if isinstance(crash, Mapping) else None,
+            diagnosis=Diagnosis.from_json(diag) if isinstance(diag, Mapping) else None,
+            lock=_opt_str(data.get("lock")), unhealthy=_opt_str(data.get("unhealthy")),
             attempt=_opt_int(data.get("attempt")), content_hash=_opt_str(data.get("content_hash")),
-            port=_opt_int(data.get("port")), member=_opt_str(data.get("member")),
+            run_dir=_opt_str(data.get("run_dir")), port=_opt_int(data.get("port")), member=_opt_str(data.get("member")),
             requests=_opt_int(data.get("requests")), tokens_per_s=_opt_float(data.get("tokens_per_s")),
             kv_usage_pct=_opt_float(data.get("kv_usage_pct")), p99_latency_ms=_opt_float(data.get("p99_latency_ms")),
         )
@@ -91,24 +140,6 @@ class Phase:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Phase:
         return cls(phase=str(data["phase"]), elapsed=float(data.get("elapsed", 0.0)))
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    """Why an attempt failed (diagnose/diagnosis.py's `Diagnosis.to_json`, bounded as outcome.json stores it)."""
-
-    signature: str
-    summary: str = ""
-    transient: bool = False
-    evidence: tuple[str, ...] = ()
-    hint: str | None = None
-    traceback: str | None = None
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Diagnosis:
-        return cls(signature=str(data.get("signature", "")), summary=str(data.get("summary") or ""),
-                   transient=bool(data.get("transient")), evidence=_strs(data.get("evidence")),
-                   hint=_opt_str(data.get("hint")), traceback=_opt_str(data.get("traceback")))
 
 
 @dataclass(frozen=True)

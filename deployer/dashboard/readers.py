@@ -1,8 +1,11 @@
 """The CLI's `--json` outputs read into the dashboard's typed values: what a real `DashboardSource` needs when the
 Deployment interface hands it the same data the CLI prints (issue 27: the page is a view, not a source).
 
-- `row_from_status`: one `deploy status --json` row (oncall/deployment.py `status`; a fleet member's row carries
-  role, index, member; a node group's carries node) -> `OverviewRow`.
+- `row_of_status`: one typed status row (oncall/rows.py `StatusRow`, what `deploy status --json` prints from) ->
+  `OverviewRow`: every field status shows (state, engine and version, model, pid, uptime, restarts, crash loop,
+  last crash and its diagnosis, lock holder, serving metrics).
+- `row_from_status`: one `deploy status --json` row as JSON (a fleet's members: FleetStatus carries JSON; a member's
+  row carries role, index, member; a node group's carries node) -> `OverviewRow`, through `StatusRow` when whole.
 - `rows_from_fleet_status`: `deploy status --json` of a fleet (`replicas`, `router`) -> one row per member.
 - `attempts_from_history`: `deploy history --json` (newest first, lock takeovers among them) -> attempts, oldest
   first.
@@ -17,7 +20,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from deployer.dashboard.model import Attempt, Drift, GpuMemory, OverviewRow
+from deployer.dashboard.model import Attempt, Diagnosis, Drift, GpuMemory, LastCrash, OverviewRow
+from deployer.oncall.rows import StatusRow
 
 MIB = 1 << 20
 # diagnose/drift.py Drift.describe: "asked F=V, engine resolved R" and "asked F=V, but the engine does not report F
@@ -27,17 +31,51 @@ _UNKNOWN = re.compile(r"^asked (?P<flag>[^=\s]+)=(?P<asked>.*), but the engine d
                       r"\(unknown to the engine\)$")
 
 
+def row_of_status(status: StatusRow, key: str, *, kind: str = "deployment", member: str | None = None,
+                  engine: str | None = None, version: str | None = None) -> OverviewRow:
+    """One typed status row as the overview and the page show it; a node's row is kind `node`, its rank the member.
+    `engine`/`version`: what the profile names, for a row whose record names none."""
+    if status.node is not None:
+        kind, member = "node", str(status.node.rank)
+    diagnosis = status.shown_diagnosis or (status.node.last_crash_diagnosis if status.node is not None else None)
+    crash = status.last_crash
+    return OverviewRow(
+        key=key, name=status.name, host=status.host, status=status.status, serving=status.serving,
+        healthy=status.healthy, kind=kind, engine=status.engine or engine,
+        engine_version=status.engine_version or version, model=status.model, pid=status.pid,
+        uptime_s=status.uptime_s, restarts=status.restarts, crash_loop=status.crash_looping,
+        last_crash=None if crash is None or not crash.raw else LastCrash(crash.at, crash.exit_code, crash.signal_name),
+        diagnosis=None if diagnosis is None or not diagnosis.raw else Diagnosis.from_json(diagnosis.raw),
+        lock=_lock_text(status.lock), unhealthy=None if status.unhealthy is None else
+        str(status.unhealthy.get("reason") or "no token from the one-token probe"),
+        attempt=status.attempt, content_hash=status.content_hash or None, run_dir=status.run_dir or None,
+        port=status.port or None, member=member, **serving_of(status.metrics))
+
+
+def _lock_text(lock: Mapping[str, Any] | None) -> str | None:
+    """Who holds the lock, as status says it (target/lock.py `describe_lease`)."""
+    return None if not lock else str(lock.get("text") or "locked")
+
+
 def row_from_status(row: Mapping[str, Any], key: str, *, engine: str | None = None,
                     version: str | None = None) -> OverviewRow:
-    """One status row as the overview lists it; `kind` from what the row says it is (a fleet member's `role`, a
-    node's `node`), `member` its tag or rank."""
+    """One status row's JSON; `kind` from what the row says it is (a fleet member's `role`, a node's `node`),
+    `member` its tag or rank. A whole row is read through `StatusRow` (as the CLI reads it); one that is not (a
+    member that is absent) gives what it has."""
     kind, member = "deployment", row.get("member")
     if row.get("role") in ("replica", "router"):
         kind = str(row["role"])
     elif row.get("node") is not None:
         kind, member = "node", row["node"]
-    return OverviewRow.from_json({**row, **serving_of(row.get("metrics")), "key": key, "kind": kind,
-                                  "member": member, "engine": engine, "version": version})
+    try:
+        typed = StatusRow.of(row)
+    except (KeyError, TypeError, ValueError):
+        return OverviewRow.from_json({**row, **serving_of(row.get("metrics")), "key": key, "kind": kind,
+                                      "member": member, "engine": row.get("engine") or engine,
+                                      "engine_version": row.get("engine_version") or version,
+                                      "last_crash": None, "diagnosis": None, "lock": None, "unhealthy": None})
+    return row_of_status(typed, key, kind=kind, member=None if member is None else str(member), engine=engine,
+                         version=version)
 
 
 def serving_of(metrics: Any) -> dict[str, Any]:

@@ -216,7 +216,7 @@ def describe(view: RunView, remote: Remote, name: str, runs: int, env_text: str 
         "exit_code": state.get("exit_code"), "signal_name": state.get("signal_name"),
         "drift": (view.outcome or {}).get("drift", []), "runs": runs,
         "diagnosis": diagnosis or (view.outcome or {}).get("diagnosis"),
-        "lock": lock, "metrics": looked.metrics,
+        "lock": lock, "metrics": looked.metrics, **engine_of(record),
     }
 
 
@@ -227,6 +227,21 @@ def squatter(remote: Remote, view: RunView, port: int) -> dict[str, Any] | None:
         return None
     return {"reason": f"port {port} is answered by {owner.describe()}, not by this run's engine",
             "holders": owner.holders}
+
+
+def engine_of(record: Mapping[str, Any]) -> dict[str, str | None]:
+    """The run's engine kind, the version its profile names (None: none named) and the model it serves (its
+    --served-model-name, else model_path), from the run's record."""
+    profile = record.get("profile")
+    engine = profile.get("engine") if isinstance(profile, Mapping) else None
+    engine = engine if isinstance(engine, Mapping) else {}
+    args = engine.get("args")
+    model = (args.get("served_model_name") if isinstance(args, Mapping) else None) or engine.get("model_path")
+    if isinstance(model, list):
+        model = model[0] if model else None
+    version = engine.get("version")
+    return {"engine": record_kind(record), "engine_version": None if version is None else str(version),
+            "model": None if model is None else str(model)}
 
 
 def _endpoint(view: RunView, port: int) -> serving.Endpoint:

@@ -118,6 +118,9 @@ class StatusRow:
     node: NodeFacts | None = None
     metrics: Json | None = None          # what the engine serves (deployer.oncall.serving; None: not asked / down)
     unhealthy: Json | None = None        # the supervisor's last one-token probe failed (supervise_probe): why
+    engine: str | None = None            # the run's engine kind, version (as its profile names it) and model
+    engine_version: str | None = None
+    model: str | None = None
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> StatusRow:
@@ -132,7 +135,19 @@ class StatusRow:
                    diagnosis=ShownDiagnosis.of(row["diagnosis"]),
                    lock=dict(lock) if isinstance(lock, Mapping) else None, serving=bool(row["serving"]),
                    metrics=dict(row["metrics"]) if isinstance(row.get("metrics"), Mapping) else None,
-                   unhealthy=dict(row["unhealthy"]) if isinstance(row.get("unhealthy"), Mapping) else None)
+                   unhealthy=dict(row["unhealthy"]) if isinstance(row.get("unhealthy"), Mapping) else None,
+                   engine=_opt_str(row.get("engine")), engine_version=_opt_str(row.get("engine_version")),
+                   model=_opt_str(row.get("model")))
+
+    @property
+    def crash_looping(self) -> bool:
+        """The supervisor gave up restarting it: restart.max crashes within restart.window_s."""
+        return self.status == "crashloop"
+
+    @property
+    def shown_diagnosis(self) -> ShownDiagnosis | None:
+        """The diagnosis status shows: the run's own, else its last crash's."""
+        return self.diagnosis or (self.last_crash.diagnosis if self.last_crash is not None else None)
 
     def replace(self, **changes: Any) -> StatusRow:
         return dataclasses.replace(self, **changes)
@@ -146,6 +161,7 @@ class StatusRow:
             "exit_code": self.exit_code, "signal_name": self.signal_name, "drift": list(self.drift),
             "runs": self.runs, "diagnosis": None if self.diagnosis is None else self.diagnosis.to_json(),
             "lock": self.lock, "serving": self.serving, "metrics": self.metrics, "unhealthy": self.unhealthy,
+            "engine": self.engine, "engine_version": self.engine_version, "model": self.model,
         }
         return {**out, **self.node.to_json()} if self.node is not None else out
 

@@ -63,9 +63,10 @@ def test_overview_shows_a_stand_in_and_a_real_engine_deployment_with_their_state
     rows = overview_rows(browser)
     standin, real = rows[STANDIN], rows[REAL]
     assert standin[:7] == ["tiny-standin", "deployment", "deploy@box-a", "stand-in", "ready", "yes", "0.5.23"]
-    assert standin[7:] == ["1h 30m", "0", "1834", "412.7", "37.5", "812"]
+    assert standin[7:] == ["tiny-standin", "1h 30m", "0", "1834", "412.7", "37.5", "812", ""]
     assert real[:7] == ["qwen3-vllm", "deployment", "root@gpu-box", "vllm", "crashed", "no", "0.33.0"]
-    assert real[7] == "" and real[8] == "3" and real[9:] == ["", "", "", ""]  # absent metrics are blank
+    assert real[7:10] == ["Qwen/Qwen3-8B", "", "3"] and real[10:14] == ["", "", "", ""]  # absent metrics: blank
+    assert real[14] == "cuda-illegal-memory-access: a GPU kernel fault (illegal memory access)"   # the last failure
     assert rows["chat-fleet-r0@gpu-1"][1] == "replica r0" and rows["big-nodes-n1@gpu-7"][1] == "node 1"
     assert console_errors(browser) == []  # no CSP violation, no failed request
 

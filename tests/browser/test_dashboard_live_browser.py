@@ -17,7 +17,7 @@ from conftest import FAST
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
-from deploy_helpers import healed_deployment  # noqa: E402
+from deploy_helpers import crash_looping_deployment, healed_deployment  # noqa: E402
 from deployer.dashboard import running  # noqa: E402
 from deployer.dashboard.live import LiveSource, watched  # noqa: E402
 from deployer.deployments.resolve import Mode, resolve  # noqa: E402
@@ -54,3 +54,53 @@ def test_a_live_stand_in_deployment_its_healed_attempt_and_its_log(
         assert "mamba_scheduler_strategy = extra_buffer" in first.text
         assert "SGLANG_ENABLE_SPEC_V2" in first.text
         wait_for(browser, lambda b: "ready, serving" in b.find_element(By.ID, "state").text, "the state line")
+
+
+RED = ("rgba(207, 34, 46, 1)", "rgba(255, 235, 233, 1)")   # style.css: --bad on the red badge's background
+
+
+def colours(element: Any) -> tuple[str, str]:
+    return element.value_of_css_property("color"), element.value_of_css_property("background-color")
+
+
+@pytest.fixture(scope="module")
+def crash_looping(tmp_path_factory: pytest.TempPathFactory, sshd: Any) -> Iterator[tuple[Path, Path]]:
+    with crash_looping_deployment(tmp_path_factory.mktemp("loop"), sshd, "liveloop") as made:
+        yield made
+
+
+def test_a_crash_looping_deployment_of_a_host_shows_a_red_badge_its_diagnosis_and_engine_version(
+        browser: Any, crash_looping: tuple[Path, Path], sshd: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every deployment of a host (`deploy dashboard --host H --workdir W`), issue 36: the crash-looping one's row
+    and page show what `deploy status` shows: the crash loop in red, the last crash's diagnosis, the engine and
+    the version its profile names."""
+    from selenium.webdriver.common.by import By
+
+    prof, home = crash_looping
+    monkeypatch.setenv("DEPLOYER_HOME", str(home))
+    monkeypatch.setenv("DEPLOYER_SSH_CONFIG", str(sshd.ssh_config))
+    host, workdir, read = "deployer-test", str(prof.parent / "work"), Mode(read_only=True, remembered=False)
+    status = resolve(str(prof), mode=read).status().rows[0]
+    diagnosis = status.shown_diagnosis
+    assert status.status == "crashloop" and diagnosis is not None and diagnosis.signature, status
+    source = LiveSource([watched(resolve(None, host, workdir, mode=read),
+                                 named=lambda name: resolve(name, host, workdir, mode=read))])
+    with kept_open(), running(source, FAST) as server:
+        fresh_tab(browser)
+        base = open_dashboard(browser, server.url)
+        key, cells = check_row(browser, "liveloop", "crashloop", "sglang")
+        assert cells[6] == "0.5.10" and diagnosis.signature in cells[14], cells
+        state = browser.find_element(By.CSS_SELECTOR, "#overview tbody tr[data-key='%s'] .state" % key)
+        assert colours(state) == RED, state.text
+        browser.get(f"{base}/deployment?key={key}")
+        wait_for(browser, lambda b: b.find_element(By.ID, "crash-loop").is_displayed(), "the crash-loop badge")
+        for badge in (browser.find_element(By.ID, "crash-loop"), browser.find_element(By.ID, "state")):
+            assert colours(badge) == RED, badge.text
+        assert browser.find_element(By.ID, "crash-loop").text == "crash loop"
+        assert browser.find_element(By.ID, "state").text == "crashloop, not serving"
+        why = browser.find_element(By.ID, "status-diagnosis")
+        assert why.is_displayed() and diagnosis.signature in why.text and diagnosis.summary in why.text, why.text
+        shown = {dd.get_attribute("data-field"): dd.text
+                 for dd in browser.find_elements(By.CSS_SELECTOR, "#summary dd")}
+        assert (shown["engine"], shown["version"], shown["crash-loop"]) == ("sglang", "0.5.10", "yes"), shown
+        assert shown["model"] == "Qwen/Qwen3-8B" and shown["restarts"] == "1" and shown["last-crash"], shown

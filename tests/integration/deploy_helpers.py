@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -76,6 +77,28 @@ def healed_deployment(tmp: Path, sshd: Any, name: str) -> Iterator[tuple[Path, P
     up = deploy("up", str(prof), "--skip-preflight", home=home)
     assert up.returncode == 0, up.stderr[-3000:]
     try:
+        yield prof, home
+    finally:
+        deploy("down", str(prof), home=home)
+
+
+@contextmanager
+def crash_looping_deployment(tmp: Path, sshd: Any, name: str) -> Iterator[tuple[Path, Path]]:
+    """A stand-in engine that crashes after ready, restarted once and then given up on by the supervisor
+    (`crashloop`), its profile naming the engine version 0.5.10; stopped at the end; its profile and DEPLOYER_HOME."""
+    crash = {"STANDIN_MODE": "crash_after_ready", "STANDIN_CRASH_AFTER_S": "0.5"}
+    prof = write_profile(tmp, sshd, name=name, env=crash, extra={
+        "engine": {"version": "0.5.10"},
+        "restart": {"policy": "on-failure", "max": 1, "backoff_s": [0.2, 0.2], "grace_s": 2}})
+    home = tmp / "home"
+    up = deploy("up", str(prof), "--skip-preflight", home=home)
+    assert up.returncode == 0, up.stderr[-3000:]
+    try:
+        for _ in range(60):  # bounded: ~30 s
+            out = deploy("status", str(prof), "--json", home=home)
+            if out.stdout.strip() and json.loads(out.stdout).get("status") == "crashloop":
+                break
+            time.sleep(0.5)
         yield prof, home
     finally:
         deploy("down", str(prof), home=home)

@@ -13,18 +13,22 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 
-from deploy_helpers import REPO, deploy, healed_deployment, write_profile
+from deploy_helpers import REPO, crash_looping_deployment, deploy, healed_deployment, write_profile
 from deployer.dashboard.live import LiveSource, watched
 from deployer.dashboard.model import LogRequest
 from deployer.deployments.resolve import Mode, resolve
 from deployer.remote import connect as connect_module
+from deployer.profile.loader import load_profile
 from deployer.remote.connect import kept_open
+from deployer.target.lock import DeploymentLock
+from deployer.target.push import layout_for, prepare
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -231,3 +235,114 @@ def test_the_command_with_only_a_host_serves_each_deployments_page(healed: tuple
             proc.kill()
     stderr = proc.stderr.read() if proc.stderr else ""
     assert rc == 0 and "Traceback" not in stderr and "AssertionError" not in stderr, stderr
+
+
+# --- the dashboard shows what status shows (issue 36) ------------------------------------------------------------
+
+# status's fields and the dashboard row's of the same name (the row spells the crash loop and the lock its own way)
+SAME_FIELDS = ("name", "host", "status", "healthy", "serving", "engine", "engine_version", "model", "pid", "uptime_s",
+               "restarts", "attempt", "content_hash", "run_dir", "port")
+DIAGNOSIS_FIELDS = ("signature", "summary", "hint", "evidence", "traceback")
+
+
+@pytest.fixture(scope="module")
+def crash_looping(tmp_path_factory: pytest.TempPathFactory, sshd: Any) -> Iterator[tuple[Path, Path]]:
+    with crash_looping_deployment(tmp_path_factory.mktemp("loop"), sshd, "dashloop") as made:
+        yield made
+
+
+def _env(home: Path, sshd: Any) -> dict[str, str]:
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DEPLOYER_HOME": str(home),
+            "HOME": os.environ.get("HOME", "/root"), "DEPLOYER_SSH_CONFIG": str(sshd.ssh_config)}
+
+
+def _status_json(argv: tuple[str, ...], home: Path, sshd: Any) -> Any:
+    out = deploy(*argv, "--json", home=home, env={"DEPLOYER_SSH_CONFIG": str(sshd.ssh_config)})
+    assert out.stdout.strip() and "Traceback" not in out.stderr, out.stderr
+    return json.loads(out.stdout)
+
+
+def _dashboard_json(argv: tuple[str, ...], home: Path, sshd: Any, name: str) -> tuple[Any, Any]:
+    """`deploy dashboard ARGV` as a browser reads it: the overview row of `name` and its page's row (the API's
+    JSON, through the server's safe edge)."""
+    proc = subprocess.Popen([sys.executable, "-m", "deployer.cli", "dashboard", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_env(home, sshd), cwd=str(REPO))
+    try:
+        assert proc.stdout is not None
+        parts = urlsplit(proc.stdout.readline().strip())
+        base = f"http://127.0.0.1:{parts.port}"
+        code, body, _ = _get(f"{base}/api/session", {"X-Deployer-Ticket": parts.fragment[len("ticket="):]})
+        bearer = {"Authorization": f"Bearer {json.loads(body)['token']}"}
+        code, body, _ = _get(f"{base}/api/overview", bearer)
+        (row,) = [r for r in json.loads(body)["rows"] if r["name"] == name]
+        code, body, _ = _get(f"{base}/api/deployment?key={row['key']}", bearer)
+        assert code == 200, body
+        return row, json.loads(body)["row"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        finally:
+            proc.kill()
+
+
+def _holder(lock: str | None) -> str | None:
+    """Who holds the lock, as status says it, without the heartbeat's age (which moves between two reads)."""
+    return None if lock is None else lock.split(" (heartbeat", 1)[0]
+
+
+@contextmanager
+def held_lock(sshd: Any, prof: Path) -> Iterator[None]:
+    """The deployment's lock held by this test (as a running `up` would hold it) while status and the dashboard
+    read it."""
+    remote = connect_module.connect(sshd.spec())
+    try:
+        layout = layout_for(remote, load_profile(prof))
+        prepare(remote, layout)
+        with DeploymentLock(remote, layout, "the dashboard test"):
+            yield
+    finally:
+        remote.close()
+
+
+def assert_shows_what_status_shows(status: dict[str, Any], row: dict[str, Any]) -> None:
+    """Every field `deploy status` shows of a deployment, in the dashboard's row, field by field."""
+    for field in SAME_FIELDS:
+        assert row[field] == status[field], (field, row[field], status[field])
+    assert row["crash_loop"] == (status["status"] == "crashloop")
+    crash = status["last_crash"]
+    assert row["last_crash"] == (None if not crash else {k: crash.get(k) for k in ("at", "exit_code", "signal_name")})
+    diagnosis = status["diagnosis"] or (crash or {}).get("diagnosis")
+    assert (row["diagnosis"] is None) == (diagnosis is None), (row["diagnosis"], diagnosis)
+    for field in DIAGNOSIS_FIELDS if diagnosis else ():
+        assert row["diagnosis"][field] == diagnosis.get(field, [] if field == "evidence" else None), field
+    assert _holder(row["lock"]) == _holder((status["lock"] or {}).get("text"))
+    assert row["unhealthy"] == (None if status["unhealthy"] is None else status["unhealthy"].get("reason"))
+    metrics = status["metrics"] or {}
+    p99 = (metrics.get("e2e_latency") or {}).get("p99_s")
+    assert (row["tokens_per_s"], row["p99_latency_ms"]) == \
+        (metrics.get("generation_tokens_per_s"), None if p99 is None else round(p99 * 1000, 1))
+    if not metrics:                                     # not serving: no numbers on either side
+        assert (row["requests"], row["kv_usage_pct"]) == (None, None), row
+
+
+@pytest.mark.parametrize("form", ["profile", "name", "host"])
+def test_the_dashboard_shows_what_status_shows(crash_looping: tuple[Path, Path], sshd: Any, form: str) -> None:
+    """For one crash-looping deployment, named by its profile, by name + --host, or among every deployment of a
+    host: `deploy status --json` and the dashboard API's row and page, field by field (engine and version, the
+    crash loop, the last crash's diagnosis included)."""
+    prof, home = crash_looping
+    where = ("--host", "deployer-test", "--workdir", str(prof.parent / "work"))
+    args = {"profile": (str(prof),), "name": ("dashloop", *where), "host": where}[form]
+    with held_lock(sshd, prof):
+        status = _status_json(("status", *args), home, sshd)
+        overview, page = _dashboard_json(args, home, sshd, "dashloop")
+    if form == "host":
+        (status,) = [s for s in status if s["name"] == "dashloop"]
+    assert "the dashboard test" in status["lock"]["text"], status["lock"]
+    assert (status["status"], status["engine"], status["engine_version"], status["model"]) == \
+        ("crashloop", "sglang", "0.5.10", "Qwen/Qwen3-8B"), status
+    assert (status["diagnosis"] or status["last_crash"]["diagnosis"])["signature"] not in (None, "unknown")
+    assert_shows_what_status_shows(status, overview)
+    assert_shows_what_status_shows(status, page)
+    assert (overview["engine"], overview["engine_version"], overview["crash_loop"]) == ("sglang", "0.5.10", True)

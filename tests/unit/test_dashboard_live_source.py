@@ -16,6 +16,8 @@ from deployer.dashboard.live import LiveSource, Watched
 from deployer.dashboard.model import LogRequest
 from deployer.dashboard.source import MAX_LOG_BYTES, NoAnswer
 from deployer.deployments.base import Deployment, Select
+from deployer.deployments.reports import HostStatus
+from deployer.oncall.rows import StatusRow
 from deployer.target.snapshot import LogWindow
 
 
@@ -42,9 +44,13 @@ class StandInDeployment:
         if self.hang is not None:
             self.hang.wait(30)
 
-    def status(self) -> _Json:
+    def status(self) -> HostStatus:
         self._wait()
-        return _Json({"name": self.name, "host": self.host, "status": "ready", "serving": True})
+        return HostStatus([StatusRow.of({
+            "name": self.name, "host": self.host, "status": "ready", "pid": 7, "uptime_s": 1.0, "healthy": True,
+            "attempt": 1, "content_hash": "c0ffee", "run_dir": f"/w/{self.name}/runs/r1", "port": 30000,
+            "restarts": 0, "last_crash": None, "exit_code": None, "signal_name": None, "drift": [], "runs": 1,
+            "diagnosis": None, "lock": None, "serving": True, "metrics": None, "unhealthy": None})])
 
     def history(self) -> _Json:
         self._wait()

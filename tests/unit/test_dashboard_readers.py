@@ -9,6 +9,9 @@ from deployer.dashboard import (
     GpuMemory, attempts_from_history, drift_from_lines, memory_from_plan, row_from_status, rows_from_fleet_status,
     with_phases,
 )
+from deployer.dashboard.model import LastCrash, OverviewRow
+from deployer.dashboard.readers import row_of_status
+from deployer.oncall.rows import StatusRow
 from deployer.diagnose.drift import Drift as EngineDrift
 from deployer.engines.sglang.memory import MemoryPlan
 from deployer.engines.vllm.memory import VllmMemoryPlan
@@ -22,7 +25,7 @@ STATUS = {"name": "qwen", "host": "root@gpu", "status": "ready", "pid": 4242, "u
 
 def test_a_status_row_of_each_shape_gets_its_kind() -> None:
     single = row_from_status(STATUS, "qwen@gpu", engine="sglang", version="0.5.23")
-    assert (single.kind, single.member, single.engine, single.version, single.serving) == \
+    assert (single.kind, single.member, single.engine, single.engine_version, single.serving) == \
         ("deployment", None, "sglang", "0.5.23", True)
     node = row_from_status({**STATUS, "node": 1, "role": "dummy health"}, "qwen-n1")
     assert (node.kind, node.member) == ("node", "1")
@@ -91,3 +94,30 @@ def test_the_memory_plan_of_vllm_is_stacked_per_gpu() -> None:
     assert gpu.to_json()["headroom_mib"] == 40960 - 36864
     assert not GpuMemory(gpu=0, total_mib=10, weights_mib=12).headroom_mib > 0
 
+
+
+CRASHLOOP = {**STATUS, "status": "crashloop", "pid": None, "uptime_s": None, "healthy": False, "serving": False,
+             "restarts": 1, "engine": "sglang", "engine_version": "0.5.10", "model": "Qwen/Qwen3-8B",
+             "last_crash": {"at": 1700000000.0, "exit_code": 1, "signal": None, "signal_name": None,
+                            "diagnosis": {"signature": "cuda-oom", "summary": "out of memory", "hint": "less"}},
+             "diagnosis": None, "lock": {"holder": "ops@laptop", "text": "locked by ops@laptop"},
+             "unhealthy": None, "metrics": None}
+
+
+def test_a_typed_status_row_gives_every_field_status_shows() -> None:
+    """The typed row `deploy status --json` prints from: engine and version from the run's record (not the
+    profile's guess), the crash loop, the last crash's diagnosis when the run has none of its own, the lock holder."""
+    row = row_of_status(StatusRow.of(CRASHLOOP), "qwen@gpu", engine="vllm", version="9.9")
+    assert (row.engine, row.engine_version, row.model, row.status, row.crash_loop) == \
+        ("sglang", "0.5.10", "Qwen/Qwen3-8B", "crashloop", True)
+    assert row.diagnosis is not None and (row.diagnosis.signature, row.diagnosis.summary, row.diagnosis.hint) == \
+        ("cuda-oom", "out of memory", "less")
+    assert row.last_crash == LastCrash(at=1700000000.0, exit_code=1, signal_name=None)
+    assert (row.lock, row.restarts, row.run_dir, row.port) == ("locked by ops@laptop", 1, "/w/qwen/runs/2", 30000)
+    own = row_of_status(StatusRow.of({**CRASHLOOP, "diagnosis": {"signature": "mine", "summary": "s"}}), "k")
+    assert own.diagnosis is not None and own.diagnosis.signature == "mine"
+    fine = row_of_status(StatusRow.of({**STATUS, "metrics": None, "unhealthy": None}), "k", engine="vllm",
+                         version="0.32.0")
+    assert (fine.crash_loop, fine.diagnosis, fine.lock, fine.engine, fine.engine_version) == \
+        (False, None, None, "vllm", "0.32.0")   # a record that names none: the profile's
+    assert OverviewRow.from_json(row.to_json()) == row          # what the server sends reads back the same

@@ -46,7 +46,8 @@ def serving_row(report: dict[str, Any], **changes: Any) -> dict[str, Any]:
             "healthy": True, "attempt": 1, "content_hash": report["content_hash"], "run_dir": report["run_dir"],
             "port": PORT, "restarts": 0, "last_crash": None, "exit_code": None, "signal_name": None, "drift": [],
             "runs": 1, "diagnosis": None, "lock": None, "serving": True,
-            "metrics": None if changes.get("serving") is False else NO_METRICS, "unhealthy": None, **changes}
+            "metrics": None if changes.get("serving") is False else NO_METRICS, "unhealthy": None,
+            "engine": "sglang", "engine_version": None, "model": "/models/tiny", **changes}
 
 
 # the scripted engine has no /metrics (404) and the fake box no nvidia-smi: status says so, numbers absent

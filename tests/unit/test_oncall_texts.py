@@ -109,6 +109,8 @@ def test_status_text_shows_the_diagnosis_its_json_has(capsys: pytest.CaptureFixt
     out = capsys.readouterr().out
     assert "  diagnosis: cuda-illegal-memory-access: a GPU kernel fault" in out
     assert "  next: run without CUDA graphs" in out
+    show.text(HostStatus([StatusRow.of({**row, "engine": "vllm", "engine_version": "0.32.0", "model": "tiny"})]))
+    assert "  engine vllm 0.32.0, model tiny" in capsys.readouterr().out   # what the run's profile names
 
 
 def test_line_time_reads_both_engines_line_shapes() -> None:

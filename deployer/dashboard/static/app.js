@@ -160,6 +160,21 @@
   }
 
   // ---- overview ----
+  function stateBadge(r) {
+    return el("span", "state state-" + token(r.status) + (r.crash_loop ? " state-crash-loop" : ""), r.status);
+  }
+
+  function failureText(r) {  // the last failure as status says it: its diagnosis, else how it last ended
+    if (r.diagnosis) return (r.diagnosis.signature || "unknown failure") + (r.diagnosis.summary ? ": " + r.diagnosis.summary : "");
+    return r.last_crash ? crashText(r.last_crash) : null;
+  }
+
+  function crashText(c) {
+    const how = c.signal_name ? "killed by " + c.signal_name
+      : blank(c.exit_code) ? "ended" : "exited with code " + c.exit_code;
+    return blank(c.at) ? how : how + " at " + new Date(c.at * 1000).toLocaleString();
+  }
+
   const COLUMNS = [
     function (r) {
       const a = el("a", null, r.name);
@@ -169,23 +184,25 @@
     function (r) { return r.kind + (r.member ? " " + r.member : ""); },
     function (r) { return r.host; },
     function (r) { return r.engine; },
-    function (r) { return el("span", "state state-" + token(r.status), r.status); },
+    stateBadge,
     function (r) { return el("span", r.serving ? "yes" : "no", r.serving ? "yes" : "no"); },
-    function (r) { return r.version; },
+    function (r) { return r.engine_version; },
+    function (r) { return r.model; },
     function (r) { return duration(r.uptime_s); },
     function (r) { return num(r.restarts); },
     function (r) { return num(r.requests); },
     function (r) { return num(r.tokens_per_s, 1); },
     function (r) { return num(r.kv_usage_pct, 1); },
     function (r) { return num(r.p99_latency_ms, 0); },
+    function (r) { return failureText(r); },
   ];
-  const NUMERIC_FROM = 7;
+  const NUMERIC = [8, 9, 10, 11, 12, 13];
 
   function overviewRow(row) {
     const tr = el("tr", "row-" + token(row.status));
     tr.dataset.key = row.key;
     COLUMNS.forEach(function (column, i) {
-      const td = el("td", i >= NUMERIC_FROM ? "num" : null);
+      const td = el("td", NUMERIC.indexOf(i) >= 0 ? "num" : i === COLUMNS.length - 1 ? "failure" : null);
       const value = column(row);
       if (value instanceof Node) td.appendChild(value); else td.textContent = blank(value) ? "" : String(value);
       tr.appendChild(td);
@@ -208,26 +225,35 @@
     }, function () { return refresh; });
   }
 
-  // ---- deployment: summary ----
+  // ---- deployment: summary (every field `deploy status` shows) ----
   function summary(row) {
     document.title = row.name + " - deployer dashboard";
     document.getElementById("title").textContent = row.name + " on " + row.host;
     const state = document.getElementById("state");
-    state.className = "state state-" + token(row.status);
+    state.className = stateBadge(row).className;
     state.textContent = row.status + (row.serving ? ", serving" : ", not serving");
+    document.getElementById("crash-loop").hidden = !row.crash_loop;
     const pairs = [
-      ["kind", row.kind + (row.member ? " " + row.member : "")], ["engine", row.engine], ["version", row.version],
-      ["uptime", duration(row.uptime_s)], ["restarts", num(row.restarts)], ["attempt", num(row.attempt)],
-      ["port", num(row.port)], ["content hash", row.content_hash], ["requests", num(row.requests)],
-      ["tokens/s", num(row.tokens_per_s, 1)], ["KV %", num(row.kv_usage_pct, 1)],
+      ["kind", row.kind + (row.member ? " " + row.member : "")], ["engine", row.engine],
+      ["version", row.engine_version], ["model", row.model], ["pid", row.pid], ["uptime", duration(row.uptime_s)],
+      ["restarts", num(row.restarts)], ["crash loop", row.crash_loop ? "yes" : "no"], ["attempt", num(row.attempt)],
+      ["port", num(row.port)], ["content hash", row.content_hash], ["run dir", row.run_dir],
+      ["healthy", row.healthy ? "yes" : "no"], ["unhealthy", row.unhealthy],
+      ["last crash", row.last_crash ? crashText(row.last_crash) : null], ["lock", row.lock],
+      ["requests", num(row.requests)], ["tokens/s", num(row.tokens_per_s, 1)], ["KV %", num(row.kv_usage_pct, 1)],
       ["p99 ms", num(row.p99_latency_ms)],
     ];
     const dl = document.getElementById("summary");
     dl.replaceChildren();
     pairs.forEach(function (pair) {
-      dl.appendChild(el("dt", null, pair[0]));
-      dl.appendChild(el("dd", null, blank(pair[1]) ? "" : pair[1]));
+      const dt = el("dt", null, pair[0]), dd = el("dd", null, blank(pair[1]) ? "" : pair[1]);
+      dd.dataset.field = token(pair[0]);
+      dl.appendChild(dt);
+      dl.appendChild(dd);
     });
+    const why = document.getElementById("status-diagnosis");
+    why.replaceChildren.apply(why, row.diagnosis ? [diagnosisBlock(row.diagnosis)] : []);
+    document.getElementById("last-failure").hidden = !row.diagnosis;
   }
 
   // ---- deployment: attempts timeline ----
@@ -253,7 +279,7 @@
 
   function diagnosisBlock(d) {
     const box = el("div", "diagnosis");
-    box.appendChild(el("strong", null, d.signature));
+    box.appendChild(el("strong", null, d.signature || "unknown failure"));
     if (d.summary) box.appendChild(el("span", null, ": " + d.summary));
     if (d.transient) box.appendChild(el("span", "muted", " (transient)"));
     if (d.evidence && d.evidence.length) {
