@@ -59,10 +59,12 @@ class TopReport:
 
     rows: list[TopRow]
     exit_code: int
+    nothing_found: str | None = None  # a host-wide look that found nothing: where it looked
 
     @classmethod
     def of(cls, name: str | None, status: StatusReport) -> TopReport:
-        return cls(_rows(name, status), status.exit_code)
+        return cls(_rows(name, status), status.exit_code,
+                   status.nothing_found if isinstance(status, HostStatus) else None)
 
     def to_json(self) -> Any:
         return [row.to_json() for row in self.rows]
