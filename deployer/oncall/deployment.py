@@ -202,8 +202,9 @@ def describe(view: RunView, remote: Remote, name: str, runs: int, env_text: str 
     alive = view.status in UP
     diagnosis = crash_diagnosis(remote, view, attempt)
     engine_metrics = with_metrics and record.get("role") != "router"  # a fleet's router: no engine /metrics
-    looked = serving.look(remote, record_engine(record), _endpoint(view, port), engine_metrics) \
-        if port and alive else serving.Looked(False)
+    args = ((record.get("profile") or {}).get("engine") or {}).get("args")
+    looked = serving.look(remote, record_engine(record), _endpoint(view, port), engine_metrics,
+                          args if isinstance(args, dict) else None) if port and alive else serving.Looked(False)
     unhealthy = state.get("unhealthy") if alive and isinstance(state.get("unhealthy"), dict) else None
     return {
         "name": name, "host": remote.label, "status": view.status, "pid": state.get("pid"),

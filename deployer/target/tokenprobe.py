@@ -72,14 +72,17 @@ class TokenProbe:
         return generated(reply.status, reply.body)
 
 
-def load_gauges(engine: Engine) -> tuple[list[str], list[str]]:
-    """The engine's gauges of requests running and waiting (its metrics.yaml; none when it names none)."""
+def load_gauges(engine: Engine, args: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """The engine's gauges of requests running and waiting (its metrics.yaml; none when it names none, or when the
+    profile's `args` turn its metrics off: the supervisor then never asks /metrics)."""
     path = engine.knowledge.metrics
     if path is None:
         return [], []
     try:
         names = load_metric_names(path)
     except MetricNamesUnreadable:
+        return [], []
+    if names.switch is not None and not names.switch.serves(args):
         return [], []
     return ([m.name for m in names.candidates(Quantity.REQUESTS_RUNNING)],
             [m.name for m in names.candidates(Quantity.REQUESTS_WAITING)])
@@ -88,7 +91,7 @@ def load_gauges(engine: Engine) -> tuple[list[str], list[str]]:
 def probe_config(profile: Profile) -> ProbeConfig:
     """supervise.json's "probe": the supervisor's one-token probe after ready."""
     engine, health = profile.engine, profile.health
-    running, waiting = load_gauges(engine.definition)
+    running, waiting = load_gauges(engine.definition, engine.args)
     config: ProbeConfig = {"path": engine.definition.launch.completion_path, "model": engine.served_model,
                            "address": engine.probe_address, "port": engine.port, "health_path": health.path,
                            "interval_s": health.probe_interval_s, "failures": health.probe_failures,
