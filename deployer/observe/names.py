@@ -216,10 +216,13 @@ class MetricNames:
         return self.metrics.get(quantity, [])
 
 
+SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where PyYAML was built with it
+
+
 def load_metric_names(path: Path) -> MetricNames:
     """Loads and validates one engine's metrics.yaml; raises MetricNamesUnreadable naming the file."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=SAFE_LOADER)  # noqa: S506 - a safe loader
         return MetricNames.of(data)
     except (OSError, yaml.YAMLError, _Invalid) as e:
         raise MetricNamesUnreadable(f"{path}: {e}") from None

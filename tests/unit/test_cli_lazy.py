@@ -56,3 +56,13 @@ def test_reading_an_engines_metric_names_needs_no_pydantic() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert not _pydantic_or_model(set(out.stdout.split()))
+
+
+def test_one_engine_is_imported_for_one_deployments_engine() -> None:
+    """`status` of an SGLang deployment reads its record's engine: the SGLang package only, not every engine's."""
+    code = ("import sys\nfrom deployer.engines import engine_for\nassert engine_for('sglang').kind == 'sglang'\n"
+            "print('\\n'.join(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    loaded = set(out.stdout.split())
+    assert "deployer.engines.sglang" in loaded and "deployer.engines.vllm" not in loaded
