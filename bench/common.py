@@ -91,8 +91,10 @@ def timed(argv: list[str], *, env: dict[str, str] | None = None, check: bool = T
 
 def deploy_env(home: Path, **extra: str) -> dict[str, str]:
     link = {"DEPLOYER_SSH_CONFIG": str(LINK["ssh_config"])} if LINK["delay_s"] else {}
+    # PYTHONPATH: this checkout's deployer. Without it the venv's editable install imports the checkout the venv
+    # was installed from (a shared venv: another one), and the bench timed that code, not this.
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root"),
-            "DEPLOYER_HOME": str(home), **link, **extra}
+            "PYTHONPATH": str(REPO), "DEPLOYER_HOME": str(home), **link, **extra}
 
 
 def bench_profile(tmp: Path, bed: SSHD, name: str, env: dict[str, str], **kw: Any) -> Path:

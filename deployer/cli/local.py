@@ -6,21 +6,32 @@ from __future__ import annotations
 import click
 
 from deployer.cli import show
-from deployer.deployments.known import effective_settings, known_deployments
+from deployer.cli.options import _target_options
+from deployer.deployments.known import deployments_on, effective_settings, known_deployments
 
 
 @click.command(name="ls")
 @click.option("--json", "as_json", is_flag=True, help="The rows as one JSON list.")
 @click.option("--live", is_flag=True, help="Also ask each host for the deployment's state now.")
-def ls(as_json: bool, live: bool) -> None:
+@click.option("--host", default=None, metavar="[USER@]HOST[:PORT]",
+              help="Ask this host what it has now, under --workdir (or the default) and every workdir the local "
+                   "history knows there.")
+@click.option("--workdir", default=None, help="With --host: a workdir to look under besides the local history's.")
+@_target_options
+def ls(as_json: bool, live: bool, host: str | None, workdir: str | None, trust_new_host: bool) -> None:
     """The deployments this machine knows (its local history), across hosts: host, workdir, last version, state.
 
     \b
     Examples:
       deploy ls
       deploy ls --live --json
+      deploy ls --host gpu-box
     """
-    report = known_deployments(live=live)
+    if workdir is not None and host is None:
+        raise click.UsageError("--workdir needs --host (without it ls lists the local history)")
+    report = known_deployments(live=live) if host is None else deployments_on(host, workdir, trust_new_host)
+    if report.nothing_found:
+        click.echo(f"deploy: {report.nothing_found}", err=True)
     if as_json:
         show.emit_json(report.to_json())
     else:

@@ -218,7 +218,8 @@ def _when(at: float) -> str:
 @text.register
 def _(report: KnownReport, sink: Any = None) -> None:
     if not report.rows:
-        click.echo("no deployments in the local history (deploy up records them)")
+        if not report.nothing_found:  # `ls --host` said on stderr where it looked
+            click.echo("no deployments in the local history (deploy up records them)")
         return
     head = ["NAME", "HOST", "WORKDIR", "VERSION", "STATE", "WHEN"] + (["NOW"] if report.live else [])
     table = [head] + [_known_cells(row, report.live) for row in report.rows]

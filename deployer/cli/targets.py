@@ -11,6 +11,7 @@ from deployer.cli import show
 from deployer.cli.options import _target_options
 from deployer.cli.show import describe_crash
 from deployer.deployments.base import DownOptions, LogOptions, Select
+from deployer.deployments.reports import HostStatus
 from deployer.deployments.resolve import READ, STOP, resolve
 from deployer.errors import PartlyFailed
 from deployer.logtext import parse_since
@@ -36,6 +37,8 @@ def status(target: str | None, host: str | None, workdir: str | None, trust_new_
     lost; 6 alive but not answering /health (starting, restarting, hung); 8 stopped; 7 none there."""
     report = resolve(target, host, workdir, trust_new_host=trust_new_host, select=Select(node=node),
                      mode=READ).status()
+    if isinstance(report, HostStatus) and report.nothing_found:
+        click.echo(f"deploy: {report.nothing_found}", err=True)
     if as_json:
         show.emit_json(report.to_json())
     else:

@@ -38,6 +38,7 @@ class Look:
     rows: list[TopRow] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     exit_code: int = 0
+    nothing_found: list[str] = field(default_factory=list)  # host-wide looks that found nothing: where they looked
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,8 @@ def _one(target: Target) -> Look:
         report = target.deployment.top()
     except DeployError as e:
         return Look(problems=[f"{target.label}: {e}"], exit_code=e.exit_code)
-    return Look(report.rows, exit_code=report.exit_code)
+    return Look(report.rows, exit_code=report.exit_code,
+                nothing_found=[report.nothing_found] if report.nothing_found else [])
 
 
 def look(targets: Sequence[Target]) -> Look:
@@ -59,7 +61,8 @@ def look(targets: Sequence[Target]) -> Look:
     with ThreadPoolExecutor(max_workers=len(targets)) as pool:
         looks = list(pool.map(_one, targets))
     code = next((one.exit_code for one in looks if one.exit_code), 0)
-    return Look([r for one in looks for r in one.rows], [p for one in looks for p in one.problems], code)
+    return Look([r for one in looks for r in one.rows], [p for one in looks for p in one.problems], code,
+                [n for one in looks for n in one.nothing_found])
 
 
 @click.command()
@@ -95,6 +98,8 @@ def top(targets: tuple[str, ...], host: str | None, workdir: str | None, trust_n
 
 
 def _print_once(seen: Look, as_json: bool) -> None:
+    for line in seen.nothing_found:
+        click.echo(f"deploy: {line}", err=True)
     if as_json:
         show.emit_json({"at": time.time(), "rows": [r.to_json() for r in seen.rows], "problems": seen.problems})
         return
@@ -109,7 +114,7 @@ def _live(refresh: Callable[[], Look], interval: float) -> None:
                 seen = refresh()
                 when = time.strftime("%H:%M:%S")
                 lines = [f"deploy top: {len(seen.rows)} engines at {when}, every {interval:g}s (q quits)", "",
-                         *table(seen.rows, seen.problems)]
+                         *table(seen.rows, seen.problems), *seen.nothing_found]
                 screen = styled_stdout()   # its own escape sequences; the text stripped here
                 screen.write("\x1b[H\x1b[2J" + "\r\n".join(printable(line) for line in lines) + "\r\n")
                 screen.flush()

@@ -4,10 +4,11 @@ across hosts; `--live` asks each host), and the user's effective defaults with w
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from deployer.deployments.reports import Row
+from deployer.deployments.reports import HostStatus, Row
 from deployer.errors import DeployError
 from deployer.settings import KEYS, Setting, load_config, strong_default, weak_default
 
@@ -21,6 +22,7 @@ class KnownReport:
 
     rows: list[Row]
     live: bool = False
+    nothing_found: str | None = None  # `ls --host`: where it looked, when it found nothing
 
     def to_json(self) -> Any:
         return self.rows
@@ -54,6 +56,23 @@ def known_deployments(live: bool = False) -> KnownReport:
             row["live"] = _live(entry)
         rows.append(row)
     return KnownReport(rows, live)
+
+
+def deployments_on(host: str, workdir: str | None = None, trust_new_host: bool = False) -> KnownReport:
+    """`ls --host H`: what H has now under the workdir given (or the default) and every workdir the local history
+    knows there, one row each; WHEN from the local history where it knows the deployment."""
+    from deployer.deployments.resolve import resolve
+    from deployer.oncall.known import known
+
+    status = resolve(None, host, workdir, trust_new_host=trust_new_host).status()
+    assert isinstance(status, HostStatus)
+    seen = {(k.name, k.workdir): k.at for k in known() if k.matches_host(host)}
+    rows: list[Row] = []
+    for row in status.rows:
+        where = posixpath.dirname(posixpath.dirname(posixpath.dirname(row.run_dir)))  # <workdir>/<name>/runs/<id>
+        rows.append({"name": row.name, "host": row.host, "workdir": where, "version": row.content_hash,
+                     "state": row.status, "at": seen.get((row.name, where)), "run_id": posixpath.basename(row.run_dir)})
+    return KnownReport(rows, nothing_found=status.nothing_found)
 
 
 def _live(entry: Known) -> Row:

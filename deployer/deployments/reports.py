@@ -38,9 +38,19 @@ class HostStatus:
 
     rows: list[StatusRow]
     one: bool = True
+    host: str = ""                  # every deployment on a host: the host, and the workdirs searched on it
+    looked: tuple[str, ...] = ()
 
     def to_json(self) -> Any:
         return self.rows[0].to_json() if self.one else [row.to_json() for row in self.rows]
+
+    @property
+    def nothing_found(self) -> str | None:
+        """One line saying where a host-wide status looked when it found no deployment there (else None)."""
+        if self.one or self.rows or not self.looked:
+            return None
+        return (f"no deployments on {self.host} under {', '.join(self.looked)} (the workdir given or the default, "
+                "and every workdir the local history knows on this host)")
 
     @property
     def exit_code(self) -> int:

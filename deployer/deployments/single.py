@@ -163,14 +163,21 @@ class SingleHost(Deployment):
         return PrepareReport(prof.name, [prepare_host(prof, prof.target.host, self.origin.trust_new_host, emit)])
 
     def status(self) -> StatusReport:
+        ref = self.ref
+        if ref.name is None:  # every deployment on the host: also under each workdir the local history knows there
+            from deployer.oncall.known import workdirs_on
+
+            looked = tuple(dict.fromkeys([ref.workdir, *workdirs_on(self.origin.host or ref.spec.host)]))
+            return HostStatus(ops.status(ref, also=looked), one=False, host=self.origin.host or ref.spec.host,
+                              looked=looked)
         try:
-            rows = ops.status(self.ref)
+            rows = ops.status(ref)
         except NotFound:
             fleet = self.fleet_here()
             if fleet is None:
                 raise
             return fleet.status()
-        return HostStatus(rows, one=self.ref.name is not None)
+        return HostStatus(rows)
 
     def logs(self, opts: LogOptions, out: Out) -> None:
         ops.logs(self.ref, lines=opts.lines, follow=opts.follow, previous=opts.previous, out=out,

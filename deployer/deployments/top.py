@@ -30,6 +30,7 @@ class TopRow:
     ttft_p99_s: float | None = None
     e2e_p99_s: float | None = None
     error: str | None = None
+    metrics_off: bool = False         # the engine runs with its /metrics series off: not asked (`error` says why)
 
     @classmethod
     def of(cls, deployment: str, member: str, row: Row) -> TopRow:
@@ -42,7 +43,7 @@ class TopRow:
                    prompt_tokens_per_s=metrics.get("prompt_tokens_per_s"),
                    kv_cache_usage=metrics.get("kv_cache_usage"),
                    ttft_p99_s=_p99(metrics, "time_to_first_token"), e2e_p99_s=_p99(metrics, "e2e_latency"),
-                   error=row.get("error") or metrics.get("error"))
+                   error=row.get("error") or metrics.get("error"), metrics_off=bool(metrics.get("off")))
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -59,10 +60,12 @@ class TopReport:
 
     rows: list[TopRow]
     exit_code: int
+    nothing_found: str | None = None  # a host-wide look that found nothing: where it looked
 
     @classmethod
     def of(cls, name: str | None, status: StatusReport) -> TopReport:
-        return cls(_rows(name, status), status.exit_code)
+        return cls(_rows(name, status), status.exit_code,
+                   status.nothing_found if isinstance(status, HostStatus) else None)
 
     def to_json(self) -> Any:
         return [row.to_json() for row in self.rows]

@@ -43,11 +43,25 @@ def engines() -> tuple[Engine, ...]:
 
 
 def engine_for(kind: str) -> Engine:
-    """The engine registered under `kind`; KeyError naming the known kinds when there is none."""
+    """The engine registered under `kind`; KeyError naming the known kinds when there is none. The package named
+    like the kind is asked first (status of one deployment imports one engine, not all of them)."""
+    own = _own_package(kind)
+    if own is not None:
+        return own
     try:
         return _registry()[kind]
     except KeyError:
         raise KeyError(f"unknown engine kind {kind!r} (known: {', '.join(kinds())})") from None
+
+
+@lru_cache(maxsize=8)
+def _own_package(kind: str) -> Engine | None:
+    """The ENGINE of the subpackage named `kind`, when there is one and it says it is that kind."""
+    if not kind.isidentifier() or kind not in {i.name for i in pkgutil.iter_modules(sys.modules[PACKAGE].__path__)
+                                               if i.ispkg}:
+        return None
+    engine = getattr(importlib.import_module(f"{PACKAGE}.{kind}"), "ENGINE", None)
+    return engine if isinstance(engine, Engine) and engine.kind == kind else None
 
 
 MARK_HEAD_CHARS = 1 << 20      # detect reads a log's first MiB ...

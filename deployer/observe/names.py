@@ -30,15 +30,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from deployer.errors import DeployError
 from deployer.observe.prometheus import LabelMatch
+
+# Checked by hand, not by pydantic: `deploy status` and `top` read these maps, and pydantic's import was a third of
+# their start-up (issue 36's bench).
 
 
 def _text(value: Any) -> Any:
@@ -84,84 +87,142 @@ class Aggregate(str, Enum):
         return max(values) if self is Aggregate.MAX else sum(values)
 
 
-class MetricName(BaseModel):
-    """One series that answers a quantity, with where it was read."""
+T = TypeVar("T")
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+
+class _Invalid(ValueError):
+    """A value of a metrics.yaml that is not what its key takes."""
+
+
+def _str(value: Any, key: str) -> str:
+    value = _text(value)
+    if not isinstance(value, str):
+        raise _Invalid(f"{key}: a string, not {value!r}")
+    return value
+
+
+def _strs(value: Any, key: str) -> list[str]:
+    if not isinstance(value, list):
+        raise _Invalid(f"{key}: a list, not {value!r}")
+    return [_str(v, key) for v in value]
+
+
+def _mapping(value: Any, key: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _Invalid(f"{key}: a mapping, not {value!r}")
+    return {str(k): v for k, v in value.items()}
+
+
+def _choice(kind: type[T], value: Any, key: str) -> T:
+    try:
+        return kind(value)  # type: ignore[call-arg]
+    except ValueError:
+        raise _Invalid(f"{key}: {value!r} is not one of {[m.value for m in kind]}") from None  # type: ignore[attr-defined]
+
+
+def _keys(data: Any, cls: type, where: str) -> Mapping[str, Any]:
+    """DATA as the mapping of CLS's fields: no unknown key, every field without a default there."""
+    found = _mapping(data, where)
+    known = {f.name: f for f in fields(cls)}
+    extra = sorted(set(found) - set(known))
+    if extra:
+        raise _Invalid(f"{where}: unknown keys {extra}")
+    missing = [n for n, f in known.items() if n not in found and f.default is MISSING and f.default_factory is MISSING]
+    if missing:
+        raise _Invalid(f"{where}: missing keys {missing}")
+    return found
+
+
+@dataclass(frozen=True)
+class MetricName:
+    """One series that answers a quantity, with where it was read."""
 
     name: str
     kind: Kind
     release: str
     source: str
-    also_in: list[str] = Field(default_factory=list)
-    match: dict[str, str] = Field(default_factory=dict)
+    also_in: list[str] = field(default_factory=list)
+    match: dict[str, str] = field(default_factory=dict)
     aggregate: Aggregate = Aggregate.SUM
     scale: float = 1.0
     zero_while: str | None = None
 
-    @field_validator("release", mode="before")
     @classmethod
-    def _release_text(cls, value: Any) -> Any:
-        return _text(value)
-
-    @field_validator("also_in", mode="before")
-    @classmethod
-    def _releases_text(cls, value: Any) -> Any:
-        return [_text(v) for v in value] if isinstance(value, list) else value
+    def of(cls, data: Any, where: str) -> MetricName:
+        d = _keys(data, cls, where)
+        scale = d.get("scale", 1.0)
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+            raise _Invalid(f"{where}.scale: a number, not {scale!r}")
+        zero_while = d.get("zero_while")
+        return cls(_str(d["name"], f"{where}.name"), _choice(Kind, d["kind"], f"{where}.kind"),
+                   _str(d["release"], f"{where}.release"), _str(d["source"], f"{where}.source"),
+                   _strs(d.get("also_in", []), f"{where}.also_in"),
+                   {str(k): _str(v, f"{where}.match") for k, v in _mapping(d.get("match", {}), where).items()},
+                   _choice(Aggregate, d.get("aggregate", "sum"), f"{where}.aggregate"), float(scale),
+                   None if zero_while is None else _str(zero_while, f"{where}.zero_while"))
 
     def selectors(self) -> LabelMatch:
         """The label selectors: `~regex` values as compiled patterns (whole value), others equal."""
         return {k: re.compile(v[1:]) if v.startswith("~") else v for k, v in self.match.items()}
 
 
-class MetricsSwitch(BaseModel):
+@dataclass(frozen=True)
+class MetricsSwitch:
     """The engine flag that decides whether its /metrics carries its series: they are served when the flag is set
     true (`on_when_set`), or when it is not (a flag that turns them off)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     flag: str                  # the profile key (engine.args)
     on_when_set: bool
     fix: str                   # what to change in the profile, as a warning says it
     source: str                # the file:line of the release that decides it
 
+    @classmethod
+    def of(cls, data: Any, where: str) -> MetricsSwitch:
+        d = _keys(data, cls, where)
+        if not isinstance(d["on_when_set"], bool):
+            raise _Invalid(f"{where}.on_when_set: true or false, not {d['on_when_set']!r}")
+        return cls(_str(d["flag"], f"{where}.flag"), d["on_when_set"], _str(d["fix"], f"{where}.fix"),
+                   _str(d["source"], f"{where}.source"))
+
     def serves(self, args: Mapping[str, Any]) -> bool:
         """Whether an engine started with these profile args serves its series."""
         return (args.get(self.flag) is True) == self.on_when_set
 
 
-class MetricNames(BaseModel):
+@dataclass(frozen=True)
+class MetricNames:
     """An engine's map: quantity -> candidate names, in the order they are tried; and the flag that switches its
     metrics on or off, if any."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     engine: str
     release: str
     metrics: dict[Quantity, list[MetricName]]
     switch: MetricsSwitch | None = None
 
-    @field_validator("release", mode="before")
     @classmethod
-    def _release_text(cls, value: Any) -> Any:
-        return _text(value)
-
-    @field_validator("metrics", mode="before")
-    @classmethod
-    def _one_or_many(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: v if isinstance(v, list) else [v] for k, v in value.items()}
-        return value
+    def of(cls, data: Any) -> MetricNames:
+        d = _keys(data, cls, "the file")
+        metrics: dict[Quantity, list[MetricName]] = {}
+        for key, value in _mapping(d["metrics"], "metrics").items():
+            quantity = _choice(Quantity, key, "metrics")
+            metrics[quantity] = [MetricName.of(one, f"metrics.{key}")
+                                 for one in (value if isinstance(value, list) else [value])]
+        switch = d.get("switch")
+        return cls(_str(d["engine"], "engine"), _str(d["release"], "release"), metrics,
+                   None if switch is None else MetricsSwitch.of(switch, "switch"))
 
     def candidates(self, quantity: Quantity) -> list[MetricName]:
         """The names tried for a quantity (empty: the engine does not expose it)."""
         return self.metrics.get(quantity, [])
 
 
+SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where PyYAML was built with it
+
+
 def load_metric_names(path: Path) -> MetricNames:
     """Loads and validates one engine's metrics.yaml; raises MetricNamesUnreadable naming the file."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        return MetricNames.model_validate(data)
-    except (OSError, yaml.YAMLError, ValidationError) as e:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=SAFE_LOADER)  # noqa: S506 - a safe loader
+        return MetricNames.of(data)
+    except (OSError, yaml.YAMLError, _Invalid) as e:
         raise MetricNamesUnreadable(f"{path}: {e}") from None

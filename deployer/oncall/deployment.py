@@ -12,7 +12,7 @@ import dataclasses
 import posixpath
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -202,8 +202,9 @@ def describe(view: RunView, remote: Remote, name: str, runs: int, env_text: str 
     alive = view.status in UP
     diagnosis = crash_diagnosis(remote, view, attempt)
     engine_metrics = with_metrics and record.get("role") != "router"  # a fleet's router: no engine /metrics
-    looked = serving.look(remote, record_engine(record), _endpoint(view, port), engine_metrics) \
-        if port and alive else serving.Looked(False)
+    args = ((record.get("profile") or {}).get("engine") or {}).get("args")
+    looked = serving.look(remote, record_engine(record), _endpoint(view, port), engine_metrics,
+                          args if isinstance(args, dict) else None) if port and alive else serving.Looked(False)
     unhealthy = state.get("unhealthy") if alive and isinstance(state.get("unhealthy"), dict) else None
     if looked.healthy:  # /health answered: by this run's engine, or by whoever took its port (a crash's backoff)?
         unhealthy = squatter(remote, view, port) or unhealthy
@@ -331,19 +332,22 @@ def diagnose_attempt(attempt: snapshot.Attempt, state: Mapping[str, Any], versio
     return diag
 
 
-def status(ref: Ref, connection: Remote | None = None, *, with_metrics: bool = True) -> list[StatusRow]:
-    """One deployment's row, or (no name) every deployment's under the workdir; one exec channel either way.
-    `with_metrics`: each live row's serving metrics (deployer.oncall.serving), else its `metrics` is None."""
+def status(ref: Ref, connection: Remote | None = None, *, with_metrics: bool = True,
+           also: Sequence[str] = ()) -> list[StatusRow]:
+    """One deployment's row, or (no name) every deployment's under the workdir and the workdirs `also` names (the
+    local history's for the host); one exec channel either way. `with_metrics`: each live row's serving metrics
+    (deployer.oncall.serving), else its `metrics` is None."""
     with connected(ref, connection) as remote:
         if ref.name:
             snap = snapshot.take(remote, layout_of(ref.workdir, ref.name).root)
-            snaps = {ref.name: snap}
+            snaps = [(ref.name, snap)]
             if snap.current is None:
                 raise NotFound(f"no deployment {ref.name!r} under {snap.workdir} on {remote.label}")
         else:
-            snaps = snapshot.take_workdir(remote, ref.workdir)[1]
+            snaps = [found for workdir in dict.fromkeys([ref.workdir, *also])
+                     for found in snapshot.take_workdir(remote, workdir)[1].items()]
         out = []
-        for name, snap in snaps.items():
+        for name, snap in snaps:
             view = snap.current_view()
             if view is None:
                 continue

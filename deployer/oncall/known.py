@@ -75,6 +75,12 @@ def known(name: str | None = None) -> list[Known]:
         store.close()
 
 
+def workdirs_on(host: str) -> list[str]:
+    """The workdirs the local history knows deployments under on HOST (as --host names it), newest first: where a
+    host-wide `status`, `top` or `ls` looks besides the workdir the command line (or the default) gives."""
+    return list(dict.fromkeys(k.workdir for k in known() if k.matches_host(host)))
+
+
 @dataclass(frozen=True)
 class Located:
     spec: TargetSpec | None  # None: the host given (--host, DEPLOYER_HOST) stands

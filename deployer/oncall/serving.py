@@ -21,6 +21,7 @@ import os
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,15 +60,29 @@ class Looked:
     metrics: dict[str, Any] | None = None
 
 
-def look(remote: Remote, engine: Engine, where: Endpoint, with_metrics: bool = True) -> Looked:
-    """/health, /metrics and nvidia-smi in one round trip (three concurrent requests to the helper)."""
+def look(remote: Remote, engine: Engine, where: Endpoint, with_metrics: bool = True,
+         args: Mapping[str, Any] | None = None) -> Looked:
+    """/health, /metrics and nvidia-smi in one round trip (three concurrent requests to the helper). `args`: the
+    engine args the run was started with (None: not known, /metrics is asked); when they turn its metrics off, /metrics is not asked (each ask was a
+    `GET /metrics 404` line in the engine's log) and the row says "metrics off" with the fix."""
     if not with_metrics:
         return Looked(_healthy(remote, where))
+    off = metrics_off(engine, args) if args is not None else None
     with ThreadPoolExecutor(max_workers=3) as pool:
         health = pool.submit(_healthy, remote, where)
-        scrape = pool.submit(_scrape, remote, where)
+        scrape = None if off is not None else pool.submit(_scrape, remote, where)
         gpus = pool.submit(_gpu_memory, remote, where.gpus)
+        if scrape is None:
+            return Looked(health.result(), {"off": True, "error": f"metrics off ({off})", "gpu_memory": gpus.result()})
         return Looked(health.result(), _metrics_row(engine, where, remote.label, scrape.result(), gpus.result()))
+
+
+def metrics_off(engine: Engine, args: Mapping[str, Any]) -> str | None:
+    """The fix (as the engine's metrics.yaml says it) when these engine args turn its /metrics series off, else
+    None (on, or no switch known)."""
+    names = _names(engine)
+    switch = names.switch if names is not None else None
+    return switch.fix if switch is not None and not switch.serves(args) else None
 
 
 def _healthy(remote: Remote, where: Endpoint) -> bool:

@@ -12,6 +12,7 @@ def serving_lines(metrics: dict[str, Any] | None) -> list[str]:
     if not metrics:
         return []
     lines = [f"serving: {metrics['summary']}" if metrics.get("summary") else
+             f"serving: {metrics['error']}" if metrics.get("off") else
              f"serving: no metrics ({metrics.get('error') or 'none read'})"]
     gpus = metrics.get("gpu_memory")
     if gpus:

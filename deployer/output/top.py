@@ -23,6 +23,8 @@ def _s(value: float | None) -> str:
 def row_cells(row: TopRow) -> tuple[str, ...]:
     state = row.state if row.healthy or row.state not in ("ready", "running") else f"{row.state}!"
     kv = None if row.kv_cache_usage is None else row.kv_cache_usage * 100
+    if row.metrics_off:  # "off" where each number would be; the line below the table says how to turn them on
+        return (row.deployment, row.member, row.host, state, *(["off"] * 6), _n(row.restarts))
     return (row.deployment, row.member, row.host, state, _n(row.requests_running), _n(row.requests_waiting),
             _n(row.generation_tokens_per_s, "{:.1f}"), _n(kv, "{:.1f}"), _s(row.ttft_p99_s), _s(row.e2e_p99_s),
             _n(row.restarts))

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from deployer.events import Download
-from deployer.profile.model import Profile
+
+if TYPE_CHECKING:  # the model's import is slow, and `deploy status` imports size_text from here
+    from deployer.profile.model import Profile
 
 PHASE = "fetching weights"
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1"}

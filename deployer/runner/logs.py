@@ -19,7 +19,7 @@ from deployer.target.push import RunDir
 from deployer.remote.base import Remote
 from deployer.target.process import Launch
 from deployer.target.records import read_json
-from deployer.watch.watcher import Crashed, Hung, Outcome, Stuck, TimedOut, Unsupervised
+from deployer.watch.watcher import Crashed, Hung, Outcome, ProbeRefused, Stuck, TimedOut, Unsupervised
 
 DIAG_WINDOW = 1 << 20
 TAIL_WINDOW = 512 << 10
@@ -53,6 +53,9 @@ def diagnose_attempt(remote: Remote, launch: Launch, outcome: Outcome, version: 
                          evidence=outcome.tail[-5:],
                          hint="something killed the supervisor (the OOM killer? a cleanup job?): see the target's "
                               "kernel log; the engine was stopped so that it runs only under a supervisor")
+    if isinstance(outcome, ProbeRefused):  # an answer, not silence: the profile's probe does not fit this engine
+        return Diagnosis(signature="probe-refused", summary=outcome.meaning(), transient=False,
+                         evidence=[outcome.why], hint=_refused_hint(outcome))
     if isinstance(outcome, (Hung, TimedOut)):
         stalled = outcome.stalled_s if isinstance(outcome, Hung) else outcome.elapsed
         diag = hang_diagnosis(outcome.tail, stalled)
@@ -69,6 +72,16 @@ def diagnose_attempt(remote: Remote, launch: Launch, outcome: Outcome, version: 
         tb_offset = _state_traceback(remote, launch.run)
     return diagnose_run(remote, launch.run, Ending(launch.log_offset, tb_offset, outcome.exit_code, outcome.signal),
                         version, engine=engine)
+
+
+def _refused_hint(outcome: ProbeRefused) -> str:
+    if outcome.served and outcome.model not in outcome.served:
+        return (f"the probe asks for the model the profile serves ({outcome.model!r}); the engine serves "
+                f"{outcome.served[0]!r}: set engine.args.served_model_name (or model_path) so the two agree")
+    if outcome.status in (401, 403):
+        return "the engine refused the probe's API key: check engine.args.api_key and the engine's own key settings"
+    return (f"the engine has no {outcome.path} for this request: check the engine kind and its version (the probe "
+            "uses the engine's OpenAI-compatible completions endpoint)")
 
 
 def diagnose_state(remote: Remote, run: RunDir, state: Mapping[str, Any], version: str | None, *,

@@ -15,14 +15,15 @@ from deployer.logtext import bounded_diagnosis
 from deployer.observe.timeline import StartKey, Timeline
 from deployer.profile.model import Restart
 from deployer.remedy.propose import Change
-from deployer.watch.watcher import Crashed, Hung, Outcome, PortTaken, Ready, Stuck, TimedOut, Unsupervised
+from deployer.watch.watcher import Crashed, Hung, Outcome, PortTaken, ProbeRefused, Ready, Stuck, TimedOut, Unsupervised
 
-AttemptOutcome = Literal["ready", "crashed", "hung", "timeout", "port-taken", "supervisor-lost", "not-started"]
+AttemptOutcome = Literal["ready", "crashed", "hung", "timeout", "port-taken", "supervisor-lost", "probe-refused",
+                         "not-started"]
 UpStatus = Literal["ready", "already-running", "failed"]
 
 OUTCOME_NAMES: dict[type, AttemptOutcome] = {
     Ready: "ready", Crashed: "crashed", Hung: "hung", Stuck: "crashed", TimedOut: "timeout",
-    PortTaken: "port-taken", Unsupervised: "supervisor-lost"}
+    PortTaken: "port-taken", Unsupervised: "supervisor-lost", ProbeRefused: "probe-refused"}
 
 
 @dataclass(frozen=True)

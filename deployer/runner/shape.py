@@ -28,7 +28,7 @@ from deployer.target.process import Launch, stop
 from deployer.target.records import RunView, record_address, record_engine
 from deployer.target.tokenprobe import TokenProbe
 from deployer.watch.hubcache import hub_cache
-from deployer.watch.watcher import Hung, Outcome, Stuck, TimedOut, Unsupervised, Watcher
+from deployer.watch.watcher import Hung, Outcome, ProbeRefused, Stuck, TimedOut, Unsupervised, Watcher
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -160,7 +160,8 @@ class SingleHost(Shape):
                        probe=TokenProbe.of(profile)).run()
 
     def stop_failed(self, result: Result, profile: Profile) -> None:
-        if isinstance(result, (Hung, Stuck, TimedOut, Unsupervised)):  # unsupervised: no restart policy covers it
+        if isinstance(result, (Hung, Stuck, TimedOut, Unsupervised, ProbeRefused)):  # unsupervised: no restart policy
+            # covers it; refused: it runs, but not as the profile asks
             assert self.leader.run is not None
             stop(self.leader.remote, self.leader.run, stop_grace(profile.restart.grace_s), why="failed")
 

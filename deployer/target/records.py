@@ -17,7 +17,6 @@ from deployer.engines.base import KvAllocated, kv_allocated_in
 from deployer.errors import NotFound
 from deployer.logtext import clip_middle, clip_tail, readable
 from deployer.profile.host import probe_address
-from deployer.profile.model import DEFAULT_ENGINE_KIND
 from deployer.target.push import Layout, RunDir
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.target.process import status
@@ -187,4 +186,9 @@ def record_engine(record: Mapping[str, Any]) -> Engine:
 def record_kind(record: Mapping[str, Any]) -> str:
     """The engine kind of a pushed attempt (profile.json); records written before `kind` existed hold a profile
     without engine.kind, which the profile model reads as its default engine (the only one then)."""
-    return str(record.get("kind") or (record.get("profile") or {}).get("engine", {}).get("kind") or DEFAULT_ENGINE_KIND)
+    kind = record.get("kind") or (record.get("profile") or {}).get("engine", {}).get("kind")
+    if kind:
+        return str(kind)
+    from deployer.profile.model import DEFAULT_ENGINE_KIND  # only for an old record: the model's import is slow
+
+    return DEFAULT_ENGINE_KIND

@@ -9,6 +9,7 @@ model the name the engine serves (Engine.served_model), the load gauges the engi
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -60,26 +61,57 @@ class TokenProbe:
 
     def ask(self, remote: Remote) -> str | None:
         """None when the engine generated a token; else why not, in one line."""
-        headers = {"content-type": "application/json"}
-        if self.api_key:
-            headers["authorization"] = f"Bearer {self.api_key}"
+        return self.answer(remote).why
+
+    def answer(self, remote: Remote) -> ProbeAnswer:
+        """One probe: the HTTP status (None: no answer) and why no token came (None: one came)."""
         started = time.monotonic()
         try:
-            reply = remote.request("POST", self.port, self.path, body=request_body(self.model), headers=headers,
+            reply = remote.request("POST", self.port, self.path, body=request_body(self.model),
+                                   headers={"content-type": "application/json", **self._auth()},
                                    timeout=self.timeout_s, address=self.address)
         except EndpointUnreachable as exc:
-            return f"no answer to a one-token completion after {time.monotonic() - started:.1f} s: {exc}"
-        return generated(reply.status, reply.body)
+            return ProbeAnswer(None, f"no answer to a one-token completion after {time.monotonic() - started:.1f} s: "
+                                     f"{exc}")
+        return ProbeAnswer(reply.status, generated(reply.status, reply.body))
+
+    def served_models(self, remote: Remote) -> list[str] | None:
+        """The model names the engine says it serves (GET /v1/models, as OpenAI's API lists them); None when it
+        does not answer that."""
+        try:
+            reply = remote.request("GET", self.port, "/v1/models", headers=self._auth(), timeout=self.timeout_s,
+                                   address=self.address)
+            data = json.loads(reply.body) if reply.status == 200 else None
+        except (EndpointUnreachable, ValueError):
+            return None
+        models = data.get("data") if isinstance(data, dict) else None
+        if not isinstance(models, list):
+            return None
+        return [str(m["id"]) for m in models if isinstance(m, dict) and m.get("id") is not None]
+
+    def _auth(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
 
-def load_gauges(engine: Engine) -> tuple[list[str], list[str]]:
-    """The engine's gauges of requests running and waiting (its metrics.yaml; none when it names none)."""
+@dataclass(frozen=True)
+class ProbeAnswer:
+    """What one one-token probe got: the HTTP status (None: no answer at all) and why no token (None: a token)."""
+
+    status: int | None
+    why: str | None
+
+
+def load_gauges(engine: Engine, args: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """The engine's gauges of requests running and waiting (its metrics.yaml; none when it names none, or when the
+    profile's `args` turn its metrics off: the supervisor then never asks /metrics)."""
     path = engine.knowledge.metrics
     if path is None:
         return [], []
     try:
         names = load_metric_names(path)
     except MetricNamesUnreadable:
+        return [], []
+    if names.switch is not None and not names.switch.serves(args):
         return [], []
     return ([m.name for m in names.candidates(Quantity.REQUESTS_RUNNING)],
             [m.name for m in names.candidates(Quantity.REQUESTS_WAITING)])
@@ -88,7 +120,7 @@ def load_gauges(engine: Engine) -> tuple[list[str], list[str]]:
 def probe_config(profile: Profile) -> ProbeConfig:
     """supervise.json's "probe": the supervisor's one-token probe after ready."""
     engine, health = profile.engine, profile.health
-    running, waiting = load_gauges(engine.definition)
+    running, waiting = load_gauges(engine.definition, engine.args)
     config: ProbeConfig = {"path": engine.definition.launch.completion_path, "model": engine.served_model,
                            "address": engine.probe_address, "port": engine.port, "health_path": health.path,
                            "interval_s": health.probe_interval_s, "failures": health.probe_failures,

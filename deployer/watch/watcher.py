@@ -111,6 +111,59 @@ class TimedOut:
         return said
 
 
+# A 4xx to the readiness probe is the engine's answer, not silence: it will not change by waiting (a wrong endpoint,
+# a model name it does not serve, a refused key). 408, 425 and 429 say "later" and are waited out like no answer.
+WAIT_AND_RETRY = (408, 425, 429)
+
+
+def definite_refusal(status: int | None) -> bool:
+    """Whether the probe's HTTP status ends the wait: a 4xx that does not say "try later"."""
+    return status is not None and 400 <= status < 500 and status not in WAIT_AND_RETRY
+
+
+@dataclass(frozen=True)
+class ProbeRefused:
+    """/health answers, but the engine refused the one-token probe with a definite 4xx (wrong endpoint, a model
+    name it does not serve): waiting longer would not change the answer."""
+
+    elapsed: float
+    status: int
+    path: str                    # the probe's endpoint
+    model: str                   # the model name the probe asked for (the profile's served model)
+    why: str                     # the engine's answer, in one line
+    served: list[str] | None     # what the engine serves (GET /v1/models; None: it did not say)
+    tail: list[str]
+
+    def describe(self) -> str:
+        return (f"the engine refused the readiness probe after {self.elapsed:.1f}s: HTTP {self.status} to POST "
+                f"{self.path} for model {self.model!r}")
+
+    def meaning(self) -> str:
+        """What the engine said, and the model names it serves when the probe's is not one of them."""
+        said = engine_message(self.why)
+        if self.served is not None and self.model not in self.served:
+            said += (f" (the probe asked for {self.model!r}, the profile's served model; the engine serves "
+                     f"{', '.join(map(repr, self.served)) or 'no model'}: GET /v1/models)")
+        return said
+
+
+def engine_message(why: str) -> str:
+    """The message of an engine's error answer ("HTTP 404: {json}"): OpenAI's `error.message` (vLLM), a bare
+    `message`, FastAPI's `detail`, else the text as it came."""
+    head, _, body = why.partition(": ")
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return why
+    error = data.get("error") if isinstance(data, dict) else None
+    for found in (error.get("message") if isinstance(error, dict) else None,
+                  data.get("message") if isinstance(data, dict) else None,
+                  data.get("detail") if isinstance(data, dict) else None):
+        if isinstance(found, str) and found:
+            return f"{head}: {found}"
+    return why
+
+
 @dataclass(frozen=True)
 class PortTaken:
     """The port answered, but from a server that is not this run's engine (another deployment, a stray)."""
@@ -137,7 +190,7 @@ class Unsupervised:
                f"the engine ran on unsupervised"
 
 
-Outcome = Union[Ready, Crashed, Hung, Stuck, TimedOut, PortTaken, Unsupervised]
+Outcome = Union[Ready, Crashed, Hung, Stuck, TimedOut, PortTaken, Unsupervised, ProbeRefused]
 
 
 @dataclass(frozen=True)
@@ -281,6 +334,7 @@ class Watcher:
         self.remote, self.launch, self.port, self.health, self.engine = remote, launch, port, health, engine
         self.probe = probe
         self.no_token: str | None = None             # why the last one-token probe failed (None: none failed)
+        self.refused: tuple[int, str] | None = None  # the probe's definite 4xx: its status and the answer
         self.address = address  # where the target reaches the engine: its bind address, else loopback
         self.cache = cache
         self.cache_bytes: tuple[float, int] | None = None    # (when, size) of the last look at the hub cache
@@ -330,6 +384,8 @@ class Watcher:
                 self.last_progress = now  # its server is up: the startup deadline bounds the wait for a token
                 if self._token(elapsed):
                     return self._ready(elapsed)
+                if self.refused is not None:
+                    return self._refused(elapsed)
         if self.fatal is not None and now - self.fatal[0] >= FATAL_GRACE_S:
             stuck = Stuck(elapsed, self.fatal[1], now - self.fatal[0], self.log.tail())
             self.emit(EngineHung(elapsed=round(elapsed, 3), stalled_s=round(stuck.waited_s, 3),
@@ -349,12 +405,27 @@ class Watcher:
         reason and kept for the diagnosis of a start that runs out of time."""
         if self.probe is None:
             return True
-        why = self.probe.ask(self.remote)
+        answer = self.probe.answer(self.remote)
+        why = answer.why
+        if why is not None and definite_refusal(answer.status):
+            assert answer.status is not None
+            self.refused = (answer.status, why)
+            return False
         if why is not None and why != self.no_token:
             self.emit(Progressed(phase=self.phase, elapsed=round(elapsed, 3),
                                  line=clip(f"/health answers; waiting for a generated token: {why}", 300)))
         self.no_token = why
         return why is None
+
+    def _refused(self, elapsed: float) -> ProbeRefused:
+        """The probe's definite 4xx, with what the engine says it serves."""
+        assert self.probe is not None and self.refused is not None
+        status_code, why = self.refused
+        served = self.probe.served_models(self.remote)
+        refused = ProbeRefused(elapsed, status_code, self.probe.path, self.probe.model, clip(why, 300), served,
+                               self.log.tail())
+        self.emit(Progressed(phase=self.phase, elapsed=round(elapsed, 3), line=clip(refused.describe(), 400)))
+        return refused
 
     def _ready(self, elapsed: float) -> Outcome:
         """Health answers from our engine; ready also means supervised (the restart policy covers it)."""

@@ -37,3 +37,32 @@ def test_status_of_a_name_imports_neither_the_pipeline_nor_the_other_kinds() -> 
     assert "deployer.cli.targets" in loaded
     assert not {"deployer.runner.up", "deployer.deployments.nodes", "deployer.deployments.fleet",
                 "deployer.profile.loader"} & loaded
+
+
+def _pydantic_or_model(loaded: set[str]) -> set[str]:
+    return {m for m in loaded if m.split(".")[0] in ("pydantic", "pydantic_core") or m == "deployer.profile.model"}
+
+
+def test_status_of_a_name_imports_neither_pydantic_nor_the_profile_model() -> None:
+    """Issue 36's bench: pydantic and the profile model were a third of a `deploy status`'s start-up."""
+    assert not _pydantic_or_model(_modules_after(["status", "demo"]))
+
+
+def test_reading_an_engines_metric_names_needs_no_pydantic() -> None:
+    """`status` and `top` read the metrics map of every live engine they show."""
+    code = ("import sys\nfrom deployer.engines import engine_for\nfrom deployer.observe.names import load_metric_names\n"
+            "for kind in ('sglang', 'vllm'):\n    load_metric_names(engine_for(kind).knowledge.metrics)\n"
+            "print('\\n'.join(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert not _pydantic_or_model(set(out.stdout.split()))
+
+
+def test_one_engine_is_imported_for_one_deployments_engine() -> None:
+    """`status` of an SGLang deployment reads its record's engine: the SGLang package only, not every engine's."""
+    code = ("import sys\nfrom deployer.engines import engine_for\nassert engine_for('sglang').kind == 'sglang'\n"
+            "print('\\n'.join(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    loaded = set(out.stdout.split())
+    assert "deployer.engines.sglang" in loaded and "deployer.engines.vllm" not in loaded

@@ -25,6 +25,9 @@ SECRETS = {"HF_TOKEN": "hf_testTOKENvalue42", "SGLANG_API_KEY": "sk-test-api-key
 LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")  # Prometheus' label name syntax
 
 
+OFF = "engine.args.enable_metrics=null"  # the example profiles turn SGLang's metrics on; this takes it out again
+
+
 def load(name: str, *overrides: str) -> Profile:
     return load_profile(REPO / "profiles" / f"{name}.yaml", environ=dict(SECRETS), overrides=list(overrides))
 
@@ -58,10 +61,10 @@ def test_a_pinned_engine_version_is_a_label() -> None:
 
 
 def test_sglang_without_enable_metrics_is_listed_with_a_warning_to_add_it() -> None:
-    export = scrape_targets(load("starter", "engine.host=0.0.0.0"))
+    export = scrape_targets(load("starter", "engine.host=0.0.0.0", "engine.args.enable_metrics=null"))
     assert list(by_address(export)) == ["gpu-box:30000"]
     assert len(export.warnings) == 1 and "enable_metrics: true" in export.warnings[0]
-    assert scrape_targets(load("starter", "engine.host=0.0.0.0", "engine.args.enable_metrics=true")).warnings == []
+    assert scrape_targets(load("starter", "engine.host=0.0.0.0")).warnings == []  # the starter turns them on
     off = scrape_targets(load("starter", "engine.host=0.0.0.0", "engine.args.enable_metrics=false"))
     assert "enable_metrics" in off.warnings[0]
 
@@ -86,7 +89,7 @@ def test_a_local_target_is_scraped_on_loopback_without_a_warning() -> None:
 
 
 def test_a_fleet_is_every_replica_at_its_engine_port_and_the_routers_metrics_port() -> None:
-    export = scrape_targets(load("qwen3-8b-fleet"))
+    export = scrape_targets(load("qwen3-8b-fleet", OFF))
     targets = by_address(export)
     assert list(targets) == ["gpu-a:30000", "gpu-b:30001", "gpu-a:8001"]  # smg's metrics: router port + 1
     assert targets["gpu-a:30000"]["deployment"] == "qwen3-8b-fleet-r0"
@@ -97,7 +100,7 @@ def test_a_fleet_is_every_replica_at_its_engine_port_and_the_routers_metrics_por
                       "profile": "qwen3-8b-fleet", "role": "router", "host": "gpu-a"}
     # the shipped fleet leaves out --enable-metrics: one warning for the fleet, not one per replica
     assert len(export.warnings) == 1 and "enable_metrics" in export.warnings[0]
-    assert scrape_targets(load("qwen3-8b-fleet", "engine.args.enable_metrics=true")).warnings == []
+    assert scrape_targets(load("qwen3-8b-fleet")).warnings == []  # the example turns them on
 
 
 def test_the_routers_own_prometheus_flags_win() -> None:
@@ -133,7 +136,7 @@ def test_a_node_group_is_one_target_per_node_with_its_rank() -> None:
 
 
 def test_node_0_on_loopback_is_warned_about_and_followers_are_not() -> None:
-    export = scrape_targets(load("llama-405b-2node"))  # no enable_metrics, rank 0 on the default 127.0.0.1
+    export = scrape_targets(load("llama-405b-2node", OFF))  # no enable_metrics, rank 0 on the default 127.0.0.1
     assert list(by_address(export)) == ["node-0:30000", "node-1:30000"]
     assert len(export.warnings) == 2
     assert any("enable_metrics" in w for w in export.warnings)
@@ -210,15 +213,15 @@ def test_the_cli_writes_the_file_sd_and_warns_on_stderr(tmp_path: Path) -> None:
     out = tmp_path / "targets.json"
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}  # no HF_TOKEN / SGLANG_API_KEY
     proc = subprocess.run([sys.executable, "-m", "deployer.cli", "export", "prometheus",
-                           str(REPO / "profiles" / "qwen3-8b-fleet.yaml"), "-o", str(out)],
+                           str(REPO / "profiles" / "qwen3-8b-fleet.yaml"), "--set", OFF, "-o", str(out)],
                           capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ""
     written = json.loads(out.read_text())
-    assert written == scrape_targets(load("qwen3-8b-fleet")).to_json()
+    assert written == scrape_targets(load("qwen3-8b-fleet", OFF)).to_json()
     assert {t["labels"]["role"] for t in written} == {"engine", "router"}
     assert f"wrote {out} ({len(written)} targets)" in proc.stderr
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: ")]
-    expected = [f"warning: {w}" for w in scrape_targets(load("qwen3-8b-fleet")).warnings]
+    expected = [f"warning: {w}" for w in scrape_targets(load("qwen3-8b-fleet", OFF)).warnings]
     assert expected and all(line in warnings for line in expected)  # (and one per unset ${VAR}: not needed here)
     assert "Traceback" not in proc.stderr

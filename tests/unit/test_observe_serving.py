@@ -4,6 +4,7 @@ what was sent shows up, what the engine does not expose stays absent (None), nev
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -140,8 +141,7 @@ def test_a_metric_the_engine_does_not_expose_is_none_not_zero() -> None:
 
 def test_a_quantity_missing_from_the_map_is_absent() -> None:
     names = _names("vllm")
-    fewer = names.model_copy(update={"metrics": {k: v for k, v in names.metrics.items()
-                                                 if k is not Quantity.PREEMPTIONS}})
+    fewer = replace(names, metrics={k: v for k, v in names.metrics.items() if k is not Quantity.PREEMPTIONS})
     m = ServingMetrics.from_scrapes(fewer, _scrape("vllm", "after"), _scrape("vllm", "before"))
     assert m.preemptions is None and m.absent == (Quantity.PREEMPTIONS,)
     assert m.to_json()["preemptions"] is None
@@ -149,8 +149,8 @@ def test_a_quantity_missing_from_the_map_is_absent() -> None:
 
 def test_a_gauge_whose_selectors_match_no_series_is_none_not_zero() -> None:
     names = _names("vllm")
-    running = names.metrics[Quantity.REQUESTS_RUNNING][0].model_copy(update={"match": {"engine": "7"}})
-    other_engine = names.model_copy(update={"metrics": {**names.metrics, Quantity.REQUESTS_RUNNING: [running]}})
+    running = replace(names.metrics[Quantity.REQUESTS_RUNNING][0], match={"engine": "7"})
+    other_engine = replace(names, metrics={**names.metrics, Quantity.REQUESTS_RUNNING: [running]})
     m = ServingMetrics.from_scrapes(other_engine, _scrape("vllm", "during"))
     assert m.requests_running is None and m.requests_waiting == 0.0
 

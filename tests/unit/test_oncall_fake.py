@@ -50,9 +50,10 @@ def serving_row(report: dict[str, Any], **changes: Any) -> dict[str, Any]:
             "engine": "sglang", "engine_version": None, "model": "/models/tiny", **changes}
 
 
-# the scripted engine has no /metrics (404) and the fake box no nvidia-smi: status says so, numbers absent
-NO_METRICS = {"error": "/metrics answered HTTP 404; add `enable_metrics: true` to engine.args (SGLang serves /metrics "
-                       "only with --enable-metrics)", "gpu_memory": None}
+# the profile has SGLang's metrics off (no enable_metrics): /metrics is not asked, and the fake box has no
+# nvidia-smi: status says so, numbers absent
+NO_METRICS = {"off": True, "error": "metrics off (add `enable_metrics: true` to engine.args (SGLang serves /metrics "
+                                    "only with --enable-metrics))", "gpu_memory": None}
 
 
 CRASH_DIAGNOSIS = {"signature": None, "summary": "unknown failure: RuntimeError: the fake engine broke",

@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from deployer.export.prometheus import metrics_switch
 from deployer.profile.loader import load_profile
 from deployer.render.bundle import render
 
@@ -29,3 +32,15 @@ def test_starter_flags_are_real_sglang_flags() -> None:
     assert set(prof.engine.args) <= dests, set(prof.engine.args) - dests
     argv = [str(w) for w in render(prof).argv]
     assert argv[argv.index("--host") + 1] == "127.0.0.1" and argv[argv.index("--port") + 1] == "30000"
+
+
+EXAMPLES = sorted(p.name for p in (REPO / "profiles").glob("*.yaml") if p.name != "base.yaml")
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_every_example_profile_turns_its_engines_metrics_on(name: str) -> None:
+    """status, top and the dashboard show the engine's /metrics: SGLang serves them only with enable_metrics, vLLM
+    unless disable_log_stats (the engines' metrics.yaml `switch`)."""
+    prof = load_profile(REPO / "profiles" / name, environ={"HF_TOKEN": "x", "SGLANG_API_KEY": "x"})
+    switch = metrics_switch(prof)
+    assert switch is None or switch.serves(prof.engine.args), (name, switch and switch.fix)

@@ -8,7 +8,7 @@ import json
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -86,6 +86,15 @@ def test_router_records_are_the_previous_releases(tmp_path: Path) -> None:
             content_hash=bundle.content_hash, settings_hash=router_mod.settings_hash(member, fleet))
 
 
+def test_the_probe_reads_the_engines_load_gauges_only_when_its_metrics_are_on(tmp_path: Path) -> None:
+    profile = _engine(tmp_path)
+    on = profile.patched(args={"enable_metrics": True})
+    probe = cast(dict[str, Any], supervisor_config(on)["probe"])
+    assert (probe["running_metrics"], probe["waiting_metrics"]) == (["sglang:num_running_reqs"],
+                                                                     ["sglang:num_queue_reqs"])
+    assert cast(dict[str, Any], supervisor_config(profile)["probe"])["running_metrics"] == []
+
+
 def test_engine_records_are_the_previous_releases(tmp_path: Path) -> None:
     profile = _engine(tmp_path)
     bundle = render(profile)
@@ -93,8 +102,8 @@ def test_engine_records_are_the_previous_releases(tmp_path: Path) -> None:
     # added since (the one-token probe after ready): a key the previous release's supervisor never reads
     assert config.pop("probe") == {
         "path": "/v1/completions", "model": profile.engine.served_model, "address": "127.0.0.1", "port": 30000,
-        "health_path": "/health", "interval_s": 30.0, "failures": 3, "timeout_s": 30.0, "running_metrics": ["sglang:num_running_reqs"],
-        "waiting_metrics": ["sglang:num_queue_reqs"]}
+        "health_path": "/health", "interval_s": 30.0, "failures": 3, "timeout_s": 30.0, "running_metrics": [],
+        "waiting_metrics": []}  # SGLang without enable_metrics serves no /metrics: the supervisor never asks it
     _pinned("engine-supervise.json", config)
     record = dict(profile_record(profile, bundle, attempt=2, up_id="feedc0ffee12", written_hash="ab" * 32))
     assert record.pop("helper") == helper_bundle()[1]

@@ -23,6 +23,7 @@ profile fails or fits the way it would on the pretended GPU and a remedy compute
 | STANDIN_CRASH_AFTER_S   | 0.3           | crash_after_ready, worker_killed_after_ready: seconds of readiness before the engine core / worker dies |
 | STANDIN_CHAT_TEXT       | (hello)       | content of /v1/chat/completions answers |
 | STANDIN_DEAD_CORE_FILE  | (none)        | while this file exists the engine core is dead: /health 200, completions hang (standin_core.py) |
+| STANDIN_SERVES_MODEL    | (none)        | STAND-IN ONLY: serve this model name instead of --served-model-name/--model (as a launch wrapper that rewrites the name would): a request for the profile's name then gets real vLLM's 404 "The model `X` does not exist." (vllm/entrypoints/openai/models/serving.py:58, 0.32.0) |
 | STANDIN_FAIL_LOG / STANDIN_EXIT | | fail_text: file printed verbatim, exit status |
 """
 
@@ -115,7 +116,8 @@ class Server:
         self.model = Model(args.model)
         self.max_len = 0
         self.stop = threading.Event()
-        self.state = EngineState(args.served_model_name[0] if args.served_model_name else args.model)
+        self.state = EngineState(os.environ.get("STANDIN_SERVES_MODEL") or
+                                 (args.served_model_name[0] if args.served_model_name else args.model))
 
     def api(self, level: str, where: str, message: str) -> None:
         log("APIServer", self.pid, level, where, message)
