@@ -148,7 +148,7 @@ class ProbeRefused:
 
 
 def engine_message(why: str) -> str:
-    """The message of an engine's error answer ("HTTP 404: {json}"): OpenAI's `error.message` (vLLM), a bare
+    """The message of an engine's error answer ("HTTP 404: {json}"): the OpenAI shape `error.message`, a bare
     `message`, FastAPI's `detail`, else the text as it came."""
     head, _, body = why.partition(": ")
     try:
