@@ -210,31 +210,38 @@ def test_every_deployment_on_a_host_opens_its_page(healed: tuple[Path, Path], ss
 
 def test_the_command_with_only_a_host_serves_each_deployments_page(healed: tuple[Path, Path], sshd: Any) -> None:
     prof, home = healed
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DEPLOYER_HOME": str(home),
-           "HOME": os.environ.get("HOME", "/root"), "DEPLOYER_SSH_CONFIG": str(sshd.ssh_config)}
-    proc = subprocess.Popen([sys.executable, "-m", "deployer.cli", "dashboard", "--host", "deployer-test",
-                             "--workdir", str(prof.parent / "work")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(REPO))
-    try:
-        assert proc.stdout is not None
-        parts = urlsplit(proc.stdout.readline().strip())
-        base = f"http://127.0.0.1:{parts.port}"
-        code, body, _ = _get(f"{base}/api/session", {"X-Deployer-Ticket": parts.fragment[len("ticket="):]})
-        bearer = {"Authorization": f"Bearer {json.loads(body)['token']}"}
+    argv = ("--host", "deployer-test", "--workdir", str(prof.parent / "work"))
+    with signed_in_dashboard(argv, _env(home, sshd)) as (base, bearer, proc):
         code, body, _ = _get(f"{base}/api/overview", bearer)
         (row,) = [r for r in json.loads(body)["rows"] if r["name"] == "dashdemo"]
         code, body, _ = _get(f"{base}/api/deployment?key={row['key']}", bearer)
         assert code == 200 and [a["outcome"] for a in json.loads(body)["attempts"]] == ["crashed", "ready"], body
         code, body, _ = _get(f"{base}/api/log?key={row['key']}", bearer)
         assert code == 200 and json.loads(body)["lines"], body
+    stderr = proc.stderr.read() if proc.stderr else ""
+    assert proc.returncode == 0 and "Traceback" not in stderr and "AssertionError" not in stderr, stderr
+
+
+@contextmanager
+def signed_in_dashboard(argv: tuple[str, ...], env: dict[str, str]
+                        ) -> Iterator[tuple[str, dict[str, str], subprocess.Popen[str]]]:
+    """`deploy dashboard ARGV` running, signed in as a browser is (the printed URL's one-time ticket traded for the
+    token): its base URL, the bearer header, the process (stopped with Ctrl-C when the block ends)."""
+    proc = subprocess.Popen([sys.executable, "-m", "deployer.cli", "dashboard", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=str(REPO))
+    try:
+        assert proc.stdout is not None
+        parts = urlsplit(proc.stdout.readline().strip())
+        base = f"http://127.0.0.1:{parts.port}"
+        code, body, _ = _get(f"{base}/api/session", {"X-Deployer-Ticket": parts.fragment[len("ticket="):]})
+        assert code == 200, body
+        yield base, {"Authorization": f"Bearer {json.loads(body)['token']}"}, proc
     finally:
         proc.send_signal(signal.SIGINT)
         try:
-            rc = proc.wait(timeout=30)
+            proc.wait(timeout=30)
         finally:
             proc.kill()
-    stderr = proc.stderr.read() if proc.stderr else ""
-    assert rc == 0 and "Traceback" not in stderr and "AssertionError" not in stderr, stderr
 
 
 # --- the dashboard shows what status shows (issue 36) ------------------------------------------------------------
@@ -265,25 +272,12 @@ def _status_json(argv: tuple[str, ...], home: Path, sshd: Any) -> Any:
 def _dashboard_json(argv: tuple[str, ...], home: Path, sshd: Any, name: str) -> tuple[Any, Any]:
     """`deploy dashboard ARGV` as a browser reads it: the overview row of `name` and its page's row (the API's
     JSON, through the server's safe edge)."""
-    proc = subprocess.Popen([sys.executable, "-m", "deployer.cli", "dashboard", *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=_env(home, sshd), cwd=str(REPO))
-    try:
-        assert proc.stdout is not None
-        parts = urlsplit(proc.stdout.readline().strip())
-        base = f"http://127.0.0.1:{parts.port}"
-        code, body, _ = _get(f"{base}/api/session", {"X-Deployer-Ticket": parts.fragment[len("ticket="):]})
-        bearer = {"Authorization": f"Bearer {json.loads(body)['token']}"}
+    with signed_in_dashboard(argv, _env(home, sshd)) as (base, bearer, _):
         code, body, _ = _get(f"{base}/api/overview", bearer)
         (row,) = [r for r in json.loads(body)["rows"] if r["name"] == name]
         code, body, _ = _get(f"{base}/api/deployment?key={row['key']}", bearer)
         assert code == 200, body
         return row, json.loads(body)["row"]
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        finally:
-            proc.kill()
 
 
 def _holder(lock: str | None) -> str | None:
