@@ -18,7 +18,7 @@ from sshbed import SSHD, make_sshd  # noqa: E402
 
 STANDIN_BIN = Path(__file__).resolve().parent / "standin" / "bin"
 
-pytest_plugins = ["ci_skips"]  # under CI=true a skipped test is a failed one (tests/ci_skips.py)
+pytest_plugins = ["ci_skips", "slow_tests"]  # CI=true: a skip fails (ci_skips.py); slow ones say why (slow_tests.py)
 
 
 HOME_VARS = ("DEPLOYER_HOME", "DEPLOYER_CONFIG", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME",

@@ -122,6 +122,7 @@ def _pids(bed: HostBed, home: Path, prof: Path) -> list[int]:
     return [int(r["pid"]) for r in json.loads(st.stdout)["replicas"]]
 
 
+@pytest.mark.slow("drains each replica behind the real router under a client's load, one after the other")
 def test_rolling_restart_through_the_real_router_loses_no_request(tmp_path: Path, bed: HostBed) -> None:
     home = tmp_path / "home"
     prof, data = _hard_profile(tmp_path, bed, "roll")
@@ -221,6 +222,7 @@ def test_a_fleet_without_router_is_updated_one_replica_at_a_time(tmp_path: Path,
     assert fleet_deploy(bed, "down", str(prof), home=home).returncode == 0
 
 
+@pytest.mark.slow("a rolling up, then its rollback: each replica drained and started in turn")
 def test_rolling_rollback_of_a_fleet(tmp_path: Path, bed: HostBed) -> None:
     home = tmp_path / "home"
     prof, data = _hard_profile(tmp_path, bed, "back")

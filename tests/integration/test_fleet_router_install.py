@@ -55,6 +55,7 @@ def router_phases(stdout: str) -> list[str]:
     return [e["phase"] for e in events(stdout) if e["event"] == "phase" and e.get("member") == "router"]
 
 
+@pytest.mark.slow("builds the router's environment on the box (7 wheels, 44 MB) before the fleet comes up")
 def test_a_fleet_comes_up_behind_the_router_deployer_installed(tmp_path: Path, bed: HostBed) -> None:
     home, host = tmp_path / "home", bed.hosts[0]
     prof, data = router_install_profile(tmp_path, bed, [f"smg=={SMG_VERSION}"], "rfleet")

@@ -22,7 +22,8 @@ import yaml
 from deploy_helpers import REPO, deploy, write_profile
 from deployer.remote.program import helper_bundle
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300),
+              pytest.mark.slow("waits out what a user waits: the lease (30 s) and the 60 s answer bound")]
 
 BOUND_S = 150.0  # measured: status 37 s, up 84 s (the lease's 30 s, then its clean-up), logs -f 63 s; plus a loaded box
 

@@ -109,3 +109,15 @@ def test_under_ci_a_skip_is_a_failure(tmp_path: Path, ci: str, code: int, outcom
     assert done.returncode == code and outcome in done.stdout, done.stdout[-2000:]
     if ci:
         assert "skipped under CI=true, where every skip is a failure: Skipped: nothing to run it on" in done.stdout
+
+
+def test_a_slow_test_without_a_reason_is_listed_and_one_with_a_reason_is_not() -> None:
+    from slow_tests import slow_without_reason
+
+    class Report:
+        def __init__(self, nodeid: str, duration: float, keywords: dict[str, int], when: str = "call") -> None:
+            self.nodeid, self.duration, self.keywords, self.when = nodeid, duration, keywords, when
+
+    reports = [Report("a", 45.0, {}), Report("b", 50.0, {"slow": 1}), Report("c", 12.0, {}),
+               Report("d", 80.0, {}, when="setup"), Report("e", 31.0, {})]
+    assert slow_without_reason(reports, 30.0) == [(45.0, "a"), (31.0, "e")]  # type: ignore[arg-type]
