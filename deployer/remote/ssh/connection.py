@@ -254,7 +254,10 @@ class SSHRemote:
             return encrypted_key_error(self._encrypted, self.resolved.user, self.label)
         if auth_failed:
             keys = ", ".join(self.resolved.identity_files) or "default keys/agent"
-            return AuthFailed(f"authentication as {self.resolved.user} failed (tried {keys}): {e}", host=self.label)
+            missing = "".join(f"; ssh config's IdentityFile {path} does not exist"
+                              for path in self.resolved.missing_identities)
+            return AuthFailed(f"authentication as {self.resolved.user} failed (tried {keys}{missing}): {e}",
+                              host=self.label)
         if isinstance(e, (paramiko.SSHException, EOFError, OSError)):
             why = str(e) or type(e).__name__
             if "banner" in why.lower() or "No existing session" in why:  # TCP connected, sshd said nothing
