@@ -47,7 +47,7 @@ class Resolved:
     known_hosts: str
     proxy_jump: str | None  # "user@host:port,..." hops, or None
     proxy_command: str | None = None  # the shell command whose stdin/stdout is the connection, tokens expanded
-    missing_identities: tuple[str, ...] = ()  # the ssh config's IdentityFile lines naming no file (skipped, as ssh does)
+    missing_identities: tuple[str, ...] = ()  # the ssh config's IdentityFiles that name no file (skipped, as by ssh)
 
     @property
     def label(self) -> str:
