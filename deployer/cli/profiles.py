@@ -10,6 +10,7 @@ from deployer.deployments.resolve import for_profile
 from deployer.errors import ProfileError, ProfileProblems
 from deployer.local_history import home
 from deployer.preflight.flags import check_offline, default_cache_dir
+from deployer.profile.loader import engine_only
 from deployer.profile.model import Profile
 
 
@@ -23,7 +24,25 @@ def validate(profile: str, overrides: tuple[str, ...], host: str | None, as_json
     engine.args are checked offline against the flag table cached for the engine version the profile pins
     (engine.version), else the newest one cached; a typo `up` would respell is an error here.
     """
-    prof = _load(profile, overrides, host, allow_unset=True)
+    try:
+        prof = _load(profile, overrides, host, allow_unset=True)
+    except ProfileError as e:  # list the flag problems too, where the engine section can be read on its own
+        raise _with_flag_problems(e, engine_only(profile, overrides=list(overrides), host=host)) from None
+    said, errors = _flag_problems(prof)
+    if errors:
+        click.echo(said, err=True)
+        raise errors[0] if len(errors) == 1 else ProfileProblems(errors, file=errors[0].file)
+    if as_json:
+        _emit_json(prof.public_dict())
+    else:
+        click.echo(f"{profile}: ok ({prof.name}: {prof.engine.kind} {prof.engine.model_path} -> "
+                   f"{prof.target.host}:{prof.engine.port})")
+        click.echo(f"  {said}")
+
+
+def _flag_problems(prof: Profile) -> tuple[str, list[ProfileError]]:
+    """engine.args against the cached flag table: which table (a line saying so) and every problem, in file order;
+    warnings go to stderr as they are found."""
     check = check_offline(prof, [default_cache_dir(), home() / "cache"])
     said = (f"engine.args checked against the cached flag table of {prof.engine.kind} {check.version} "
             f"({check.basis})") if check.version else f"engine.args not checked: {check.basis}"
@@ -35,15 +54,20 @@ def validate(profile: str, overrides: tuple[str, ...], host: str | None, as_json
     for warning in check.report.warnings if check.report else []:
         if warning not in keyed:  # a respelt typo is an error here, not a warning
             click.echo(f"warning: {warning}", err=True)
-    if errors:
-        click.echo(said, err=True)
-        raise errors[0] if len(errors) == 1 else ProfileProblems(errors, file=errors[0].file)
-    if as_json:
-        _emit_json(prof.public_dict())
-    else:
-        click.echo(f"{profile}: ok ({prof.name}: {prof.engine.kind} {prof.engine.model_path} -> "
-                   f"{prof.target.host}:{prof.engine.port})")
-        click.echo(f"  {said}")
+    return said, errors
+
+
+def _with_flag_problems(schema: ProfileError, engine: Profile | None) -> ProfileError:
+    """The schema's problems and, after them, the flag problems of the engine section (issue 36: one run shows
+    every problem); the schema error as it was when the engine section cannot be read or its flags are fine."""
+    if engine is None:
+        return schema
+    said, flags = _flag_problems(engine)
+    if not flags:
+        return schema
+    click.echo(said, err=True)
+    problems = schema.problems if isinstance(schema, ProfileProblems) else [schema]
+    return ProfileProblems([*problems, *flags], file=schema.file)
 
 
 @click.command()

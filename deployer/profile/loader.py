@@ -51,6 +51,13 @@ def load(path: Path, *, overrides: list[str], host: str | None, environ: dict[st
     """allow_unset: an unset `${VAR}` is left as written and listed in `profile.unset` (validate, render); a tuple
     of field prefixes allows it only under those (`("engine.",)`: the on-call reads never use the engine's values,
     but they do need the target's)."""
+    layered = _layered(path, overrides, host, environ, allow_unset)
+    return _finish(_validate(layered, str(path)), layered, path)
+
+
+def _layered(path: Path, overrides: list[str], host: str | None, environ: dict[str, str] | None,
+             allow_unset: bool | tuple[str, ...]) -> Layered:
+    """The profile's data as `load` validates it: layers merged, `${VAR}`s expanded, --set, defaults, --host."""
     env = dict(os.environ if environ is None else environ)
     root = path.absolute().parent.resolve()
     layered = _load_layers(path, stack=[], root=root, budget=Budget())
@@ -62,7 +69,10 @@ def load(path: Path, *, overrides: list[str], host: str | None, environ: dict[st
         _apply_host(layered, host)
         layered.lines[("target", "host")] = ("--host", 0)
     layered.data.pop("extends", None)
-    profile = _validate(layered, str(path))
+    return layered
+
+
+def _finish(profile: Profile, layered: Layered, path: Path) -> Profile:
     profile._source = path.resolve()
     profile._templates = dict(layered.templates)
     profile._unset = list(layered.unset)
@@ -70,6 +80,40 @@ def load(path: Path, *, overrides: list[str], host: str | None, environ: dict[st
     profile._lines = {_dotted(_secret_loc(loc)): at for loc, at in layered.lines.items() if loc}
     remember(v for v in profile.secret_values() if v not in layered.unexpanded)
     return profile
+
+
+STAND_IN_NAME = "engine-only"  # what engine_only puts where the profile's own name, target... do not validate
+STAND_IN_HOST = "stand-in-host"
+STAND_IN_MODEL = "stand-in/model"
+
+
+def engine_only(path: str | Path, *, overrides: list[str] | None = None, host: str | None = None,
+                environ: dict[str, str] | None = None) -> Profile | None:
+    """The profile's engine section under a stand-in name and target, for `validate` to check engine.args when
+    other parts of the profile do not validate (so one run lists schema and flag problems together). An engine key
+    with a problem of its own (not kind, not args) is left out; None when the section still does not validate.
+    Never for deploying: its name and target are stand-ins."""
+    file = Path(path)
+    try:
+        layered = _layered(file, overrides or [], host, environ, allow_unset=True)
+    except ProfileError:
+        return None
+    engine = layered.data.get("engine")
+    if not isinstance(engine, dict):
+        return None
+    engine = dict(engine)
+    data = {"name": STAND_IN_NAME, "target": {"host": STAND_IN_HOST}, "engine": engine}
+    for _ in range(2):  # once as written, once without the engine keys that failed
+        try:
+            return _finish(Profile.model_validate(data), layered, file)
+        except ValidationError as exc:
+            broken = {err["loc"][1] for err in exc.errors() if len(err["loc"]) > 1 and err["loc"][0] == "engine"}
+            if not broken or broken & {"kind", "args"}:
+                return None
+            for key in broken:
+                engine.pop(key, None)
+            engine.setdefault("model_path", STAND_IN_MODEL)  # the one required key: missing or misspelt
+    return None
 
 
 # --- YAML with lines -------------------------------------------------------------------------------------------

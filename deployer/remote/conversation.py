@@ -244,7 +244,7 @@ class Conversation(FileOps):
                 continue
             if line is None:
                 raise TargetError(f"the deployer helper did not start on {self.label}{self._said()}",
-                                  hint="the target needs python3 (>= 3.8) on the login shell's PATH")
+                                  hint=start_hint(list(self._noise), self.label))
             if line.strip() == f"{SEND_MARKER} {digest}":  # after the requests already sent: the loader keeps them
                 with self._send_lock:  # never inside another thread's request line
                     session.send(f"{PROGRAM_MARKER} {len(payload)}\n".encode() + payload)
@@ -544,6 +544,19 @@ class LeaseSession:
 
     def close(self) -> None:
         self._closed = True   # the helper keeps the lease file open until RELEASE or the conversation's end
+
+
+# What nologin(8) and friends print instead of running a command: the account may not log in at all.
+REFUSED_LOGIN = ("This account is currently not available", "nologin", "account is disabled")
+
+
+def start_hint(said: list[str], label: str) -> str:
+    """Why a helper that never said hello most likely did not start, from what the target printed instead."""
+    user = label.partition("@")[0] if "@" in label else "USER"
+    if any(marker.lower() in line.lower() for line in said for marker in REFUSED_LOGIN):
+        return (f"the account's login shell refuses logins (nologin): give {user} a shell (e.g. "
+                f"`usermod -s /bin/bash {shlex.quote(user)}` on the target) or deploy as another user")
+    return "the target needs python3 (>= 3.8) on the login shell's PATH"
 
 
 def _json(line: str) -> dict[str, Any] | None:

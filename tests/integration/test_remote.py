@@ -370,6 +370,21 @@ def test_silent_port_times_out_within_budget(tmp_path: Path) -> None:
         assert time.monotonic() - t0 < 4
 
 
+def test_a_silent_sshd_takes_one_connect_timeout_not_two(tmp_path: Path) -> None:
+    """Issue 36: connect_timeout 10 took 22 s (a second try after the first one's banner timeout, under a 2x budget).
+    The timeout bounds the whole handshake, every try included."""
+    with socket.socket() as listener:  # a stand-in for a hung sshd: TCP accepted, no banner ever sent
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        spec = TargetSpec("127.0.0.1", port=listener.getsockname()[1], known_hosts=str(tmp_path / "kh"),
+                          ssh_config="/dev/null", connect_timeout=2)
+        t0 = time.monotonic()
+        with pytest.raises(ConnectFailed, match="no SSH answer within 2s"):
+            connect(spec)
+        took = time.monotonic() - t0
+    assert 1.8 <= took < 3.2, f"a 2 s connect_timeout took {took:.2f}s"
+
+
 def test_ssh_config_alias_is_honoured(sshd: SSHD, monkeypatch: pytest.MonkeyPatch) -> None:
     with closing(connect(TargetSpec("deployer-test", ssh_config=str(sshd.ssh_config)))) as r:
         assert r.label == f"root@127.0.0.1:{sshd.port}"

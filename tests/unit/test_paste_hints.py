@@ -22,6 +22,7 @@ from deployer.cli.show import text
 from deployer.export.k8s import Export
 from deployer.output.console import LiveProgress
 from deployer.profile.loader import load_profile
+from deployer.remote.ssh.config import encrypted_key_error
 from deployer.runner.report import UpReport
 from deployer.runner.up import reach_of
 
@@ -55,7 +56,7 @@ def paste(tmp_path: Path, line: str, env: dict[str, str] | None = None) -> dict[
     bin_dir, argv_dir = tmp_path / "bin", tmp_path / "argv"
     for folder in (bin_dir, argv_dir):
         folder.mkdir(exist_ok=True)
-    for name in ("curl", "ssh", "kubectl"):
+    for name in ("curl", "ssh", "kubectl", "ssh-add"):
         script = bin_dir / name
         script.write_text(STAND_IN.format(python=sys.executable, name=name))
         script.chmod(0o755)
@@ -137,6 +138,17 @@ def test_export_secret_command_pasted_runs_nothing_and_takes_values_from_the_she
     got = paste(tmp_path, command, env={"HF_TOKEN": value, "API_KEY": "sk-1"})
     assert got["kubectl"] == ["-n", value, "create", "secret", "generic", f"n{value}", "--from-literal=API_KEY=sk-1",
                               f"--from-literal=HF_TOKEN={value}"]
+
+
+@pytest.mark.parametrize("value", HOSTILE, ids=IDS)
+def test_ssh_add_hint_pasted_runs_nothing_and_names_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            value: str) -> None:
+    """The encrypted-key hint's `ssh-add KEY` (issue 36): a key path with quotes, `$(...)` or a newline in it."""
+    monkeypatch.setenv("SSH_AUTH_SOCK", str(tmp_path / "agent.sock"))
+    key = f"/keys/id {value}"
+    message = str(encrypted_key_error([key], "root", "root@gpu-box:22"))
+    command = message.split("run `", 1)[1].rsplit("` (deployer never asks", 1)[0]
+    assert paste(tmp_path, command)["ssh-add"] == [key]
 
 
 def test_ordinary_hints_stay_as_people_type_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -128,3 +128,33 @@ def test_no_cached_table_says_flags_were_not_checked(tmp_path: Path) -> None:
     out = cli("validate", str(write(tmp_path, GOOD + "    zzq_totally_unknown: 7\n")), home=tmp_path / "home")
     assert out.returncode == 0, out.stderr
     assert "engine.args not checked: no flag table of sglang is cached yet" in out.stdout
+
+
+SCHEMA_BROKEN = [  # (what is written instead, the schema problems' fields): elsewhere, in the engine, its model
+    (("target:", "targt:"), ["targt", "target"]),
+    (("  args:", "  port: lots\n  args:"), ["engine.port"]),
+    (("  model_path:", "  modle_path:"), ["engine.modle_path", "engine.model_path"]),
+]
+
+
+@pytest.mark.parametrize(("change", "schema"), SCHEMA_BROKEN, ids=["target", "engine-port", "model-path"])
+def test_schema_and_flag_problems_come_in_one_run(tmp_path: Path, change: tuple[str, str], schema: list[str]) -> None:
+    """Issue 36: a schema error used to hide the flag errors, so it took two rounds to see every problem."""
+    home = tmp_path / "home"
+    save_flagset(home / "cache", table("0.5.23"))
+    path = write(tmp_path, GOOD.replace(*change) + "    context_lenght: 4096\n")
+    out = cli("validate", str(path), home=home)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert f"error: {path}: {len(schema) + 1} problems:\n" in out.stderr, out.stderr
+    fields = [ln.split(": ")[1] for ln in out.stderr.splitlines() if ln.startswith(f"  {path}:")]
+    assert fields == [*schema, "engine.args.context_lenght"], out.stderr
+    assert "engine.args checked against the cached flag table of sglang 0.5.23" in out.stderr
+
+
+def test_an_unreadable_engine_section_leaves_the_schema_problems_as_they_were(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    save_flagset(home / "cache", table("0.5.23"))
+    path = write(tmp_path, GOOD.replace("kind: sglang", "kind: sglng") + "    context_lenght: 4096\n")
+    out = cli("validate", str(path), home=home)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1].startswith(f"error: {path}:5: engine.kind: unknown engine kind")

@@ -16,6 +16,7 @@ import glob
 import hashlib
 import os
 import re
+import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,7 @@ class Resolved:
     known_hosts: str
     proxy_jump: str | None  # "user@host:port,..." hops, or None
     proxy_command: str | None = None  # the shell command whose stdin/stdout is the connection, tokens expanded
+    missing_identities: tuple[str, ...] = ()  # the ssh config's IdentityFiles that name no file (skipped, as by ssh)
 
     @property
     def label(self) -> str:
@@ -138,11 +140,12 @@ def resolve(spec: TargetSpec, proxy_jump: str | None = None) -> Resolved:
     """TargetSpec (+ ssh config) -> Resolved. `proxy_jump` overrides the config's ProxyJump ('none' = off)."""
     found: dict[str, Any] = dict(_ssh_config(spec).lookup(spec.host))
     port = spec.port or int(found.get("port", 22))
+    listed: list[str] = []
     if spec.identity_file:
         identities: tuple[str, ...] = (os.path.expanduser(spec.identity_file),)
     else:
         listed = [os.path.expanduser(p) for p in found.get("identityfile", [])]
-        identities = tuple(p for p in listed if os.path.exists(p))  # ssh skips missing defaults too
+        identities = tuple(p for p in listed if os.path.exists(p))  # ssh skips missing ones too (with a warning)
     known = spec.known_hosts or (found.get("userknownhostsfile") or "").split(" ")[0] or DEFAULT_KNOWN_HOSTS
     jump = proxy_jump if proxy_jump is not None else found.get("proxyjump")
     jump = None if not jump or jump.lower() == "none" else jump
@@ -161,6 +164,7 @@ def resolve(spec: TargetSpec, proxy_jump: str | None = None) -> Resolved:
         known_hosts=os.path.expanduser(known),
         proxy_jump=jump,
         proxy_command=command,
+        missing_identities=tuple(p for p in listed if p not in identities),
     )
 
 
@@ -175,6 +179,8 @@ def check_identity(path: str, label: str) -> bool:
         paramiko.PKey.from_path(path)
     except (paramiko.PasswordRequiredException, TypeError):  # TypeError: cryptography's "password-protected"
         return True
+    except FileNotFoundError:
+        raise AuthFailed(f"identity file {path} does not exist (check target.identity_file)", host=label) from None
     except OSError as e:
         raise AuthFailed(f"identity file {path}: {e.strerror or e}", host=label) from None
     except (paramiko.SSHException, ValueError) as e:
@@ -185,12 +191,13 @@ def check_identity(path: str, label: str) -> bool:
 def encrypted_key_error(encrypted: list[str], user: str, label: str) -> AuthFailed:
     """Authentication failed and the only usable keys are passphrase-protected: say how to unlock them."""
     keys = " ".join(encrypted)
+    add = shlex.join(["ssh-add", *encrypted])  # safe to paste whatever the paths hold (spaces, quotes, $)
     if not os.environ.get("SSH_AUTH_SOCK"):
         why = "no ssh-agent is running (SSH_AUTH_SOCK is unset)"
-        todo = f"run `eval \"$(ssh-agent)\"` then `ssh-add {keys}`"
+        todo = f"run `eval \"$(ssh-agent)\"` then `{add}`"
     else:
         why = "the ssh-agent does not hold it"
-        todo = f"run `ssh-add {keys}`"
+        todo = f"run `{add}`"
     return AuthFailed(f"authentication as {user} failed: identity file {keys} is encrypted and {why}; {todo} "
                       f"(deployer never asks for passphrases)", host=label)
 

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     import paramiko
 
 CONNECT_TRIES = 3
+MIN_TRY_S = 0.2  # a retry late in the budget still gets this long for its handshake
 SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
 KEEPALIVE_S = 5
 CHANNEL_TIMEOUT_S = 5.0
@@ -134,19 +135,22 @@ class SSHRemote:
             self.handshakes += 1
 
     def _connect_with_retries(self) -> _Link:
+        """Transient errors are retried, all tries within one connect_timeout: the timeout bounds the whole
+        handshake (a silent sshd used to take 2x, a second try after the first one's banner timeout)."""
         from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
         from tenacity import wait_exponential
 
-        budget = self.spec.connect_timeout * 2
+        budget = self.spec.connect_timeout
+        deadline = time.monotonic() + budget
         retrying = Retrying(
-            stop=stop_after_attempt(CONNECT_TRIES) | stop_after_delay(budget),
+            stop=stop_after_attempt(CONNECT_TRIES) | stop_after_delay(budget * 0.9),
             wait=wait_exponential(multiplier=0.2, max=1.0),
             retry=retry_if_exception_type(ConnectFailed),
             reraise=True,
         )
-        return retrying(self._connect_once)
+        return retrying(lambda: self._connect_once(deadline))
 
-    def _connect_once(self) -> _Link:
+    def _connect_once(self, deadline: float) -> _Link:
         import paramiko
 
         # paramiko logs channel/transport failures itself; we report them as errors, so keep it quiet.
@@ -154,7 +158,7 @@ class SSHRemote:
         r = self.resolved
         self._encrypted = [path for path in r.identity_files if check_identity(path, self.label)]
         sock = self._dial()
-        timeout = self.spec.connect_timeout
+        timeout = max(MIN_TRY_S, deadline - time.monotonic())  # banner, auth: what is left of the one budget
         client = paramiko.SSHClient()
         client.set_missing_host_key_policy(host_key_policy(r.known_hosts, self.spec.trust_new_host, self.label))
         link = _Link(client, sock)
@@ -250,7 +254,10 @@ class SSHRemote:
             return encrypted_key_error(self._encrypted, self.resolved.user, self.label)
         if auth_failed:
             keys = ", ".join(self.resolved.identity_files) or "default keys/agent"
-            return AuthFailed(f"authentication as {self.resolved.user} failed (tried {keys}): {e}", host=self.label)
+            missing = "".join(f"; ssh config's IdentityFile {path} does not exist"
+                              for path in self.resolved.missing_identities)
+            return AuthFailed(f"authentication as {self.resolved.user} failed (tried {keys}{missing}): {e}",
+                              host=self.label)
         if isinstance(e, (paramiko.SSHException, EOFError, OSError)):
             why = str(e) or type(e).__name__
             if "banner" in why.lower() or "No existing session" in why:  # TCP connected, sshd said nothing
