@@ -22,7 +22,6 @@ from deployer.output.memory import allocated_lines, budget_lines
 from deployer.output.fleet_status import status_lines
 from deployer.output.serving import serving_lines
 from deployer.logtext import line_time, size_text
-from deployer.observe.timeline import Timeline, duration_text
 from deployer.secrets import mask_data
 
 
@@ -277,6 +276,10 @@ def _(report: PlanReport, sink: Any = None) -> None:
 def timeline_text(data: Any) -> str:
     """An attempt's recorded timeline as one line: "start 2.1s, load 12s, ... -> ready at 1m05s" ("" without one,
     or for a record this release cannot read)."""
+    # imported here: the timeline module (an enum and nine frozen dataclasses, ~4 ms, more under load) is read only
+    # by `history`'s text, and every on-call read imports this module (tests/unit/test_cli_lazy.py)
+    from deployer.observe.timeline import Timeline, duration_text
+
     if not isinstance(data, dict):
         return ""
     try:

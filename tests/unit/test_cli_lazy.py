@@ -57,10 +57,10 @@ def _status_modules() -> frozenset[str]:
 # Modules `status` never uses, each once on its import path (issue 36: ~190 ms of a status's start-up was
 # importing on-call modules; the event classes the largest): the progress sinks and every event class
 # (deployer.cli.show imports them in `progress`), the log watcher (`logs --follow` imports it), the weights plan
-# (its `size_text` lives in deployer.logtext), and the fleet's live event lines (its status table is in
-# deployer.output.fleet_status).
+# (its `size_text` lives in deployer.logtext), the fleet's live event lines (its status table is in
+# deployer.output.fleet_status), and the start-up timeline (history's text imports it).
 NOT_ON_STATUS_PATH = ("deployer.events", "deployer.output.console", "deployer.output.fleet", "deployer.watch.watcher",
-                      "deployer.prepare.weights")
+                      "deployer.prepare.weights", "deployer.observe.timeline")
 
 
 @pytest.mark.parametrize("module", NOT_ON_STATUS_PATH)
