@@ -135,3 +135,12 @@ def parse_since(text: str, now: float | None = None) -> float:
         except ValueError:
             continue
     raise ValueError(f"{text!r} is neither a duration (90s, 10m, 2h, 1d) nor a date and time (2026-12-01 04:02)")
+
+
+def size_text(n: float) -> str:
+    """Decimal units, as the hub and huggingface_hub's bars print sizes."""
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000.0
+    return f"{n:.0f} B"

@@ -17,15 +17,12 @@ from deployer.deployments.base import Deployment
 from deployer.deployments.known import ConfigReport, KnownReport
 from deployer.deployments.reports import (DiagnosisReport, FleetDown, FleetStatus, HistoryReport, HostDown,
                                           HostStatus, NodeDown, NodeStatus, PlanReport, PruneReport, StatusRow)
-from deployer.output.console import JsonEvents, LiveProgress, terminal_width
+from deployer.output.edge import terminal_width
 from deployer.output.memory import allocated_lines, budget_lines
-from deployer.output.fleet import FleetProgress, status_lines
+from deployer.output.fleet_status import status_lines
 from deployer.output.serving import serving_lines
-from deployer.logtext import line_time
-from deployer.prepare.weights import size_text
-from deployer.observe.timeline import Timeline, duration_text
+from deployer.logtext import line_time, size_text
 from deployer.secrets import mask_data
-from deployer.events import Event, SmokePhase
 
 
 def emit_json(data: Any) -> None:
@@ -48,26 +45,15 @@ def report_event(data: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-class SmokeProgress:
-    """Live progress for people (stderr), plus one line per finished smoke phase."""
-
-    def __init__(self) -> None:
-        self.progress = LiveProgress()
-
-    def __call__(self, event: Event) -> None:
-        if isinstance(event, SmokePhase):
-            colour = "green" if event.status == "passed" else "red"
-            self.progress.say(f"[bold]{event.phase}[/] [{colour}]{event.status}[/] [dim]{event.duration_s:.2f}s[/]")
-        else:
-            self.progress(event)
-
-    def close(self) -> None:
-        self.progress.close()
-
-
 def progress(deployment: Deployment, as_json: bool, *, smoke: bool = False) -> Any:
     """NDJSON on stdout; else one prefixed line per member's event (events tagged by member), else the live
     progress of one engine (with a line per smoke phase for `smoke`)."""
+    # The sinks are imported here, not at the top: they draw the event classes (deployer.events, the largest
+    # import of an on-call command), and the reads (status, top, logs, history) import this module but never
+    # send an event (tests/unit/test_cli_lazy.py).
+    from deployer.output.console import JsonEvents, LiveProgress, SmokeProgress
+    from deployer.output.fleet import FleetProgress
+
     if as_json:
         return JsonEvents()
     if deployment.tagged_events:
@@ -77,6 +63,9 @@ def progress(deployment: Deployment, as_json: bool, *, smoke: bool = False) -> A
 
 def fan_out_progress(as_json: bool) -> Any:
     """Where the events of a fan-out over several hosts go (a fleet's `down`): NDJSON, or a prefixed line each."""
+    from deployer.output.console import JsonEvents   # imported here: see `progress`
+    from deployer.output.fleet import FleetProgress
+
     return JsonEvents() if as_json else FleetProgress()
 
 
@@ -287,6 +276,10 @@ def _(report: PlanReport, sink: Any = None) -> None:
 def timeline_text(data: Any) -> str:
     """An attempt's recorded timeline as one line: "start 2.1s, load 12s, ... -> ready at 1m05s" ("" without one,
     or for a record this release cannot read)."""
+    # imported here: the timeline module (an enum and nine frozen dataclasses, ~4 ms, more under load) is read only
+    # by `history`'s text, and every on-call read imports this module (tests/unit/test_cli_lazy.py)
+    from deployer.observe.timeline import Timeline, duration_text
+
     if not isinstance(data, dict):
         return ""
     try:

@@ -35,10 +35,9 @@ from deployer.supervisor.supervise_base import CRASHED as CRASHED_STATES
 from deployer.supervisor.supervise_base import UP
 from deployer.target import snapshot
 from deployer.target.records import RunView, healthy, record_address, record_engine, record_kind
-from deployer.events import EventSink
-from deployer.watch.watcher import LogTail
 
 if TYPE_CHECKING:
+    from deployer.events import EventSink
     from deployer.diagnose.diagnosis import Diagnosis
     from deployer.profile.model import Profile
 
@@ -420,6 +419,10 @@ def logs(ref: Ref, *, lines: int, follow: bool, previous: bool, out: Callable[[s
 
 
 def _follow(remote: Remote, view: RunView, offset: int, out: Callable[[str], None], limit_s: float | None) -> None:
+    # imported here: the watcher pulls in the timeline, progress and fatal-line modules, which every other
+    # on-call command (status above all) would load for nothing; only `logs --follow` tails
+    from deployer.watch.watcher import LogTail
+
     tail = LogTail(remote, view.run.log, offset)
     deadline = time.monotonic() + limit_s if limit_s else None
     while deadline is None or time.monotonic() < deadline:

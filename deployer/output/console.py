@@ -11,21 +11,19 @@ sequences. rich is imported where it draws, so
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from typing import Any
 
 from deployer.logtext import clip, printable
-from deployer.output.edge import styled_stderr
+from deployer.output.edge import styled_stderr, terminal_width
 from deployer.events import (
     AttemptStarted, BecameReady, Changed, Diagnosed, Download, Drift, EngineExited, EngineHung, Event, FollowerExited, Info, Override,
     PhaseEntered, PortTakenSeen, Problem, Progressed, Restored, RollingBack, StartPredicted, StartSlow,
-    StartupTimedOut, Suggestion, SupervisorLost, Warn,
+    SmokePhase, StartupTimedOut, Suggestion, SupervisorLost, Warn,
 )
 
 DOWNLOAD_NOTE_EVERY_S = 30.0   # without a terminal: a download's progress line at most this often
-FALLBACK_WIDTH = 80            # lines quoting log text, when stderr is no terminal and COLUMNS is unset
 ELLIPSIS = "\u2026"
 
 
@@ -38,21 +36,6 @@ class JsonEvents:
 
     def close(self) -> None:
         pass
-
-
-def terminal_width(stream: Any = None) -> int:
-    """The width lines are fitted to, read each time (a resized terminal counts at once): `COLUMNS` when set,
-    else the terminal's when `stream` (stderr) is one, else 80."""
-    columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
-        return int(columns)
-    stream = sys.stderr if stream is None else stream
-    try:
-        if stream.isatty():
-            return max(os.get_terminal_size(stream.fileno()).columns, 20)
-    except (AttributeError, OSError, ValueError):
-        pass
-    return FALLBACK_WIDTH
 
 
 def fit(text: str, width: int) -> str:
@@ -206,6 +189,23 @@ class LiveProgress:
         live, self.live = self.live, None
         if live is not None:
             live.stop()
+
+
+class SmokeProgress:
+    """Live progress for people (stderr), plus one line per finished smoke phase."""
+
+    def __init__(self) -> None:
+        self.progress = LiveProgress()
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, SmokePhase):
+            colour = "green" if event.status == "passed" else "red"
+            self.progress.say(f"[bold]{event.phase}[/] [{colour}]{event.status}[/] [dim]{event.duration_s:.2f}s[/]")
+        else:
+            self.progress(event)
+
+    def close(self) -> None:
+        self.progress.close()
 
 
 def _esc(text: Any) -> str:

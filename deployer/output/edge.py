@@ -4,11 +4,13 @@ stay), whatever text it carries: an engine log line, a claim note another user w
 
 `guard_printable` wraps the process's streams once (above the secret masking, so both apply). The live console
 draws with its own escape sequences: it writes to `styled_stderr()` (masked, not stripped) and strips the text
-it is given itself (output/console.py `say`).
+it is given itself (output/console.py `say`). `terminal_width` is here, not in the console, so a report's text
+(deployer.cli.show) reads it without importing the event classes the console draws.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable
 from typing import Any, TextIO
@@ -60,3 +62,21 @@ def styled_stderr() -> TextIO:
     """stderr for a writer that draws with escape sequences of its own (rich) and strips its text itself."""
     stream = sys.stderr
     return stream.inner if isinstance(stream, PrintableStream) else stream
+
+
+FALLBACK_WIDTH = 80            # lines quoting log text, when stderr is no terminal and COLUMNS is unset
+
+
+def terminal_width(stream: Any = None) -> int:
+    """The width lines are fitted to, read each time (a resized terminal counts at once): `COLUMNS` when set,
+    else the terminal's when `stream` (stderr) is one, else 80."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    stream = sys.stderr if stream is None else stream
+    try:
+        if stream.isatty():
+            return max(os.get_terminal_size(stream.fileno()).columns, 20)
+    except (AttributeError, OSError, ValueError):
+        pass
+    return FALLBACK_WIDTH

@@ -1,5 +1,6 @@
 """Output of fleet operations for people: every event on its own line, prefixed with the member and host it came
-from (`r1@gpu-b`), so hosts working at once read side by side; and the fleet's report and status tables."""
+from (`r1@gpu-b`), so hosts working at once read side by side; and the fleet's report table (its status table
+is in deployer.output.fleet_status)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import threading
 from typing import Any
 
 from deployer.logtext import clip, printable
-from deployer.output.serving import serving_lines
+from deployer.output.fleet_status import status_lines as status_lines   # the table's home; named here too
 from deployer.events import (
     AttemptStarted, BecameReady, PhaseEntered, Changed, Diagnosed, Drift, EngineExited, EngineHung, Event, FollowerExited, Info,
     PortTakenSeen, Problem, Progressed, Restored, RollingBack, StartPredicted, StartSlow, StartupTimedOut,
@@ -104,30 +105,4 @@ def report_lines(report: dict[str, Any]) -> list[str]:
     lines.append(f"{report['name']}: {report['status']} ({ready} of {len(report['replicas'])} replicas serving)")
     if (report.get("restart") or {}).get("text"):
         lines.append(f"  each replica: {_t(report['restart']['text'], 300)}")
-    return lines
-
-
-def status_lines(data: dict[str, Any]) -> list[str]:
-    lines = [f"{data['name']}: {'serving' if data['serving'] else 'not fully serving'}"]
-    rows = [*data["replicas"], *([data["router"]] if data.get("router") else [])]
-    for row in rows:
-        where = f"{row['member']}@{row.get('alias') or row['host']}"
-        health = "healthy" if row.get("healthy") else "not healthy"
-        line = f"  {where:<20} {row['status']:<12} {health:<12} {row['url']}"
-        if row.get("pid"):
-            line += f"  pid {row['pid']} content {str(row.get('content_hash'))[:12]} restarts {row.get('restarts')}"
-        if row.get("error"):
-            line += f"  {_t(row['error'], 300)}"
-        if row.get("in_router") is False:
-            line += f"  router: {row.get('router_health') or 'not healthy'} (not serving through the router; run " \
-                    "`deploy up` or `deploy restart` of the fleet to add it back)"
-        lines.append(line)
-        for url in row.get("foreign_workers") or []:
-            lines.append(f"  {'':<20} ALARM: the router routes to {_t(url, 200)}, which is not a replica of this fleet "
-                         "(registered by someone else: it receives prompts)")
-        lines += [f"  {'':<20} {text}" for text in serving_lines(row.get("metrics"))]
-        ready = row.get("readiness")
-        if ready:
-            lines.append(f"  {'':<20} readiness: {ready.get('healthy_workers')} of {ready.get('total_workers')} "
-                         f"workers healthy")
     return lines

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from deployer.events import Download
+from deployer.logtext import size_text as size_text  # where it lives: on-call output shows sizes without this module
 
-if TYPE_CHECKING:  # the model's import is slow, and `deploy status` imports size_text from here
+if TYPE_CHECKING:  # the model's import is slow
     from deployer.profile.model import Profile
 
 PHASE = "fetching weights"
@@ -135,12 +136,3 @@ def moved_text(moved: int, seconds: float, verb: str) -> str:
     """How many bytes a transfer moved (`verb`: fetched, sent), in how long, at what rate."""
     rate = moved / seconds if seconds > 0 else 0.0
     return f"{size_text(moved)} {verb} in {seconds:.1f}s ({size_text(rate)}/s)"
-
-
-def size_text(n: float) -> str:
-    """Decimal units, as the hub and huggingface_hub's bars print sizes."""
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000.0
-    return f"{n:.0f} B"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from functools import cache
 
 import click
 import pytest
@@ -46,6 +47,38 @@ def _pydantic_or_model(loaded: set[str]) -> set[str]:
 def test_status_of_a_name_imports_neither_pydantic_nor_the_profile_model() -> None:
     """Issue 36's bench: pydantic and the profile model were a third of a `deploy status`'s start-up."""
     assert not _pydantic_or_model(_modules_after(["status", "demo"]))
+
+
+@cache
+def _status_modules() -> frozenset[str]:
+    return frozenset(_modules_after(["status", "demo"]))
+
+
+# Modules `status` never uses, each once on its import path (issue 36: ~190 ms of a status's start-up was
+# importing on-call modules; the event classes the largest): the progress sinks and every event class
+# (deployer.cli.show imports them in `progress`), the log watcher (`logs --follow` imports it), the weights plan
+# (its `size_text` lives in deployer.logtext), the fleet's live event lines (its status table is in
+# deployer.output.fleet_status), and the start-up timeline (history's text imports it).
+NOT_ON_STATUS_PATH = ("deployer.events", "deployer.output.console", "deployer.output.fleet", "deployer.watch.watcher",
+                      "deployer.prepare.weights", "deployer.observe.timeline")
+
+
+@pytest.mark.parametrize("module", NOT_ON_STATUS_PATH)
+def test_status_of_a_name_does_not_import(module: str) -> None:
+    loaded = _status_modules()
+    assert "deployer.oncall.deployment" in loaded and "deployer.cli.show" in loaded   # the path was walked
+    assert module not in loaded
+
+
+def test_the_progress_sinks_still_come_with_the_commands_that_send_events() -> None:
+    """`progress` imports the sinks when called: a deployment's `up` still gets the live console."""
+    code = ("import sys\nfrom deployer.cli import show\n"
+            "class D:\n    tagged_events = False\n"
+            "print(type(show.progress(D(), False)).__name__, type(show.progress(D(), False, smoke=True)).__name__,"
+            " type(show.progress(D(), True)).__name__, type(show.fan_out_progress(False)).__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["LiveProgress", "SmokeProgress", "JsonEvents", "FleetProgress"]
 
 
 def test_reading_an_engines_metric_names_needs_no_pydantic() -> None:

@@ -1,0 +1,40 @@
+"""A fleet's status table for people (`deploy status` of a fleet): one line per replica and the router, with its
+serving figures. Apart from deployer.output.fleet (the live event lines) so that the on-call reads do not import
+the event classes (tests/unit/test_cli_lazy.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deployer.logtext import clip, printable
+from deployer.output.serving import serving_lines
+
+
+def _t(value: Any, limit: int = 160) -> str:
+    return clip(printable(str(value)), limit)
+
+
+def status_lines(data: dict[str, Any]) -> list[str]:
+    lines = [f"{data['name']}: {'serving' if data['serving'] else 'not fully serving'}"]
+    rows = [*data["replicas"], *([data["router"]] if data.get("router") else [])]
+    for row in rows:
+        where = f"{row['member']}@{row.get('alias') or row['host']}"
+        health = "healthy" if row.get("healthy") else "not healthy"
+        line = f"  {where:<20} {row['status']:<12} {health:<12} {row['url']}"
+        if row.get("pid"):
+            line += f"  pid {row['pid']} content {str(row.get('content_hash'))[:12]} restarts {row.get('restarts')}"
+        if row.get("error"):
+            line += f"  {_t(row['error'], 300)}"
+        if row.get("in_router") is False:
+            line += f"  router: {row.get('router_health') or 'not healthy'} (not serving through the router; run " \
+                    "`deploy up` or `deploy restart` of the fleet to add it back)"
+        lines.append(line)
+        for url in row.get("foreign_workers") or []:
+            lines.append(f"  {'':<20} ALARM: the router routes to {_t(url, 200)}, which is not a replica of this fleet "
+                         "(registered by someone else: it receives prompts)")
+        lines += [f"  {'':<20} {text}" for text in serving_lines(row.get("metrics"))]
+        ready = row.get("readiness")
+        if ready:
+            lines.append(f"  {'':<20} readiness: {ready.get('healthy_workers')} of {ready.get('total_workers')} "
+                         f"workers healthy")
+    return lines
