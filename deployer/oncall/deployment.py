@@ -200,7 +200,9 @@ def describe(view: RunView, remote: Remote, name: str, runs: int, env_text: str 
     port = int(record.get("port") or 0)
     started = state.get("started_at")
     alive = view.status in UP
-    engine_up = alive and bool(state.get("alive"))  # restarting (backoff): the pid and start are the dead engine's
+    # restarting (its backoff): the pid and start are the dead engine's, shown as if it ran; an ended run keeps its
+    # last pid (it says exited, crashloop, ...)
+    engine_up = alive and bool(state.get("alive"))
     supervisor = supervision_note(state, name, remote.label)
     diagnosis = crash_diagnosis(remote, view, attempt) or _as_diagnosis(supervisor)
     engine_metrics = with_metrics and record.get("role") != "router"  # a fleet's router: no engine /metrics
@@ -211,7 +213,7 @@ def describe(view: RunView, remote: Remote, name: str, runs: int, env_text: str 
     if looked.healthy:  # /health answered: by this run's engine, or by whoever took its port (a crash's backoff)?
         unhealthy = squatter(remote, view, port) or unhealthy
     return {
-        "name": name, "host": remote.label, "status": view.status, "pid": state.get("pid") if engine_up else None,
+        "name": name, "host": remote.label, "status": view.status, "pid": None if alive and not engine_up else state.get("pid"),
         "uptime_s": round(time.time() - started, 1) if started and engine_up else None, "supervisor": supervisor,
         "healthy": looked.healthy and unhealthy is None, "unhealthy": unhealthy,
         "attempt": record.get("attempt"), "content_hash": view.content_hash, "run_dir": view.run.path,
