@@ -87,7 +87,7 @@ def test_a_killed_supervisor_is_named_with_its_fix_and_lost_gets_its_next_step(t
 
         signal_on_target(remote, "KILL", -state_json(row)["pgid"])  # then the engine dies: nobody restarts it
         code, row = wait_for(prof, home, lambda r: r["status"] == "lost", 20)
-        assert code == 5 and row["supervisor"]["state"] == "dead" and row["pid"] is None, row
+        assert code == 5 and row["supervisor"]["state"] == "dead" and row["uptime_s"] is None, row
         code, text = status_text(prof, home)
         assert code == 5 and "both gone" in text and "next: `deploy up PROFILE`" in text, text
 
