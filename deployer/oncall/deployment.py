@@ -199,7 +199,11 @@ def describe(view: RunView, remote: Remote, name: str, runs: int, env_text: str 
     port = int(record.get("port") or 0)
     started = state.get("started_at")
     alive = view.status in UP
-    diagnosis = crash_diagnosis(remote, view, attempt)
+    # restarting (its backoff): the pid and start are the dead engine's, shown as if it ran; an ended run keeps its
+    # last pid (it says exited, crashloop, ...)
+    engine_up = alive and bool(state.get("alive"))
+    supervisor = supervision_note(state, name, remote.label)
+    diagnosis = crash_diagnosis(remote, view, attempt) or _as_diagnosis(supervisor)
     engine_metrics = with_metrics and record.get("role") != "router"  # a fleet's router: no engine /metrics
     args = ((record.get("profile") or {}).get("engine") or {}).get("args")
     looked = serving.look(remote, record_engine(record), _endpoint(view, port), engine_metrics,
@@ -208,8 +212,8 @@ def describe(view: RunView, remote: Remote, name: str, runs: int, env_text: str 
     if looked.healthy:  # /health answered: by this run's engine, or by whoever took its port (a crash's backoff)?
         unhealthy = squatter(remote, view, port) or unhealthy
     return {
-        "name": name, "host": remote.label, "status": view.status, "pid": state.get("pid"),
-        "uptime_s": round(time.time() - started, 1) if started and alive else None,
+        "name": name, "host": remote.label, "status": view.status, "pid": None if alive and not engine_up else state.get("pid"),
+        "uptime_s": round(time.time() - started, 1) if started and engine_up else None, "supervisor": supervisor,
         "healthy": looked.healthy and unhealthy is None, "unhealthy": unhealthy,
         "attempt": record.get("attempt"), "content_hash": view.content_hash, "run_dir": view.run.path,
         "port": port, "restarts": state.get("restarts", 0), "last_crash": last_crash(remote, view, alive, diagnosis),
@@ -218,6 +222,38 @@ def describe(view: RunView, remote: Remote, name: str, runs: int, env_text: str 
         "diagnosis": diagnosis or (view.outcome or {}).get("diagnosis"),
         "lock": lock, "metrics": looked.metrics, **engine_of(record),
     }
+
+
+def supervision_note(state: Mapping[str, Any], name: str, host: str) -> dict[str, Any] | None:
+    """What a dead or frozen supervisor means and the command that fixes it (None while it watches, or for a run
+    that ended): {state, supervisor_pid, heartbeat_age_s, summary, next}. From the target's `supervisor` verdict
+    (supervise_base.supervision); an older payload says nothing of it and is not judged."""
+    verdict, sup = state.get("supervisor"), state.get("supervisor_pid")
+    if verdict == "dead" and state.get("status") == "lost":
+        summary = f"the engine and its supervisor (pid {sup}) are both gone: nothing restarts it"
+        fix = f"`deploy up PROFILE` (the profile of {name}) starts it again"
+    elif verdict == "dead":
+        summary = (f"the engine (pid {state.get('pid')}) runs, but its supervisor (pid {sup}) is gone: nothing "
+                   f"restarts the engine if it dies, nothing watches its log or health")
+        fix = (f"`deploy up PROFILE` (the profile of {name}) puts it back under a supervisor (the same version, "
+               f"the engine restarted)")
+    elif verdict == "frozen":
+        summary = (f"its supervisor (pid {sup}) lives but has written no heartbeat for "
+                   f"{state.get('heartbeat_age_s')}s (stopped or wedged): it restarts and watches nothing")
+        fix = (f"on {host}: `kill -CONT {sup}` resumes a stopped one; if it stays frozen, `kill -9 {sup}`, then "
+               f"`deploy up PROFILE` (the profile of {name}) puts the engine under a new supervisor")
+    else:
+        return None
+    return {"state": verdict, "supervisor_pid": sup, "heartbeat_age_s": state.get("heartbeat_age_s"),
+            "summary": summary, "next": fix}
+
+
+def _as_diagnosis(supervisor: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A supervisor problem as the diagnosis a row shows (signature, summary, hint: the `next:` line)."""
+    if supervisor is None:
+        return None
+    return {"signature": f"supervisor-{supervisor['state']}", "summary": supervisor["summary"],
+            "hint": supervisor["next"]}
 
 
 def squatter(remote: Remote, view: RunView, port: int) -> dict[str, Any] | None:
@@ -264,8 +300,10 @@ def status_code(status: str, healthy: bool) -> int:
 
 
 def status_exit_code(row: StatusRow) -> int:
-    """One deployment's row -> the exit code of `deploy status`."""
-    return status_code(row.status, row.healthy)
+    """One deployment's row -> the exit code of `deploy status`; an engine that serves while its supervisor is
+    dead or frozen is NOT_SERVING (6: up, but not as it should be; nothing would restart it), not SERVING."""
+    code = status_code(row.status, row.healthy)
+    return NOT_SERVING if code == SERVING and row.supervisor is not None else code
 
 
 def worst_exit_code(rows: list[StatusRow]) -> int:
@@ -352,7 +390,9 @@ def status(ref: Ref, connection: Remote | None = None, *, with_metrics: bool = T
                 continue
             row = describe(view, remote, name, len(snap.runs), snap.env.get(view.run.run_id), snap.attempt,
                            lease_of(remote, snap.layout, snap.lock), with_metrics)
-            out.append({**row, "serving": status_code(row["status"], row["healthy"]) == SERVING})
+            # serving: what exit 0 means; an unsupervised engine answers (healthy) but is not served as it should be
+            out.append({**row, "serving": status_code(row["status"], row["healthy"]) == SERVING and
+                        row["supervisor"] is None})
         return [StatusRow.of(row) for row in mask_data(out)]
 
 

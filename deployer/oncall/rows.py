@@ -121,6 +121,7 @@ class StatusRow:
     engine: str | None = None            # the run's engine kind, version (as its profile names it) and model
     engine_version: str | None = None
     model: str | None = None
+    supervisor: Json | None = None       # a dead or frozen supervisor: {state, summary, next, ...} (None: it watches)
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> StatusRow:
@@ -137,7 +138,8 @@ class StatusRow:
                    metrics=dict(row["metrics"]) if isinstance(row.get("metrics"), Mapping) else None,
                    unhealthy=dict(row["unhealthy"]) if isinstance(row.get("unhealthy"), Mapping) else None,
                    engine=_opt_str(row.get("engine")), engine_version=_opt_str(row.get("engine_version")),
-                   model=_opt_str(row.get("model")))
+                   model=_opt_str(row.get("model")),
+                   supervisor=dict(row["supervisor"]) if isinstance(row.get("supervisor"), Mapping) else None)
 
     @property
     def crash_looping(self) -> bool:
@@ -162,6 +164,7 @@ class StatusRow:
             "runs": self.runs, "diagnosis": None if self.diagnosis is None else self.diagnosis.to_json(),
             "lock": self.lock, "serving": self.serving, "metrics": self.metrics, "unhealthy": self.unhealthy,
             "engine": self.engine, "engine_version": self.engine_version, "model": self.model,
+            "supervisor": self.supervisor,
         }
         return {**out, **self.node.to_json()} if self.node is not None else out
 

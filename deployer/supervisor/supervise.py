@@ -7,7 +7,8 @@ Stdlib only, Python >= 3.8.  `python3 supervise.py CMD ...`:
                              SIGTERM the engine group, SIGKILL after the grace; print the final state JSON.
                              --why replace records "stopped_for": "replace" (an `up` replacing it: nobody asked
                              for the deployment to stop); a stop without it clears that note
-  status RUN_DIR             print state.json plus "alive" / "supervisor_alive" ("lost" when both are gone)
+  status RUN_DIR             print state.json plus "alive" / "supervisor_alive" ("lost" when both are gone),
+                            "supervisor" (ok, dead, frozen: heartbeat_at older than HEARTBEAT_STALE), "heartbeat_age_s"
   ports PORT                 exit 0 if PORT is unclaimed and free on 127.0.0.1 and 0.0.0.0, else 1 and who holds it
   listener RUN_DIR PORT      print whether the listener on PORT is a process of the run's engine group
   rescue DEPLOYMENT_DIR [--grace S]
@@ -39,13 +40,13 @@ if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     from deployer.supervisor.supervise_base import (
         CRASHED, DEFAULTS, EXIT_BAD_INPUT, EXIT_BUSY, KILL_WAIT, LIVE, RUN_LOCK, START_TIMEOUT, STATE,
         STOP_REQUEST, SuperviseError, group_alive, kill_group, load_config, read_env_file,
-        open_dir, pid_alive, read_state, supervisor_alive, wait_until, write_json,
+        open_dir, pid_alive, read_state, supervision, supervisor_alive, wait_until, write_json,
     )
 else:  # run as a script on the target, where the supervisor's files sit side by side
     from supervise_base import (  # type: ignore[no-redef]
         CRASHED, DEFAULTS, EXIT_BAD_INPUT, EXIT_BUSY, KILL_WAIT, LIVE, RUN_LOCK, START_TIMEOUT, STATE,
         STOP_REQUEST, SuperviseError, group_alive, kill_group, load_config, read_env_file,
-        open_dir, pid_alive, read_state, supervisor_alive, wait_until, write_json,
+        open_dir, pid_alive, read_state, supervision, supervisor_alive, wait_until, write_json,
     )
 
 if TYPE_CHECKING or __package__:
@@ -222,6 +223,10 @@ def status_of(run_dir: str) -> dict[str, Any]:
     state["supervisor_alive"] = supervisor_alive(state.get("supervisor_pid"))
     if state.get("status") in LIVE and not state["alive"] and not state["supervisor_alive"]:
         state["status"] = "lost"
+    now = time.time()
+    state["supervisor"] = supervision(state, now)  # dead / frozen: nothing restarts the engine (deploy status)
+    beat = state.get("heartbeat_at")
+    state["heartbeat_age_s"] = round(now - beat, 1) if isinstance(beat, (int, float)) else None
     return state
 
 

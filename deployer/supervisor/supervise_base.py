@@ -41,6 +41,9 @@ TICK, SCAN_EVERY, START_TIMEOUT, KILL_WAIT = 0.05, 0.5, 10.0, 5.0
 # Until the ready line is seen the log is scanned more often: `up` calls the engine ready when /health answers,
 # and a `deploy status` right after it should read "ready" too, not "running" for up to SCAN_EVERY.
 SCAN_BEFORE_READY = 0.1
+# The daemon rewrites state.json's `heartbeat_at` at least every HEARTBEAT_EVERY s; a live supervisor whose heartbeat
+# is older than HEARTBEAT_STALE (ten beats: a loaded box's stall is not a freeze) is "frozen" (SIGSTOPped, wedged).
+HEARTBEAT_EVERY, HEARTBEAT_STALE = 2.0, 20.0
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_BUSY, EXIT_UNSAFE = 1, 2, 75, 77
 # ready_pattern: deployer always writes the engine's own ready line (every release has); none is assumed here.
 DEFAULTS: dict[str, Any] = {"launch": LAUNCH_SH, "env_file": ENV_FILE, "log": ENGINE_LOG, "grace_s": 30,
@@ -253,6 +256,22 @@ def supervisor_alive(pid: Any) -> bool:
             return b"supervise" in f.read()
     except OSError:
         return True
+
+
+def supervision(state: dict[str, Any], now: float) -> str | None:
+    """What watches a run that should have a supervisor (status starting/running/ready/restarting, or lost): "ok",
+    "dead" (its pid is gone) or "frozen" (alive, but its heartbeat is older than HEARTBEAT_STALE); None for a run
+    that ended or is stopping (nothing to watch), or a state without `supervisor_alive` (not yet judged)."""
+    if state.get("status") == "lost":
+        return "dead"
+    if state.get("status") not in UP or "supervisor_alive" not in state:
+        return None
+    if not state["supervisor_alive"]:
+        return "dead"
+    beat = state.get("heartbeat_at")
+    if isinstance(beat, (int, float)) and not isinstance(beat, bool) and now - beat > HEARTBEAT_STALE:
+        return "frozen"
+    return "ok"
 
 
 def group_alive(pgid: Any) -> bool:

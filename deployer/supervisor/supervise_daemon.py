@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     from deployer.supervisor.supervise_base import (
-        EXIT_FAILED, KILL_WAIT, LogScanner, SCAN_BEFORE_READY, SCAN_EVERY, STATE, STOP_REQUEST, TICK, backoff_delay,
+        EXIT_FAILED, KILL_WAIT, HEARTBEAT_EVERY, LogScanner, SCAN_BEFORE_READY, SCAN_EVERY, STATE, STOP_REQUEST, TICK, backoff_delay,
         UnsafePath, decode_wait_status, group_alive, group_pids, kill_group, note, open_dir, should_restart,
         signal_name, wait_until, write_json,
     )
 else:  # run as a script on the target, where the supervisor's files sit side by side
     from supervise_base import (  # type: ignore[no-redef]
-        EXIT_FAILED, KILL_WAIT, LogScanner, SCAN_BEFORE_READY, SCAN_EVERY, STATE, STOP_REQUEST, TICK, backoff_delay,
+        EXIT_FAILED, KILL_WAIT, HEARTBEAT_EVERY, LogScanner, SCAN_BEFORE_READY, SCAN_EVERY, STATE, STOP_REQUEST, TICK, backoff_delay,
         UnsafePath, decode_wait_status, group_alive, group_pids, kill_group, note, open_dir, should_restart,
         signal_name, wait_until, write_json,
     )
@@ -233,6 +233,7 @@ class Daemon:
         self.restart_times: list[float] = []
         self.scanner = LogScanner(self.log, None, 0)
         self.next_scan = self.next_group = 0.0
+        self.next_beat = 0.0  # the heartbeat: state.json rewritten at least every HEARTBEAT_EVERY s (deploy status)
         self.group = GroupWatch.from_config(cfg.get("group"))  # one engine across nodes: watch the peers
         self.peer_lost: str | None = None
         self.shm = ShmLedger()
@@ -247,14 +248,21 @@ class Daemon:
             "started_at": None, "ready_at": None, "ended_at": None, "exit_code": None, "signal": None,
             "signal_name": None, "restarts": 0, "last_crash": None, "log_offset": 0,
             "traceback_offset": None, "peer_lost": None, "stable_at": None, "crashloop_after_ready": False,
-            "rotated": 0, "log_head": None, "unhealthy": None}
+            "rotated": 0, "log_head": None, "unhealthy": None, "heartbeat_at": None}
 
     def save(self) -> None:
-        self.state["updated_at"] = time.time()
+        """state.json, atomically; every save is also a heartbeat (`heartbeat_at`: this daemon still runs)."""
+        self.state["updated_at"] = self.state["heartbeat_at"] = time.time()
+        self.next_beat = time.monotonic() + HEARTBEAT_EVERY
         try:
             write_json(STATE, self.state)
         except OSError as e:  # a full disk must not kill the supervisor: the next save that fits catches up
             note(f"cannot write {STATE}: {e.strerror}")
+
+    def beat(self) -> None:
+        """The heartbeat when due: a supervisor that stops beating (SIGSTOP, wedged) reads as frozen in status."""
+        if time.monotonic() >= self.next_beat:
+            self.save()
 
     def report(self, line: str) -> None:
         if self.report_fd is not None:
@@ -293,6 +301,7 @@ class Daemon:
                 self.shm.look(self.state["pgid"], now)
                 if self.rotation is not None and self.rotation.due(now):
                     self.rotate_log()
+            self.beat()
             time.sleep(TICK)
 
     def _on_stop(self, signum: int, frame: Any) -> None:
@@ -512,6 +521,7 @@ class Daemon:
             if self.stop_requested:
                 return False
             self.reap()
+            self.beat()
             time.sleep(TICK)
         return not self.stop_requested
 

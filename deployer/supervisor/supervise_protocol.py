@@ -134,7 +134,8 @@ class Crash(TypedDict, total=False):
 
 
 class State(TypedDict, total=False):
-    """state.json as the supervisor writes it; `alive`/`supervisor_alive` are added by `status`."""
+    """state.json as the supervisor writes it; `alive`/`supervisor_alive`/`supervisor`/`heartbeat_age_s` are added by
+    `status`."""
 
     status: str                 # LIVE + ENDED, or ABSENT
     supervisor_pid: Optional[int]
@@ -144,6 +145,7 @@ class State(TypedDict, total=False):
     ready_at: Optional[float]
     ended_at: Optional[float]
     updated_at: float
+    heartbeat_at: Optional[float]  # rewritten at least every HEARTBEAT_EVERY s while the daemon runs (supervise_base)
     exit_code: Optional[int]
     signal: Optional[int]
     signal_name: Optional[str]
@@ -159,6 +161,8 @@ class State(TypedDict, total=False):
     rotated: int                # bytes of engine.log moved out to engine.log.1 so far (offsets shift by it)
     alive: bool
     supervisor_alive: bool
+    supervisor: Optional[str]   # added by `status`: ok | dead | frozen (supervise_base.supervision); None: ended
+    heartbeat_age_s: Optional[float]
 
 
 class Outcome(TypedDict, total=False):

@@ -47,7 +47,7 @@ def serving_row(report: dict[str, Any], **changes: Any) -> dict[str, Any]:
             "port": PORT, "restarts": 0, "last_crash": None, "exit_code": None, "signal_name": None, "drift": [],
             "runs": 1, "diagnosis": None, "lock": None, "serving": True,
             "metrics": None if changes.get("serving") is False else NO_METRICS, "unhealthy": None,
-            "engine": "sglang", "engine_version": None, "model": "/models/tiny", **changes}
+            "engine": "sglang", "engine_version": None, "model": "/models/tiny", "supervisor": None, **changes}
 
 
 # the profile has SGLang's metrics off (no enable_metrics): /metrics is not asked, and the fake box has no
