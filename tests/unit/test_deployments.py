@@ -143,7 +143,7 @@ def test_status_reports_keep_todays_json_and_exit_codes() -> None:
            "content_hash": "c0ffee", "run_dir": "/w/a/runs/r1", "port": 30000, "restarts": 0, "last_crash": None,
            "exit_code": None, "signal_name": None, "drift": [], "runs": 1, "diagnosis": None, "lock": None,
            "serving": True, "metrics": None, "unhealthy": None, "engine": "vllm", "engine_version": "0.32.0",
-           "model": "tiny"}
+           "model": "tiny", "supervisor": None}
     typed = StatusRow.of(row)
     assert HostStatus([typed]).to_json() == row and HostStatus([typed], one=False).to_json() == [row]
     assert HostStatus([typed]).exit_code == 0
