@@ -2,7 +2,8 @@
 memory, whatever the file: a device, a FIFO, an anchor bomb, deep nesting, a huge number, odd tags, `extends:`
 outside the profile's folder. Each case goes through the real `deploy` CLI in a subprocess whose address space is
 capped (RLIMIT_AS: a profile that builds without bound ends in MemoryError instead of taking the machine), and whose
-own peak memory and CPU time (os.wait4's rusage for that child alone) are checked.
+own peak memory (its VmHWM, written as it exits) and CPU time (os.wait4's rusage for that child)
+are checked.
 """
 
 from __future__ import annotations
@@ -42,8 +43,16 @@ class Ran:
     cpu_s: float
 
 
-# the child caps itself, then runs `deploy` as `python -m deployer.cli` would (no preexec_fn: unsafe with threads)
-CAPPED = ("import resource, runpy, sys\n"
+# the child caps itself, then runs `deploy` as `python -m deployer.cli` would (no preexec_fn: unsafe with threads).
+# As it exits it writes its own peak memory (VmHWM of its own address space) to HWM_FILE: wait4's ru_maxrss is no
+# good here, Linux carries the high-water mark of the forking process (a grown pytest worker) across the exec.
+CAPPED = ("import atexit, os, resource, runpy, sys\n"
+          "def _hwm():\n"
+          "    with open('/proc/self/status') as f:\n"
+          "        kib = [int(line.split()[1]) for line in f if line.startswith('VmHWM:')][0]\n"
+          "    with open(os.environ['HWM_FILE'], 'w') as f:\n"
+          "        f.write(str(kib))\n"
+          "atexit.register(_hwm)\n"
           f"resource.setrlimit(resource.RLIMIT_AS, ({AS_LIMIT}, {AS_LIMIT}))\n"
           "resource.setrlimit(resource.RLIMIT_CPU, (30, 30))\n"
           "sys.argv[0] = 'deploy'\n"
@@ -55,7 +64,7 @@ def deploy(tmp_path: Path, *argv: str) -> Ran:
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "DEPLOYER_HOME": str(home), "PYTHONPATH": str(REPO),
-           "XDG_CONFIG_HOME": str(home / "config")}
+           "XDG_CONFIG_HOME": str(home / "config"), "HWM_FILE": str(tmp_path / "hwm")}
     out, err = tmp_path / "stdout", tmp_path / "stderr"
     with out.open("wb") as o, err.open("wb") as e:
         proc = subprocess.Popen([sys.executable, "-c", CAPPED, *argv], stdout=o, stderr=e, stdin=subprocess.DEVNULL,
@@ -72,8 +81,11 @@ def deploy(tmp_path: Path, *argv: str) -> Ran:
         else:
             time.sleep(0.05)
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
-    return Ran(proc.returncode, out.read_text(errors="replace"), err.read_text(errors="replace"),
-               usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime)
+    hwm = tmp_path / "hwm"  # absent: the child did not exit by itself (killed): the bound cannot have held
+    peak = int(hwm.read_text()) * 1024 if hwm.exists() else AS_LIMIT
+    hwm.unlink(missing_ok=True)
+    return Ran(proc.returncode, out.read_text(errors="replace"), err.read_text(errors="replace"), peak,
+               usage.ru_utime + usage.ru_stime)
 
 
 def assert_refused(ran: Ran, needle: str) -> None:

@@ -20,6 +20,7 @@ from deployer.remote.fake import EngineScript, FakeRemote
 from deployer.runner.up import UpOptions, up
 from deployer.supervisor.supervise_probe import NO_TOKEN, TokenWatch, generated, load_of, request_body
 from deployer.target.push import supervisor_config
+from waiting import wait_for
 
 CAPTURES = Path(__file__).resolve().parents[1] / "cases" / "metrics"
 
@@ -111,15 +112,17 @@ def _watch(port: int, **extra: Any) -> TokenWatch:
     return TokenWatch(cfg, {"DEPLOYER_SECRET_API_KEY": "sk-1"})
 
 
+_CLOCK = [time.monotonic()]
+
+
 def _next(watch: TokenWatch) -> Any:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        watch.due(time.monotonic())
-        verdict = watch.result()
-        if verdict is not None:
-            return verdict
-        time.sleep(0.01)
-    raise AssertionError("no probe finished in 10 s")
+    """The verdict of exactly one probe, started by this call: a probe started earlier (asked before the test changed
+    the engine's mode) would answer for the old mode. The watch's clock is moved far ahead once, so `due` starts one
+    probe and no other while this one runs or after it ends."""
+    wait_for(lambda: watch._thread is None or not watch._thread.is_alive(), "the previous probe to end", 10, 0.01)
+    _CLOCK[0] += 1000.0
+    assert watch.due(_CLOCK[0]), "no probe started"
+    return wait_for(watch.result, "the probe's verdict", 10, 0.01)
 
 
 def test_idle_failures_in_a_row_make_a_crash(engine_port: int) -> None:
