@@ -127,8 +127,19 @@ def _subnet_index() -> int:
     return 1 + worker * width + next(_counter) % width
 
 
+def _free_subnet_index() -> int:
+    """A subnet index of this worker's slice that no link on this machine uses now (another test session running
+    beside this one has the same slices)."""
+    for _ in range(250):  # bounded: the slice is at most 250 wide
+        index = _subnet_index()
+        used = _ip("-o", "addr", "show", "to", f"{NET}.{index}.0/24", check=False)
+        if used.returncode == 0 and not used.stdout.strip():
+            return index
+    raise RuntimeError(f"every {NET}.N subnet of this worker's slice is in use")
+
+
 def create_host() -> NetHost:
-    index = _subnet_index()
+    index = _free_subnet_index()
     host = NetHost(index=index, ns=f"dpl{os.getpid()}x{index}", veth=f"vd{os.getpid() % 100000}x{index}"[:15])
     _ip("route", "replace", "blackhole", f"{NET}.0.0/16")
     try:

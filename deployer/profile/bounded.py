@@ -105,7 +105,7 @@ def _build(text: str, file: str, budget: Budget) -> tuple[yaml.Node | None, Any]
     try:
         node = loader.get_single_node()
         return node, (loader.construct_document(node) if node is not None else None)
-    except (ValueError, TypeError, ArithmeticError) as exc:   # a value built outside construct_object's reach
+    except (ValueError, TypeError, ArithmeticError, LookupError, AttributeError) as exc:  # outside construct_object
         raise ProfileError(f"YAML value cannot be read ({type(exc).__name__})", file=file) from None
     finally:
         loader.dispose()
@@ -156,7 +156,7 @@ class BoundedLoader(yaml.SafeLoader):
                                file=self.file, line=node.start_mark.line + 1)
         try:
             return super().construct_object(node, deep)  # type: ignore[no-untyped-call]
-        except (ValueError, TypeError, ArithmeticError) as exc:
+        except (ValueError, TypeError, ArithmeticError, LookupError, AttributeError) as exc:  # `!!bool maybe`
             kind = node.tag.rsplit(":", 1)[-1]
             raise ProfileError(f"YAML value cannot be read as {kind} ({type(exc).__name__})", file=self.file,
                                line=node.start_mark.line + 1) from None

@@ -143,6 +143,8 @@ CASES: list[tuple[str, Make, str]] = [
     ("sexagesimal-int", lambda d: write(d, "p.yaml", "name: " + ":".join(["59"] * 20000) + "\n"), "number too long"),
     ("bad-timestamp", lambda d: write(d, "p.yaml", GOOD + "when: 2026-13-45\n"), "cannot be read as timestamp"),
     ("int-tag-on-text", lambda d: write(d, "p.yaml", GOOD + "n: !!int twelve\n"), "cannot be read as int"),
+    ("bool-tag-on-text", lambda d: write(d, "p.yaml", GOOD + "n: !!bool maybe\n"), "cannot be read as bool"),
+    ("timestamp-tag-on-text", lambda d: write(d, "p.yaml", GOOD + "n: !!timestamp nope\n"), "cannot be read as timestamp"),
     ("python-tag", lambda d: write(d, "p.yaml", GOOD + "x: !!python/object/apply:os.system [touch PWNED]\n"),
      "YAML syntax error"),
     ("many-nodes", lambda d: write(d, "p.yaml", "".join(f"k{i}: {i}\n" for i in range(60_000))),
