@@ -245,7 +245,8 @@ def test_disk_mkdir_and_listdir(helper: Helper, tmp_path: Path) -> None:
     (root / "b.py").symlink_to(root / "a.py")                   # a link is no file of ours: no digest
     facts = helper.ask("disk", path=str(root), files=[str(root / "a.py"), str(root / "b.py"), str(root / "c")])
     assert facts["digests"] == [hashlib.sha256(b"alpha").hexdigest(), None, None]
-    assert facts["free"] == os.statvfs(root).f_bavail * os.statvfs(root).f_frsize
+    now = os.statvfs(root).f_bavail * os.statvfs(root).f_frsize   # others write to this disk meanwhile: close, not equal
+    assert abs(facts["free"] - now) < 64 << 20, (facts["free"], now)
     made = helper.ask("mkdir", path=str(root / "runs" / "r9"), within=str(root), need=1024)
     assert made["made"] and (root / "runs" / "r9").stat().st_mode & 0o777 == 0o700
     again = helper.ask("mkdir", path=str(root / "runs" / "r9"), within=str(root), need=1024)

@@ -137,11 +137,13 @@ def _describe(pid: int) -> str:
 
 
 def status_of(prof: Path, home: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """`deploy status --json` of one deployment; its exit code must agree with what it prints (0 only serving)."""
+    """`deploy status --json` of one deployment; its exit code must agree with what it prints (0 only serving: up,
+    healthy, and watched by a live supervisor)."""
     out = deploy("status", str(prof), "--json", home=home, env=env)
     assert out.returncode in (0, 5, 6, 8) and "Traceback" not in out.stderr, (out.returncode, out.stderr)
     st = dict(json.loads(out.stdout))
-    assert (out.returncode == 0) == (st["status"] in ("ready", "running") and st["healthy"]), (out.returncode, st)
+    assert (out.returncode == 0) == bool(st["serving"]), (out.returncode, st)
+    assert not st["serving"] or (st["status"] in ("ready", "running") and st["healthy"]), st
     return st
 
 

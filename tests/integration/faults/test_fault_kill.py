@@ -57,7 +57,9 @@ def test_supervisor_killed_down_still_stops_the_engine(tmp_path: Path, sshd: obj
     prof = write_profile(tmp_path, sshd, name="supkill", env=ENV)
     assert deploy("up", str(prof), "--skip-preflight", home=home, env=env).returncode == 0
     os.kill(_supervisor_pid(work, "supkill"), signal.SIGKILL)
-    assert status_of(prof, home, env)["healthy"]  # the engine itself serves on
+    row = status_of(prof, home, env)
+    assert row["healthy"] and not row["serving"], row  # the engine itself answers on, but nothing watches it
+    assert row["supervisor"]["state"] == "dead", row["supervisor"]
     down = deploy("down", str(prof), home=home, env=env)
     assert down.returncode == 0, down.stderr
     assert_lock_free(work, "supkill")
