@@ -97,6 +97,7 @@ def test_a_killed_supervisor_is_named_with_its_fix_and_lost_gets_its_next_step(t
         assert code == 0 and row["supervisor"] is None and row["serving"], row
 
 
+@pytest.mark.slow("waits out the freeze bound: 20 s, ten missed heartbeats, so a loaded box is not called frozen")
 def test_a_frozen_supervisor_is_named_and_kill_cont_clears_it(tmp_path: Path, sshd: Any) -> None:
     with deployed(tmp_path, sshd, "frozen", {"policy": "on-failure", "grace_s": 3}) as (prof, home, row, remote):
         first = state_json(row)
