@@ -1,0 +1,188 @@
+"""Issue 39 (item 2): the canary's verdict (deployer.fleet.canary_judge) from metric samples, each gate alone, the
+profile's `rollout:` section, and what refuses a canary before anything is touched.
+
+The samples: the stand-in engines' /metrics (tests/standin/standin_metrics.py), which replays a real SGLang 0.5.23
+and vLLM 0.32.0 capture advanced per completion, read at a window's start and end exactly as the rollout reads a
+replica (deployer.observe.serving); a "worse release" is the same stand-in with STANDIN_SLOWER_X or
+STANDIN_FAIL_EVERY set.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deployer.engines import engine_for
+from deployer.errors import ProfileError
+from deployer.fleet.canary import check_canary
+from deployer.fleet.canary_judge import WindowNumbers, judge
+from deployer.fleet.members import fleet_of
+from deployer.observe.names import load_metric_names
+from deployer.observe.prometheus import Scrape, parse
+from deployer.observe.serving import ServingMetrics
+from deployer.profile.model import Canary, Profile
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "standin"))
+import standin_metrics  # noqa: E402  (the stand-ins' module, stdlib only)
+
+GATES = Canary(window_s=5, min_requests=10)
+
+
+def _window(kind: str, replica: int, requests: int, monkeypatch: pytest.MonkeyPatch, *, slower: float = 1.0,
+            fail_every: int = 0, window_s: float = 5.0) -> WindowNumbers:
+    """One stand-in replica's numbers over a window in which it served `requests` chat completions."""
+    monkeypatch.setenv("STANDIN_SLOWER_X", str(slower))
+    replay = standin_metrics.sglang() if kind == "sglang" else standin_metrics.vllm()
+    before = Scrape(1000.0, parse(replay.text()))
+    for i in range(1, requests + 1):
+        if fail_every and i % fail_every == 0:
+            replay.failed()
+            continue
+        replay.started()
+        replay.finished()
+    after = Scrape(1000.0 + window_s, parse(replay.text()))
+    path = engine_for(kind).knowledge.metrics
+    assert path is not None
+    return WindowNumbers.of(replica, ServingMetrics.from_scrapes(load_metric_names(path), after, before))
+
+
+@pytest.mark.parametrize("kind", ["sglang", "vllm"])
+def test_the_same_release_is_promoted(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    canary = _window(kind, 0, 40, monkeypatch)
+    others = [_window(kind, 1, 40, monkeypatch), _window(kind, 2, 38, monkeypatch)]
+    verdict = judge(canary, others, GATES, 5.0)
+    assert verdict.decision == "promote", verdict.checks
+    checks = {c.name: c for c in verdict.checks}
+    assert checks["traffic"].passed and checks["traffic"].canary == 40 and checks["traffic"].baseline == 78
+    assert checks["ttft_p99"].passed and checks["itl_p99"].passed and checks["tokens_per_s"].passed
+    assert checks["itl_p99"].value == pytest.approx(1.0)
+    assert checks["tokens_per_s"].canary == pytest.approx(40 * 10 / 5.0)          # 10 tokens each, over 5 s
+    assert "every gate passed" in verdict.summary() and "promoted" in verdict.summary()
+
+
+@pytest.mark.parametrize("kind", ["sglang", "vllm"])
+def test_three_times_slower_per_token_is_rolled_back_on_its_itl(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    canary = _window(kind, 0, 40, monkeypatch, slower=3.0)
+    others = [_window(kind, 1, 40, monkeypatch)]
+    verdict = judge(canary, others, GATES, 5.0)
+    assert verdict.decision == "roll-back"
+    itl = next(c for c in verdict.checks if c.name == "itl_p99")
+    assert itl.passed is False and itl.value is not None and itl.value > GATES.max_p99_ratio, itl
+    assert itl.canary is not None and itl.baseline is not None and itl.canary > 2 * itl.baseline
+    assert any("itl_p99: FAILED" in r and "rollout.canary.max_p99_ratio" in r for r in verdict.reasons)
+
+
+def test_one_answer_in_five_failing_is_rolled_back_on_its_error_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    canary = _window("sglang", 0, 50, monkeypatch, fail_every=5)
+    others = [_window("sglang", 1, 50, monkeypatch)]
+    assert canary.errors == 10 and canary.requests == 50 and others[0].errors == 0
+    verdict = judge(canary, others, GATES, 5.0)
+    error = next(c for c in verdict.checks if c.name == "error_rate")
+    assert verdict.decision == "roll-back" and error.passed is False
+    assert error.canary == pytest.approx(0.2) and error.baseline == 0 and error.value == pytest.approx(0.2)
+
+
+def test_an_error_rate_within_the_delta_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    canary = _window("sglang", 0, 100, monkeypatch, fail_every=50)         # 2%
+    others = [_window("sglang", 1, 100, monkeypatch, fail_every=100)]       # 1%
+    loose = judge(canary, others, Canary(min_requests=10, max_error_rate_delta=0.02), 5.0)
+    strict = judge(canary, others, Canary(min_requests=10, max_error_rate_delta=0.005), 5.0)
+    assert loose.decision == "promote" and strict.decision == "roll-back"
+
+
+def _numbers(replica: int = 0, requests: float = 100, errors: float | None = 0, ttft: float | None = 0.1,
+             itl: float | None = 0.01, tps: float | None = 100.0) -> WindowNumbers:
+    return WindowNumbers(replica, requests, errors, ttft, itl, tps)
+
+
+@pytest.mark.parametrize("canary, others, failing", [
+    (_numbers(ttft=0.16), [_numbers(1)], "ttft_p99"),                          # x1.6 > x1.5
+    (_numbers(itl=0.016), [_numbers(1)], "itl_p99"),
+    (_numbers(tps=79.0), [_numbers(1)], "tokens_per_s"),                       # x0.79 < x0.8
+    (_numbers(errors=3), [_numbers(1, errors=1)], "error_rate"),               # +2 points > +1
+    (_numbers(requests=9), [_numbers(1)], "traffic"),                          # the canary saw too little
+    (_numbers(), [_numbers(1, requests=4), _numbers(2, requests=5)], "traffic"),   # so did the others, together
+    (_numbers(), [], "traffic"),                                               # nobody to compare with
+])
+def test_each_gate_alone_rolls_back(canary: WindowNumbers, others: list[WindowNumbers], failing: str) -> None:
+    verdict = judge(canary, others, GATES, 5.0)
+    assert verdict.decision == "roll-back"
+    assert [c.name for c in verdict.checks if c.passed is False] == [failing], verdict.checks
+
+
+@pytest.mark.parametrize("canary, others", [
+    (_numbers(ttft=0.15), [_numbers(1)]),                                      # exactly at the limit
+    (_numbers(tps=80.0), [_numbers(1)]),
+    (_numbers(errors=2), [_numbers(1, errors=1)]),                              # +1 point
+    (_numbers(requests=10), [_numbers(1, requests=4), _numbers(2, requests=6)]),
+])
+def test_at_the_limits_it_is_promoted(canary: WindowNumbers, others: list[WindowNumbers]) -> None:
+    verdict = judge(canary, others, GATES, 5.0)
+    assert verdict.decision == "promote", verdict.checks
+
+
+def test_the_baseline_is_the_median_p99_and_the_mean_throughput() -> None:
+    others = [_numbers(1, ttft=0.1, tps=100), _numbers(2, ttft=0.2, tps=50), _numbers(3, ttft=0.9, tps=150)]
+    checks = {c.name: c for c in judge(_numbers(ttft=0.25, tps=100), others, GATES, 5.0).checks}
+    assert checks["ttft_p99"].baseline == pytest.approx(0.2) and checks["ttft_p99"].passed   # x1.25 of the median
+    assert checks["tokens_per_s"].baseline == pytest.approx(100.0)
+
+
+def test_a_quantity_not_exposed_is_not_compared_and_does_not_decide() -> None:
+    verdict = judge(_numbers(errors=None, ttft=None), [_numbers(1, errors=None)], GATES, 5.0)
+    checks = {c.name: c for c in verdict.checks}
+    assert checks["error_rate"].passed is None and "not exposed" in checks["error_rate"].note
+    assert checks["ttft_p99"].passed is None and "the canary" in checks["ttft_p99"].note
+    assert verdict.decision == "promote"
+
+
+def test_the_verdict_keeps_every_number_for_history() -> None:
+    verdict = judge(_numbers(itl=0.03), [_numbers(1)], GATES, 5.0)
+    itl = next(c for c in verdict.checks if c.name == "itl_p99")
+    assert (itl.canary, itl.baseline, itl.limit) == (0.03, 0.01, 1.5) and itl.value == pytest.approx(3.0)
+    assert "canary 0.03s, the others 0.01s: x3.00, at most x1.5" in itl.line()
+    assert verdict.summary().startswith("canary r0 rolled back after 5s: itl_p99: FAILED")
+
+
+# -- the profile's rollout section ---------------------------------------------------------------------------
+
+def _fleet(**extra: Any) -> Profile:
+    data: dict[str, Any] = {"name": "f", "replicas": [{"host": "a"}, {"host": "b", "engine_port": 31000}],
+                            "engine": {"kind": "sglang", "model_path": "m"}, "router": {"port": 9000}, **extra}
+    return Profile.model_validate(data)
+
+
+def test_the_rollout_section_has_defaults_and_takes_the_profiles_values() -> None:
+    default = _fleet().rollout
+    assert default.max_unavailable == 1 and default.canary.window_s == 60 and default.canary.max_p99_ratio == 1.5
+    given = _fleet(rollout={"max_unavailable": 2, "canary": {"window_s": 3, "min_requests": 5,
+                                                             "max_error_rate_delta": 0.05,
+                                                             "min_tokens_per_s_ratio": 0.5}}).rollout
+    assert given.max_unavailable == 2 and given.canary.window_s == 3 and given.canary.min_requests == 5
+    assert given.canary.max_error_rate_delta == 0.05 and given.canary.min_tokens_per_s_ratio == 0.5
+
+
+@pytest.mark.parametrize("bad", [{"max_unavailable": 0}, {"canary": {"window_s": 0}},
+                                 {"canary": {"max_p99_ratio": 0.5}}, {"canary": {"min_tokens_per_s_ratio": 2}},
+                                 {"canary": {"windows": 3}}])
+def test_a_bad_rollout_value_is_refused(bad: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        _fleet(rollout=bad)
+
+
+def test_a_canary_needs_a_router_and_two_replicas() -> None:
+    def address(_target: Any) -> str:
+        return "127.0.0.1"
+
+    check_canary(fleet_of(_fleet(), address))
+    no_router = _fleet()
+    no_router.router = None
+    with pytest.raises(ProfileError, match="needs a router"):
+        check_canary(fleet_of(no_router, address))
+    one = _fleet(replicas=[{"host": "a"}])
+    with pytest.raises(ProfileError, match="at least two replicas"):
+        check_canary(fleet_of(one, address))
