@@ -212,7 +212,7 @@ def canary_up(profile: Profile, opts: UpOptions, emit: EventSink, rollout: Rollo
     (default: the profile's `rollout:`); a fleet that does not serve yet is started as `up` starts it (there is
     nothing to compare with). Raises as `up` does (a rolled-back canary: PartlyFailed, exit 9, the report along)."""
     check_canary(fleet_of(profile, address_of))
-    plan = rollout or profile.rollout
+    plan = rollout or profile.rollout or Rollout()
 
     def roller_for(links: Links, given: UpOptions) -> Roller:
         def back(member: ReplicaMember, e: EventSink) -> object:

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, SerializerFunctionWrapHandler,
+                      ValidationInfo, field_validator, model_serializer, model_validator)
 
 from deployer.profile.host import NAME_RE, probe_address
 from deployer import engines
@@ -604,7 +604,8 @@ class Profile(Strict):
     nodes: list[Node] | None = Field(default=None, min_length=2,
                                      description="ONE engine spread over these hosts, node_rank in this order")
     router: Router | None = Field(default=None, description="the model gateway in front of a fleet's replicas")
-    rollout: Rollout = Field(default_factory=Rollout, description="a fleet's canary and batches (deploy up --canary)")
+    rollout: Rollout | None = Field(default=None, description="a fleet's canary and batches (deploy up --canary); "
+                                    "the defaults of each key when not given")
     retention: Retention = Field(default_factory=Retention)
     logs: Logs = Field(default_factory=Logs)
 
@@ -641,6 +642,15 @@ class Profile(Strict):
             return data  # the field validators say what is wrong
         data = dict(data)
         data["target"] = {k: v for k, v in group[0].items() if k in Target.model_fields}
+        return data
+
+    @model_serializer(mode="wrap")
+    def _no_rollout_key(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """A profile without `rollout:` is dumped without the key: the records an earlier release reads back
+        (strictly) stay as it wrote them."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("rollout") is None:
+            data.pop("rollout", None)
         return data
 
     @model_validator(mode="after")

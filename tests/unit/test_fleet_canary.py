@@ -23,7 +23,7 @@ from deployer.fleet.members import fleet_of
 from deployer.observe.names import load_metric_names
 from deployer.observe.prometheus import Scrape, parse
 from deployer.observe.serving import ServingMetrics
-from deployer.profile.model import Canary, Profile
+from deployer.profile.model import Canary, Profile, Rollout
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "standin"))
@@ -157,11 +157,13 @@ def _fleet(**extra: Any) -> Profile:
 
 
 def test_the_rollout_section_has_defaults_and_takes_the_profiles_values() -> None:
-    default = _fleet().rollout
+    assert _fleet().rollout is None and "rollout" not in _fleet().model_dump()   # records stay as they were
+    default = Rollout()
     assert default.max_unavailable == 1 and default.canary.window_s == 60 and default.canary.max_p99_ratio == 1.5
     given = _fleet(rollout={"max_unavailable": 2, "canary": {"window_s": 3, "min_requests": 5,
                                                              "max_error_rate_delta": 0.05,
                                                              "min_tokens_per_s_ratio": 0.5}}).rollout
+    assert given is not None
     assert given.max_unavailable == 2 and given.canary.window_s == 3 and given.canary.min_requests == 5
     assert given.canary.max_error_rate_delta == 0.05 and given.canary.min_tokens_per_s_ratio == 0.5
 
