@@ -25,6 +25,7 @@ import yaml
 from deploy_helpers import events
 from fleet_helpers import chat, fleet_deploy, fleet_profile
 from hostbed import HostBed, host_bed
+from sshbed import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 CLIENT_LIMIT_S = 300.0
@@ -174,5 +175,32 @@ def test_a_release_three_times_slower_is_rolled_back_and_the_others_never_touche
     failed = [c for c in history[0]["numbers"]["checks"] if c["passed"] is False]
     assert [c["name"] for c in failed] == ["itl_p99"] and failed[0]["canary"] > failed[0]["baseline"]
     assert history[1]["replicas"] == {"r0": "rolled-back", "r1": "left-running"}
+    assert clients.failures == [], clients.failures[:5]
+    assert fleet_deploy(bed, "down", str(prof), home=home).returncode == 0
+
+
+@pytest.mark.slow("a canary, then the two other replicas replaced together behind the real router")
+def test_after_the_canary_the_rest_are_replaced_in_batches_of_max_unavailable(tmp_path: Path, bed: HostBed) -> None:
+    """Three replicas (two on the first host), rollout.max_unavailable 2: the canary alone, then r1 and r2 out of
+    the router together, replaced, back in; clients lose nothing (the canary serves meanwhile)."""
+    hosts = [bed.hosts[0], bed.hosts[1], bed.hosts[0]]
+    entries = [{"host": h.alias, "workdir": str(h.workdir), "engine_port": free_port(h.addr)} for h in hosts]
+    prof, data = fleet_profile(tmp_path, bed, name="batch", env=WORLD, replicas=entries,
+                               extra={"rollout": {**ROLLOUT, "max_unavailable": 2}})
+    data["engine"]["args"] = {"enable_metrics": True}
+    prof.write_text(yaml.safe_dump(data, sort_keys=False))
+    home = tmp_path / "home"
+    assert fleet_deploy(bed, "up", str(prof), "--skip-preflight", home=home).returncode == 0
+    before = _status(bed, home, prof)
+    data["engine"]["env"]["STANDIN_CHAT_TEXT"] = "the new release answering"
+    prof.write_text(yaml.safe_dump(data, sort_keys=False))
+    run, clients = _canary_up(bed, home, prof, data)
+    assert run.returncode == 0, run.stderr[-3000:]
+    evs = events(run.stdout)
+    report = evs[-1]
+    assert report["outcome"] == "promoted" and [r["status"] for r in report["replicas"]] == ["ready"] * 3, report
+    together = [e for e in evs if e["event"] == "info" and "out of the router together" in e["message"]]
+    assert [e["message"].split(" out of")[0] for e in together] == ["taking r1, r2"], together
+    assert all(a["content_hash"] != b["content_hash"] for a, b in zip(_status(bed, home, prof), before))
     assert clients.failures == [], clients.failures[:5]
     assert fleet_deploy(bed, "down", str(prof), home=home).returncode == 0
