@@ -145,10 +145,10 @@ class _Rollout:
                 self.report.notes.append(f"r{read.member.index} left out of the canary's baseline: {read.problem}")
         verdict = None if mine.numbers is None else judge(
             mine.numbers, [r.numbers for r in rest if r.numbers is not None], gates, gates.window_s)
-        text = verdict.summary() if verdict else f"canary r{canary.index} rolled back: no numbers ({mine.problem})"
+        none = f"canary r{canary.index} rolled back: no numbers ({mine.problem})"
         self.report.canary = verdict
-        self.report.notes.append(text)
-        emit(Info(message=text))
+        self.report.notes.append(verdict.headline() if verdict else none)
+        emit(Info(message=verdict.summary() if verdict else none))
         self._write(verdict_entry(self.fleet.name, verdict, mine.problem, canary.index))
         return verdict
 

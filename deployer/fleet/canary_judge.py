@@ -86,6 +86,13 @@ class Verdict:
         failed = [c.line() for c in self.checks if c.passed is False]
         return failed or ["every gate passed: " + "; ".join(c.line() for c in self.checks if c.passed)]
 
+    def headline(self) -> str:
+        """One short line: the decision and which gates failed."""
+        word = "promoted" if self.decision == "promote" else "rolled back"
+        failed = [c.name for c in self.checks if c.passed is False]
+        why = f"{', '.join(failed)} failed" if failed else "every gate passed"
+        return f"canary r{self.canary.replica} {word} after {self.window_s:g}s: {why}"
+
     def summary(self) -> str:
         word = "promoted" if self.decision == "promote" else "rolled back"
         return f"canary r{self.canary.replica} {word} after {self.window_s:g}s: " + "; ".join(self.reasons)

@@ -9,6 +9,7 @@ STANDIN_FAIL_EVERY set.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,10 +20,13 @@ from deployer.engines import engine_for
 from deployer.errors import ProfileError
 from deployer.fleet.canary import check_canary
 from deployer.fleet.canary_judge import WindowNumbers, judge
+from deployer.fleet.canary_record import verdict_entry
+from deployer.fleet.report import FleetReport
 from deployer.fleet.members import fleet_of
 from deployer.observe.names import load_metric_names
 from deployer.observe.prometheus import Scrape, parse
 from deployer.observe.serving import ServingMetrics
+from deployer.output.fleet import report_lines
 from deployer.profile.model import Canary, Profile, Rollout
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -168,6 +172,14 @@ def test_the_rollout_section_has_defaults_and_takes_the_profiles_values() -> Non
     assert given.canary.max_error_rate_delta == 0.05 and given.canary.min_tokens_per_s_ratio == 0.5
 
 
+def test_a_replicas_own_profile_carries_no_rollout() -> None:
+    """Each replica's run records its own profile: without the fleet's `rollout` (a key an earlier release's
+    strict reading of that record would refuse)."""
+    fleet = fleet_of(_fleet(rollout={"max_unavailable": 2}), lambda _t: "127.0.0.1")
+    assert all("rollout" not in r.profile.model_dump(mode="json") for r in fleet.replicas)
+    assert fleet.profile.model_dump(mode="json")["rollout"]["max_unavailable"] == 2
+
+
 @pytest.mark.parametrize("bad", [{"max_unavailable": 0}, {"canary": {"window_s": 0}},
                                  {"canary": {"max_p99_ratio": 0.5}}, {"canary": {"min_tokens_per_s_ratio": 2}},
                                  {"canary": {"windows": 3}}])
@@ -188,3 +200,26 @@ def test_a_canary_needs_a_router_and_two_replicas() -> None:
     one = _fleet(replicas=[{"host": "a"}])
     with pytest.raises(ProfileError, match="at least two replicas"):
         check_canary(fleet_of(one, address))
+
+
+def test_the_report_shows_the_verdict_and_every_gate_with_its_numbers() -> None:
+    report = FleetReport("f", mode="canary", outcome="rolled-back")
+    report.canary = judge(_numbers(itl=0.03), [_numbers(1)], GATES, 5.0)
+    report.notes.append(report.canary.headline())
+    data = json.loads(json.dumps(report.to_json()))
+    assert data["canary"]["decision"] == "roll-back" and data["outcome"] == "rolled-back"
+    lines = report_lines(data)
+    assert "  canary r0 rolled back after 5s: itl_p99 failed" in lines
+    assert any(line.startswith("    itl_p99: FAILED (canary 0.03s, the others 0.01s: x3.00") for line in lines), lines
+    assert any(line.startswith("    ttft_p99: ok (") for line in lines), lines
+
+
+def test_history_keeps_the_numbers_or_why_there_were_none() -> None:
+    verdict = judge(_numbers(itl=0.03), [_numbers(1)], GATES, 5.0)
+    entry = json.loads(json.dumps(verdict_entry("f", verdict, None, 0)))
+    assert entry["kind"] == "canary-verdict" and entry["decision"] == "roll-back" and entry["canary"] == 0
+    itl = next(c for c in entry["numbers"]["checks"] if c["name"] == "itl_p99")
+    assert (itl["canary"], itl["baseline"], itl["passed"]) == (0.03, 0.01, False)
+    assert entry["numbers"]["baseline"][0]["itl_p99_s"] == 0.01
+    none = verdict_entry("f", None, "/metrics of r0 answered HTTP 404; add `enable_metrics: true`", 0)
+    assert none["decision"] == "roll-back" and none["numbers"] is None and "HTTP 404" in none["reasons"][0]
