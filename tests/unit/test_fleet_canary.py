@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -20,6 +20,7 @@ from deployer.engines import engine_for
 from deployer.errors import ProfileError
 from deployer.fleet.canary import check_canary
 from deployer.fleet.canary_judge import WindowNumbers, judge
+from deployer.fleet.canary_metrics import measure
 from deployer.fleet.canary_record import verdict_entry
 from deployer.fleet.report import FleetReport
 from deployer.fleet.members import fleet_of
@@ -28,6 +29,7 @@ from deployer.observe.prometheus import Scrape, parse
 from deployer.observe.serving import ServingMetrics
 from deployer.output.fleet import report_lines
 from deployer.profile.model import Canary, Profile, Rollout
+from deployer.remote.base import HttpReply, Remote
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "standin"))
@@ -223,3 +225,32 @@ def test_history_keeps_the_numbers_or_why_there_were_none() -> None:
     assert entry["numbers"]["baseline"][0]["itl_p99_s"] == 0.01
     none = verdict_entry("f", None, "/metrics of r0 answered HTTP 404; add `enable_metrics: true`", 0)
     assert none["decision"] == "roll-back" and none["numbers"] is None and "HTTP 404" in none["reasons"][0]
+
+
+class _Host:
+    """A remote whose engines answer /metrics with the given stand-in replay, or with an HTTP status."""
+
+    def __init__(self, answers: dict[int, Any]) -> None:
+        self.answers = answers        # port -> a standin_metrics.Replay, or an HTTP status
+        self.asked: list[tuple[str, int, str]] = []
+
+    def request(self, method: str, port: int, path: str, **_kw: Any) -> HttpReply:
+        self.asked.append((method, port, path))
+        found = self.answers[port]
+        if isinstance(found, int):
+            return HttpReply(found, b"", {})
+        found.started()
+        found.finished()
+        return HttpReply(200, found.text().encode(), {})
+
+
+def test_the_window_reads_each_replica_twice_and_says_why_one_has_no_numbers() -> None:
+    fleet = fleet_of(_fleet(replicas=[{"host": "a"}, {"host": "b", "engine_port": 31000},
+                                      {"host": "c", "engine_port": 32000}]), lambda _t: "127.0.0.1")
+    host = _Host({30000: standin_metrics.sglang(), 31000: standin_metrics.sglang(), 32000: 404})
+    slept: list[float] = []
+    reads = measure(fleet.replicas, lambda _m: cast(Remote, host), 3.0, slept.append)
+    assert slept == [3.0] and [a[2] for a in host.asked] == ["/metrics"] * 5   # the third: once, then not again
+    assert reads[0].numbers is not None and reads[0].numbers.requests == 1       # one completion in between
+    assert reads[2].numbers is None and reads[2].problem is not None
+    assert "HTTP 404" in reads[2].problem and "enable_metrics: true" in reads[2].problem   # the fix, from metrics.yaml
