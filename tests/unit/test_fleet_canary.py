@@ -18,11 +18,13 @@ import pytest
 
 from deployer.engines import engine_for
 from deployer.errors import ProfileError
+from deployer.fleet import canary_batch
 from deployer.fleet.canary import check_canary
 from deployer.fleet.canary_judge import WindowNumbers, judge
 from deployer.fleet.canary_metrics import measure
 from deployer.fleet.canary_record import verdict_entry
 from deployer.fleet.report import FleetReport
+from deployer.fleet.router import Worker
 from deployer.fleet.members import fleet_of
 from deployer.observe.names import load_metric_names
 from deployer.observe.prometheus import Scrape, parse
@@ -30,6 +32,7 @@ from deployer.observe.serving import ServingMetrics
 from deployer.output.fleet import report_lines
 from deployer.profile.model import Canary, Profile, Rollout
 from deployer.remote.base import HttpReply, Remote
+from deployer.runner.fanout import TaggedSink
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "standin"))
@@ -254,3 +257,23 @@ def test_the_window_reads_each_replica_twice_and_says_why_one_has_no_numbers() -
     assert reads[0].numbers is not None and reads[0].numbers.requests == 1       # one completion in between
     assert reads[2].numbers is None and reads[2].problem is not None
     assert "HTTP 404" in reads[2].problem and "enable_metrics: true" in reads[2].problem   # the fix, from metrics.yaml
+
+
+def test_a_batch_is_taken_out_only_while_every_other_replica_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """max_unavailable 2 of 3: r1 and r2 leave together only while r0 serves; r0 unhealthy: both are left
+    running (exit 6, why), nothing is removed from the router and nothing replaced."""
+    fleet = fleet_of(_fleet(replicas=[{"host": "a"}, {"host": "b", "engine_port": 31000},
+                                      {"host": "c", "engine_port": 32000}]), lambda _t: "127.0.0.1")
+    r0, r1, r2 = fleet.replicas
+    removed: list[str] = []
+    monkeypatch.setattr(canary_batch, "workers", lambda _remote, _router: {
+        r.url: Worker(f"w{r.index}", r.url, r.index != 0, "ready") for r in fleet.replicas})
+    monkeypatch.setattr(canary_batch, "remove_worker", lambda _remote, _router, url: removed.append(url))
+
+    def replace(_member: Any, _emit: Any) -> Any:
+        raise AssertionError("nothing may be replaced")
+
+    out = canary_batch.roll_batch(fleet, [r1, r2], TaggedSink(lambda _e: None), replace, cast(Remote, None), None)
+    assert removed == [] and {i: (r.status, r.exit_code) for i, r in out.items()} == {
+        1: ("left-running", 6), 2: ("left-running", 6)}
+    assert "only 0 other replicas serve: taking 2 out would leave fewer than 1 serving" in (out[1].error or "")
