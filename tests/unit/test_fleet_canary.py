@@ -18,12 +18,13 @@ import pytest
 
 from deployer.engines import engine_for
 from deployer.errors import ProfileError
+from deployer.fleet import canary as canary_mod
 from deployer.fleet import canary_batch
-from deployer.fleet.canary import check_canary
+from deployer.fleet.canary import CanaryPlan, canary_roller, check_canary
 from deployer.fleet.canary_judge import WindowNumbers, judge
-from deployer.fleet.canary_metrics import measure
+from deployer.fleet.canary_metrics import Read, measure
 from deployer.fleet.canary_record import verdict_entry
-from deployer.fleet.report import FleetReport
+from deployer.fleet.report import FleetReport, ReplicaResult
 from deployer.fleet.router import Worker
 from deployer.fleet.members import fleet_of
 from deployer.observe.names import load_metric_names
@@ -277,3 +278,58 @@ def test_a_batch_is_taken_out_only_while_every_other_replica_serves(monkeypatch:
     assert removed == [] and {i: (r.status, r.exit_code) for i, r in out.items()} == {
         1: ("left-running", 6), 2: ("left-running", 6)}
     assert "only 0 other replicas serve: taking 2 out would leave fewer than 1 serving" in (out[1].error or "")
+
+
+class _Scripted:
+    """The rollout's steps against a scripted fleet: the router's workers, each replace, the window's numbers."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, fleet: Any, numbers: dict[int, WindowNumbers]) -> None:
+        self.steps: list[str] = []
+        self.measured: list[int] = []
+        self.written: list[dict[str, Any]] = []
+        monkeypatch.setattr(canary_mod, "workers", lambda _remote, _router: {
+            r.url: Worker(f"w{r.index}", r.url, True, "ready") for r in fleet.replicas})
+        monkeypatch.setattr(canary_mod, "roll_one", self.roll_one)
+        monkeypatch.setattr(canary_mod, "measure", self.measure)
+        monkeypatch.setattr(canary_mod, "record", lambda _r, _w, _f, entry, _l: self.written.append(entry))
+        self.numbers = numbers
+
+    def roll_one(self, _fleet: Any, replica: Any, _sink: Any, replace: Any, *_rest: Any) -> ReplicaResult:
+        self.steps.append(f"{replace.__name__} r{replica.index}")
+        return ReplicaResult(replica.index, replica.host, replica.name, replica.url, "ready")
+
+    def measure(self, members: list[Any], _connect: Any, _window: float) -> list[Read]:
+        self.measured = [m.index for m in members]
+        return [Read(m, self.numbers.get(m.index)) for m in members]
+
+
+def new(_member: Any, _emit: Any) -> Any:
+    return None
+
+
+def back(_member: Any, _emit: Any) -> Any:
+    return None
+
+
+@pytest.mark.parametrize("slow, steps, outcome", [
+    (False, ["new r1", "new r2"], "promoted"),
+    (True, ["new r1", "back r1"], "rolled-back"),
+])
+def test_the_canary_is_compared_with_the_replicas_still_on_the_old_version(
+        monkeypatch: pytest.MonkeyPatch, slow: bool, steps: list[str], outcome: str) -> None:
+    """r0 already runs the new profile (an earlier canary left there): r1 is the canary, judged against r2 only;
+    promoted: r2 replaced next; rolled back: r1 back to its previous version, r2 untouched."""
+    fleet = fleet_of(_fleet(replicas=[{"host": "a"}, {"host": "b", "engine_port": 31000},
+                                      {"host": "c", "engine_port": 32000}]), lambda _t: "127.0.0.1")
+    script = _Scripted(monkeypatch, fleet, {0: _numbers(0, itl=0.5), 1: _numbers(1, itl=0.03 if slow else 0.01),
+                                            2: _numbers(2)})
+    report = FleetReport("f")
+    plan = CanaryPlan(Rollout(canary=GATES), back, lambda _m: cast(Remote, None), local_history=False)
+    roller = canary_roller(plan)
+    roller(fleet, report, TaggedSink(lambda _e: None), new, cast(Remote, object()), lambda r: r.index == 0, None)
+    assert script.measured == [1, 2] and script.steps == steps
+    assert report.outcome == outcome and report.canary is not None and report.canary.canary.replica == 1
+    assert [b.replica for b in report.canary.baseline] == [2]
+    assert [r.status for r in report.replicas] == (["unchanged", "ready", "ready"] if not slow else
+                                                   ["unchanged", "rolled-back", "left-running"])
+    assert [e["kind"] for e in script.written] == ["canary-verdict", "rollout-end"]
