@@ -133,7 +133,12 @@ class _Rollout:
         """The window, the verdict (None: the canary has no numbers), both said and written with the numbers."""
         gates = self.plan.rollout.canary
         have = workers(self.remote, self.fleet.router) if self.fleet.router else {}
-        others = [r for r in self.fleet.replicas if r is not canary and r.url in have and have[r.url].healthy]
+        serving = [r for r in self.fleet.replicas if r is not canary and r.url in have and have[r.url].healthy]
+        on_old = [r for r in serving if r.index not in self.results]   # not `unchanged`: still the old version
+        others = on_old or serving
+        if serving and not on_old:
+            self.report.notes.append("no replica on the old version serves: the canary is compared with replicas "
+                                     "already on the new one")
         emit = self.sink.tagged(canary.host, f"r{canary.index}")
         emit(Info(message=f"canary r{canary.index} serves the new version: comparing its live metrics with "
                           f"{', '.join(f'r{r.index}' for r in others) or 'no other replica'} for "
