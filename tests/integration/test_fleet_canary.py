@@ -130,6 +130,7 @@ def test_a_good_change_is_promoted_to_every_replica_with_its_numbers_in_history(
     assert report["mode"] == "canary" and report["outcome"] == "promoted", report
     assert [r["status"] for r in report["replicas"]] == ["ready", "ready"], report["replicas"]
     verdict = report["canary"]
+    print("\n".join(f"{c['name']}: {c['passed']} {c['note']}" for c in verdict["checks"]))   # shown with -s
     assert verdict["decision"] == "promote" and verdict["canary"]["replica"] == 0
     checks = {c["name"]: c for c in verdict["checks"]}
     assert checks["traffic"]["canary"] >= 8 and checks["itl_p99"]["passed"] and checks["ttft_p99"]["passed"]
@@ -162,6 +163,7 @@ def test_a_release_three_times_slower_is_rolled_back_and_the_others_never_touche
     assert first["status"] == "rolled-back" and first["restored"]["status"] == "ready", first
     assert "the canary was rolled back: itl_p99: FAILED" in first["error"]
     assert second["status"] == "left-running", second
+    print("\n".join(f"{c['name']}: {c['passed']} {c['note']}" for c in report["canary"]["checks"]))   # with -s
     itl = next(c for c in report["canary"]["checks"] if c["name"] == "itl_p99")
     assert itl["passed"] is False and itl["value"] > 1.5 and itl["canary"] > itl["baseline"], itl
     after = _status(bed, home, prof)
