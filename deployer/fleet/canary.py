@@ -233,12 +233,13 @@ def canary_up(profile: Profile, opts: UpOptions, emit: EventSink, rollout: Rollo
     return report
 
 
-def run_canary(profile: Profile, opts: UpOptions, emit: EventSink, rollout: Rollout | None = None) -> CanaryResult:
+def run_canary(profile: Profile, opts: UpOptions, emit: EventSink, rollout: Rollout | None = None,
+               address_of: AddressOf = ssh_address) -> CanaryResult:
     """canary_up for other commands (an engine upgrade's `--apply` on a fleet): the rollout's own outcome is a
     result, never raised (`error`: its one-line summary when it was not promoted); ProfileError and the like
     (nothing was touched) do raise."""
     try:
-        report = canary_up(profile, opts, emit, rollout)
+        report = canary_up(profile, opts, emit, rollout, address_of)
     except DeployError as exc:
         outcome = getattr(exc, "outcome", None)
         if not isinstance(outcome, FleetReport):

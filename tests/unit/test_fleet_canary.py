@@ -17,7 +17,7 @@ from typing import Any, cast
 import pytest
 
 from deployer.engines import engine_for
-from deployer.errors import ProfileError
+from deployer.errors import PartlyFailed, ProfileError
 from deployer.fleet import canary as canary_mod
 from deployer.fleet import canary_batch
 from deployer.fleet.canary import CanaryPlan, canary_roller, check_canary
@@ -34,6 +34,7 @@ from deployer.output.fleet import report_lines
 from deployer.profile.model import Canary, Profile, Rollout
 from deployer.remote.base import HttpReply, Remote
 from deployer.runner.fanout import TaggedSink
+from deployer.runner.report import UpOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "standin"))
@@ -333,3 +334,30 @@ def test_the_canary_is_compared_with_the_replicas_still_on_the_old_version(
     assert [r.status for r in report.replicas] == (["unchanged", "ready", "ready"] if not slow else
                                                    ["unchanged", "rolled-back", "left-running"])
     assert [e["kind"] for e in script.written] == ["canary-verdict", "rollout-end"]
+
+
+def _loopback(_target: Any) -> str:
+    return "127.0.0.1"
+
+
+def test_run_canary_returns_the_rollouts_outcome_and_raises_only_before_anything_is_touched(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """For `deploy upgrade --apply` on a fleet: a rolled-back canary is a result (its verdict, the report, the
+    error line), not an exception; a fleet that cannot have a canary raises before fleet_up is called."""
+    back_report = FleetReport("f", mode="canary", outcome="rolled-back")
+    back_report.canary = judge(_numbers(itl=0.03), [_numbers(1)], GATES, 5.0)
+    called: list[Any] = []
+
+    def fleet_up(profile: Profile, opts: Any, _emit: Any, _address: Any, roller_for: Any) -> FleetReport:
+        called.append((profile.name, roller_for is not None))
+        raise PartlyFailed("f: 0 of 2 replicas ready; r0@a: the canary was rolled back", outcome=back_report)
+
+    monkeypatch.setattr(canary_mod, "fleet_up", fleet_up)
+    result = canary_mod.run_canary(_fleet(), UpOptions(), lambda _e: None, Rollout(canary=GATES), _loopback)
+    assert called == [("f", True)] and result.outcome == "rolled-back" and result.report is back_report
+    assert result.verdict is back_report.canary and "rolled back" in (result.error or "")
+    no_router = _fleet()
+    no_router.router = None
+    with pytest.raises(ProfileError):
+        canary_mod.run_canary(no_router, UpOptions(), lambda _e: None, None, _loopback)
+    assert len(called) == 1
