@@ -294,9 +294,12 @@ class _Scripted:
         monkeypatch.setattr(canary_mod, "measure", self.measure)
         monkeypatch.setattr(canary_mod, "record", lambda _r, _w, _f, entry, _l: self.written.append(entry))
         self.numbers = numbers
+        self.fail: set[int] = set()
 
     def roll_one(self, _fleet: Any, replica: Any, _sink: Any, replace: Any, *_rest: Any) -> ReplicaResult:
         self.steps.append(f"{replace.__name__} r{replica.index}")
+        if replica.index in self.fail:
+            return ReplicaResult(replica.index, replica.host, replica.name, replica.url, "failed", error="crashed")
         return ReplicaResult(replica.index, replica.host, replica.name, replica.url, "ready")
 
     def measure(self, members: list[Any], _connect: Any, _window: float) -> list[Read]:
@@ -361,3 +364,16 @@ def test_run_canary_returns_the_rollouts_outcome_and_raises_only_before_anything
     with pytest.raises(ProfileError):
         canary_mod.run_canary(no_router, UpOptions(), lambda _e: None, None, _loopback)
     assert len(called) == 1
+
+
+def test_a_canary_that_does_not_start_stops_the_rollout_before_any_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    fleet = fleet_of(_fleet(), _loopback)
+    script = _Scripted(monkeypatch, fleet, {})
+    script.fail = {0}
+    report = FleetReport("f")
+    plan = CanaryPlan(Rollout(canary=GATES), back, lambda _m: cast(Remote, None), local_history=False)
+    canary_roller(plan)(fleet, report, TaggedSink(lambda _e: None), new, cast(Remote, object()), None, None)
+    assert script.steps == ["new r0"] and script.measured == [] and report.canary is None
+    assert report.outcome == "stopped" and [r.status for r in report.replicas] == ["failed", "left-running"]
+    assert "rollout stopped at r0@a: crashed" in report.notes
+    assert [(e["kind"], e["decision"]) for e in script.written] == [("rollout-end", "stopped")]
