@@ -15,7 +15,7 @@ from deployer.cli.options import _profile_options, _target_options
 from deployer.deployments.base import Deployment
 from deployer.deployments.resolve import CHANGE, for_profile, resolve
 from deployer.deployments.single import Origin
-from deployer.errors import DiskFull, LaunchFailed, PartlyFailed
+from deployer.errors import DiskFull, LaunchFailed, PartlyFailed, ProfileError
 from deployer.fleet.report import FleetReport
 from deployer.runner.up import UpOptions, UpReport
 from deployer.secrets import mask_data
@@ -39,14 +39,18 @@ __all__ = ["plan", "restart", "rollback", "run_reported", "show_runs", "up"]
               help="If the new version cannot be started, leave it as it failed: do not bring back the old one.")
 @click.option("--break-lock", is_flag=True,
               help="Take the deployment lock even if another operation holds it (recorded in the history).")
+@click.option("--canary", is_flag=True, help="A serving fleet: replace one replica first, compare its live metrics "
+              "with the others' (the profile's rollout.canary), then promote the rest or roll it back.")
 def up(profile: str, overrides: tuple[str, ...], host: str | None, trust_new_host: bool, as_json: bool,
        no_heal: bool, save_fixed: Path | None, skip_preflight: bool, model_config: Path | None,
-       force: bool, no_rollback: bool, break_lock: bool) -> None:
+       force: bool, no_rollback: bool, break_lock: bool, canary: bool) -> None:
     """Render, push, start and watch a deployment; heal known failures and retry."""
     prof = _load(profile, overrides, host)
+    if canary and not isinstance(prof.replicas, list):
+        raise ProfileError(f"{prof.name}: --canary is for a fleet profile (replicas: with a router:)")
     opts = UpOptions(trust_new_host=trust_new_host, heal=not no_heal, skip_preflight=skip_preflight,
                      save_fixed=save_fixed, model_config=model_config, force=force, rollback=not no_rollback,
-                     break_lock=break_lock)
+                     break_lock=break_lock, canary=canary)
     deployment = for_profile(prof, Origin(profile, host, None, trust_new_host, overrides))
     run_reported(as_json, deployment, lambda sink: deployment.up(opts, sink))
 

@@ -17,6 +17,7 @@ from deployer.deployments.reports import (DiagnosisReport, FleetDown, FleetPlan,
 from deployer.deployments.single import Origin, SingleHost
 from deployer.errors import DeployError, ProfileError
 from deployer.export.prometheus import AddressOf, PromExport, fleet_targets, written_address
+from deployer.fleet.canary import canary_up
 from deployer.fleet.members import ReplicaMember, fleet_of, spec_of
 from deployer.fleet.oncall import fleet_down, fleet_logs, fleet_status, member_ref, pick_member
 from deployer.fleet.report import FleetReport
@@ -67,7 +68,7 @@ class ReplicaFleet(Deployment):
 
     def up(self, opts: UpOptions, emit: EventSink) -> FleetReport:
         self._no_host("up")
-        return fleet_up(self.profile, opts, emit)
+        return canary_up(self.profile, opts, emit) if opts.canary else fleet_up(self.profile, opts, emit)
 
     def _one(self) -> SingleHost:
         """The fleet's profile on the single-host path: `render` and `plan` have always read a fleet file so."""

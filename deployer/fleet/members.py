@@ -143,7 +143,7 @@ def replica_profile(profile: Profile, index: int, entry: Replica, address_of: Ad
     })
     single = profile.with_engine(engine)
     out = single.model_copy(update={"name": f"{profile.name}-r{index}", "target": target, "replicas": None,
-                                    "router": None, "nodes": None})
+                                    "router": None, "nodes": None, "rollout": None})
     out._source, out._secret_env, out._secret_args = single._source, single._secret_env, single._secret_args
     out._templates, out._unset = dict(single._templates), list(single._unset)
     return out

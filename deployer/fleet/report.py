@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deployer.errors import DeployError, LaunchFailed, PartlyFailed
+from deployer.fleet.canary_judge import Verdict
 from deployer.fleet.members import ReplicaMember
 from deployer.fleet.router import RouterReport
 
@@ -37,11 +38,13 @@ class ReplicaResult:
 class FleetReport:
     name: str
     status: str = "failed"                       # ready | partial | failed
-    mode: str = "fan-out"                        # fan-out | rolling
+    mode: str = "fan-out"                        # fan-out | rolling | canary
     replicas: list[ReplicaResult] = field(default_factory=list)
     router: RouterReport | None = None
     notes: list[str] = field(default_factory=list)
     restart: dict[str, Any] | None = None        # what each replica's supervisor does with a crash after ready
+    canary: Verdict | None = None                # a canary rollout's verdict with its numbers (fleet/canary.py)
+    outcome: str | None = None                   # a canary rollout's: promoted | rolled-back | stopped | unchanged
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

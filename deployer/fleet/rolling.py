@@ -29,6 +29,8 @@ from deployer.events import EventSink, Info
 
 Replace = Callable[[ReplicaMember, EventSink], Any]   # -> the replica's UpReport; raises DeployError
 Unchanged = Callable[[ReplicaMember], bool]            # whether the replica already runs what it should
+# how a serving fleet's replicas are replaced: `roll` below, or a canary's (deployer/fleet/canary.py)
+Roller = Callable[[Fleet, FleetReport, TaggedSink, Replace, Remote | None, Unchanged | None, Layout | None], None]
 STILL_SERVING_S = 15.0                                 # after a failed replace: how long to look for the old one
 IN_AGAIN_S = 20.0                                      # after an interrupt: for its drain, then its registration
 

@@ -16,7 +16,7 @@ from deployer.fleet.links import Links
 from deployer.fleet.members import AddressOf, Fleet, ReplicaMember, fleet_of, spec_of, ssh_address
 from deployer.runner.report import restart_summary
 from deployer.fleet.report import FleetReport, failed_result, replica_result
-from deployer.fleet.rolling import Replace, roll
+from deployer.fleet.rolling import Replace, Roller, roll
 from deployer.fleet.weights import fetch_first
 from deployer.fleet.router import RouterReport, ensure_router, router_session, workers
 from deployer.fleet.router_key import key_of, keyed_fleet, with_key
@@ -34,7 +34,11 @@ from deployer.target.records import current_view
 from deployer.events import EventSink, Warn
 
 
-def fleet_up(profile: Profile, opts: UpOptions, emit: EventSink, address_of: AddressOf = ssh_address) -> FleetReport:
+RollerFor = Callable[[Links, UpOptions], Roller]   # how a serving fleet is updated (deployer/fleet/canary.py)
+
+
+def fleet_up(profile: Profile, opts: UpOptions, emit: EventSink, address_of: AddressOf = ssh_address,
+             roller_for: RollerFor | None = None) -> FleetReport:
     fleet = fleet_of(profile, address_of)
     sink = TaggedSink(emit)
     report = FleetReport(fleet.name, restart=restart_summary(profile.restart))
@@ -48,7 +52,8 @@ def fleet_up(profile: Profile, opts: UpOptions, emit: EventSink, address_of: Add
             fleet.router is None and _replicas_serve(fleet, links)
         if serving:
             fetch_first(fleet, links, sink)  # engine.weights: every host at once, while every replica serves
-            _rolling(fleet, report, sink, opts, replace, None if opts.force else _unchanged(links), front)
+            _rolling(fleet, report, sink, opts, replace, None if opts.force else _unchanged(links), front,
+                     roller_for(links, opts) if roller_for is not None else roll)
             return report.settle()
         done = fan_out(fleet.replicas, lambda m: m.host, lambda m: f"r{m.index}", replace, sink)
         report.replicas = [replica_result(d.member, d.value) if d.error is None else
@@ -126,9 +131,9 @@ def _on_call(profile: Profile, opts: UpOptions, emit: EventSink, address_of: Add
 
 
 def _rolling(fleet: Fleet, report: FleetReport, sink: TaggedSink, opts: UpOptions, replace: Replace,
-             unchanged: Callable[[ReplicaMember], bool] | None, front: Remote | None) -> None:
+             unchanged: Callable[[ReplicaMember], bool] | None, front: Remote | None, roller: Roller = roll) -> None:
     if fleet.router is None:
-        roll(fleet, report, sink, replace, None, unchanged)
+        roller(fleet, report, sink, replace, None, unchanged, None)
         return
     member = fleet.router
     emit = sink.tagged(member.host, "router")
@@ -136,7 +141,7 @@ def _rolling(fleet: Fleet, report: FleetReport, sink: TaggedSink, opts: UpOption
         with router_session(member, opts.what, emit, trust_new_host=opts.trust_new_host,
                             break_lock=opts.break_lock, remote=front) as (remote, layout):
             fleet = keyed_fleet(fleet, remote)  # the running router's control key (router_key.py)
-            roll(fleet, report, sink, replace, remote, unchanged, layout)
+            roller(fleet, report, sink, replace, remote, unchanged, layout)
             report.router = _router_started(remote, layout, fleet, report.serving_urls(), emit)
     except DeployError as exc:
         report.router = RouterReport(member.name, member.host, "failed", detail=exc.message)

@@ -101,6 +101,9 @@ def report_lines(report: dict[str, Any]) -> list[str]:
         lines.append(line)
     for note in report.get("notes") or []:
         lines.append(f"  {_t(note, 300)}")
+    for check in (report.get("canary") or {}).get("checks") or []:  # a canary's gates (fleet/canary_judge.py)
+        verdict = {True: "ok", False: "FAILED", None: "not compared"}[check.get("passed")]
+        lines.append(f"    {check['name']}: {verdict} ({_t(check.get('note') or '', 200)})")
     ready = sum(1 for r in report["replicas"] if r["status"] in ("ready", "already-running", "unchanged"))
     lines.append(f"{report['name']}: {report['status']} ({ready} of {len(report['replicas'])} replicas serving)")
     if (report.get("restart") or {}).get("text"):

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, SerializerFunctionWrapHandler,
+                      ValidationInfo, field_validator, model_serializer, model_validator)
 
 from deployer.profile.host import NAME_RE, probe_address
 from deployer import engines
@@ -561,6 +561,31 @@ class Retention(Strict):
                            description="run dirs kept per deployment (the current and last good run always stay)")
 
 
+class Canary(Strict):
+    """The gates of a fleet's canary (`deploy up --canary`, deployer/fleet/canary.py): the first replica replaced is
+    compared with the replicas still on the old version over `window_s` of live traffic, then promoted or rolled
+    back."""
+
+    window_s: float = Field(default=60.0, gt=0, le=3600, description="how long the canary's live metrics are "
+                            "compared with the other replicas' (the traffic the router sends them)")
+    min_requests: int = Field(default=20, ge=1, description="requests the canary (and the others together) must "
+                              "serve in the window; fewer: it cannot be judged and is rolled back")
+    max_error_rate_delta: float = Field(default=0.01, ge=0, le=1, description="the canary's share of 5xx answers "
+                                        "may exceed the others' by at most this (0.01: one point)")
+    max_p99_ratio: float = Field(default=1.5, ge=1, description="the canary's TTFT p99 and ITL p99 may be at most "
+                                 "this many times the others'")
+    min_tokens_per_s_ratio: float = Field(default=0.8, gt=0, le=1, description="the canary's generated tokens/s "
+                                          "must be at least this share of the others' mean")
+
+
+class Rollout(Strict):
+    """How a serving fleet is moved to a changed profile: the canary's gates, then the rest in batches."""
+
+    max_unavailable: int = Field(default=1, ge=1, description="replicas replaced at once after the canary (each "
+                                 "batch out of the router, replaced, back in; the others serve meanwhile)")
+    canary: Canary = Field(default_factory=Canary)
+
+
 class Profile(Strict):
     """A deployment profile: one engine on one host (`target`), a fleet (`replicas`, `router`) or one engine across
     nodes (`nodes`). Unknown keys are errors."""
@@ -579,6 +604,8 @@ class Profile(Strict):
     nodes: list[Node] | None = Field(default=None, min_length=2,
                                      description="ONE engine spread over these hosts, node_rank in this order")
     router: Router | None = Field(default=None, description="the model gateway in front of a fleet's replicas")
+    rollout: Rollout | None = Field(default=None, description="a fleet's canary and batches (deploy up --canary); "
+                                    "the defaults of each key when not given")
     retention: Retention = Field(default_factory=Retention)
     logs: Logs = Field(default_factory=Logs)
 
@@ -615,6 +642,15 @@ class Profile(Strict):
             return data  # the field validators say what is wrong
         data = dict(data)
         data["target"] = {k: v for k, v in group[0].items() if k in Target.model_fields}
+        return data
+
+    @model_serializer(mode="wrap")
+    def _no_rollout_key(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """A profile without `rollout:` is dumped without the key: the records an earlier release reads back
+        (strictly) stay as it wrote them."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("rollout") is None:
+            data.pop("rollout", None)
         return data
 
     @model_validator(mode="after")

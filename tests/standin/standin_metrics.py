@@ -6,8 +6,16 @@ stand-in served: each chat completion adds its tokens (the usage its answer repo
 the token counters, one success to the request counters, and its latencies (TTFT, inter-token, end-to-end) to the
 histograms' buckets, `_count` and `_sum`; the running-requests gauge is the number of completions in flight.
 tests/unit/test_standin_metrics.py checks the served text against the capture (same series, same types).
+
+Two knobs make a "worse release" for the canary tests (tests/integration/test_fleet_canary.py), both read from the
+engine's environment at start: STANDIN_SLOWER_X (a float, default 1) makes every completion that many times
+slower, in what it reports (TTFT, inter-token, end-to-end) and, for the SGLang stand-in, in the time it really takes
+(STANDIN_CHAT_DELAY_S times it); STANDIN_FAIL_EVERY=N makes the SGLang stand-in answer every Nth chat completion
+with HTTP 500, counted as prometheus_client would (a `status_code="500"` series of sglang:http_responses_total,
+written at its first increment).
 """
 
+import os
 import re
 import threading
 from pathlib import Path
@@ -16,6 +24,19 @@ from typing import List, Optional, Sequence, Tuple
 CAPTURES = Path(__file__).resolve().parents[1] / "cases" / "metrics"
 PROMPT_TOKENS, GENERATED_TOKENS = 12, 10           # the usage the stand-ins' chat answers report
 TTFT_S, ITL_S, E2E_S = 0.02, 0.005, 0.065          # what each stand-in completion "took"
+
+SLOWER_VAR, FAIL_EVERY_VAR = "STANDIN_SLOWER_X", "STANDIN_FAIL_EVERY"
+
+
+def slower() -> float:
+    """STANDIN_SLOWER_X: how many times slower than the capture's stand-in every completion is (default 1)."""
+    return float(os.environ.get(SLOWER_VAR, "1") or 1)
+
+
+def fail_every() -> int:
+    """STANDIN_FAIL_EVERY: every how many chat completions one answers HTTP 500 (0: none)."""
+    return int(os.environ.get(FAIL_EVERY_VAR, "0") or 0)
+
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)(.*)$")
 _LE = re.compile(r'le="([^"]+)"')
@@ -27,12 +48,22 @@ HistogramRule = Tuple[str, Sequence[str], float, int]   # base name, label texts
 class Replay:
     """One engine's capture and the rules by which a completion advances it."""
 
-    def __init__(self, capture: str, counters: List[Rule], histograms: List[HistogramRule], running: str) -> None:
+    def __init__(self, capture: str, counters: List[Rule], histograms: List[HistogramRule], running: str,
+                 error_after: Optional[str] = None) -> None:
         self.lines = (CAPTURES / capture).read_text(encoding="utf-8").splitlines()
-        self.counters, self.histograms, self.running = counters, histograms, running
+        x = slower()
+        self.counters, self.running = counters, running
+        self.histograms = [(base, needs, seconds * x, n) for base, needs, seconds, n in histograms]
+        self.error_after = error_after      # the sample line (as captured, up to its value) its 500 series follows
         self.done = 0
+        self.errors = 0
         self.in_flight = 0
         self.lock = threading.Lock()
+
+    def failed(self) -> None:
+        """A completion answered HTTP 500 (STANDIN_FAIL_EVERY)."""
+        with self.lock:
+            self.errors += 1
 
     def started(self) -> None:
         with self.lock:
@@ -45,8 +76,14 @@ class Replay:
 
     def text(self) -> str:
         with self.lock:
-            done, in_flight = self.done, self.in_flight
-        return "\n".join(self._line(line, done, in_flight) for line in self.lines) + "\n"
+            done, in_flight, errors = self.done, self.in_flight, self.errors
+        out = []
+        for line in self.lines:
+            out.append(self._line(line, done, in_flight))
+            if errors and self.error_after and line.startswith(self.error_after + " "):
+                out.append('%s %r' % (self.error_after.replace('status_code="200"', 'status_code="500"'),
+                                      float(errors)))
+        return "\n".join(out) + "\n"
 
     def _line(self, line: str, done: int, in_flight: int) -> str:
         match = _SAMPLE.match(line)
@@ -105,5 +142,6 @@ def sglang() -> Replay:
         ("sglang:time_to_first_token_seconds", plain, TTFT_S, 1),
         ("sglang:inter_token_latency_seconds", (), ITL_S, GENERATED_TOKENS - 1),
         ("sglang:e2e_request_latency_seconds", plain, E2E_S, 1),
-    ], running="sglang:num_running_reqs")
+    ], running="sglang:num_running_reqs",
+        error_after='sglang:http_responses_total{endpoint="/v1/chat/completions",method="POST",status_code="200"}')
 

@@ -18,7 +18,8 @@ from typing import Any, Dict, Optional, Tuple
 import standin_core
 import standin_metrics
 
-STATUS_PHRASES = {200: "OK", 400: "Bad Request", 404: "Not Found", 503: "Service Unavailable"}
+STATUS_PHRASES = {200: "OK", 400: "Bad Request", 404: "Not Found", 500: "Internal Server Error",
+                  503: "Service Unavailable"}
 
 
 def stamp() -> str:
@@ -49,6 +50,13 @@ class EngineState:
         slow = float(os.environ.get("STANDIN_HEALTH_SLOW_S", "0") or 0)
         with self.lock:
             return self.phase == "ready" and time.monotonic() - self.ready_at >= slow
+
+    def fails_now(self) -> bool:
+        """Whether this chat completion is one STANDIN_FAIL_EVERY makes fail (every Nth of this process)."""
+        every = standin_metrics.fail_every()
+        with self.lock:
+            self.requests += 1
+            return every > 0 and self.requests % every == 0
 
     def get_phase(self) -> str:
         with self.lock:
@@ -121,11 +129,14 @@ class Handler(BaseHTTPRequestHandler):
             status = int(os.environ.get("STANDIN_CHAT_STATUS", "200"))
             if status != 200:
                 self._send(status, {"object": "error", "message": "stand-in: STANDIN_CHAT_STATUS", "code": status})
+            elif self.state.fails_now():
+                self.state.metrics.failed()
+                self._send(500, {"object": "error", "message": "stand-in: STANDIN_FAIL_EVERY", "code": 500})
             else:
                 standin_core.wait_for_core()  # arrived while the core is dead: never scheduled, not counted
                 self.state.metrics.started()
-                try:
-                    time.sleep(float(os.environ.get("STANDIN_CHAT_DELAY_S", "0")))  # generation time: in flight
+                try:  # generation time (STANDIN_SLOWER_X times it: a slower release): in flight
+                    time.sleep(float(os.environ.get("STANDIN_CHAT_DELAY_S", "0")) * standin_metrics.slower())
                     standin_core.wait_for_core()  # the core died while it ran: it stays running
                 finally:
                     self.state.metrics.finished()
