@@ -94,7 +94,9 @@ def test_nothing_deployer_writes_or_prints_carries_a_secret(tmp_path: Path, sshd
     env_text = (runs[-1] / "env").read_text()
     assert f"DEPLOYER_SECRET_LORA_PATHS_1={SECRETS['CYCLE_LORA']!s}" in env_text.replace("'", "")
     script = (runs[-1] / "launch.sh").read_text()
-    assert '--lora-paths adapter-a=/models/lora-plain "$DEPLOYER_SECRET_LORA_PATHS_1"' in script
+    # SGLang's secret flags reach its argv through the shim (render/bundle.py ARGV_SHIM), never launch.sh's argv
+    assert '["--lora-paths", "adapter-a=/models/lora-plain", ["", "DEPLOYER_SECRET_LORA_PATHS_1"]' in \
+        env_text.replace("'", "") and "--lora-paths" not in script
     assert "--max-total-tokens 8192" in script and "--speculative-num-draft-tokens 4" in script
     assert "--tokenizer-mode auto" in script
     record = json.loads((runs[-1] / "profile.json").read_text())["profile"]["engine"]
