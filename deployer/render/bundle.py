@@ -181,6 +181,9 @@ def render(profile: Profile) -> Bundle:
                                            profile=profile.public_dict())
     except jinja2.TemplateError as exc:
         raise RenderError(f"template error: {exc}") from None
+    if hidden:  # said, never run: JSON keeps it one line whatever a word holds; values only by variable name
+        script = script.replace("\nexec ", "\n# the shim adds to the engine's argv, in memory: "
+                                + json.dumps([str(w) for w in hidden]) + "\nexec ", 1)
     secret = profile.secret_env_keys() | {var for _, var in profile.engine.definition.launch.secret_env}
     masked = {k: (MASK if k in secret or k.startswith(SECRET_ENV_PREFIX) else v) for k, v in sorted(env.items())}
     return _bundle(script, argv, env, masked, hidden)

@@ -76,7 +76,7 @@ def test_secret_flags_are_passed_from_the_env_file_not_written_in_launch_sh(tmp_
     for value in ("sk-looks-secret", "tmpl-from-env"):
         assert value not in bundle.script and value not in " ".join(bundle.argv) and value in bundle.env
     # SGLang takes its credentials only from argv: the shim appends them in memory (never in launch.sh's argv)
-    assert "--api-key" not in bundle.script and "--tp-size 2" in bundle.script
+    assert "--api-key" not in bundle.script.split("\nexec ", 1)[1] and "--tp-size 2" in bundle.script
     assert '--api-key "$DEPLOYER_SECRET_API_KEY"' in " ".join(sh_word(w) for w in bundle.shim_words)
     assert bundle.masked_env["DEPLOYER_SECRET_API_KEY"] == "***"
     assert prof.public_dict()["engine"]["args"] == {"api_key": "***", "chat_template": "***", "tp_size": 2}
