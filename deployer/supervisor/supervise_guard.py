@@ -23,15 +23,21 @@ prints `{"guard_pid": N}`. The lease tokens the helper hands to what it runs (en
 client's: the guard keeps them in memory only (nothing secret on disk).
 
 The guard then watches, every POLL_S, until one of these:
-- the intent is gone (the client finished the replace, or brought back what it stopped, or decided to leave it
-  stopped, and removed it; a client whose bring-back was cut short by a second Ctrl-C leaves it in place): it leaves;
+- the intent is gone (the client finished the replace, or brought back what it stopped, and removed it) and the
+  guard sees for itself that the run `current` names is up under a live supervisor, or the client replaced it with
+  `{"left_stopped": why}` (`--no-rollback`: it decided to leave it stopped): it leaves. A client that removed it
+  while nothing runs (its bring-back failed: the port taken meanwhile; or was cut short by a second Ctrl-C) is not
+  believed: the guard writes the intent back and goes on as if it had never been removed;
 - the lock's lease is another's (broken with --break-lock, taken over, a `down`): it leaves and changes nothing
   (fencing: an operation that lost its lock acts no more);
 - the lease was released (nobody holds it) with the intent still there (the client left without finishing: a
   second interrupt), or it is still the client's but the process on this host that held it (its helper, or lease
   program) is gone
   for REPAIR_WAIT_S (the client died: kill -9, or its connection dropped and it did not come back; a client that
-  reconnects re-takes the lease from a new, live process and the guard goes on watching): it repairs.
+  reconnects re-takes the lease from a new, live process and the guard goes on watching): it repairs. A released
+  lease whose stopped run no longer holds the replace's ports while something else does (another user squatted
+  the port in the replace window) waits, without the lock (on-call may `down` or `up` meanwhile), its holder logged
+  (pid, command, user), until the port is free: then it repairs.
 
 The repair takes the lease itself (mode `inherit`: only from the client's token, so whoever broke or took the lock
 in between wins), which makes a client coming back late get the lost-lock error. Then: a replacement that runs
