@@ -166,6 +166,7 @@ def _back_after_the_squatter(v1: Path, home: Path, work: Path, name: str, old_ru
 
 
 @needs_nobody
+@pytest.mark.slow("the port wait twice (15 s: the new version's start, then the bring-back), then the guard's start")
 def test_a_port_squatted_in_the_replace_window_names_its_holder_and_the_old_version_comes_back(
         tmp_path: Path, sshd: Any, squatters: list[RacingSquatter]) -> None:
     home, work, name = tmp_path / "h", tmp_path / "work", "replace-squat"
@@ -192,6 +193,7 @@ def test_a_port_squatted_in_the_replace_window_names_its_holder_and_the_old_vers
 
 
 @needs_nobody
+@pytest.mark.slow("the bring-back's port wait (15 s), then the guard's start once the squatter leaves")
 def test_a_ctrl_c_whose_bring_back_finds_the_port_squatted_leaves_the_guard_armed(
         tmp_path: Path, sshd: Any, squatters: list[RacingSquatter]) -> None:
     home, work, name = tmp_path / "h", tmp_path / "work", "replace-squat-intr"
@@ -211,6 +213,7 @@ def test_a_ctrl_c_whose_bring_back_finds_the_port_squatted_leaves_the_guard_arme
             up.kill()
     assert up.returncode == 130, err.decode()[-3000:]
     assert "bringing back the stopped version failed" in out.decode() + err.decode()
+    assert (work / name / "runs" / old_run.name / "state.json").read_text().count('"stopped_for": "replace"') == 1
     log = (work / name / "repair.log").read_text()
     assert "disarmed:" not in log, log  # the client's word is not taken while nothing serves
     _back_after_the_squatter(v1, home, work, name, old_run, squatters[0])
