@@ -213,7 +213,7 @@ def test_a_ctrl_c_whose_bring_back_finds_the_port_squatted_leaves_the_guard_arme
             up.kill()
     assert up.returncode == 130, err.decode()[-3000:]
     assert "bringing back the stopped version failed" in out.decode() + err.decode()
-    assert (work / name / "runs" / old_run.name / "state.json").read_text().count('"stopped_for": "replace"') == 1
+    assert _state(old_run).get("stopped_for") == "replace", _state(old_run)  # never a down's `stopped`
     log = (work / name / "repair.log").read_text()
     assert "disarmed:" not in log, log  # the client's word is not taken while nothing serves
     _back_after_the_squatter(v1, home, work, name, old_run, squatters[0])
