@@ -204,6 +204,10 @@ class Launch:
     # value in that variable of the 0600 env file and leaves the flag out of argv, which every local user can read
     # (/proc/PID/cmdline); a credential flag not listed stays an argv word (its value from the env file)
     secret_env: tuple[tuple[str, str], ...] = ()
+    # the engine takes its other credential flags only from argv: launch.sh starts it through render's argv shim
+    # (`python -c SHIM module ...`), which appends them to the module's sys.argv in memory from the env file's
+    # variables; /proc/PID/cmdline (what every local user reads) keeps the shim's words, never a secret
+    secret_argv_shim: bool = False
     health_path: str = "/health"
     revision_flag: str = "revision"         # the flag that pins the model's hub commit (engine.weights, issue 25)
     completion_path: str = "/v1/completions"  # where a one-token completion is asked (the readiness probe)

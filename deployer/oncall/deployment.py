@@ -292,7 +292,7 @@ def status_code(status: str, healthy: bool) -> int:
     /health)."""
     if status in ("ready", "running") and healthy:
         return SERVING
-    if status in UP:
+    if status in UP or status == "replacing":  # replacing: stopped for an `up` (or its guard) to start another
         return NOT_SERVING
     if status in ("stopped", "stopping"):
         return STOPPED

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
@@ -59,6 +59,7 @@ class Bundle:
     content_hash: str           # sha256 of script + env: same effective profile -> same hash
     env_names: list[str]        # names set in the env file (values never leave the bundle)
     masked_env: dict[str, str]  # the env with secret values replaced by ***, for display
+    shim_words: list[Word] = field(default_factory=list)  # appended to the argv in memory (ARGV_SHIM): secret flags
 
     @property
     def short_hash(self) -> str:
@@ -100,7 +101,27 @@ def engine_env(profile: Profile) -> dict[str, str]:
     return _engine_words(profile)[1]
 
 
-def _engine_words(profile: Profile) -> tuple[list[Word], dict[str, str]]:
+# launch.sh's program for an engine whose credentials are argv-only (Launch.secret_argv_shim): `python -c ARGV_SHIM
+# MODULE ARGS...` takes the module's name off its argv, appends the secret flags' words (JSON in SECRET_ARGV_VAR:
+# a literal word, or [prefix, variable] for a value from the env file) and runs the module as `-m` would. Changing
+# sys.argv never changes /proc/PID/cmdline: other users see these words, never the values.
+SECRET_ARGV_VAR = SECRET_ENV_PREFIX + "ARGV"
+ARGV_SHIM = ("import json, os, runpy, sys; m = sys.argv.pop(1); sys.argv += [w if isinstance(w, str) else "
+             "w[0] + os.environ[w[1]] for w in json.loads(os.environ.pop(" + repr(SECRET_ARGV_VAR) + ", '[]'))]; "
+             "runpy.run_module(m, run_name='__main__', alter_sys=True)")
+
+
+def _shimmed(profile: Profile) -> tuple[list[Word], dict[str, str], list[Word]]:
+    """The launch words and env of an engine started through ARGV_SHIM, and the secret flags' words it appends."""
+    hidden: list[Word] = []
+    argv, env = _engine_words(profile, hidden)
+    if not hidden:
+        return argv, env, []
+    env[SECRET_ARGV_VAR] = json.dumps([w if isinstance(w, str) else [w.prefix, w.name] for w in hidden])
+    return [argv[0], "-c", ARGV_SHIM, *argv[2:]], env, hidden
+
+
+def _engine_words(profile: Profile, hidden: list[Word] | None = None) -> tuple[list[Word], dict[str, str]]:
     engine = profile.engine
     launch = engine.definition.launch
     env = dict(profile.engine.env)
@@ -117,7 +138,7 @@ def _engine_words(profile: Profile) -> tuple[list[Word], dict[str, str]]:
         if name in secret and from_env and isinstance(value, str):
             env[from_env] = value  # the engine reads it from there (Launch.secret_env): not an argv word at all
         elif name in secret and value is not None and not isinstance(value, bool):
-            argv += _secret_tokens(profile, name, value, env)
+            (argv if hidden is None else hidden).extend(_secret_tokens(profile, name, value, env))
         else:
             argv += flag_tokens(name, value, launch.false_prefix)
     return argv, env
@@ -150,16 +171,22 @@ def env_file_text(env: dict[str, str]) -> str:
 
 
 def render(profile: Profile) -> Bundle:
-    argv = engine_argv(profile)
-    env = engine_env(profile)
+    hidden: list[Word] = []
+    if profile.engine.definition.launch.secret_argv_shim:
+        argv, env, hidden = _shimmed(profile)
+    else:
+        argv, env = engine_argv(profile), engine_env(profile)
     try:
         script = _template(profile).render(name=profile.name, argv=argv, deployer_version=__version__,
                                            profile=profile.public_dict())
     except jinja2.TemplateError as exc:
         raise RenderError(f"template error: {exc}") from None
+    if hidden:  # said, never run: JSON keeps it one line whatever a word holds; values only by variable name
+        script = script.replace("\nexec ", "\n# the shim adds to the engine's argv, in memory: "
+                                + json.dumps([str(w) for w in hidden]) + "\nexec ", 1)
     secret = profile.secret_env_keys() | {var for _, var in profile.engine.definition.launch.secret_env}
     masked = {k: (MASK if k in secret or k.startswith(SECRET_ENV_PREFIX) else v) for k, v in sorted(env.items())}
-    return _bundle(script, argv, env, masked)
+    return _bundle(script, argv, env, masked, hidden)
 
 
 def render_launch(template: Path, name: str, words: list[Word], env: dict[str, str]) -> Bundle:
@@ -174,12 +201,13 @@ def render_launch(template: Path, name: str, words: list[Word], env: dict[str, s
     return _bundle(script, words, env, {k: MASK for k in sorted(env)})
 
 
-def _bundle(script: str, words: list[Word], env: dict[str, str], masked: dict[str, str]) -> Bundle:
+def _bundle(script: str, words: list[Word], env: dict[str, str], masked: dict[str, str],
+            hidden: list[Word] | None = None) -> Bundle:
     """The bundle of a rendered script: its content hash covers the script and the env file."""
     env_text = env_file_text(env)
     digest = hashlib.sha256(script.encode() + b"\0" + env_text.encode()).hexdigest()
     return Bundle(script=script, env=env_text, argv=[str(w) for w in words], words=words,
-                  content_hash=digest, env_names=sorted(env), masked_env=masked)
+                  content_hash=digest, env_names=sorted(env), masked_env=masked, shim_words=list(hidden or []))
 
 
 def _environment(loader: jinja2.BaseLoader) -> jinja2.Environment:

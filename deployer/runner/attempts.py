@@ -16,7 +16,9 @@ from typing import NoReturn
 from deployer.diagnose.drift import compare, masked, parse_args_dump
 from deployer.remedy.effective import DryResolution
 from deployer.engines import engine_for
-from deployer.errors import CommandFailed, DeployError, LaunchFailed, PortBusy, RetriesExhausted, TransferFailed
+from deployer.errors import (
+    CommandFailed, DeployError, LaunchFailed, LockLost, PortBusy, RetriesExhausted, TransferFailed,
+)
 from deployer.events import AttemptStarted, Changed, Diagnosed, Drift, Event, EventSink, Info, PhaseEntered, RunPushed
 from deployer.logtext import clip, printable
 from deployer.observe.timeline import PastStart, Timeline
@@ -29,7 +31,7 @@ from deployer.runner.history import AttemptRows
 from deployer.runner.interrupted import Interrupted
 from deployer.runner.logs import attempt_values, log_head
 from deployer.runner.report import AttemptReport, PhaseSeen, UpOptions, UpReport
-from deployer.runner.restore import Restore
+from deployer.runner.restore import Restore, amend
 from deployer.runner.startup import StartPlan, timeline_of
 from deployer.runner.shape import Found, Result, Shape, Target, result_name, result_text
 from deployer.runner.timing import PORT_WAIT_S, RETRY_PORT_WAIT_S, stop_grace
@@ -80,6 +82,7 @@ class AttemptRunner:
     rows: AttemptRows = field(init=False)
     past: list[PastStart] | None = None       # the starts the target's records keep (read at attempt 1)
     guarded: list[Target] = field(default_factory=list)   # targets whose repair guard is armed (_stop_one)
+    left_stopped: str | None = None           # why a failure leaves the stopped version stopped (the guard is told)
 
     @property
     def targets(self) -> list[Target]:
@@ -102,6 +105,8 @@ class AttemptRunner:
             if self.stopped:
                 Restore(self.shape, self.profile, [p.engine.port for p in self.profiles], self.emit) \
                     .bring_back(exc, self.report, rollback=self.opts.rollback)
+                self.left_stopped = None if self.opts.rollback else "--no-rollback"
+                self._handed_over(exc)
             if exc is failed:
                 raise
             raise exc from failed
@@ -214,14 +219,24 @@ class AttemptRunner:
 
     def _disarm(self) -> None:
         """The replace is done (its version started, or what it stopped was brought back, or the lock is lost:
-        then the guard, seeing the lease is not ours, leaves by itself): each guard leaves."""
+        then the guard, seeing the lease is not ours, leaves by itself): each guard leaves, once it saw for itself
+        that what should serve runs; `--no-rollback` says it leaves the stopped version stopped on purpose."""
         for target in self.guarded:
             assert target.layout is not None
             try:
-                disarm_repair(target.remote, target.layout)
+                disarm_repair(target.remote, target.layout, left_stopped=self.left_stopped)
             except DeployError:
                 pass
         self.guarded.clear()
+
+    def _handed_over(self, exc: DeployError) -> None:
+        """A failure whose bring-back did not serve again (the port taken meanwhile, by another user): the targets'
+        guards, still armed, start the stopped version once they can (its port free, the lock released)."""
+        restored = self.report.restored
+        if self.guarded and self.opts.rollback and not isinstance(exc, LockLost) and \
+                (restored is None or restored.status != "ready"):
+            amend(exc, "the target's guard starts it again as soon as it can (its port free, the lock released): "
+                       "see `deploy status`")
 
     def _start(self, *, stopped: bool, port_wait: float) -> None:
         """Every target switched to its run (target/switch.py: its port free, waited for when something was

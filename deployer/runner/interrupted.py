@@ -64,7 +64,8 @@ class Interrupted:
         if target.run is not None and target.run.run_id != view.run.run_id and \
                 status(target.remote, target.run).get("alive"):
             return None  # the replacement runs: nothing is half done here
-        stop(target.remote, view.run, self.grace_s)  # a stop still in progress on the target ends first
+        # a stop still in progress on the target ends first; still for the replace (never a `down`'s `stopped`)
+        stop(target.remote, view.run, self.grace_s, why="replace")
         set_current(target.remote, target.layout, view.run)
         port = int(view.record.get("port") or 0)
         if port:

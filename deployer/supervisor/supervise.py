@@ -268,7 +268,7 @@ def cmd_stop(run_dir: str, grace: float | None, why: str | None = None) -> int:
         return 0
     if before["supervisor_alive"] and isinstance(sup, int):
         try:
-            write_json(os.path.join(run_dir, STOP_REQUEST), {"grace_s": grace})
+            write_json(os.path.join(run_dir, STOP_REQUEST), dict({"grace_s": grace}, **({"why": why} if why else {})))
         except OSError:
             pass  # a full disk: the supervisor stops with its configured grace
         try:

@@ -583,6 +583,17 @@ def open_dir(path: str, owned_from: str) -> int:
     return fd
 
 
+def open_dir_to_read(path: str) -> int:
+    """open_dir for reading what is there: every component of `path` judged as those above a deployment dir are
+    (root's or ours, others' write only with the sticky bit, a symlink followed only when root or we own it), never
+    resolved by the kernel; UnsafePath naming the component and its owner, FileNotFoundError when one is missing."""
+    path = os.path.abspath(path)
+    fd, _ = _walk(path, "\0")  # "\0" is no path: no component is held to a deployment dir's stricter rule
+    if fd is None:
+        raise FileNotFoundError(errno.ENOENT, "no such directory", path)
+    return fd
+
+
 def make_dirs(path: str, owned_from: str, mode: int = 0o700) -> None:
     """`mkdir -p` that refuses a chain another user controls (check_dirs), before and after creating the missing
     directories (each new one `mode`, ours). OSError when one cannot be created."""

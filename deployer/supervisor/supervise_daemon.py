@@ -540,14 +540,19 @@ class Daemon:
         return wait_until(gone, timeout)
 
     def stop(self) -> None:
-        self.state["status"] = "stopping"
-        self.save()
-        grace = float(self.cfg["grace_s"])
+        grace, why = float(self.cfg["grace_s"]), None
         try:
             with open(STOP_REQUEST, encoding="utf-8") as f:
-                grace = float(json.load(f)["grace_s"])
-        except (OSError, ValueError, KeyError, TypeError):
+                asked = json.load(f)
+            why = asked.get("why") if isinstance(asked.get("why"), str) else None
+            grace = float(asked["grace_s"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass
+        self.state["status"] = "stopping"
+        self.state.pop("stopped_for", None)
+        if why:  # a stop for a replace says so from its first moment: status never reads it as a `down` (8)
+            self.state["stopped_for"] = why
+        self.save()
         pgid = self.state["pgid"]
         note(f"stop requested: SIGTERM to the engine (pid {self.engine_pid}), then to group {pgid}, "
              f"SIGKILL after {grace:g} s")

@@ -7,6 +7,11 @@ deployment dir: a path outside it is refused, and so is any symlink on the way f
 directory there that another user controls (supervise_base.check_dirs); nothing is ever written or removed
 through a symlink. Refusals raise UnsafePath (kind `unsafe`) or OpRefused (its `kind`), one line each.
 
+The read-only ops (the helper's `read` and `size`, and `listdir`, `find_bytes`) open their path as the writes do,
+a component at a time from / (`open_to_read`: supervise_base's walk, openat with O_NOFOLLOW), never by path: a
+symlink another user owns, or a directory another user controls, on the way is refused in one line naming it and
+its owner, and the last component is never a link.
+
     link {path, target, within}         `path` becomes a symlink to `target` (relative, no ".."), atomically:
                                         a new link beside it renamed over it (the old link is replaced, never
                                         followed)                                            -> {}
@@ -37,10 +42,10 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 if TYPE_CHECKING or __package__:  # imported as part of the deployer package
-    from deployer.supervisor.supervise_base import UnsafePath, check_dirs, open_file
+    from deployer.supervisor.supervise_base import UnsafePath, check_dirs, open_dir_to_read, open_file
     from deployer.supervisor.supervise_lease import public, read_lease
 else:  # in the helper bundle, loaded by bare names
-    from supervise_base import UnsafePath, check_dirs, open_file  # type: ignore[no-redef]
+    from supervise_base import UnsafePath, check_dirs, open_dir_to_read, open_file  # type: ignore[no-redef]
     from supervise_lease import public, read_lease  # type: ignore[no-redef]
 
 READ_CHUNK = 1 << 20
@@ -71,6 +76,49 @@ def _inside(path: str, within: str) -> str:
             break
     check_dirs(parent, top)
     return where
+
+
+def open_to_read(path: str, flags: int = os.O_RDONLY) -> int:
+    """An fd of `path` reached a component at a time (open_dir_to_read), the last one opened with O_NOFOLLOW from
+    its directory's fd: UnsafePath for a link there or another user's component on the way, FileNotFoundError when
+    it is missing. A file must be a regular one (a planted FIFO or device is refused, never read)."""
+    parent, name = os.path.split(os.path.abspath(path))
+    at = open_dir_to_read(parent)
+    try:
+        fd = os.open(name or ".", flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=at)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UnsafePath(f"{path} is a symbolic link: refused (deployer never reads through one)") from None
+        if e.errno == errno.ENOTDIR and flags & os.O_DIRECTORY:
+            raise UnsafePath(f"{path} is not a directory") from None
+        raise
+    finally:
+        os.close(at)
+    kind = os.fstat(fd).st_mode
+    if not (stat.S_ISDIR(kind) if flags & os.O_DIRECTORY else stat.S_ISREG(kind)):
+        os.close(fd)
+        raise UnsafePath(f"{path} is not a regular file: refused")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def read_bytes(path: str, offset: int, limit: int) -> bytes:
+    """At most `limit` bytes of `path` from `offset` (open_to_read)."""
+    with os.fdopen(open_to_read(path), "rb") as f:
+        f.seek(max(offset, 0))
+        return f.read(max(limit, 0))
+
+
+def size_of(path: str) -> Optional[int]:
+    """The size of the regular file `path` (open_to_read), None when it is missing."""
+    try:
+        fd = open_to_read(path)
+    except FileNotFoundError:
+        return None
+    try:
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
 
 
 def link(req: Dict[str, Any]) -> Dict[str, Any]:
@@ -152,9 +200,15 @@ def mkdir(req: Dict[str, Any]) -> Dict[str, Any]:
 
 def listdir(req: Dict[str, Any]) -> Dict[str, Any]:
     try:
-        names = os.listdir(str(req["path"]))
+        fd = open_to_read(str(req["path"]), os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
         return {"names": None}
+    try:
+        names = os.listdir(fd)
+    except OSError:
+        return {"names": None}
+    finally:
+        os.close(fd)
     return {"names": sorted(n for n in names if n and not n.startswith("."))}
 
 
@@ -163,7 +217,7 @@ def find_bytes(req: Dict[str, Any]) -> Dict[str, Any]:
     if not needle:
         raise OpRefused("find_bytes: an empty needle", "bad-request")
     try:
-        f = open(str(req["path"]), "rb")
+        f = os.fdopen(open_to_read(str(req["path"])), "rb")
     except FileNotFoundError:
         raise OpRefused(f"{req['path']}: no such file", "notfound") from None
     with f:

@@ -23,15 +23,21 @@ prints `{"guard_pid": N}`. The lease tokens the helper hands to what it runs (en
 client's: the guard keeps them in memory only (nothing secret on disk).
 
 The guard then watches, every POLL_S, until one of these:
-- the intent is gone (the client finished the replace, or brought back what it stopped, or decided to leave it
-  stopped, and removed it; a client whose bring-back was cut short by a second Ctrl-C leaves it in place): it leaves;
+- the intent is gone (the client finished the replace, or brought back what it stopped, and removed it) and the
+  guard sees for itself that the run `current` names is up under a live supervisor, or the client replaced it with
+  `{"left_stopped": why}` (`--no-rollback`: it decided to leave it stopped): it leaves. A client that removed it
+  while nothing runs (its bring-back failed: the port taken meanwhile; or was cut short by a second Ctrl-C) is not
+  believed: the guard writes the intent back and goes on as if it had never been removed;
 - the lock's lease is another's (broken with --break-lock, taken over, a `down`): it leaves and changes nothing
   (fencing: an operation that lost its lock acts no more);
 - the lease was released (nobody holds it) with the intent still there (the client left without finishing: a
   second interrupt), or it is still the client's but the process on this host that held it (its helper, or lease
   program) is gone
   for REPAIR_WAIT_S (the client died: kill -9, or its connection dropped and it did not come back; a client that
-  reconnects re-takes the lease from a new, live process and the guard goes on watching): it repairs.
+  reconnects re-takes the lease from a new, live process and the guard goes on watching): it repairs. A released
+  lease whose stopped run no longer holds the replace's ports while something else does (another user squatted
+  the port in the replace window) waits, without the lock (on-call may `down` or `up` meanwhile), its holder logged
+  (pid, command, user), until the port is free: then it repairs.
 
 The repair takes the lease itself (mode `inherit`: only from the client's token, so whoever broke or took the lock
 in between wins), which makes a client coming back late get the lost-lock error. Then: a replacement that runs
@@ -68,8 +74,8 @@ if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     from deployer.supervisor.supervise_lease import (
         FENCE_ENV, LeaseError, Refused, acquire, held, read_lease, record_event, still_ours, take_fence, update,
     )
-    from deployer.supervisor.supervise_ports import claimed_by, port_bindable
-    from deployer.supervisor.supervise_protocol import ENV_FILE, LAUNCH_SH, PROFILE_JSON, SUPERVISE_JSON
+    from deployer.supervisor.supervise_ports import claimed_by, port_bindable, port_holders
+    from deployer.supervisor.supervise_protocol import ENV_FILE, LAUNCH_SH, PROFILE_JSON, SUPERVISE_JSON, UP
 else:  # run from a run dir, beside the other supervisor files
     from supervise import cmd_stop, status_of  # type: ignore[no-redef]
     from supervise_base import (  # type: ignore[no-redef]
@@ -78,8 +84,8 @@ else:  # run from a run dir, beside the other supervisor files
     from supervise_lease import (  # type: ignore[no-redef]
         FENCE_ENV, LeaseError, Refused, acquire, held, read_lease, record_event, still_ours, take_fence, update,
     )
-    from supervise_ports import claimed_by, port_bindable  # type: ignore[no-redef]
-    from supervise_protocol import ENV_FILE, LAUNCH_SH, PROFILE_JSON, SUPERVISE_JSON  # type: ignore[no-redef]
+    from supervise_ports import claimed_by, port_bindable, port_holders  # type: ignore[no-redef]
+    from supervise_protocol import ENV_FILE, LAUNCH_SH, PROFILE_JSON, SUPERVISE_JSON, UP  # type: ignore[no-redef]
 
 INTENT = "replace-intent.json"          # a replace's guard (arm)
 ROUTER_INTENT = "router-intent.json"    # a rolling restart's guard, in the router's deployment dir (arm-router)
@@ -159,11 +165,20 @@ def _wait_ports(ports: list[int]) -> int | None:
     """None once every port is free (bounded by PORT_WAIT_S), else the port that stayed busy."""
     deadline = time.monotonic() + PORT_WAIT_S
     for port in ports:
-        while claimed_by(port) is not None or not port_bindable(port):
+        while _busy(port):
             if time.monotonic() > deadline:
                 return port
             time.sleep(0.5)
     return None
+
+
+def _busy(port: int) -> bool:
+    return claimed_by(port) is not None or not port_bindable(port)
+
+
+def _held_by(port: int) -> str:
+    """Who holds `port`: 'pid N (comm) of user U', or the claim's holder, as supervise_ports names them."""
+    return ", ".join(port_holders(port)) or claimed_by(port) or "a process unknown"
 
 
 def _complete(run: str) -> bool:
@@ -236,25 +251,79 @@ class Guard:
         self._held: tuple[int, str] = (-1, "")  # the lease the repair took: (open lock fd, its token)
 
     def watch(self, clock: Callable[[], float] = time.monotonic) -> str:
-        """Wait for the client to finish or to be gone; what happened, in a few words."""
-        end, gone_since = clock() + LIFE_S, None
+        """Wait for the client to finish or to be gone; what happened, in a few words. A replace's guard disarms
+        only once it saw for itself that what should serve runs (`current`'s run up under a live supervisor), or
+        the client said it leaves it stopped (`--no-rollback`): a client that removed the intent while nothing
+        runs (its bring-back failed, or was cut short) is not believed, and the guard stays armed with the
+        intent it was armed with."""
+        end, gone_since, armed, kept, waited = clock() + LIFE_S, None, None, False, ""
         while clock() < end:
-            intent = read_intent(self.intent)
-            if intent is None or intent.get("guard_pid") != os.getpid():
-                return "disarmed: the client finished the replace"
+            intent = armed if kept else read_intent(self.intent)
+            if not kept and (intent is None or intent.get("guard_pid") != os.getpid()):
+                left = self._disarmed(intent)
+                if left or armed is None:
+                    return left or "disarmed: the client finished the replace"
+                kept, intent = True, armed
+                _log("the client disarmed the guard, but nothing serves: still armed")
+                try:
+                    write_json(self.intent, armed)  # the intent on disk says again that a guard is armed
+                except OSError:
+                    pass  # a full disk: the guard keeps it in memory
+            assert intent is not None
+            armed = intent
             lease = _lease(self.lock)
-            if lease.get("token") not in self.tokens:
-                if held(lease, time.time()) or intent.get("url") or lease.get("token"):
-                    return "left: the lock is no longer the client's (broken or taken over)"
-                return self.repair(intent, "")  # released, the replace not finished: nobody else will finish it
-            if pid_alive(lease.get("holder_pid")):
-                gone_since = None
-            elif gone_since is None:
-                gone_since = clock()
-            elif clock() - gone_since >= REPAIR_WAIT_S:
-                return self.repair(intent, str(lease["token"]))
+            mine = lease.get("token") in self.tokens
+            if not mine and (held(lease, time.time()) or intent.get("url") or lease.get("token")):
+                return "left: the lock is no longer the client's (broken or taken over)"
+            if mine:  # the client's lease: repaired once the process that holds it is gone REPAIR_WAIT_S
+                gone_since = None if pid_alive(lease.get("holder_pid")) else \
+                    clock() if gone_since is None else gone_since
+            if not mine or (gone_since is not None and clock() - gone_since >= REPAIR_WAIT_S):
+                serving = self._serving() if kept else ""
+                if serving:
+                    return "disarmed: " + serving
+                busy = "" if mine else self._foreign_port(intent)
+                if not busy:  # released, the replace not finished (nobody else will), or the client is gone
+                    return self.repair(intent, str(lease["token"]) if mine else "")
+                if busy != waited:
+                    _log("not repaired yet: %s; starts once it is free" % busy)
+                    waited = busy
             time.sleep(POLL_S)
         return "left: the client did not finish within the guard's life"
+
+    def _disarmed(self, now: dict[str, Any] | None) -> str:
+        """Why the guard may leave now that the intent it wrote is gone (or replaced); "" when it may not."""
+        if self.intent.endswith(ROUTER_INTENT):
+            return "disarmed: the client finished the rolling restart"
+        if now is not None and now.get("left_stopped"):
+            return "disarmed: left stopped, as the client decided (%s)" % str(now["left_stopped"])[:200]
+        if now is not None and now.get("guard_pid"):
+            return "left: guard %s is armed for a later replace" % now.get("guard_pid")
+        serving = self._serving()
+        return "disarmed: " + serving if serving else ""
+
+    def _serving(self) -> str:
+        """'<run> is <status> (checked by the guard)' when `current`'s run is up under a live supervisor, else ""."""
+        run = _current(self.deployment)
+        now = status_of(run) if run is not None and os.path.isdir(run) else {}
+        if now.get("status") in UP and now.get("supervisor_alive"):
+            return "%s is %s under its supervisor (checked by the guard)" % (os.path.basename(str(run)),
+                                                                             now.get("status"))
+        return ""
+
+    @staticmethod
+    def _foreign_port(intent: dict[str, Any]) -> str:
+        """'port P is held by ...' when a port of the replace is taken by something other than the stopped run
+        (another user squatted it in the replace window): the repair waits for it, without the lock, so on-call
+        can still `down` or `up` meanwhile; "" when the ports are free or the old run still holds them."""
+        old = intent.get("old_run")
+        then = status_of(str(old)) if old else {}
+        if then.get("alive") or then.get("supervisor_alive"):
+            return ""  # its own stop frees them (the repair finishes it first)
+        for port in _intent_ports(intent):
+            if _busy(port):
+                return "port %d is held by %s" % (port, _held_by(port))
+        return ""
 
     def repair(self, intent: dict[str, Any], client_token: str) -> str:
         """Take the lock (from the gone client's lease, or, `client_token` "", a lease nobody holds) and finish the
@@ -346,7 +415,7 @@ class Guard:
         name = os.path.basename(run)
         busy = _wait_ports(_intent_ports(intent))
         if busy is not None:
-            return "%s was not started: port %d stayed busy" % (name, busy)
+            return "%s was not started: port %d stayed busy (held by %s)" % (name, busy, _held_by(busy))
         self._still_ours()
         _set_current(self.deployment, run)
         env = dict(os.environ, **{FENCE_ENV: token})

@@ -27,7 +27,8 @@ come out of order and carry the request's id.
 - `mkdirs {path, owned_from}`: create the missing directories of `path` (0700), refused (kind `unsafe`, one line)
   when another user owns or can write one at or below `owned_from`, or one above it without the sticky bit.
 - `read {path, offset, limit}`: at most `limit` bytes from `offset`, as `{data_b64}`; `size {path}`: `{size}`
-  (null for no such file). A missing file is an error of kind `notfound`. One round trip each, where SFTP needs
+  (null for no such file). Both reach the file a component at a time, never through a link another user owns, the
+  last component never a link (supervise_files.open_to_read; kind `unsafe`, one line naming it and its owner). A missing file is an error of kind `notfound`. One round trip each, where SFTP needs
   a session (its own login shell) and an open/stat/read/close per read.
 - `http {method, address, port, path, headers, body_b64?, timeout}`: one HTTP/1.1 request from the target (a
   health check, the router's API): `{status, headers, body_b64}`; nothing answering is an error of kind
@@ -75,7 +76,7 @@ if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     from deployer.supervisor.supervise_lease import FENCE_ENV, LeaseError, Refused, acquire, still_ours, update
     from deployer.supervisor.supervise_snapshot import snapshot as take_snapshot
     from deployer.supervisor.supervise_protocol import IN_HELPER
-    from deployer.supervisor.supervise_files import FILE_OPS, OpRefused
+    from deployer.supervisor.supervise_files import FILE_OPS, OpRefused, read_bytes, size_of
     from deployer.supervisor.supervise_install import BuildRefused, env_build, env_prune, stop_running
     from deployer.supervisor.supervise_fetch import FetchError
     from deployer.supervisor.supervise_push import models_prune
@@ -85,7 +86,7 @@ else:  # run on the target from the helper bundle, where the modules are loaded 
     from supervise_lease import FENCE_ENV, LeaseError, Refused, acquire, still_ours, update  # type: ignore[no-redef]
     from supervise_snapshot import snapshot as take_snapshot  # type: ignore[no-redef]
     from supervise_protocol import IN_HELPER  # type: ignore[no-redef]
-    from supervise_files import FILE_OPS, OpRefused  # type: ignore[no-redef]
+    from supervise_files import FILE_OPS, OpRefused, read_bytes, size_of  # type: ignore[no-redef]
     from supervise_install import BuildRefused, env_build, env_prune, stop_running  # type: ignore[no-redef]
     from supervise_fetch import FetchError  # type: ignore[no-redef]
     from supervise_push import models_prune  # type: ignore[no-redef]
@@ -316,18 +317,18 @@ class Helper:
         path, offset = str(req["path"]), int(req.get("offset") or 0)
         limit = min(int(req["limit"]), READ_MAX)   # a reply holds at most READ_MAX bytes (the client reads on)
         try:
-            with open(path, "rb") as f:
-                f.seek(max(offset, 0))
-                data = f.read(max(limit, 0))
+            data = read_bytes(path, offset, limit)   # a component at a time, no link followed (supervise_files)
         except FileNotFoundError:
             raise RequestError(f"{path}: no such file", "notfound") from None
+        except UnsafePath as e:
+            raise RequestError(str(e), "unsafe") from None
         return {"data_b64": base64.b64encode(data).decode("ascii")}
 
     def size(self, req: dict[str, Any]) -> dict[str, Any]:
         try:
-            return {"size": os.stat(str(req["path"])).st_size}
-        except FileNotFoundError:
-            return {"size": None}
+            return {"size": size_of(str(req["path"]))}
+        except UnsafePath as e:
+            raise RequestError(str(e), "unsafe") from None
 
     def http(self, req: dict[str, Any]) -> dict[str, Any]:
         import http.client  # only for commands that ask (its import is most of a helper start's imports)

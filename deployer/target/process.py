@@ -190,7 +190,13 @@ def arm_router_repair(remote: Remote, layout: Layout, url: str, address: str, po
     return result.ok and bool(_json_line(result.stdout).get("guard_pid"))
 
 
-def disarm_repair(remote: Remote, layout: Layout, router: bool = False) -> None:
+def disarm_repair(remote: Remote, layout: Layout, router: bool = False, left_stopped: str | None = None) -> None:
     """The replace is finished (its new version started, or what it stopped brought back), or the drained replica
-    is back in its router (or deliberately left out): the guard leaves."""
-    remote.helper.remove([posixpath.join(layout.root, ROUTER_INTENT if router else REPAIR_INTENT)], layout.root)
+    is back in its router (or deliberately left out): the guard leaves. A replace's guard leaves only once it saw
+    for itself that `current`'s run is up (supervise_guard.py); a client that leaves the stopped version stopped on
+    purpose (`--no-rollback`) says so (`left_stopped`: why), else the guard starts it again once the lock is free."""
+    path = posixpath.join(layout.root, ROUTER_INTENT if router else REPAIR_INTENT)
+    if left_stopped:
+        remote.put(json.dumps({"left_stopped": left_stopped}).encode(), path, 0o600)
+        return
+    remote.helper.remove([path], layout.root)

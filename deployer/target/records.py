@@ -45,9 +45,12 @@ class RunView:
     @property
     def status(self) -> str:
         """The supervisor's status; a run an `up` stopped to replace it, and that nothing replaced (the `up` was
-        killed), is `interrupted`: nobody asked for the deployment to stop (`stopped` is a `down`'s)."""
+        killed), is `interrupted`: nobody asked for the deployment to stop (`stopped` is a `down`'s); while that stop
+        runs it is `replacing` (never `stopping`, a `down`'s word)."""
         status = str(self.state.get("status", "unknown"))
-        return "interrupted" if status == "stopped" and self.state.get("stopped_for") == "replace" else status
+        if self.state.get("stopped_for") == "replace" and status in ("stopped", "stopping"):
+            return "interrupted" if status == "stopped" else "replacing"
+        return status
 
     @property
     def reached_ready(self) -> bool:

@@ -94,7 +94,9 @@ def test_nothing_deployer_writes_or_prints_carries_a_secret(tmp_path: Path, sshd
     env_text = (runs[-1] / "env").read_text()
     assert f"DEPLOYER_SECRET_LORA_PATHS_1={SECRETS['CYCLE_LORA']!s}" in env_text.replace("'", "")
     script = (runs[-1] / "launch.sh").read_text()
-    assert '--lora-paths adapter-a=/models/lora-plain "$DEPLOYER_SECRET_LORA_PATHS_1"' in script
+    # SGLang's secret flags reach its argv through the shim (render/bundle.py ARGV_SHIM), never launch.sh's argv
+    assert '"--lora-paths", "adapter-a=/models/lora-plain", ["", "DEPLOYER_SECRET_LORA_PATHS_1"]' in \
+        env_text.replace("'", "") and "--lora-paths" not in script.split("\nexec ", 1)[1]
     assert "--max-total-tokens 8192" in script and "--speculative-num-draft-tokens 4" in script
     assert "--tokenizer-mode auto" in script
     record = json.loads((runs[-1] / "profile.json").read_text())["profile"]["engine"]
@@ -116,7 +118,7 @@ def test_validate_and_render_need_no_secret_but_up_does(tmp_path: Path, sshd: An
         assert res.returncode == 0, res.stderr
         assert "${CYCLE_HF} is not set here" in res.stderr and "${CYCLE_LORA} is not set here" in res.stderr
     rendered = deploy("render", str(prof), home=tmp_path / "h").stdout
-    assert "--speculative-num-draft-tokens 4" in rendered and '"$DEPLOYER_SECRET_API_KEY"' in rendered
+    assert "--speculative-num-draft-tokens 4" in rendered and '"--api-key", "${DEPLOYER_SECRET_API_KEY}"' in rendered
     for command in (["up", str(prof)], ["smoke", str(prof)]):
         res = deploy(*command, home=tmp_path / "h")
         errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]

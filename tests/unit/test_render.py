@@ -6,6 +6,7 @@ python replaced by a probe that records its argv and environment, and checks the
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 
 from deployer.errors import RenderError
 from deployer.profile.model import Profile
-from deployer.render.bundle import EnvRef, flag_tokens, render, secret_var
+from deployer.render.bundle import SECRET_ARGV_VAR, EnvRef, flag_tokens, render, secret_var, sh_word
 from deployer.supervisor.supervise_base import read_env_file
 
 # The engine python, replaced by a probe that records what it was started with: its cwd and argv as NUL-separated
@@ -74,7 +75,9 @@ def test_secret_flags_are_passed_from_the_env_file_not_written_in_launch_sh(tmp_
     bundle = render(prof)
     for value in ("sk-looks-secret", "tmpl-from-env"):
         assert value not in bundle.script and value not in " ".join(bundle.argv) and value in bundle.env
-    assert '--api-key "$DEPLOYER_SECRET_API_KEY"' in bundle.script and "--tp-size 2" in bundle.script
+    # SGLang takes its credentials only from argv: the shim appends them in memory (never in launch.sh's argv)
+    assert "--api-key" not in bundle.script.split("\nexec ", 1)[1] and "--tp-size 2" in bundle.script
+    assert '--api-key "$DEPLOYER_SECRET_API_KEY"' in " ".join(sh_word(w) for w in bundle.shim_words)
     assert bundle.masked_env["DEPLOYER_SECRET_API_KEY"] == "***"
     assert prof.public_dict()["engine"]["args"] == {"api_key": "***", "chat_template": "***", "tp_size": 2}
 
@@ -178,7 +181,9 @@ def test_launch_script_passes_hostile_values_exactly(tmp_path_factory: pytest.Te
     (run_dir / "env").write_text(bundle.env, encoding="utf-8")
     out = run_dir / "probe"
     loaded = read_env_file(str(run_dir / "env"))
-    secret_words = [w.name for w in bundle.words if isinstance(w, EnvRef)]
+    hidden = [w for w in bundle.shim_words if isinstance(w, EnvRef)]  # the shim's: read from the env file
+    secret_words = [w.name for w in [*bundle.words, *hidden] if isinstance(w, EnvRef)] + \
+        ([SECRET_ARGV_VAR] if bundle.shim_words else [])
     assert {k: v for k, v in loaded.items() if k not in secret_words} == env
     assert set(loaded) - set(env) == set(secret_words)
     base = {"PATH": "/usr/bin:/bin", "PROBE_OUT": str(out), "LC_ALL": "C.UTF-8"}
@@ -187,6 +192,8 @@ def test_launch_script_passes_hostile_values_exactly(tmp_path_factory: pytest.Te
     assert proc.returncode == 0, proc.stderr
     seen = read_probe(out)
     concrete = [w.prefix + loaded[w.name] if isinstance(w, EnvRef) else w for w in bundle.words]
+    shim = bundle.shim_words
+    shimmed = [w.prefix + loaded[w.name] if isinstance(w, EnvRef) else w for w in shim]
     assert seen["argv"] == concrete[1:]
     assert seen["cwd"] == str(run_dir)
     for key, value in env.items():
@@ -194,8 +201,12 @@ def test_launch_script_passes_hostile_values_exactly(tmp_path_factory: pytest.Te
     for key in prof.secret_arg_keys():  # values of secret-looking flags never stand in launch.sh
         value = args[key]
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            assert any(word.endswith(f"${{{secret_var(key)}}}") for word in bundle.argv)
+            assert any(word.endswith(f"${{{secret_var(key)}}}") for word in [*bundle.argv, *map(str, shim)])
     argv = seen["argv"]
+    if argv[:1] == ["-c"]:  # SGLang's credentials: the shim appends them to the module's argv, in memory
+        told = json.loads(loaded[SECRET_ARGV_VAR])
+        assert [w if isinstance(w, str) else w[0] + loaded[w[1]] for w in told] == shimmed
+        argv = ["-m", *argv[2:], *shimmed]
     assert argv[:2] == ["-m", "sglang.launch_server"]
     assert ["--model-path", model] in windows(argv, 2) or [f"--model-path={model}"] in windows(argv, 1)
     for key, value in args.items():

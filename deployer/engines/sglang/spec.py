@@ -40,10 +40,11 @@ SGLANG = Engine(
         # Every option of the 0.5.23 parser that takes a credential (its help: "API key of the server", "admin API
         # key", "password to decrypt the SSL keyfile"); tests/unit/test_secrets.py checks this over the real table.
         secret_flags=frozenset({"api_key", "admin_api_key", "ssl_keyfile_password"}),
-        # SGLang has no environment variable for --api-key or --admin-api-key that deployer knows of (server_args.py
-        # ServerArgs fields, set from argv; not verified against the 0.5.10 and 0.5.23 wheels, which were not at
-        # hand): they stay argv words, readable by every local user in /proc/PID/cmdline (docs/fleet-router.md).
+        # SGLang has no environment variable for --api-key or --admin-api-key (checked in the installed 0.5.10 and
+        # 0.5.23 wheels: server_args.py, arg_groups/, environ.py read none): argv only. So they (every secret flag)
+        # reach its argv through render's shim, in memory, never in /proc/PID/cmdline (docs/security.md).
         secret_env=(),
+        secret_argv_shim=True,
         health_path="/health",
     ),
     log=LogFormat(

@@ -321,11 +321,14 @@ class Engine:
     def warmup(self) -> None:
         base = f"http://{_connect_host(self.view.host)}:{self.view.port}"
         time.sleep(env_float("STANDIN_READY_DELAY_S", 0.05))
+        key = getattr(self.view, "api_key", None)  # http_server.py _wait_and_warmup sends it, as a client would
+        auth = {"authorization": f"Bearer {key}"} if key else {}
         try:
-            urllib.request.urlopen(base + "/model_info", timeout=5).read()
+            urllib.request.urlopen(urllib.request.Request(base + "/model_info", headers=auth), timeout=5).read()
             logger.info("Prefill batch, #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: 0.00, "
                         "#running-req: 0, #queue-req: 0, input throughput (token/s): 0.00, cuda graph: False")
-            req = urllib.request.Request(base + "/generate", method="POST", headers={"content-type": "application/json"},
+            req = urllib.request.Request(base + "/generate", method="POST",
+                                         headers={"content-type": "application/json", **auth},
                                          data=b'{"text": "The capital city of France is", '
                                               b'"sampling_params": {"temperature": 0, "max_new_tokens": 8}}')
             urllib.request.urlopen(req, timeout=5).read()

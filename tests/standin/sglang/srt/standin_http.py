@@ -7,6 +7,7 @@ advanced per completion: standin_metrics), and uvicorn-style access log lines on
 
 from __future__ import annotations
 
+import hmac
 import json
 import sys
 import threading
@@ -18,8 +19,9 @@ from typing import Any, Dict, Optional, Tuple
 import standin_core
 import standin_metrics
 
-STATUS_PHRASES = {200: "OK", 400: "Bad Request", 404: "Not Found", 500: "Internal Server Error",
+STATUS_PHRASES = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 500: "Internal Server Error",
                   503: "Service Unavailable"}
+OPEN_PREFIXES = ("/health", "/ready", "/metrics")  # utils/auth.py decide_request_auth (0.5.23): never need a key
 
 
 def stamp() -> str:
@@ -99,9 +101,23 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             return {}
 
+    def _refused(self, path: str) -> bool:
+        """SGLang's --api-key: every route but health, readiness and metrics needs `Authorization: Bearer KEY`
+        (401 otherwise), as utils/auth.py's middleware decides."""
+        key = self.state.server_info.get("api_key")
+        if not key or path.startswith(OPEN_PREFIXES):
+            return False
+        scheme, _, given = str(self.headers.get("authorization") or "").partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(given.encode(), str(key).encode()):
+            return False
+        self._send(401, {"error": "Unauthorized"})
+        return True
+
     def do_GET(self) -> None:  # noqa: N802 - stdlib naming
         path = self.path.split("?", 1)[0]
         phase = self.state.get_phase()
+        if self._refused(path):
+            return
         if path in ("/health", "/health_generate"):
             self._send(200, b"") if self.state.health_ok() else self._send(503, b"")
         elif path == "/ready":
@@ -123,6 +139,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 - stdlib naming
         path = self.path.split("?", 1)[0]
         body = self._body()
+        if self._refused(path):
+            return
         if self.state.get_phase() == "draining":
             self._send(503, {"error": {"message": "The server is shutting down."}})
         elif path == "/v1/chat/completions":
