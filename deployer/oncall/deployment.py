@@ -164,9 +164,7 @@ def remembered_ref(arg: str, host: str | None, workdir: str | None, trust_new_ho
     pointer = remembered.lookup(arg, overrides, host)
     if pointer is None:
         return None
-    spec = TargetSpec(host=pointer.host, user=pointer.user, port=pointer.port, identity_file=pointer.identity_file,
-                      known_hosts=pointer.known_hosts, trust_new_host=trust_new_host)
-    return Ref(pointer.name, spec, workdir or pointer.workdir)
+    return Ref(pointer.name, pointer.spec(trust_new_host), workdir or pointer.workdir)
 
 
 @contextmanager
