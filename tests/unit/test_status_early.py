@@ -134,3 +134,18 @@ def test_a_failed_early_connect_is_raised_where_the_connection_is_asked_for(monk
                 pass
     with connect_mod.started_early(SPEC):
         pass   # never asked for: nothing raised
+
+
+def test_what_a_remembered_pointer_does_not_say_starts_nothing_early(remembered_file: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """--host names another box (the pointer remembered is the file's own), --node a node of a group: the status
+    resolves them as before, and connects to nothing it was not asked for."""
+    fake = FakeRemote()
+    up(profile(), OPTS, lambda _e: None, connection=fake)
+    made = _count_connects(monkeypatch, fake)
+    with pytest.raises(SystemExit) as exit_:
+        main(["status", str(remembered_file), "--node", "0"])
+    assert exit_.value.code == 2 and made == []   # refused before any connection, as before
+    with pytest.raises(SystemExit) as exit_:
+        main(["status", str(remembered_file), "--host", "other-box"])
+    assert exit_.value.code == 0 and made == [TargetSpec("other-box")]
