@@ -14,7 +14,6 @@ import selectors
 import signal
 import socket
 import subprocess
-import tempfile
 from collections.abc import Sequence
 
 from deployer.errors import CommandFailed, NotFound, RemoteError, TransferFailed
@@ -194,6 +193,8 @@ def _sha256_file(path: str) -> str:
 
 def _write_temp(data: bytes, path: str, mode: int) -> str:
     d, base = os.path.split(path)
+    import tempfile  # only for a local put: not on the way to a connection (deploy status)
+
     fd, tmp = tempfile.mkstemp(dir=d or ".", prefix=f".{base}.")
     try:
         with os.fdopen(fd, "wb") as f:

@@ -29,6 +29,9 @@ from deployer.runner.up import up  # noqa: E402
 
 # what makes and shows a status report: each imported only after the connection started
 REPORT_MODULES = ("deployer.cli.show", "deployer.deployments.resolve", "deployer.oncall.deployment")
+# nor are these on the way to the connection (the status imports them later, or never): YAML (deployer.settings
+# parses a config file only when there is one), http.client (deployer/remote/http.py), tempfile (a local put)
+NOT_BEFORE_THE_CONNECTION = (*REPORT_MODULES, "yaml", "http.client", "tempfile")
 
 
 @pytest.fixture()
@@ -46,14 +49,15 @@ def remembered_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _status_in_a_fresh_python(path: Path) -> subprocess.CompletedProcess[str]:
-    """`deploy status PATH` in a new interpreter whose connect is a stand-in that says which report modules were
-    already imported when it was called, and then fails as an unreachable host does."""
+    """`deploy status PATH` in a new interpreter whose connect is a stand-in that says which of
+    NOT_BEFORE_THE_CONNECTION were already imported when it was called, and then fails as an unreachable host
+    does."""
     code = f"""
 import sys
 import deployer.remote.connect as connect_mod
 from deployer.errors import ConnectFailed
 def stand_in_connect(spec):
-    print("LOADED " + json.dumps([m for m in {REPORT_MODULES!r} if m in sys.modules]), flush=True)
+    print("LOADED " + json.dumps([m for m in {NOT_BEFORE_THE_CONNECTION!r} if m in sys.modules]), flush=True)
     raise ConnectFailed("stand-in connect: no route to " + spec.host, host=spec.host)
 import json
 connect_mod.connect = stand_in_connect
