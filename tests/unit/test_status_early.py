@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 import sys
 from pathlib import Path
 from typing import Any
@@ -153,3 +154,31 @@ def test_what_a_remembered_pointer_does_not_say_starts_nothing_early(remembered_
     with pytest.raises(SystemExit) as exit_:
         main(["status", str(remembered_file), "--host", "other-box"])
     assert exit_.value.code == 0 and made == [TargetSpec("other-box")]
+
+
+def test_who_listens_on_the_port_is_asked_beside_the_health_check(remembered_file: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A serving row asks /health and who holds the engine's port (a squatter answers /health too): the two
+    requests go out together, one round trip, not the second after the first's answer. The stand-in look waits
+    (bounded) for the listener question: asked only after the look returned, it never comes in time."""
+    from deployer.oncall import deployment as ops
+    from deployer.oncall import serving
+    from deployer.target.process import Listener
+
+    fake = FakeRemote()
+    up(profile(), OPTS, lambda _e: None, connection=fake)
+    asked = threading.Event()
+    real_look = serving.look
+
+    def stand_in_listener(remote: Any, run: Any, port: int) -> Listener:
+        asked.set()
+        return Listener(True, [])
+
+    def waiting_look(*args: Any, **kw: Any) -> serving.Looked:
+        assert asked.wait(10), "the listener was not asked while /health was"
+        return real_look(*args, **kw)
+
+    monkeypatch.setattr(ops, "listener", stand_in_listener)
+    monkeypatch.setattr(serving, "look", waiting_look)
+    (row,) = ops.status(ops.Ref("demo", TargetSpec("gpu-box"), WORKDIR), fake)
+    assert row.status == "ready" and row.healthy and row.unhealthy is None
