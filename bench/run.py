@@ -1,6 +1,7 @@
 """Benchmarks of deployer on the SSH test bed; each figure against a baseline measured in the same command.
 
     .venv/bin/python bench/run.py [--reps N] [--only overhead,status,detection,cli,weights,real] [--rc-cost S] [--delay S]
+                                  [--compare DIR]
 
 Starts a throwaway sshd on 127.0.0.1 (tests/sshbed.py) whose login shell's .bashrc costs about --rc-cost
 seconds per command (as conda/pyenv init do on a real GPU image; never skipped), and the stand-in engine;
@@ -46,6 +47,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--delay", type=float, default=0.0,
                         help="seconds added to each direction of every SSH connection (bench/link.py; 0.025 = "
                              "50 ms round trips), for the OpenSSH baselines and deployer alike (default: none)")
+    parser.add_argument("--compare", type=Path, default=None, metavar="DIR",
+                        help="also time `deploy status` of the code in DIR (its deployer/ package: `git archive REV "
+                             "deployer | tar -x -C DIR`) in the same rounds, against the same baseline")
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS + OPTIONAL}")
     return parser.parse_args(argv)
 
@@ -87,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                 if "overhead" in only:
                     over_ssh += overhead.run(bed, tmp, args.reps)
                 if "status" in only:
-                    over_ssh.append(oncall_status.run(bed, tmp, args.reps))
+                    over_ssh += oncall_status.run(bed, tmp, args.reps, args.compare)
                 if "detection" in only:
                     over_ssh += detection.run(bed, tmp, args.reps)
                 if "weights" in only:

@@ -20,10 +20,12 @@ import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import yaml
+from typing import TYPE_CHECKING
 
 from deployer.errors import ProfileError
+
+if TYPE_CHECKING:
+    import yaml
 
 CONFIG_ENV = "DEPLOYER_CONFIG"
 MAX_BYTES = 64 << 10
@@ -93,6 +95,8 @@ def load_config(environ: dict[str, str] | None = None) -> Config:
         raise ProfileError(f"cannot read the config file: {exc.strerror}", file=str(path)) from None
     if len(raw) > MAX_BYTES:
         raise ProfileError(f"config file too large ({len(raw)} bytes)", file=str(path))
+    import yaml  # only for a config file that exists: a status connects before anything else imports YAML
+
     try:
         node = yaml.compose(raw.decode("utf-8"), Loader=yaml.SafeLoader)
     except UnicodeDecodeError:
@@ -105,6 +109,8 @@ def load_config(environ: dict[str, str] | None = None) -> Config:
 
 
 def _read(path: Path, node: yaml.Node | None, digest: str) -> Config:
+    import yaml  # imported by load_config, which calls this
+
     if node is None:
         return Config(path, digest=digest)
     if not isinstance(node, yaml.MappingNode):

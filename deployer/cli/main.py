@@ -54,7 +54,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "schema": ("profiles", "Print the profile JSON Schema (for editors)."),
     "smoke": ("smoke", "Deploy, send one real chat completion through the tunnel, stop: a CI check of a whole "
                        "deployment."),
-    "status": ("targets", "State, pid, uptime, health, attempt, content hash and run dir; every deployment with "
+    "status": ("status", "State, pid, uptime, health, attempt, content hash and run dir; every deployment with "
                           "only --host."),
     "top": ("top", "A live view of deployments, like htop: per replica or node its state, requests, tokens/s, KV "
                    "cache, p99 latency and restarts (q or Ctrl-C quits); --once --json for scripts."),

@@ -48,5 +48,9 @@ def _target_options(func: F) -> F:
     return func
 
 
+NODE = click.option("--node", type=click.IntRange(0, 4096), default=None,
+                    help="One node of a multi-node (nodes:) profile: its node_rank.")
+
+
 def _emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))

@@ -1,5 +1,5 @@
-"""Commands on a running deployment (status, logs, down): options and output only. Each resolves its deployment
-(deployer.deployments) and calls one method of it; deployer.cli.show prints the report."""
+"""Commands on a running deployment (logs, down; status: deployer.cli.status): options and output only. Each
+resolves its deployment (deployer.deployments) and calls one method of it; deployer.cli.show prints the report."""
 
 from __future__ import annotations
 
@@ -8,43 +8,14 @@ import re
 import click
 
 from deployer.cli import show
-from deployer.cli.options import _target_options
+from deployer.cli.options import NODE, _target_options
 from deployer.cli.show import describe_crash
 from deployer.deployments.base import DownOptions, LogOptions, Select
-from deployer.deployments.reports import HostStatus
 from deployer.deployments.resolve import READ, STOP, resolve
 from deployer.errors import PartlyFailed
 from deployer.logtext import parse_since
 
-__all__ = ["describe_crash", "down", "logs", "status"]
-
-NODE = click.option("--node", type=click.IntRange(0, 4096), default=None,
-                    help="One node of a multi-node (nodes:) profile: its node_rank.")
-
-
-@click.command()
-@click.argument("target", required=False)
-@click.option("--host", default=None, metavar="[USER@]HOST[:PORT]")
-@click.option("--workdir", default=None, help="Workdir on the target (default: the profile's or /workspace/deployer).")
-@_target_options
-@click.option("--json", "as_json", is_flag=True)
-@NODE
-def status(target: str | None, host: str | None, workdir: str | None, trust_new_host: bool, as_json: bool,
-           node: int | None) -> None:
-    """State, pid, uptime, health, attempt, content hash and run dir; every deployment with only --host.
-
-    Exits 0 only while the deployment serves (every one, with only --host): 5 crashed, crash-looping or
-    lost; 6 alive but not answering /health (starting, restarting, hung); 8 stopped; 7 none there."""
-    report = resolve(target, host, workdir, trust_new_host=trust_new_host, select=Select(node=node),
-                     mode=READ).status()
-    if isinstance(report, HostStatus) and report.nothing_found:
-        click.echo(f"deploy: {report.nothing_found}", err=True)
-    if as_json:
-        show.emit_json(report.to_json())
-    else:
-        show.text(report)
-    click.get_current_context().exit(report.exit_code)
-
+__all__ = ["describe_crash", "down", "logs"]
 
 LINES, FILTERED_LINES = 50, 2000
 

@@ -13,6 +13,7 @@ import posixpath
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ from deployer.oncall import remembered, serving
 from deployer.oncall.rows import DownResult, StatusRow
 from deployer.oncall.secret_restore import learn_env_text
 from deployer.secrets import mask_data, mask_text
-from deployer.target.process import forget_boot, listener, rescue, stop
+from deployer.target.process import Listener, forget_boot, listener, rescue, stop
 from deployer.supervisor.supervise_base import CRASHED as CRASHED_STATES
 from deployer.supervisor.supervise_base import UP
 from deployer.target import snapshot
@@ -164,9 +165,7 @@ def remembered_ref(arg: str, host: str | None, workdir: str | None, trust_new_ho
     pointer = remembered.lookup(arg, overrides, host)
     if pointer is None:
         return None
-    spec = TargetSpec(host=pointer.host, user=pointer.user, port=pointer.port, identity_file=pointer.identity_file,
-                      known_hosts=pointer.known_hosts, trust_new_host=trust_new_host)
-    return Ref(pointer.name, spec, workdir or pointer.workdir)
+    return Ref(pointer.name, pointer.spec(trust_new_host), workdir or pointer.workdir)
 
 
 @contextmanager
@@ -206,11 +205,13 @@ def describe(view: RunView, remote: Remote, name: str, runs: int, env_text: str 
     diagnosis = crash_diagnosis(remote, view, attempt) or _as_diagnosis(supervisor)
     engine_metrics = with_metrics and record.get("role") != "router"  # a fleet's router: no engine /metrics
     args = ((record.get("profile") or {}).get("engine") or {}).get("args")
-    looked = serving.look(remote, record_engine(record), _endpoint(view, port), engine_metrics,
-                          args if isinstance(args, dict) else None) if port and alive else serving.Looked(False)
+    with ThreadPoolExecutor(max_workers=1) as pool:  # who listens on the port, asked beside /health: one round trip
+        owner = pool.submit(listener, remote, view.run, port) if port and alive else None
+        looked = serving.look(remote, record_engine(record), _endpoint(view, port), engine_metrics,
+                              args if isinstance(args, dict) else None) if port and alive else serving.Looked(False)
     unhealthy = state.get("unhealthy") if alive and isinstance(state.get("unhealthy"), dict) else None
-    if looked.healthy:  # /health answered: by this run's engine, or by whoever took its port (a crash's backoff)?
-        unhealthy = squatter(remote, view, port) or unhealthy
+    if looked.healthy and owner is not None:  # /health answered: by this run's engine, or by whoever took its port?
+        unhealthy = squatter(owner.result(), port) or unhealthy
     return {
         "name": name, "host": remote.label, "status": view.status, "pid": None if alive and not engine_up else state.get("pid"),
         "uptime_s": round(time.time() - started, 1) if started and engine_up else None, "supervisor": supervisor,
@@ -256,9 +257,8 @@ def _as_diagnosis(supervisor: Mapping[str, Any] | None) -> dict[str, Any] | None
             "hint": supervisor["next"]}
 
 
-def squatter(remote: Remote, view: RunView, port: int) -> dict[str, Any] | None:
+def squatter(owner: Listener, port: int) -> dict[str, Any] | None:
     """The `unhealthy` record of a port another process answers on (pid, user as far as /proc tells), else None."""
-    owner = listener(remote, view.run, port)
     if owner.ours is not False:
         return None
     return {"reason": f"port {port} is answered by {owner.describe()}, not by this run's engine",

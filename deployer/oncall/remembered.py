@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from deployer import __version__
 from deployer.errors import ProfileError
 from deployer.local_history import home
+from deployer.remote.base import TargetSpec
 from deployer.settings import KEYS, load_config
 
 if TYPE_CHECKING:
@@ -47,6 +48,11 @@ class Pointer:
     identity_file: str | None
     known_hosts: str | None
     workdir: str
+
+    def spec(self, trust_new_host: bool = False) -> TargetSpec:
+        """How to reach the host it points to."""
+        return TargetSpec(host=self.host, user=self.user, port=self.port, identity_file=self.identity_file,
+                          known_hosts=self.known_hosts, trust_new_host=trust_new_host)
 
 
 def _dir() -> Path:

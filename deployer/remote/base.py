@@ -13,7 +13,6 @@ exception crosses this seam.
 
 from __future__ import annotations
 
-import http.client
 import time
 from dataclasses import dataclass
 from collections.abc import Sequence
@@ -278,49 +277,3 @@ class Remote(Protocol):
 
     def close(self) -> None:
         ...
-
-
-class _PresetHTTPConnection(http.client.HTTPConnection):
-    """http.client over an already-open socket-like object (a socket or a paramiko channel)."""
-
-    def __init__(self, sock: Any, port: int, timeout: float, address: str = "127.0.0.1") -> None:
-        super().__init__(address, port, timeout=timeout)
-        self.sock = sock
-
-    def connect(self) -> None:  # the socket is already connected
-        pass
-
-    def close(self) -> None:
-        # http.client closes the socket as soon as it sees "Connection: close", before the body is read;
-        # a closed paramiko channel drops what it buffered. http_exchange closes the socket when done.
-        self.sock = None
-        super().close()
-
-
-def http_exchange(
-    sock: Any,
-    method: str,
-    port: int,
-    path: str,
-    body: bytes | None,
-    headers: dict[str, str] | None,
-    timeout: float,
-    label: str,
-    errors: tuple[type[BaseException], ...] = (),
-    address: str = "127.0.0.1",
-) -> HttpReply:
-    """One HTTP/1.1 request/response over `sock`; any failure -> EndpointUnreachable. Closes `sock`."""
-    conn = _PresetHTTPConnection(sock, port, timeout, address)
-    try:
-        conn.request(method, path, body=body, headers=headers or {})
-        resp = conn.getresponse()
-        data = resp.read()
-        return HttpReply(resp.status, data, {k.lower(): v for k, v in resp.getheaders()})
-    except Exception as e:
-        if not isinstance(e, (OSError, EOFError, http.client.HTTPException, *errors)):
-            raise
-        why = "timed out" if isinstance(e, TimeoutError) else f"failed: {type(e).__name__}: {e}"
-        raise EndpointUnreachable(f"HTTP {method} {address}:{port}{path} {why}", host=label) from None
-    finally:
-        conn.close()
-        sock.close()

@@ -1,6 +1,8 @@
 """`connect(spec)`: the one place that picks the Remote for a target (LocalRemote for `host: local`, else SSH);
 `conversing(spec)`: that connection with its target-side helper, as commands use it; `kept_open()`: within it,
 `conversing` keeps one connection and helper per target open across calls (`deploy top`'s refreshes);
+`started_early(spec)`: that connection and its helper started at once, taken by the first `conversing(spec)` within
+it (`deploy status` connects first, and imports the modules that make its report while the target's shell starts);
 `target_spec(profile)`: a single-host profile's target as the seam takes it."""
 
 from __future__ import annotations
@@ -90,6 +92,76 @@ def kept_open() -> Iterator[None]:
         kept.close()
 
 
+class _Early:
+    """The connection and helper `started_early` started: the first `conversing` of their target takes them (or
+    the error their start raised); `close` closes them when nobody did."""
+
+    def __init__(self, spec: TargetSpec) -> None:
+        self.spec = spec
+        self.started: tuple[Transport, Conversation] | None = None
+        self.error: Exception | None = None
+        self._lock = threading.Lock()
+        self._taken = False
+        try:
+            remote = connect(spec)
+            try:  # the exec goes out now: the target's login shell and the helper start while the caller works
+                self.started = (remote, Conversation.open(remote, wait=False))
+            except BaseException:
+                remote.close()
+                raise
+        except Exception as e:  # raised where the connection is asked for, as a connect there would have
+            self.error = e
+
+    def _claim(self) -> bool:
+        with self._lock:
+            first, self._taken = not self._taken, True
+            return first
+
+    def take(self, spec: TargetSpec) -> tuple[Transport, Conversation] | None:
+        """The connection and helper, when they are `spec`'s and nobody took them yet."""
+        if spec != self.spec or not self._claim():
+            return None
+        if self.error is not None:
+            raise self.error
+        return self.started
+
+    def close(self) -> None:
+        if self._claim() and self.started is not None:
+            _close(*self.started)
+
+
+_early: _Early | None = None
+
+
+@contextmanager
+def started_early(spec: TargetSpec | None) -> Iterator[None]:
+    """Connect to `spec` and start its helper now, before the caller's slower work (None: start nothing): the
+    helper's exec goes out at once, so the target's login shell and the helper's start-up run while the caller
+    imports what makes and shows its answer, instead of after. The first `conversing(spec)` within takes them
+    (raising the error the connect raised, if it did); whatever was not taken is closed on exit."""
+    global _early
+    if spec is None:
+        yield
+        return
+    with _kept_lock:
+        if _early is not None or _kept is not None:
+            raise RuntimeError("started_early() is not reentrant, nor for use inside kept_open()")
+    early = _Early(spec)
+    with _kept_lock:
+        _early = early
+    try:
+        yield
+    finally:
+        with _kept_lock:
+            _early = None
+        early.close()
+
+
+def _take_early(spec: TargetSpec) -> tuple[Transport, Conversation] | None:
+    early = _early
+    return None if early is None else early.take(spec)
+
+
 @contextmanager
 def conversing(spec: TargetSpec, connection: Transport | None = None) -> Iterator[Conversation]:
     """A connection (`connection`, left open: a fleet's one per host; else a new one, closed on exit) and its one
@@ -103,10 +175,12 @@ def conversing(spec: TargetSpec, connection: Transport | None = None) -> Iterato
             kept.drop(spec)
             raise
         return
-    remote: Transport = connection if connection is not None else connect(spec)
-    conv: Conversation | None = None
+    started = _take_early(spec) if connection is None else None
+    remote: Transport = connection if connection is not None else started[0] if started else connect(spec)
+    conv: Conversation | None = started[1] if started else None
     try:
-        conv = Conversation.open(remote, wait=False)  # the first request goes out with the exec
+        if conv is None:
+            conv = Conversation.open(remote, wait=False)  # the first request goes out with the exec
         yield conv
     finally:
         if conv is not None:

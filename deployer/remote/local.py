@@ -14,12 +14,11 @@ import selectors
 import signal
 import socket
 import subprocess
-import tempfile
 from collections.abc import Sequence
 
 from deployer.errors import CommandFailed, NotFound, RemoteError, TransferFailed
 from deployer.remote.base import LOCAL, CommandTimedOut, EndpointUnreachable, Hasher, Helper, HttpReply, LineReader
-from deployer.remote.base import Result, http_exchange
+from deployer.remote.base import Result
 from deployer.remote.oneshot import ProgramHelper
 
 
@@ -170,6 +169,8 @@ class LocalRemote:
             why = "nothing listening" if e.errno == errno.ECONNREFUSED else str(e)
             raise EndpointUnreachable(f"{address}:{port}: {why}", host=LOCAL) from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        from deployer.remote.http import http_exchange  # only here (deployer/remote/http.py says why)
+
         return http_exchange(sock, method, port, path, body, headers, timeout, LOCAL, address=address)
 
     def spawn(self, cmd: str) -> LocalSession:
@@ -192,6 +193,8 @@ def _sha256_file(path: str) -> str:
 
 def _write_temp(data: bytes, path: str, mode: int) -> str:
     d, base = os.path.split(path)
+    import tempfile  # only for a local put: not on the way to a connection (deploy status)
+
     fd, tmp = tempfile.mkstemp(dir=d or ".", prefix=f".{base}.")
     try:
         with os.fdopen(fd, "wb") as f:

@@ -35,7 +35,7 @@ def test_help_imports_no_command_module() -> None:
 
 def test_status_of_a_name_imports_neither_the_pipeline_nor_the_other_kinds() -> None:
     loaded = _modules_after(["status", "demo"])
-    assert "deployer.cli.targets" in loaded
+    assert "deployer.cli.status" in loaded
     assert not {"deployer.runner.up", "deployer.deployments.nodes", "deployer.deployments.fleet",
                 "deployer.profile.loader"} & loaded
 

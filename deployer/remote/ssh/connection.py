@@ -35,7 +35,6 @@ from deployer.remote.base import (
     HttpReply,
     Result,
     TargetSpec,
-    http_exchange,
 )
 from deployer.remote.oneshot import ProgramHelper
 from deployer.remote.ssh.channel import SSHSession, collect, send_stdin, text
@@ -518,6 +517,8 @@ class SSHRemote:
                 ) from None
             raise EndpointUnreachable(f"{address}:{port}: nothing listening ({e.text})", host=self.label) from None
         chan.settimeout(timeout)
+        from deployer.remote.http import http_exchange  # only here (deployer/remote/http.py says why)
+
         return http_exchange(chan, method, port, path, body, headers, timeout, self.label, (paramiko.SSHException,),
                              address)
 
