@@ -26,7 +26,7 @@ def _quiet(_event: Event) -> None:
 @click.argument("profile", type=click.Path(dir_okay=False))
 @_profile_options
 @_target_options
-@click.option("--engine", "release", required=True, metavar="KIND==VERSION", help="The release to move to.")
+@click.option("--engine", "release", required=True, default=None, metavar="KIND==VERSION", help="The release to move to.")
 @click.option("--python", default=None, help="That release's engine python on the target (default: a managed "
                                              "environment, engine.install with the release, built beside the old).")
 @click.option("--save", type=click.Path(dir_okay=False, path_type=Path), default=None,
