@@ -72,7 +72,8 @@ def test_seed_profile_upgraded_to_0523_shows_every_change_with_its_source(two_re
     ran = deploy("upgrade", str(profile), "--engine", "sglang==0.5.23", "--python", "sglang-python", "--json",
                  "--save", str(saved), home=shared / "home")
     assert ran.returncode == 0, ran.stderr[-3000:]
-    plan = json.loads(ran.stdout)
+    plan = json.loads(ran.stdout.splitlines()[-1])
+    assert plan["event"] == "report"
     assert (plan["from"], plan["to"], plan["ok"]) == (SEED_ERA, "0.5.23", True)
     by = {(c["what"], c["name"]): c for c in plan["changes"]}
     # the rename, value carried, from the renames table's row
