@@ -18,9 +18,10 @@ from deployer.engines.renames import Rename, load_renames
 from deployer.errors import ProfileError
 from deployer.oncall.upgrade.compare import Side, compare, env_changes, flag_changes, followon_changes, \
     memory_rows, resolution_changes
+from deployer.oncall.upgrade.loadcheck import LoadNumbers, judge
 from deployer.oncall.upgrade.release import Release, for_release, parse_release, upgraded_install
 from deployer.preflight.flags import Flag, FlagSet
-from deployer.profile.model import Profile
+from deployer.profile.model import Profile, UpgradeGates
 
 REPO = Path(__file__).resolve().parents[2]
 SGLANG = engine_for("sglang").knowledge
@@ -184,3 +185,21 @@ def test_cli_bad_release_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert run.stderr.strip().splitlines() == [
         "error: --engine vllm==0.33.0: the profile's engine is sglang, not vllm (an upgrade keeps the engine; write "
         "a new profile to change it)"]
+
+
+def numbers(version: str, ttft: float, itl: float, tps: float) -> LoadNumbers:
+    return LoadNumbers(version, ttft, itl, tps, 5, 32.0)
+
+
+def test_the_gates_hold_the_new_release_to_the_old_ones_numbers_with_a_slack() -> None:
+    gates = UpgradeGates(ttft_ratio_max=1.25, itl_ratio_max=1.25, throughput_ratio_min=0.8, slack_ms=20)
+    old = numbers("0.5.10", 100.0, 10.0, 100.0)
+    same = {g.name: g.passed for g in judge(old, numbers("0.5.23", 124.0, 12.4, 81.0), gates)}
+    assert same == {"ttft_ms": True, "itl_ms": True, "tokens_per_s": True}
+    worse = {g.name: g for g in judge(old, numbers("0.5.23", 130.0, 31.0, 50.0), gates)}
+    assert [n for n, g in worse.items() if not g.passed] == ["ttft_ms", "itl_ms", "tokens_per_s"]
+    assert worse["ttft_ms"].limit == 125.0 and worse["itl_ms"].limit == 30.0      # ratio, else old + slack
+    assert worse["ttft_ms"].line() == "ttft_ms: 100.00 -> 130.00 (limit 125.00) FAILED"
+    # tiny latencies: noise within the slack passes though its ratio is far over
+    tiny = {g.name: g.passed for g in judge(numbers("a", 1.0, 0.1, 3000.0), numbers("b", 9.0, 0.9, 1500.0), gates)}
+    assert tiny == {"ttft_ms": True, "itl_ms": True, "tokens_per_s": True}
