@@ -97,7 +97,8 @@ EXAMPLES: dict[str, list[str]] = {
     "status": ["deploy status qwen36-mtp --host root@gpu-box", "deploy status --host root@gpu-box --json"],
     "up": ["deploy up profiles/qwen36-mtp.yaml --host root@gpu-box",
            "deploy up profiles/qwen36-mtp.yaml --save-fixed fixed.yaml --json > events.ndjson"],
-    "upgrade": ["deploy upgrade profiles/qwen36-mtp.yaml --engine sglang==0.5.23 --save qwen36-mtp-0.5.23.yaml"],
+    "upgrade": ["deploy upgrade profiles/qwen36-mtp.yaml --engine KIND==VERSION --save upgraded.yaml",
+                "deploy upgrade profiles/qwen36-mtp.yaml --engine KIND==VERSION --apply"],
     "validate": ["deploy validate profiles/qwen36-mtp.yaml", "deploy validate profiles/qwen36-mtp.yaml --set engine.version=0.5.23 --json"],
 }
 ATTRIBUTE = {"export": "export_group"}   # a command whose function is not named after it

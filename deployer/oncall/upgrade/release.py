@@ -1,4 +1,4 @@
-"""The release an upgrade goes to (`--engine sglang==0.5.23`) and the profile that runs it: the same flags, the
+"""The release an upgrade goes to (`--engine KIND==VERSION`) and the profile that runs it: the same flags, the
 engine's python of that release (given, or a managed environment built beside the old one), `engine.version`
 pinned to it so preflight checks that the python really has it."""
 
