@@ -79,7 +79,7 @@ def literal_fragments(pattern: str, shortest: int = 12) -> list[str]:
         ch = pattern[i]
         if ch == "\\" and i + 1 < len(pattern):
             nxt = pattern[i + 1]
-            if nxt in "dDsSwWbBAZ" or nxt.isdigit():
+            if nxt in "dDsSwWbBAZntr" or nxt.isdigit():
                 runs.append(current)
                 current = ""
             else:
@@ -101,4 +101,8 @@ def literal_fragments(pattern: str, shortest: int = 12) -> list[str]:
             current += ch
         i += 1
     runs.append(current)
-    return sorted({r.strip() for r in runs if len(r.strip()) >= shortest}, key=len, reverse=True)
+    words = {_EXCEPTION.sub("", r).strip() for r in runs}     # a traceback's `ValueError: ` is not the engine's text
+    return sorted({w for w in words if len(w) >= shortest}, key=len, reverse=True)
+
+
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_.]*(?:Error|Exception|Warning): )+")
