@@ -9,9 +9,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import yaml
 
 from deployer.engines.registry import engine_for
 from deployer.engines.renames import Rename, load_renames
@@ -19,8 +21,10 @@ from deployer.errors import ProfileError
 from deployer.oncall.upgrade.compare import Side, compare, env_changes, flag_changes, followon_changes, \
     memory_rows, resolution_changes
 from deployer.oncall.upgrade.loadcheck import LoadNumbers, judge
+from deployer.oncall.upgrade.save import save_upgraded
 from deployer.oncall.upgrade.release import Release, for_release, parse_release, upgraded_install
 from deployer.preflight.flags import Flag, FlagSet
+from deployer.profile.loader import load_profile
 from deployer.profile.model import Profile, UpgradeGates
 
 REPO = Path(__file__).resolve().parents[2]
@@ -203,3 +207,28 @@ def test_the_gates_hold_the_new_release_to_the_old_ones_numbers_with_a_slack() -
     # tiny latencies: noise within the slack passes though its ratio is far over
     tiny = {g.name: g.passed for g in judge(numbers("a", 1.0, 0.1, 3000.0), numbers("b", 9.0, 0.9, 1500.0), gates)}
     assert tiny == {"ttft_ms": True, "itl_ms": True, "tokens_per_s": True}
+
+
+def test_save_writes_the_upgraded_file_and_refuses_while_a_flag_is_refused(tmp_path: Path) -> None:
+    source = tmp_path / "p.yaml"
+    source.write_text("name: p\ntarget: {host: h}\nengine:\n  python: /old/python\n  model_path: m\n  args:\n"
+                      "    tp_size: 1\n    mamba_scheduler_strategy: extra_buffer\n  env:\n"
+                      "    SGLANG_ENABLE_SPEC_V2: '1'\n    HF_TOKEN: ${HF_TOKEN}\n")
+    original = load_profile(str(source), overrides=[], host=None, environ={"HF_TOKEN": "hf_secret"})
+    old = side("0.5.10", dict(original.engine.args), {})
+    new = Side("0.5.23", NEW, {}, "done", {})
+    result = compare("sglang", old, new, dict(original.engine.env), RENAMES, SGLANG, original.secret_env_keys())
+    upgraded = original.with_engine(original.engine.model_copy(update={"args": result.args, "env": result.env}))
+    plan: Any = SimpleNamespace(comparison=result, profile=upgraded)
+    dest = tmp_path / "up.yaml"
+    save_upgraded(plan, original, dest, "/new/python")
+    written = dest.read_text()
+    engine = yaml.safe_load(written)["engine"]
+    assert engine["args"] == {"tp_size": 1, "mamba_radix_cache_strategy": "extra_buffer"}
+    assert engine["env"] == {"HF_TOKEN": "${HF_TOKEN}"} and "hf_secret" not in written
+    assert (engine["version"], engine["python"]) == ("0.5.23", "/new/python")
+    assert "SGLANG_ENABLE_SPEC_V2 dropped" in written.splitlines()[0]
+    refused = compare("sglang", side("0.5.10", {"no_such_flag": 1}, {}), new, {}, RENAMES, SGLANG)
+    with pytest.raises(ProfileError, match="not saved: 1 flag"):
+        save_upgraded(SimpleNamespace(comparison=refused, profile=upgraded), original, tmp_path / "x.yaml", None)  # type: ignore[arg-type]
+    assert not (tmp_path / "x.yaml").exists()
