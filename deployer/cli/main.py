@@ -59,6 +59,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "top": ("top", "A live view of deployments, like htop: per replica or node its state, requests, tokens/s, KV "
                    "cache, p99 latency and restarts (q or Ctrl-C quits); --once --json for scripts."),
     "up": ("runs", "Render, push, start and watch a deployment; heal known failures and retry."),
+    "upgrade": ("upgrade", "Move a profile to another release of its engine: flags renamed or dropped, values it "
+                           "resolves differently, new follow-on checks and the memory plan on both, each with its "
+                           "source; nothing stops."),
     "validate": ("profiles", "Check a profile; exit 0 when good, 2 listing every problem when not (secrets need "
                              "not be set)."),
 }
@@ -94,6 +97,8 @@ EXAMPLES: dict[str, list[str]] = {
     "status": ["deploy status qwen36-mtp --host root@gpu-box", "deploy status --host root@gpu-box --json"],
     "up": ["deploy up profiles/qwen36-mtp.yaml --host root@gpu-box",
            "deploy up profiles/qwen36-mtp.yaml --save-fixed fixed.yaml --json > events.ndjson"],
+    "upgrade": ["deploy upgrade profiles/qwen36-mtp.yaml --engine KIND==VERSION --save upgraded.yaml",
+                "deploy upgrade profiles/qwen36-mtp.yaml --engine KIND==VERSION --apply"],
     "validate": ["deploy validate profiles/qwen36-mtp.yaml", "deploy validate profiles/qwen36-mtp.yaml --set engine.version=0.5.23 --json"],
 }
 ATTRIBUTE = {"export": "export_group"}   # a command whose function is not named after it

@@ -23,6 +23,7 @@ SECTIONS: dict[str, list[tuple[str, str]]] = {
         ("prepare", "Build the engine's environment and fetch weights, no launch."),
         ("up", "Render, push, start and watch; heal known failures and retry."),
         ("down", "Stop a deployment gracefully."),
+        ("upgrade", "Move a profile to another engine release: what changes, why."),
     ],
     "Observe": [
         ("status", "State, health and serving; exit 0 only while it serves."),

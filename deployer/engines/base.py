@@ -270,6 +270,7 @@ class Knowledge:
     renames: Path | None = None             # flag/env renames by version (YAML)
     followons: Path | None = None           # startup checks a remedy must also satisfy (YAML)
     metrics: Path | None = None             # the names of its /metrics quantities (YAML; deployer.observe.names)
+    releases: Path | None = None            # the releases this knowledge covers (YAML; deployer.engines.releases)
     value_aliases: dict[str, dict[str, str]] = field(default_factory=dict)  # flag -> {given: engine's name}
 
 

@@ -55,6 +55,8 @@ class PreflightReport:
     flag_names: list[str] = field(default_factory=list)           # every flag the target's engine has
     allocated: KvAllocated | None = None   # what the running version's engine allocated for its KV cache (its log)
     allocated_run: str | None = None       # the run whose log said so
+    # each value the dry resolution changed: {"name", "from", "to", "source"} (the engine's resolution step)
+    resolution_changes: list[dict[str, Any]] = field(default_factory=list)
 
     def gpu_budgets(self) -> list[GpuBudget]:
         """The memory plan on each GPU the engine uses (the plan is one GPU's: the smallest; each bar is drawn on
@@ -307,6 +309,7 @@ def _read_resolution(report: PreflightReport, data: dict[str, Any], stderr: str 
         return
     report.resolution = "done"
     report.resolved = data.get("resolved") or {}
+    report.resolution_changes = [c for c in data.get("changed") or [] if isinstance(c, dict) and "name" in c]
     given = set(report.profile.engine.args)
     for change in data.get("changed") or []:
         name = str(change["name"])

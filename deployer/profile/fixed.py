@@ -35,16 +35,20 @@ def profile_diff(before: Profile, after: Profile) -> dict[str, dict[str, Any]]:
     return diff
 
 
-def save_fixed(source: Path, before: Profile, after: Profile, reasons: list[str], dest: Path) -> None:
+def save_fixed(source: Path, before: Profile, after: Profile, reasons: list[str], dest: Path, *,
+               by: str = "deploy up --save-fixed", engine_fields: dict[str, Any] | None = None) -> None:
+    """`engine_fields`: engine keys written as given, None removes one (`deploy upgrade`: version, install)."""
     data = _written(source, dest)
     engine = data.setdefault("engine", {})
+    for name, value in (engine_fields or {}).items():
+        engine.pop(name, None) if value is None else engine.__setitem__(name, value)
     diff = profile_diff(before, after)
     _apply(engine.setdefault("args", {}), diff["args"])
     _apply(engine.setdefault("env", {}), diff["env"])
     for key in ("args", "env"):
         if not engine.get(key):
             engine.pop(key, None)
-    header = f"# Written by `deploy up --save-fixed` from {source.name}. Changes: {'; '.join(reasons) or 'none'}\n"
+    header = f"# Written by `{by}` from {source.name}. Changes: {'; '.join(reasons) or 'none'}\n"
     dest.write_text(header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
 
 

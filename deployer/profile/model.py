@@ -586,6 +586,25 @@ class Rollout(Strict):
     canary: Canary = Field(default_factory=Canary)
 
 
+class UpgradeGates(Strict):
+    """`deploy upgrade --apply`'s load check: the new release against the old one measured just before the switch;
+    a latency gate fails when the new value is over `ratio` times the old AND over it by more than `slack_ms` (tiny
+    latencies are noisy), the throughput gate alike on the time per request. A failed gate switches back."""
+
+    ttft_ratio_max: float = Field(default=1.25, gt=0, description="time to first token (median), new/old")
+    itl_ratio_max: float = Field(default=1.25, gt=0, description="inter-token latency (median), new/old")
+    throughput_ratio_min: float = Field(default=0.8, gt=0, le=1, description="output tokens/s, new/old")
+    slack_ms: float = Field(default=20.0, ge=0, description="a latency gate fails only by more than this")
+    requests: int = Field(default=5, ge=1, le=100, description="sequential requests of the load check")
+    max_tokens: int = Field(default=32, ge=2, le=4096, description="tokens each request asks for")
+
+
+class Upgrade(Strict):
+    """`deploy upgrade`: how a switch to a new engine release is judged."""
+
+    gates: UpgradeGates = Field(default_factory=UpgradeGates)
+
+
 class Profile(Strict):
     """A deployment profile: one engine on one host (`target`), a fleet (`replicas`, `router`) or one engine across
     nodes (`nodes`). Unknown keys are errors."""
@@ -608,6 +627,8 @@ class Profile(Strict):
                                     "the defaults of each key when not given")
     retention: Retention = Field(default_factory=Retention)
     logs: Logs = Field(default_factory=Logs)
+    upgrade: Upgrade | None = Field(default=None, description="deploy upgrade --apply: the load check's gates "
+                                    "(absent: the defaults)")
 
     # Not part of the schema: where the profile came from and which values are secret. `_templates` maps the
     # dotted path of every value that came from `${VAR}` (engine.env.HF_TOKEN, engine.args.lora_paths.1) to its
@@ -646,11 +667,12 @@ class Profile(Strict):
 
     @model_serializer(mode="wrap")
     def _no_rollout_key(self, handler: SerializerFunctionWrapHandler) -> Any:
-        """A profile without `rollout:` is dumped without the key: the records an earlier release reads back
-        (strictly) stay as it wrote them."""
+        """A profile without `rollout:` or `upgrade:` is dumped without the key: the records an earlier release
+        reads back (strictly) stay as it wrote them."""
         data = handler(self)
-        if isinstance(data, dict) and data.get("rollout") is None:
-            data.pop("rollout", None)
+        for key in ("rollout", "upgrade"):
+            if isinstance(data, dict) and data.get(key) is None:
+                data.pop(key, None)
         return data
 
     @model_validator(mode="after")

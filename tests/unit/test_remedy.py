@@ -203,14 +203,20 @@ def test_a_flag_that_is_no_rename_no_removal_and_no_typo_is_never_dropped() -> N
     """Issue 24: the remedy used to drop `--enable-beta-spec` ("dropped ...: this engine version does not have it")
     and `up` went on. Neither `diagnose --json`'s preview nor a heal drops it now, even next to a rename."""
     assert case("unrecognized-arguments-unknown", engine_version="0.5.23").to_json()["remedy"] is None
-    assert case("unrecognized-arguments-several", engine_version="0.5.23").to_json()["remedy"] is None
     assert propose(case("unrecognized-arguments-unknown"), profile({"enable_beta_spec": True, "tp_size": 1}),
                    []) is None
-    d = case("unrecognized-arguments-several", engine_version="0.5.23")
+    d = case("unrecognized-arguments-unknown", engine_version="0.5.23")
     assert refused_flags("unrecognized arguments: (.*)$", d.message_text(), engine_for("sglang"), "0.5.23") == [
-        "unknown flag --stream-output for sglang 0.5.23 (closest: --incremental-streaming-output, "
-        "--return-output-ids); refused: deployer never drops a flag that is neither a documented rename nor a "
-        "documented removal"]
+        "unknown flag --enable-beta-spec for sglang 0.5.23 (closest: --enable-trace, --enable-metrics, --enable-eplb); "
+        "refused: deployer never drops a flag that is neither a documented rename nor a documented removal"]
+
+
+def test_a_removal_documented_by_the_wheels_is_dropped_beside_a_rename() -> None:
+    """Issue 39: --stream-output left SGLang's parser in 0.5.20 (renames.yaml, checked against each wheel): next to
+    a rename, the heal drops it loudly and carries the other flag's value."""
+    out = case("unrecognized-arguments-several", engine_version="0.5.23").to_json()["remedy"]
+    assert out["args"] == {"mamba_scheduler_strategy": None, "mamba_radix_cache_strategy": "extra_buffer",
+                           "stream_output": None}
 
 
 def test_a_documented_removal_is_dropped_by_the_heal(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -71,6 +71,7 @@ SGLANG = Engine(
         renames=HERE / "renames.yaml",
         followons=HERE / "followons.yaml",
         metrics=HERE / "metrics.yaml",
+        releases=HERE / "releases.yaml",
         # arg_groups/speculative_hook.py (0.5.23): "NEXTN aliases EAGLE"; the resolved args say EAGLE
         value_aliases={"speculative_algorithm": {"NEXTN": "EAGLE"}},
     ),

@@ -1,0 +1,69 @@
+"""`deploy upgrade`: options and output only (deployer.oncall.upgrade holds the logic)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from deployer.cli import show
+from deployer.cli.load import _load
+from deployer.cli.options import _profile_options, _target_options
+from deployer.deployments.resolve import for_profile
+from deployer.deployments.single import Origin
+from deployer.errors import PreflightFailed, ProfileError, Unhealthy
+from deployer.oncall.upgrade.apply import apply_upgrade
+from deployer.oncall.upgrade.plan import UpgradeOptions, upgrade_plan
+from deployer.oncall.upgrade.release import parse_release
+from deployer.oncall.upgrade.save import save_upgraded
+from deployer.secrets import mask_data
+
+__all__ = ["upgrade"]
+
+
+@click.command()
+@click.argument("profile", type=click.Path(dir_okay=False))
+@_profile_options
+@_target_options
+@click.option("--engine", "release", required=True, default=None, metavar="KIND==VERSION",
+              help="The release to move to.")
+@click.option("--python", default=None, help="That release's engine python on the target (default: a managed "
+                                             "environment, engine.install with the release, built beside the old).")
+@click.option("--save", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the upgraded profile to this file.")
+@click.option("--apply", "apply_it", is_flag=True,
+              help="Switch the host to the new release, load-check it against the old, switch back when a gate "
+                   "(upgrade.gates) fails.")
+@click.option("--model-config", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="A local folder with the model's config.json (else read on the target).")
+@click.option("--json", "as_json", is_flag=True)
+def upgrade(profile: str, overrides: tuple[str, ...], host: str | None, trust_new_host: bool, release: str,
+            python: str | None, save: Path | None, apply_it: bool, model_config: Path | None, as_json: bool) -> None:
+    """Move a profile to another release of its engine: flags renamed or dropped, values it resolves differently,
+    new follow-on checks and the memory plan on both, each with its source; nothing stops.
+
+    Exit 2 when the new release refuses a flag no table explains (never dropped silently). With --apply, exit 6
+    when the new release failed a gate and the old one serves again."""
+    prof = _load(profile, overrides, host)
+    opts = UpgradeOptions(parse_release(release, prof.engine.kind), python, model_config)
+    sink = show.progress(for_profile(prof, Origin(profile, host, None, trust_new_host, overrides)), as_json)
+    try:
+        plan = upgrade_plan(prof, opts, trust_new_host, sink)
+        refused = plan.comparison.refused
+        applied = apply_upgrade(plan, prof, trust_new_host, sink) if apply_it and plan.ok else None
+    finally:
+        sink.close()
+    data = {**plan.to_json(), **({"apply": applied.to_json()} if applied is not None else {})}
+    if as_json:
+        show.report_event(mask_data(data))
+    else:
+        click.echo(plan.text() + "".join(f"{line}\n" for line in (applied.lines() if applied else [])), nl=False)
+    if save is not None:   # refused flags: not saved (ProfileError)
+        save_upgraded(plan, prof, save, python)
+        click.echo(f"saved the upgraded profile to {save}", err=True)
+    if refused:
+        raise ProfileError(f"the upgrade to {opts.release} is refused: {refused[0].line()}")
+    if apply_it and applied is None:
+        raise PreflightFailed([f"not applied: {p}" for p in plan.new.problems])
+    if applied is not None and not applied.promoted:
+        raise Unhealthy(f"the upgrade to {opts.release} was rolled back: {applied.reason}")
