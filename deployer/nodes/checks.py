@@ -50,8 +50,15 @@ def compare(sessions: list[NodeSession], plans: list[NodePlan], facts: list[Fact
         own = sessions[plan.rank].serving is not None and \
             sessions[plan.rank].serving.record.get("port") == plan.port  # type: ignore[union-attr]
         if fact.port_free is False and not own:
-            problems.append(f"port {plan.port} is taken on {plan.label}")
+            problems.append(f"port {plan.port} is taken on {plan.label}{_held_by(sessions[plan.rank], plan.port)}")
     return problems
+
+
+def _held_by(session: NodeSession, port: int) -> str:
+    """': <holders>' as the node's supervisor names them (pid, command and user; a claim by its user), or ''."""
+    free, detail = port_free(session.remote, session.layout, port)
+    holders = detail.split(": ", 1)[1] if not free and ": " in detail else ""
+    return f": {holders}" if holders else ""
 
 
 def _gpu_count(plan: NodePlan, facts: Facts) -> int:
