@@ -162,10 +162,11 @@ def test_a_link_planted_for_a_nodes_dir_is_refused_naming_its_owner(tmp_path: Pa
         down(tmp_path, prof, "--break-lock")
 
 
-def test_down_stops_every_rank_after_a_workers_path_became_unsafe(tmp_path: Path, net_bed: HostBed,
-                                                                 arena: Path) -> None:
-    """After `up`, the worker's workdir is handed to nobody: `down` still stops both ranks and their supervisors
-    (the worker's found by their processes), says the worker's path is unsafe, and exits non-zero."""
+@pytest.mark.parametrize("rank", [0, 1])
+def test_down_stops_every_rank_after_a_nodes_path_became_unsafe(tmp_path: Path, net_bed: HostBed, arena: Path,
+                                                                rank: int) -> None:
+    """After `up`, node `rank`'s workdir is handed to nobody: `down` still stops both ranks and their supervisors
+    (that node's found by their processes, without reading the directory), says its path is unsafe, and exits 4."""
     workdirs = [arena / "w0", arena / "w1"]
     for w in workdirs:
         w.mkdir(mode=0o755)
@@ -174,15 +175,16 @@ def test_down_stops_every_rank_after_a_workers_path_became_unsafe(tmp_path: Path
     assert started.returncode == 0, started.stderr[-3000:]
     assert group_pids(workdirs[0]) and group_pids(workdirs[1])
     try:
-        os.chown(workdirs[1], NOBODY, NOBODY)
+        os.chown(workdirs[rank], NOBODY, NOBODY)
         gone = down(tmp_path, prof)
         assert gone.returncode == 4 and "Traceback" not in gone.stderr, (gone.returncode, gone.stderr[-3000:])
         text = gone.stdout + gone.stderr
-        assert "unsafe deployment dir" in text and str(workdirs[1]) in text, text[-3000:]
+        assert "unsafe deployment dir" in text and str(workdirs[rank]) in text, text[-3000:]
+        assert "stopped supervisor pid(s)" in text, text[-3000:]  # found by their processes
         waiting.wait_for(lambda: not group_pids(workdirs[0]) and not group_pids(workdirs[1]), "every rank gone",
                          20, poll_s=0.2)
     finally:
-        os.chown(workdirs[1], 0, 0)
+        os.chown(workdirs[rank], 0, 0)
         down(tmp_path, prof, "--break-lock")
 
 
