@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from deployer.errors import Unhealthy
 from deployer.fleet import router as router_mod
 from deployer.fleet.oncall import _exit_code, _mark_in_router
 from deployer.fleet.router_pending import pending_id
@@ -29,7 +30,8 @@ class PendingRouter:
     label = "pending-router"
 
     def __init__(self, answering: bool) -> None:
-        self.answering, self.job, self.listed, self.calls = answering, JOB, False, []  # type: ignore[var-annotated]
+        self.answering, self.job, self.listed = answering, JOB, False
+        self.calls: list[tuple[str, str]] = []
 
     def request(self, method: str, port: int, path: str, *, body: bytes | None = None,
                 headers: dict[str, str] | None = None, timeout: float = 5.0, address: str = "127.0.0.1") -> Any:
@@ -74,7 +76,7 @@ def test_a_job_is_left_alone_while_the_worker_does_not_answer(member: Any, monke
     """Deleting it then would only start another job that waits as long: it is asked again, bounded in time."""
     monkeypatch.setattr(router_mod, "CREATING_EVERY_S", 0.01)
     smg = PendingRouter(answering=False)
-    with pytest.raises(router_mod.Unhealthy) as err:
+    with pytest.raises(Unhealthy) as err:
         router_mod.add_worker(smg, member, URL, deadline_s=0.2)  # type: ignore[arg-type]
     assert "409" in err.value.message and not any(c[0] == "DELETE" for c in smg.calls)
 
