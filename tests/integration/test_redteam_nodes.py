@@ -350,3 +350,52 @@ def test_the_groups_api_key_is_in_no_process_command_line(tmp_path: Path, net_be
         assert API_KEY not in started.stdout + started.stderr
     finally:
         down(tmp_path, prof, "--break-lock")
+
+
+def squat_health(bed: HostBed, rank: int, port: int, arena: Path) -> int:
+    """nobody's HTTP server on `port` of node `rank` answering GET /health with 200 (a file named health)."""
+    root = arena / "squat"
+    root.mkdir(mode=0o755, exist_ok=True)
+    (root / "health").write_text("ok\n")
+    (root / "health").chmod(0o644)
+    cmd = (f"cd {root}; setsid {AS_NOBODY} /usr/bin/python3 -m http.server --bind 0.0.0.0 {port} "
+           "</dev/null >/dev/null 2>&1 & echo $!")
+    out = bed.run(bed.hosts[rank].alias, cmd)
+    assert out.returncode == 0, out.stderr
+    probe = f"for i in $(seq 100); do grep -q ':{port:04X} 00000000:0000 0A' /proc/net/tcp && exit 0; sleep 0.1; done; exit 1"
+    assert bed.run(bed.hosts[rank].alias, probe).returncode == 0, "the squatter never listened"
+    return int(out.stdout.split()[-1])
+
+
+def node_rows(tmp_path: Path, prof: Path) -> tuple[int, list[dict[str, Any]]]:
+    out = deploy("status", str(prof), "--json", home=tmp_path / "h")
+    assert "Traceback" not in out.stderr, out.stderr
+    data = json.loads(out.stdout)
+    return out.returncode, data if isinstance(data, list) else data.get("nodes", [data])
+
+
+def test_status_in_a_groups_restart_backoff_never_calls_a_squatter_healthy(tmp_path: Path, net_bed: HostBed,
+                                                                          arena: Path) -> None:
+    """The worker's engine dies, the group waits in its restart backoff (the port free), and nobody's server takes
+    the worker's engine port, answering /health: status never calls that node healthy, and names nobody."""
+    prof = group_profile(tmp_path, net_bed, restart={"policy": "on-failure", "backoff_s": [60, 60]})
+    started = up(tmp_path, prof)
+    assert started.returncode == 0, started.stderr[-3000:]
+    try:
+        code, rows = node_rows(tmp_path, prof)
+        assert code == 0 and all(r["healthy"] for r in rows), rows
+        work1 = net_bed.hosts[1].workdir
+        engines = [p for p in group_pids(work1 / NAME) if b"supervise" not in Path(f"/proc/{p}/cmdline").read_bytes()]
+        assert engines
+        for pid in engines:
+            os.kill(pid, signal.SIGKILL)  # as the OOM killer would
+        waiting.wait_for(lambda: node_rows(tmp_path, prof)[1][1]["status"] == "restarting", "node 1's backoff", 30,
+                         poll_s=0.5)
+        squat_health(net_bed, 1, ENGINE_PORT, arena)
+        code, rows = node_rows(tmp_path, prof)
+        assert rows[1]["healthy"] is False and code != 0, (code, rows[1])
+        assert "of user nobody" in json.dumps(rows[1]), rows[1]
+        text = deploy("status", str(prof), home=tmp_path / "h")
+        assert "of user nobody" in text.stdout, text.stdout
+    finally:
+        down(tmp_path, prof, "--break-lock")
