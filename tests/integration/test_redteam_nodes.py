@@ -209,43 +209,45 @@ def _plant_evil_tree(arena: Path, good: Path, victim: Victim) -> Path:
     return evil
 
 
+@pytest.mark.parametrize("rank", [0, 1])
 def test_a_rank_that_dies_after_its_path_was_repointed_never_runs_another_users_file(
-        tmp_path: Path, net_bed: HostBed, arena: Path, victim: Victim) -> None:
-    """The worker's workdir is a link of root's (checks allow it: root owns it), and the group serves; the link is
-    re-pointed at a tree of nobody's whose launch.sh writes the victim, and the worker's engine dies (as the OOM
-    killer would kill it): the group's restart runs nothing of nobody's as root, the worker's supervisor says why,
+        tmp_path: Path, net_bed: HostBed, arena: Path, victim: Victim, rank: int) -> None:
+    """Node `rank`'s workdir is a link of root's (checks allow it: root owns it), and the group serves; the link is
+    re-pointed at a tree of nobody's whose launch.sh writes the victim, and that rank's engine dies (as the OOM
+    killer would kill it): the group's restart runs nothing of nobody's as root, that rank's supervisor says why,
     and `down` stops what deployer started."""
-    good0, good1 = arena / "w0", arena / "good1"
-    for d in (good0, good1):
-        d.mkdir(mode=0o755)
-    link = arena / "w1"
-    link.symlink_to(good1)
-    prof = group_profile(tmp_path, net_bed, [good0, link],
-                         restart={"policy": "on-failure", "backoff_s": [0.5, 1]})
+    good = arena / "good"
+    good.mkdir(mode=0o755)
+    link = arena / "linked"
+    link.symlink_to(good)
+    workdirs = [arena / "plain", arena / "plain"]
+    workdirs[1 - rank].mkdir(mode=0o755)
+    workdirs[rank] = link
+    prof = group_profile(tmp_path, net_bed, workdirs, restart={"policy": "on-failure", "backoff_s": [0.5, 1]})
     started = up(tmp_path, prof)
     assert started.returncode == 0, started.stderr[-3000:]
+    log = good / NAME / "current" / "supervisor.log"
     try:
-        rank1 = json.loads((good1 / NAME / "current" / "state.json").read_text())
         engines = [p for p in group_pids(link / NAME) if b"supervise" not in Path(f"/proc/{p}/cmdline").read_bytes()]
-        assert engines, rank1
-        evil = _plant_evil_tree(arena, good1, victim)
-        tmp = arena / "w1.new"
+        assert engines
+        evil = _plant_evil_tree(arena, good, victim)
+        tmp = arena / "linked.new"
         tmp.symlink_to(evil)
         os.replace(tmp, link)  # re-pointed
         for pid in engines:
-            os.kill(pid, signal.SIGKILL)  # the worker's engine dies
-        time.sleep(8)  # the group's restart (backoff 0.5 s) has run by now, or refused to
+            os.kill(pid, signal.SIGKILL)  # that rank's engine dies
+        waiting.wait_for(lambda: "not restarted: " in log.read_text(), "the restart refused", 30, poll_s=0.2)
         assert victim.unchanged(), victim.path.read_text()
         assert not any(uid_of(p) == 0 for p in group_pids(evil)), "root runs something of nobody's tree"
-        log = (good1 / NAME / "current" / "supervisor.log").read_text()
-        assert "not restarted: " in log and f"{evil} is owned by nobody" in log, log[-3000:]
+        assert f"{evil} is owned by nobody" in log.read_text(), log.read_text()[-3000:]
     finally:
-        tmp = arena / "w1.back"
-        tmp.symlink_to(good1)
+        tmp = arena / "linked.back"
+        tmp.symlink_to(good)
         os.replace(tmp, link)
         gone = down(tmp_path, prof, "--break-lock")
     assert "Traceback" not in gone.stderr, gone.stderr
-    waiting.wait_for(lambda: not group_pids(good0) and not group_pids(link), "every rank gone", 20, poll_s=0.2)
+    waiting.wait_for(lambda: not group_pids(arena / "plain") and not group_pids(link), "every rank gone", 20,
+                     poll_s=0.2)
     assert victim.unchanged()
 
 
