@@ -102,3 +102,12 @@ def test_status_is_never_0_while_the_routers_readiness_counts_fewer_workers_than
     assert _exit_code(_rows(2)) == 0
     assert _exit_code(_rows(None)) == 0  # a readiness without the count says nothing more
     assert _exit_code(_rows(1)) == 9
+
+
+def test_the_routers_guard_reads_the_pending_job_from_smgs_answer() -> None:
+    """The guard on the router's host (stdlib) replaces a stale job the same way: the id from the real 409."""
+    from deployer.supervisor.supervise_guard import _pending
+
+    assert _pending(IN_PROGRESS) == JOB
+    assert _pending({"error": f"Worker already exists at URL '{URL}' with ID {JOB}."}) == ""
+    assert _pending(None) == "" and _pending({"status": "accepted"}) == ""
