@@ -73,6 +73,8 @@ def fleet_up(tmp_path: Path, bed: HostBed, name: str) -> tuple[Path, dict[str, A
     return prof, data, home, urls, load_s
 
 
+@pytest.mark.slow("a fleet up behind the real router, its restart killed, then the wait for the replica back in the "
+                  "router (the bound: stop + load + 10 s), status asked throughout")
 @pytest.mark.parametrize("when", ["mid-drain", "in-stop"])
 def test_kill_9_of_a_fleet_restart_converges_within_the_bound_and_status_never_lies(tmp_path: Path, bed: HostBed,
                                                                                    when: str) -> None:
@@ -112,6 +114,8 @@ def test_kill_9_of_a_fleet_restart_converges_within_the_bound_and_status_never_l
     assert fleet_deploy(bed, "down", str(prof), home=home).returncode == 0
 
 
+@pytest.mark.slow("a fleet up behind the real router, then a rolling up interrupted in a replica's stop, and the wait "
+                  "for that replica back in the router")
 def test_sigterm_of_a_rolling_up_inside_a_replicas_stop_ends_without_the_409(tmp_path: Path, bed: HostBed) -> None:
     name = "fc-term"
     prof, data, home, urls, load_s = fleet_up(tmp_path, bed, name)
