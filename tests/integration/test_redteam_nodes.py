@@ -344,8 +344,9 @@ def test_the_groups_api_key_is_in_no_process_command_line(tmp_path: Path, net_be
         for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if API_KEY.encode() in f.read():
-                        seen.append(pid)
+                    argv = f.read()
+                if API_KEY.encode() in argv:
+                    seen.append(argv.replace(b"\0", b" ").decode(errors="replace")[:200])
             except OSError:
                 continue
         assert not seen, f"the API key is in the argv of {seen}"
