@@ -402,3 +402,45 @@ def test_status_in_a_groups_restart_backoff_never_calls_a_squatter_healthy(tmp_p
         assert "of user nobody" in text.stdout, text.stdout
     finally:
         down(tmp_path, prof, "--break-lock")
+
+
+BOOT_EVIL = "import os\nos.system('echo {pwned} by the swapped-in supervise.py $(id -u) >> {victim}')\n"
+
+
+def test_a_reboot_after_a_workers_dir_was_swapped_runs_nothing_of_another_user(
+        tmp_path: Path, net_bed: HostBed, arena: Path, victim: Victim) -> None:
+    """After `up`, the worker's workdir's parent turns world-writable (0777, not sticky): nobody moves the workdir
+    away and puts its own tree in its place; the box reboots and runs the worker's @reboot entry as root: nothing of
+    nobody's may run (the entry's check refuses the path: supervise.py BOOT_CHECK)."""
+    parent = arena / "p"
+    parent.mkdir(mode=0o755)
+    workdirs = [arena / "w0", parent / "w1"]
+    for w in workdirs:
+        w.mkdir(mode=0o755)
+    prof = group_profile(tmp_path, net_bed, workdirs, restart={"on_boot": True})
+    started = up(tmp_path, prof)
+    assert started.returncode == 0, started.stderr[-3000:]
+    try:
+        table = net_bed.hosts[1].sshd.dir / "crontab.txt"
+        entries = [line for line in table.read_text().splitlines() if line.startswith("@reboot ")]
+        assert len(entries) == 1, table.read_text()
+        run = (workdirs[1] / NAME / "current").resolve()
+        state = json.loads((run / "state.json").read_text())
+        parent.chmod(0o777)
+        evil_run = f"{workdirs[1]}/{NAME}/runs/{run.name}"
+        swapped = as_nobody(f"mv {workdirs[1]} {parent}/old && mkdir -p {evil_run} && printf '%s' "
+                            f"{_q(BOOT_EVIL.format(pwned=PWNED, victim=victim.path))} > {evil_run}/supervise.py")
+        assert swapped.returncode == 0, swapped.stderr
+        # the reboot: the worker's processes are gone without a word, then its @reboot entry runs as root
+        net_bed.run("node-1", f"kill -KILL {state['supervisor_pid']}; kill -KILL -- -{state['pgid']}")
+        booted = net_bed.run("node-1", "env -i PATH=/usr/bin:/bin sh -c " + _q(entries[0].removeprefix("@reboot ")))
+        assert victim.unchanged(), victim.path.read_text()
+        assert booted.returncode != 0 and "Traceback" not in booted.stderr, booted.stderr
+        assert f"deployer on-boot: {parent} is not safe" in booted.stderr and "not started" in booted.stderr, \
+            booted.stderr
+    finally:
+        parent.chmod(0o755)
+        if (parent / "old").exists():
+            shutil.rmtree(workdirs[1], ignore_errors=True)
+            os.rename(parent / "old", workdirs[1])
+        down(tmp_path, prof, "--break-lock")
