@@ -149,14 +149,19 @@ def _crontab(args: list[str], text: str | None = None) -> tuple[int, str]:
 
 
 # The @reboot command: `python -B -c BOOT_CHECK SCRIPT RUN_DIR LOG`. It runs the run's supervise.py only when every
-# directory on its real path, and the script itself, is root's or this user's and not writable by others (a
-# directory only when sticky): a path another user came to control after `up` (a parent made world-writable, the
+# directory on its real path, and the script itself, is root's or this user's and not writable by others (group
+# write only by the user's own private group; a directory only when sticky, as supervise_base.dir_problem says): a path another user came to control after `up` (a parent made world-writable, the
 # workdir swapped for that user's tree) is refused and nothing there runs or is written (issue 34). The log is
 # opened by the check (no link followed), not by a shell redirect through the path. No % (a newline to cron).
 BOOT_CHECK = (
-    "import os, stat, sys; script, run, log = sys.argv[1:4]; me = os.geteuid(); real = os.path.realpath(script); "
-    "parts = real.split('/')[1:]; paths = ['/' + '/'.join(parts[:i + 1]) for i in range(len(parts))]; "
-    "bad = [p for p in paths for st in [os.lstat(p)] if st.st_uid not in (0, me) or (st.st_mode & 0o022 and not "
+    "import grp, os, pwd, stat, sys; script, run, log = sys.argv[1:4]; me = os.geteuid(); "
+    "name = next((u.pw_name for u in pwd.getpwall() if u.pw_uid == me), None); "
+    "private = lambda gid: gid == os.getegid() and any(g.gr_gid == gid and g.gr_name == name and "
+    "set(g.gr_mem) <= {name} for g in grp.getgrall()); "
+    "others = lambda st: st.st_mode & 0o002 or (st.st_mode & 0o020 and not private(st.st_gid)); "
+    "real = os.path.realpath(script); parts = real.split('/')[1:]; "
+    "paths = ['/' + '/'.join(parts[:i + 1]) for i in range(len(parts))]; "
+    "bad = [p for p in paths for st in [os.lstat(p)] if st.st_uid not in (0, me) or (others(st) and not "
     "(stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX))]; "
     "bad and sys.exit('deployer on-boot: ' + bad[0] + ' is not safe (another user controls it): ' + run + "
     "' not started'); "
