@@ -13,6 +13,7 @@ namespace and /dev/shm; the file system is shared, as a test bed's is).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -121,6 +122,13 @@ def group_pids(root: Path) -> list[int]:
         if any(e.startswith(want) for e in env) or str(root).encode() + b"/" in argv:
             found.append(pid)
     return found
+
+
+def kill_all(pids: list[int]) -> None:
+    """SIGKILL each (one that went with an earlier one, its parent, is passed over)."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def uid_of(pid: int) -> int | None:
@@ -234,8 +242,7 @@ def test_a_rank_that_dies_after_its_path_was_repointed_never_runs_another_users_
         tmp = arena / "linked.new"
         tmp.symlink_to(evil)
         os.replace(tmp, link)  # re-pointed
-        for pid in engines:
-            os.kill(pid, signal.SIGKILL)  # that rank's engine dies
+        kill_all(engines)  # that rank's engine dies
         waiting.wait_for(lambda: "not restarted: " in log.read_text(), "the restart refused", 30, poll_s=0.2)
         assert victim.unchanged(), victim.path.read_text()
         assert not any(uid_of(p) == 0 for p in group_pids(evil)), "root runs something of nobody's tree"
@@ -390,8 +397,7 @@ def test_status_in_a_groups_restart_backoff_never_calls_a_squatter_healthy(tmp_p
         work1 = net_bed.hosts[1].workdir
         engines = [p for p in group_pids(work1 / NAME) if b"supervise" not in Path(f"/proc/{p}/cmdline").read_bytes()]
         assert engines
-        for pid in engines:
-            os.kill(pid, signal.SIGKILL)  # as the OOM killer would
+        kill_all(engines)  # as the OOM killer would
         waiting.wait_for(lambda: node_rows(tmp_path, prof)[1][1]["status"] == "restarting", "node 1's backoff", 30,
                          poll_s=0.5)
         squat_health(net_bed, 1, ENGINE_PORT, arena)
