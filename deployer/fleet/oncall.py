@@ -141,9 +141,19 @@ def _exit_code(rows: list[dict[str, Any]]) -> int:
     """The members' code; a foreign worker in the router turns a serving (0) or partly serving (9) fleet into 6."""
     code = _members_code(rows)
     router = next((r for r in rows if r["role"] == "router"), None)
+    if code == ops.SERVING and router is not None and _short_of_replicas(router, rows):
+        code = PartlyFailed.exit_code  # the router's own readiness counts fewer healthy workers than replicas
     if router is not None and router.get("foreign_workers") and code in (ops.SERVING, PartlyFailed.exit_code):
         return ops.NOT_SERVING
     return code
+
+
+def _short_of_replicas(router: dict[str, Any], rows: list[dict[str, Any]]) -> bool:
+    """Whether the router's /readiness counts fewer healthy workers than the fleet has replicas (issue 34: a status
+    read between its worker list and its readiness must not say serving)."""
+    ready = router.get("readiness")
+    healthy = ready.get("healthy_workers") if isinstance(ready, dict) else None
+    return isinstance(healthy, int) and healthy < sum(1 for r in rows if r["role"] == "replica")
 
 
 def _members_code(rows: list[dict[str, Any]]) -> int:

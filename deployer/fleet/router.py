@@ -26,6 +26,7 @@ from typing import Any
 from deployer.errors import DeployError, LaunchFailed, NotFound, Unhealthy
 from deployer.fleet.members import ROUTER_HEALTH_PATH, RouterMember, spec_of
 from deployer.fleet.record import try_write_record
+from deployer.fleet.router_pending import pending_id, worker_answers
 from deployer.fleet.router_key import CONTROL_KEY_VAR, SHIM, control_entry, key_of, secret_args, with_new_key
 from deployer.fleet.router_replace import fall_back, replace_router
 from deployer.profile.host import probe_address
@@ -297,9 +298,10 @@ def add_worker(remote: Remote, member: RouterMember, url: str, deadline_s: float
     """POST the worker; done when smg accepts it or already lists it. While smg answers 409 "Worker creation already
     in progress" (an earlier POST's job, e.g. from a client killed meanwhile or from the router's guard, still
     waits for the worker's health check) it is asked again every CREATING_EVERY_S until it lists the worker or
-    accepts the POST: bounded by `deadline_s` and CREATING_TRIES."""
+    accepts the POST: bounded by `deadline_s` and CREATING_TRIES. Once the worker answers its health, the pending
+    job (which looks again only every 30 s) is deleted and the worker POSTed again (router_pending.py)."""
     spec = {"url": url, **({"api_key": member.api_key} if member.api_key else {})}
-    end = time.monotonic() + deadline_s
+    end, deleted = time.monotonic() + deadline_s, set()
     for _ in range(CREATING_TRIES):
         code, data = _request(remote, member, "POST", "/workers", spec)
         if code in (200, 201, 202):
@@ -308,6 +310,11 @@ def add_worker(remote: Remote, member: RouterMember, url: str, deadline_s: float
             return  # already registered (smg: "Worker already exists at URL ...")
         if code != 409 or CREATING not in str(data) or time.monotonic() + CREATING_EVERY_S > end:
             break
+        stale = pending_id(data)  # a job that asked before the worker answered: its next look is up to 30 s away
+        if stale is not None and stale not in deleted and worker_answers(remote, url, member.api_key):
+            deleted.add(stale)
+            _request(remote, member, "DELETE", f"/workers/{stale}")
+            continue  # POSTed again at once: the new job's first look finds it answering (router_pending.py)
         time.sleep(CREATING_EVERY_S)
     raise Unhealthy(f"router {member.name}: adding worker {url} answered HTTP {code}: {str(data)[:200]}")
 

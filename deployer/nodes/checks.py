@@ -6,6 +6,7 @@ reachable from every follower (node 0 listens on it for a moment, each follower 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 
 from deployer.nodes.net import decide, gather_net, node0_address
 from deployer.nodes.plan import NodeNet, NodePlan
@@ -30,7 +31,9 @@ def network(sessions: list[NodeSession], profile: Profile) -> list[NodeNet]:
     return decide([first, *rest], node0, hosts, profile.engine.nic)
 
 
-def compare(sessions: list[NodeSession], plans: list[NodePlan], facts: list[Facts], lenient: bool) -> list[str]:
+def compare(sessions: list[NodeSession], plans: list[NodePlan], facts: list[Facts], lenient: bool,
+            holder: Callable[[NodePlan], str] = lambda _plan: "") -> list[str]:
+    """What the nodes disagree on, and their busy ports (`holder`: ': <who holds it>' on that node, or '')."""
     problems: list[str] = []
     versions = {p.rank: f.engine_version for p, f in zip(plans, facts)}
     missing = [p.label for p in plans if not versions[p.rank]]
@@ -50,8 +53,15 @@ def compare(sessions: list[NodeSession], plans: list[NodePlan], facts: list[Fact
         own = sessions[plan.rank].serving is not None and \
             sessions[plan.rank].serving.record.get("port") == plan.port  # type: ignore[union-attr]
         if fact.port_free is False and not own:
-            problems.append(f"port {plan.port} is taken on {plan.label}")
+            problems.append(f"port {plan.port} is taken on {plan.label}{holder(plan)}")
     return problems
+
+
+def held_by(session: NodeSession, port: int) -> str:
+    """': <holders>' as the node's supervisor names them (pid, command and user; a claim by its user), or ''."""
+    free, detail = port_free(session.remote, session.layout, port)
+    holders = detail.split(": ", 1)[1] if not free and ": " in detail else ""
+    return f": {holders}" if holders else ""
 
 
 def _gpu_count(plan: NodePlan, facts: Facts) -> int:

@@ -22,6 +22,7 @@ from deployer.oncall.rows import DownResult, NodeFacts, ShownDiagnosis, StatusRo
 from deployer.runner.up import diagnose_state
 from deployer.profile.model import Profile
 from deployer.target.push import RunDir
+from deployer.target.process import listener
 from deployer.remote.base import EndpointUnreachable, TargetSpec
 from deployer.supervisor.supervise_base import UP
 
@@ -57,12 +58,30 @@ def status(profile: Profile, node: int | None, workdir: str | None, trust_new_ho
     if followers:
         leader = node_refs(profile, 0, workdir, trust_new_host)[0][1]
         answers = _follower_health(leader, [(refs[i][0].addr, refs[i][0].port) for i in followers])
+        answered = [i for i in followers if answers.get(host_port(refs[i][0].addr, refs[i][0].port)) == 200]
+        squatters = dict(zip(answered, at_once(lambda i: _squatter(refs[i][1], rows[i], refs[i][0].port), answered)))
         for i in followers:
-            plan, row = refs[i][0], rows[i]
-            healthy = answers.get(host_port(plan.addr, plan.port)) == 200
+            plan, row, squat = refs[i][0], rows[i], squatters.get(i)
+            healthy = i in answered and squat is None
             rows[i] = row.replace(healthy=healthy, serving=ops.status_code(row.status, healthy) == ops.SERVING,
+                                  unhealthy=squat or row.unhealthy,
                                   node=dataclasses.replace(_facts(row), health_seen_from="node 0"))
     return _mark_first_crash(profile, refs, rows)
+
+
+def _squatter(ref: ops.Ref, row: StatusRow, port: int) -> dict[str, Any] | None:
+    """The `unhealthy` record when the follower's port is answered by a process that is not its engine's (another
+    user's server in a restart's backoff: issue 34), asked on the follower's host; None when it is its engine's.
+    A ready rank holds its port, so only a rank that is not ready is asked."""
+    if row.status == "ready" or not row.run_dir:
+        return None
+    run = RunDir(row.run_dir, row.run_dir.rstrip("/").rsplit("/", 1)[-1])
+    with ops.connected(ref) as remote:
+        owner = listener(remote, run, port)
+    if owner.ours is not False:
+        return None
+    return {"reason": f"port {port} is answered by {owner.describe()}, not by this run's engine",
+            "holders": owner.holders}
 
 
 def _facts(row: StatusRow) -> NodeFacts:

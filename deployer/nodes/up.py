@@ -29,7 +29,7 @@ from deployer.errors import DeployError, PreflightFailed
 from deployer.events import Event, EventSink, Info, Problem, Warn
 from deployer.observe.timeline import Prediction
 from deployer.runner.fanout import at_once
-from deployer.nodes.checks import compare, dist_init_problems, network
+from deployer.nodes.checks import compare, dist_init_problems, held_by, network
 from deployer.nodes.diagnose import RankEnd, first_failure
 from deployer.nodes.plan import NodeNet, NodePlan, multinode_of, node_keys, plan_nodes, supervisor_overrides
 from deployer.nodes.watch import NodeSession, for_node, watch_group
@@ -145,7 +145,7 @@ def _preflight(group: NodeGroup, profile: Profile, opts: UpOptions, tried: list[
         base = _rebased(profile, checked)
     plans = plan_nodes(base, nets)
     facts = at_once(lambda pair: gather_facts(pair[0].remote, pair[1].profile), list(zip(sessions, plans)))
-    problems = compare(sessions, plans, facts, opts.skip_preflight)
+    problems = compare(sessions, plans, facts, opts.skip_preflight, lambda p: held_by(sessions[p.rank], p.port))
     problems += dist_init_problems(sessions, plans)
     if problems:
         for problem in problems:

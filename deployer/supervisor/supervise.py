@@ -148,15 +148,37 @@ def _crontab(args: list[str], text: str | None = None) -> tuple[int, str]:
     return done.returncode, done.stdout if done.returncode == 0 else (done.stderr.strip() or done.stdout)
 
 
+# The @reboot command: `python -B -c BOOT_CHECK SCRIPT RUN_DIR LOG`. It runs the run's supervise.py only when every
+# directory on its real path, and the script itself, is root's or this user's and not writable by others (group
+# write only by the user's own private group; a directory only when sticky, as supervise_base.dir_problem says): a path another user came to control after `up` (a parent made world-writable, the
+# workdir swapped for that user's tree) is refused and nothing there runs or is written (issue 34). The log is
+# opened by the check (no link followed), not by a shell redirect through the path. No % (a newline to cron).
+BOOT_CHECK = (
+    "import grp, os, pwd, stat, sys; script, run, log = sys.argv[1:4]; me = os.geteuid(); "
+    "name = next((u.pw_name for u in pwd.getpwall() if u.pw_uid == me), None); "
+    "private = lambda gid: gid == os.getegid() and any(g.gr_gid == gid and g.gr_name == name and "
+    "set(g.gr_mem) <= {name} for g in grp.getgrall()); "
+    "others = lambda st: st.st_mode & 0o002 or (st.st_mode & 0o020 and not private(st.st_gid)); "
+    "real = os.path.realpath(script); parts = real.split('/')[1:]; "
+    "paths = ['/' + '/'.join(parts[:i + 1]) for i in range(len(parts))]; "
+    "bad = [p for p in paths for st in [os.lstat(p)] if st.st_uid not in (0, me) or (others(st) and not "
+    "(stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX))]; "
+    "bad and sys.exit('deployer on-boot: ' + bad[0] + ' is not safe (another user controls it): ' + run + "
+    "' not started'); "
+    "fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600); os.dup2(fd, 1); "
+    "os.dup2(fd, 2); os.execv(sys.executable, [sys.executable, '-B', real, 'start', run])"
+)
+
+
 def boot_entry(run_dir: str) -> str | None:
-    """The crontab line that starts `run_dir` at boot (this python, the run's own supervise.py), marked with the
-    deployment dir so that the next start replaces it and `down` removes it; None for a path crontab would
-    mangle (a % is a newline there)."""
+    """The crontab line that starts `run_dir` at boot (this python, the run's own supervise.py, reached only through
+    a path BOOT_CHECK finds safe at boot), marked with the deployment dir so that the next start replaces it and
+    `down` removes it; None for a path crontab would mangle (a % is a newline there)."""
     root = os.path.dirname(os.path.dirname(run_dir))
     script = os.path.join(run_dir, "supervise.py")
     log = os.path.join(run_dir, "boot.log")
-    cmd = " ".join(shlex.quote(w) for w in (sys.executable or "python3", "-B", script, "start", run_dir))
-    line = f"@reboot {cmd} >>{shlex.quote(log)} 2>&1 {BOOT_MARK}{root}"
+    words = (sys.executable or "python3", "-B", "-c", BOOT_CHECK, script, run_dir, log)
+    line = f"@reboot {' '.join(shlex.quote(w) for w in words)} {BOOT_MARK}{root}"
     return None if any(c in line for c in "%\n\r") else line
 
 

@@ -59,6 +59,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import re
 import socket
 import stat
 import subprocess
@@ -234,6 +235,33 @@ def _router_workers(intent: dict[str, Any], secret: str) -> set[str] | None:
     return {str(w.get("url")) for w in data["workers"] if isinstance(w, dict)}
 
 
+def _worker_answers(url: str, secret: str) -> bool:
+    """Whether the worker answers its /health now (smg's job for a worker asked before it answers looks again only
+    every --worker-startup-check-interval, 30 s by default: fleet/router_pending.py)."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=2.0)
+    except ValueError:
+        return False
+    try:
+        conn.request("GET", "/health", headers={"authorization": "Bearer " + secret} if secret else {})
+        return conn.getresponse().status == 200
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
+
+
+def _pending(answer: Any) -> str:
+    """The id of the creation job smg's 409 "creation already in progress ... with ID <id>" names, else ''."""
+    found = re.search(r"in progress.* with ID ([0-9A-Za-z_-]{1,128})", str(answer.get("error") or "")) \
+        if isinstance(answer, dict) else None
+    return found.group(1) if found else ""
+
+
 class LostLock(Exception):
     """The lease the repair took is no longer its own: it stops where it is."""
 
@@ -374,10 +402,14 @@ class Guard:
             have = _router_workers(intent, self.router_key or self.secret)
             if have is not None and url in have and (posted or time.monotonic() > drain_end):
                 return "added %s back to the router" % url
-            if have is not None and url not in have and time.monotonic() - posted >= READD_EVERY_S:
+            if have is not None and url not in have and time.monotonic() - posted >= READD_EVERY_S \
+                    and _worker_answers(url, self.secret):  # asked before, smg looks again only every 30 s
                 self._still_ours()
-                _router_call(intent, self.router_key or self.secret, "POST", "/workers",
-                             dict({"url": url}, **({"api_key": self.secret} if self.secret else {})))
+                body = dict({"url": url}, **({"api_key": self.secret} if self.secret else {}))
+                stale = _pending(_router_call(intent, self.router_key or self.secret, "POST", "/workers", body))
+                if stale:  # an earlier POST's job (the client's): deleted, and the worker POSTed again
+                    _router_call(intent, self.router_key or self.secret, "DELETE", "/workers/" + stale)
+                    _router_call(intent, self.router_key or self.secret, "POST", "/workers", body)
                 posted = time.monotonic()
             time.sleep(1.0)
         return "%s was not listed by the router within %gs (asked again until then)" % (url, READD_S)
