@@ -339,8 +339,6 @@ def test_a_forged_claim_note_on_a_worker_is_not_believed(tmp_path: Path, net_bed
 API_KEY = "sk-redteam-group-4f1c9e2a7b"
 
 
-@pytest.mark.xfail(strict=True, reason="SGLang reads --api-key only from its argv (0.5.23 has no env var); the engine "
-                   "shim that would take it from the env file is not built yet (issue #34, open)")
 def test_the_groups_api_key_is_in_no_process_command_line(tmp_path: Path, net_bed: HostBed) -> None:
     """Every user can read /proc/PID/cmdline: with an API key set, no process of any node shows it there."""
     prof = group_profile(tmp_path, net_bed, args={"api_key": API_KEY})
