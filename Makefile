@@ -20,8 +20,10 @@ TINY_MODEL ?= $(HOME)/.cache/deployer/tiny-llama
 # The seed era: the release the shipped qwen36-mtp profile was written for (--mamba-scheduler-strategy).
 SGLANG_SEED_VERSION ?= 0.5.10
 SGLANG_SEED_VENV ?= $(HOME)/.cache/deployer/sglang-venv-$(SGLANG_SEED_VERSION)
+# Every supported engine release's wheel (pip download --no-deps), read by the per-release knowledge tests.
+RELEASE_WHEELS ?= $(HOME)/.cache/deployer/release-wheels
 
-.PHONY: install provision walkthrough test lint-imports test-unit test-integration test-browser test-sglang-real sglang-venv sglang-seed-venv smg-venv uv-venv test-vllm-real vllm-venv real-engines test-real-engines typecheck demo bench docs clean
+.PHONY: install provision walkthrough test lint-imports test-unit test-integration test-browser test-sglang-real sglang-venv sglang-seed-venv smg-venv uv-venv test-vllm-real vllm-venv real-vllm-venv real-engines test-real-engines typecheck demo bench docs clean
 
 install: $(VENV)/.installed
 
@@ -70,15 +72,22 @@ sglang-seed-venv:
 	bash scripts/build-sglang-venv.sh $(SGLANG_SEED_VENV) $(SGLANG_SEED_VERSION)
 
 test-sglang-real: provision install sglang-venv sglang-seed-venv
-	SGLANG_VENV=$(SGLANG_VENV) $(PY) -m pytest -q -p no:cacheprovider -m sglang_real tests/sglang_real
-	SGLANG_VENV=$(SGLANG_SEED_VENV) $(PY) -m pytest -q -p no:cacheprovider -m sglang_real tests/sglang_real
+	SGLANG_VENV=$(SGLANG_VENV) SGLANG_SEED_VENV=$(SGLANG_SEED_VENV) RELEASE_WHEELS=$(RELEASE_WHEELS) \
+	  $(PY) -m pytest -q -p no:cacheprovider -m sglang_real tests/sglang_real
+	SGLANG_VENV=$(SGLANG_SEED_VENV) RELEASE_WHEELS=$(RELEASE_WHEELS) \
+	  $(PY) -m pytest -q -p no:cacheprovider -m sglang_real tests/sglang_real
 
 # Real vLLM 0.33.0 code on the CPU (its serve argument parser), in a venv cached under ~/.cache/deployer.
 vllm-venv:
 	bash scripts/build-vllm-venv.sh $(VLLM_VENV)
 
-test-vllm-real: provision install vllm-venv
-	VLLM_VENV=$(VLLM_VENV) $(PY) -m pytest -q -p no:cacheprovider -m vllm_real tests/vllm_real
+# The real-engine tier's vLLM 0.32.0 too: `deploy upgrade` is tested from it to the parser's 0.33.0.
+real-vllm-venv:
+	bash scripts/build-real-vllm-venv.sh $(REAL_VLLM_VENV)
+
+test-vllm-real: provision install vllm-venv real-vllm-venv
+	VLLM_VENV=$(VLLM_VENV) REAL_VLLM_VENV=$(REAL_VLLM_VENV) RELEASE_WHEELS=$(RELEASE_WHEELS) \
+	  $(PY) -m pytest -q -p no:cacheprovider -m vllm_real tests/vllm_real
 
 # Real engines serving a tiny local model (~4 min cold: two venvs and the model; cached under ~/.cache/deployer).
 real-engines:
