@@ -357,8 +357,12 @@ def diagnose_attempt(attempt: snapshot.Attempt, state: Mapping[str, Any], versio
                      engine: Engine) -> Diagnosis:
     """pipeline.up.diagnose_state on what a snapshot brought: no further trip to the target."""
     from deployer.diagnose.diagnosis import diagnose, no_token_diagnosis, oom_killer_lines
+    from deployer.diagnose.hung import hung_diagnosis
 
     end = state.get("last_crash") or state
+    hung = hung_diagnosis(end)  # the hang rule ended it (supervise_hang): its progress and stacks
+    if hung is not None:
+        return hung
     probe = no_token_diagnosis(dict(end))
     if probe is not None:
         return probe
