@@ -87,6 +87,13 @@ def kernel_view(pid: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def process_state(pid: int) -> str:
+    """The process's scheduler state and wait channel, as one line (`state T, wchan do_signal_stop`: stopped)."""
+    stat = _read("/proc/%d/stat" % pid)
+    state = stat.rsplit(")", 1)[1].split()[0] if ")" in stat else "?"
+    return "Process %d: state %s, wchan %s" % (pid, state, _read("/proc/%d/wchan" % pid).strip() or "-")
+
+
 def top_frames(text: str) -> List[str]:
     """The lines that say where each thread waits: each thread's header and its innermost frames."""
     out: List[str] = []
@@ -118,8 +125,9 @@ def dump_stacks(pgid: Any, path: str, env: Dict[str, str]) -> Dict[str, Any]:
             text = kernel_view(pid)
         methods.add(method)
         argv = _read("/proc/%d/cmdline" % pid, 4096).replace("\0", " ").strip()
-        parts.append("==== pid %d (%s): %s ====\n%s" % (pid, method, argv, text))
-        processes.append({"pid": pid, "argv": argv[:200], "method": method, "top": top_frames(text)})
+        kernel = process_state(pid)  # py-spy shows a stopped process's frames, not that it is stopped
+        parts.append("==== pid %d (%s): %s ====\n%s\n%s" % (pid, method, argv, kernel, text))
+        processes.append({"pid": pid, "argv": argv[:200], "method": method, "top": [kernel] + top_frames(text)})
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o640)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
