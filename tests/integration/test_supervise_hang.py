@@ -18,7 +18,8 @@ import pytest
 
 from sshbed import free_port
 from test_supervise_bash import READY, make_run, start, state_of, sup, wait_for
-from deployer.diagnose.hung import classify, hung_diagnosis
+from deployer.diagnose.hangkinds import classify
+from deployer.diagnose.hung import hung_diagnosis
 from deployer.supervisor.supervise_hang import reading_of
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from deployer.diagnose.hung import classify, hung_diagnosis
+from deployer.diagnose.hangkinds import classify
+from deployer.diagnose.hung import hung_diagnosis
 from deployer.engines import engine_for
 from deployer.observe.names import load_metric_names
 from deployer.profile.model import Profile
@@ -256,3 +257,22 @@ def test_drain_s_sets_vllms_shutdown_timeout_and_the_supervisors_stop() -> None:
     own = _profile("vllm", restart={"drain_s": 5}, args={"shutdown_timeout": 60})   # the profile's own value wins
     assert render(own).argv.count("--shutdown-timeout") == 1 and "60" in render(own).argv
     assert "--shutdown-timeout" not in render(_profile("sglang", restart={"drain_s": 5})).argv  # drains by itself
+
+
+def test_status_and_history_show_the_hang_its_progress_and_its_frame() -> None:
+    from types import SimpleNamespace
+
+    from deployer.cli.show import describe_crash
+    from deployer.oncall.history import _hung
+
+    hung = {"at": 1.0, "reason": "2 running, 0 waiting and no engine step for 21 s (hang_s 20, derived)",
+            "progress": 414.0, "stacks": _stacks(SERVER, FROZEN)}
+    crash = {"at": 100.0, "exit_code": None, "signal": 15, "signal_name": "SIGTERM", "hung": hung}
+    text = describe_crash(crash, now=160.0)
+    assert text.startswith("hung: 2 running, 0 waiting and no engine step for 21 s"), text
+    assert "lock wait: pid 101:   Condition.wait (threading.py:331)" in text, text
+    assert "stacks (py-spy) in the run dir: hang-stacks-0.txt; then killed by SIGTERM at " in text, text
+    row = _hung(SimpleNamespace(state={"last_crash": crash}))  # type: ignore[arg-type]
+    assert row["hung"]["kind"] == "lock" and row["hung"]["stacks"] == "hang-stacks-0.txt"
+    assert row["hung"]["top"][0].startswith("pid 100: Thread ")
+    assert _hung(SimpleNamespace(state={"last_crash": {**crash, "hung": None}})) == {}  # type: ignore[arg-type]
