@@ -276,3 +276,11 @@ def test_status_and_history_show_the_hang_its_progress_and_its_frame() -> None:
     assert row["hung"]["kind"] == "lock" and row["hung"]["stacks"] == "hang-stacks-0.txt"
     assert row["hung"]["top"][0].startswith("pid 100: Thread ")
     assert _hung(SimpleNamespace(state={"last_crash": {**crash, "hung": None}})) == {}  # type: ignore[arg-type]
+
+
+def test_idle_time_before_the_load_does_not_count() -> None:
+    """Idle for 100 s with a still counter, then requests arrive and no step runs: hung hang_s after they came."""
+    after, during = _reading("vllm", "after"), _reading("vllm", "during")
+    stuck: Reading = (during[0], during[1], after[2])
+    hung = _replay(HangRule(10.0), [(float(t), after) for t in range(100)] + [(float(t), stuck) for t in range(100, 130)])
+    assert hung[0][0] == 109.0, hung   # the last idle reading (99 s) starts the clock
