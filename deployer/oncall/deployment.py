@@ -30,7 +30,7 @@ from deployer.oncall import remembered, serving
 from deployer.oncall.rows import DownResult, StatusRow
 from deployer.oncall.secret_restore import learn_env_text
 from deployer.secrets import mask_data, mask_text
-from deployer.target.process import forget_boot, listener, rescue, stop
+from deployer.target.process import drain_of, forget_boot, listener, rescue, stop
 from deployer.supervisor.supervise_base import CRASHED as CRASHED_STATES
 from deployer.supervisor.supervise_base import UP
 from deployer.target import snapshot
@@ -413,7 +413,7 @@ def down(ref: Ref, grace: float | None = None, *, break_lock: bool = False,
         try:
             with DeploymentLock(remote, layout, "down", break_lock=break_lock, notify=notify) as lock, \
                     lock.reporting_loss():
-                final = stop(lock.guarded(), view.run, wait)
+                final = stop(lock.guarded(), view.run, wait, drain_s=drain_of(view.record))
                 on_boot = forget_boot(lock.guarded(), view.run)  # a reboot must not bring back what was stopped
         except UnsafeTarget as e:  # another user controls its path now: stop what deployer started, read nothing
             raise UnsafeTarget(f"{e.message}; {rescue(remote, layout, wait)} (found by their processes, without "

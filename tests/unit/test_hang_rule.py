@@ -284,3 +284,10 @@ def test_idle_time_before_the_load_does_not_count() -> None:
     stuck: Reading = (during[0], during[1], after[2])
     hung = _replay(HangRule(10.0), [(float(t), after) for t in range(100)] + [(float(t), stuck) for t in range(100, 130)])
     assert hung[0][0] == 109.0, hung   # the last idle reading (99 s) starts the clock
+
+
+def test_the_stop_waits_for_the_runs_own_drain() -> None:
+    from deployer.target.process import drain_of
+
+    assert drain_of({"profile": {"restart": {"drain_s": 12}}}) == 12.0
+    assert drain_of({"profile": {"restart": {}}}) == drain_of({}) == drain_of({"profile": {"restart": {"drain_s": True}}}) == 0.0
