@@ -248,7 +248,8 @@ class Daemon:
         self.probe = TokenWatch(cfg["probe"], env) if isinstance(cfg.get("probe"), dict) else None
         self.probe_dead: dict[str, Any] | None = None  # this run was ended by the probe: why
         # the hang rule (supervise_hang): requests held and no engine step for health.hang_s
-        hang = HangWatch(cfg["probe"]) if isinstance(cfg.get("probe"), dict) else None
+        hang = HangWatch(cfg["probe"], self.probe.once if self.probe is not None and self.probe.model else None) \
+            if isinstance(cfg.get("probe"), dict) else None
         self.hang = hang if hang is not None and hang.enabled else None
         self.hung: dict[str, Any] | None = None  # this run was ended as hung: the rule's record and its stacks
         self.state: dict[str, Any] = {

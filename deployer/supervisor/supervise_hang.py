@@ -11,6 +11,12 @@ The rule: requests running, or waiting (with none running), and the progress cou
 its token, restarts the clock. When /metrics does not answer at all, the clock keeps running from the last
 reading that was busy: an engine process stopped whole (SIGSTOP, a wedged event loop) is hung too.
 
+Gauges can be stale: SGLang sets its running/queue gauges at its stats log, and 0.5.10 republishes them while
+idle only every 30 s (srt/managers/scheduler_runtime_checker_mixin.py:292), so an idle engine can read "2
+running" with its counter still. So once half of `hang_s` passed without a step, the watch sends one one-token
+completion of its own (the probe's request; a "nudge"): an engine that is alive answers it (its token restarts
+the clock, and its step moves the counter); a hung one does not, and the rule ends it at `hang_s` as before.
+
 `hang_s` is the profile's, or derived from the steps seen: 10x the longest wait between two advances while busy
 (a long prefill makes a slow step; a full queue of long generations advances every step), bounded to
 [HANG_MIN_S, HANG_MAX_S]; before any busy step was seen, HANG_UNSEEN_S. The floor keeps a GPU engine (steps of
@@ -25,7 +31,7 @@ from __future__ import annotations
 import http.client
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 if TYPE_CHECKING or __package__:
     from deployer.supervisor.supervise_probe import METRICS_PATH, _SAMPLE, exchange
@@ -88,7 +94,8 @@ class HangRule:
 
     def alive(self, now: float) -> None:
         """A token came back (the one-token probe): the engine steps."""
-        self.moved_at = now
+        if self.moved_at is None or now > self.moved_at:
+            self.moved_at = now
 
     def feed(self, now: float, reading: Optional[Reading], answered: bool = True) -> Optional[Dict[str, Any]]:
         """`reading`: this poll's; None with `answered` when /metrics answered without the gauges (nothing to
@@ -135,7 +142,11 @@ class HangWatch:
     `due(now)` starts a read when one is due and none is in flight; `result()` feeds a finished read to the rule
     (in the caller's thread) and returns the hung record once it says hung."""
 
-    def __init__(self, cfg: Dict[str, Any]) -> None:
+    def __init__(self, cfg: Dict[str, Any], nudge: Optional[Callable[[], Optional[str]]] = None) -> None:
+        self.nudge = nudge          # one one-token completion: None when a token came (TokenWatch.once)
+        self._nudging: Optional[threading.Thread] = None
+        self._nudged_for: Optional[float] = None   # the clock start the last nudge was sent for
+        self._token: Optional[Tuple[int, float]] = None
         self.address = str(cfg.get("address") or "127.0.0.1")
         self.port = int(cfg.get("port") or 0)
         self.running = [str(n) for n in cfg.get("running_metrics") or []]
@@ -161,12 +172,32 @@ class HangWatch:
             self.generation += 1
             self.rule = HangRule(self.hang_s)
             self.next_at = now + self.poll_s
-            self._done = None
+            self._done = self._token = self._nudged_for = None
 
     def alive(self, now: float) -> None:
         self.rule.alive(now)
 
+    def nudge_due(self, now: float) -> bool:
+        """Sends the nudge (in a thread) when the engine has been busy with no step for half of hang_s and none
+        was sent since the clock last started; True when it did."""
+        rule = self.rule
+        if self.nudge is None or not rule.busy or rule.moved_at is None or self._nudged_for == rule.moved_at:
+            return False
+        if now - rule.moved_at < rule.hang_s / 2 or (self._nudging is not None and self._nudging.is_alive()):
+            return False
+        self._nudged_for = rule.moved_at
+        self._nudging = threading.Thread(target=self._nudge, args=(self.generation,), daemon=True)
+        self._nudging.start()
+        return True
+
+    def _nudge(self, generation: int) -> None:
+        assert self.nudge is not None
+        if self.nudge() is None:
+            with self._lock:
+                self._token = (generation, time.monotonic())
+
     def due(self, now: float) -> bool:
+        self.nudge_due(now)
         if not self.enabled or now < self.next_at or (self._thread is not None and self._thread.is_alive()):
             return False
         self.next_at = now + self.poll_s
@@ -180,6 +211,14 @@ class HangWatch:
         if done is None or done[0] != self.generation:
             return None
         _, at, reading, answered = done
+        return self.feed(at, reading, answered)
+
+    def feed(self, at: float, reading: Optional[Reading], answered: bool = True) -> Optional[Dict[str, Any]]:
+        """A reading to the rule, after the token of a nudge that came back since (it restarts the clock)."""
+        with self._lock:
+            token, self._token = self._token, None
+        if token is not None and token[0] == self.generation:
+            self.rule.alive(token[1])
         return self.rule.feed(at, reading, answered)
 
     def _read(self, generation: int) -> None:

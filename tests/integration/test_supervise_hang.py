@@ -80,7 +80,8 @@ def test_a_core_that_stops_stepping_under_load_is_hung_its_stacks_kept_and_resta
     back = wait_for(lambda: (lambda s: s if s["status"] == "ready" and s["restarts"] == 1 else None)(state_of(run)),
                     15, "restarted")
     assert back["pid"] != first["pid"] and back["hung"] is None
-    assert crashed["running"] == 2 and crashed["hang_s"] == 2.0 and crashed["stalled_s"] >= 2.0, crashed
+    # the two clients, and the watch's own nudge once it reached the engine (a free slot, no step either)
+    assert crashed["running"] in (2.0, 3.0) and crashed["hang_s"] == 2.0 and crashed["stalled_s"] >= 2.0, crashed
     stacks = crashed["stacks"]
     assert stacks["file"] == "hang-stacks-0.txt" and (run / stacks["file"]).is_file()
     assert len(stacks["processes"]) == 2, stacks  # the HTTP server and its core: every process of the group

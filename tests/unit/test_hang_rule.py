@@ -291,3 +291,58 @@ def test_the_stop_waits_for_the_runs_own_drain() -> None:
 
     assert drain_of({"profile": {"restart": {"drain_s": 12}}}) == 12.0
     assert drain_of({"profile": {"restart": {}}}) == drain_of({}) == drain_of({"profile": {"restart": {"drain_s": True}}}) == 0.0
+
+
+def _nudged(answer: str | None) -> tuple[HangWatch, list[float]]:
+    sent: list[float] = []
+
+    def nudge() -> str | None:
+        sent.append(time.monotonic())
+        return answer
+
+    base = {"port": 8000, "running_metrics": NAMES["sglang"][0], "waiting_metrics": NAMES["sglang"][1],
+            "progress_metrics": NAMES["sglang"][2], "hang_s": 10}
+    return HangWatch(base, nudge), sent
+
+
+def _settle(watch: HangWatch) -> None:
+    assert watch._nudging is not None
+    watch._nudging.join(5)
+
+
+def test_stale_gauges_of_an_idle_engine_are_answered_by_a_nudge_not_restarted() -> None:
+    """SGLang 0.5.10 republishes its gauges while idle only every 30 s: "1 running", a still counter, but the
+    engine answers a one-token completion: the nudge's token restarts the clock, at most one nudge per stall."""
+    watch, sent = _nudged(None)
+    stale = _reading("sglang", "during")
+    base = time.monotonic() - 5.0        # the last step 5 s ago: half of hang_s
+    assert watch.feed(base, stale) is None
+    assert not watch.nudge_due(base + 4.9)
+    assert watch.nudge_due(time.monotonic()) and not watch.nudge_due(time.monotonic())
+    _settle(watch)
+    assert len(sent) == 1
+    assert watch.feed(base + 10.5, stale) is None         # hung here without the token
+    assert watch.feed(base + 14.5, stale) is None         # the token (at ~base + 5) started a new hang_s
+    assert watch.rule.moved_at is not None and watch.rule.moved_at >= sent[0]
+
+
+def test_a_nudge_that_gets_no_token_leaves_the_hang_to_the_rule() -> None:
+    watch, sent = _nudged("no answer to a one-token completion after 5.0 s: timed out")
+    stuck = _reading("sglang", "during")
+    now = time.monotonic()
+    assert watch.feed(now, stuck) is None and watch.nudge_due(now + 5.0)
+    _settle(watch)
+    hung = watch.feed(now + 10.0, stuck)
+    assert len(sent) == 1 and hung is not None and hung["stalled_s"] == 10.0
+
+
+def test_no_nudge_while_idle_or_progressing() -> None:
+    watch, sent = _nudged(None)
+    now = time.monotonic()
+    watch.feed(now, _reading("sglang", "after"))          # idle
+    assert not watch.nudge_due(now + 100)
+    during = _reading("sglang", "during")
+    for t in range(1, 20):                                 # busy and stepping every second
+        watch.feed(now + 100 + t, _advanced(during, t))
+        assert not watch.nudge_due(now + 100 + t + 0.5)
+    assert sent == []
