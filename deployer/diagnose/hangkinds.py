@@ -55,9 +55,31 @@ def top_lines(stacks: Mapping[str, Any] | None) -> list[str]:
     return out
 
 
+def main_lines(stacks: Mapping[str, Any] | None) -> list[str]:
+    """What each process's main thread waits on: the kernel's line for the process and the frames of its main
+    thread (py-spy's "MainThread", the kernel's thread whose id is the pid), each prefixed with its pid. Helper
+    threads idle on an Event or a queue in every healthy engine (SGLang's watchdogs, tqdm's monitor: a real
+    capture, tests/cases/hangs/): their frames say nothing of a hang."""
+    out: list[str] = []
+    for proc in (stacks or {}).get("processes") or []:
+        if not isinstance(proc, Mapping):
+            continue
+        pid, main = proc.get("pid"), False
+        for line in proc.get("top") or []:
+            if not isinstance(line, str):
+                continue
+            if line.startswith("Thread "):
+                main = line.endswith('"MainThread"') or line.startswith(f"Thread {pid} (")
+                continue
+            if line.startswith("Process ") or (main and line.startswith(" ")):
+                out.append(f"pid {pid}: {line}")
+    return out
+
+
 def classify(stacks: Mapping[str, Any] | None) -> tuple[HangKind, str] | None:
-    """The kind of hang the stacks show and the frame that says so; None when no signature matches."""
-    lines = top_lines(stacks)
+    """The kind of hang the main threads of the stacks show and the line that says so; None when no signature
+    matches."""
+    lines = main_lines(stacks)
     for kind in hang_kinds():
         line = kind.matches(lines)
         if line is not None:

@@ -5,6 +5,7 @@ and the launch carry them."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -346,3 +347,12 @@ def test_no_nudge_while_idle_or_progressing() -> None:
         watch.feed(now + 100 + t, _advanced(during, t))
         assert not watch.nudge_due(now + 100 + t + 0.5)
     assert sent == []
+
+
+def test_the_real_sglang_scheduler_stopped_under_load_is_named_stopped() -> None:
+    stacks = json.loads((HANGS / "sglang-0.5.23-scheduler-sigstop.json").read_text(encoding="utf-8"))
+    found = classify(stacks)
+    assert found is not None and found[0].kind == "stopped", found
+    assert found[1].endswith(": state T, wchan do_signal_stop")
+    rest = {"processes": [p for p in stacks["processes"] if not p["top"][0].endswith("do_signal_stop")]}
+    assert classify(rest)[0].kind == "blocking-call"  # type: ignore[index]  # the detokenizer's zmq recv, idle
