@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from deployer.diagnose.hangkinds import hung_summary, hung_text
 from deployer.deployments.base import Deployment
 from deployer.deployments.known import ConfigReport, KnownReport
 from deployer.deployments.reports import (DiagnosisReport, FleetDown, FleetStatus, HistoryReport, HostDown,
@@ -136,6 +137,10 @@ def _(report: HistoryReport, sink: Any = None) -> None:
         phases = timeline_text(row.raw.get("timeline"))
         if phases:
             click.echo(f"    phases: {phases}")
+        if isinstance(row.raw.get("hung"), dict):
+            click.echo(f"    {hung_text(row.raw['hung'])}")
+            for line in row.raw["hung"].get("top") or []:
+                click.echo(f"      {line}")
 
 
 @text.register
@@ -343,6 +348,9 @@ def describe_crash(crash: Any, now: float | None = None) -> str:
         how = f"exited with code {crash['exit_code']}"
     else:
         how = "ended"
+    hung = hung_summary(crash)
+    if hung is not None:  # ended by the hang rule (issue 37): what it saw and where the stacks say it waits
+        how = f"{hung_text(hung)}; then {how}"
     at = crash.get("at")
     if not isinstance(at, (int, float)):
         return how

@@ -211,6 +211,9 @@ class Launch:
     health_path: str = "/health"
     revision_flag: str = "revision"         # the flag that pins the model's hub commit (engine.weights, issue 25)
     completion_path: str = "/v1/completions"  # where a one-token completion is asked (the readiness probe)
+    # the flag (profile key) that makes the engine finish the requests in flight for N seconds after SIGTERM: render
+    # sets it from restart.drain_s unless the profile sets it; None: the engine drains (or not) by itself
+    drain_flag: str | None = None
 
     def secret_env_var(self, flag: str) -> str | None:
         """The environment variable the engine reads `flag`'s credential from; None when only its argv has it."""

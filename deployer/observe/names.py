@@ -17,6 +17,11 @@ A file looks like:
         scale: 1.0                       # optional: multiplier to the documented unit (fraction, seconds)
         zero_while: other:name           # optional: a counter/histogram with no series before its first
                                          # increment reads 0 while this other series is exposed
+    progress:                            # optional: series that advance on every engine step (forward
+      - name: "myengine:steps_total"     # progress: the supervisor's hang rule), same keys as a metric
+        kind: counter
+        release: 0.32.0
+        source: myengine/metrics.py:700
     switch:                              # optional: the flag without which (or with which) /metrics lacks
       flag: enable_metrics               # these series; on_when_set: true = served only with it set true
       on_when_set: true
@@ -198,6 +203,7 @@ class MetricNames:
     release: str
     metrics: dict[Quantity, list[MetricName]]
     switch: MetricsSwitch | None = None
+    progress: list[MetricName] = field(default_factory=list)  # advance on every engine step (the hang rule)
 
     @classmethod
     def of(cls, data: Any) -> MetricNames:
@@ -208,8 +214,10 @@ class MetricNames:
             metrics[quantity] = [MetricName.of(one, f"metrics.{key}")
                                  for one in (value if isinstance(value, list) else [value])]
         switch = d.get("switch")
+        progress = d.get("progress", [])
         return cls(_str(d["engine"], "engine"), _str(d["release"], "release"), metrics,
-                   None if switch is None else MetricsSwitch.of(switch, "switch"))
+                   None if switch is None else MetricsSwitch.of(switch, "switch"),
+                   [MetricName.of(one, "progress") for one in (progress if isinstance(progress, list) else [progress])])
 
     def candidates(self, quantity: Quantity) -> list[MetricName]:
         """The names tried for a quantity (empty: the engine does not expose it)."""

@@ -31,7 +31,7 @@ from deployer.oncall import remembered, serving
 from deployer.oncall.rows import DownResult, StatusRow
 from deployer.oncall.secret_restore import learn_env_text
 from deployer.secrets import mask_data, mask_text
-from deployer.target.process import Listener, forget_boot, listener, rescue, stop
+from deployer.target.process import Listener, drain_of, forget_boot, listener, rescue, stop
 from deployer.supervisor.supervise_base import CRASHED as CRASHED_STATES
 from deployer.supervisor.supervise_base import UP
 from deployer.target import snapshot
@@ -357,8 +357,12 @@ def diagnose_attempt(attempt: snapshot.Attempt, state: Mapping[str, Any], versio
                      engine: Engine) -> Diagnosis:
     """pipeline.up.diagnose_state on what a snapshot brought: no further trip to the target."""
     from deployer.diagnose.diagnosis import diagnose, no_token_diagnosis, oom_killer_lines
+    from deployer.diagnose.hung import hung_diagnosis
 
     end = state.get("last_crash") or state
+    hung = hung_diagnosis(end)  # the hang rule ended it (supervise_hang): its progress and stacks
+    if hung is not None:
+        return hung
     probe = no_token_diagnosis(dict(end))
     if probe is not None:
         return probe
@@ -409,7 +413,7 @@ def down(ref: Ref, grace: float | None = None, *, break_lock: bool = False,
         try:
             with DeploymentLock(remote, layout, "down", break_lock=break_lock, notify=notify) as lock, \
                     lock.reporting_loss():
-                final = stop(lock.guarded(), view.run, wait)
+                final = stop(lock.guarded(), view.run, wait, drain_s=drain_of(view.record))
                 on_boot = forget_boot(lock.guarded(), view.run)  # a reboot must not bring back what was stopped
         except UnsafeTarget as e:  # another user controls its path now: stop what deployer started, read nothing
             raise UnsafeTarget(f"{e.message}; {rescue(remote, layout, wait)} (found by their processes, without "

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from deployer.diagnose.hangkinds import hung_summary
 from deployer.errors import NotFound, TargetError
 from deployer.local_history import History
 from deployer.target.lock import DeploymentLock, describe_holder
@@ -76,9 +77,17 @@ def history(ref: Ref) -> list[HistoryEntry]:
                 "diagnosis": outcome.get("diagnosis"), "change": outcome.get("change"),
                 "drift": outcome.get("drift", []), "restarts": view.state.get("restarts", 0),
                 "phases": outcome.get("phases", []), "timeline": outcome.get("timeline"),
+                **_hung(view),
             })
         return _merge_newest_first([HistoryEntry.of_attempt(mask_data(row)) for row in rows],
                                    [HistoryEntry.of_lock(mask_data(row)) for row in lock_events(snap.lock_events)])
+
+
+def _hung(view: RunView) -> dict[str, Any]:
+    """{"hung": summary} when the hang rule ended this run's engine last (issue 37); else nothing (the row's shape
+    stays the previous release's)."""
+    hung = hung_summary(view.state.get("last_crash"))
+    return {"hung": hung} if hung is not None else {}
 
 
 def _outcome(view: RunView) -> dict[str, Any]:

@@ -487,6 +487,18 @@ class Health(Strict):
     probe_failures: int = Field(default=3, ge=1, le=100, description="failed probes in a row, while no request is "
                                 "running or waiting, that count as a crash (under load: unhealthy, never a restart)")
     probe_timeout_s: float = Field(default=30.0, gt=0, le=600, description="how long one probe waits for its token")
+    hang_s: Union[float, Literal["auto"]] = Field(
+        default="auto", description="after ready, requests running or waiting and no engine step (the engine's "
+        "progress counters, its metrics.yaml) for this long: hung, its stacks taken, restarted like a crash; auto: "
+        "10x the longest step seen, within 20..300 s (60 s before a step was seen)")
+
+    @field_validator("hang_s", mode="before")
+    @classmethod
+    def _hang_seconds_or_auto(cls, value: Any) -> Any:
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if value == "auto" or (number and 0 < value <= 86400):
+            return value
+        raise ValueError(f"{value!r}: a number of seconds (0 < s <= 86400), or auto")
 
     @field_validator("startup_timeout_s", mode="before")
     @classmethod
@@ -530,6 +542,9 @@ class Restart(Strict):
     on_boot: bool = Field(default=True, description="start the deployment again when the box reboots "
                           "(an @reboot entry in the user's crontab; removed by `down`)")
     grace_s: float = Field(default=30.0, ge=0, le=3600, description="SIGTERM to SIGKILL on stop")
+    drain_s: float = Field(default=0.0, ge=0, le=3600, description="on stop (down, restart, a replace): seconds "
+                           "the engine may finish the requests in flight after SIGTERM before the grace starts (vLLM "
+                           "gets --shutdown-timeout; SGLang drains on SIGTERM by itself); 0: as before")
 
     @field_validator("backoff_s")
     @classmethod

@@ -35,7 +35,7 @@ from deployer.runner.restore import Restore, amend
 from deployer.runner.startup import StartPlan, timeline_of
 from deployer.runner.shape import Found, Result, Shape, Target, result_name, result_text
 from deployer.runner.timing import PORT_WAIT_S, RETRY_PORT_WAIT_S, stop_grace
-from deployer.target.process import ReplaceGuard, arm_repair, disarm_repair, listener, stop
+from deployer.target.process import ReplaceGuard, arm_repair, disarm_repair, drain_of, listener, stop
 from deployer.target.switch import Ports, switch_to
 from deployer.watch.watcher import PortTaken, Ready
 
@@ -215,7 +215,7 @@ class AttemptRunner:
             self.guarded.append(target)
             port = int(view.record.get("port") or 0)
             arm_repair(target.remote, target.layout, ReplaceGuard(target.run, view.run, grace, (port,) if port else ()))
-        stop(target.remote, view.run, grace, why="replace")
+        stop(target.remote, view.run, grace, why="replace", drain_s=drain_of(view.record))
 
     def _disarm(self) -> None:
         """The replace is done (its version started, or what it stopped was brought back, or the lock is lost:

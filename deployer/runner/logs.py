@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from deployer.diagnose.diagnosis import Diagnosis, diagnose, hang_diagnosis, no_token_diagnosis, oom_killer_lines
+from deployer.diagnose.hung import hung_diagnosis
 from deployer.diagnose.drift import parse_args_dump
 from deployer.remedy.effective import DryResolution, EngineValues, engine_values
 from deployer.engines import Engine
@@ -88,6 +89,9 @@ def diagnose_state(remote: Remote, run: RunDir, state: Mapping[str, Any], versio
                    engine: Engine) -> Diagnosis:
     """The diagnosis of a run's last engine death, from what its supervisor recorded (state.json)."""
     end = state.get("last_crash") or state
+    hung = hung_diagnosis(end)  # the hang rule ended it (supervise_hang): its progress and stacks
+    if hung is not None:
+        return hung
     probe = no_token_diagnosis(dict(end))
     if probe is not None:
         return probe

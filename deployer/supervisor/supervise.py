@@ -39,13 +39,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     from deployer.supervisor.supervise_base import (
         CRASHED, DEFAULTS, EXIT_BAD_INPUT, EXIT_BUSY, KILL_WAIT, LIVE, RUN_LOCK, START_TIMEOUT, STATE,
-        STOP_REQUEST, SuperviseError, group_alive, kill_group, load_config, read_env_file,
+        STOP_REQUEST, SuperviseError, drain_s, group_alive, kill_group, load_config, read_env_file,
         open_dir, pid_alive, read_state, supervision, supervisor_alive, wait_until, write_json,
     )
 else:  # run as a script on the target, where the supervisor's files sit side by side
     from supervise_base import (  # type: ignore[no-redef]
         CRASHED, DEFAULTS, EXIT_BAD_INPUT, EXIT_BUSY, KILL_WAIT, LIVE, RUN_LOCK, START_TIMEOUT, STATE,
-        STOP_REQUEST, SuperviseError, group_alive, kill_group, load_config, read_env_file,
+        STOP_REQUEST, SuperviseError, drain_s, group_alive, kill_group, load_config, read_env_file,
         open_dir, pid_alive, read_state, supervision, supervisor_alive, wait_until, write_json,
     )
 
@@ -278,6 +278,10 @@ def cmd_stop(run_dir: str, grace: float | None, why: str | None = None) -> int:
             grace = float(load_config(run_dir)["grace_s"])
         except SuperviseError:
             grace = float(DEFAULTS["grace_s"])
+    try:
+        drain = drain_s(load_config(run_dir))  # the daemon lets the engine drain first (restart.drain_s)
+    except SuperviseError:
+        drain = 0.0
     before = status_of(run_dir)
     sup, pgid = before.get("supervisor_pid"), before.get("pgid")
     if not before["alive"] and not before["supervisor_alive"]:
@@ -297,7 +301,7 @@ def cmd_stop(run_dir: str, grace: float | None, why: str | None = None) -> int:
             os.kill(sup, signal.SIGTERM)
         except ProcessLookupError:
             pass
-        wait_until(lambda: not supervisor_alive(sup) and not group_alive(pgid), grace + KILL_WAIT)
+        wait_until(lambda: not supervisor_alive(sup) and not group_alive(pgid), grace + drain + KILL_WAIT)
     elif before["alive"]:  # the daemon is gone: the group is ours to end
         kill_group(pgid, signal.SIGTERM)
         wait_until(lambda: not group_alive(pgid), grace)

@@ -136,6 +136,7 @@ def load_config(run_dir: str) -> dict[str, Any]:
           "restart.backoff_s must be [initial, maximum] seconds")
     _need(_number(rs["window_s"]) and rs["window_s"] > 0, "restart.window_s must be a number > 0")
     _need(_number(rs["stable_s"]) and rs["stable_s"] > 0, "restart.stable_s must be a number > 0")
+    _need(_number(rs.get("drain_s", 0)) and rs.get("drain_s", 0) >= 0, "restart.drain_s must be a number >= 0")
     _need(isinstance(cfg.setdefault("on_boot", False), bool), "on_boot must be true or false")
     _need(isinstance(cfg.get("logs", {}), dict), "logs must be an object")
     cfg["logs"] = logs = dict(DEFAULT_LOGS, **cfg.get("logs", {}))
@@ -152,6 +153,13 @@ def _compiles(pattern: str) -> bool:
         return True
     except re.error:
         return False
+
+
+def drain_s(cfg: dict[str, Any]) -> float:
+    """restart.drain_s: how long a stop lets the engine finish the requests in flight after SIGTERM, before the
+    grace to SIGKILL starts (0 in a supervise.json that does not say)."""
+    value = (cfg.get("restart") or {}).get("drain_s", 0)
+    return float(value) if _number(value) and value > 0 else 0.0
 
 
 def backoff_delay(backoff_s: list[float], recent_restarts: int) -> float:

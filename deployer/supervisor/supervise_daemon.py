@@ -18,22 +18,26 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     from deployer.supervisor.supervise_base import (
         EXIT_FAILED, KILL_WAIT, HEARTBEAT_EVERY, LogScanner, SCAN_BEFORE_READY, SCAN_EVERY, STATE, STOP_REQUEST, TICK, backoff_delay,
-        UnsafePath, decode_wait_status, group_alive, group_pids, kill_group, note, open_dir, should_restart,
+        UnsafePath, decode_wait_status, drain_s, group_alive, group_pids, kill_group, note, open_dir, should_restart,
         signal_name, wait_until, write_json,
     )
 else:  # run as a script on the target, where the supervisor's files sit side by side
     from supervise_base import (  # type: ignore[no-redef]
         EXIT_FAILED, KILL_WAIT, HEARTBEAT_EVERY, LogScanner, SCAN_BEFORE_READY, SCAN_EVERY, STATE, STOP_REQUEST, TICK, backoff_delay,
-        UnsafePath, decode_wait_status, group_alive, group_pids, kill_group, note, open_dir, should_restart,
+        UnsafePath, decode_wait_status, drain_s, group_alive, group_pids, kill_group, note, open_dir, should_restart,
         signal_name, wait_until, write_json,
     )
 
 if TYPE_CHECKING or __package__:
     from deployer.supervisor.supervise_group import GroupWatch
+    from deployer.supervisor.supervise_hang import HangWatch
+    from deployer.supervisor.supervise_stacks import dump_stacks
     from deployer.supervisor.supervise_lease import restart_refusal, take_fence
     from deployer.supervisor.supervise_probe import NO_TOKEN, TokenWatch, Verdict
 else:
     from supervise_group import GroupWatch  # type: ignore[no-redef]
+    from supervise_hang import HangWatch  # type: ignore[no-redef]
+    from supervise_stacks import dump_stacks  # type: ignore[no-redef]
     from supervise_lease import restart_refusal, take_fence  # type: ignore[no-redef]
     from supervise_probe import NO_TOKEN, TokenWatch, Verdict  # type: ignore[no-redef]
 
@@ -243,6 +247,11 @@ class Daemon:
         # the one-token probe after ready (supervise_probe); an older supervise.json has none
         self.probe = TokenWatch(cfg["probe"], env) if isinstance(cfg.get("probe"), dict) else None
         self.probe_dead: dict[str, Any] | None = None  # this run was ended by the probe: why
+        # the hang rule (supervise_hang): requests held and no engine step for health.hang_s
+        hang = HangWatch(cfg["probe"], self.probe.once if self.probe is not None and self.probe.model else None) \
+            if isinstance(cfg.get("probe"), dict) else None
+        self.hang = hang if hang is not None and hang.enabled else None
+        self.hung: dict[str, Any] | None = None  # this run was ended as hung: the rule's record and its stacks
         self.state: dict[str, Any] = {
             "status": "starting", "supervisor_pid": os.getpid(), "pid": None, "pgid": None,
             "started_at": None, "ready_at": None, "ended_at": None, "exit_code": None, "signal": None,
@@ -298,6 +307,7 @@ class Daemon:
                     self.check_group()
                     self.check_stable()
                 self.check_probe(now)
+                self.check_hang(now)
                 self.shm.look(self.state["pgid"], now)
                 if self.rotation is not None and self.rotation.due(now):
                     self.rotate_log()
@@ -325,16 +335,18 @@ class Daemon:
         except OSError:
             pass
         self.engine_pid, self.exit_status, self.peer_lost, self.stuck = pid, None, None, False
-        self.probe_dead = None
+        self.probe_dead = self.hung = None
         if self.probe is not None:
             self.probe.reset(time.monotonic())
+        if self.hang is not None:
+            self.hang.reset(time.monotonic())
         if self.group is not None:
             self.group.reset()
         self.scanner = LogScanner(self.log, self.cfg["ready_pattern"], offset, self.cfg.get("fatal_patterns"))
         note(f"engine started: pid {pid}, log offset {offset}")
         self.state.update(status="running", pid=pid, pgid=pid, started_at=time.time(), ready_at=None,
                           ended_at=None, exit_code=None, signal=None, signal_name=None, log_offset=offset,
-                          traceback_offset=None, peer_lost=None, group_seen=[], unhealthy=None)
+                          traceback_offset=None, peer_lost=None, group_seen=[], unhealthy=None, hung=None)
         self.save()
 
     def reap(self) -> None:
@@ -429,6 +441,8 @@ class Daemon:
     def judge_probe(self, probe: TokenWatch, verdict: Verdict) -> None:
         s = self.state
         if verdict.ok:
+            if self.hang is not None:
+                self.hang.alive(time.monotonic())  # a token came back: the engine steps
             if s.get("unhealthy"):
                 note("one-token probe: a token again")
                 s["unhealthy"] = None
@@ -453,6 +467,27 @@ class Daemon:
         if self.probe_dead is not None:
             self.clear_group(s["pgid"])
 
+    def check_hang(self, now: float) -> None:
+        """Once ready, the hang rule on every /metrics reading: hung -> the stacks of every process of the group
+        into the run dir, then the group ended as a crash (the restart policy and its crash-loop rule apply)."""
+        hang = self.hang
+        if hang is None or self.state["status"] != "ready" or self.hung is not None or self.probe_dead is not None:
+            return
+        record = hang.result()
+        if record is None:
+            hang.due(now)
+            return
+        pgid = self.state["pgid"]
+        note(f"engine hung: {record['reason']}; taking the stacks of group {pgid}, then ending it as a crash")
+        self.hung = record
+        self.state["hung"] = record
+        self.save()
+        record["stacks"] = dump_stacks(pgid, f"hang-stacks-{self.state['restarts']}.txt", self.env)
+        note(f"stacks of {len(record['stacks']['processes'])} processes ({record['stacks']['method']}) in "
+             f"{record['stacks']['file']}")
+        self.save()
+        self.clear_group(pgid)
+
     def record_end(self, status: int | None) -> None:
         code, sig = decode_wait_status(status) if status is not None else (None, None)
         self.state.update(ended_at=time.time(), exit_code=code, signal=sig, signal_name=signal_name(sig))
@@ -475,7 +510,7 @@ class Daemon:
         s["last_crash"] = {"at": s["ended_at"], "exit_code": s["exit_code"], "signal": s["signal"],
                            "signal_name": s["signal_name"], "log_offset": s["log_offset"],
                            "traceback_offset": self.scanner.traceback_at, "peer_lost": self.peer_lost,
-                           "probe_dead": self.probe_dead}
+                           "probe_dead": self.probe_dead, "hung": self.hung}
         # nobody asked it to stop (a stop request takes the other path): a crash, whatever its exit code
         if not (was_ready and should_restart(rs["policy"])):
             return self.finish("exited")
@@ -553,6 +588,7 @@ class Daemon:
         if why:  # a stop for a replace says so from its first moment: status never reads it as a `down` (8)
             self.state["stopped_for"] = why
         self.save()
+        grace += drain_s(self.cfg)  # the engine finishes what is in flight first (restart.drain_s)
         pgid = self.state["pgid"]
         note(f"stop requested: SIGTERM to the engine (pid {self.engine_pid}), then to group {pgid}, "
              f"SIGKILL after {grace:g} s")

@@ -57,6 +57,7 @@ class RestartConfig(TypedDict, total=False):
     backoff_s: List[float]      # [first, cap]
     window_s: float
     stable_s: float             # ready this long with no crash: the run is marked stable (a good version)
+    drain_s: float              # a stop lets the engine finish what is in flight this long before the grace
 
 
 class LogsConfig(TypedDict, total=False):
@@ -79,6 +80,9 @@ class ProbeConfig(TypedDict, total=False):
     running_metrics: List[str]  # the engine's gauges of requests running / waiting (its metrics.yaml)
     waiting_metrics: List[str]
     api_key_env: str            # the env file variable holding the API key (--api-key), if one is set
+    progress_metrics: List[str]  # the engine's counters that advance on every step (the hang rule, supervise_hang)
+    hang_s: float               # health.hang_s; absent: derived from the steps seen
+    hang_poll_s: float          # seconds between two readings of /metrics by the hang rule (default 1)
 
 
 class SuperviseConfig(TypedDict, total=False):
@@ -131,6 +135,7 @@ class Crash(TypedDict, total=False):
     log_offset: int
     traceback_offset: Optional[int]
     probe_dead: Optional[Dict[str, Any]]  # ended by the one-token probe: {at, reason, failures}
+    hung: Optional[Dict[str, Any]]  # ended by the hang rule (State.hung's record)
 
 
 class State(TypedDict, total=False):
@@ -158,6 +163,8 @@ class State(TypedDict, total=False):
     crashloop_after_ready: bool  # it crash-looped after it had been ready (a version not to go back to)
     stopped_from: Optional[str]  # `down` of an ended run: the status it had (exited, crashloop, lost)
     unhealthy: Optional[Dict[str, Any]]  # the last probe failed while ready: {since, reason, running, waiting, failures}
+    hung: Optional[Dict[str, Any]]  # the hang rule ended it: {at, reason, running, waiting, progress, stalled_s,
+                                    # hang_s, derived, longest_step_s, stacks: {file, method, processes}}
     rotated: int                # bytes of engine.log moved out to engine.log.1 so far (offsets shift by it)
     alive: bool
     supervisor_alive: bool

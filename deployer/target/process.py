@@ -12,6 +12,7 @@ import json
 import posixpath
 import shlex
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,13 +85,22 @@ def status(remote: Remote, run: RunDir) -> dict[str, Any]:
     return _json_line(result.stdout)
 
 
-def stop(remote: Remote, run: RunDir, grace: float, why: str | None = None) -> dict[str, Any]:
+def stop(remote: Remote, run: RunDir, grace: float, why: str | None = None, drain_s: float = 0.0) -> dict[str, Any]:
     """Stop the run's engine; `why` "replace" records that nobody asked for the deployment to stop (an `up`
     replacing it), so an interrupted replace never reads as a deliberate `down`; "failed": deployer ends a failed
-    attempt (a rank that ended by itself keeps the status it ended with). None: a deliberate stop (`down`)."""
+    attempt (a rank that ended by itself keeps the status it ended with). None: a deliberate stop (`down`).
+    `drain_s`: the run's restart.drain_s (drain_of its record): the supervisor lets the engine drain that long
+    before the grace starts, so the wait for its answer is that much longer."""
     extra = ("--why", why) if why else ()
-    result = run_supervisor(remote, "stop", run.path, "--grace", f"{grace:g}", *extra, timeout=grace + 30)
+    result = run_supervisor(remote, "stop", run.path, "--grace", f"{grace:g}", *extra,
+                            timeout=grace + drain_s + 30)
     return _json_line(result.stdout)
+
+
+def drain_of(record: Mapping[str, Any]) -> float:
+    """restart.drain_s of the run whose profile.json is `record` (0 when it does not say: an older run)."""
+    value = (((record.get("profile") or {}).get("restart") or {}).get("drain_s"))
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else 0.0
 
 
 def rescue(remote: Remote, layout: Layout, grace: float) -> str:

@@ -91,6 +91,8 @@ def supervise_config(spec: SupervisedSpec) -> SuperviseConfig:
     # default profile's supervise.json stays byte for byte the previous release's (tests/unit/records)
     if restart.stable_s != DEFAULT_RESTART["stable_s"]:
         config["restart"]["stable_s"] = restart.stable_s
+    if restart.drain_s:
+        config["restart"]["drain_s"] = restart.drain_s
     if restart.on_boot:
         config["on_boot"] = True
     if spec.logs is not None:

@@ -117,6 +117,21 @@ def load_gauges(engine: Engine, args: Mapping[str, Any]) -> tuple[list[str], lis
             [m.name for m in names.candidates(Quantity.REQUESTS_WAITING)])
 
 
+def progress_names(engine: Engine, args: Mapping[str, Any]) -> list[str]:
+    """The engine's forward-progress counters (its metrics.yaml `progress`: series that advance on every engine
+    step, the hang rule's); none when it names none or when the profile's `args` turn its metrics off."""
+    path = engine.knowledge.metrics
+    if path is None:
+        return []
+    try:
+        names = load_metric_names(path)
+    except MetricNamesUnreadable:
+        return []
+    if names.switch is not None and not names.switch.serves(args):
+        return []
+    return [m.name for m in names.progress]
+
+
 def probe_config(profile: Profile) -> ProbeConfig:
     """supervise.json's "probe": the supervisor's one-token probe after ready."""
     engine, health = profile.engine, profile.health
@@ -126,6 +141,11 @@ def probe_config(profile: Profile) -> ProbeConfig:
                            "interval_s": health.probe_interval_s, "failures": health.probe_failures,
                            "timeout_s": health.probe_timeout_s, "running_metrics": running,
                            "waiting_metrics": waiting}
+    progress = progress_names(engine.definition, engine.args)
+    if progress:  # keys added since: only when there is something to judge (the hang rule, supervise_hang)
+        config["progress_metrics"] = progress
+    if health.hang_s != "auto":
+        config["hang_s"] = float(health.hang_s)
     if engine.args.get("api_key"):
         from_env = engine.definition.launch.secret_env_var("api_key")  # render put it there (Launch.secret_env)
         config["api_key_env"] = from_env if from_env and isinstance(engine.args["api_key"], str) else \

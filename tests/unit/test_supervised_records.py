@@ -110,6 +110,7 @@ def test_engine_records_are_the_previous_releases(tmp_path: Path) -> None:
     health = record["profile"]["health"]
     assert {k: health.pop(k) for k in ("probe_interval_s", "probe_failures", "probe_timeout_s")} == {
         "probe_interval_s": 30.0, "probe_failures": 3, "probe_timeout_s": 30.0}
+    assert (health.pop("hang_s"), record["profile"]["restart"].pop("drain_s")) == ("auto", 0.0)  # issue 37's keys
     _pinned("engine-profile.json", record, content_hash=bundle.content_hash)
 
 

@@ -60,6 +60,10 @@ VLLM = Engine(
         # --hf-token has no variable of vLLM's own (HF_TOKEN is huggingface_hub's): it stays an argv word.
         secret_env=(("api_key", "VLLM_API_KEY"),),
         health_path="/health",
+        # engine/arg_utils.py:1902 (0.32.0; 0.33.0 :1941) --shutdown-timeout, int, default 0 = abort what is in
+        # flight; >0: the API server (entrypoints/launchers/launcher.py:267) and EngineCore (v1/engine/core.py:1632)
+        # drain for that long ("[shutdown] EngineCore: draining in-flight requests")
+        drain_flag="shutdown_timeout",
     ),
     log=LogFormat(
         ready_line=READY_LINE,

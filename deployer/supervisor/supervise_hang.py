@@ -1,0 +1,233 @@
+"""The hang rule: an engine that holds requests and makes no forward progress is hung, even while /health answers.
+
+Owns `HangRule` (pure: fed timed readings of the engine's /metrics, it says when the engine is hung) and
+`HangWatch` (reads /metrics every `poll_s` in its own thread, so a hung engine never stalls the daemon's loop,
+and feeds the rule). The series are the engine package's data (engines/<kind>/metrics.yaml): its running and
+waiting gauges, and its `progress` counters, which advance on every engine step (vLLM: the iteration-tokens
+histogram's count; SGLang: realtime_tokens_total), carried in supervise.json's "probe".
+
+The rule: requests running, or waiting (with none running), and the progress counters unchanged for `hang_s`
+-> hung. Idle time never counts (nothing is due); a reading that shows progress, or a one-token probe that got
+its token, restarts the clock. When /metrics does not answer at all, the clock keeps running from the last
+reading that was busy: an engine process stopped whole (SIGSTOP, a wedged event loop) is hung too.
+
+Gauges can be stale: SGLang sets its running/queue gauges at its stats log, and 0.5.10 republishes them while
+idle only every 30 s (srt/managers/scheduler_runtime_checker_mixin.py:292), so an idle engine can read "2
+running" with its counter still. So once half of `hang_s` passed without a step, the watch sends one one-token
+completion of its own (the probe's request; a "nudge"): an engine that is alive answers it (its token restarts
+the clock, and its step moves the counter); a hung one does not, and the rule ends it at `hang_s` as before.
+
+`hang_s` is the profile's, or derived from the steps seen: 10x the longest wait between two advances while busy
+(a long prefill makes a slow step; a full queue of long generations advances every step), bounded to
+[HANG_MIN_S, HANG_MAX_S]; before any busy step was seen, HANG_UNSEEN_S. The floor keeps a GPU engine (steps of
+milliseconds to a second) well away from a false restart and still catches a hang within about 20 s; the cap
+bounds the worst detection at 5 minutes (peers' token heartbeats took ~2 minutes).
+
+Stdlib only, Python >= 3.8.
+"""
+
+from __future__ import annotations
+
+import http.client
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+
+if TYPE_CHECKING or __package__:
+    from deployer.supervisor.supervise_probe import METRICS_PATH, _SAMPLE, exchange
+else:  # run as a script on the target, where the supervisor's files sit side by side
+    from supervise_probe import METRICS_PATH, _SAMPLE, exchange  # type: ignore[no-redef]
+
+HANG_MIN_S = 20.0
+HANG_MAX_S = 300.0
+HANG_UNSEEN_S = 60.0
+HANG_FACTOR = 10.0
+POLL_S = 1.0
+READ_TIMEOUT_S = 5.0
+
+# one reading: (running, waiting, progress); progress None when the engine exposes none of the counters
+Reading = Tuple[float, float, Optional[float]]
+
+
+def reading_of(metrics: str, running: List[str], waiting: List[str], progress: List[str]) -> Optional[Reading]:
+    """The sums of the running and waiting gauges and of the progress counters in one /metrics text; None when
+    it has neither gauge (the rule cannot tell whether anything is due)."""
+    sums = {"running": 0.0, "waiting": 0.0, "progress": 0.0}
+    seen = set()
+    for line in metrics.splitlines():
+        match = _SAMPLE.match(line)
+        if match is None:
+            continue
+        name = match.group(1)
+        which = "running" if name in running else "waiting" if name in waiting else \
+            "progress" if name in progress else None
+        if which is None:
+            continue
+        try:
+            sums[which] += float(match.group(3))
+        except ValueError:
+            continue
+        seen.add(which)
+    if "running" not in seen and "waiting" not in seen:
+        return None
+    return sums["running"], sums["waiting"], sums["progress"] if "progress" in seen else None
+
+
+class HangRule:
+    """Fed (time, reading) pairs in order; `feed` returns the hung record once the engine is hung."""
+
+    def __init__(self, hang_s: Optional[float] = None) -> None:
+        self.fixed = hang_s
+        self.longest = 0.0              # the longest busy wait between two advances seen (seconds)
+        self.progress: Optional[float] = None
+        self.moved_at: Optional[float] = None
+        self.busy = False
+        self.load: Tuple[float, float] = (0.0, 0.0)
+
+    @property
+    def hang_s(self) -> float:
+        if self.fixed:
+            return self.fixed
+        if self.longest <= 0:
+            return HANG_UNSEEN_S
+        return min(HANG_MAX_S, max(HANG_MIN_S, HANG_FACTOR * self.longest))
+
+    def alive(self, now: float) -> None:
+        """A token came back (the one-token probe): the engine steps."""
+        if self.moved_at is None or now > self.moved_at:
+            self.moved_at = now
+
+    def feed(self, now: float, reading: Optional[Reading], answered: bool = True) -> Optional[Dict[str, Any]]:
+        """`reading`: this poll's; None with `answered` when /metrics answered without the gauges (nothing to
+        judge), None without `answered` when it did not answer."""
+        if reading is None:
+            if answered:
+                self.moved_at, self.busy = now, False
+                return None
+            return self._judge(now, "/metrics does not answer")
+        running, waiting, progress = reading
+        busy = running > 0 or waiting > 0
+        if progress is None:           # no progress counter exposed: nothing to judge
+            self.moved_at, self.busy = now, busy
+            return None
+        if self.progress is None or progress != self.progress or self.moved_at is None:
+            if busy and self.busy and self.moved_at is not None and self.progress is not None:
+                self.longest = max(self.longest, now - self.moved_at)
+            self.progress, self.moved_at = progress, now
+        elif not busy:
+            self.moved_at = now        # idle: no step is due
+        self.busy, self.load = busy, (running, waiting)
+        return self._judge(now, None)
+
+    def _judge(self, now: float, why: Optional[str]) -> Optional[Dict[str, Any]]:
+        if not self.busy or self.moved_at is None:
+            return None
+        stalled = now - self.moved_at
+        limit = self.hang_s
+        if stalled < limit:
+            return None
+        running, waiting = self.load
+        reason = "%g running, %g waiting and no engine step for %.0f s (hang_s %g%s)" % (
+            running, waiting, stalled, limit, "" if self.fixed else ", derived")
+        if why:
+            reason += "; " + why
+        return {"at": time.time(), "reason": reason, "running": running, "waiting": waiting,
+                "progress": self.progress, "stalled_s": round(stalled, 1), "hang_s": limit,
+                "derived": not self.fixed, "longest_step_s": round(self.longest, 2)}
+
+
+class HangWatch:
+    """Reads the engine's /metrics every `poll_s` in a thread and judges each reading with a HangRule.
+
+    `due(now)` starts a read when one is due and none is in flight; `result()` feeds a finished read to the rule
+    (in the caller's thread) and returns the hung record once it says hung."""
+
+    def __init__(self, cfg: Dict[str, Any], nudge: Optional[Callable[[], Optional[str]]] = None) -> None:
+        self.nudge = nudge          # one one-token completion: None when a token came (TokenWatch.once)
+        self._nudging: Optional[threading.Thread] = None
+        self._nudged_for: Optional[float] = None   # the clock start the last nudge was sent for
+        self._token: Optional[Tuple[int, float]] = None
+        self.address = str(cfg.get("address") or "127.0.0.1")
+        self.port = int(cfg.get("port") or 0)
+        self.running = [str(n) for n in cfg.get("running_metrics") or []]
+        self.waiting = [str(n) for n in cfg.get("waiting_metrics") or []]
+        self.progress = [str(n) for n in cfg.get("progress_metrics") or []]
+        hang_s = cfg.get("hang_s")
+        self.hang_s = float(hang_s) if isinstance(hang_s, (int, float)) and hang_s > 0 else None
+        self.poll_s = float(cfg.get("hang_poll_s") or POLL_S)
+        self.rule = HangRule(self.hang_s)
+        self.generation = 0
+        self.next_at = 0.0
+        self._thread: Optional[threading.Thread] = None
+        self._done: Optional[Tuple[int, float, Optional[Reading], bool]] = None
+        self._lock = threading.Lock()
+
+    @property
+    def enabled(self) -> bool:
+        return self.port > 0 and bool(self.progress) and bool(self.running or self.waiting)
+
+    def reset(self, now: float) -> None:
+        """A new engine: a new rule (what the one before did says nothing of this one)."""
+        with self._lock:
+            self.generation += 1
+            self.rule = HangRule(self.hang_s)
+            self.next_at = now + self.poll_s
+            self._done = self._token = self._nudged_for = None
+
+    def alive(self, now: float) -> None:
+        self.rule.alive(now)
+
+    def nudge_due(self, now: float) -> bool:
+        """Sends the nudge (in a thread) when the engine has been busy with no step for half of hang_s and none
+        was sent since the clock last started; True when it did."""
+        rule = self.rule
+        if self.nudge is None or not rule.busy or rule.moved_at is None or self._nudged_for == rule.moved_at:
+            return False
+        if now - rule.moved_at < rule.hang_s / 2 or (self._nudging is not None and self._nudging.is_alive()):
+            return False
+        self._nudged_for = rule.moved_at
+        self._nudging = threading.Thread(target=self._nudge, args=(self.generation,), daemon=True)
+        self._nudging.start()
+        return True
+
+    def _nudge(self, generation: int) -> None:
+        assert self.nudge is not None
+        if self.nudge() is None:
+            with self._lock:
+                self._token = (generation, time.monotonic())
+
+    def due(self, now: float) -> bool:
+        self.nudge_due(now)
+        if not self.enabled or now < self.next_at or (self._thread is not None and self._thread.is_alive()):
+            return False
+        self.next_at = now + self.poll_s
+        self._thread = threading.Thread(target=self._read, args=(self.generation,), daemon=True)
+        self._thread.start()
+        return True
+
+    def result(self) -> Optional[Dict[str, Any]]:
+        with self._lock:
+            done, self._done = self._done, None
+        if done is None or done[0] != self.generation:
+            return None
+        _, at, reading, answered = done
+        return self.feed(at, reading, answered)
+
+    def feed(self, at: float, reading: Optional[Reading], answered: bool = True) -> Optional[Dict[str, Any]]:
+        """A reading to the rule, after the token of a nudge that came back since (it restarts the clock)."""
+        with self._lock:
+            token, self._token = self._token, None
+        if token is not None and token[0] == self.generation:
+            self.rule.alive(token[1])
+        return self.rule.feed(at, reading, answered)
+
+    def _read(self, generation: int) -> None:
+        reading, answered = None, True
+        try:
+            status, body = exchange(self.address, self.port, "GET", METRICS_PATH, None, {}, READ_TIMEOUT_S)
+            if status == 200:
+                reading = reading_of(body.decode("utf-8", "replace"), self.running, self.waiting, self.progress)
+        except (OSError, http.client.HTTPException):
+            answered = False
+        with self._lock:
+            self._done = (generation, time.monotonic(), reading, answered)
