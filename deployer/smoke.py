@@ -28,7 +28,8 @@ from deployer.target.lock import DeploymentLock
 from deployer.runner.up import UpOptions, UpReport, up
 from deployer.profile.model import Profile
 from deployer.target.push import layout_for
-from deployer.remote.base import EndpointUnreachable, Remote
+from deployer.remote.base import Remote
+from deployer.remote.json_api import JsonCall, json_object
 from deployer.remote.connect import conversing, target_spec
 from deployer.target.process import forget_boot, stop
 from deployer.target.records import current_view, tail_lines
@@ -415,23 +416,8 @@ def ask(remote: Remote, endpoint: Endpoint, opts: SmokeOptions, probe: TokenProb
 
 def _json_reply(remote: Remote, endpoint: Endpoint, method: str, path: str, body: dict[str, Any] | None,
                 timeout: float) -> dict[str, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    headers = {**endpoint.headers(), **({"content-type": "application/json"} if data is not None else {})}
-    try:
-        reply = remote.request(method, endpoint.port, path, body=data, headers=headers, timeout=timeout,
-                               address=endpoint.address)
-    except EndpointUnreachable as exc:
-        raise Unhealthy(f"{method} {path}: {exc}") from None
-    if reply.status != 200:
-        raise Unhealthy(f"{method} {path} answered HTTP {reply.status}: "
-                        f"{reply.body[:200].decode('utf-8', 'replace')}")
-    try:
-        parsed = json.loads(reply.body)
-    except ValueError:
-        raise Unhealthy(f"{method} {path} answered something that is not JSON: {reply.body[:200]!r}") from None
-    if not isinstance(parsed, dict):
-        raise Unhealthy(f"{method} {path} answered JSON that is not an object: {reply.body[:200]!r}")
-    return parsed
+    return json_object(remote, JsonCall(endpoint.port, endpoint.address, endpoint.headers(), timeout), method, path,
+                       body)
 
 
 def _stop_phase(profile: Profile, opts: SmokeOptions, clock: PhaseClock, report: SmokeReport,

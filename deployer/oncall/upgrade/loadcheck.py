@@ -9,7 +9,6 @@ throughput is the output tokens of the long completions over their time. Pure ap
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from dataclasses import dataclass
@@ -17,7 +16,8 @@ from typing import Any
 
 from deployer.errors import Unhealthy
 from deployer.profile.model import Profile, UpgradeGates
-from deployer.remote.base import EndpointUnreachable, Remote
+from deployer.remote.base import Remote
+from deployer.remote.json_api import JsonCall, json_object
 
 REQUEST_TIMEOUT_S = 120.0
 PROMPT = "Count from one to fifty, in words, separated by commas."
@@ -123,16 +123,5 @@ def _timed(remote: Remote, profile: Profile, headers: dict[str, str], model: str
 def _reply(remote: Remote, profile: Profile, method: str, path: str, body: dict[str, Any] | None,
            headers: dict[str, str]) -> dict[str, Any]:
     engine = profile.engine
-    try:
-        answer = remote.request(method, engine.port, path, body=None if body is None else json.dumps(body).encode(),
-                                headers=headers, timeout=REQUEST_TIMEOUT_S, address=engine.probe_address)
-    except EndpointUnreachable as exc:
-        raise Unhealthy(f"load check: {exc}") from None
-    if answer.status != 200:
-        raise Unhealthy(f"load check: {method} {path} answered HTTP {answer.status}: "
-                        f"{answer.body[:200].decode('utf-8', 'replace')}")
-    try:
-        parsed = json.loads(answer.body)
-    except ValueError:
-        raise Unhealthy(f"load check: {method} {path} answered something that is not JSON") from None
-    return parsed if isinstance(parsed, dict) else {}
+    call = JsonCall(engine.port, engine.probe_address, headers, REQUEST_TIMEOUT_S, what="load check: ")
+    return json_object(remote, call, method, path, body)
