@@ -4,10 +4,10 @@ Exit 0 when it answers a one-token completion; 1 with one line saying why not. I
 launches vLLM (tests/real_engines/conftest.py vllm_engine): --enforce-eager and --dtype float32. In bfloat16, on a
 CPU with AMX tiles, vLLM 0.32.0's CPU attention (csrc/cpu/cpu_attn_amx.hpp, chosen when torch sees AMX, the dtype
 is bfloat16 and the block size a multiple of 32) runs `tilezero` without asking Linux for the AMX tile state
-(arch_prctl ARCH_REQ_XCOMP_PERM): its worker dies with SIGILL (exit code -4) at the first token unless oneDNN or
-torch.compile asked first in that process, which --enforce-eager with the tiny model never does (seen 2026-12-05 on
-an AMX VM, whatever launched vLLM; the same launch with the permission asked, or in float32, serves). `.ci/run`
-asks this first and, when it cannot, runs the real tier without the tests that need vLLM to serve
+(arch_prctl ARCH_REQ_XCOMP_PERM): its worker dies with SIGILL (exit code -4) at the first token unless
+something else in that process asked first, which --enforce-eager with the tiny model did not in 7 launches of 8
+(seen 2026-12-05 on an AMX VM, whatever launched vLLM; the same launch with the permission asked, or in float32,
+serves). `.ci/run` asks this first and, when it cannot, runs the real tier without the tests that need vLLM to serve
 (REAL_VLLM_SERVES=0, said loudly), instead of failing on the machine rather than on deployer.
 """
 

@@ -128,8 +128,8 @@ def vllm_engine(port: int, tmp: Path, **args: Any) -> dict[str, Any]:
     """The `engine:` section for real vLLM on this CPU: capped KV cache, its files kept out of shared places, and
     float32 (VLLM_DTYPE): in bfloat16 on a CPU with AMX tiles, vLLM 0.32.0's CPU attention runs AMX instructions
     without asking Linux for them (arch_prctl ARCH_REQ_XCOMP_PERM), and its worker dies with SIGILL at the first
-    token unless oneDNN or torch.compile asked first in that process, which --enforce-eager and the tiny model
-    never do (seen on an AMX VM, 2026-12-05; scripts/real-vllm-serves.py says more)."""
+    token unless something else in that process asked first, which --enforce-eager with the tiny model did not
+    in 7 launches of 8 (seen on an AMX VM, 2026-12-05; scripts/real-vllm-serves.py says more)."""
     return {
         "kind": "vllm", "python": str(VLLM_VENV / "bin" / "python"), "model_path": str(MODEL), "port": port,
         "args": {"enforce_eager": True, "max_model_len": 512, "dtype": VLLM_DTYPE, **args},
