@@ -1,8 +1,13 @@
 """Can the real vLLM CPU build generate a token on this machine? `PYTHON scripts/real-vllm-serves.py MODEL`.
 
-Exit 0 when it answers a one-token completion; 1 with one line saying why not. Some CPUs (seen: a VM advertising
-AMX tiles) make vLLM 0.32.0's CPU worker die with SIGILL (exit code -4) at its first forward pass, whatever launches
-it: `.ci/run` asks this first and, when it cannot, runs the real tier without the tests that need vLLM to serve
+Exit 0 when it answers a one-token completion; 1 with one line saying why not. It asks the way the real tier
+launches vLLM (tests/real_engines/conftest.py vllm_engine): --enforce-eager and --dtype float32. In bfloat16, on a
+CPU with AMX tiles, vLLM 0.32.0's CPU attention (csrc/cpu/cpu_attn_amx.hpp, chosen when torch sees AMX, the dtype
+is bfloat16 and the block size a multiple of 32) runs `tilezero` without asking Linux for the AMX tile state
+(arch_prctl ARCH_REQ_XCOMP_PERM): its worker dies with SIGILL (exit code -4) at the first token unless
+something else in that process asked first, which --enforce-eager with the tiny model did not in 7 launches of 8
+(seen 2026-12-05 on an AMX VM, whatever launched vLLM; the same launch with the permission asked, or in float32,
+serves). `.ci/run` asks this first and, when it cannot, runs the real tier without the tests that need vLLM to serve
 (REAL_VLLM_SERVES=0, said loudly), instead of failing on the machine rather than on deployer.
 """
 
@@ -17,6 +22,7 @@ import time
 import urllib.request
 
 PORT = 18779
+DTYPE = "float32"   # the real tier's (tests/real_engines/conftest.py VLLM_DTYPE): see above
 
 
 def main() -> int:
@@ -26,7 +32,8 @@ def main() -> int:
         log = open(os.path.join(tmp, "log"), "wb")
         proc = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
                                  "--host", "127.0.0.1", "--port", str(PORT), "--enforce-eager", "--max-model-len",
-                                 "512"], stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                                 "512", "--dtype", DTYPE], stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
         try:
             return _ask(model, proc, os.path.join(tmp, "log"))
         finally:

@@ -31,6 +31,9 @@ SGLANG_VENV = Path(os.environ.get("REAL_SGLANG_VENV", CACHE / "real-sglang-venv"
 MODEL = Path(os.environ.get("TINY_MODEL", CACHE / "tiny-llama"))
 HERE = Path(__file__).resolve().parent
 STANDIN_BIN = HERE.parent / "standin" / "bin"
+# Real vLLM's dtype in this tier: float32 keeps its CPU attention off AMX tiles (vllm_engine says why); the same
+# setting as scripts/real-vllm-serves.py's probe.
+VLLM_DTYPE = "float32"
 # A real CPU engine starts in 15-45 s here; on CI's busy 2 cores allow more, never unbounded.
 STARTUP_S = 240.0
 
@@ -122,10 +125,14 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHD]:
 
 
 def vllm_engine(port: int, tmp: Path, **args: Any) -> dict[str, Any]:
-    """The `engine:` section for real vLLM on this CPU: capped KV cache, its files kept out of shared places."""
+    """The `engine:` section for real vLLM on this CPU: capped KV cache, its files kept out of shared places, and
+    float32 (VLLM_DTYPE): in bfloat16 on a CPU with AMX tiles, vLLM 0.32.0's CPU attention runs AMX instructions
+    without asking Linux for them (arch_prctl ARCH_REQ_XCOMP_PERM), and its worker dies with SIGILL at the first
+    token unless something else in that process asked first, which --enforce-eager with the tiny model did not
+    in 7 launches of 8 (seen on an AMX VM, 2026-12-05; scripts/real-vllm-serves.py says more)."""
     return {
         "kind": "vllm", "python": str(VLLM_VENV / "bin" / "python"), "model_path": str(MODEL), "port": port,
-        "args": {"enforce_eager": True, "max_model_len": 512, **args},
+        "args": {"enforce_eager": True, "max_model_len": 512, "dtype": VLLM_DTYPE, **args},
         "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": str(tmp / "vllm-cache"),
                 "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"), "TMPDIR": str(tmp / "tmp"),
                 "VLLM_RPC_BASE_PATH": str(tmp / "tmp"),

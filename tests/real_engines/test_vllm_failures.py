@@ -19,9 +19,10 @@ from lifecycle import chat, completion, new_shm_segments, shm_entries, standin_t
 def test_max_model_len_above_the_models_then_a_kv_cache_too_small_are_healed_in_turn(
         tmp_path: Path, host: Any) -> None:
     """Attempt 1: max_model_len 100000 > the model's 2048 (vLLM's config validation) -> 2048. Attempt 2: a
-    256 KiB KV cache cannot hold 2048 tokens; vLLM estimates 384 -> max_model_len 384. Attempt 3 serves."""
+    512 KiB float32 KV cache (the tier's dtype: 1 KiB a token) cannot hold 2048 tokens; vLLM estimates 384 ->
+    max_model_len 384. Attempt 3 serves."""
     home, port = tmp_path / "home", free_port()
-    engine = vllm_engine(port, tmp_path, max_model_len=100000, kv_cache_memory_bytes=262144)
+    engine = vllm_engine(port, tmp_path, max_model_len=100000, kv_cache_memory_bytes=524288)
     del engine["env"]["VLLM_CPU_KVCACHE_SPACE"]  # set, it silently overrides --kv-cache-memory-bytes
     # vLLM's CPU default (auto) pins its compute thread to core 0 of these 2 cores; loaded, it left any other process
     # the scheduler placed there about 3% of it: `deploy status` (its client and the target's helper, one machine
@@ -67,7 +68,7 @@ def test_max_model_len_above_the_models_then_a_kv_cache_too_small_are_healed_in_
 
 
 def _assert_a_full_kv_cache_under_load(prof: Path, home: Path, port: int, restarts: int) -> None:
-    """Issue 26: eight clients of 300-token completions against the healed engine's 256 KiB KV cache (room for about
+    """Issue 26: eight clients of 300-token completions against the healed engine's 512 KiB KV cache (room for about
     one such request): `status` shows requests running and waiting, the cache full and tokens generated, each look
     well inside its timeout; the one-token probe (every 2 s, 4 s timeout) that times out behind the queue makes it
     unhealthy at most, never a restart."""

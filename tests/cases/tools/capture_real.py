@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import shlex
 import shutil
@@ -51,6 +52,7 @@ class Scenario:
     argv: tuple[str, ...] = ()             # after the module; {model} {port} {tmp} are filled in
     env: dict[str, str] = field(default_factory=dict)
     mode: str = "exit"                     # exit | ready (SIGTERM once /health is 200) | kill-worker | hang
+    #                                        | request (one 1-token completion once /health is 200)
     bind_port: bool = False                # hold the engine's port before it starts
     timeout_s: float = 180.0
     hang_s: float = 20.0                   # mode hang: how long after the error line the log is kept growing
@@ -80,6 +82,9 @@ SCENARIOS: tuple[Scenario, ...] = (
              note="as worker-killed; kept for the run whose log said (exit code: None)"),
     Scenario("vllm", "worker-segfault", VLLM_BASE, VLLM_ENV, mode="kill-worker", kill_signal=signal.SIGSEGV,
              note="/health 200, then kill -SEGV of the VLLM::Worker process (a native crash's signal)"),
+    Scenario("vllm", "worker-sigill-amx", VLLM_BASE, VLLM_ENV, mode="request",
+             note="the model's bfloat16 on a CPU with AMX tiles (amx_tile in /proc/cpuinfo): vLLM's CPU attention runs "
+                  "AMX without arch_prctl ARCH_REQ_XCOMP_PERM, the worker gets SIGILL at the first token"),
     Scenario("vllm", "bad-model-path", ("--model", "/nonexistent/tiny-llama", *VLLM_BASE[2:]), VLLM_ENV),
     Scenario("vllm", "hf-offline-not-cached", ("--model", "no-such-org/no-such-model", *VLLM_BASE[2:]), VLLM_ENV),
     Scenario("vllm", "port-in-use", VLLM_BASE, VLLM_ENV, bind_port=True,
@@ -122,6 +127,18 @@ def _health(port: int) -> int | None:
             return int(r.status)
     except OSError as e:
         return int(getattr(e, "code", 0) or 0) or None
+
+
+def _complete(port: int) -> int:
+    """POST one 1-token completion (what scripts/real-vllm-serves.py asks); the HTTP status, 0 when none came."""
+    body = json.dumps({"model": str(MODEL), "prompt": "Hello", "max_tokens": 1}).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body,
+                                     {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as r:
+            return int(r.status)
+    except OSError as e:
+        return int(getattr(e, "code", 0) or 0)
 
 
 def _group_pids(pgid: int) -> list[int]:
@@ -304,10 +321,13 @@ def _drive(scenario: Scenario, proc: subprocess.Popen[bytes], port: int, log_pat
             if hang_from is not None and time.monotonic() - hang_from >= scenario.hang_s:
                 return
             continue
-        if scenario.mode in ("ready", "kill-worker") and not healthy and _health(port) == 200:
+        if scenario.mode in ("ready", "kill-worker", "request") and not healthy and _health(port) == 200:
             healthy = True
             events.append(f"/health 200 after {time.monotonic() - started:.1f} s")
-            if scenario.mode == "ready":
+            if scenario.mode == "request":
+                events.append(f"one completion: HTTP {_complete(port)}")
+                deadline = time.monotonic() + 30
+            elif scenario.mode == "ready":
                 os.killpg(proc.pid, signal.SIGTERM)
                 events.append("SIGTERM to the process group")
                 deadline = time.monotonic() + 30
