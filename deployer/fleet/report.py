@@ -12,6 +12,13 @@ from deployer.fleet.members import ReplicaMember
 from deployer.fleet.router import RouterReport
 
 SERVING = ("ready", "already-running", "unchanged")
+# a replica not replaced (left running) or whose old version is back (a canary rolled back) serves too
+STILL_SERVING = (*SERVING, "left-running", "rolled-back")
+
+
+def serves(status: str, restored: dict[str, Any] | None) -> bool:
+    """Whether a replica with this report status (and the version brought back, if any) serves."""
+    return status in STILL_SERVING or (restored or {}).get("status") == "ready"
 
 
 @dataclass
@@ -31,7 +38,7 @@ class ReplicaResult:
 
     @property
     def serving(self) -> bool:
-        return self.status in (*SERVING, "left-running") or (self.restored or {}).get("status") == "ready"
+        return serves(self.status, self.restored)
 
 
 @dataclass

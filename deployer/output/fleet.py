@@ -8,6 +8,7 @@ import sys
 import threading
 from typing import Any
 
+from deployer.fleet.report import serves
 from deployer.logtext import clip, printable
 from deployer.output.fleet_status import status_lines as status_lines   # the table's home; named here too
 from deployer.events import (
@@ -104,7 +105,7 @@ def report_lines(report: dict[str, Any]) -> list[str]:
     for check in (report.get("canary") or {}).get("checks") or []:  # a canary's gates (fleet/canary_judge.py)
         verdict = {True: "ok", False: "FAILED", None: "not compared"}[check.get("passed")]
         lines.append(f"    {check['name']}: {verdict} ({_t(check.get('note') or '', 200)})")
-    ready = sum(1 for r in report["replicas"] if r["status"] in ("ready", "already-running", "unchanged"))
+    ready = sum(1 for r in report["replicas"] if serves(r["status"], r.get("restored")))
     lines.append(f"{report['name']}: {report['status']} ({ready} of {len(report['replicas'])} replicas serving)")
     if (report.get("restart") or {}).get("text"):
         lines.append(f"  each replica: {_t(report['restart']['text'], 300)}")

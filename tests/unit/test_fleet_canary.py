@@ -221,6 +221,18 @@ def test_the_report_shows_the_verdict_and_every_gate_with_its_numbers() -> None:
     assert any(line.startswith("    ttft_p99: ok (") for line in lines), lines
 
 
+def test_after_a_roll_back_the_summary_counts_every_replica_that_serves() -> None:
+    """The canary's old version back and a replica never reached (left running) both serve: the line says so."""
+    report = FleetReport("f", status="partial", mode="canary", outcome="rolled-back")
+    report.replicas = [
+        ReplicaResult(0, "a", "r0", "http://a:1", "rolled-back", restored={"status": "ready"}),
+        ReplicaResult(1, "b", "r1", "http://b:1", "left-running"),
+        ReplicaResult(2, "c", "r2", "http://c:1", "failed"),
+    ]
+    lines = report_lines(json.loads(json.dumps(report.to_json())))
+    assert "f: partial (2 of 3 replicas serving)" in lines, lines
+
+
 def test_history_keeps_the_numbers_or_why_there_were_none() -> None:
     verdict = judge(_numbers(itl=0.03), [_numbers(1)], GATES, 5.0)
     entry = json.loads(json.dumps(verdict_entry("f", verdict, None, 0)))
