@@ -22,6 +22,8 @@ A file looks like:
         kind: counter
         release: 0.32.0
         source: myengine/metrics.py:700
+    engine_labels: [engine]              # optional: the labels that tell one data-parallel engine's series from
+                                         # another's (the hang rule judges each engine alone)
     switch:                              # optional: the flag without which (or with which) /metrics lacks
       flag: enable_metrics               # these series; on_when_set: true = served only with it set true
       on_when_set: true
@@ -204,6 +206,7 @@ class MetricNames:
     metrics: dict[Quantity, list[MetricName]]
     switch: MetricsSwitch | None = None
     progress: list[MetricName] = field(default_factory=list)  # advance on every engine step (the hang rule)
+    engine_labels: list[str] = field(default_factory=list)  # tell one data-parallel engine's series from another's
 
     @classmethod
     def of(cls, data: Any) -> MetricNames:
@@ -217,7 +220,8 @@ class MetricNames:
         progress = d.get("progress", [])
         return cls(_str(d["engine"], "engine"), _str(d["release"], "release"), metrics,
                    None if switch is None else MetricsSwitch.of(switch, "switch"),
-                   [MetricName.of(one, "progress") for one in (progress if isinstance(progress, list) else [progress])])
+                   [MetricName.of(one, "progress") for one in (progress if isinstance(progress, list) else [progress])],
+                   _strs(d.get("engine_labels", []), "engine_labels"))
 
     def candidates(self, quantity: Quantity) -> list[MetricName]:
         """The names tried for a quantity (empty: the engine does not expose it)."""

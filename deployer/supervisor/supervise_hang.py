@@ -11,6 +11,10 @@ The rule: requests running, or waiting (with none running), and the progress cou
 its token, restarts the clock. When /metrics does not answer at all, the clock keeps running from the last
 reading that was busy: an engine process stopped whole (SIGSTOP, a wedged event loop) is hung too.
 
+Data-parallel engines are judged one by one: the engine package's `engine_labels` (vLLM's `engine`, SGLang's
+`dp_rank`) split the series, each engine has its own clock, and one that holds requests without a step is hung while
+the others step (a sum over engines would hide it).
+
 Gauges can be stale: SGLang sets its running/queue gauges at its stats log, and 0.5.10 republishes them while
 idle only every 30 s (srt/managers/scheduler_runtime_checker_mixin.py:292), so an idle engine can read "2
 running" with its counter still. So once half of `hang_s` passed without a step, the watch sends one one-token
@@ -29,9 +33,10 @@ Stdlib only, Python >= 3.8.
 from __future__ import annotations
 
 import http.client
+import re
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Union
 
 if TYPE_CHECKING or __package__:
     from deployer.supervisor.supervise_probe import METRICS_PATH, _SAMPLE, exchange
@@ -47,13 +52,24 @@ READ_TIMEOUT_S = 5.0
 
 # one reading: (running, waiting, progress); progress None when the engine exposes none of the counters
 Reading = Tuple[float, float, Optional[float]]
+# the readings of one /metrics text, one per engine ("" when the engine's series carry none of its engine labels)
+Readings = Dict[str, Reading]
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
-def reading_of(metrics: str, running: List[str], waiting: List[str], progress: List[str]) -> Optional[Reading]:
-    """The sums of the running and waiting gauges and of the progress counters in one /metrics text; None when
-    it has neither gauge (the rule cannot tell whether anything is due)."""
-    sums = {"running": 0.0, "waiting": 0.0, "progress": 0.0}
-    seen = set()
+def engine_key(labels: Optional[str], engine_labels: List[str]) -> str:
+    """Which engine a series belongs to: its values of the engine labels ("engine=1"); "" when it has none."""
+    if not engine_labels or not labels:
+        return ""
+    found = dict(_LABEL.findall(labels))
+    return ",".join("%s=%s" % (name, found[name]) for name in engine_labels if name in found)
+
+
+def readings_of(metrics: str, running: List[str], waiting: List[str], progress: List[str],
+                engine_labels: Optional[List[str]] = None) -> Optional[Readings]:
+    """Per engine (its `engine_labels` values), the sums of the running and waiting gauges and of the progress
+    counters in one /metrics text; an engine without either gauge is left out; None when none has one."""
+    sums: Dict[str, Dict[str, float]] = {}
     for line in metrics.splitlines():
         match = _SAMPLE.match(line)
         if match is None:
@@ -64,25 +80,45 @@ def reading_of(metrics: str, running: List[str], waiting: List[str], progress: L
         if which is None:
             continue
         try:
-            sums[which] += float(match.group(3))
+            value = float(match.group(3))
         except ValueError:
             continue
-        seen.add(which)
-    if "running" not in seen and "waiting" not in seen:
-        return None
-    return sums["running"], sums["waiting"], sums["progress"] if "progress" in seen else None
+        one = sums.setdefault(engine_key(match.group(2), engine_labels or []), {})
+        one[which] = one.get(which, 0.0) + value
+    found = {key: (one.get("running", 0.0), one.get("waiting", 0.0), one.get("progress"))
+             for key, one in sums.items() if "running" in one or "waiting" in one}
+    return found or None
 
 
-class HangRule:
-    """Fed (time, reading) pairs in order; `feed` returns the hung record once the engine is hung."""
+def reading_of(metrics: str, running: List[str], waiting: List[str], progress: List[str]) -> Optional[Reading]:
+    """The sums over all engines (one reading of the whole server); None when it has neither gauge."""
+    found = readings_of(metrics, running, waiting, progress)
+    return None if found is None else found[""]
 
-    def __init__(self, hang_s: Optional[float] = None) -> None:
-        self.fixed = hang_s
-        self.longest = 0.0              # the longest busy wait between two advances seen (seconds)
+
+class _Clock:
+    """One engine's side of the rule: its progress, when it last moved, whether it holds requests."""
+
+    def __init__(self) -> None:
         self.progress: Optional[float] = None
         self.moved_at: Optional[float] = None
         self.busy = False
         self.load: Tuple[float, float] = (0.0, 0.0)
+        self.extended = False          # a token restarted this clock since its last step (several engines)
+
+
+class HangRule:
+    """Fed (time, readings) pairs in order; `feed` returns the hung record once one engine is hung.
+
+    Each data-parallel engine (its engine labels' values) has its own clock: one that holds requests and does not
+    step is hung while the others step. A token (the probe's, a nudge's) proves that *an* engine steps: with one
+    engine it restarts the clock; with several it restarts each engine's clock at most once per stall, so a stuck
+    engine behind live ones is still caught (by 2 x hang_s at worst)."""
+
+    def __init__(self, hang_s: Optional[float] = None) -> None:
+        self.fixed = hang_s
+        self.longest = 0.0              # the longest busy wait between two advances seen (seconds), any engine
+        self.clocks: Dict[str, _Clock] = {}
 
     @property
     def hang_s(self) -> float:
@@ -92,48 +128,79 @@ class HangRule:
             return HANG_UNSEEN_S
         return min(HANG_MAX_S, max(HANG_MIN_S, HANG_FACTOR * self.longest))
 
-    def alive(self, now: float) -> None:
-        """A token came back (the one-token probe): the engine steps."""
-        if self.moved_at is None or now > self.moved_at:
-            self.moved_at = now
+    @property
+    def busy(self) -> bool:
+        """Some engine holds requests and has a progress counter to judge."""
+        return any(c.busy and c.moved_at is not None for c in self.clocks.values())
 
-    def feed(self, now: float, reading: Optional[Reading], answered: bool = True) -> Optional[Dict[str, Any]]:
-        """`reading`: this poll's; None with `answered` when /metrics answered without the gauges (nothing to
-        judge), None without `answered` when it did not answer."""
+    @property
+    def moved_at(self) -> Optional[float]:
+        """When the engine stalled longest last moved (of those busy); None when none is."""
+        busy = [c.moved_at for c in self.clocks.values() if c.busy and c.moved_at is not None]
+        return min(busy) if busy else None
+
+    def alive(self, now: float) -> None:
+        """A token came back (the one-token probe): an engine steps."""
+        several = len(self.clocks) > 1
+        for clock in self.clocks.values():
+            if several and clock.extended:
+                continue
+            if clock.moved_at is None or now > clock.moved_at:
+                clock.moved_at, clock.extended = now, several
+
+    def feed(self, now: float, reading: Union[Reading, Readings, None],
+             answered: bool = True) -> Optional[Dict[str, Any]]:
+        """`reading`: this poll's, per engine (a bare Reading is one engine); None with `answered` when /metrics
+        answered without the gauges (nothing to judge), None without `answered` when it did not answer."""
         if reading is None:
             if answered:
-                self.moved_at, self.busy = now, False
+                for clock in self.clocks.values():
+                    clock.moved_at, clock.busy = now, False
                 return None
             return self._judge(now, "/metrics does not answer")
+        readings = {"": reading} if isinstance(reading, tuple) else reading
+        self.clocks = {key: self.clocks.get(key) or _Clock() for key in readings}
+        for key, one in readings.items():
+            self._step(self.clocks[key], now, one)
+        return self._judge(now, None)
+
+    def _step(self, clock: _Clock, now: float, reading: Reading) -> None:
         running, waiting, progress = reading
         busy = running > 0 or waiting > 0
         if progress is None:           # no progress counter exposed: nothing to judge
-            self.moved_at, self.busy = now, busy
-            return None
-        if self.progress is None or progress != self.progress or self.moved_at is None:
-            if busy and self.busy and self.moved_at is not None and self.progress is not None:
-                self.longest = max(self.longest, now - self.moved_at)
-            self.progress, self.moved_at = progress, now
+            clock.moved_at, clock.busy = now, busy
+            return
+        if clock.progress is None or progress != clock.progress or clock.moved_at is None:
+            if busy and clock.busy and clock.moved_at is not None and clock.progress is not None:
+                self.longest = max(self.longest, now - clock.moved_at)
+            clock.progress, clock.moved_at, clock.extended = progress, now, False
         elif not busy:
-            self.moved_at = now        # idle: no step is due
-        self.busy, self.load = busy, (running, waiting)
-        return self._judge(now, None)
+            clock.moved_at = now       # idle: no step is due
+        clock.busy, clock.load = busy, (running, waiting)
 
     def _judge(self, now: float, why: Optional[str]) -> Optional[Dict[str, Any]]:
-        if not self.busy or self.moved_at is None:
-            return None
-        stalled = now - self.moved_at
         limit = self.hang_s
+        stalled_at = [(c.moved_at, key) for key, c in self.clocks.items() if c.busy and c.moved_at is not None]
+        if not stalled_at:
+            return None
+        moved_at, key = min(stalled_at)
+        stalled = now - moved_at
         if stalled < limit:
             return None
-        running, waiting = self.load
+        clock = self.clocks[key]
+        running, waiting = clock.load
         reason = "%g running, %g waiting and no engine step for %.0f s (hang_s %g%s)" % (
             running, waiting, stalled, limit, "" if self.fixed else ", derived")
+        if key:
+            reason = "engine %s (of %d): %s" % (key, len(self.clocks), reason)
         if why:
             reason += "; " + why
-        return {"at": time.time(), "reason": reason, "running": running, "waiting": waiting,
-                "progress": self.progress, "stalled_s": round(stalled, 1), "hang_s": limit,
-                "derived": not self.fixed, "longest_step_s": round(self.longest, 2)}
+        record = {"at": time.time(), "reason": reason, "running": running, "waiting": waiting,
+                  "progress": clock.progress, "stalled_s": round(stalled, 1), "hang_s": limit,
+                  "derived": not self.fixed, "longest_step_s": round(self.longest, 2)}
+        if key:
+            record["engine"] = key
+        return record
 
 
 class HangWatch:
@@ -152,6 +219,7 @@ class HangWatch:
         self.running = [str(n) for n in cfg.get("running_metrics") or []]
         self.waiting = [str(n) for n in cfg.get("waiting_metrics") or []]
         self.progress = [str(n) for n in cfg.get("progress_metrics") or []]
+        self.engine_labels = [str(n) for n in cfg.get("engine_labels") or []]  # data-parallel engines, each judged
         hang_s = cfg.get("hang_s")
         self.hang_s = float(hang_s) if isinstance(hang_s, (int, float)) and hang_s > 0 else None
         self.poll_s = float(cfg.get("hang_poll_s") or POLL_S)
@@ -159,7 +227,7 @@ class HangWatch:
         self.generation = 0
         self.next_at = 0.0
         self._thread: Optional[threading.Thread] = None
-        self._done: Optional[Tuple[int, float, Optional[Reading], bool]] = None
+        self._done: Optional[Tuple[int, float, Optional[Readings], bool]] = None
         self._lock = threading.Lock()
 
     @property
@@ -213,7 +281,8 @@ class HangWatch:
         _, at, reading, answered = done
         return self.feed(at, reading, answered)
 
-    def feed(self, at: float, reading: Optional[Reading], answered: bool = True) -> Optional[Dict[str, Any]]:
+    def feed(self, at: float, reading: Union[Reading, Readings, None],
+             answered: bool = True) -> Optional[Dict[str, Any]]:
         """A reading to the rule, after the token of a nudge that came back since (it restarts the clock)."""
         with self._lock:
             token, self._token = self._token, None
@@ -226,7 +295,8 @@ class HangWatch:
         try:
             status, body = exchange(self.address, self.port, "GET", METRICS_PATH, None, {}, READ_TIMEOUT_S)
             if status == 200:
-                reading = reading_of(body.decode("utf-8", "replace"), self.running, self.waiting, self.progress)
+                reading = readings_of(body.decode("utf-8", "replace"), self.running, self.waiting, self.progress,
+                                      self.engine_labels)
         except (OSError, http.client.HTTPException):
             answered = False
         with self._lock:

@@ -83,6 +83,7 @@ class ProbeConfig(TypedDict, total=False):
     progress_metrics: List[str]  # the engine's counters that advance on every step (the hang rule, supervise_hang)
     hang_s: float               # health.hang_s; absent: derived from the steps seen
     hang_poll_s: float          # seconds between two readings of /metrics by the hang rule (default 1)
+    engine_labels: List[str]    # the labels that tell data-parallel engines apart (the hang rule judges each)
 
 
 class SuperviseConfig(TypedDict, total=False):

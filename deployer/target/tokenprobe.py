@@ -117,19 +117,20 @@ def load_gauges(engine: Engine, args: Mapping[str, Any]) -> tuple[list[str], lis
             [m.name for m in names.candidates(Quantity.REQUESTS_WAITING)])
 
 
-def progress_names(engine: Engine, args: Mapping[str, Any]) -> list[str]:
+def progress_names(engine: Engine, args: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     """The engine's forward-progress counters (its metrics.yaml `progress`: series that advance on every engine
-    step, the hang rule's); none when it names none or when the profile's `args` turn its metrics off."""
+    step, the hang rule's) and the labels that tell its data-parallel engines apart (`engine_labels`); none when it
+    names none or when the profile's `args` turn its metrics off."""
     path = engine.knowledge.metrics
     if path is None:
-        return []
+        return [], []
     try:
         names = load_metric_names(path)
     except MetricNamesUnreadable:
-        return []
+        return [], []
     if names.switch is not None and not names.switch.serves(args):
-        return []
-    return [m.name for m in names.progress]
+        return [], []
+    return [m.name for m in names.progress], list(names.engine_labels)
 
 
 def probe_config(profile: Profile) -> ProbeConfig:
@@ -141,9 +142,11 @@ def probe_config(profile: Profile) -> ProbeConfig:
                            "interval_s": health.probe_interval_s, "failures": health.probe_failures,
                            "timeout_s": health.probe_timeout_s, "running_metrics": running,
                            "waiting_metrics": waiting}
-    progress = progress_names(engine.definition, engine.args)
+    progress, engine_labels = progress_names(engine.definition, engine.args)
     if progress:  # keys added since: only when there is something to judge (the hang rule, supervise_hang)
         config["progress_metrics"] = progress
+        if engine_labels:
+            config["engine_labels"] = engine_labels
     if health.hang_s != "auto":
         config["hang_s"] = float(health.hang_s)
     if engine.args.get("api_key"):

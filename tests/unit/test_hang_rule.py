@@ -24,7 +24,7 @@ from deployer.observe.names import load_metric_names
 from deployer.profile.model import Profile
 from deployer.render.bundle import render
 from deployer.supervisor.supervise_hang import (
-    HANG_MAX_S, HANG_MIN_S, HANG_UNSEEN_S, HangRule, HangWatch, Reading, reading_of,
+    HANG_MAX_S, HANG_MIN_S, HANG_UNSEEN_S, HangRule, HangWatch, Reading, reading_of, readings_of,
 )
 from deployer.supervisor.supervise_stacks import dump_stacks, top_frames
 from deployer.target.push import supervisor_config
@@ -356,3 +356,78 @@ def test_the_real_sglang_scheduler_stopped_under_load_is_named_stopped() -> None
     assert found[1].endswith(": state T, wchan do_signal_stop")
     rest = {"processes": [p for p in stacks["processes"] if not p["top"][0].endswith("do_signal_stop")]}
     assert classify(rest)[0].kind == "blocking-call"  # type: ignore[index]  # the detokenizer's zmq recv, idle
+
+
+# -- data-parallel engines, each judged alone ----------------------------------------------------------------
+# SYNTHETIC, in the real captures' format (tests/cases/metrics/): two vLLM engine cores (--data-parallel-size 2,
+# label `engine` as loggers.py:499 writes it) and two SGLang DP ranks (label `dp_rank`, metrics_collector.py:1391).
+def _two_vllm(steps0: float, steps1: float) -> str:
+    lines = []
+    for engine, steps in (("0", steps0), ("1", steps1)):
+        labels = f'{{engine="{engine}",model_name="/m"}}'
+        lines += [f"vllm:num_requests_running{labels} 2.0", f"vllm:num_requests_waiting{labels} 1.0",
+                  f"vllm:iteration_tokens_total_count{labels} {steps}"]
+    return "\n".join(lines) + "\n"
+
+
+def _two_sglang(tokens0: float, tokens1: float) -> str:
+    lines = []
+    for rank, tokens in (("0", tokens0), ("1", tokens1)):
+        labels = f'engine_type="unified",model_name="/m",moe_ep_rank="0",pp_rank="0",tp_rank="{rank}",dp_rank="{rank}"'
+        lines += [f"sglang:num_running_reqs{{{labels}}} 2.0", f"sglang:num_queue_reqs{{{labels}}} 0.0",
+                  f'sglang:realtime_tokens_total{{{labels},mode="decode"}} {tokens}',
+                  f'sglang:realtime_tokens_total{{{labels},mode="prefill_compute"}} 30.0']
+    return "\n".join(lines) + "\n"
+
+
+TWO = {"vllm": (_two_vllm, ["engine"], "engine=1"), "sglang": (_two_sglang, ["dp_rank"], "dp_rank=1")}
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_the_engine_labels_are_the_engines_data_and_split_the_readings(engine: str) -> None:
+    text, labels, _ = TWO[engine]
+    assert load_metric_names(engine_for(engine).knowledge.metrics).engine_labels == labels  # type: ignore[arg-type]
+    probe = supervisor_config(_profile(engine, args={"enable_metrics": True}))["probe"]
+    assert probe.get("engine_labels") == labels
+    split = readings_of(text(100.0, 7.0), *NAMES[engine], labels)
+    assert split is not None and sorted(split) == [f"{labels[0]}=0", f"{labels[0]}=1"]
+    assert split[f"{labels[0]}=1"][2] == 7.0 + (30.0 if engine == "sglang" else 0.0)
+    # the real single-engine captures: one engine, whatever its labels
+    assert list(readings_of(_capture(engine, "during"), *NAMES[engine], labels) or {}) == \
+        (["engine=0"] if engine == "vllm" else [""])
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_one_frozen_engine_is_hung_while_the_other_steps(engine: str) -> None:
+    text, labels, frozen = TWO[engine]
+    rule = HangRule(10.0)
+    hung = [(t, h) for t in range(40)
+            if (h := rule.feed(float(t), readings_of(text(100.0 + t, 7.0), *NAMES[engine], labels)))]
+    assert hung and hung[0][0] == 10.0, hung
+    record = hung[0][1]
+    assert record["engine"] == frozen and record["running"] == 2.0 and record["stalled_s"] == 10.0
+    assert record["reason"].startswith(f"engine {frozen} (of 2): 2 running, ")
+    # the same text summed, as the rule read it before: the other engine's steps hid the frozen one
+    summed = HangRule(10.0)
+    assert [t for t in range(40) if summed.feed(float(t), reading_of(text(100.0 + t, 7.0), *NAMES[engine]))] == []
+
+
+def test_a_token_extends_each_stalled_engine_once_when_there_are_several() -> None:
+    """A token proves that some engine steps, not which: with several engines it restarts a stalled engine's clock
+    once per stall, so probes answered by the live engine never hide the stuck one for long."""
+    rule = HangRule(10.0)
+    names = (*NAMES["vllm"], ["engine"])
+    for t in range(9):
+        assert rule.feed(float(t), readings_of(_two_vllm(100.0 + t, 7.0), *names)) is None
+    rule.alive(8.0)                                     # the first token: engine 1's clock starts again at 8
+    assert rule.feed(17.0, readings_of(_two_vllm(117.0, 7.0), *names)) is None
+    rule.alive(17.5)                                    # a second token in the same stall: no second extension
+    hung = rule.feed(18.0, readings_of(_two_vllm(118.0, 7.0), *names))
+    assert hung is not None and hung["engine"] == "engine=1" and hung["stalled_s"] == 10.0
+    single = HangRule(10.0)                             # one engine: every token restarts its clock (as before)
+    during = _reading("vllm", "during")
+    assert single.feed(0.0, during) is None
+    single.alive(8.0)
+    assert single.feed(17.0, during) is None
+    single.alive(17.5)
+    assert single.feed(26.0, during) is None and single.feed(27.5, during) is not None

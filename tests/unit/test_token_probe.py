@@ -199,6 +199,7 @@ def test_supervise_json_carries_the_probe() -> None:
                      "running_metrics": ["vllm:num_requests_running"],
                      "waiting_metrics": ["vllm:num_requests_waiting"],
                      "progress_metrics": ["vllm:iteration_tokens_total_count"],  # the hang rule's (issue 37)
+                     "engine_labels": ["engine"],  # each data-parallel engine core judged alone
                      "api_key_env": "VLLM_API_KEY"}  # the key stays in the 0600 env file, in vLLM's own variable
 
 
