@@ -15,6 +15,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
 
+from deployer.versions import at_least, version_key
+
 
 @dataclass(frozen=True)
 class Phase:
@@ -214,6 +216,14 @@ class Launch:
     # the flag (profile key) that makes the engine finish the requests in flight for N seconds after SIGTERM: render
     # sets it from restart.drain_s unless the profile sets it; None: the engine drains (or not) by itself
     drain_flag: str | None = None
+    drain_since: str | None = None          # the first release that has drain_flag (None: every release covered)
+
+    def drain_flag_for(self, version: str | None) -> str | None:
+        """The drain flag an engine of `version` takes; None when that release predates it. An unknown (or
+        unparsable) version is assumed to have it: preflight, which reads the target's version, says otherwise."""
+        if self.drain_flag is None or self.drain_since is None or version is None or version_key(version) is None:
+            return self.drain_flag
+        return self.drain_flag if at_least(version, self.drain_since) else None
 
     def secret_env_var(self, flag: str) -> str | None:
         """The environment variable the engine reads `flag`'s credential from; None when only its argv has it."""

@@ -163,7 +163,8 @@ def _rebased(profile: Profile, checked: Profile) -> Profile:
     env: dict[str, str | None] = {k: v for k, v in checked.engine.env.items()
                                   if k not in multinode.nic_env or k in profile.engine.env}
     env.update({k: None for k in profile.engine.env if k not in checked.engine.env})
-    return profile.patched(args=args, env=env)
+    rebased = profile.patched(args=args, env=env)  # and the version preflight pinned (a release without a drain flag)
+    return rebased.model_copy(update={"engine": rebased.engine.model_copy(update={"version": checked.engine.version})})
 
 
 def _already_running(sessions: list[NodeSession], plans: list[NodePlan], opts: UpOptions, report: NodesReport,

@@ -19,6 +19,7 @@ from deployer.engines.base import (GpuBudget, KvAllocated, MemoryInput, MemoryPl
                                    UnsupportedModel)
 from deployer.engines.renames import load_renames
 from deployer.errors import DeployError, ProfileError, ProfileProblems
+from deployer.flag_names import key_option
 from deployer.preflight import flags as fl
 from deployer.preflight.facts import PROBE_CACHE, STORE_SH, Facts, ModelFiles, env_exports, gather_facts
 from deployer.preflight.facts import weight_bytes_from_index
@@ -170,8 +171,24 @@ def run_preflight(remote: Remote, profile: Profile, *, cache_dir: Path, model_co
         report.flag_names = flagset.option_keys()
         if checked.ok:
             _resolve_where_the_model_is(remote, report, cache_dir)
+    _drain_flag(report)
     _memory(report, model_config or pushed_source(profile))
     return report
+
+
+def _drain_flag(report: PreflightReport) -> None:
+    """restart.drain_s on a release without the engine's drain flag (Launch.drain_since): said once, and the
+    profile carries the target's version so render leaves the flag out; the supervisor's stop still waits."""
+    profile, version = report.profile, report.facts.engine_version
+    launch = profile.engine.definition.launch
+    if not profile.restart.drain_s or version is None or launch.drain_flag is None or \
+            launch.drain_flag in profile.engine.args or launch.drain_flag_for(version) is not None:
+        return
+    report.warnings.append(
+        f"{profile.engine.kind} {version} has no {key_option(launch.drain_flag)} (from {launch.drain_since}): "
+        f"restart.drain_s {profile.restart.drain_s:g} is not passed to the engine, which ends what is in flight "
+        f"on a stop; the supervisor still waits drain_s and the grace before SIGKILL")
+    report.profile = profile.model_copy(update={"engine": profile.engine.model_copy(update={"version": version})})
 
 
 def _resolve_where_the_model_is(remote: Remote, report: PreflightReport, cache_dir: Path) -> None:

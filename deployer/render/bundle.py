@@ -142,9 +142,9 @@ def _engine_words(profile: Profile, hidden: list[Word] | None = None) -> tuple[l
             (argv if hidden is None else hidden).extend(_secret_tokens(profile, name, value, env))
         else:
             argv += flag_tokens(name, value, launch.false_prefix)
-    drain = profile.restart.drain_s
-    if drain and launch.drain_flag and launch.drain_flag not in engine.args:  # restart.drain_s (a stop drains)
-        argv += flag_tokens(launch.drain_flag, math.ceil(drain))
+    drain, drain_flag = profile.restart.drain_s, launch.drain_flag_for(engine.version)  # where the release has it
+    if drain and drain_flag and drain_flag not in engine.args:  # restart.drain_s (a stop drains)
+        argv += flag_tokens(drain_flag, math.ceil(drain))
     return argv, env
 
 

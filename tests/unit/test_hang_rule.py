@@ -431,3 +431,35 @@ def test_a_token_extends_each_stalled_engine_once_when_there_are_several() -> No
     assert single.feed(17.0, during) is None
     single.alive(17.5)
     assert single.feed(26.0, during) is None and single.feed(27.5, during) is not None
+
+
+# -- vLLM's drain flag only on a release that has it ----------------------------------------------------------
+def test_the_drain_flag_is_rendered_only_where_the_release_has_it() -> None:
+    launch = engine_for("vllm").launch
+    assert launch.drain_since == "0.18.0"                          # the engine package's data (vllm#34730)
+    assert [launch.drain_flag_for(v) for v in (None, "0.17.1", "0.18.0", "0.32.0", "nightly")] == \
+        ["shutdown_timeout", None, "shutdown_timeout", "shutdown_timeout", "shutdown_timeout"]
+    drained = _profile("vllm", restart={"drain_s": 12.5})
+    old = drained.model_copy(update={"engine": drained.engine.model_copy(update={"version": "0.17.1"})})
+    assert "--shutdown-timeout" not in render(old).argv
+    assert supervisor_config(old)["restart"].get("drain_s") == 12.5   # the supervisor's stop still waits
+    new = drained.model_copy(update={"engine": drained.engine.model_copy(update={"version": "0.18.0"})})
+    assert render(new).argv[-2:] == ["--shutdown-timeout", "13"]
+
+
+def test_preflight_says_once_that_an_older_vllm_cannot_drain_and_pins_its_version() -> None:
+    from deployer.preflight.checks import PreflightReport, _drain_flag
+    from deployer.preflight.facts import Facts
+
+    drained = _profile("vllm", restart={"drain_s": 12.5})
+    report = PreflightReport(facts=Facts(engine_version="0.17.1"), profile=drained)
+    _drain_flag(report)
+    assert report.warnings == ["vllm 0.17.1 has no --shutdown-timeout (from 0.18.0): restart.drain_s 12.5 is not "
+                               "passed to the engine, which ends what is in flight on a stop; the supervisor still "
+                               "waits drain_s and the grace before SIGKILL"]
+    assert report.profile.engine.version == "0.17.1" and "--shutdown-timeout" not in render(report.profile).argv
+    for version, profile in (("0.18.0", drained), ("0.17.1", _profile("vllm")),
+                             ("0.17.1", _profile("sglang", restart={"drain_s": 5}))):
+        quiet = PreflightReport(facts=Facts(engine_version=version), profile=profile)
+        _drain_flag(quiet)
+        assert quiet.warnings == [] and quiet.profile is profile

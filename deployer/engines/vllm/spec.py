@@ -64,6 +64,9 @@ VLLM = Engine(
         # flight; >0: the API server (entrypoints/launchers/launcher.py:267) and EngineCore (v1/engine/core.py:1632)
         # drain for that long ("[shutdown] EngineCore: draining in-flight requests")
         drain_flag="shutdown_timeout",
+        # added by vllm-project/vllm#34730, first released in v0.18.0 (llm-d/llm-d#927: "Available in: vLLM
+        # v0.18.0+"); an older vLLM rejects it as an unrecognized argument, so render leaves it out there
+        drain_since="0.18.0",
     ),
     log=LogFormat(
         ready_line=READY_LINE,
