@@ -191,14 +191,15 @@ class HangRule:
         running, waiting = clock.load
         reason = "%g running, %g waiting and no engine step for %.0f s (hang_s %g%s)" % (
             running, waiting, stalled, limit, "" if self.fixed else ", derived")
-        if key:
+        several = len(self.clocks) > 1   # one engine (vLLM's engine="0" alone) is named as before: not at all
+        if several:
             reason = "engine %s (of %d): %s" % (key, len(self.clocks), reason)
         if why:
             reason += "; " + why
         record = {"at": time.time(), "reason": reason, "running": running, "waiting": waiting,
                   "progress": clock.progress, "stalled_s": round(stalled, 1), "hang_s": limit,
                   "derived": not self.fixed, "longest_step_s": round(self.longest, 2)}
-        if key:
+        if several:
             record["engine"] = key
         return record
 

@@ -407,6 +407,11 @@ def test_one_frozen_engine_is_hung_while_the_other_steps(engine: str) -> None:
     record = hung[0][1]
     assert record["engine"] == frozen and record["running"] == 2.0 and record["stalled_s"] == 10.0
     assert record["reason"].startswith(f"engine {frozen} (of 2): 2 running, ")
+    # one engine (the real capture, vLLM's engine="0"): judged and named as before
+    one, alone = readings_of(_capture(engine, "during"), *NAMES[engine], labels), HangRule(10.0)
+    single = [(t, h) for t in range(12) if (h := alone.feed(float(t), one))]
+    assert single and single[0][1]["reason"].startswith("%g running" % _reading(engine, "during")[0])
+    assert "engine" not in single[0][1]
     # the same text summed, as the rule read it before: the other engine's steps hid the frozen one
     summed = HangRule(10.0)
     assert [t for t in range(40) if summed.feed(float(t), reading_of(text(100.0 + t, 7.0), *NAMES[engine]))] == []
@@ -463,3 +468,14 @@ def test_preflight_says_once_that_an_older_vllm_cannot_drain_and_pins_its_versio
         quiet = PreflightReport(facts=Facts(engine_version=version), profile=profile)
         _drain_flag(quiet)
         assert quiet.warnings == [] and quiet.profile is profile
+
+
+def test_an_engine_that_steps_after_an_extension_gets_one_again_in_its_next_stall() -> None:
+    rule, names = HangRule(10.0), (*NAMES["vllm"], ["engine"])
+    assert rule.feed(0.0, readings_of(_two_vllm(100.0, 7.0), *names)) is None
+    rule.alive(8.0)                                     # engine 1's first stall: extended to 8
+    assert rule.feed(9.0, readings_of(_two_vllm(109.0, 8.0), *names)) is None    # then it steps (at 9)
+    rule.alive(18.0)                                    # its next stall: a token extends it again
+    assert rule.feed(20.0, readings_of(_two_vllm(120.0, 8.0), *names)) is None   # hung here without it
+    hung = rule.feed(28.0, readings_of(_two_vllm(128.0, 8.0), *names))
+    assert hung is not None and hung["engine"] == "engine=1" and hung["stalled_s"] == 10.0
