@@ -58,7 +58,7 @@ def top_lines(stacks: Mapping[str, Any] | None) -> list[str]:
 def main_lines(stacks: Mapping[str, Any] | None) -> list[str]:
     """What each process's main thread waits on: the kernel's line for the process and the frames of its main
     thread (py-spy's "MainThread", the kernel's thread whose id is the pid), each prefixed with its pid. Helper
-    threads idle on an Event or a queue in every healthy engine (SGLang's watchdogs, tqdm's monitor: a real
+    threads idle on an Event or a queue in every healthy engine (an engine's watchdogs, tqdm's monitor: a real
     capture, tests/cases/hangs/): their frames say nothing of a hang."""
     out: list[str] = []
     for proc in (stacks or {}).get("processes") or []:

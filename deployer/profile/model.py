@@ -487,18 +487,19 @@ class Health(Strict):
     probe_failures: int = Field(default=3, ge=1, le=100, description="failed probes in a row, while no request is "
                                 "running or waiting, that count as a crash (under load: unhealthy, never a restart)")
     probe_timeout_s: float = Field(default=30.0, gt=0, le=600, description="how long one probe waits for its token")
-    hang_s: Union[float, Literal["auto"]] = Field(
+    hang_s: Union[float, Literal["auto", "off"]] = Field(
         default="auto", description="after ready, requests running or waiting and no engine step (the engine's "
         "progress counters, its metrics.yaml) for this long: hung, its stacks taken, restarted like a crash; auto: "
-        "10x the longest step seen, within 20..300 s (60 s before a step was seen)")
+        "10x the longest step seen, within 20..300 s (60 s before a step was seen); off: the supervisor never "
+        "reads /metrics for it")
 
     @field_validator("hang_s", mode="before")
     @classmethod
     def _hang_seconds_or_auto(cls, value: Any) -> Any:
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if value == "auto" or (number and 0 < value <= 86400):
+        if value in ("auto", "off") or (number and 0 < value <= 86400):
             return value
-        raise ValueError(f"{value!r}: a number of seconds (0 < s <= 86400), or auto")
+        raise ValueError(f"{value!r}: a number of seconds (0 < s <= 86400), auto or off")
 
     @field_validator("startup_timeout_s", mode="before")
     @classmethod

@@ -3,20 +3,20 @@
 Owns `HangRule` (pure: fed timed readings of the engine's /metrics, it says when the engine is hung) and
 `HangWatch` (reads /metrics every `poll_s` in its own thread, so a hung engine never stalls the daemon's loop,
 and feeds the rule). The series are the engine package's data (engines/<kind>/metrics.yaml): its running and
-waiting gauges, and its `progress` counters, which advance on every engine step (vLLM: the iteration-tokens
-histogram's count; SGLang: realtime_tokens_total), carried in supervise.json's "probe".
+waiting gauges, and its `progress` counters, which advance on every engine step (each engine package's metrics.yaml
+names them, with the release they come from), carried in supervise.json's "probe".
 
 The rule: requests running, or waiting (with none running), and the progress counters unchanged for `hang_s`
 -> hung. Idle time never counts (nothing is due); a reading that shows progress, or a one-token probe that got
 its token, restarts the clock. When /metrics does not answer at all, the clock keeps running from the last
 reading that was busy: an engine process stopped whole (SIGSTOP, a wedged event loop) is hung too.
 
-Data-parallel engines are judged one by one: the engine package's `engine_labels` (vLLM's `engine`, SGLang's
-`dp_rank`) split the series, each engine has its own clock, and one that holds requests without a step is hung while
+Data-parallel engines are judged one by one: the engine package's `engine_labels` (e.g. `engine`, `dp_rank`)
+split the series, each engine has its own clock, and one that holds requests without a step is hung while
 the others step (a sum over engines would hide it).
 
-Gauges can be stale: SGLang sets its running/queue gauges at its stats log, and 0.5.10 republishes them while
-idle only every 30 s (srt/managers/scheduler_runtime_checker_mixin.py:292), so an idle engine can read "2
+Gauges can be stale: an engine may set its running/queue gauges only at its stats log, and republish them while
+idle only every 30 s (the engine package's metrics.yaml says which release does), so an idle engine can read "2
 running" with its counter still. So once half of `hang_s` passed without a step, the watch sends one one-token
 completion of its own (the probe's request; a "nudge"): an engine that is alive answers it (its token restarts
 the clock, and its step moves the counter); a hung one does not, and the rule ends it at `hang_s` as before.
@@ -191,7 +191,7 @@ class HangRule:
         running, waiting = clock.load
         reason = "%g running, %g waiting and no engine step for %.0f s (hang_s %g%s)" % (
             running, waiting, stalled, limit, "" if self.fixed else ", derived")
-        several = len(self.clocks) > 1   # one engine (vLLM's engine="0" alone) is named as before: not at all
+        several = len(self.clocks) > 1   # one engine (a lone engine="0") is named as before: not at all
         if several:
             reason = "engine %s (of %d): %s" % (key, len(self.clocks), reason)
         if why:

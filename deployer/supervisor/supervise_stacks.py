@@ -25,7 +25,7 @@ else:
     from supervise_base import group_pids  # type: ignore[no-redef]
 
 MAX_PROCESSES = 32
-PY_SPY_TIMEOUT_S = 5.0    # one py-spy dump takes ~0.3 s (measured on the real SGLang CPU engine: 0.26 s for all)
+PY_SPY_TIMEOUT_S = 5.0    # one py-spy dump takes ~0.3 s (measured on a real CPU engine: 0.26 s for all)
 DUMP_BUDGET_S = 12.0      # the daemon's loop waits meanwhile: well inside HEARTBEAT_STALE (20 s), or status would
                           # call the supervisor frozen
 TOP_LINES = 12            # a process's top frames kept in the summary

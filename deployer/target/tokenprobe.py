@@ -143,11 +143,11 @@ def probe_config(profile: Profile) -> ProbeConfig:
                            "timeout_s": health.probe_timeout_s, "running_metrics": running,
                            "waiting_metrics": waiting}
     progress, engine_labels = progress_names(engine.definition, engine.args)
-    if progress:  # keys added since: only when there is something to judge (the hang rule, supervise_hang)
+    if progress and health.hang_s != "off":  # added keys: only when there is something to judge (supervise_hang)
         config["progress_metrics"] = progress
         if engine_labels:
             config["engine_labels"] = engine_labels
-    if health.hang_s != "auto":
+    if not isinstance(health.hang_s, str):
         config["hang_s"] = float(health.hang_s)
     if engine.args.get("api_key"):
         from_env = engine.definition.launch.secret_env_var("api_key")  # render put it there (Launch.secret_env)

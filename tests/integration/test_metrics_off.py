@@ -33,9 +33,11 @@ def test_with_metrics_off_no_get_metrics_reaches_the_engine_and_status_says_off(
 
 
 def test_with_metrics_on_status_reads_them(tmp_path: Path, sshd: Any) -> None:
-    """The other side of the switch: the same status asks /metrics once and shows the engine's numbers."""
+    """The other side of the switch: the same status asks /metrics once and shows the engine's numbers (the
+    supervisor's own hang watch, which reads /metrics every second, is off here so that the count is status's)."""
     home = tmp_path / "h"
-    prof = write_profile(tmp_path, sshd, name="loud", args={"enable_metrics": True})
+    prof = write_profile(tmp_path, sshd, name="loud", args={"enable_metrics": True},
+                         extra={"health": {"hang_s": "off"}})
     assert deploy("up", str(prof), "--skip-preflight", home=home).returncode == 0
     try:
         status = deploy("status", str(prof), home=home)

@@ -7,7 +7,7 @@ the token counters, one success to the request counters, and its latencies (TTFT
 histograms' buckets, `_count` and `_sum`; the running-requests gauge is the number of completions in flight.
 tests/unit/test_standin_metrics.py checks the served text against the capture (same series, same types).
 
-Two knobs make a "worse release" for the canary tests (tests/integration/test_fleet_canary.py), both read from the
+Two knobs make a "worse release" for the canary tests (tests/integration/test_fleet_canary_rollout.py), both read from the
 engine's environment at start: STANDIN_SLOWER_X (a float, default 1) makes every completion that many times
 slower, in what it reports (TTFT, inter-token, end-to-end) and, for the SGLang stand-in, in the time it really takes
 (STANDIN_CHAT_DELAY_S times it); STANDIN_FAIL_EVERY=N makes the SGLang stand-in answer every Nth chat completion

@@ -1,5 +1,5 @@
 """Issue 39's knowledge fixes on logs (synthetic, saying so: built from the texts of the releases' wheels, see
-tests/sglang_real/test_release_knowledge.py and tests/vllm_real/test_release_knowledge.py for the wheels themselves):
+tests/sglang_real/test_release_knowledge.py and tests/vllm_real/test_vllm_release_knowledge.py for the wheels themselves):
 vLLM's data-parallel engine-core prefix `(EngineCore_DP0 pid=N)`, 0.34.0's wording of the no-cache-blocks error,
 the signatures' release ranges, and a library's error (transformers' trust_remote_code) recognised the same for both
 engines."""

@@ -81,7 +81,8 @@ def steps(monkeypatch: pytest.MonkeyPatch, switched: list[str]) -> list[str]:
         return Launch(run, 1, 1, 0.0, 0)
 
     for module in (attempts, restore):
-        monkeypatch.setattr(module, "stop", lambda remote, run, grace, why=None: done.append(f"stop {run.run_id}"))
+        monkeypatch.setattr(module, "stop", lambda remote, run, grace, why=None, drain_s=0.0:
+                            done.append(f"stop {run.run_id}"))
     monkeypatch.setattr(switch, "start", start)
     monkeypatch.setattr(switch, "set_current", lambda remote, layout, run: switched.append(f"current {run.run_id}"))
     monkeypatch.setattr(switch, "check_port",
