@@ -45,7 +45,8 @@ class Traffic:
 
     def __init__(self, addr: str, port: int) -> None:
         self.addr, self.port = addr, port
-        self.answered, self.failed = 0, []   # type: int, list[str]
+        self.answered = 0
+        self.failed: list[str] = []
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self._send, daemon=True) for _ in range(2)]
 
