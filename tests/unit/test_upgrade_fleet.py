@@ -165,6 +165,7 @@ def test_apply_is_the_canary_with_the_upgraded_fleet_and_a_roll_back_exits_as_up
     assert "mamba_radix_cache_strategy" in profile.engine.args
     text = done.text()
     assert "apply: canary rolled-back" in text and "itl_p99: FAILED" in text and "r1@gpu-b: left-running" in text
+    assert "  check traffic: ok (canary 40 requests" in text and "  check itl_p99: FAILED (" in text   # every gate
     assert done.to_json()["apply"]["report"]["canary"]["decision"] == "roll-back"
     with pytest.raises(PartlyFailed) as failed:
         done.check("sglang==0.5.23", apply_it=True)
@@ -193,3 +194,14 @@ def test_a_node_group_is_refused(tmp_path: Path) -> None:
     assert run.stderr.strip().splitlines() == [
         "error: group: `deploy upgrade` moves a single host or a replica fleet, not a node group (one engine over "
         "several hosts): give it the release's engine.python or engine.install and `deploy up`"]
+
+
+def test_a_fleet_file_upgrades_as_a_fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`deploy upgrade FLEET` reaches the fleet's operation (the kinds are told apart in deployer.deployments)."""
+    from deployer.deployments import fleet as fleet_kind
+
+    fleet = load_profile(str(fleet_files(tmp_path)), overrides=[], host=None, environ=ENV)
+    seen: list[tuple[str, bool]] = []
+    monkeypatch.setattr(fleet_kind, "upgrade_fleet",
+                        lambda profile, _o, _t, apply_it, _e: seen.append((profile.name, apply_it)) or "done")
+    assert for_profile(fleet).upgrade(options(), True, quiet) == "done" and seen == [("fl", True)]
