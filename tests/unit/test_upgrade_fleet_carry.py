@@ -202,6 +202,11 @@ def test_a_fleet_file_upgrades_as_a_fleet(tmp_path: Path, monkeypatch: pytest.Mo
 
     fleet = load_profile(str(fleet_files(tmp_path)), overrides=[], host=None, environ=ENV)
     seen: list[tuple[str, bool]] = []
-    monkeypatch.setattr(fleet_kind, "upgrade_fleet",
-                        lambda profile, _o, _t, apply_it, _e: seen.append((profile.name, apply_it)) or "done")
-    assert for_profile(fleet).upgrade(options(), True, quiet) == "done" and seen == [("fl", True)]
+    done: Any = object()
+
+    def upgrade_fleet(profile: Profile, _opts: Any, _trust: bool, apply_it: bool, _emit: Any) -> Any:
+        seen.append((profile.name, apply_it))
+        return done
+
+    monkeypatch.setattr(fleet_kind, "upgrade_fleet", upgrade_fleet)
+    assert for_profile(fleet).upgrade(options(), True, quiet) is done and seen == [("fl", True)]
