@@ -1,5 +1,6 @@
 """A replica fleet (`replicas:`, with or without a router): up / restart / rollback through deployer.fleet.up,
-status / down / logs of its members through deployer.fleet.oncall, smoke through deployer.fleet.smoke.
+status / down / logs of its members through deployer.fleet.oncall, smoke through deployer.fleet.smoke,
+upgrade (planned on the first replica, --apply by the canary) through deployer.fleet.upgrade.
 
 Its hosts are in the profile: --host does not apply to up, status or down (for `logs` it picks the member on
 that host). `plan` plans each replica on its host and resolves the router's environment (router.install);
