@@ -11,11 +11,8 @@ from deployer.cli.load import _load
 from deployer.cli.options import _profile_options, _target_options
 from deployer.deployments.resolve import for_profile
 from deployer.deployments.single import Origin
-from deployer.errors import PreflightFailed, ProfileError, Unhealthy
-from deployer.oncall.upgrade.apply import apply_upgrade
-from deployer.oncall.upgrade.plan import UpgradeOptions, upgrade_plan
+from deployer.oncall.upgrade.plan import UpgradeOptions
 from deployer.oncall.upgrade.release import parse_release
-from deployer.oncall.upgrade.save import save_upgraded
 from deployer.secrets import mask_data
 
 __all__ = ["upgrade"]
@@ -33,7 +30,7 @@ __all__ = ["upgrade"]
               help="Write the upgraded profile to this file.")
 @click.option("--apply", "apply_it", is_flag=True,
               help="Switch the host to the new release, load-check it against the old, switch back when a gate "
-                   "(upgrade.gates) fails.")
+                   "(upgrade.gates) fails; a fleet: the canary rollout (rollout.canary) promotes it or rolls back.")
 @click.option("--model-config", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="A local folder with the model's config.json (else read on the target).")
 @click.option("--json", "as_json", is_flag=True)
@@ -42,28 +39,23 @@ def upgrade(profile: str, overrides: tuple[str, ...], host: str | None, trust_ne
     """Move a profile to another release of its engine: flags renamed or dropped, values it resolves differently,
     new follow-on checks and the memory plan on both, each with its source; nothing stops.
 
+    A fleet profile is planned on its first replica's host and its changes carried to the fleet profile.
+
     Exit 2 when the new release refuses a flag no table explains (never dropped silently). With --apply, exit 6
-    when the new release failed a gate and the old one serves again."""
+    when the new release failed a gate and the old one serves again (a fleet: exits as `deploy up --canary`)."""
     prof = _load(profile, overrides, host)
     opts = UpgradeOptions(parse_release(release, prof.engine.kind), python, model_config)
-    sink = show.progress(for_profile(prof, Origin(profile, host, None, trust_new_host, overrides)), as_json)
+    deployment = for_profile(prof, Origin(profile, host, None, trust_new_host, overrides))
+    sink = show.progress(deployment, as_json)
     try:
-        plan = upgrade_plan(prof, opts, trust_new_host, sink)
-        refused = plan.comparison.refused
-        applied = apply_upgrade(plan, prof, trust_new_host, sink) if apply_it and plan.ok else None
+        done = deployment.upgrade(opts, apply_it, sink)
     finally:
         sink.close()
-    data = {**plan.to_json(), **({"apply": applied.to_json()} if applied is not None else {})}
     if as_json:
-        show.report_event(mask_data(data))
+        show.report_event(mask_data(done.to_json()))
     else:
-        click.echo(plan.text() + "".join(f"{line}\n" for line in (applied.lines() if applied else [])), nl=False)
+        click.echo(done.text(), nl=False)
     if save is not None:   # refused flags: not saved (ProfileError)
-        save_upgraded(plan, prof, save, python)
+        done.save(save)
         click.echo(f"saved the upgraded profile to {save}", err=True)
-    if refused:
-        raise ProfileError(f"the upgrade to {opts.release} is refused: {refused[0].line()}")
-    if apply_it and applied is None:
-        raise PreflightFailed([f"not applied: {p}" for p in plan.new.problems])
-    if applied is not None and not applied.promoted:
-        raise Unhealthy(f"the upgrade to {opts.release} was rolled back: {applied.reason}")
+    done.check(str(opts.release), apply_it)

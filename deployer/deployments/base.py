@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from deployer.runner.up import UpOptions
     from deployer.events import EventSink
     from deployer.target.snapshot import LogWindow
+    from deployer.oncall.upgrade.outcome import Upgraded
+    from deployer.oncall.upgrade.plan import UpgradeOptions
 
 Out = Callable[[str], None]
 __all__ = ["Deployment", "DownOptions", "ExportSource", "LogOptions", "Out", "PruneOptions", "Select"]
@@ -112,6 +114,11 @@ class Deployment(ABC):
         """What a launch needs on every host (the compatibility checks, the managed environment), without
         launching: for images and CI (`deploy prepare`)."""
         raise self._not_built("prepare")
+
+    def upgrade(self, opts: UpgradeOptions, apply_it: bool, emit: EventSink) -> Upgraded:
+        """`deploy upgrade`: what moving to `opts.release` changes (the plan, the upgraded profile), and with
+        `apply_it` the switch, kept only when the new release passes its gates."""
+        raise self._not_built("upgrade")
 
     def top(self) -> TopReport:
         """One row per engine (replica, node) with its serving numbers: the status report, row by row."""

@@ -1,5 +1,6 @@
 """A replica fleet (`replicas:`, with or without a router): up / restart / rollback through deployer.fleet.up,
-status / down / logs of its members through deployer.fleet.oncall, smoke through deployer.fleet.smoke.
+status / down / logs of its members through deployer.fleet.oncall, smoke through deployer.fleet.smoke,
+upgrade (planned on the first replica, --apply by the canary) through deployer.fleet.upgrade.
 
 Its hosts are in the profile: --host does not apply to up, status or down (for `logs` it picks the member on
 that host). `plan` plans each replica on its host and resolves the router's environment (router.install);
@@ -24,7 +25,10 @@ from deployer.fleet.report import FleetReport
 from deployer.fleet.router_env import plan_router, prepare_router
 from deployer.fleet.smoke import FleetSmokeReport, smoke_fleet
 from deployer.fleet.up import fleet_restart, fleet_rollback, fleet_up
+from deployer.fleet.upgrade import upgrade_fleet
 from deployer.oncall.deployment import Ref
+from deployer.oncall.upgrade.outcome import Upgraded
+from deployer.oncall.upgrade.plan import UpgradeOptions
 from deployer.runner.up import UpOptions
 from deployer.prepare.report import PrepareReport
 from deployer.runner.install import prepare_all
@@ -69,6 +73,11 @@ class ReplicaFleet(Deployment):
     def up(self, opts: UpOptions, emit: EventSink) -> FleetReport:
         self._no_host("up")
         return canary_up(self.profile, opts, emit) if opts.canary else fleet_up(self.profile, opts, emit)
+
+    def upgrade(self, opts: UpgradeOptions, apply_it: bool, emit: EventSink) -> Upgraded:
+        """Planned on the first replica's host, carried to the fleet profile; `apply_it`: the canary rollout."""
+        self._no_host("upgrade")
+        return upgrade_fleet(self.profile, opts, self.trust_new_host, apply_it, emit)
 
     def _one(self) -> SingleHost:
         """The fleet's profile on the single-host path: `render` and `plan` have always read a fleet file so."""

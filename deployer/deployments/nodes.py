@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from deployer import smoke as smoke_run
 from deployer.deployments.base import Deployment, DownOptions, ExportSource, LogOptions, Out, PruneOptions, Select
@@ -52,6 +52,11 @@ class NodeGroup(Deployment):
             raise ProfileError(f"{self.name} runs on {len(self.profile.nodes or [])} nodes: this command needs "
                                "one deployment")
         return self._single
+
+    def upgrade(self, opts: object, apply_it: bool, emit: EventSink) -> NoReturn:
+        raise ProfileError(f"{self.name}: `deploy upgrade` moves a single host or a replica fleet, not a node group "
+                           "(one engine over several hosts): give it the release's engine.python or engine.install "
+                           "and `deploy up`")
 
     def up(self, opts: UpOptions, emit: EventSink) -> UpReport:
         return up_nodes(self.profile, opts, emit)

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from deployer.export.prometheus import AddressOf, PromExport
     from deployer.target.snapshot import LogWindow
     from deployer.prepare.report import PrepareReport
+    from deployer.oncall.upgrade.outcome import Upgraded
+    from deployer.oncall.upgrade.plan import UpgradeOptions
     from deployer.prepare.pushed import WeightsNeeded
     from deployer.remote.base import Remote
 
@@ -96,6 +98,17 @@ class SingleHost(Deployment):
         if self.profile is None:
             raise self.load_error or ProfileError("this command needs a profile file")
         return self.profile
+
+    def upgrade(self, opts: UpgradeOptions, apply_it: bool, emit: EventSink) -> Upgraded:
+        """The plan on this host; `apply_it`: the switch, load-checked against the old release (oncall.upgrade)."""
+        from deployer.oncall.upgrade.apply import apply_upgrade
+        from deployer.oncall.upgrade.outcome import Upgraded
+        from deployer.oncall.upgrade.plan import upgrade_plan
+
+        prof, trust = self._profile(), self.origin.trust_new_host
+        plan = upgrade_plan(prof, opts, trust, emit)
+        applied = apply_upgrade(plan, prof, trust, emit) if apply_it and plan.ok else None
+        return Upgraded(plan, prof, opts.python, applied)
 
     def up(self, opts: UpOptions, emit: EventSink) -> UpReport:
         from deployer.oncall.remembered import remember

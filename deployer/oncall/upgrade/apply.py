@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from deployer.errors import DeployError, LaunchFailed
+from deployer.errors import DeployError, LaunchFailed, Unhealthy
 from deployer.events import EventSink
 from deployer.local_history import History
 from deployer.oncall.upgrade.loadcheck import Gate, LoadNumbers, judge, measure
@@ -42,6 +42,10 @@ class Applied:
                 "reason": self.reason, "before": None if self.before is None else self.before.to_json(),
                 "after": None if self.after is None else self.after.to_json(),
                 "gates": [g.to_json() for g in self.gates]}
+
+    def failure(self, release: str) -> DeployError | None:
+        """Unhealthy (exit 6) when the old release serves again."""
+        return None if self.promoted else Unhealthy(f"the upgrade to {release} was rolled back: {self.reason}")
 
     def lines(self) -> list[str]:
         out = [f"apply: {self.decision} ({self.reason})"]

@@ -90,11 +90,11 @@ def plan_upgrade(remote: Remote, profile: Profile, opts: UpgradeOptions, emit: E
     new = run_preflight(remote, runs_new, cache_dir=opts.cache_dir, model_config=opts.model_config, own_port=True)
     result = _compared(profile, old, new, opts)
     if result.args != new.profile.engine.args or result.env != new.profile.engine.env:
-        upgraded = _upgraded(runs_new, result)   # a follow-on check's fix: resolved again with it
+        upgraded = with_changes(runs_new, result)   # a follow-on check's fix: resolved again with it
         new = run_preflight(remote, upgraded, cache_dir=opts.cache_dir, model_config=opts.model_config,
                             own_port=True)
         result = _compared(profile, old, new, opts)
-    return UpgradePlan(profile.name, result, _upgraded(runs_new, result), old, new)
+    return UpgradePlan(profile.name, result, with_changes(runs_new, result), old, new)
 
 
 def _compared(profile: Profile, old: PreflightReport, new: PreflightReport, opts: UpgradeOptions) -> Comparison:
@@ -115,7 +115,8 @@ def _side(report: PreflightReport, opts: UpgradeOptions, args: dict[str, Any], v
                 problems=tuple(report.problems))
 
 
-def _upgraded(runs_new: Profile, result: Comparison) -> Profile:
+def with_changes(runs_new: Profile, result: Comparison) -> Profile:
+    """`runs_new` (a profile on the new release) with the comparison's args and env, its flags renamed."""
     renamed = {c.name: str(c.after) for c in result.changes if c.what in ("renamed", "respelt")}
     engine = runs_new.engine.model_copy(update={"args": dict(result.args), "env": dict(result.env)})
     return runs_new.with_engine(engine, renamed)
