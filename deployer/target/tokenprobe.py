@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from deployer.engines.base import Engine
-from deployer.observe.names import MetricNamesUnreadable, Quantity, load_metric_names
+from deployer.observe.names import MetricNames, MetricNamesUnreadable, Quantity, load_metric_names
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.secrets import secret_var
 from deployer.profile.host import probe_address
@@ -101,17 +101,23 @@ class ProbeAnswer:
     why: str | None
 
 
-def load_gauges(engine: Engine, args: Mapping[str, Any]) -> tuple[list[str], list[str]]:
-    """The engine's gauges of requests running and waiting (its metrics.yaml; none when it names none, or when the
-    profile's `args` turn its metrics off: the supervisor then never asks /metrics)."""
+def _served_names(engine: Engine, args: Mapping[str, Any]) -> MetricNames | None:
+    """The engine's metric names (its metrics.yaml), or None when it has none or the profile's `args` turn its
+    metrics off (the supervisor then never asks /metrics)."""
     path = engine.knowledge.metrics
     if path is None:
-        return [], []
+        return None
     try:
         names = load_metric_names(path)
     except MetricNamesUnreadable:
-        return [], []
-    if names.switch is not None and not names.switch.serves(args):
+        return None
+    return None if names.switch is not None and not names.switch.serves(args) else names
+
+
+def load_gauges(engine: Engine, args: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """The engine's gauges of requests running and waiting (none when it names none or its metrics are off)."""
+    names = _served_names(engine, args)
+    if names is None:
         return [], []
     return ([m.name for m in names.candidates(Quantity.REQUESTS_RUNNING)],
             [m.name for m in names.candidates(Quantity.REQUESTS_WAITING)])
@@ -120,15 +126,9 @@ def load_gauges(engine: Engine, args: Mapping[str, Any]) -> tuple[list[str], lis
 def progress_names(engine: Engine, args: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     """The engine's forward-progress counters (its metrics.yaml `progress`: series that advance on every engine
     step, the hang rule's) and the labels that tell its data-parallel engines apart (`engine_labels`); none when it
-    names none or when the profile's `args` turn its metrics off."""
-    path = engine.knowledge.metrics
-    if path is None:
-        return [], []
-    try:
-        names = load_metric_names(path)
-    except MetricNamesUnreadable:
-        return [], []
-    if names.switch is not None and not names.switch.serves(args):
+    names none or its metrics are off."""
+    names = _served_names(engine, args)
+    if names is None:
         return [], []
     return [m.name for m in names.progress], list(names.engine_labels)
 
