@@ -98,6 +98,7 @@ class ReplicaWatchConfig(TypedDict, total=False):
     progress_metrics: List[str]
     engine_labels: List[str]
     hang_s: float               # the fleet's health.hang_s; absent: derived from the steps seen
+    poll_s: float               # seconds between two cycles of the watch (default 1)
     path: str                   # the engine's completion endpoint: the one-token completion before an add-back
     model: str
     health_path: str

@@ -54,6 +54,7 @@ TOKEN_TIMEOUT_S = 10.0      # the one-token completion before an add-back
 READD_S = 300.0             # a pulled replica is asked back this long after its pull at most
 READD_EVERY_S = 5.0         # a POST not yet listed is repeated this often
 WORKER_HEALTH_PATH = "/health"
+START_TIME = "process_start_time_seconds"   # prometheus_client's process collector: a new process, a new value
 _PENDING = re.compile(r"in progress.* with ID ([0-9A-Za-z_-]{1,128})")
 
 # (address, port, method, path, body, headers, timeout) -> (status, body); raises OSError/HTTPException: no answer
@@ -113,6 +114,26 @@ def pending_job(answer: Any) -> str:
     return found.group(1) if found else ""
 
 
+def start_time(metrics: str) -> Optional[float]:
+    """prometheus_client's `process_start_time_seconds` in one /metrics text (vLLM's API server exposes it), else
+    None."""
+    for line in metrics.splitlines():
+        if line.startswith(START_TIME + " "):
+            try:
+                return float(line.split()[1])
+            except (IndexError, ValueError):
+                return None
+    return None
+
+
+def _state(worker: Dict[str, Any]) -> str:
+    """smg's word for a worker: `draining` once removed (whatever its health), `healthy`, else its status."""
+    status = str(worker.get("status") or "")
+    if status == "draining":
+        return status
+    return "healthy" if worker.get("is_healthy") is True else status or "unhealthy"
+
+
 def read_lease_at(lock: str) -> Dict[str, Any]:
     """The deployment's lease as its lock file holds it ({} when there is none)."""
     try:
@@ -128,9 +149,10 @@ def read_lease_at(lock: str) -> Dict[str, Any]:
 class _Pull:
     """What the watch keeps of a replica it pulled, beside its public record."""
 
-    def __init__(self, since: float, progress: Optional[float]) -> None:
+    def __init__(self, since: float, progress: Optional[float], started: Optional[float] = None) -> None:
         self.since = since            # monotonic time of the pull
         self.progress = progress      # the progress counters' sum at the pull
+        self.started = started        # its process's start time then (process_start_time_seconds), if it says
         self.gone = False             # /metrics did not answer since the pull (its engine was ended)
         self.posted_at: Optional[float] = None
         self.posts = 0
@@ -160,6 +182,7 @@ class ReplicaWatch:
         self.rules: Dict[str, HangRule] = {}
         self.pulled: Dict[str, Dict[str, Any]] = {}   # url -> its record (the daemon's state.json `pulled`)
         self._pulls: Dict[str, _Pull] = {}
+        self._started: Dict[str, Optional[float]] = {}   # url -> the start time its last /metrics said
         self.next_at = 0.0
         self._thread: Optional[threading.Thread] = None
         self._done: Optional[List[Dict[str, Any]]] = None
@@ -214,8 +237,7 @@ class ReplicaWatch:
         data = router_call(self.address, self.port, self.control, "GET", "/workers", send=self.send)
         if not isinstance(data, dict) or not isinstance(data.get("workers"), list):
             return None
-        return {str(w["url"]): (str(w.get("id")), "healthy" if w.get("is_healthy") is True else
-                                str(w.get("status") or "unhealthy"))
+        return {str(w["url"]): (str(w.get("id")), _state(w))
                 for w in data["workers"] if isinstance(w, dict) and isinstance(w.get("url"), str)}
 
     def replicas(self) -> Set[str]:
@@ -234,14 +256,15 @@ class ReplicaWatch:
         return {str(u) for u in urls} if isinstance(urls, list) else set()
 
     def _metrics(self, url: str) -> Tuple[bool, Optional[Dict[str, Tuple[float, float, Optional[float]]]]]:
-        """(answered, readings) of one /metrics of the replica."""
+        """(answered, readings) of one /metrics of the replica; the engine process's start time kept (`started`)."""
         answer = ask_url(url, "GET", METRICS_PATH, None, self.api_key, ASK_TIMEOUT_S, self.send)
         if answer is None:
             return False, None
         if answer[0] != 200:
             return True, None
-        return True, readings_of(answer[1].decode("utf-8", "replace"), self.running, self.waiting, self.progress,
-                                 self.engine_labels)
+        text = answer[1].decode("utf-8", "replace")
+        self._started[url] = start_time(text)
+        return True, readings_of(text, self.running, self.waiting, self.progress, self.engine_labels)
 
     def _judge(self, url: str, now: float) -> Optional[Dict[str, Any]]:
         rule = self.rules.setdefault(url, HangRule(self.hang_s))
@@ -255,7 +278,7 @@ class ReplicaWatch:
             return []               # the router did not answer: judged again next poll
         rule = self.rules.pop(url, None)
         progress = [c.progress for c in rule.clocks.values() if c.progress is not None] if rule else []
-        self._pulls[url] = _Pull(now, sum(progress) if progress else None)
+        self._pulls[url] = _Pull(now, sum(progress) if progress else None, self._started.get(url))
         self.pulled[url] = {"at": time.time(), "why": "hung", "reason": record.get("reason"),
                             "stalled_s": record.get("stalled_s"), "hang_s": record.get("hang_s")}
         return [{"event": "pulled", "url": url,
@@ -276,7 +299,7 @@ class ReplicaWatch:
             self.pulled[url]["not_back"] = "not serving again within %g s of the pull" % READD_S
             return [{"event": "not-back", "url": url,
                      "detail": "%s stays pulled: %s" % (url, self.pulled[url]["not_back"])}]
-        if state == "draining" or not self._new_engine(url, pull):
+        if not self._new_engine(url, pull) or state == "draining":   # read while it drains too: a refusal counts
             return []
         if pull.posted_at is not None and now - pull.posted_at < READD_EVERY_S:
             return []
@@ -293,15 +316,19 @@ class ReplicaWatch:
         return []
 
     def _new_engine(self, url: str, pull: _Pull) -> bool:
-        """Whether the replica's /metrics shows another engine than the one pulled: it did not answer since (its
-        engine was ended) and answers now, or its progress went back (counters start again)."""
+        """Whether the replica's /metrics shows another engine than the one pulled, or one that steps again: it did
+        not answer since (its engine was ended) and answers now, its process start time changed (where the engine
+        exposes prometheus_client's `process_start_time_seconds`), or its progress counters moved (a new engine's
+        start again; a hung one's stand still)."""
         answered, readings = self._metrics(url)
         if not answered:
             pull.gone = True
             return False
         progress = [r[2] for r in (readings or {}).values() if r[2] is not None]
-        went_back = bool(progress) and pull.progress is not None and sum(progress) < pull.progress
-        return pull.gone or went_back
+        moved = bool(progress) and pull.progress is not None and sum(progress) != pull.progress
+        started = self._started.get(url)
+        restarted = started is not None and pull.started is not None and started != pull.started
+        return pull.gone or moved or restarted
 
     def _serves(self, url: str) -> bool:
         """Its health path answers 200 and a one-token completion gets its token."""

@@ -171,6 +171,13 @@ def test_a_progress_counter_that_went_back_is_a_new_engine(tmp_path: Path) -> No
     assert watch.cycle(6.0) == [] and world.router_calls("POST") == ["/workers"]
 
 
+def test_a_new_process_start_time_is_a_new_engine(tmp_path: Path) -> None:
+    world, watch = _pull_b(tmp_path)
+    world.metrics[B] = _capture("during", 414.0).replace("process_start_time_seconds 1.79616737614e+09",
+                                                         "process_start_time_seconds 1.79616740000e+09")
+    assert watch.cycle(6.0) == [] and world.router_calls("POST") == ["/workers"]   # never seen refusing
+
+
 def test_a_pulled_replica_registered_again_by_another_is_forgotten_not_posted(tmp_path: Path) -> None:
     world, watch = _pull_b(tmp_path)
     world.workers[B] = {"id": "w9", "url": B, "is_healthy": True, "status": "healthy"}   # an `up` put it back
