@@ -52,6 +52,8 @@ class World:
                         for i, u in enumerate(urls)}
         self.metrics: dict[str, str | None] = {u: _capture("during", 414.0) for u in urls}
         self.health: dict[str, int] = {u: 200 for u in urls}
+        self.tokens: dict[str, bool] = {u: True for u in urls}   # whether a completion gets its token
+        self.listing = True                  # a POSTed worker is listed at once (False: smg's job still checks it)
         self.calls: list[tuple[str, str, str]] = []   # (where, method, path)
         self.next_id = len(urls)
 
@@ -73,6 +75,8 @@ class World:
         if path == "/health":
             return self.health[url], b""
         assert path == "/v1/completions" and json.loads(body or b"{}")["max_tokens"] == 1
+        if not self.tokens[url]:
+            return 500, b'{"error": "no step"}'
         return 200, json.dumps({"choices": [{"text": "x"}], "usage": {"completion_tokens": 1}}).encode()
 
     def _router(self, method: str, path: str, body: Any) -> tuple[int, bytes]:
@@ -84,6 +88,8 @@ class World:
             return 202, b"{}"
         if method == "POST" and path == "/workers":
             assert body["api_key"] == API_KEY
+            if not self.listing:
+                return 202, b"{}"
             self.workers[body["url"]] = {"id": f"w{self.next_id}", "url": body["url"], "is_healthy": True,
                                          "status": "healthy"}
             self.next_id += 1
@@ -128,15 +134,16 @@ def test_a_foreign_worker_and_a_held_lease_are_left_alone(tmp_path: Path) -> Non
     watch = _watch(tmp_path, world, [A])   # FOREIGN was registered by someone else: not a replica of the fleet
     assert _polls(watch, world, 0, 12, {A: 8.0, FOREIGN: 0.0}) == []
     assert world.router_calls("DELETE") == [] and not any(where == FOREIGN for where, _, _ in world.calls)
-    # A freezes while a client holds the router deployment's lease: nothing is judged, nothing changes
+    # A freezes (at its last count) while a client holds the router deployment's lease: nothing is judged or changed
     (tmp_path / "lock").write_text(json.dumps({"token": "t", "owner": "me", "expires_at": time.time() + 60}))
+    world.metrics[A] = _capture("during", 414.0 + 8.0 * 12)
     asked = len(world.calls)
-    assert _polls(watch, world, 13, 30, {A: 0.0}) == []
+    assert [e for now in range(13, 31) for e in watch.cycle(float(now))] == []
     assert len(world.calls) == asked and world.router_calls("DELETE") == []
     # the lease released: the rule starts afresh (the time under the lease does not count)
     (tmp_path / "lock").write_text(json.dumps({"token": "t", "expires_at": time.time() - 1}))
-    assert _polls(watch, world, 31, 35, {A: 0.0}) == []
-    assert [e["url"] for _, e in _polls(watch, world, 36, 36, {A: 0.0})] == [A]
+    assert [e for now in range(31, 36) for e in watch.cycle(float(now))] == []
+    assert [e["url"] for e in watch.cycle(36.0)] == [A]
 
 
 def _pull_b(tmp_path: Path) -> tuple[World, ReplicaWatch]:
@@ -150,19 +157,49 @@ def test_a_new_engine_is_posted_back_once_then_forgotten(tmp_path: Path) -> None
     world, watch = _pull_b(tmp_path)
     # the hung engine answers again as it was (same counter, never gone): not a new engine, not asked back
     assert _polls(watch, world, 6, 12, {A: 8.0, B: 0.0}) == [] and world.router_calls("POST") == []
-    world.metrics[B] = None                                   # its supervisor ended it: the port refuses
+    world.metrics[A], world.metrics[B] = _capture("after"), None   # A idle; B's supervisor ended it: refused
     assert watch.cycle(13.0) == [] and world.router_calls("POST") == []
     world.metrics[B], world.health[B] = _capture("before"), 503   # a new engine, loading: /health not yet 200
     assert watch.cycle(14.0) == [] and world.router_calls("POST") == []
-    world.health[B] = 200                                     # serving: health, then a one-token completion
-    assert watch.cycle(15.0) == []
+    world.health[B], world.tokens[B] = 200, False             # health answers, but no token comes
+    assert watch.cycle(15.0) == [] and world.router_calls("POST") == []
+    world.tokens[B] = True                                    # serving: health, then a one-token completion
+    assert watch.cycle(20.0) == []
     assert world.router_calls("POST") == ["/workers"] and world.workers[B]["is_healthy"]
     assert (B, "POST", "/v1/completions") in world.calls
-    back = watch.cycle(16.0)
+    back = watch.cycle(21.0)
     assert [(e["event"], e["url"]) for e in back] == [("added-back", B)] and watch.pulled == {}
-    for now in range(17, 25):
+    for now in range(22, 30):
         watch.cycle(float(now))
     assert world.router_calls("POST") == ["/workers"]         # once
+
+
+def _no_start_time(text: str) -> str:
+    """A capture as an engine without prometheus_client's process collector would serve it (SGLang's has none)."""
+    return re.sub(r"^process_start_time_seconds .*\n", "", text, flags=re.M)
+
+
+def test_an_engine_that_hung_before_its_first_step_is_new_once_it_refused(tmp_path: Path) -> None:
+    world = World([A, B])
+    watch = _watch(tmp_path, world, [A, B])
+    world.metrics[A], world.metrics[B] = _capture("after"), _no_start_time(_capture("during", 0.0))
+    assert [e["url"] for now in range(0, 6) for e in watch.cycle(float(now))] == [B]
+    world.metrics[B] = _no_start_time(_capture("before"))    # idle, its counter at 0 as at the pull: same engine?
+    assert watch.cycle(6.0) == [] and world.router_calls("POST") == []
+    world.metrics[B] = None                                   # refused: it was ended
+    assert watch.cycle(7.0) == []
+    world.metrics[B] = _no_start_time(_capture("before"))    # the same figures, from a new engine
+    assert watch.cycle(8.0) == [] and world.router_calls("POST") == ["/workers"]
+
+
+def test_a_post_not_yet_listed_is_asked_again_every_few_seconds(tmp_path: Path) -> None:
+    world, watch = _pull_b(tmp_path)
+    world.metrics[A], world.metrics[B], world.listing = _capture("after"), _capture("during", 2.0), False
+    assert watch.cycle(6.0) == [] and world.router_calls("POST") == ["/workers"]   # smg's job still checks it
+    for now in (7.0, 8.0, 9.0, 10.0):
+        assert watch.cycle(now) == []
+    assert world.router_calls("POST") == ["/workers"]
+    assert watch.cycle(11.0) == [] and world.router_calls("POST") == ["/workers"] * 2
 
 
 def test_a_progress_counter_that_went_back_is_a_new_engine(tmp_path: Path) -> None:
