@@ -65,19 +65,26 @@ def _bearer(secret: str) -> Dict[str, str]:
     return {"authorization": "Bearer " + secret} if secret else {}
 
 
-def router_call(address: str, port: int, secret: str, method: str, path: str, body: Any = None,
-                send: Http = exchange) -> Any:
-    """One request to the router's API; the JSON answer, None when it does not answer (or not JSON)."""
+def router_ask(address: str, port: int, secret: str, method: str, path: str, body: Any = None,
+               send: Http = exchange) -> Optional[Tuple[int, Any]]:
+    """One request to the router's API: (HTTP status, the JSON answer or None); None when it does not answer."""
     headers = dict(_bearer(secret), **({"content-type": "application/json"} if body is not None else {}))
     try:
-        _, data = send(address, port, method, path, json.dumps(body).encode() if body is not None else None,
-                       headers, ASK_TIMEOUT_S)
+        status, data = send(address, port, method, path, json.dumps(body).encode() if body is not None else None,
+                            headers, ASK_TIMEOUT_S)
     except (OSError, http.client.HTTPException):
         return None
     try:
-        return json.loads(data or b"null")
+        return status, json.loads(data or b"null")
     except ValueError:
-        return None
+        return status, None
+
+
+def router_call(address: str, port: int, secret: str, method: str, path: str, body: Any = None,
+                send: Http = exchange) -> Any:
+    """One request to the router's API; the JSON answer, None when it does not answer (or not JSON)."""
+    answer = router_ask(address, port, secret, method, path, body, send)
+    return None if answer is None else answer[1]
 
 
 def _at(url: str) -> Optional[Tuple[str, int]]:
@@ -186,6 +193,7 @@ class ReplicaWatch:
         self.next_at = 0.0
         self._thread: Optional[threading.Thread] = None
         self._done: Optional[List[Dict[str, Any]]] = None
+        self._pulled: Dict[str, Dict[str, Any]] = {}
         self._lock = threading.Lock()
 
     @property
@@ -201,16 +209,17 @@ class ReplicaWatch:
         self._thread.start()
         return True
 
-    def _run(self) -> None:
-        events = self.cycle(time.monotonic())
+    def _run(self, now: Optional[float] = None) -> None:
+        events = self.cycle(time.monotonic() if now is None else now)
+        pulled = {url: dict(record) for url, record in self.pulled.items()}   # copied in the cycle's thread
         with self._lock:
-            self._done = (self._done or []) + events
+            self._done, self._pulled = (self._done or []) + events, pulled
 
     def result(self) -> Tuple[List[Dict[str, Any]], Dict[str, Dict[str, Any]]]:
-        """The events of the cycles finished since the last call, and the pulled replicas now."""
+        """The events of the cycles finished since the last call, and the pulled replicas after the last one."""
         with self._lock:
             done, self._done = self._done, None
-            return done or [], {url: dict(record) for url, record in self.pulled.items()}
+            return done or [], dict(self._pulled)
 
     # -- one cycle ----------------------------------------------------------------------------------------------
     def cycle(self, now: float) -> List[Dict[str, Any]]:
@@ -272,10 +281,10 @@ class ReplicaWatch:
         return rule.feed(now, readings, answered)
 
     def _pull(self, url: str, worker_id: str, record: Dict[str, Any], now: float) -> List[Dict[str, Any]]:
-        answer = router_call(self.address, self.port, self.control, "DELETE", "/workers/" + worker_id,
-                             send=self.send)
-        if answer is None and self.workers() is None:
-            return []               # the router did not answer: judged again next poll
+        answer = router_ask(self.address, self.port, self.control, "DELETE", "/workers/" + worker_id,
+                            send=self.send)
+        if answer is None or answer[0] not in (200, 202, 204, 404):
+            return []               # not done (no answer, refused): judged, and asked, again next poll
         rule = self.rules.pop(url, None)
         progress = [c.progress for c in rule.clocks.values() if c.progress is not None] if rule else []
         self._pulls[url] = _Pull(now, sum(progress) if progress else None, self._started.get(url))

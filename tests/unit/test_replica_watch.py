@@ -53,6 +53,7 @@ class World:
         self.metrics: dict[str, str | None] = {u: _capture("during", 414.0) for u in urls}
         self.health: dict[str, int] = {u: 200 for u in urls}
         self.tokens: dict[str, bool] = {u: True for u in urls}   # whether a completion gets its token
+        self.refuse_delete = False
         self.listing = True                  # a POSTed worker is listed at once (False: smg's job still checks it)
         self.calls: list[tuple[str, str, str]] = []   # (where, method, path)
         self.next_id = len(urls)
@@ -82,6 +83,8 @@ class World:
     def _router(self, method: str, path: str, body: Any) -> tuple[int, bytes]:
         if method == "GET" and path == "/workers":
             return 200, json.dumps({"workers": list(self.workers.values())}).encode()
+        if method == "DELETE" and self.refuse_delete:
+            return 403, b'{"error": "forbidden"}'
         if method == "DELETE":
             wid = path.rsplit("/", 1)[-1]
             self.workers = {u: w for u, w in self.workers.items() if w["id"] != wid}
@@ -127,6 +130,26 @@ def test_of_two_replicas_only_the_frozen_one_is_deleted_at_hang_s(tmp_path: Path
     record = watch.pulled[B]
     assert record["why"] == "hung" and record["hang_s"] == 5.0 and "4 running" in record["reason"], record
     assert "hung" in pulled[0][1]["detail"] and B in pulled[0][1]["detail"]
+
+
+def test_a_delete_the_router_refuses_is_no_pull_and_is_asked_again(tmp_path: Path) -> None:
+    world = World([A, B])
+    watch = _watch(tmp_path, world, [A, B])
+    world.refuse_delete = True                               # e.g. 403: not done
+    assert _polls(watch, world, 0, 6, {A: 8.0, B: 0.0}) == [] and watch.pulled == {}
+    assert world.router_calls("DELETE") == ["/workers/w1"] * 2 and B in world.workers
+    world.refuse_delete = False
+    assert [e["url"] for _, e in _polls(watch, world, 7, 7, {A: 8.0, B: 0.0})] == [B]
+
+
+def test_the_daemons_view_of_the_pulled_is_a_copy_taken_after_each_cycle(tmp_path: Path) -> None:
+    world, watch = _pull_b(tmp_path)
+    world.metrics[A] = _capture("after")
+    watch._run(6.0)                                           # one cycle as the daemon's thread runs it
+    events, pulled = watch.result()
+    assert events == [] and list(pulled) == [B]
+    pulled[B]["reason"] = "changed by the reader"
+    assert watch.pulled[B]["reason"] != "changed by the reader"
 
 
 def test_a_foreign_worker_and_a_held_lease_are_left_alone(tmp_path: Path) -> None:
