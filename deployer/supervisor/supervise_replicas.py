@@ -19,6 +19,10 @@ replica never stalls the daemon's loop), one cycle (`ReplicaWatch.cycle`):
   bounded by READD_S after the pull (then it stays pulled and says so). A pulled URL that someone else registered
   again (an `up`) is forgotten.
 
+One cycle asks its replicas one after the other: one that does not answer holds the cycle up to ASK_TIMEOUT_S (and
+a pulled one's one-token completion up to TOKEN_TIMEOUT_S); the rule is judged on the times of the readings, so
+that delays the others' verdicts by as much, never makes one.
+
 Workers it did not pull are never touched: a foreign worker (not a replica of the fleet) is never judged, a
 draining or unhealthy one never pulled. The router's HTTP calls here are the guard's too (supervise_guard's re-add).
 
