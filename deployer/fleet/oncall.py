@@ -2,7 +2,8 @@
 
 Each member is a deployment of its own on its host, read with the single-host on-call functions; hosts are asked
 at once (fan-out). Each replica is reported by the router's own health of it (`router_health`: healthy, the
-router's status of it, or `not registered`). `status` exits 0 only while every member serves and every replica is
+router's status of it, `pulled (hung)` while the router's watch holds it out (supervise_replicas), or `not
+registered`). `status` exits 0 only while every member serves and every replica is
 one of the router's healthy workers; 9 (partly) while the router serves through at least one replica but not every
 member serves or a replica is out of the router; otherwise the most urgent code of the members. A worker of the
 router that is not one of the fleet's replicas (`foreign_workers`: someone else registered it, and the router sends
@@ -29,6 +30,7 @@ from deployer.events import Event, EventSink, Warn
 
 HEALTHY = "healthy"
 NOT_REGISTERED = "not registered"
+PULLED = "pulled (hung)"   # the router's watch took it out (supervisor/supervise_replicas.py)
 
 
 @dataclass(frozen=True)
@@ -129,11 +131,14 @@ def _mark_in_router(rows: list[dict[str, Any]]) -> None:
     never added back serves, but not the fleet."""
     router = next((r for r in rows if r["role"] == "router"), None)
     have = (router or {}).get("worker_states")
+    pulled = (router or {}).get("pulled") or {}
     for row in rows:
         if row["role"] != "replica":
             continue
         state = have.get(row["url"], NOT_REGISTERED) if isinstance(have, dict) else None
         row["in_router"] = None if state is None else state == HEALTHY
+        if state != HEALTHY and isinstance(pulled.get(row["url"]), dict):  # the router's watch took it out
+            state, row["pulled"] = PULLED, pulled[row["url"]]
         row["router_health"] = state
 
 

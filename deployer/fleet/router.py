@@ -40,7 +40,9 @@ from deployer.target.switch import switch_to
 from deployer.target.records import RunView, current_view
 from deployer.target.session import DeploymentPlace, locked_session
 from deployer.target.supervised import RecordFields, SupervisedSpec, process_record, supervise_config
-from deployer.supervisor.supervise_protocol import ProfileRecord, SuperviseConfig
+from deployer.supervisor.supervise_protocol import ProfileRecord, ReplicaWatchConfig, SuperviseConfig
+from deployer.supervisor.supervise_replicas import REPLICAS_FILE
+from deployer.target.tokenprobe import load_gauges, progress_names
 from deployer.events import BecameReady, EventSink, Info, PhaseEntered, Warn
 from deployer.runner.timing import PORT_WAIT_S, stop_grace
 
@@ -169,8 +171,41 @@ def router_record(member: RouterMember, fleet: Profile, bundle: Bundle, urls: li
 
 
 def router_supervise(member: RouterMember, fleet: Profile) -> SuperviseConfig:
-    """supervise.json of a router run dir."""
-    return supervise_config(router_spec(member, fleet, []))
+    """supervise.json of a router run dir: the router as a supervised process, and the watch of its replicas."""
+    config = supervise_config(router_spec(member, fleet, []))
+    watch = replica_watch(member, fleet)
+    if watch is not None:
+        config["replica_watch"] = watch
+    return config
+
+
+def replica_watch(member: RouterMember, fleet: Profile) -> ReplicaWatchConfig | None:
+    """What the router's supervisor needs to judge each replica with the hang rule (supervise_replicas): the fleet
+    engine's gauges and progress counters (one engine kind per fleet), `health.hang_s`, where smg's API is, and the
+    env file variables of its control key and of the replicas' key. None when the rule has nothing to judge (the
+    engine names no progress counter, its metrics are off, or `hang_s: off`)."""
+    engine, health = fleet.engine, fleet.health
+    running, waiting = load_gauges(engine.definition, engine.args)
+    progress, labels = progress_names(engine.definition, engine.args)
+    if not progress or not (running or waiting) or health.hang_s == "off":
+        return None
+    watch: ReplicaWatchConfig = {
+        "address": probe_address(member.bind), "port": member.router.port, "control_key_env": CONTROL_KEY_VAR,
+        "running_metrics": running, "waiting_metrics": waiting, "progress_metrics": progress,
+        "path": engine.definition.launch.completion_path, "model": engine.served_model, "health_path": health.path}
+    if labels:
+        watch["engine_labels"] = labels
+    if not isinstance(health.hang_s, str):
+        watch["hang_s"] = float(health.hang_s)
+    if member.api_key is not None:  # the replicas' key, in the router's env file (router_words)
+        watch["api_key_env"] = secret_var("router_api_key")
+    return watch
+
+
+def write_replicas(remote: Remote, layout: Layout, urls: list[str]) -> None:
+    """The replicas `up` put in the router, for its supervisor's watch (supervise_replicas.REPLICAS_FILE): it judges
+    only these, never a worker someone else registered."""
+    remote.put(json.dumps({"urls": sorted(urls)}).encode(), f"{layout.root}/{REPLICAS_FILE}", 0o644)
 
 
 @contextmanager
@@ -201,7 +236,7 @@ def ensure_router(remote: Remote, layout: Layout, member: RouterMember, fleet: P
         bundle = render_router(member, urls, fleet)
         spec = router_spec(member, fleet, urls)
         record = process_record(spec, bundle, attempt=1, up_id=uuid.uuid4().hex[:12])
-        run = push(remote, layout, bundle, record, supervise_config(spec), new_run_id(bundle, 1))
+        run = push(remote, layout, bundle, record, router_supervise(member, fleet), new_run_id(bundle, 1))
         report.action = "started"
         if view is not None and view.alive:
             report.action = "replaced"
@@ -213,6 +248,7 @@ def ensure_router(remote: Remote, layout: Layout, member: RouterMember, fleet: P
     wait_workers(remote, member, healthy=set(urls), gone=set(), deadline_s=READY_TIMEOUT_S, run=run)
     if removed:  # ready once every worker it should not have (one someone else added too) has drained and left
         wait_workers(remote, member, healthy=set(urls), gone=removed, deadline_s=DRAIN_TIMEOUT_S, run=run)
+    write_replicas(remote, layout, urls)
     report.status, report.workers = "ready", list(urls)
     emit(BecameReady(elapsed=0.0, phase=None, message=f"router ready with {len(urls)} workers"))
     warning = try_write_record(remote, member.target.workdir, fleet)

@@ -222,6 +222,7 @@ def describe(view: RunView, remote: Remote, name: str, runs: int, env_text: str 
         "drift": (view.outcome or {}).get("drift", []), "runs": runs,
         "diagnosis": diagnosis or (view.outcome or {}).get("diagnosis"),
         "lock": lock, "metrics": looked.metrics, **engine_of(record),
+        "pulled": state.get("pulled") if alive and isinstance(state.get("pulled"), dict) else None,
     }
 
 

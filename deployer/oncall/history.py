@@ -121,6 +121,8 @@ def lock_event_text(event: dict[str, Any]) -> str:
     by, old = describe_holder(event.get("by") or {}), describe_holder(event.get("from") or {})
     if event.get("event") == "lock-broken":
         return f"{by} broke the lock held by {old} (--break-lock)"
+    if event.get("what") == "replica watch":  # a fleet router's supervisor pulled or added back a replica
+        return f"the router's watch of its replicas: {event.get('detail')}"
     if event.get("event") == "repaired":
         return f"the target repaired an interrupted {event.get('what') or 'replace'}: {event.get('detail')}"
     why = {"holder-gone": "its process was gone",

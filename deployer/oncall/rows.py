@@ -122,6 +122,7 @@ class StatusRow:
     engine_version: str | None = None
     model: str | None = None
     supervisor: Json | None = None       # a dead or frozen supervisor: {state, summary, next, ...} (None: it watches)
+    pulled: Json | None = None           # a fleet's router: the replicas its watch pulled, url -> why (None: none)
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> StatusRow:
@@ -139,7 +140,8 @@ class StatusRow:
                    unhealthy=dict(row["unhealthy"]) if isinstance(row.get("unhealthy"), Mapping) else None,
                    engine=_opt_str(row.get("engine")), engine_version=_opt_str(row.get("engine_version")),
                    model=_opt_str(row.get("model")),
-                   supervisor=dict(row["supervisor"]) if isinstance(row.get("supervisor"), Mapping) else None)
+                   supervisor=dict(row["supervisor"]) if isinstance(row.get("supervisor"), Mapping) else None,
+                   pulled=dict(row["pulled"]) if isinstance(row.get("pulled"), Mapping) and row["pulled"] else None)
 
     @property
     def crash_looping(self) -> bool:
@@ -166,6 +168,8 @@ class StatusRow:
             "engine": self.engine, "engine_version": self.engine_version, "model": self.model,
             "supervisor": self.supervisor,
         }
+        if self.pulled:  # a fleet's router only, and only while its watch holds a replica out (supervise_replicas)
+            out["pulled"] = self.pulled
         return {**out, **self.node.to_json()} if self.node is not None else out
 
 

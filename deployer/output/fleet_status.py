@@ -25,7 +25,9 @@ def status_lines(data: dict[str, Any]) -> list[str]:
             line += f"  pid {row['pid']} content {str(row.get('content_hash'))[:12]} restarts {row.get('restarts')}"
         if row.get("error"):
             line += f"  {_t(row['error'], 300)}"
-        if row.get("in_router") is False:
+        if row.get("in_router") is False and isinstance(row.get("pulled"), dict):
+            line += f"  router: {row.get('router_health')}: {_pulled(row['pulled'])}"
+        elif row.get("in_router") is False:
             line += f"  router: {row.get('router_health') or 'not healthy'} (not serving through the router; run " \
                     "`deploy up` or `deploy restart` of the fleet to add it back)"
         lines.append(line)
@@ -38,3 +40,11 @@ def status_lines(data: dict[str, Any]) -> list[str]:
             lines.append(f"  {'':<20} readiness: {ready.get('healthy_workers')} of {ready.get('total_workers')} "
                          f"workers healthy")
     return lines
+
+
+def _pulled(pulled: dict[str, Any]) -> str:
+    """Why the router's watch holds a replica out, and what comes next."""
+    why = _t(pulled.get("reason") or "no engine step", 200)
+    if pulled.get("not_back"):
+        return f"{why}; {_t(pulled['not_back'])}: `deploy up` or `deploy restart` of the fleet adds it back"
+    return f"{why}; added back once it serves again (its supervisor restarts it)"

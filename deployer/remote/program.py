@@ -49,7 +49,8 @@ sys.exit(_main.main(sys.argv[1:]))
 # The supervisor payload, the one list: its modules in load order (each imports the ones before it by bare name).
 # A run dir holds SUPERVISOR's files (push.py); every program sent to the target is built from one of these tuples.
 SUPERVISOR_MODULES = ("supervise_protocol", "supervise_base", "supervise_ports", "supervise_group", "supervise_lease",
-                      "supervise_probe", "supervise_hang", "supervise_stacks", "supervise_daemon",
+                      "supervise_probe", "supervise_hang", "supervise_replicas", "supervise_stacks",
+                      "supervise_daemon",
                       "supervise")  # the daemon asks the lease before a restart (fencing)
 # A run dir holds these: the supervisor and the guard that repairs a replace whose client was killed (it imports
 # supervise, so it cannot come before it in the program list, and is never a program sent over stdin).

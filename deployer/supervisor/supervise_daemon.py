@@ -31,14 +31,16 @@ else:  # run as a script on the target, where the supervisor's files sit side by
 if TYPE_CHECKING or __package__:
     from deployer.supervisor.supervise_group import GroupWatch
     from deployer.supervisor.supervise_hang import HangWatch
+    from deployer.supervisor.supervise_replicas import ReplicaWatch
     from deployer.supervisor.supervise_stacks import dump_stacks
-    from deployer.supervisor.supervise_lease import restart_refusal, take_fence
+    from deployer.supervisor.supervise_lease import record_event, restart_refusal, take_fence
     from deployer.supervisor.supervise_probe import NO_TOKEN, TokenWatch, Verdict
 else:
     from supervise_group import GroupWatch  # type: ignore[no-redef]
     from supervise_hang import HangWatch  # type: ignore[no-redef]
+    from supervise_replicas import ReplicaWatch  # type: ignore[no-redef]
     from supervise_stacks import dump_stacks  # type: ignore[no-redef]
-    from supervise_lease import restart_refusal, take_fence  # type: ignore[no-redef]
+    from supervise_lease import record_event, restart_refusal, take_fence  # type: ignore[no-redef]
     from supervise_probe import NO_TOKEN, TokenWatch, Verdict  # type: ignore[no-redef]
 
 SHM = "/dev/shm"
@@ -252,6 +254,11 @@ class Daemon:
             if isinstance(cfg.get("probe"), dict) else None
         self.hang = hang if hang is not None and hang.enabled else None
         self.hung: dict[str, Any] | None = None  # this run was ended as hung: the rule's record and its stacks
+        # a fleet's router: the hang rule on each replica it routes to, a hung one pulled (supervise_replicas)
+        self.deployment = os.path.dirname(os.path.dirname(os.path.abspath(run_dir)))  # <deployment>/runs/<id>
+        watch = ReplicaWatch(cfg["replica_watch"], env, self.deployment) \
+            if isinstance(cfg.get("replica_watch"), dict) else None
+        self.replicas = watch if watch is not None and watch.enabled else None
         self.state: dict[str, Any] = {
             "status": "starting", "supervisor_pid": os.getpid(), "pid": None, "pgid": None,
             "started_at": None, "ready_at": None, "ended_at": None, "exit_code": None, "signal": None,
@@ -308,6 +315,7 @@ class Daemon:
                     self.check_stable()
                 self.check_probe(now)
                 self.check_hang(now)
+                self.check_replicas(now)
                 self.shm.look(self.state["pgid"], now)
                 if self.rotation is not None and self.rotation.due(now):
                     self.rotate_log()
@@ -487,6 +495,22 @@ class Daemon:
              f"{record['stacks']['file']}")
         self.save()
         self.clear_group(pgid)
+
+    def check_replicas(self, now: float) -> None:
+        """A fleet's router, once ready: what its watch of the replicas did (a pull, an add-back) into state.json
+        (`pulled`) and the deployment's lock history (`deploy history`)."""
+        watch = self.replicas
+        if watch is None or self.state["status"] != "ready":
+            return
+        events, pulled = watch.result()
+        if events:
+            lock = os.path.join(self.deployment, "lock")
+            for event in events:
+                note(event["detail"])
+                record_event(lock, dict(event, at=time.time(), what="replica watch"))
+            self.state["pulled"] = pulled or None
+            self.save()
+        watch.due(now)
 
     def record_end(self, status: int | None) -> None:
         code, sig = decode_wait_status(status) if status is not None else (None, None)

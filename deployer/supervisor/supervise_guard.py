@@ -59,7 +59,6 @@ from __future__ import annotations
 import getpass
 import json
 import os
-import re
 import socket
 import stat
 import subprocess
@@ -77,6 +76,7 @@ if TYPE_CHECKING or __package__:  # imported as part of the deployer package
     )
     from deployer.supervisor.supervise_ports import claimed_by, port_bindable, port_holders
     from deployer.supervisor.supervise_protocol import ENV_FILE, LAUNCH_SH, PROFILE_JSON, SUPERVISE_JSON, UP
+    from deployer.supervisor.supervise_replicas import pending_job, router_call, worker_answers
 else:  # run from a run dir, beside the other supervisor files
     from supervise import cmd_stop, status_of  # type: ignore[no-redef]
     from supervise_base import (  # type: ignore[no-redef]
@@ -87,6 +87,7 @@ else:  # run from a run dir, beside the other supervisor files
     )
     from supervise_ports import claimed_by, port_bindable, port_holders  # type: ignore[no-redef]
     from supervise_protocol import ENV_FILE, LAUNCH_SH, PROFILE_JSON, SUPERVISE_JSON, UP  # type: ignore[no-redef]
+    from supervise_replicas import pending_job, router_call, worker_answers  # type: ignore[no-redef]
 
 INTENT = "replace-intent.json"          # a replace's guard (arm)
 ROUTER_INTENT = "router-intent.json"    # a rolling restart's guard, in the router's deployment dir (arm-router)
@@ -209,23 +210,7 @@ def _holder() -> dict[str, Any]:
 
 def _router_call(intent: dict[str, Any], secret: str, method: str, path: str, body: Any = None) -> Any:
     """One request to the router's API on this host; the JSON answer, None when it does not answer."""
-    import http.client  # only the router's guard needs it
-
-    headers = {"content-type": "application/json"} if body is not None else {}
-    if secret:
-        headers["authorization"] = "Bearer " + secret
-    conn = http.client.HTTPConnection(str(intent["address"]), int(intent["port"]), timeout=5.0)
-    try:
-        conn.request(method, path, body=json.dumps(body).encode() if body is not None else None, headers=headers)
-        data = conn.getresponse().read()
-    except (OSError, http.client.HTTPException):
-        return None
-    finally:
-        conn.close()
-    try:
-        return json.loads(data or b"null")
-    except ValueError:
-        return None
+    return router_call(str(intent["address"]), int(intent["port"]), secret, method, path, body)
 
 
 def _router_workers(intent: dict[str, Any], secret: str) -> set[str] | None:
@@ -235,31 +220,8 @@ def _router_workers(intent: dict[str, Any], secret: str) -> set[str] | None:
     return {str(w.get("url")) for w in data["workers"] if isinstance(w, dict)}
 
 
-def _worker_answers(url: str, secret: str) -> bool:
-    """Whether the worker answers its /health now (smg's job for a worker asked before it answers looks again only
-    every --worker-startup-check-interval, 30 s by default: fleet/router_pending.py)."""
-    import http.client
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(url)
-        conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=2.0)
-    except ValueError:
-        return False
-    try:
-        conn.request("GET", "/health", headers={"authorization": "Bearer " + secret} if secret else {})
-        return conn.getresponse().status == 200
-    except (OSError, http.client.HTTPException):
-        return False
-    finally:
-        conn.close()
-
-
-def _pending(answer: Any) -> str:
-    """The id of the creation job smg's 409 "creation already in progress ... with ID <id>" names, else ''."""
-    found = re.search(r"in progress.* with ID ([0-9A-Za-z_-]{1,128})", str(answer.get("error") or "")) \
-        if isinstance(answer, dict) else None
-    return found.group(1) if found else ""
+_worker_answers = worker_answers   # supervise_replicas: the router's watch of its replicas asks the same
+_pending = pending_job
 
 
 class LostLock(Exception):

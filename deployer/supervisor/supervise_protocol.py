@@ -86,6 +86,24 @@ class ProbeConfig(TypedDict, total=False):
     engine_labels: List[str]    # the labels that tell data-parallel engines apart (the hang rule judges each)
 
 
+class ReplicaWatchConfig(TypedDict, total=False):
+    """A fleet router's watch of its replicas (supervise_replicas): the hang rule on each, a hung one pulled."""
+
+    address: str                # where the supervisor reaches the router's API (smg, on its own host)
+    port: int
+    control_key_env: str        # the env file variable holding the router's control key (its worker API)
+    api_key_env: str            # the env file variable holding the replicas' API key, if one is set
+    running_metrics: List[str]  # the replicas' engine's gauges and progress counters (its metrics.yaml)
+    waiting_metrics: List[str]
+    progress_metrics: List[str]
+    engine_labels: List[str]
+    hang_s: float               # the fleet's health.hang_s; absent: derived from the steps seen
+    poll_s: float               # seconds between two cycles of the watch (default 1)
+    path: str                   # the engine's completion endpoint: the one-token completion before an add-back
+    model: str
+    health_path: str
+
+
 class SuperviseConfig(TypedDict, total=False):
     """supervise.json: how the supervisor runs the engine (target/supervised.supervise_config writes it)."""
 
@@ -103,6 +121,7 @@ class SuperviseConfig(TypedDict, total=False):
     on_boot: bool               # an @reboot crontab entry starts this run again after a reboot (removed by down)
     group: Dict[str, Any]       # one engine across nodes: the peers to watch (fleet/nodes)
     probe: ProbeConfig          # the one-token probe after ready
+    replica_watch: ReplicaWatchConfig  # a fleet's router: the hang rule on its replicas (supervise_replicas)
 
 
 class ProfileRecord(TypedDict, total=False):
@@ -166,6 +185,8 @@ class State(TypedDict, total=False):
     unhealthy: Optional[Dict[str, Any]]  # the last probe failed while ready: {since, reason, running, waiting, failures}
     hung: Optional[Dict[str, Any]]  # the hang rule ended it: {at, reason, running, waiting, progress, stalled_s,
                                     # hang_s, derived, longest_step_s, stacks: {file, method, processes}}
+    pulled: Optional[Dict[str, Dict[str, Any]]]  # a fleet's router: replica URL -> why its watch pulled it
+                                # {at, why: hung, reason, stalled_s, hang_s, posted_at?, not_back?}
     rotated: int                # bytes of engine.log moved out to engine.log.1 so far (offsets shift by it)
     alive: bool
     supervisor_alive: bool

@@ -229,7 +229,7 @@ def test_ports_free_and_busy() -> None:
 def test_source_stays_python38_and_stdlib_only() -> None:
     import ast
     siblings = {"supervise_base", "supervise_daemon", "supervise_ports", "supervise_lease", "supervise_group", "supervise_probe",
-                "supervise_hang", "supervise_stacks",
+                "supervise_hang", "supervise_replicas", "supervise_stacks",
                 "supervise_protocol"}
     for path in [SUPERVISE] + [SUPERVISE.with_name(f"{name}.py") for name in sorted(siblings)]:
         source = path.read_text()
