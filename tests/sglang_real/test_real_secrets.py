@@ -56,7 +56,10 @@ def test_the_real_parser_reads_secrets_through_the_env_file(h200_host: Any, remo
                    "env": {"HF_TOKEN": "${REAL_HF}"}}}))
     prof = load_profile(path, environ={"REAL_API": "sk-real-api-0c9f", "REAL_HF": "hf_real_tok_77aa"})
     script = render(prof).script
-    assert '--api-key "$DEPLOYER_SECRET_API_KEY"' in script and "--speculative-num-draft-tokens 4" in script
+    # SGLang reads no env var for its keys: the argv shim appends them in memory, by variable name (render/bundle.py)
+    shim = '"--api-key", "${DEPLOYER_SECRET_API_KEY}", "--admin-api-key", "${DEPLOYER_SECRET_ADMIN_API_KEY}"'
+    assert shim in script and "--api-key" not in script.split("\nexec ", 1)[1], script
+    assert "--speculative-num-draft-tokens 4" in script
     report = run_preflight(remote, prof, cache_dir=tmp_path / "cache")
     # the real parser got the real values through the env references (not *** and not the names)
     assert report.rejection is None and report.resolution == "done", report.resolution
