@@ -94,6 +94,7 @@ def test_a_frozen_follower_hangs_rank0_and_the_whole_group_restarts(tmp_path: Pa
     assert not s0["last_crash"]["peer_lost"], s0["last_crash"]   # the hang rule saw it, not the health look
     assert hung["hang_s"] == HANG_S and hung["running"] >= 1 and hung["stalled_s"] >= HANG_S, hung
     assert detected_s < HANG_S + 8, detected_s
+    print(f"frozen follower -> rank 0 hung in {detected_s:.1f} s (hang_s {HANG_S:g})")
     stacks = hung["stacks"]
     assert (bed.hosts[0].workdir / "two-node" / "current" / stacks["file"]).is_file() and stacks["processes"]
 
