@@ -117,4 +117,7 @@ def test_a_frozen_follower_hangs_rank0_and_the_whole_group_restarts(tmp_path: Pa
     rows = {r["node"]: r for r in json.loads(deploy("status", str(profile), "--json", home=tmp_path / "home").stdout)}
     assert rows[0]["first_crash"] and not rows[1]["first_crash"], rows
     assert rows[0]["last_crash_diagnosis"]["signature"] == "hung", rows[0]["last_crash_diagnosis"]
+    # node 1 was stopped for its group (the SIGKILL was its supervisor's): not an OOM kill
+    assert rows[1]["last_crash_diagnosis"]["signature"] == "group-peer-lost", rows[1]["last_crash_diagnosis"]
+    assert "OOM" not in shown.stdout, shown.stdout
     assert deploy("down", str(profile), home=tmp_path / "home").returncode == 0

@@ -13,6 +13,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from deployer.diagnose.diagnosis import group_peer_lost, peer_lost_reason
 from deployer.supervisor import supervise_group
 from deployer.supervisor.supervise_daemon import Daemon
 from deployer.supervisor.supervise_group import GroupWatch
@@ -157,3 +158,13 @@ def test_a_group_ended_for_its_peer_is_not_also_hung_and_a_hung_one_not_also_a_l
     monkeypatch.setattr(daemon.group, "lost", lambda pgid: "rank 1 at 10.0.0.2:1 stopped answering")
     daemon.check_group()
     assert daemon.peer_lost is None and daemon.state["peer_lost"] is None
+
+
+def test_a_rank_stopped_for_its_group_is_diagnosed_as_such_not_as_a_kill() -> None:
+    assert peer_lost_reason({"peer_lost": {"at": 1.0, "reason": "rank 0 at 10.0.0.1:5000 is gone"}}) == \
+        "rank 0 at 10.0.0.1:5000 is gone"                       # state.json's record
+    assert peer_lost_reason({"peer_lost": "rank 0 at 10.0.0.1:5000 is gone"}) == "rank 0 at 10.0.0.1:5000 is gone"
+    assert peer_lost_reason({"peer_lost": None}) is None and peer_lost_reason({}) is None
+    diag = group_peer_lost("rank 0 at 10.0.0.1:5000 is gone", "sglang")
+    assert (diag.signature, diag.summary) == \
+        ("group-peer-lost", "stopped for its group: rank 0 at 10.0.0.1:5000 is gone")

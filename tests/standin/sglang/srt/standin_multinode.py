@@ -27,8 +27,8 @@ it (srt/entrypoints/engine.py `_launch_subprocesses`, srt/distributed/bootstrap.
   (srt/managers/scheduler.py:2026) starts with ingest_requests (:2184) -> request_receiver.recv_requests, whose
   _broadcast_reqs_across_ranks calls broadcast_pyobj over tp_group.cpu_group (gloo), idle or not, which every tp
   rank must join (srt/managers/scheduler_components/request_receiver.py:206), and each batch's forward is a
-  tensor-parallel collective of all ranks (NCCL all-reduce). vLLM's multi-node engine is not modelled here. While generations wait for steps, each iteration is
-  one step: it advances the step count they wait on and the per-step token counter of /metrics
+  tensor-parallel collective of all ranks (NCCL all-reduce). vLLM's multi-node engine is not modelled here.
+  While generations wait for steps, each iteration is one step: it advances the step count they wait on and the per-step token counter of /metrics
   (sglang:realtime_tokens_total mode="decode", by the number of generations waiting: engines/sglang/metrics.yaml
   `progress`). Every generation on rank 0 (chat and plain completions, /generate, the warmup) needs its steps
   (a chat completion 10, one per token it reports). So a follower that stops answering (SIGSTOP, a wedged
