@@ -471,6 +471,27 @@ def _from_line(chunk: bytes, cut: bool) -> bytes:
     return chunk[chunk.find(b"\n") + 1:] if cut else chunk
 
 
+GROUP_PEER_LOST = "group-peer-lost"
+
+
+def group_peer_lost(reason: str, engine_kind: str | None = None) -> Diagnosis:
+    """A rank of a node group that its supervisor stopped because a peer was gone (supervise_group): the cause is
+    on that peer, not in this rank's log (a SIGKILL here is the supervisor's own, for a rank that ignored or could
+    not take its SIGTERM, e.g. a stopped one)."""
+    return Diagnosis(signature=GROUP_PEER_LOST, summary=f"stopped for its group: {reason}", transient=False,
+                     evidence=[reason], hint="the cause is on the peer named here: see its log (deploy logs NAME "
+                                             "--node N)", engine_kind=engine_kind)
+
+
+def peer_lost_reason(end: Any) -> str | None:
+    """Why the supervisor stopped this rank for its group (state.json's peer_lost: a record, or last_crash's text);
+    None when it did not."""
+    lost = end.get("peer_lost") if isinstance(end, dict) else None
+    if isinstance(lost, dict):
+        lost = lost.get("reason")
+    return str(lost) if isinstance(lost, str) and lost else None
+
+
 def no_token_diagnosis(end: dict[str, Any]) -> Diagnosis | None:
     """The supervisor ended the engine because its one-token probe failed `failures` times in a row while no
     request was running or waiting (supervise_probe): its HTTP server answered, its engine generated nothing.

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from deployer.diagnose.diagnosis import Diagnosis, diagnose
+from deployer.diagnose.diagnosis import Diagnosis, diagnose, group_peer_lost
 from deployer.engines import Engine
 
 CLOSE_S = 2.0
@@ -80,10 +80,7 @@ def rank_failure(end: RankEnd, *, version: str | None, engine: Engine) -> RankFa
     peers = multinode.peer_failures if multinode else frozenset()
     consequence = diag.signature in peers
     if peer_lost and (diag.signature is None or diag.signature == "killed-by-signal" or consequence):
-        diag = Diagnosis(signature="group-peer-lost", summary=f"stopped for its group: {peer_lost.get('reason')}",
-                         transient=False, evidence=[str(peer_lost.get("reason"))],
-                         hint="the cause is on the peer named here: see its log (deploy logs NAME --node N)",
-                         engine_kind=engine.kind)
+        diag = group_peer_lost(str(peer_lost.get("reason")), engine.kind)
         consequence = True
     return RankFailure(rank=end.rank, at=min(times), diagnosis=diag, consequence=consequence)
 

@@ -420,7 +420,7 @@ class Daemon:
     def check_group(self) -> None:
         """Once ready, a peer rank that is gone breaks the group: end this rank too, as a crash (restarted by the
         policy like the others), so no rank serves or waits alone."""
-        if self.group is None or self.peer_lost or self.state["status"] != "ready":
+        if self.group is None or self.peer_lost or self.hung is not None or self.state["status"] != "ready":
             return
         lost = self.group.lost(self.state["pgid"])
         seen = sorted(self.group.seen)
@@ -479,12 +479,14 @@ class Daemon:
         """Once ready, the hang rule on every /metrics reading: hung -> the stacks of every process of the group
         into the run dir, then the group ended as a crash (the restart policy and its crash-loop rule apply)."""
         hang = self.hang
-        if hang is None or self.state["status"] != "ready" or self.hung is not None or self.probe_dead is not None:
+        if hang is None or self.state["status"] != "ready" or self.hung is not None or self.probe_dead is not None \
+                or self.peer_lost:
             return
         record = hang.result()
         if record is None:
             hang.due(now)
             return
+        self.group_view(record)
         pgid = self.state["pgid"]
         note(f"engine hung: {record['reason']}; taking the stacks of group {pgid}, then ending it as a crash")
         self.hung = record
@@ -495,6 +497,17 @@ class Daemon:
              f"{record['stacks']['file']}")
         self.save()
         self.clear_group(pgid)
+
+    def group_view(self, record: dict[str, Any]) -> None:
+        """Node 0 of a group, hung: the followers that do not answer now are named in the record (a rank that
+        stops progressing holds rank 0 in the group's collective); the restart is of the whole group as ever."""
+        if self.group is None or self.group.role != "leader":
+            return
+        silent = self.group.silent()
+        record["silent_ranks"] = silent
+        said = ", ".join(silent) + (" does not answer its health check" if len(silent) == 1 else
+                                    " do not answer their health checks")
+        record["reason"] += "; " + (said if silent else "every other rank answers its health check")
 
     def check_replicas(self, now: float) -> None:
         """A fleet's router, once ready: what its watch of the replicas did (a pull, an add-back) into state.json

@@ -10,6 +10,13 @@ supervise.json `group` (written by deployer/nodes/plan.py):
       the life of the group; once seen, `misses` looks without it ESTABLISHED mean rank 0 is gone.
 The daemon then stops its own engine and treats that as a crash, so the restart policy restarts every rank:
 a restarted follower waits at the rendezvous for the restarted rank 0, and the group is always whole again.
+
+Node 0's looks run in a thread of their own (one round over every follower at most every `every_s`): a follower
+that does not answer costs its HTTP timeout there, never the daemon's loop, so the hang rule's clock and the
+heartbeat go on while a frozen follower is looked at. A rank that stops progressing while the others wait (a
+frozen follower holds rank 0 in its per-step collective) is the hang rule's to see on rank 0 (supervise_hang):
+`silent()` then names the followers whose last look failed, for the hung record (the group restarts as a whole,
+as after any end of a rank).
 """
 
 from __future__ import annotations
@@ -18,8 +25,9 @@ import http.client
 import os
 import socket
 import sys
+import threading
 import time
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 ESTABLISHED = "01"
 HTTP_TIMEOUT = 2.0
@@ -37,6 +45,10 @@ class GroupWatch:
         self.next_look = 0.0
         self.seen: Set[str] = set()
         self.failed: Dict[str, int] = {}
+        self.generation = 0                      # a new engine drops the round of looks of the one before
+        self._round: Optional[threading.Thread] = None
+        self._done: Optional[Tuple[int, List[Tuple[str, bool]]]] = None
+        self._lock = threading.Lock()
 
     @classmethod
     def from_config(cls, cfg: Any) -> Optional["GroupWatch"]:
@@ -46,23 +58,31 @@ class GroupWatch:
 
     def reset(self) -> None:
         """A new engine (a restart): nothing seen yet."""
+        with self._lock:
+            self.generation += 1
+            self._done = None
         self.seen.clear()
         self.failed.clear()
         self.next_look = 0.0
 
+    def silent(self) -> List[str]:
+        """The peers seen before whose last look failed (node 0: followers that do not answer now)."""
+        return sorted(name for name, misses in self.failed.items() if misses > 0 and name in self.seen)
+
     def lost(self, pgid: Any) -> Optional[str]:
-        """At most every `every_s`: the description of a peer that is gone, else None."""
+        """The description of a peer that is gone, else None. A follower looks at most every `every_s`; node 0
+        judges the last finished round of its looks (run in a thread) and starts the next one when due."""
         now = time.monotonic()
-        if now < self.next_look:
-            return None
-        self.next_look = now + self.every
         if self.role == "leader":
-            looks = [(f"rank {f.get('rank')} at {f.get('addr')}:{f.get('port')}", _answers(f)) for f in self.followers]
+            looks = self._leader_round(now)
+        elif now < self.next_look:
+            return None
         else:
+            self.next_look = now + self.every
             where = f"{self.leader.get('addr')}:{self.leader.get('port')}"
             looks = [(f"rank 0 at {where}", _connected(pgid, str(self.leader.get("addr")),
                                                          int(self.leader.get("port") or 0)))]
-        for name, ok in looks:
+        for name, ok in looks or []:
             if ok:
                 self.seen.add(name)
                 self.failed[name] = 0
@@ -73,6 +93,23 @@ class GroupWatch:
                         "is gone (its rendezvous connection closed)"
                     return f"{name} {how}"
         return None
+
+    def _leader_round(self, now: float) -> Optional[List[Tuple[str, bool]]]:
+        """The looks of a round finished since the last call (None if none), and the next round started when due
+        and none is in flight."""
+        with self._lock:
+            done, self._done = self._done, None
+        if now >= self.next_look and (self._round is None or not self._round.is_alive()):
+            self.next_look = now + self.every
+            self._round = threading.Thread(target=self._look_all, args=(self.generation,), daemon=True)
+            self._round.start()
+        return done[1] if done is not None and done[0] == self.generation else None
+
+    def _look_all(self, generation: int) -> None:
+        looks = [(f"rank {f.get('rank')} at {f.get('addr')}:{f.get('port')}", _answers(f)) for f in self.followers]
+        with self._lock:
+            if generation == self.generation:
+                self._done = (generation, looks)
 
 
 def _answers(follower: Dict[str, Any]) -> bool:

@@ -49,12 +49,14 @@ class Replay:
     """One engine's capture and the rules by which a completion advances it."""
 
     def __init__(self, capture: str, counters: List[Rule], histograms: List[HistogramRule], running: str,
-                 error_after: Optional[str] = None) -> None:
+                 error_after: Optional[str] = None, progress: Optional[Tuple[str, Sequence[str]]] = None) -> None:
         self.lines = (CAPTURES / capture).read_text(encoding="utf-8").splitlines()
         x = slower()
         self.counters, self.running = counters, running
         self.histograms = [(base, needs, seconds * x, n) for base, needs, seconds, n in histograms]
         self.error_after = error_after      # the sample line (as captured, up to its value) its 500 series follows
+        self.progress = progress            # the per-step token counter (name, label texts) that `stepped` advances
+        self.stepped_tokens = 0
         self.done = 0
         self.errors = 0
         self.in_flight = 0
@@ -64,6 +66,11 @@ class Replay:
         """A completion answered HTTP 500 (STANDIN_FAIL_EVERY)."""
         with self.lock:
             self.errors += 1
+
+    def stepped(self, tokens: int) -> None:
+        """An engine step that processed `tokens` tokens (the multi-node stand-in's scheduler loop)."""
+        with self.lock:
+            self.stepped_tokens += tokens
 
     def started(self) -> None:
         with self.lock:
@@ -76,20 +83,22 @@ class Replay:
 
     def text(self) -> str:
         with self.lock:
-            done, in_flight, errors = self.done, self.in_flight, self.errors
+            done, in_flight, errors, stepped = self.done, self.in_flight, self.errors, self.stepped_tokens
         out = []
         for line in self.lines:
-            out.append(self._line(line, done, in_flight))
+            out.append(self._line(line, done, in_flight, stepped))
             if errors and self.error_after and line.startswith(self.error_after + " "):
                 out.append('%s %r' % (self.error_after.replace('status_code="200"', 'status_code="500"'),
                                       float(errors)))
         return "\n".join(out) + "\n"
 
-    def _line(self, line: str, done: int, in_flight: int) -> str:
+    def _line(self, line: str, done: int, in_flight: int, stepped: int = 0) -> str:
         match = _SAMPLE.match(line)
         if match is None:
             return line
         name, labels, value, rest = match.group(1), match.group(2) or "", float(match.group(3)), match.group(4)
+        if self.progress is not None and name == self.progress[0] and all(n in labels for n in self.progress[1]):
+            return "%s%s %r%s" % (name, labels, value + stepped, rest)
         grown = self._grown(name, labels, done, in_flight)
         if grown is None:
             return line
@@ -142,6 +151,6 @@ def sglang() -> Replay:
         ("sglang:time_to_first_token_seconds", plain, TTFT_S, 1),
         ("sglang:inter_token_latency_seconds", (), ITL_S, GENERATED_TOKENS - 1),
         ("sglang:e2e_request_latency_seconds", plain, E2E_S, 1),
-    ], running="sglang:num_running_reqs",
+    ], running="sglang:num_running_reqs", progress=("sglang:realtime_tokens_total", ('mode="decode"',)),
         error_after='sglang:http_responses_total{endpoint="/v1/chat/completions",method="POST",status_code="200"}')
 

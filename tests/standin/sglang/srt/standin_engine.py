@@ -284,6 +284,9 @@ class Engine:
             self.scheduler_failed()
         if self.group is not None and self.group.node_rank > 0:
             return self.group.serve_follower()  # no tokenizer manager there: no timings line, no API
+        if self.group is not None:  # rank 0 of a group: generations need the group's steps (standin_multinode)
+            self.group.on_step = self.state.metrics.stepped
+            self.state.steps = self.group.wait_steps
         elapsed = time.monotonic() - t0
         logger.info(f"Engine startup timings (s): load_weight={elapsed / 3:.2f}, kv_cache_allocation="
                     f"{elapsed / 3:.2f}, scheduler_e2e={elapsed:.2f}, cuda_graph={{decode=0.52}}, "

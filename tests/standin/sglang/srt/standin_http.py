@@ -14,7 +14,7 @@ import threading
 import os
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import standin_core
 import standin_metrics
@@ -40,6 +40,13 @@ class EngineState:
         self.lock = threading.Lock()
         self.requests = 0
         self.metrics = standin_metrics.sglang()
+        self.steps: Optional[Callable[[int], bool]] = None   # rank 0 of a multi-node group: wait for N steps
+
+    def generate(self, tokens: int) -> None:
+        """A generation of `tokens` tokens takes that many engine steps where the engine steps as a group (the
+        multi-node stand-in's rank 0); elsewhere it is immediate."""
+        if self.steps is not None:
+            self.steps(max(int(tokens), 1))
 
     def set_phase(self, phase: str) -> None:
         with self.lock:
@@ -156,14 +163,18 @@ class Handler(BaseHTTPRequestHandler):
                 try:  # generation time (STANDIN_SLOWER_X times it: a slower release): in flight
                     time.sleep(float(os.environ.get("STANDIN_CHAT_DELAY_S", "0")) * standin_metrics.slower())
                     standin_core.wait_for_core()  # the core died while it ran: it stays running
+                    self.state.generate(standin_metrics.GENERATED_TOKENS)
                 finally:
                     self.state.metrics.finished()
                 self._send(200, chat_completion(self.state.model, body))
         elif path == "/v1/completions":  # the one-token probe's (not added to the replayed /metrics)
             standin_core.wait_for_core()
+            wanted = body.get("max_tokens")
+            self.state.generate(wanted if isinstance(wanted, int) and 0 < wanted <= 16 else 16)
             self._send(200, standin_core.completion(body.get("model") or self.state.model, body, "sglang"))
         elif path == "/generate":
             standin_core.wait_for_core()
+            self.state.generate(min(int((body.get("sampling_params") or {}).get("max_new_tokens") or 8), 8))
             self._send(200, generate(body))
         else:
             self._send(404, {"detail": "Not Found"})

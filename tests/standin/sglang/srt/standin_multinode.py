@@ -21,8 +21,22 @@ it (srt/entrypoints/engine.py `_launch_subprocesses`, srt/distributed/bootstrap.
   every rank running after its peer died (a collective that never returns until NCCL's watchdog timeout,
   which the stand-in does not reach).
 - a graceful stop of node 0 (SIGTERM) broadcasts the shutdown: the followers exit 0.
+- STAND-IN behaviour, the per-step collective: rank 0's scheduler loop (a thread named "scheduler") exchanges one
+  message with every follower on each iteration, idle or not, and waits for each answer in a blocking socket read
+  before the iteration ends, as SGLang 0.5.23's scheduler does: every iteration of event_loop_normal
+  (srt/managers/scheduler.py:2026) starts with ingest_requests (:2184) -> request_receiver.recv_requests, whose
+  _broadcast_reqs_across_ranks calls broadcast_pyobj over tp_group.cpu_group (gloo), idle or not, which every tp
+  rank must join (srt/managers/scheduler_components/request_receiver.py:206), and each batch's forward is a
+  tensor-parallel collective of all ranks (NCCL all-reduce). vLLM's multi-node engine is not modelled here.
+  While generations wait for steps, each iteration is one step: it advances the step count they wait on and the per-step token counter of /metrics
+  (sglang:realtime_tokens_total mode="decode", by the number of generations waiting: engines/sglang/metrics.yaml
+  `progress`). Every generation on rank 0 (chat and plain completions, /generate, the warmup) needs its steps
+  (a chat completion 10, one per token it reports). So a follower that stops answering (SIGSTOP, a wedged
+  process) stops rank 0's steps: its requests stay running, its counter stays still, its scheduler thread waits
+  in the socket read (bounded by the dist timeout, as gloo's is; then it fails as after a peer death).
 
-Env knobs: STANDIN_DIST_TIMEOUT_S (600), STANDIN_PEER_DEATH_DELAY_S (0.5), STANDIN_PEER_DEATH (die|stay|hang).
+Env knobs: STANDIN_DIST_TIMEOUT_S (600), STANDIN_PEER_DEATH_DELAY_S (0.5), STANDIN_PEER_DEATH (die|stay|hang),
+STANDIN_MULTINODE_STEP_S (0.02: one busy step; an idle iteration waits 0.05 s).
 """
 
 from __future__ import annotations
@@ -39,7 +53,7 @@ import time
 import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 logger = logging.getLogger("sglang.srt.managers.scheduler")
 main_logger = logging.getLogger("sglang.srt.entrypoints.engine")
@@ -48,7 +62,8 @@ main_logger = logging.getLogger("sglang.srt.entrypoints.engine")
 DEFAULT_DIST_TIMEOUT_S = 600
 CONNECT_RETRY_S = 0.1
 HANG_CAP_S = 3600.0
-JOIN, GO, SHUTDOWN = b"JOIN", b"GO", b"SHUTDOWN"
+JOIN, GO, SHUTDOWN, STEP, DONE = b"JOIN", b"GO", b"SHUTDOWN", b"STEP", b"DONE"
+IDLE_S = 0.05   # an idle scheduler iteration
 # Gloo's message when the TCP pair to a peer closes (gloo/transport/tcp/pair.cc). The path and line are those
 # of real SGLang logs on CUDA wheels of torch 2.x (e.g. "[/pytorch/third_party/gloo/gloo/transport/tcp/
 # pair.cc:534] Connection closed by peer [127.0.0.1]:58054" from a TP1 scheduler in broadcast_pyobj); the
@@ -112,8 +127,16 @@ class Group:
         self.timeout = int(timeout) if timeout else int(env_float("STANDIN_DIST_TIMEOUT_S", DEFAULT_DIST_TIMEOUT_S))
         self.serve_host, self.serve_port = str(view.host), int(view.port)
         self.peers: List[socket.socket] = []
+        self.names: dict = {}                  # a peer's address as seen when it joined (a reset one has none)
+        self.readers: dict = {}                # a peer's reader, when one was made at the rendezvous (kept: it may
+                                               # hold what came after GO already)
         self.closing = threading.Event()
         self.shutdown_received = threading.Event()
+        self.send_lock = threading.Lock()      # the loop's STEP and a shutdown's broadcast share the sockets
+        self.cond = threading.Condition()
+        self.steps = 0                         # rank 0: steps made (what generations wait on)
+        self.wanted = 0                        # rank 0: generations waiting for steps now
+        self.on_step: Optional[Callable[[int], None]] = None   # rank 0: a step's tokens to /metrics
 
     def prefix(self, rank: int) -> str:
         return f" TP{rank}" if self.world_size > 1 else ""
@@ -130,8 +153,10 @@ class Group:
         else:
             self._join_store()
         logger.info(f"Init parallel ends. elapsed={time.perf_counter() - t0:.2f} s")
-        for peer in self.peers:
-            threading.Thread(target=self._watch, args=(peer,), daemon=True).start()
+        if self.node_rank == 0:
+            threading.Thread(target=self.event_loop, daemon=True, name="scheduler").start()
+        for peer in self.peers if self.node_rank > 0 else []:
+            threading.Thread(target=self._follow, args=(peer,), daemon=True, name="scheduler").start()
 
     def _host_store(self) -> None:
         server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -170,6 +195,7 @@ class Group:
             return 0
         conn.settimeout(None)
         self.peers.append(conn)
+        self.names[conn] = conn.getpeername()[:2]
         return int(words[2])
 
     def _join_store(self) -> None:
@@ -186,7 +212,8 @@ class Group:
         conn.settimeout(None)
         conn.sendall(b"%s %d %d\n" % (JOIN, self.node_rank, len(self.ranks)))
         self.peers.append(conn)
-        reply = conn.makefile("rb").readline().strip()
+        self.readers[conn] = conn.makefile("rb")
+        reply = self.readers[conn].readline().strip()
         if reply != GO:
             self.broadcast_pyobj(conn)
 
@@ -205,29 +232,97 @@ class Group:
         raise DistNetworkError(text)
 
     # ---- after the rendezvous: peers stand in for NCCL/gloo communicators ----
-    def _watch(self, peer: socket.socket) -> None:
+    def event_loop(self) -> None:
+        """Rank 0's scheduler: each iteration one exchange with every follower (the per-step collective); a step
+        while generations wait for one. Ends with the group (a shutdown, a failed peer) or at HANG_CAP_S."""
+        peers = [(peer, peer.makefile("rb")) for peer in self.peers]
+        deadline, n = time.monotonic() + HANG_CAP_S, 0
+        while peers and not self.closing.is_set() and time.monotonic() < deadline:
+            with self.cond:
+                busy = self.wanted
+            n += 1
+            for peer, reader in list(peers):
+                if not self._exchange(peer, reader, n):
+                    peers.remove((peer, reader))   # STANDIN_PEER_DEATH=stay: rank 0 goes on without it
+            if self.closing.is_set():
+                return
+            if busy:
+                with self.cond:
+                    self.steps += 1
+                    self.cond.notify_all()
+                if self.on_step is not None:
+                    self.on_step(busy)
+            time.sleep(env_float("STANDIN_MULTINODE_STEP_S", 0.02) if busy else IDLE_S)
+
+    def _exchange(self, peer: socket.socket, reader: Any, n: int) -> bool:
+        """One collective with one follower: STEP n out, its DONE n back (a blocking read: a frozen follower
+        keeps rank 0 here). False when the peer is gone and rank 0 goes on without it."""
         try:
-            data = peer.recv(64)
+            peer.settimeout(self.timeout)
+            with self.send_lock:
+                peer.sendall(b"%s %d\n" % (STEP, n))
+            line = reader.readline()
         except OSError:
-            data = b""
+            line = b""
+        if line.startswith(DONE):
+            return True
+        if self.closing.is_set():
+            return False
+        return self._peer_gone(peer, line)
+
+    def _follow(self, peer: socket.socket) -> None:
+        """A follower's scheduler: answers each of rank 0's steps; a shutdown or a lost rank 0 ends it."""
+        reader = self.readers.get(peer) or peer.makefile("rb")
+        for _ in range(1 << 62):
+            try:
+                line = reader.readline()
+            except OSError:
+                line = b""
+            if not line.startswith(STEP):
+                break
+            try:
+                with self.send_lock:
+                    peer.sendall(DONE + line[len(STEP):])
+            except OSError:
+                line = b""
+                break
         if self.closing.is_set():
             return
-        if data.startswith(SHUTDOWN):
+        if line.startswith(SHUTDOWN):
             self.shutdown_received.set()
             return
+        self._peer_gone(peer, line)
+
+    def _peer_gone(self, peer: socket.socket, data: bytes) -> bool:
+        """What this rank does once a peer is gone: fail in its scheduler (die), or wait for ever in the
+        collective (hang), or (rank 0, stay) go on without it (then False)."""
         time.sleep(env_float("STANDIN_PEER_DEATH_DELAY_S", 0.5))
         mode = os.environ.get("STANDIN_PEER_DEATH", "die")
-        if mode == "hang" or (self.node_rank == 0 and mode == "stay"):
-            return
+        if mode == "hang":
+            self.closing.wait(HANG_CAP_S)   # a collective that never returns
+            return False
+        if self.node_rank == 0 and mode == "stay":
+            return False
         try:
             self.broadcast_pyobj(peer)
         except RuntimeError:
             self.scheduler_failed()
+        return False
+
+    def wait_steps(self, n: int, limit: float = HANG_CAP_S) -> bool:
+        """A generation on rank 0: blocks until the scheduler made `n` more steps (bounded); True when it did."""
+        with self.cond:
+            self.wanted += 1
+            target = self.steps + n
+            try:
+                return self.cond.wait_for(lambda: self.steps >= target, timeout=limit)
+            finally:
+                self.wanted -= 1
 
     def broadcast_pyobj(self, peer: socket.socket) -> None:
         """Where the real scheduler meets a dead peer: gloo's broadcast in srt/utils/common.py broadcast_pyobj."""
         try:
-            addr, port = peer.getpeername()[:2]
+            addr, port = self.names.get(peer) or peer.getpeername()[:2]
         except OSError:
             addr, port = self.host, self.port
         raise RuntimeError(f"[{GLOO_PAIR}] Connection closed by peer [{addr}]:{port}")
@@ -244,7 +339,8 @@ class Group:
         """Node 0's graceful stop: the ShutdownReq reaches every follower's schedulers."""
         self.closing.set()
         for peer in self.peers:
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError), self.send_lock:
+                peer.settimeout(1.0)   # a frozen follower's full buffer must not hold the shutdown
                 peer.sendall(SHUTDOWN + b"\n")
 
     # ---- nodes >= 1 ----
