@@ -34,6 +34,7 @@ LIBRARY = {
 }
 WORDS = {   # f-strings: the words as the source spells them
     "worker-killed": "died unexpectedly (exit code: ",
+    "worker-sigill": "died unexpectedly (exit code: ",
     "worker-died-by-signal": "died unexpectedly (exit code: ",
     "worker-died": "died unexpectedly (exit code: ",
 }
