@@ -20,6 +20,11 @@ CASES = Path(__file__).parent.parent / "cases"
 
 # the same failure captured from each engine: (vLLM case, SGLang case) -> the common signature both must get
 PAIRS: dict[tuple[str, str], str] = {
+    ("corrupt-weights", "corrupt-weights"): "weights-file-damaged",
+    ("truncated-weights", "truncated-weights"): "weights-file-damaged",
+    ("config-not-json", "config-not-json"): "model-config-not-json",
+    ("missing-weights", "missing-weights"): "model-weights-missing",
+    ("missing-config", "missing-config"): "model-config-missing",
     ("bad-model-path", "real-bad-model-path"): "hf-repo-not-found",
     ("hf-offline-not-cached", "real-hf-offline-not-cached"): "hf-offline-not-cached",
 }
@@ -70,7 +75,7 @@ def test_no_engine_claims_a_shared_librarys_text(text: str) -> None:
 
 
 def test_the_damaged_weights_summary_names_the_librarys_reason() -> None:
-    for engine in ("vllm",):
+    for engine in ("vllm", "sglang"):
         for name, reason in (("corrupt-weights", "invalid header length"),
                              ("truncated-weights", "incomplete metadata, file not fully covered")):
             d = _diagnosis(engine, name)
