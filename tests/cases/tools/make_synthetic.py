@@ -65,6 +65,14 @@ SYNTHETIC: dict[str, dict[str, Any]] = {
                   "huggingface_hub 1.33.0 utils/_http.py:860 hf_raise_for_status (GatedRepoError '401 Client Error. "
                   "Cannot access gated repo for url ...'), both as installed in the real SGLang venv",
     },
+    # the API server's wrapper alone names the failure when the EngineCore's own error is one no signature knows
+    "engine-core-unknown-cause": {
+        "exception": "KeyError: 'model.layers.0.mlp.gate_up_proj.weight'",
+        "source": "Python's KeyError as a model's load_weights raises it for a checkpoint weight the model class has no "
+                  "parameter for (vllm 0.32.0 model_executor/models/*.py `params_dict[name]`): a root cause no "
+                  "signature knows; the wrapper after it is the capture's own (v1/engine/utils.py:1432 "
+                  "wait_for_engine_startup)",
+    },
 }
 
 
