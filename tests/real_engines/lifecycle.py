@@ -110,7 +110,8 @@ def shm_entries() -> set[str]:
 
 def new_shm_segments(before: set[str], since: float) -> list[str]:
     """Engine shared memory (vLLM's psm_* and multiprocessing's sem.mp-*, SGLang's sglang_*) made since `since`
-    and still in /dev/shm."""
+    and still in /dev/shm with no live process mapping it: left behind. /dev/shm is the machine's: a segment
+    another engine running here (another test, another user) holds is mapped by that engine, so it is not ours."""
     left = []
     for name in shm_entries() - before:
         if name.startswith(("psm_", "sem.mp-", "sglang_")):
@@ -119,7 +120,20 @@ def new_shm_segments(before: set[str], since: float) -> list[str]:
                     left.append(name)
             except OSError:
                 pass
-    return left
+    mapped = _mapped_shm() if left else set()
+    return [name for name in left if name not in mapped]
+
+
+def _mapped_shm() -> set[str]:
+    """Names under /dev/shm that some live process maps (its /proc/PID/maps; a process gone meanwhile is skipped)."""
+    names = set()
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with open(f"/proc/{pid}/maps") as maps:
+                names |= {line.rsplit("/dev/shm/", 1)[1].split(" ")[0].strip() for line in maps if "/dev/shm/" in line}
+        except OSError:
+            continue
+    return names
 
 
 def assert_recorded_timeline(prof: Path, home: Path) -> None:
