@@ -54,14 +54,21 @@ def test_real_sglang_up_serves_then_status_logs_restart_down(tmp_path: Path, hos
     started = time.monotonic()
     assert phases[0] == "pushing weights", phases   # before anything else happens on the target
     # the pushed directory's name; the restart under load; then its scheduler frozen under load: hung, restarted
+    def frozen_under_load() -> None:
+        assert not new_shm_segments(shm_before, since), "left in /dev/shm by the up and the drained restart"
+        assert_hung_under_load(prof, home, host, port, "tiny-llama", "sglang")
+
     assert_served_lifecycle(prof, home, port, "tiny-llama", phases[1:], drain=(DRAIN_S, DRAIN_TOKENS),
-                            before_down=lambda: assert_hung_under_load(prof, home, host, port, "tiny-llama", "sglang"))
+                            before_down=frozen_under_load)
     assert time.monotonic() - started > 3  # SGLang's real SIGTERM takes ~5 s, twice (restart, down)
     supervisor_log = (tmp_path / "work" / "tiny-sglang" / "current" / "supervisor.log").read_text()
     assert "supervisor done: stopped" in supervisor_log, supervisor_log
     state = json.loads((tmp_path / "work" / "tiny-sglang" / "current" / "state.json").read_text())
     assert state["signal_name"] in (None, "SIGTERM") and state["exit_code"] in (0, None), state  # not SIGKILLed
-    leaked = new_shm_segments(shm_before, since)  # SGLang leaves sglang_loads_*.shm on every run
+    # SGLang leaves sglang_loads_*.shm on every run; the hung engine, SIGKILLed, also leaves a 32-byte sem.mp-*
+    # that no process of its group held open or mapped, so the supervisor cannot tell it is the engine's
+    # (seen 2026-12-05; docs/on-call.md): the graceful phases were checked before the freeze
+    leaked = [name for name in new_shm_segments(shm_before, since) if not name.startswith("sem.mp-")]
     assert not leaked, leaked
     assert run_dir.exists()
     _assert_resolved_offline_once_fetched(tmp_path, host, home, port)
