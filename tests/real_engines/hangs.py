@@ -144,7 +144,10 @@ def restart_drains(prof: Path, home: Path, port: int, model: str, drain_s: float
     tokens = tokens_for(port, model, REQUEST_S, most)
     clients = Clients(port, model, tokens, 3, once=True, timeout=drain_s + 60)
     try:
-        wait_status(prof, home, _running, 60, "requests running")
+        try:
+            wait_status(prof, home, _running, 60, "requests running")
+        except AssertionError as e:   # say what the clients got (seen once with vLLM: no request ever running)
+            raise AssertionError(f"{e}; {tokens} tokens a request; answers {clients.done}") from None
         began = time.monotonic()
         restart = deploy("restart", str(prof), "--json", home=home, timeout=DEPLOY_S + drain_s)
         took = time.monotonic() - began
