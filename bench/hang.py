@@ -2,12 +2,15 @@
 saturated but healthy engine gets (goal 0).
 
     .venv/bin/python bench/hang.py [--reps 3] [--hang-s auto|SECONDS] [--saturate-s 60] [--step-s 0.3]
-                                   [--engine standin|sglang] [--py-spy-dir DIR]
+                                   [--engine standin|sglang|vllm] [--py-spy-dir DIR]
 
 The target-side supervisor (supervise.py, run by its CLI as deployer runs it on a target) runs the step stand-in
 (tests/standin/stepengine.py: an HTTP server and a forked core process that steps while requests run, /metrics
 with vLLM's names) under the hang rule (supervise_hang.py) with the profile's defaults (hang_s auto, /metrics
-read every second).
+read every second). `--engine sglang` runs real SGLang's CPU engine instead, `--engine vllm` real vLLM's CPU build
+(float32, 4 running at most), each from its venv under ~/.cache/deployer (`make real-engines`) with the tiny model:
+the series the rule reads are the engine package's (engines/<kind>/metrics.yaml), the process frozen is vLLM's
+EngineCore or SGLang's scheduler (tests/engine_cores.py).
 
 - detection: 8 clients keep its 4 slots full and 4 requests waiting for --warm-s seconds, then the core process
   gets SIGSTOP (as `kill -STOP` of vLLM's EngineCore or SGLang's scheduler); measured: SIGSTOP -> the
@@ -41,7 +44,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]  # this checkout's deployer, and the test bed's ports
 
 from deployer.diagnose.hangkinds import classify  # noqa: E402
+from deployer.engines.registry import engine_for  # noqa: E402
 from deployer.supervisor.supervise_base import group_pids  # noqa: E402
+from deployer.target.tokenprobe import load_gauges, progress_names  # noqa: E402
+from engine_cores import CORE_TITLE, cores_among  # noqa: E402
 from sshbed import free_port  # noqa: E402
 
 SUPERVISE = REPO / "deployer" / "supervisor" / "supervise.py"
@@ -49,6 +55,7 @@ STEPENGINE = REPO / "tests" / "standin" / "stepengine.py"
 RESULTS = REPO / "bench" / "results"
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 READY = "The server is fired up and ready to roll!"
+VLLM_READY = "Application startup complete."
 CLIENTS, TOKENS = 8, 20
 DETECT_GOAL_S = 30.0
 STARTUP_S = 240.0
@@ -63,18 +70,27 @@ def sup(*args: str) -> dict[str, Any]:
 
 
 class Engine:
-    """What the bench runs: the step stand-in, or real SGLang's CPU engine (--engine sglang)."""
+    """What the bench runs: the step stand-in, real SGLang's CPU engine (--engine sglang) or real vLLM's CPU build
+    (--engine vllm). The series the hang rule reads come from the engine package's metrics.yaml (the stand-in
+    speaks vLLM's), the process to freeze from tests/engine_cores.py."""
 
     def __init__(self, kind: str, python: str, model: str) -> None:
         self.kind, self.python, self.model = kind, python, model
 
     @property
     def ready(self) -> str:
-        return READY
+        return VLLM_READY if self.kind == "vllm" else READY
+
+    @property
+    def served_model(self) -> str:
+        return "standin" if self.kind == "standin" else self.model
 
     def launch(self, port: int, tmp: Path) -> str:
         if self.kind == "standin":
             return f"exec python3 {STEPENGINE} {port}"
+        if self.kind == "vllm":   # as tests/real_engines/conftest.py vllm_engine, 4 running at most: a queue waits
+            return (f"exec {self.python} -m vllm.entrypoints.openai.api_server --model {self.model} --host 127.0.0.1 "
+                    f"--port {port} --enforce-eager --max-model-len 512 --dtype float32 --max-num-seqs 4")
         return (f"exec {self.python} -m sglang.launch_server --model-path {self.model} --device cpu --host 127.0.0.1 "
                 f"--port {port} --max-total-tokens 8192 --enable-metrics")
 
@@ -82,32 +98,35 @@ class Engine:
         if self.kind == "standin":
             return {"STEPENGINE_STEP_S": str(step_s)}
         (tmp / "tmp").mkdir(exist_ok=True)
+        if self.kind == "vllm":   # tests/real_engines/conftest.py vllm_engine says why each
+            return {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": str(tmp / "vllm-cache"),
+                    "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"), "TMPDIR": str(tmp / "tmp"),
+                    "VLLM_RPC_BASE_PATH": str(tmp / "tmp"), "VLLM_HOST_IP": "127.0.0.1",
+                    "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
         return {"SGLANG_USE_CPU_ENGINE": "1", "HF_HUB_OFFLINE": "1", "TMPDIR": str(tmp / "tmp")}
 
     def names(self) -> dict[str, list[str]]:
-        prefix = "vllm" if self.kind == "standin" else "sglang"
-        found = {"standin": ("vllm:num_requests_running", "vllm:num_requests_waiting",
-                             "vllm:iteration_tokens_total_count"),
-                 "sglang": ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:realtime_tokens_total")}
-        running, waiting, progress = found[self.kind]
-        assert running.startswith(prefix)
-        return {"running_metrics": [running], "waiting_metrics": [waiting], "progress_metrics": [progress]}
+        """The probe's series, from the engine package (engines/<kind>/metrics.yaml) as deployer renders them."""
+        kind, args = ("sglang", {"enable_metrics": True}) if self.kind == "sglang" else ("vllm", {})
+        engine = engine_for(kind)
+        running, waiting = load_gauges(engine, args)
+        progress, labels = progress_names(engine, args)
+        return {"running_metrics": running, "waiting_metrics": waiting, "progress_metrics": progress,
+                "engine_labels": labels}
 
     def body(self) -> bytes:
-        model = "standin" if self.kind == "standin" else self.model
-        return json.dumps({"model": model, "prompt": "Tell me a story.", "max_tokens": TOKENS if self.kind ==
-                           "standin" else 256, "ignore_eos": True}).encode()
+        return json.dumps({"model": self.served_model, "prompt": "Tell me a story.",
+                           "max_tokens": TOKENS if self.kind == "standin" else 256, "ignore_eos": True}).encode()
 
     def core(self, run: Path, pgid: int) -> int:
-        """The process that steps: the stand-in's forked core, SGLang's scheduler."""
+        """The process that steps: the stand-in's forked core, vLLM's EngineCore, SGLang's scheduler."""
         if self.kind == "standin":
             lines = [ln for ln in (run / "engine.log").read_text().splitlines() if ln.startswith("core pid ")]
             return int(lines[-1].split()[2])
-        for pid in group_pids(pgid):
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"scheduler" in f.read():
-                    return pid
-        raise RuntimeError("no SGLang scheduler process in the engine's group")
+        found = cores_among(self.kind, group_pids(pgid))
+        if len(found) != 1:
+            raise RuntimeError(f"{len(found)} {CORE_TITLE[self.kind]} processes in the engine's group: {found}")
+        return found[0]
 
 
 ENGINE = Engine("standin", "", "")
@@ -119,10 +138,10 @@ def make_run(root: Path, port: int, env: dict[str, str], hang_s: float | None) -
     (run / "launch.sh").write_text(f'set -euo pipefail\n{ENGINE.launch(port, root)}\n')
     (run / "launch.sh").chmod(0o700)
     (run / "env").write_text("".join(f"{k}={v}\n" for k, v in env.items()))
-    probe: dict[str, Any] = {"port": port, "model": "standin", "interval_s": 0, **ENGINE.names()}
+    probe: dict[str, Any] = {"port": port, "model": ENGINE.served_model, "interval_s": 0, **ENGINE.names()}
     if hang_s is not None:
         probe["hang_s"] = hang_s
-    cfg = {"launch": "launch.sh", "env_file": "env", "log": "engine.log", "grace_s": 2, "ready_pattern": READY,
+    cfg = {"launch": "launch.sh", "env_file": "env", "log": "engine.log", "grace_s": 2, "ready_pattern": ENGINE.ready,
            "restart": {"policy": "on-failure", "max": 5, "backoff_s": [0.5, 1], "window_s": 600}, "probe": probe}
     (run / "supervise.json").write_text(json.dumps(cfg))
     return run
@@ -232,13 +251,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step-s", type=float, default=0.3, help="the saturated run's step time")
     parser.add_argument("--py-spy-dir", help="a directory holding py-spy, put on the engine's PATH (the stacks "
                         "are then py-spy's; without it, the kernel's view from /proc)")
-    parser.add_argument("--engine", choices=("standin", "sglang"), default="standin",
-                        help="sglang: real SGLang's CPU engine (--python, --model); its steps are its own "
-                        "(--step-s applies to the stand-in only)")
-    parser.add_argument("--python", default=str(Path.home() / ".cache/deployer/real-sglang-venv/bin/python"))
+    parser.add_argument("--engine", choices=("standin", "sglang", "vllm"), default="standin",
+                        help="sglang: real SGLang's CPU engine, vllm: real vLLM's CPU build (--python, --model); "
+                        "their steps are their own (--step-s applies to the stand-in only)")
+    parser.add_argument("--python", help="the real engine's python (default: its venv under ~/.cache/deployer)")
     parser.add_argument("--model", default=str(Path.home() / ".cache/deployer/tiny-llama"))
     args = parser.parse_args(argv)
     global ENGINE
+    if args.python is None:
+        args.python = str(Path.home() / f".cache/deployer/real-{args.engine}-venv/bin/python")
     ENGINE = Engine(args.engine, args.python, args.model)
     hang_s = None if args.hang_s == "auto" else float(args.hang_s)
     with tempfile.TemporaryDirectory(prefix="bench-hang-") as tmp:

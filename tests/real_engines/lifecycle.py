@@ -151,8 +151,11 @@ def assert_recorded_timeline(prof: Path, home: Path) -> None:
     assert "    phases: start " in text and "-> ready at " in text, text
 
 
-def assert_served_lifecycle(prof: Path, home: Path, port: int, model: str, phases: list[str]) -> None:
-    """up (done by the caller, `phases` its phase events) -> chat -> status -> logs -> restart -> chat -> down."""
+def assert_served_lifecycle(prof: Path, home: Path, port: int, model: str, phases: list[str], *,
+                            drain: tuple[float, int] | None = None, before_down: Any = None) -> None:
+    """up (done by the caller, `phases` its phase events) -> chat -> status -> logs -> restart -> chat -> down.
+    `drain` (the profile's restart.drain_s, tokens a request): the restart runs with requests in flight, each
+    must finish (hangs.restart_drains); `before_down`: a phase of the caller's on the restarted engine."""
     assert phases[0] == "args" and phases[-1] == "ready", phases
     answer = chat(port, model)
     assert answer["choices"][0]["message"]["role"] == "assistant", answer
@@ -167,12 +170,19 @@ def assert_served_lifecycle(prof: Path, home: Path, port: int, model: str, phase
     logs = deploy("logs", str(prof), "-n", "400", home=home, timeout=60)
     assert logs.returncode == 0 and "POST /v1/chat/completions" in logs.stdout, logs.stdout[-2000:]
 
-    restart = deploy("restart", str(prof), "--json", home=home, timeout=DEPLOY_S)
-    assert restart.returncode == 0, restart.stdout[-3000:] + restart.stderr
-    assert report_of(restart.stdout)["status"] == "ready"
+    if drain is None:
+        restart = deploy("restart", str(prof), "--json", home=home, timeout=DEPLOY_S)
+        assert restart.returncode == 0, restart.stdout[-3000:] + restart.stderr
+        assert report_of(restart.stdout)["status"] == "ready"
+    else:
+        from hangs import restart_drains
+
+        restart_drains(prof, home, port, model, *drain)
     code, row = status_row(prof, home)
     assert code == 0 and row["healthy"] is True and row["pid"] != first_pid, row
     assert chat(port, model)["usage"]["completion_tokens"] >= 1
+    if before_down is not None:
+        before_down()
 
     down = deploy("down", str(prof), home=home, timeout=120)
     assert down.returncode == 0 and "stopped" in down.stdout, down.stdout + down.stderr

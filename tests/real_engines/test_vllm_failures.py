@@ -12,8 +12,14 @@ from typing import Any
 
 from conftest import MODEL, free_port, vllm_engine, write_real_profile
 from deploy_helpers import deploy
-from deployer.remote.connect import connect
+from engine_cores import CORE_TITLE
+from hangs import assert_hung_under_load, signal_titled
 from lifecycle import chat, completion, new_shm_segments, shm_entries, standin_twin, status_row, up_json, wait_status
+
+
+# health.hang_s of the healed engine: small, so a frozen core is hung in ~20 s; the saturation phase proves that a
+# full queue with the cache full still steps well inside it (no restart)
+HANG_S = 20
 
 
 def test_max_model_len_above_the_models_then_a_kv_cache_too_small_are_healed_in_turn(
@@ -30,7 +36,8 @@ def test_max_model_len_above_the_models_then_a_kv_cache_too_small_are_healed_in_
     engine["env"]["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
     prof = write_real_profile(tmp_path, host, "heal-vllm", engine, retry={"max_attempts": 3, "backoff_s": 0.5},
                               restart={"backoff_s": [1, 2]},
-                              health={"probe_interval_s": 2, "probe_failures": 2, "probe_timeout_s": 4})
+                              health={"probe_interval_s": 2, "probe_failures": 2, "probe_timeout_s": 4,
+                                      "hang_s": HANG_S})
     code, evs, said = up_json(prof, home)
     assert code == 0, said
     report = [e for e in evs if e["event"] == "report"][-1]
@@ -45,7 +52,7 @@ def test_max_model_len_above_the_models_then_a_kv_cache_too_small_are_healed_in_
     # issue 26: the engine core stopped (SIGSTOP: alive, generating nothing) while the API server lives on: no exit,
     # no log line; the supervisor's one-token probe (every 2 s here) finds it and it is restarted as a crash
     _, row = status_row(prof, home)
-    cores = _signal_titled(host, row["pid"], "VLLM::EngineCore", "STOP")
+    cores = signal_titled(host, row["pid"], CORE_TITLE["vllm"], "STOP")
     assert len(cores) == 1, (cores, row)
     row = wait_status(prof, home, lambda r: r.get("restarts", 0) >= 1 and r.get("healthy") is True, 240,
                       "the engine whose core stopped restarted and generating")
@@ -54,6 +61,9 @@ def test_max_model_len_above_the_models_then_a_kv_cache_too_small_are_healed_in_
     assert "the engine's HTTP server answers but generates nothing" in stopped.get("summary", ""), stopped
     assert chat(port, str(MODEL))["usage"]["completion_tokens"] >= 1
     _assert_a_full_kv_cache_under_load(prof, home, port, row["restarts"])
+    # issue 37: the core stopped with requests in flight: the probe's failures are "under load" (never a restart);
+    # the hang rule sees requests running and no engine step for hang_s: hung, its stacks kept, restarted
+    assert_hung_under_load(prof, home, host, port, str(MODEL), "vllm")
     assert deploy("down", str(prof), home=home, timeout=120).returncode == 0
 
     # the stand-in vLLM with the model's limit set alike: the same diagnosis and the same change for attempt 1
@@ -71,7 +81,8 @@ def _assert_a_full_kv_cache_under_load(prof: Path, home: Path, port: int, restar
     """Issue 26: eight clients of 300-token completions against the healed engine's 512 KiB KV cache (room for about
     one such request): `status` shows requests running and waiting, the cache full and tokens generated, each look
     well inside its timeout; the one-token probe (every 2 s, 4 s timeout) that times out behind the queue makes it
-    unhealthy at most, never a restart."""
+    unhealthy at most, never a restart. Issue 37: nor does the hang rule (health.hang_s HANG_S, the tier's
+    smallest): a saturated engine steps."""
     stop = threading.Event()
     answered: list[int] = []
 
@@ -138,30 +149,10 @@ def test_a_bad_model_path_fails_once_with_what_to_fix(tmp_path: Path, host: Any)
     assert "no-such-model" in said, said
 
 
-WORKER_IN_GROUP = """for d in /proc/[0-9]*; do
-  case "$(tr -d '\\0' < $d/cmdline 2>/dev/null)" in
-    VLLM::Worker*) [ "$(cut -d' ' -f5 $d/stat 2>/dev/null)" = {pgid} ] && echo ${{d#/proc/}};;
-  esac
-done"""
-
-
 def _kill_worker(host: Any, pgid: int) -> list[int]:
     """SIGKILL the engine's VLLM::Worker on the target (its own PID namespace; found by title and process group:
     setproctitle blanks its environ), as the kernel's OOM killer would."""
-    return _signal_titled(host, pgid, "VLLM::Worker", "KILL")
-
-
-def _signal_titled(host: Any, pgid: int, title: str, signal: str) -> list[int]:
-    """Send `signal` to the processes of the engine's group whose title starts with `title`, on the target."""
-    remote = connect(host.spec())
-    try:
-        script = WORKER_IN_GROUP.format(pgid=pgid).replace("VLLM::Worker*", f"{title}*")
-        found = [int(p) for p in remote.run(script, timeout=30).stdout.split()]
-        for pid in found:
-            remote.run(f"kill -{signal} {pid}", timeout=30)
-    finally:
-        remote.close()
-    return found
+    return signal_titled(host, pgid, "VLLM::Worker", "KILL")
 
 
 # Real vLLM 0.32.0 logs the same SIGKILLed worker in one of two ways, run to run: "(exit code: -9)" when its worker

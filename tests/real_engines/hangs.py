@@ -1,0 +1,190 @@
+"""The hang and drain phases of the real-engine tier (issue 37), run on a deployment a test already has (a real
+engine start costs 30-120 s on CI, so no phase deploys its own):
+
+- `assert_hung_under_load`: the engine's stepping process (vLLM's EngineCore, SGLang's scheduler:
+  tests/engine_cores.py) frozen with SIGSTOP while requests run -> the supervisor's hang rule says hung within
+  the profile's health.hang_s (+ its poll), the stacks of the group are kept in the run dir and named by
+  `status`, `history` says hung, the engine is restarted and serves again.
+- `restart_drains`: `deploy restart` with requests in flight under restart.drain_s -> every request that was
+  running when the engine got SIGTERM finishes with all its tokens (none lost), then the new engine serves.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from deploy_helpers import deploy
+from deployer.remote.connect import connect
+from engine_cores import CORE_TITLE, titled_in_group
+from lifecycle import DEPLOY_S, chat, report_of, status_row, wait_status
+
+
+def signal_titled(host: Any, pgid: int, title: str, signal: str) -> list[int]:
+    """Send `signal` to the processes of the engine's group whose title starts with `title`, on the target (its
+    own PID namespace: the pids are the target's)."""
+    remote = connect(host.spec())
+    try:
+        found = [int(p) for p in remote.run(titled_in_group(title, pgid), timeout=30).stdout.split()]
+        for pid in found:
+            remote.run(f"kill -{signal} {pid}", timeout=30)
+    finally:
+        remote.close()
+    return found
+
+
+class Clients:
+    """`n` threads, each sending completions of `tokens` tokens (ignore_eos) until stopped, or `once`; each
+    answer kept as (started, ended, completion tokens or the error); as a context, stopped at its end."""
+
+    def __init__(self, port: int, model: str, tokens: int, n: int, once: bool = False, timeout: float = 240) -> None:
+        self.port, self.model, self.tokens, self.once, self.timeout = port, model, tokens, once, timeout
+        self.stop = threading.Event()
+        self.done: list[tuple[float, float, int | str]] = []
+        self.threads = [threading.Thread(target=self._client, daemon=True) for _ in range(n)]
+        for t in self.threads:
+            t.start()
+
+    def _client(self) -> None:
+        body = json.dumps({"model": self.model, "prompt": "hello", "max_tokens": self.tokens, "ignore_eos": True,
+                           "temperature": 0}).encode()
+        for _ in range(1 if self.once else 50):   # bounded: 50 requests of at most `timeout` s, or until stopped
+            if self.stop.is_set():
+                return
+            started = time.time()
+            request = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/completions", data=body,
+                                             headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as resp:
+                    got: int | str = int(json.loads(resp.read())["usage"]["completion_tokens"])
+            except (OSError, urllib.error.URLError, ValueError, KeyError) as e:
+                got = f"{type(e).__name__}: {e}"
+                self.stop.wait(0.5)   # a refused request: not a busy loop
+            self.done.append((started, time.time(), got))
+
+    def __enter__(self) -> Clients:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.end()
+
+    def join(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for t in self.threads:
+            t.join(max(deadline - time.monotonic(), 0.1))
+
+    def end(self) -> None:
+        self.stop.set()
+        self.join(60)
+
+
+def _running(row: dict[str, Any]) -> bool:
+    return ((row.get("metrics") or {}).get("requests_running") or 0) > 0
+
+
+def _state(row: dict[str, Any]) -> dict[str, Any]:
+    """The supervisor's own record of the row's run (the test host is this machine)."""
+    data: dict[str, Any] = json.loads((Path(row["run_dir"]) / "state.json").read_text())
+    return data
+
+
+def assert_hung_under_load(prof: Path, home: Path, host: Any, port: int, model: str, kind: str,
+                           tokens: int = 300) -> dict[str, Any]:
+    """Freeze the engine's stepping process with 4 requests in flight: hung within health.hang_s (+ the rule's
+    poll and a loaded machine's slack), its stacks in the run dir and in `status`, `history` says hung, one
+    restart, serving again. Returns the row after."""
+    hang_s = float(_profile_health(prof)["hang_s"])
+    _, before = status_row(prof, home)
+    clients = Clients(port, model, tokens, 4)
+    try:
+        busy = wait_status(prof, home, _running, 120, "requests running")
+        cores = signal_titled(host, busy["pid"], CORE_TITLE[kind], "STOP")
+        frozen_at = time.time()
+        assert len(cores) == 1, (cores, busy)
+        after = wait_status(prof, home, lambda r: r.get("restarts", 0) > before["restarts"] and r.get("healthy"),
+                            hang_s + 300, "the frozen engine hung, restarted and healthy")
+    finally:
+        clients.end()
+    crash = _state(after)["last_crash"]
+    hung = crash.get("hung")
+    assert hung, crash   # the hang rule ended it, not the probe nor an exit
+    detected = hung["at"] - frozen_at
+    assert hung["hang_s"] == hang_s and not hung["derived"], hung
+    assert hang_s - 3 <= detected <= hang_s + 15, (detected, hung)   # the rule's clock, polled every second
+    assert hung["running"] + hung["waiting"] >= 1 and hung["stalled_s"] >= hang_s, hung
+    stacks = hung["stacks"]
+    assert (Path(after["run_dir"]) / stacks["file"]).is_file() and stacks["processes"], stacks
+    status = deploy("status", str(prof), home=home, timeout=60).stdout
+    assert "last crash: hung: " in status and f"in the run dir: {stacks['file']}" in status, status
+    history = deploy("history", str(prof), home=home, timeout=60).stdout
+    assert "    hung: " in history and "no engine step for" in history, history
+    assert after["status"] == "ready" and after["pid"] != before["pid"], after
+    assert chat(port, model)["usage"]["completion_tokens"] >= 1
+    return after
+
+
+def _profile_health(prof: Path) -> dict[str, Any]:
+    import yaml
+
+    health: dict[str, Any] = yaml.safe_load(prof.read_text())["health"]
+    return health
+
+
+def restart_drains(prof: Path, home: Path, port: int, model: str, drain_s: float, most: int) -> dict[str, Any]:
+    """`deploy restart` while 3 requests run (each of `tokens_for` tokens, at most `most`), the profile's
+    restart.drain_s `drain_s`: each was in flight when the engine got SIGTERM (it ended after the supervisor's stop
+    note), got all its tokens, and took less than drain_s. Returns the restart's report."""
+    _, before = status_row(prof, home)
+    old_run = Path(before["run_dir"])
+    tokens = tokens_for(port, model, REQUEST_S, most)
+    clients = Clients(port, model, tokens, 3, once=True, timeout=drain_s + 60)
+    try:
+        try:
+            wait_status(prof, home, _running, 60, "requests running")
+        except AssertionError as e:   # say what the clients got (seen once with vLLM: no request ever running)
+            raise AssertionError(f"{e}; {tokens} tokens a request; answers {clients.done}") from None
+        began = time.monotonic()
+        restart = deploy("restart", str(prof), "--json", home=home, timeout=DEPLOY_S + drain_s)
+        took = time.monotonic() - began
+        clients.join(drain_s + 60)
+    finally:
+        clients.end()
+    assert restart.returncode == 0, restart.stdout[-3000:] + restart.stderr
+    sigterm_at = _stop_noted_at(old_run)
+    answers = sorted(clients.done)
+    assert len(answers) == 3 and all(got == tokens for _, _, got in answers), answers   # none lost, none cut short
+    assert all(started < sigterm_at for started, _, _ in answers), (answers, sigterm_at)
+    assert any(ended > sigterm_at + 1 for _, ended, _ in answers), (answers, sigterm_at)  # in flight at SIGTERM
+    assert all(ended - started < drain_s for started, ended, _ in answers), (answers, drain_s)
+    report = report_of(restart.stdout)
+    assert report["status"] == "ready" and took < DEPLOY_S + drain_s, report
+    return report
+
+
+# How long each request in flight at the restart should take alone (3 together take longer, well under drain_s):
+# long enough to outlast the restart command's way to the engine's SIGTERM (a few seconds, more on a busy CI)
+REQUEST_S = 12.0
+
+
+def tokens_for(port: int, model: str, seconds: float, most: int) -> int:
+    """The tokens one request generates in about `seconds` on this machine now (from one 32-token request),
+    within 64..`most`."""
+    began = time.monotonic()
+    with Clients(port, model, 32, 1, once=True) as one:
+        one.join(120)
+    took = time.monotonic() - began
+    assert one.done and one.done[0][2] == 32, one.done
+    return max(64, min(most, int(seconds * 32 / max(took, 0.01))))
+
+
+def _stop_noted_at(run: Path) -> float:
+    """When the supervisor of `run` sent the engine SIGTERM for the stop (its supervisor.log line, to the second)."""
+    for line in (run / "supervisor.log").read_text().splitlines():
+        if " stop requested: SIGTERM" in line:
+            return time.mktime(time.strptime(line.split(" ", 1)[0], "%Y-%m-%dT%H:%M:%S"))
+    raise AssertionError(f"no stop in {run / 'supervisor.log'}")
