@@ -1,6 +1,5 @@
 """Real vLLM 0.32.0 (CPU build) deployed by deployer over the real sshd: up -> phases -> ready -> a real chat
-completion -> status -> logs -> restart -> down; the restart with requests in flight, which all finish
-(restart.drain_s: vLLM's --shutdown-timeout, issue 37)."""
+completion -> status -> logs -> restart -> down, with restart.drain_s rendered as vLLM's --shutdown-timeout (issue 37)."""
 
 from __future__ import annotations
 
@@ -14,18 +13,17 @@ from dashboard_row import assert_dashboard_shows
 from lifecycle import assert_served_lifecycle, chat, phases_of, report_of, standin_twin, status_row, up_json
 
 
-# restart.drain_s, and the most tokens of a request in flight at the restart (hangs.restart_drains sizes them to
-# take ~12 s alone here; 3 together stay well under drain_s). The model's whole 2048 tokens: 480-token requests
-# took 3.4 s here, done before the restart's SIGTERM (~6 s after the command)
-DRAIN_S, DRAIN_TOKENS = 90, 2000
+# restart.drain_s: rendered as --shutdown-timeout, which real vLLM must accept; the stop waits it. The restart under
+# load (hangs.restart_drains) is not run: the tiny model's longest request (2000 tokens, the model's 2048) ends in
+# 5.7 s on a quiet machine, before the restart's SIGTERM (~6 s after the command): nothing would be in flight
+DRAIN_S = 90
 
 
 def test_real_vllm_up_serves_then_status_logs_restart_down(tmp_path: Path, host: Any) -> None:
     home, port = tmp_path / "home", free_port()
     # no periodic one-token probe here: it is a completion like any other, and one landing between the two looks of
     # assert_serving_metrics would count in its interval (the probe's own real test: test_vllm_failures)
-    # restart.drain_s: the restart runs under load and loses nothing (vLLM gets --shutdown-timeout); a short grace
-    # after it, so a stop that did not wait the drain would SIGKILL the requests still running
+    # restart.drain_s (DRAIN_S) with a short grace after it
     prof = write_real_profile(tmp_path, host, "tiny-vllm", vllm_engine(port, tmp_path, max_model_len=2048),
                               health={"probe_interval_s": 0}, restart={"drain_s": DRAIN_S, "grace_s": 5})
     code, evs, said = up_json(prof, home)
@@ -41,7 +39,7 @@ def test_real_vllm_up_serves_then_status_logs_restart_down(tmp_path: Path, host:
     assert_dashboard_shows(prof, home, "tiny-vllm", "vllm", phases, "Application startup complete.",
                            Path(row["run_dir"]))
     assert_serving_metrics(prof, home, port)
-    assert_served_lifecycle(prof, home, port, str(MODEL), phases, drain=(DRAIN_S, DRAIN_TOKENS))
+    assert_served_lifecycle(prof, home, port, str(MODEL), phases)
     assert_predicted_start(prof, home)
 
     # the fast tier's stand-in vLLM, same profile: deployer must read the same startup from it
