@@ -72,22 +72,23 @@ if TYPE_CHECKING or __package__:  # imported as part of the deployer package
         EXIT_BAD_INPUT, SuperviseError, UnsafePath, check_dirs, open_file, pid_alive, write_json,
     )
     from deployer.supervisor.supervise_lease import (
-        FENCE_ENV, LeaseError, Refused, acquire, held, read_lease, record_event, still_ours, take_fence, update,
+        FENCE_ENV, LeaseError, Refused, acquire, held, record_event, still_ours, take_fence, update,
     )
     from deployer.supervisor.supervise_ports import claimed_by, port_bindable, port_holders
     from deployer.supervisor.supervise_protocol import ENV_FILE, LAUNCH_SH, PROFILE_JSON, SUPERVISE_JSON, UP
-    from deployer.supervisor.supervise_replicas import pending_job, router_call, worker_answers
+    from deployer.supervisor.supervise_replicas import pending_job, read_lease_at, router_call, worker_answers
 else:  # run from a run dir, beside the other supervisor files
     from supervise import cmd_stop, status_of  # type: ignore[no-redef]
     from supervise_base import (  # type: ignore[no-redef]
         EXIT_BAD_INPUT, SuperviseError, UnsafePath, check_dirs, open_file, pid_alive, write_json,
     )
     from supervise_lease import (  # type: ignore[no-redef]
-        FENCE_ENV, LeaseError, Refused, acquire, held, read_lease, record_event, still_ours, take_fence, update,
+        FENCE_ENV, LeaseError, Refused, acquire, held, record_event, still_ours, take_fence, update,
     )
     from supervise_ports import claimed_by, port_bindable, port_holders  # type: ignore[no-redef]
     from supervise_protocol import ENV_FILE, LAUNCH_SH, PROFILE_JSON, SUPERVISE_JSON, UP  # type: ignore[no-redef]
-    from supervise_replicas import pending_job, router_call, worker_answers  # type: ignore[no-redef]
+    from supervise_replicas import (pending_job, read_lease_at, router_call,  # type: ignore[no-redef]
+                                    worker_answers)
 
 INTENT = "replace-intent.json"          # a replace's guard (arm)
 ROUTER_INTENT = "router-intent.json"    # a rolling restart's guard, in the router's deployment dir (arm-router)
@@ -121,17 +122,6 @@ def read_intent(path: str) -> dict[str, Any] | None:
     finally:
         os.close(fd)
     return data if isinstance(data, dict) else None
-
-
-def _lease(lock: str) -> dict[str, Any]:
-    try:
-        fd = open_file(lock, os.O_RDONLY, 0, "lock")
-    except (OSError, UnsafePath):
-        return {}
-    try:
-        return read_lease(fd)
-    finally:
-        os.close(fd)
 
 
 def _run_dir(deployment: str, path: str) -> str:
@@ -261,7 +251,7 @@ class Guard:
                     pass  # a full disk: the guard keeps it in memory
             assert intent is not None
             armed = intent
-            lease = _lease(self.lock)
+            lease = read_lease_at(self.lock)
             mine = lease.get("token") in self.tokens
             if not mine and (held(lease, time.time()) or intent.get("url") or lease.get("token")):
                 return "left: the lock is no longer the client's (broken or taken over)"
