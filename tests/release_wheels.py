@@ -15,6 +15,9 @@ import zipfile
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Any
+
+from deployer.versions import version_in
 
 # "a" "b" across lines (implicit concatenation, f-strings included) read as one literal: "ab"
 _JOINED = re.compile(r"""(["'])\s*\n\s*[rbfRBF]{0,2}(["'])""")
@@ -106,3 +109,18 @@ def literal_fragments(pattern: str, shortest: int = 12) -> list[str]:
 
 
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_.]*(?:Error|Exception|Warning): )+")
+
+
+def missing_words(text: ReleaseText, version: str, signatures: list[dict[str, Any]], library: dict[str, str],
+                  words: dict[str, str]) -> list[str]:
+    """The signatures whose `versions` take `version` and whose words (`words`'s spelling of an f-string, else a
+    literal run of one of its patterns) the release's source lacks; those in `library` (a library's words) skipped."""
+    missing = []
+    for sig in signatures:
+        if sig["id"] in library or not version_in(version, str(sig.get("versions", "*"))):
+            continue
+        said = [words[sig["id"]]] if sig["id"] in words else \
+            [next(iter(literal_fragments(p)), p) for p in sig["patterns"]]
+        if not any(text.has(w) for w in said):
+            missing.append(f"{sig['id']} ({said[0]!r})")
+    return missing

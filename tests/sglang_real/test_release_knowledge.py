@@ -30,7 +30,7 @@ from deployer.engines.releases import load_releases
 from deployer.engines.renames import load_renames
 from deployer.flag_names import key_option
 from deployer.versions import at_least, version_in
-from release_wheels import ReleaseText, fetch_wheel, literal_fragments
+from release_wheels import ReleaseText, fetch_wheel, missing_words
 from sglang_release import ROOT, only_release
 
 pytestmark = [only_release("0.5.23"), pytest.mark.timeout(900),
@@ -96,14 +96,7 @@ def option_literal(text: ReleaseText, key: str) -> bool:
 @pytest.mark.parametrize("version", RELEASES.releases)
 def test_every_signature_finds_its_words_in_the_release(version: str, wheels: Path) -> None:
     text = release(version, wheels)
-    missing = []
-    for sig in SIGNATURES:
-        if sig["id"] in LIBRARY or not version_in(version, str(sig.get("versions", "*"))):
-            continue
-        words = [WORDS[sig["id"]]] if sig["id"] in WORDS else \
-            [next(iter(literal_fragments(p)), p) for p in sig["patterns"]]
-        if not any(text.has(w) for w in words):
-            missing.append(f"{sig['id']} ({words[0]!r})")
+    missing = missing_words(text, version, SIGNATURES, LIBRARY, WORDS)
     assert not missing, f"sglang {version}'s source has not the words of: {', '.join(missing)} (a new wording: add a " \
                         "pattern; a check the release no longer has: narrow the signature's `versions`)"
 

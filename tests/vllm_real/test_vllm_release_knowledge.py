@@ -16,8 +16,7 @@ import yaml
 from deployer.engines.common import SIGNATURES_FILE as COMMON
 from deployer.engines.registry import engine_for
 from deployer.engines.releases import load_releases
-from deployer.versions import version_in
-from release_wheels import ReleaseText, fetch_wheel, literal_fragments
+from release_wheels import ReleaseText, fetch_wheel, missing_words
 
 pytestmark = [pytest.mark.timeout(900),
               pytest.mark.slow("downloads and reads every supported release's wheel (~340 MB each)")]
@@ -56,13 +55,6 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("version", RELEASES.releases)
 def test_every_signature_finds_its_words_in_the_release(version: str, wheels: Path) -> None:
     text = ReleaseText(fetch_wheel("vllm", version, wheels), "vllm")
-    missing = []
-    for sig in SIGNATURES:
-        if sig["id"] in LIBRARY or not version_in(version, str(sig.get("versions", "*"))):
-            continue
-        words = [WORDS[sig["id"]]] if sig["id"] in WORDS else \
-            [next(iter(literal_fragments(p)), p) for p in sig["patterns"]]
-        if not any(text.has(w) for w in words):
-            missing.append(f"{sig['id']} ({words[0]!r})")
+    missing = missing_words(text, version, SIGNATURES, LIBRARY, WORDS)
     assert not missing, f"vllm {version}'s source has not the words of: {', '.join(missing)} (a new wording: add a " \
                         "pattern; a message the release no longer has: narrow the signature's `versions`)"
