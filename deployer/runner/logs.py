@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from collections.abc import Mapping
 from typing import Any
 
-from deployer.diagnose.diagnosis import Diagnosis, diagnose, hang_diagnosis, no_token_diagnosis, oom_killer_lines
+from deployer.diagnose.diagnosis import (Diagnosis, diagnose, group_peer_lost, hang_diagnosis, no_token_diagnosis,
+                                         oom_killer_lines, peer_lost_reason)
 from deployer.diagnose.hung import hung_diagnosis
 from deployer.diagnose.drift import parse_args_dump
 from deployer.remedy.effective import DryResolution, EngineValues, engine_values
@@ -97,7 +98,19 @@ def diagnose_state(remote: Remote, run: RunDir, state: Mapping[str, Any], versio
         return probe
     ending = Ending(int(end.get("log_offset") or 0), end.get("traceback_offset"), end.get("exit_code"),
                     end.get("signal"))
-    return diagnose_run(remote, run, ending, version, engine=engine)
+    diag = diagnose_run(remote, run, ending, version, engine=engine)
+    lost = peer_lost_reason(end)
+    if lost is not None and _names_nothing_else(diag, engine):
+        return group_peer_lost(lost, engine.kind)   # a node group's rank its supervisor stopped for its group
+    return diag
+
+
+def _names_nothing_else(diag: Diagnosis, engine: Engine) -> bool:
+    """Whether a rank's own log says nothing but what a lost peer causes (nothing, a signal: the supervisor's own
+    SIGKILL of a stopped rank, or one of the engine's peer-failure signatures)."""
+    multinode = engine.launch.multinode
+    peers = multinode.peer_failures if multinode else frozenset()
+    return diag.signature is None or diag.signature == "killed-by-signal" or diag.signature in peers
 
 
 @dataclass(frozen=True)

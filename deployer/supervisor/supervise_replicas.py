@@ -126,7 +126,7 @@ def pending_job(answer: Any) -> str:
 
 
 def start_time(metrics: str) -> Optional[float]:
-    """prometheus_client's `process_start_time_seconds` in one /metrics text (vLLM's API server exposes it), else
+    """prometheus_client's `process_start_time_seconds` in one /metrics text (an engine's API server may expose it), else
     None."""
     for line in metrics.splitlines():
         if line.startswith(START_TIME + " "):
