@@ -388,8 +388,10 @@ def test_ctrl_c_ends_a_fan_out_at_once(tmp_path: Path) -> None:
 
     script = tmp_path / "fan.py"
     script.write_text(
-        "import time\n"
+        "import signal, time\n"
         "from deployer.runner.fanout import TaggedSink, fan_out\n"
+        # a terminal's foreground command takes Ctrl-C; a child of a pytest worker inherits SIGINT ignored
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "print('started', flush=True)\n"
         "try:\n"
         "    fan_out(['a', 'b'], str, str, lambda m, e: time.sleep(60), TaggedSink(lambda e: None))\n"
