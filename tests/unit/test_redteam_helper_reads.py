@@ -9,26 +9,14 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from test_supervise_helper import Helper
+from test_supervise_helper import Helper, helper  # noqa: F401 (the fixture: one helper process per test)
 
 NOBODY = 65534
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's link needs root")
-
-
-@pytest.fixture
-def helper(tmp_path: Path) -> Iterator[Helper]:
-    h = Helper(tmp_path)
-    try:
-        yield h
-    finally:
-        if h.proc.poll() is None:
-            h.proc.kill()
-            h.proc.wait(timeout=5)
 
 
 def _arena(tmp_path: Path) -> tuple[Path, Path]:
