@@ -106,8 +106,10 @@ def assert_hung_under_load(prof: Path, home: Path, host: Any, port: int, model: 
         cores = signal_titled(host, busy["pid"], CORE_TITLE[kind], "STOP")
         frozen_at = time.time()
         assert len(cores) == 1, (cores, busy)
-        after = wait_status(prof, home, lambda r: r.get("restarts", 0) > before["restarts"] and r.get("healthy"),
-                            hang_s + 300, "the frozen engine hung, restarted and healthy")
+        # ready as well as healthy: a restarted engine's /health may answer before its ready line (SGLang's
+        # warmup), and status says `running` until that line (red once on CI under load)
+        after = wait_status(prof, home, lambda r: r.get("restarts", 0) > before["restarts"] and r.get("healthy")
+                            and r.get("status") == "ready", hang_s + 300, "the frozen engine hung, restarted, ready")
     finally:
         clients.end()
     crash = _state(after)["last_crash"]

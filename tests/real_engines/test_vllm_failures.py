@@ -54,7 +54,8 @@ def test_max_model_len_above_the_models_then_a_kv_cache_too_small_are_healed_in_
     _, row = status_row(prof, home)
     cores = signal_titled(host, row["pid"], CORE_TITLE["vllm"], "STOP")
     assert len(cores) == 1, (cores, row)
-    row = wait_status(prof, home, lambda r: r.get("restarts", 0) >= 1 and r.get("healthy") is True, 240,
+    row = wait_status(prof, home, lambda r: r.get("restarts", 0) >= 1 and r.get("healthy") is True
+                      and r.get("status") == "ready", 240,
                       "the engine whose core stopped restarted and generating")
     stopped = (row["last_crash"] or {}).get("diagnosis") or {}
     assert stopped.get("signature") == "no-token", row["last_crash"]
@@ -174,7 +175,8 @@ def test_the_worker_sigkilled_after_ready_is_a_crash_restarted_by_the_policy(tmp
     workers = _kill_worker(host, row["pid"])  # the engine leads its own process group
     assert len(workers) == 1, (workers, row)
     killed_at = time.monotonic()
-    row = wait_status(prof, home, lambda r: r.get("restarts", 0) >= 1 and r.get("healthy") is True, 240,
+    row = wait_status(prof, home, lambda r: r.get("restarts", 0) >= 1 and r.get("healthy") is True
+                      and r.get("status") == "ready", 240,
                       "the engine restarted and healthy")
     assert row["status"] == "ready" and time.monotonic() - killed_at < 240, row
     crash = row["last_crash"]
