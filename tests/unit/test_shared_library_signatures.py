@@ -27,6 +27,7 @@ PAIRS: dict[tuple[str, str], str] = {
     ("missing-config", "missing-config"): "model-config-missing",
     ("bad-model-path", "real-bad-model-path"): "hf-repo-not-found",
     ("hf-offline-not-cached", "real-hf-offline-not-cached"): "hf-offline-not-cached",
+    ("ipc-path-too-long", "ipc-path-too-long"): "ipc-path-too-long",
 }
 
 # texts a shared library raises: an engine's own signature must not match them (they belong to engines/common)
@@ -38,6 +39,7 @@ LIBRARY_TEXTS = [
     "OSError: We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find them in the "
     "cached files.",
     "ValueError: The repository x/y contains custom code which must be executed to correctly load the model.",
+    'zmq.error.ZMQError: ipc path "/tmp/a/b" is longer than 107 characters (sizeof(sockaddr_un.sun_path)).',
 ]
 
 

