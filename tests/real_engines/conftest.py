@@ -10,7 +10,9 @@ no engine of this tier may be left running (`no_engine_left`).
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import signal
 import sys
 import time
@@ -95,6 +97,20 @@ def engine_pids(under: Path) -> list[int]:
     return pids
 
 
+_SHORT: set[Path] = set()
+
+
+def short_tmp(tmp: Path) -> Path:
+    """A short private directory for the engine's Unix sockets (TMPDIR, VLLM_RPC_BASE_PATH), one per test dir:
+    a socket path holds at most 107 bytes, and vLLM's `<dir>/<uuid4>` under an xdist worker's tmp_path is longer
+    (ZMQError "ipc path ... is longer than 107 characters"; the `ipc-path-too-long` signature). Removed after the
+    test by `no_engine_left`, once its engines are gone."""
+    path = Path("/tmp") / f"re-{hashlib.sha1(str(tmp).encode()).hexdigest()[:10]}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    _SHORT.add(path)
+    return path
+
+
 @pytest.fixture(autouse=True)
 def no_engine_left(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """After each test: no engine this test session started still runs (a leak is killed and fails the test)."""
@@ -109,6 +125,9 @@ def no_engine_left(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    for path in list(_SHORT):
+        shutil.rmtree(path, ignore_errors=True)
+        _SHORT.discard(path)
     assert not left, f"engine processes left behind: {left}"
 
 
@@ -134,8 +153,8 @@ def vllm_engine(port: int, tmp: Path, **args: Any) -> dict[str, Any]:
         "kind": "vllm", "python": str(VLLM_VENV / "bin" / "python"), "model_path": str(MODEL), "port": port,
         "args": {"enforce_eager": True, "max_model_len": 512, "dtype": VLLM_DTYPE, **args},
         "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": str(tmp / "vllm-cache"),
-                "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"), "TMPDIR": str(tmp / "tmp"),
-                "VLLM_RPC_BASE_PATH": str(tmp / "tmp"),
+                "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"), "TMPDIR": str(short_tmp(tmp)),
+                "VLLM_RPC_BASE_PATH": str(short_tmp(tmp)),
                 # its processes meet at the address of the default route unless told: the netns fault tests
                 # of this machine add and remove such routes (seen: 192.0.2.2, gone a minute later)
                 "VLLM_HOST_IP": "127.0.0.1"},
@@ -147,7 +166,7 @@ def sglang_engine(port: int, tmp: Path, **args: Any) -> dict[str, Any]:
     return {
         "kind": "sglang", "python": str(SGLANG_VENV / "bin" / "python"), "model_path": str(MODEL), "port": port,
         "args": {"device": "cpu", "max_total_tokens": 8192, **args},
-        "env": {"SGLANG_USE_CPU_ENGINE": "1", "HF_HUB_OFFLINE": "1", "TMPDIR": str(tmp / "tmp")},
+        "env": {"SGLANG_USE_CPU_ENGINE": "1", "HF_HUB_OFFLINE": "1", "TMPDIR": str(short_tmp(tmp))},
     }
 
 

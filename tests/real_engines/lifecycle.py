@@ -108,10 +108,22 @@ def shm_entries() -> set[str]:
         return set()
 
 
-def new_shm_segments(before: set[str], since: float) -> list[str]:
+def new_shm_segments(before: set[str], since: float, settle_s: float = 20.0) -> list[str]:
     """Engine shared memory (vLLM's psm_* and multiprocessing's sem.mp-*, SGLang's sglang_*) made since `since`
     and still in /dev/shm with no live process mapping it: left behind. /dev/shm is the machine's: a segment
-    another engine running here (another test, another user) holds is mapped by that engine, so it is not ours."""
+    another engine running here (another test in the other xdist worker, another user) holds is mapped by that
+    engine, so it is not ours; one that another engine's supervisor is about to clean (its engine just ended) is
+    gone within seconds, so what is found is looked at again for up to `settle_s`: left means still there and
+    unmapped at every look."""
+    left = _unmapped_new(before, since)
+    deadline = time.monotonic() + settle_s
+    while left and time.monotonic() < deadline:   # bounded: settle_s, a look a second
+        time.sleep(1.0)
+        left = [name for name in _unmapped_new(before, since) if name in left]
+    return left
+
+
+def _unmapped_new(before: set[str], since: float) -> list[str]:
     left = []
     for name in shm_entries() - before:
         if name.startswith(("psm_", "sem.mp-", "sglang_")):
