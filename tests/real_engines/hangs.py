@@ -42,19 +42,26 @@ class Clients:
     """`n` threads, each sending completions of `tokens` tokens (ignore_eos) until stopped, or `once`; each
     answer kept as (started, ended, completion tokens or the error); as a context, stopped at its end."""
 
-    def __init__(self, port: int, model: str, tokens: int, n: int, once: bool = False, timeout: float = 240) -> None:
+    def __init__(self, port: int, model: str, tokens: int, n: int, once: bool = False, timeout: float = 240,
+                 halt: threading.Event | None = None, stagger_s: float = 0.0, most: int = 50) -> None:
+        """`halt`: no new request once it is set; `stagger_s`: client i sends its first request i x stagger_s late
+        (so that at any moment their requests are at different points of their run); `most`: requests a client
+        sends at most."""
         self.port, self.model, self.tokens, self.once, self.timeout = port, model, tokens, once, timeout
+        self.most = most
         self.stop = threading.Event()
+        self.halt = halt or self.stop
         self.done: list[tuple[float, float, int | str]] = []
-        self.threads = [threading.Thread(target=self._client, daemon=True) for _ in range(n)]
+        self.threads = [threading.Thread(target=self._client, args=(i * stagger_s,), daemon=True) for i in range(n)]
         for t in self.threads:
             t.start()
 
-    def _client(self) -> None:
+    def _client(self, delay: float) -> None:
         body = json.dumps({"model": self.model, "prompt": "hello", "max_tokens": self.tokens, "ignore_eos": True,
                            "temperature": 0}).encode()
-        for _ in range(1 if self.once else 50):   # bounded: 50 requests of at most `timeout` s, or until stopped
-            if self.stop.is_set():
+        self.stop.wait(delay)
+        for _ in range(1 if self.once else self.most):   # bounded: `most` requests of at most `timeout` s each
+            if self.stop.is_set() or self.halt.is_set():
                 return
             started = time.time()
             request = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/completions", data=body,
@@ -138,16 +145,22 @@ def _profile_health(prof: Path) -> dict[str, Any]:
 
 
 def restart_drains(prof: Path, home: Path, port: int, model: str, drain_s: float, most: int) -> dict[str, Any]:
-    """`deploy restart` while 3 requests run (each of `tokens_for` tokens, at most `most`), the profile's
-    restart.drain_s `drain_s`: each was in flight when the engine got SIGTERM (it ended after the supervisor's stop
-    note), got all its tokens, and took less than drain_s. Returns the restart's report."""
+    """`deploy restart` under steady load, the profile's restart.drain_s `drain_s`: 3 clients send requests back to
+    back (each ~REQUEST_S, at most `most` tokens; staggered) until they see the old run stopping. Every request
+    that started before the engine got SIGTERM ended with all its tokens (none lost, none cut short), at least one
+    of them was still running a second after the SIGTERM (so the drain, not luck, kept it), none took drain_s, and
+    a request answered after the stop began got all its tokens too. Returns the restart's report."""
     _, before = status_row(prof, home)
     old_run = Path(before["run_dir"])
     tokens = tokens_for(port, model, REQUEST_S, most)
-    clients = Clients(port, model, tokens, 3, once=True, timeout=drain_s + 60)
+    stopping = StopWatch(old_run / "state.json")
+    # until the stop (a restart on a loaded machine took 3 minutes to reach it once: 50 requests each ran out first)
+    clients = Clients(port, model, tokens, 3, timeout=drain_s + 60, halt=stopping.seen, stagger_s=REQUEST_S / 3,
+                      most=int((DEPLOY_S + drain_s) / REQUEST_S) + 50)
     try:
         try:
-            wait_status(prof, home, _running, 60, "requests running")
+            wait_status(prof, home, lambda r: _running(r) and len(clients.done) >= 1, 120,
+                        "requests running, one of them done")
         except AssertionError as e:   # say what the clients got (seen once with vLLM: no request ever running)
             raise AssertionError(f"{e}; {tokens} tokens a request; answers {clients.done}") from None
         began = time.monotonic()
@@ -155,21 +168,62 @@ def restart_drains(prof: Path, home: Path, port: int, model: str, drain_s: float
         took = time.monotonic() - began
         clients.join(drain_s + 60)
     finally:
+        stopping.end()
         clients.end()
     assert restart.returncode == 0, restart.stdout[-3000:] + restart.stderr
-    sigterm_at = _stop_noted_at(old_run)
+    assert stopping.last_ready is not None and stopping.seen_at is not None, "the old run never said stopping"
+    _stop_noted_at(old_run)   # the stop was the supervisor's SIGTERM (its line), not an exit
     answers = sorted(clients.done)
-    assert len(answers) == 3 and all(got == tokens for _, _, got in answers), answers   # none lost, none cut short
-    assert all(started < sigterm_at for started, _, _ in answers), (answers, sigterm_at)
-    assert any(ended > sigterm_at + 1 for _, ended, _ in answers), (answers, sigterm_at)  # in flight at SIGTERM
-    assert all(ended - started < drain_s for started, ended, _ in answers), (answers, drain_s)
+    before_stop = [a for a in answers if a[0] < stopping.last_ready]   # surely started before the SIGTERM
+    assert before_stop and all(got == tokens for _, _, got in before_stop), (before_stop, tokens)  # none lost
+    # in flight at the SIGTERM, which follows the saved `stopping` by the time the supervisor takes to look at
+    # /dev/shm (milliseconds): a request that ended half a second after that look saw it
+    assert any(ended > stopping.seen_at + 0.5 for _, ended, _ in before_stop), (answers, stopping.seen_at)
+    assert all(ended - started < drain_s for started, ended, _ in before_stop), (answers, drain_s)
+    answered = [got for _, _, got in answers if isinstance(got, int)]
+    assert all(got == tokens for got in answered), (answers, tokens)   # an answer is never cut short
     report = report_of(restart.stdout)
     assert report["status"] == "ready" and took < DEPLOY_S + drain_s, report
     return report
 
 
-# How long each request in flight at the restart should take alone (3 together take longer, well under drain_s):
-# long enough to outlast the restart command's way to the engine's SIGTERM (a few seconds, more on a busy CI)
+class StopWatch:
+    """Polls a run's state.json every 50 ms (bounded) until it leaves `ready`: the supervisor saves `stopping`
+    just before it sends the engine SIGTERM (supervise_daemon.stop). `last_ready`: when the last look that still
+    read `ready` began (the SIGTERM came after it); `seen_at`: when the first look that did not ended, and `seen`
+    is set then (the clients' halt)."""
+
+    def __init__(self, state: Path, limit_s: float = DEPLOY_S + 300) -> None:
+        self.state, self.limit_s = state, limit_s
+        self.seen, self.done = threading.Event(), threading.Event()
+        self.last_ready: float | None = None
+        self.seen_at: float | None = None
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        deadline = time.monotonic() + self.limit_s
+        while not self.done.is_set() and time.monotonic() < deadline:
+            looked = time.time()
+            try:
+                status = json.loads(self.state.read_text()).get("status")
+            except (OSError, ValueError):
+                status = None   # replaced atomically: a failed read is only a missed look
+            if status == "ready":
+                self.last_ready = looked
+            elif status is not None and self.last_ready is not None:
+                self.seen_at = time.time()
+                self.seen.set()
+                return
+            self.done.wait(0.05)
+
+    def end(self) -> None:
+        self.done.set()
+        self.thread.join(5)
+
+
+# How long each request at the restart should take alone (3 together take longer, well under drain_s): long, so
+# that at the SIGTERM the three have seconds apart left to run (at 6 s all three ended within 1.3 s of it once)
 REQUEST_S = 12.0
 
 

@@ -13,9 +13,8 @@ from dashboard_row import assert_dashboard_shows
 from lifecycle import assert_served_lifecycle, chat, phases_of, report_of, standin_twin, status_row, up_json
 
 
-# restart.drain_s: rendered as --shutdown-timeout, which real vLLM must accept; the stop waits it. The restart under
-# load (hangs.restart_drains) is not run: the tiny model's longest request (2000 tokens, the model's 2048) ends in
-# 5.7 s on a quiet machine, before the restart's SIGTERM (~6 s after the command): nothing would be in flight
+# restart.drain_s: rendered as --shutdown-timeout, which real vLLM must accept; the stop waits it, and the restart
+# runs under steady load (hangs.restart_drains: every request started before the SIGTERM ends whole)
 DRAIN_S = 90
 
 
@@ -39,7 +38,7 @@ def test_real_vllm_up_serves_then_status_logs_restart_down(tmp_path: Path, host:
     assert_dashboard_shows(prof, home, "tiny-vllm", "vllm", phases, "Application startup complete.",
                            Path(row["run_dir"]))
     assert_serving_metrics(prof, home, port)
-    assert_served_lifecycle(prof, home, port, str(MODEL), phases)
+    assert_served_lifecycle(prof, home, port, str(MODEL), phases, drain=(DRAIN_S, 2000))  # max_model_len 2048
     assert_predicted_start(prof, home)
 
     # the fast tier's stand-in vLLM, same profile: deployer must read the same startup from it
