@@ -73,9 +73,9 @@ sglang-seed-venv:
 
 test-sglang-real: provision install sglang-venv sglang-seed-venv
 	SGLANG_VENV=$(SGLANG_VENV) SGLANG_SEED_VENV=$(SGLANG_SEED_VENV) RELEASE_WHEELS=$(RELEASE_WHEELS) \
-	  $(PY) -m pytest -q -p no:cacheprovider -m sglang_real tests/sglang_real
+	  $(PY) -m pytest -q -p no:cacheprovider -n 2 -m sglang_real tests/sglang_real
 	SGLANG_VENV=$(SGLANG_SEED_VENV) RELEASE_WHEELS=$(RELEASE_WHEELS) \
-	  $(PY) -m pytest -q -p no:cacheprovider -m sglang_real tests/sglang_real
+	  $(PY) -m pytest -q -p no:cacheprovider -n 2 -m sglang_real tests/sglang_real
 
 # Real vLLM 0.33.0 code on the CPU (its serve argument parser), in a venv cached under ~/.cache/deployer.
 vllm-venv:
@@ -95,10 +95,12 @@ real-engines:
 	bash scripts/build-real-sglang-venv.sh $(REAL_SGLANG_VENV)
 	$(REAL_VLLM_VENV)/bin/python scripts/make-tiny-model.py $(TINY_MODEL)
 
-# deployer deploys them over the real sshd test host, end to end (one engine at a time; ~3 GB each).
+# deployer deploys them over the real sshd test host, end to end (one engine at a time, ~3 GB each: two at a time
+# on 2 cores starved the deployments' own ssh, a lease not renewed within 30 s; docs/real-engines.md).
 test-real-engines: provision install smg-venv real-engines
 	SMG_VENV=$(SMG_VENV) REAL_VLLM_VENV=$(REAL_VLLM_VENV) REAL_SGLANG_VENV=$(REAL_SGLANG_VENV) TINY_MODEL=$(TINY_MODEL) \
-	  $(PY) -m pytest -q -p no:cacheprovider --timeout 900 -m real_engines tests/real_engines
+	  $(PY) -m pytest -q -p no:cacheprovider --timeout 900 --durations=10 \
+	  -m real_engines tests/real_engines
 
 # A throwaway sshd on 127.0.0.1 and the stand-in engine (no GPU): the whole flow, including a failure that heals.
 demo: provision install
