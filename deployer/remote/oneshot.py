@@ -18,18 +18,18 @@ from deployer.errors import TargetError
 from deployer.remote.base import CommandTimedOut, HelperRefused, Remote, Result, Session
 from deployer.remote.files import FileOps
 from deployer.remote.program import DIRS_MODULES, HELPER_MODULES, LEASE_MODULES, SNAPSHOT_MODULES, SUPERVISOR_MODULES
-from deployer.remote.program import SUPERVISOR_PYTHON, program
+from deployer.remote.program import PACKAGE, SUPERVISOR_PYTHON, program
 
-DIRS_MAIN = "from supervise_base import dirs_main as main\n"
+DIRS_MAIN = f"from {PACKAGE}.supervise_base import dirs_main as main\n"
 # One helper request (JSON in argv) answered by the helper's own dispatcher, its reply line on stdout.
 ONE_REQUEST_MAIN = """import io, sys
-from supervise_helper import Helper
+from %s.supervise_helper import Helper
 def main(argv):
     out = io.BytesIO()
     Helper(out).handle(argv[0].encode())
     sys.stdout.write(out.getvalue().decode())
     return 0
-"""
+""" % PACKAGE
 UNSAFE_HINT = "use a target.workdir that only the deploying user can write"
 
 

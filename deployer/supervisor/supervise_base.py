@@ -20,21 +20,15 @@ import stat
 import subprocess
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable, List
+from typing import Any, Callable, List
 
 # The record formats and run statuses (one definition, shared with deployer): supervise_protocol.
-if TYPE_CHECKING or __package__:  # imported as part of the deployer package
-    from deployer.supervisor.supervise_protocol import (  # re-exported: the statuses' old home
-        CRASHED as CRASHED, ENDED as ENDED, LIVE as LIVE, POLICIES as POLICIES, RUN_LOCK as RUN_LOCK, UP as UP,
-    )
-    from deployer.supervisor.supervise_protocol import (
-        ENGINE_LOG, ENV_FILE, LAUNCH_SH, STATE_JSON, STOP_REQUEST_JSON, SUPERVISE_JSON,
-    )
-else:  # on the target: loaded beside it (a run dir's files, or the helper's payload)
-    from supervise_protocol import (  # type: ignore[no-redef]
-        CRASHED, ENDED, ENGINE_LOG, ENV_FILE, LAUNCH_SH, LIVE, POLICIES, RUN_LOCK, STATE_JSON, STOP_REQUEST_JSON,
-        SUPERVISE_JSON, UP,
-    )
+from .supervise_protocol import (  # re-exported: the statuses' old home
+    CRASHED as CRASHED, ENDED as ENDED, LIVE as LIVE, POLICIES as POLICIES, RUN_LOCK as RUN_LOCK, UP as UP,
+)
+from .supervise_protocol import (
+    ENGINE_LOG, ENV_FILE, LAUNCH_SH, STATE_JSON, STOP_REQUEST_JSON, SUPERVISE_JSON,
+)
 
 STATE, STOP_REQUEST = STATE_JSON, STOP_REQUEST_JSON
 TICK, SCAN_EVERY, START_TIMEOUT, KILL_WAIT = 0.05, 0.5, 10.0, 5.0

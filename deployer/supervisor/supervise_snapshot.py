@@ -22,16 +22,11 @@ import json
 import os
 import subprocess
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING or __package__:  # imported as part of the deployer package
-    from deployer.supervisor.supervise import status_of
-    from deployer.supervisor.supervise_base import CRASHED, EXIT_BAD_INPUT, SuperviseError
-    from deployer.supervisor.supervise_protocol import ENGINE_LOG, OUTCOME_JSON, PROFILE_JSON, STATE_JSON
-else:  # run on the target, where the supervisor's modules are loaded side by side
-    from supervise import status_of  # type: ignore[no-redef]
-    from supervise_base import CRASHED, EXIT_BAD_INPUT, SuperviseError  # type: ignore[no-redef]
-    from supervise_protocol import ENGINE_LOG, OUTCOME_JSON, PROFILE_JSON, STATE_JSON  # type: ignore[no-redef]
+from .supervise import status_of
+from .supervise_base import CRASHED, EXIT_BAD_INPUT, SuperviseError
+from .supervise_protocol import ENGINE_LOG, OUTCOME_JSON, PROFILE_JSON, STATE_JSON
 
 RECORDS = (PROFILE_JSON, STATE_JSON, OUTCOME_JSON)
 RECORD_LIMIT = 4 << 20       # one JSON record (the deployer reads no more of one either)
