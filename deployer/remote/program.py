@@ -69,10 +69,8 @@ SUPERVISOR_MODULES = ("supervise_protocol", "supervise_base", "supervise_ports",
 # supervise, so it comes after it).
 RUN_DIR_MODULES = (*SUPERVISOR_MODULES, "supervise_guard")
 LEASE_MODULES = ("supervise_protocol", "supervise_base", "supervise_lease")        # the lock's lease program
-SNAPSHOT_MODULES = (*SUPERVISOR_MODULES, "supervise_snapshot")                      # a deployment's snapshot
 HELPER_MODULES = (*SUPERVISOR_MODULES, "supervise_snapshot", "supervise_files", "supervise_install",
                   "supervise_fetch", "supervise_push", "supervise_helper")          # the helper
-DIRS_MODULES = ("supervise_protocol", "supervise_base")                             # + a `mkdirs` main of its own
 FETCH_MODULES = ("supervise_protocol", "supervise_base", "supervise_fetch")         # weights from the hub (issue 25)
 PUSH_MODULES = ("supervise_protocol", "supervise_base", "supervise_lease", "supervise_files", "supervise_fetch",
                 "supervise_push")                                                   # a model dir pushed (issue 25)

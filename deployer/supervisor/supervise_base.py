@@ -660,20 +660,3 @@ def remove_entry(path: str) -> None:
         shutil.rmtree(path)  # rmtree does not follow symlinks inside (it unlinks them)
     else:
         os.unlink(path)
-
-
-def dirs_main(argv: List[str]) -> int:
-    """`mkdirs PATH OWNED_FROM`: make_dirs, as a program (sent over stdin, `python3 -B -`): exit 0, or one line
-    on stderr and EXIT_UNSAFE / EXIT_FAILED."""
-    if len(argv) != 3 or argv[0] != "mkdirs":
-        print("usage: mkdirs PATH OWNED_FROM", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    try:
-        make_dirs(argv[1], argv[2])
-    except SuperviseError as e:
-        print(f"unsafe: {e}", file=sys.stderr)
-        return e.code
-    except OSError as e:
-        print(f"cannot create {e.filename or argv[1]}: {e.strerror}", file=sys.stderr)
-        return EXIT_FAILED
-    return 0

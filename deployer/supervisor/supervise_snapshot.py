@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The read-only snapshot of a deployment that the on-call commands ask for in one round trip (issue 13).
 
-Runs on the TARGET (stdlib only, Python >= 3.8), from the deployer's own copy sent over stdin (it is not
-pushed into run dirs, so `up` uploads nothing more).
+Runs on the TARGET (stdlib only, Python >= 3.8), in the helper (its `snapshot` request: supervise_helper.py;
+it is not pushed into run dirs, so `up` uploads nothing more).
 `python3 supervise_snapshot.py DIR [--runs N|all] [--log-tail BYTES|--log-lines N] [--previous]
 [--attempt failed|current]`
 prints one JSON object: the deployment's run ids, the current one, the records (profile/state/outcome) of the

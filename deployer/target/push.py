@@ -158,7 +158,7 @@ def prepare(remote: Remote, layout: Layout) -> None:
 def make_owned_dirs(remote: Remote, path: str, owned_from: str) -> None:
     """`mkdir -p` on the target that refuses (TargetError, one line, nothing written) a directory chain another
     user controls: at or below `owned_from` ours alone, above it ours or root's and shared only with the sticky
-    bit (supervise_base.make_dirs, run by the helper or sent over stdin)."""
+    bit (supervise_base.make_dirs: the helper's `mkdirs` request)."""
     try:
         remote.helper.mkdirs(path, owned_from)   # a bare connection's raises its TargetError itself (oneshot)
     except HelperRefused as e:

@@ -13,8 +13,7 @@ from deployer.errors import TargetError
 from deployer.target.push import SUPERVISOR_FILES
 from deployer.remote.local import LocalRemote
 from deployer.remote.program import (
-    DIRS_MODULES, FETCH_MODULES, HELPER_MODULES, LEASE_MODULES, ROOT_ENTRIES, RUN_DIR_MODULES, SNAPSHOT_MODULES,
-    SUPERVISOR_MODULES,
+    FETCH_MODULES, HELPER_MODULES, LEASE_MODULES, PUSH_MODULES, ROOT_ENTRIES, RUN_DIR_MODULES, SUPERVISOR_MODULES,
     helper_bundle,
     payload_files,
     supervisor_source,
@@ -29,8 +28,8 @@ def siblings(name: str) -> set[str]:
     return {m for m in found if m.startswith("supervise")}
 
 
-@pytest.mark.parametrize("modules", [SUPERVISOR_MODULES, RUN_DIR_MODULES, LEASE_MODULES, SNAPSHOT_MODULES, HELPER_MODULES,
-                                     DIRS_MODULES, FETCH_MODULES])
+@pytest.mark.parametrize("modules", [SUPERVISOR_MODULES, RUN_DIR_MODULES, LEASE_MODULES, HELPER_MODULES,
+                                     FETCH_MODULES, PUSH_MODULES])
 def test_each_module_comes_after_what_it_imports(modules: tuple[str, ...]) -> None:
     for i, name in enumerate(modules):
         assert siblings(name) <= set(modules[:i]), (name, modules)
