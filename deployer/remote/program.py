@@ -1,8 +1,10 @@
 """The target-side programs as the remote seam ships them: the supervisor modules' sources loaded in memory.
 
-`bootstrap(sources)` builds one Python program that loads (module name, source) pairs in order and runs the last
-one's `main(argv)`: sent over stdin (`python3 -B - ARGS`, start.py and target/snapshot.py) or stored on the target
-as one file (the helper, conversation.py). Nothing here runs a command; it only builds bytes.
+`bootstrap(sources)` builds one Python program that loads (module name, source) pairs in order as the package
+PACKAGE (the supervisor's modules import each other relatively) and runs one module's `main(argv)`: sent over stdin
+(`python3 -B - ARGS`: a supervisor command, one helper request on a bare connection), in the exec line (`-c`: the
+lock's lease, the weights' fetch and push), stored on the target as one file (the helper, conversation.py) or held
+by a deployment (supervise.py and its entry files, push.py). Nothing here runs a command; it only builds bytes.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ sys.exit(_main.main(sys.argv[1:]))
 """
 
 # The supervisor payload, the one list: its modules in load order (each imports the ones before it, relatively).
-# A run dir holds SUPERVISOR's files (push.py); every program sent to the target is built from one of these tuples.
+# Every program sent to the target is built from one of these tuples.
 SUPERVISOR_MODULES = ("supervise_protocol", "supervise_base", "supervise_ports", "supervise_group", "supervise_lease",
                       "supervise_probe", "supervise_hang", "supervise_replicas", "supervise_stacks",
                       "supervise_daemon",
