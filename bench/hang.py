@@ -48,9 +48,10 @@ from deployer.engines.registry import engine_for  # noqa: E402
 from deployer.supervisor.supervise_base import group_pids  # noqa: E402
 from deployer.target.tokenprobe import load_gauges, progress_names  # noqa: E402
 from engine_cores import CORE_TITLE, cores_among  # noqa: E402
+from payload import payload_program  # noqa: E402
 from sshbed import free_port  # noqa: E402
 
-SUPERVISE = REPO / "deployer" / "supervisor" / "supervise.py"
+SUPERVISE = payload_program("supervise.py")  # the program a run dir holds
 STEPENGINE = REPO / "tests" / "standin" / "stepengine.py"
 RESULTS = REPO / "bench" / "results"
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable

@@ -3,7 +3,8 @@
 A Conversation answers supervise/snapshot/lease/mkdirs inside its target-side helper. A bare connection (SSHRemote,
 LocalRemote: what tests and the Conversation's own process-starting commands use) answers the same calls with this
 deployer's own copy of the payload's modules (remote/program.py), sent over stdin (`python3 -B -`) or, for the
-lease, in the exec line: nothing on the target's disk runs. Callers never tell the two apart: `remote.helper` is
+lease, in the exec line: nothing on the target's disk runs. The snapshot, mkdirs and the file ops are one helper
+request each, answered by the helper's own table of operations (supervise_helper.py) run for that one request. Callers never tell the two apart: `remote.helper` is
 always one or the other.
 """
 
@@ -17,19 +18,18 @@ from typing import Any
 from deployer.errors import TargetError
 from deployer.remote.base import CommandTimedOut, HelperRefused, Remote, Result, Session
 from deployer.remote.files import FileOps
-from deployer.remote.program import DIRS_MODULES, HELPER_MODULES, LEASE_MODULES, SNAPSHOT_MODULES, SUPERVISOR_MODULES
-from deployer.remote.program import SUPERVISOR_PYTHON, program
+from deployer.remote.program import HELPER_MODULES, LEASE_MODULES, SUPERVISOR_MODULES
+from deployer.remote.program import PACKAGE, SUPERVISOR_PYTHON, program
 
-DIRS_MAIN = "from supervise_base import dirs_main as main\n"
 # One helper request (JSON in argv) answered by the helper's own dispatcher, its reply line on stdout.
 ONE_REQUEST_MAIN = """import io, sys
-from supervise_helper import Helper
+from %s.supervise_helper import Helper
 def main(argv):
     out = io.BytesIO()
     Helper(out).handle(argv[0].encode())
     sys.stdout.write(out.getvalue().decode())
     return 0
-"""
+""" % PACKAGE
 UNSAFE_HINT = "use a target.workdir that only the deploying user can write"
 
 
@@ -48,20 +48,17 @@ class ProgramHelper(FileOps):
         return self.remote.run(_line(*argv), timeout=timeout, check=False, stdin=program(SUPERVISOR_MODULES))
 
     def snapshot(self, argv: Sequence[str], timeout: float) -> dict[str, Any]:
-        what, label = argv[0] if argv else "a snapshot", self.remote.label
+        """The helper's `snapshot` request, answered by this deployer's copy of the helper (a program of its own)."""
+        what = f"cannot read {argv[0] if argv else 'a snapshot'}"
         try:
-            result = self.remote.run(_line(*argv), timeout=timeout, check=False, stdin=program(SNAPSHOT_MODULES))
+            reply = self.call("snapshot", {"argv": list(argv)}, timeout, what)
         except CommandTimedOut:  # its message would quote the output so far: an env file's text, maybe
-            raise TargetError(f"cannot read {what} on {label}: no answer within {timeout:g} s") from None
-        if not result.ok:  # stderr only: stdout may hold an env file's text
-            tail = [line.removeprefix("supervise: ") for line in result.stderr.strip().splitlines()[-2:]]
-            raise TargetError(f"cannot read {what} on {label}: {' | '.join(tail) or f'exit {result.exit_code}'}")
-        try:
-            data = json.loads(result.stdout)
-        except ValueError:
-            data = None
+            raise TargetError(f"{what} on {self.remote.label}: no answer within {timeout:g} s") from None
+        except HelperRefused as e:  # the helper's own words: a usage error, a dir it cannot read
+            raise TargetError(f"{what} on {self.remote.label}: {e.said}") from None
+        data = reply.get("data")
         if not isinstance(data, dict):
-            raise TargetError(f"cannot read {what} on {label}: the snapshot was not JSON")
+            raise TargetError(f"{what} on {self.remote.label}: the snapshot was not JSON")
         return data
 
     def lease(self, path: str, holder: dict[str, Any], token: str, lease_s: float, mode: str,
@@ -93,15 +90,14 @@ class ProgramHelper(FileOps):
         return reply
 
     def mkdirs(self, path: str, owned_from: str) -> None:
-        """supervise_base.make_dirs as a program; TargetError (one line, nothing written) when it refuses."""
-        result = self.remote.run(_line("mkdirs", path, owned_from), timeout=20, check=False,
-                                 stdin=program(DIRS_MODULES, DIRS_MAIN))
-        if result.ok:
-            return
-        said = (result.stderr.strip().splitlines() or [f"exit {result.exit_code}"])[-1]
+        """The helper's `mkdirs` request as a program of its own; TargetError (one line, nothing written) when it
+        refuses."""
         label = self.remote.label
-        if said.startswith("unsafe: "):
-            raise TargetError(f"unsafe workdir on {label}: {said[len('unsafe: '):]}; nothing was written",
-                              hint=UNSAFE_HINT)
-        raise TargetError(f"cannot create {path} on {label}: {said}",
-                          hint="check target.workdir and its permissions")
+        try:
+            self.call("mkdirs", {"path": path, "owned_from": owned_from}, 20.0, f"cannot create {path}")
+        except HelperRefused as e:
+            if e.kind == "unsafe":
+                raise TargetError(f"unsafe workdir on {label}: {e.said}; nothing was written",
+                                  hint=UNSAFE_HINT) from None
+            raise TargetError(f"cannot create {path} on {label}: {e.said}",
+                              hint="check target.workdir and its permissions") from None

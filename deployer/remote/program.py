@@ -1,8 +1,10 @@
 """The target-side programs as the remote seam ships them: the supervisor modules' sources loaded in memory.
 
-`bootstrap(sources)` builds one Python program that loads (module name, source) pairs in order and runs the last
-one's `main(argv)`: sent over stdin (`python3 -B - ARGS`, start.py and target/snapshot.py) or stored on the target
-as one file (the helper, conversation.py). Nothing here runs a command; it only builds bytes.
+`bootstrap(sources)` builds one Python program that loads (module name, source) pairs in order as the package
+PACKAGE (the supervisor's modules import each other relatively) and runs one module's `main(argv)`: sent over stdin
+(`python3 -B - ARGS`: a supervisor command, one helper request on a bare connection), in the exec line (`-c`: the
+lock's lease, the weights' fetch and push), stored on the target as one file (the helper, conversation.py) or held
+by a deployment (supervise.py and its entry files, push.py). Nothing here runs a command; it only builds bytes.
 """
 
 from __future__ import annotations
@@ -23,51 +25,65 @@ SUPERVISOR_PYTHON = ('"$({ [ -O ' + TARGET_CACHE + '/python ] && read -r p < ' +
                      '[ -x "$p" ] && echo "$p"; } 2>/dev/null'
                      ' || command -v python3 || command -v python || echo python3)" -B')
 
+# The name the payload's modules are loaded under on the target: one package, so that their relative imports
+# (`from .supervise_base import ...`) find each other as they do in deployer.supervisor here.
+PACKAGE = "deployer_supervisor"
+
+# ENTRY: the module whose main runs, when a file runs this program for another module than its own (ENTRY_FILE).
 # CODES (a dict of name -> code object) and SAVE_CODES are given by the helper's loader (remote/conversation.py),
 # which keeps the compiled modules beside the cached helper (compiling them costs ~20 ms of every start), loaded only
 # when their keyed hash checks out.
 _BOOTSTRAP = """import sys, types
 CODES = globals().get("CODES") or {}
 FRESH = {}
-def _load(name, source):
-    mod = types.ModuleType(name)
-    sys.modules[name] = mod
+PACKAGE = %r
+_package = sys.modules[PACKAGE] = types.ModuleType(PACKAGE)
+_package.__path__ = []
+def _load(name, source, package=PACKAGE):
+    mod = types.ModuleType(package + "." + name if package else name)
+    mod.__package__ = package
+    sys.modules[mod.__name__] = mod
+    if package:
+        setattr(_package, name, mod)
     code = CODES.get(name)
     if code is None:
         code = FRESH[name] = compile(source, "<deployer " + name + ".py>", "exec")
     exec(code, mod.__dict__)
     return mod
 SOURCES = %r
-for _name in SOURCES[:-1]:
+MAIN = %r
+ENTRY = globals().get("ENTRY") or %r
+for _name in SOURCES:
     _load(*_name)
-_main = _load(*SOURCES[-1])
+_main = sys.modules[PACKAGE + "." + ENTRY] if MAIN is None else _load("deployer_main", MAIN, "")
 if FRESH and globals().get("SAVE_CODES"):
     SAVE_CODES(dict(CODES, **FRESH))
 sys.exit(_main.main(sys.argv[1:]))
 """
 
-# The supervisor payload, the one list: its modules in load order (each imports the ones before it by bare name).
-# A run dir holds SUPERVISOR's files (push.py); every program sent to the target is built from one of these tuples.
+# The supervisor payload, the one list: its modules in load order (each imports the ones before it, relatively).
+# Every program sent to the target is built from one of these tuples.
 SUPERVISOR_MODULES = ("supervise_protocol", "supervise_base", "supervise_ports", "supervise_group", "supervise_lease",
                       "supervise_probe", "supervise_hang", "supervise_replicas", "supervise_stacks",
                       "supervise_daemon",
                       "supervise")  # the daemon asks the lease before a restart (fencing)
-# A run dir holds these: the supervisor and the guard that repairs a replace whose client was killed (it imports
-# supervise, so it cannot come before it in the program list, and is never a program sent over stdin).
+# A run dir's program: the supervisor and the guard that repairs a replace whose client was killed (it imports
+# supervise, so it comes after it).
 RUN_DIR_MODULES = (*SUPERVISOR_MODULES, "supervise_guard")
 LEASE_MODULES = ("supervise_protocol", "supervise_base", "supervise_lease")        # the lock's lease program
-SNAPSHOT_MODULES = (*SUPERVISOR_MODULES, "supervise_snapshot")                      # a deployment's snapshot
 HELPER_MODULES = (*SUPERVISOR_MODULES, "supervise_snapshot", "supervise_files", "supervise_install",
                   "supervise_fetch", "supervise_push", "supervise_helper")          # the helper
-DIRS_MODULES = ("supervise_protocol", "supervise_base")                             # + a `mkdirs` main of its own
 FETCH_MODULES = ("supervise_protocol", "supervise_base", "supervise_fetch")         # weights from the hub (issue 25)
 PUSH_MODULES = ("supervise_protocol", "supervise_base", "supervise_lease", "supervise_files", "supervise_fetch",
                 "supervise_push")                                                   # a model dir pushed (issue 25)
 
 
-def bootstrap(sources: list[tuple[str, str]]) -> bytes:
-    """A program for `python3 -B -` that loads (module name, source) in order and runs the last one's main."""
-    return (_BOOTSTRAP % (sources,)).encode()
+def bootstrap(sources: list[tuple[str, str]], main: str | None = None, entry: str | None = None) -> bytes:
+    """A program for `python3 -B -` that loads (module name, source) in order as modules of the package PACKAGE
+    (their relative imports find each other there) and runs the `main` of module `entry` (default: the last), or
+    `main`'s: the source of a module outside the package (it imports the package's modules by their full name:
+    `PACKAGE.supervise_base`)."""
+    return (_BOOTSTRAP % (PACKAGE, sources, main, entry or sources[-1][0])).encode()
 
 
 def supervisor_source(name: str) -> str:
@@ -75,19 +91,31 @@ def supervisor_source(name: str) -> str:
     return (Path(deployer.supervisor.__file__).parent / f"{name}.py").read_text(encoding="utf-8")
 
 
-def supervisor_files(names: tuple[str, ...] = SUPERVISOR_MODULES) -> dict[str, bytes]:
-    """`{"supervise_base.py": source}` for modules of the payload: the files a run dir (or a deployment) holds."""
-    return {f"{name}.py": supervisor_source(name).encode() for name in names}
+# What a deployment holds of the payload: one program, supervise.py (`python3 -B supervise.py start RUN`, every
+# module a run dir needs inside it), and entry files that run it with another module's main: the guard that repairs
+# a replace whose client was killed (`python3 -B supervise_guard.py arm ...`), in a run dir and at the deployment's
+# root, and the lock's lease program at the root (push.py).
+ENTRY_FILE = """import os
+path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "supervise.py")
+with open(path, "rb") as f:
+    code = compile(f.read(), path, "exec")
+exec(code, {"__name__": "__main__", "ENTRY": %r})
+"""
+RUN_DIR_ENTRIES = ("supervise_guard",)
+ROOT_ENTRIES = ("supervise_guard", "supervise_lease")
+
+
+def payload_files(entries: tuple[str, ...]) -> dict[str, bytes]:
+    """`{"supervise.py": program, "supervise_guard.py": entry}`: the payload's files with the entry files `entries`."""
+    return {"supervise.py": program(RUN_DIR_MODULES, entry="supervise"),
+            **{f"{name}.py": (ENTRY_FILE % name).encode() for name in entries}}
 
 
 @lru_cache(maxsize=None)
-def program(names: tuple[str, ...], main: str | None = None) -> bytes:
+def program(names: tuple[str, ...], main: str | None = None, entry: str | None = None) -> bytes:
     """The payload modules `names` as one program (`python3 -B -`, or `-c`); `main`: the source of a last module
-    whose `main` runs (default: the last of `names`'s)."""
-    sources = [(name, supervisor_source(name)) for name in names]
-    if main is not None:
-        sources.append(("deployer_main", main))
-    return bootstrap(sources)
+    whose `main` runs; else the `main` of module `entry` (default: the last of `names`)."""
+    return bootstrap([(name, supervisor_source(name)) for name in names], main, entry)
 
 
 @lru_cache(maxsize=1)

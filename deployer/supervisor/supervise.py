@@ -34,29 +34,15 @@ import signal
 import subprocess
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING or __package__:  # imported as part of the deployer package
-    from deployer.supervisor.supervise_base import (
-        CRASHED, DEFAULTS, EXIT_BAD_INPUT, EXIT_BUSY, KILL_WAIT, LIVE, RUN_LOCK, START_TIMEOUT, STATE,
-        STOP_REQUEST, SuperviseError, drain_s, group_alive, kill_group, load_config, read_env_file,
-        open_dir, pid_alive, read_state, supervision, supervisor_alive, wait_until, write_json,
-    )
-else:  # run as a script on the target, where the supervisor's files sit side by side
-    from supervise_base import (  # type: ignore[no-redef]
-        CRASHED, DEFAULTS, EXIT_BAD_INPUT, EXIT_BUSY, KILL_WAIT, LIVE, RUN_LOCK, START_TIMEOUT, STATE,
-        STOP_REQUEST, SuperviseError, drain_s, group_alive, kill_group, load_config, read_env_file,
-        open_dir, pid_alive, read_state, supervision, supervisor_alive, wait_until, write_json,
-    )
-
-if TYPE_CHECKING or __package__:
-    from deployer.supervisor.supervise_daemon import _daemon_main
-    from deployer.supervisor.supervise_ports import PortTaken, claim_port, claimed_by, listener_of, port_bindable, port_holders
-else:
-    from supervise_daemon import _daemon_main  # type: ignore[no-redef]
-    from supervise_ports import (  # type: ignore[no-redef]
-        PortTaken, claim_port, claimed_by, listener_of, port_bindable, port_holders,
-    )
+from .supervise_base import (
+    CRASHED, DEFAULTS, EXIT_BAD_INPUT, EXIT_BUSY, KILL_WAIT, LIVE, RUN_LOCK, START_TIMEOUT, STATE,
+    STOP_REQUEST, SuperviseError, drain_s, group_alive, kill_group, load_config, read_env_file,
+    open_dir, pid_alive, read_state, supervision, supervisor_alive, wait_until, write_json,
+)
+from .supervise_daemon import _daemon_main
+from .supervise_ports import PortTaken, claim_port, claimed_by, listener_of, port_bindable, port_holders
 
 def _take_run_lock(run_dir: str) -> int:
     fd = os.open(os.path.join(run_dir, RUN_LOCK), os.O_RDWR | os.O_CREAT, 0o600)

@@ -20,21 +20,15 @@ import stat
 import subprocess
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable, List
+from typing import Any, Callable, List
 
 # The record formats and run statuses (one definition, shared with deployer): supervise_protocol.
-if TYPE_CHECKING or __package__:  # imported as part of the deployer package
-    from deployer.supervisor.supervise_protocol import (  # re-exported: the statuses' old home
-        CRASHED as CRASHED, ENDED as ENDED, LIVE as LIVE, POLICIES as POLICIES, RUN_LOCK as RUN_LOCK, UP as UP,
-    )
-    from deployer.supervisor.supervise_protocol import (
-        ENGINE_LOG, ENV_FILE, LAUNCH_SH, STATE_JSON, STOP_REQUEST_JSON, SUPERVISE_JSON,
-    )
-else:  # on the target: loaded beside it (a run dir's files, or the helper's payload)
-    from supervise_protocol import (  # type: ignore[no-redef]
-        CRASHED, ENDED, ENGINE_LOG, ENV_FILE, LAUNCH_SH, LIVE, POLICIES, RUN_LOCK, STATE_JSON, STOP_REQUEST_JSON,
-        SUPERVISE_JSON, UP,
-    )
+from .supervise_protocol import (  # re-exported: the statuses' old home
+    CRASHED as CRASHED, ENDED as ENDED, LIVE as LIVE, POLICIES as POLICIES, RUN_LOCK as RUN_LOCK, UP as UP,
+)
+from .supervise_protocol import (
+    ENGINE_LOG, ENV_FILE, LAUNCH_SH, STATE_JSON, STOP_REQUEST_JSON, SUPERVISE_JSON,
+)
 
 STATE, STOP_REQUEST = STATE_JSON, STOP_REQUEST_JSON
 TICK, SCAN_EVERY, START_TIMEOUT, KILL_WAIT = 0.05, 0.5, 10.0, 5.0
@@ -666,20 +660,3 @@ def remove_entry(path: str) -> None:
         shutil.rmtree(path)  # rmtree does not follow symlinks inside (it unlinks them)
     else:
         os.unlink(path)
-
-
-def dirs_main(argv: List[str]) -> int:
-    """`mkdirs PATH OWNED_FROM`: make_dirs, as a program (sent over stdin, `python3 -B -`): exit 0, or one line
-    on stderr and EXIT_UNSAFE / EXIT_FAILED."""
-    if len(argv) != 3 or argv[0] != "mkdirs":
-        print("usage: mkdirs PATH OWNED_FROM", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    try:
-        make_dirs(argv[1], argv[2])
-    except SuperviseError as e:
-        print(f"unsafe: {e}", file=sys.stderr)
-        return e.code
-    except OSError as e:
-        print(f"cannot create {e.filename or argv[1]}: {e.strerror}", file=sys.stderr)
-        return EXIT_FAILED
-    return 0

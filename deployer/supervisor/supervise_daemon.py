@@ -13,35 +13,19 @@ import stat
 import sys
 import time
 import traceback
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING or __package__:  # imported as part of the deployer package
-    from deployer.supervisor.supervise_base import (
-        EXIT_FAILED, KILL_WAIT, HEARTBEAT_EVERY, LogScanner, SCAN_BEFORE_READY, SCAN_EVERY, STATE, STOP_REQUEST, TICK, backoff_delay,
-        UnsafePath, decode_wait_status, drain_s, group_alive, group_pids, kill_group, note, open_dir, should_restart,
-        signal_name, wait_until, write_json,
-    )
-else:  # run as a script on the target, where the supervisor's files sit side by side
-    from supervise_base import (  # type: ignore[no-redef]
-        EXIT_FAILED, KILL_WAIT, HEARTBEAT_EVERY, LogScanner, SCAN_BEFORE_READY, SCAN_EVERY, STATE, STOP_REQUEST, TICK, backoff_delay,
-        UnsafePath, decode_wait_status, drain_s, group_alive, group_pids, kill_group, note, open_dir, should_restart,
-        signal_name, wait_until, write_json,
-    )
-
-if TYPE_CHECKING or __package__:
-    from deployer.supervisor.supervise_group import GroupWatch
-    from deployer.supervisor.supervise_hang import HangWatch
-    from deployer.supervisor.supervise_replicas import ReplicaWatch
-    from deployer.supervisor.supervise_stacks import dump_stacks
-    from deployer.supervisor.supervise_lease import record_event, restart_refusal, take_fence
-    from deployer.supervisor.supervise_probe import NO_TOKEN, TokenWatch, Verdict
-else:
-    from supervise_group import GroupWatch  # type: ignore[no-redef]
-    from supervise_hang import HangWatch  # type: ignore[no-redef]
-    from supervise_replicas import ReplicaWatch  # type: ignore[no-redef]
-    from supervise_stacks import dump_stacks  # type: ignore[no-redef]
-    from supervise_lease import record_event, restart_refusal, take_fence  # type: ignore[no-redef]
-    from supervise_probe import NO_TOKEN, TokenWatch, Verdict  # type: ignore[no-redef]
+from .supervise_base import (
+    EXIT_FAILED, KILL_WAIT, HEARTBEAT_EVERY, LogScanner, SCAN_BEFORE_READY, SCAN_EVERY, STATE, STOP_REQUEST, TICK, backoff_delay,
+    UnsafePath, decode_wait_status, drain_s, group_alive, group_pids, kill_group, note, open_dir, should_restart,
+    signal_name, wait_until, write_json,
+)
+from .supervise_group import GroupWatch
+from .supervise_hang import HangWatch
+from .supervise_replicas import ReplicaWatch
+from .supervise_stacks import dump_stacks
+from .supervise_lease import record_event, restart_refusal, take_fence
+from .supervise_probe import NO_TOKEN, TokenWatch, Verdict
 
 SHM = "/dev/shm"
 SHM_LOOK_EVERY = 5.0   # seconds between looks at what the engine's processes hold open in /dev/shm

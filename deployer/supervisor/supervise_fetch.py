@@ -32,12 +32,9 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-if TYPE_CHECKING or __package__:  # imported as part of the deployer package
-    from deployer.supervisor.supervise_base import UnsafePath, make_dirs, open_file
-else:  # run on the target, where the modules are loaded by their bare names
-    from supervise_base import UnsafePath, make_dirs, open_file  # type: ignore[no-redef]
+from .supervise_base import UnsafePath, make_dirs, open_file
 
 CHUNK = 1 << 20
 PART = 64 << 20           # a file of two parts or more comes in parts at once (Parts), when asked for connections

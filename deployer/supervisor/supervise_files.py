@@ -39,14 +39,10 @@ import shutil
 import stat
 import subprocess
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
-if TYPE_CHECKING or __package__:  # imported as part of the deployer package
-    from deployer.supervisor.supervise_base import UnsafePath, check_dirs, open_dir_to_read, open_file
-    from deployer.supervisor.supervise_lease import public, read_lease
-else:  # in the helper bundle, loaded by bare names
-    from supervise_base import UnsafePath, check_dirs, open_dir_to_read, open_file  # type: ignore[no-redef]
-    from supervise_lease import public, read_lease  # type: ignore[no-redef]
+from .supervise_base import UnsafePath, check_dirs, open_dir_to_read, open_file
+from .supervise_lease import public, read_lease
 
 READ_CHUNK = 1 << 20
 FIND_MAX = 1 << 30           # find_bytes reads at most this much of a log

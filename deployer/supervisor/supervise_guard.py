@@ -64,31 +64,18 @@ import stat
 import subprocess
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
-if TYPE_CHECKING or __package__:  # imported as part of the deployer package
-    from deployer.supervisor.supervise import cmd_stop, status_of
-    from deployer.supervisor.supervise_base import (
-        EXIT_BAD_INPUT, SuperviseError, UnsafePath, check_dirs, open_file, pid_alive, write_json,
-    )
-    from deployer.supervisor.supervise_lease import (
-        FENCE_ENV, LeaseError, Refused, acquire, held, record_event, still_ours, take_fence, update,
-    )
-    from deployer.supervisor.supervise_ports import claimed_by, port_bindable, port_holders
-    from deployer.supervisor.supervise_protocol import ENV_FILE, LAUNCH_SH, PROFILE_JSON, SUPERVISE_JSON, UP
-    from deployer.supervisor.supervise_replicas import pending_job, read_lease_at, router_call, worker_answers
-else:  # run from a run dir, beside the other supervisor files
-    from supervise import cmd_stop, status_of  # type: ignore[no-redef]
-    from supervise_base import (  # type: ignore[no-redef]
-        EXIT_BAD_INPUT, SuperviseError, UnsafePath, check_dirs, open_file, pid_alive, write_json,
-    )
-    from supervise_lease import (  # type: ignore[no-redef]
-        FENCE_ENV, LeaseError, Refused, acquire, held, record_event, still_ours, take_fence, update,
-    )
-    from supervise_ports import claimed_by, port_bindable, port_holders  # type: ignore[no-redef]
-    from supervise_protocol import ENV_FILE, LAUNCH_SH, PROFILE_JSON, SUPERVISE_JSON, UP  # type: ignore[no-redef]
-    from supervise_replicas import (pending_job, read_lease_at, router_call,  # type: ignore[no-redef]
-                                    worker_answers)
+from .supervise import cmd_stop, status_of
+from .supervise_base import (
+    EXIT_BAD_INPUT, SuperviseError, UnsafePath, check_dirs, open_file, pid_alive, write_json,
+)
+from .supervise_lease import (
+    FENCE_ENV, LeaseError, Refused, acquire, held, record_event, still_ours, take_fence, update,
+)
+from .supervise_ports import claimed_by, port_bindable, port_holders
+from .supervise_protocol import ENV_FILE, LAUNCH_SH, PROFILE_JSON, SUPERVISE_JSON, UP
+from .supervise_replicas import pending_job, read_lease_at, router_call, worker_answers
 
 INTENT = "replace-intent.json"          # a replace's guard (arm)
 ROUTER_INTENT = "router-intent.json"    # a rolling restart's guard, in the router's deployment dir (arm-router)

@@ -36,12 +36,9 @@ import http.client
 import re
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-if TYPE_CHECKING or __package__:
-    from deployer.supervisor.supervise_probe import METRICS_PATH, _SAMPLE, exchange
-else:  # run as a script on the target, where the supervisor's files sit side by side
-    from supervise_probe import METRICS_PATH, _SAMPLE, exchange  # type: ignore[no-redef]
+from .supervise_probe import METRICS_PATH, _SAMPLE, exchange
 
 HANG_MIN_S = 20.0
 HANG_MAX_S = 300.0

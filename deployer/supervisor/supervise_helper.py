@@ -68,28 +68,17 @@ import re
 import subprocess
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable
+from typing import Any, BinaryIO, Callable
 
-if TYPE_CHECKING or __package__:  # imported as part of the deployer package
-    from deployer.supervisor.supervise import dispatch
-    from deployer.supervisor.supervise_base import SuperviseError, UnsafePath, communicate_bounded, make_dirs
-    from deployer.supervisor.supervise_lease import FENCE_ENV, LeaseError, Refused, acquire, still_ours, update
-    from deployer.supervisor.supervise_snapshot import snapshot as take_snapshot
-    from deployer.supervisor.supervise_protocol import IN_HELPER
-    from deployer.supervisor.supervise_files import FILE_OPS, OpRefused, read_bytes, size_of
-    from deployer.supervisor.supervise_install import BuildRefused, env_build, env_prune, stop_running
-    from deployer.supervisor.supervise_fetch import FetchError
-    from deployer.supervisor.supervise_push import models_prune
-else:  # run on the target from the helper bundle, where the modules are loaded by their bare names
-    from supervise import dispatch  # type: ignore[no-redef]
-    from supervise_base import SuperviseError, UnsafePath, communicate_bounded, make_dirs  # type: ignore[no-redef]
-    from supervise_lease import FENCE_ENV, LeaseError, Refused, acquire, still_ours, update  # type: ignore[no-redef]
-    from supervise_snapshot import snapshot as take_snapshot  # type: ignore[no-redef]
-    from supervise_protocol import IN_HELPER  # type: ignore[no-redef]
-    from supervise_files import FILE_OPS, OpRefused, read_bytes, size_of  # type: ignore[no-redef]
-    from supervise_install import BuildRefused, env_build, env_prune, stop_running  # type: ignore[no-redef]
-    from supervise_fetch import FetchError  # type: ignore[no-redef]
-    from supervise_push import models_prune  # type: ignore[no-redef]
+from .supervise import dispatch
+from .supervise_base import SuperviseError, UnsafePath, communicate_bounded, make_dirs
+from .supervise_lease import FENCE_ENV, LeaseError, Refused, acquire, still_ours, update
+from .supervise_snapshot import snapshot as take_snapshot
+from .supervise_protocol import IN_HELPER
+from .supervise_files import FILE_OPS, OpRefused, read_bytes, size_of
+from .supervise_install import BuildRefused, env_build, env_prune, stop_running
+from .supervise_fetch import FetchError
+from .supervise_push import models_prune
 
 PROTOCOL = 1
 READ_MAX = 64 << 20

@@ -39,12 +39,9 @@ import signal
 import stat
 import subprocess
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
-if TYPE_CHECKING or __package__:  # imported as part of the deployer package
-    from deployer.supervisor.supervise_base import communicate_bounded, make_dirs, remove_entry, try_lock
-else:  # in the helper bundle, loaded by bare names
-    from supervise_base import communicate_bounded, make_dirs, remove_entry, try_lock  # type: ignore[no-redef]
+from .supervise_base import communicate_bounded, make_dirs, remove_entry, try_lock
 
 RECORD_NAME = "deployer-env.json"
 BUILD_MARK = ".build-"

@@ -38,12 +38,9 @@ import os
 import select
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING or __package__:  # imported as part of the deployer package
-    from deployer.supervisor.supervise_base import EXIT_UNSAFE, UnsafePath, make_dirs, open_file
-else:  # sent over stdin with supervise_base (deployer's own copy), or run beside it by an older deployer
-    from supervise_base import EXIT_UNSAFE, UnsafePath, make_dirs, open_file  # type: ignore[no-redef]
+from .supervise_base import EXIT_UNSAFE, UnsafePath, make_dirs, open_file
 
 EXIT_BUSY, EXIT_LOST, EXIT_BAD_INPUT, EXIT_FAILED = 75, 76, 2, 1
 MODES = ("take", "retake", "break", "replace", "inherit")

@@ -38,20 +38,13 @@ import shutil
 import stat
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
-if TYPE_CHECKING or __package__:  # imported as part of the deployer package
-    from deployer.supervisor.supervise_base import UnsafePath, check_dirs, make_dirs, open_file, remove_entry, \
-        try_lock
-    from deployer.supervisor.supervise_fetch import FetchError, say, sha256_of, size_text, unlink_missing_ok, \
-        write_all
-    from deployer.supervisor.supervise_files import _inside
-else:  # run on the target, where the modules are loaded by their bare names
-    from supervise_base import (UnsafePath, check_dirs, make_dirs, open_file,  # type: ignore[no-redef]
-                                remove_entry, try_lock)
-    from supervise_fetch import (FetchError, say, sha256_of, size_text,  # type: ignore[no-redef]
-                                 unlink_missing_ok, write_all)
-    from supervise_files import _inside  # type: ignore[no-redef]
+from .supervise_base import UnsafePath, check_dirs, make_dirs, open_file, remove_entry, \
+    try_lock
+from .supervise_fetch import FetchError, say, sha256_of, size_text, unlink_missing_ok, \
+    write_all
+from .supervise_files import _inside
 
 CHUNK = 1 << 20
 CONTENT_RE = re.compile(r"\A[0-9a-f]{64}\Z")

@@ -37,19 +37,13 @@ import os
 import re
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 from urllib.parse import urlsplit
 
-if TYPE_CHECKING or __package__:
-    from deployer.supervisor.supervise_base import UnsafePath, open_file
-    from deployer.supervisor.supervise_hang import HangRule, readings_of
-    from deployer.supervisor.supervise_lease import held, read_lease
-    from deployer.supervisor.supervise_probe import METRICS_PATH, exchange, generated, request_body
-else:  # run as a script on the target, where the supervisor's files sit side by side
-    from supervise_base import UnsafePath, open_file  # type: ignore[no-redef]
-    from supervise_hang import HangRule, readings_of  # type: ignore[no-redef]
-    from supervise_lease import held, read_lease  # type: ignore[no-redef]
-    from supervise_probe import METRICS_PATH, exchange, generated, request_body  # type: ignore[no-redef]
+from .supervise_base import UnsafePath, open_file
+from .supervise_hang import HangRule, readings_of
+from .supervise_lease import held, read_lease
+from .supervise_probe import METRICS_PATH, exchange, generated, request_body
 
 REPLICAS_FILE = "replicas.json"  # {"urls": [...]}: the replicas the last `up` put in the router (fleet/router.py)
 POLL_S = 1.0

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The read-only snapshot of a deployment that the on-call commands ask for in one round trip (issue 13).
 
-Runs on the TARGET (stdlib only, Python >= 3.8), from the deployer's own copy sent over stdin (it is not
-pushed into run dirs, so `up` uploads nothing more).
+Runs on the TARGET (stdlib only, Python >= 3.8), in the helper (its `snapshot` request: supervise_helper.py;
+it is not pushed into run dirs, so `up` uploads nothing more).
 `python3 supervise_snapshot.py DIR [--runs N|all] [--log-tail BYTES|--log-lines N] [--previous]
 [--attempt failed|current]`
 prints one JSON object: the deployment's run ids, the current one, the records (profile/state/outcome) of the
@@ -22,16 +22,11 @@ import json
 import os
 import subprocess
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING or __package__:  # imported as part of the deployer package
-    from deployer.supervisor.supervise import status_of
-    from deployer.supervisor.supervise_base import CRASHED, EXIT_BAD_INPUT, SuperviseError
-    from deployer.supervisor.supervise_protocol import ENGINE_LOG, OUTCOME_JSON, PROFILE_JSON, STATE_JSON
-else:  # run on the target, where the supervisor's modules are loaded side by side
-    from supervise import status_of  # type: ignore[no-redef]
-    from supervise_base import CRASHED, EXIT_BAD_INPUT, SuperviseError  # type: ignore[no-redef]
-    from supervise_protocol import ENGINE_LOG, OUTCOME_JSON, PROFILE_JSON, STATE_JSON  # type: ignore[no-redef]
+from .supervise import status_of
+from .supervise_base import CRASHED, EXIT_BAD_INPUT, SuperviseError
+from .supervise_protocol import ENGINE_LOG, OUTCOME_JSON, PROFILE_JSON, STATE_JSON
 
 RECORDS = (PROFILE_JSON, STATE_JSON, OUTCOME_JSON)
 RECORD_LIMIT = 4 << 20       # one JSON record (the deployer reads no more of one either)

@@ -17,12 +17,9 @@ import os
 import shutil
 import subprocess
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
-if TYPE_CHECKING or __package__:
-    from deployer.supervisor.supervise_base import group_pids
-else:
-    from supervise_base import group_pids  # type: ignore[no-redef]
+from .supervise_base import group_pids
 
 MAX_PROCESSES = 32
 PY_SPY_TIMEOUT_S = 5.0    # one py-spy dump takes ~0.3 s (measured on a real CPU engine: 0.26 s for all)

@@ -1,9 +1,10 @@
 """Push: the deployment's directory layout on the target and the atomic upload of one attempt's run dir.
 
     <workdir>/<name>/lock, supervise.py, current -> runs/<id>
-    <workdir>/<name>/runs/<id>/launch.sh (0700), env (0600), profile.json, supervise*.py, supervise.json,
-                               state.json, engine.log, outcome.json
-(names and record keys: supervisor/supervise_protocol.py; the supervise*.py files: remote/program.py's list.)
+    <workdir>/<name>/runs/<id>/launch.sh (0700), env (0600), profile.json, supervise.py, supervise_guard.py,
+                               supervise.json, state.json, engine.log, outcome.json
+(names and record keys: supervisor/supervise_protocol.py; supervise.py, the supervisor's program, and the entry
+files that run it for another module: remote/program.py.)
 Every file goes to a temporary name (in the helper's `install` request, or over SFTP when large) and is renamed
 into place after its hash is checked. A push
 checks the free space first and either completes (every file verified) or removes its half-written run dir.
@@ -24,8 +25,7 @@ from deployer.errors import DeployError, DiskFull, LockLost, RemoteError, Target
 from deployer.remote.base import Remote
 from deployer.remote.base import HelperRefused
 from deployer.remote.oneshot import UNSAFE_HINT
-from deployer.remote.program import RUN_DIR_MODULES, helper_bundle
-from deployer.remote.program import supervisor_files
+from deployer.remote.program import ROOT_ENTRIES, RUN_DIR_ENTRIES, helper_bundle, payload_files
 from deployer.secrets import mask_data
 from deployer.supervisor.supervise_protocol import ENGINE_LOG, ENV_FILE, LAUNCH_SH, OUTCOME_JSON, PROFILE_JSON
 from deployer.supervisor.supervise_protocol import STATE_JSON, SUPERVISE_JSON, ProfileRecord, SuperviseConfig
@@ -36,23 +36,19 @@ if TYPE_CHECKING:  # annotations only: the on-call commands read layouts without
     from deployer.profile.model import Profile
     from deployer.render.bundle import Bundle
 
-# The supervisor program: run as `python3 -B supervise.py`, it imports the others from beside it.
-SUPERVISOR_FILES = tuple(f"{name}.py" for name in RUN_DIR_MODULES)   # the payload's list: remote/program.py
 # The deployment lock's lease, a program of its own kept at the deployment's root (deployer/target/lock.py runs it).
 LEASE_FILE = "supervise_lease.py"
+# The supervisor's files in a run dir (remote/program.py: one program, supervise.py, and the guard's entry file).
+SUPERVISOR_FILES = tuple(payload_files(RUN_DIR_ENTRIES))
 # Free space a push needs beyond its files: state.json, outcome.json and the engine's first log lines.
 SPACE_HEADROOM = 256 << 10
 # ... and beyond the supervisor files at the deployment's root: the lock's lease record and its events.
 SYNC_HEADROOM = 64 << 10
 
 
-def supervisor_sources(names: tuple[str, ...] = SUPERVISOR_FILES) -> dict[str, bytes]:
-    return supervisor_files(tuple(name.removesuffix(".py") for name in names))
-
-
 def _sync_supervisor(remote: Remote, folder: str) -> None:
     """Put the supervisor and lease files that differ from this deployer's copy (none: one round trip)."""
-    sources = supervisor_sources((*SUPERVISOR_FILES, LEASE_FILE))
+    sources = payload_files(ROOT_ENTRIES)
     # The hashes and the free space in one request: a fresh target's full disk is named before any write.
     facts = remote.helper.disk(folder, [posixpath.join(folder, name) for name in sources])
     have = dict(zip(sources, facts.digests))
@@ -162,7 +158,7 @@ def prepare(remote: Remote, layout: Layout) -> None:
 def make_owned_dirs(remote: Remote, path: str, owned_from: str) -> None:
     """`mkdir -p` on the target that refuses (TargetError, one line, nothing written) a directory chain another
     user controls: at or below `owned_from` ours alone, above it ours or root's and shared only with the sticky
-    bit (supervise_base.make_dirs, run by the helper or sent over stdin)."""
+    bit (supervise_base.make_dirs: the helper's `mkdirs` request)."""
     try:
         remote.helper.mkdirs(path, owned_from)   # a bare connection's raises its TargetError itself (oneshot)
     except HelperRefused as e:
@@ -211,7 +207,7 @@ def push(remote: Remote, layout: Layout, bundle: Bundle, record: Mapping[str, An
     files = [(ENV_FILE, bundle.env.encode(), 0o600), (LAUNCH_SH, bundle.script.encode(), 0o700),
              (PROFILE_JSON, json.dumps(record, indent=1).encode(), 0o644),
              (SUPERVISE_JSON, json.dumps(config, indent=1).encode(), 0o644),
-             *((name, data, 0o644) for name, data in supervisor_sources().items())]
+             *((name, data, 0o644) for name, data in payload_files(RUN_DIR_ENTRIES).items())]
     _make_run_dir(remote, layout, run, sum(len(data) for _, data, _ in files) + SPACE_HEADROOM)
     try:
         remote.put_all([(data, run.file(name), mode) for name, data, mode in files])

@@ -285,7 +285,7 @@ def test_up_puts_a_healthy_engine_whose_supervisor_was_killed_back_under_one(tmp
 
 
 def damage(run: Path) -> None:
-    for name in ("supervise.py", "supervise_base.py", "supervise_daemon.py"):
+    for name in ("supervise.py", "supervise_guard.py"):  # the run dir's programs
         (run / name).write_bytes((run / name).read_bytes()[:100])  # truncated, as on a full disk
     (run / "supervise.json").unlink()
 

@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 
+from payload import payload_program
+
 pytestmark = pytest.mark.integration
 
-LEASE = Path(__file__).resolve().parents[2] / "deployer" / "supervisor" / "supervise_lease.py"
+LEASE = payload_program("supervise_lease.py")  # the program a deployment's root holds
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
 

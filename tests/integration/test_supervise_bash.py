@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 
 import waiting
+from payload import payload_program
 
 pytestmark = pytest.mark.integration
 
-SUPERVISE = Path(__file__).resolve().parents[2] / "deployer" / "supervisor" / "supervise.py"
+SUPERVISE = payload_program("supervise.py")  # the program a run dir holds
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 READY = "The server is fired up and ready to roll!"
 LAUNCH = 'set -euo pipefail\ncd "$(dirname "$0")"\nexec python3 engine.py\n'

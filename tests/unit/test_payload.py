@@ -13,31 +13,32 @@ from deployer.errors import TargetError
 from deployer.target.push import SUPERVISOR_FILES
 from deployer.remote.local import LocalRemote
 from deployer.remote.program import (
-    DIRS_MODULES, FETCH_MODULES, HELPER_MODULES, LEASE_MODULES, RUN_DIR_MODULES, SNAPSHOT_MODULES, SUPERVISOR_MODULES,
+    FETCH_MODULES, HELPER_MODULES, LEASE_MODULES, PUSH_MODULES, ROOT_ENTRIES, RUN_DIR_MODULES, SUPERVISOR_MODULES,
     helper_bundle,
+    payload_files,
     supervisor_source,
 )
 
 
 def siblings(name: str) -> set[str]:
-    """The supervisor modules `name` imports by bare name (its on-target branch)."""
+    """The supervisor modules `name` imports (relatively: `from .supervise_base import ...`)."""
     tree = ast.parse(supervisor_source(name))
     found = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     found |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     return {m for m in found if m.startswith("supervise")}
 
 
-@pytest.mark.parametrize("modules", [SUPERVISOR_MODULES, RUN_DIR_MODULES, LEASE_MODULES, SNAPSHOT_MODULES, HELPER_MODULES,
-                                     DIRS_MODULES, FETCH_MODULES])
+@pytest.mark.parametrize("modules", [SUPERVISOR_MODULES, RUN_DIR_MODULES, LEASE_MODULES, HELPER_MODULES,
+                                     FETCH_MODULES, PUSH_MODULES])
 def test_each_module_comes_after_what_it_imports(modules: tuple[str, ...]) -> None:
     for i, name in enumerate(modules):
         assert siblings(name) <= set(modules[:i]), (name, modules)
 
 
 def test_a_run_dir_holds_the_supervisor_and_the_helper_ships_the_protocol() -> None:
-    assert set(SUPERVISOR_FILES) == {f"{m}.py" for m in RUN_DIR_MODULES} >= {f"{m}.py" for m in SUPERVISOR_MODULES}
-    assert "supervise_guard.py" in SUPERVISOR_FILES
-    assert "supervise_protocol.py" in SUPERVISOR_FILES
+    assert set(SUPERVISOR_FILES) == {"supervise.py", "supervise_guard.py"}
+    assert set(RUN_DIR_MODULES) >= set(SUPERVISOR_MODULES) and "supervise_protocol" in SUPERVISOR_MODULES
+    assert set(payload_files(ROOT_ENTRIES)) == {"supervise.py", "supervise_guard.py", "supervise_lease.py"}
     assert b"SUPERVISE_JSON" in helper_bundle()[0]
 
 
@@ -64,3 +65,19 @@ def test_the_helper_answers_exactly_the_protocols_ops() -> None:
     from deployer.supervisor.supervise_protocol import HELPER_OPS
 
     assert set(Helper(io.BytesIO()).ops) == set(HELPER_OPS)
+
+
+@pytest.mark.parametrize(("name", "usage"), [("supervise.py", "usage: supervise.py start|stop"),
+                                             ("supervise_guard.py", "usage: supervise_guard.py arm"),
+                                             ("supervise_lease.py", "usage: supervise_lease.py LOCK_PATH")])
+def test_each_file_a_deployment_holds_runs_its_own_modules_main(name: str, usage: str) -> None:
+    """supervise.py is the program; the entry files beside it run it with the guard's or the lease's main."""
+    import subprocess
+    import sys
+
+    from payload import payload_program
+
+    done = subprocess.run([sys.executable, "-B", str(payload_program(name))], capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode != 0 and usage in done.stdout + done.stderr, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr

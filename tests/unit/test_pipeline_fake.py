@@ -72,7 +72,7 @@ def test_ready_on_the_first_attempt() -> None:
     assert fake.current(root) == run_id and report["run_dir"] == posixpath.join(root, "runs", run_id)
     # what the target keeps: the run dir as push writes it, the outcome, the supervisor beside the lock
     run = report["run_dir"]
-    for name in ("launch.sh", "env", "profile.json", "supervise.json", "supervise.py", "supervise_protocol.py"):
+    for name in ("launch.sh", "env", "profile.json", "supervise.json", "supervise.py", "supervise_guard.py"):
         assert posixpath.join(run, name) in fake.files, name
     assert json.loads(fake.files[posixpath.join(run, "outcome.json")])["outcome"] == "ready"
     assert json.loads(fake.files[posixpath.join(run, "profile.json")])["content_hash"] == report["content_hash"]

@@ -19,8 +19,10 @@ from hypothesis import strategies as st
 from deployer.supervisor import supervise as sv
 from deployer.supervisor import supervise_base as base
 from deployer.supervisor.supervise_base import SuperviseError, read_env_file
+from payload import payload_program
 
 SUPERVISE = Path(sv.__file__)
+PROGRAM = payload_program("supervise.py")  # the program a run dir holds
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
 
@@ -188,7 +190,7 @@ def test_liveness_treats_zombies_as_dead() -> None:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PY, str(SUPERVISE), *args], capture_output=True, text=True, timeout=20)
+    return subprocess.run([PY, str(PROGRAM), *args], capture_output=True, text=True, timeout=20)
 
 
 @pytest.mark.parametrize("args", [

@@ -15,8 +15,9 @@ import pytest
 from deployer.supervisor import supervise as sv
 from deployer.supervisor import supervise_ports as ports
 from sshbed import free_port
+from payload import payload_program
 
-SUPERVISE = Path(sv.__file__)
+SUPERVISE = payload_program("supervise.py")  # the program a run dir holds
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
 

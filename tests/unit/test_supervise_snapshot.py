@@ -21,16 +21,17 @@ from deployer.remote.local import LocalRemote
 from deployer.supervisor import supervise_snapshot as snap_mod
 from deployer.target import snapshot
 from deployer.target.records import tail_lines, window_lines
+from payload import payload_program
 
 SCRIPT = Path(snap_mod.__file__)
-SUPERVISE = SCRIPT.with_name("supervise.py")
+PROGRAM, SUPERVISE = payload_program("supervise_snapshot.py"), payload_program("supervise.py")  # as on the target
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 RUN_A, RUN_B, RUN_C = "20260101T000000.000001Z-aaaaaaaa-a1", "20260102T000000.000001Z-bbbbbbbb-a1", \
     "20260103T000000.000001Z-cccccccc-a2"
 
 
 def run_script(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PY, "-B", str(SCRIPT), *args], capture_output=True, text=True, timeout=60,
+    return subprocess.run([PY, "-B", str(PROGRAM), *args], capture_output=True, text=True, timeout=60,
                           env={**os.environ, **(env or {})})
 
 
