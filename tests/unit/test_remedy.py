@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -219,7 +220,22 @@ def test_a_removal_documented_by_the_wheels_is_dropped_beside_a_rename() -> None
                            "stream_output": None}
 
 
-def test_a_documented_removal_is_dropped_by_the_heal(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture()
+def fresh_rename_caches() -> Iterator[None]:
+    """propose.known_renames and rename_history cache the table per engine: a test that swaps the table must
+    neither read the real one from the cache nor leave its own there (red once in a full run: every later rename
+    test of that xdist worker saw this test's table)."""
+    from deployer.remedy import propose as remedy
+
+    for cached in (remedy.known_renames, remedy.rename_history):
+        cached.cache_clear()
+    yield
+    for cached in (remedy.known_renames, remedy.rename_history):
+        cached.cache_clear()
+
+
+def test_a_documented_removal_is_dropped_by_the_heal(monkeypatch: pytest.MonkeyPatch,
+                                                     fresh_rename_caches: None) -> None:
     from deployer.remedy import propose as remedy
     from deployer.engines.renames import Rename
 
