@@ -73,9 +73,9 @@ sglang-seed-venv:
 
 test-sglang-real: provision install sglang-venv sglang-seed-venv
 	SGLANG_VENV=$(SGLANG_VENV) SGLANG_SEED_VENV=$(SGLANG_SEED_VENV) RELEASE_WHEELS=$(RELEASE_WHEELS) \
-	  $(PY) -m pytest -q -p no:cacheprovider -n 2 -m sglang_real tests/sglang_real
+	  $(PY) -m pytest -q -p no:cacheprovider -m sglang_real tests/sglang_real
 	SGLANG_VENV=$(SGLANG_SEED_VENV) RELEASE_WHEELS=$(RELEASE_WHEELS) \
-	  $(PY) -m pytest -q -p no:cacheprovider -n 2 -m sglang_real tests/sglang_real
+	  $(PY) -m pytest -q -p no:cacheprovider -m sglang_real tests/sglang_real
 
 # Real vLLM 0.33.0 code on the CPU (its serve argument parser), in a venv cached under ~/.cache/deployer.
 vllm-venv:
