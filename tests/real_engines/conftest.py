@@ -10,11 +10,11 @@ no engine of this tier may be left running (`no_engine_left`).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,18 +97,18 @@ def engine_pids(under: Path) -> list[int]:
     return pids
 
 
-_SHORT: set[Path] = set()
+_SHORT: dict[Path, Path] = {}
 
 
 def short_tmp(tmp: Path) -> Path:
     """A short private directory for the engine's Unix sockets (TMPDIR, VLLM_RPC_BASE_PATH), one per test dir:
     a socket path holds at most 107 bytes, and vLLM's `<dir>/<uuid4>` under an xdist worker's tmp_path is longer
-    (ZMQError "ipc path ... is longer than 107 characters"; the `ipc-path-too-long` signature). Removed after the
-    test by `no_engine_left`, once its engines are gone."""
-    path = Path("/tmp") / f"re-{hashlib.sha1(str(tmp).encode()).hexdigest()[:10]}"
-    path.mkdir(mode=0o700, exist_ok=True)
-    _SHORT.add(path)
-    return path
+    (ZMQError "ipc path ... is longer than 107 characters"; the `ipc-path-too-long` signature). Made by mkdtemp
+    (a name nobody could have planted in /tmp), removed after the test by `no_engine_left`, once its engines are
+    gone."""
+    if tmp not in _SHORT:
+        _SHORT[tmp] = Path(tempfile.mkdtemp(prefix="re-"))
+    return _SHORT[tmp]
 
 
 @pytest.fixture(autouse=True)
@@ -125,9 +125,8 @@ def no_engine_left(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    for path in list(_SHORT):
-        shutil.rmtree(path, ignore_errors=True)
-        _SHORT.discard(path)
+    for tmp in list(_SHORT):
+        shutil.rmtree(_SHORT.pop(tmp), ignore_errors=True)
     assert not left, f"engine processes left behind: {left}"
 
 

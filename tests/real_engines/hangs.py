@@ -148,7 +148,8 @@ def restart_drains(prof: Path, home: Path, port: int, model: str, drain_s: float
     """`deploy restart` under steady load, the profile's restart.drain_s `drain_s`: 3 clients send requests back to
     back (each ~REQUEST_S, at most `most` tokens; staggered) until they see the old run stopping. Every request
     that started before the engine got SIGTERM ended with all its tokens (none lost, none cut short), at least one
-    of them was still running a second after the SIGTERM (so the drain, not luck, kept it), none took drain_s, and
+    of them was still running half a second after the stop was seen (so the drain, not luck, kept it), none took
+    drain_s, and
     a request answered after the stop began got all its tokens too. Returns the restart's report."""
     _, before = status_row(prof, home)
     old_run = Path(before["run_dir"])

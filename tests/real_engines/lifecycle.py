@@ -111,7 +111,7 @@ def shm_entries() -> set[str]:
 def new_shm_segments(before: set[str], since: float, settle_s: float = 20.0) -> list[str]:
     """Engine shared memory (vLLM's psm_* and multiprocessing's sem.mp-*, SGLang's sglang_*) made since `since`
     and still in /dev/shm with no live process mapping it: left behind. /dev/shm is the machine's: a segment
-    another engine running here (another test in the other xdist worker, another user) holds is mapped by that
+    another engine running here (another test run beside this one, another user) holds is mapped by that
     engine, so it is not ours; one that another engine's supervisor is about to clean (its engine just ended) is
     gone within seconds, so what is found is looked at again for up to `settle_s`: left means still there and
     unmapped at every look."""
