@@ -310,6 +310,10 @@ class Conversation(FileOps):
                 self._pending.pop(rid, None)
                 if self._session is session:
                     self._dead = str(e)
+            if self._greeted_on is not session:
+                # the first request travels with the exec: a target that never ran the helper (a nologin shell
+                # exits at once) closes the channel under it; what it printed says why, the broken send does not
+                self._greeted(session)
             raise ConnectFailed(f"connection lost: the deployer helper's channel broke: {e.message}",
                                 host=self.label) from None
         return waiting

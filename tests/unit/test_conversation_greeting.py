@@ -87,3 +87,35 @@ def test_a_request_behind_a_wedged_greeting_fails_in_bounded_time(monkeypatch: p
     finally:
         transport.close()
         first.join(5)
+
+
+class NologinSession:
+    """A channel to an account whose shell is nologin: it printed its refusal and exited before the first request
+    could be written (the race CI met: the send fails, the refusal is still there to be read)."""
+
+    def __init__(self) -> None:
+        self.lines = ["This account is currently not available."]
+
+    def readline(self, timeout: float) -> str | None:
+        return self.lines.pop(0) if self.lines else None
+
+    def send(self, data: bytes) -> None:
+        raise conversation.RemoteError("session closed", host="nologin-host")
+
+    def close(self) -> None:
+        pass
+
+
+class NologinChannel(OneChannel):
+    label = "deploy@nologin-host"
+
+    def __init__(self) -> None:
+        self.session = NologinSession()  # type: ignore[assignment]
+
+
+def test_a_first_request_that_cannot_be_sent_says_why_the_helper_never_started() -> None:
+    conv = Conversation(NologinChannel())  # type: ignore[arg-type]
+    with pytest.raises(TargetError) as raised:
+        conv.send("snapshot", {"argv": ["x"]})
+    assert "did not start on deploy@nologin-host: This account is currently not available." in str(raised.value)
+    assert "refuses logins" in str(raised.value.hint) and "usermod -s /bin/bash deploy" in str(raised.value.hint)
