@@ -39,6 +39,7 @@ from deployer.remote.base import Session, Transport
 from deployer.remote.files import FileOps
 from deployer.remote.oneshot import ProgramHelper
 from deployer.supervisor.supervise_protocol import IN_HELPER   # supervisor commands the helper answers itself
+from deployer.remote.oneshot import known
 from deployer.remote.program import SUPERVISOR_PYTHON, TARGET_CACHE, helper_bundle
 
 START_TIMEOUT_S = 30.0   # from the exec to the helper's hello (a first contact also uploads it)
@@ -293,7 +294,9 @@ class Conversation(FileOps):
             session.close()
 
     def send(self, op: str, fields: dict[str, Any]) -> _Pending:
-        """Send one request; wait for its reply with `wait`."""
+        """Send one request (`op`: a name of the protocol's table, supervise_protocol.OPS); wait for its reply with
+        `wait`."""
+        known(op)
         session = self._ensure()
         rid = next(self._ids)
         waiting = _Pending(session)

@@ -20,6 +20,7 @@ from deployer.remote.base import CommandTimedOut, HelperRefused, Remote, Result,
 from deployer.remote.files import FileOps
 from deployer.remote.program import HELPER_MODULES, LEASE_MODULES, SUPERVISOR_MODULES
 from deployer.remote.program import PACKAGE, SUPERVISOR_PYTHON, program
+from deployer.supervisor.supervise_protocol import OPS
 
 # One helper request (JSON in argv) answered by the helper's own dispatcher, its reply line on stdout.
 ONE_REQUEST_MAIN = """import io, sys
@@ -31,6 +32,13 @@ def main(argv):
     return 0
 """ % PACKAGE
 UNSAFE_HINT = "use a target.workdir that only the deploying user can write"
+
+
+def known(op: str) -> None:
+    """`op` is a name of the helper's one table of operations (supervise_protocol.OPS), or a ValueError here: a
+    misspelt op is this deployer's bug, found before anything is sent."""
+    if op not in OPS:
+        raise ValueError(f"{op!r} is not an operation of the deployer helper (supervise_protocol.OPS)")
 
 
 def _line(*words: str) -> str:
@@ -73,6 +81,7 @@ class ProgramHelper(FileOps):
 
     def call(self, op: str, fields: dict[str, Any], wait_s: float, what: str) -> dict[str, Any]:
         """One helper request answered by this deployer's copy of the helper, as a program of its own."""
+        known(op)
         request = json.dumps({"id": 0, "op": op, **fields})
         result = self.remote.run(_line(request), timeout=wait_s, check=False,
                                  stdin=program(HELPER_MODULES, ONE_REQUEST_MAIN))

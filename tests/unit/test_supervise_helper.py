@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from deployer.supervisor.supervise_protocol import OPS
+
 from deployer.remote.program import helper_bundle
 
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
@@ -316,6 +318,8 @@ def test_a_helper_whose_lease_was_broken_refuses_every_change_but_still_reads(tm
         assert other.ask("run", cmd=f"touch {marker}", timeout=5)["ok"] and marker.exists()  # the new holder acts
         lost.ask("lease_beat", token="t1")  # LOST: and still refused afterwards (the token is forgotten)
         assert lost.ask("run", cmd="true", timeout=5)["kind"] == "fenced"
+        for name, op in OPS.items():  # the protocol's table says which ops change files: exactly those are fenced
+            assert (lost.ask(name).get("kind") == "fenced") == op.changes, name
     finally:
         lost.close()
         other.close()
