@@ -185,6 +185,11 @@ class Helper(Protocol):
         """supervise_base.make_dirs; HelperRefused (kind "unsafe" for a chain another user controls) on failure."""
         ...
 
+    def program(self, op: str) -> Session:
+        """A program op of the helper's (fetch, push: supervise_protocol.Op.program) running for as long as it
+        takes: a Session over its stdin and its stdout+stderr lines; closing it ends the program."""
+        ...
+
     def call(self, op: str, fields: dict[str, Any], wait_s: float, what: str) -> dict[str, Any]:
         """One request of the helper's (the file ops below are built on it: remote/files.py)."""
         ...

@@ -42,6 +42,10 @@ come out of order and carry the request's id.
   keep, min_age_s}`: retention of the ones no kept run uses. Both fenced.
 - `link`, `readlink`, `remove`, `disk`, `mkdir`, `listdir`, `find_bytes`, `kernel_log`, `lease_show`, `runs`: the
   file ops of a deployment dir (supervise_files.py): inside the deployment dir only, never through a symlink.
+- `fetch`, `push`: programs of their own (supervise_fetch.py, supervise_push.py), minutes long: this payload run
+  again as a child (`python3 -B /dev/fd/N OP`, its text in a pipe), `{pid}` at once, then its stdout+stderr lines as
+  `{"stream": N, "line": TEXT}` and `{"stream": N, "end": CODE}`; `feed {stream, data_b64?, eof?}` writes its stdin
+  or closes it (it ends as it did when its exec channel closed). The helper's own end closes their stdin too.
 
 Dispatch: each op of the table is answered by this helper's method of its name or by its module's function of that
 name (supervise_protocol.Op); the ops the table marks `changes` are fenced first (below). An op's refusal that
@@ -49,20 +53,23 @@ carries a `kind` (UnsafePath: `unsafe`, OpRefused, BuildRefused, FetchError) is 
 
 Fencing: while the helper holds a lease, the ops the table marks `changes` (a start, a stop, a write: `run`,
 `install`, `mkdirs`, the file ops that change files, the environments' build and retention) first check that every
-lease it holds is still current and unexpired; once one is not (someone broke the lock or took it over), they are refused for the rest of the conversation (kind `fenced`): the operation that lost its lock cannot start,
-stop or bring back anything. Commands run under a lease get its token in env DEPLOYER_LEASE_TOKENS (a supervisor
+lease it holds is still current and unexpired; once one is not (someone broke the lock or took it over), they are
+refused for the rest of the conversation (kind `fenced`): the operation that lost its lock cannot start, stop or
+bring back anything. Commands run under a lease get its token in env DEPLOYER_LEASE_TOKENS (a supervisor
 started then checks it before each restart: supervise_lease.restart_refusal).
 
 EOF on stdin ends the conversation: the helper exits at once without releasing a lease it holds (as the lease
 program does: a client whose connection dropped re-takes it with its token, anyone else after it expires).
 Commands still running keep running (a `stop` in progress is not cut short); their replies go nowhere. An
-environment build's steps are the exception: they are killed (their build lock is this process's).
+environment build's steps are the exception: they are killed (their build lock is this process's). A program op's
+child (fetch, push) sees its stdin end with this process and ends, as it did when its exec channel closed.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import hashlib
 import importlib
 import io
@@ -118,8 +125,11 @@ class Helper:
         # the protocol's table of operations (supervise_protocol.OPS): each answered by this helper's method of its
         # name, or by its supervisor module's function of that name
         self.ops: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
-            name: getattr(self, name) if op.module is None else
-            getattr(importlib.import_module("." + op.module, __package__), name) for name, op in OPS.items()}
+            name: functools.partial(self.start_program, name) if op.program else getattr(self, name)
+            if op.module is None else getattr(importlib.import_module("." + op.module, __package__), name)
+            for name, op in OPS.items()}
+        self._programs: dict[int, subprocess.Popen[bytes]] = {}  # a program op's request id -> its running child
+        self._programs_lock = threading.Lock()
 
     def say(self, data: dict[str, Any]) -> None:
         line = json.dumps(data, sort_keys=True).encode() + b"\n"
@@ -270,6 +280,52 @@ class Helper:
         environment as `run`'s commands do."""
         return env_build(req, self._fenced_env())
 
+    def start_program(self, name: str, req: dict[str, Any]) -> dict[str, Any]:
+        """A program op (supervise_protocol.Op.program): this payload run again as a child, `name` its argument, its
+        stdin the `feed` op's, its stdout+stderr lines relayed as stream lines of this request's id."""
+        rid = req["id"]
+        if not isinstance(rid, int):
+            raise RequestError(f"{name}: a program's request needs an integer id")
+        source = own_program()
+        r, w = os.pipe()
+        try:
+            proc = subprocess.Popen([sys.executable or "python3", "-B", "/dev/fd/%d" % r, name], pass_fds=(r,),
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    env=_child_env())
+        except BaseException:
+            os.close(w)
+            raise
+        finally:
+            os.close(r)
+        threading.Thread(target=_write_and_close, args=(w, source), daemon=True).start()
+        with self._programs_lock:
+            self._programs[rid] = proc
+        threading.Thread(target=self._relay, args=(rid, proc), daemon=True).start()
+        return {"pid": proc.pid}
+
+    def _relay(self, rid: int, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
+        for line in iter(proc.stdout.readline, b""):
+            self.say({"stream": rid, "line": line.decode("utf-8", "replace").rstrip("\n")})
+        code = proc.wait()
+        with self._programs_lock:
+            self._programs.pop(rid, None)
+        self.say({"stream": rid, "end": code})
+
+    def feed(self, req: dict[str, Any]) -> dict[str, Any]:
+        """Bytes to a running program's stdin, or its stdin closed (`eof`): the program then ends as it does when its
+        caller goes."""
+        with self._programs_lock:
+            proc = self._programs.get(int(req["stream"]))
+        if proc is None or proc.stdin is None:
+            raise RequestError("no program of this stream runs (it ended)", "ended")
+        if req.get("data_b64") is not None:
+            proc.stdin.write(base64.b64decode(req["data_b64"]))
+            proc.stdin.flush()
+        if req.get("eof"):
+            proc.stdin.close()
+        return {}
+
     def read(self, req: dict[str, Any]) -> dict[str, Any]:
         path, offset = str(req["path"]), int(req.get("offset") or 0)
         limit = min(int(req["limit"]), READ_MAX)   # a reply holds at most READ_MAX bytes (the client reads on)
@@ -356,6 +412,24 @@ def _child_env() -> dict[str, str]:
         level = 0
     env["SHLVL"] = str(max(1, level))
     return env
+
+
+def own_program() -> bytes:
+    """This helper's program text: what its loader checked and ran (remote/conversation.py's _LOADER, run as
+    `python3 -c`, so `__main__`, keeps it in its global `src`), else the file it runs from."""
+    text = getattr(sys.modules.get("__main__"), "src", None)
+    if isinstance(text, bytes):
+        return text
+    with open(sys.argv[0], "rb") as f:
+        return f.read()
+
+
+def _write_and_close(fd: int, data: bytes) -> None:
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    except OSError:
+        pass  # the child is gone already: its end says so
 
 
 def _close(fd: int) -> None:
@@ -446,8 +520,12 @@ def serve(version: str, stdin: BinaryIO, stdout: BinaryIO) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if args and args[0] in OPS and OPS[args[0]].program:   # a program op's child: that module's main
+        module = importlib.import_module("." + str(OPS[args[0]].module), __package__)
+        return int(module.main(args[1:]))
     if not args or args[0] != "serve":
-        print("usage: supervise_helper.py serve [VERSION]", file=sys.stderr)
+        print("usage: supervise_helper.py serve [VERSION] | " + " | ".join(n for n, op in OPS.items() if op.program),
+              file=sys.stderr)
         return 2
     try:
         return serve(args[1] if len(args) > 1 else "", sys.stdin.buffer, sys.stdout.buffer)

@@ -42,10 +42,16 @@ class Op(NamedTuple):
     """One helper operation. `changes`: it changes the target (a start, a write, a removal), so the helper fences it
     (refused, kind `fenced`, once a lease it holds is no longer ours). `module`: the supervisor module whose function
     of the op's name answers it (`FUNC(req) -> reply`; an exception with a `kind` is the error of that kind); None:
-    supervise_helper.Helper's method of that name (the ops that need the helper's own state)."""
+    supervise_helper.Helper's method of that name (the ops that need the helper's own state). `program`: the
+    module's `main` runs as a process of its own, the helper's child (the helper's payload run again, `OP` its
+    argument), for as long as it takes: the reply `{pid}` comes at once, its stdout+stderr lines follow as
+    `{"stream": N, "line": TEXT}` (N: the request's id) and its end as `{"stream": N, "end": EXIT_CODE}`; `feed
+    {stream, data_b64?, eof?}` writes to its stdin or closes it (what closing an exec channel did: it ends, as it
+    would have). The helper's own end closes every child's stdin as well."""
 
     changes: bool
     module: Optional[str] = None
+    program: bool = False
 
 
 # The one table of operations: the helper dispatches from it, the clients (remote/) send only its names. Adding an
@@ -78,6 +84,10 @@ OPS: Dict[str, Op] = {
     "env_prune": Op(True, "supervise_install"),
     # supervise_push.py's retention of pushed model directories
     "models_prune": Op(True, "supervise_push"),
+    # programs of their own, for minutes: not fenced, as when they were exec channels (the client's lock guards them)
+    "fetch": Op(False, "supervise_fetch", program=True),   # weights from the hub (supervise_fetch.py's lines)
+    "push": Op(False, "supervise_push", program=True),     # a model directory received (supervise_push.py's lines)
+    "feed": Op(False),                                       # {stream, data_b64?, eof?}: a program's stdin
 }
 HELPER_OPS: Tuple[str, ...] = tuple(OPS)
 # Supervisor commands the helper answers in its own process (quick, read-only); start and stop stay processes.

@@ -417,6 +417,10 @@ class GuardedHelper(FileOps):
         with self.lock.fenced():
             self.inner.mkdirs(path, owned_from)
 
+    def program(self, op: str) -> Session:
+        self.lock.ensure()
+        return self.inner.program(op)
+
     def call(self, op: str, fields: dict[str, Any], wait_s: float, what: str) -> dict[str, Any]:
         self.lock.ensure()
         with self.lock.fenced():  # a file op that changes a file is refused once the lease is another's
