@@ -36,7 +36,6 @@ from deployer.errors import CommandFailed, ConnectFailed, NotFound, RemoteError,
 from deployer.remote.base import CommandTimedOut, EndpointUnreachable, Hasher, Helper, HelperRefused, HttpReply, NoLine
 from deployer.remote.base import Result
 from deployer.remote.base import Session, Transport
-from deployer.remote.files import FileOps
 from deployer.remote.oneshot import ProgramHelper
 from deployer.supervisor.supervise_protocol import IN_HELPER   # supervisor commands the helper answers itself
 from deployer.remote.oneshot import known
@@ -153,7 +152,7 @@ class _Pending:
         self.reply: dict[str, Any] | None = None
 
 
-class Conversation(FileOps):
+class Conversation(Helper):
     """The Remote protocol with every command sent to one helper process on the target."""
 
     def __init__(self, inner: Transport) -> None:
@@ -386,7 +385,7 @@ class Conversation(FileOps):
         """A supervisor command answered inside the helper (status, ports, listener: no process started for it);
         the others (start, stop: they start processes) run as `python3 -B -` commands through it."""
         if not argv or argv[0] not in IN_HELPER:
-            return ProgramHelper(self).supervise(argv, timeout)
+            return BareHelper(self).supervise(argv, timeout)
         cmd = "supervise " + " ".join(argv)
         try:
             reply = self.call("supervise", {"argv": list(argv)}, timeout + REPLY_MARGIN_S, cmd)

@@ -17,8 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from deployer.errors import TargetError
-from deployer.remote.base import CommandTimedOut, HelperRefused, Remote, Result
-from deployer.remote.files import FileOps
+from deployer.remote.base import CommandTimedOut, Helper, HelperRefused, Remote, Result
 from deployer.remote.program import HELPER_MODULES, SUPERVISOR_MODULES
 from deployer.remote.program import PACKAGE, SUPERVISOR_PYTHON, program
 from deployer.supervisor.supervise_protocol import OPS
@@ -46,7 +45,7 @@ def _line(*words: str) -> str:
     return " ".join([SUPERVISOR_PYTHON, "-", *(shlex.quote(w) for w in words)])
 
 
-class ProgramHelper(FileOps):
+class ProgramHelper(Helper):
     """base.Helper over `remote`'s exec channels (see the module's docstring)."""
 
     def __init__(self, remote: Remote) -> None:

@@ -55,7 +55,8 @@ class Op(NamedTuple):
 
 
 # The one table of operations: the helper dispatches from it, the clients (remote/) send only its names. Adding an
-# op: its function in a supervisor module, its row here, its typed call in remote/ (remote/files.py for a file op).
+# op: its function in a supervisor module, its row here, its typed call in remote/ (remote/base.py's Helper for a
+# file op; a plain `helper.call(OP, ...)` where the caller reads the reply itself).
 OPS: Dict[str, Op] = {
     "run": Op(True),                    # {cmd, stdin_b64?, timeout} -> {exit_code, stdout, stderr, timed_out}
     "verify": Op(False),                # {paths} -> {digests}: fsync + sha256 of uploaded files
