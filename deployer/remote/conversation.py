@@ -36,14 +36,15 @@ from deployer.errors import CommandFailed, ConnectFailed, NotFound, RemoteError,
 from deployer.remote.base import CommandTimedOut, EndpointUnreachable, Hasher, Helper, HelperRefused, HttpReply, NoLine
 from deployer.remote.base import Result
 from deployer.remote.base import Session, Transport
-from deployer.remote.files import FileOps
 from deployer.remote.oneshot import ProgramHelper
 from deployer.supervisor.supervise_protocol import IN_HELPER   # supervisor commands the helper answers itself
+from deployer.remote.oneshot import known
 from deployer.remote.program import SUPERVISOR_PYTHON, TARGET_CACHE, helper_bundle
 
 START_TIMEOUT_S = 30.0   # from the exec to the helper's hello (a first contact also uploads it)
 REPLY_MARGIN_S = 15.0    # beyond a command's own timeout (the helper enforces that one and answers)
 VERIFY_TIMEOUT_S = 60.0
+FEED_WAIT_S = 60.0       # a program op's start, and one write to its stdin (it reads as a channel's program did)
 INLINE_MAX = 4 << 20     # uploads up to this size (in all) travel inside the conversation
 SEND_MARKER = "DEPLOYER-HELPER-SEND"
 PROGRAM_MARKER = "DEPLOYER-HELPER-PROGRAM"
@@ -57,7 +58,8 @@ HELPERS_KEPT = 5         # helper versions kept on a target (the newest stored; 
 # Python version and loaded only when its keyed hash (HMAC-SHA256 under a 0600 key of the cache's own) is right: a
 # missing, unreadable or tampered table is compiled again and saved. Files are written new (O_EXCL, 0600: never
 # through a symlink) and read only when they are the user's own and private (never through a symlink). It records
-# the interpreter it runs under (program.SUPERVISOR_PYTHON).
+# the interpreter it runs under (program.SUPERVISOR_PYTHON). The program it checked stays in its global `src` (the
+# helper runs itself again from it for a program op: supervise_helper.own_program).
 # One-space indents: it travels in the exec line (argv), which stays short.
 _LOADER = """import glob, hashlib, hmac, marshal, os, sys, types
 path, digest, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -143,13 +145,14 @@ _T = TypeVar("_T")
 
 
 class _Pending:
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, rid: int = 0) -> None:
         self.session = session
+        self.rid = rid
         self.done = threading.Event()
         self.reply: dict[str, Any] | None = None
 
 
-class Conversation(FileOps):
+class Conversation(Helper):
     """The Remote protocol with every command sent to one helper process on the target."""
 
     def __init__(self, inner: Transport) -> None:
@@ -160,6 +163,7 @@ class Conversation(FileOps):
         self.shipped = 0           # times the helper program had to be sent (a fresh or damaged cache)
         self._session: Session | None = None
         self._pending: dict[int, _Pending] = {}
+        self._streams: dict[int, ProgramStream] = {}   # a program op's request id -> its lines (Op.program)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()        # the session, the pending table
         self._send_lock = threading.Lock()
@@ -203,7 +207,10 @@ class Conversation(FileOps):
             session = self.inner.spawn(start_line())
             self.starts += 1
             self._session, self._dead, self._pending = session, None, {}
-            return session
+            ended, self._streams = self._streams, {}
+        for stream in ended.values():   # their programs went with the helper that ran them
+            stream.arrived(None)
+        return session
 
     def _greeted(self, session: Session) -> None:
         """Wait for this channel's hello (sending the program if the target asks for it), then hand the channel to
@@ -270,6 +277,9 @@ class Conversation(FileOps):
                 if line is None:
                     break
                 data = _json(line)
+                if data is not None and isinstance(data.get("stream"), int):
+                    self._stream_line(data)
+                    continue
                 rid = data.get("id") if data is not None else None
                 with self._lock:
                     waiting = self._pending.pop(rid, None) if isinstance(rid, int) else None
@@ -284,23 +294,43 @@ class Conversation(FileOps):
             if self._session is session:
                 self._dead = why + self._said()
             pending, self._pending = (self._pending, {}) if self._session is session else ({}, self._pending)
+            streams, self._streams = (self._streams, {}) if self._session is session else ({}, self._streams)
         for waiting in pending.values():
             waiting.done.set()
+        for stream in streams.values():   # the helper is gone, and its programs with it: their lines end
+            stream.arrived(None)
+
+    def forget(self, sid: int) -> None:
+        """No more lines for the stream of request `sid` (its program did not start)."""
+        with self._lock:
+            self._streams.pop(sid, None)
+
+    def _stream_line(self, data: dict[str, Any]) -> None:
+        """A line of a program op's child, or its end, to the stream that reads it."""
+        sid = int(data["stream"])
+        with self._lock:
+            stream = self._streams.pop(sid, None) if "end" in data else self._streams.get(sid)
+        if stream is not None:
+            stream.arrived(None if "end" in data else str(data.get("line") or ""))
 
     def _close_session(self) -> None:
         session, self._session = self._session, None
         if session is not None:
             session.close()
 
-    def send(self, op: str, fields: dict[str, Any]) -> _Pending:
-        """Send one request; wait for its reply with `wait`."""
+    def send(self, op: str, fields: dict[str, Any], stream: ProgramStream | None = None) -> _Pending:
+        """Send one request (`op`: a name of the protocol's table, supervise_protocol.OPS); wait for its reply with
+        `wait`. `stream`: a program op's, which its child's lines go to (registered before they can come)."""
+        known(op)
         session = self._ensure()
         rid = next(self._ids)
-        waiting = _Pending(session)
+        waiting = _Pending(session, rid)
         with self._lock:
             if self._session is not session or self._dead is not None:  # it broke just now: fail fast, not late
                 raise ConnectFailed(f"connection lost: {self._dead or 'the helper was restarted'}", host=self.label)
             self._pending[rid] = waiting
+            if stream is not None:
+                self._streams[rid] = stream
         line = json.dumps({"id": rid, "op": op, **fields}).encode() + b"\n"
         try:
             with self._send_lock:
@@ -308,6 +338,7 @@ class Conversation(FileOps):
         except RemoteError as e:
             with self._lock:
                 self._pending.pop(rid, None)
+                self._streams.pop(rid, None)
                 if self._session is session:
                     self._dead = str(e)
             if self._greeted_on is not session:
@@ -358,7 +389,7 @@ class Conversation(FileOps):
         """A supervisor command answered inside the helper (status, ports, listener: no process started for it);
         the others (start, stop: they start processes) run as `python3 -B -` commands through it."""
         if not argv or argv[0] not in IN_HELPER:
-            return ProgramHelper(self).supervise(argv, timeout)
+            return BareHelper(self).supervise(argv, timeout)
         cmd = "supervise " + " ".join(argv)
         try:
             reply = self.call("supervise", {"argv": list(argv)}, timeout + REPLY_MARGIN_S, cmd)
@@ -390,6 +421,11 @@ class Conversation(FileOps):
     def mkdirs(self, path: str, owned_from: str) -> None:
         """supervise_base.make_dirs in the helper; HelperRefused (kind "unsafe": a chain another user controls)."""
         self.call("mkdirs", {"path": path, "owned_from": owned_from}, 30.0, f"creating {path}")
+
+    def program(self, op: str) -> ProgramStream:
+        """A program op (fetch, push: supervise_protocol.Op.program) started by the helper as its child: a Session
+        over its stdin and stdout+stderr lines, as its exec channel was (closing it ends the program)."""
+        return ProgramStream(self, op)
 
     # -- the Remote protocol ------------------------------------------------------------------------------
 
@@ -510,6 +546,62 @@ class Conversation(FileOps):
             self._close_session()
 
 
+class ProgramStream:
+    """A program op's child as a Session (what an exec channel running it was): `send` feeds its stdin (one `feed`
+    request, answered before the next), `readline` its stdout+stderr lines (None once it ended, or the helper did),
+    `close` closes its stdin (it ends, as it did when its channel went). The conversation goes on meanwhile."""
+
+    def __init__(self, conv: Conversation, op: str) -> None:
+        self._conv = conv
+        self._lines: deque[str | None] = deque()
+        self._ready = threading.Condition()
+        self._closed = False
+        self._ended = False    # its end came (or the helper's): nothing is sent for it any more
+        started = conv.send(op, {}, stream=self)
+        self._id = started.rid
+        try:
+            conv.wait(started, FEED_WAIT_S, f"starting the helper's {op}")
+        except BaseException:
+            conv.forget(self._id)
+            raise
+
+    def arrived(self, line: str | None) -> None:
+        with self._ready:
+            self._lines.append(line)
+            self._ended = self._ended or line is None
+            self._ready.notify_all()
+
+    def send(self, data: bytes) -> None:
+        if self._closed:
+            raise RemoteError("session closed", host=self._conv.label)
+        if self._ended:
+            return  # its lines say how it ended (a request to a new helper would only start one for nothing)
+        fields = {"stream": self._id, "data_b64": base64.b64encode(data).decode("ascii")}
+        try:
+            self._conv.call("feed", fields, FEED_WAIT_S, "writing to the helper's program")
+        except HelperRefused:
+            pass  # it ended already: its lines say how (as bytes sent down a channel whose command ended)
+
+    def readline(self, timeout: float) -> str | None:
+        with self._ready:
+            if not self._ready.wait_for(lambda: bool(self._lines), timeout):
+                raise NoLine(f"no output line within {timeout:g}s", host=self._conv.label)
+            line = self._lines[0]
+            if line is not None:
+                self._lines.popleft()
+            return line
+
+    def close(self) -> None:
+        if self._closed or self._ended:
+            self._closed = True
+            return
+        self._closed = True
+        try:  # not waited for: a close never blocks (its reply, or the error of a program that ended, is dropped)
+            self._conv.send("feed", {"stream": self._id, "eof": True})
+        except RemoteError:
+            pass  # the conversation is gone, and the program with it
+
+
 class LeaseSession:
     """The lease program's line protocol (deployer/target/lock.py speaks it) over the helper's typed lease requests:
     the first line answers the take (`LOCKED|BUSY|LOST {json}`), `HB` -> `OK <s>`|`LOST {json}`, `RELEASE` ->
@@ -548,6 +640,56 @@ class LeaseSession:
 
     def close(self) -> None:
         self._closed = True   # the helper keeps the lease file open until RELEASE or the conversation's end
+
+
+class BareHelper(ProgramHelper):
+    """A bare connection's helper (SSHRemote.helper, LocalRemote.helper): ProgramHelper's one program per request,
+    and the requests that last (the lease, a program op) on a helper conversation of their own, which closing their
+    session ends."""
+
+    def lease(self, path: str, holder: dict[str, Any], token: str, lease_s: float, mode: str,
+              from_holder: str = "") -> Session:
+        """The lease held by a helper of its own (one exec channel, as the lease program's was): its `lease_take`
+        and `lease_beat`, as a Conversation's; closing the session ends that helper (the lease expires unless
+        released, as when the program's channel went)."""
+        conv = self._conversation()
+        try:
+            return _Owning(conv.lease(path, holder, token, lease_s, mode, from_holder), conv)
+        except BaseException:
+            conv.close()
+            raise
+
+    def program(self, op: str) -> Session:
+        """A program op (fetch, push) run by a helper of its own (one exec channel, as the `-c` program's was);
+        closing the session ends the program and that helper."""
+        conv = self._conversation()
+        try:
+            return _Owning(conv.program(op), conv)
+        except BaseException:
+            conv.close()
+            raise
+
+    def _conversation(self) -> Conversation:
+        return Conversation.open(self.remote, wait=False)
+
+
+class _Owning:
+    """A Session of a conversation of its own: closing it closes that conversation too (its helper ends)."""
+
+    def __init__(self, inner: Session, conv: Conversation) -> None:
+        self.inner, self.conv = inner, conv
+
+    def readline(self, timeout: float) -> str | None:
+        return self.inner.readline(timeout)
+
+    def send(self, data: bytes) -> None:
+        self.inner.send(data)
+
+    def close(self) -> None:
+        try:
+            self.inner.close()
+        finally:
+            self.conv.close()
 
 
 # What nologin(8) and friends print instead of running a command: the account may not log in at all.

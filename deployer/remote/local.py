@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from deployer.errors import CommandFailed, NotFound, RemoteError, TransferFailed
 from deployer.remote.base import LOCAL, CommandTimedOut, EndpointUnreachable, Hasher, Helper, HttpReply, LineReader
 from deployer.remote.base import Result
-from deployer.remote.oneshot import ProgramHelper
+from deployer.remote.conversation import BareHelper
 
 
 def _text(data: bytes) -> str:
@@ -79,7 +79,7 @@ class LocalRemote:
     @property
     def helper(self) -> Helper:
         """A bare connection's helper requests: one program each (the Conversation's are its helper's)."""
-        return ProgramHelper(self)
+        return BareHelper(self)
 
     def run(
         self, cmd: str, *, timeout: float = 60.0, check: bool = True, stdin: bytes | None = None

@@ -1,11 +1,12 @@
 """`ProgramHelper`: the helper's typed requests (base.Helper) on a bare connection, each one program of its own.
 
 A Conversation answers supervise/snapshot/lease/mkdirs inside its target-side helper. A bare connection (SSHRemote,
-LocalRemote: what tests and the Conversation's own process-starting commands use) answers the same calls with this
-deployer's own copy of the payload's modules (remote/program.py), sent over stdin (`python3 -B -`) or, for the
-lease, in the exec line: nothing on the target's disk runs. The snapshot, mkdirs and the file ops are one helper
-request each, answered by the helper's own table of operations (supervise_helper.py) run for that one request. Callers never tell the two apart: `remote.helper` is
-always one or the other.
+LocalRemote: what tests and the Conversation's own process-starting commands use) answers the quick ones with this
+deployer's own copy of the payload's modules (remote/program.py), sent over stdin (`python3 -B -`): nothing on the
+target's disk runs. The snapshot, mkdirs and the file ops are one helper request each, answered by the helper's own
+table of operations (supervise_protocol.OPS) run for that one request. The requests that last (the lease, the program
+ops fetch and push) need a helper that stays: conversation.BareHelper adds them on a conversation of their own.
+Callers never tell these apart: `remote.helper` is always one or the other.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from deployer.errors import TargetError
-from deployer.remote.base import CommandTimedOut, HelperRefused, Remote, Result, Session
-from deployer.remote.files import FileOps
-from deployer.remote.program import HELPER_MODULES, LEASE_MODULES, SUPERVISOR_MODULES
+from deployer.remote.base import CommandTimedOut, Helper, HelperRefused, Remote, Result
+from deployer.remote.program import HELPER_MODULES, SUPERVISOR_MODULES
 from deployer.remote.program import PACKAGE, SUPERVISOR_PYTHON, program
+from deployer.supervisor.supervise_protocol import OPS
 
 # One helper request (JSON in argv) answered by the helper's own dispatcher, its reply line on stdout.
 ONE_REQUEST_MAIN = """import io, sys
@@ -33,11 +34,18 @@ def main(argv):
 UNSAFE_HINT = "use a target.workdir that only the deploying user can write"
 
 
+def known(op: str) -> None:
+    """`op` is a name of the helper's one table of operations (supervise_protocol.OPS), or a ValueError here: a
+    misspelt op is this deployer's bug, found before anything is sent."""
+    if op not in OPS:
+        raise ValueError(f"{op!r} is not an operation of the deployer helper (supervise_protocol.OPS)")
+
+
 def _line(*words: str) -> str:
     return " ".join([SUPERVISOR_PYTHON, "-", *(shlex.quote(w) for w in words)])
 
 
-class ProgramHelper(FileOps):
+class ProgramHelper(Helper):
     """base.Helper over `remote`'s exec channels (see the module's docstring)."""
 
     def __init__(self, remote: Remote) -> None:
@@ -61,18 +69,9 @@ class ProgramHelper(FileOps):
             raise TargetError(f"{what} on {self.remote.label}: the snapshot was not JSON")
         return data
 
-    def lease(self, path: str, holder: dict[str, Any], token: str, lease_s: float, mode: str,
-              from_holder: str = "") -> Session:
-        """The lease program in the exec line (stdin carries the heartbeats)."""
-        args = ["--holder", json.dumps(holder, sort_keys=True), "--token", token, "--lease", f"{lease_s:g}",
-                "--mode", mode]
-        if from_holder:
-            args += ["--from", from_holder]
-        return self.remote.spawn(" ".join([SUPERVISOR_PYTHON, "-c", shlex.quote(program(LEASE_MODULES).decode()),
-                                           *(shlex.quote(w) for w in (path, *args))]))
-
     def call(self, op: str, fields: dict[str, Any], wait_s: float, what: str) -> dict[str, Any]:
         """One helper request answered by this deployer's copy of the helper, as a program of its own."""
+        known(op)
         request = json.dumps({"id": 0, "op": op, **fields})
         result = self.remote.run(_line(request), timeout=wait_s, check=False,
                                  stdin=program(HELPER_MODULES, ONE_REQUEST_MAIN))
@@ -101,3 +100,4 @@ class ProgramHelper(FileOps):
                                   hint=UNSAFE_HINT) from None
             raise TargetError(f"cannot create {path} on {label}: {e.said}",
                               hint="check target.workdir and its permissions") from None
+

@@ -2,8 +2,8 @@
 
 `bootstrap(sources)` builds one Python program that loads (module name, source) pairs in order as the package
 PACKAGE (the supervisor's modules import each other relatively) and runs one module's `main(argv)`: sent over stdin
-(`python3 -B - ARGS`: a supervisor command, one helper request on a bare connection), in the exec line (`-c`: the
-lock's lease, the weights' fetch and push), stored on the target as one file (the helper, conversation.py) or held
+(`python3 -B - ARGS`: a supervisor command, one helper request on a bare connection), stored on the target as one
+file (the helper, conversation.py; it runs itself again for its program ops: the weights' fetch and push) or held
 by a deployment (supervise.py and its entry files, push.py). Nothing here runs a command; it only builds bytes.
 """
 
@@ -70,12 +70,8 @@ SUPERVISOR_MODULES = ("supervise_protocol", "supervise_base", "supervise_ports",
 # A run dir's program: the supervisor and the guard that repairs a replace whose client was killed (it imports
 # supervise, so it comes after it).
 RUN_DIR_MODULES = (*SUPERVISOR_MODULES, "supervise_guard")
-LEASE_MODULES = ("supervise_protocol", "supervise_base", "supervise_lease")        # the lock's lease program
 HELPER_MODULES = (*SUPERVISOR_MODULES, "supervise_snapshot", "supervise_files", "supervise_install",
                   "supervise_fetch", "supervise_push", "supervise_helper")          # the helper
-FETCH_MODULES = ("supervise_protocol", "supervise_base", "supervise_fetch")         # weights from the hub (issue 25)
-PUSH_MODULES = ("supervise_protocol", "supervise_base", "supervise_lease", "supervise_files", "supervise_fetch",
-                "supervise_push")                                                   # a model dir pushed (issue 25)
 
 
 def bootstrap(sources: list[tuple[str, str]], main: str | None = None, entry: str | None = None) -> bytes:

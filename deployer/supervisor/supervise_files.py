@@ -290,8 +290,3 @@ def runs(req: Dict[str, Any]) -> Dict[str, Any]:
         current = None
     return {"runs": out, "current": current}
 
-
-FILE_OPS: Dict[str, Callable[[Dict[str, Any]], Dict[str, Any]]] = {
-    "link": link, "readlink": readlink, "remove": remove, "disk": disk, "mkdir": mkdir, "listdir": listdir,
-    "find_bytes": find_bytes, "kernel_log": kernel_log, "lease_show": lease_show, "runs": runs,
-}

@@ -6,7 +6,7 @@ Stdlib only, Python >= 3.8. The deployer starts it once over a single exec chann
 target's login shell (its rc file: conda/pyenv init, ~150 ms) once instead of once per step. The helper announces
 itself with one line `{"hello": {...}}`, then reads requests
 
-    {"id": N, "op": "run" | "verify" | "lease_take" | "lease_beat", ...}
+    {"id": N, "op": OP, ...}        (OP: a name of supervise_protocol.OPS, the one table of operations)
 
 and answers each with one line `{"id": N, "ok": true, ...}` or `{"id": N, "ok": false, "error": "...", "kind": K}`.
 Every request gets its answer, whatever it holds: nesting deeper than MAX_DEPTH, a number that is not finite or
@@ -42,24 +42,36 @@ come out of order and carry the request's id.
   keep, min_age_s}`: retention of the ones no kept run uses. Both fenced.
 - `link`, `readlink`, `remove`, `disk`, `mkdir`, `listdir`, `find_bytes`, `kernel_log`, `lease_show`, `runs`: the
   file ops of a deployment dir (supervise_files.py): inside the deployment dir only, never through a symlink.
+- `fetch`, `push`: programs of their own (supervise_fetch.py, supervise_push.py), minutes long: this payload run
+  again as a child (`python3 -B /dev/fd/N OP`, its text in a pipe), `{pid}` at once, then its stdout+stderr lines as
+  `{"stream": N, "line": TEXT}` and `{"stream": N, "end": CODE}`; `feed {stream, data_b64?, eof?}` writes its stdin
+  or closes it (it ends as it did when its exec channel closed). The helper's own end closes their stdin too.
 
-Fencing: while the helper holds a lease, `run`, `install` and `mkdirs` (a start, a stop, a write) first check that
-every lease it holds is still current and unexpired; once one is not (someone broke the lock or took it over),
-they are refused for the rest of the conversation (kind `fenced`): the operation that lost its lock cannot start,
-stop or bring back anything. Commands run under a lease get its token in env DEPLOYER_LEASE_TOKENS (a supervisor
+Dispatch: each op of the table is answered by this helper's method of its name or by its module's function of that
+name (supervise_protocol.Op); the ops the table marks `changes` are fenced first (below). An op's refusal that
+carries a `kind` (UnsafePath: `unsafe`, OpRefused, BuildRefused, FetchError) is the error reply of that kind.
+
+Fencing: while the helper holds a lease, the ops the table marks `changes` (a start, a stop, a write: `run`,
+`install`, `mkdirs`, the file ops that change files, the environments' build and retention) first check that every
+lease it holds is still current and unexpired; once one is not (someone broke the lock or took it over), they are
+refused for the rest of the conversation (kind `fenced`): the operation that lost its lock cannot start, stop or
+bring back anything. Commands run under a lease get its token in env DEPLOYER_LEASE_TOKENS (a supervisor
 started then checks it before each restart: supervise_lease.restart_refusal).
 
 EOF on stdin ends the conversation: the helper exits at once without releasing a lease it holds (as the lease
 program does: a client whose connection dropped re-takes it with its token, anyone else after it expires).
 Commands still running keep running (a `stop` in progress is not cut short); their replies go nowhere. An
-environment build's steps are the exception: they are killed (their build lock is this process's).
+environment build's steps are the exception: they are killed (their build lock is this process's). A program op's
+child (fetch, push) sees its stdin end with this process and ends, as it did when its exec channel closed.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import hashlib
+import importlib
 import io
 import json
 import math
@@ -74,11 +86,9 @@ from .supervise import dispatch
 from .supervise_base import SuperviseError, UnsafePath, communicate_bounded, make_dirs
 from .supervise_lease import FENCE_ENV, LeaseError, Refused, acquire, still_ours, update
 from .supervise_snapshot import snapshot as take_snapshot
-from .supervise_protocol import IN_HELPER
-from .supervise_files import FILE_OPS, OpRefused, read_bytes, size_of
-from .supervise_install import BuildRefused, env_build, env_prune, stop_running
-from .supervise_fetch import FetchError
-from .supervise_push import models_prune
+from .supervise_protocol import IN_HELPER, OPS
+from .supervise_files import read_bytes, size_of
+from .supervise_install import env_build, stop_running
 
 PROTOCOL = 1
 READ_MAX = 64 << 20
@@ -101,8 +111,6 @@ class RequestError(Exception):
         self.kind = kind
 
 
-CHANGING_FILE_OPS = ("link", "remove", "mkdir")
-
 
 class Helper:
     """The request dispatcher; `out` is where reply lines go (one write per line, under a lock)."""
@@ -114,15 +122,14 @@ class Helper:
         self._lease_lock = threading.Lock()
         self._fenced: str | None = None  # why changes are refused: a lease this helper held is no longer ours
         self._supervise_lock = threading.Lock()  # their output is captured from sys.stdout: one at a time
+        # the protocol's table of operations (supervise_protocol.OPS): each answered by this helper's method of its
+        # name, or by its supervisor module's function of that name
         self.ops: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
-            "run": self.run, "verify": self.verify, "lease_take": self.lease_take, "lease_beat": self.lease_beat,
-            "supervise": self.supervise, "snapshot": self.snapshot, "install": self.install,
-            "read": self.read, "size": self.size, "http": self.http, "mkdirs": self.mkdirs,
-        }
-        self.ops.update({name: self.file_op for name in FILE_OPS})   # supervise_files.py: link, remove, ...
-        self.ops["env_build"] = self.env_build                         # supervise_install.py
-        self.ops["env_prune"] = self.env_prune
-        self.ops["models_prune"] = self.models_prune                   # supervise_push.py
+            name: functools.partial(self.start_program, name) if op.program else getattr(self, name)
+            if op.module is None else getattr(importlib.import_module("." + op.module, __package__), name)
+            for name, op in OPS.items()}
+        self._programs: dict[int, subprocess.Popen[bytes]] = {}  # a program op's request id -> its running child
+        self._programs_lock = threading.Lock()
 
     def say(self, data: dict[str, Any]) -> None:
         line = json.dumps(data, sort_keys=True).encode() + b"\n"
@@ -153,12 +160,17 @@ class Helper:
             if not isinstance(req, dict):
                 raise RequestError("a request is a JSON object")
             rid = req.get("id")
-            op = self.ops.get(str(req.get("op")))
+            name = str(req.get("op"))
+            op = self.ops.get(name)
             if op is None:
                 raise RequestError(f"unknown op {req.get('op')!r}")
+            if OPS[name].changes:
+                self.fence()
             self.say({"id": rid, "ok": True, **op(req)})
         except RequestError as e:
             self.say({"id": rid, "ok": False, "error": str(e), "kind": e.kind})
+        except UnsafePath as e:   # a path another user controls, one line naming it (supervise_base)
+            self.say({"id": rid, "ok": False, "error": str(e), "kind": "unsafe"})
         except LeaseError as e:
             self.say({"id": rid, "ok": False, "error": str(e), "kind": "lease"})
         except (ValueError, KeyError, TypeError) as e:
@@ -166,6 +178,10 @@ class Helper:
         except OSError as e:
             self.say({"id": rid, "ok": False, "error": f"{e.strerror or e}", "kind": "os"})
         except Exception as e:  # noqa: BLE001 - whatever went wrong, the client gets its answer, not silence
+            kind = getattr(e, "kind", None)   # an op's own refusal (OpRefused, BuildRefused, FetchError): its kind
+            if isinstance(kind, str):
+                self.say({"id": rid, "ok": False, "error": str(e), "kind": kind})
+                return
             why = f"{type(e).__name__}: {e}"[:300]
             self.say({"id": rid, "ok": False, "error": f"the request could not be answered: {why}",
                       "kind": "internal"})
@@ -188,15 +204,22 @@ class Helper:
             raise RequestError("refused: %s; nothing was changed" % self._fenced, "fenced")
         return [token for token, _ in held]
 
+    def _fenced_env(self) -> dict[str, str]:
+        """The environment of a command an op starts: the login shell's, with the lease tokens this helper holds
+        (checked by `fence` before the op ran), so that a supervisor it starts can check them in turn."""
+        env = _child_env()
+        with self._lease_lock:
+            tokens = list(self._leases)
+        if tokens:
+            env[FENCE_ENV] = ",".join(tokens)
+        return env
+
     def run(self, req: dict[str, Any]) -> dict[str, Any]:
         cmd, timeout = str(req["cmd"]), min(float(req.get("timeout") or 60.0), MAX_TIMEOUT_S)
         stdin = base64.b64decode(req["stdin_b64"]) if req.get("stdin_b64") is not None else None
-        env = _child_env()
-        tokens = self.fence()
-        if tokens:
-            env[FENCE_ENV] = ",".join(tokens)
         proc = subprocess.Popen(["bash", "-c", cmd], stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, env=env)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                env=self._fenced_env())
         out, err, timed_out = communicate_bounded(proc, stdin, timeout)
         return {"exit_code": -1 if timed_out else proc.returncode, "timed_out": timed_out,
                 "stdout": out.decode("utf-8", "replace"), "stderr": err.decode("utf-8", "replace")}
@@ -226,7 +249,6 @@ class Helper:
                  for f in req["files"]]
         temps: list[str] = []
         where = files[0][0] if files else ""
-        self.fence()
         try:
             for where, _, digest, data in files:
                 temps.append(_write_temp(where, data))
@@ -247,60 +269,62 @@ class Helper:
 
     def mkdirs(self, req: dict[str, Any]) -> dict[str, Any]:
         """`mkdir -p` of a deployment's directories that refuses a chain another user controls (kind `unsafe`)."""
-        self.fence()
         try:
             make_dirs(str(req["path"]), str(req["owned_from"]))
-        except UnsafePath as e:
-            raise RequestError(str(e), "unsafe") from None
         except OSError as e:
             raise RequestError(f"cannot create {e.filename or req['path']}: {e.strerror or e}", "os") from None
         return {}
 
-    def file_op(self, req: dict[str, Any]) -> dict[str, Any]:
-        """One of supervise_files.py's ops; its refusals as one-line errors of their kind. The ops that change a
-        file (link, remove, mkdir) are fenced like every other change."""
-        if req["op"] in CHANGING_FILE_OPS:
-            self.fence()
-        try:
-            return FILE_OPS[str(req["op"])](req)
-        except UnsafePath as e:
-            raise RequestError(str(e), "unsafe") from None
-        except OpRefused as e:
-            raise RequestError(str(e), e.kind) from None
-        except LeaseError as e:
-            raise RequestError(str(e), "lease") from None
-
     def env_build(self, req: dict[str, Any]) -> dict[str, Any]:
-        """supervise_install.py's build of a managed environment: fenced like every change; its steps run with
-        the lease tokens in their environment as `run`'s commands do."""
-        env = _child_env()
-        tokens = self.fence()
-        if tokens:
-            env[FENCE_ENV] = ",".join(tokens)
+        """supervise_install.py's build of a managed environment: its steps run with the lease tokens in their
+        environment as `run`'s commands do."""
+        return env_build(req, self._fenced_env())
+
+    def start_program(self, name: str, req: dict[str, Any]) -> dict[str, Any]:
+        """A program op (supervise_protocol.Op.program): this payload run again as a child, `name` its argument, its
+        stdin the `feed` op's, its stdout+stderr lines relayed as stream lines of this request's id."""
+        rid = req["id"]
+        if not isinstance(rid, int):
+            raise RequestError(f"{name}: a program's request needs an integer id")
+        source = own_program()
+        r, w = os.pipe()
         try:
-            return env_build(req, env)
-        except UnsafePath as e:
-            raise RequestError(str(e), "unsafe") from None
-        except BuildRefused as e:
-            raise RequestError(str(e), e.kind) from None
+            proc = subprocess.Popen([sys.executable or "python3", "-B", "/dev/fd/%d" % r, name], pass_fds=(r,),
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    env=_child_env())
+        except BaseException:
+            os.close(w)
+            raise
+        finally:
+            os.close(r)
+        threading.Thread(target=_write_and_close, args=(w, source), daemon=True).start()
+        with self._programs_lock:
+            self._programs[rid] = proc
+        threading.Thread(target=self._relay, args=(rid, proc), daemon=True).start()
+        return {"pid": proc.pid}
 
-    def env_prune(self, req: dict[str, Any]) -> dict[str, Any]:
-        """supervise_install.py's retention of managed environments."""
-        return self._retention(env_prune, req)
+    def _relay(self, rid: int, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
+        for line in iter(proc.stdout.readline, b""):
+            self.say({"stream": rid, "line": line.decode("utf-8", "replace").rstrip("\n")})
+        code = proc.wait()
+        with self._programs_lock:
+            self._programs.pop(rid, None)
+        self.say({"stream": rid, "end": code})
 
-    def models_prune(self, req: dict[str, Any]) -> dict[str, Any]:
-        """supervise_push.py's retention of pushed model directories."""
-        return self._retention(models_prune, req)
-
-    def _retention(self, prune: Callable[[dict[str, Any]], dict[str, Any]], req: dict[str, Any]) -> dict[str, Any]:
-        """A retention op: fenced like every change; its refusals (a `kind` each) are the request's error."""
-        self.fence()
-        try:
-            return prune(req)
-        except UnsafePath as e:
-            raise RequestError(str(e), "unsafe") from None
-        except (BuildRefused, FetchError) as e:
-            raise RequestError(str(e), e.kind) from None
+    def feed(self, req: dict[str, Any]) -> dict[str, Any]:
+        """Bytes to a running program's stdin, or its stdin closed (`eof`): the program then ends as it does when its
+        caller goes."""
+        with self._programs_lock:
+            proc = self._programs.get(int(req["stream"]))
+        if proc is None or proc.stdin is None:
+            raise RequestError("no program of this stream runs (it ended)", "ended")
+        if req.get("data_b64") is not None:
+            proc.stdin.write(base64.b64decode(req["data_b64"]))
+            proc.stdin.flush()
+        if req.get("eof"):
+            proc.stdin.close()
+        return {}
 
     def read(self, req: dict[str, Any]) -> dict[str, Any]:
         path, offset = str(req["path"]), int(req.get("offset") or 0)
@@ -309,15 +333,10 @@ class Helper:
             data = read_bytes(path, offset, limit)   # a component at a time, no link followed (supervise_files)
         except FileNotFoundError:
             raise RequestError(f"{path}: no such file", "notfound") from None
-        except UnsafePath as e:
-            raise RequestError(str(e), "unsafe") from None
         return {"data_b64": base64.b64encode(data).decode("ascii")}
 
     def size(self, req: dict[str, Any]) -> dict[str, Any]:
-        try:
-            return {"size": size_of(str(req["path"]))}
-        except UnsafePath as e:
-            raise RequestError(str(e), "unsafe") from None
+        return {"size": size_of(str(req["path"]))}
 
     def http(self, req: dict[str, Any]) -> dict[str, Any]:
         import http.client  # only for commands that ask (its import is most of a helper start's imports)
@@ -393,6 +412,24 @@ def _child_env() -> dict[str, str]:
         level = 0
     env["SHLVL"] = str(max(1, level))
     return env
+
+
+def own_program() -> bytes:
+    """This helper's program text: what its loader checked and ran (remote/conversation.py's _LOADER, run as
+    `python3 -c`, so `__main__`, keeps it in its global `src`), else the file it runs from."""
+    text = getattr(sys.modules.get("__main__"), "src", None)
+    if isinstance(text, bytes):
+        return text
+    with open(sys.argv[0], "rb") as f:
+        return f.read()
+
+
+def _write_and_close(fd: int, data: bytes) -> None:
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    except OSError:
+        pass  # the child is gone already: its end says so
 
 
 def _close(fd: int) -> None:
@@ -483,8 +520,12 @@ def serve(version: str, stdin: BinaryIO, stdout: BinaryIO) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if args and args[0] in OPS and OPS[args[0]].program:   # a program op's child: that module's main
+        module = importlib.import_module("." + str(OPS[args[0]].module), __package__)
+        return int(module.main(args[1:]))
     if not args or args[0] != "serve":
-        print("usage: supervise_helper.py serve [VERSION]", file=sys.stderr)
+        print("usage: supervise_helper.py serve [VERSION] | " + " | ".join(n for n, op in OPS.items() if op.program),
+              file=sys.stderr)
         return 2
     try:
         return serve(args[1] if len(args) > 1 else "", sys.stdin.buffer, sys.stdout.buffer)

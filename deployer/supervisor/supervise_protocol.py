@@ -13,7 +13,7 @@ every reader tolerates a key that is missing (`total=False`), since a run dir ma
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple, TypedDict
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple, TypedDict
 
 # -- file names ----------------------------------------------------------------------------------------------
 SUPERVISE_JSON = "supervise.json"
@@ -38,15 +38,59 @@ POLICIES: Tuple[str, ...] = ("no", "on-failure", "always")
 # -- the helper's wire protocol (line-delimited JSON: remote/conversation.py <-> supervise_helper.py) ----------
 # Requests are {"id": N, "op": OP, ...}; replies {"id": N, "ok": true, ...} or {"id": N, "ok": false, "error": TEXT,
 # "kind": KIND}. A new deployer ships its own helper (content-addressed), so ops are only ever added.
-HELPER_OPS: Tuple[str, ...] = ("run", "verify", "lease_take", "lease_beat", "supervise", "snapshot", "install",
-                               "read", "size", "http", "mkdirs",
-                               # supervise_files.py's
-                               "link", "readlink", "remove", "disk", "mkdir", "listdir", "find_bytes", "kernel_log",
-                               "lease_show", "runs",
-                               # supervise_install.py's
-                               "env_build", "env_prune",
-                               # supervise_push.py's
-                               "models_prune")
+class Op(NamedTuple):
+    """One helper operation. `changes`: it changes the target (a start, a write, a removal), so the helper fences it
+    (refused, kind `fenced`, once a lease it holds is no longer ours). `module`: the supervisor module whose function
+    of the op's name answers it (`FUNC(req) -> reply`; an exception with a `kind` is the error of that kind); None:
+    supervise_helper.Helper's method of that name (the ops that need the helper's own state). `program`: the
+    module's `main` runs as a process of its own, the helper's child (the helper's payload run again, `OP` its
+    argument), for as long as it takes: the reply `{pid}` comes at once, its stdout+stderr lines follow as
+    `{"stream": N, "line": TEXT}` (N: the request's id) and its end as `{"stream": N, "end": EXIT_CODE}`; `feed
+    {stream, data_b64?, eof?}` writes to its stdin or closes it (what closing an exec channel did: it ends, as it
+    would have). The helper's own end closes every child's stdin as well."""
+
+    changes: bool
+    module: Optional[str] = None
+    program: bool = False
+
+
+# The one table of operations: the helper dispatches from it, the clients (remote/) send only its names. Adding an
+# op: its function in a supervisor module, its row here, its typed call in remote/ (remote/base.py's Helper for a
+# file op; a plain `helper.call(OP, ...)` where the caller reads the reply itself).
+OPS: Dict[str, Op] = {
+    "run": Op(True),                    # {cmd, stdin_b64?, timeout} -> {exit_code, stdout, stderr, timed_out}
+    "verify": Op(False),                # {paths} -> {digests}: fsync + sha256 of uploaded files
+    "lease_take": Op(False),            # the deployment lock's lease (supervise_lease.py's rules): {word, data}
+    "lease_beat": Op(False),            # {token, release} -> {word: OK|LOST|RELEASED, data}
+    "supervise": Op(False),             # {argv}: a read-only supervisor command (IN_HELPER), answered in process
+    "snapshot": Op(False),              # {argv} -> {data}: supervise_snapshot.py's snapshot of a deployment dir
+    "install": Op(True),                # {files: [{path, mode, sha256, data_b64}]} -> {digests}
+    "read": Op(False),                  # {path, offset, limit} -> {data_b64}
+    "size": Op(False),                  # {path} -> {size}
+    "http": Op(False),                  # {method, address, port, path, headers, body_b64?, timeout} -> {status, ...}
+    "mkdirs": Op(True),                 # {path, owned_from}: mkdir -p that refuses a chain another user controls
+    # supervise_files.py's: inside the deployment dir only, never through a symlink
+    "link": Op(True, "supervise_files"),
+    "readlink": Op(False, "supervise_files"),
+    "remove": Op(True, "supervise_files"),
+    "disk": Op(False, "supervise_files"),
+    "mkdir": Op(True, "supervise_files"),
+    "listdir": Op(False, "supervise_files"),
+    "find_bytes": Op(False, "supervise_files"),
+    "kernel_log": Op(False, "supervise_files"),
+    "lease_show": Op(False, "supervise_files"),
+    "runs": Op(False, "supervise_files"),
+    # supervise_install.py's managed environments (env_build runs its steps with the helper's lease tokens)
+    "env_build": Op(True),
+    "env_prune": Op(True, "supervise_install"),
+    # supervise_push.py's retention of pushed model directories
+    "models_prune": Op(True, "supervise_push"),
+    # programs of their own, for minutes: not fenced, as when they were exec channels (the client's lock guards them)
+    "fetch": Op(False, "supervise_fetch", program=True),   # weights from the hub (supervise_fetch.py's lines)
+    "push": Op(False, "supervise_push", program=True),     # a model directory received (supervise_push.py's lines)
+    "feed": Op(False),                                       # {stream, data_b64?, eof?}: a program's stdin
+}
+HELPER_OPS: Tuple[str, ...] = tuple(OPS)
 # Supervisor commands the helper answers in its own process (quick, read-only); start and stop stay processes.
 IN_HELPER: Tuple[str, ...] = ("status", "ports", "listener")
 

@@ -29,7 +29,6 @@ from deployer.errors import Locked, LockLost, NotFound, ProfileError, RemoteErro
 from deployer.target.push import Layout
 from deployer.remote.base import Hasher, Helper, HttpReply, Remote, Result, Session
 from deployer.remote.base import HelperRefused
-from deployer.remote.files import FileOps
 
 LEASE_S = 30.0  # env DEPLOYER_LOCK_LEASE_S; a vanished client blocks others at most this long
 LEASE_ENV = "DEPLOYER_LOCK_LEASE_S"
@@ -390,9 +389,9 @@ class Guarded:
         self.inner.close()
 
 
-class GuardedHelper(FileOps):
+class GuardedHelper(Helper):
     """The helper's own requests, each only while the deployment lock is certainly held (Guarded.helper); the
-    file ops (FileOps) go through `call`, guarded like the rest."""
+    file ops (base.Helper's) go through `call`, guarded like the rest."""
 
     def __init__(self, helper: Helper, lock: DeploymentLock) -> None:
         self.inner = helper
@@ -416,6 +415,10 @@ class GuardedHelper(FileOps):
         self.lock.ensure()
         with self.lock.fenced():
             self.inner.mkdirs(path, owned_from)
+
+    def program(self, op: str) -> Session:
+        self.lock.ensure()
+        return self.inner.program(op)
 
     def call(self, op: str, fields: dict[str, Any], wait_s: float, what: str) -> dict[str, Any]:
         self.lock.ensure()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
-import shlex
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,7 +24,6 @@ from deployer.prepare.pushed import LocalFile, PushNeeded, Pushed, PushPlan, mod
 from deployer.prepare.weights import size_text
 from deployer.remote.base import Remote, Session
 from deployer.remote.oneshot import UNSAFE_HINT
-from deployer.remote.program import PUSH_MODULES, SUPERVISOR_PYTHON, program
 from deployer.target.weights import next_line
 
 PHASE = "pushing weights"
@@ -63,8 +61,7 @@ class Receiver:
         self.remote, self.plan, self.workdir = remote, plan, workdir
         self.what = f"pushing {plan.describe()} to {remote.label}"
         self.chunks = posixpath.join(models_dir(workdir), ".chunks-" + plan.content)
-        self.session: Session = remote.spawn(" ".join([SUPERVISOR_PYTHON, "-c",
-                                                       shlex.quote(program(PUSH_MODULES).decode()), "push"]))
+        self.session: Session = remote.helper.program("push")   # the helper runs the receiver as its child
 
     def ask(self, data: dict[str, Any] | bytes, emit: EventSink | None = None) -> dict[str, Any]:
         self.session.send(data if isinstance(data, bytes) else (json.dumps(data) + "\n").encode())

@@ -1,6 +1,7 @@
 """Running the target-side fetch (deployer/supervisor/supervise_fetch.py) on one host and reading its lines.
 
-The program goes in the exec line (`python3 -c`), its request (with the token) over stdin; its JSON lines become
+The helper runs it (its `fetch` op: a program of its own, supervise_protocol.Op.program), its request (with the
+token) goes to the program's stdin; its JSON lines become
 progress events, its last line the commit fetched or one line of error: a disk that cannot hold what is missing
 (DiskFull), a file that does not match the listing (TransferFailed), a hub that refuses or cannot be reached
 (TargetError).
@@ -9,7 +10,6 @@ progress events, its last line the commit fetched or one line of error: a disk t
 from __future__ import annotations
 
 import json
-import shlex
 import time
 from typing import Any
 
@@ -17,7 +17,6 @@ from deployer.errors import DiskFull, RemoteError, TargetError, TransferFailed
 from deployer.events import EventSink, Info, PhaseEntered, Progressed
 from deployer.prepare.weights import PHASE, Fetched, Needed, WeightsPlan, progress
 from deployer.remote.base import Remote, Session
-from deployer.remote.program import FETCH_MODULES, SUPERVISOR_PYTHON, program
 
 QUIET_S = 600.0    # no line for this long (the program says progress every second while bytes move): given up
 
@@ -39,7 +38,7 @@ def needed(remote: Remote, plan: WeightsPlan, *, wait_s: float = 120.0) -> Neede
 
 
 def _start(remote: Remote) -> Session:
-    return remote.spawn(" ".join([SUPERVISOR_PYTHON, "-c", shlex.quote(program(FETCH_MODULES).decode()), "fetch"]))
+    return remote.helper.program("fetch")
 
 
 def next_line(session: Session, what: str, wait_s: float) -> dict[str, Any]:

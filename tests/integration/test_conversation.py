@@ -124,6 +124,11 @@ def test_an_unwritable_cache_runs_the_helper_from_memory(tmp_path: Path, monkeyp
     conv = Conversation.open(local)
     try:
         assert conv.shipped == 1 and conv.run("echo from-memory").stdout == "from-memory\n"
+        receiver = conv.helper.program("push")   # a program op: the helper runs itself again, from the same memory
+        receiver.send(b"{}\n")
+        assert json.loads(receiver.readline(30) or "{}")["error"] == "request"   # supervise_push.py's own answer
+        assert receiver.readline(30) is None    # and its end
+        receiver.close()
     finally:
         conv.close()
 

@@ -13,7 +13,7 @@ from deployer.errors import TargetError
 from deployer.target.push import SUPERVISOR_FILES
 from deployer.remote.local import LocalRemote
 from deployer.remote.program import (
-    FETCH_MODULES, HELPER_MODULES, LEASE_MODULES, PUSH_MODULES, ROOT_ENTRIES, RUN_DIR_MODULES, SUPERVISOR_MODULES,
+    HELPER_MODULES, ROOT_ENTRIES, RUN_DIR_MODULES, SUPERVISOR_MODULES,
     helper_bundle,
     payload_files,
     supervisor_source,
@@ -28,11 +28,16 @@ def siblings(name: str) -> set[str]:
     return {m for m in found if m.startswith("supervise")}
 
 
-@pytest.mark.parametrize("modules", [SUPERVISOR_MODULES, RUN_DIR_MODULES, LEASE_MODULES, HELPER_MODULES,
-                                     FETCH_MODULES, PUSH_MODULES])
+@pytest.mark.parametrize("modules", [SUPERVISOR_MODULES, RUN_DIR_MODULES, HELPER_MODULES])
 def test_each_module_comes_after_what_it_imports(modules: tuple[str, ...]) -> None:
     for i, name in enumerate(modules):
         assert siblings(name) <= set(modules[:i]), (name, modules)
+
+
+def test_the_helper_ships_every_module_its_table_of_operations_names() -> None:
+    from deployer.supervisor.supervise_protocol import OPS
+
+    assert {op.module for op in OPS.values() if op.module} <= set(HELPER_MODULES)
 
 
 def test_a_run_dir_holds_the_supervisor_and_the_helper_ships_the_protocol() -> None:

@@ -165,34 +165,44 @@ def test_a_commit_fetched_before_needs_no_hub_a_branch_does(tmp_path: Path) -> N
         fetch(LocalRemote(), gone, lambda e: None)
 
 
-def test_a_fetch_whose_caller_goes_away_ends_and_frees_its_lock(tmp_path: Path) -> None:
-    import shlex
-
+@pytest.mark.parametrize("ends", ["closed", "helper-gone"])
+def test_a_fetch_whose_caller_goes_away_ends_and_frees_its_lock(tmp_path: Path, ends: str) -> None:
+    """The helper's `fetch` op (a program of its own): closing its session (Ctrl-C on the controller) ends it while
+    the conversation goes on; so does the end of the conversation (the controller died: the helper's stdin ends)."""
     from deployer.events import Info
-    from deployer.remote.program import FETCH_MODULES, SUPERVISOR_PYTHON, program
+    from deployer.remote.conversation import Conversation
 
     repo = tiny_repo(REPO, 3_000_000)
     with HubStub(repo) as hub:
         hub.rate = 500_000  # 6 s in all
-        session = LocalRemote().spawn(" ".join([SUPERVISOR_PYTHON, "-c", shlex.quote(program(FETCH_MODULES).decode()),
-                                                "fetch"]))
-        session.send(plan(hub, tmp_path / "hub").request(0.05))
-        for _ in range(100):  # until bytes flow
-            line = session.readline(10)
-            assert line is not None
-            if '"file": "model.safetensors"' in line:
-                break
-        session.close()  # Ctrl-C on the controller: the channel goes
-        time.sleep(1.0)
-        still = dict(hub.served)
-        time.sleep(1.0)
-        assert hub.served == still  # the fetch ended with its caller: nothing more was sent
-        hub.rate = 0
-        seen: list[Event] = []
-        got = fetch(LocalRemote(), plan(hub, tmp_path / "hub"), seen.append)
-        assert got.commit == repo.commit
-        assert not [e for e in seen if isinstance(e, Info) and "waiting" in e.message]  # the first one had ended
-        assert got.fetched < 3_000_000  # it resumed from what had arrived
+        conv = Conversation.open(LocalRemote())
+        try:
+            session = conv.helper.program("fetch")
+            session.send(plan(hub, tmp_path / "hub").request(0.05))
+            for _ in range(100):  # until bytes flow
+                line = session.readline(10)
+                assert line is not None
+                if '"file": "model.safetensors"' in line:
+                    break
+            if ends == "closed":
+                session.close()  # Ctrl-C on the controller: the op's session goes, the conversation stays
+            else:
+                conv.close()     # the controller is gone: the helper ends, and its program with it
+            time.sleep(1.0)
+            still = dict(hub.served)
+            time.sleep(1.0)
+            assert hub.served == still  # the fetch ended with its caller: nothing more was sent
+            hub.rate = 0
+            seen: list[Event] = []
+            again = conv if ends == "closed" else Conversation.open(LocalRemote())
+            got = fetch(again, plan(hub, tmp_path / "hub"), seen.append)
+            assert got.commit == repo.commit
+            assert not [e for e in seen if isinstance(e, Info) and "waiting" in e.message]  # the first one had ended
+            assert got.fetched < 3_000_000  # it resumed from what had arrived
+            assert again.starts == 1   # one helper each: the fetches were its ops
+            again.close()
+        finally:
+            conv.close()
 
 
 def test_plan_says_what_the_fetch_would_take_and_fetches_nothing(tmp_path: Path) -> None:

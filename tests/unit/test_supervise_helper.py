@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from deployer.supervisor.supervise_protocol import OPS
+
 from deployer.remote.program import helper_bundle
 
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
@@ -316,6 +318,9 @@ def test_a_helper_whose_lease_was_broken_refuses_every_change_but_still_reads(tm
         assert other.ask("run", cmd=f"touch {marker}", timeout=5)["ok"] and marker.exists()  # the new holder acts
         lost.ask("lease_beat", token="t1")  # LOST: and still refused afterwards (the token is forgotten)
         assert lost.ask("run", cmd="true", timeout=5)["kind"] == "fenced"
+        for name, op in OPS.items():  # the protocol's table says which ops change files: exactly those are fenced
+            if not op.program:        # (a program op starts a process: fetch and push are tested on their own)
+                assert (lost.ask(name).get("kind") == "fenced") == op.changes, name
     finally:
         lost.close()
         other.close()
@@ -341,3 +346,49 @@ def test_a_supervisor_may_restart_only_while_nobody_else_holds_the_lock_and_its_
         assert "current run is now r2" in str(lease.restart_refusal(str(run), frozenset({"t1"})))
     finally:
         os.close(fd)
+
+
+def test_a_program_op_runs_its_module_as_a_child_with_its_lines_relayed_and_its_stdin_fed(helper: Helper) -> None:
+    """`push` (supervise_protocol.Op.program): the helper's payload runs again as its child; what `feed` writes is its
+    stdin, its lines come back as the request's stream, then its exit code; the conversation answers meanwhile."""
+    started = helper.ask("push")
+    assert started["ok"] and started["pid"] > 0
+    fed = helper.send("feed", stream=started["id"], data_b64=base64.b64encode(b"{}\n").decode())
+    lines, replies = [], {}
+    for _ in range(20):
+        got = json.loads(helper._line())
+        if "stream" in got:
+            assert got["stream"] == started["id"]
+            lines.append(got)
+            if "end" in got:
+                break
+        else:
+            replies[got["id"]] = got
+    assert replies[fed]["ok"] is True
+    assert json.loads(lines[0]["line"])["error"] == "request"   # supervise_push.py's own answer to a bad request
+    assert lines[-1] == {"stream": started["id"], "end": 2}
+    gone = helper.ask("feed", stream=started["id"], eof=True)
+    assert gone["ok"] is False and gone["kind"] == "ended"
+    assert helper.ask("size", path="/nonexistent")["ok"]
+
+
+def test_a_program_op_ends_when_its_stdin_is_closed_or_the_helper_ends(helper: Helper) -> None:
+    first, second = helper.ask("fetch"), helper.ask("fetch")
+    assert helper.ask("feed", stream=first["id"], eof=True)["ok"]   # the client closed its session: it ends
+    for _ in range(3):   # maybe its one line (no request came), then its end: its error (2), or its caller gone (3)
+        said = json.loads(helper._line())
+        assert said["stream"] == first["id"]
+        if "end" in said:
+            assert said["end"] in (2, 3)
+            break
+    else:
+        raise AssertionError("the fetch whose stdin was closed did not end")
+    assert helper.close() == 0   # the client is gone: the helper ends, and the fetch it still ran with it
+    for _ in range(50):
+        try:
+            os.kill(second["pid"], 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the second fetch outlived its helper")

@@ -36,7 +36,7 @@ from deployer.remote.base import (
     Result,
     TargetSpec,
 )
-from deployer.remote.oneshot import ProgramHelper
+from deployer.remote.conversation import BareHelper
 from deployer.remote.ssh.channel import SSHSession, collect, send_stdin, text
 from deployer.remote.ssh.config import (
     check_identity,
@@ -114,7 +114,7 @@ class SSHRemote:
     @property
     def helper(self) -> Helper:
         """A bare connection's helper requests: one program each (the Conversation's are its helper's)."""
-        return ProgramHelper(self)
+        return BareHelper(self)
 
     def __enter__(self) -> SSHRemote:
         return self
