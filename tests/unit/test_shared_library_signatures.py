@@ -22,6 +22,7 @@ CASES = Path(__file__).parent.parent / "cases"
 PAIRS: dict[tuple[str, str], str] = {
     ("corrupt-weights", "corrupt-weights"): "weights-file-damaged",
     ("truncated-weights", "truncated-weights"): "weights-file-damaged",
+    ("truncated-bin-weights", "truncated-bin-weights"): "weights-checkpoint-damaged",
     ("config-not-json", "config-not-json"): "model-config-not-json",
     ("missing-weights", "missing-weights"): "model-weights-missing",
     ("missing-config", "missing-config"): "model-config-missing",
@@ -40,6 +41,8 @@ LIBRARY_TEXTS = [
     "cached files.",
     "ValueError: The repository x/y contains custom code which must be executed to correctly load the model.",
     'zmq.error.ZMQError: ipc path "/tmp/a/b" is longer than 107 characters (sizeof(sockaddr_un.sun_path)).',
+    "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory. This is an "
+    "internal miniz error.",
 ]
 
 
@@ -83,3 +86,6 @@ def test_the_damaged_weights_summary_names_the_librarys_reason() -> None:
             d = _diagnosis(engine, name)
             assert reason in d.summary, (engine, name, d.summary)
             assert d.hint and re.search(r"download", d.hint), d.hint
+        checkpoint = _diagnosis(engine, "truncated-bin-weights")
+        assert "(failed finding central directory)" in checkpoint.summary and "*.bin" in checkpoint.summary, \
+            (engine, checkpoint.summary)

@@ -79,8 +79,14 @@ DAMAGE_NOTE = {
     "config-not-json": "a copy of the tiny model whose config.json is not JSON (`{not json`)",
     "missing-weights": "a copy of the tiny model without its model.safetensors (config and tokenizer only)",
     "missing-config": "a copy of the tiny model without its config.json",
+    "truncated-bin-weights": "a copy of the tiny model whose weights are a PyTorch checkpoint (pytorch_model.bin: "
+                             "torch.save of the same tensors) cut to half its size, no model.safetensors (an "
+                             "interrupted download of a repo that ships only .bin weights)",
 }
-SHARED_DAMAGE = ("truncated-weights", "config-not-json", "missing-weights", "missing-config")
+SHARED_DAMAGE = ("truncated-weights", "config-not-json", "missing-weights", "missing-config", "truncated-bin-weights")
+# torch.save of the tiny model's tensors, run by a real engine venv's python (this script's has no torch)
+TO_BIN = ("import sys, torch; from safetensors.torch import load_file; "
+          "torch.save(load_file(sys.argv[1]), sys.argv[2])")
 # a temp directory whose path leaves a socket name no room in a Unix socket's 107 bytes (the engines' ZeroMQ sockets)
 LONG_DIR = "sockets-" + "x" * 84
 
@@ -288,6 +294,12 @@ def _damage(folder: Path, how: str) -> None:
         weights.unlink()
     elif how == "missing-config":
         (folder / "config.json").unlink()
+    elif how == "truncated-bin-weights":
+        checkpoint = folder / "pytorch_model.bin"
+        subprocess.run([str(PYTHON["vllm"]), "-c", TO_BIN, str(weights), str(checkpoint)], check=True, timeout=300)
+        weights.unlink()
+        data = checkpoint.read_bytes()
+        checkpoint.write_bytes(data[: len(data) // 2])
     else:
         raise SystemExit(f"unknown damage {how!r}")
 
