@@ -13,10 +13,10 @@ from dashboard_row import assert_dashboard_shows
 from lifecycle import assert_served_lifecycle, chat, phases_of, report_of, standin_twin, status_row, up_json
 
 
-# restart.drain_s: rendered as --shutdown-timeout, which real vLLM must accept; the stop waits it. The restart under
-# steady load (hangs.restart_drains, run by the real SGLang lifecycle) is not run here: real vLLM's CPU build serving
-# three clients takes both cores, and on this 2-core machine `deploy restart` then could not start its helper within
-# 30 s (2026-12-05; a run before it took 3 minutes to reach the SIGTERM, by when its clients had stopped)
+# restart.drain_s: rendered as --shutdown-timeout, which real vLLM must accept; the stop waits it, and the restart
+# runs under steady load (hangs.restart_drains: every request started before the SIGTERM ends whole). Its compute
+# thread unpinned (VLLM_CPU_OMP_THREADS_BIND=nobind): pinned (the CPU build's default, auto), it holds core 0 of
+# these 2 and `deploy restart` could not start its helper within 30 s under the load (2026-12-05; docs/real-engines.md)
 DRAIN_S = 90
 
 
@@ -25,7 +25,9 @@ def test_real_vllm_up_serves_then_status_logs_restart_down(tmp_path: Path, host:
     # no periodic one-token probe here: it is a completion like any other, and one landing between the two looks of
     # assert_serving_metrics would count in its interval (the probe's own real test: test_vllm_failures)
     # restart.drain_s (DRAIN_S) with a short grace after it
-    prof = write_real_profile(tmp_path, host, "tiny-vllm", vllm_engine(port, tmp_path, max_model_len=2048),
+    engine = vllm_engine(port, tmp_path, max_model_len=2048)
+    engine["env"]["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+    prof = write_real_profile(tmp_path, host, "tiny-vllm", engine,
                               health={"probe_interval_s": 0}, restart={"drain_s": DRAIN_S, "grace_s": 5})
     code, evs, said = up_json(prof, home)
     assert code == 0, said
@@ -40,7 +42,7 @@ def test_real_vllm_up_serves_then_status_logs_restart_down(tmp_path: Path, host:
     assert_dashboard_shows(prof, home, "tiny-vllm", "vllm", phases, "Application startup complete.",
                            Path(row["run_dir"]))
     assert_serving_metrics(prof, home, port)
-    assert_served_lifecycle(prof, home, port, str(MODEL), phases)
+    assert_served_lifecycle(prof, home, port, str(MODEL), phases, drain=(DRAIN_S, 2000))  # max_model_len 2048
     assert_predicted_start(prof, home)
 
     # the fast tier's stand-in vLLM, same profile: deployer must read the same startup from it
