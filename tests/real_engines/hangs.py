@@ -5,6 +5,8 @@ engine start costs 30-120 s on CI, so no phase deploys its own):
   tests/engine_cores.py) frozen with SIGSTOP while requests run -> the supervisor's hang rule says hung within
   the profile's health.hang_s (+ its poll), the stacks of the group are kept in the run dir and named by
   `status`, `history` says hung, the engine is restarted and serves again.
+- `assert_saturated_is_never_hung`: every core busy with requests for twice health.hang_s -> the steps advance,
+  no hung record, no restart (issue 37: no false restarts under saturation).
 - `restart_drains`: `deploy restart` with requests in flight under restart.drain_s -> every request that was
   running when the engine got SIGTERM finishes with all its tokens (none lost), then the new engine serves.
 """
@@ -134,6 +136,34 @@ def assert_hung_under_load(prof: Path, home: Path, host: Any, port: int, model: 
     assert "    hung: " in history and "no engine step for" in history, history
     assert after["status"] == "ready" and after["pid"] != before["pid"], after
     assert chat(port, model)["usage"]["completion_tokens"] >= 1
+    return after
+
+
+def assert_saturated_is_never_hung(prof: Path, home: Path, port: int, model: str, clients_n: int = 8,
+                                   tokens: int = 256) -> dict[str, Any]:
+    """`clients_n` clients of `tokens`-token completions back to back for twice the profile's health.hang_s: every
+    core of this machine busy, each engine step slow, requests running the whole time. The hang rule must see the
+    steps advance: no hung record, no restart, the same pid, every request answered with all its tokens. Returns
+    the row after."""
+    hang_s = float(_profile_health(prof)["hang_s"])
+    _, before = status_row(prof, home)
+    seen_running, looks = 0, 0
+    with Clients(port, model, tokens, clients_n, timeout=2 * hang_s + 120) as clients:
+        wait_status(prof, home, _running, 120, "requests running")
+        until = time.monotonic() + 2 * hang_s
+        while time.monotonic() < until and looks < 200:   # bounded: a look is one `deploy status`
+            _, row = status_row(prof, home)
+            looks += 1
+            seen_running += _running(row)
+            assert row.get("restarts") == before["restarts"] and row.get("pid") == before["pid"], row
+        clients.halt.set()   # no new request; those in flight end
+        clients.join(120)
+    after = wait_status(prof, home, lambda r: not _running(r), 120, "the load drained")
+    assert after["restarts"] == before["restarts"] and after["pid"] == before["pid"], after
+    assert after["status"] == "ready" and not (_state(after).get("last_crash") or {}).get("hung"), after
+    answered = [got for _, _, got in clients.done]
+    assert answered and all(got == tokens for got in answered), answered   # none failed, none cut short
+    assert seen_running >= looks // 2, (seen_running, looks)   # it was loaded while the rule watched
     return after
 
 

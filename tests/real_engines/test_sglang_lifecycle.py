@@ -1,8 +1,9 @@
 """Real SGLang 0.5.23 (its CPU engine) deployed by deployer over the real sshd, its model directory pushed from
-here: up -> phases -> ready -> a real chat completion -> status -> logs -> restart -> down with SIGTERM honoured as
-it really is (~5 s), restart.drain_s set, its
-scheduler frozen under load (hung, restarted: issue 37); preflight's dry resolution of a hub repo before and after deployer fetched it; and a port
-taken after deployer's own check, which real SGLang meets by logging uvicorn's error and hanging."""
+here: up -> phases -> ready -> a real chat completion -> status -> logs -> restart under load with restart.drain_s
+-> saturated for twice health.hang_s (never hung) -> its scheduler frozen under load (hung, restarted: issue 37) ->
+down with SIGTERM honoured as it really is (~5 s); preflight's dry resolution of a hub repo before and after
+deployer fetched it; and a port taken after deployer's own check, which real SGLang meets by logging uvicorn's
+error and hanging."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 
 from conftest import MODEL, free_port, sglang_engine, write_real_profile
 from deploy_helpers import REPO, deploy
-from hangs import assert_hung_under_load
+from hangs import assert_hung_under_load, assert_saturated_is_never_hung
 from lifecycle import DEPLOY_S, assert_served_lifecycle, new_shm_segments, shm_entries, up_json
 from standin.hubstub import HubStub, repo_from_dir
 
@@ -58,6 +59,7 @@ def test_real_sglang_up_serves_then_status_logs_restart_down(tmp_path: Path, hos
     def frozen_under_load() -> None:
         left = [name for name in new_shm_segments(shm_before, since) if not name.startswith("sem.mp-")]  # below
         assert not left, f"left in /dev/shm by the up and the restart: {left}"
+        assert_saturated_is_never_hung(prof, home, port, "tiny-llama")   # a busy engine steps: never hung
         assert_hung_under_load(prof, home, host, port, "tiny-llama", "sglang")
 
     assert_served_lifecycle(prof, home, port, "tiny-llama", phases[1:], drain=(DRAIN_S, MOST_TOKENS),
