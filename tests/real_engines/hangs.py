@@ -109,9 +109,12 @@ def assert_hung_under_load(prof: Path, home: Path, host: Any, port: int, model: 
     restart, serving again. Returns the row after."""
     hang_s = float(_profile_health(prof)["hang_s"])
     _, before = status_row(prof, home)
-    clients = Clients(port, model, tokens, 4)
+    # staggered: four requests started together end together, and in that gap the scheduler goes idle and SGLang
+    # republishes its running gauge as 0; frozen right then, /metrics says idle forever (a CI run, 2026-12-05)
+    clients = Clients(port, model, tokens, 4, stagger_s=0.7)
     try:
-        busy = wait_status(prof, home, _running, 120, "requests running")
+        busy = wait_status(prof, home, lambda r: _running(r) and len(clients.done) >= 2, 120,
+                           "requests running, staggered")
         cores = signal_titled(host, busy["pid"], CORE_TITLE[kind], "STOP")
         frozen_at = time.time()
         assert len(cores) == 1, (cores, busy)
