@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -54,6 +55,17 @@ def deploy(*argv: str, home: Path, timeout: float = 120, env: dict[str, str] | N
 
 def events(stdout: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+def upgrade_events(home: Path, name: str) -> list[dict[str, Any]]:
+    """The `upgrade` events of deployment `name` in this machine's history (`home`), oldest first."""
+    db = sqlite3.connect(str(home / "history.sqlite3"))
+    try:
+        rows = db.execute("SELECT data FROM events WHERE deployment = ? AND kind = 'upgrade' ORDER BY id",
+                          (name,)).fetchall()
+    finally:
+        db.close()
+    return [json.loads(r[0]) for r in rows]
 
 
 def fill(disk: Path, leave: int) -> None:

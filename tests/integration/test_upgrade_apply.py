@@ -9,13 +9,12 @@ event with both releases' numbers in the local history.
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from deploy_helpers import deploy, write_profile
+from deploy_helpers import deploy, upgrade_events, write_profile
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300),
               pytest.mark.slow("three deployments of the stand-in, two load checks each, one switch back")]
@@ -30,16 +29,6 @@ def python(tmp: Path, name: str, env: str) -> str:
     path.write_text(f'#!/bin/sh\n{env} exec /usr/bin/python3 "$@"\n')
     path.chmod(0o755)
     return str(path)
-
-
-def upgrade_events(home: Path, name: str) -> list[dict[str, Any]]:
-    db = sqlite3.connect(str(home / "history.sqlite3"))
-    try:
-        rows = db.execute("SELECT data FROM events WHERE deployment = ? AND kind = 'upgrade' ORDER BY id",
-                          (name,)).fetchall()
-    finally:
-        db.close()
-    return [json.loads(r[0]) for r in rows]
 
 
 def running_version(prof: Path, home: Path) -> str:

@@ -15,13 +15,12 @@ index, each in its own managed environment; both need torch 2.13.0+cpu."""
 from __future__ import annotations
 
 import json
-import sqlite3
 import subprocess
 from pathlib import Path
 from typing import Any
 
 from conftest import MODEL, free_port, vllm_engine, write_real_profile
-from deploy_helpers import deploy
+from deploy_helpers import deploy, upgrade_events
 from lifecycle import chat, status_row, up_json
 from standin.hubstub import HubStub, repo_from_dir
 
@@ -100,13 +99,7 @@ def _assert_upgraded(prof: Path, home: Path, port: int) -> None:
     assert chat(port, "test/tiny-llama")["usage"]["completion_tokens"] >= 1
     _, row = status_row(prof, home)
     assert row["status"] == "ready" and row.get("engine_version") == VLLM_NEXT, row
-    db = sqlite3.connect(str(home / "history.sqlite3"))
-    try:
-        rows = db.execute("SELECT data FROM events WHERE deployment = ? AND kind = 'upgrade' ORDER BY id",
-                          ("tiny-vllm-weights",)).fetchall()
-    finally:
-        db.close()
-    [event] = [json.loads(r[0]) for r in rows]
+    [event] = upgrade_events(home, "tiny-vllm-weights")
     assert (event["from"], event["to"], event["decision"]) == (VLLM_CPU, VLLM_NEXT, "promoted"), event
     assert event["before"]["version"] == VLLM_CPU and event["after"]["version"] == VLLM_NEXT, event
     assert event["before"]["tokens_per_s"] > 0 and event["after"]["tokens_per_s"] > 0, event
