@@ -9,7 +9,8 @@ VLLM_VENV ?= $(HOME)/.cache/deployer/vllm-venv
 SMG_VENV ?= $(HOME)/.cache/deployer/smg-venv
 UV_VENV ?= $(HOME)/.cache/deployer/uv-venv
 # The fast tier's workers (pytest-xdist): its tests mostly wait on sshd, bash and HTTP, so a 2-core box runs 4
-# well; each worker has its own beds (sshd, ports, network namespaces). The order is shuffled (pytest-randomly).
+# well; each worker has its own beds (sshd, ports, network namespaces). The order is shuffled (pytest-randomly);
+# an idle worker takes tests queued on a busy one (--dist worksteal: a few tests take 30-100 s, most under 2 s).
 TEST_WORKERS ?= 4
 # The real-parser tiers (sglang-real, vllm-real): each test waits on a real engine's import on the target, one
 # module per worker (its beds are module-scoped). Measured on 2 cores: sglang-real 354 s serial, 185 s with 2.
@@ -43,7 +44,7 @@ provision:
 test: provision install smg-venv uv-venv
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports --no-logo
-	SMG_VENV=$(SMG_VENV) UV_VENV=$(UV_VENV) $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) \
+	SMG_VENV=$(SMG_VENV) UV_VENV=$(UV_VENV) $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal \
 	  --durations=0 --durations-min=$(SLOW_S) -m "not sglang_real and not vllm_real and not real_engines and not browser" tests
 
 test-unit: install
@@ -100,8 +101,8 @@ real-engines:
 
 # deployer deploys them over the real sshd test host, end to end (one engine at a time, ~3 GB each: two at a time
 # on 2 cores starved the deployments' own ssh, a lease not renewed within 30 s; docs/real-engines.md).
-test-real-engines: provision install smg-venv real-engines
-	SMG_VENV=$(SMG_VENV) REAL_VLLM_VENV=$(REAL_VLLM_VENV) REAL_SGLANG_VENV=$(REAL_SGLANG_VENV) TINY_MODEL=$(TINY_MODEL) \
+test-real-engines: provision install smg-venv uv-venv real-engines
+	SMG_VENV=$(SMG_VENV) UV_VENV=$(UV_VENV) REAL_VLLM_VENV=$(REAL_VLLM_VENV) REAL_SGLANG_VENV=$(REAL_SGLANG_VENV) TINY_MODEL=$(TINY_MODEL) \
 	  $(PY) -m pytest -q -p no:cacheprovider --timeout 900 --durations=10 \
 	  -m real_engines tests/real_engines
 

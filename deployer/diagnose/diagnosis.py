@@ -501,9 +501,14 @@ def no_token_diagnosis(end: dict[str, Any]) -> Diagnosis | None:
         return None
     reason = str(dead.get("reason") or "")
     failures = dead.get("failures")
+    evidence = [f"last probe: {clip(reason, 300)}"] if reason else []
+    if "health" in dead and dead["health"] != 200:   # SGLang's /health generates a token itself: it fails too
+        health = dead["health"]
+        evidence.append(("/health did not answer" if health is None else f"/health answered {health}") +
+                        ", and the engine never exited on its own: a frozen engine process")
     return Diagnosis(signature="no-token", transient=True,
                      summary=f"{NO_TOKEN}: {failures} one-token probes in a row failed while no request was running "
                              f"or waiting",
-                     evidence=[f"last probe: {clip(reason, 300)}"] if reason else [],
+                     evidence=evidence,
                      hint="its HTTP server outlived its engine core (a hung or dead engine process): "
                           "the supervisor ended it as a crash (restart policy); see engine.log around that time")

@@ -487,6 +487,10 @@ class Health(Strict):
     probe_failures: int = Field(default=3, ge=1, le=100, description="failed probes in a row, while no request is "
                                 "running or waiting, that count as a crash (under load: unhealthy, never a restart)")
     probe_timeout_s: float = Field(default=30.0, gt=0, le=600, description="how long one probe waits for its token")
+    probe_exit_grace_s: float = Field(
+        default=60.0, ge=0, le=3600, description="while /health fails along with the probes, how long the engine "
+        "gets to exit on its own (its exit is then the crash, with its diagnosis) before the probes count as one "
+        "(an engine that never exits: SGLang's frozen scheduler)")
     hang_s: Union[float, Literal["auto", "off"]] = Field(
         default="auto", description="after ready, requests running or waiting and no engine step (the engine's "
         "progress counters, its metrics.yaml) for this long: hung, its stacks taken, restarted like a crash; auto: "

@@ -444,15 +444,18 @@ class Daemon:
         since = (s.get("unhealthy") or {}).get("since") or time.time()
         s["unhealthy"] = {"since": since, "reason": verdict.reason, "running": running, "waiting": waiting,
                           "failures": probe.failures}
-        if not verdict.answering:
-            note(f"one-token probe failed and /health does not answer 200 either: {verdict.reason}")
-        elif verdict.busy:
+        if verdict.busy:
             note(f"one-token probe failed under load ({running:g} running, {waiting:g} waiting): unhealthy, "
                  f"not a crash: {verdict.reason}")
         elif probe.dead():
-            self.probe_dead = {"at": time.time(), "reason": verdict.reason, "failures": probe.failures}
-            note(f"{NO_TOKEN}: {probe.failures} one-token probes in a row failed while idle ({verdict.reason}); "
-                 "ending it as a crash")
+            self.probe_dead = {"at": time.time(), "reason": verdict.reason, "failures": probe.failures,
+                               "health": verdict.health}
+            note(f"{NO_TOKEN}: {probe.failures} one-token probes in a row failed while idle ({verdict.reason}; "
+                 f"{verdict.health_said()}); ending it as a crash")
+        elif not verdict.answering:
+            note(f"one-token probe failed while idle and {verdict.health_said()} ({probe.failures} of "
+                 f"{probe.limit}; an engine on its way down gets {probe.exit_grace_s:g} s to exit first): "
+                 f"{verdict.reason}")
         else:
             note(f"one-token probe failed while idle ({probe.failures} of {probe.limit}): {verdict.reason}")
         self.save()

@@ -9,10 +9,13 @@ Both sides import it: deployer's watcher and smoke send the same request through
 the answer with `generated`; the daemon (supervise_daemon.py) runs `TokenWatch` on the target. Stdlib only,
 Python >= 3.8.
 
-A failed probe counts towards a crash only while the engine's health endpoint answers 200 (its HTTP server lives:
-an engine that fails /health too is on its way down, and its exit is the crash) and it reports no request running
-or waiting: under load a slow or failed probe is "unhealthy", never a restart (an engine whose /metrics cannot be
-read counts as idle: nothing shows that it is busy).
+A failed probe counts towards a crash only while the engine reports no request running or waiting: under load a
+slow or failed probe is "unhealthy", never a restart (an engine whose /metrics cannot be read counts as idle:
+nothing shows that it is busy). When its health endpoint fails too, the engine may be on its way down (vLLM's dead
+worker: /health 503, the API server exits seconds later), and its exit, with its own diagnosis, is the crash to
+judge: such failures make a crash only once they have gone on for EXIT_GRACE_S. An engine that never exits is not
+on its way down: SGLang's /health generates a token itself, so a frozen scheduler fails /health (503 after
+SGLANG_HEALTH_CHECK_TIMEOUT) while its gauges say idle, for good.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ METRICS_PATH = "/metrics"
 METRICS_TIMEOUT_S = 5.0
 REASON_MAX = 300
 NO_TOKEN = "the engine's HTTP server answers but generates nothing"
+# How long failed probes while /health fails too wait for the engine's own exit before they make a crash (vLLM's
+# API server exits within seconds of its engine's death; a frozen engine never does).
+EXIT_GRACE_S = 60.0
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 
@@ -95,15 +101,21 @@ def exchange(address: str, port: int, method: str, path: str, body: Optional[byt
 
 
 class Verdict:
-    """One probe's result: ok, or the reason it failed and the load the engine reported then."""
+    """One probe's result: ok, or the reason it failed, the load the engine reported then and what its health
+    endpoint said (the HTTP status; None: no answer)."""
 
     def __init__(self, generation: int, reason: Optional[str], load: Optional[Tuple[float, float]],
-                 answering: bool = True) -> None:
-        self.generation, self.reason, self.load, self.answering = generation, reason, load, answering
+                 health: Optional[int] = 200) -> None:
+        self.generation, self.reason, self.load, self.health = generation, reason, load, health
 
     @property
     def ok(self) -> bool:
         return self.reason is None
+
+    @property
+    def answering(self) -> bool:
+        """The health endpoint answered 200."""
+        return self.health == 200
 
     @property
     def busy(self) -> bool:
@@ -111,8 +123,12 @@ class Verdict:
 
     @property
     def counts(self) -> bool:
-        """A failure towards a crash: the HTTP server answers /health, and nothing runs or waits."""
-        return not self.ok and self.answering and not self.busy
+        """A failure towards a crash: nothing runs or waits."""
+        return not self.ok and not self.busy
+
+    def health_said(self) -> str:
+        """What /health said, for a note: "/health answers 503", "/health does not answer"."""
+        return "/health does not answer" if self.health is None else "/health answers %d" % self.health
 
 
 class TokenWatch:
@@ -120,7 +136,8 @@ class TokenWatch:
 
     `due(now)` starts a probe in its own thread when the interval has passed and none is in flight; `result()`
     hands back a finished probe's Verdict once. `failures` counts failed probes in a row while the engine was idle;
-    `dead()` says when that reached the configured number."""
+    `dead()` says when that reached the configured number (and, while /health fails too, when the first of them is
+    at least `exit_grace_s` old: time for an engine on its way down to exit)."""
 
     def __init__(self, cfg: Dict[str, Any], env: Dict[str, str]) -> None:
         self.path = str(cfg.get("path") or PROBE_PATH)
@@ -131,6 +148,8 @@ class TokenWatch:
         self.interval_s = float(cfg.get("interval_s") or 0)
         self.limit = max(1, int(cfg.get("failures") or 3))
         self.timeout_s = float(cfg.get("timeout_s") or 30.0)
+        grace = cfg.get("exit_grace_s")
+        self.exit_grace_s = float(EXIT_GRACE_S if grace is None else grace)
         self.running = [str(n) for n in cfg.get("running_metrics") or []]
         self.waiting = [str(n) for n in cfg.get("waiting_metrics") or []]
         key_env = cfg.get("api_key_env")
@@ -140,6 +159,8 @@ class TokenWatch:
             self.headers["authorization"] = "Bearer " + key
         self.generation = 0
         self.failures = 0
+        self.failing_since: Optional[float] = None   # monotonic time of the first of `failures`
+        self.last: Optional[Verdict] = None          # the latest verdict counted
         self.next_at = 0.0
         self._thread: Optional[threading.Thread] = None
         self._done: Optional[Verdict] = None
@@ -154,7 +175,7 @@ class TokenWatch:
         the verdict of a probe of the engine before is dropped."""
         with self._lock:
             self.generation += 1
-            self.failures = 0
+            self.failures, self.failing_since, self.last = 0, None, None
             self.next_at = now + self.interval_s
             self._done = None
 
@@ -174,25 +195,34 @@ class TokenWatch:
         if verdict is None or verdict.generation != self.generation:
             return None
         self.failures = self.failures + 1 if verdict.counts else 0
+        if self.failures == 1:
+            self.failing_since = time.monotonic()
+        self.last = verdict
         return verdict
 
-    def dead(self) -> bool:
-        return self.failures >= self.limit
+    def dead(self, now: Optional[float] = None) -> bool:
+        """`failures` failed idle probes in a row; while /health fails too, for at least `exit_grace_s`."""
+        if self.failures < self.limit or self.last is None:
+            return False
+        if self.last.answering:
+            return True
+        since = self.failing_since if self.failing_since is not None else time.monotonic()
+        return (time.monotonic() if now is None else now) - since >= self.exit_grace_s
 
     def _probe(self, generation: int) -> None:
         reason = self.once()
         load = None if reason is None else self.load()
-        answering = reason is None or self.answering()
+        health = 200 if reason is None else self.health()
         with self._lock:
-            self._done = Verdict(generation, reason, load, answering)
+            self._done = Verdict(generation, reason, load, health)
 
-    def answering(self) -> bool:
-        """The engine's health endpoint answers 200."""
+    def health(self) -> Optional[int]:
+        """The engine's health endpoint's HTTP status; None when it does not answer in METRICS_TIMEOUT_S."""
         try:
             status, _ = exchange(self.address, self.port, "GET", self.health_path, None, {}, METRICS_TIMEOUT_S)
         except (OSError, http.client.HTTPException):
-            return False
-        return status == 200
+            return None
+        return status
 
     def once(self) -> Optional[str]:
         """One probe: None when a token came back, else why not."""

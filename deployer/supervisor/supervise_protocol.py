@@ -117,10 +117,11 @@ class ProbeConfig(TypedDict, total=False):
     model: str                  # the model name the engine serves
     address: str                # where the target reaches the engine
     port: int
-    health_path: str            # a failure counts only while this answers 200 (the HTTP server lives)
+    health_path: str            # failures while this fails too wait exit_grace_s for the engine's own exit
     interval_s: float           # 0: off
     failures: int               # failed probes in a row, while idle, that make a crash
     timeout_s: float            # one probe's wait for its token
+    exit_grace_s: float         # health.probe_exit_grace_s (absent: supervise_probe.EXIT_GRACE_S)
     running_metrics: List[str]  # the engine's gauges of requests running / waiting (its metrics.yaml)
     waiting_metrics: List[str]
     api_key_env: str            # the env file variable holding the API key (--api-key), if one is set

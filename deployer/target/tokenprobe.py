@@ -140,7 +140,8 @@ def probe_config(profile: Profile) -> ProbeConfig:
     config: ProbeConfig = {"path": engine.definition.launch.completion_path, "model": engine.served_model,
                            "address": engine.probe_address, "port": engine.port, "health_path": health.path,
                            "interval_s": health.probe_interval_s, "failures": health.probe_failures,
-                           "timeout_s": health.probe_timeout_s, "running_metrics": running,
+                           "timeout_s": health.probe_timeout_s, "exit_grace_s": health.probe_exit_grace_s,
+                           "running_metrics": running,
                            "waiting_metrics": waiting}
     progress, engine_labels = progress_names(engine.definition, engine.args)
     if progress and health.hang_s != "off":  # added keys: only when there is something to judge (supervise_hang)

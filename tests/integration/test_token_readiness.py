@@ -21,12 +21,12 @@ pytestmark = pytest.mark.integration
 
 NO_TOKEN = "the engine's HTTP server answers but generates nothing"
 FAST = {"backoff_s": [0.2, 0.4], "window_s": 60, "grace_s": 2}
-PROBE = {"probe_interval_s": 0.3, "probe_failures": 2, "probe_timeout_s": 0.6}
+PROBE = {"probe_interval_s": 0.3, "probe_failures": 2, "probe_timeout_s": 0.6, "probe_exit_grace_s": 1.0}
 
 
 def _profile(tmp_path: Path, sshd: Any, name: str, dead: Path, **env: str) -> Path:
     return write_profile(tmp_path, sshd, name=name, args={"enable_metrics": True},
-                         env={"STANDIN_DEAD_CORE_FILE": str(dead), **env},
+                         env={"STANDIN_DEAD_CORE_FILE": str(dead), "SGLANG_HEALTH_CHECK_TIMEOUT": "1", **env},
                          extra={"restart": FAST, "health": PROBE})
 
 
@@ -56,6 +56,9 @@ def test_health_without_a_token_is_not_ready(tmp_path: Path, sshd: Any) -> None:
 
 
 def test_an_idle_engine_that_generates_nothing_is_a_crash_and_restarted(tmp_path: Path, sshd: Any) -> None:
+    """SGLang (the stand-in's default kind): its /health generates a token itself, so with the core dead it answers
+    503 after SGLANG_HEALTH_CHECK_TIMEOUT (the real knob, 1 s here), while the gauges say idle and the engine never
+    exits: a frozen scheduler. The probes make the crash once that has gone on for probe_exit_grace_s."""
     dead = tmp_path / "dead-core"
     prof = _profile(tmp_path, sshd, "idle", dead)
     assert deploy("up", str(prof), "--skip-preflight", home=tmp_path / "h").returncode == 0
@@ -69,9 +72,11 @@ def test_an_idle_engine_that_generates_nothing_is_a_crash_and_restarted(tmp_path
                     "restarted and generating")
     assert back["pid"] != first["pid"]
     probe_dead = state_json(crashed)["last_crash"]["probe_dead"]
-    assert probe_dead["failures"] == 2 and "no answer to a one-token completion" in probe_dead["reason"]
+    assert probe_dead["failures"] >= 2 and "no answer to a one-token completion" in probe_dead["reason"]
+    assert probe_dead["health"] == 503, probe_dead
     diagnosis = back["last_crash"]["diagnosis"]
     assert diagnosis["signature"] == "no-token" and NO_TOKEN in diagnosis["summary"], diagnosis
+    assert "/health answered 503, and the engine never exited on its own" in str(diagnosis["evidence"]), diagnosis
     text = oncall(sshd, tmp_path, "status", "idle")
     assert NO_TOKEN in text.stdout, text.stdout
     assert deploy("down", str(prof), home=tmp_path / "h").returncode == 0

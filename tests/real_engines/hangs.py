@@ -7,6 +7,10 @@ engine start costs 30-120 s on CI, so no phase deploys its own):
   `status`, `history` says hung, the engine is restarted and serves again.
 - `assert_saturated_is_never_hung`: every core busy with requests for twice health.hang_s -> the steps advance,
   no hung record, no restart (issue 37: no false restarts under saturation).
+- `assert_frozen_while_idle_is_restarted`: the stepping process frozen with no request at all -> the gauges say
+  idle for good (the hang rule has nothing to judge), the one-token probe fails and so does SGLang's /health (it
+  generates a token itself); the engine never exits, so once that has gone on for health.probe_exit_grace_s the
+  probes make the crash: restarted, serving again (a .ci/run on 2026-12-05 froze it so by chance).
 - `restart_drains`: `deploy restart` with requests in flight under restart.drain_s -> every request that was
   running when the engine got SIGTERM finishes with all its tokens (none lost), then the new engine serves.
 """
@@ -139,6 +143,32 @@ def assert_hung_under_load(prof: Path, home: Path, host: Any, port: int, model: 
     assert "    hung: " in history and "no engine step for" in history, history
     assert after["status"] == "ready" and after["pid"] != before["pid"], after
     assert chat(port, model)["usage"]["completion_tokens"] >= 1
+    return after
+
+
+def assert_frozen_while_idle_is_restarted(prof: Path, home: Path, host: Any, port: int, model: str,
+                                         kind: str) -> dict[str, Any]:
+    """Freeze the engine's stepping process while nothing runs: restarted by the one-token probe (not the hang
+    rule), with what /health said in the record and the diagnosis. Returns the row after."""
+    health = _profile_health(prof)
+    _, before = status_row(prof, home)
+    assert before["status"] == "ready" and not _running(before), before
+    cores = signal_titled(host, before["pid"], CORE_TITLE[kind], "STOP")
+    frozen_at = time.time()
+    assert len(cores) == 1, (cores, before)
+    # a probe takes up to probe_timeout_s and /health's 5 s; probe_failures of them, over probe_exit_grace_s
+    bound = health["probe_exit_grace_s"] + (health["probe_failures"] + 2) * (health["probe_interval_s"] +
+                                                                           health["probe_timeout_s"] + 10) + 300
+    after = wait_status(prof, home, lambda r: r.get("restarts", 0) > before["restarts"] and r.get("healthy")
+                        and r.get("status") == "ready", bound, "the engine frozen while idle restarted, ready")
+    crash = _state(after)["last_crash"]
+    dead = crash.get("probe_dead")
+    assert dead and not crash.get("hung"), crash    # the probes ended it: the gauges never said busy
+    assert dead["failures"] >= health["probe_failures"] and dead["health"] != 200, dead
+    assert dead["at"] - frozen_at >= health["probe_exit_grace_s"], (dead, frozen_at)
+    diagnosis = after["last_crash"]["diagnosis"]
+    assert diagnosis["signature"] == "no-token" and any("never exited" in e for e in diagnosis["evidence"]), diagnosis
+    assert after["pid"] != before["pid"] and chat(port, model)["usage"]["completion_tokens"] >= 1
     return after
 
 

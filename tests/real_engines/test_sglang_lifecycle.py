@@ -1,7 +1,7 @@
 """Real SGLang 0.5.23 (its CPU engine) deployed by deployer over the real sshd, its model directory pushed from
 here: up -> phases -> ready -> a real chat completion -> status -> logs -> restart under load with restart.drain_s
 -> saturated for twice health.hang_s (never hung) -> its scheduler frozen under load (hung, restarted: issue 37) ->
-down with SIGTERM honoured as it really is (~5 s); preflight's dry resolution of a hub repo before and after
+its scheduler frozen while idle (the probes, not the hang rule: /health 503s, it never exits; restarted) -> down with SIGTERM honoured as it really is (~5 s); preflight's dry resolution of a hub repo before and after
 deployer fetched it; and a port taken after deployer's own check, which real SGLang meets by logging uvicorn's
 error and hanging."""
 
@@ -18,7 +18,7 @@ from typing import Any
 
 from conftest import MODEL, free_port, sglang_engine, write_real_profile
 from deploy_helpers import REPO, deploy
-from hangs import assert_hung_under_load, assert_saturated_is_never_hung
+from hangs import assert_frozen_while_idle_is_restarted, assert_hung_under_load, assert_saturated_is_never_hung
 from lifecycle import DEPLOY_S, assert_served_lifecycle, new_shm_segments, shm_entries, up_json
 from standin.hubstub import HubStub, repo_from_dir
 
@@ -28,6 +28,8 @@ HANG_S = 20
 # (hangs.restart_drains: every request started before the SIGTERM ends whole)
 DRAIN_S = 90
 MOST_TOKENS = 2000   # a request's tokens at most: the tiny model's context is 2048
+# the one-token probe after ready, quicker than its defaults (30 s, 3, 30 s, 60 s) so the idle freeze ends in ~1 min
+PROBE = {"probe_interval_s": 5, "probe_failures": 2, "probe_timeout_s": 10, "probe_exit_grace_s": 15}
 
 
 def test_real_sglang_up_serves_then_status_logs_restart_down(tmp_path: Path, host: Any) -> None:
@@ -39,7 +41,7 @@ def test_real_sglang_up_serves_then_status_logs_restart_down(tmp_path: Path, hos
     engine = {**sglang_engine(port, tmp_path, enable_metrics=True), "model_path": "models/tiny-llama",
               "weights": {"push": True}}
     # issue 37: the hang rule reads /metrics (--enable-metrics) with a small hang_s; the restart drains
-    prof = write_real_profile(tmp_path, host, "tiny-sglang", engine, health={"hang_s": HANG_S},
+    prof = write_real_profile(tmp_path, host, "tiny-sglang", engine, health={"hang_s": HANG_S, **PROBE},
                               restart={"drain_s": DRAIN_S, "grace_s": 5})
     code, evs, said = up_json(prof, home)
     assert code == 0, said
@@ -61,6 +63,7 @@ def test_real_sglang_up_serves_then_status_logs_restart_down(tmp_path: Path, hos
         assert not left, f"left in /dev/shm by the up and the restart: {left}"
         assert_saturated_is_never_hung(prof, home, port, "tiny-llama")   # a busy engine steps: never hung
         assert_hung_under_load(prof, home, host, port, "tiny-llama", "sglang")
+        assert_frozen_while_idle_is_restarted(prof, home, host, port, "tiny-llama", "sglang")
 
     assert_served_lifecycle(prof, home, port, "tiny-llama", phases[1:], drain=(DRAIN_S, MOST_TOKENS),
                             before_down=frozen_under_load)

@@ -2,7 +2,8 @@
 product.
 
 STANDIN_DEAD_CORE_FILE names a file: while it exists the stand-in's engine core is "dead" (as a real vLLM whose
-EngineCore process was stopped, vllm#16259): /health still answers 200, every completion hangs until the file is
+EngineCore process was stopped, vllm#16259, or a real SGLang whose scheduler is frozen): vLLM's /health still
+answers 200 (the SGLang stand-in's answers 503 after its health check's timeout), every completion hangs until the file is
 gone (at most an hour), and /metrics stays as it was when the core died (a request that arrives then is never
 scheduled, so it is not counted; one already running stays counted).
 """

@@ -155,17 +155,41 @@ def test_failures_under_load_are_never_a_crash(engine_port: int) -> None:
     assert watch.failures == 0 and not watch.dead()
 
 
-def test_failures_while_health_fails_too_are_the_exits_to_judge_not_the_probes(engine_port: int) -> None:
+def test_failures_while_health_fails_too_wait_for_the_engines_own_exit(engine_port: int) -> None:
     """An engine on its way down (vLLM's dead worker: /health 503, the API server exits seconds later): its exit
-    is the crash, with its own diagnosis; the probe does not count it as a server that answers but generates
-    nothing."""
-    watch = _watch(engine_port)
+    is the crash, with its own diagnosis; within exit_grace_s the probes do not make one, however many fail."""
+    watch = _watch(engine_port)    # exit_grace_s: the default, 60 s
     watch.reset(time.monotonic())
     _Engine.mode = "dying"
-    for _ in range(4):
+    for n in range(1, 5):
         verdict = _next(watch)
-        assert not verdict.ok and not verdict.answering and not verdict.counts
-    assert watch.failures == 0 and not watch.dead()
+        assert not verdict.ok and verdict.health == 503 and not verdict.answering and verdict.counts
+        assert watch.failures == n and not watch.dead()
+    assert watch.failing_since is not None and watch.exit_grace_s == 60.0
+    assert watch.dead(watch.failing_since + 60.0) and not watch.dead(watch.failing_since + 59.0)
+
+
+def test_an_engine_frozen_while_idle_whose_health_fails_for_good_is_a_crash(engine_port: int) -> None:
+    """A real SGLang whose scheduler froze while idle (a .ci/run on 2026-12-05): its gauges say idle for good, its
+    /health (a one-token generation of its own) answers 503, and it never exits. Once the failures in a row have
+    gone on for exit_grace_s, they make the crash; a token in between starts the count and the wait again."""
+    watch = _watch(engine_port, exit_grace_s=0.5)
+    watch.reset(time.monotonic())
+    _Engine.mode = "dying"
+    for _ in range(3):
+        _next(watch)
+    first = watch.failing_since
+    _Engine.mode = "token"
+    assert _next(watch).ok and watch.failures == 0 and not watch.dead()
+    _Engine.mode = "dying"
+    started = time.monotonic()
+    for _ in range(2000):   # bounded: ~0.5 s of probes of a few ms each
+        verdict = _next(watch)
+        if watch.dead():
+            break
+    assert watch.dead() and watch.failures >= 3 and time.monotonic() - started >= 0.5
+    assert watch.failing_since is not None and first is not None and watch.failing_since > first
+    assert verdict.health == 503 and verdict.load == (0.0, 0.0) and verdict.reason.startswith("HTTP 503")
 
 
 def test_a_probe_of_the_engine_before_a_restart_is_dropped(engine_port: int) -> None:
@@ -195,7 +219,7 @@ def _profile(**health: Any) -> Profile:
 def test_supervise_json_carries_the_probe() -> None:
     probe = supervisor_config(_profile(probe_interval_s=5, probe_failures=2))["probe"]
     assert probe == {"path": "/v1/completions", "model": "tiny-chat", "address": "127.0.0.1", "port": 30000,
-                     "health_path": "/health", "interval_s": 5.0, "failures": 2, "timeout_s": 30.0,
+                     "health_path": "/health", "interval_s": 5.0, "failures": 2, "timeout_s": 30.0, "exit_grace_s": 60.0,
                      "running_metrics": ["vllm:num_requests_running"],
                      "waiting_metrics": ["vllm:num_requests_waiting"],
                      "progress_metrics": ["vllm:iteration_tokens_total_count"],  # the hang rule's (issue 37)

@@ -23,7 +23,7 @@ Env knobs (all optional):
 | STANDIN_CHAT_TEXT       | (hello) | content of /v1/chat/completions answers ("" -> an empty answer) |
 | STANDIN_CHAT_STATUS     | 200     | HTTP status of /v1/chat/completions (non-200 -> an OpenAI-style error) |
 | STANDIN_CHAT_DELAY_S    | 0       | seconds each /v1/chat/completions answer takes (requests in flight during a stop) |
-| STANDIN_DEAD_CORE_FILE  | (none)  | while this file exists the engine core is dead: /health 200, completions hang (standin_core.py) |
+| STANDIN_DEAD_CORE_FILE  | (none)  | while this file exists the engine core is dead: completions hang, /health 503 after SGLANG_HEALTH_CHECK_TIMEOUT (standin_core.py) |
 | STANDIN_EXIT            | 1       | fail_text: exit status; 128+N or -N means death by signal N |
 | STANDIN_BIND_FAILURE    | exit    | the HTTP port taken: exit (logs uvicorn's bind error, exits 1) or hang (as real 0.5.23 does: the error, then never exits, SIGTERM ignored) |
 

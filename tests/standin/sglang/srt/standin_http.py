@@ -55,7 +55,21 @@ class EngineState:
                 self.ready_at = time.monotonic()
 
     def health_ok(self) -> bool:
-        """/health runs a one-token generation in SGLang; STANDIN_HEALTH_SLOW_S makes it fail for a while."""
+        """/health runs a one-token generation in SGLang; STANDIN_HEALTH_SLOW_S makes it fail for a while. While the
+        core is dead (standin_core) nothing answers that generation: as SGLang 0.5.23's `health_generate`, it waits
+        SGLANG_HEALTH_CHECK_TIMEOUT s (default 20), logs why, and answers 503 (a dead core: /health fails here, unlike
+        vLLM's, which answers 200)."""
+        if standin_core.core_dead():
+            timeout = int(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20") or 20)
+            tic = time.time()
+            deadline = time.monotonic() + timeout
+            while standin_core.core_dead() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if standin_core.core_dead():
+                print(f"[{stamp()}] Health check failed. Server couldn't get a response from detokenizer for last "
+                      f"{timeout} seconds. tic start time: {time.strftime('%H:%M:%S', time.localtime(tic))}. "
+                      f"last_heartbeat time: {time.strftime('%H:%M:%S', time.localtime(tic))}", flush=True)
+                return False
         slow = float(os.environ.get("STANDIN_HEALTH_SLOW_S", "0") or 0)
         with self.lock:
             return self.phase == "ready" and time.monotonic() - self.ready_at >= slow
