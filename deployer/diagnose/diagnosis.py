@@ -502,7 +502,7 @@ def no_token_diagnosis(end: dict[str, Any]) -> Diagnosis | None:
     reason = str(dead.get("reason") or "")
     failures = dead.get("failures")
     evidence = [f"last probe: {clip(reason, 300)}"] if reason else []
-    if "health" in dead and dead["health"] != 200:   # SGLang's /health generates a token itself: it fails too
+    if "health" in dead and dead["health"] != 200:   # a /health that generates a token itself fails too
         health = dead["health"]
         evidence.append(("/health did not answer" if health is None else f"/health answered {health}") +
                         ", and the engine never exited on its own: a frozen engine process")

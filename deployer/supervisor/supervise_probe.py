@@ -11,11 +11,11 @@ Python >= 3.8.
 
 A failed probe counts towards a crash only while the engine reports no request running or waiting: under load a
 slow or failed probe is "unhealthy", never a restart (an engine whose /metrics cannot be read counts as idle:
-nothing shows that it is busy). When its health endpoint fails too, the engine may be on its way down (vLLM's dead
+nothing shows that it is busy). When its health endpoint fails too, the engine may be on its way down (a dead
 worker: /health 503, the API server exits seconds later), and its exit, with its own diagnosis, is the crash to
-judge: such failures make a crash only once they have gone on for EXIT_GRACE_S. An engine that never exits is not
-on its way down: SGLang's /health generates a token itself, so a frozen scheduler fails /health (503 after
-SGLANG_HEALTH_CHECK_TIMEOUT) while its gauges say idle, for good.
+judge: such failures make a crash only once they have gone on for the grace (health.probe_exit_grace_s). An engine
+that never exits is not on its way down: one whose /health generates a token itself fails it while its stepping
+process is frozen, and its gauges say idle for good (docs/on-call.md, "Hangs").
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ METRICS_PATH = "/metrics"
 METRICS_TIMEOUT_S = 5.0
 REASON_MAX = 300
 NO_TOKEN = "the engine's HTTP server answers but generates nothing"
-# How long failed probes while /health fails too wait for the engine's own exit before they make a crash (vLLM's
-# API server exits within seconds of its engine's death; a frozen engine never does).
+# How long failed probes while /health fails too wait for the engine's own exit before they make a crash (an API
+# server exits within seconds of its engine's death; a frozen engine never does).
 EXIT_GRACE_S = 60.0
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")

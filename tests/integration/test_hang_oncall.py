@@ -16,6 +16,7 @@ import pytest
 from deploy_helpers import deploy, write_profile
 from test_oncall import oncall
 from test_stays_up import state_json, status_row, wait_row
+from waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -39,10 +40,15 @@ def test_a_hung_engine_is_restarted_and_on_call_reads_say_hung(tmp_path: Path, s
         wait_row(sshd, tmp_path, "hang", lambda r: (r["metrics"] or {}).get("requests_running") == 1,
                  "a request in flight")
         dead.touch()   # the core dies with the request running: it stays counted, nothing steps
+        # the core comes back as soon as the supervisor says hung (its state.json, read here at once: the test host
+        # is this machine), before the restarted engine's warmup asks it for a token (a `status` over ssh, slow
+        # on a loaded box, let that warmup meet the dead core and fail)
+        wait_for(lambda: _hung_said(Path(first["run_dir"])), "the supervisor to say hung", 60, 0.05)
+        dead.unlink()
         crashed = wait_row(sshd, tmp_path, "hang", lambda r: (state_json(r).get("last_crash") or {}).get("hung"),
                            "ended as hung")
     finally:
-        dead.unlink()
+        dead.unlink(missing_ok=True)
         request.kill()
         request.wait(timeout=30)
     back = wait_row(sshd, tmp_path, "hang", lambda r: r["status"] == "ready" and r["restarts"] == 1, "restarted")
@@ -61,3 +67,10 @@ def test_a_hung_engine_is_restarted_and_on_call_reads_say_hung(tmp_path: Path, s
     diagnose = oncall(sshd, tmp_path, "diagnose", "hang").stdout
     assert "hung" in diagnose and "hang-stacks-0.txt" in diagnose, diagnose
     assert deploy("down", str(prof), home=tmp_path / "h").returncode == 0
+
+
+def _hung_said(run_dir: Path) -> bool:
+    try:
+        return bool(json.loads((run_dir / "state.json").read_text()).get("hung"))
+    except (OSError, ValueError):   # being replaced right now
+        return False

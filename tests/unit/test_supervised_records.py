@@ -102,7 +102,8 @@ def test_engine_records_are_the_previous_releases(tmp_path: Path) -> None:
     # added since (the one-token probe after ready): a key the previous release's supervisor never reads
     assert config.pop("probe") == {
         "path": "/v1/completions", "model": profile.engine.served_model, "address": "127.0.0.1", "port": 30000,
-        "health_path": "/health", "interval_s": 30.0, "failures": 3, "timeout_s": 30.0, "running_metrics": [],
+        "health_path": "/health", "interval_s": 30.0, "failures": 3, "timeout_s": 30.0, "exit_grace_s": 60.0,
+        "running_metrics": [],
         "waiting_metrics": []}  # SGLang without enable_metrics serves no /metrics: the supervisor never asks it
     _pinned("engine-supervise.json", config)
     record = dict(profile_record(profile, bundle, attempt=2, up_id="feedc0ffee12", written_hash="ab" * 32))
@@ -111,6 +112,7 @@ def test_engine_records_are_the_previous_releases(tmp_path: Path) -> None:
     assert {k: health.pop(k) for k in ("probe_interval_s", "probe_failures", "probe_timeout_s")} == {
         "probe_interval_s": 30.0, "probe_failures": 3, "probe_timeout_s": 30.0}
     assert (health.pop("hang_s"), record["profile"]["restart"].pop("drain_s")) == ("auto", 0.0)  # issue 37's keys
+    assert health.pop("probe_exit_grace_s") == 60.0   # issue 37 too: an engine frozen while idle
     _pinned("engine-profile.json", record, content_hash=bundle.content_hash)
 
 
