@@ -83,18 +83,45 @@ def engine_pids(under: Path) -> list[int]:
     give their processes with setproctitle (which also blanks their environ), whose working directory is under
     `under` (a run dir of this test session: the supervisor starts the engine there)."""
     pids = []
+    for pid, argv, cwd in _processes():
+        cmd = " ".join(argv)
+        ours = str(VLLM_VENV) in cmd or str(SGLANG_VENV) in cmd or cmd.startswith(("VLLM::", "sglang::"))
+        if ours and (cwd == under or under in cwd.parents):
+            pids.append(pid)
+    return pids
+
+
+def supervisor_pids(under: Path) -> list[int]:
+    """deployer's supervisors of this test session's runs: `python3 -B <run dir>/supervise.py ...` under `under`.
+    A test that failed before its `deploy down` leaves one, and it would restart the engine `no_engine_left` kills
+    (the next test's teardown then finds that engine: an ERROR that is not its own)."""
+    pids = []
+    for pid, argv, _ in _processes():
+        script = next((Path(a) for a in argv[1:3] if a.endswith("/supervise.py")), None)
+        if script is not None and under in script.parents:
+            pids.append(pid)
+    return pids
+
+
+def _processes() -> Iterator[tuple[int, list[str], Path]]:
+    """Every process this user can read: pid, argv, working directory."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
             cwd = Path(os.readlink(entry / "cwd"))
         except OSError:
             continue
-        ours = str(VLLM_VENV) in cmd or str(SGLANG_VENV) in cmd or cmd.startswith(("VLLM::", "sglang::"))
-        if ours and (cwd == under or under in cwd.parents):
-            pids.append(int(entry.name))
-    return pids
+        yield int(entry.name), argv, cwd
+
+
+def _kill(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 _SHORT: dict[Path, Path] = {}
@@ -113,21 +140,20 @@ def short_tmp(tmp: Path) -> Path:
 
 @pytest.fixture(autouse=True)
 def no_engine_left(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """After each test: no engine this test session started still runs (a leak is killed and fails the test)."""
+    """After each test: no engine this test session started still runs (a leak is killed and fails the test); a
+    supervisor left running is killed first, so it cannot start the engine again."""
     yield
     root = tmp_path_factory.getbasetemp().resolve()
     deadline = time.monotonic() + 15
-    while engine_pids(root) and time.monotonic() < deadline:
+    while (engine_pids(root) or supervisor_pids(root)) and time.monotonic() < deadline:
         time.sleep(0.5)
+    supervisors = supervisor_pids(root)
+    _kill(supervisors)
     left = engine_pids(root)
-    for pid in left:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    _kill(left)
     for tmp in list(_SHORT):
         shutil.rmtree(_SHORT.pop(tmp), ignore_errors=True)
-    assert not left, f"engine processes left behind: {left}"
+    assert not left, f"engine processes left behind: {left} (their supervisors, killed first: {supervisors})"
 
 
 @pytest.fixture(scope="module")
