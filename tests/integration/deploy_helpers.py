@@ -57,15 +57,21 @@ def events(stdout: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
-def upgrade_events(home: Path, name: str) -> list[dict[str, Any]]:
-    """The `upgrade` events of deployment `name` in this machine's history (`home`), oldest first."""
+def history_events(home: Path, name: str, kind: str) -> list[dict[str, Any]]:
+    """The `kind` events (upgrade, canary, ...) of deployment `name` in this machine's history (`home`), oldest
+    first."""
     db = sqlite3.connect(str(home / "history.sqlite3"))
     try:
-        rows = db.execute("SELECT data FROM events WHERE deployment = ? AND kind = 'upgrade' ORDER BY id",
-                          (name,)).fetchall()
+        rows = db.execute("SELECT data FROM events WHERE deployment = ? AND kind = ? ORDER BY id",
+                          (name, kind)).fetchall()
     finally:
         db.close()
     return [json.loads(r[0]) for r in rows]
+
+
+def upgrade_events(home: Path, name: str) -> list[dict[str, Any]]:
+    """The `upgrade` events of deployment `name` in this machine's history (`home`), oldest first."""
+    return history_events(home, name, "upgrade")
 
 
 def fill(disk: Path, leave: int) -> None:

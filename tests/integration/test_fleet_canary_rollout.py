@@ -11,7 +11,6 @@ rollout.canary.window_s).
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from deploy_helpers import events
+from deploy_helpers import events, history_events
 from fleet_helpers import chat, fleet_deploy, fleet_profile
 from hostbed import HostBed, host_bed
 from sshbed import free_port
@@ -97,13 +96,7 @@ def _rollouts(bed: HostBed, name: str) -> list[dict[str, Any]]:
 
 
 def _local_history(home: Path, name: str) -> list[dict[str, Any]]:
-    db = sqlite3.connect(str(home / "history.sqlite3"))
-    try:
-        rows = db.execute("SELECT data FROM events WHERE deployment = ? AND kind = 'canary' ORDER BY id",
-                          (name,)).fetchall()
-    finally:
-        db.close()
-    return [json.loads(r[0]) for r in rows]
+    return history_events(home, name, "canary")
 
 
 def _canary_up(bed: HostBed, home: Path, prof: Path, data: dict[str, Any]) -> tuple[Any, Clients]:
