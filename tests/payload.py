@@ -11,11 +11,11 @@ import os
 import tempfile
 from pathlib import Path
 
-from deployer.remote.program import ROOT_ENTRIES, SUPERVISOR_MODULES, payload_files, program
+from deployer.remote.program import ROOT_ENTRIES, payload_files, program
 
 
 def _files() -> dict[str, bytes]:
-    return {**payload_files(ROOT_ENTRIES), "supervise_snapshot.py": program((*SUPERVISOR_MODULES, "supervise_snapshot"))}
+    return {**payload_files(ROOT_ENTRIES), "supervise_snapshot.py": program(("supervise_snapshot",))}
 
 
 def payload_program(name: str) -> Path:

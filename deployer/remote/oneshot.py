@@ -18,7 +18,7 @@ from typing import Any
 
 from deployer.errors import TargetError
 from deployer.remote.base import CommandTimedOut, Helper, HelperRefused, Remote, Result
-from deployer.remote.program import HELPER_MODULES, SUPERVISOR_MODULES
+from deployer.remote.program import SUPERVISOR, helper_entries
 from deployer.remote.program import PACKAGE, SUPERVISOR_PYTHON, program
 from deployer.supervisor.supervise_protocol import OPS
 
@@ -53,7 +53,7 @@ class ProgramHelper(Helper):
 
     def supervise(self, argv: Sequence[str], timeout: float) -> Result:
         """A supervisor command from this deployer's copy, sent over stdin (nothing on disk is used)."""
-        return self.remote.run(_line(*argv), timeout=timeout, check=False, stdin=program(SUPERVISOR_MODULES))
+        return self.remote.run(_line(*argv), timeout=timeout, check=False, stdin=program((SUPERVISOR,)))
 
     def snapshot(self, argv: Sequence[str], timeout: float) -> dict[str, Any]:
         """The helper's `snapshot` request, answered by this deployer's copy of the helper (a program of its own)."""
@@ -74,7 +74,7 @@ class ProgramHelper(Helper):
         known(op)
         request = json.dumps({"id": 0, "op": op, **fields})
         result = self.remote.run(_line(request), timeout=wait_s, check=False,
-                                 stdin=program(HELPER_MODULES, ONE_REQUEST_MAIN))
+                                 stdin=program(helper_entries(), ONE_REQUEST_MAIN))
         try:
             reply = json.loads(result.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):

@@ -9,6 +9,7 @@ by a deployment (supervise.py and its entry files, push.py). Nothing here runs a
 
 from __future__ import annotations
 
+import ast
 import hashlib
 from functools import lru_cache
 from pathlib import Path
@@ -61,17 +62,11 @@ if FRESH and globals().get("SAVE_CODES"):
 sys.exit(_main.main(sys.argv[1:]))
 """
 
-# The supervisor payload, the one list: its modules in load order (each imports the ones before it, relatively).
-# Every program sent to the target is built from one of these tuples.
-SUPERVISOR_MODULES = ("supervise_protocol", "supervise_base", "supervise_ports", "supervise_group", "supervise_lease",
-                      "supervise_probe", "supervise_hang", "supervise_replicas", "supervise_stacks",
-                      "supervise_daemon",
-                      "supervise")  # the daemon asks the lease before a restart (fencing)
-# A run dir's program: the supervisor and the guard that repairs a replace whose client was killed (it imports
-# supervise, so it comes after it).
-RUN_DIR_MODULES = (*SUPERVISOR_MODULES, "supervise_guard")
-HELPER_MODULES = (*SUPERVISOR_MODULES, "supervise_snapshot", "supervise_files", "supervise_install",
-                  "supervise_fetch", "supervise_push", "supervise_helper")          # the helper
+# The programs sent to the target are named by their entry modules; which modules each loads, and in what order, is
+# read from the modules' own relative imports (`from .supervise_base import ...`), so no list of modules is kept by
+# hand: a module imported is a module shipped, after the ones it imports.
+SUPERVISOR = "supervise"            # the supervisor's command line: `supervise.py start|stop|status ... RUN`
+HELPER = "supervise_helper"         # the helper: every op of its table (supervise_protocol.OPS) is shipped with it
 
 
 def bootstrap(sources: list[tuple[str, str]], main: str | None = None, entry: str | None = None) -> bytes:
@@ -103,19 +98,61 @@ ROOT_ENTRIES = ("supervise_guard", "supervise_lease")
 
 def payload_files(entries: tuple[str, ...]) -> dict[str, bytes]:
     """`{"supervise.py": program, "supervise_guard.py": entry}`: the payload's files with the entry files `entries`."""
-    return {"supervise.py": program(RUN_DIR_MODULES, entry="supervise"),
+    return {"supervise.py": program(run_dir_entries()),
             **{f"{name}.py": (ENTRY_FILE % name).encode() for name in entries}}
 
 
 @lru_cache(maxsize=None)
-def program(names: tuple[str, ...], main: str | None = None, entry: str | None = None) -> bytes:
-    """The payload modules `names` as one program (`python3 -B -`, or `-c`); `main`: the source of a last module
-    whose `main` runs; else the `main` of module `entry` (default: the last of `names`)."""
-    return bootstrap([(name, supervisor_source(name)) for name in names], main, entry)
+def program(entries: tuple[str, ...], main: str | None = None, entry: str | None = None) -> bytes:
+    """The payload modules `entries` need (load_order) as one program (`python3 -B -`); `main`: the source of a last
+    module whose `main` runs; else the `main` of module `entry` (default: the first of `entries`)."""
+    return bootstrap([(name, supervisor_source(name)) for name in load_order(entries)], main, entry or entries[0])
 
 
 @lru_cache(maxsize=1)
 def helper_bundle() -> tuple[bytes, str]:
     """The helper program (one file) and its content hash: the name it is cached under on a target."""
-    payload = program(HELPER_MODULES)
+    payload = program(helper_entries())
     return payload, hashlib.sha256(payload).hexdigest()
+
+
+def helper_entries() -> tuple[str, ...]:
+    """The helper and the modules its table of operations names (it imports those by name, for a program op)."""
+    from deployer.supervisor.supervise_protocol import OPS
+
+    return (HELPER, *sorted({op.module for op in OPS.values() if op.module}))
+
+
+def run_dir_entries() -> tuple[str, ...]:
+    """What a deployment's supervise.py runs: the supervisor, and the modules its entry files run (the guard, the
+    lease)."""
+    return (SUPERVISOR, *sorted(set(RUN_DIR_ENTRIES) | set(ROOT_ENTRIES)))
+
+
+def siblings(name: str) -> tuple[str, ...]:
+    """The payload modules `name` imports (its relative imports, read from its source), sorted."""
+    tree = ast.parse(supervisor_source(name))
+    found = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module}
+    return tuple(sorted(found))
+
+
+@lru_cache(maxsize=None)
+def load_order(entries: tuple[str, ...]) -> tuple[str, ...]:
+    """`entries` and every payload module they import, transitively, each after the ones it imports."""
+    order: list[str] = []
+    visiting: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in order:
+            return
+        if name in visiting:
+            raise ValueError(f"the supervisor modules import each other in a cycle through {name}")
+        visiting.add(name)
+        for sibling in siblings(name):
+            visit(sibling)
+        visiting.discard(name)
+        order.append(name)
+
+    for name in entries:
+        visit(name)
+    return tuple(order)

@@ -1,5 +1,5 @@
-"""The supervisor payload's one module list (deployer/remote/program.py): every program built from it loads each
-module after the siblings it imports, and a run dir holds what its supervise.py imports."""
+"""The supervisor payload (deployer/remote/program.py): no module list is kept by hand; each program loads what its
+entry modules import, each module after the siblings it imports, and a run dir holds what its supervise.py imports."""
 
 from __future__ import annotations
 
@@ -9,40 +9,63 @@ from pathlib import Path
 
 import pytest
 
+import deployer.remote.program as program_mod
 from deployer.errors import TargetError
 from deployer.target.push import SUPERVISOR_FILES
 from deployer.remote.local import LocalRemote
 from deployer.remote.program import (
-    HELPER_MODULES, ROOT_ENTRIES, RUN_DIR_MODULES, SUPERVISOR_MODULES,
+    ROOT_ENTRIES,
     helper_bundle,
+    helper_entries,
+    load_order,
     payload_files,
+    run_dir_entries,
     supervisor_source,
 )
 
+SUPERVISOR_DIR = Path(program_mod.__file__).parents[1] / "supervisor"
 
-def siblings(name: str) -> set[str]:
-    """The supervisor modules `name` imports (relatively: `from .supervise_base import ...`)."""
+
+def imported(name: str) -> set[str]:
+    """Every supervisor module `name` imports, however written (relative, or by the package's full name)."""
     tree = ast.parse(supervisor_source(name))
-    found = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    found = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     found |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    return {m for m in found if m.startswith("supervise")}
+    return {m.rsplit(".", 1)[-1] for m in found if m.rsplit(".", 1)[-1].startswith("supervise")}
 
 
-@pytest.mark.parametrize("modules", [SUPERVISOR_MODULES, RUN_DIR_MODULES, HELPER_MODULES])
-def test_each_module_comes_after_what_it_imports(modules: tuple[str, ...]) -> None:
-    for i, name in enumerate(modules):
-        assert siblings(name) <= set(modules[:i]), (name, modules)
+@pytest.mark.parametrize("entries", [("supervise",), run_dir_entries(), helper_entries(), ("supervise_snapshot",)])
+def test_each_program_loads_every_module_it_imports_after_what_that_imports(entries: tuple[str, ...]) -> None:
+    order = load_order(entries)
+    assert set(entries) <= set(order) and len(order) == len(set(order))
+    for i, name in enumerate(order):
+        assert imported(name) <= set(order[:i]), (name, order)
 
 
-def test_the_helper_ships_every_module_its_table_of_operations_names() -> None:
+def test_the_helper_ships_every_module_of_the_package_its_table_of_operations_names() -> None:
     from deployer.supervisor.supervise_protocol import OPS
 
-    assert {op.module for op in OPS.values() if op.module} <= set(HELPER_MODULES)
+    shipped = set(load_order(helper_entries()))
+    assert {op.module for op in OPS.values() if op.module} <= shipped
+    modules = {p.stem for p in SUPERVISOR_DIR.glob("supervise*.py")}
+    assert shipped == modules - {"supervise_guard"}   # the guard runs from a deployment's own files only
+    for name in shipped:
+        assert f"({name!r}, ".encode() in helper_bundle()[0]
+
+
+def test_a_module_imported_only_by_another_is_shipped_and_a_cycle_is_this_deployers_bug(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    sources = {"a": "from .b import x\n", "b": "from .c import y\n", "c": "import os\n", "d": "from .e import z\n",
+               "e": "from .d import w\n"}
+    monkeypatch.setattr(program_mod, "supervisor_source", sources.__getitem__)
+    assert program_mod.load_order.__wrapped__(("a",)) == ("c", "b", "a")
+    with pytest.raises(ValueError, match="cycle"):
+        program_mod.load_order.__wrapped__(("d",))
 
 
 def test_a_run_dir_holds_the_supervisor_and_the_helper_ships_the_protocol() -> None:
     assert set(SUPERVISOR_FILES) == {"supervise.py", "supervise_guard.py"}
-    assert set(RUN_DIR_MODULES) >= set(SUPERVISOR_MODULES) and "supervise_protocol" in SUPERVISOR_MODULES
+    assert {"supervise_protocol", "supervise_guard", "supervise_lease"} <= set(load_order(run_dir_entries()))
     assert set(payload_files(ROOT_ENTRIES)) == {"supervise.py", "supervise_guard.py", "supervise_lease.py"}
     assert b"SUPERVISE_JSON" in helper_bundle()[0]
 
