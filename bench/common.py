@@ -140,7 +140,7 @@ def hand_start(bed: SSHD, script: Path, rdir: str, port: int, polls: int, timeou
     """The hand-written OpenSSH launch: scp the script, `ssh setsid nohup bash launch.sh &`, then an ssh curl loop
     every 0.25 s until /health answers and a one-token completion of `model` comes back (the readiness `deploy up`
     waits for; at most `polls` times); the seconds it took."""
-    from deployer.supervisor.supervise_probe import request_body
+    from deployer.supervisor.probe import request_body
 
     body = shlex.quote(request_body(model).decode())
     t0 = time.perf_counter()

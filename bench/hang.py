@@ -6,7 +6,7 @@ saturated but healthy engine gets (goal 0).
 
 The target-side supervisor (supervise.py, run by its CLI as deployer runs it on a target) runs the step stand-in
 (tests/standin/stepengine.py: an HTTP server and a forked core process that steps while requests run, /metrics
-with vLLM's names) under the hang rule (supervise_hang.py) with the profile's defaults (hang_s auto, /metrics
+with vLLM's names) under the hang rule (hang.py) with the profile's defaults (hang_s auto, /metrics
 read every second). `--engine sglang` runs real SGLang's CPU engine instead, `--engine vllm` real vLLM's CPU build
 (float32, 4 running at most), each from its venv under ~/.cache/deployer (`make real-engines`) with the tiny model:
 the series the rule reads are the engine package's (engines/<kind>/metrics.yaml), the process frozen is vLLM's
@@ -45,7 +45,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]  # this checkout's deployer, and
 
 from deployer.diagnose.hangkinds import classify  # noqa: E402
 from deployer.engines.registry import engine_for  # noqa: E402
-from deployer.supervisor.supervise_base import group_pids  # noqa: E402
+from deployer.supervisor.base import group_pids  # noqa: E402
 from deployer.target.tokenprobe import load_gauges, progress_names  # noqa: E402
 from engine_cores import CORE_TITLE, cores_among  # noqa: E402
 from payload import payload_program  # noqa: E402

@@ -3,7 +3,7 @@
 Used for `deployer.supervisor`, which runs on the target with its system python3: any import of another
 deployer package or of a third-party distribution would fail there. Imports of a module by its bare name
 are allowed when that name is a module of the package itself (on the target the supervisor's files sit side
-by side and import each other as `supervise_base`). Configured in pyproject.toml, run by `lint-imports`.
+by side and import each other as `base`). Configured in pyproject.toml, run by `lint-imports`.
 """
 
 from __future__ import annotations

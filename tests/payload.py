@@ -15,7 +15,7 @@ from deployer.remote.program import ROOT_ENTRIES, payload_files, program
 
 
 def _files() -> dict[str, bytes]:
-    return {**payload_files(ROOT_ENTRIES), "supervise_snapshot.py": program(("supervise_snapshot",))}
+    return {**payload_files(ROOT_ENTRIES), "snapshot.py": program(("snapshot",))}
 
 
 def payload_program(name: str) -> Path:

@@ -24,7 +24,7 @@ from deployer.engines import Engine, all_secret_flags, engine_for
 from deployer.logtext import ANSI_RE, clip, readable
 from deployer.remedy.propose import RemedySpec, resolve
 from deployer.versions import version_in
-from deployer.supervisor.supervise_probe import NO_TOKEN
+from deployer.supervisor.probe import NO_TOKEN
 from deployer.diagnose.signatures import Signature, load_signatures
 
 TB_MARK = "Traceback (most recent call last):"
@@ -475,7 +475,7 @@ GROUP_PEER_LOST = "group-peer-lost"
 
 
 def group_peer_lost(reason: str, engine_kind: str | None = None) -> Diagnosis:
-    """A rank of a node group that its supervisor stopped because a peer was gone (supervise_group): the cause is
+    """A rank of a node group that its supervisor stopped because a peer was gone (group): the cause is
     on that peer, not in this rank's log (a SIGKILL here is the supervisor's own, for a rank that ignored or could
     not take its SIGTERM, e.g. a stopped one)."""
     return Diagnosis(signature=GROUP_PEER_LOST, summary=f"stopped for its group: {reason}", transient=False,
@@ -494,7 +494,7 @@ def peer_lost_reason(end: Any) -> str | None:
 
 def no_token_diagnosis(end: dict[str, Any]) -> Diagnosis | None:
     """The supervisor ended the engine because its one-token probe failed `failures` times in a row while no
-    request was running or waiting (supervise_probe): its HTTP server answered, its engine generated nothing.
+    request was running or waiting (probe): its HTTP server answered, its engine generated nothing.
     `end` is the supervisor's record of the crash (state.json's last_crash); None when the probe did not end it."""
     dead = end.get("probe_dead")
     if not isinstance(dead, dict):

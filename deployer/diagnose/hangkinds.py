@@ -1,5 +1,5 @@
 """The engine-neutral hang signatures (engines/common/hangs.yaml) and what a hang's record shows: the stacks a hung
-engine's supervisor took (supervisor/supervise_stacks.py) classified as a collective wait, a lock, a blocking call,
+engine's supervisor took (supervisor/stacks.py) classified as a collective wait, a lock, a blocking call,
 the GIL or a stopped process, and the one-line summary `status` and `history` print. Light (yaml and re only):
 the on-call reads import it."""
 

@@ -1,5 +1,5 @@
-"""The diagnosis of an engine the supervisor ended as hung (supervisor/supervise_hang.py): the progress it saw,
-the stacks it took (supervisor/supervise_stacks.py) and what they say it waited on (diagnose/hangkinds.py, the
+"""The diagnosis of an engine the supervisor ended as hung (supervisor/hang.py): the progress it saw,
+the stacks it took (supervisor/stacks.py) and what they say it waited on (diagnose/hangkinds.py, the
 engine-neutral hang signatures of engines/common/hangs.yaml)."""
 
 from __future__ import annotations

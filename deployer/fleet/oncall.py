@@ -2,7 +2,7 @@
 
 Each member is a deployment of its own on its host, read with the single-host on-call functions; hosts are asked
 at once (fan-out). Each replica is reported by the router's own health of it (`router_health`: healthy, the
-router's status of it, `pulled (hung)` while the router's watch holds it out (supervise_replicas), or `not
+router's status of it, `pulled (hung)` while the router's watch holds it out (replicas), or `not
 registered`). `status` exits 0 only while every member serves and every replica is
 one of the router's healthy workers; 9 (partly) while the router serves through at least one replica but not every
 member serves or a replica is out of the router; otherwise the most urgent code of the members. A worker of the
@@ -30,7 +30,7 @@ from deployer.events import Event, EventSink, Warn
 
 HEALTHY = "healthy"
 NOT_REGISTERED = "not registered"
-PULLED = "pulled (hung)"   # the router's watch took it out (supervisor/supervise_replicas.py)
+PULLED = "pulled (hung)"   # the router's watch took it out (supervisor/replicas.py)
 
 
 @dataclass(frozen=True)

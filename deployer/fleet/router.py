@@ -40,8 +40,8 @@ from deployer.target.switch import switch_to
 from deployer.target.records import RunView, current_view
 from deployer.target.session import DeploymentPlace, locked_session
 from deployer.target.supervised import RecordFields, SupervisedSpec, process_record, supervise_config
-from deployer.supervisor.supervise_protocol import ProfileRecord, ReplicaWatchConfig, SuperviseConfig
-from deployer.supervisor.supervise_replicas import REPLICAS_FILE
+from deployer.supervisor.protocol import ProfileRecord, ReplicaWatchConfig, SuperviseConfig
+from deployer.supervisor.replicas import REPLICAS_FILE
 from deployer.target.tokenprobe import load_gauges, progress_names
 from deployer.events import BecameReady, EventSink, Info, PhaseEntered, Warn
 from deployer.runner.timing import PORT_WAIT_S, stop_grace
@@ -180,7 +180,7 @@ def router_supervise(member: RouterMember, fleet: Profile) -> SuperviseConfig:
 
 
 def replica_watch(member: RouterMember, fleet: Profile) -> ReplicaWatchConfig | None:
-    """What the router's supervisor needs to judge each replica with the hang rule (supervise_replicas): the fleet
+    """What the router's supervisor needs to judge each replica with the hang rule (replicas): the fleet
     engine's gauges and progress counters (one engine kind per fleet), `health.hang_s`, where smg's API is, and the
     env file variables of its control key and of the replicas' key. None when the rule has nothing to judge (the
     engine names no progress counter, its metrics are off, or `hang_s: off`)."""
@@ -203,7 +203,7 @@ def replica_watch(member: RouterMember, fleet: Profile) -> ReplicaWatchConfig | 
 
 
 def write_replicas(remote: Remote, layout: Layout, urls: list[str]) -> None:
-    """The replicas `up` put in the router, for its supervisor's watch (supervise_replicas.REPLICAS_FILE): it judges
+    """The replicas `up` put in the router, for its supervisor's watch (replicas.REPLICAS_FILE): it judges
     only these, never a worker someone else registered."""
     remote.put(json.dumps({"urls": sorted(urls)}).encode(), f"{layout.root}/{REPLICAS_FILE}", 0o644)
 

@@ -29,7 +29,7 @@ from deployer.fleet.members import Fleet, RouterMember
 from deployer.oncall.secret_restore import read_env_file
 from deployer.remote.base import Remote
 from deployer.secrets import secret_var
-from deployer.supervisor.supervise_protocol import ENV_FILE
+from deployer.supervisor.protocol import ENV_FILE
 from deployer.target.push import Layout, expand_workdir
 from deployer.target.records import RunView, current_view
 

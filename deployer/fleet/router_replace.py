@@ -2,7 +2,7 @@
 started, never left half done.
 
 Before the stop a guard is armed on the router's host (target/process.py `arm_repair` with `start_new`,
-deployer/supervisor/supervise_guard.py): after kill -9 of this client between the stop and the start it takes the
+deployer/supervisor/guard.py): after kill -9 of this client between the stop and the start it takes the
 lock over, starts the new router (its run dir is complete: pushed before the guard was armed), or the old one again
 when the new one does not come up, records the repair in the lock's history and releases the lock. A Ctrl-C or
 SIGTERM in that window finishes the switch here, within the interrupt's bound (deployer/interrupts.py), before

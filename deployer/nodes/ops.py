@@ -24,7 +24,7 @@ from deployer.profile.model import Profile
 from deployer.target.push import RunDir
 from deployer.target.process import listener
 from deployer.remote.base import EndpointUnreachable, TargetSpec
-from deployer.supervisor.supervise_base import UP
+from deployer.supervisor.base import UP
 
 Notify = Callable[[str], None]
 

@@ -122,7 +122,7 @@ def _keep_private(source: Profile, copy: Profile) -> None:
 
 def group_config(plans: list[NodePlan], rank: int, every_s: float) -> dict[str, Any]:
     """The `group` section of a node's supervise.json: whom its supervisor watches (deployer/supervisor/
-    supervise_group.py). Node 0 watches every follower's dummy health; a follower watches its engine's
+    group.py). Node 0 watches every follower's dummy health; a follower watches its engine's
     connection to node 0's rendezvous port."""
     leader = plans[0]
     common = {"every_s": every_s, "misses": GROUP_MISSES, "rank": rank, "nnodes": len(plans)}

@@ -10,7 +10,7 @@ starts all ranks, and watches rank 0's log and health (the followers serve only 
 follower's supervisor. When any rank dies, the whole
 group is stopped and the diagnosis comes from the rank that failed first (nodes/diagnose.py); a known change
 applies to every node and the group starts again; after a failed replace the group that served is brought back
-(runner/restore.py). After `up`, the supervisors keep the group's fate (deployer/supervisor/supervise_group.py).
+(runner/restore.py). After `up`, the supervisors keep the group's fate (deployer/supervisor/group.py).
 """
 
 from __future__ import annotations

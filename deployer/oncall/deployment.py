@@ -32,8 +32,8 @@ from deployer.oncall.rows import DownResult, StatusRow
 from deployer.oncall.secret_restore import learn_env_text
 from deployer.secrets import mask_data, mask_text
 from deployer.target.process import Listener, drain_of, forget_boot, listener, rescue, stop
-from deployer.supervisor.supervise_base import CRASHED as CRASHED_STATES
-from deployer.supervisor.supervise_base import UP
+from deployer.supervisor.base import CRASHED as CRASHED_STATES
+from deployer.supervisor.base import UP
 from deployer.target import snapshot
 from deployer.target.records import RunView, healthy, record_address, record_engine, record_kind
 
@@ -229,7 +229,7 @@ def describe(view: RunView, remote: Remote, name: str, runs: int, env_text: str 
 def supervision_note(state: Mapping[str, Any], name: str, host: str) -> dict[str, Any] | None:
     """What a dead or frozen supervisor means and the command that fixes it (None while it watches, or for a run
     that ended): {state, supervisor_pid, heartbeat_age_s, summary, next}. From the target's `supervisor` verdict
-    (supervise_base.supervision); an older payload says nothing of it and is not judged."""
+    (base.supervision); an older payload says nothing of it and is not judged."""
     verdict, sup = state.get("supervisor"), state.get("supervisor_pid")
     if verdict == "dead" and state.get("status") == "lost":
         summary = f"the engine and its supervisor (pid {sup}) are both gone: nothing restarts it"
@@ -361,7 +361,7 @@ def diagnose_attempt(attempt: snapshot.Attempt, state: Mapping[str, Any], versio
     from deployer.diagnose.hung import hung_diagnosis
 
     end = state.get("last_crash") or state
-    hung = hung_diagnosis(end)  # the hang rule ended it (supervise_hang): its progress and stacks
+    hung = hung_diagnosis(end)  # the hang rule ended it (hang): its progress and stacks
     if hung is not None:
         return hung
     probe = no_token_diagnosis(dict(end))

@@ -21,7 +21,7 @@ from deployer.target.push import Layout
 from deployer.remedy.propose import propose
 from deployer.remote.base import Remote
 from deployer.secrets import mask_data
-from deployer.supervisor.supervise_base import CRASHED
+from deployer.supervisor.base import CRASHED
 from deployer.target import snapshot
 from deployer.target.records import RunView, current_view, healthy, list_runs, record_address, record_engine
 from deployer.target.retention import DEFAULT_KEEP, apply_plan, prune_pushed, retention_plan

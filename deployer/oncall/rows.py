@@ -117,7 +117,7 @@ class StatusRow:
     serving: bool
     node: NodeFacts | None = None
     metrics: Json | None = None          # what the engine serves (deployer.oncall.serving; None: not asked / down)
-    unhealthy: Json | None = None        # the supervisor's last one-token probe failed (supervise_probe): why
+    unhealthy: Json | None = None        # the supervisor's last one-token probe failed (probe): why
     engine: str | None = None            # the run's engine kind, version (as its profile names it) and model
     engine_version: str | None = None
     model: str | None = None
@@ -168,7 +168,7 @@ class StatusRow:
             "engine": self.engine, "engine_version": self.engine_version, "model": self.model,
             "supervisor": self.supervisor,
         }
-        if self.pulled:  # a fleet's router only, and only while its watch holds a replica out (supervise_replicas)
+        if self.pulled:  # a fleet's router only, and only while its watch holds a replica out (replicas)
             out["pulled"] = self.pulled
         return {**out, **self.node.to_json()} if self.node is not None else out
 

@@ -18,7 +18,7 @@ from deployer.engines.registry import engine_for, kinds
 from deployer.errors import NotFound, ProfileError, RecordUnreadable
 from deployer.remote.base import Remote
 from deployer.secrets import MASK, SECRET_ENV_PREFIX, is_secret_env_name, remember, secret_var
-from deployer.supervisor.supervise_base import SuperviseError, parse_env_text
+from deployer.supervisor.base import SuperviseError, parse_env_text
 
 
 class SecretUnavailable(ProfileError):

@@ -14,5 +14,5 @@
 - `report`: what `deploy prepare` did on each host.
 
 Only `environment` talks to a target, through those callables (this package sits below the remote layer); the
-target-side helper (supervisor/supervise_install.py) runs the argv lists and hands back their output.
+target-side helper (supervisor/install.py) runs the argv lists and hands back their output.
 """

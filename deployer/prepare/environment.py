@@ -1,6 +1,6 @@
 """The managed engine environment on a target, end to end: probe the build tools, resolve the spec (a dry run:
 nothing installed), check the host against what it would install (compat), then have the helper build it under
-its lock once per host (supervisor/supervise_install.py's `env_build`) or reuse the one already there.
+its lock once per host (supervisor/install.py's `env_build`) or reuse the one already there.
 
 The target is reached through two callables the caller makes from its connection (`Target`: a shell command and a
 helper request), so this module stays below the remote layer. A failure is one line (TargetError, exit 4): the

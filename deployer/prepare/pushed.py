@@ -1,7 +1,7 @@
 """A model directory on the controller pushed to the target instead of fetched (`engine.weights.push`; issue 25):
 what it holds (every regular file's size and sha256, read here), its content hash (the key of its place on the
 target, `<workdir>/.deployer/models/<content>/`), the request the target-side receiver reads
-(deployer/supervisor/supervise_push.py), what a push did or would do, and the profile pinned to the pushed copy.
+(deployer/supervisor/push.py), what a push did or would do, and the profile pinned to the pushed copy.
 
 The directory is read without following a symlink: a symlink, a FIFO or a device inside it is refused in one line
 (copy what a link points at into the directory). `.git/` and `.cache/` at its top (a clone's history, what

@@ -1,5 +1,5 @@
 """Weights as a step of their own (issue 25, item 3): what to fetch for a profile, the request the target-side
-fetch reads (deployer/supervisor/supervise_fetch.py), its lines as progress, and the profile pinned to the commit
+fetch reads (deployer/supervisor/fetch.py), its lines as progress, and the profile pinned to the commit
 it fetched.
 
 A profile with `engine.weights` has its hub repo fetched on the target before anything is stopped; the engine

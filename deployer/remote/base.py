@@ -180,7 +180,7 @@ class Helper(Protocol):
         ...
 
     def snapshot(self, argv: Sequence[str], timeout: float) -> dict[str, Any]:
-        """supervise_snapshot's `snapshot ARGV`, read by the helper."""
+        """snapshot's `snapshot ARGV`, read by the helper."""
         ...
 
     def lease(self, path: str, holder: dict[str, Any], token: str, lease_s: float, mode: str,
@@ -189,11 +189,11 @@ class Helper(Protocol):
         ...
 
     def mkdirs(self, path: str, owned_from: str) -> None:
-        """supervise_base.make_dirs; HelperRefused (kind "unsafe" for a chain another user controls) on failure."""
+        """base.make_dirs; HelperRefused (kind "unsafe" for a chain another user controls) on failure."""
         ...
 
     def program(self, op: str) -> Session:
-        """A program op of the helper's (fetch, push: supervise_protocol.Op.program) running for as long as it
+        """A program op of the helper's (fetch, push: protocol.Op.program) running for as long as it
         takes: a Session over its stdin and its stdout+stderr lines; closing it ends the program."""
         ...
 
@@ -202,8 +202,8 @@ class Helper(Protocol):
         NoLine, ..."""
         ...
 
-    # the file requests (supervisor/supervise_files.py answers them), built here on `call` for every helper: a new
-    # one is its row in supervise_protocol.OPS, its function there, and its method here
+    # the file requests (supervisor/files.py answers them), built here on `call` for every helper: a new
+    # one is its row in protocol.OPS, its function there, and its method here
     def _ask(self, op: str, fields: dict[str, Any], what: str, wait_s: float = FILE_WAIT_S) -> dict[str, Any]:
         try:
             return self.call(op, fields, wait_s, what)

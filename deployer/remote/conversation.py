@@ -2,7 +2,7 @@
 
 Every exec channel pays the target's login shell (conda/pyenv init in its rc file, ~150 ms on a GPU image), so a
 command that ran a dozen small commands paid for a dozen shells. `Conversation.open(remote)` starts the helper
-(deployer/supervisor/supervise_helper.py) once over a single exec channel, and the Conversation is itself a
+(deployer/supervisor/helper.py) once over a single exec channel, and the Conversation is itself a
 `Remote` (the one target client: every call a typed request; `helper` is the requests only a helper answers):
 `run` sends the command line to the helper, which runs it under bash with the environment the login
 shell set up (same exit code and output as an exec channel, minus the shell's start-up), uploads keep going over
@@ -37,7 +37,7 @@ from deployer.remote.base import CommandTimedOut, EndpointUnreachable, Hasher, H
 from deployer.remote.base import Result
 from deployer.remote.base import Session, Transport
 from deployer.remote.oneshot import ProgramHelper
-from deployer.supervisor.supervise_protocol import IN_HELPER   # supervisor commands the helper answers itself
+from deployer.supervisor.protocol import IN_HELPER   # supervisor commands the helper answers itself
 from deployer.remote.oneshot import known
 from deployer.remote.program import SUPERVISOR_PYTHON, TARGET_CACHE, helper_bundle
 
@@ -59,7 +59,7 @@ HELPERS_KEPT = 5         # helper versions kept on a target (the newest stored; 
 # missing, unreadable or tampered table is compiled again and saved. Files are written new (O_EXCL, 0600: never
 # through a symlink) and read only when they are the user's own and private (never through a symlink). It records
 # the interpreter it runs under (program.SUPERVISOR_PYTHON). The program it checked stays in its global `src` (the
-# helper runs itself again from it for a program op: supervise_helper.own_program).
+# helper runs itself again from it for a program op: helper.own_program).
 # One-space indents: it travels in the exec line (argv), which stays short.
 _LOADER = """import glob, hashlib, hmac, marshal, os, sys, types
 path, digest, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -319,7 +319,7 @@ class Conversation(Helper):
             session.close()
 
     def send(self, op: str, fields: dict[str, Any], stream: ProgramStream | None = None) -> _Pending:
-        """Send one request (`op`: a name of the protocol's table, supervise_protocol.OPS); wait for its reply with
+        """Send one request (`op`: a name of the protocol's table, protocol.OPS); wait for its reply with
         `wait`. `stream`: a program op's, which its child's lines go to (registered before they can come)."""
         known(op)
         session = self._ensure()
@@ -399,7 +399,7 @@ class Conversation(Helper):
                       str(reply.get("stderr") or ""))
 
     def snapshot(self, argv: Sequence[str], timeout: float) -> dict[str, Any]:
-        """The snapshot of a deployment dir (supervise_snapshot.py's `snapshot ARGV`), read by the helper itself."""
+        """The snapshot of a deployment dir (snapshot.py's `snapshot ARGV`), read by the helper itself."""
         what = f"cannot read {argv[0] if argv else 'a snapshot'} on {self.label}"
         try:
             reply = self.call("snapshot", {"argv": list(argv)}, timeout, "reading a snapshot")
@@ -419,11 +419,11 @@ class Conversation(Helper):
                                    "mode": mode, "from": from_holder})
 
     def mkdirs(self, path: str, owned_from: str) -> None:
-        """supervise_base.make_dirs in the helper; HelperRefused (kind "unsafe": a chain another user controls)."""
+        """base.make_dirs in the helper; HelperRefused (kind "unsafe": a chain another user controls)."""
         self.call("mkdirs", {"path": path, "owned_from": owned_from}, 30.0, f"creating {path}")
 
     def program(self, op: str) -> ProgramStream:
-        """A program op (fetch, push: supervise_protocol.Op.program) started by the helper as its child: a Session
+        """A program op (fetch, push: protocol.Op.program) started by the helper as its child: a Session
         over its stdin and stdout+stderr lines, as its exec channel was (closing it ends the program)."""
         return ProgramStream(self, op)
 
@@ -629,7 +629,7 @@ class LeaseSession:
             reply = self._conv.wait(waiting, timeout, f"the deployment lock ({what})")
         except HelperRefused as e:  # the helper could not do it (a lock file it cannot open): said as the program did
             self._queue.popleft()
-            return f"supervise_lease: {e.said}"
+            return f"lease: {e.said}"
         self._queue.popleft()
         word, data = str(reply.get("word") or ""), reply.get("data")
         if word == "OK":

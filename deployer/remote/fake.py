@@ -29,7 +29,7 @@ from typing import Any
 from deployer.errors import NotFound, RemoteError
 from deployer.remote.base import Hasher, HttpReply, NoLine, Result, Transport
 from deployer.remote.program import SUPERVISOR_PYTHON, helper_bundle
-from deployer.supervisor.supervise_protocol import ENGINE_LOG, OUTCOME_JSON, PROFILE_JSON, STATE_JSON, State
+from deployer.supervisor.protocol import ENGINE_LOG, OUTCOME_JSON, PROFILE_JSON, STATE_JSON, State
 
 FAKE = "fake"
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
@@ -164,7 +164,7 @@ class FakeRemote:
 
     def crash(self, run_dir: str, exit_code: int = 1, log: str = "") -> None:
         """The engine of `run_dir` dies now (a test's doing), its last words `log`; the supervisor records the
-        crash (`last_crash`) as supervise_daemon does."""
+        crash (`last_crash`) as daemon does."""
         with self._lock:
             path = posixpath.join(run_dir, ENGINE_LOG)
             before = self.files.get(path, b"")
@@ -319,7 +319,7 @@ class FakeRemote:
         return None if data is None else data.decode("utf-8", "replace")
 
     def snapshot(self, argv: Sequence[str]) -> dict[str, Any]:
-        """supervise_snapshot's `snapshot ARGV` from the fake's memory (the same JSON shape; no size limits)."""
+        """snapshot's `snapshot ARGV` from the fake's memory (the same JSON shape; no size limits)."""
         root, opts = argv[0].rstrip("/"), list(argv[1:])
         if "--workdir" in opts:
             names = [n for n in self._children(root) if posixpath.join(root, n, "runs") in self.dirs]

@@ -4,7 +4,7 @@ A Conversation answers supervise/snapshot/lease/mkdirs inside its target-side he
 LocalRemote: what tests and the Conversation's own process-starting commands use) answers the quick ones with this
 deployer's own copy of the payload's modules (remote/program.py), sent over stdin (`python3 -B -`): nothing on the
 target's disk runs. The snapshot, mkdirs and the file ops are one helper request each, answered by the helper's own
-table of operations (supervise_protocol.OPS) run for that one request. The requests that last (the lease, the program
+table of operations (protocol.OPS) run for that one request. The requests that last (the lease, the program
 ops fetch and push) need a helper that stays: conversation.BareHelper adds them on a conversation of their own.
 Callers never tell these apart: `remote.helper` is always one or the other.
 """
@@ -20,11 +20,11 @@ from deployer.errors import TargetError
 from deployer.remote.base import CommandTimedOut, Helper, HelperRefused, Remote, Result
 from deployer.remote.program import SUPERVISOR, helper_entries
 from deployer.remote.program import PACKAGE, SUPERVISOR_PYTHON, program
-from deployer.supervisor.supervise_protocol import OPS
+from deployer.supervisor.protocol import OPS
 
 # One helper request (JSON in argv) answered by the helper's own dispatcher, its reply line on stdout.
 ONE_REQUEST_MAIN = """import io, sys
-from %s.supervise_helper import Helper
+from %s.helper import Helper
 def main(argv):
     out = io.BytesIO()
     Helper(out).handle(argv[0].encode())
@@ -35,10 +35,10 @@ UNSAFE_HINT = "use a target.workdir that only the deploying user can write"
 
 
 def known(op: str) -> None:
-    """`op` is a name of the helper's one table of operations (supervise_protocol.OPS), or a ValueError here: a
+    """`op` is a name of the helper's one table of operations (protocol.OPS), or a ValueError here: a
     misspelt op is this deployer's bug, found before anything is sent."""
     if op not in OPS:
-        raise ValueError(f"{op!r} is not an operation of the deployer helper (supervise_protocol.OPS)")
+        raise ValueError(f"{op!r} is not an operation of the deployer helper (protocol.OPS)")
 
 
 def _line(*words: str) -> str:

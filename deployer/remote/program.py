@@ -27,7 +27,7 @@ SUPERVISOR_PYTHON = ('"$({ [ -O ' + TARGET_CACHE + '/python ] && read -r p < ' +
                      ' || command -v python3 || command -v python || echo python3)" -B')
 
 # The name the payload's modules are loaded under on the target: one package, so that their relative imports
-# (`from .supervise_base import ...`) find each other as they do in deployer.supervisor here.
+# (`from .base import ...`) find each other as they do in deployer.supervisor here.
 PACKAGE = "deployer_supervisor"
 
 # ENTRY: the module whose main runs, when a file runs this program for another module than its own (ENTRY_FILE).
@@ -54,6 +54,8 @@ def _load(name, source, package=PACKAGE):
 SOURCES = %r
 MAIN = %r
 ENTRY = globals().get("ENTRY") or %r
+if ENTRY.startswith("supervise_"):  # an entry file an older deployer wrote names its module with the old prefix
+    ENTRY = ENTRY[len("supervise_"):]
 for _name in SOURCES:
     _load(*_name)
 _main = sys.modules[PACKAGE + "." + ENTRY] if MAIN is None else _load("deployer_main", MAIN, "")
@@ -63,22 +65,22 @@ sys.exit(_main.main(sys.argv[1:]))
 """
 
 # The programs sent to the target are named by their entry modules; which modules each loads, and in what order, is
-# read from the modules' own relative imports (`from .supervise_base import ...`), so no list of modules is kept by
+# read from the modules' own relative imports (`from .base import ...`), so no list of modules is kept by
 # hand: a module imported is a module shipped, after the ones it imports.
 SUPERVISOR = "supervise"            # the supervisor's command line: `supervise.py start|stop|status ... RUN`
-HELPER = "supervise_helper"         # the helper: every op of its table (supervise_protocol.OPS) is shipped with it
+HELPER = "helper"                   # the helper: every op of its table (protocol.OPS) is shipped with it
 
 
 def bootstrap(sources: list[tuple[str, str]], main: str | None = None, entry: str | None = None) -> bytes:
     """A program for `python3 -B -` that loads (module name, source) in order as modules of the package PACKAGE
     (their relative imports find each other there) and runs the `main` of module `entry` (default: the last), or
     `main`'s: the source of a module outside the package (it imports the package's modules by their full name:
-    `PACKAGE.supervise_base`)."""
+    `PACKAGE.base`)."""
     return (_BOOTSTRAP % (PACKAGE, sources, main, entry or sources[-1][0])).encode()
 
 
 def supervisor_source(name: str) -> str:
-    """The source of one supervisor module (`supervise_base`), as this deployer ships it."""
+    """The source of one supervisor module (`base`), as this deployer ships it."""
     return (Path(deployer.supervisor.__file__).parent / f"{name}.py").read_text(encoding="utf-8")
 
 
@@ -92,14 +94,20 @@ with open(path, "rb") as f:
     code = compile(f.read(), path, "exec")
 exec(code, {"__name__": "__main__", "ENTRY": %r})
 """
-RUN_DIR_ENTRIES = ("supervise_guard",)
-ROOT_ENTRIES = ("supervise_guard", "supervise_lease")
+RUN_DIR_ENTRIES = ("guard",)
+ROOT_ENTRIES = ("guard", "lease")
+
+
+def entry_file(module: str) -> str:
+    """The name of the file that runs supervise.py with `module`'s main (`guard` -> supervise_guard.py): the names
+    deployments on targets have always had, which running guards, @reboot lines and older deployers use."""
+    return f"supervise_{module}.py"
 
 
 def payload_files(entries: tuple[str, ...]) -> dict[str, bytes]:
     """`{"supervise.py": program, "supervise_guard.py": entry}`: the payload's files with the entry files `entries`."""
     return {"supervise.py": program(run_dir_entries()),
-            **{f"{name}.py": (ENTRY_FILE % name).encode() for name in entries}}
+            **{entry_file(name): (ENTRY_FILE % name).encode() for name in entries}}
 
 
 @lru_cache(maxsize=None)
@@ -118,7 +126,7 @@ def helper_bundle() -> tuple[bytes, str]:
 
 def helper_entries() -> tuple[str, ...]:
     """The helper and the modules its table of operations names (it imports those by name, for a program op)."""
-    from deployer.supervisor.supervise_protocol import OPS
+    from deployer.supervisor.protocol import OPS
 
     return (HELPER, *sorted({op.module for op in OPS.values() if op.module}))
 

@@ -32,7 +32,7 @@ from deployer.profile.model import Profile
 from deployer.target.push import Layout, RunDir, new_run_id, profile_record, push, supervisor_config
 from deployer.remote.base import Remote
 from deployer.render.bundle import Bundle, render
-from deployer.supervisor.supervise_protocol import ProfileRecord, SuperviseConfig
+from deployer.supervisor.protocol import ProfileRecord, SuperviseConfig
 
 JOIN_S = 120.0   # the push's own steps time out well within this (SFTP 30 s per call, the hash check 60 s)
 

@@ -5,7 +5,7 @@ leaves, in its own run dir (its supervisor takes it from there: no watch), withi
 running (it is not half done: its supervisor runs it); so does everything when the lock is no longer ours. Only a
 version that had reached ready is brought back, as after a failure (restore.py). After kill -9 nothing runs here;
 the target repairs itself: before the stop, the attempts armed a guard on every target (target/process.py
-`arm_repair`, deployer/supervisor/supervise_guard.py) which, once the process holding the client's lease is gone
+`arm_repair`, deployer/supervisor/guard.py) which, once the process holding the client's lease is gone
 for a few seconds and the replace was not disarmed, takes the lock over, leaves a started replacement running or
 else starts the stopped version again, records it in the lock's history and releases the lock. Ctrl-C and SIGTERM
 bring back here and then disarm it (so do a normal end and a failure after Restore). Meanwhile, and where no guard

@@ -90,7 +90,7 @@ def diagnose_state(remote: Remote, run: RunDir, state: Mapping[str, Any], versio
                    engine: Engine) -> Diagnosis:
     """The diagnosis of a run's last engine death, from what its supervisor recorded (state.json)."""
     end = state.get("last_crash") or state
-    hung = hung_diagnosis(end)  # the hang rule ended it (supervise_hang): its progress and stacks
+    hung = hung_diagnosis(end)  # the hang rule ended it (hang): its progress and stacks
     if hung is not None:
         return hung
     probe = no_token_diagnosis(dict(end))

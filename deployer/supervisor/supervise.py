@@ -17,7 +17,7 @@ Stdlib only, Python >= 3.8.  `python3 supervise.py CMD ...`:
                              started for it are found in /proc (this user's processes whose argv or environment name
                              a run dir under it), stopped (SIGTERM, SIGKILL after the grace), and its @reboot entry
                              removed; print {"stopped": [pids], "groups": [pgids], "on_boot": ...}
-start claims the engine port host-wide first (supervise_ports.py); a port taken exits 75 naming its holder.
+start claims the engine port host-wide first (ports.py); a port taken exits 75 naming its holder.
 State: starting -> running -> ready [-> restarting -> running ...] -> stopped | exited | crashloop.
 Bad input exits 2, other failures 1, always with one line on stderr. The deployment lock is supervise_lease.py.
 """
@@ -36,13 +36,13 @@ import sys
 import time
 from typing import Any
 
-from .supervise_base import (
+from .base import (
     CRASHED, DEFAULTS, EXIT_BAD_INPUT, EXIT_BUSY, KILL_WAIT, LIVE, RUN_LOCK, START_TIMEOUT, STATE,
     STOP_REQUEST, SuperviseError, drain_s, group_alive, kill_group, load_config, read_env_file,
     open_dir, pid_alive, read_state, supervision, supervisor_alive, wait_until, write_json,
 )
-from .supervise_daemon import _daemon_main
-from .supervise_ports import PortTaken, claim_port, claimed_by, listener_of, port_bindable, port_holders
+from .daemon import _daemon_main
+from .ports import PortTaken, claim_port, claimed_by, listener_of, port_bindable, port_holders
 
 def _take_run_lock(run_dir: str) -> int:
     fd = os.open(os.path.join(run_dir, RUN_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
@@ -136,7 +136,7 @@ def _crontab(args: list[str], text: str | None = None) -> tuple[int, str]:
 
 # The @reboot command: `python -B -c BOOT_CHECK SCRIPT RUN_DIR LOG`. It runs the run's supervise.py only when every
 # directory on its real path, and the script itself, is root's or this user's and not writable by others (group
-# write only by the user's own private group; a directory only when sticky, as supervise_base.dir_problem says): a path another user came to control after `up` (a parent made world-writable, the
+# write only by the user's own private group; a directory only when sticky, as base.dir_problem says): a path another user came to control after `up` (a parent made world-writable, the
 # workdir swapped for that user's tree) is refused and nothing there runs or is written (issue 34). The log is
 # opened by the check (no link followed), not by a shell redirect through the path. No % (a newline to cron).
 BOOT_CHECK = (

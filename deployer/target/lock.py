@@ -1,13 +1,13 @@
 """The deployment lock, client side: take the target's lease, keep it alive, notice when it is lost.
 
-The lease itself lives on the target (deployer/supervisor/supervise_lease.py): an owner (user@client-host, pid,
+The lease itself lives on the target (deployer/supervisor/lease.py): an owner (user@client-host, pid,
 command, since), renewed by a heartbeat over the SSH connection, expiring `lease_s` after the last renewal. A
 background thread sends the heartbeat (over the command's helper conversation when it has one, else to a lease
 program of its own on an exec channel: deployer's own copy, sent in the exec line, never one on the target's disk);
 when the connection drops it re-takes the same lease over a new connection (the lease cannot be taken by anyone
 else before it expires). Every remote call of the operation goes through `Guarded`, which refuses to act once the
 lease may have expired or was broken: the operation then stops with LockLost instead of changing a target that
-someone else may now be changing. The target fences too (supervise_helper.py): a change that reaches it after the
+someone else may now be changing. The target fences too (helper.py): a change that reaches it after the
 lease stopped being ours is refused there (kind `fenced`), and reported here as the lost lock.
 """
 

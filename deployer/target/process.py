@@ -20,7 +20,7 @@ from deployer.errors import CommandFailed, PortBusy, TargetError
 from deployer.target.push import Layout, RunDir
 from deployer.remote.base import Remote, Result
 from deployer.remote.program import SUPERVISOR_PYTHON
-from deployer.supervisor.supervise_guard import INTENT as REPAIR_INTENT, ROUTER_INTENT
+from deployer.supervisor.guard import INTENT as REPAIR_INTENT, ROUTER_INTENT
 
 EXIT_BUSY = 75
 

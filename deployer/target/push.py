@@ -3,7 +3,7 @@
     <workdir>/<name>/lock, supervise.py, current -> runs/<id>
     <workdir>/<name>/runs/<id>/launch.sh (0700), env (0600), profile.json, supervise.py, supervise_guard.py,
                                supervise.json, state.json, engine.log, outcome.json
-(names and record keys: supervisor/supervise_protocol.py; supervise.py, the supervisor's program, and the entry
+(names and record keys: supervisor/protocol.py; supervise.py, the supervisor's program, and the entry
 files that run it for another module: remote/program.py.)
 Every file goes to a temporary name (in the helper's `install` request, or over SFTP when large) and is renamed
 into place after its hash is checked. A push
@@ -27,8 +27,8 @@ from deployer.remote.base import HelperRefused
 from deployer.remote.oneshot import UNSAFE_HINT
 from deployer.remote.program import ROOT_ENTRIES, RUN_DIR_ENTRIES, helper_bundle, payload_files
 from deployer.secrets import mask_data
-from deployer.supervisor.supervise_protocol import ENGINE_LOG, ENV_FILE, LAUNCH_SH, OUTCOME_JSON, PROFILE_JSON
-from deployer.supervisor.supervise_protocol import STATE_JSON, SUPERVISE_JSON, ProfileRecord, SuperviseConfig
+from deployer.supervisor.protocol import ENGINE_LOG, ENV_FILE, LAUNCH_SH, OUTCOME_JSON, PROFILE_JSON
+from deployer.supervisor.protocol import STATE_JSON, SUPERVISE_JSON, ProfileRecord, SuperviseConfig
 from deployer.target.supervised import FatalWatch, RecordFields, SupervisedSpec, process_record, supervise_config
 from deployer.target.tokenprobe import probe_config
 
@@ -158,7 +158,7 @@ def prepare(remote: Remote, layout: Layout) -> None:
 def make_owned_dirs(remote: Remote, path: str, owned_from: str) -> None:
     """`mkdir -p` on the target that refuses (TargetError, one line, nothing written) a directory chain another
     user controls: at or below `owned_from` ours alone, above it ours or root's and shared only with the sticky
-    bit (supervise_base.make_dirs: the helper's `mkdirs` request)."""
+    bit (base.make_dirs: the helper's `mkdirs` request)."""
     try:
         remote.helper.mkdirs(path, owned_from)   # a bare connection's raises its TargetError itself (oneshot)
     except HelperRefused as e:
@@ -186,13 +186,13 @@ def engine_spec(profile: Profile, written_hash: str | None = None) -> Supervised
 
 
 def supervisor_config(profile: Profile) -> SuperviseConfig:
-    """supervise.json (its format: supervisor/supervise_protocol.py)."""
+    """supervise.json (its format: supervisor/protocol.py)."""
     return supervise_config(engine_spec(profile))
 
 
 def profile_record(profile: Profile, bundle: Bundle, *, attempt: int, up_id: str,
                    written_hash: str | None = None) -> ProfileRecord:
-    """profile.json (its format: supervisor/supervise_protocol.py): what the target keeps about this attempt
+    """profile.json (its format: supervisor/protocol.py): what the target keeps about this attempt
     (secrets masked): enough for status/history from any laptop.
 
     written_hash: the content hash of the profile as the user wrote it, before preflight translated or healed it

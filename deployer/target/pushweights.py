@@ -1,5 +1,5 @@
 """Pushing a model directory to one host (`engine.weights.push`): the target-side receiver
-(deployer/supervisor/supervise_push.py) says what is there already, the missing bytes go over the transport's bulk
+(deployer/supervisor/push.py) says what is there already, the missing bytes go over the transport's bulk
 put as chunk files (SFTP, or inside the helper conversation when small; each checked by its sha256 on arrival),
 the receiver appends each to its staged file, checks every file whole against its sha256 and renames them into
 place, so a push either completes or leaves staged files the next one continues from.

@@ -20,13 +20,13 @@ from deployer.profile.host import probe_address
 from deployer.target.push import Layout, RunDir
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.target.process import status
-from deployer.supervisor.supervise_protocol import OUTCOME_JSON, PROFILE_JSON, UP, Outcome, ProfileRecord, State
+from deployer.supervisor.protocol import OUTCOME_JSON, PROFILE_JSON, UP, Outcome, ProfileRecord, State
 LINE_CHARS = 16 << 10     # one log line shown by `logs` (its head and end; the cut is noted)
 
 
 @dataclass(frozen=True)
 class RunView:
-    """One run's records as the target keeps them (their formats: supervisor/supervise_protocol.py)."""
+    """One run's records as the target keeps them (their formats: supervisor/protocol.py)."""
 
     run: RunDir
     record: ProfileRecord
@@ -101,7 +101,7 @@ def run_view(remote: Remote, layout: Layout, run_id: str, *, live: bool = True) 
 def view_of(run: RunDir, record: Mapping[str, Any], state: Mapping[str, Any],
             outcome: Mapping[str, Any] | None) -> RunView:
     """A RunView from the records' JSON as read from the target (the JSON edge: any release's records, each
-    reader tolerating a missing key, as supervise_protocol.py's formats say)."""
+    reader tolerating a missing key, as protocol.py's formats say)."""
     return RunView(run, cast(ProfileRecord, dict(record)), cast(State, dict(state)),
                    None if outcome is None else cast(Outcome, dict(outcome)))
 

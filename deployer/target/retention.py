@@ -24,7 +24,7 @@ from deployer.prepare.pushed import models_dir
 from deployer.prepare.weights import size_text
 from deployer.target.push import Layout, expand_workdir
 from deployer.remote.base import Remote
-from deployer.supervisor.supervise_base import LIVE
+from deployer.supervisor.base import LIVE
 
 DEFAULT_KEEP = 10
 MODELS_UNUSED_S = 24 * 3600.0   # a pushed directory no kept run loads stays this long after its last push or reuse

@@ -3,7 +3,7 @@
 `status`, `logs`, `history` need the run list, the current run, records, the live state, an env file (to mask
 what they show) and a log window. Asking each of those separately costs an exec channel or an SFTP session
 apiece, and every one runs the user's login shell (~150 ms with conda in .bashrc). Here they come from the
-supervisor's read-only `snapshot` (deployer/supervisor/supervise_snapshot.py) in one request: to the command's
+supervisor's read-only `snapshot` (deployer/supervisor/snapshot.py) in one request: to the command's
 target-side helper when the remote is a Conversation (the on-call commands open one: their only exec channel),
 else (a bare connection's `helper`, remote/oneshot.py) one exec whose program is sent over stdin from this
 deployer's own copy, so a target whose run dirs are damaged or whose payload is older still answers.

@@ -4,7 +4,7 @@ keeps about it (profile.json), each made from one `SupervisedSpec` by one functi
 An engine (push.supervisor_config / profile_record, from a Profile) and the fleet's router (fleet/router.py, from
 its RouterMember) are both such a process; they differ only in the fields below. The JSON keys and their order
 are the ones the previous releases wrote (tests/unit/records pins them): a field left ABSENT is not written.
-(The formats themselves: supervisor/supervise_protocol.py.)
+(The formats themselves: supervisor/protocol.py.)
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union, cast
 
-from deployer.supervisor.supervise_base import DEFAULT_LOGS, DEFAULT_RESTART
-from deployer.supervisor.supervise_protocol import (
+from deployer.supervisor.base import DEFAULT_LOGS, DEFAULT_RESTART
+from deployer.supervisor.protocol import (
     ENGINE_LOG, ENV_FILE, LAUNCH_SH, LogsConfig, ProbeConfig, ProfileRecord, SuperviseConfig,
 )
 

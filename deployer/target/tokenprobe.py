@@ -1,7 +1,7 @@
 """The one-token probe as deployer sends it: before `ready` (watch), in `deploy smoke`, and as the supervisor's
 configuration after ready (supervise.json's "probe").
 
-The request and the judgement of its answer are the supervisor's (supervisor/supervise_probe.py), so the
+The request and the judgement of its answer are the supervisor's (supervisor/probe.py), so the
 target-side probe and this one cannot drift apart; the endpoint is the engine's (Launch.completion_path), the
 model the name the engine serves (Engine.served_model), the load gauges the engine's metrics.yaml names.
 """
@@ -20,8 +20,8 @@ from deployer.observe.names import MetricNames, MetricNamesUnreadable, Quantity,
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.secrets import secret_var
 from deployer.profile.host import probe_address
-from deployer.supervisor.supervise_probe import generated, request_body
-from deployer.supervisor.supervise_protocol import ProbeConfig
+from deployer.supervisor.probe import generated, request_body
+from deployer.supervisor.protocol import ProbeConfig
 
 if TYPE_CHECKING:
     from deployer.profile.model import Profile
@@ -144,7 +144,7 @@ def probe_config(profile: Profile) -> ProbeConfig:
                            "running_metrics": running,
                            "waiting_metrics": waiting}
     progress, engine_labels = progress_names(engine.definition, engine.args)
-    if progress and health.hang_s != "off":  # added keys: only when there is something to judge (supervise_hang)
+    if progress and health.hang_s != "off":  # added keys: only when there is something to judge (hang)
         config["progress_metrics"] = progress
         if engine_labels:
             config["engine_labels"] = engine_labels

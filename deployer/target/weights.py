@@ -1,6 +1,6 @@
-"""Running the target-side fetch (deployer/supervisor/supervise_fetch.py) on one host and reading its lines.
+"""Running the target-side fetch (deployer/supervisor/fetch.py) on one host and reading its lines.
 
-The helper runs it (its `fetch` op: a program of its own, supervise_protocol.Op.program), its request (with the
+The helper runs it (its `fetch` op: a program of its own, protocol.Op.program), its request (with the
 token) goes to the program's stdin; its JSON lines become
 progress events, its last line the commit fetched or one line of error: a disk that cannot hold what is missing
 (DiskFull), a file that does not match the listing (TransferFailed), a hub that refuses or cannot be reached

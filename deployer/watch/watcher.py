@@ -30,9 +30,9 @@ from deployer.observe.timeline import Phase as TimelinePhase, Prediction, Timeli
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.target.process import Launch, listener, status
 from deployer.target.tokenprobe import TokenProbe
-from deployer.supervisor.supervise_base import ENDED
-from deployer.supervisor.supervise_daemon import ROTATION_MARK
-from deployer.supervisor.supervise_probe import NO_TOKEN
+from deployer.supervisor.base import ENDED
+from deployer.supervisor.daemon import ROTATION_MARK
+from deployer.supervisor.probe import NO_TOKEN
 from deployer.watch.fatal import FATAL_GRACE_S, fatal_line
 from deployer.watch.hubcache import HubCache
 from deployer.watch.progress import Bar, describe, human_bytes, parse

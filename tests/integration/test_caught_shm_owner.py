@@ -1,5 +1,5 @@
 """The supervisor's /dev/shm clean-up removes what the engine left there only when it is this user's own file
-(deployer/supervisor/supervise_daemon.py `ShmLedger`): another user's file the engine held open survives it
+(deployer/supervisor/daemon.py `ShmLedger`): another user's file the engine held open survives it
 (issue 33's audit: no test put another user's file there).
 
 The target is the real sshd with a /dev/shm of its own (`private_shm`: a tmpfs in its mount namespace, as a

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "faults"))
 from deploy_helpers import REPO, deploy, free_port, write_profile  # noqa: E402
 from faultbed import assert_lock_free, current_run, guard_of  # noqa: E402
 
-from deployer.supervisor.supervise_base import pid_alive  # noqa: E402
+from deployer.supervisor.base import pid_alive  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

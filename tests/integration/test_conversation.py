@@ -126,7 +126,7 @@ def test_an_unwritable_cache_runs_the_helper_from_memory(tmp_path: Path, monkeyp
         assert conv.shipped == 1 and conv.run("echo from-memory").stdout == "from-memory\n"
         receiver = conv.helper.program("push")   # a program op: the helper runs itself again, from the same memory
         receiver.send(b"{}\n")
-        assert json.loads(receiver.readline(30) or "{}")["error"] == "request"   # supervise_push.py's own answer
+        assert json.loads(receiver.readline(30) or "{}")["error"] == "request"   # push.py's own answer
         assert receiver.readline(30) is None    # and its end
         receiver.close()
     finally:
@@ -243,7 +243,7 @@ def test_start_line_is_one_shell_line_that_holds_no_secret_and_no_program() -> N
     line = start_line()
     # the loader only (~2 KB: verify, store, record the interpreter, load compiled code); the program (~90 KB)
     # travels over stdin
-    assert len(line) < 3000 < len(helper_bundle()[0]) and "supervise_lease" not in line
+    assert len(line) < 3000 < len(helper_bundle()[0]) and "lease" not in line
 
 
 def test_storing_a_new_helper_keeps_only_the_newest_versions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

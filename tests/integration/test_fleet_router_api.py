@@ -123,7 +123,7 @@ def test_the_router_refuses_a_foreign_worker_and_status_names_a_planted_one(
         assert call(f"{front}/workers", key=who)[0] == 401
     replicas = {str(w["url"]): str(w["id"]) for w in get_json(f"{front}/workers", key=key)[1]["workers"]}
     assert len(replicas) == 2 and foreign_url not in replicas
-    # the replicas `up` put in the router: the only workers its supervisor's watch judges (supervise_replicas)
+    # the replicas `up` put in the router: the only workers its supervisor's watch judges (replicas)
     assert json.loads((run.parent / "replicas.json").read_text())["urls"] == sorted(replicas)
     assert call(f"{front}/workers/{next(iter(replicas.values()))}", "DELETE", key=CLIENT_KEY)[0] == 401
     assert [chat(front) for _ in range(6)] == [200] * 6

@@ -1,4 +1,4 @@
-"""The target-side lease program (deployer/supervisor/supervise_lease.py) under the real python3: take, busy, heartbeat,
+"""The target-side lease program (deployer/supervisor/lease.py) under the real python3: take, busy, heartbeat,
 release, a dropped client's lease kept for its re-take, expiry and takeover, --break, and the lock history."""
 
 from __future__ import annotations

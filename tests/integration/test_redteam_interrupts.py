@@ -22,7 +22,7 @@ from deploy_helpers import deploy  # noqa: E402
 from faultbed import assert_lock_free, current_run, guard_of, start_deploy, wait_for_event  # noqa: E402
 from test_interrupts import STOPPING, replace_pair, wait_serving  # noqa: E402
 
-from deployer.supervisor.supervise_base import pid_alive  # noqa: E402
+from deployer.supervisor.base import pid_alive  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

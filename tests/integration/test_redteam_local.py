@@ -29,7 +29,7 @@ import pytest
 
 from deploy_helpers import deploy, free_port, write_profile
 from deployer.remote.program import helper_bundle, supervisor_source
-from deployer.supervisor import supervise_ports as ports
+from deployer.supervisor import ports
 from sshbed import SSHD, make_sshd
 
 pytestmark = [
@@ -140,12 +140,12 @@ def test_a_claim_dir_planted_with_a_symlink_changes_nothing(tmp_path: Path, sshd
 
 
 def _claim_as_nobody(arena: Path, port: int) -> subprocess.Popen[str]:
-    """nobody's own deployment, as far as the claim goes: supervise_ports' claim_port, held while it sleeps."""
+    """nobody's own deployment, as far as the claim goes: ports' claim_port, held while it sleeps."""
     lib = arena / "lib"
     lib.mkdir(exist_ok=True)
-    (lib / "supervise_ports.py").write_text(supervisor_source("supervise_ports"))
+    (lib / "ports.py").write_text(supervisor_source("ports"))
     lib.chmod(0o755)
-    code = (f"import sys, time; sys.path.insert(0, {str(lib)!r}); import supervise_ports as p; "
+    code = (f"import sys, time; sys.path.insert(0, {str(lib)!r}); import ports as p; "
             f"fd = p.claim_port({port}, '/home/nobody/work/theirs/runs/r1', 'theirs'); print('held', flush=True); "
             "time.sleep(60)")
     proc = subprocess.Popen(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--",
@@ -358,10 +358,10 @@ def _evil_table(python: str, victim: Path) -> bytes:
     """A compiled-code table (the previous release's format: a bare marshal of name -> code) whose helper module
     writes the victim before it serves, built by the target's own interpreter."""
     future = "from __future__ import annotations\n"
-    source = supervisor_source("supervise_helper").replace(
+    source = supervisor_source("helper").replace(
         future, future + f"open({str(victim)!r}, 'a').write('{PWNED} by the code table\\n')\n", 1)
     code = ("import marshal, sys; src = sys.stdin.read(); "
-            "sys.stdout.buffer.write(marshal.dumps({'supervise_helper': compile(src, 'x', 'exec')}))")
+            "sys.stdout.buffer.write(marshal.dumps({'helper': compile(src, 'x', 'exec')}))")
     return subprocess.run([python, "-c", code], input=source.encode(), capture_output=True, check=True,
                           timeout=30).stdout
 

@@ -300,7 +300,7 @@ def test_a_squatted_dist_init_port_names_the_squatter(tmp_path: Path, net_bed: H
 
 CLAIMER = """import sys, time
 sys.path.insert(0, sys.argv[1])
-import supervise_ports as p
+import ports as p
 fd = p.claim_port(int(sys.argv[2]), sys.argv[3], sys.argv[4])
 print("held", flush=True)
 time.sleep(120)
@@ -314,7 +314,7 @@ def test_a_forged_claim_note_on_a_worker_is_not_believed(tmp_path: Path, net_bed
 
     lib = arena / "lib"
     lib.mkdir(mode=0o755)
-    (lib / "supervise_ports.py").write_text(supervisor_source("supervise_ports"))
+    (lib / "ports.py").write_text(supervisor_source("ports"))
     (lib / "claimer.py").write_text(CLAIMER)
     forged_run = f"{net_bed.hosts[1].workdir}/{NAME}/runs/r1"
     cmd = (f"cd /; setsid {AS_NOBODY} /usr/bin/python3 -B {lib}/claimer.py {lib} {ENGINE_PORT} {forged_run} {NAME} "

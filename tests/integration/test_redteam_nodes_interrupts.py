@@ -21,7 +21,7 @@ from hostbed import HostBed  # noqa: E402
 from test_nodes_interrupts import STOPPING, currents, group_status, two_versions  # noqa: E402
 from test_nodes_up import bed  # noqa: E402,F401 (the two-host bed fixture)
 
-from deployer.supervisor.supervise_base import pid_alive  # noqa: E402
+from deployer.supervisor.base import pid_alive  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 NAME = "two-node"

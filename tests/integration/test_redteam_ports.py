@@ -131,7 +131,7 @@ def test_status_in_a_restart_backoff_never_calls_a_squatter_healthy(tmp_path: Pa
 def test_the_holder_is_named_by_pid_and_user_where_proc_shows_it(arena: Path, squat: list[Squatter]) -> None:
     """In the squatter's own PID namespace its fds can be read (as root): pid, command and user; the supervisor's
     listener check says the same and never calls it ours."""
-    from deployer.supervisor import supervise_ports as ports
+    from deployer.supervisor import ports
 
     port = free_port()
     squat.append(Squatter(arena, port))

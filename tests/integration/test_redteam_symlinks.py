@@ -4,7 +4,7 @@ The workdir lives in a world-writable sticky directory (as /tmp is). The other u
 setpriv) plants `<workdir>/<name>`, or the not-yet-existing workdir itself, as a symlink to a root-owned 0700
 directory: checks that stat through links accept it, and later that user re-points the link at a tree of its own
 whose `runs/<id>/launch.sh` the supervisor's restart would exec as root. Paths on the target are now walked a
-component at a time without following a link another user controls (supervise_base._Walk), and the supervisor runs
+component at a time without following a link another user controls (base._Walk), and the supervisor runs
 everything of a run relative to the directory it opened and checked once (its cwd), never by the path again.
 """
 

@@ -398,7 +398,7 @@ def test_a_restart_that_prints_a_fatal_error_and_hangs_is_ended_not_left_running
 
 
 def test_fatal_patterns_must_be_regular_expressions(tmp_path: Path) -> None:
-    from deployer.supervisor.supervise_base import SuperviseError, load_config
+    from deployer.supervisor.base import SuperviseError, load_config
 
     (tmp_path / "launch.sh").write_text("exit 0\n")
     (tmp_path / "supervise.json").write_text(json.dumps({"fatal_patterns": ["(unclosed"]}))

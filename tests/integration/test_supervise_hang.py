@@ -20,7 +20,7 @@ from sshbed import free_port
 from test_supervise_bash import READY, make_run, start, state_of, sup, wait_for
 from deployer.diagnose.hangkinds import classify
 from deployer.diagnose.hung import hung_diagnosis
-from deployer.supervisor.supervise_hang import reading_of
+from deployer.supervisor.hang import reading_of
 
 pytestmark = pytest.mark.integration
 __all__ = ["make_run"]  # the fixture, used by name

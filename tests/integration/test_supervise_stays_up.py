@@ -19,7 +19,7 @@ import pytest
 
 from sshbed import write_stand_in_crontab
 from test_supervise_bash import LAUNCH, READY, READY_THEN_SLEEP, SUPERVISE, make_run, start, state_of, status_is, sup, wait_for
-from deployer.supervisor.supervise_snapshot import rotated_window
+from deployer.supervisor.snapshot import rotated_window
 
 pytestmark = pytest.mark.integration
 __all__ = ["make_run"]  # the fixture, used by name

@@ -17,7 +17,7 @@ import pytest
 from deploy_helpers import deploy, write_profile
 from deployer.remote.base import Remote
 from deployer.remote.connect import connect
-from deployer.supervisor.supervise_base import HEARTBEAT_EVERY, HEARTBEAT_STALE
+from deployer.supervisor.base import HEARTBEAT_EVERY, HEARTBEAT_STALE
 
 pytestmark = pytest.mark.integration
 

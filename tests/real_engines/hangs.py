@@ -253,7 +253,7 @@ def restart_drains(prof: Path, home: Path, port: int, model: str, drain_s: float
 
 class StopWatch:
     """Polls a run's state.json every 50 ms (bounded) until it leaves `ready`: the supervisor saves `stopping`
-    just before it sends the engine SIGTERM (supervise_daemon.stop). `last_ready`: when the last look that still
+    just before it sends the engine SIGTERM (daemon.stop). `last_ready`: when the last look that still
     read `ready` began (the SIGTERM came after it); `seen_at`: when the first look that did not ended, and `seen`
     is set then (the clients' halt)."""
 

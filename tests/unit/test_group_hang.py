@@ -14,9 +14,9 @@ from typing import Any, Iterator
 import pytest
 
 from deployer.diagnose.diagnosis import group_peer_lost, peer_lost_reason
-from deployer.supervisor import supervise_group
-from deployer.supervisor.supervise_daemon import Daemon
-from deployer.supervisor.supervise_group import GroupWatch
+from deployer.supervisor import group
+from deployer.supervisor.daemon import Daemon
+from deployer.supervisor.group import GroupWatch
 
 
 class _Health(BaseHTTPRequestHandler):
@@ -38,7 +38,7 @@ class _Health(BaseHTTPRequestHandler):
 
 @pytest.fixture()
 def follower(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
-    monkeypatch.setattr(supervise_group, "HTTP_TIMEOUT", 0.4)
+    monkeypatch.setattr(group, "HTTP_TIMEOUT", 0.4)
     _Health.frozen.clear()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Health)
     server.daemon_threads = True

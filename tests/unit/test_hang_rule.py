@@ -23,10 +23,10 @@ from deployer.engines import engine_for
 from deployer.observe.names import load_metric_names
 from deployer.profile.model import Profile
 from deployer.render.bundle import render
-from deployer.supervisor.supervise_hang import (
+from deployer.supervisor.hang import (
     HANG_MAX_S, HANG_MIN_S, HANG_UNSEEN_S, HangRule, HangWatch, Reading, reading_of, readings_of,
 )
-from deployer.supervisor.supervise_stacks import dump_stacks, top_frames
+from deployer.supervisor.stacks import dump_stacks, top_frames
 from deployer.target.push import supervisor_config
 
 CASES = Path(__file__).resolve().parents[1] / "cases"

@@ -35,8 +35,8 @@ def test_the_tree_keeps_every_contract() -> None:
 
 
 @pytest.mark.parametrize("path, line, contract", [
-    ("supervisor/supervise_base.py", "import yaml", "imports only the standard library BROKEN"),
-    ("supervisor/supervise_daemon.py", "from deployer import errors", "imports only the standard library BROKEN"),
+    ("supervisor/base.py", "import yaml", "imports only the standard library BROKEN"),
+    ("supervisor/daemon.py", "from deployer import errors", "imports only the standard library BROKEN"),
     ("profile/model.py", "from deployer.cli import main", "leaves BROKEN"),
     ("remote/base.py", "from deployer.remote import local", "No import cycles between the modules of any package BROKEN"),
     ("engines/vllm/__init__.py", "from deployer.engines.sglang import spec", "No engine package imports another BROKEN"),

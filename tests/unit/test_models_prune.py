@@ -1,4 +1,4 @@
-"""supervise_push.models_prune, the helper's retention of pushed model directories (`engine.weights.push`): what
+"""push.models_prune, the helper's retention of pushed model directories (`engine.weights.push`): what
 no kept run loads goes (its directory, staging, chunks and record), unless it was pushed or reused lately or a push
 of it runs now; `dry` only says; a shared (hard-linked) file frees nothing and is not counted; nothing is followed
 through a symlink."""
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from deployer.supervisor.supervise_base import UnsafePath
-from deployer.supervisor.supervise_fetch import FetchError
-from deployer.supervisor.supervise_push import models_prune
+from deployer.supervisor.base import UnsafePath
+from deployer.supervisor.fetch import FetchError
+from deployer.supervisor.push import models_prune
 
 DAY = 24 * 3600.0
 

@@ -27,7 +27,7 @@ from deployer.nodes.watch import NodeSession
 from deployer.preflight.facts import Facts, Gpu, ModelFiles
 from deployer.profile.loader import load_profile
 from deployer.render.bundle import render
-from deployer.supervisor.supervise_group import GroupWatch
+from deployer.supervisor.group import GroupWatch
 
 PROFILE: dict[str, Any] = {
     "name": "llama-405b-2node",

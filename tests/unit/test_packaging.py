@@ -25,9 +25,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_wheel_holds_package_data(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in ("deployer/engines/sglang/launch.sh.j2", "deployer/supervisor/supervise.py",
-                   "deployer/supervisor/supervise_base.py",
-                   "deployer/supervisor/supervise_daemon.py", "deployer/supervisor/supervise_ports.py",
-                   "deployer/supervisor/supervise_lease.py",
+                   "deployer/supervisor/base.py",
+                   "deployer/supervisor/daemon.py", "deployer/supervisor/ports.py",
+                   "deployer/supervisor/lease.py",
                    "deployer/engines/sglang/signatures.yaml", "deployer/engines/sglang/renames.yaml",
                    "deployer/engines/vllm/launch.sh.j2", "deployer/engines/vllm/signatures.yaml",
                    "deployer/fleet/router_launch.sh.j2",

@@ -27,14 +27,19 @@ SUPERVISOR_DIR = Path(program_mod.__file__).parents[1] / "supervisor"
 
 
 def imported(name: str) -> set[str]:
-    """Every supervisor module `name` imports, however written (relative, or by the package's full name)."""
-    tree = ast.parse(supervisor_source(name))
-    found = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    found |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    return {m.rsplit(".", 1)[-1] for m in found if m.rsplit(".", 1)[-1].startswith("supervise")}
+    """Every supervisor module `name` imports, however written (`from .base import`, `from . import base`, or by
+    the package's full name)."""
+    package = {p.stem for p in SUPERVISOR_DIR.glob("*.py")} - {"__init__"}
+    found: set[str] = set()
+    for n in ast.walk(ast.parse(supervisor_source(name))):
+        if isinstance(n, ast.ImportFrom):
+            found |= {n.module.rsplit(".", 1)[-1]} if n.module else {a.name for a in n.names}
+        elif isinstance(n, ast.Import):
+            found |= {a.name.rsplit(".", 1)[-1] for a in n.names if "supervisor" in a.name}
+    return found & package
 
 
-@pytest.mark.parametrize("entries", [("supervise",), run_dir_entries(), helper_entries(), ("supervise_snapshot",)])
+@pytest.mark.parametrize("entries", [("supervise",), run_dir_entries(), helper_entries(), ("snapshot",)])
 def test_each_program_loads_every_module_it_imports_after_what_that_imports(entries: tuple[str, ...]) -> None:
     order = load_order(entries)
     assert set(entries) <= set(order) and len(order) == len(set(order))
@@ -43,12 +48,12 @@ def test_each_program_loads_every_module_it_imports_after_what_that_imports(entr
 
 
 def test_the_helper_ships_every_module_of_the_package_its_table_of_operations_names() -> None:
-    from deployer.supervisor.supervise_protocol import OPS
+    from deployer.supervisor.protocol import OPS
 
     shipped = set(load_order(helper_entries()))
     assert {op.module for op in OPS.values() if op.module} <= shipped
-    modules = {p.stem for p in SUPERVISOR_DIR.glob("supervise*.py")}
-    assert shipped == modules - {"supervise_guard"}   # the guard runs from a deployment's own files only
+    modules = {p.stem for p in SUPERVISOR_DIR.glob("*.py")}
+    assert shipped == modules - {"guard", "__init__"}   # the guard runs from a deployment's own files only
     for name in shipped:
         assert f"({name!r}, ".encode() in helper_bundle()[0]
 
@@ -65,7 +70,7 @@ def test_a_module_imported_only_by_another_is_shipped_and_a_cycle_is_this_deploy
 
 def test_a_run_dir_holds_the_supervisor_and_the_helper_ships_the_protocol() -> None:
     assert set(SUPERVISOR_FILES) == {"supervise.py", "supervise_guard.py"}
-    assert {"supervise_protocol", "supervise_guard", "supervise_lease"} <= set(load_order(run_dir_entries()))
+    assert {"protocol", "guard", "lease"} <= set(load_order(run_dir_entries()))
     assert set(payload_files(ROOT_ENTRIES)) == {"supervise.py", "supervise_guard.py", "supervise_lease.py"}
     assert b"SUPERVISE_JSON" in helper_bundle()[0]
 
@@ -89,8 +94,8 @@ def test_a_bare_connections_helper_runs_this_deployers_own_programs(tmp_path: Pa
 def test_the_helper_answers_exactly_the_protocols_ops() -> None:
     import io
 
-    from deployer.supervisor.supervise_helper import Helper
-    from deployer.supervisor.supervise_protocol import HELPER_OPS
+    from deployer.supervisor.helper import Helper
+    from deployer.supervisor.protocol import HELPER_OPS
 
     assert set(Helper(io.BytesIO()).ops) == set(HELPER_OPS)
 
@@ -108,4 +113,20 @@ def test_each_file_a_deployment_holds_runs_its_own_modules_main(name: str, usage
     done = subprocess.run([sys.executable, "-B", str(payload_program(name))], capture_output=True, text=True,
                           timeout=30)
     assert done.returncode != 0 and usage in done.stdout + done.stderr, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr
+
+
+def test_an_entry_file_an_older_deployer_wrote_still_runs_its_module_in_the_new_program(tmp_path: Path) -> None:
+    """A deployment root's supervise_guard.py written by a deployer from before the modules lost their `supervise_`
+    prefix names its module `supervise_guard`; beside a newer supervise.py it still runs the guard's main."""
+    import subprocess
+    import sys
+
+    from deployer.remote.program import ENTRY_FILE
+
+    (tmp_path / "supervise.py").write_bytes(payload_files(ROOT_ENTRIES)["supervise.py"])
+    (tmp_path / "supervise_guard.py").write_text(ENTRY_FILE % "supervise_guard")
+    done = subprocess.run([sys.executable, "-B", str(tmp_path / "supervise_guard.py")], capture_output=True,
+                          text=True, timeout=30)
+    assert done.returncode != 0 and "usage: supervise_guard.py arm" in done.stdout + done.stderr, done.stderr
     assert "Traceback" not in done.stderr

@@ -1,4 +1,4 @@
-"""Weights as a step of their own (issue 25, item 3): the target-side fetch (supervise_fetch.py, run for real as the
+"""Weights as a step of their own (issue 25, item 3): the target-side fetch (fetch.py, run for real as the
 program deployer ships, on this machine) against the local stand-in of the hub's file API (tests/standin/hubstub.py),
 and the profile pinned to the commit it fetched."""
 

@@ -1,5 +1,5 @@
 """`engine.weights.push` (issue 25): the directory read on the controller (regular files only, `.git`/`.cache` left
-out, sha256 kept in a cache), the profile rules, and the target-side receiver (supervise_push.py, run for real as
+out, sha256 kept in a cache), the profile rules, and the target-side receiver (push.py, run for real as
 the program deployer ships, on this machine through the local transport) in pieces smaller than its files."""
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ def test_status_is_never_0_while_the_routers_readiness_counts_fewer_workers_than
 
 def test_the_routers_guard_reads_the_pending_job_from_smgs_answer() -> None:
     """The guard on the router's host (stdlib) replaces a stale job the same way: the id from the real 409."""
-    from deployer.supervisor.supervise_guard import _pending
+    from deployer.supervisor.guard import _pending
 
     assert _pending(IN_PROGRESS) == JOB
     assert _pending({"error": f"Worker already exists at URL '{URL}' with ID {JOB}."}) == ""

@@ -1,5 +1,5 @@
 """Red team, issue #34: the helper's read-only ops (`read`, `size`, `listdir`, `find_bytes`) reach their path a
-component at a time without the kernel following links, as its writes do (supervise_files.open_to_read).
+component at a time without the kernel following links, as its writes do (files.open_to_read).
 
 Another user (the real `nobody`) plants a symlink in a sticky world-writable directory (as /tmp is) where deployer
 reads: the read is refused in one line naming the link and its owner, instead of returning what root's path leads

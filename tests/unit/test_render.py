@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from deployer.errors import RenderError
 from deployer.profile.model import Profile
 from deployer.render.bundle import SECRET_ARGV_VAR, EnvRef, flag_tokens, render, secret_var, sh_word
-from deployer.supervisor.supervise_base import read_env_file
+from deployer.supervisor.base import read_env_file
 
 # The engine python, replaced by a probe that records what it was started with: its cwd and argv as NUL-separated
 # bytes, then its environment as `env -0` prints it. A POSIX sh probe costs a fifth of a python one (about 20 ms

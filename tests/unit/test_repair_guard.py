@@ -1,4 +1,4 @@
-"""The target-side repair guard (deployer/supervisor/supervise_guard.py) and the lease's `inherit` mode: the guard
+"""The target-side repair guard (deployer/supervisor/guard.py) and the lease's `inherit` mode: the guard
 acts only while the gone client's own lease holds the lock, and leaves when the replace was disarmed or the lock
 was released, broken or taken by another. (Its repairs end to end: tests/integration/test_interrupts.py,
 test_nodes_interrupts.py, test_fleet_interrupts.py.)"""
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from deployer.supervisor import supervise_guard
-from deployer.supervisor.supervise_guard import INTENT, Guard
-from deployer.supervisor.supervise_lease import Refused, acquire, read_lease
+from deployer.supervisor import guard
+from deployer.supervisor.guard import INTENT, Guard
+from deployer.supervisor.lease import Refused, acquire, read_lease
 
 
 def dead_pid() -> int:
@@ -41,9 +41,9 @@ def deployment(tmp_path: Path, token: str, holder_pid: int) -> Path:
 
 @pytest.fixture(autouse=True)
 def quick(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(supervise_guard, "POLL_S", 0.01)
-    monkeypatch.setattr(supervise_guard, "REPAIR_WAIT_S", 0.05)
-    monkeypatch.setattr(supervise_guard, "LIFE_S", 5.0)
+    monkeypatch.setattr(guard, "POLL_S", 0.01)
+    monkeypatch.setattr(guard, "REPAIR_WAIT_S", 0.05)
+    monkeypatch.setattr(guard, "LIFE_S", 5.0)
 
 
 def test_inherit_takes_the_lease_only_from_the_token_it_names(tmp_path: Path) -> None:
@@ -77,7 +77,7 @@ def test_the_guard_changes_nothing_once_another_holds_the_lock(tmp_path: Path) -
 def test_the_guard_waits_while_the_clients_lease_holder_lives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The holder (the client's helper on the target) alive: no repair, whatever the time; the guard's life ends."""
     root = deployment(tmp_path, "client", os.getpid())
-    monkeypatch.setattr(supervise_guard, "LIFE_S", 0.3)
+    monkeypatch.setattr(guard, "LIFE_S", 0.3)
     repaired: list[str] = []
     monkeypatch.setattr(Guard, "repair", lambda self, intent, token: repaired.append(token) or "repaired")
     assert Guard(str(root), frozenset({"client"})).watch().startswith("left: the client did not finish")
@@ -114,7 +114,7 @@ def test_a_repair_whose_lock_is_broken_meanwhile_stops_where_it_is(tmp_path: Pat
         return None
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(supervise_guard, "_wait_ports", broken)
+        patch.setattr(guard, "_wait_ports", broken)
         said = Guard(str(root), frozenset({"client"})).repair(intent, "client")
     assert said.startswith("stopped: the lock was taken by x"), said
     assert not (root / "current").exists()
@@ -128,7 +128,7 @@ def router_replace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, new_starts: 
     root = deployment(tmp_path, "client", dead_pid())
     new = root / "runs" / "r2"
     new.mkdir(mode=0o700)
-    for name in supervise_guard.RUN_FILES if complete else supervise_guard.RUN_FILES[:2]:
+    for name in guard.RUN_FILES if complete else guard.RUN_FILES[:2]:
         (new / name).write_text("x")
     intent = dict(json.loads((root / INTENT).read_text()), new_run=str(new), ports=[])
     started: list[str] = []
@@ -164,7 +164,7 @@ def test_a_new_router_that_does_not_come_up_gives_way_to_the_old_one(
 def test_arm_refuses_a_new_run_that_is_the_old_one(tmp_path: Path) -> None:
     root = deployment(tmp_path, "client", os.getpid())
     run = str(root / "runs" / "r1")
-    with pytest.raises(supervise_guard.SuperviseError, match="same run"):
-        supervise_guard._replace_intent(str(root), {"old": run, "new": run, "grace": "1", "port": "8000,8001"})
-    assert supervise_guard._replace_intent(str(root), {"old": run, "grace": "1", "port": "8000,8001"})["ports"] == \
+    with pytest.raises(guard.SuperviseError, match="same run"):
+        guard._replace_intent(str(root), {"old": run, "new": run, "grace": "1", "port": "8000,8001"})
+    assert guard._replace_intent(str(root), {"old": run, "grace": "1", "port": "8000,8001"})["ports"] == \
         [8000, 8001]

@@ -14,17 +14,17 @@ from typing import Any, Callable
 
 import pytest
 
-from deployer.supervisor import supervise_guard
-from deployer.supervisor.supervise_guard import INTENT, Guard
-from deployer.supervisor.supervise_lease import acquire, update
+from deployer.supervisor import guard
+from deployer.supervisor.guard import INTENT, Guard
+from deployer.supervisor.lease import acquire, update
 from test_repair_guard import dead_pid, deployment
 
 
 @pytest.fixture(autouse=True)
 def quick(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(supervise_guard, "POLL_S", 0.01)
-    monkeypatch.setattr(supervise_guard, "REPAIR_WAIT_S", 0.05)
-    monkeypatch.setattr(supervise_guard, "LIFE_S", 5.0)
+    monkeypatch.setattr(guard, "POLL_S", 0.01)
+    monkeypatch.setattr(guard, "REPAIR_WAIT_S", 0.05)
+    monkeypatch.setattr(guard, "LIFE_S", 5.0)
 
 
 def _clock(at: dict[int, Callable[[], None]]) -> Callable[[], float]:
@@ -47,7 +47,7 @@ def _repairs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def _status(monkeypatch: pytest.MonkeyPatch, **state: Any) -> None:
-    monkeypatch.setattr(supervise_guard, "status_of", lambda run: dict(state))
+    monkeypatch.setattr(guard, "status_of", lambda run: dict(state))
 
 
 def _holder_dies(root: Path) -> Callable[[], None]:

@@ -1,4 +1,4 @@
-"""The fleet router's watch of its replicas (issue 37; supervisor/supervise_replicas.py): a HangRule per replica
+"""The fleet router's watch of its replicas (issue 37; supervisor/replicas.py): a HangRule per replica
 fed the real vLLM capture (tests/cases/metrics/vllm-0.32.0, its progress counter held or advanced) through a fake
 smg and fake replicas; only the frozen replica is DELETEd, a foreign worker and a held lease are left alone, a new
 engine is POSTed back once; the router's supervise.json carries the watch; `deploy status` shows the pull."""
@@ -22,7 +22,7 @@ from deployer.oncall.history import lock_event_text
 from deployer.output.fleet_status import status_lines
 from deployer.profile.loader import load_profile
 from deployer.secrets import secret_var
-from deployer.supervisor.supervise_replicas import READD_S, REPLICAS_FILE, ReplicaWatch, pending_job
+from deployer.supervisor.replicas import READD_S, REPLICAS_FILE, ReplicaWatch, pending_job
 
 CAPTURE = Path(__file__).resolve().parents[1] / "cases" / "metrics" / "vllm-0.32.0"
 ROUTER = ("127.0.0.1", 30080)

@@ -1,4 +1,4 @@
-"""Unit tests of the supervisor's safety rules for what deployer creates on the target (supervise_base): directory
+"""Unit tests of the supervisor's safety rules for what deployer creates on the target (base): directory
 chains no other user controls, files never opened through a symlink."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from deployer.supervisor import supervise_base as base
+from deployer.supervisor import base
 
 NOBODY = 65534
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="handing a directory to another user needs root")

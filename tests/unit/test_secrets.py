@@ -154,7 +154,7 @@ def test_var_items_of_lists_and_dicts_go_through_the_env_file(tmp_path: Path) ->
 
 
 def _env_of(bundle_env: str) -> dict[str, str]:
-    from deployer.supervisor.supervise_base import parse_env_text
+    from deployer.supervisor.base import parse_env_text
 
     return parse_env_text(bundle_env)
 

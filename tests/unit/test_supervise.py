@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deployer.supervisor import supervise as sv
-from deployer.supervisor import supervise_base as base
-from deployer.supervisor.supervise_base import SuperviseError, read_env_file
+from deployer.supervisor import base
+from deployer.supervisor.base import SuperviseError, read_env_file
 from payload import payload_program
 
 SUPERVISE = Path(sv.__file__)
@@ -230,9 +230,9 @@ def test_ports_free_and_busy() -> None:
 
 def test_source_stays_python38_and_stdlib_only() -> None:
     import ast
-    siblings = {"supervise_base", "supervise_daemon", "supervise_ports", "supervise_lease", "supervise_group", "supervise_probe",
-                "supervise_hang", "supervise_replicas", "supervise_stacks",
-                "supervise_protocol"}
+    siblings = {"base", "daemon", "ports", "lease", "group", "probe",
+                "hang", "replicas", "stacks",
+                "protocol"}
     for path in [SUPERVISE] + [SUPERVISE.with_name(f"{name}.py") for name in sorted(siblings)]:
         source = path.read_text()
         tree = ast.parse(source, feature_version=(3, 8))

@@ -1,4 +1,4 @@
-"""The target-side helper (deployer/supervisor/supervise_helper.py) as the target runs it: the one-file bundle
+"""The target-side helper (deployer/supervisor/helper.py) as the target runs it: the one-file bundle
 (remote/program.py) under the system python3, spoken to in line-delimited JSON over its stdin/stdout."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from deployer.supervisor.supervise_protocol import OPS
+from deployer.supervisor.protocol import OPS
 
 from deployer.remote.program import helper_bundle
 
@@ -186,7 +186,7 @@ def test_read_only_supervisor_commands_are_answered_inside_the_helper(helper: He
     assert not refused["ok"] and "only status, ports, listener" in refused["error"]
 
 
-# -- the file ops (supervise_files.py): inside the deployment dir only, never through a symlink --------------
+# -- the file ops (files.py): inside the deployment dir only, never through a symlink --------------
 
 def deployment(tmp_path: Path) -> Path:
     root = tmp_path / "dep"
@@ -328,7 +328,7 @@ def test_a_helper_whose_lease_was_broken_refuses_every_change_but_still_reads(tm
 
 def test_a_supervisor_may_restart_only_while_nobody_else_holds_the_lock_and_its_run_is_current(
         tmp_path: Path) -> None:
-    from deployer.supervisor import supervise_lease as lease
+    from deployer.supervisor import lease
 
     dep = tmp_path / "dep"
     run = dep / "runs" / "r1"
@@ -349,7 +349,7 @@ def test_a_supervisor_may_restart_only_while_nobody_else_holds_the_lock_and_its_
 
 
 def test_a_program_op_runs_its_module_as_a_child_with_its_lines_relayed_and_its_stdin_fed(helper: Helper) -> None:
-    """`push` (supervise_protocol.Op.program): the helper's payload runs again as its child; what `feed` writes is its
+    """`push` (protocol.Op.program): the helper's payload runs again as its child; what `feed` writes is its
     stdin, its lines come back as the request's stream, then its exit code; the conversation answers meanwhile."""
     started = helper.ask("push")
     assert started["ok"] and started["pid"] > 0
@@ -365,7 +365,7 @@ def test_a_program_op_runs_its_module_as_a_child_with_its_lines_relayed_and_its_
         else:
             replies[got["id"]] = got
     assert replies[fed]["ok"] is True
-    assert json.loads(lines[0]["line"])["error"] == "request"   # supervise_push.py's own answer to a bad request
+    assert json.loads(lines[0]["line"])["error"] == "request"   # push.py's own answer to a bad request
     assert lines[-1] == {"stream": started["id"], "end": 2}
     gone = helper.ask("feed", stream=started["id"], eof=True)
     assert gone["ok"] is False and gone["kind"] == "ended"

@@ -1,4 +1,4 @@
-"""supervise_install.env_build (the helper's op): the lock, the build, the record, the publish by symlink, reuse,
+"""install.env_build (the helper's op): the lock, the build, the record, the publish by symlink, reuse,
 a failed step, dead builds, and refusals; with small real commands as the steps (no venv: that is the
 integration test's, tests/integration/test_install_env.py)."""
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from deployer.supervisor.supervise_base import UnsafePath
-from deployer.supervisor.supervise_install import BuildRefused, env_build
+from deployer.supervisor.base import UnsafePath
+from deployer.supervisor.install import BuildRefused, env_build
 
 DIGEST = "0123456789abcdef"
 FREEZE = '[{"name": "Tiny_Pkg", "version": "1.0"}, {"name": "other", "version": "2"}]'
@@ -106,7 +106,7 @@ def test_refusals(tmp_path: Path) -> None:
 def test_prune_keeps_what_runs_use_what_was_used_lately_and_what_is_being_built(tmp_path: Path) -> None:
     import fcntl
 
-    from deployer.supervisor.supervise_install import env_prune
+    from deployer.supervisor.install import env_prune
 
     work = tmp_path / "work"
     root = work / ".deployer" / "envs"
@@ -148,7 +148,7 @@ def test_the_steps_of_a_build_end_with_the_conversation(tmp_path: Path) -> None:
     never writes into a build whose lock is gone."""
     import time
 
-    from deployer.supervisor import supervise_install
+    from deployer.supervisor import install
 
     work = tmp_path / "work"
     work.mkdir(mode=0o700)
@@ -157,10 +157,10 @@ def test_the_steps_of_a_build_end_with_the_conversation(tmp_path: Path) -> None:
         env_build(request(work, steps=[["sleep", "60"]]), dict(os.environ))))
     thread.start()
     deadline = time.monotonic() + 10
-    while not supervise_install.RUNNING and time.monotonic() < deadline:
+    while not install.RUNNING and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert supervise_install.RUNNING
-    supervise_install.stop_running()
+    assert install.RUNNING
+    install.stop_running()
     thread.join(10)
     assert replies and replies[0]["failed"] == "s0" and replies[0]["exit_code"] == -9
-    assert not supervise_install.RUNNING and not (work / ".deployer" / "envs" / DIGEST).exists()
+    assert not install.RUNNING and not (work / ".deployer" / "envs" / DIGEST).exists()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from deployer.supervisor import supervise as sv
-from deployer.supervisor import supervise_ports as ports
+from deployer.supervisor import ports
 from sshbed import free_port
 from payload import payload_program
 

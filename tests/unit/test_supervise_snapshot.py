@@ -18,13 +18,13 @@ from deployer.engines import engine_for
 from deployer.errors import NotFound, TargetError
 from deployer.oncall.deployment import diagnose_attempt, pick_run
 from deployer.remote.local import LocalRemote
-from deployer.supervisor import supervise_snapshot as snap_mod
+from deployer.supervisor import snapshot as snap_mod
 from deployer.target import snapshot
 from deployer.target.records import tail_lines, window_lines
 from payload import payload_program
 
 SCRIPT = Path(snap_mod.__file__)
-PROGRAM, SUPERVISE = payload_program("supervise_snapshot.py"), payload_program("supervise.py")  # as on the target
+PROGRAM, SUPERVISE = payload_program("snapshot.py"), payload_program("supervise.py")  # as on the target
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 RUN_A, RUN_B, RUN_C = "20260101T000000.000001Z-aaaaaaaa-a1", "20260102T000000.000001Z-bbbbbbbb-a1", \
     "20260103T000000.000001Z-cccccccc-a2"
@@ -73,8 +73,8 @@ def test_source_stays_python38_and_stdlib_only() -> None:
     assert "from __future__ import annotations" in source  # annotations are never evaluated on 3.8
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert imported <= set(sys.stdlib_module_names) | {"__future__", "deployer", "supervise", "supervise_base",
-                                                        "supervise_protocol"}
+    assert imported <= set(sys.stdlib_module_names) | {"__future__", "deployer", "supervise", "base",
+                                                        "protocol"}
     assert "removeprefix" not in source and "removesuffix" not in source  # 3.9 str methods
 
 

@@ -1,4 +1,4 @@
-"""The target's verdict on a run's supervisor (supervise_base.supervision) and what status makes of it
+"""The target's verdict on a run's supervisor (base.supervision) and what status makes of it
 (oncall.deployment.supervision_note): pure, no target. The real dead/frozen supervisors: tests/integration/
 test_supervisor_heartbeat.py."""
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from deployer.oncall.deployment import supervision_note
-from deployer.supervisor.supervise_base import HEARTBEAT_STALE, supervision
+from deployer.supervisor.base import HEARTBEAT_STALE, supervision
 
 NOW = 1_000_000.0
 

@@ -18,7 +18,7 @@ from deployer.errors import RetriesExhausted
 from deployer.profile.model import Profile
 from deployer.remote.fake import EngineScript, FakeRemote
 from deployer.runner.up import UpOptions, up
-from deployer.supervisor.supervise_probe import NO_TOKEN, TokenWatch, generated, load_of, request_body
+from deployer.supervisor.probe import NO_TOKEN, TokenWatch, generated, load_of, request_body
 from deployer.target.push import supervisor_config
 from waiting import wait_for
 

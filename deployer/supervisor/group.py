@@ -14,7 +14,7 @@ a restarted follower waits at the rendezvous for the restarted rank 0, and the g
 Node 0's looks run in a thread of their own (one round over every follower at most every `every_s`): a follower
 that does not answer costs its HTTP timeout there, never the daemon's loop, so the hang rule's clock and the
 heartbeat go on while a frozen follower is looked at. A rank that stops progressing while the others wait (a
-frozen follower holds rank 0 in its per-step collective) is the hang rule's to see on rank 0 (supervise_hang):
+frozen follower holds rank 0 in its per-step collective) is the hang rule's to see on rank 0 (hang):
 `silent()` then names the followers whose last look failed, for the hung record (the group restarts as a whole,
 as after any end of a rank).
 """

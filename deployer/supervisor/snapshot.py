@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """The read-only snapshot of a deployment that the on-call commands ask for in one round trip (issue 13).
 
-Runs on the TARGET (stdlib only, Python >= 3.8), in the helper (its `snapshot` request: supervise_helper.py;
+Runs on the TARGET (stdlib only, Python >= 3.8), in the helper (its `snapshot` request: helper.py;
 it is not pushed into run dirs, so `up` uploads nothing more).
-`python3 supervise_snapshot.py DIR [--runs N|all] [--log-tail BYTES|--log-lines N] [--previous]
+`python3 snapshot.py DIR [--runs N|all] [--log-tail BYTES|--log-lines N] [--previous]
 [--attempt failed|current]`
 prints one JSON object: the deployment's run ids, the current one, the records (profile/state/outcome) of the
 runs asked for, the live status of the current run (what `supervise.py status` says), the env file of the
@@ -25,8 +25,8 @@ import sys
 from typing import Any
 
 from .supervise import status_of
-from .supervise_base import CRASHED, EXIT_BAD_INPUT, SuperviseError
-from .supervise_protocol import ENGINE_LOG, OUTCOME_JSON, PROFILE_JSON, STATE_JSON
+from .base import CRASHED, EXIT_BAD_INPUT, SuperviseError
+from .protocol import ENGINE_LOG, OUTCOME_JSON, PROFILE_JSON, STATE_JSON
 
 RECORDS = (PROFILE_JSON, STATE_JSON, OUTCOME_JSON)
 RECORD_LIMIT = 4 << 20       # one JSON record (the deployer reads no more of one either)
@@ -198,7 +198,7 @@ def _line_ends(f: Any, start: int, end: int, keep: int) -> list[Any]:
 
 
 def rotated_window(path: str, tail: int, log_head: Any) -> dict[str, Any]:
-    """log_window across the supervisor's rotation (supervise_daemon.LogRotation): once engine.log was cut back
+    """log_window across the supervisor's rotation (daemon.LogRotation): once engine.log was cut back
     to its startup part and a marker ending at `log_head` (state.json), its last lines are what follows the marker
     preceded by the end of engine.log.1. `start` then counts the bytes of .1 before the window (0: all of it)."""
     window = log_window(path, tail)

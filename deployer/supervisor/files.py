@@ -1,14 +1,14 @@
-"""The helper's file ops on a deployment dir (supervise_helper.py answers them): what the pipeline used to send
+"""The helper's file ops on a deployment dir (helper.py answers them): what the pipeline used to send
 as shell lines (`ln -sfn`, `readlink`, `rm -rf`, `sha256sum`/`df`, `mkdir`, `ls`, `grep -b`, `dmesg`, the lease's
 `--show`, retention's run summary), each one request with a typed reply.
 
 Stdlib only, Python >= 3.8. The ops that change something (`link`, `remove`, `mkdir`) take `within`, the
 deployment dir: a path outside it is refused, and so is any symlink on the way from `within` to the path or a
-directory there that another user controls (supervise_base.check_dirs); nothing is ever written or removed
+directory there that another user controls (base.check_dirs); nothing is ever written or removed
 through a symlink. Refusals raise UnsafePath (kind `unsafe`) or OpRefused (its `kind`), one line each.
 
 The read-only ops (the helper's `read` and `size`, and `listdir`, `find_bytes`) open their path as the writes do,
-a component at a time from / (`open_to_read`: supervise_base's walk, openat with O_NOFOLLOW), never by path: a
+a component at a time from / (`open_to_read`: base's walk, openat with O_NOFOLLOW), never by path: a
 symlink another user owns, or a directory another user controls, on the way is refused in one line naming it and
 its owner, and the last component is never a link.
 
@@ -41,8 +41,8 @@ import subprocess
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from .supervise_base import UnsafePath, check_dirs, open_dir_to_read, open_file
-from .supervise_lease import public, read_lease
+from .base import UnsafePath, check_dirs, open_dir_to_read, open_file
+from .lease import public, read_lease
 
 READ_CHUNK = 1 << 20
 FIND_MAX = 1 << 30           # find_bytes reads at most this much of a log

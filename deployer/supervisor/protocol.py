@@ -35,14 +35,14 @@ ABSENT = "absent"                                                  # no state.js
 POLICIES: Tuple[str, ...] = ("no", "on-failure", "always")
 
 
-# -- the helper's wire protocol (line-delimited JSON: remote/conversation.py <-> supervise_helper.py) ----------
+# -- the helper's wire protocol (line-delimited JSON: remote/conversation.py <-> helper.py) ----------
 # Requests are {"id": N, "op": OP, ...}; replies {"id": N, "ok": true, ...} or {"id": N, "ok": false, "error": TEXT,
 # "kind": KIND}. A new deployer ships its own helper (content-addressed), so ops are only ever added.
 class Op(NamedTuple):
     """One helper operation. `changes`: it changes the target (a start, a write, a removal), so the helper fences it
     (refused, kind `fenced`, once a lease it holds is no longer ours). `module`: the supervisor module whose function
     of the op's name answers it (`FUNC(req) -> reply`; an exception with a `kind` is the error of that kind); None:
-    supervise_helper.Helper's method of that name (the ops that need the helper's own state). `program`: the
+    helper.Helper's method of that name (the ops that need the helper's own state). `program`: the
     module's `main` runs as a process of its own, the helper's child (the helper's payload run again, `OP` its
     argument), for as long as it takes: the reply `{pid}` comes at once, its stdout+stderr lines follow as
     `{"stream": N, "line": TEXT}` (N: the request's id) and its end as `{"stream": N, "end": EXIT_CODE}`; `feed
@@ -63,31 +63,31 @@ OPS: Dict[str, Op] = {
     "lease_take": Op(False),            # the deployment lock's lease (supervise_lease.py's rules): {word, data}
     "lease_beat": Op(False),            # {token, release} -> {word: OK|LOST|RELEASED, data}
     "supervise": Op(False),             # {argv}: a read-only supervisor command (IN_HELPER), answered in process
-    "snapshot": Op(False),              # {argv} -> {data}: supervise_snapshot.py's snapshot of a deployment dir
+    "snapshot": Op(False),              # {argv} -> {data}: snapshot.py's snapshot of a deployment dir
     "install": Op(True),                # {files: [{path, mode, sha256, data_b64}]} -> {digests}
     "read": Op(False),                  # {path, offset, limit} -> {data_b64}
     "size": Op(False),                  # {path} -> {size}
     "http": Op(False),                  # {method, address, port, path, headers, body_b64?, timeout} -> {status, ...}
     "mkdirs": Op(True),                 # {path, owned_from}: mkdir -p that refuses a chain another user controls
-    # supervise_files.py's: inside the deployment dir only, never through a symlink
-    "link": Op(True, "supervise_files"),
-    "readlink": Op(False, "supervise_files"),
-    "remove": Op(True, "supervise_files"),
-    "disk": Op(False, "supervise_files"),
-    "mkdir": Op(True, "supervise_files"),
-    "listdir": Op(False, "supervise_files"),
-    "find_bytes": Op(False, "supervise_files"),
-    "kernel_log": Op(False, "supervise_files"),
-    "lease_show": Op(False, "supervise_files"),
-    "runs": Op(False, "supervise_files"),
-    # supervise_install.py's managed environments (env_build runs its steps with the helper's lease tokens)
+    # files.py's: inside the deployment dir only, never through a symlink
+    "link": Op(True, "files"),
+    "readlink": Op(False, "files"),
+    "remove": Op(True, "files"),
+    "disk": Op(False, "files"),
+    "mkdir": Op(True, "files"),
+    "listdir": Op(False, "files"),
+    "find_bytes": Op(False, "files"),
+    "kernel_log": Op(False, "files"),
+    "lease_show": Op(False, "files"),
+    "runs": Op(False, "files"),
+    # install.py's managed environments (env_build runs its steps with the helper's lease tokens)
     "env_build": Op(True),
-    "env_prune": Op(True, "supervise_install"),
-    # supervise_push.py's retention of pushed model directories
-    "models_prune": Op(True, "supervise_push"),
+    "env_prune": Op(True, "install"),
+    # push.py's retention of pushed model directories
+    "models_prune": Op(True, "push"),
     # programs of their own, for minutes: not fenced, as when they were exec channels (the client's lock guards them)
-    "fetch": Op(False, "supervise_fetch", program=True),   # weights from the hub (supervise_fetch.py's lines)
-    "push": Op(False, "supervise_push", program=True),     # a model directory received (supervise_push.py's lines)
+    "fetch": Op(False, "fetch", program=True),   # weights from the hub (fetch.py's lines)
+    "push": Op(False, "push", program=True),     # a model directory received (push.py's lines)
     "feed": Op(False),                                       # {stream, data_b64?, eof?}: a program's stdin
 }
 HELPER_OPS: Tuple[str, ...] = tuple(OPS)
@@ -111,7 +111,7 @@ class LogsConfig(TypedDict, total=False):
 
 
 class ProbeConfig(TypedDict, total=False):
-    """The one-token probe after ready (supervise_probe.TokenWatch); absent in older files: no probe."""
+    """The one-token probe after ready (probe.TokenWatch); absent in older files: no probe."""
 
     path: str                   # the engine's completion endpoint (/v1/completions)
     model: str                  # the model name the engine serves
@@ -121,18 +121,18 @@ class ProbeConfig(TypedDict, total=False):
     interval_s: float           # 0: off
     failures: int               # failed probes in a row, while idle, that make a crash
     timeout_s: float            # one probe's wait for its token
-    exit_grace_s: float         # health.probe_exit_grace_s (absent: supervise_probe.EXIT_GRACE_S)
+    exit_grace_s: float         # health.probe_exit_grace_s (absent: probe.EXIT_GRACE_S)
     running_metrics: List[str]  # the engine's gauges of requests running / waiting (its metrics.yaml)
     waiting_metrics: List[str]
     api_key_env: str            # the env file variable holding the API key (--api-key), if one is set
-    progress_metrics: List[str]  # the engine's counters that advance on every step (the hang rule, supervise_hang)
+    progress_metrics: List[str]  # the engine's counters that advance on every step (the hang rule, hang)
     hang_s: float               # health.hang_s; absent: derived from the steps seen
     hang_poll_s: float          # seconds between two readings of /metrics by the hang rule (default 1)
     engine_labels: List[str]    # the labels that tell data-parallel engines apart (the hang rule judges each)
 
 
 class ReplicaWatchConfig(TypedDict, total=False):
-    """A fleet router's watch of its replicas (supervise_replicas): the hang rule on each, a hung one pulled."""
+    """A fleet router's watch of its replicas (replicas): the hang rule on each, a hung one pulled."""
 
     address: str                # where the supervisor reaches the router's API (smg, on its own host)
     port: int
@@ -166,7 +166,7 @@ class SuperviseConfig(TypedDict, total=False):
     on_boot: bool               # an @reboot crontab entry starts this run again after a reboot (removed by down)
     group: Dict[str, Any]       # one engine across nodes: the peers to watch (fleet/nodes)
     probe: ProbeConfig          # the one-token probe after ready
-    replica_watch: ReplicaWatchConfig  # a fleet's router: the hang rule on its replicas (supervise_replicas)
+    replica_watch: ReplicaWatchConfig  # a fleet's router: the hang rule on its replicas (replicas)
 
 
 class ProfileRecord(TypedDict, total=False):
@@ -215,7 +215,7 @@ class State(TypedDict, total=False):
     ready_at: Optional[float]
     ended_at: Optional[float]
     updated_at: float
-    heartbeat_at: Optional[float]  # rewritten at least every HEARTBEAT_EVERY s while the daemon runs (supervise_base)
+    heartbeat_at: Optional[float]  # rewritten at least every HEARTBEAT_EVERY s while the daemon runs (base)
     exit_code: Optional[int]
     signal: Optional[int]
     signal_name: Optional[str]
@@ -235,7 +235,7 @@ class State(TypedDict, total=False):
     rotated: int                # bytes of engine.log moved out to engine.log.1 so far (offsets shift by it)
     alive: bool
     supervisor_alive: bool
-    supervisor: Optional[str]   # added by `status`: ok | dead | frozen (supervise_base.supervision); None: ended
+    supervisor: Optional[str]   # added by `status`: ok | dead | frozen (base.supervision); None: ended
     heartbeat_age_s: Optional[float]
 
 

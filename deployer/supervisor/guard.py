@@ -67,15 +67,15 @@ import time
 from typing import Any, Callable
 
 from .supervise import cmd_stop, status_of
-from .supervise_base import (
+from .base import (
     EXIT_BAD_INPUT, SuperviseError, UnsafePath, check_dirs, open_file, pid_alive, write_json,
 )
-from .supervise_lease import (
+from .lease import (
     FENCE_ENV, LeaseError, Refused, acquire, held, record_event, still_ours, take_fence, update,
 )
-from .supervise_ports import claimed_by, port_bindable, port_holders
-from .supervise_protocol import ENV_FILE, LAUNCH_SH, PROFILE_JSON, SUPERVISE_JSON, UP
-from .supervise_replicas import pending_job, read_lease_at, router_call, worker_answers
+from .ports import claimed_by, port_bindable, port_holders
+from .protocol import ENV_FILE, LAUNCH_SH, PROFILE_JSON, SUPERVISE_JSON, UP
+from .replicas import pending_job, read_lease_at, router_call, worker_answers
 
 INTENT = "replace-intent.json"          # a replace's guard (arm)
 ROUTER_INTENT = "router-intent.json"    # a rolling restart's guard, in the router's deployment dir (arm-router)
@@ -156,7 +156,7 @@ def _busy(port: int) -> bool:
 
 
 def _held_by(port: int) -> str:
-    """Who holds `port`: 'pid N (comm) of user U', or the claim's holder, as supervise_ports names them."""
+    """Who holds `port`: 'pid N (comm) of user U', or the claim's holder, as ports names them."""
     return ", ".join(port_holders(port)) or claimed_by(port) or "a process unknown"
 
 
@@ -197,7 +197,7 @@ def _router_workers(intent: dict[str, Any], secret: str) -> set[str] | None:
     return {str(w.get("url")) for w in data["workers"] if isinstance(w, dict)}
 
 
-_worker_answers = worker_answers   # supervise_replicas: the router's watch of its replicas asks the same
+_worker_answers = worker_answers   # replicas: the router's watch of its replicas asks the same
 _pending = pending_job
 
 
@@ -528,10 +528,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return arm(sys.argv[1:] if argv is None else argv)
     except (SuperviseError, UnsafePath) as e:
-        print("supervise_guard: %s" % e, file=sys.stderr, flush=True)
+        print("guard: %s" % e, file=sys.stderr, flush=True)
         return getattr(e, "code", 1)
     except OSError as e:
-        print("supervise_guard: %s" % (e.strerror or e), file=sys.stderr, flush=True)
+        print("guard: %s" % (e.strerror or e), file=sys.stderr, flush=True)
         return 1
 
 

@@ -38,7 +38,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-from .supervise_probe import METRICS_PATH, _SAMPLE, exchange
+from .probe import METRICS_PATH, _SAMPLE, exchange
 
 HANG_MIN_S = 20.0
 HANG_MAX_S = 300.0

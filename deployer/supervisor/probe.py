@@ -6,7 +6,7 @@ the engine package), the judgement of its answer (a token, or why not), the load
 periodic probe after ready, run in a thread so a hung engine never stalls the daemon's loop.
 
 Both sides import it: deployer's watcher and smoke send the same request through the helper conversation and judge
-the answer with `generated`; the daemon (supervise_daemon.py) runs `TokenWatch` on the target. Stdlib only,
+the answer with `generated`; the daemon (daemon.py) runs `TokenWatch` on the target. Stdlib only,
 Python >= 3.8.
 
 A failed probe counts towards a crash only while the engine reports no request running or waiting: under load a
@@ -132,7 +132,7 @@ class Verdict:
 
 
 class TokenWatch:
-    """The periodic probe after ready (supervise.json's "probe", see supervise_protocol.ProbeConfig).
+    """The periodic probe after ready (supervise.json's "probe", see protocol.ProbeConfig).
 
     `due(now)` starts a probe in its own thread when the interval has passed and none is in flight; `result()`
     hands back a finished probe's Verdict once. `failures` counts failed probes in a row while the engine was idle;

@@ -22,11 +22,11 @@ import sys
 import time
 from typing import Any, Callable, List
 
-# The record formats and run statuses (one definition, shared with deployer): supervise_protocol.
-from .supervise_protocol import (  # re-exported: the statuses' old home
+# The record formats and run statuses (one definition, shared with deployer): protocol.
+from .protocol import (  # re-exported: the statuses' old home
     CRASHED as CRASHED, ENDED as ENDED, LIVE as LIVE, POLICIES as POLICIES, RUN_LOCK as RUN_LOCK, UP as UP,
 )
-from .supervise_protocol import (
+from .protocol import (
     ENGINE_LOG, ENV_FILE, LAUNCH_SH, STATE_JSON, STOP_REQUEST_JSON, SUPERVISE_JSON,
 )
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The deployment lock on the TARGET: a lease with an owner, renewed by heartbeats, that expires.
 
-Stdlib only, Python >= 3.8; deployer sends its own copy (with supervise_base) over stdin, `python3 -B - ARGS`, or
+Stdlib only, Python >= 3.8; deployer sends its own copy (with base) over stdin, `python3 -B - ARGS`, or
 its helper runs it in process (a copy kept beside supervise.py serves older deployers):
   LOCK_PATH --holder JSON --token T --lease S [--mode take|retake|break|replace] [--from HOLDER]
   LOCK_PATH --show
@@ -40,7 +40,7 @@ import sys
 import time
 from typing import Any
 
-from .supervise_base import EXIT_UNSAFE, UnsafePath, make_dirs, open_file
+from .base import EXIT_UNSAFE, UnsafePath, make_dirs, open_file
 
 EXIT_BUSY, EXIT_LOST, EXIT_BAD_INPUT, EXIT_FAILED = 75, 76, 2, 1
 MODES = ("take", "retake", "break", "replace", "inherit")
@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             os.close(fd)
     except LeaseError as e:
-        print(f"supervise_lease: {e}", file=sys.stderr, flush=True)
+        print(f"lease: {e}", file=sys.stderr, flush=True)
         return e.code
     except KeyboardInterrupt:
         return 130

@@ -1,6 +1,6 @@
 """Fetching a model repository from the hub's HTTP file API into the target's hub cache (STDLIB ONLY, Python >= 3.8).
 
-Run on the target as a program of its own (the helper's `fetch` op starts it as its child: supervise_protocol.Op;
+Run on the target as a program of its own (the helper's `fetch` op starts it as its child: protocol.Op;
 deployer/target/weights.py asks for it); one JSON request on stdin (the token travels there, never in argv), JSON
 lines out:
 
@@ -35,7 +35,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .supervise_base import UnsafePath, make_dirs, open_file
+from .base import UnsafePath, make_dirs, open_file
 
 CHUNK = 1 << 20
 PART = 64 << 20           # a file of two parts or more comes in parts at once (Parts), when asked for connections

@@ -19,7 +19,7 @@ import subprocess
 import time
 from typing import Any, Dict, List, Optional
 
-from .supervise_base import group_pids
+from .base import group_pids
 
 MAX_PROCESSES = 32
 PY_SPY_TIMEOUT_S = 5.0    # one py-spy dump takes ~0.3 s (measured on a real CPU engine: 0.26 s for all)

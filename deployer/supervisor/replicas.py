@@ -10,7 +10,7 @@ replica never stalls the daemon's loop), one cycle (`ReplicaWatch.cycle`):
   the worker set while they run; their `set_workers` supersedes any pull), and every rule starts afresh after it;
 - `GET /workers` (with the control key); each worker smg lists healthy that is one of the fleet's replicas as the
   last `up` put them in the router (REPLICAS_FILE in the router's deployment dir) gets a `HangRule`
-  (supervise_hang: the same rule, on the same series, as the replica's own supervisor), fed `GET <url>/metrics`;
+  (hang: the same rule, on the same series, as the replica's own supervisor), fed `GET <url>/metrics`;
 - a replica the rule says is hung is DELETEd from smg (it stops routing to it at once; what is in flight on it is
   left to the replica's restart) and recorded as pulled (`pulled`, the daemon's state.json and a lock event);
 - a pulled replica is added back once its /metrics shows a new engine (its progress went back, or it answers again
@@ -24,7 +24,7 @@ a pulled one's one-token completion up to TOKEN_TIMEOUT_S); the rule is judged o
 that delays the others' verdicts by as much, never makes one.
 
 Workers it did not pull are never touched: a foreign worker (not a replica of the fleet) is never judged, a
-draining or unhealthy one never pulled. The router's HTTP calls here are the guard's too (supervise_guard's re-add).
+draining or unhealthy one never pulled. The router's HTTP calls here are the guard's too (guard's re-add).
 
 Stdlib only, Python >= 3.8.
 """
@@ -40,10 +40,10 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 from urllib.parse import urlsplit
 
-from .supervise_base import UnsafePath, open_file
-from .supervise_hang import HangRule, readings_of
-from .supervise_lease import held, read_lease
-from .supervise_probe import METRICS_PATH, exchange, generated, request_body
+from .base import UnsafePath, open_file
+from .hang import HangRule, readings_of
+from .lease import held, read_lease
+from .probe import METRICS_PATH, exchange, generated, request_body
 
 REPLICAS_FILE = "replicas.json"  # {"urls": [...]}: the replicas the last `up` put in the router (fleet/router.py)
 POLL_S = 1.0

@@ -6,7 +6,7 @@ Stdlib only, Python >= 3.8. The deployer starts it once over a single exec chann
 target's login shell (its rc file: conda/pyenv init, ~150 ms) once instead of once per step. The helper announces
 itself with one line `{"hello": {...}}`, then reads requests
 
-    {"id": N, "op": OP, ...}        (OP: a name of supervise_protocol.OPS, the one table of operations)
+    {"id": N, "op": OP, ...}        (OP: a name of protocol.OPS, the one table of operations)
 
 and answers each with one line `{"id": N, "ok": true, ...}` or `{"id": N, "ok": false, "error": "...", "kind": K}`.
 Every request gets its answer, whatever it holds: nesting deeper than MAX_DEPTH, a number that is not finite or
@@ -19,7 +19,7 @@ come out of order and carry the request's id.
   inherited), killed with its whole process group after `timeout`; `{exit_code, stdout, stderr, timed_out}`.
 - `supervise {argv}`: a read-only supervisor command (`status`, `ports`, `listener`) answered in this process,
   with the exit code and output `supervise.py ARGV` would give (no python start-up per call).
-- `snapshot {argv}`: the read-only snapshot of a deployment dir (supervise_snapshot.py's `snapshot ARGV`), as
+- `snapshot {argv}`: the read-only snapshot of a deployment dir (snapshot.py's `snapshot ARGV`), as
   `{data}`: what status, logs and history read, answered in this process.
 - `install {files: [{path, mode, sha256, data_b64}]}`: write each file to a 0600 temp name beside it, fsync, check
   its sha256 as read back, then chmod and rename each into place (none placed if any cannot be written);
@@ -28,7 +28,7 @@ come out of order and carry the request's id.
   when another user owns or can write one at or below `owned_from`, or one above it without the sticky bit.
 - `read {path, offset, limit}`: at most `limit` bytes from `offset`, as `{data_b64}`; `size {path}`: `{size}`
   (null for no such file). Both reach the file a component at a time, never through a link another user owns, the
-  last component never a link (supervise_files.open_to_read; kind `unsafe`, one line naming it and its owner). A missing file is an error of kind `notfound`. One round trip each, where SFTP needs
+  last component never a link (files.open_to_read; kind `unsafe`, one line naming it and its owner). A missing file is an error of kind `notfound`. One round trip each, where SFTP needs
   a session (its own login shell) and an open/stat/read/close per read.
 - `http {method, address, port, path, headers, body_b64?, timeout}`: one HTTP/1.1 request from the target (a
   health check, the router's API): `{status, headers, body_b64}`; nothing answering is an error of kind
@@ -38,17 +38,17 @@ come out of order and carry the request's id.
   rules, events and file format); `{word: LOCKED|BUSY|LOST|UNSAFE, data}`. The helper keeps the lease file open.
 - `lease_beat {token, release}`: renew (or release) it; `{word: OK|LOST|RELEASED, data}`.
 - `env_build {root, owned_from, digest, build_id, steps, record, timeout}`: build a managed engine environment
-  once per host under its lock and publish it atomically (supervise_install.py); `env_prune {root, owned_from,
+  once per host under its lock and publish it atomically (install.py); `env_prune {root, owned_from,
   keep, min_age_s}`: retention of the ones no kept run uses. Both fenced.
 - `link`, `readlink`, `remove`, `disk`, `mkdir`, `listdir`, `find_bytes`, `kernel_log`, `lease_show`, `runs`: the
-  file ops of a deployment dir (supervise_files.py): inside the deployment dir only, never through a symlink.
-- `fetch`, `push`: programs of their own (supervise_fetch.py, supervise_push.py), minutes long: this payload run
+  file ops of a deployment dir (files.py): inside the deployment dir only, never through a symlink.
+- `fetch`, `push`: programs of their own (fetch.py, push.py), minutes long: this payload run
   again as a child (`python3 -B /dev/fd/N OP`, its text in a pipe), `{pid}` at once, then its stdout+stderr lines as
   `{"stream": N, "line": TEXT}` and `{"stream": N, "end": CODE}`; `feed {stream, data_b64?, eof?}` writes its stdin
   or closes it (it ends as it did when its exec channel closed). The helper's own end closes their stdin too.
 
 Dispatch: each op of the table is answered by this helper's method of its name or by its module's function of that
-name (supervise_protocol.Op); the ops the table marks `changes` are fenced first (below). An op's refusal that
+name (protocol.Op); the ops the table marks `changes` are fenced first (below). An op's refusal that
 carries a `kind` (UnsafePath: `unsafe`, OpRefused, BuildRefused, FetchError) is the error reply of that kind.
 
 Fencing: while the helper holds a lease, the ops the table marks `changes` (a start, a stop, a write: `run`,
@@ -56,7 +56,7 @@ Fencing: while the helper holds a lease, the ops the table marks `changes` (a st
 lease it holds is still current and unexpired; once one is not (someone broke the lock or took it over), they are
 refused for the rest of the conversation (kind `fenced`): the operation that lost its lock cannot start, stop or
 bring back anything. Commands run under a lease get its token in env DEPLOYER_LEASE_TOKENS (a supervisor
-started then checks it before each restart: supervise_lease.restart_refusal).
+started then checks it before each restart: lease.restart_refusal).
 
 EOF on stdin ends the conversation: the helper exits at once without releasing a lease it holds (as the lease
 program does: a client whose connection dropped re-takes it with its token, anyone else after it expires).
@@ -83,12 +83,12 @@ import threading
 from typing import Any, BinaryIO, Callable
 
 from .supervise import dispatch
-from .supervise_base import SuperviseError, UnsafePath, communicate_bounded, make_dirs
-from .supervise_lease import FENCE_ENV, LeaseError, Refused, acquire, still_ours, update
-from .supervise_snapshot import snapshot as take_snapshot
-from .supervise_protocol import IN_HELPER, OPS
-from .supervise_files import read_bytes, size_of
-from .supervise_install import env_build, stop_running
+from .base import SuperviseError, UnsafePath, communicate_bounded, make_dirs
+from .lease import FENCE_ENV, LeaseError, Refused, acquire, still_ours, update
+from .snapshot import snapshot as take_snapshot
+from .protocol import IN_HELPER, OPS
+from .files import read_bytes, size_of
+from .install import env_build, stop_running
 
 PROTOCOL = 1
 READ_MAX = 64 << 20
@@ -122,7 +122,7 @@ class Helper:
         self._lease_lock = threading.Lock()
         self._fenced: str | None = None  # why changes are refused: a lease this helper held is no longer ours
         self._supervise_lock = threading.Lock()  # their output is captured from sys.stdout: one at a time
-        # the protocol's table of operations (supervise_protocol.OPS): each answered by this helper's method of its
+        # the protocol's table of operations (protocol.OPS): each answered by this helper's method of its
         # name, or by its supervisor module's function of that name
         self.ops: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             name: functools.partial(self.start_program, name) if op.program else getattr(self, name)
@@ -169,7 +169,7 @@ class Helper:
             self.say({"id": rid, "ok": True, **op(req)})
         except RequestError as e:
             self.say({"id": rid, "ok": False, "error": str(e), "kind": e.kind})
-        except UnsafePath as e:   # a path another user controls, one line naming it (supervise_base)
+        except UnsafePath as e:   # a path another user controls, one line naming it (base)
             self.say({"id": rid, "ok": False, "error": str(e), "kind": "unsafe"})
         except LeaseError as e:
             self.say({"id": rid, "ok": False, "error": str(e), "kind": "lease"})
@@ -276,12 +276,12 @@ class Helper:
         return {}
 
     def env_build(self, req: dict[str, Any]) -> dict[str, Any]:
-        """supervise_install.py's build of a managed environment: its steps run with the lease tokens in their
+        """install.py's build of a managed environment: its steps run with the lease tokens in their
         environment as `run`'s commands do."""
         return env_build(req, self._fenced_env())
 
     def start_program(self, name: str, req: dict[str, Any]) -> dict[str, Any]:
-        """A program op (supervise_protocol.Op.program): this payload run again as a child, `name` its argument, its
+        """A program op (protocol.Op.program): this payload run again as a child, `name` its argument, its
         stdin the `feed` op's, its stdout+stderr lines relayed as stream lines of this request's id."""
         rid = req["id"]
         if not isinstance(rid, int):
@@ -330,7 +330,7 @@ class Helper:
         path, offset = str(req["path"]), int(req.get("offset") or 0)
         limit = min(int(req["limit"]), READ_MAX)   # a reply holds at most READ_MAX bytes (the client reads on)
         try:
-            data = read_bytes(path, offset, limit)   # a component at a time, no link followed (supervise_files)
+            data = read_bytes(path, offset, limit)   # a component at a time, no link followed (files)
         except FileNotFoundError:
             raise RequestError(f"{path}: no such file", "notfound") from None
         return {"data_b64": base64.b64encode(data).decode("ascii")}
@@ -524,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
         module = importlib.import_module("." + str(OPS[args[0]].module), __package__)
         return int(module.main(args[1:]))
     if not args or args[0] != "serve":
-        print("usage: supervise_helper.py serve [VERSION] | " + " | ".join(n for n, op in OPS.items() if op.program),
+        print("usage: helper.py serve [VERSION] | " + " | ".join(n for n, op in OPS.items() if op.program),
               file=sys.stderr)
         return 2
     try:

@@ -6,7 +6,7 @@ connection:
 
     env_build {root, owned_from, digest, build_id, steps: [{name, argv, env}], record, timeout}
         1. `root` (the envs dir) made if missing, refused (kind `unsafe`) when a directory on the way from
-           `owned_from` (the workdir) is a symlink or another user's (supervise_base.make_dirs).
+           `owned_from` (the workdir) is a symlink or another user's (base.make_dirs).
         2. flock(LOCK_EX) on `<root>/<digest>.lock` (O_NOFOLLOW, 0600), waiting at most `timeout`: two deployments
            building the same environment build it once; the kernel drops the lock when its holder dies.
         3. `<root>/<digest>` a link to a complete build (its record names `digest`): reused, nothing built.
@@ -41,7 +41,7 @@ import subprocess
 import time
 from typing import Any, Dict, List, Optional
 
-from .supervise_base import communicate_bounded, make_dirs, remove_entry, try_lock
+from .base import communicate_bounded, make_dirs, remove_entry, try_lock
 
 RECORD_NAME = "deployer-env.json"
 BUILD_MARK = ".build-"

@@ -40,11 +40,11 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from .supervise_base import UnsafePath, check_dirs, make_dirs, open_file, remove_entry, \
+from .base import UnsafePath, check_dirs, make_dirs, open_file, remove_entry, \
     try_lock
-from .supervise_fetch import FetchError, say, sha256_of, size_text, unlink_missing_ok, \
+from .fetch import FetchError, say, sha256_of, size_text, unlink_missing_ok, \
     write_all
-from .supervise_files import _inside
+from .files import _inside
 
 CHUNK = 1 << 20
 CONTENT_RE = re.compile(r"\A[0-9a-f]{64}\Z")

@@ -15,17 +15,17 @@ import time
 import traceback
 from typing import Any
 
-from .supervise_base import (
+from .base import (
     EXIT_FAILED, KILL_WAIT, HEARTBEAT_EVERY, LogScanner, SCAN_BEFORE_READY, SCAN_EVERY, STATE, STOP_REQUEST, TICK, backoff_delay,
     UnsafePath, decode_wait_status, drain_s, group_alive, group_pids, kill_group, note, open_dir, should_restart,
     signal_name, wait_until, write_json,
 )
-from .supervise_group import GroupWatch
-from .supervise_hang import HangWatch
-from .supervise_replicas import ReplicaWatch
-from .supervise_stacks import dump_stacks
-from .supervise_lease import record_event, restart_refusal, take_fence
-from .supervise_probe import NO_TOKEN, TokenWatch, Verdict
+from .group import GroupWatch
+from .hang import HangWatch
+from .replicas import ReplicaWatch
+from .stacks import dump_stacks
+from .lease import record_event, restart_refusal, take_fence
+from .probe import NO_TOKEN, TokenWatch, Verdict
 
 SHM = "/dev/shm"
 SHM_LOOK_EVERY = 5.0   # seconds between looks at what the engine's processes hold open in /dev/shm
@@ -230,15 +230,15 @@ class Daemon:
         self.stuck = False  # this run printed a fatal line and was ended for it
         self.rotation = LogRotation(self.log, cfg["logs"]) if isinstance(cfg.get("logs"), dict) else None
         self.fence = take_fence()  # the lease tokens it was started under: a restart needs no one else's lock
-        # the one-token probe after ready (supervise_probe); an older supervise.json has none
+        # the one-token probe after ready (probe); an older supervise.json has none
         self.probe = TokenWatch(cfg["probe"], env) if isinstance(cfg.get("probe"), dict) else None
         self.probe_dead: dict[str, Any] | None = None  # this run was ended by the probe: why
-        # the hang rule (supervise_hang): requests held and no engine step for health.hang_s
+        # the hang rule (hang): requests held and no engine step for health.hang_s
         hang = HangWatch(cfg["probe"], self.probe.once if self.probe is not None and self.probe.model else None) \
             if isinstance(cfg.get("probe"), dict) else None
         self.hang = hang if hang is not None and hang.enabled else None
         self.hung: dict[str, Any] | None = None  # this run was ended as hung: the rule's record and its stacks
-        # a fleet's router: the hang rule on each replica it routes to, a hung one pulled (supervise_replicas)
+        # a fleet's router: the hang rule on each replica it routes to, a hung one pulled (replicas)
         self.deployment = os.path.dirname(os.path.dirname(os.path.abspath(run_dir)))  # <deployment>/runs/<id>
         watch = ReplicaWatch(cfg["replica_watch"], env, self.deployment) \
             if isinstance(cfg.get("replica_watch"), dict) else None
@@ -703,7 +703,7 @@ def _close_fds_except(keep: list[int]) -> None:
 
 def _daemon_main(run_dir: str, cfg: dict[str, Any], env: dict[str, str], keep: list[int],
                  claim_fd: int | None = None, run_fd: int | None = None) -> None:
-    """The daemon's life. `run_fd`: the run dir as the caller opened and checked it (supervise_base.open_dir); it
+    """The daemon's life. `run_fd`: the run dir as the caller opened and checked it (base.open_dir); it
     becomes the cwd, and every file of the run is reached relative to it from then on, never by its path again."""
     code, report_fd = EXIT_FAILED, keep[0]
     daemon = None
