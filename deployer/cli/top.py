@@ -42,12 +42,12 @@ class Look:
 
 
 @dataclass(frozen=True)
-class Target:
+class Watched:
     label: str
     deployment: Deployment
 
 
-def _one(target: Target) -> Look:
+def _one(target: Watched) -> Look:
     try:
         report = target.deployment.top()
     except DeployError as e:
@@ -56,7 +56,7 @@ def _one(target: Target) -> Look:
                 nothing_found=[report.nothing_found] if report.nothing_found else [])
 
 
-def look(targets: Sequence[Target]) -> Look:
+def look(targets: Sequence[Watched]) -> Look:
     """Each target's top at once (one thread each; the hosts' connections are kept open by the caller)."""
     with ThreadPoolExecutor(max_workers=len(targets)) as pool:
         looks = list(pool.map(_one, targets))
@@ -85,7 +85,7 @@ def top(targets: tuple[str, ...], host: str | None, workdir: str | None, trust_n
         raise click.UsageError("give PROFILE or NAME (with --host), or --host alone for every deployment there")
     if not once and not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise click.UsageError("the live view needs a terminal; use --once (with --json in scripts)")
-    chosen = [Target(t or str(host), resolve(t, host, workdir, trust_new_host=trust_new_host, mode=READ))
+    chosen = [Watched(t or str(host), resolve(t, host, workdir, trust_new_host=trust_new_host, mode=READ))
               for t in (targets or (None,))]
     ctx = click.get_current_context()
     with kept_open():

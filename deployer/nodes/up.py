@@ -4,7 +4,7 @@ One SSH connection per node, opened and used concurrently (a small thread pool);
 is held before anything changes on any node. Preflight: node 0 runs the single-host preflight (and its healing,
 which then applies to every node), every node is checked for the same engine version, GPU count and model, the
 engine ports and node 0's dist-init port free, and the dist-init port reachable from every follower. The
-attempts are the one attempt runner's (deployer/runner), with `NodeGroup` as its shape: each attempt pushes
+attempts are the one attempt runner's (deployer/runner), with `NodeGroupShape` as its shape: each attempt pushes
 every node's run dir, stops what served before (every rank at once: the followers end on rank 0's shutdown),
 starts all ranks, and watches rank 0's log and health (the followers serve only a dummy health) and every
 follower's supervisor. When any rank dies, the whole
@@ -45,7 +45,7 @@ from deployer.render.bundle import render
 from deployer.runner.attempts import AttemptRunner
 from deployer.runner.weights import fetch_weights
 from deployer.runner.report import FailedNode, restart_summary
-from deployer.runner.shape import FollowerEnded, Found, Result, Shape, Target
+from deployer.runner.shape import FollowerEnded, Found, Result, Shape, HeldHost
 from deployer.runner.timing import stop_grace
 from deployer.secrets import masking_sink
 from deployer.target.process import status, stop
@@ -112,7 +112,7 @@ def up_nodes(profile: Profile, opts: UpOptions, emit: EventSink) -> NodesReport:
                              restart=restart_summary(profile.restart))
         for s, view in zip(sessions, at_once(lambda s: current_view(s.remote, s.layout), sessions)):
             s.serving = view if view is not None and view.alive else None
-        group = NodeGroup(sessions, network(sessions, profile))
+        group = NodeGroupShape(sessions, network(sessions, profile))
         tried: list[Change] = []
         base, version, dry = _preflight(group, profile, opts, tried, report, emit)
         base, _ = fetch_weights([s.remote for s in sessions], base, emit, group.each, group.sink,  # before a stop
@@ -130,7 +130,7 @@ def _hosts(plans: list[NodePlan]) -> str:
 
 # --- preflight --------------------------------------------------------------------------------------------------
 
-def _preflight(group: NodeGroup, profile: Profile, opts: UpOptions, tried: list[Change], report: UpReport,
+def _preflight(group: NodeGroupShape, profile: Profile, opts: UpOptions, tried: list[Change], report: UpReport,
                emit: EventSink) -> tuple[Profile, str | None, DryResolution | None]:
     """The profile every node runs (node 0's preflight healing applied) and the engine version; PreflightFailed
     naming the node when the nodes differ or cannot form the group."""
@@ -184,7 +184,7 @@ def _already_running(sessions: list[NodeSession], plans: list[NodePlan], opts: U
 
 # --- the node group as the attempt runner's shape ----------------------------------------------------------------
 
-class NodeGroup(Shape):
+class NodeGroupShape(Shape):
     """Every node pushed and started at once; rank 0's log and health watched with every follower's supervisor;
     a failure stops the whole group and is diagnosed from the rank that failed first."""
 
@@ -218,7 +218,7 @@ class NodeGroup(Shape):
         SIGTERM) within the grace."""
         return stop_grace(profile.restart.grace_s)
 
-    def stopping(self, serving: list[Target]) -> str:
+    def stopping(self, serving: list[HeldHost]) -> str:
         return f"stopping the running version on {len(serving)} node(s) to replace it"
 
     def watch(self, profile: Profile, emit: EventSink, prediction: Prediction | None = None) -> Result:

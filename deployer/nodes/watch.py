@@ -12,7 +12,7 @@ from deployer.nodes.net import NetFacts
 from deployer.nodes.plan import NodePlan
 from deployer.runner.fanout import at_once
 from deployer.profile.model import Profile
-from deployer.runner.shape import FollowerEnded, Target
+from deployer.runner.shape import FollowerEnded, HeldHost
 from deployer.target.process import status
 from deployer.target.tokenprobe import TokenProbe
 from deployer.watch.hubcache import hub_cache
@@ -22,7 +22,7 @@ from deployer.watch.watcher import DEAD_STATES, Outcome, Ready, Watcher
 
 
 @dataclass(kw_only=True)
-class NodeSession(Target):
+class NodeSession(HeldHost):
     """One node while `up` holds it: a target of the run (connection, layout, this attempt's run), and its plan."""
 
     plan: NodePlan

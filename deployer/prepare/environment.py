@@ -2,7 +2,7 @@
 nothing installed), check the host against what it would install (compat), then have the helper build it under
 its lock once per host (supervisor/install.py's `env_build`) or reuse the one already there.
 
-The target is reached through two callables the caller makes from its connection (`Target`: a shell command and a
+The target is reached through two callables the caller makes from its connection (`EnvHost`: a shell command and a
 helper request), so this module stays below the remote layer. A failure is one line (TargetError, exit 4): the
 compatibility problems, or the build's output as diagnose_install says it; never a traceback.
 """
@@ -47,7 +47,7 @@ Call = Callable[[str, "dict[str, Any]", float, str], "dict[str, Any]"]
 
 
 @dataclass(frozen=True)
-class Target:
+class EnvHost:
     """The target as this module needs it: `shell(cmd, timeout, stdin)` and `call(op, fields, wait_s, what)` (the
     helper's request), `workdir` absolute on the target, `label` its name in messages."""
 
@@ -118,7 +118,7 @@ def human_bytes(size: int) -> str:
     return f"{size} B"
 
 
-def prepare_environment(target: Target, install: EngineInstall, demand: Demand, emit: EventSink, *,
+def prepare_environment(target: EnvHost, install: EngineInstall, demand: Demand, emit: EventSink, *,
                         build: bool = True) -> EnvPrepared:
     """The environment `install` names, ready on the target (`build`), or only checked and resolved (plan).
     PreflightFailed when the host cannot run what it would install; TargetError when the build fails."""
@@ -152,11 +152,11 @@ def prepare_environment(target: Target, install: EngineInstall, demand: Demand, 
 # --- the target's facts ---------------------------------------------------------------------------------------
 
 
-def _sh(target: Target, argv: list[str], timeout: float = PROBE_TIMEOUT_S, stdin: bytes | None = None) -> Ran:
+def _sh(target: EnvHost, argv: list[str], timeout: float = PROBE_TIMEOUT_S, stdin: bytes | None = None) -> Ran:
     return target.shell(" ".join(shlex.quote(a) for a in argv), timeout, stdin)
 
 
-def probe(target: Target, spec: EnvSpec) -> tuple[TargetTools, PipConfig]:
+def probe(target: EnvHost, spec: EnvSpec) -> tuple[TargetTools, PipConfig]:
     """The build python's version, its pip, uv on PATH, and the target's pip configuration. TargetError when the
     build python does not run."""
     cmds = probe_commands(spec)
@@ -175,14 +175,14 @@ def probe(target: Target, spec: EnvSpec) -> tuple[TargetTools, PipConfig]:
     return tools, parse_pip_config(config.stdout if config.exit_code == 0 else "")
 
 
-def _plan(spec: EnvSpec, target: Target, tools: TargetTools, config: PipConfig) -> InstallPlan:
+def _plan(spec: EnvSpec, target: EnvHost, tools: TargetTools, config: PipConfig) -> InstallPlan:
     try:
         return plan_install(spec, target.workdir, tools, config, uuid.uuid4().hex[:12])
     except ValueError as exc:
         raise TargetError(target.says(f"{target.label}: {exc}")) from None
 
 
-def resolve(target: Target, spec: EnvSpec, tools: TargetTools, plan: InstallPlan) -> tuple[ResolvedDist, ...]:
+def resolve(target: EnvHost, spec: EnvSpec, tools: TargetTools, plan: InstallPlan) -> tuple[ResolvedDist, ...]:
     """What the spec would install, nothing installed, nothing created: by the build python's own pip
     (`--dry-run --report`, pip >= 22.2: with each archive's URL and size), else, when uv builds, by uv
     (`uv pip compile`: names and versions) so that a python with an old pip or none is resolved all the same.
@@ -198,7 +198,7 @@ def resolve(target: Target, spec: EnvSpec, tools: TargetTools, plan: InstallPlan
     return tuple(d for d in resolved if canonical_name(d.name) not in spec.remove)
 
 
-def _resolved_by_pip(target: Target, spec: EnvSpec) -> tuple[ResolvedDist, ...]:
+def _resolved_by_pip(target: EnvHost, spec: EnvSpec) -> tuple[ResolvedDist, ...]:
     # pip's own flags, never uv's (--index-strategy, --allow-insecure-host): pip reads the target's configuration
     # itself, which is where uv's flags were taken from
     argv = [spec.python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", "-",
@@ -218,7 +218,7 @@ def _resolved_by_pip(target: Target, spec: EnvSpec) -> tuple[ResolvedDist, ...]:
         return dists
 
 
-def _resolved_by_uv(target: Target, spec: EnvSpec, step: Step) -> tuple[ResolvedDist, ...]:
+def _resolved_by_uv(target: EnvHost, spec: EnvSpec, step: Step) -> tuple[ResolvedDist, ...]:
     env = ["env", *(f"{k}={v}" for k, v in step.env)] if step.env else []
     ran = _sh(target, [*env, *step.argv], RESOLVE_TIMEOUT_S, "".join(p + "\n" for p in spec.packages).encode())
     if ran.exit_code != 0:
@@ -226,7 +226,7 @@ def _resolved_by_uv(target: Target, spec: EnvSpec, step: Step) -> tuple[Resolved
     return parse_uv_compile(ran.stdout)
 
 
-def host_facts(target: Target, python_version: str | None) -> HostFacts:
+def host_facts(target: EnvHost, python_version: str | None) -> HostFacts:
     """nvidia-smi (driver, CUDA, GPUs), /dev/shm, free bytes under the workdir: None/() where not answered."""
     smi = target.facts_shell(FACT_COMMANDS["smi"])
     driver, cuda = parse_smi(smi.stdout) if smi.exit_code == 0 else (None, None)
@@ -240,7 +240,7 @@ def host_facts(target: Target, python_version: str | None) -> HostFacts:
                      env_free_bytes=parse_df_available(disk.stdout) if disk.exit_code == 0 else None)
 
 
-def _checked(target: Target, resolved: tuple[ResolvedDist, ...], demand: Demand, python_version: str | None
+def _checked(target: EnvHost, resolved: tuple[ResolvedDist, ...], demand: Demand, python_version: str | None
              ) -> tuple[str, ...]:
     """The compatibility rules against this host: PreflightFailed with every error (one line each); the
     warnings returned."""
@@ -261,7 +261,7 @@ class _Built:
     steps: tuple[dict[str, Any], ...] = field(default=())
 
 
-def _published(target: Target, paths: EnvPaths) -> EnvRecord | None:
+def _published(target: EnvHost, paths: EnvPaths) -> EnvRecord | None:
     """The record of the environment already published for this digest (None: not built, or not intact), asked
     under its lock (a build of it in progress is waited for, then reused) and marked as used just now."""
     fields = {"root": paths.root, "owned_from": target.workdir, "digest": paths.digest, "build_id": "reuse",
@@ -276,7 +276,7 @@ def _published(target: Target, paths: EnvPaths) -> EnvRecord | None:
     return record if record.intact and record.digest == paths.digest else None
 
 
-def prune_environments(target: Target, in_use: set[str], min_age_s: float) -> list[str]:
+def prune_environments(target: EnvHost, in_use: set[str], min_age_s: float) -> list[str]:
     """Retention: the environments under the workdir no kept run uses and not used for `min_age_s` removed (with
     dead builds); the names removed."""
     fields = {"root": f"{target.workdir.rstrip('/')}/{ENVS_DIR}", "owned_from": target.workdir,
@@ -285,7 +285,7 @@ def prune_environments(target: Target, in_use: set[str], min_age_s: float) -> li
     return [str(n) for n in reply.get("removed") or ()]
 
 
-def _build(target: Target, plan: InstallPlan, tools: TargetTools, config: PipConfig,
+def _build(target: EnvHost, plan: InstallPlan, tools: TargetTools, config: PipConfig,
            resolved: tuple[ResolvedDist, ...]) -> _Built:
     steps = [{"name": s.name, "argv": list(s.argv), "env": dict(s.env)}
              for s in plan.build_steps]
@@ -309,7 +309,7 @@ def _build(target: Target, plan: InstallPlan, tools: TargetTools, config: PipCon
     return _Built(built, bool(reply.get("reused")), tuple(reply.get("steps") or ()))
 
 
-def _failure_line(target: Target, output: str, tool: str, prefix: str = "the environment cannot be resolved") -> str:
+def _failure_line(target: EnvHost, output: str, tool: str, prefix: str = "the environment cannot be resolved") -> str:
     prefix = prefix.replace("the environment", target.env_name, 1)
     return f"{prefix} on {target.label}: {target.says(diagnose_install(output, tool).line)}"
 

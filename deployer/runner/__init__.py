@@ -10,7 +10,7 @@ watched and diagnosed) is behind the small `Shape` interface (shape.py); the sin
     timing.py   the waits and caps every stop/start shares (PORT_WAIT_S, the stop grace cap)
     logs.py     an attempt's log window and its diagnosis (single host, and a rank of a group)
     history.py  the local history rows of one `up` (off for the Python API)
-    shape.py    Target (one host in the run), Shape (the per-shape steps), SingleHost
+    shape.py    HeldHost (one host in the run), Shape (the per-shape steps), SingleHostShape
     attempts.py AttemptRunner
     restore.py  bring back the previous version after a failed replace
 """

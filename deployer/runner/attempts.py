@@ -33,7 +33,7 @@ from deployer.runner.logs import attempt_values, log_head
 from deployer.runner.report import AttemptReport, PhaseSeen, UpOptions, UpReport
 from deployer.runner.restore import Restore, amend
 from deployer.runner.startup import StartPlan, timeline_of
-from deployer.runner.shape import Found, Result, Shape, Target, result_name, result_text
+from deployer.runner.shape import Found, Result, Shape, HeldHost, result_name, result_text
 from deployer.runner.timing import PORT_WAIT_S, RETRY_PORT_WAIT_S, stop_grace
 from deployer.target.process import ReplaceGuard, arm_repair, disarm_repair, drain_of, listener, stop
 from deployer.target.switch import Ports, switch_to
@@ -81,11 +81,11 @@ class AttemptRunner:
     profiles: list[Profile] = field(default_factory=list)   # each target's profile in this attempt
     rows: AttemptRows = field(init=False)
     past: list[PastStart] | None = None       # the starts the target's records keep (read at attempt 1)
-    guarded: list[Target] = field(default_factory=list)   # targets whose repair guard is armed (_stop_one)
+    guarded: list[HeldHost] = field(default_factory=list)   # targets whose repair guard is armed (_stop_one)
     left_stopped: str | None = None           # why a failure leaves the stopped version stopped (the guard is told)
 
     @property
-    def targets(self) -> list[Target]:
+    def targets(self) -> list[HeldHost]:
         return self.shape.targets
 
     def run(self) -> UpReport:
@@ -206,7 +206,7 @@ class AttemptRunner:
         self.shape.each(lambda t: self._stop_one(t, grace), serving)
         return True
 
-    def _stop_one(self, target: Target, grace: float) -> None:
+    def _stop_one(self, target: HeldHost, grace: float) -> None:
         """Arm the target's repair guard (a version that reached ready comes back by itself if this client dies
         before the replace is done: supervise_guard.py), then stop the version that served there."""
         view = target.serving
@@ -257,7 +257,7 @@ class AttemptRunner:
 
     def _record(self, outcome: dict[str, object]) -> None:
         """outcome.json on every target that has this attempt's run (best effort)."""
-        def one(target: Target) -> None:
+        def one(target: HeldHost) -> None:
             if target.run is None:
                 return
             try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from deployer.local_history import History
 from deployer.profile.model import Profile
 from deployer.runner.report import AttemptOutcome, AttemptReport
-from deployer.runner.shape import Target
+from deployer.runner.shape import HeldHost
 
 
 class AttemptRows:
@@ -14,7 +14,7 @@ class AttemptRows:
         self.history = History() if enabled else None
         self.open: list[int] = []
 
-    def begin(self, targets: list[Target], profiles: list[Profile], *, up_id: str, attempt: int,
+    def begin(self, targets: list[HeldHost], profiles: list[Profile], *, up_id: str, attempt: int,
               content_hash: str) -> None:
         if self.history is None:
             return

@@ -14,7 +14,7 @@ from functools import partial
 from deployer.errors import DeployError, TargetError
 from deployer.events import Event, EventSink
 from deployer.prepare.compat import Demand
-from deployer.prepare.environment import EnvPrepared, Ran, Target, prepare_environment, prune_environments, \
+from deployer.prepare.environment import EnvPrepared, Ran, EnvHost, prepare_environment, prune_environments, \
     warn_all
 from deployer.prepare.envspec import ENVS_DIR, envs_in_use
 from deployer.prepare.pushed import PushNeeded, WeightsNeeded
@@ -28,18 +28,18 @@ from deployer.runner.weights import plan_weights, prepare_weights
 from deployer.target.push import expand_workdir
 
 
-def env_target(remote: Remote, profile: Profile) -> Target:
+def env_target(remote: Remote, profile: Profile) -> EnvHost:
     """The target as deployer/prepare/environment.py reaches it: this connection's shell and helper, the profile's
     workdir there, the engine's environment for the facts."""
     return replace(env_target_at(remote, profile.target.workdir), engine_env=tuple(sorted(engine_env(profile).items())))
 
 
-def env_target_at(remote: Remote, workdir: str) -> Target:
+def env_target_at(remote: Remote, workdir: str) -> EnvHost:
     def shell(cmd: str, timeout: float, stdin: bytes | None) -> Ran:
         result = remote.run(cmd, timeout=timeout, check=False, stdin=stdin)
         return Ran(result.exit_code, result.stdout, result.stderr)
 
-    return Target(shell=shell, call=remote.helper.call, workdir=expand_workdir(remote, workdir), label=remote.label)
+    return EnvHost(shell=shell, call=remote.helper.call, workdir=expand_workdir(remote, workdir), label=remote.label)
 
 
 # An environment used (built or reused) within this long is kept even when no run references it yet: a deployment

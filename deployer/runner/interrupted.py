@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from deployer import interrupts
 from deployer.errors import DeployError, LockLost
 from deployer.events import EventSink, Info
-from deployer.runner.shape import Shape, Target
+from deployer.runner.shape import Shape, HeldHost
 from deployer.runner.timing import PORT_WAIT_S
 from deployer.target.process import check_port, start, status, stop
 from deployer.target.push import set_current
@@ -58,7 +58,7 @@ class Interrupted:
                                    f"({view.run.run_id}) again{self.shape.everywhere}; it is loading (see `deploy "
                                    f"status`)"))
 
-    def _again(self, target: Target) -> Target | None:
+    def _again(self, target: HeldHost) -> HeldHost | None:
         view = target.serving
         assert view is not None
         if target.run is not None and target.run.run_id != view.run.run_id and \

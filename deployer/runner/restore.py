@@ -16,7 +16,7 @@ from deployer.errors import DeployError, DiskFull, LockLost
 from deployer.events import EventSink, Restored, RollingBack
 from deployer.profile.model import Profile
 from deployer.runner.report import RestoredVersion, UpReport
-from deployer.runner.shape import Result, Shape, Target, result_name, result_text
+from deployer.runner.shape import Result, Shape, HeldHost, result_name, result_text
 from deployer.runner.timing import PORT_WAIT_S, stop_grace
 from deployer.target.process import status, stop
 from deployer.target.records import current_run_id
@@ -79,7 +79,7 @@ class Restore:
         self.shape.each(self._start_again, list(zip(self.shape.targets, self.ports)))
         return self.shape.watch_previous(self.profile, self.emit)
 
-    def _stop_failed(self, target: Target) -> None:
+    def _stop_failed(self, target: HeldHost) -> None:
         assert target.serving is not None
         failed = current_run_id(target.remote, target.layout)
         if failed and failed != target.serving.run.run_id and \
@@ -87,7 +87,7 @@ class Restore:
             stop(target.remote, target.layout.run(failed), stop_grace(self.profile.restart.grace_s))
 
     @staticmethod
-    def _start_again(pair: tuple[Target, int]) -> None:
+    def _start_again(pair: tuple[HeldHost, int]) -> None:
         target, port = pair
         view = target.serving
         assert view is not None

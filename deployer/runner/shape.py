@@ -1,9 +1,9 @@
 """What differs between running one host and a group of hosts: the targets of a run and the steps a shape owns.
 
-A `Target` is one host while `up` holds it (its lock-guarded connection and layout, the version it served, this
+A `HeldHost` is one host while `up` holds it (its lock-guarded connection and layout, the version it served, this
 attempt's run dir and launch). A `Shape` carries out the per-shape steps on its targets: how each target's profile
 and supervise.json are made, how the attempt is watched and diagnosed, how the previous version is watched when it
-is brought back. `SingleHost` is a group of one; the node group (nodes/up.py) is the other shape.
+is brought back. `SingleHostShape` is a group of one; the node group (nodes/up.py) is the other shape.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ R = TypeVar("R")
 
 
 @dataclass(kw_only=True)
-class Target:
+class HeldHost:
     """One host of the run while `up` holds it."""
 
     remote: Remote
@@ -83,11 +83,11 @@ class Shape(ABC):
     everywhere: str = ""         # how the restore's messages say where (" on every node")
     failure_hint: bool = False   # a failed launch's error carries the diagnosis' hint
 
-    def __init__(self, targets: Sequence[Target]) -> None:
+    def __init__(self, targets: Sequence[HeldHost]) -> None:
         self.targets = list(targets)
 
     @property
-    def leader(self) -> Target:
+    def leader(self) -> HeldHost:
         return self.targets[0]
 
     def each(self, work: Callable[[T], R], items: list[T]) -> list[R]:
@@ -111,7 +111,7 @@ class Shape(ABC):
         return profile.restart.grace_s
 
     @abstractmethod
-    def stopping(self, serving: list[Target]) -> str:
+    def stopping(self, serving: list[HeldHost]) -> str:
         """The line that says the version that served is being stopped."""
 
     def earlier_starts(self) -> list[PastStart]:
@@ -142,10 +142,10 @@ class Shape(ABC):
         """What a shape adds to a failed run's report."""
 
 
-class SingleHost(Shape):
+class SingleHostShape(Shape):
     """One host: the single-host Watcher, the attempt's own log."""
 
-    def stopping(self, serving: list[Target]) -> str:
+    def stopping(self, serving: list[HeldHost]) -> str:
         view = serving[0].serving
         assert view is not None
         return f"stopping the running version {view.content_hash[:12]} ({view.run.run_id}) to replace it"

@@ -34,7 +34,7 @@ from deployer.runner.attempts import AttemptRunner
 from deployer.runner.install import prune_unused, with_environment
 from deployer.runner.logs import attempt_log, diagnose_attempt, diagnose_run, diagnose_state
 from deployer.runner.report import AttemptReport, Reach, UpOptions, UpReport, restart_summary
-from deployer.runner.shape import SingleHost, Target
+from deployer.runner.shape import SingleHostShape, HeldHost
 from deployer.runner.weights import fetch_weights
 from deployer.secrets import masking_sink
 from deployer.target.process import check_port
@@ -72,7 +72,7 @@ def up(profile: Profile, opts: UpOptions, emit: EventSink, connection: Remote | 
         running = view is not None and view.alive
         own_port = running and view is not None and view.record.get("port") == profile.engine.port
         written = _written(profile, up_id)
-        target = Target(remote=remote, layout=layout, serving=view if view is not None and running else None)
+        target = HeldHost(remote=remote, layout=layout, serving=view if view is not None and running else None)
         # engine.weights: the launch is pinned to the commit fetched, known only after the fetch (no early push)
         early_plan = _early_plan(written, view, opts) if profile.engine.weights is None else None
         with early_push(remote, layout, early_plan) as early:
@@ -90,7 +90,7 @@ def up(profile: Profile, opts: UpOptions, emit: EventSink, connection: Remote | 
             written_hash = written.bundle.content_hash if written is not None else None
             pushed = early.claim(Planned.of(profile, up_id=up_id, written_hash=written_hash, bundle=bundle)) \
                 if early is not None else None
-        runner = AttemptRunner(SingleHost([target]), profile, opts, emit, report, up_id, original, version=version,
+        runner = AttemptRunner(SingleHostShape([target]), profile, opts, emit, report, up_id, original, version=version,
                                dry=dry, tried=tried, written_hash=written_hash, pushed=pushed)
         try:
             done = runner.run()
@@ -108,7 +108,7 @@ def reach_of(profile: Profile) -> Reach:
                  bool(engine.args.get("api_key")))
 
 
-def _already_running(target: Target, profile: Profile, bundle: Bundle, opts: UpOptions, report: UpReport,
+def _already_running(target: HeldHost, profile: Profile, bundle: Bundle, opts: UpOptions, report: UpReport,
                      emit: EventSink) -> bool:
     """The running version is this bundle and healthy: nothing to do (reported). One whose supervisor is gone is
     replaced (False, with a warning)."""

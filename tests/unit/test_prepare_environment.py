@@ -13,7 +13,7 @@ import pytest
 from deployer.errors import PreflightFailed, TargetError
 from deployer.events import Event, PhaseEntered
 from deployer.prepare.compat import Demand
-from deployer.prepare.environment import Ran, Target, prepare_environment
+from deployer.prepare.environment import Ran, EnvHost, prepare_environment
 from deployer.prepare.envspec import EnvSpec
 from deployer.profile.model import EngineInstall
 
@@ -48,8 +48,8 @@ class Scripted:
         assert self.build is not None, "nothing should be built"
         return self.build
 
-    def target(self) -> Target:
-        return Target(shell=self.shell, call=self.call, workdir="/srv/w", label="gpu-box")
+    def target(self) -> EnvHost:
+        return EnvHost(shell=self.shell, call=self.call, workdir="/srv/w", label="gpu-box")
 
 
 def tools(smi: str = "", report: str = REPORT) -> dict[str, Ran]:

@@ -17,7 +17,7 @@ from deployer.runner import attempts, restore
 from deployer.runner import history as runner_history
 from deployer.runner.attempts import AttemptRunner
 from deployer.runner.report import UpOptions, UpReport
-from deployer.runner.shape import Found, Result, Shape, Target
+from deployer.runner.shape import Found, Result, Shape, HeldHost
 from deployer.target import switch
 from deployer.target.process import Launch
 from deployer.target.records import RunView
@@ -31,7 +31,7 @@ class Box:
 class Scripted(Shape):
     """Watch results in turn; every failure diagnosed as `diagnosis`."""
 
-    def __init__(self, targets: list[Target], results: list[Result], diagnosis: Diagnosis) -> None:
+    def __init__(self, targets: list[HeldHost], results: list[Result], diagnosis: Diagnosis) -> None:
         super().__init__(targets)
         self.results, self.diagnosis = results, diagnosis
         self.seen_profiles: list[Profile] = []
@@ -40,7 +40,7 @@ class Scripted(Shape):
         self.seen_profiles.append(base)
         return [base for _ in self.targets]
 
-    def stopping(self, serving: list[Target]) -> str:
+    def stopping(self, serving: list[HeldHost]) -> str:
         return "stopping"
 
     def earlier_starts(self) -> list[Any]:
@@ -114,7 +114,7 @@ def test_a_crash_is_changed_and_tried_again_until_ready(steps: list[str], monkey
     crash = Crashed(2.0, 1, None, None, [])
     diag = Diagnosis(signature="oom", summary="out of memory", transient=False)
     monkeypatch.setattr(attempts, "propose", lambda d, p, tried, values: Change(args={"mem": 0.5}, reason="less"))
-    shape = Scripted([Target(remote=Box(), layout=None)], [crash, Ready(3.0)], diag)  # type: ignore[arg-type]
+    shape = Scripted([HeldHost(remote=Box(), layout=None)], [crash, Ready(3.0)], diag)  # type: ignore[arg-type]
     events: list[Event] = []
     report = _runner(shape, events).run()
     assert report.status == "ready" and [a.outcome for a in report.attempts] == ["crashed", "ready"]
@@ -130,7 +130,7 @@ def test_a_failed_replace_brings_the_serving_version_back(steps: list[str]) -> N
     view = RunView(RunDir("/w/runs/old", "old"), {"content_hash": "c" * 64, "port": 30000},
                    {"alive": True, "status": "ready", "ready_at": 1.0}, None)
     diag = Diagnosis(signature=None, summary="unknown", transient=False)
-    target = Target(remote=Box(), layout=None, serving=view)  # type: ignore[arg-type]
+    target = HeldHost(remote=Box(), layout=None, serving=view)  # type: ignore[arg-type]
     events: list[Event] = []
     with pytest.raises(LaunchFailed) as caught:
         _runner(Scripted([target], [Crashed(1.0, 1, None, None, [])], diag), events).run()
@@ -150,7 +150,7 @@ def test_every_start_switches_ports_then_current_then_start(steps: list[str], sw
                    {"alive": True, "status": "ready", "ready_at": 1.0}, None)
     diag = Diagnosis(signature="oom", summary="out of memory", transient=False)
     monkeypatch.setattr(attempts, "propose", lambda d, p, tried, values: Change(args={"mem": 0.5}, reason="less"))
-    target = Target(remote=Box(), layout=None, serving=view)  # type: ignore[arg-type]
+    target = HeldHost(remote=Box(), layout=None, serving=view)  # type: ignore[arg-type]
     crash = Crashed(1.0, 1, None, None, [])
     with pytest.raises(LaunchFailed):
         _runner(Scripted([target], [crash, crash, crash], diag), []).run()
@@ -162,5 +162,5 @@ def test_every_start_switches_ports_then_current_then_start(steps: list[str], sw
 
 def test_a_first_start_with_nothing_serving_checks_the_port_once(steps: list[str], switched: list[str]) -> None:
     diag = Diagnosis(signature=None, summary="unknown", transient=False)
-    _runner(Scripted([Target(remote=Box(), layout=None)], [Ready(1.0)], diag), []).run()  # type: ignore[arg-type]
+    _runner(Scripted([HeldHost(remote=Box(), layout=None)], [Ready(1.0)], diag), []).run()  # type: ignore[arg-type]
     assert switched == ["port 30000 wait 0", "current run1", "start run1"]

@@ -14,7 +14,7 @@ from deployer.events import Event
 from deployer.runner import attempts
 from deployer.runner.attempts import AttemptRunner
 from deployer.runner.report import UpOptions, UpReport
-from deployer.runner.shape import Result, Target
+from deployer.runner.shape import Result, HeldHost
 from deployer.target.push import Layout, RunDir
 from deployer.target.records import RunView
 from deployer.watch.watcher import Crashed, Ready
@@ -40,7 +40,7 @@ def told(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
 def _run(shape_type: type[Scripted], results: list[Result], rollback: bool) -> tuple[AttemptRunner, list[Event]]:
     view = RunView(RunDir("/w/runs/old", "old"), {"content_hash": "c" * 64, "port": 30000},
                    {"alive": True, "status": "ready", "ready_at": 1.0}, None)
-    target = Target(remote=Box(), layout=Layout("/w"), serving=view)  # type: ignore[arg-type]
+    target = HeldHost(remote=Box(), layout=Layout("/w"), serving=view)  # type: ignore[arg-type]
     profile, events = _profile(), []  # type: ignore[var-annotated]
     diag = Diagnosis(signature=None, summary="unknown", transient=False)
     runner = AttemptRunner(shape_type([target], results, diag), profile,
