@@ -46,7 +46,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]  # this checkout's deployer, and
 from deployer.diagnose.hangkinds import classify  # noqa: E402
 from deployer.engines.registry import engine_for  # noqa: E402
 from deployer.supervisor.base import group_pids  # noqa: E402
-from deployer.target.tokenprobe import load_gauges, progress_names  # noqa: E402
+from deployer.box.tokenprobe import load_gauges, progress_names  # noqa: E402
 from engine_cores import CORE_TITLE, cores_among  # noqa: E402
 from payload import payload_program  # noqa: E402
 from sshbed import free_port  # noqa: E402

@@ -24,16 +24,16 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from deployer.errors import DeployError, LaunchFailed, ProfileError, Unhealthy
-from deployer.target.lock import DeploymentLock
+from deployer.box.lock import DeploymentLock
 from deployer.runner.up import UpOptions, UpReport, up
 from deployer.profile.model import Profile
-from deployer.target.push import layout_for
+from deployer.box.push import layout_for
 from deployer.remote.base import Remote
 from deployer.remote.json_api import JsonCall, json_object
 from deployer.remote.connect import conversing, target_spec
-from deployer.target.process import forget_boot, stop
-from deployer.target.records import current_view, tail_lines
-from deployer.target.tokenprobe import TokenProbe
+from deployer.box.process import forget_boot, stop
+from deployer.box.records import current_view, tail_lines
+from deployer.box.tokenprobe import TokenProbe
 from deployer.events import BecameReady, EngineExited, EngineHung, Event, EventSink, PhaseEntered, Progressed
 from deployer.events import AttemptStarted, RunPushed, SmokePhase, StartupTimedOut
 

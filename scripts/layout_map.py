@@ -30,7 +30,7 @@ MOVES: dict[str, str] = {
     "deployer.facts": "deployer.preflight.facts",
     "deployer.flags": "deployer.preflight.flags",
     "deployer.memory": "deployer.engines.sglang.memory",
-    "deployer.targetview": "deployer.target.records",
+    "deployer.targetview": "deployer.box.records",
     "deployer.watch": "deployer.watch.watcher",
     "deployer.diagnose": "deployer.diagnose.diagnosis",
     "deployer.drift": "deployer.diagnose.drift",
@@ -42,9 +42,9 @@ MOVES: dict[str, str] = {
     "deployer.remote_sshchan": "deployer.remote.ssh.channel",
     "deployer.remote_sshconfig": "deployer.remote.ssh.config",
     "deployer.supervise": "deployer.supervisor.supervise",
-    "deployer.base": "deployer.supervisor.base",
-    "deployer.daemon": "deployer.supervisor.daemon",
-    "deployer.lease": "deployer.supervisor.lease",
+    "deployer.supervise_base": "deployer.supervisor.base",
+    "deployer.supervise_daemon": "deployer.supervisor.daemon",
+    "deployer.supervise_lease": "deployer.supervisor.lease",
     "deployer.engines.sglang": "deployer.engines.sglang.spec",
     "deployer.engines.sglang_probe": "deployer.engines.sglang.probe",
 }
@@ -57,12 +57,20 @@ MOVES.update({
     "deployer.pipeline.up": "deployer.runner.up",
     "deployer.pipeline.before_launch": "deployer.runner.before_launch",
     "deployer.pipeline.early_push": "deployer.runner.early_push",
-    "deployer.push": "deployer.target.push",
-    "deployer.start": "deployer.target.process",
-    "deployer.lock": "deployer.target.lock",
+    "deployer.push": "deployer.box.push",
+    "deployer.start": "deployer.box.process",
+    "deployer.lock": "deployer.box.lock",
     "deployer.remedy": "deployer.remedy.propose",
     "deployer.effective": "deployer.remedy.effective",
 })
+# Issue 38: the supervisor's modules without their `supervise_` prefix (a deployment's entry files keep their names on
+# the target: supervise_guard.py, supervise_lease.py), and target/ (what deployer does on one GPU box) named box/.
+_SUPERVISOR = ("base", "daemon", "fetch", "files", "group", "guard", "hang", "helper", "install", "lease", "ports", "probe",
+               "protocol", "push", "replicas", "snapshot", "stacks")
+MOVES.update({f"deployer.supervisor.supervise_{x}": f"deployer.supervisor.{x}" for x in _SUPERVISOR})
+MOVES.update({f"deployer.target.{x}": f"deployer.box.{x}"
+              for x in ("lock", "process", "push", "pushweights", "records", "retention", "session", "snapshot",
+                        "supervised", "switch", "tokenprobe", "weights")})
 # Names that later commits moved to another module: (module after the pure moves, name) -> new module.
 SYMBOLS: dict[tuple[str, str], str] = {
     ("deployer.profile.model", "load_profile"): "deployer.profile.loader",
@@ -76,12 +84,12 @@ SYMBOLS: dict[tuple[str, str], str] = {
     ("deployer.diagnose.signatures", "version_in"): "deployer.versions",
     ("deployer.diagnose.diagnosis", "version_in"): "deployer.versions",
     ("deployer.oncall.rollback", "MASK"): "deployer.profile.model",
-    ("deployer.target.records", "LIVE"): "deployer.supervisor.base",
+    ("deployer.box.records", "LIVE"): "deployer.supervisor.base",
     ("deployer.cli.main", "_load"): "deployer.cli.options",
     ("deployer.cli.main", "_emit_json"): "deployer.cli.options",
     ("deployer.cli.main", "_profile_options"): "deployer.cli.options",
     ("deployer.cli.main", "_target_options"): "deployer.cli.options",
-    ("deployer.target.process", "DeploymentLock"): "deployer.target.lock",
+    ("deployer.box.process", "DeploymentLock"): "deployer.box.lock",
 }
 FILES: dict[str, str] = {
     "templates/sglang.sh.j2": "deployer/engines/sglang/launch.sh.j2",

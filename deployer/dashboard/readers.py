@@ -53,7 +53,7 @@ def row_of_status(status: StatusRow, key: str, *, kind: str = "deployment", memb
 
 
 def _lock_text(lock: Mapping[str, Any] | None) -> str | None:
-    """Who holds the lock, as status says it (target/lock.py `describe_lease`)."""
+    """Who holds the lock, as status says it (box/lock.py `describe_lease`)."""
     return None if not lock else str(lock.get("text") or "locked")
 
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from deployer.smoke import SmokeOptions
     from deployer.runner.up import UpOptions
     from deployer.events import EventSink
-    from deployer.target.snapshot import LogWindow
+    from deployer.box.snapshot import LogWindow
     from deployer.oncall.upgrade.outcome import Upgraded
     from deployer.oncall.upgrade.plan import UpgradeOptions
 

@@ -31,7 +31,7 @@ from deployer.oncall.rollback import rebuild_profile
 from deployer.runner.up import UpOptions, UpReport
 from deployer.profile.model import Profile
 from deployer.smoke import SmokeOptions, SmokeReport, Stand
-from deployer.target.records import RunView, all_runs
+from deployer.box.records import RunView, all_runs
 from deployer.events import EventSink
 from deployer.prepare.report import PrepareReport
 from deployer.runner.install import prepare_all

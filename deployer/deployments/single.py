@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from deployer.smoke import SmokeOptions, SmokeReport
     from deployer.events import EventSink
     from deployer.export.prometheus import AddressOf, PromExport
-    from deployer.target.snapshot import LogWindow
+    from deployer.box.snapshot import LogWindow
     from deployer.prepare.report import PrepareReport
     from deployer.oncall.upgrade.outcome import Upgraded
     from deployer.oncall.upgrade.plan import UpgradeOptions
@@ -147,8 +147,8 @@ class SingleHost(Deployment):
         from deployer.preflight.checks import run_preflight
         from deployer.remote.connect import conversing, target_spec
         from deployer.runner.install import engine_download_note, plan_environment, planned_weights, unbuilt_problem
-        from deployer.target.push import layout_for
-        from deployer.target.records import current_view, engine_allocated
+        from deployer.box.push import layout_for
+        from deployer.box.records import current_view, engine_allocated
 
         prof = self._profile()
         with conversing(target_spec(prof, self.origin.trust_new_host)) as remote:  # one exec channel

@@ -7,7 +7,7 @@ from __future__ import annotations
 from deployer.errors import NotFound
 from deployer.oncall.deployment import Ref, layout_of, opened
 from deployer.profile.model import Profile
-from deployer.target.records import all_runs
+from deployer.box.records import all_runs
 
 MASK = "***"
 

@@ -41,7 +41,7 @@ from deployer.profile.model import Profile, Rollout
 from deployer.remote.base import Remote
 from deployer.runner.fanout import TaggedSink
 from deployer.runner.report import UpOptions
-from deployer.target.push import Layout
+from deployer.box.push import Layout
 
 Outcome = Literal["promoted", "rolled-back", "stopped", "unchanged"]
 OUTCOMES: tuple[Outcome, ...] = ("promoted", "rolled-back", "stopped", "unchanged")

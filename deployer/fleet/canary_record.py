@@ -19,7 +19,7 @@ from deployer.fleet.canary_judge import Verdict
 from deployer.fleet.record import record_path
 from deployer.local_history import History
 from deployer.remote.base import Remote
-from deployer.target.push import expand_workdir, make_owned_dirs
+from deployer.box.push import expand_workdir, make_owned_dirs
 
 ROLLOUTS = "rollouts.jsonl"
 KEEP = 200

@@ -12,7 +12,7 @@ from typing import Any
 
 from deployer.errors import DeployError, NotFound, ProfileError
 from deployer.profile.model import Profile
-from deployer.target.push import expand_workdir, make_owned_dirs
+from deployer.box.push import expand_workdir, make_owned_dirs
 from deployer.remote.base import Remote, TargetSpec
 from deployer.remote.connect import conversing
 

@@ -23,8 +23,8 @@ from deployer.fleet.report import FleetReport, ReplicaResult, failed_result, rep
 from deployer.fleet.router import DRAIN_TIMEOUT_S, READY_TIMEOUT_S, add_worker, remove_worker, wait_workers, workers
 from deployer.profile.host import probe_address
 from deployer.remote.base import Remote
-from deployer.target.process import arm_router_repair, disarm_repair
-from deployer.target.push import Layout
+from deployer.box.process import arm_router_repair, disarm_repair
+from deployer.box.push import Layout
 from deployer.events import EventSink, Info
 
 Replace = Callable[[ReplicaMember, EventSink], Any]   # -> the replica's UpReport; raises DeployError

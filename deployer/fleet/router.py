@@ -31,18 +31,18 @@ from deployer.fleet.router_key import CONTROL_KEY_VAR, SHIM, control_entry, key_
 from deployer.fleet.router_replace import fall_back, replace_router
 from deployer.profile.host import probe_address
 from deployer.profile.model import Profile
-from deployer.target.push import Layout, RunDir, new_run_id, push
+from deployer.box.push import Layout, RunDir, new_run_id, push
 from deployer.render.bundle import Bundle, Word, flag_tokens, render_launch
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.secrets import MASK, secret_var
-from deployer.target.process import status, stop
-from deployer.target.switch import switch_to
-from deployer.target.records import RunView, current_view
-from deployer.target.session import DeploymentPlace, locked_session
-from deployer.target.supervised import RecordFields, SupervisedSpec, process_record, supervise_config
+from deployer.box.process import status, stop
+from deployer.box.switch import switch_to
+from deployer.box.records import RunView, current_view
+from deployer.box.session import DeploymentPlace, locked_session
+from deployer.box.supervised import RecordFields, SupervisedSpec, process_record, supervise_config
 from deployer.supervisor.protocol import ProfileRecord, ReplicaWatchConfig, SuperviseConfig
 from deployer.supervisor.replicas import REPLICAS_FILE
-from deployer.target.tokenprobe import load_gauges, progress_names
+from deployer.box.tokenprobe import load_gauges, progress_names
 from deployer.events import BecameReady, EventSink, Info, PhaseEntered, Warn
 from deployer.runner.timing import PORT_WAIT_S, stop_grace
 
@@ -211,7 +211,7 @@ def write_replicas(remote: Remote, layout: Layout, urls: list[str]) -> None:
 @contextmanager
 def router_session(member: RouterMember, what: str, emit: EventSink, *, trust_new_host: bool = False,
                    break_lock: bool = False, remote: Remote | None = None) -> Iterator[tuple[Remote, Layout]]:
-    """The router's deployment in a locked session (target/session.py); `remote` stays open."""
+    """The router's deployment in a locked session (box/session.py); `remote` stays open."""
     place = DeploymentPlace(spec_of(member.target, trust_new_host), member.target.workdir, member.name)
     with locked_session(place, what, lambda m: emit(Warn(message=m)), break_lock=break_lock,
                         connection=remote) as held:

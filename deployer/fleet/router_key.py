@@ -30,8 +30,8 @@ from deployer.oncall.secret_restore import read_env_file
 from deployer.remote.base import Remote
 from deployer.secrets import secret_var
 from deployer.supervisor.protocol import ENV_FILE
-from deployer.target.push import Layout, expand_workdir
-from deployer.target.records import RunView, current_view
+from deployer.box.push import Layout, expand_workdir
+from deployer.box.records import RunView, current_view
 
 CONTROL_KEY_VAR = secret_var("router_control_key")
 SECRET_ARGS_VAR = "DEPLOYER_SMG_SECRET_ARGS"   # JSON: [[flag, env var, is a list], ...]; names only, no value

@@ -1,7 +1,7 @@
 """Replacing a router whose settings changed: the old router stopped, the new one (its run dir already pushed)
 started, never left half done.
 
-Before the stop a guard is armed on the router's host (target/process.py `arm_repair` with `start_new`,
+Before the stop a guard is armed on the router's host (box/process.py `arm_repair` with `start_new`,
 deployer/supervisor/guard.py): after kill -9 of this client between the stop and the start it takes the
 lock over, starts the new router (its run dir is complete: pushed before the guard was armed), or the old one again
 when the new one does not come up, records the repair in the lock's history and releases the lock. A Ctrl-C or
@@ -25,11 +25,11 @@ from deployer.events import EventSink, Info
 from deployer.remote.base import Remote
 from deployer.runner.interrupted import START_S
 from deployer.runner.timing import PORT_WAIT_S
-from deployer.target.process import ReplaceGuard, arm_repair, disarm_repair, start, status, stop
-from deployer.target.push import Layout, RunDir, set_current
-from deployer.target.records import RunView
-from deployer.target.supervised import SupervisedSpec
-from deployer.target.switch import switch_to
+from deployer.box.process import ReplaceGuard, arm_repair, disarm_repair, start, status, stop
+from deployer.box.push import Layout, RunDir, set_current
+from deployer.box.records import RunView
+from deployer.box.supervised import SupervisedSpec
+from deployer.box.switch import switch_to
 
 FALL_BACK_S = 60.0   # for the previous router to answer again (as the guard's fallback waits)
 

@@ -27,10 +27,10 @@ from deployer.oncall.rollback import restart as restart_replica
 from deployer.oncall.rollback import rollback as rollback_replica
 from deployer.runner.up import UpOptions, up
 from deployer.profile.model import Profile
-from deployer.target.push import Layout, expand_workdir
+from deployer.box.push import Layout, expand_workdir
 from deployer.remote.base import Remote
 from deployer.render.bundle import render
-from deployer.target.records import current_view
+from deployer.box.records import current_view
 from deployer.events import EventSink, Warn
 
 

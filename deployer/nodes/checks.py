@@ -15,7 +15,7 @@ from deployer.nodes.watch import NodeSession
 from deployer.preflight.facts import Facts
 from deployer.profile.model import Profile
 from deployer.remote.program import SUPERVISOR_PYTHON
-from deployer.target.process import port_free
+from deployer.box.process import port_free
 
 REACH_TIMEOUT_S = 10.0
 

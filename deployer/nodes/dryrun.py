@@ -25,9 +25,9 @@ from deployer.profile.model import Profile
 from deployer.prepare.pushed import WeightsNeeded
 from deployer.runner.install import engine_download_note, launched_from, merged_weights, plan_environment, \
     planned_weights, unbuilt_problem
-from deployer.target.push import layout_for
+from deployer.box.push import layout_for
 from deployer.remote.connect import conversing, target_spec
-from deployer.target.records import current_view
+from deployer.box.records import current_view
 
 
 @dataclass

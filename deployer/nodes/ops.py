@@ -21,8 +21,8 @@ from deployer.oncall import deployment as ops
 from deployer.oncall.rows import DownResult, NodeFacts, ShownDiagnosis, StatusRow
 from deployer.runner.up import diagnose_state
 from deployer.profile.model import Profile
-from deployer.target.push import RunDir
-from deployer.target.process import listener
+from deployer.box.push import RunDir
+from deployer.box.process import listener
 from deployer.remote.base import EndpointUnreachable, TargetSpec
 from deployer.supervisor.base import UP
 

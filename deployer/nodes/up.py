@@ -38,7 +38,7 @@ from deployer.runner.install import launched_from, shared_environment
 from deployer.runner.up import UpOptions, UpReport, attempt_log, diagnose_attempt, locked_session
 from deployer.preflight.facts import gather_facts
 from deployer.profile.model import Profile
-from deployer.target.push import Layout, supervisor_config
+from deployer.box.push import Layout, supervisor_config
 from deployer.remedy.propose import Change
 from deployer.remote.base import Remote
 from deployer.render.bundle import render
@@ -48,8 +48,8 @@ from deployer.runner.report import FailedNode, restart_summary
 from deployer.runner.shape import FollowerEnded, Found, Result, Shape, HeldHost
 from deployer.runner.timing import stop_grace
 from deployer.secrets import masking_sink
-from deployer.target.process import status, stop
-from deployer.target.records import current_view, healthy
+from deployer.box.process import status, stop
+from deployer.box.records import current_view, healthy
 from deployer.watch.watcher import Crashed
 
 GROUP_WATCH_WAIT_S = 10.0

@@ -13,8 +13,8 @@ from deployer.nodes.plan import NodePlan
 from deployer.runner.fanout import at_once
 from deployer.profile.model import Profile
 from deployer.runner.shape import FollowerEnded, HeldHost
-from deployer.target.process import status
-from deployer.target.tokenprobe import TokenProbe
+from deployer.box.process import status
+from deployer.box.tokenprobe import TokenProbe
 from deployer.watch.hubcache import hub_cache
 from deployer.events import Event, EventSink, FollowerExited
 from deployer.observe.timeline import Prediction

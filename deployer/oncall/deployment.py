@@ -21,21 +21,21 @@ from typing import TYPE_CHECKING, Any
 
 from deployer.engines import Engine
 from deployer.errors import LaunchFailed, NotFound, ProfileError, TargetError, Unhealthy, UnsafeTarget
-from deployer.target.lock import DeploymentLock, Notify, lease_of
+from deployer.box.lock import DeploymentLock, Notify, lease_of
 from deployer.logtext import bounded_diagnosis, line_time
 from deployer.profile.host import NAME_RE, parse_host
-from deployer.target.push import Layout, expand_workdir
+from deployer.box.push import Layout, expand_workdir
 from deployer.remote.base import Remote, TargetSpec
 from deployer.remote.connect import conversing, target_spec
 from deployer.oncall import remembered, serving
 from deployer.oncall.rows import DownResult, StatusRow
 from deployer.oncall.secret_restore import learn_env_text
 from deployer.secrets import mask_data, mask_text
-from deployer.target.process import Listener, drain_of, forget_boot, listener, rescue, stop
+from deployer.box.process import Listener, drain_of, forget_boot, listener, rescue, stop
 from deployer.supervisor.base import CRASHED as CRASHED_STATES
 from deployer.supervisor.base import UP
-from deployer.target import snapshot
-from deployer.target.records import RunView, healthy, record_address, record_engine, record_kind
+from deployer.box import snapshot
+from deployer.box.records import RunView, healthy, record_address, record_engine, record_kind
 
 if TYPE_CHECKING:
     from deployer.events import EventSink

@@ -11,20 +11,20 @@ from pydantic import ValidationError
 from deployer.diagnose.hangkinds import hung_summary
 from deployer.errors import NotFound, TargetError
 from deployer.local_history import History
-from deployer.target.lock import DeploymentLock, describe_holder
+from deployer.box.lock import DeploymentLock, describe_holder
 from deployer.logtext import bounded_diagnosis
 from deployer.oncall.deployment import Ref, connected, diagnose_attempt, layout_of, make_ref, opened
 from deployer.oncall.rows import HistoryEntry
 from deployer.oncall.secret_restore import learn_env_text
 from deployer.profile.model import Profile
-from deployer.target.push import Layout
+from deployer.box.push import Layout
 from deployer.remedy.propose import propose
 from deployer.remote.base import Remote
 from deployer.secrets import mask_data
 from deployer.supervisor.base import CRASHED
-from deployer.target import snapshot
-from deployer.target.records import RunView, current_view, healthy, list_runs, record_address, record_engine
-from deployer.target.retention import DEFAULT_KEEP, apply_plan, prune_pushed, retention_plan
+from deployer.box import snapshot
+from deployer.box.records import RunView, current_view, healthy, list_runs, record_address, record_engine
+from deployer.box.retention import DEFAULT_KEEP, apply_plan, prune_pushed, retention_plan
 
 __all__ = ["make_ref", "history", "local_history", "diagnose_deployment", "prune", "lock_events"]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from deployer.errors import NotFound
 from deployer.oncall.deployment import Ref, connected, layout_of
 from deployer.oncall.secret_restore import learn_env_text
-from deployer.target import snapshot
-from deployer.target.snapshot import LogWindow
+from deployer.box import snapshot
+from deployer.box.snapshot import LogWindow
 
 
 def log_window(ref: Ref, offset: int | None, max_bytes: int) -> LogWindow | None:

@@ -1,5 +1,5 @@
 """On-call: restart the last good version, roll back to the last version that stayed up (reached ready and did
-not crash-loop: target/records.RunView.stayed_up).
+not crash-loop: box/records.RunView.stayed_up).
 
 Both rebuild the profile of an earlier run from what the target keeps (profile.json, with secrets masked) and the
 real secret values (secret_restore: the run's 0600 env file, or `${VAR}` from the local environment), then go
@@ -18,7 +18,7 @@ from deployer.runner.up import UpOptions, UpReport, up
 from deployer.profile.model import Profile
 from deployer.remote.base import Remote
 from deployer.secrets import MASK
-from deployer.target.records import RunView, all_runs
+from deployer.box.records import RunView, all_runs
 from deployer.events import EventSink
 
 

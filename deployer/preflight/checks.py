@@ -30,7 +30,7 @@ from deployer.prepare.pushed import pinned_to_copy, source_of
 from deployer.prepare.weights import WeightsPlan, pinned, plan_for
 from deployer.remote.base import Remote
 from deployer.render.bundle import engine_argv, sh_word
-from deployer.target.push import expand_workdir
+from deployer.box.push import expand_workdir
 
 RESOLVE_TIMEOUT = 180.0
 NOISE = {"random_seed", "served_model_name", "tokenizer_path"}

@@ -9,7 +9,7 @@ The directory is read without following a symlink: a symlink, a FIFO or a device
 takes a while, so each file's sha256 is kept in the local cache under its path, size, mtime and inode, and read
 again only when one of those changed. The engine then loads the pushed copy (its model flag the target path),
 offline, under the directory's own name (args.served_model_name, profile/model.py). The target is talked to by
-deployer/target/pushweights.py.
+deployer/box/pushweights.py.
 """
 
 from __future__ import annotations

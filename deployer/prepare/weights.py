@@ -6,7 +6,7 @@ A profile with `engine.weights` has its hub repo fetched on the target before an
 then runs with HF_HUB_OFFLINE=1 and its revision flag set to that commit, so it loads exactly those files from
 the cache and never downloads while the old version is down. The pinned profile is what a run records
 (profile.json: `engine.weights.revision` and the flag hold the commit), so a rollback loads the weights it ran
-with. Pure: the target is talked to by deployer/target/weights.py.
+with. Pure: the target is talked to by deployer/box/weights.py.
 """
 
 from __future__ import annotations

@@ -170,7 +170,7 @@ Hasher = Callable[[Sequence[str], float], "list[str | None]"]
 class Helper(Protocol):
     """The typed requests of the target-side helper, a Remote's `helper`: a Conversation answers them in its helper
     process (remote/conversation.py), a bare connection with one program each (remote/oneshot.py), the lock's
-    GuardedHelper after its check (target/lock.py). Each subclasses it and gives `call` and the five requests that
+    GuardedHelper after its check (box/lock.py). Each subclasses it and gives `call` and the five requests that
     need its own state; the file requests below come with it, each one `call` with a typed reply instead of a shell
     line (the ones that change something take `within`, the deployment dir: the helper refuses a path outside it or
     a symlink on the way, kind "unsafe")."""

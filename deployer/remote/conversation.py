@@ -603,7 +603,7 @@ class ProgramStream:
 
 
 class LeaseSession:
-    """The lease program's line protocol (deployer/target/lock.py speaks it) over the helper's typed lease requests:
+    """The lease program's line protocol (deployer/box/lock.py speaks it) over the helper's typed lease requests:
     the first line answers the take (`LOCKED|BUSY|LOST {json}`), `HB` -> `OK <s>`|`LOST {json}`, `RELEASE` ->
     `RELEASED`. Each sent word is one request; readline waits for the oldest answer."""
 

@@ -24,7 +24,7 @@ from deployer.logtext import clip, printable
 from deployer.observe.timeline import PastStart, Timeline
 from deployer.profile.fixed import save_fixed
 from deployer.profile.model import Profile
-from deployer.target.push import RunDir, disk_full, new_run_id, profile_record, push, write_outcome
+from deployer.box.push import RunDir, disk_full, new_run_id, profile_record, push, write_outcome
 from deployer.remedy.propose import Change, propose
 from deployer.render.bundle import Bundle, render
 from deployer.runner.history import AttemptRows
@@ -35,8 +35,8 @@ from deployer.runner.restore import Restore, amend
 from deployer.runner.startup import StartPlan, timeline_of
 from deployer.runner.shape import Found, Result, Shape, HeldHost, result_name, result_text
 from deployer.runner.timing import PORT_WAIT_S, RETRY_PORT_WAIT_S, stop_grace
-from deployer.target.process import ReplaceGuard, arm_repair, disarm_repair, drain_of, listener, stop
-from deployer.target.switch import Ports, switch_to
+from deployer.box.process import ReplaceGuard, arm_repair, disarm_repair, drain_of, listener, stop
+from deployer.box.switch import Ports, switch_to
 from deployer.watch.watcher import PortTaken, Ready
 
 
@@ -239,7 +239,7 @@ class AttemptRunner:
                        "see `deploy status`")
 
     def _start(self, *, stopped: bool, port_wait: float) -> None:
-        """Every target switched to its run (target/switch.py: its port free, waited for when something was
+        """Every target switched to its run (box/switch.py: its port free, waited for when something was
         `stopped` just before, then `current`, then the start). A failure is recorded as such."""
         def one(index: int) -> None:
             target = self.targets[index]

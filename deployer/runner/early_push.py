@@ -29,7 +29,7 @@ from typing import Any
 
 from deployer.errors import DeployError
 from deployer.profile.model import Profile
-from deployer.target.push import Layout, RunDir, new_run_id, profile_record, push, supervisor_config
+from deployer.box.push import Layout, RunDir, new_run_id, profile_record, push, supervisor_config
 from deployer.remote.base import Remote
 from deployer.render.bundle import Bundle, render
 from deployer.supervisor.protocol import ProfileRecord, SuperviseConfig

@@ -25,7 +25,7 @@ from deployer.remote.connect import conversing, target_spec
 from deployer.render.bundle import engine_env
 from deployer.runner.fanout import TaggedSink, at_once, fan_out
 from deployer.runner.weights import plan_weights, prepare_weights
-from deployer.target.push import expand_workdir
+from deployer.box.push import expand_workdir
 
 
 def env_target(remote: Remote, profile: Profile) -> EnvHost:

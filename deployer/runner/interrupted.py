@@ -4,7 +4,7 @@ leaves, in its own run dir (its supervisor takes it from there: no watch), withi
 (deployer/interrupts.py allows the stop's grace, the port wait and the start). A replacement that was started keeps
 running (it is not half done: its supervisor runs it); so does everything when the lock is no longer ours. Only a
 version that had reached ready is brought back, as after a failure (restore.py). After kill -9 nothing runs here;
-the target repairs itself: before the stop, the attempts armed a guard on every target (target/process.py
+the target repairs itself: before the stop, the attempts armed a guard on every target (box/process.py
 `arm_repair`, deployer/supervisor/guard.py) which, once the process holding the client's lease is gone
 for a few seconds and the replace was not disarmed, takes the lock over, leaves a started replacement running or
 else starts the stopped version again, records it in the lock's history and releases the lock. Ctrl-C and SIGTERM
@@ -23,8 +23,8 @@ from deployer.errors import DeployError, LockLost
 from deployer.events import EventSink, Info
 from deployer.runner.shape import Shape, HeldHost
 from deployer.runner.timing import PORT_WAIT_S
-from deployer.target.process import check_port, start, status, stop
-from deployer.target.push import set_current
+from deployer.box.process import check_port, start, status, stop
+from deployer.box.push import set_current
 
 START_S = 35.0  # the supervisor's start (30 s at most) and a few round trips
 

@@ -17,10 +17,10 @@ from deployer.remedy.effective import DryResolution, EngineValues, engine_values
 from deployer.engines import Engine
 from deployer.errors import DeployError, TargetError
 from deployer.profile.model import Profile
-from deployer.target.push import RunDir
+from deployer.box.push import RunDir
 from deployer.remote.base import Remote
-from deployer.target.process import Launch
-from deployer.target.records import read_json
+from deployer.box.process import Launch
+from deployer.box.records import read_json
 from deployer.watch.watcher import Crashed, Hung, Outcome, ProbeRefused, Stuck, TimedOut, Unsupervised
 
 DIAG_WINDOW = 1 << 20

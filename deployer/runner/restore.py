@@ -3,7 +3,7 @@ error says what happened.
 
 Only when `up` stopped it and it had reached ready on every target (push first, stop last). What the failed
 attempt left running is stopped first (found by `current`, which names the run that last started), then every
-target is switched back to its earlier run dir in place, its own files and ports (target/switch.py: the ports,
+target is switched back to its earlier run dir in place, its own files and ports (box/switch.py: the ports,
 then `current`, then the start), and it is watched like any attempt. `--no-rollback` and a lost lock leave it as
 it failed; the error says so either way. One path for a single host and a node group.
 """
@@ -18,9 +18,9 @@ from deployer.profile.model import Profile
 from deployer.runner.report import RestoredVersion, UpReport
 from deployer.runner.shape import Result, Shape, HeldHost, result_name, result_text
 from deployer.runner.timing import PORT_WAIT_S, stop_grace
-from deployer.target.process import status, stop
-from deployer.target.records import current_run_id
-from deployer.target.switch import Ports, switch_to
+from deployer.box.process import status, stop
+from deployer.box.records import current_run_id
+from deployer.box.switch import Ports, switch_to
 from deployer.watch.watcher import Ready
 
 

@@ -18,15 +18,15 @@ from deployer.engines import Engine, engine_for
 from deployer.events import EventSink
 from deployer.observe.timeline import PastStart, Prediction
 from deployer.profile.model import Profile
-from deployer.target.push import Layout, RunDir, supervisor_config
+from deployer.box.push import Layout, RunDir, supervisor_config
 from deployer.remote.base import Remote
 from deployer.runner.logs import diagnose_attempt
 from deployer.runner.startup import read_past_starts
 from deployer.runner.report import AttemptOutcome, FailedNode, UpReport, describe, outcome_name
 from deployer.runner.timing import stop_grace
-from deployer.target.process import Launch, stop
-from deployer.target.records import RunView, record_address, record_engine
-from deployer.target.tokenprobe import TokenProbe
+from deployer.box.process import Launch, stop
+from deployer.box.records import RunView, record_address, record_engine
+from deployer.box.tokenprobe import TokenProbe
 from deployer.watch.hubcache import hub_cache
 from deployer.watch.watcher import Hung, Outcome, ProbeRefused, Stuck, TimedOut, Unsupervised, Watcher
 

@@ -20,8 +20,8 @@ from deployer.observe.timeline import (
 from deployer.profile.model import Profile
 from deployer.remote.base import Remote
 from deployer.runner.report import PhaseSeen
-from deployer.target import snapshot
-from deployer.target.push import Layout
+from deployer.box import snapshot
+from deployer.box.push import Layout
 
 
 UNKNOWN_VERSION = "unknown"

@@ -24,8 +24,8 @@ from deployer.events import EventSink, Info, Warn
 from deployer.runner.before_launch import BeforeLaunch
 from deployer.runner.early_push import Planned, early_push
 from deployer.profile.model import Profile
-from deployer.target import session
-from deployer.target.push import Layout
+from deployer.box import session
+from deployer.box.push import Layout
 from deployer.remedy.propose import Change
 from deployer.remote.base import Remote
 from deployer.remote.connect import target_spec
@@ -37,10 +37,10 @@ from deployer.runner.report import AttemptReport, Reach, UpOptions, UpReport, re
 from deployer.runner.shape import SingleHostShape, HeldHost
 from deployer.runner.weights import fetch_weights
 from deployer.secrets import masking_sink
-from deployer.target.process import check_port
-from deployer.target.records import RunView, current_view, healthy
-from deployer.target.retention import prune_pushed, tidy
-from deployer.target.session import DeploymentPlace
+from deployer.box.process import check_port
+from deployer.box.records import RunView, current_view, healthy
+from deployer.box.retention import prune_pushed, tidy
+from deployer.box.session import DeploymentPlace
 
 __all__ = ["AttemptReport", "UpOptions", "UpReport", "attempt_log", "diagnose_attempt", "diagnose_run",
            "diagnose_state", "locked_session", "up"]
@@ -49,7 +49,7 @@ __all__ = ["AttemptReport", "UpOptions", "UpReport", "attempt_log", "diagnose_at
 @contextmanager
 def locked_session(profile: Profile, opts: UpOptions, emit: EventSink,
                    connection: Remote | None = None) -> Iterator[tuple[Remote, Layout]]:
-    """The profile's deployment in a locked session (target/session.py); `connection` stays open."""
+    """The profile's deployment in a locked session (box/session.py); `connection` stays open."""
     place = DeploymentPlace(target_spec(profile, opts.trust_new_host), profile.target.workdir, profile.name)
     with session.locked_session(place, opts.what, lambda m: emit(Warn(message=m)), break_lock=opts.break_lock,
                                 connection=connection) as held:
@@ -152,7 +152,7 @@ def _early_plan(written: Planned | None, view: RunView | None, opts: UpOptions) 
 def _tidy(remote: Remote, layout: Layout, profile: Profile, emit: EventSink, *, envs: bool = False) -> None:
     """Retention after every up: old runs lose their env file (secrets) at once, their dirs beyond keep_runs; with
     `envs` (engine.install) the managed environments no kept run uses; the pushed model directories no kept run of
-    the workdir loads (target/retention.py)."""
+    the workdir loads (box/retention.py)."""
     try:
         tidy(remote, layout, profile.retention.keep_runs)
         if envs:

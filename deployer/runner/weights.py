@@ -1,6 +1,6 @@
 """The weights step of `up` (and of `deploy prepare`): before the launch is rendered and before anything is stopped,
-the hub repo `engine.weights` names is fetched (deployer/target/weights.py), or with `engine.weights.push` the
-directory on the controller is pushed (deployer/target/pushweights.py), on every host of the run, once per host
+the hub repo `engine.weights` names is fetched (deployer/box/weights.py), or with `engine.weights.push` the
+directory on the controller is pushed (deployer/box/pushweights.py), on every host of the run, once per host
 and at once on all of them; the profile comes back pinned to what it loads (the commit fetched: deployer/prepare/
 weights.py; the pushed copy: deployer/prepare/pushed.py).
 
@@ -23,9 +23,9 @@ from deployer.prepare.pushed import Pushed, WeightsDone, WeightsNeeded, pinned_p
 from deployer.prepare.weights import pinned, plan_for
 from deployer.profile.model import Profile
 from deployer.remote.base import Remote
-from deployer.target.push import expand_workdir
-from deployer.target.pushweights import needed_push, push
-from deployer.target.weights import fetch, needed
+from deployer.box.push import expand_workdir
+from deployer.box.pushweights import needed_push, push
+from deployer.box.weights import fetch, needed
 
 Each = Callable[[Callable[[int], WeightsDone], list[int]], list[WeightsDone]]
 _T = TypeVar("_T")

@@ -1,7 +1,7 @@
 """Fetching a model repository from the hub's HTTP file API into the target's hub cache (STDLIB ONLY, Python >= 3.8).
 
 Run on the target as a program of its own (the helper's `fetch` op starts it as its child: protocol.Op;
-deployer/target/weights.py asks for it); one JSON request on stdin (the token travels there, never in argv), JSON
+deployer/box/weights.py asks for it); one JSON request on stdin (the token travels there, never in argv), JSON
 lines out:
 
     request   {"endpoint", "repo", "revision", "hub" (null: HF_HUB_CACHE / HF_HOME/hub / ~/.cache/huggingface/hub),

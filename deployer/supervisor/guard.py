@@ -42,7 +42,7 @@ The guard then watches, every POLL_S, until one of these:
 The repair takes the lease itself (mode `inherit`: only from the client's token, so whoever broke or took the lock
 in between wins), which makes a client coming back late get the lost-lock error. Then: a replacement that runs
 (`current` names a run that is alive) is left running (nothing half done); otherwise the stop of the old run is
-finished, and, once its ports are free, `current` points at the run to start (target/switch.py's rules: right
+finished, and, once its ports are free, `current` points at the run to start (box/switch.py's rules: right
 before the start), which is started from its own run dir: the old run, or with `--new` (a router) the new one when
 its run dir is complete, the old one again when the new one does not start or does not reach ready within
 NEW_READY_S. Why the new router first: the client had already decided it (its settings are what the profile now

@@ -7,7 +7,7 @@
                                     /engine.log      the engine's stdout+stderr
 
 Both sides import it: the supervisor (stdlib only, Python >= 3.8, shipped in the helper payload and in every run
-dir) and deployer (push, target/records.py). The formats are the previous release's: keys are only ever added, and
+dir) and deployer (push, box/records.py). The formats are the previous release's: keys are only ever added, and
 every reader tolerates a key that is missing (`total=False`), since a run dir may have been written by either.
 """
 
@@ -150,7 +150,7 @@ class ReplicaWatchConfig(TypedDict, total=False):
 
 
 class SuperviseConfig(TypedDict, total=False):
-    """supervise.json: how the supervisor runs the engine (target/supervised.supervise_config writes it)."""
+    """supervise.json: how the supervisor runs the engine (box/supervised.supervise_config writes it)."""
 
     launch: str                 # the script, relative to the run dir (LAUNCH_SH)
     env_file: str               # ENV_FILE

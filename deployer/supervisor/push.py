@@ -1,7 +1,7 @@
 """Receiving a model directory pushed from the controller (`engine.weights.push`) into the workdir (STDLIB ONLY,
 Python >= 3.8).
 
-Run on the target as a program of its own (the helper's `push` op starts it as its child; target/pushweights.py asks
+Run on the target as a program of its own (the helper's `push` op starts it as its child; box/pushweights.py asks
 for it), one JSON line in, one out, per step; the bytes themselves arrive as chunk files over the transport's bulk
 put (SFTP, or the helper's `install` for small ones), each checked by its sha256 before it is appended. Layout,
 under `models` (the workdir's `.deployer/models`, ours alone, never through a symlink):

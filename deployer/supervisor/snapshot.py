@@ -37,7 +37,7 @@ LINE_KEEP = 8 << 10          # `--log-lines`: each end of a longer line (a short
 LINES_SCAN = 1 << 30         # `--log-lines` looks back at most this far for where its lines start
 SCAN_BLOCK = 1 << 20
 LOG_NAME = ENGINE_LOG
-LOCK_EVENTS = "lock-events.jsonl"  # the lease program's takeovers and breaks (deployer.target.push.Layout.lock_events)
+LOCK_EVENTS = "lock-events.jsonl"  # the lease program's takeovers and breaks (deployer.box.push.Layout.lock_events)
 # An attempt's log as the diagnosis reads it (the deployer's attempt_log): its first traceback and its tail.
 DIAG_WINDOW, TAIL_WINDOW = 1 << 20, 512 << 10
 TRACEBACK = b"Traceback (most recent call last)"

@@ -28,8 +28,8 @@ from deployer.events import Event as Event, EventSink as EventSink  # re-exporte
 from deployer.logtext import clip, readable
 from deployer.observe.timeline import Phase as TimelinePhase, Prediction, Timeline, phase_of_watch
 from deployer.remote.base import EndpointUnreachable, Remote
-from deployer.target.process import Launch, listener, status
-from deployer.target.tokenprobe import TokenProbe
+from deployer.box.process import Launch, listener, status
+from deployer.box.tokenprobe import TokenProbe
 from deployer.supervisor.base import ENDED
 from deployer.supervisor.daemon import ROTATION_MARK
 from deployer.supervisor.probe import NO_TOKEN

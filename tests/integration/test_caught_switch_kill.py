@@ -1,4 +1,4 @@
-"""kill -9 of `deploy up` between the two calls of a switch (deployer/target/switch.py): `current` already names the
+"""kill -9 of `deploy up` between the two calls of a switch (deployer/box/switch.py): `current` already names the
 new run, whose start was never asked for (issue 33's audit: no test killed the client there).
 
 The client is the real CLI over the real sshd, in a process of its own whose `switch.start` kills that process
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.integration
 # `deploy` whose first switch dies by SIGKILL after `current` moved and before the start (the note: that run)
 KILLED_BEFORE_START = """
 import os, signal, sys
-import deployer.target.switch as switch
+import deployer.box.switch as switch
 
 def start_killed(remote, run):
     with open(os.environ["KILL_NOTE"], "w") as note:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from deployer.errors import ConnectFailed, TargetError
-from deployer.target.lock import DeploymentLock
-from deployer.target.push import Layout
+from deployer.box.lock import DeploymentLock
+from deployer.box.push import Layout
 from deployer.remote.base import Remote, Session, TargetSpec
 from deployer.remote.connect import connect
 from deployer.remote.conversation import HELPERS_KEPT, Conversation, start_line

@@ -27,8 +27,8 @@ from deployer.deployments.resolve import Mode, resolve
 from deployer.remote import connect as connect_module
 from deployer.profile.loader import load_profile
 from deployer.remote.connect import kept_open
-from deployer.target.lock import DeploymentLock
-from deployer.target.push import layout_for, prepare
+from deployer.box.lock import DeploymentLock
+from deployer.box.push import layout_for, prepare
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

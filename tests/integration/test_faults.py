@@ -31,8 +31,8 @@ def status_of(prof: Path, home: Path) -> dict[str, Any]:
 
 
 def supervisor_state(remote: Remote, run_dir: str) -> dict[str, Any]:
-    from deployer.target.push import RunDir
-    from deployer.target.process import status
+    from deployer.box.push import RunDir
+    from deployer.box.process import status
 
     return status(remote, RunDir(run_dir, os.path.basename(run_dir)))
 
@@ -181,7 +181,7 @@ def test_a_push_cut_halfway_changes_nothing(tmp_path: Path, sshd: Any, monkeypat
 
 def test_a_failure_after_the_stop_brings_the_previous_version_back(tmp_path: Path, sshd: Any,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from deployer.target import switch as pipeline  # where every start is made (the attempt's, restore's)
+    from deployer.box import switch as pipeline  # where every start is made (the attempt's, restore's)
 
     home = tmp_path / "h"
     prof = write_profile(tmp_path, sshd, name="back")

@@ -21,8 +21,8 @@ from faultbed import host_pid, start_deploy, wait_for_event  # noqa: E402
 from netbed import processes_under  # noqa: E402
 from deployer.profile.loader import load_profile  # noqa: E402
 from deployer.remote.connect import connect  # noqa: E402
-from deployer.target.lock import DeploymentLock  # noqa: E402
-from deployer.target.push import layout_for, prepare  # noqa: E402
+from deployer.box.lock import DeploymentLock  # noqa: E402
+from deployer.box.push import layout_for, prepare  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

@@ -18,9 +18,9 @@ import pytest
 
 from deploy_helpers import REPO, deploy, write_profile
 from deployer.errors import LockLost
-from deployer.target.lock import DeploymentLock
+from deployer.box.lock import DeploymentLock
 from deployer.profile.loader import load_profile
-from deployer.target.push import layout_for, prepare
+from deployer.box.push import layout_for, prepare
 from deployer.remote.connect import connect
 
 pytestmark = pytest.mark.integration
@@ -91,10 +91,10 @@ def hold_then_freeze(prof: Path, tmp_path: Path, lease: str) -> subprocess.Popen
         import sys
         sys.path.insert(0, {str(REPO / 'tests')!r})
         from deployer.errors import LockLost
-        from deployer.target.lock import DeploymentLock
+        from deployer.box.lock import DeploymentLock
         from deployer.remote.connect import target_spec
         from deployer.profile.loader import load_profile
-        from deployer.target.push import layout_for, prepare
+        from deployer.box.push import layout_for, prepare
         from deployer.remote.connect import connect
         profile = load_profile({str(prof)!r})
         remote = connect(target_spec(profile))

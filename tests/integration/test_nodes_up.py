@@ -19,9 +19,9 @@ import yaml
 
 from deploy_helpers import STANDIN, deploy, events
 from deployer.nodes.plan import plan_nodes
-from deployer.target.lock import DeploymentLock
+from deployer.box.lock import DeploymentLock
 from deployer.profile.loader import load_profile
-from deployer.target.push import layout_for
+from deployer.box.push import layout_for
 from deployer.remote.connect import connect
 from waiting import wait_for
 from hostbed import HostBed, host_bed

@@ -66,7 +66,7 @@ FLOW: dict[str, list[str]] = {
 # removes round trips; never raise it to make a test pass.
 TODAY: dict[str, Bound] = {
     "up --skip-preflight": Bound(exec=1, sftp=0),  # one helper conversation (was 15 exec); files travel in it
-    "status": Bound(exec=1, sftp=0),  # issue 13 reached: the helper answers the snapshot (target/snapshot.py)
+    "status": Bound(exec=1, sftp=0),  # issue 13 reached: the helper answers the snapshot (box/snapshot.py)
     "logs": Bound(exec=1, sftp=0),
     "history": Bound(exec=1, sftp=0),
     "up (no change)": Bound(exec=1, sftp=0),  # was 8-9 exec

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from deploy_helpers import deploy, events, free_port, write_profile
-from deployer.target.lock import DeploymentLock
+from deployer.box.lock import DeploymentLock
 from deployer.profile.loader import load_profile
 from deployer.remote.connect import connect
 from sshbed import keygen
@@ -66,7 +66,7 @@ def test_second_operation_is_refused_while_locked(tmp_path: Path, sshd: Any) -> 
     profile = load_profile(prof)
     remote = connect(sshd.spec())
     try:
-        from deployer.target.push import layout_for, prepare
+        from deployer.box.push import layout_for, prepare
 
         layout = layout_for(remote, profile)
         prepare(remote, layout)

@@ -18,7 +18,7 @@ def test_the_real_huggingface_hub_reads_the_cache_offline(tmp_path: Path) -> Non
     commit (pinned and through refs/main), and the cache scan finds nothing corrupt."""
     from deployer.prepare.weights import WeightsPlan
     from deployer.remote.local import LocalRemote
-    from deployer.target.weights import fetch
+    from deployer.box.weights import fetch
     from standin.hubstub import repo_from_dir
 
     repo = repo_from_dir("test/tiny-llama", TINY)

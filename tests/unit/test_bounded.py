@@ -19,7 +19,7 @@ from deployer.diagnose.diagnosis import diagnose, hang_diagnosis
 from deployer.logtext import EXCERPT_CHARS, bounded_diagnosis, clip, printable, readable
 from deployer.remote.local import LocalRemote
 from deployer.local_history import History
-from deployer.target.records import tail_lines
+from deployer.box.records import tail_lines
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTILE = ["\x1b]0;pwned title\x07", "\x1b]8;;http://evil.example/\x1b\\", "\x1b]52;c;ZXZpbA==\x07", "\x07",

@@ -18,7 +18,7 @@ from deployer.dashboard.source import MAX_LOG_BYTES, NoAnswer
 from deployer.deployments.base import Deployment, Select
 from deployer.deployments.reports import HostStatus
 from deployer.oncall.rows import StatusRow
-from deployer.target.snapshot import LogWindow
+from deployer.box.snapshot import LogWindow
 
 
 class _Json:

@@ -9,8 +9,8 @@ from typing import Any
 from deployer.runner.early_push import Planned
 from deployer.runner.up import UpOptions, _early_plan
 from deployer.profile.model import Profile
-from deployer.target.push import RunDir
-from deployer.target.records import RunView
+from deployer.box.push import RunDir
+from deployer.box.records import RunView
 
 
 def profile(**args: Any) -> Profile:

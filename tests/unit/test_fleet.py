@@ -22,8 +22,8 @@ from deployer.fleet.members import fleet_of, http_url
 from deployer.fleet.oncall import _exit_code, _mark_in_router, pick_member
 from deployer.output.fleet import status_lines
 from deployer.oncall.deployment import status_code
-from deployer.target.push import RunDir
-from deployer.target.records import RunView
+from deployer.box.push import RunDir
+from deployer.box.records import RunView
 from deployer.fleet.report import FleetReport, ReplicaResult
 from deployer.fleet.router import RouterReport, render_router, settings_hash
 from deployer.profile.loader import load_profile

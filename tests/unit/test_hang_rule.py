@@ -27,7 +27,7 @@ from deployer.supervisor.hang import (
     HANG_MAX_S, HANG_MIN_S, HANG_UNSEEN_S, HangRule, HangWatch, Reading, reading_of, readings_of,
 )
 from deployer.supervisor.stacks import dump_stacks, top_frames
-from deployer.target.push import supervisor_config
+from deployer.box.push import supervisor_config
 
 CASES = Path(__file__).resolve().parents[1] / "cases"
 METRICS = CASES / "metrics"
@@ -288,7 +288,7 @@ def test_idle_time_before_the_load_does_not_count() -> None:
 
 
 def test_the_stop_waits_for_the_runs_own_drain() -> None:
-    from deployer.target.process import drain_of
+    from deployer.box.process import drain_of
 
     assert drain_of({"profile": {"restart": {"drain_s": 12}}}) == 12.0
     assert drain_of({"profile": {"restart": {}}}) == drain_of({}) == drain_of({"profile": {"restart": {"drain_s": True}}}) == 0.0

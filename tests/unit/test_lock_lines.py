@@ -7,7 +7,7 @@ import time
 import pytest
 
 from deployer.errors import ProfileError
-from deployer.target.lock import LEASE_S, busy_message, describe_lease, lease_seconds, takeover_message
+from deployer.box.lock import LEASE_S, busy_message, describe_lease, lease_seconds, takeover_message
 
 SINCE = time.mktime((2026, 11, 30, 23, 40, 1, 0, 0, -1))
 HOLDER = {"owner": "alice@laptop", "pid": 4242, "command": "up", "since": SINCE}

@@ -11,7 +11,7 @@ import pytest
 
 import deployer.remote.program as program_mod
 from deployer.errors import TargetError
-from deployer.target.push import SUPERVISOR_FILES
+from deployer.box.push import SUPERVISOR_FILES
 from deployer.remote.local import LocalRemote
 from deployer.remote.program import (
     ROOT_ENTRIES,

@@ -156,7 +156,7 @@ class _Lost:
 
 
 def test_the_guard_covers_the_helpers_requests_too() -> None:
-    from deployer.target.lock import Guarded
+    from deployer.box.lock import Guarded
     from deployer.remote.conversation import Conversation
 
     fake = FakeRemote()

@@ -18,7 +18,7 @@ from deployer.events import Event, Progressed
 from deployer.prepare.weights import WeightsPlan, pinned, plan_for
 from deployer.profile.loader import load_profile
 from deployer.remote.local import LocalRemote
-from deployer.target.weights import fetch
+from deployer.box.weights import fetch
 
 REPO = "acme/tiny"
 
@@ -206,7 +206,7 @@ def test_a_fetch_whose_caller_goes_away_ends_and_frees_its_lock(tmp_path: Path, 
 
 
 def test_plan_says_what_the_fetch_would_take_and_fetches_nothing(tmp_path: Path) -> None:
-    from deployer.target.weights import needed
+    from deployer.box.weights import needed
 
     repo = tiny_repo(REPO, 100_000)
     with HubStub(repo) as hub:

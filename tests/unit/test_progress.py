@@ -17,9 +17,9 @@ import tqdm
 from deployer.engines import engine_for
 from deployer.profile.model import Health
 from deployer.watch.progress import parse
-from deployer.target.push import RunDir
+from deployer.box.push import RunDir
 from deployer.remote.local import LocalRemote
-from deployer.target.process import Launch
+from deployer.box.process import Launch
 from deployer.watch.watcher import PARTIAL_KEEP, Event, Hung, LogTail, Watcher
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "standin"))

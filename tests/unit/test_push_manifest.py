@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-import deployer.target.pushweights as pushweights
+import deployer.box.pushweights as pushweights
 from deployer.errors import ProfileError, TransferFailed
 from deployer.events import Event, Progressed, Warn
 from deployer.prepare.pushed import HashCache, pinned_push, plan_push
 from deployer.profile.loader import load_profile
 from deployer.remote.local import LocalRemote
-from deployer.target.pushweights import needed_push, push
+from deployer.box.pushweights import needed_push, push
 
 
 def profile(tmp_path: Path, engine: str) -> Any:

@@ -12,8 +12,8 @@ from deployer.errors import NotFound
 from deployer.oncall.rollback import _last_good
 from deployer.profile.model import Logs, Restart
 from deployer.runner.report import restart_summary
-from deployer.target.push import RunDir
-from deployer.target.records import RunView
+from deployer.box.push import RunDir
+from deployer.box.records import RunView
 
 
 def view(run_id: str, content: str, state: dict[str, Any], outcome: str | None = "ready") -> RunView:

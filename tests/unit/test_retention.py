@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from deployer.target.retention import RunSummary, plan_retention
+from deployer.box.retention import RunSummary, plan_retention
 
 
 def run(n: int, version: str, ready: bool, status: str = "stopped", env: bool = True) -> RunSummary:

@@ -11,16 +11,16 @@ from deployer.diagnose.diagnosis import Diagnosis
 from deployer.errors import LaunchFailed
 from deployer.events import AttemptStarted, Changed, Diagnosed, Event, EventSink, Restored, RollingBack, RunPushed
 from deployer.profile.model import Profile
-from deployer.target.push import RunDir
+from deployer.box.push import RunDir
 from deployer.remedy.propose import Change
 from deployer.runner import attempts, restore
 from deployer.runner import history as runner_history
 from deployer.runner.attempts import AttemptRunner
 from deployer.runner.report import UpOptions, UpReport
 from deployer.runner.shape import Found, Result, Shape, HeldHost
-from deployer.target import switch
-from deployer.target.process import Launch
-from deployer.target.records import RunView
+from deployer.box import switch
+from deployer.box.process import Launch
+from deployer.box.records import RunView
 from deployer.watch.watcher import Crashed, Ready
 
 
@@ -61,7 +61,7 @@ class Scripted(Shape):
 
 @pytest.fixture
 def switched() -> list[str]:
-    """The switch steps (target/switch.py) besides the start: each port check and `current`, in order."""
+    """The switch steps (box/switch.py) besides the start: each port check and `current`, in order."""
     return []
 
 
@@ -145,7 +145,7 @@ def test_every_start_switches_ports_then_current_then_start(steps: list[str], sw
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """Attempt 1 after the serving version stopped (the full port wait), attempt 2 after its own failed run (the
     retry's wait), restore after the failed attempt (the full wait): each checks the port before `current` moves,
-    and `current` moves right before the start (target/switch.py says why)."""
+    and `current` moves right before the start (box/switch.py says why)."""
     view = RunView(RunDir("/w/runs/old", "old"), {"content_hash": "c" * 64, "port": 30001},
                    {"alive": True, "status": "ready", "ready_at": 1.0}, None)
     diag = Diagnosis(signature="oom", summary="out of memory", transient=False)

@@ -15,8 +15,8 @@ from deployer.runner import attempts
 from deployer.runner.attempts import AttemptRunner
 from deployer.runner.report import UpOptions, UpReport
 from deployer.runner.shape import Result, HeldHost
-from deployer.target.push import Layout, RunDir
-from deployer.target.records import RunView
+from deployer.box.push import Layout, RunDir
+from deployer.box.records import RunView
 from deployer.watch.watcher import Crashed, Ready
 from test_runner import Box, Scripted, _profile, steps, switched
 

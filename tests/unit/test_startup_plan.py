@@ -19,8 +19,8 @@ from deployer.profile.model import Health, Profile
 from deployer.remote.local import LocalRemote
 from deployer.runner.report import PhaseSeen
 from deployer.runner.startup import StartPlan, past_starts, start_key, timeline_of
-from deployer.target.process import Launch
-from deployer.target.push import RunDir
+from deployer.box.process import Launch
+from deployer.box.push import RunDir
 from deployer.watch.watcher import Watcher
 
 

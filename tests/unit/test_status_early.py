@@ -163,7 +163,7 @@ def test_who_listens_on_the_port_is_asked_beside_the_health_check(remembered_fil
     (bounded) for the listener question: asked only after the look returned, it never comes in time."""
     from deployer.oncall import deployment as ops
     from deployer.oncall import serving
-    from deployer.target.process import Listener
+    from deployer.box.process import Listener
 
     fake = FakeRemote()
     up(profile(), OPTS, lambda _e: None, connection=fake)

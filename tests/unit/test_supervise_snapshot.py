@@ -19,8 +19,8 @@ from deployer.errors import NotFound, TargetError
 from deployer.oncall.deployment import diagnose_attempt, pick_run
 from deployer.remote.local import LocalRemote
 from deployer.supervisor import snapshot as snap_mod
-from deployer.target import snapshot
-from deployer.target.records import tail_lines, window_lines
+from deployer.box import snapshot
+from deployer.box.records import tail_lines, window_lines
 from payload import payload_program
 
 SCRIPT = Path(snap_mod.__file__)

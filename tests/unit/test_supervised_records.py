@@ -19,8 +19,8 @@ from deployer.profile.loader import load_profile
 from deployer.profile.model import Target
 from deployer.remote.program import helper_bundle
 from deployer.render.bundle import render
-from deployer.target import switch
-from deployer.target.push import Layout, profile_record, supervisor_config
+from deployer.box import switch
+from deployer.box.push import Layout, profile_record, supervisor_config
 
 RECORDS = Path(__file__).parent / "records"
 ADDRESSES = {"gpu-a": "10.0.0.1", "gpu-b": "10.0.0.2"}

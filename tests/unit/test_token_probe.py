@@ -19,7 +19,7 @@ from deployer.profile.model import Profile
 from deployer.remote.fake import EngineScript, FakeRemote
 from deployer.runner.up import UpOptions, up
 from deployer.supervisor.probe import NO_TOKEN, TokenWatch, generated, load_of, request_body
-from deployer.target.push import supervisor_config
+from deployer.box.push import supervisor_config
 from waiting import wait_for
 
 CAPTURES = Path(__file__).resolve().parents[1] / "cases" / "metrics"

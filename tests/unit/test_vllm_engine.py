@@ -14,7 +14,7 @@ import pytest
 from deployer.diagnose.drift import compare, masked, parse_args_dump
 from deployer.engines import engine_for, kinds
 from deployer.preflight.facts import version_py
-from deployer.target.tokenprobe import probe_config
+from deployer.box.tokenprobe import probe_config
 from deployer.profile.model import Profile
 from deployer.render.bundle import EnvRef, engine_argv, render
 

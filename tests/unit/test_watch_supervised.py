@@ -21,9 +21,9 @@ import pytest
 
 from deployer.engines import engine_for
 from deployer.profile.model import Health
-from deployer.target.push import RunDir
+from deployer.box.push import RunDir
 from deployer.remote.local import LocalRemote
-from deployer.target.process import Launch
+from deployer.box.process import Launch
 from deployer.watch.fatal import FATAL_GRACE_S
 from deployer.watch.watcher import LIVENESS_EVERY_S, Event, Ready, Stuck, Unsupervised, Watcher
 

@@ -13,9 +13,9 @@ import pytest
 from faultbed import (SECRET, assert_lock_free, assert_nothing_leaked, lease, secret_env, start_deploy, status_of,
                       wait_for_event)
 from deploy_helpers import deploy, write_profile
-from deployer.target.lock import DeploymentLock
+from deployer.box.lock import DeploymentLock
 from deployer.profile.loader import load_profile
-from deployer.target.push import layout_for
+from deployer.box.push import layout_for
 from deployer.remote.connect import connect
 from sshbed import SSHD, small_disk_sshd
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from deployer.remote.base import Remote, TargetSpec
 from deployer.remote.connect import conversing
-from deployer.target.lock import DeploymentLock
-from deployer.target.push import Layout, expand_workdir, prepare
+from deployer.box.lock import DeploymentLock
+from deployer.box.push import Layout, expand_workdir, prepare
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from deployer.errors import TargetError
-from deployer.target.push import Layout
+from deployer.box.push import Layout
 from deployer.remote.base import Remote
 from deployer.logtext import readable
-from deployer.target.records import RunView, view_of
+from deployer.box.records import RunView, view_of
 
 TIMEOUT_S = 60.0
 

@@ -29,14 +29,14 @@ from deployer.remote.program import ROOT_ENTRIES, RUN_DIR_ENTRIES, helper_bundle
 from deployer.secrets import mask_data
 from deployer.supervisor.protocol import ENGINE_LOG, ENV_FILE, LAUNCH_SH, OUTCOME_JSON, PROFILE_JSON
 from deployer.supervisor.protocol import STATE_JSON, SUPERVISE_JSON, ProfileRecord, SuperviseConfig
-from deployer.target.supervised import FatalWatch, RecordFields, SupervisedSpec, process_record, supervise_config
-from deployer.target.tokenprobe import probe_config
+from deployer.box.supervised import FatalWatch, RecordFields, SupervisedSpec, process_record, supervise_config
+from deployer.box.tokenprobe import probe_config
 
 if TYPE_CHECKING:  # annotations only: the on-call commands read layouts without loading the profile model
     from deployer.profile.model import Profile
     from deployer.render.bundle import Bundle
 
-# The deployment lock's lease, a program of its own kept at the deployment's root (deployer/target/lock.py runs it).
+# The deployment lock's lease, a program of its own kept at the deployment's root (deployer/box/lock.py runs it).
 LEASE_FILE = "supervise_lease.py"
 # The supervisor's files in a run dir (remote/program.py: one program, supervise.py, and the guard's entry file).
 SUPERVISOR_FILES = tuple(payload_files(RUN_DIR_ENTRIES))

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from deployer.remote.base import Remote
-from deployer.target.process import Launch, check_port, start, stop
-from deployer.target.push import Layout, RunDir, set_current
+from deployer.box.process import Launch, check_port, start, stop
+from deployer.box.push import Layout, RunDir, set_current
 
 
 class Process(Protocol):

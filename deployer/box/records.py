@@ -17,9 +17,9 @@ from deployer.engines.base import KvAllocated, kv_allocated_in
 from deployer.errors import NotFound
 from deployer.logtext import clip_middle, clip_tail, readable
 from deployer.profile.host import probe_address
-from deployer.target.push import Layout, RunDir
+from deployer.box.push import Layout, RunDir
 from deployer.remote.base import EndpointUnreachable, Remote
-from deployer.target.process import status
+from deployer.box.process import status
 from deployer.supervisor.protocol import OUTCOME_JSON, PROFILE_JSON, UP, Outcome, ProfileRecord, State
 LINE_CHARS = 16 << 10     # one log line shown by `logs` (its head and end; the cut is noted)
 

@@ -1,4 +1,4 @@
-"""Start: drive the target-side supervisor (start/stop/status) and the port check (the lock: deployer/target/lock.py).
+"""Start: drive the target-side supervisor (start/stop/status) and the port check (the lock: deployer/box/lock.py).
 
 The supervisor (deployer/supervisor/, stdlib only) runs on the target's python3 with -B (no __pycache__ that a
 full disk could truncate); these functions are the only place that knows its command line. `start` runs the
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deployer.errors import CommandFailed, PortBusy, TargetError
-from deployer.target.push import Layout, RunDir
+from deployer.box.push import Layout, RunDir
 from deployer.remote.base import Remote, Result
 from deployer.remote.program import SUPERVISOR_PYTHON
 from deployer.supervisor.guard import INTENT as REPAIR_INTENT, ROUTER_INTENT

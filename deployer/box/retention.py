@@ -22,7 +22,7 @@ from typing import Any
 from deployer.errors import TargetError
 from deployer.prepare.pushed import models_dir
 from deployer.prepare.weights import size_text
-from deployer.target.push import Layout, expand_workdir
+from deployer.box.push import Layout, expand_workdir
 from deployer.remote.base import Remote
 from deployer.supervisor.base import LIVE
 

@@ -24,7 +24,7 @@ from deployer.prepare.pushed import LocalFile, PushNeeded, Pushed, PushPlan, mod
 from deployer.prepare.weights import size_text
 from deployer.remote.base import Remote, Session
 from deployer.remote.oneshot import UNSAFE_HINT
-from deployer.target.weights import next_line
+from deployer.box.weights import next_line
 
 PHASE = "pushing weights"
 BATCH = 32 << 20      # bytes per bulk put (and the most read into memory at once)

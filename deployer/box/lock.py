@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from deployer.errors import Locked, LockLost, NotFound, ProfileError, RemoteError, TargetError, UnsafeTarget
-from deployer.target.push import Layout
+from deployer.box.push import Layout
 from deployer.remote.base import Hasher, Helper, HttpReply, Remote, Result, Session
 from deployer.remote.base import HelperRefused
 
