@@ -1,4 +1,4 @@
-"""The module moves of the layout restructures (issue 12, then issue 23): old dotted module -> new dotted module.
+"""The module moves of the layout restructures (issues 12, 23 and 38): old dotted module -> new dotted module.
 
 `python scripts/layout_map.py FILE...` rewrites imports of the old flat modules in place (for branches that
 were started before the move); `--markdown` prints the table of docs/layout-map.md.
@@ -17,9 +17,9 @@ MOVES: dict[str, str] = {
     "deployer.cli_smoke": "deployer.cli.smoke",
     "deployer.output": "deployer.output.console",
     "deployer.junit": "deployer.output.junit",
-    "deployer.oncall": "deployer.oncall.rollback",
-    "deployer.ops": "deployer.oncall.deployment",
-    "deployer.ops_more": "deployer.oncall.history",
+    "deployer.oncall": "deployer.operate.rollback",
+    "deployer.ops": "deployer.operate.deployment",
+    "deployer.ops_more": "deployer.operate.history",
     "deployer.pipeline": "deployer.runner.up",
     "deployer.prelaunch": "deployer.runner.before_launch",
     "deployer.fixed": "deployer.profile.fixed",
@@ -64,13 +64,17 @@ MOVES.update({
     "deployer.effective": "deployer.remedy.effective",
 })
 # Issue 38: the supervisor's modules without their `supervise_` prefix (a deployment's entry files keep their names on
-# the target: supervise_guard.py, supervise_lease.py), and target/ (what deployer does on one GPU box) named box/.
+# the target: supervise_guard.py, supervise_lease.py), target/ (what deployer does on one GPU box) named box/, and
+# oncall/ (it named a person) operate/. (The flat `deployer.oncall` of before issue 12 is rollback's, above.)
 _SUPERVISOR = ("base", "daemon", "fetch", "files", "group", "guard", "hang", "helper", "install", "lease", "ports", "probe",
                "protocol", "push", "replicas", "snapshot", "stacks")
 MOVES.update({f"deployer.supervisor.supervise_{x}": f"deployer.supervisor.{x}" for x in _SUPERVISOR})
 MOVES.update({f"deployer.target.{x}": f"deployer.box.{x}"
               for x in ("lock", "process", "push", "pushweights", "records", "retention", "session", "snapshot",
                         "supervised", "switch", "tokenprobe", "weights")})
+MOVES.update({f"deployer.oncall.{x}": f"deployer.operate.{x}"
+              for x in ("deployment", "history", "known", "logwindow", "remembered", "rollback", "rows",
+                        "secret_restore", "serving", "upgrade")})
 # Names that later commits moved to another module: (module after the pure moves, name) -> new module.
 SYMBOLS: dict[tuple[str, str], str] = {
     ("deployer.profile.model", "load_profile"): "deployer.profile.loader",
@@ -83,7 +87,7 @@ SYMBOLS: dict[tuple[str, str], str] = {
     ("deployer.preflight.flags", "at_least"): "deployer.versions",
     ("deployer.diagnose.signatures", "version_in"): "deployer.versions",
     ("deployer.diagnose.diagnosis", "version_in"): "deployer.versions",
-    ("deployer.oncall.rollback", "MASK"): "deployer.profile.model",
+    ("deployer.operate.rollback", "MASK"): "deployer.profile.model",
     ("deployer.box.records", "LIVE"): "deployer.supervisor.base",
     ("deployer.cli.main", "_load"): "deployer.cli.options",
     ("deployer.cli.main", "_emit_json"): "deployer.cli.options",
@@ -130,6 +134,9 @@ def _from_dotted(found: re.Match[str]) -> str:
     module, first = found.group(2), found.group(4)
     if f"{module}.{first}" in _NEW_MODULES:  # already the new form: `from deployer.output import junit`
         return found.group(0)
+    if f"{module}.{first}" in MOVES:  # a moved module imported from its package: `from deployer.oncall import rows`
+        parent, _, leaf = MOVES[f"{module}.{first}"].rpartition(".")
+        return f"{found.group(1)}{parent} import {leaf}" + ("" if leaf == first else f" as {first}")
     return found.group(1) + _new(module) + found.group(3)
 
 

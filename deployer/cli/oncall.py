@@ -17,7 +17,7 @@ from deployer.diagnose.diagnosis import read_window
 from deployer.engines import detect, engine_for, kinds
 from deployer.errors import ProfileError
 from deployer.logtext import bounded_diagnosis
-from deployer.oncall.history import local_history
+from deployer.operate.history import local_history
 
 
 @click.command()

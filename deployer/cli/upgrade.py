@@ -1,4 +1,4 @@
-"""`deploy upgrade`: options and output only (deployer.oncall.upgrade holds the logic)."""
+"""`deploy upgrade`: options and output only (deployer.operate.upgrade holds the logic)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from deployer.cli.load import _load
 from deployer.cli.options import _profile_options, _target_options
 from deployer.deployments.resolve import for_profile
 from deployer.deployments.single import Origin
-from deployer.oncall.upgrade.plan import UpgradeOptions
-from deployer.oncall.upgrade.release import parse_release
+from deployer.operate.upgrade.plan import UpgradeOptions
+from deployer.operate.upgrade.release import parse_release
 from deployer.secrets import mask_data
 
 __all__ = ["upgrade"]

@@ -36,7 +36,7 @@ from deployer.dashboard.readers import (
 from deployer.dashboard.source import MAX_LOG_BYTES, NoAnswer
 from deployer.deployments.base import Deployment, Select
 from deployer.deployments.reports import FleetStatus
-from deployer.oncall.rows import StatusRow
+from deployer.operate.rows import StatusRow
 from deployer.errors import DeployError, NotFound
 
 _KEY_CHARS = re.compile(r"[^A-Za-z0-9._@-]+")

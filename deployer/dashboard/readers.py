@@ -1,7 +1,7 @@
 """The CLI's `--json` outputs read into the dashboard's typed values: what a real `DashboardSource` needs when the
 Deployment interface hands it the same data the CLI prints (issue 27: the page is a view, not a source).
 
-- `row_of_status`: one typed status row (oncall/rows.py `StatusRow`, what `deploy status --json` prints from) ->
+- `row_of_status`: one typed status row (operate/rows.py `StatusRow`, what `deploy status --json` prints from) ->
   `OverviewRow`: every field status shows (state, engine and version, model, pid, uptime, restarts, crash loop,
   last crash and its diagnosis, lock holder, serving metrics).
 - `row_from_status`: one `deploy status --json` row as JSON (a fleet's members: FleetStatus carries JSON; a member's
@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from deployer.dashboard.model import Attempt, Diagnosis, Drift, GpuMemory, LastCrash, OverviewRow
-from deployer.oncall.rows import StatusRow
+from deployer.operate.rows import StatusRow
 
 MIB = 1 << 20
 # diagnose/drift.py Drift.describe: "asked F=V, engine resolved R" and "asked F=V, but the engine does not report F
@@ -79,7 +79,7 @@ def row_from_status(row: Mapping[str, Any], key: str, *, engine: str | None = No
 
 
 def serving_of(metrics: Any) -> dict[str, Any]:
-    """A status row's `metrics` (deployer.oncall.serving: absent numbers None) as the overview's columns:
+    """A status row's `metrics` (deployer.operate.serving: absent numbers None) as the overview's columns:
     requests running + waiting, generation tokens/s, KV cache %, end-to-end p99 in ms."""
     if not isinstance(metrics, Mapping):
         return {}

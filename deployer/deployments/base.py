@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from deployer.deployments.top import TopReport
 from deployer.errors import ProfileError
-from deployer.oncall.deployment import DownOptions, LogOptions
+from deployer.operate.deployment import DownOptions, LogOptions
 
 if TYPE_CHECKING:
     from deployer.deployments.reports import (DiagnosisReport, DownReport, HistoryReport, PlanReport,
@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from deployer.runner.up import UpOptions
     from deployer.events import EventSink
     from deployer.box.snapshot import LogWindow
-    from deployer.oncall.upgrade.outcome import Upgraded
-    from deployer.oncall.upgrade.plan import UpgradeOptions
+    from deployer.operate.upgrade.outcome import Upgraded
+    from deployer.operate.upgrade.plan import UpgradeOptions
 
 Out = Callable[[str], None]
 __all__ = ["Deployment", "DownOptions", "ExportSource", "LogOptions", "Out", "PruneOptions", "Select"]

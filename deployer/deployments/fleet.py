@@ -26,9 +26,9 @@ from deployer.fleet.router_env import plan_router, prepare_router
 from deployer.fleet.smoke import FleetSmokeReport, smoke_fleet
 from deployer.fleet.up import fleet_restart, fleet_rollback, fleet_up
 from deployer.fleet.upgrade import upgrade_fleet
-from deployer.oncall.deployment import Ref
-from deployer.oncall.upgrade.outcome import Upgraded
-from deployer.oncall.upgrade.plan import UpgradeOptions
+from deployer.operate.deployment import Ref
+from deployer.operate.upgrade.outcome import Upgraded
+from deployer.operate.upgrade.plan import UpgradeOptions
 from deployer.runner.up import UpOptions
 from deployer.prepare.report import PrepareReport
 from deployer.runner.install import prepare_all

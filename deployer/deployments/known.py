@@ -13,7 +13,7 @@ from deployer.errors import DeployError
 from deployer.settings import KEYS, Setting, load_config, strong_default, weak_default
 
 if TYPE_CHECKING:
-    from deployer.oncall.known import Known
+    from deployer.operate.known import Known
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class ConfigReport:
 
 def known_deployments(live: bool = False) -> KnownReport:
     """The local history's deployments; with `live`, each one's status read from its host now."""
-    from deployer.oncall.known import known
+    from deployer.operate.known import known
 
     rows = []
     for entry in known():
@@ -62,7 +62,7 @@ def deployments_on(host: str, workdir: str | None = None, trust_new_host: bool =
     """`ls --host H`: what H has now under the workdir given (or the default) and every workdir the local history
     knows there, one row each; WHEN from the local history where it knows the deployment."""
     from deployer.deployments.resolve import resolve
-    from deployer.oncall.known import known
+    from deployer.operate.known import known
 
     status = resolve(None, host, workdir, trust_new_host=trust_new_host).status()
     assert isinstance(status, HostStatus)
@@ -78,7 +78,7 @@ def deployments_on(host: str, workdir: str | None = None, trust_new_host: bool =
 def _live(entry: Known) -> Row:
     """One deployment's state on its host now (an unreachable host or a gone deployment says so, one line)."""
     from deployer.deployments.single import SingleHost
-    from deployer.oncall.deployment import Ref
+    from deployer.operate.deployment import Ref
 
     ref = Ref(entry.name, entry.spec(), entry.workdir)
     try:

@@ -4,7 +4,7 @@ up / restart go through deployer.nodes.up (the group is replaced as one); status
 deployer.nodes.ops; plan is deployer.nodes.dryrun. `smoke` is the single-host smoke (deployer.smoke:
 the same phases, request code, report and JUnit) on the group: up the group, one chat completion through node 0's
 port, down. `rollback` goes back to the newest other version that every node ran and that reached ready: node 0's
-run record rebuilt the way a single host's is (deployer.oncall.rollback.rebuild_profile), put back into the group
+run record rebuilt the way a single host's is (deployer.operate.rollback.rebuild_profile), put back into the group
 profile, and the group `up` with force.
 """
 
@@ -26,8 +26,8 @@ from deployer.nodes.dryrun import plan_report
 from deployer.nodes.render import render_nodes
 from deployer.nodes.plan import multinode_of, node_keys, plan_nodes
 from deployer.nodes.up import up_nodes
-from deployer.oncall.deployment import Ref, layout_of, opened
-from deployer.oncall.rollback import rebuild_profile
+from deployer.operate.deployment import Ref, layout_of, opened
+from deployer.operate.rollback import rebuild_profile
 from deployer.runner.up import UpOptions, UpReport
 from deployer.profile.model import Profile
 from deployer.smoke import SmokeOptions, SmokeReport, Stand

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Union
 
 from deployer.engines.base import GpuBudget, KvAllocated
 from deployer.errors import DeployError, PreflightFailed
-from deployer.oncall.deployment import worst_exit_code
-from deployer.oncall.rows import DownResult, HistoryEntry, StatusRow
+from deployer.operate.deployment import worst_exit_code
+from deployer.operate.rows import DownResult, HistoryEntry, StatusRow
 
 if TYPE_CHECKING:
     from deployer.nodes.dryrun import NodesPlanReport

@@ -2,7 +2,7 @@
 tells the kinds apart.
 
 Rules, in order:
-1. A profile file an earlier command loaded that is unchanged since (deployer.oncall.remembered), with no
+1. A profile file an earlier command loaded that is unchanged since (deployer.operate.remembered), with no
    selector, in a reading command (`Mode.read`): that single host, without loading the profile.
 2. A profile file with `nodes:` (or --node given, which needs one): a NodeGroup (`--node N`: that node).
 3. A profile file with `replicas:` or `router:`: a ReplicaFleet (--host then picks a member for `logs` and is
@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 from deployer.deployments.base import Deployment, Select
 from deployer.deployments.single import Origin, SingleHost
 from deployer.errors import NotFound, ProfileError
-from deployer.oncall.deployment import Ref, make_ref, remembered_ref
-from deployer.oncall.remembered import remember
+from deployer.operate.deployment import Ref, make_ref, remembered_ref
+from deployer.operate.remembered import remember
 
 if TYPE_CHECKING:
     from deployer.deployments.fleet import ReplicaFleet

@@ -21,7 +21,7 @@ from deployer.deployments.base import Deployment, DownOptions, ExportSource, Log
 from deployer.deployments.reports import (DiagnosisReport, DownReport, HistoryReport, HostDown, HostStatus,
                                           MemoryPicture, PlanReport, PruneReport, StatusReport, plan_error)
 from deployer.errors import NotFound, ProfileError
-from deployer.oncall import deployment as ops
+from deployer.operate import deployment as ops
 
 if TYPE_CHECKING:
     from deployer.runner.up import UpOptions, UpReport
@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from deployer.export.prometheus import AddressOf, PromExport
     from deployer.box.snapshot import LogWindow
     from deployer.prepare.report import PrepareReport
-    from deployer.oncall.upgrade.outcome import Upgraded
-    from deployer.oncall.upgrade.plan import UpgradeOptions
+    from deployer.operate.upgrade.outcome import Upgraded
+    from deployer.operate.upgrade.plan import UpgradeOptions
     from deployer.prepare.pushed import WeightsNeeded
     from deployer.remote.base import Remote
 
@@ -101,9 +101,9 @@ class SingleHost(Deployment):
 
     def upgrade(self, opts: UpgradeOptions, apply_it: bool, emit: EventSink) -> Upgraded:
         """The plan on this host; `apply_it`: the switch, load-checked against the old release (oncall.upgrade)."""
-        from deployer.oncall.upgrade.apply import apply_upgrade
-        from deployer.oncall.upgrade.outcome import Upgraded
-        from deployer.oncall.upgrade.plan import upgrade_plan
+        from deployer.operate.upgrade.apply import apply_upgrade
+        from deployer.operate.upgrade.outcome import Upgraded
+        from deployer.operate.upgrade.plan import upgrade_plan
 
         prof, trust = self._profile(), self.origin.trust_new_host
         plan = upgrade_plan(prof, opts, trust, emit)
@@ -111,7 +111,7 @@ class SingleHost(Deployment):
         return Upgraded(plan, prof, opts.python, applied)
 
     def up(self, opts: UpOptions, emit: EventSink) -> UpReport:
-        from deployer.oncall.remembered import remember
+        from deployer.operate.remembered import remember
         from deployer.runner.up import up
 
         prof = self._profile()
@@ -178,7 +178,7 @@ class SingleHost(Deployment):
     def status(self) -> StatusReport:
         ref = self.ref
         if ref.name is None:  # every deployment on the host: also under each workdir the local history knows there
-            from deployer.oncall.known import workdirs_on
+            from deployer.operate.known import workdirs_on
 
             looked = tuple(dict.fromkeys([ref.workdir, *workdirs_on(self.origin.host or ref.spec.host)]))
             return HostStatus(ops.status(ref, also=looked), one=False, host=self.origin.host or ref.spec.host,
@@ -200,17 +200,17 @@ class SingleHost(Deployment):
         return self.profile or self.ref.profile
 
     def log_window(self, offset: int | None, max_bytes: int) -> LogWindow | None:
-        from deployer.oncall.logwindow import log_window
+        from deployer.operate.logwindow import log_window
 
         return log_window(self.ref, offset, max_bytes)
 
     def history(self) -> HistoryReport:
-        from deployer.oncall import history as attempts
+        from deployer.operate import history as attempts
 
         return HistoryReport(attempts.history(self.ref))
 
     def diagnose(self, engine_version: str | None = None) -> DiagnosisReport:
-        from deployer.oncall import history as attempts
+        from deployer.operate import history as attempts
 
         return DiagnosisReport(attempts.diagnose_deployment(self.ref, engine_version))
 
@@ -223,17 +223,17 @@ class SingleHost(Deployment):
         return HostDown(result)
 
     def restart(self, opts: UpOptions, emit: EventSink) -> UpReport:
-        from deployer.oncall import rollback as going_back
+        from deployer.operate import rollback as going_back
 
         return going_back.restart(self.ref, emit, opts)
 
     def rollback(self, opts: UpOptions, emit: EventSink) -> UpReport:
-        from deployer.oncall import rollback as going_back
+        from deployer.operate import rollback as going_back
 
         return going_back.rollback(self.ref, emit, opts)
 
     def prune(self, opts: PruneOptions = PruneOptions()) -> PruneReport:
-        from deployer.oncall import history as attempts
+        from deployer.operate import history as attempts
 
         return PruneReport(attempts.prune(self.ref, opts.keep, opts.dry_run), opts.dry_run)
 

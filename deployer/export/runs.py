@@ -5,7 +5,7 @@ back from the target's records, secrets masked. Nothing secret is read: the expo
 from __future__ import annotations
 
 from deployer.errors import NotFound
-from deployer.oncall.deployment import Ref, layout_of, opened
+from deployer.operate.deployment import Ref, layout_of, opened
 from deployer.profile.model import Profile
 from deployer.box.records import all_runs
 

@@ -35,8 +35,8 @@ from deployer.fleet.report import FleetReport, ReplicaResult
 from deployer.fleet.rolling import Replace, Roller, Unchanged, roll_one
 from deployer.fleet.router import workers
 from deployer.fleet.up import fleet_up
-from deployer.oncall.deployment import Ref
-from deployer.oncall.rollback import rollback as rollback_replica
+from deployer.operate.deployment import Ref
+from deployer.operate.rollback import rollback as rollback_replica
 from deployer.profile.model import Profile, Rollout
 from deployer.remote.base import Remote
 from deployer.runner.fanout import TaggedSink

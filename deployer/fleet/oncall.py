@@ -22,8 +22,8 @@ from deployer.runner.fanout import TaggedSink, fan_out
 from deployer.fleet.members import Fleet, spec_of
 from deployer.fleet.router import readiness, workers
 from deployer.fleet.router_key import keyed
-from deployer.oncall import deployment as ops
-from deployer.oncall.deployment import Ref
+from deployer.operate import deployment as ops
+from deployer.operate.deployment import Ref
 from deployer.profile.model import Target
 from deployer.remote.connect import conversing
 from deployer.events import Event, EventSink, Warn

@@ -26,7 +26,7 @@ import secrets
 from dataclasses import replace
 
 from deployer.fleet.members import Fleet, RouterMember
-from deployer.oncall.secret_restore import read_env_file
+from deployer.operate.secret_restore import read_env_file
 from deployer.remote.base import Remote
 from deployer.secrets import secret_var
 from deployer.supervisor.protocol import ENV_FILE

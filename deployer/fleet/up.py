@@ -21,10 +21,10 @@ from deployer.fleet.weights import fetch_first
 from deployer.fleet.router import RouterReport, ensure_router, router_session, workers
 from deployer.fleet.router_key import key_of, keyed_fleet, with_key
 from deployer.fleet.router_env import prune_router_environments, with_router_environment
-from deployer.oncall.deployment import Ref
-from deployer.oncall.deployment import status as deployment_status
-from deployer.oncall.rollback import restart as restart_replica
-from deployer.oncall.rollback import rollback as rollback_replica
+from deployer.operate.deployment import Ref
+from deployer.operate.deployment import status as deployment_status
+from deployer.operate.rollback import restart as restart_replica
+from deployer.operate.rollback import rollback as rollback_replica
 from deployer.runner.up import UpOptions, up
 from deployer.profile.model import Profile
 from deployer.box.push import Layout, expand_workdir

@@ -1,6 +1,6 @@
 """`deploy upgrade FLEET --engine KIND==VERSION`: the upgrade planned on the first replica's host (every replica
 runs the same engine: its single-host profile, fleet/members.py), its changes carried to the fleet profile itself
-(deployer.oncall.upgrade.carry), and with `--apply` the upgraded fleet rolled out through the canary
+(deployer.operate.upgrade.carry), and with `--apply` the upgraded fleet rolled out through the canary
 (fleet/canary.py `run_canary`): promoted replica by replica, or the canary rolled back, with the verdict's numbers.
 """
 
@@ -13,9 +13,9 @@ from deployer.errors import DeployError, PartlyFailed
 from deployer.events import EventSink
 from deployer.fleet.canary import CanaryResult, check_canary, run_canary
 from deployer.fleet.members import AddressOf, fleet_of, ssh_address
-from deployer.oncall.upgrade.carry import carried
-from deployer.oncall.upgrade.outcome import Upgraded
-from deployer.oncall.upgrade.plan import UpgradeOptions, upgrade_plan
+from deployer.operate.upgrade.carry import carried
+from deployer.operate.upgrade.outcome import Upgraded
+from deployer.operate.upgrade.plan import UpgradeOptions, upgrade_plan
 from deployer.profile.model import Profile
 from deployer.runner.fanout import TaggedSink
 from deployer.runner.report import UpOptions

@@ -17,8 +17,8 @@ from deployer.nodes.diagnose import first_crash
 from deployer.nodes.plan import NodePlan, host_port, plan_nodes
 from deployer.runner.fanout import at_once
 from deployer.logtext import bounded_diagnosis
-from deployer.oncall import deployment as ops
-from deployer.oncall.rows import DownResult, NodeFacts, ShownDiagnosis, StatusRow
+from deployer.operate import deployment as ops
+from deployer.operate.rows import DownResult, NodeFacts, ShownDiagnosis, StatusRow
 from deployer.runner.up import diagnose_state
 from deployer.profile.model import Profile
 from deployer.box.push import RunDir

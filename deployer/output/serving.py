@@ -1,4 +1,4 @@
-"""A status row's serving metrics (deployer.oncall.serving) for people: the engine's one-line summary, the GPUs'
+"""A status row's serving metrics (deployer.operate.serving) for people: the engine's one-line summary, the GPUs'
 memory, or why there are none."""
 
 from __future__ import annotations

@@ -191,7 +191,7 @@ def test_bad_arguments_are_one_line_and_exit_2(tmp_path: Path, argv: tuple[str, 
 def test_every_deployment_on_a_host_opens_its_page(healed: tuple[Path, Path], sshd: Any,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """`deploy dashboard --host H --workdir W` (issue 36): each row's page (its attempts) and its log, not an
-    AssertionError (`assert ref.name` in oncall/history.py and logwindow.py: a host-wide deployment has no name)."""
+    AssertionError (`assert ref.name` in operate/history.py and logwindow.py: a host-wide deployment has no name)."""
     prof, home = healed
     monkeypatch.setenv("DEPLOYER_HOME", str(home))
     monkeypatch.setenv("DEPLOYER_SSH_CONFIG", str(sshd.ssh_config))

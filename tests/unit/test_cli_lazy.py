@@ -66,7 +66,7 @@ NOT_ON_STATUS_PATH = ("deployer.events", "deployer.output.console", "deployer.ou
 @pytest.mark.parametrize("module", NOT_ON_STATUS_PATH)
 def test_status_of_a_name_does_not_import(module: str) -> None:
     loaded = _status_modules()
-    assert "deployer.oncall.deployment" in loaded and "deployer.cli.show" in loaded   # the path was walked
+    assert "deployer.operate.deployment" in loaded and "deployer.cli.show" in loaded   # the path was walked
     assert module not in loaded
 
 

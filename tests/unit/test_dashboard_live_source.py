@@ -17,7 +17,7 @@ from deployer.dashboard.model import LogRequest
 from deployer.dashboard.source import MAX_LOG_BYTES, NoAnswer
 from deployer.deployments.base import Deployment, Select
 from deployer.deployments.reports import HostStatus
-from deployer.oncall.rows import StatusRow
+from deployer.operate.rows import StatusRow
 from deployer.box.snapshot import LogWindow
 
 

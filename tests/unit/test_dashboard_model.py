@@ -15,7 +15,7 @@ from deployer.dashboard.source import MAX_LOG_BYTES, chunk_of, valid_key
 from deployer.dashboard.shown import json_bytes, shown
 
 def test_an_overview_row_reads_a_status_json_row() -> None:
-    """`deploy status --json`'s row (oncall/deployment.py `describe` + serving): its names, extra ones ignored."""
+    """`deploy status --json`'s row (operate/deployment.py `describe` + serving): its names, extra ones ignored."""
     status = {"name": "qwen", "host": "root@gpu", "status": "ready", "pid": 4242, "uptime_s": 12.5, "healthy": True,
               "attempt": 2, "content_hash": "abc", "run_dir": "/w/qwen/runs/2", "port": 30000, "restarts": 1,
               "last_crash": None, "exit_code": None, "signal_name": None, "drift": [], "runs": 2, "diagnosis": None,
@@ -28,7 +28,7 @@ def test_an_overview_row_reads_a_status_json_row() -> None:
 
 
 def test_an_attempt_reads_a_history_json_row() -> None:
-    """`deploy history --json`'s attempt row (oncall/history.py), with the change a heal made."""
+    """`deploy history --json`'s attempt row (operate/history.py), with the change a heal made."""
     history = {"kind": "attempt", "run_id": "20261201T1-1", "current": False, "attempt": 1, "up_id": "u1",
                "started_at": 1.5, "content_hash": "h", "outcome": "crashed", "detail": "exit 1",
                "diagnosis": {"signature": "cuda-oom", "summary": "OOM", "transient": False, "evidence": ["e"],

@@ -11,7 +11,7 @@ from deployer.dashboard import (
 )
 from deployer.dashboard.model import LastCrash, OverviewRow
 from deployer.dashboard.readers import row_of_status
-from deployer.oncall.rows import StatusRow
+from deployer.operate.rows import StatusRow
 from deployer.diagnose.drift import Drift as EngineDrift
 from deployer.engines.sglang.memory import MemoryPlan
 from deployer.engines.vllm.memory import VllmMemoryPlan

@@ -21,7 +21,7 @@ from deployer.runner.fanout import TaggedSink, fan_out
 from deployer.fleet.members import fleet_of, http_url
 from deployer.fleet.oncall import _exit_code, _mark_in_router, pick_member
 from deployer.output.fleet import status_lines
-from deployer.oncall.deployment import status_code
+from deployer.operate.deployment import status_code
 from deployer.box.push import RunDir
 from deployer.box.records import RunView
 from deployer.fleet.report import FleetReport, ReplicaResult

@@ -264,7 +264,7 @@ def test_status_and_history_show_the_hang_its_progress_and_its_frame() -> None:
     from types import SimpleNamespace
 
     from deployer.cli.show import describe_crash
-    from deployer.oncall.history import _hung
+    from deployer.operate.history import _hung
 
     hung = {"at": 1.0, "reason": "2 running, 0 waiting and no engine step for 21 s (hang_s 20, derived)",
             "progress": 414.0, "stacks": _stacks(SERVER, FROZEN)}

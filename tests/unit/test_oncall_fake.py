@@ -17,8 +17,8 @@ from test_pipeline_fake import CRASH, OPTS, PORT, WORKDIR, profile  # noqa: E402
 import deployer.remote.connect as connect_mod  # noqa: E402
 from deployer.nodes import ops as node_ops  # noqa: E402
 from deployer.nodes.plan import plan_nodes  # noqa: E402
-from deployer.oncall import deployment as ops  # noqa: E402
-from deployer.oncall.history import history  # noqa: E402
+from deployer.operate import deployment as ops  # noqa: E402
+from deployer.operate.history import history  # noqa: E402
 from deployer.profile.model import Profile  # noqa: E402
 from deployer.remote.base import TargetSpec  # noqa: E402
 from deployer.remote.fake import FakeRemote  # noqa: E402

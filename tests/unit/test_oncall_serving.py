@@ -1,4 +1,4 @@
-"""Issue 26: what `status` reads of a running engine (deployer.oncall.serving): /metrics and nvidia-smi through the
+"""Issue 26: what `status` reads of a running engine (deployer.operate.serving): /metrics and nvidia-smi through the
 remote, the previous scrape kept locally for the interval's rates; `top`'s rows from each kind's status report; the
 stand-in engines' /metrics checked against the real captures they replay; `kept_open` connections."""
 
@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from deployer.deployments.reports import FleetStatus, HostStatus, NodeStatus
-from deployer.oncall.rows import NodeFacts, StatusRow
+from deployer.operate.rows import NodeFacts, StatusRow
 from deployer.deployments.top import TopReport
 from deployer.engines import engine_for
 from deployer.observe.prometheus import parse
-from deployer.oncall import serving
+from deployer.operate import serving
 from deployer.output.top import table
 from deployer.remote import connect as connect_mod
 from deployer.remote.base import EndpointUnreachable, HttpReply, Result

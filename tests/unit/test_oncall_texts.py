@@ -137,7 +137,7 @@ def test_parse_since_takes_durations_and_local_times() -> None:
 
 
 def test_log_filter_greps_and_keeps_a_timeless_line_with_the_one_before() -> None:
-    from deployer.oncall.deployment import log_filter
+    from deployer.operate.deployment import log_filter
 
     lines = ["[2026-12-01 04:00:00] old", "  File old", "[2026-12-01 04:05:00] new error", "  File new",
              "[2026-12-01 04:06:00] fine"]

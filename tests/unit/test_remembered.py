@@ -1,4 +1,4 @@
-"""Where a profile points, remembered by content (deployer/oncall/remembered.py): used only while nothing the load
+"""Where a profile points, remembered by content (deployer/operate/remembered.py): used only while nothing the load
 read has changed; on-call reads tolerate an unset engine `${VAR}`, never an unset target one."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from deployer.errors import ProfileError
-from deployer.oncall import remembered
-from deployer.oncall.deployment import make_ref, remembered_ref
+from deployer.operate import remembered
+from deployer.operate.deployment import make_ref, remembered_ref
 
 BASE = """\
 name: demo

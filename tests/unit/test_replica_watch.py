@@ -18,7 +18,7 @@ from deployer.fleet import router as router_mod
 from deployer.fleet.members import fleet_of
 from deployer.fleet.oncall import PULLED, _mark_in_router
 from deployer.fleet.router_key import CONTROL_KEY_VAR
-from deployer.oncall.history import lock_event_text
+from deployer.operate.history import lock_event_text
 from deployer.output.fleet_status import status_lines
 from deployer.profile.loader import load_profile
 from deployer.secrets import secret_var

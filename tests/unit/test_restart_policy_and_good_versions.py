@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from deployer.errors import NotFound
-from deployer.oncall.rollback import _last_good
+from deployer.operate.rollback import _last_good
 from deployer.profile.model import Logs, Restart
 from deployer.runner.report import restart_summary
 from deployer.box.push import RunDir

@@ -16,7 +16,7 @@ from deployer.engines.sglang.spec import SGLANG
 from deployer.profile.model import Profile
 from deployer.profile.loader import load_profile
 from deployer.render.bundle import render, sh_word
-from deployer.oncall.secret_restore import Restorer, SecretUnavailable
+from deployer.operate.secret_restore import Restorer, SecretUnavailable
 from deployer.secrets import MASK, is_secret_env_name, mask_data, mask_text, remember
 
 REPO = Path(__file__).resolve().parents[2]

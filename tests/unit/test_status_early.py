@@ -22,14 +22,14 @@ from test_pipeline_fake import OPTS, PORT, WORKDIR, profile  # noqa: E402
 import deployer.remote.connect as connect_mod  # noqa: E402
 from deployer.cli.main import main  # noqa: E402
 from deployer.errors import ConnectFailed  # noqa: E402
-from deployer.oncall import remembered  # noqa: E402
-from deployer.oncall.deployment import make_ref  # noqa: E402
+from deployer.operate import remembered  # noqa: E402
+from deployer.operate.deployment import make_ref  # noqa: E402
 from deployer.remote.base import TargetSpec  # noqa: E402
 from deployer.remote.fake import FakeRemote  # noqa: E402
 from deployer.runner.up import up  # noqa: E402
 
 # what makes and shows a status report: each imported only after the connection started
-REPORT_MODULES = ("deployer.cli.show", "deployer.deployments.resolve", "deployer.oncall.deployment")
+REPORT_MODULES = ("deployer.cli.show", "deployer.deployments.resolve", "deployer.operate.deployment")
 # nor are these on the way to the connection (the status imports them later, or never): YAML (deployer.settings
 # parses a config file only when there is one), http.client (deployer/remote/http.py), tempfile (a local put)
 NOT_BEFORE_THE_CONNECTION = (*REPORT_MODULES, "yaml", "http.client", "tempfile")
@@ -161,8 +161,8 @@ def test_who_listens_on_the_port_is_asked_beside_the_health_check(remembered_fil
     """A serving row asks /health and who holds the engine's port (a squatter answers /health too): the two
     requests go out together, one round trip, not the second after the first's answer. The stand-in look waits
     (bounded) for the listener question: asked only after the look returned, it never comes in time."""
-    from deployer.oncall import deployment as ops
-    from deployer.oncall import serving
+    from deployer.operate import deployment as ops
+    from deployer.operate import serving
     from deployer.box.process import Listener
 
     fake = FakeRemote()

@@ -16,7 +16,7 @@ import pytest
 
 from deployer.engines import engine_for
 from deployer.errors import NotFound, TargetError
-from deployer.oncall.deployment import diagnose_attempt, pick_run
+from deployer.operate.deployment import diagnose_attempt, pick_run
 from deployer.remote.local import LocalRemote
 from deployer.supervisor import snapshot as snap_mod
 from deployer.box import snapshot

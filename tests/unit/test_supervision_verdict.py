@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from deployer.oncall.deployment import supervision_note
+from deployer.operate.deployment import supervision_note
 from deployer.supervisor.base import HEARTBEAT_STALE, supervision
 
 NOW = 1_000_000.0

@@ -1,4 +1,4 @@
-"""`deploy upgrade`'s pure parts (deployer.oncall.upgrade): the release named on the command line, the profile that
+"""`deploy upgrade`'s pure parts (deployer.operate.upgrade): the release named on the command line, the profile that
 runs it, and what changes between two releases for a profile, each change with its source. The flag tables here are
 small hand-made ones (synthetic, saying so); the real releases' tables are in tests/sglang_real/test_real_upgrade.py.
 """
@@ -18,11 +18,11 @@ import yaml
 from deployer.engines.registry import engine_for
 from deployer.engines.renames import Rename, load_renames
 from deployer.errors import ProfileError
-from deployer.oncall.upgrade.compare import Side, compare, env_changes, flag_changes, followon_changes, \
+from deployer.operate.upgrade.compare import Side, compare, env_changes, flag_changes, followon_changes, \
     memory_rows, resolution_changes
-from deployer.oncall.upgrade.loadcheck import LoadNumbers, judge
-from deployer.oncall.upgrade.save import save_upgraded
-from deployer.oncall.upgrade.release import Release, for_release, parse_release, upgraded_install
+from deployer.operate.upgrade.loadcheck import LoadNumbers, judge
+from deployer.operate.upgrade.save import save_upgraded
+from deployer.operate.upgrade.release import Release, for_release, parse_release, upgraded_install
 from deployer.preflight.flags import Flag, FlagSet
 from deployer.profile.loader import load_profile
 from deployer.profile.model import Profile, UpgradeGates

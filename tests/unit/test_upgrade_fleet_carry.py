@@ -1,5 +1,5 @@
 """`deploy upgrade FLEET` (issue 39): the plan is made on the first replica's host and its changes carried to the
-fleet profile itself (deployer.oncall.upgrade.carry, deployer.fleet.upgrade); `--save` writes the upgraded fleet
+fleet profile itself (deployer.operate.upgrade.carry, deployer.fleet.upgrade); `--save` writes the upgraded fleet
 profile (extends and ${VAR} as written); `--apply` is the canary rollout; a node group is refused in one line.
 The flag table is a small hand-made one (synthetic, saying so), as in tests/unit/test_upgrade_compare.py.
 """
@@ -26,11 +26,11 @@ from deployer.fleet.canary import CanaryResult
 from deployer.fleet.canary_judge import WindowNumbers, judge
 from deployer.fleet.members import fleet_of
 from deployer.fleet.report import FleetReport, ReplicaResult
-from deployer.oncall.upgrade.carry import carried
-from deployer.oncall.upgrade.compare import Side, compare
-from deployer.oncall.upgrade.outcome import Upgraded
-from deployer.oncall.upgrade.plan import UpgradeOptions, UpgradePlan
-from deployer.oncall.upgrade.release import Release
+from deployer.operate.upgrade.carry import carried
+from deployer.operate.upgrade.compare import Side, compare
+from deployer.operate.upgrade.outcome import Upgraded
+from deployer.operate.upgrade.plan import UpgradeOptions, UpgradePlan
+from deployer.operate.upgrade.release import Release
 from deployer.preflight.flags import Flag, FlagSet
 from deployer.profile.loader import load_profile
 from deployer.profile.model import Canary, Profile

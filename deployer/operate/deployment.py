@@ -27,9 +27,9 @@ from deployer.profile.host import NAME_RE, parse_host
 from deployer.box.push import Layout, expand_workdir
 from deployer.remote.base import Remote, TargetSpec
 from deployer.remote.connect import conversing, target_spec
-from deployer.oncall import remembered, serving
-from deployer.oncall.rows import DownResult, StatusRow
-from deployer.oncall.secret_restore import learn_env_text
+from deployer.operate import remembered, serving
+from deployer.operate.rows import DownResult, StatusRow
+from deployer.operate.secret_restore import learn_env_text
 from deployer.secrets import mask_data, mask_text
 from deployer.box.process import Listener, drain_of, forget_boot, listener, rescue, stop
 from deployer.supervisor.base import CRASHED as CRASHED_STATES
@@ -125,10 +125,10 @@ def make_ref(arg: str | None, host: str | None, workdir: str | None, trust_new_h
 
 
 def _name_ref(name: str | None, host: str | None, workdir: str | None, trust_new_host: bool) -> Ref:
-    """A bare NAME: host and workdir from the command line, the environment, the local history (deployer.oncall.
+    """A bare NAME: host and workdir from the command line, the environment, the local history (deployer.operate.
     known), the config file, the built-in workdir, in that order (deployer.settings)."""
     from deployer import settings
-    from deployer.oncall.known import Located, locate
+    from deployer.operate.known import Located, locate
 
     given_host = settings.strong_default("host", host, "--host")
     given_workdir = settings.strong_default("workdir", workdir, "--workdir")
@@ -378,7 +378,7 @@ def status(ref: Ref, connection: Remote | None = None, *, with_metrics: bool = T
            also: Sequence[str] = ()) -> list[StatusRow]:
     """One deployment's row, or (no name) every deployment's under the workdir and the workdirs `also` names (the
     local history's for the host); one exec channel either way. `with_metrics`: each live row's serving metrics
-    (deployer.oncall.serving), else its `metrics` is None."""
+    (deployer.operate.serving), else its `metrics` is None."""
     with connected(ref, connection) as remote:
         if ref.name:
             snap = snapshot.take(remote, layout_of(ref.workdir, ref.name).root)

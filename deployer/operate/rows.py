@@ -116,7 +116,7 @@ class StatusRow:
     lock: Json | None
     serving: bool
     node: NodeFacts | None = None
-    metrics: Json | None = None          # what the engine serves (deployer.oncall.serving; None: not asked / down)
+    metrics: Json | None = None          # what the engine serves (deployer.operate.serving; None: not asked / down)
     unhealthy: Json | None = None        # the supervisor's last one-token probe failed (probe): why
     engine: str | None = None            # the run's engine kind, version (as its profile names it) and model
     engine_version: str | None = None

@@ -13,8 +13,8 @@ from typing import Any
 from deployer.errors import DeployError, LaunchFailed, Unhealthy
 from deployer.events import EventSink
 from deployer.local_history import History
-from deployer.oncall.upgrade.loadcheck import Gate, LoadNumbers, judge, measure
-from deployer.oncall.upgrade.plan import UpgradePlan
+from deployer.operate.upgrade.loadcheck import Gate, LoadNumbers, judge, measure
+from deployer.operate.upgrade.plan import UpgradePlan
 from deployer.profile.model import Profile, Upgrade, UpgradeGates
 from deployer.remote.connect import conversing, target_spec
 from deployer.runner.up import UpOptions, up

@@ -10,8 +10,8 @@ from typing import Any
 
 from deployer.errors import ProfileError
 from deployer.flag_names import key_option
-from deployer.oncall.upgrade.plan import UpgradePlan
-from deployer.oncall.upgrade.release import Release, upgraded_install
+from deployer.operate.upgrade.plan import UpgradePlan
+from deployer.operate.upgrade.release import Release, upgraded_install
 from deployer.profile.fixed import save_fixed
 from deployer.profile.model import Profile
 

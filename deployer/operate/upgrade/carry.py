@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from deployer.oncall.upgrade.plan import UpgradePlan, with_changes
-from deployer.oncall.upgrade.release import Release, for_release
+from deployer.operate.upgrade.plan import UpgradePlan, with_changes
+from deployer.operate.upgrade.release import Release, for_release
 from deployer.profile.model import Profile
 
 

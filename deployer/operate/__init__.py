@@ -1,4 +1,4 @@
-"""On-call operations on an existing deployment: status, logs, down (`deployment`), history and diagnose NAME
+"""Operating an existing single-host deployment (the on-call commands): status, logs, down (`deployment`), history and diagnose NAME
 (`history`), restart and rollback (`rollback`).
 
 Everything is read from the target, so these work from any laptop. Layer beside smoke, below output: may

@@ -12,8 +12,8 @@ import dataclasses
 from typing import Any
 
 from deployer.errors import NotFound, RecordUnreadable
-from deployer.oncall.deployment import Ref, layout_of, opened
-from deployer.oncall.secret_restore import Restorer, read_env_file
+from deployer.operate.deployment import Ref, layout_of, opened
+from deployer.operate.secret_restore import Restorer, read_env_file
 from deployer.runner.up import UpOptions, UpReport, up
 from deployer.profile.model import Profile
 from deployer.remote.base import Remote

@@ -13,9 +13,9 @@ from deployer.errors import NotFound, TargetError
 from deployer.local_history import History
 from deployer.box.lock import DeploymentLock, describe_holder
 from deployer.logtext import bounded_diagnosis
-from deployer.oncall.deployment import Ref, connected, diagnose_attempt, layout_of, make_ref, opened
-from deployer.oncall.rows import HistoryEntry
-from deployer.oncall.secret_restore import learn_env_text
+from deployer.operate.deployment import Ref, connected, diagnose_attempt, layout_of, make_ref, opened
+from deployer.operate.rows import HistoryEntry
+from deployer.operate.secret_restore import learn_env_text
 from deployer.profile.model import Profile
 from deployer.box.push import Layout
 from deployer.remedy.propose import propose

@@ -8,8 +8,8 @@ file and record), so the caller masks each line it shows with `secrets.mask_text
 from __future__ import annotations
 
 from deployer.errors import NotFound
-from deployer.oncall.deployment import Ref, connected, layout_of
-from deployer.oncall.secret_restore import learn_env_text
+from deployer.operate.deployment import Ref, connected, layout_of
+from deployer.operate.secret_restore import learn_env_text
 from deployer.box import snapshot
 from deployer.box.snapshot import LogWindow
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from deployer.errors import DeployError, PreflightFailed, ProfileError
-from deployer.oncall.upgrade.plan import UpgradePlan
-from deployer.oncall.upgrade.save import save_upgraded
+from deployer.operate.upgrade.plan import UpgradePlan
+from deployer.operate.upgrade.save import save_upgraded
 from deployer.profile.model import Profile
 
 
