@@ -60,7 +60,7 @@ class Op(NamedTuple):
 OPS: Dict[str, Op] = {
     "run": Op(True),                    # {cmd, stdin_b64?, timeout} -> {exit_code, stdout, stderr, timed_out}
     "verify": Op(False),                # {paths} -> {digests}: fsync + sha256 of uploaded files
-    "lease_take": Op(False),            # the deployment lock's lease (supervise_lease.py's rules): {word, data}
+    "lease_take": Op(False),            # the deployment lock's lease (lease.py's rules): {word, data}
     "lease_beat": Op(False),            # {token, release} -> {word: OK|LOST|RELEASED, data}
     "supervise": Op(False),             # {argv}: a read-only supervisor command (IN_HELPER), answered in process
     "snapshot": Op(False),              # {argv} -> {data}: snapshot.py's snapshot of a deployment dir
@@ -86,9 +86,9 @@ OPS: Dict[str, Op] = {
     # push.py's retention of pushed model directories
     "models_prune": Op(True, "push"),
     # programs of their own, for minutes: not fenced, as when they were exec channels (the client's lock guards them)
-    "fetch": Op(False, "fetch", program=True),   # weights from the hub (fetch.py's lines)
-    "push": Op(False, "push", program=True),     # a model directory received (push.py's lines)
-    "feed": Op(False),                                       # {stream, data_b64?, eof?}: a program's stdin
+    "fetch": Op(False, "fetch", program=True),  # weights from the hub (fetch.py's lines)
+    "push": Op(False, "push", program=True),    # a model directory received (push.py's lines)
+    "feed": Op(False),                          # {stream, data_b64?, eof?}: a program's stdin
 }
 HELPER_OPS: Tuple[str, ...] = tuple(OPS)
 # Supervisor commands the helper answers in its own process (quick, read-only); start and stop stay processes.
