@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -104,6 +105,7 @@ DOCUMENTS = st.one_of(
 )
 
 
+@pytest.mark.slow("1000 generated YAML documents under HYPOTHESIS_PROFILE=ci, each loaded with its size and time bounds")
 @settings(max_examples=1000 if os.environ.get("HYPOTHESIS_PROFILE") == "ci" else 150, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(DOCUMENTS)

@@ -166,6 +166,7 @@ def read_probe(out: Path) -> dict[str, Any]:
 
 
 @pytest.mark.timeout(PROPERTY_TIMEOUT_S)
+@pytest.mark.slow("2000 hostile profiles under HYPOTHESIS_PROFILE=ci, each rendered and run by bash into a probe")
 @settings(settings.get_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev")))
 @given(args=st.dictionaries(flag_name, st.one_of(scalar, st.lists(text, min_size=1, max_size=3)), max_size=6),
        env=st.dictionaries(env_name, text, max_size=6), model=text.filter(bool),
