@@ -5,22 +5,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
-from deployer.cli import show, show_runs
+from deployer.cli import show
 from deployer.cli.load import _load
 from deployer.cli.options import _profile_options, _target_options
 from deployer.deployments.base import Deployment
 from deployer.deployments.resolve import CHANGE, for_profile, resolve
 from deployer.deployments.single import Origin
 from deployer.errors import DiskFull, LaunchFailed, PartlyFailed, ProfileError
-from deployer.fleet.report import FleetReport
-from deployer.runner.up import UpOptions, UpReport
+from deployer.output import text_runs
+from deployer.runner.up import UpOptions
 from deployer.secrets import mask_data
 
-__all__ = ["plan", "restart", "rollback", "run_reported", "show_runs", "up"]
+if TYPE_CHECKING:
+    from deployer.deployments.reports import UpResult
+
+__all__ = ["plan", "restart", "rollback", "run_reported", "text_runs", "up"]
 
 
 @click.command()
@@ -62,7 +65,7 @@ def run_reported(as_json: bool, deployment: Deployment, action: Callable[[Any], 
         report = action(sink)
     except (LaunchFailed, PartlyFailed, DiskFull) as exc:
         sink.close()
-        if isinstance(exc.outcome, (UpReport, FleetReport)):
+        if isinstance(exc.outcome, text_runs.UP_RESULTS):
             _final(exc.outcome, as_json, sink)
         raise
     except BaseException:
@@ -72,7 +75,7 @@ def run_reported(as_json: bool, deployment: Deployment, action: Callable[[Any], 
     _final(report, as_json, sink)
 
 
-def _final(report: UpReport | FleetReport, as_json: bool, sink: Any) -> None:
+def _final(report: UpResult, as_json: bool, sink: Any) -> None:
     if as_json:
         show.report_event(report.to_json())
     else:

@@ -13,17 +13,17 @@ from pathlib import Path
 
 import click
 
-from deployer.cli import show, show_runs
+from deployer.cli import show
 from deployer.cli.load import _load
 from deployer.cli.options import _profile_options, _target_options
 from deployer.deployments.base import Deployment
 from deployer.deployments.resolve import for_profile, unloaded
 from deployer.deployments.single import Origin
 from deployer.errors import ProfileError
-from deployer.output import junit
+from deployer.output import junit, text_runs
 from deployer.smoke import SmokeOptions
 
-__all__ = ["show_runs", "smoke"]
+__all__ = ["smoke", "text_runs"]
 
 
 @click.command()

@@ -1,6 +1,6 @@
 """The typed reports the Deployment methods return: each gives exactly the JSON the CLI prints (`to_json()`)
 and the command's exit code (`exit_code`). How a report is shown to people is the CLI's business, chosen by
-the report's type (deployer.cli.show), never by the kind of deployment.
+the report's type (deployer.output.text), never by the kind of deployment.
 
 `up`, `restart` and `rollback` return the runner's UpReport (single host, node group) or the fleet's
 FleetReport; `smoke` the SmokeReport / FleetSmokeReport of deployer.smoke / deployer.fleet.smoke.

@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from deployer import api
-from deployer.cli import show, show_runs  # noqa: F401 (show_runs adds the text forms of up-like reports)
+from deployer.cli import show
+from deployer.output import text_runs  # noqa: F401 (adds the text forms of up-like reports)
 from deployer.deployments.base import Select
 from deployer.deployments.fleet import ReplicaFleet
 from deployer.deployments.nodes import NodeGroup

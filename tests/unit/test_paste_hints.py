@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-import deployer.cli.show_runs  # noqa: F401  (adds the text form of UpReport that `up` prints)
-from deployer.cli.show import text
+import deployer.output.text_runs  # noqa: F401  (adds the text form of UpReport that `up` prints)
+from deployer.output.text import text
 from deployer.export.k8s import Export
 from deployer.output.console import LiveProgress
 from deployer.profile.loader import load_profile

@@ -29,7 +29,8 @@ from deployer.remote.fake import FakeRemote  # noqa: E402
 from deployer.runner.up import up  # noqa: E402
 
 # what makes and shows a status report: each imported only after the connection started
-REPORT_MODULES = ("deployer.cli.show", "deployer.deployments.resolve", "deployer.operate.deployment")
+REPORT_MODULES = ("deployer.cli.show", "deployer.output.text", "deployer.deployments.resolve",
+                  "deployer.operate.deployment")
 # nor are these on the way to the connection (the status imports them later, or never): YAML (deployer.settings
 # parses a config file only when there is one), http.client (deployer/remote/http.py), tempfile (a local put)
 NOT_BEFORE_THE_CONNECTION = (*REPORT_MODULES, "yaml", "http.client", "tempfile")

@@ -1,5 +1,5 @@
 """The text forms of the reports of the commands that change engines (up, restart, rollback, smoke), added to
-deployer.cli.show.text by report type."""
+deployer.output.text.text by report type; `UP_RESULTS`: the reports an up-like command's failure carries."""
 
 from __future__ import annotations
 
@@ -7,13 +7,15 @@ from typing import Any
 
 import click
 
-from deployer.cli.show import text
 from deployer.fleet.report import FleetReport
 from deployer.fleet.smoke import FleetSmokeReport
 from deployer.output.console import print_up_report
 from deployer.output.fleet import report_lines
+from deployer.output.text import text
 from deployer.runner.up import UpReport
 from deployer.smoke import SmokeReport
+
+UP_RESULTS = (UpReport, FleetReport)   # what LaunchFailed/PartlyFailed/DiskFull of an up-like command carry
 
 
 @text.register
