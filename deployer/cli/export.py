@@ -19,8 +19,8 @@ from deployer.export import files
 from deployer.export import k8s as k8s_export
 from deployer.export.prometheus import written_address
 from deployer.export.translate import for_version
-from deployer.fleet.members import ssh_address
 from deployer.profile.loader import load_profile
+from deployer.remote.connect import ssh_address
 
 
 # where a `${VAR}` makes a value secret (Profile.secret_env_keys, secret_arg_keys): the manifests reference it

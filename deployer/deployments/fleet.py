@@ -19,7 +19,8 @@ from deployer.deployments.single import Origin, SingleHost
 from deployer.errors import DeployError, ProfileError
 from deployer.export.prometheus import AddressOf, PromExport, fleet_targets, written_address
 from deployer.fleet.canary import canary_up
-from deployer.fleet.members import ReplicaMember, fleet_of, spec_of
+from deployer.fleet.members import ReplicaMember, fleet_of
+from deployer.remote.connect import spec_of
 from deployer.fleet.oncall import fleet_down, fleet_logs, fleet_status, member_ref, pick_member
 from deployer.fleet.report import FleetReport
 from deployer.fleet.router_env import plan_router, prepare_router

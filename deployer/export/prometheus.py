@@ -15,7 +15,7 @@ metrics.yaml, deployer.observe.names): a profile without it still gets its targe
 
 Addresses: a host is the host as written in the profile (an ~/.ssh/config alias stays the alias, `local` is
 127.0.0.1): the machine Prometheus runs on must resolve and reach it, and ssh_config's `HostName` is not read
-unless the caller passes `address_of` (e.g. `deployer.fleet.members.ssh_address`). An engine bound to one
+unless the caller passes `address_of` (e.g. `deployer.remote.connect.ssh_address`). An engine bound to one
 address is scraped there; one bound to every interface at its host's address; one bound to loopback on another
 host cannot be reached from elsewhere: its target is still written (at the host's address) with a warning.
 

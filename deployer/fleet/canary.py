@@ -30,7 +30,8 @@ from deployer.fleet.canary_judge import Verdict, judge
 from deployer.fleet.canary_metrics import Connect, measure
 from deployer.fleet.canary_record import end_entry, record, verdict_entry
 from deployer.fleet.links import Links
-from deployer.fleet.members import AddressOf, Fleet, ReplicaMember, fleet_of, spec_of, ssh_address
+from deployer.fleet.members import AddressOf, Fleet, ReplicaMember, fleet_of
+from deployer.remote.connect import spec_of, ssh_address
 from deployer.fleet.report import FleetReport, ReplicaResult
 from deployer.fleet.rolling import Replace, Roller, Unchanged, roll_one
 from deployer.fleet.router import workers

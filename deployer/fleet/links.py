@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 
-from deployer.fleet.members import spec_of
+from deployer.remote.connect import spec_of
 from deployer.profile.model import Target
 from deployer.remote.base import Remote, TargetSpec
 from deployer.remote.connect import connect

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from deployer.errors import ProfileError
 from deployer.profile.host import probe_address
 from deployer.profile.model import Profile, Replica, Router, Target
-from deployer.remote.base import LOCAL, TargetSpec
-from deployer.remote.ssh.config import resolve
+from deployer.remote.connect import spec_of, ssh_address
 from deployer.secrets import MASK
 
 AddressOf = Callable[[Target], str]
@@ -100,18 +99,6 @@ class Fleet:
 def http_url(address: str, port: int) -> str:
     host = f"[{address}]" if ":" in address else address
     return f"http://{host}:{port}"
-
-
-def spec_of(target: Target, trust_new_host: bool = False) -> TargetSpec:
-    return TargetSpec(host=target.host, user=target.user, port=target.port, identity_file=target.identity_file,
-                      known_hosts=target.known_hosts, trust_new_host=trust_new_host)
-
-
-def ssh_address(target: Target) -> str:
-    """The address a host is reached at: `HostName` of its ssh_config entry (an alias), else the host as written."""
-    if target.host == LOCAL:
-        return "127.0.0.1"
-    return resolve(spec_of(target)).hostname
 
 
 def fleet_of(profile: Profile, address_of: AddressOf = ssh_address) -> Fleet:

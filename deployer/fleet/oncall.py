@@ -19,7 +19,8 @@ from typing import Any
 
 from deployer.errors import DeployError, NotFound, PartlyFailed, ProfileError
 from deployer.runner.fanout import TaggedSink, fan_out
-from deployer.fleet.members import Fleet, spec_of
+from deployer.fleet.members import Fleet
+from deployer.remote.connect import spec_of
 from deployer.fleet.router import readiness, workers
 from deployer.fleet.router_key import keyed
 from deployer.operate import deployment as ops

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from deployer.errors import DeployError, LaunchFailed, NotFound, Unhealthy
-from deployer.fleet.members import ROUTER_HEALTH_PATH, RouterMember, spec_of
+from deployer.fleet.members import ROUTER_HEALTH_PATH, RouterMember
+from deployer.remote.connect import spec_of
 from deployer.fleet.record import try_write_record
 from deployer.fleet.router_pending import pending_id, worker_answers
 from deployer.fleet.router_key import CONTROL_KEY_VAR, SHIM, control_entry, key_of, secret_args, with_new_key

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deployer.errors import DeployError, LaunchFailed, PartlyFailed
-from deployer.fleet.members import Fleet, fleet_of, spec_of
+from deployer.fleet.members import Fleet, fleet_of
+from deployer.remote.connect import spec_of
 from deployer.fleet.oncall import fleet_down
 from deployer.fleet.report import SERVING, FleetReport
 from deployer.fleet.up import fleet_up

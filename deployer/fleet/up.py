@@ -13,7 +13,8 @@ from contextlib import contextmanager
 from deployer.errors import DeployError, NotFound
 from deployer.runner.fanout import TaggedSink, fan_out
 from deployer.fleet.links import Links
-from deployer.fleet.members import AddressOf, Fleet, ReplicaMember, fleet_of, spec_of, ssh_address
+from deployer.fleet.members import AddressOf, Fleet, ReplicaMember, fleet_of
+from deployer.remote.connect import spec_of, ssh_address
 from deployer.runner.report import restart_summary
 from deployer.fleet.report import FleetReport, failed_result, replica_result
 from deployer.fleet.rolling import Replace, Roller, roll

@@ -12,7 +12,8 @@ from typing import Any
 from deployer.errors import DeployError, PartlyFailed
 from deployer.events import EventSink
 from deployer.fleet.canary import CanaryResult, check_canary, run_canary
-from deployer.fleet.members import AddressOf, fleet_of, ssh_address
+from deployer.fleet.members import AddressOf, fleet_of
+from deployer.remote.connect import ssh_address
 from deployer.operate.upgrade.carry import carried
 from deployer.operate.upgrade.outcome import Upgraded
 from deployer.operate.upgrade.plan import UpgradeOptions, upgrade_plan

@@ -16,10 +16,11 @@ from deployer.errors import ProfileError, RemoteError
 from deployer.remote.base import LOCAL, Remote, TargetSpec, Transport
 from deployer.remote.conversation import Conversation
 from deployer.remote.local import LocalRemote
+from deployer.remote.ssh.config import resolve
 from deployer.remote.ssh.connection import SSHRemote
 
 if TYPE_CHECKING:
-    from deployer.profile.model import Profile
+    from deployer.profile.model import Profile, Target
 
 
 def connect(spec: TargetSpec) -> Remote:
@@ -195,6 +196,17 @@ def target_spec(profile: Profile, trust_new_host: bool = False) -> TargetSpec:
         raise ProfileError("replicas/nodes/router: this command works on one host; a fleet profile goes to up, status, "
                            "logs, down, restart, smoke (or name one member, <name>-r<N>, with --host)",
                            file=str(profile.source or "<profile>"))
-    t = profile.target
-    return TargetSpec(host=t.host, user=t.user, port=t.port, identity_file=t.identity_file,
-                      known_hosts=t.known_hosts, trust_new_host=trust_new_host)
+    return spec_of(profile.target, trust_new_host)
+
+
+def spec_of(target: Target, trust_new_host: bool = False) -> TargetSpec:
+    """How to reach the host a profile's `target:` section (or a fleet member's) names."""
+    return TargetSpec(host=target.host, user=target.user, port=target.port, identity_file=target.identity_file,
+                      known_hosts=target.known_hosts, trust_new_host=trust_new_host)
+
+
+def ssh_address(target: Target) -> str:
+    """The address a host is reached at: `HostName` of its ssh_config entry (an alias), else the host as written."""
+    if target.host == LOCAL:
+        return "127.0.0.1"
+    return resolve(spec_of(target)).hostname
