@@ -44,12 +44,12 @@ def old_deploy(old: Path, *argv: str, home: Path) -> subprocess.CompletedProcess
 
 def test_a_deployment_of_the_previous_release_works_with_this_one(tmp_path: Path, sshd: Any) -> None:
     old = previous_release(tmp_path)
-    assert "stable_at" not in (old / "deployer" / "supervisor" / "daemon.py").read_text()  # really old
+    assert "stable_at" not in (old / "deployer" / "supervisor" / "supervise_daemon.py").read_text()  # really old
     prof = write_profile(tmp_path, sshd, name="upg")
     made = old_deploy(old, "up", str(prof), "--skip-preflight", "--json", home=tmp_path / "old-laptop")
     assert made.returncode == 0, made.stderr[-2000:]
     run_dir = Path(json.loads(made.stdout.splitlines()[-1])["run_dir"])
-    assert "stable_at" not in (run_dir / "daemon.py").read_text()  # the run dir has the old payload
+    assert "stable_at" not in (run_dir / "supervise_daemon.py").read_text()  # the run dir has the old payload
 
     status = oncall(sshd, tmp_path, "status", "upg", "--json")
     assert status.returncode == 0, status.stderr
