@@ -528,10 +528,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return arm(sys.argv[1:] if argv is None else argv)
     except (SuperviseError, UnsafePath) as e:
-        print("guard: %s" % e, file=sys.stderr, flush=True)
+        print("supervise_guard: %s" % e, file=sys.stderr, flush=True)
         return getattr(e, "code", 1)
     except OSError as e:
-        print("guard: %s" % (e.strerror or e), file=sys.stderr, flush=True)
+        print("supervise_guard: %s" % (e.strerror or e), file=sys.stderr, flush=True)
         return 1
 
 

@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             os.close(fd)
     except LeaseError as e:
-        print(f"lease: {e}", file=sys.stderr, flush=True)
+        print(f"supervise_lease: {e}", file=sys.stderr, flush=True)
         return e.code
     except KeyboardInterrupt:
         return 130
