@@ -21,6 +21,8 @@ ROUTER_PORT = 8000
 
 
 
+@pytest.mark.slow("two hosts in network namespaces of their own, a replica on each and the real router up, "
+                  "requests through it, then down")
 def test_replicas_on_the_same_port_of_separate_hosts_serve_behind_the_router(tmp_path: Path,
                                                                             net_bed: HostBed) -> None:
     bed = net_bed

@@ -28,6 +28,8 @@ def bed(tmp_path: Path) -> Iterator[HostBed]:
         yield hosts
 
 
+@pytest.mark.slow("a fleet's whole day: two replicas and the real router up, requests, status, top, five logs reads, "
+                  "down: a dozen CLI runs, each over three sshd hosts")
 def test_fleet_up_routes_status_logs_down(tmp_path: Path, bed: HostBed) -> None:
     home = tmp_path / "home"
     prof, data = fleet_profile(tmp_path, bed)
