@@ -27,7 +27,7 @@ SGLANG_SEED_VENV ?= $(HOME)/.cache/deployer/sglang-venv-$(SGLANG_SEED_VERSION)
 # Every supported engine release's wheel (pip download --no-deps), read by the per-release knowledge tests.
 RELEASE_WHEELS ?= $(HOME)/.cache/deployer/release-wheels
 
-.PHONY: install provision walkthrough test lint-imports test-unit test-integration test-browser test-sglang-real sglang-venv sglang-seed-venv smg-venv uv-venv test-vllm-real vllm-venv real-vllm-venv real-engines test-real-engines typecheck demo bench docs clean
+.PHONY: install provision walkthrough test lint-imports test-unit test-integration test-browser test-sglang-real sglang-venv sglang-seed-venv smg-venv uv-venv test-vllm-real vllm-venv real-vllm-venv real-sglang-venv tiny-model real-engines envs test-real-engines typecheck demo bench docs clean
 
 install: $(VENV)/.installed
 
@@ -93,11 +93,21 @@ test-vllm-real: provision install vllm-venv real-vllm-venv
 	VLLM_VENV=$(VLLM_VENV) REAL_VLLM_VENV=$(REAL_VLLM_VENV) RELEASE_WHEELS=$(RELEASE_WHEELS) \
 	  $(PY) -m pytest -q -p no:cacheprovider -n $(PARSER_WORKERS) --dist loadfile -m vllm_real tests/vllm_real
 
-# Real engines serving a tiny local model (~4 min cold: two venvs and the model; cached under ~/.cache/deployer).
-real-engines:
-	bash scripts/build-real-vllm-venv.sh $(REAL_VLLM_VENV)
+real-sglang-venv:
 	bash scripts/build-real-sglang-venv.sh $(REAL_SGLANG_VENV)
+
+# The tiny model is made with the real vLLM venv's numpy and tokenizers.
+tiny-model: real-vllm-venv
 	$(REAL_VLLM_VENV)/bin/python scripts/make-tiny-model.py $(TINY_MODEL)
+
+# Real engines serving a tiny local model (~4 min cold: two venvs and the model; cached under ~/.cache/deployer).
+real-engines: real-vllm-venv real-sglang-venv tiny-model
+
+# Every environment the tiers after the fast one use, built before them: `make -j3 envs` builds three at a time
+# (.ci/run). A build is single-threaded pip waiting on the disk as much as on a core: measured here on 2 cores,
+# cold (empty HOME), all of them took ~700 s one at a time, 367 s with -j2, 290 s with -j3. Each venv has its own
+# lock (scripts/cpu-venv-lib.sh); pip's cache is shared safely. The longest builds come first.
+envs: real-sglang-venv real-vllm-venv sglang-venv sglang-seed-venv vllm-venv tiny-model smg-venv uv-venv
 
 # deployer deploys them over the real sshd test host, end to end (one engine at a time, ~3 GB each: two at a time
 # on 2 cores starved the deployments' own ssh, a lease not renewed within 30 s; docs/real-engines.md).
