@@ -25,7 +25,7 @@ from deployer.deployments.base import Deployment, DownOptions, LogOptions, Prune
 from deployer.deployments.reports import (DiagnosisReport, FleetDown, FleetStatus, HistoryReport, HostDown,
                                           HostStatus, NodeDown, NodeStatus, PlanReport, PruneReport)
 from deployer.deployments.resolve import READ, Mode, for_profile, resolve
-from deployer.deployments.single import Origin
+from deployer.deployments.single.deployment import Origin
 from deployer.errors import DeployError
 from deployer.runner import up as pipeline_up
 from deployer.runner.up import UpReport

@@ -75,7 +75,7 @@ class SmokeCase:
 
 class Smoked(Protocol):
     """What every smoke report is (single host, node group, fleet): named, its cases, its error and exit code,
-    and the properties its JUnit suite carries. deployer.output.junit.smoke_suite writes any of them."""
+    the properties its JUnit suite carries and its JSON. deployer.output.junit.smoke_suite writes any of them."""
 
     name: str
     error: DeployError | None
@@ -89,6 +89,8 @@ class Smoked(Protocol):
     def smoke_cases(self) -> list[SmokeCase]: ...
 
     def properties(self) -> dict[str, str]: ...
+
+    def to_json(self) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -156,7 +158,7 @@ class SmokeReport:
 class Stand:
     """What a smoke deploys, asks and stops. One host: the profile itself (`serving` None), the pipeline's `up`,
     the current run's graceful stop. A node group: node 0's profile serves the request, the group's `up` and
-    `down` (deployer.deployments.nodes)."""
+    `down` (deployer.deployments.nodes.deployment)."""
 
     serving: Profile | None = None
     up: Callable[[Profile, UpOptions, EventSink], UpReport] = up

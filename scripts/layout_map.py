@@ -75,6 +75,14 @@ MOVES.update({f"deployer.target.{x}": f"deployer.box.{x}"
 MOVES.update({f"deployer.oncall.{x}": f"deployer.operate.{x}"
               for x in ("deployment", "history", "known", "logwindow", "remembered", "rollback", "rows",
                         "secret_restore", "serving", "upgrade")})
+# Issue 38: each kind of deployment in its own package under deployments/ (its Deployment class in `deployment`).
+_FLEET = ("canary", "canary_batch", "canary_judge", "canary_metrics", "canary_record", "links", "members", "oncall",
+          "record", "report", "rolling", "router", "router_env", "router_key", "router_pending", "router_replace",
+          "smoke", "up", "upgrade", "weights")
+_NODES = ("checks", "diagnose", "dryrun", "net", "ops", "plan", "render", "up", "watch")
+MOVES.update({f"deployer.fleet.{x}": f"deployer.deployments.fleet.{x}" for x in _FLEET})
+MOVES.update({f"deployer.nodes.{x}": f"deployer.deployments.nodes.{x}" for x in _NODES})
+MOVES.update({f"deployer.deployments.{x}": f"deployer.deployments.{x}.deployment" for x in ("single", "fleet", "nodes")})
 # Names that later commits moved to another module: (module after the pure moves, name) -> new module.
 SYMBOLS: dict[tuple[str, str], str] = {
     ("deployer.profile.model", "load_profile"): "deployer.profile.loader",
@@ -94,6 +102,9 @@ SYMBOLS: dict[tuple[str, str], str] = {
     ("deployer.cli.main", "_profile_options"): "deployer.cli.options",
     ("deployer.cli.main", "_target_options"): "deployer.cli.options",
     ("deployer.box.process", "DeploymentLock"): "deployer.box.lock",
+    ("deployer.deployments.nodes.plan", "host_port"): "deployer.profile.host",
+    ("deployer.export.prometheus", "fleet_targets"): "deployer.deployments.fleet.scrape",
+    ("deployer.export.prometheus", "node_targets"): "deployer.deployments.nodes.scrape",
 }
 FILES: dict[str, str] = {
     "templates/sglang.sh.j2": "deployer/engines/sglang/launch.sh.j2",
@@ -108,8 +119,22 @@ _IMPORT_DOTTED = re.compile(r"^(\s*import\s+)(deployer(?:\.\w+)+)\b", re.MULTILI
 _FROM_PACKAGE = re.compile(r"^(\s*)from deployer(\.engines)? import ([\w, ]+)$", re.MULTILINE)
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
 def _new(old: str) -> str:
-    return MOVES.get(old, old)
+    """Where a module is now: the moves followed one after another (a module moved by issue 23, then by 38)."""
+    for _ in range(len(MOVES)):
+        if old not in MOVES:
+            break
+        old = MOVES[old]
+    return old
+
+
+def _is_module(dotted: str) -> bool:
+    """A module or package of this tree now (`deployer.deployments.fleet` was a module, is now a package)."""
+    path = ROOT.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 def _from_package(found: re.Match[str]) -> str:
@@ -135,8 +160,11 @@ def _from_dotted(found: re.Match[str]) -> str:
     if f"{module}.{first}" in _NEW_MODULES:  # already the new form: `from deployer.output import junit`
         return found.group(0)
     if f"{module}.{first}" in MOVES:  # a moved module imported from its package: `from deployer.oncall import rows`
-        parent, _, leaf = MOVES[f"{module}.{first}"].rpartition(".")
-        return f"{found.group(1)}{parent} import {leaf}" + ("" if leaf == first else f" as {first}")
+        parent, _, leaf = _new(f"{module}.{first}").rpartition(".")
+        aliased = found.string[found.end():].lstrip(" ").startswith("as ")
+        return f"{found.group(1)}{parent} import {leaf}" + ("" if leaf == first or aliased else f" as {first}")
+    if _is_module(f"{module}.{first}"):  # a module of a package that was a module before: `fleet import scrape`
+        return found.group(0)
     return found.group(1) + _new(module) + found.group(3)
 
 

@@ -1,6 +1,6 @@
 """The locked session on one deployment's target: connect (or use an open connection), talk to the helper, make
 the deployment dir ready and hold its lock, all released on exit. An engine's `up` (runner/up.py) and the fleet's
-router (fleet/router.py) both deploy inside one."""
+router (deployments/fleet/router.py) both deploy inside one."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """A supervised process on a target, as data: what the supervisor runs (supervise.json) and what the run dir
 keeps about it (profile.json), each made from one `SupervisedSpec` by one function.
 
-An engine (push.supervisor_config / profile_record, from a Profile) and the fleet's router (fleet/router.py, from
-its RouterMember) are both such a process; they differ only in the fields below. The JSON keys and their order
+An engine (push.supervisor_config / profile_record, from a Profile) and the fleet's router
+(deployments/fleet/router.py, from its RouterMember) are both such a process; they differ only in the fields below. The JSON keys and their order
 are the ones the previous releases wrote (tests/unit/records pins them): a field left ABSENT is not written.
 (The formats themselves: supervisor/protocol.py.)
 """

@@ -9,7 +9,7 @@ from deployer.cli import show
 from deployer.cli.load import _load
 from deployer.cli.options import _profile_options, _target_options
 from deployer.deployments.resolve import for_profile
-from deployer.deployments.single import Origin
+from deployer.deployments.single.deployment import Origin
 
 __all__ = ["prepare"]
 

@@ -14,7 +14,7 @@ from deployer.cli.load import _load
 from deployer.cli.options import _profile_options, _target_options
 from deployer.deployments.base import Deployment
 from deployer.deployments.resolve import CHANGE, for_profile, resolve
-from deployer.deployments.single import Origin
+from deployer.deployments.single.deployment import Origin
 from deployer.errors import DiskFull, LaunchFailed, PartlyFailed, ProfileError
 from deployer.output import text_runs
 from deployer.runner.up import UpOptions

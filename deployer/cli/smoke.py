@@ -18,7 +18,7 @@ from deployer.cli.load import _load
 from deployer.cli.options import _profile_options, _target_options
 from deployer.deployments.base import Deployment
 from deployer.deployments.resolve import for_profile, unloaded
-from deployer.deployments.single import Origin
+from deployer.deployments.single.deployment import Origin
 from deployer.errors import ProfileError
 from deployer.output import junit, text_runs
 from deployer.smoke import SmokeOptions

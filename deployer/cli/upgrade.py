@@ -10,7 +10,7 @@ from deployer.cli import show
 from deployer.cli.load import _load
 from deployer.cli.options import _profile_options, _target_options
 from deployer.deployments.resolve import for_profile
-from deployer.deployments.single import Origin
+from deployer.deployments.single.deployment import Origin
 from deployer.operate.upgrade.plan import UpgradeOptions
 from deployer.operate.upgrade.release import parse_release
 from deployer.secrets import mask_data

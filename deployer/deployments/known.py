@@ -77,7 +77,7 @@ def deployments_on(host: str, workdir: str | None = None, trust_new_host: bool =
 
 def _live(entry: Known) -> Row:
     """One deployment's state on its host now (an unreachable host or a gone deployment says so, one line)."""
-    from deployer.deployments.single import SingleHost
+    from deployer.deployments.single.deployment import SingleHost
     from deployer.operate.deployment import Ref
 
     ref = Ref(entry.name, entry.spec(), entry.workdir)

@@ -2,14 +2,16 @@
 and the command's exit code (`exit_code`). How a report is shown to people is the CLI's business, chosen by
 the report's type (deployer.output.text), never by the kind of deployment.
 
-`up`, `restart` and `rollback` return the runner's UpReport (single host, node group) or the fleet's
-FleetReport; `smoke` the SmokeReport / FleetSmokeReport of deployer.smoke / deployer.fleet.smoke.
+`up`, `restart` and `rollback` return an `UpResult` (the runner's UpReport for a single host or a node group, the
+fleet's FleetReport); `smoke` a `Smoked` (deployer.smoke's SmokeReport, the fleet's FleetSmokeReport); `plan` a
+PlanReport around the kind's own plan (`KindPlan`). These are protocols, so this module (below the kinds) names no
+kind's report type.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, Protocol, Union
 
 from deployer.engines.base import GpuBudget, KvAllocated
 from deployer.errors import DeployError, PreflightFailed
@@ -17,19 +19,27 @@ from deployer.operate.deployment import worst_exit_code
 from deployer.operate.rows import DownResult, HistoryEntry, StatusRow
 
 if TYPE_CHECKING:
-    from deployer.nodes.dryrun import NodesPlanReport
-    from deployer.fleet.report import FleetReport
-    from deployer.fleet.smoke import FleetSmokeReport
-    from deployer.runner.up import UpReport
     from deployer.preflight.checks import PreflightReport
     from deployer.prepare.environment import EnvPrepared
     from deployer.prepare.pushed import WeightsNeeded
-    from deployer.smoke import SmokeReport
+    from deployer.smoke import Smoked
 
-    UpResult = Union[UpReport, FleetReport]
-    SmokeResult = Union[SmokeReport, FleetSmokeReport]
+    SmokeResult = Smoked
 
 Row = dict[str, Any]
+
+
+class UpResult(Protocol):
+    """What `up`, `restart` and `rollback` return: the runner's UpReport (a single host, a node group) or a fleet's
+    FleetReport. Shown by its type (deployer.output.text_runs); the interface needs its JSON form."""
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+class KindPlan(Protocol):
+    """A kind's own plan inside a PlanReport: a host's PreflightReport, a node group's NodesPlanReport, FleetPlan."""
+
+    def to_json(self) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -182,7 +192,7 @@ class PlanReport:
     `error` is what the command then raises (a flag nothing may fix, or the problems found); `picture` the memory
     plan to draw."""
 
-    report: PreflightReport | NodesPlanReport | FleetPlan
+    report: KindPlan
     text: str
     error: DeployError | None = field(default=None)
     picture: MemoryPicture | None = None

@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from deployer.deployments.base import Deployment, Select
-from deployer.deployments.single import Origin, SingleHost
+from deployer.deployments.single.deployment import Origin, SingleHost
 from deployer.errors import NotFound, ProfileError
 from deployer.operate.deployment import Ref, make_ref, remembered_ref
 from deployer.operate.remembered import remember
 
 if TYPE_CHECKING:
-    from deployer.deployments.fleet import ReplicaFleet
+    from deployer.deployments.fleet.deployment import ReplicaFleet
     from deployer.profile.model import Profile
 
 
@@ -77,12 +77,12 @@ def resolve(target: str | None, host: str | None = None, workdir: str | None = N
         raise ProfileError("--node needs a profile file with nodes: (a name and --host cannot say which hosts "
                            "are its nodes)")
     if prof is not None and is_group(prof):
-        from deployer.deployments.nodes import NodeGroup
+        from deployer.deployments.nodes.deployment import NodeGroup
 
         return NodeGroup(prof, select=select, workdir=workdir, trust_new_host=trust_new_host,
                          as_single=_single_file(prof, origin, mode))
     if prof is not None and is_fleet(prof):
-        from deployer.deployments.fleet import ReplicaFleet
+        from deployer.deployments.fleet.deployment import ReplicaFleet
 
         return ReplicaFleet(prof, host=host, trust_new_host=trust_new_host, select=select,
                             as_single=_single_file(prof, origin, mode))
@@ -97,8 +97,8 @@ def resolve(target: str | None, host: str | None = None, workdir: str | None = N
 
 def for_profile(profile: Profile, origin: Origin = Origin(), *, load_error: ProfileError | None = None) -> Deployment:
     """The Deployment of a profile already loaded (`up`, `plan`, `smoke`)."""
-    from deployer.deployments.fleet import ReplicaFleet
-    from deployer.deployments.nodes import NodeGroup
+    from deployer.deployments.fleet.deployment import ReplicaFleet
+    from deployer.deployments.nodes.deployment import NodeGroup
 
     single = SingleHost(lambda: _ref_of_profile(profile, origin), profile=profile, origin=origin,
                         load_error=load_error)
@@ -166,8 +166,8 @@ def fleet_by_name(origin: Origin, select: Select = Select()) -> ReplicaFleet | N
     (its record, fleet.json), or None. Its members are then named by the record, not by --host."""
     if not origin.arg or not origin.host:
         return None
-    from deployer.deployments.fleet import ReplicaFleet
-    from deployer.fleet.record import find_fleet
+    from deployer.deployments.fleet.deployment import ReplicaFleet
+    from deployer.deployments.fleet.record import find_fleet
 
     ref = make_ref(origin.arg, origin.host, origin.workdir, origin.trust_new_host)
     prof = find_fleet(ref.spec, ref.workdir, origin.arg)

@@ -2,13 +2,10 @@
 file_sd JSON (https://prometheus.io/docs/guides/file-sd/): `[{"targets": ["host:port"], "labels": {...}}]`.
 
 Owns where each server of a profile serves its Prometheus metrics and the labels deployer knows about it. Pure:
-reads the profile only, never a target. One function per kind of deployment, each called by that kind's
-`Deployment.scrape_targets` (deployer.deployments): a single-host profile is one engine (`engine_targets`); a
-`replicas:` fleet (`fleet_targets`) is one engine per replica (each its own deployment `<fleet>-r<i>`, at its
-`engine_port`) and, with `router:`, the `smg` router's metrics server (its own port, see
-`deployer.fleet.router.metrics_port`); a `nodes:` group (`node_targets`) is one engine on every node, at its own
-port (rank 0's API; a follower's stand-in health server, which serves /metrics too where the engine's metrics are
-on).
+reads the profile only, never a target. Each kind of deployment lists its own servers with the pieces here
+(`Deployment.scrape_targets`): a single-host profile is one engine (`engine_targets`); a `replicas:` fleet's
+replicas and router are listed by deployer.deployments.fleet.scrape, a `nodes:` group's nodes by
+deployer.deployments.nodes.scrape.
 
 Whether an engine serves its series at all depends on a flag for some engines (the `switch` of the engine's
 metrics.yaml, deployer.observe.names): a profile without it still gets its targets, with a warning.
@@ -31,11 +28,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from deployer.fleet.members import RouterMember, fleet_of
-from deployer.nodes.plan import host_port, plan_nodes
-from deployer.fleet.router import metrics_port
 from deployer.observe.names import MetricsSwitch, load_metric_names
-from deployer.profile.host import probe_address
+from deployer.profile.host import host_port, probe_address
 from deployer.profile.model import Profile, Target
 from deployer.remote.base import LOCAL
 
@@ -115,34 +109,21 @@ def metrics_switch(profile: Profile) -> MetricsSwitch | None:
 
 def engine_targets(profile: Profile, address_of: AddressOf = written_address) -> PromExport:
     """A single-host profile's engine as a scrape target, with warnings (metrics off, a loopback bind)."""
-    reach = _reach(profile, address_of)
-    return PromExport([_engine_target(profile, _engine_labels(profile, profile.name), reach)], reach.warnings)
+    reach = reach_of(profile, address_of)
+    return PromExport([engine_target(profile, engine_labels(profile, profile.name), reach)], reach.warnings)
 
 
-def fleet_targets(profile: Profile, address_of: AddressOf = written_address) -> PromExport:
-    """Every replica of a `replicas:` fleet and its router's metrics server; ProfileError for a `replicas:` count
-    (it names no hosts to scrape) or a fleet that cannot be deployed."""
-    reach = _reach(profile, address_of)
-    return PromExport(_fleet_targets(profile, reach), reach.warnings)
-
-
-def node_targets(profile: Profile, address_of: AddressOf = written_address) -> PromExport:
-    """Every node of a `nodes:` group, with its rank."""
-    reach = _reach(profile, address_of)
-    return PromExport(_node_targets(profile, reach), reach.warnings)
-
-
-def _reach(profile: Profile, address_of: AddressOf) -> _Reach:
+def reach_of(profile: Profile, address_of: AddressOf) -> Reach:
     """The addresses' writer, its warnings started with the engine's metrics switch when it is off."""
-    reach = _Reach(address_of)
+    found = Reach(address_of)
     switch = metrics_switch(profile)
     if switch is not None and not switch.serves(profile.engine.args):
-        reach.warnings.append(f"{profile.name}: {switch.fix}; its targets are listed anyway")
-    return reach
+        found.warnings.append(f"{profile.name}: {switch.fix}; its targets are listed anyway")
+    return found
 
 
 @dataclass
-class _Reach:
+class Reach:
     """How addresses are written (`address_of`) and the warnings gathered on the way."""
 
     address_of: AddressOf
@@ -162,41 +143,17 @@ class _Reach:
         return address
 
 
-def _engine_labels(single: Profile, group: str, *, replica: str | None = None,
-                   node_rank: int | None = None) -> TargetLabels:
+def engine_labels(single: Profile, group: str, *, replica: str | None = None,
+                  node_rank: int | None = None) -> TargetLabels:
+    """The labels of one single-host profile's engine (a replica's, a node's) in the profile named `group`."""
     engine = single.engine
     return TargetLabels(deployment=single.name, profile=group, role=Role.ENGINE, host=single.target.host,
                         engine_kind=engine.kind, engine_version=engine.version, replica=replica,
                         node_rank=node_rank)
 
 
-def _engine_target(single: Profile, labels: TargetLabels, reach: _Reach) -> ScrapeTarget:
+def engine_target(single: Profile, labels: TargetLabels, reach: Reach) -> ScrapeTarget:
     """The engine of one single-host profile (a replica's, a node's): where it answers on its port."""
     what = labels.deployment if labels.node_rank is None else f"{labels.deployment} node {labels.node_rank}"
     address = reach.address(single.engine.host, single.target, what, "engine.host")
     return ScrapeTarget(host_port(address, single.engine.port), labels)
-
-
-def _fleet_targets(profile: Profile, reach: _Reach) -> list[ScrapeTarget]:
-    fleet = fleet_of(profile, reach.address_of)
-    targets = [_engine_target(m.profile, _engine_labels(m.profile, profile.name, replica=m.tag), reach)
-               for m in fleet.replicas]
-    if fleet.router is not None:
-        targets.append(_router_target(fleet.router, profile.name, reach))
-    return targets
-
-
-def _router_target(member: RouterMember, group: str, reach: _Reach) -> ScrapeTarget:
-    """smg's metrics server (smg 1.13.0 model_gateway/src/observability/metrics_server.rs: `/metrics`, no
-    authentication): on --prometheus-host (deployer passes the router's bind address unless the profile sets it)
-    and --prometheus-port (deployer's default: the router's port + 1)."""
-    given = member.router.args.get("prometheus_host")
-    bind = given if isinstance(given, str) and given else member.bind
-    address = reach.address(bind, member.target, member.name, "router.args.prometheus_host")
-    labels = TargetLabels(deployment=member.name, profile=group, role=Role.ROUTER, host=member.host)
-    return ScrapeTarget(host_port(address, metrics_port(member)), labels)
-
-
-def _node_targets(profile: Profile, reach: _Reach) -> list[ScrapeTarget]:
-    return [_engine_target(plan.profile, _engine_labels(plan.profile, profile.name, node_rank=plan.rank), reach)
-            for plan in plan_nodes(profile)]

@@ -8,7 +8,7 @@ import sys
 import threading
 from typing import Any
 
-from deployer.fleet.report import serves
+from deployer.deployments.fleet.report import serves
 from deployer.logtext import clip, printable
 from deployer.output.fleet_status import status_lines as status_lines   # the table's home; named here too
 from deployer.events import (
@@ -102,7 +102,7 @@ def report_lines(report: dict[str, Any]) -> list[str]:
         lines.append(line)
     for note in report.get("notes") or []:
         lines.append(f"  {_t(note, 300)}")
-    for check in (report.get("canary") or {}).get("checks") or []:  # a canary's gates (fleet/canary_judge.py)
+    for check in (report.get("canary") or {}).get("checks") or []:  # a canary's gates (deployments/fleet/canary_judge.py)
         verdict = {True: "ok", False: "FAILED", None: "not compared"}[check.get("passed")]
         lines.append(f"    {check['name']}: {verdict} ({_t(check.get('note') or '', 200)})")
     ready = sum(1 for r in report["replicas"] if serves(r["status"], r.get("restored")))

@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from deployer.fleet.report import FleetReport
-from deployer.fleet.smoke import FleetSmokeReport
+from deployer.deployments.fleet.report import FleetReport
+from deployer.deployments.fleet.smoke import FleetSmokeReport
 from deployer.output.console import print_up_report
 from deployer.output.fleet import report_lines
 from deployer.output.text import text

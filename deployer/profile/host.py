@@ -26,3 +26,8 @@ NAME_RE = r"^[a-z0-9][a-z0-9-]*$"
 def probe_address(bind: str) -> str:
     """The address to reach a server bound to `bind` from its own host (a wildcard bind answers on loopback)."""
     return "127.0.0.1" if bind in ("", "0.0.0.0", "::", "[::]") else bind.strip("[]")
+
+
+def host_port(addr: str, port: int) -> str:
+    """`host:port`, an IPv6 address in brackets."""
+    return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"

@@ -582,7 +582,7 @@ class Retention(Strict):
 
 
 class Canary(Strict):
-    """The gates of a fleet's canary (`deploy up --canary`, deployer/fleet/canary.py): the first replica replaced is
+    """The gates of a fleet's canary (`deploy up --canary`, deployer/deployments/fleet/canary.py): the first replica replaced is
     compared with the replicas still on the old version over `window_s` of live traffic, then promoted or rolled
     back."""
 

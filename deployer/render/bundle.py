@@ -1,6 +1,6 @@
 """Rendering: `Profile` -> `Bundle` (launch script, env file, argv, content hash), and the router's bundle from its
 words (`render_launch`). Pure: no I/O but templates (the profile's own, the engine's: `Launch.template`, in the
-engine's package, or the router's: fleet/router_launch.sh.j2).
+engine's package, or the router's: deployments/fleet/router_launch.sh.j2).
 
 Every value that reaches shell text goes through `shq` (shlex.quote); secrets live only in the env file.
 """
@@ -194,7 +194,7 @@ def render(profile: Profile) -> Bundle:
 
 
 def render_launch(template: Path, name: str, words: list[Word], env: dict[str, str]) -> Bundle:
-    """A launch script from a template of deployer's own (the router's, fleet/router_launch.sh.j2) with the same
+    """A launch script from a template of deployer's own (the router's, deployments/fleet/router_launch.sh.j2) with the same
     variables an engine's template gets but `profile`; every env value is masked for display."""
     try:
         text = template.read_text(encoding="utf-8")

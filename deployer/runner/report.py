@@ -38,7 +38,7 @@ class UpOptions:
     rollback: bool = True     # a failed replace brings the version that was serving back
     break_lock: bool = False
     local_history: bool = True  # write the attempts to deployer's local history (the CLI does; the API need not)
-    canary: bool = False      # a serving fleet: its first replaced replica judged first (deployer/fleet/canary.py)
+    canary: bool = False      # a serving fleet: its first replaced replica judged first (deployer/deployments/fleet/canary.py)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 A `HeldHost` is one host while `up` holds it (its lock-guarded connection and layout, the version it served, this
 attempt's run dir and launch). A `Shape` carries out the per-shape steps on its targets: how each target's profile
 and supervise.json are made, how the attempt is watched and diagnosed, how the previous version is watched when it
-is brought back. `SingleHostShape` is a group of one; the node group (nodes/up.py) is the other shape.
+is brought back. `SingleHostShape` is a group of one; the node group (deployments/nodes/up.py) is the other shape.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ and at once on all of them; the profile comes back pinned to what it loads (the 
 weights.py; the pushed copy: deployer/prepare/pushed.py).
 
 Called by runner/up.py (one host; a fleet's members each through it, and two members on one host share one fetch
-or push: the target-side lock) and by nodes/up.py (every node), always before the attempt runner stops what served.
+or push: the target-side lock) and by deployments/nodes/up.py (every node), always before the attempt runner stops what served.
 `prepare_weights` and `plan_weights` are the hooks for `deploy prepare` (fetch or push, no launch) and `deploy plan`
 (what it would take: size, missing bytes, free disk).
 """

@@ -1,7 +1,7 @@
 """Group fate for one engine across nodes, from the target side: the supervisor of each rank watches its peers
 once its engine is ready, and calls the group broken when a peer is gone. Stdlib only, Python >= 3.8.
 
-supervise.json `group` (written by deployer/nodes/plan.py):
+supervise.json `group` (written by deployer/deployments/nodes/plan.py):
   {"role": "leader", "followers": [{"rank", "addr", "port", "path"}], "every_s", "misses"}
       node 0: every follower's dummy health must answer 200; once one has answered, `misses` failed looks
       in a row mean that rank is gone (issue 14 cites an engine bug #3099: rank 0 kept serving after rank 1 died).

@@ -173,7 +173,7 @@ class ProfileRecord(TypedDict, total=False):
     """profile.json: what the target keeps about an attempt (secrets masked), for status/history from anywhere."""
 
     name: str
-    role: str                   # a fleet's router (fleet/router.py); absent for an engine
+    role: str                   # a fleet's router (deployments/fleet/router.py); absent for an engine
     fleet: str                  # the router's fleet
     content_hash: str
     settings_hash: str          # the router's settings without its worker set

@@ -2,7 +2,7 @@
 and added back once it serves again (issue 37; docs/fleet-router.md "A hung replica and the router").
 
 Runs in the router's supervisor (the daemon of `<fleet>-router`), configured by supervise.json's `replica_watch`
-(fleet/router.py): the replicas' engine metric names and `health.hang_s`, the router's API address, and the env
+(deployments/fleet/router.py): the replicas' engine metric names and `health.hang_s`, the router's API address, and the env
 file variables that hold its control key and the replicas' API key. Every `poll_s`, in a thread of its own (a hung
 replica never stalls the daemon's loop), one cycle (`ReplicaWatch.cycle`):
 
@@ -45,7 +45,7 @@ from .hang import HangRule, readings_of
 from .lease import held, read_lease
 from .probe import METRICS_PATH, exchange, generated, request_body
 
-REPLICAS_FILE = "replicas.json"  # {"urls": [...]}: the replicas the last `up` put in the router (fleet/router.py)
+REPLICAS_FILE = "replicas.json"  # {"urls": [...]}: the replicas the last `up` put in the router (deployments/fleet/router.py)
 POLL_S = 1.0
 ASK_TIMEOUT_S = 5.0         # one /workers, /metrics or /health question
 TOKEN_TIMEOUT_S = 10.0      # the one-token completion before an add-back
@@ -108,7 +108,7 @@ def ask_url(url: str, method: str, path: str, body: Optional[bytes], secret: str
 
 def worker_answers(url: str, secret: str, send: Http = exchange) -> bool:
     """Whether the worker answers its /health now (smg's job for a worker asked before it answers looks again only
-    every --worker-startup-check-interval, 30 s by default: fleet/router_pending.py)."""
+    every --worker-startup-check-interval, 30 s by default: deployments/fleet/router_pending.py)."""
     answer = ask_url(url, "GET", WORKER_HEALTH_PATH, None, secret, 2.0, send)
     return answer is not None and answer[0] == 200
 

@@ -82,7 +82,7 @@ def engine_log(workdir: str, name: str) -> str:
 
 
 def router_key(workdir: Path | str, router: str) -> str:
-    """The control key of the router deployment `router` (its current run's 0600 env file: fleet/router_key.py)."""
+    """The control key of the router deployment `router` (its current run's 0600 env file: deployments/fleet/router_key.py)."""
     for line in (Path(workdir) / router / "current" / "env").read_text().splitlines():
         if line.startswith("DEPLOYER_SECRET_ROUTER_CONTROL_KEY="):
             return line.split("=", 1)[1].strip("'")

@@ -169,7 +169,7 @@ def test_two_fleets_routers_share_a_host(tmp_path: Path, bed: HostBed) -> None:
 @pytest.mark.parametrize("router", [False, True])
 def test_a_fleet_command_dials_each_host_once(tmp_path: Path, bed: HostBed, router: bool) -> None:
     """The survey (is anything serving?), each replica's `up` and the router's session share one connection per
-    host (fleet/links.py): a handshake is ~6 round trips on a real link."""
+    host (deployments/fleet/links.py): a handshake is ~6 round trips on a real link."""
     home = tmp_path / "home"
     prof, _ = fleet_profile(tmp_path, bed, router=router)
     offsets = [h.sshd.log_offset() for h in bed.hosts]

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from deploy_helpers import STANDIN, deploy, events
-from deployer.nodes.plan import plan_nodes
+from deployer.deployments.nodes.plan import plan_nodes
 from deployer.box.lock import DeploymentLock
 from deployer.profile.loader import load_profile
 from deployer.box.push import layout_for

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from deployer.nodes.plan import NodeNet, plan_nodes
+from deployer.deployments.nodes.plan import NodeNet, plan_nodes
 from deployer.preflight.checks import run_preflight
 from deployer.profile.loader import load_profile
 from deployer.remote.base import Remote

@@ -36,7 +36,7 @@ def test_help_imports_no_command_module() -> None:
 def test_status_of_a_name_imports_neither_the_pipeline_nor_the_other_kinds() -> None:
     loaded = _modules_after(["status", "demo"])
     assert "deployer.cli.status" in loaded
-    assert not {"deployer.runner.up", "deployer.deployments.nodes", "deployer.deployments.fleet",
+    assert not {"deployer.runner.up", "deployer.deployments.nodes.deployment", "deployer.deployments.fleet.deployment",
                 "deployer.profile.loader"} & loaded
 
 

@@ -14,13 +14,13 @@ from deployer import api
 from deployer.cli import show
 from deployer.output import text_runs  # noqa: F401 (adds the text forms of up-like reports)
 from deployer.deployments.base import Select
-from deployer.deployments.fleet import ReplicaFleet
-from deployer.deployments.nodes import NodeGroup
+from deployer.deployments.fleet.deployment import ReplicaFleet
+from deployer.deployments.nodes.deployment import NodeGroup
 from deployer.deployments.reports import FleetStatus, HostStatus, NodeStatus, StatusRow
 from deployer.deployments.resolve import CHANGE, READ, STOP, for_profile, resolve
-from deployer.deployments.single import SingleHost
+from deployer.deployments.single.deployment import SingleHost
 from deployer.errors import LaunchFailed, NotFound, ProfileError, Unhealthy
-from deployer.fleet.smoke import Case, FleetSmokeReport
+from deployer.deployments.fleet.smoke import Case, FleetSmokeReport
 from deployer.output.junit import smoke_suite
 from deployer.runner.up import UpOptions
 from deployer.smoke import Answer, SmokeReport
@@ -200,7 +200,7 @@ def test_smoke_keeps_local_history_only_where_asked(tmp_path: Path, monkeypatch:
     """The smoke's deploy gets the smoke's `local_history`: off for the API's SmokeOptions, on for the CLI's."""
     from deployer import smoke as smoke_run
     from deployer.errors import DeployError
-    from deployer.fleet import smoke as fleet_smoke
+    from deployer.deployments.fleet import smoke as fleet_smoke
 
     seen: list[bool] = []
 

@@ -18,14 +18,14 @@ import yaml
 
 from deployer.errors import LaunchFailed, PartlyFailed, ProfileError, TargetError, Unhealthy
 from deployer.runner.fanout import TaggedSink, fan_out
-from deployer.fleet.members import fleet_of, http_url
-from deployer.fleet.oncall import _exit_code, _mark_in_router, pick_member
+from deployer.deployments.fleet.members import fleet_of, http_url
+from deployer.deployments.fleet.oncall import _exit_code, _mark_in_router, pick_member
 from deployer.output.fleet import status_lines
 from deployer.operate.deployment import status_code
 from deployer.box.push import RunDir
 from deployer.box.records import RunView
-from deployer.fleet.report import FleetReport, ReplicaResult
-from deployer.fleet.router import RouterReport, render_router, settings_hash
+from deployer.deployments.fleet.report import FleetReport, ReplicaResult
+from deployer.deployments.fleet.router import RouterReport, render_router, settings_hash
 from deployer.profile.loader import load_profile
 from deployer.profile.host import probe_address
 from deployer.profile.model import Target
@@ -324,7 +324,7 @@ class FakeRouter:
 
 def test_rolling_replaces_the_unhealthy_first_and_never_goes_below_n_minus_1(tmp_path: Path,
                                                                              monkeypatch: Any) -> None:
-    from deployer.fleet import rolling, router as router_mod
+    from deployer.deployments.fleet import rolling, router as router_mod
 
     monkeypatch.setattr(router_mod, "POLL_S", 0.01)
     monkeypatch.setattr(rolling, "READY_TIMEOUT_S", 0.5)   # r1 below never heals: its wait is bounded
@@ -362,7 +362,7 @@ def test_rolling_replaces_the_unhealthy_first_and_never_goes_below_n_minus_1(tmp
 
 
 def test_rolling_refuses_to_take_out_a_serving_replica_when_another_is_down(tmp_path: Path) -> None:
-    from deployer.fleet.rolling import roll_one
+    from deployer.deployments.fleet.rolling import roll_one
 
     prof = _profile(tmp_path, router={"port": 8000})
     fleet = fleet_of(prof, addr)
@@ -425,7 +425,7 @@ def test_router_install_excludes_router_python_in_one_line(tmp_path: Path) -> No
 def test_the_router_launches_from_its_managed_environment(tmp_path: Path) -> None:
     """With router.install the router's python is its environment's (what the run record names, so retention keeps
     it); the same spec is the same python, so an unchanged router is not replaced."""
-    from deployer.fleet.router_env import launched_router
+    from deployer.deployments.fleet.router_env import launched_router
     from deployer.prepare.envspec import EnvPaths, EnvSpec
 
     prof = _profile(tmp_path, router=ROUTER_INSTALL)
@@ -440,7 +440,7 @@ def test_the_router_launches_from_its_managed_environment(tmp_path: Path) -> Non
 
 def test_a_fleet_record_with_install_reads_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """fleet.json drops the default python beside engine.install / router.install: both keys would not load."""
-    from deployer.fleet.record import read_record, write_record
+    from deployer.deployments.fleet.record import read_record, write_record
 
     stored: dict[str, bytes] = {}
 
@@ -458,8 +458,8 @@ def test_a_fleet_record_with_install_reads_back(tmp_path: Path, monkeypatch: pyt
 
     engine = {"model_path": "Qwen/Qwen3-8B", "install": {"packages": ["sglang==0.5.23"]}}
     prof = _profile(tmp_path, router=ROUTER_INSTALL, engine=engine)
-    monkeypatch.setattr("deployer.fleet.record.make_owned_dirs", lambda *a: None)
-    monkeypatch.setattr("deployer.fleet.record.expand_workdir", lambda remote, workdir: workdir)
+    monkeypatch.setattr("deployer.deployments.fleet.record.make_owned_dirs", lambda *a: None)
+    monkeypatch.setattr("deployer.deployments.fleet.record.expand_workdir", lambda remote, workdir: workdir)
     remote: Any = Disk()
     write_record(remote, "/srv/w", prof)
     back = read_record(remote, "/srv/w", prof.name)
@@ -520,7 +520,7 @@ class CreatingRouter:
 def test_a_worker_being_created_is_asked_again_until_the_router_takes_it(monkeypatch: pytest.MonkeyPatch,
                                                                           tmp_path: Path) -> None:
     """Issue 34 finding 5: smg answered 409 "creation already in progress" while a replica was added back."""
-    from deployer.fleet import router as router_mod
+    from deployer.deployments.fleet import router as router_mod
 
     monkeypatch.setattr(router_mod, "CREATING_EVERY_S", 0.01)
     member = fleet_of(_profile(tmp_path), addr).router

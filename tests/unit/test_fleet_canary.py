@@ -1,4 +1,4 @@
-"""Issue 39 (item 2): the canary's verdict (deployer.fleet.canary_judge) from metric samples, each gate alone, the
+"""Issue 39 (item 2): the canary's verdict (deployer.deployments.fleet.canary_judge) from metric samples, each gate alone, the
 profile's `rollout:` section, and what refuses a canary before anything is touched.
 
 The samples: the stand-in engines' /metrics (tests/standin/standin_metrics.py), which replays a real SGLang 0.5.23
@@ -18,15 +18,15 @@ import pytest
 
 from deployer.engines import engine_for
 from deployer.errors import PartlyFailed, ProfileError
-from deployer.fleet import canary as canary_mod
-from deployer.fleet import canary_batch
-from deployer.fleet.canary import CanaryPlan, canary_roller, check_canary
-from deployer.fleet.canary_judge import WindowNumbers, judge
-from deployer.fleet.canary_metrics import Read, measure
-from deployer.fleet.canary_record import verdict_entry
-from deployer.fleet.report import FleetReport, ReplicaResult
-from deployer.fleet.router import Worker
-from deployer.fleet.members import fleet_of
+from deployer.deployments.fleet import canary as canary_mod
+from deployer.deployments.fleet import canary_batch
+from deployer.deployments.fleet.canary import CanaryPlan, canary_roller, check_canary
+from deployer.deployments.fleet.canary_judge import WindowNumbers, judge
+from deployer.deployments.fleet.canary_metrics import Read, measure
+from deployer.deployments.fleet.canary_record import verdict_entry
+from deployer.deployments.fleet.report import FleetReport, ReplicaResult
+from deployer.deployments.fleet.router import Worker
+from deployer.deployments.fleet.members import fleet_of
 from deployer.observe.names import load_metric_names
 from deployer.observe.prometheus import Scrape, parse
 from deployer.observe.serving import ServingMetrics

@@ -19,11 +19,11 @@ import yaml
 from deployer.engines import engine_for
 from deployer.cli.main import main as cli_main
 from deployer.errors import PreflightFailed, ProfileError
-from deployer.nodes.diagnose import RankEnd, first_crash, first_failure, first_traceback_at
-from deployer.nodes.net import decide, parse_net
-from deployer.nodes.plan import NodeNet, group_config, plan_nodes, supervisor_overrides
-from deployer.nodes.checks import compare
-from deployer.nodes.watch import NodeSession
+from deployer.deployments.nodes.diagnose import RankEnd, first_crash, first_failure, first_traceback_at
+from deployer.deployments.nodes.net import decide, parse_net
+from deployer.deployments.nodes.plan import NodeNet, group_config, plan_nodes, supervisor_overrides
+from deployer.deployments.nodes.checks import compare
+from deployer.deployments.nodes.watch import NodeSession
 from deployer.preflight.facts import Facts, Gpu, ModelFiles
 from deployer.profile.loader import load_profile
 from deployer.render.bundle import render

@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_pipeline_fake import CRASH, OPTS, PORT, WORKDIR, profile  # noqa: E402
 
 import deployer.remote.connect as connect_mod  # noqa: E402
-from deployer.nodes import ops as node_ops  # noqa: E402
-from deployer.nodes.plan import plan_nodes  # noqa: E402
+from deployer.deployments.nodes import ops as node_ops  # noqa: E402
+from deployer.deployments.nodes.plan import plan_nodes  # noqa: E402
 from deployer.operate import deployment as ops  # noqa: E402
 from deployer.operate.history import history  # noqa: E402
 from deployer.profile.model import Profile  # noqa: E402

@@ -30,7 +30,7 @@ def test_wheel_holds_package_data(wheel: Path) -> None:
                    "deployer/supervisor/lease.py",
                    "deployer/engines/sglang/signatures.yaml", "deployer/engines/sglang/renames.yaml",
                    "deployer/engines/vllm/launch.sh.j2", "deployer/engines/vllm/signatures.yaml",
-                   "deployer/fleet/router_launch.sh.j2",
+                   "deployer/deployments/fleet/router_launch.sh.j2",
                    "deployer/engines/vllm/probe.py",
                    "deployer/engines/vllm/metrics.yaml", "deployer/engines/sglang/metrics.yaml",
                    "deployer/engines/common/signatures.yaml",

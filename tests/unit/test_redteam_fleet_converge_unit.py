@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from deployer.errors import Unhealthy
-from deployer.fleet import router as router_mod
-from deployer.fleet.oncall import _exit_code, _mark_in_router
-from deployer.fleet.router_pending import pending_id
+from deployer.deployments.fleet import router as router_mod
+from deployer.deployments.fleet.oncall import _exit_code, _mark_in_router
+from deployer.deployments.fleet.router_pending import pending_id
 from deployer.remote.base import EndpointUnreachable, HttpReply
 
 URL = "http://10.0.0.2:30001"
@@ -57,7 +57,7 @@ class PendingRouter:
 def member(tmp_path: Any) -> Any:
     from test_fleet import _profile, addr  # the unit fleet profile
 
-    from deployer.fleet.members import fleet_of
+    from deployer.deployments.fleet.members import fleet_of
 
     router = fleet_of(_profile(tmp_path), addr).router
     assert router is not None

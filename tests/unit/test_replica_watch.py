@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
-from deployer.fleet import router as router_mod
-from deployer.fleet.members import fleet_of
-from deployer.fleet.oncall import PULLED, _mark_in_router
-from deployer.fleet.router_key import CONTROL_KEY_VAR
+from deployer.deployments.fleet import router as router_mod
+from deployer.deployments.fleet.members import fleet_of
+from deployer.deployments.fleet.oncall import PULLED, _mark_in_router
+from deployer.deployments.fleet.router_key import CONTROL_KEY_VAR
 from deployer.operate.history import lock_event_text
 from deployer.output.fleet_status import status_lines
 from deployer.profile.loader import load_profile

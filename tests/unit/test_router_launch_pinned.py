@@ -2,7 +2,7 @@
 and every running router would then be restarted by the next `up` instead of being brought to its worker set.
 
 Captured again, on purpose, when smg moved behind its control key and its credentials out of its argv (issue 34:
-fleet/router_key.py): a router an earlier release started has an open worker API and is replaced once by the next
+deployments/fleet/router_key.py): a router an earlier release started has an open worker API and is replaced once by the next
 `up`. The member carries a fixed control key here (a real one is random, kept by the running router).
 
 The captured files stand under records/router-launch/, with this deployer's version as `<version>` (the script
@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from deployer import __version__
-from deployer.fleet import router as router_mod
-from deployer.fleet.members import fleet_of
+from deployer.deployments.fleet import router as router_mod
+from deployer.deployments.fleet.members import fleet_of
 from deployer.profile.loader import load_profile
 from deployer.profile.model import Target
 

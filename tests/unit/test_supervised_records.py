@@ -13,8 +13,8 @@ from typing import Any, cast
 import pytest
 import yaml
 
-from deployer.fleet import router as router_mod
-from deployer.fleet.members import fleet_of
+from deployer.deployments.fleet import router as router_mod
+from deployer.deployments.fleet.members import fleet_of
 from deployer.profile.loader import load_profile
 from deployer.profile.model import Target
 from deployer.remote.program import helper_bundle

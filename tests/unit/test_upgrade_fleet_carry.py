@@ -1,5 +1,5 @@
 """`deploy upgrade FLEET` (issue 39): the plan is made on the first replica's host and its changes carried to the
-fleet profile itself (deployer.operate.upgrade.carry, deployer.fleet.upgrade); `--save` writes the upgraded fleet
+fleet profile itself (deployer.operate.upgrade.carry, deployer.deployments.fleet.upgrade); `--save` writes the upgraded fleet
 profile (extends and ${VAR} as written); `--apply` is the canary rollout; a node group is refused in one line.
 The flag table is a small hand-made one (synthetic, saying so), as in tests/unit/test_upgrade_compare.py.
 """
@@ -21,11 +21,11 @@ from deployer.engines.registry import engine_for
 from deployer.engines.renames import load_renames
 from deployer.errors import PartlyFailed, ProfileError
 from deployer.events import Event
-from deployer.fleet import upgrade as fleet_upgrade
-from deployer.fleet.canary import CanaryResult
-from deployer.fleet.canary_judge import WindowNumbers, judge
-from deployer.fleet.members import fleet_of
-from deployer.fleet.report import FleetReport, ReplicaResult
+from deployer.deployments.fleet import upgrade as fleet_upgrade
+from deployer.deployments.fleet.canary import CanaryResult
+from deployer.deployments.fleet.canary_judge import WindowNumbers, judge
+from deployer.deployments.fleet.members import fleet_of
+from deployer.deployments.fleet.report import FleetReport, ReplicaResult
 from deployer.operate.upgrade.carry import carried
 from deployer.operate.upgrade.compare import Side, compare
 from deployer.operate.upgrade.outcome import Upgraded
@@ -198,7 +198,7 @@ def test_a_node_group_is_refused(tmp_path: Path) -> None:
 
 def test_a_fleet_file_upgrades_as_a_fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`deploy upgrade FLEET` reaches the fleet's operation (the kinds are told apart in deployer.deployments)."""
-    from deployer.deployments import fleet as fleet_kind
+    from deployer.deployments.fleet import deployment as fleet_kind
 
     fleet = load_profile(str(fleet_files(tmp_path)), overrides=[], host=None, environ=ENV)
     seen: list[tuple[str, bool]] = []

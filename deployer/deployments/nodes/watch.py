@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass
 
 from deployer.errors import DeployError
-from deployer.nodes.net import NetFacts
-from deployer.nodes.plan import NodePlan
+from deployer.deployments.nodes.net import NetFacts
+from deployer.deployments.nodes.plan import NodePlan
 from deployer.runner.fanout import at_once
 from deployer.profile.model import Profile
 from deployer.runner.shape import FollowerEnded, HeldHost

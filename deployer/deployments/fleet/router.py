@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from deployer.errors import DeployError, LaunchFailed, NotFound, Unhealthy
-from deployer.fleet.members import ROUTER_HEALTH_PATH, RouterMember
+from deployer.deployments.fleet.members import ROUTER_HEALTH_PATH, RouterMember
 from deployer.remote.connect import spec_of
-from deployer.fleet.record import try_write_record
-from deployer.fleet.router_pending import pending_id, worker_answers
-from deployer.fleet.router_key import CONTROL_KEY_VAR, SHIM, control_entry, key_of, secret_args, with_new_key
-from deployer.fleet.router_replace import fall_back, replace_router
+from deployer.deployments.fleet.record import try_write_record
+from deployer.deployments.fleet.router_pending import pending_id, worker_answers
+from deployer.deployments.fleet.router_key import (CONTROL_KEY_VAR, SHIM, control_entry, key_of, secret_args,
+                                                   with_new_key)
+from deployer.deployments.fleet.router_replace import fall_back, replace_router
 from deployer.profile.host import probe_address
 from deployer.profile.model import Profile
 from deployer.box.push import Layout, RunDir, new_run_id, push

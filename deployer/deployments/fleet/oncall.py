@@ -19,10 +19,10 @@ from typing import Any
 
 from deployer.errors import DeployError, NotFound, PartlyFailed, ProfileError
 from deployer.runner.fanout import TaggedSink, fan_out
-from deployer.fleet.members import Fleet
+from deployer.deployments.fleet.members import Fleet
 from deployer.remote.connect import spec_of
-from deployer.fleet.router import readiness, workers
-from deployer.fleet.router_key import keyed
+from deployer.deployments.fleet.router import readiness, workers
+from deployer.deployments.fleet.router_key import keyed
 from deployer.operate import deployment as ops
 from deployer.operate.deployment import Ref
 from deployer.profile.model import Target

@@ -1,6 +1,6 @@
-"""A replica fleet (`replicas:`, with or without a router): up / restart / rollback through deployer.fleet.up,
-status / down / logs of its members through deployer.fleet.oncall, smoke through deployer.fleet.smoke,
-upgrade (planned on the first replica, --apply by the canary) through deployer.fleet.upgrade.
+"""A replica fleet (`replicas:`, with or without a router): up / restart / rollback through this package's `up`,
+status / down / logs of its members through `oncall`, smoke through `smoke`, upgrade (planned on the first replica,
+--apply by the canary) through `upgrade`.
 
 Its hosts are in the profile: --host does not apply to up, status or down (for `logs` it picks the member on
 that host). `plan` plans each replica on its host and resolves the router's environment (router.install);
@@ -15,18 +15,19 @@ from pathlib import Path
 from deployer.deployments.base import Deployment, DownOptions, ExportSource, LogOptions, Out, PruneOptions, Select
 from deployer.deployments.reports import (DiagnosisReport, FleetDown, FleetPlan, FleetStatus, HistoryReport,
                                           PlanReport, PruneReport)
-from deployer.deployments.single import Origin, SingleHost
+from deployer.deployments.single.deployment import Origin, SingleHost
 from deployer.errors import DeployError, ProfileError
-from deployer.export.prometheus import AddressOf, PromExport, fleet_targets, written_address
-from deployer.fleet.canary import canary_up
-from deployer.fleet.members import ReplicaMember, fleet_of
+from deployer.export.prometheus import AddressOf, PromExport, written_address
+from deployer.deployments.fleet.scrape import fleet_targets
+from deployer.deployments.fleet.canary import canary_up
+from deployer.deployments.fleet.members import ReplicaMember, fleet_of
 from deployer.remote.connect import spec_of
-from deployer.fleet.oncall import fleet_down, fleet_logs, fleet_status, member_ref, pick_member
-from deployer.fleet.report import FleetReport
-from deployer.fleet.router_env import plan_router, prepare_router
-from deployer.fleet.smoke import FleetSmokeReport, smoke_fleet
-from deployer.fleet.up import fleet_restart, fleet_rollback, fleet_up
-from deployer.fleet.upgrade import upgrade_fleet
+from deployer.deployments.fleet.oncall import fleet_down, fleet_logs, fleet_status, member_ref, pick_member
+from deployer.deployments.fleet.report import FleetReport
+from deployer.deployments.fleet.router_env import plan_router, prepare_router
+from deployer.deployments.fleet.smoke import FleetSmokeReport, smoke_fleet
+from deployer.deployments.fleet.up import fleet_restart, fleet_rollback, fleet_up
+from deployer.deployments.fleet.upgrade import upgrade_fleet
 from deployer.operate.deployment import Ref
 from deployer.operate.upgrade.outcome import Upgraded
 from deployer.operate.upgrade.plan import UpgradeOptions

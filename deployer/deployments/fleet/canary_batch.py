@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from deployer.errors import DeployError, Unhealthy
 from deployer.events import Info
-from deployer.fleet.members import Fleet, ReplicaMember
-from deployer.fleet.report import ReplicaResult, failed_result, replica_result
-from deployer.fleet.rolling import STILL_SERVING_S, Replace, Unchanged, remove_quietly
-from deployer.fleet.router import DRAIN_TIMEOUT_S, READY_TIMEOUT_S, add_worker, remove_worker, wait_workers, workers
+from deployer.deployments.fleet.members import Fleet, ReplicaMember
+from deployer.deployments.fleet.report import ReplicaResult, failed_result, replica_result
+from deployer.deployments.fleet.rolling import STILL_SERVING_S, Replace, Unchanged, remove_quietly
+from deployer.deployments.fleet.router import (DRAIN_TIMEOUT_S, READY_TIMEOUT_S, add_worker, remove_worker,
+                                               wait_workers, workers)
 from deployer.remote.base import Remote
 from deployer.runner.fanout import TaggedSink, fan_out
 

@@ -8,7 +8,7 @@ attempts are the one attempt runner's (deployer/runner), with `NodeGroupShape` a
 every node's run dir, stops what served before (every rank at once: the followers end on rank 0's shutdown),
 starts all ranks, and watches rank 0's log and health (the followers serve only a dummy health) and every
 follower's supervisor. When any rank dies, the whole
-group is stopped and the diagnosis comes from the rank that failed first (nodes/diagnose.py); a known change
+group is stopped and the diagnosis comes from the rank that failed first (deployments/nodes/diagnose.py); a known change
 applies to every node and the group starts again; after a failed replace the group that served is brought back
 (runner/restore.py). After `up`, the supervisors keep the group's fate (deployer/supervisor/group.py).
 """
@@ -29,10 +29,10 @@ from deployer.errors import DeployError, PreflightFailed
 from deployer.events import Event, EventSink, Info, Problem, Warn
 from deployer.observe.timeline import Prediction
 from deployer.runner.fanout import at_once
-from deployer.nodes.checks import compare, dist_init_problems, held_by, network
-from deployer.nodes.diagnose import RankEnd, first_failure
-from deployer.nodes.plan import NodeNet, NodePlan, multinode_of, node_keys, plan_nodes, supervisor_overrides
-from deployer.nodes.watch import NodeSession, for_node, watch_group
+from deployer.deployments.nodes.checks import compare, dist_init_problems, held_by, network
+from deployer.deployments.nodes.diagnose import RankEnd, first_failure
+from deployer.deployments.nodes.plan import NodeNet, NodePlan, multinode_of, node_keys, plan_nodes, supervisor_overrides
+from deployer.deployments.nodes.watch import NodeSession, for_node, watch_group
 from deployer.runner.before_launch import BeforeLaunch
 from deployer.runner.install import launched_from, shared_environment
 from deployer.runner.up import UpOptions, UpReport, attempt_log, diagnose_attempt, locked_session

@@ -1,7 +1,7 @@
 """`deploy upgrade FLEET --engine KIND==VERSION`: the upgrade planned on the first replica's host (every replica
-runs the same engine: its single-host profile, fleet/members.py), its changes carried to the fleet profile itself
+runs the same engine: its single-host profile, members.py), its changes carried to the fleet profile itself
 (deployer.operate.upgrade.carry), and with `--apply` the upgraded fleet rolled out through the canary
-(fleet/canary.py `run_canary`): promoted replica by replica, or the canary rolled back, with the verdict's numbers.
+(canary.py `run_canary`): promoted replica by replica, or the canary rolled back, with the verdict's numbers.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 
 from deployer.errors import DeployError, PartlyFailed
 from deployer.events import EventSink
-from deployer.fleet.canary import CanaryResult, check_canary, run_canary
-from deployer.fleet.members import AddressOf, fleet_of
+from deployer.deployments.fleet.canary import CanaryResult, check_canary, run_canary
+from deployer.deployments.fleet.members import AddressOf, fleet_of
 from deployer.remote.connect import ssh_address
 from deployer.operate.upgrade.carry import carried
 from deployer.operate.upgrade.outcome import Upgraded

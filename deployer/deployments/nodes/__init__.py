@@ -10,4 +10,6 @@ pushed and started as one group.
     diagnose.py  the rank that failed first, and its diagnosis
     up.py        the group as the attempt runner's Shape (deployer.runner), `up_nodes`
     ops.py       status, logs and down of every node
+    scrape.py    every node's Prometheus scrape target
+    deployment.py  NodeGroup, the Deployment interface over the above
 """

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deployer.errors import DeployError, LaunchFailed, PartlyFailed
-from deployer.fleet.canary_judge import Verdict
-from deployer.fleet.members import ReplicaMember
-from deployer.fleet.router import RouterReport
+from deployer.deployments.fleet.canary_judge import Verdict
+from deployer.deployments.fleet.members import ReplicaMember
+from deployer.deployments.fleet.router import RouterReport
 
 SERVING = ("ready", "already-running", "unchanged")
 # a replica not replaced (left running) or whose old version is back (a canary rolled back) serves too
@@ -50,7 +50,7 @@ class FleetReport:
     router: RouterReport | None = None
     notes: list[str] = field(default_factory=list)
     restart: dict[str, Any] | None = None        # what each replica's supervisor does with a crash after ready
-    canary: Verdict | None = None                # a canary rollout's verdict with its numbers (fleet/canary.py)
+    canary: Verdict | None = None                # a canary rollout's verdict with its numbers (canary.py)
     outcome: str | None = None                   # a canary rollout's: promoted | rolled-back | stopped | unchanged
 
     def to_json(self) -> dict[str, Any]:

@@ -3,7 +3,8 @@ upgrade): one replica replaced first behind the router, judged against the other
 promoted in batches, or the canary rolled back.
 
 1. The canary: the first replica (in the profile's order) that does not already run the new profile, replaced the
-   way a rolling update replaces one (out of the router, `up`, back in once it serves: deployer/fleet/rolling.py).
+   way a rolling update replaces one (out of the router, `up`, back in once it serves:
+   rolling.py).
    One that does not start stops the rollout as a rolling update does (its previous version back, the rest
    untouched).
 2. The window (rollout.canary.window_s): every serving replica's /metrics read at its start and end
@@ -25,17 +26,17 @@ from typing import Literal
 
 from deployer.errors import DeployError, ProfileError
 from deployer.events import EventSink, Info, Warn
-from deployer.fleet.canary_batch import roll_batch
-from deployer.fleet.canary_judge import Verdict, judge
-from deployer.fleet.canary_metrics import Connect, measure
-from deployer.fleet.canary_record import end_entry, record, verdict_entry
-from deployer.fleet.links import Links
-from deployer.fleet.members import AddressOf, Fleet, ReplicaMember, fleet_of
+from deployer.deployments.fleet.canary_batch import roll_batch
+from deployer.deployments.fleet.canary_judge import Verdict, judge
+from deployer.deployments.fleet.canary_metrics import Connect, measure
+from deployer.deployments.fleet.canary_record import end_entry, record, verdict_entry
+from deployer.deployments.fleet.links import Links
+from deployer.deployments.fleet.members import AddressOf, Fleet, ReplicaMember, fleet_of
 from deployer.remote.connect import spec_of, ssh_address
-from deployer.fleet.report import FleetReport, ReplicaResult
-from deployer.fleet.rolling import Replace, Roller, Unchanged, roll_one
-from deployer.fleet.router import workers
-from deployer.fleet.up import fleet_up
+from deployer.deployments.fleet.report import FleetReport, ReplicaResult
+from deployer.deployments.fleet.rolling import Replace, Roller, Unchanged, roll_one
+from deployer.deployments.fleet.router import workers
+from deployer.deployments.fleet.up import fleet_up
 from deployer.operate.deployment import Ref
 from deployer.operate.rollback import rollback as rollback_replica
 from deployer.profile.model import Profile, Rollout

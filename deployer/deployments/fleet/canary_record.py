@@ -15,8 +15,8 @@ import time
 from typing import Any
 
 from deployer.errors import DeployError, NotFound
-from deployer.fleet.canary_judge import Verdict
-from deployer.fleet.record import record_path
+from deployer.deployments.fleet.canary_judge import Verdict
+from deployer.deployments.fleet.record import record_path
 from deployer.local_history import History
 from deployer.remote.base import Remote
 from deployer.box.push import expand_workdir, make_owned_dirs

@@ -15,7 +15,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from deployer.errors import PreflightFailed
-from deployer.nodes.plan import NodeNet
+from deployer.deployments.nodes.plan import NodeNet
 from deployer.remote.base import Remote
 
 NET_TIMEOUT_S = 30.0

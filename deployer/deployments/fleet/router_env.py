@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from deployer.errors import DeployError
 from deployer.events import EventSink
-from deployer.fleet.members import Fleet, RouterMember
+from deployer.deployments.fleet.members import Fleet, RouterMember
 from deployer.remote.connect import spec_of
 from deployer.prepare.compat import Demand
 from deployer.prepare.environment import EnvPrepared, prepare_environment, warn_all

@@ -1,6 +1,6 @@
 """On-call for one engine across nodes: `deploy status|down|logs PROFILE [--node N]` of a `nodes:` profile.
 
-Each node is a single-host deployment of the same name on its own host (nodes/plan.py), so every command is
+Each node is a single-host deployment of the same name on its own host (deployments/nodes/plan.py), so every command is
 the single-host one on that node's derived profile. `status` shows every node (or one); `down` stops every node,
 all ranks at once (rank 0's graceful shutdown ends the followers, which ignore SIGTERM), or one node; `logs` reads one
 node's log (`--node N`, required: the ranks' logs are separate files on separate hosts).
@@ -13,8 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from deployer.errors import ProfileError
-from deployer.nodes.diagnose import first_crash
-from deployer.nodes.plan import NodePlan, host_port, plan_nodes
+from deployer.deployments.nodes.diagnose import first_crash
+from deployer.deployments.nodes.plan import NodePlan, plan_nodes
+from deployer.profile.host import host_port
 from deployer.runner.fanout import at_once
 from deployer.logtext import bounded_diagnosis
 from deployer.operate import deployment as ops

@@ -18,9 +18,10 @@ from typing import Any
 from deployer import interrupts
 from deployer.errors import DeployError, Unhealthy
 from deployer.runner.fanout import TaggedSink
-from deployer.fleet.members import Fleet, ReplicaMember, RouterMember
-from deployer.fleet.report import FleetReport, ReplicaResult, failed_result, replica_result
-from deployer.fleet.router import DRAIN_TIMEOUT_S, READY_TIMEOUT_S, add_worker, remove_worker, wait_workers, workers
+from deployer.deployments.fleet.members import Fleet, ReplicaMember, RouterMember
+from deployer.deployments.fleet.report import FleetReport, ReplicaResult, failed_result, replica_result
+from deployer.deployments.fleet.router import (DRAIN_TIMEOUT_S, READY_TIMEOUT_S, add_worker, remove_worker,
+                                               wait_workers, workers)
 from deployer.profile.host import probe_address
 from deployer.remote.base import Remote
 from deployer.box.process import arm_router_repair, disarm_repair
@@ -29,7 +30,7 @@ from deployer.events import EventSink, Info
 
 Replace = Callable[[ReplicaMember, EventSink], Any]   # -> the replica's UpReport; raises DeployError
 Unchanged = Callable[[ReplicaMember], bool]            # whether the replica already runs what it should
-# how a serving fleet's replicas are replaced: `roll` below, or a canary's (deployer/fleet/canary.py)
+# how a serving fleet's replicas are replaced: `roll` below, or a canary's (deployer/deployments/fleet/canary.py)
 Roller = Callable[[Fleet, FleetReport, TaggedSink, Replace, Remote | None, Unchanged | None, Layout | None], None]
 STILL_SERVING_S = 15.0                                 # after a failed replace: how long to look for the old one
 IN_AGAIN_S = 20.0                                      # after an interrupt: for its drain, then its registration

@@ -15,6 +15,7 @@ from typing import Any
 from deployer.engines.base import MultiNode
 from deployer.errors import ProfileError
 from deployer.flag_names import option_key
+from deployer.profile.host import host_port
 from deployer.profile.model import Node, Profile, Target
 
 GROUP_MISSES = 3           # consecutive failed looks before a supervisor calls a peer lost
@@ -58,10 +59,6 @@ def multinode_of(profile: Profile) -> MultiNode:
 def node_keys(multinode: MultiNode) -> tuple[str, str, str]:
     """The profile keys (engine.args) of the multi-node flags: set by `nodes:`, never by hand."""
     return option_key(multinode.nnodes), option_key(multinode.node_rank), option_key(multinode.dist_init_addr)
-
-
-def host_port(addr: str, port: int) -> str:
-    return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
 
 
 def plan_nodes(profile: Profile, nets: list[NodeNet] | None = None) -> list[NodePlan]:

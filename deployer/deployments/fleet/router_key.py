@@ -25,7 +25,7 @@ import posixpath
 import secrets
 from dataclasses import replace
 
-from deployer.fleet.members import Fleet, RouterMember
+from deployer.deployments.fleet.members import Fleet, RouterMember
 from deployer.operate.secret_restore import read_env_file
 from deployer.remote.base import Remote
 from deployer.secrets import secret_var

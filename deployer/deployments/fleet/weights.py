@@ -6,8 +6,8 @@ left to its replica's own `up`, which says why."""
 from __future__ import annotations
 
 from deployer.errors import DeployError
-from deployer.fleet.links import Links
-from deployer.fleet.members import Fleet, ReplicaMember
+from deployer.deployments.fleet.links import Links
+from deployer.deployments.fleet.members import Fleet, ReplicaMember
 from deployer.runner.fanout import TaggedSink, at_once
 from deployer.runner.weights import fetch_weights
 

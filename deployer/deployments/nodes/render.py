@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from deployer.nodes.plan import plan_nodes
+from deployer.deployments.nodes.plan import plan_nodes
 from deployer.preflight.known import ForTarget, for_target, local_caches
 from deployer.profile.model import Profile
 from deployer.render.bundle import render

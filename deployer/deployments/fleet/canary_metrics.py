@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from deployer.engines import engine_for
 from deployer.errors import DeployError
-from deployer.fleet.canary_judge import WindowNumbers
-from deployer.fleet.members import ReplicaMember
+from deployer.deployments.fleet.canary_judge import WindowNumbers
+from deployer.deployments.fleet.members import ReplicaMember
 from deployer.observe.names import MetricNames, load_metric_names
 from deployer.observe.prometheus import Scrape, parse
 from deployer.observe.serving import ServingMetrics

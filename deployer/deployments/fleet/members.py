@@ -56,7 +56,7 @@ class RouterMember:
     router: Router
     # smg's --api-key: what it sends to the replicas and what its own API asks for (the replicas' key by default)
     api_key: str | None = field(default=None, repr=False)
-    # the key of smg's control plane (its worker API), only deployer's: fleet/router_key.py
+    # the key of smg's control plane (its worker API), only deployer's: deployments/fleet/router_key.py
     control_key: str | None = field(default=None, repr=False)
 
     @property

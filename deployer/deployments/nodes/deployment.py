@@ -1,7 +1,7 @@
 """A node group (`nodes:`): one engine across several hosts, each node a single-host deployment of the same name.
 
-up / restart go through deployer.nodes.up (the group is replaced as one); status / down / logs are
-deployer.nodes.ops; plan is deployer.nodes.dryrun. `smoke` is the single-host smoke (deployer.smoke:
+up / restart go through deployer.deployments.nodes.up (the group is replaced as one); status / down / logs are
+this package's `ops`; plan is `dryrun`. `smoke` is the single-host smoke (deployer.smoke:
 the same phases, request code, report and JUnit) on the group: up the group, one chat completion through node 0's
 port, down. `rollback` goes back to the newest other version that every node ran and that reached ready: node 0's
 run record rebuilt the way a single host's is (deployer.operate.rollback.rebuild_profile), put back into the group
@@ -18,14 +18,15 @@ from deployer import smoke as smoke_run
 from deployer.deployments.base import Deployment, DownOptions, ExportSource, LogOptions, Out, PruneOptions, Select
 from deployer.deployments.reports import (DiagnosisReport, HistoryReport, MemoryPicture, NodeDown, NodeStatus,
                                           PlanReport, PruneReport, plan_error)
-from deployer.deployments.single import Origin, SingleHost
+from deployer.deployments.single.deployment import Origin, SingleHost
 from deployer.errors import NotFound, ProfileError
-from deployer.export.prometheus import AddressOf, PromExport, node_targets, written_address
-from deployer.nodes import ops as nodes_ops
-from deployer.nodes.dryrun import plan_report
-from deployer.nodes.render import render_nodes
-from deployer.nodes.plan import multinode_of, node_keys, plan_nodes
-from deployer.nodes.up import up_nodes
+from deployer.export.prometheus import AddressOf, PromExport, written_address
+from deployer.deployments.nodes.scrape import node_targets
+from deployer.deployments.nodes import ops as nodes_ops
+from deployer.deployments.nodes.dryrun import plan_report
+from deployer.deployments.nodes.render import render_nodes
+from deployer.deployments.nodes.plan import multinode_of, node_keys, plan_nodes
+from deployer.deployments.nodes.up import up_nodes
 from deployer.operate.deployment import Ref, layout_of, opened
 from deployer.operate.rollback import rebuild_profile
 from deployer.runner.up import UpOptions, UpReport

@@ -8,10 +8,10 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable
 
-from deployer.nodes.net import decide, gather_net, node0_address
-from deployer.nodes.plan import NodeNet, NodePlan
+from deployer.deployments.nodes.net import decide, gather_net, node0_address
+from deployer.deployments.nodes.plan import NodeNet, NodePlan
 from deployer.runner.fanout import at_once
-from deployer.nodes.watch import NodeSession
+from deployer.deployments.nodes.watch import NodeSession
 from deployer.preflight.facts import Facts
 from deployer.profile.model import Profile
 from deployer.remote.program import SUPERVISOR_PYTHON

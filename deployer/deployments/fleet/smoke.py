@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deployer.errors import DeployError, LaunchFailed, PartlyFailed
-from deployer.fleet.members import Fleet, fleet_of
+from deployer.deployments.fleet.members import Fleet, fleet_of
 from deployer.remote.connect import spec_of
-from deployer.fleet.oncall import fleet_down
-from deployer.fleet.report import SERVING, FleetReport
-from deployer.fleet.up import fleet_up
+from deployer.deployments.fleet.oncall import fleet_down
+from deployer.deployments.fleet.report import SERVING, FleetReport
+from deployer.deployments.fleet.up import fleet_up
 from deployer.runner.up import UpOptions
 from deployer.profile.host import probe_address
 from deployer.profile.model import Profile, Target

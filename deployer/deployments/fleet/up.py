@@ -12,16 +12,16 @@ from contextlib import contextmanager
 
 from deployer.errors import DeployError, NotFound
 from deployer.runner.fanout import TaggedSink, fan_out
-from deployer.fleet.links import Links
-from deployer.fleet.members import AddressOf, Fleet, ReplicaMember, fleet_of
+from deployer.deployments.fleet.links import Links
+from deployer.deployments.fleet.members import AddressOf, Fleet, ReplicaMember, fleet_of
 from deployer.remote.connect import spec_of, ssh_address
 from deployer.runner.report import restart_summary
-from deployer.fleet.report import FleetReport, failed_result, replica_result
-from deployer.fleet.rolling import Replace, Roller, roll
-from deployer.fleet.weights import fetch_first
-from deployer.fleet.router import RouterReport, ensure_router, router_session, workers
-from deployer.fleet.router_key import key_of, keyed_fleet, with_key
-from deployer.fleet.router_env import prune_router_environments, with_router_environment
+from deployer.deployments.fleet.report import FleetReport, failed_result, replica_result
+from deployer.deployments.fleet.rolling import Replace, Roller, roll
+from deployer.deployments.fleet.weights import fetch_first
+from deployer.deployments.fleet.router import RouterReport, ensure_router, router_session, workers
+from deployer.deployments.fleet.router_key import key_of, keyed_fleet, with_key
+from deployer.deployments.fleet.router_env import prune_router_environments, with_router_environment
 from deployer.operate.deployment import Ref
 from deployer.operate.deployment import status as deployment_status
 from deployer.operate.rollback import restart as restart_replica
@@ -35,7 +35,7 @@ from deployer.box.records import current_view
 from deployer.events import EventSink, Warn
 
 
-RollerFor = Callable[[Links, UpOptions], Roller]   # how a serving fleet is updated (deployer/fleet/canary.py)
+RollerFor = Callable[[Links, UpOptions], Roller]   # how a serving fleet is updated (canary.py)
 
 
 def fleet_up(profile: Profile, opts: UpOptions, emit: EventSink, address_of: AddressOf = ssh_address,

@@ -2,7 +2,7 @@
 
 Every node is connected (concurrently, no lock: nothing is written), the network decided, node 0's single-host
 preflight run on its derived profile (flags, effective args, memory), and the cross-node checks made
-(nodes/checks.py). The report is node 0's preflight plus one line per node and the group's problems.
+(deployments/nodes/checks.py). The report is node 0's preflight plus one line per node and the group's problems.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from deployer.errors import PreflightFailed
-from deployer.nodes.checks import compare, dist_init_problems, network
-from deployer.nodes.plan import NodePlan, multinode_of, plan_nodes
+from deployer.deployments.nodes.checks import compare, dist_init_problems, network
+from deployer.deployments.nodes.plan import NodePlan, multinode_of, plan_nodes
 from deployer.runner.fanout import at_once
-from deployer.nodes.watch import NodeSession
+from deployer.deployments.nodes.watch import NodeSession
 from deployer.local_history import home
 from deployer.preflight.checks import PreflightReport, run_preflight
 from deployer.preflight.facts import Facts, gather_facts
