@@ -67,10 +67,17 @@ class RunView:
     def stayed_up(self) -> bool:
         """A good version: it reached ready and stayed up: ready for restart.stable_s with no crash (the
         supervisor's stable_at), or no crash since it was ready (a record of an earlier release, or one stopped
-        within the window); never one that crash-looped."""
+        within the window); never one that crash-looped.
+
+        A node group's rank that its supervisor ended because a peer rank went away (the crash's `peer_lost`) is
+        judged by that peer, not by this end: when `up` stops a group to replace it, every rank is asked at once,
+        and a rank whose peer stopped a few seconds before its own stop arrived ends that way. The group's verdict
+        takes every rank (deployments.nodes), so a peer that really crashed still makes the version not good."""
         if not self.reached_ready or self.crashlooped:
             return False
-        return bool(self.state.get("stable_at")) or not self.state.get("last_crash")
+        crash = self.state.get("last_crash")
+        peer_lost = isinstance(crash, dict) and bool(crash.get("peer_lost"))
+        return bool(self.state.get("stable_at")) or not crash or peer_lost
 
 
 def read_json(remote: Remote, path: str) -> dict[str, Any] | None:

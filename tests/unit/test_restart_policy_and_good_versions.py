@@ -3,11 +3,15 @@ which runs count as good (stayed up), and that rollback / restart never go to a 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
+from deployer import api
+from deployer.deployments.nodes.deployment import NodeGroup
 from deployer.errors import NotFound
 from deployer.operate.rollback import _last_good
 from deployer.profile.model import Logs, Restart
@@ -28,6 +32,9 @@ LOOPED = {"status": "crashloop", "ready_at": 10.0, "last_crash": {"at": 20.0}, "
 SILENCED = {"status": "stopped", "stopped_from": "crashloop", "ready_at": 10.0, "last_crash": {"at": 20.0}}
 OLD_RELEASE_STOPPED = {"status": "stopped", "ready_at": 10.0, "last_crash": None}  # no stable_at key at all
 CRASHED_UNSTABLE = {"status": "exited", "ready_at": 10.0, "last_crash": {"at": 12.0}}
+# a node group's rank whose supervisor ended it when its peer went away: a replace stops every rank at once
+PEER_STOPPED = {"status": "stopped", "stopped_for": "replace", "ready_at": 10.0,
+                "last_crash": {"at": 12.0, "peer_lost": "rank 0 at 10.0.0.1:5000: gone"}}
 
 
 def test_the_default_policy_restarts_a_crash_after_ready_and_is_said() -> None:
@@ -48,6 +55,7 @@ def test_logs_head_must_be_below_the_rotation_size() -> None:
 @pytest.mark.parametrize(("state", "outcome", "good"), [
     (READY, "ready", True), (STABLE, "ready", True), (OLD_RELEASE_STOPPED, "ready", True),
     (LOOPED, "ready", False), (SILENCED, "ready", False), (CRASHED_UNSTABLE, "ready", False),
+    (PEER_STOPPED, "ready", True), ({**PEER_STOPPED, "crashloop_after_ready": True}, "ready", False),
     ({"status": "exited", "ready_at": None, "last_crash": {"at": 1.0}}, "crashed", False),
 ])
 def test_a_version_is_good_only_if_it_stayed_up(state: dict[str, Any], outcome: str, good: bool) -> None:
@@ -65,3 +73,40 @@ def test_restart_of_a_crash_looping_version_is_refused() -> None:
         _last_good([view("r1", "a", STABLE), current], current, skip_hash=None)
     fine = view("r3", "c", READY)
     assert _last_good([fine], fine, skip_hash=None) is fine
+
+
+def _group_runs(tmp_path: Path, leader: list[RunView], follower: list[RunView],
+                monkeypatch: pytest.MonkeyPatch) -> NodeGroup:
+    """A two-node group whose nodes' runs are `leader` (node 0, the last one current) and `follower`."""
+    path = tmp_path / "group.yaml"
+    path.write_text(yaml.safe_dump({"name": "group", "nodes": [{"host": "node-0"}, {"host": "node-1"}],
+                                    "engine": {"model_path": "Qwen/Qwen3-8B", "python": "/venv/bin/python", "port": 30000,
+                                               "dist_init_port": 20000}}))
+    group = NodeGroup(api.load(str(path)))
+    runs = {"node-0": (leader, leader[-1].run.run_id), "node-1": (follower, follower[-1].run.run_id)}
+    monkeypatch.setattr(group, "_node_refs", lambda: ["node-0", "node-1"])
+    monkeypatch.setattr(group, "_runs", lambda ref: runs[ref])
+    return group
+
+
+def _rank(run_id: str, content: str, state: dict[str, Any], up_id: str) -> RunView:
+    return RunView(RunDir(f"/w/group/runs/{run_id}", run_id),
+                   {"content_hash": content * 16, "up_id": up_id, "attempt": 1}, state, {"outcome": "ready"})
+
+
+def test_a_group_rolls_back_to_a_version_whose_follower_ended_only_because_its_peer_was_stopped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race of a replace: every rank is asked to stop at once; node 0 stopped first and node 1's supervisor
+    ended its rank on the lost peer before its own stop arrived (seen in CI: rollback said no version was ready)."""
+    stopped = {"status": "stopped", "stopped_for": "replace", "ready_at": 10.0, "last_crash": None}
+    group = _group_runs(tmp_path, [_rank("r1", "a", stopped, "u1"), _rank("r2", "b", READY, "u2")],
+                        [_rank("f1", "a", PEER_STOPPED, "u1"), _rank("f2", "b", READY, "u2")], monkeypatch)
+    assert group._last_good_group().run.run_id == "r1"
+
+
+def test_a_group_whose_rank_really_crashed_is_not_gone_back_to(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Node 0 crashed on its own (no peer_lost): the follower's peer_lost end does not make that version good."""
+    group = _group_runs(tmp_path, [_rank("r1", "a", CRASHED_UNSTABLE, "u1"), _rank("r2", "b", READY, "u2")],
+                        [_rank("f1", "a", PEER_STOPPED, "u1"), _rank("f2", "b", READY, "u2")], monkeypatch)
+    with pytest.raises(NotFound, match="no other version ever reached ready on every node"):
+        group._last_good_group()
