@@ -103,11 +103,13 @@ tiny-model: real-vllm-venv
 # Real engines serving a tiny local model (~4 min cold: two venvs and the model; cached under ~/.cache/deployer).
 real-engines: real-vllm-venv real-sglang-venv tiny-model
 
-# Every environment the tiers after the fast one use, built before them: `make -j3 envs` builds three at a time
-# (.ci/run). A build is single-threaded pip waiting on the disk as much as on a core: measured here on 2 cores,
-# cold (empty HOME), all of them took ~700 s one at a time, 367 s with -j2, 290 s with -j3. Each venv has its own
-# lock (scripts/cpu-venv-lib.sh); pip's cache is shared safely. The longest builds come first.
-envs: real-sglang-venv real-vllm-venv sglang-venv sglang-seed-venv vllm-venv tiny-model smg-venv uv-venv
+# Every environment the tiers after the fast one use: `make -j3 envs` builds three at a time (.ci/run starts it in
+# the background, at the lowest priority, while the fast tier runs). A build is single-threaded pip waiting on the
+# disk as much as on a core: measured here on 2 cores, cold (empty HOME), all of them took ~700 s one at a time,
+# 367 s with -j2, 290 s with -j3. Each venv has its own lock (scripts/cpu-venv-lib.sh); pip's cache is shared
+# safely. The longest builds come first. smg and uv are not here: `make test` builds them first (seconds), and a
+# low-priority build of them would hold their locks while the fast tier waits.
+envs: real-sglang-venv real-vllm-venv sglang-venv sglang-seed-venv vllm-venv tiny-model
 
 # deployer deploys them over the real sshd test host, end to end (one engine at a time, ~3 GB each: two at a time
 # on 2 cores starved the deployments' own ssh, a lease not renewed within 30 s; docs/real-engines.md).
