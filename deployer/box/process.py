@@ -21,6 +21,7 @@ from deployer.box.push import Layout, RunDir
 from deployer.remote.base import Remote, Result
 from deployer.remote.program import SUPERVISOR_PYTHON
 from deployer.supervisor.guard import INTENT as REPAIR_INTENT, ROUTER_INTENT
+from deployer.supervisor.protocol import STOP_REQUEST_JSON
 
 EXIT_BUSY = 75
 
@@ -95,6 +96,14 @@ def stop(remote: Remote, run: RunDir, grace: float, why: str | None = None, drai
     result = run_supervisor(remote, "stop", run.path, "--grace", f"{grace:g}", *extra,
                             timeout=grace + drain_s + 30)
     return _json_line(result.stdout)
+
+
+def announce_stop(remote: Remote, run: RunDir, grace: float, why: str) -> None:
+    """Write the run's stop request without stopping it yet: a node group's replace announces the stop on every
+    rank before it stops any, so a rank whose engine ends because a peer went first is recorded as stopped, not
+    as a crash of its version (supervisor/daemon.py STOP_AHEAD_S; the stop itself rewrites the request)."""
+    request = json.dumps({"grace_s": grace, "why": why}).encode()
+    remote.put(request, posixpath.join(run.path, STOP_REQUEST_JSON), 0o600)
 
 
 def drain_of(record: Mapping[str, Any]) -> float:

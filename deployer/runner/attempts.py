@@ -35,7 +35,8 @@ from deployer.runner.restore import Restore, amend
 from deployer.runner.startup import StartPlan, timeline_of
 from deployer.runner.shape import Found, Result, Shape, HeldHost, result_name, result_text
 from deployer.runner.timing import PORT_WAIT_S, RETRY_PORT_WAIT_S, stop_grace
-from deployer.box.process import ReplaceGuard, arm_repair, disarm_repair, drain_of, listener, stop
+from deployer.box.process import (ReplaceGuard, announce_stop, arm_repair, disarm_repair, drain_of, listener,
+                                  stop)
 from deployer.box.switch import Ports, switch_to
 from deployer.watch.watcher import PortTaken, Ready
 
@@ -203,8 +204,17 @@ class AttemptRunner:
         assert serving[0].serving is not None
         self.report.replaced = serving[0].serving.run.run_id
         grace = self.shape.serving_grace_s(self.profile)
+        if len(serving) > 1:  # a node group: every rank hears of the stop before any rank is stopped
+            self.shape.each(lambda t: self._announce(t, grace), serving)
         self.shape.each(lambda t: self._stop_one(t, grace), serving)
         return True
+
+    @staticmethod
+    def _announce(target: HeldHost, grace: float) -> None:
+        """The stop of the version that served there, written ahead: its engine, should it end because another
+        rank stopped first, is recorded as stopped rather than as a crash of that version (box/process)."""
+        assert target.serving is not None
+        announce_stop(target.remote, target.serving.run, grace, "replace")
 
     def _stop_one(self, target: HeldHost, grace: float) -> None:
         """Arm the target's repair guard (a version that reached ready comes back by itself if this client dies

@@ -28,6 +28,11 @@ from .lease import record_event, restart_refusal, take_fence
 from .probe import NO_TOKEN, TokenWatch, Verdict
 
 SHM = "/dev/shm"
+# A stop announced ahead of its signal (a node group's replace writes every rank's stop request before it stops
+# any: box/process.announce_stop) covers an engine that ends by itself this long after it was written: a rank
+# whose peer went first ended with its group, not by a crash of its version. Bounded, so a request left by a
+# client killed in between never hides a real crash for long.
+STOP_AHEAD_S = 60.0
 SHM_LOOK_EVERY = 5.0   # seconds between looks at what the engine's processes hold open in /dev/shm
 SHM_KEPT = 4096        # entries remembered at most
 
@@ -530,6 +535,10 @@ class Daemon:
         self.shm.look_now(self.state["pgid"])  # its children may still run (and hold files) until cleared
         self.clear_group(self.state["pgid"])
         self.clean_shm()
+        if stop_on_its_way():
+            note("the engine ended while a stop of it was on its way (its node group is being stopped): stopped")
+            self.stop()
+            return False
         s, rs = self.state, self.cfg["restart"]
         s["last_crash"] = {"at": s["ended_at"], "exit_code": s["exit_code"], "signal": s["signal"],
                            "signal_name": s["signal_name"], "log_offset": s["log_offset"],
@@ -662,6 +671,15 @@ class Daemon:
         except OSError:
             pass
         return False
+
+
+def stop_on_its_way() -> bool:
+    """A stop request is in the run dir (the cwd), a plain file written within STOP_AHEAD_S."""
+    try:
+        st = os.lstat(STOP_REQUEST)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and time.time() - st.st_mtime < STOP_AHEAD_S
 
 
 def _exec_engine(log_fd: int, bash: str, launch: str, env: dict[str, str], claim_fd: int | None) -> None:

@@ -404,3 +404,38 @@ def test_fatal_patterns_must_be_regular_expressions(tmp_path: Path) -> None:
     (tmp_path / "supervise.json").write_text(json.dumps({"fatal_patterns": ["(unclosed"]}))
     with pytest.raises(SuperviseError, match="fatal_patterns"):
         load_config(str(tmp_path))
+
+
+PEER_BOUND = (f"import os, time\nprint({READY!r}, flush=True)\n"
+              "for _ in range(6000):\n    if os.path.exists('peer-gone'):\n        break\n    time.sleep(0.05)\n")
+
+
+def test_an_engine_that_ends_while_its_stop_is_announced_is_stopped_not_a_crash(make_run: Callable[..., Path]) -> None:
+    """A node group's replace writes every rank's stop request before it stops any (box/process.announce_stop): a
+    rank whose engine ends by itself meanwhile (its peer stopped first, exit 0) is stopped, with no crash recorded
+    and no restart (CI saw the crash make rollback refuse the version: tests/unit/test_restart_policy_...)."""
+    run = make_run(PEER_BOUND, restart=FAST_RESTART)
+    start(run)
+    wait_for(status_is(run, "ready"), 10, "ready")
+    (run / "stop-request.json").write_text(json.dumps({"grace_s": 5, "why": "replace"}))
+    (run / "peer-gone").touch()
+    st = wait_for(status_is(run, "stopped", "restarting", "ready", "exited"), 10, "the engine's end judged")
+    assert st["status"] == "stopped", st
+    state = json.loads((run / "state.json").read_text())
+    assert state["last_crash"] is None and state["restarts"] == 0 and state["stopped_for"] == "replace", state
+    assert not (run / "stop-request.json").exists()
+
+
+def test_a_stop_request_left_long_ago_does_not_hide_a_crash(make_run: Callable[..., Path]) -> None:
+    """A request older than STOP_AHEAD_S (a client killed between announcing and stopping) is not a stop on its
+    way: the engine's end is a crash and the restart policy restarts it."""
+    run = make_run(PEER_BOUND, restart=FAST_RESTART)
+    start(run)
+    wait_for(status_is(run, "ready"), 10, "ready")
+    request = run / "stop-request.json"
+    request.write_text(json.dumps({"grace_s": 5, "why": "replace"}))
+    os.utime(request, (time.time() - 120, time.time() - 120))
+    (run / "peer-gone").touch()
+    wait_for(lambda: json.loads((run / "state.json").read_text()).get("restarts") == 1, 10, "a restart")
+    state = json.loads((run / "state.json").read_text())
+    assert state["last_crash"] is not None and state["last_crash"]["exit_code"] == 0, state

@@ -37,13 +37,15 @@ def told(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
     return said
 
 
-def _run(shape_type: type[Scripted], results: list[Result], rollback: bool) -> tuple[AttemptRunner, list[Event]]:
-    view = RunView(RunDir("/w/runs/old", "old"), {"content_hash": "c" * 64, "port": 30000},
-                   {"alive": True, "status": "ready", "ready_at": 1.0}, None)
-    target = HeldHost(remote=Box(), layout=Layout("/w"), serving=view)  # type: ignore[arg-type]
+def _run(shape_type: type[Scripted], results: list[Result], rollback: bool,
+         ranks: int = 1) -> tuple[AttemptRunner, list[Event]]:
+    views = [RunView(RunDir(f"/w/runs/old{i}", f"old{i}"), {"content_hash": "c" * 64, "port": 30000},
+                     {"alive": True, "status": "ready", "ready_at": 1.0}, None) for i in range(ranks)]
+    targets = [HeldHost(remote=Box(), layout=Layout("/w"), serving=view)  # type: ignore[arg-type]
+               for view in views]
     profile, events = _profile(), []  # type: ignore[var-annotated]
     diag = Diagnosis(signature=None, summary="unknown", transient=False)
-    runner = AttemptRunner(shape_type([target], results, diag), profile,
+    runner = AttemptRunner(shape_type(targets, results, diag), profile,
                            UpOptions(local_history=False, rollback=rollback, heal=False), events.append,
                            UpReport(name="p", host="box", status="failed"), "up1", profile)
     return runner, events
@@ -72,3 +74,18 @@ def test_a_bring_back_that_does_not_serve_hands_over_to_the_guard(steps: list[st
         runner.run()
     assert told == [None]
     assert "the target's guard starts it again as soon as it can" in caught.value.message, caught.value.message
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3])
+def test_a_group_announces_the_stop_on_every_rank_before_it_stops_any(
+        steps: list[str], told: list[str | None], monkeypatch: pytest.MonkeyPatch, ranks: int) -> None:
+    """A node group's replace: each rank's stop request is written before any rank is stopped, so a rank whose
+    engine ends because another rank stopped first is recorded as stopped (supervisor/daemon.py STOP_AHEAD_S), not
+    as a crash that keeps the version from rollback. One host has no peer: no announcement, one round trip less."""
+    monkeypatch.setattr(attempts, "announce_stop",
+                        lambda remote, run, grace, why: steps.append(f"announce {run.run_id} {why}"))
+    runner, _ = _run(Scripted, [Ready(1.0)], rollback=True, ranks=ranks)
+    runner.run()
+    stopping = [s for s in steps if s.startswith(("announce", "stop"))]
+    announced = [f"announce old{i} replace" for i in range(ranks)] if ranks > 1 else []
+    assert stopping == announced + [f"stop old{i}" for i in range(ranks)], steps
