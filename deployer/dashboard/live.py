@@ -238,7 +238,7 @@ class LiveSource:
             return [self._keep(row, _Part(watched, Select(), name, "", deployment), ())]
         if isinstance(report, FleetStatus):
             data = report.to_json()
-            members = [*(data.get("replicas") or ()), *([data["router"]] if data.get("router") else [])]
+            members = [*(data.get("members") or ()), *([data["router"]] if data.get("router") else [])]
             return [self._member_row(watched, m) for m in members]
         return [self._host_row(watched, r) for r in report.rows]
 

@@ -52,7 +52,11 @@ class HostStatus:
     looked: tuple[str, ...] = ()
 
     def to_json(self) -> Any:
-        return self.rows[0].to_json() if self.one else [row.to_json() for row in self.rows]
+        """One deployment: the deployment shape (`deployment_json`) with its row's keys at the top as well (what
+        `status NAME --json` printed before the shape was shared); every deployment on a host: a list of them."""
+        shown = [{**row.to_json(), **deployment_json(row.name, "single", [row.to_json()], worst_exit_code([row]))}
+                 for row in self.rows]
+        return shown[0] if self.one else shown
 
     @property
     def nothing_found(self) -> str | None:
@@ -74,7 +78,9 @@ class NodeStatus:
     rows: list[StatusRow]
 
     def to_json(self) -> Any:
-        return [row.to_json() for row in self.rows]
+        members = [row.to_json() for row in self.rows]
+        return deployment_json(self.rows[0].name if self.rows else "", "nodes", members, self.exit_code,
+                               serving=bool(self.rows) and self.rows[0].serving)
 
     @property
     def exit_code(self) -> int:
@@ -89,7 +95,12 @@ class FleetStatus:
     code: int
 
     def to_json(self) -> Any:
-        return self.data
+        """The deployment shape, its members the replicas (still under `replicas` too, as before the shape was
+        shared)."""
+        replicas = list(self.data.get("replicas") or [])
+        shared = deployment_json(str(self.data.get("name", "")), "fleet", replicas, self.code,
+                                 router=self.data.get("router"), serving=bool(self.data.get("serving")))
+        return {**self.data, **shared}
 
     @property
     def exit_code(self) -> int:
@@ -97,6 +108,20 @@ class FleetStatus:
 
 
 StatusReport = Union[HostStatus, NodeStatus, FleetStatus]
+
+
+def deployment_json(name: str, kind: str, members: list[Row], code: int, *, router: Row | None = None,
+                    serving: bool | None = None) -> Row:
+    """The one shape `deploy status NAME --json` has for every kind (docs/json.md): the deployment's `name` and
+    `kind` (`single`, `nodes`, `fleet`), whether it `serving` (a node group: rank 0, whose API serves; a fleet:
+    every replica serving), `healthy` (every member, and a fleet's router, healthy), `code` (the command's exit
+    code), its `members` (a single host: its one row; a node group: a row per node; a fleet: a row per replica)
+    and a fleet's `router` row (else null)."""
+    everyone = [*members, *([router] if router else [])]
+    return {"name": name, "kind": kind,
+            "serving": bool(members) and all(m.get("serving") for m in members) if serving is None else serving,
+            "healthy": bool(everyone) and all(m.get("healthy") for m in everyone), "code": code,
+            "members": members, "router": router}
 
 
 @dataclass(frozen=True)

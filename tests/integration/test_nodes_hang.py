@@ -114,7 +114,8 @@ def test_a_frozen_follower_hangs_rank0_and_the_whole_group_restarts(tmp_path: Pa
     assert "node 0 (rank 0 (API)): its crash came first, the group fell with it" in shown.stdout, shown.stdout
     assert "last crash: hung: 1 running, 0 waiting and no engine step for" in shown.stdout, shown.stdout
     assert f"rank 1 at 127.0.0.3:{ports[1]} does not answer its health check" in shown.stdout, shown.stdout
-    rows = {r["node"]: r for r in json.loads(deploy("status", str(profile), "--json", home=tmp_path / "home").stdout)}
+    shown_json = deploy("status", str(profile), "--json", home=tmp_path / "home").stdout
+    rows = {r["node"]: r for r in json.loads(shown_json)["members"]}
     assert rows[0]["first_crash"] and not rows[1]["first_crash"], rows
     assert rows[0]["last_crash_diagnosis"]["signature"] == "hung", rows[0]["last_crash_diagnosis"]
     # node 1 was stopped for its group (the SIGKILL was its supervisor's): not an OOM kill

@@ -42,7 +42,7 @@ def group_status(prof: Path, home: Path) -> tuple[int, list[dict[str, Any]]]:
     out = deploy("status", str(prof), "--json", home=home)
     assert "Traceback" not in out.stderr, out.stderr
     data = json.loads(out.stdout)
-    return out.returncode, data if isinstance(data, list) else data.get("nodes", [data])
+    return out.returncode, data["members"]
 
 
 def test_ctrl_c_during_the_stop_of_a_group_replace_starts_the_old_version_on_every_node(

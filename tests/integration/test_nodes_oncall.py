@@ -23,7 +23,9 @@ def test_status_logs_and_down_per_node(tmp_path: Path, bed: HostBed) -> None:
 
     shown = deploy("status", str(profile), "--json", home=home)
     assert shown.returncode == 0, shown.stderr
-    rows = json.loads(shown.stdout)
+    group = json.loads(shown.stdout)   # one shape for every kind: the group and its members, a row per node
+    assert (group["kind"], group["name"], group["serving"], group["code"]) == ("nodes", "two-node", True, 0)
+    rows = group["members"]
     assert [(r["node"], r["status"], r["port"]) for r in rows] == [(0, "ready", ports[0]), (1, "ready", ports[1])]
     # serving metrics (issue 26) are node 0's engine's, the one that serves the API; node 1's row has none
     assert rows[0]["metrics"]["engine"] == "sglang" and rows[0]["metrics"]["requests_running"] == 0, rows[0]

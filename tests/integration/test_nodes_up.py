@@ -153,7 +153,7 @@ def test_a_killed_follower_restarts_the_whole_group(tmp_path: Path, bed: HostBed
     assert crash0["exit_code"] != 0 or crash0["signal"], crash0  # rank 0's engine went down with its peer
     # status names the node whose crash came first: rank 1 (SIGKILL), not rank 0 (gloo: closed by peer)
     shown = deploy("status", str(profile), "--json", home=tmp_path / "home")
-    rows = {r["node"]: r for r in json.loads(shown.stdout)}
+    rows = {r["node"]: r for r in json.loads(shown.stdout)["members"]}
     assert (rows[1]["first_crash"], rows[0]["first_crash"]) == (True, False), shown.stdout
     assert rows[1]["last_crash_diagnosis"]["signature"] == "killed-by-signal"
     assert rows[0]["last_crash_diagnosis"]["signature"] == "peer-connection-closed"

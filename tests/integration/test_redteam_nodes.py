@@ -379,7 +379,7 @@ def node_rows(tmp_path: Path, prof: Path) -> tuple[int, list[dict[str, Any]]]:
     out = deploy("status", str(prof), "--json", home=tmp_path / "h")
     assert "Traceback" not in out.stderr, out.stderr
     data = json.loads(out.stdout)
-    return out.returncode, data if isinstance(data, list) else data.get("nodes", [data])
+    return out.returncode, data["members"]
 
 
 def test_status_in_a_groups_restart_backoff_never_calls_a_squatter_healthy(tmp_path: Path, net_bed: HostBed,

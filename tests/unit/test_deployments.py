@@ -139,18 +139,49 @@ def test_for_profile_picks_the_same_kinds(tmp_path: Path) -> None:
     assert "--nnodes" in for_profile(api.load(nodes_file(tmp_path))).render()
 
 
-def test_status_reports_keep_todays_json_and_exit_codes() -> None:
-    row = {"name": "a", "host": "gpu-a", "status": "ready", "pid": 7, "uptime_s": 3.0, "healthy": True, "attempt": 1,
-           "content_hash": "c0ffee", "run_dir": "/w/a/runs/r1", "port": 30000, "restarts": 0, "last_crash": None,
-           "exit_code": None, "signal_name": None, "drift": [], "runs": 1, "diagnosis": None, "lock": None,
-           "serving": True, "metrics": None, "unhealthy": None, "engine": "vllm", "engine_version": "0.32.0",
-           "model": "tiny", "supervisor": None}
+ROW = {"name": "a", "host": "gpu-a", "status": "ready", "pid": 7, "uptime_s": 3.0, "healthy": True, "attempt": 1,
+       "content_hash": "c0ffee", "run_dir": "/w/a/runs/r1", "port": 30000, "restarts": 0, "last_crash": None,
+       "exit_code": None, "signal_name": None, "drift": [], "runs": 1, "diagnosis": None, "lock": None,
+       "serving": True, "metrics": None, "unhealthy": None, "engine": "vllm", "engine_version": "0.32.0",
+       "model": "tiny", "supervisor": None}
+SHARED = {"name", "kind", "serving", "healthy", "code", "members", "router"}
+
+
+def test_status_reports_json_and_exit_codes() -> None:
+    """A single host's status: its row's keys (as before the shape was shared) and the shared ones."""
+    row = dict(ROW)
     typed = StatusRow.of(row)
-    assert HostStatus([typed]).to_json() == row and HostStatus([typed], one=False).to_json() == [row]
+    one = {**row, "kind": "single", "code": 0, "members": [row], "router": None}
+    assert HostStatus([typed]).to_json() == one and HostStatus([typed], one=False).to_json() == [one]
     assert HostStatus([typed]).exit_code == 0
     assert HostStatus([typed.replace(status="stopped", healthy=False)]).exit_code == 8
     assert NodeStatus([typed, typed.replace(status="exited", healthy=False)]).exit_code == 5
     assert FleetStatus({"name": "f"}, 9).exit_code == 9
+
+
+
+
+def test_every_kinds_status_json_is_one_shape_a_deployment_with_its_members() -> None:
+    """docs/json.md `deploy status NAME --json`: the same keys for a single host, a node group and a fleet; the
+    members are the rows (a single host's one row, a row per node, a row per replica)."""
+    row = StatusRow.of(ROW)
+    sick = row.replace(status="exited", healthy=False, serving=False)
+    single = HostStatus([row]).to_json()
+    nodes = NodeStatus([row, sick.replace(host="gpu-b")]).to_json()
+    replicas = [{"name": "f-r0", "host": "gpu-a", "healthy": True, "serving": True},
+                {"name": "f-r1", "host": "gpu-b", "healthy": True, "serving": True}]
+    router = {"name": "f-router", "host": "gpu-c", "healthy": False, "serving": False}
+    fleet = FleetStatus({"name": "f", "serving": True, "code": 6, "replicas": replicas, "router": router}, 6).to_json()
+    assert SHARED <= set(single) and SHARED <= set(nodes) == SHARED and SHARED <= set(fleet)
+    assert (single["kind"], nodes["kind"], fleet["kind"]) == ("single", "nodes", "fleet")
+    assert single["members"] == [row.to_json()] and single["router"] is None and single["status"] == "ready"
+    assert [m["host"] for m in nodes["members"]] == ["gpu-a", "gpu-b"] and nodes["name"] == "a"
+    # a node group serves through rank 0's API; healthy only when every node is; its code is the worst row's
+    assert (nodes["serving"], nodes["healthy"], nodes["code"]) == (True, False, 5)
+    # a fleet: its replicas are its members (and still `replicas`), its router apart; an unhealthy router: unhealthy
+    assert fleet["members"] == replicas == fleet["replicas"] and fleet["router"] == router
+    assert (fleet["serving"], fleet["healthy"], fleet["code"]) == (True, False, 6)
+    assert HostStatus([sick]).to_json()["code"] == HostStatus([sick]).exit_code == 5
 
 
 def test_every_report_type_has_a_text_form(capsys: pytest.CaptureFixture[str]) -> None:
