@@ -124,32 +124,58 @@ def deployment_json(name: str, kind: str, members: list[Row], code: int, *, rout
             "members": members, "router": router}
 
 
+def down_json(name: str, kind: str, members: list[Row], *, router: Row | None = None) -> Row:
+    """The one shape `deploy down NAME --json` has for every kind (docs/json.md), the status shape's twin: the
+    deployment's `name` and `kind`, `was_running` (any member's engine, or a fleet's router, was running),
+    `stopped` (every member, and a fleet's router, is stopped or absent now), `code` (0: `down` raises on a host
+    it could not stop), its `members` (a single host: its one row; a node group: a row per node; a fleet: a row
+    per replica) and a fleet's `router` row (else null)."""
+    everyone = [*members, *([router] if router else [])]
+    return {"name": name, "kind": kind, "was_running": any(m.get("was_running") for m in everyone),
+            "stopped": all(m.get("status") in ("stopped", "absent", None) for m in everyone), "code": 0,
+            "members": members, "router": router}
+
+
 @dataclass(frozen=True)
 class HostDown:
+    """`down` of a single host: what it did there."""
+
     result: DownResult
 
     def to_json(self) -> Any:
-        return self.result.to_json()
+        """The down shape (`down_json`) with the row's keys at the top as well (what `down NAME --json` printed
+        before the shape was shared)."""
+        row = self.result.to_json()
+        return {**row, **down_json(self.result.name, "single", [row])}
 
     exit_code = 0
 
 
 @dataclass(frozen=True)
 class NodeDown:
+    """`down` of a node group: a row per node (with `node`)."""
+
     results: list[DownResult]
 
     def to_json(self) -> Any:
-        return [result.to_json() for result in self.results]
+        return down_json(self.results[0].name if self.results else "", "nodes",
+                         [result.to_json() for result in self.results])
 
     exit_code = 0
 
 
 @dataclass(frozen=True)
 class FleetDown:
+    """`down` of a replica fleet: the router's row and every replica's (`role`, `member`, `alias`)."""
+
     result: Row
 
     def to_json(self) -> Any:
-        return self.result
+        """The down shape, its members the replicas, the router's row apart (as `status` has them)."""
+        rows = list(self.result.get("members") or [])
+        routers = [row for row in rows if row.get("role") == "router"]
+        return down_json(str(self.result.get("name", "")), "fleet", [row for row in rows if row not in routers],
+                         router=routers[0] if routers else None)
 
     exit_code = 0
 

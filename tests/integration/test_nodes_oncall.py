@@ -55,7 +55,9 @@ def test_status_logs_and_down_per_node(tmp_path: Path, bed: HostBed) -> None:
     down = deploy("down", str(profile), "--json", home=home)
     assert down.returncode == 0, down.stderr
     # all ranks asked at once: rank 0's graceful shutdown ends rank 1 (exit 0, not SIGKILL after the grace)
-    assert [(r["node"], r["status"]) for r in json.loads(down.stdout)] == [(0, "stopped"), (1, "stopped")]
+    downed = json.loads(down.stdout)
+    assert (downed["kind"], downed["was_running"], downed["stopped"]) == ("nodes", True, True), downed
+    assert [(r["node"], r["status"]) for r in downed["members"]] == [(0, "stopped"), (1, "stopped")]
     assert state(bed, 1).get("exit_code") == 0 and not state(bed, 1).get("signal")
     assert http_status("127.0.0.1", ports[0]) is None and http_status("127.0.0.3", ports[1]) is None
     after = deploy("status", str(profile), home=home)

@@ -16,9 +16,11 @@ from deployer.output import text_runs  # noqa: F401 (adds the text forms of up-l
 from deployer.deployments.base import Select
 from deployer.deployments.fleet.deployment import ReplicaFleet
 from deployer.deployments.nodes.deployment import NodeGroup
-from deployer.deployments.reports import FleetStatus, HostStatus, NodeStatus, StatusRow
+from deployer.deployments.reports import (FleetDown, FleetStatus, HostDown, HostStatus, NodeDown, NodeStatus,
+                                          StatusRow)
 from deployer.deployments.resolve import CHANGE, READ, STOP, for_profile, resolve
 from deployer.deployments.single.deployment import SingleHost
+from deployer.operate.rows import DownResult
 from deployer.errors import LaunchFailed, NotFound, ProfileError, Unhealthy
 from deployer.deployments.fleet.smoke import Case, FleetSmokeReport
 from deployer.output.junit import smoke_suite
@@ -182,6 +184,32 @@ def test_every_kinds_status_json_is_one_shape_a_deployment_with_its_members() ->
     assert fleet["members"] == replicas == fleet["replicas"] and fleet["router"] == router
     assert (fleet["serving"], fleet["healthy"], fleet["code"]) == (True, False, 6)
     assert HostStatus([sick]).to_json()["code"] == HostStatus([sick]).exit_code == 5
+
+
+DOWN_SHARED = {"name", "kind", "was_running", "stopped", "code", "members", "router"}
+
+
+def test_every_kinds_down_json_is_one_shape_a_deployment_with_its_members() -> None:
+    """docs/json.md `deploy down NAME --json`: the status shape's twin for a single host, a node group and a fleet."""
+    stopped = DownResult("a", "gpu-a", True, "stopped", run_dir="/w/a/runs/1", stopped_from="ready")
+    idle = DownResult("a", "gpu-b", False, "absent")
+    single = HostDown(stopped).to_json()
+    nodes = NodeDown([dataclasses.replace(stopped, node=0), dataclasses.replace(idle, node=1)]).to_json()
+    rows = [{"name": "f-r0", "host": "gpu-a", "was_running": True, "status": "stopped", "role": "replica"},
+            {"name": "f-router", "host": "gpu-c", "was_running": False, "status": "absent", "role": "router"},
+            {"name": "f-r1", "host": "gpu-b", "was_running": False, "status": "failed", "role": "replica"}]
+    fleet = FleetDown({"name": "f", "members": rows}).to_json()
+    assert DOWN_SHARED <= set(single) and set(nodes) == DOWN_SHARED == set(fleet)
+    assert (single["kind"], nodes["kind"], fleet["kind"]) == ("single", "nodes", "fleet")
+    # a single host keeps its row's keys at the top (the shape `down NAME --json` had before)
+    assert single["members"] == [stopped.to_json()] and single["status"] == "stopped" and single["router"] is None
+    assert (single["was_running"], single["stopped"], single["code"]) == (True, True, 0)
+    assert [m["node"] for m in nodes["members"]] == [0, 1] and nodes["name"] == "a"
+    assert (nodes["was_running"], nodes["stopped"]) == (True, True)
+    # a fleet: its replicas are its members, its router apart; a replica that failed to stop: not stopped
+    assert [m["name"] for m in fleet["members"]] == ["f-r0", "f-r1"] and fleet["router"] == rows[1]
+    assert (fleet["was_running"], fleet["stopped"]) == (True, False)
+    assert NodeDown([dataclasses.replace(idle, node=0)]).to_json()["was_running"] is False
 
 
 def test_every_report_type_has_a_text_form(capsys: pytest.CaptureFixture[str]) -> None:
