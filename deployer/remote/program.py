@@ -1,8 +1,8 @@
 """The target-side programs as the remote seam ships them: the supervisor modules' sources loaded in memory.
 
-`bootstrap(sources)` builds one Python program that loads (module name, source) pairs in order as the package
-PACKAGE (the supervisor's modules import each other relatively) and runs one module's `main(argv)`: sent over stdin
-(`python3 -B - ARGS`: a supervisor command, one helper request on a bare connection), stored on the target as one
+`bootstrap(sources)` builds one Python program that holds (module name, source) pairs as the package PACKAGE (the
+supervisor's modules import each other relatively; each runs when first imported) and runs one module's
+`main(argv)`: sent over stdin (`python3 -B -S - ARGS`: a supervisor command, one helper request on a bare connection), stored on the target as one
 file (the helper, conversation.py; it runs itself again for its program ops: the weights' fetch and push) or held
 by a deployment (supervise.py and its entry files, push.py). Nothing here runs a command; it only builds bytes.
 """
@@ -18,49 +18,61 @@ import deployer.supervisor
 
 # Where the target keeps deployer's own files: the helper versions and the interpreter record below.
 TARGET_CACHE = '"${XDG_CACHE_HOME:-$HOME/.cache}/deployer"'
-# The target's python3 (stdlib only, >= 3.8); images that ship only `python` work too. -B: no bytecode written.
+# The target's python3 (stdlib only, >= 3.8); images that ship only `python` work too. -B -S: the payload's flags
+# (supervisor/base.PYTHON_FLAGS: no bytecode written, no site-packages).
 # The interpreter the helper last ran under is recorded (TARGET_CACHE/python, by the helper's loader) and used while
 # it exists: `python3` on PATH is often a pyenv shim, a bash script that costs ~50 ms per start, every command.
 # The record is believed only when it is the user's own file (-O): nobody else chooses the interpreter.
 SUPERVISOR_PYTHON = ('"$({ [ -O ' + TARGET_CACHE + '/python ] && read -r p < ' + TARGET_CACHE + '/python && '
                      '[ -x "$p" ] && echo "$p"; } 2>/dev/null'
-                     ' || command -v python3 || command -v python || echo python3)" -B')
+                     ' || command -v python3 || command -v python || echo python3)" -B -S')
 
 # The name the payload's modules are loaded under on the target: one package, so that their relative imports
 # (`from .base import ...`) find each other as they do in deployer.supervisor here.
 PACKAGE = "deployer_supervisor"
 
+# Each module is run when it is first imported (a meta path finder over SOURCES): a helper start runs the modules
+# the helper imports, not the program ops' (fetch, push: urllib and http.client, a third of a start) until one runs.
 # ENTRY: the module whose main runs, when a file runs this program for another module than its own (ENTRY_FILE).
 # CODES (a dict of name -> code object) and SAVE_CODES are given by the helper's loader (remote/conversation.py),
 # which keeps the compiled modules beside the cached helper (compiling them costs ~20 ms of every start), loaded only
 # when their keyed hash checks out.
 _BOOTSTRAP = """import sys, types
+from importlib.machinery import ModuleSpec
 CODES = globals().get("CODES") or {}
 FRESH = {}
 PACKAGE = %r
-_package = sys.modules[PACKAGE] = types.ModuleType(PACKAGE)
-_package.__path__ = []
-def _load(name, source, package=PACKAGE):
-    mod = types.ModuleType(package + "." + name if package else name)
-    mod.__package__ = package
-    sys.modules[mod.__name__] = mod
-    if package:
-        setattr(_package, name, mod)
-    code = CODES.get(name)
-    if code is None:
-        code = FRESH[name] = compile(source, "<deployer " + name + ".py>", "exec")
-    exec(code, mod.__dict__)
-    return mod
-SOURCES = %r
+SOURCES = dict(%r)
 MAIN = %r
 ENTRY = globals().get("ENTRY") or %r
 if ENTRY.startswith("supervise_"):  # an entry file an older deployer wrote names its module with the old prefix
     ENTRY = ENTRY[len("supervise_"):]
-for _name in SOURCES:
-    _load(*_name)
-_main = sys.modules[PACKAGE + "." + ENTRY] if MAIN is None else _load("deployer_main", MAIN, "")
-if FRESH and globals().get("SAVE_CODES"):
+def _code(name):
+    code = CODES.get(name)
+    if code is None:
+        code = FRESH[name] = compile(SOURCES[name], "<deployer " + name + ".py>", "exec")
+    return code
+class _Payload:
+    def find_spec(self, fullname, path=None, target=None):
+        name = fullname[len(PACKAGE) + 1:]
+        return ModuleSpec(fullname, self) if fullname.startswith(PACKAGE + ".") and name in SOURCES else None
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        exec(_code(module.__name__[len(PACKAGE) + 1:]), module.__dict__)
+_package = sys.modules[PACKAGE] = types.ModuleType(PACKAGE)
+_package.__path__ = []
+sys.meta_path.insert(0, _Payload())
+if globals().get("SAVE_CODES") and any(name not in CODES for name in SOURCES):
+    for _name in SOURCES:
+        _code(_name)
     SAVE_CODES(dict(CODES, **FRESH))
+if MAIN is None:
+    __import__(PACKAGE + "." + ENTRY)
+    _main = sys.modules[PACKAGE + "." + ENTRY]
+else:
+    _main = sys.modules["deployer_main"] = types.ModuleType("deployer_main")
+    exec(compile(MAIN, "<deployer deployer_main.py>", "exec"), _main.__dict__)
 sys.exit(_main.main(sys.argv[1:]))
 """
 
@@ -72,8 +84,8 @@ HELPER = "helper"                   # the helper: every op of its table (protoco
 
 
 def bootstrap(sources: list[tuple[str, str]], main: str | None = None, entry: str | None = None) -> bytes:
-    """A program for `python3 -B -` that loads (module name, source) in order as modules of the package PACKAGE
-    (their relative imports find each other there) and runs the `main` of module `entry` (default: the last), or
+    """A program for `python3 -B -S -` that holds (module name, source) pairs as the modules of the package PACKAGE,
+    each run when first imported (their relative imports find each other there), and runs the `main` of module `entry` (default: the last), or
     `main`'s: the source of a module outside the package (it imports the package's modules by their full name:
     `PACKAGE.base`)."""
     return (_BOOTSTRAP % (PACKAGE, sources, main, entry or sources[-1][0])).encode()

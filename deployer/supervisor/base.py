@@ -35,6 +35,11 @@ TICK, SCAN_EVERY, START_TIMEOUT, KILL_WAIT = 0.05, 0.5, 10.0, 5.0
 # Until the ready line is seen the log is scanned more often: `up` calls the engine ready when /health answers,
 # and a `deploy status` right after it should read "ready" too, not "running" for up to SCAN_EVERY.
 SCAN_BEFORE_READY = 0.1
+# How every python of the payload is started on the target (the helper, the supervisor, the guard, the boot-time
+# start): -B writes no bytecode into run dirs; -S skips `site`: the payload is stdlib only, so nothing of
+# site-packages is needed, and a .pth file there runs its code at every start (one that imports certifi: ~30 ms of
+# each of the many short pythons a deployment starts) and would run inside deployer's supervisor.
+PYTHON_FLAGS = ("-B", "-S")
 # The daemon rewrites state.json's `heartbeat_at` at least every HEARTBEAT_EVERY s; a live supervisor whose heartbeat
 # is older than HEARTBEAT_STALE (ten beats: a loaded box's stall is not a freeze) is "frozen" (SIGSTOPped, wedged).
 HEARTBEAT_EVERY, HEARTBEAT_STALE = 2.0, 20.0

@@ -21,7 +21,6 @@ as after any end of a rank).
 
 from __future__ import annotations
 
-import http.client
 import os
 import socket
 import sys
@@ -113,6 +112,8 @@ class GroupWatch:
 
 
 def _answers(follower: Dict[str, Any]) -> bool:
+    import http.client  # on first use (deployer.supervisor.probe.exchange says why)
+
     try:
         conn = http.client.HTTPConnection(str(follower.get("addr")), int(follower.get("port") or 0),
                                           timeout=HTTP_TIMEOUT)

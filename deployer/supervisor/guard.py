@@ -68,7 +68,7 @@ from typing import Any, Callable
 
 from .supervise import cmd_stop, status_of
 from .base import (
-    EXIT_BAD_INPUT, SuperviseError, UnsafePath, check_dirs, open_file, pid_alive, write_json,
+    EXIT_BAD_INPUT, PYTHON_FLAGS, SuperviseError, UnsafePath, check_dirs, open_file, pid_alive, write_json,
 )
 from .lease import (
     FENCE_ENV, LeaseError, Refused, acquire, held, record_event, still_ours, take_fence, update,
@@ -390,7 +390,7 @@ class Guard:
         self._still_ours()
         _set_current(self.deployment, run)
         env = dict(os.environ, **{FENCE_ENV: token})
-        done = subprocess.run([sys.executable or "python3", "-B", os.path.join(run, "supervise.py"), "start", run],
+        done = subprocess.run([sys.executable or "python3", *PYTHON_FLAGS, os.path.join(run, "supervise.py"), "start", run],
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               env=env, timeout=START_S)
         if done.returncode != 0:

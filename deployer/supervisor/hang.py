@@ -32,7 +32,6 @@ Stdlib only, Python >= 3.8.
 
 from __future__ import annotations
 
-import http.client
 import re
 import threading
 import time
@@ -289,6 +288,8 @@ class HangWatch:
         return self.rule.feed(at, reading, answered)
 
     def _read(self, generation: int) -> None:
+        import http.client  # on first use (deployer.supervisor.probe.exchange says why)
+
         reading, answered = None, True
         try:
             status, body = exchange(self.address, self.port, "GET", METRICS_PATH, None, {}, READ_TIMEOUT_S)

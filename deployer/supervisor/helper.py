@@ -83,7 +83,7 @@ import threading
 from typing import Any, BinaryIO, Callable
 
 from .supervise import dispatch
-from .base import SuperviseError, UnsafePath, communicate_bounded, make_dirs
+from .base import PYTHON_FLAGS, SuperviseError, UnsafePath, communicate_bounded, make_dirs
 from .lease import FENCE_ENV, LeaseError, Refused, acquire, still_ours, update
 from .snapshot import snapshot as take_snapshot
 from .protocol import IN_HELPER, OPS
@@ -123,10 +123,10 @@ class Helper:
         self._fenced: str | None = None  # why changes are refused: a lease this helper held is no longer ours
         self._supervise_lock = threading.Lock()  # their output is captured from sys.stdout: one at a time
         # the protocol's table of operations (protocol.OPS): each answered by this helper's method of its
-        # name, or by its supervisor module's function of that name
+        # name, or by its supervisor module's function of that name (that module imported when first asked)
         self.ops: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             name: functools.partial(self.start_program, name) if op.program else getattr(self, name)
-            if op.module is None else getattr(importlib.import_module("." + op.module, __package__), name)
+            if op.module is None else functools.partial(_module_op, op.module, name)
             for name, op in OPS.items()}
         self._programs: dict[int, subprocess.Popen[bytes]] = {}  # a program op's request id -> its running child
         self._programs_lock = threading.Lock()
@@ -289,7 +289,7 @@ class Helper:
         source = own_program()
         r, w = os.pipe()
         try:
-            proc = subprocess.Popen([sys.executable or "python3", "-B", "/dev/fd/%d" % r, name], pass_fds=(r,),
+            proc = subprocess.Popen([sys.executable or "python3", *PYTHON_FLAGS, "/dev/fd/%d" % r, name], pass_fds=(r,),
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     env=_child_env())
         except BaseException:
@@ -412,6 +412,13 @@ def _child_env() -> dict[str, str]:
         level = 0
     env["SHLVL"] = str(max(1, level))
     return env
+
+
+def _module_op(module: str, name: str, req: dict[str, Any]) -> dict[str, Any]:
+    """An op answered by a supervisor module's function, its module imported on first use (a helper start imports
+    only what it runs: the weights' fetch alone pulls in urllib and http.client)."""
+    answer: dict[str, Any] = getattr(importlib.import_module("." + module, __package__), name)(req)
+    return answer
 
 
 def own_program() -> bytes:

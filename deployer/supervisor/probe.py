@@ -20,7 +20,6 @@ process is frozen, and its gauges say idle for good (docs/on-call.md, "Hangs").
 
 from __future__ import annotations
 
-import http.client
 import json
 import re
 import threading
@@ -91,6 +90,8 @@ def load_of(metrics: str, running: List[str], waiting: List[str]) -> Optional[Tu
 def exchange(address: str, port: int, method: str, path: str, body: Optional[bytes], headers: Dict[str, str],
          timeout: float) -> Tuple[int, bytes]:
     """One HTTP/1.1 exchange; raises OSError or http.client.HTTPException when nothing (whole) answers."""
+    import http.client  # here, not at the top: a third of a helper start's imports, and most starts never ask
+
     conn = http.client.HTTPConnection(address, port, timeout=timeout)
     try:
         conn.request(method, path, body=body, headers=headers)
@@ -218,6 +219,8 @@ class TokenWatch:
 
     def health(self) -> Optional[int]:
         """The engine's health endpoint's HTTP status; None when it does not answer in METRICS_TIMEOUT_S."""
+        import http.client
+
         try:
             status, _ = exchange(self.address, self.port, "GET", self.health_path, None, {}, METRICS_TIMEOUT_S)
         except (OSError, http.client.HTTPException):
@@ -226,6 +229,8 @@ class TokenWatch:
 
     def once(self) -> Optional[str]:
         """One probe: None when a token came back, else why not."""
+        import http.client
+
         started = time.monotonic()
         try:
             status, body = exchange(self.address, self.port, "POST", self.path, request_body(self.model), self.headers,
@@ -237,6 +242,8 @@ class TokenWatch:
 
     def load(self) -> Optional[Tuple[float, float]]:
         """The engine's running and waiting requests from its /metrics; None when it does not say."""
+        import http.client
+
         if not self.running and not self.waiting:
             return None
         try:

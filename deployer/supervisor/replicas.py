@@ -31,7 +31,6 @@ Stdlib only, Python >= 3.8.
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import re
@@ -66,6 +65,8 @@ def _bearer(secret: str) -> Dict[str, str]:
 def router_ask(address: str, port: int, secret: str, method: str, path: str, body: Any = None,
                send: Http = exchange) -> Optional[Tuple[int, Any]]:
     """One request to the router's API: (HTTP status, the JSON answer or None); None when it does not answer."""
+    import http.client  # on first use (deployer.supervisor.probe.exchange says why)
+
     headers = dict(_bearer(secret), **({"content-type": "application/json"} if body is not None else {}))
     try:
         status, data = send(address, port, method, path, json.dumps(body).encode() if body is not None else None,
@@ -96,6 +97,8 @@ def _at(url: str) -> Optional[Tuple[str, int]]:
 def ask_url(url: str, method: str, path: str, body: Optional[bytes], secret: str, timeout: float,
             send: Http = exchange) -> Optional[Tuple[int, bytes]]:
     """One request to a worker at `url`; None when it does not answer."""
+    import http.client
+
     where = _at(url)
     if where is None:
         return None

@@ -39,7 +39,7 @@ from typing import Any
 from .base import (
     CRASHED, DEFAULTS, EXIT_BAD_INPUT, EXIT_BUSY, KILL_WAIT, LIVE, RUN_LOCK, START_TIMEOUT, STATE,
     STOP_REQUEST, SuperviseError, drain_s, group_alive, kill_group, load_config, read_env_file,
-    open_dir, pid_alive, read_state, supervision, supervisor_alive, wait_until, write_json,
+    open_dir, pid_alive, PYTHON_FLAGS, read_state, supervision, supervisor_alive, wait_until, write_json,
 )
 from .daemon import _daemon_main
 from .ports import PortTaken, claim_port, claimed_by, listener_of, port_bindable, port_holders
@@ -152,7 +152,7 @@ BOOT_CHECK = (
     "bad and sys.exit('deployer on-boot: ' + bad[0] + ' is not safe (another user controls it): ' + run + "
     "' not started'); "
     "fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600); os.dup2(fd, 1); "
-    "os.dup2(fd, 2); os.execv(sys.executable, [sys.executable, '-B', real, 'start', run])"
+    "os.dup2(fd, 2); os.execv(sys.executable, [sys.executable, '-B', '-S', real, 'start', run])"
 )
 
 
@@ -163,7 +163,7 @@ def boot_entry(run_dir: str) -> str | None:
     root = os.path.dirname(os.path.dirname(run_dir))
     script = os.path.join(run_dir, "supervise.py")
     log = os.path.join(run_dir, "boot.log")
-    words = (sys.executable or "python3", "-B", "-c", BOOT_CHECK, script, run_dir, log)
+    words = (sys.executable or "python3", *PYTHON_FLAGS, "-c", BOOT_CHECK, script, run_dir, log)
     line = f"@reboot {' '.join(shlex.quote(w) for w in words)} {BOOT_MARK}{root}"
     return None if any(c in line for c in "%\n\r") else line
 

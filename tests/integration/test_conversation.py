@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from deployer.box.lock import DeploymentLock
 from deployer.box.push import Layout
 from deployer.remote.base import Remote, Session, TargetSpec
 from deployer.remote.connect import connect
-from deployer.remote.conversation import HELPERS_KEPT, Conversation, start_line
+from deployer.remote.conversation import HELPERS_KEPT, PROGRAM_MARKER, Conversation, start_line
 from deployer.remote.program import SUPERVISOR_PYTHON, helper_bundle
 from deployer.remote.ssh.connection import SSHRemote
 from sshbed import SSHD
@@ -244,6 +245,31 @@ def test_start_line_is_one_shell_line_that_holds_no_secret_and_no_program() -> N
     # the loader only (~2 KB: verify, store, record the interpreter, load compiled code); the program (~90 KB)
     # travels over stdin
     assert len(line) < 3000 < len(helper_bundle()[0]) and "lease" not in line
+
+
+def test_a_helper_start_runs_no_site_code_and_imports_only_what_it_uses(tmp_path: Path) -> None:
+    """The helper (and every python of the payload) starts without `site` (-S): a .pth file in a site-packages dir
+    runs nothing in it; and it imports only the modules it runs: not the program ops' (fetch, push) nor
+    http.client (a third of a start's imports) until a request needs them."""
+    python = subprocess.run(["bash", "-c", "command -v python3"], capture_output=True, text=True).stdout.strip()
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "xdg"), PYTHONUSERBASE=str(tmp_path / "userbase"),
+               MARK=str(tmp_path / "site-ran"), PYTHONPROFILEIMPORTTIME="1")
+    user_site = subprocess.run([python, "-c", "import site; print(site.getusersitepackages())"], env=env,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    Path(user_site).mkdir(parents=True)
+    Path(user_site, "zz_mark.pth").write_text("import os; open(os.environ['MARK'], 'a').write('ran')\n")
+    subprocess.run([python, "-c", "pass"], env=env, check=True)
+    assert (tmp_path / "site-ran").exists()        # the bed can tell: a python with site runs the .pth
+    (tmp_path / "site-ran").unlink()
+    payload, _ = helper_bundle()
+    done = subprocess.run(["bash", "-c", start_line()], input=f"{PROGRAM_MARKER} {len(payload)}\n".encode() + payload,
+                          env=env, capture_output=True, timeout=60)
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.decode().splitlines()
+                if line.startswith("import time:")}
+    assert b'"hello"' in done.stdout and "deployer_supervisor.helper" in imported, done.stderr[-2000:]
+    assert not (tmp_path / "site-ran").exists()
+    assert not {"site", "http.client", "urllib.request", "deployer_supervisor.fetch",
+                "deployer_supervisor.push"} & imported
 
 
 def test_storing_a_new_helper_keeps_only_the_newest_versions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

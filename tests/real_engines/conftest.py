@@ -92,12 +92,12 @@ def engine_pids(under: Path) -> list[int]:
 
 
 def supervisor_pids(under: Path) -> list[int]:
-    """deployer's supervisors of this test session's runs: `python3 -B <run dir>/supervise.py ...` under `under`.
+    """deployer's supervisors of this test session's runs: `python3 -B -S <run dir>/supervise.py ...` under `under`.
     A test that failed before its `deploy down` leaves one, and it would restart the engine `no_engine_left` kills
     (the next test's teardown then finds that engine: an ERROR that is not its own)."""
     pids = []
     for pid, argv, _ in _processes():
-        script = next((Path(a) for a in argv[1:3] if a.endswith("/supervise.py")), None)
+        script = next((Path(a) for a in argv[1:4] if a.endswith("/supervise.py")), None)
         if script is not None and under in script.parents:
             pids.append(pid)
     return pids
