@@ -65,7 +65,7 @@ def run_reported(as_json: bool, deployment: Deployment, action: Callable[[Any], 
         report = action(sink)
     except (LaunchFailed, PartlyFailed, DiskFull) as exc:
         sink.close()
-        if isinstance(exc.outcome, text_runs.UP_RESULTS):
+        if text_runs.is_up_result(exc.outcome):
             _final(exc.outcome, as_json, sink)
         raise
     except BaseException:

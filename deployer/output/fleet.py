@@ -8,7 +8,6 @@ import sys
 import threading
 from typing import Any
 
-from deployer.deployments.fleet.report import serves
 from deployer.logtext import clip, printable
 from deployer.output.fleet_status import status_lines as status_lines   # the table's home; named here too
 from deployer.events import (
@@ -73,40 +72,3 @@ def event_text(event: Event) -> str | None:  # noqa: C901 (one branch per event 
     if isinstance(event, StartSlow):
         return f"slow start: {_t(event.message, 300)}"
     return None
-
-
-def report_lines(report: dict[str, Any]) -> list[str]:
-    """The fleet report (FleetReport.to_json()) for people: a line per replica and the router, then the verdict."""
-    lines = [f"{report['name']} ({report['mode']}):"]
-    for r in report["replicas"]:
-        where = f"r{r['index']}@{r['host']}"
-        line = f"  {where:<20} {r['status']:<16} {r['url']}"
-        if r.get("error"):
-            line += f"  {_t(r['error'], 300)}"
-        lines.append(line)
-        diag = r.get("diagnosis") or {}
-        if diag:
-            lines.append(f"  {'':<20} diagnosis {diag.get('signature') or 'unknown'}: {_t(diag.get('summary', ''))}")
-        restored = r.get("restored") or {}
-        if restored:
-            lines.append(f"  {'':<20} previous version {str(restored.get('content_hash'))[:12]} brought back: "
-                         f"{restored.get('status')}")
-    router = report.get("router")
-    if router:
-        where = f"router@{router['host']}"
-        line = f"  {where:<20} {router['status']:<16} {router.get('url') or ''}"
-        if router.get("status") == "ready":
-            line += f"  {len(router.get('workers') or [])} workers ({router.get('action')})"
-        elif router.get("detail"):
-            line += f"  {_t(router['detail'], 300)}"
-        lines.append(line)
-    for note in report.get("notes") or []:
-        lines.append(f"  {_t(note, 300)}")
-    for check in (report.get("canary") or {}).get("checks") or []:  # a canary's gates (deployments/fleet/canary_judge.py)
-        verdict = {True: "ok", False: "FAILED", None: "not compared"}[check.get("passed")]
-        lines.append(f"    {check['name']}: {verdict} ({_t(check.get('note') or '', 200)})")
-    ready = sum(1 for r in report["replicas"] if serves(r["status"], r.get("restored")))
-    lines.append(f"{report['name']}: {report['status']} ({ready} of {len(report['replicas'])} replicas serving)")
-    if (report.get("restart") or {}).get("text"):
-        lines.append(f"  each replica: {_t(report['restart']['text'], 300)}")
-    return lines

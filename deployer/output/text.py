@@ -26,7 +26,13 @@ from deployer.logtext import size_text
 
 @singledispatch
 def text(report: Any, sink: Any = None) -> None:
-    raise TypeError(f"no text form for {type(report).__name__}")
+    """Print a report for people: one that renders itself (`lines()`, on stderr when its `text_on_stderr`: a
+    fleet's reports, which need no import here) prints its lines; the others their form registered below."""
+    lines = getattr(report, "lines", None)
+    if not callable(lines):
+        raise TypeError(f"no text form for {type(report).__name__}")
+    for line in lines():
+        click.echo(line, err=bool(getattr(report, "text_on_stderr", False)))
 
 
 @text.register

@@ -1,5 +1,6 @@
 """The text forms of the reports of the commands that change engines (up, restart, rollback, smoke), added to
-deployer.output.text.text by report type; `UP_RESULTS`: the reports an up-like command's failure carries."""
+deployer.output.text.text by report type (a fleet's reports render themselves: FleetReport.lines()); `is_up_result`:
+whether a failure carries an up-like command's report."""
 
 from __future__ import annotations
 
@@ -7,15 +8,20 @@ from typing import Any
 
 import click
 
-from deployer.deployments.fleet.report import FleetReport
-from deployer.deployments.fleet.smoke import FleetSmokeReport
 from deployer.output.console import print_up_report
-from deployer.output.fleet import report_lines
 from deployer.output.text import text
 from deployer.runner.up import UpReport
 from deployer.smoke import SmokeReport
 
-UP_RESULTS = (UpReport, FleetReport)   # what LaunchFailed/PartlyFailed/DiskFull of an up-like command carry
+
+def is_up_result(outcome: Any) -> bool:
+    """Whether what LaunchFailed/PartlyFailed/DiskFull carry is an up-like command's report (a host's or a node
+    group's UpReport, a fleet's FleetReport: imported only then, a single host's `up` never loads the fleet's)."""
+    if isinstance(outcome, UpReport):
+        return True
+    from deployer.deployments.fleet.report import FleetReport
+
+    return isinstance(outcome, FleetReport)
 
 
 @text.register
@@ -24,12 +30,6 @@ def _(report: UpReport, sink: Any = None) -> None:
     if report.reach is not None and report.status in ("ready", "already-running"):
         for line in report.reach.lines():
             click.echo(line, err=True)
-
-
-@text.register
-def _(report: FleetReport, sink: Any = None) -> None:
-    for line in report_lines(report.to_json()):
-        click.echo(line, err=True)
 
 
 @text.register
@@ -42,12 +42,3 @@ def _(report: SmokeReport, sink: Any = None) -> None:
     if report.answer is not None:
         a = report.answer
         click.echo(f"  answer ({a.model}, {a.latency_ms:.0f} ms): {a.text[:120]!r}")
-
-
-@text.register
-def _(report: FleetSmokeReport, sink: Any = None) -> None:
-    verdict = "ok" if report.ok else f"FAILED (exit {report.exit_code})"
-    click.echo(f"smoke {report.name} (fleet): {verdict}")
-    for c in report.cases:
-        took = f"{c.duration_s:6.2f}s" if c.status != "skipped" else " " * 7
-        click.echo(f"  {c.phase:<8} {c.member + '@' + c.host:<20} {c.status:<7} {took}  {c.details}")

@@ -30,7 +30,7 @@ from deployer.deployments.fleet.members import fleet_of
 from deployer.observe.names import load_metric_names
 from deployer.observe.prometheus import Scrape, parse
 from deployer.observe.serving import ServingMetrics
-from deployer.output.fleet import report_lines
+from deployer.deployments.fleet.report import report_lines
 from deployer.profile.model import Canary, Profile, Rollout
 from deployer.remote.base import HttpReply, Remote
 from deployer.runner.fanout import TaggedSink

@@ -8,13 +8,15 @@ targets, ports, addresses; never a secret value (a masked profile cannot start a
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deployer.errors import DeployError, NotFound, ProfileError
-from deployer.profile.model import Profile
 from deployer.box.push import expand_workdir, make_owned_dirs
 from deployer.remote.base import Remote, TargetSpec
 from deployer.remote.connect import conversing
+
+if TYPE_CHECKING:
+    from deployer.profile.model import Profile
 
 RECORD = "fleet.json"
 
@@ -49,6 +51,8 @@ def read_record(remote: Remote, workdir: str, name: str) -> Profile | None:
         raw = remote.read(record_path(expand_workdir(remote, workdir), name), 0, 1 << 20)
     except NotFound:
         return None
+    from deployer.profile.model import Profile   # here: `status NAME` asks every absent name (~0.1 s of its start)
+
     try:
         data: Any = json.loads(raw)
         return Profile.model_validate(data["profile"])

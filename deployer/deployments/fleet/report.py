@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deployer.errors import DeployError, LaunchFailed, PartlyFailed
+from deployer.logtext import clip, printable
 from deployer.deployments.fleet.canary_judge import Verdict
 from deployer.deployments.fleet.members import ReplicaMember
 from deployer.deployments.fleet.router import RouterReport
@@ -61,6 +62,12 @@ class FleetReport:
     def serving_urls(self) -> list[str]:
         return [r.url for r in self.replicas if r.serving]
 
+    text_on_stderr = True   # beside the events' lines, which go to stderr too (stdout: --json's NDJSON only)
+
+    def lines(self) -> list[str]:
+        """The report for people (deployer.cli.show.text prints them)."""
+        return report_lines(self.to_json())
+
     def settle(self) -> FleetReport:
         """The fleet's status from its members'; raises when not everything is ready (the report travels along)."""
         ready = [r for r in self.replicas if r.status in SERVING]
@@ -105,3 +112,44 @@ def _restored(report: Any) -> dict[str, Any] | None:
     """An UpReport's restored version as the fleet report holds it."""
     restored = getattr(report, "restored", None)
     return None if restored is None else restored.to_json()
+
+
+def report_lines(report: dict[str, Any]) -> list[str]:
+    """The fleet report (FleetReport.to_json()) for people: a line per replica and the router, then the verdict."""
+    lines = [f"{report['name']} ({report['mode']}):"]
+    for r in report["replicas"]:
+        where = f"r{r['index']}@{r['host']}"
+        line = f"  {where:<20} {r['status']:<16} {r['url']}"
+        if r.get("error"):
+            line += f"  {_t(r['error'], 300)}"
+        lines.append(line)
+        diag = r.get("diagnosis") or {}
+        if diag:
+            lines.append(f"  {'':<20} diagnosis {diag.get('signature') or 'unknown'}: {_t(diag.get('summary', ''))}")
+        restored = r.get("restored") or {}
+        if restored:
+            lines.append(f"  {'':<20} previous version {str(restored.get('content_hash'))[:12]} brought back: "
+                         f"{restored.get('status')}")
+    router = report.get("router")
+    if router:
+        where = f"router@{router['host']}"
+        line = f"  {where:<20} {router['status']:<16} {router.get('url') or ''}"
+        if router.get("status") == "ready":
+            line += f"  {len(router.get('workers') or [])} workers ({router.get('action')})"
+        elif router.get("detail"):
+            line += f"  {_t(router['detail'], 300)}"
+        lines.append(line)
+    for note in report.get("notes") or []:
+        lines.append(f"  {_t(note, 300)}")
+    for check in (report.get("canary") or {}).get("checks") or []:  # a canary's gates (deployments/fleet/canary_judge.py)
+        verdict = {True: "ok", False: "FAILED", None: "not compared"}[check.get("passed")]
+        lines.append(f"    {check['name']}: {verdict} ({_t(check.get('note') or '', 200)})")
+    ready = sum(1 for r in report["replicas"] if serves(r["status"], r.get("restored")))
+    lines.append(f"{report['name']}: {report['status']} ({ready} of {len(report['replicas'])} replicas serving)")
+    if (report.get("restart") or {}).get("text"):
+        lines.append(f"  each replica: {_t(report['restart']['text'], 300)}")
+    return lines
+
+
+def _t(value: Any, limit: int = 160) -> str:
+    return clip(printable(str(value)), limit)

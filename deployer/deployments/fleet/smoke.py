@@ -56,6 +56,16 @@ class FleetSmokeReport:
                 "cases": [c.__dict__ for c in self.cases], "fleet": self.fleet,
                 "error": self.error.message if self.error else None}
 
+    text_on_stderr = False
+
+    def lines(self) -> list[str]:
+        """The report for people: the verdict, then a line per member and phase."""
+        out = [f"smoke {self.name} (fleet): {'ok' if self.ok else f'FAILED (exit {self.exit_code})'}"]
+        for c in self.cases:
+            took = f"{c.duration_s:6.2f}s" if c.status != "skipped" else " " * 7
+            out.append(f"  {c.phase:<8} {c.member + '@' + c.host:<20} {c.status:<7} {took}  {c.details}")
+        return out
+
     def smoke_cases(self) -> list[SmokeCase]:
         """One case per member (host) and phase: `up r0@gpu-a`, `request router@gpu-a`, ..."""
         return [SmokeCase(f"{c.phase} {c.member}@{c.host}", f"smoke.{self.name}.{c.host}", c.status, c.duration_s,
