@@ -20,7 +20,7 @@ from deployer.errors import CommandFailed, PortBusy, TargetError
 from deployer.box.push import Layout, RunDir
 from deployer.remote.base import Remote, Result
 from deployer.remote.program import SUPERVISOR_PYTHON
-from deployer.supervisor.guard import INTENT as REPAIR_INTENT, ROUTER_INTENT
+from deployer.supervisor.protocol import INTENT as REPAIR_INTENT, ROUTER_INTENT
 from deployer.supervisor.protocol import STOP_REQUEST_JSON
 
 EXIT_BUSY = 75

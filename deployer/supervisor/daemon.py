@@ -26,6 +26,7 @@ from .replicas import ReplicaWatch
 from .stacks import dump_stacks
 from .lease import record_event, restart_refusal, take_fence
 from .probe import NO_TOKEN, TokenWatch, Verdict
+from .protocol import ROTATION_MARK
 
 SHM = "/dev/shm"
 # A stop announced ahead of its signal (a node group's replace writes every rank's stop request before it stops
@@ -121,8 +122,6 @@ ROTATE_LOOK_EVERY = 2.0   # seconds between looks at engine.log's size
 COPY_CHUNK = 8 << 20
 
 
-# how the line that ends a rotated engine.log's startup part begins (deployer's log follower goes on after it)
-ROTATION_MARK = "==== deployer supervisor: engine.log rotated at "
 
 
 class LogRotation:

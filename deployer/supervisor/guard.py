@@ -74,11 +74,9 @@ from .lease import (
     FENCE_ENV, LeaseError, Refused, acquire, held, record_event, still_ours, take_fence, update,
 )
 from .ports import claimed_by, port_bindable, port_holders
-from .protocol import ENV_FILE, LAUNCH_SH, PROFILE_JSON, SUPERVISE_JSON, UP
+from .protocol import ENV_FILE, INTENT, LAUNCH_SH, PROFILE_JSON, ROUTER_INTENT, SUPERVISE_JSON, UP
 from .replicas import pending_job, read_lease_at, router_call, worker_answers
 
-INTENT = "replace-intent.json"          # a replace's guard (arm)
-ROUTER_INTENT = "router-intent.json"    # a rolling restart's guard, in the router's deployment dir (arm-router)
 REPAIR_LOG = "repair.log"
 REPAIR_WAIT_S = 3.0  # a dropped connection's reconnect window (the client re-takes its lease meanwhile)
 POLL_S = 0.25

@@ -25,6 +25,12 @@ LAUNCH_SH = "launch.sh"
 ENV_FILE = "env"
 STOP_REQUEST_JSON = "stop-request.json"
 RUN_LOCK = "supervise.lock"
+INTENT = "replace-intent.json"          # a replace's guard (guard.py `arm`), in the deployment dir
+ROUTER_INTENT = "router-intent.json"    # a rolling restart's guard, in the router's deployment dir (`arm-router`)
+REPLICAS_FILE = "replicas.json"         # {"urls": [...]}: the replicas the last `up` put in the router (replicas.py)
+
+# how the line that ends a rotated engine.log's startup part begins (deployer's log follower goes on after it)
+ROTATION_MARK = "==== deployer supervisor: engine.log rotated at "
 
 # -- statuses the supervisor writes into state.json (sets the deployer side reads too) ----------------------
 LIVE: Tuple[str, ...] = ("starting", "running", "ready", "restarting", "stopping")

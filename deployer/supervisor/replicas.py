@@ -43,8 +43,8 @@ from .base import UnsafePath, open_file
 from .hang import HangRule, readings_of
 from .lease import held, read_lease
 from .probe import METRICS_PATH, exchange, generated, request_body
+from .protocol import REPLICAS_FILE
 
-REPLICAS_FILE = "replicas.json"  # {"urls": [...]}: the replicas the last `up` put in the router (deployments/fleet/router.py)
 POLL_S = 1.0
 ASK_TIMEOUT_S = 5.0         # one /workers, /metrics or /health question
 TOKEN_TIMEOUT_S = 10.0      # the one-token completion before an add-back

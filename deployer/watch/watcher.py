@@ -31,7 +31,7 @@ from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.box.process import Launch, listener, status
 from deployer.box.tokenprobe import TokenProbe
 from deployer.supervisor.base import ENDED
-from deployer.supervisor.daemon import ROTATION_MARK
+from deployer.supervisor.protocol import ROTATION_MARK
 from deployer.supervisor.probe import NO_TOKEN
 from deployer.watch.fatal import FATAL_GRACE_S, fatal_line
 from deployer.watch.hubcache import HubCache

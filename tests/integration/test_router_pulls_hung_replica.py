@@ -22,7 +22,7 @@ import pytest
 from sshbed import free_port
 from test_supervise_bash import LAUNCH, make_run, start, state_of, sup, wait_for
 from deployer.deployments.fleet.router_key import CONTROL_KEY_VAR
-from deployer.supervisor.replicas import REPLICAS_FILE
+from deployer.supervisor.protocol import REPLICAS_FILE
 
 pytestmark = pytest.mark.integration
 __all__ = ["make_run"]  # the fixture, used by name

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from deployer.errors import NotFound
-from deployer.supervisor.daemon import ROTATION_MARK
+from deployer.supervisor.protocol import ROTATION_MARK
 from deployer.watch.watcher import LogTail
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from deployer.supervisor import guard
-from deployer.supervisor.guard import INTENT, Guard
+from deployer.supervisor.guard import Guard
+from deployer.supervisor.protocol import INTENT
 from deployer.supervisor.lease import Refused, acquire, read_lease
 
 

@@ -15,7 +15,8 @@ from typing import Any, Callable
 import pytest
 
 from deployer.supervisor import guard
-from deployer.supervisor.guard import INTENT, Guard
+from deployer.supervisor.guard import Guard
+from deployer.supervisor.protocol import INTENT
 from deployer.supervisor.lease import acquire, update
 from test_repair_guard import dead_pid, deployment
 

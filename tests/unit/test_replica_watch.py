@@ -22,7 +22,8 @@ from deployer.operate.history import lock_event_text
 from deployer.output.fleet_status import status_lines
 from deployer.profile.loader import load_profile
 from deployer.secrets import secret_var
-from deployer.supervisor.replicas import READD_S, REPLICAS_FILE, ReplicaWatch, pending_job
+from deployer.supervisor.protocol import REPLICAS_FILE
+from deployer.supervisor.replicas import READD_S, ReplicaWatch, pending_job
 
 CAPTURE = Path(__file__).resolve().parents[1] / "cases" / "metrics" / "vllm-0.32.0"
 ROUTER = ("127.0.0.1", 30080)

@@ -43,7 +43,7 @@ from deployer.box.records import RunView, current_view
 from deployer.box.session import DeploymentPlace, locked_session
 from deployer.box.supervised import RecordFields, SupervisedSpec, process_record, supervise_config
 from deployer.supervisor.protocol import ProfileRecord, ReplicaWatchConfig, SuperviseConfig
-from deployer.supervisor.replicas import REPLICAS_FILE
+from deployer.supervisor.protocol import REPLICAS_FILE
 from deployer.box.tokenprobe import load_gauges, progress_names
 from deployer.events import BecameReady, EventSink, Info, PhaseEntered, Warn
 from deployer.runner.timing import PORT_WAIT_S, stop_grace
