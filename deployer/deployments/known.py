@@ -42,6 +42,12 @@ class ConfigReport:
         return {"config_file": self.config_file, "exists": self.exists,
                 "settings": [s.to_json() for s in self.settings]}
 
+    def lines(self) -> list[str]:
+        state = "" if self.exists else " (not there: no defaults from it)"
+        return [f"config file: {self.config_file}{state}",
+                *(f"{s.name:<14} {s.value if s.value is not None else '(none)':<30} from {s.source}"
+                  for s in self.settings)]
+
     exit_code = 0
 
 

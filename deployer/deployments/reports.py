@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Union
 
 from deployer.engines.base import GpuBudget, KvAllocated
 from deployer.errors import DeployError, PreflightFailed
+from deployer.logtext import size_text
 from deployer.operate.deployment import worst_exit_code
 from deployer.operate.rows import DownResult, HistoryEntry, StatusRow
 
@@ -148,6 +149,9 @@ class HostDown:
         row = self.result.to_json()
         return {**row, **down_json(self.result.name, "single", [row])}
 
+    def lines(self) -> list[str]:
+        return [f"{self.result.name}: {_stopped(self.result.was_running)} on {self.result.host}"]
+
     exit_code = 0
 
 
@@ -160,6 +164,9 @@ class NodeDown:
     def to_json(self) -> Any:
         return down_json(self.results[0].name if self.results else "", "nodes",
                          [result.to_json() for result in self.results])
+
+    def lines(self) -> list[str]:
+        return [f"{r.name} node {r.node}: {_stopped(r.was_running)} on {r.host}" for r in self.results]
 
     exit_code = 0
 
@@ -177,7 +184,16 @@ class FleetDown:
         return down_json(str(self.result.get("name", "")), "fleet", [row for row in rows if row not in routers],
                          router=routers[0] if routers else None)
 
+    def lines(self) -> list[str]:
+        """A line per member, the router first (as it was stopped)."""
+        return [f"{row['member']}@{row.get('alias') or row['host']}: {row['name']} {_stopped(row.get('was_running'))}"
+                for row in self.result["members"]]
+
     exit_code = 0
+
+
+def _stopped(was_running: Any) -> str:
+    return "stopped" if was_running else "not running"
 
 
 DownReport = Union[HostDown, NodeDown, FleetDown]
@@ -209,11 +225,33 @@ class DiagnosisReport:
 
 @dataclass(frozen=True)
 class PruneReport:
+    """What `prune` deleted (or, with `dry_run`, would): runs, env files, pushed model dirs; and what it kept, why."""
+
     result: Row
     dry_run: bool = False
 
     def to_json(self) -> Any:
         return self.result
+
+    def lines(self) -> list[str]:
+        result, dry_run = self.result, self.dry_run
+        verb = "would delete" if dry_run else "deleted"
+        out = [f"{result['name']} on {result['host']}: {result['runs']} runs, keeping the newest {result['keep']}"
+               f"{' (dry run: nothing changed)' if dry_run else ''}"]
+        out += [f"  {verb} run {run_id}" for run_id in result["delete"]]
+        out += [f"  {verb} the env file of run {run_id}" for run_id in result["drop_env"]]
+        out += [f"  kept run {run_id}: {why}" for run_id, why in result["protected"].items()]
+        models = result.get("models") or {}
+        out += [f"  {verb} the pushed model dir {content[:12]} (no kept run loads it)"
+                for content in models.get("removed") or ()]
+        out += [f"  kept the pushed model dir {content[:12]}: pushed or reused within a day"
+                for content in models.get("recent") or ()]
+        if models.get("removed"):
+            out.append(f"  {size_text(models.get('freed_bytes') or 0)} {'to free' if dry_run else 'freed'} by the "
+                       "model dirs")
+        if not result["delete"] and not result["drop_env"] and not models.get("removed"):
+            out.append("  nothing to prune")
+        return out
 
     exit_code = 0
 

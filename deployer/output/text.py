@@ -1,5 +1,6 @@
-"""The text forms of reports for people, chosen by the report's type (never by the kind of deployment): `text(report)`
-prints one. The read commands' reports are here; the reports of the commands that change engines (up, restart,
+"""The text forms of reports for people (never chosen by the kind of deployment): `text(report)` prints one. A report
+that renders itself (`lines()`: down's, prune's, config's, a fleet's up and smoke) prints its lines; the read
+commands' other reports have their form here, by type; the reports of the commands that change engines (up, restart,
 rollback, smoke) are added by deployer.output.text_runs (imported by those commands only: the on-call reads start
 light). `--json` prints `report.to_json()` instead (deployer.cli.show)."""
 
@@ -14,14 +15,13 @@ from typing import Any
 import click
 
 from deployer.diagnose.hangkinds import hung_summary, hung_text
-from deployer.deployments.known import ConfigReport, KnownReport
-from deployer.deployments.reports import (DiagnosisReport, FleetDown, FleetStatus, HistoryReport, HostDown,
-                                          HostStatus, NodeDown, NodeStatus, PlanReport, PruneReport, StatusRow)
+from deployer.deployments.known import KnownReport
+from deployer.deployments.reports import (DiagnosisReport, FleetStatus, HistoryReport, HostStatus, NodeStatus,
+                                          PlanReport, StatusRow)
 from deployer.output.edge import terminal_width
 from deployer.output.memory import allocated_lines, budget_lines
 from deployer.output.fleet_status import status_lines
 from deployer.output.serving import serving_lines
-from deployer.logtext import size_text
 
 
 @singledispatch
@@ -56,27 +56,6 @@ def _(report: NodeStatus, sink: Any = None) -> None:
 def _(report: FleetStatus, sink: Any = None) -> None:
     for line in status_lines(report.data):
         click.echo(line)
-
-
-@text.register
-def _(report: HostDown, sink: Any = None) -> None:
-    result = report.result
-    what = "stopped" if result.was_running else "not running"
-    click.echo(f"{result.name}: {what} on {result.host}")
-
-
-@text.register
-def _(report: NodeDown, sink: Any = None) -> None:
-    for result in report.results:
-        what = "stopped" if result.was_running else "not running"
-        click.echo(f"{result.name} node {result.node}: {what} on {result.host}")
-
-
-@text.register
-def _(report: FleetDown, sink: Any = None) -> None:
-    for row in report.result["members"]:
-        what = "stopped" if row.get("was_running") else "not running"
-        click.echo(f"{row['member']}@{row.get('alias') or row['host']}: {row['name']} {what}")
 
 
 @text.register
@@ -190,39 +169,6 @@ def _known_cells(row: dict[str, Any], live: bool) -> list[str]:
         cells.append(f"unknown: {now['error']}" if now.get("error") else
                      f"{now.get('status')} ({'healthy' if now.get('healthy') else 'not healthy'})")
     return cells
-
-
-@text.register
-def _(report: ConfigReport, sink: Any = None) -> None:
-    state = "" if report.exists else " (not there: no defaults from it)"
-    click.echo(f"config file: {report.config_file}{state}")
-    for setting in report.settings:
-        click.echo(f"{setting.name:<14} {setting.value if setting.value is not None else '(none)':<30} "
-                   f"from {setting.source}")
-
-
-@text.register
-def _(report: PruneReport, sink: Any = None) -> None:
-    result, dry_run = report.result, report.dry_run
-    verb = "would delete" if dry_run else "deleted"
-    click.echo(f"{result['name']} on {result['host']}: {result['runs']} runs, keeping the newest {result['keep']}"
-               f"{' (dry run: nothing changed)' if dry_run else ''}")
-    for run_id in result["delete"]:
-        click.echo(f"  {verb} run {run_id}")
-    for run_id in result["drop_env"]:
-        click.echo(f"  {verb} the env file of run {run_id}")
-    for run_id, why in result["protected"].items():
-        click.echo(f"  kept run {run_id}: {why}")
-    models = result.get("models") or {}
-    for content in models.get("removed") or ():
-        click.echo(f"  {verb} the pushed model dir {content[:12]} (no kept run loads it)")
-    for content in models.get("recent") or ():
-        click.echo(f"  kept the pushed model dir {content[:12]}: pushed or reused within a day")
-    if models.get("removed"):
-        click.echo(f"  {size_text(models.get('freed_bytes') or 0)} {'to free' if dry_run else 'freed'} by the model "
-                   "dirs")
-    if not result["delete"] and not result["drop_env"] and not models.get("removed"):
-        click.echo("  nothing to prune")
 
 
 @text.register

@@ -212,6 +212,31 @@ def test_every_kinds_down_json_is_one_shape_a_deployment_with_its_members() -> N
     assert NodeDown([dataclasses.replace(idle, node=0)]).to_json()["was_running"] is False
 
 
+def test_the_reports_that_render_themselves_print_their_lines_on_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    """down's, prune's and config's reports render themselves (lines()); show.text prints them, on stdout."""
+    from deployer.deployments.known import ConfigReport
+    from deployer.deployments.reports import PruneReport
+
+    show.text(HostDown(DownResult("a", "gpu-a", True, "stopped")))
+    show.text(NodeDown([DownResult("a", "gpu-a", False, "stopped", node=0), DownResult("a", "gpu-b", True, "stopped",
+                                                                                        node=1)]))
+    show.text(FleetDown({"name": "f", "members": [{"member": "router", "host": "gpu-c", "name": "f-router",
+                                                   "was_running": True}]}))
+    show.text(PruneReport({"name": "a", "host": "gpu-a", "runs": 3, "keep": 2, "delete": ["r1"], "drop_env": [],
+                           "protected": {"r2": "current"}, "models": {"removed": ["c" * 64], "freed_bytes": 2048}},
+                          dry_run=True))
+    show.text(ConfigReport([], "/home/u/.config/deployer/config.yaml", exists=False))
+    out = capsys.readouterr()
+    assert out.err == ""
+    assert out.out.splitlines() == [
+        "a: stopped on gpu-a", "a node 0: not running on gpu-a", "a node 1: stopped on gpu-b",
+        "router@gpu-c: f-router stopped",
+        "a on gpu-a: 3 runs, keeping the newest 2 (dry run: nothing changed)", "  would delete run r1",
+        "  kept run r2: current", "  would delete the pushed model dir cccccccccccc (no kept run loads it)",
+        "  2.0 kB to free by the model dirs",
+        "config file: /home/u/.config/deployer/config.yaml (not there: no defaults from it)"]
+
+
 def test_every_report_type_has_a_text_form(capsys: pytest.CaptureFixture[str]) -> None:
     smoke = SmokeReport("one", "gpu-a")
     show.text(smoke)
