@@ -28,10 +28,13 @@ def status(sshd: SSHD, tmp_path: Path, *names: str) -> tuple[int, Any]:
     return r.returncode, data
 
 
-def wait_status(sshd: SSHD, tmp_path: Path, name: str, want: str) -> tuple[int, Any]:
+def wait_status(sshd: SSHD, tmp_path: Path, name: str, want: str, deadline_s: float = 45.0) -> tuple[int, Any]:
+    """Poll `status NAME` until its row says `want`: at most 60 polls and `deadline_s` (a status under load takes
+    seconds: a count alone would outlast the test's timeout)."""
+    end = time.monotonic() + deadline_s
     code, row = status(sshd, tmp_path, name)
-    for _ in range(60):  # bounded: ~30 s
-        if row and row["status"] == want:
+    for _ in range(60):
+        if (row and row["status"] == want) or time.monotonic() > end:
             break
         time.sleep(0.5)
         code, row = status(sshd, tmp_path, name)
@@ -102,13 +105,16 @@ def test_no_such_deployment_is_7(tmp_path: Path, sshd: SSHD) -> None:
 def test_a_crash_the_policy_recovered_from_says_why(tmp_path: Path, sshd: SSHD) -> None:
     """restarts: 1 and serving again: status exits 0 and its last_crash carries the crash's diagnosis (at 3 a.m. the
     count alone does not say whether to worry); a crash-looped one's does too."""
-    crash = {"STANDIN_MODE": "crash_after_ready", "STANDIN_CRASH_AFTER_S": "1.0"}
+    # Each start serves 4 s, then crashes: a window a status poll hits even when a status takes 2 s under load (with
+    # 1 s, a loaded run's polls missed every window until the crash loop: the test's 120 s ran out).
+    crash = {"STANDIN_MODE": "crash_after_ready", "STANDIN_CRASH_AFTER_S": "4.0"}
     up(tmp_path, sshd, "comesback", env=crash,
        extra={"restart": {"policy": "on-failure", "max": 3, "backoff_s": [0.2, 0.2], "grace_s": 2}})
     row: Any = None
-    for _ in range(60):  # bounded: ~30 s, until the first restart serves
+    end = time.monotonic() + 45
+    for _ in range(90):  # bounded in count and time, until the first restart serves
         code, row = status(sshd, tmp_path, "comesback")
-        if row and row["restarts"] >= 1 and row["status"] == "ready" and code == 0:
+        if (row and row["restarts"] >= 1 and row["status"] == "ready" and code == 0) or time.monotonic() > end:
             break
         time.sleep(0.25)
     assert row and row["restarts"] >= 1 and row["last_crash"], row
