@@ -1,8 +1,37 @@
-"""Addresses and names as a person writes them: `[user@]host[:port]` (`--host`, `target.host`), the address a
-server bound somewhere is reached at, and what a deployment may be named. Imports nothing heavy: the on-call
-commands that take a name use it without loading the profile model."""
+"""Hosts and names as a person writes them: `[user@]host[:port]` (`--host`, `target.host`), how a host is reached
+(`TargetSpec`: the profile's `target:`, a remembered pointer, the local history's record), the address a server
+bound somewhere is reached at, and what a deployment may be named. A leaf: imports nothing of deployer's, so the
+profile, this machine's records (deployer.local) and the remote seam all use it; the on-call commands that take a
+name use it without loading the profile model."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+
+LOCAL = "local"   # the host name of this machine itself (remote/local.py: no ssh)
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """Everything needed to reach a host. Unset fields fall back to ~/.ssh/config, then to ssh's defaults."""
+
+    host: str  # hostname, ~/.ssh/config alias, or "local"
+    user: str | None = None
+    port: int | None = None
+    identity_file: str | None = None
+    known_hosts: str | None = None  # default ~/.ssh/known_hosts (or the config's UserKnownHostsFile)
+    ssh_config: str | None = None  # default ~/.ssh/config; env DEPLOYER_SSH_CONFIG overrides the default
+    trust_new_host: bool = False  # record an unknown host's key instead of refusing
+    connect_timeout: float = 10.0
+
+    @property
+    def label(self) -> str:
+        """`user@host:port` for messages, leaving out what is not set."""
+        if self.host == LOCAL:
+            return LOCAL
+        user = f"{self.user}@" if self.user else ""
+        port = f":{self.port}" if self.port else ""
+        return f"{user}{self.host}{port}"
 
 
 def parse_host(text: str) -> tuple[str | None, str, int | None]:

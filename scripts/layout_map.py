@@ -83,10 +83,19 @@ _NODES = ("checks", "diagnose", "dryrun", "net", "ops", "plan", "render", "up", 
 MOVES.update({f"deployer.fleet.{x}": f"deployer.deployments.fleet.{x}" for x in _FLEET})
 MOVES.update({f"deployer.nodes.{x}": f"deployer.deployments.nodes.{x}" for x in _NODES})
 MOVES.update({f"deployer.deployments.{x}": f"deployer.deployments.{x}.deployment" for x in ("single", "fleet", "nodes")})
+# Issue 38: what this machine knows in one package (deployer.local), and the host names and TargetSpec in a leaf
+# (deployer.host) that the profile, deployer.local and the remote seam all sit above.
+MOVES.update({
+    "deployer.local_history": "deployer.local.history",
+    "deployer.settings": "deployer.local.settings",
+    "deployer.operate.remembered": "deployer.local.remembered",
+    "deployer.operate.known": "deployer.local.lookup",
+    "deployer.profile.host": "deployer.host",
+})
 # Names that later commits moved to another module: (module after the pure moves, name) -> new module.
 SYMBOLS: dict[tuple[str, str], str] = {
     ("deployer.profile.model", "load_profile"): "deployer.profile.loader",
-    ("deployer.remote.base", "parse_host"): "deployer.profile.host",
+    ("deployer.remote.base", "parse_host"): "deployer.host",
     ("deployer.remote.base", "connect"): "deployer.remote.connect",
     ("deployer.preflight.flags", "load_renames"): "deployer.engines.renames",
     ("deployer.preflight.flags", "Rename"): "deployer.engines.renames",
@@ -102,9 +111,11 @@ SYMBOLS: dict[tuple[str, str], str] = {
     ("deployer.cli.main", "_profile_options"): "deployer.cli.options",
     ("deployer.cli.main", "_target_options"): "deployer.cli.options",
     ("deployer.box.process", "DeploymentLock"): "deployer.box.lock",
-    ("deployer.deployments.nodes.plan", "host_port"): "deployer.profile.host",
+    ("deployer.deployments.nodes.plan", "host_port"): "deployer.host",
     ("deployer.export.prometheus", "fleet_targets"): "deployer.deployments.fleet.scrape",
     ("deployer.export.prometheus", "node_targets"): "deployer.deployments.nodes.scrape",
+    ("deployer.remote.base", "TargetSpec"): "deployer.host",
+    ("deployer.remote.base", "LOCAL"): "deployer.host",
 }
 FILES: dict[str, str] = {
     "templates/sglang.sh.j2": "deployer/engines/sglang/launch.sh.j2",

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deployer.remote.base import TargetSpec
+from deployer.host import TargetSpec
 
 SSHD_BIN = "/usr/sbin/sshd"
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"

@@ -12,11 +12,13 @@ from dataclasses import dataclass
 from collections.abc import Mapping
 from typing import Any, cast
 
-from deployer.engines import Engine, engine_for
+from deployer.engines import Engine
+
+from deployer.engines import engine_for
 from deployer.engines.base import KvAllocated, kv_allocated_in
 from deployer.errors import NotFound
 from deployer.logtext import clip_middle, clip_tail, readable
-from deployer.profile.host import probe_address
+from deployer.host import probe_address
 from deployer.box.push import Layout, RunDir
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.box.process import status

@@ -9,7 +9,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from deployer.remote.base import Remote, TargetSpec
+from deployer.remote.base import Remote
+
+from deployer.host import TargetSpec
 from deployer.remote.connect import conversing
 from deployer.box.lock import DeploymentLock
 from deployer.box.push import Layout, expand_workdir, prepare

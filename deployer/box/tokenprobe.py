@@ -19,7 +19,7 @@ from deployer.engines.base import Engine
 from deployer.observe.names import MetricNames, MetricNamesUnreadable, Quantity, load_metric_names
 from deployer.remote.base import EndpointUnreachable, Remote
 from deployer.secrets import secret_var
-from deployer.profile.host import probe_address
+from deployer.host import probe_address
 from deployer.supervisor.probe import generated, request_body
 from deployer.supervisor.protocol import ProbeConfig
 

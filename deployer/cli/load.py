@@ -7,7 +7,7 @@ import click
 
 from deployer.profile.loader import load_profile
 from deployer.profile.model import Profile
-from deployer.settings import KEYS
+from deployer.local.settings import KEYS
 
 
 def _load(path: str, overrides: tuple[str, ...], host: str | None, allow_unset: bool = False) -> Profile:

@@ -14,7 +14,9 @@ from deployer.deployments.resolve import CHANGE, READ, resolve
 from deployer.deployments.base import PruneOptions
 from deployer.diagnose.diagnosis import diagnose as diagnose_text
 from deployer.diagnose.diagnosis import read_window
-from deployer.engines import detect, engine_for, kinds
+from deployer.engines import detect
+from deployer.engines import engine_for
+from deployer.engines import kinds
 from deployer.errors import ProfileError
 from deployer.logtext import bounded_diagnosis
 from deployer.operate.history import local_history

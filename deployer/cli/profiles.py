@@ -8,7 +8,7 @@ from deployer.cli.load import _load
 from deployer.cli.options import _emit_json, _profile_options
 from deployer.deployments.resolve import for_profile
 from deployer.errors import ProfileError, ProfileProblems
-from deployer.local_history import home
+from deployer.local.history import home
 from deployer.preflight.flags import check_offline, default_cache_dir
 from deployer.profile.loader import engine_only
 from deployer.profile.model import Profile

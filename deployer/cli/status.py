@@ -3,7 +3,7 @@ deployment (deployer.deployments) and prints its status report (deployer.cli.sho
 
 A status is one exec channel whose wait is the target's login shell and helper starting; started after every
 module that makes and shows the report had been imported, that wait came after them. So when the target is known
-without them (a profile file an earlier command remembered: deployer.operate.remembered), the connection is made and
+without them (a profile file an earlier command remembered: deployer.local.remembered), the connection is made and
 the helper's exec sent first (deployer.remote.connect.started_early), and those modules are imported while the
 target's shell starts: they are imported inside the command, after that start (tests/unit/test_status_early.py).
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 import click
 
 from deployer.cli.options import NODE, _target_options
-from deployer.operate.remembered import lookup
-from deployer.remote.base import TargetSpec
+from deployer.local.remembered import lookup
+from deployer.host import TargetSpec
 from deployer.remote.connect import started_early
 
 

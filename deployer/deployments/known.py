@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from deployer.deployments.reports import HostStatus, Row
 from deployer.errors import DeployError
-from deployer.settings import KEYS, Setting, load_config, strong_default, weak_default
+from deployer.local.settings import KEYS, Setting, load_config, strong_default, weak_default
 
 if TYPE_CHECKING:
-    from deployer.operate.known import Known
+    from deployer.local.lookup import Known
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class ConfigReport:
 
 def known_deployments(live: bool = False) -> KnownReport:
     """The local history's deployments; with `live`, each one's status read from its host now."""
-    from deployer.operate.known import known
+    from deployer.local.lookup import known
 
     rows = []
     for entry in known():
@@ -68,7 +68,7 @@ def deployments_on(host: str, workdir: str | None = None, trust_new_host: bool =
     """`ls --host H`: what H has now under the workdir given (or the default) and every workdir the local history
     knows there, one row each; WHEN from the local history where it knows the deployment."""
     from deployer.deployments.resolve import resolve
-    from deployer.operate.known import known
+    from deployer.local.lookup import known
 
     status = resolve(None, host, workdir, trust_new_host=trust_new_host).status()
     assert isinstance(status, HostStatus)

@@ -2,7 +2,7 @@
 tells the kinds apart.
 
 Rules, in order:
-1. A profile file an earlier command loaded that is unchanged since (deployer.operate.remembered), with no
+1. A profile file an earlier command loaded that is unchanged since (deployer.local.remembered), with no
    selector, in a reading command (`Mode.read`): that single host, without loading the profile.
 2. A profile file with `nodes:` (or --node given, which needs one): a NodeGroup (`--node N`: that node).
 3. A profile file with `replicas:` or `router:`: a ReplicaFleet (--host then picks a member for `logs` and is
@@ -28,7 +28,7 @@ from deployer.deployments.base import Deployment, Select
 from deployer.deployments.single.deployment import Origin, SingleHost
 from deployer.errors import NotFound, ProfileError
 from deployer.operate.deployment import Ref, make_ref, remembered_ref
-from deployer.operate.remembered import remember
+from deployer.local.remembered import remember
 
 if TYPE_CHECKING:
     from deployer.deployments.fleet.deployment import ReplicaFleet

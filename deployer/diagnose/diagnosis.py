@@ -20,7 +20,9 @@ from typing import Any
 
 from deployer.diagnose.drift import masked, parse_args_dump
 from deployer.remedy.effective import ENGINE_RESOLVED, PROFILE, EngineValues
-from deployer.engines import Engine, all_secret_flags, engine_for
+from deployer.engines import Engine
+from deployer.engines import all_secret_flags
+from deployer.engines import engine_for
 from deployer.logtext import ANSI_RE, clip, readable
 from deployer.remedy.propose import RemedySpec, resolve
 from deployer.versions import version_in

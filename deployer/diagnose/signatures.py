@@ -15,7 +15,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
-from deployer.engines import Engine, common
+from deployer.engines import Engine
+
+from deployer.engines import common
 from deployer.remedy.propose import RemedySpec, remedy_spec
 from deployer.versions import version_in
 

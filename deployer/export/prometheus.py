@@ -29,9 +29,9 @@ from enum import Enum
 from typing import Any
 
 from deployer.observe.names import MetricsSwitch, load_metric_names
-from deployer.profile.host import host_port, probe_address
+from deployer.host import host_port, probe_address
 from deployer.profile.model import Profile, Target
-from deployer.remote.base import LOCAL
+from deployer.host import LOCAL
 
 METRICS_PATH = "/metrics"   # where the engines and smg's metrics server serve Prometheus text
 LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})

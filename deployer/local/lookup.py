@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from deployer.errors import ProfileError
-from deployer.local_history import History, LatestRow
-from deployer.remote.base import TargetSpec
+from deployer.local.history import History, LatestRow
+from deployer.host import TargetSpec
 
 Notify = Callable[[str], None]
 

@@ -5,7 +5,7 @@ and the workdir there. Loading the profile for them imports the profile model (p
 command whose network part is one exec channel. So after a profile has been loaded once, this is kept under
 `$DEPLOYER_HOME/cache/refs/` keyed by the command's arguments (file path, --set, --host), and it is used only while
 everything the load read is unchanged: the content of every file of the `extends:` chain, and the value (or
-absence) of every `${VAR}` the profile names, and the user's defaults (deployer.settings: the config file and
+absence) of every `${VAR}` the profile names, and the user's defaults (deployer.local.settings: the config file and
 the DEPLOYER_HOST/WORKDIR/ENGINE_PYTHON variables). Env values are compared as HMACs under a key kept beside the
 entries (0600), so no secret's digest is stored where anyone could test guesses against it.
 
@@ -21,20 +21,54 @@ import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from deployer import __version__
 from deployer.errors import ProfileError
-from deployer.local_history import home
-from deployer.remote.base import TargetSpec
-from deployer.settings import KEYS, load_config
-
-if TYPE_CHECKING:
-    from deployer.profile.model import Profile
+from deployer.local.history import home
+from deployer.host import TargetSpec
+from deployer.local.settings import KEYS, load_config
 
 VERSION = 1
 KEPT = 200                                   # entries kept (the oldest go first)
 VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class _Target(Protocol):
+    @property
+    def host(self) -> str: ...
+    @property
+    def user(self) -> str | None: ...
+    @property
+    def port(self) -> int | None: ...
+    @property
+    def identity_file(self) -> str | None: ...
+    @property
+    def known_hosts(self) -> str | None: ...
+    @property
+    def workdir(self) -> str: ...
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class Loaded(Protocol):
+    """What `remember` reads of a loaded profile (deployer.profile.model.Profile is one; this package sits below
+    the profile, whose loader applies the user's defaults from deployer.local.settings)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def target(self) -> _Target: ...
+    @property
+    def templates(self) -> Mapping[str, str]: ...
+    @property
+    def unset(self) -> Sequence[_Named]: ...
+    @property
+    def files(self) -> Sequence[Path]: ...
 
 
 @dataclass(frozen=True)
@@ -108,13 +142,13 @@ def lookup(path: str, overrides: tuple[str, ...], host: str | None) -> Pointer |
         if any(_env_mac(key, name) != mac for name, mac in entry["env"]):
             return None
         if entry.get("config") != _config_digest():
-            return None  # the user's defaults changed (deployer.settings)
+            return None  # the user's defaults changed (deployer.local.settings)
         return Pointer(**entry["pointer"])
     except (OSError, ValueError, KeyError, TypeError):
         return None  # nothing remembered, or something unreadable: the caller loads the profile
 
 
-def remember(path: str, overrides: tuple[str, ...], host: str | None, profile: Profile) -> None:
+def remember(path: str, overrides: tuple[str, ...], host: str | None, profile: Loaded) -> None:
     """Keep where this loaded single-host profile points; never fails the command that loaded it."""
     t = profile.target
     pointer = Pointer(profile.name, t.host, t.user, t.port, t.identity_file, t.known_hosts, t.workdir)

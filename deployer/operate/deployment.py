@@ -23,11 +23,13 @@ from deployer.engines import Engine
 from deployer.errors import LaunchFailed, NotFound, ProfileError, TargetError, Unhealthy, UnsafeTarget
 from deployer.box.lock import DeploymentLock, Notify, lease_of
 from deployer.logtext import bounded_diagnosis, line_time
-from deployer.profile.host import NAME_RE, parse_host
+from deployer.host import NAME_RE, parse_host
 from deployer.box.push import Layout, expand_workdir
-from deployer.remote.base import Remote, TargetSpec
+from deployer.remote.base import Remote
+from deployer.host import TargetSpec
 from deployer.remote.connect import conversing, target_spec
-from deployer.operate import remembered, serving
+from deployer.local import remembered
+from deployer.operate import serving
 from deployer.operate.rows import DownResult, StatusRow
 from deployer.operate.secret_restore import learn_env_text
 from deployer.secrets import mask_data, mask_text
@@ -126,9 +128,9 @@ def make_ref(arg: str | None, host: str | None, workdir: str | None, trust_new_h
 
 def _name_ref(name: str | None, host: str | None, workdir: str | None, trust_new_host: bool) -> Ref:
     """A bare NAME: host and workdir from the command line, the environment, the local history (deployer.operate.
-    known), the config file, the built-in workdir, in that order (deployer.settings)."""
-    from deployer import settings
-    from deployer.operate.known import Located, locate
+    known), the config file, the built-in workdir, in that order (deployer.local.settings)."""
+    from deployer.local import settings
+    from deployer.local.lookup import Located, locate
 
     given_host = settings.strong_default("host", host, "--host")
     given_workdir = settings.strong_default("workdir", workdir, "--workdir")

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from deployer.diagnose.hangkinds import hung_summary
 from deployer.errors import NotFound, TargetError
-from deployer.local_history import History
+from deployer.local.history import History
 from deployer.box.lock import DeploymentLock, describe_holder
 from deployer.logtext import bounded_diagnosis
 from deployer.operate.deployment import Ref, connected, diagnose_attempt, layout_of, make_ref, opened

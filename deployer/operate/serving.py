@@ -28,7 +28,7 @@ from typing import Any
 
 from deployer.engines import Engine
 from deployer.errors import DeployError
-from deployer.local_history import home
+from deployer.local.history import home
 from deployer.observe.names import MetricNames, MetricNamesUnreadable, load_metric_names
 from deployer.observe.prometheus import MetricsUnreadable, Scrape, parse
 from deployer.observe.serving import ServingMetrics

@@ -58,7 +58,7 @@ class ForTarget:
 
 def local_caches() -> list[Path]:
     """Where preflight caches (`$DEPLOYER_HOME/cache`) and the user cache dir (`validate` reads both)."""
-    from deployer.local_history import home
+    from deployer.local.history import home
 
     return [home() / "cache", fl.default_cache_dir()]
 

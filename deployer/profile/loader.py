@@ -20,10 +20,10 @@ from pydantic import BaseModel, ValidationError
 
 from deployer.errors import ProfileError, ProfileProblems
 from deployer.profile.bounded import Budget, parse, parse_value, read_text
-from deployer.profile.host import parse_host
+from deployer.host import parse_host
 from deployer.profile.model import Profile, UnsetVar
 from deployer.secrets import remember
-from deployer.settings import KEYS, from_env, load_config
+from deployer.local.settings import KEYS, from_env, load_config
 
 Loc = tuple[Any, ...]
 VAR_RE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -330,7 +330,7 @@ def with_host(profile: Profile, text: str) -> Profile:
 
 
 def _apply_defaults(layered: Layered, env: dict[str, str]) -> None:
-    """The user's defaults (deployer.settings): the environment's over the profile's values, the config file's
+    """The user's defaults (deployer.local.settings): the environment's over the profile's values, the config file's
     under them; each recorded as where that value came from (`deploy config`, and the file:line of a problem)."""
     data = layered.data
     config = load_config(env)

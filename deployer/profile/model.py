@@ -15,9 +15,10 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, SerializerFunctionWrapHandler,
                       ValidationInfo, field_validator, model_serializer, model_validator)
 
-from deployer.profile.host import NAME_RE, probe_address
+from deployer.host import NAME_RE, probe_address
 from deployer import engines
-from deployer.engines import engine_for, kinds
+from deployer.engines import engine_for
+from deployer.engines import kinds
 from deployer.flag_names import option_key
 from deployer.observe.timeline import TimeoutRule
 from deployer.secrets import MASK, hidden_values, is_secret_env_name, mask_leaves

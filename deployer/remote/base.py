@@ -22,7 +22,6 @@ from typing import Any, Protocol
 
 from deployer.errors import CommandFailed, RemoteError, TargetError
 
-LOCAL = "local"
 FILE_WAIT_S = 30.0
 REMOVE_WAIT_S = 120.0
 
@@ -46,29 +45,6 @@ class HttpReply:
     status: int
     body: bytes
     headers: dict[str, str]
-
-
-@dataclass(frozen=True)
-class TargetSpec:
-    """Everything needed to reach a host. Unset fields fall back to ~/.ssh/config, then to ssh's defaults."""
-
-    host: str  # hostname, ~/.ssh/config alias, or "local"
-    user: str | None = None
-    port: int | None = None
-    identity_file: str | None = None
-    known_hosts: str | None = None  # default ~/.ssh/known_hosts (or the config's UserKnownHostsFile)
-    ssh_config: str | None = None  # default ~/.ssh/config; env DEPLOYER_SSH_CONFIG overrides the default
-    trust_new_host: bool = False  # record an unknown host's key instead of refusing
-    connect_timeout: float = 10.0
-
-    @property
-    def label(self) -> str:
-        """`user@host:port` for messages, leaving out what is not set."""
-        if self.host == LOCAL:
-            return LOCAL
-        user = f"{self.user}@" if self.user else ""
-        port = f":{self.port}" if self.port else ""
-        return f"{user}{self.host}{port}"
 
 
 @dataclass(frozen=True)

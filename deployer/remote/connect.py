@@ -13,7 +13,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from deployer.errors import ProfileError, RemoteError
-from deployer.remote.base import LOCAL, Remote, TargetSpec, Transport
+from deployer.host import LOCAL, TargetSpec
+from deployer.remote.base import Remote, Transport
 from deployer.remote.conversation import Conversation
 from deployer.remote.local import LocalRemote
 from deployer.remote.ssh.config import resolve

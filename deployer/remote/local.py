@@ -17,7 +17,8 @@ import subprocess
 from collections.abc import Sequence
 
 from deployer.errors import CommandFailed, NotFound, RemoteError, TransferFailed
-from deployer.remote.base import LOCAL, CommandTimedOut, EndpointUnreachable, Hasher, Helper, HttpReply, LineReader
+from deployer.host import LOCAL
+from deployer.remote.base import CommandTimedOut, EndpointUnreachable, Hasher, Helper, HttpReply, LineReader
 from deployer.remote.base import Result
 from deployer.remote.conversation import BareHelper
 

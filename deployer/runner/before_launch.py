@@ -14,7 +14,7 @@ from deployer.diagnose.diagnosis import diagnose
 from deployer.remedy.effective import DryResolution
 from deployer.errors import PreflightFailed
 from deployer.flag_names import key_option
-from deployer.local_history import home
+from deployer.local.history import home
 from deployer.preflight.checks import PreflightReport, run_preflight
 from deployer.profile.model import Profile
 from deployer.remedy.propose import Change, propose

@@ -3,7 +3,7 @@ history off (the Python API's default) nothing is opened or written."""
 
 from __future__ import annotations
 
-from deployer.local_history import History
+from deployer.local.history import History
 from deployer.profile.model import Profile
 from deployer.runner.report import AttemptOutcome, AttemptReport
 from deployer.runner.shape import HeldHost

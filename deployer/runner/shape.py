@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, Union
 
 from deployer.diagnose.diagnosis import Diagnosis
-from deployer.engines import Engine, engine_for
+from deployer.engines import Engine
+from deployer.engines import engine_for
 from deployer.events import EventSink
 from deployer.observe.timeline import PastStart, Prediction
 from deployer.profile.model import Profile

@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from deployer.errors import TargetError
 from deployer.events import EventSink, Info
-from deployer.local_history import home
+from deployer.local.history import home
 from deployer.prepare.pushed import Pushed, WeightsDone, WeightsNeeded, pinned_push, plan_push
 from deployer.prepare.weights import pinned, plan_for
 from deployer.profile.model import Profile

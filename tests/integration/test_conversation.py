@@ -19,7 +19,8 @@ import pytest
 from deployer.errors import ConnectFailed, TargetError
 from deployer.box.lock import DeploymentLock
 from deployer.box.push import Layout
-from deployer.remote.base import Remote, Session, TargetSpec
+from deployer.remote.base import Remote, Session
+from deployer.host import TargetSpec
 from deployer.remote.connect import connect
 from deployer.remote.conversation import HELPERS_KEPT, PROGRAM_MARKER, Conversation, start_line
 from deployer.remote.program import SUPERVISOR_PYTHON, helper_bundle

@@ -26,7 +26,8 @@ from deployer.errors import (
     RemoteError,
     TransferFailed,
 )
-from deployer.remote.base import CommandTimedOut, EndpointUnreachable, Remote, TargetSpec
+from deployer.remote.base import CommandTimedOut, EndpointUnreachable, Remote
+from deployer.host import TargetSpec
 from deployer.remote.connect import connect
 from deployer.remote.conversation import Conversation
 from deployer.remote.ssh.connection import SSHRemote
@@ -400,7 +401,7 @@ def test_match_exec_in_ssh_config_runs_its_command(sshd: SSHD, tmp_path: Path) -
     marker = tmp_path / "matched"
     config = tmp_path / "ssh_config"
     block = sshd.ssh_config.read_text().replace("deployer-test", "deployer-exec-test", 1)
-    probe = ("import sys; from deployer.remote.base import TargetSpec; from deployer.remote.connect import connect\n"
+    probe = ("import sys; from deployer.host import TargetSpec; from deployer.remote.connect import connect\n"
              "r = connect(TargetSpec('deployer-exec-test', ssh_config=sys.argv[1]))\n"
              "print(r.run('echo reached').stdout.strip(), r.label); r.close()")
 

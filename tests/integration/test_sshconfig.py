@@ -14,7 +14,7 @@ import pytest
 
 from deploy_helpers import deploy
 from deployer.errors import AuthFailed, ConnectFailed, RemoteError
-from deployer.remote.base import TargetSpec
+from deployer.host import TargetSpec
 from deployer.remote.connect import connect
 from deployer.remote.ssh.config import resolve
 from sshbed import SSHD, make_sshd

@@ -18,7 +18,7 @@ from deployer.cli.targets import describe_crash
 from deployer.diagnose.diagnosis import diagnose, hang_diagnosis
 from deployer.logtext import EXCERPT_CHARS, bounded_diagnosis, clip, printable, readable
 from deployer.remote.local import LocalRemote
-from deployer.local_history import History
+from deployer.local.history import History
 from deployer.box.records import tail_lines
 
 REPO = Path(__file__).resolve().parents[2]

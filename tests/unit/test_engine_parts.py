@@ -10,7 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from deployer.engines import Engine, detect, detect_kind, engine_for, engines, kinds
+from deployer.engines import Engine
+
+from deployer.engines import detect
+
+from deployer.engines import detect_kind
+
+from deployer.engines import engine_for
+
+from deployer.engines import engines
+
+from deployer.engines import kinds
 from deployer.engines.base import Install, Launch, LogFormat
 
 ROOT = Path(__file__).resolve().parents[2] / "deployer" / "engines"

@@ -12,7 +12,8 @@ import pytest
 
 from deployer.diagnose.diagnosis import diagnose
 from deployer.diagnose.signatures import load_signatures
-from deployer.engines import engine_for, kinds
+from deployer.engines import engine_for
+from deployer.engines import kinds
 from deployer.engines.followons import load_followons
 from deployer.errors import ProfileError
 from deployer.export.k8s import ExportOptions, export_k8s

@@ -10,7 +10,8 @@ import pytest
 
 import deployer.engines as engines
 from deployer.engines import registry
-from deployer.engines import engine_for, kinds
+from deployer.engines import engine_for
+from deployer.engines import kinds
 from deployer.profile.model import Profile
 
 DEMO = '''

@@ -325,7 +325,7 @@ def test_export_reads_the_flag_table_where_ups_preflight_cached_it(tmp_path: Pat
     """Without DEPLOYER_HOME, `up` caches the target's flag table under the user data dir's cache/; export finds
     it there (the full check, which refuses a flag that release does not have) as `validate` does, not only in
     the user cache dir."""
-    from deployer.local_history import home
+    from deployer.local.history import home
     from deployer.preflight.flags import save_flagset
 
     monkeypatch.delenv("DEPLOYER_HOME", raising=False)

@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from deployer.engines import engine_for, kinds
+from deployer.engines import engine_for
+
+from deployer.engines import kinds
 from deployer.errors import ProfileError
 from deployer.deployments.resolve import for_profile
 from deployer.export.prometheus import METRICS_PATH, AddressOf, PromExport, written_address

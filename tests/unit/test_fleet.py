@@ -27,7 +27,7 @@ from deployer.box.records import RunView
 from deployer.deployments.fleet.report import FleetReport, ReplicaResult
 from deployer.deployments.fleet.router import RouterReport, render_router, settings_hash
 from deployer.profile.loader import load_profile
-from deployer.profile.host import probe_address
+from deployer.host import probe_address
 from deployer.profile.model import Target
 from deployer.render.bundle import render
 from deployer.events import Event, Info

@@ -25,7 +25,13 @@ _SPEC.loader.exec_module(layout_map)
     ("from deployer.deployments import nodes as kind\n", "from deployer.deployments.nodes import deployment as kind\n"),
     # already the new form: a module of the new package stays as written
     ("from deployer.deployments.fleet import scrape\n", "from deployer.deployments.fleet import scrape\n"),
-    ("from deployer.deployments.nodes.plan import host_port\n", "from deployer.profile.host import host_port\n"),
+    ("from deployer.deployments.nodes.plan import host_port\n", "from deployer.host import host_port\n"),
+    # what this machine knows, in deployer.local; TargetSpec in the leaf deployer.host
+    ("from deployer import local_history\n", "from deployer.local import history as local_history\n"),
+    ("from deployer.settings import KEYS, load_config\n", "from deployer.local.settings import KEYS, load_config\n"),
+    ("from deployer.oncall.known import workdirs_on\n", "from deployer.local.lookup import workdirs_on\n"),
+    ("from deployer.remote.base import Remote, TargetSpec\n",
+     "from deployer.remote.base import Remote\nfrom deployer.host import TargetSpec\n"),
 ])
 def test_an_old_import_is_rewritten_to_where_the_module_is_now(old: str, new: str) -> None:
     assert layout_map.rewrite(old) == new

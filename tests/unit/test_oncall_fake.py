@@ -20,7 +20,7 @@ from deployer.deployments.nodes.plan import plan_nodes  # noqa: E402
 from deployer.operate import deployment as ops  # noqa: E402
 from deployer.operate.history import history  # noqa: E402
 from deployer.profile.model import Profile  # noqa: E402
-from deployer.remote.base import TargetSpec  # noqa: E402
+from deployer.host import TargetSpec  # noqa: E402
 from deployer.remote.fake import FakeRemote  # noqa: E402
 from deployer.runner.up import up  # noqa: E402
 

@@ -61,7 +61,7 @@ def test_set_overrides_are_typed_and_host_override(tmp_path: Path) -> None:
 @pytest.mark.parametrize("text,expected", [("gpu-box", (None, "gpu-box", None)), ("ops@box:2222", ("ops", "box", 2222)),
                                            ("a@b@host", ("a@b", "host", None))])
 def test_host_option_forms(text: str, expected: tuple[object, ...]) -> None:
-    from deployer.profile.host import parse_host
+    from deployer.host import parse_host
 
     assert parse_host(text) == expected
 

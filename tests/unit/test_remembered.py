@@ -1,4 +1,4 @@
-"""Where a profile points, remembered by content (deployer/operate/remembered.py): used only while nothing the load
+"""Where a profile points, remembered by content (deployer/local/remembered.py): used only while nothing the load
 read has changed; on-call reads tolerate an unset engine `${VAR}`, never an unset target one."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from deployer.errors import ProfileError
-from deployer.operate import remembered
+from deployer.local import remembered
 from deployer.operate.deployment import make_ref, remembered_ref
 
 BASE = """\
@@ -130,7 +130,7 @@ def test_a_fleet_profile_is_not_remembered(tmp_path: Path, monkeypatch: pytest.M
 @pytest.mark.parametrize("change", ["config file", "DEPLOYER_WORKDIR"])
 def test_a_change_of_the_users_defaults_forgets_it(setup: Path, monkeypatch: pytest.MonkeyPatch,
                                                     change: str) -> None:
-    """The config file and DEPLOYER_* defaults feed the load (deployer.settings): a change is a reload."""
+    """The config file and DEPLOYER_* defaults feed the load (deployer.local.settings): a change is a reload."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(setup.parent / "xdg"))
     make_ref(str(setup), None, None, read_only=True)
     assert remembered_ref(str(setup), None, None) is not None

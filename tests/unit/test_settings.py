@@ -9,7 +9,7 @@ import pytest
 
 from deployer.errors import ProfileError
 from deployer.profile.loader import load_profile
-from deployer.settings import config_path, load_config
+from deployer.local.settings import config_path, load_config
 
 PROFILE = "name: p\ntarget:\n  host: box1\nengine:\n  model_path: m\n"
 

@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 from deployer.diagnose.diagnosis import diagnose
-from deployer.engines import detect_kind, engine_for
+from deployer.engines import detect_kind
+from deployer.engines import engine_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = ROOT / "tests" / "cases"

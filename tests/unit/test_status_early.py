@@ -22,16 +22,16 @@ from test_pipeline_fake import OPTS, PORT, WORKDIR, profile  # noqa: E402
 import deployer.remote.connect as connect_mod  # noqa: E402
 from deployer.cli.main import main  # noqa: E402
 from deployer.errors import ConnectFailed  # noqa: E402
-from deployer.operate import remembered  # noqa: E402
+from deployer.local import remembered  # noqa: E402
 from deployer.operate.deployment import make_ref  # noqa: E402
-from deployer.remote.base import TargetSpec  # noqa: E402
+from deployer.host import TargetSpec  # noqa: E402
 from deployer.remote.fake import FakeRemote  # noqa: E402
 from deployer.runner.up import up  # noqa: E402
 
 # what makes and shows a status report: each imported only after the connection started
 REPORT_MODULES = ("deployer.cli.show", "deployer.output.text", "deployer.deployments.resolve",
                   "deployer.operate.deployment")
-# nor are these on the way to the connection (the status imports them later, or never): YAML (deployer.settings
+# nor are these on the way to the connection (the status imports them later, or never): YAML (deployer.local.settings
 # parses a config file only when there is one), http.client (deployer/remote/http.py), tempfile (a local put)
 NOT_BEFORE_THE_CONNECTION = (*REPORT_MODULES, "yaml", "http.client", "tempfile")
 

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from deployer.diagnose.drift import compare, masked, parse_args_dump
-from deployer.engines import engine_for, kinds
+from deployer.engines import engine_for
+from deployer.engines import kinds
 from deployer.preflight.facts import version_py
 from deployer.box.tokenprobe import probe_config
 from deployer.profile.model import Profile

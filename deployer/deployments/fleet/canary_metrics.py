@@ -19,7 +19,7 @@ from deployer.deployments.fleet.members import ReplicaMember
 from deployer.observe.names import MetricNames, load_metric_names
 from deployer.observe.prometheus import Scrape, parse
 from deployer.observe.serving import ServingMetrics
-from deployer.profile.host import probe_address
+from deployer.host import probe_address
 from deployer.remote.base import Remote
 
 SCRAPE_TIMEOUT_S = 5.0

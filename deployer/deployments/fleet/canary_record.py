@@ -1,6 +1,6 @@
 """The canary's decisions in history: on the router's host beside the fleet's record
 (`<workdir>/<fleet>/rollouts.jsonl`, one JSON object a line, the newest last, at most KEEP lines) and in this
-machine's local history (an event of kind `canary`, deployer.local_history).
+machine's local history (an event of kind `canary`, deployer.local.history).
 
 Each entry is one decision with its numbers: the verdict (promote / roll back, every gate with the canary's and
 the others' numbers) and the rollout's end (which replicas run the new version, whether the canary's previous
@@ -17,7 +17,7 @@ from typing import Any
 from deployer.errors import DeployError, NotFound
 from deployer.deployments.fleet.canary_judge import Verdict
 from deployer.deployments.fleet.record import record_path
-from deployer.local_history import History
+from deployer.local.history import History
 from deployer.remote.base import Remote
 from deployer.box.push import expand_workdir, make_owned_dirs
 

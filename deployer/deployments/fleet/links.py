@@ -14,7 +14,8 @@ import threading
 
 from deployer.remote.connect import spec_of
 from deployer.profile.model import Target
-from deployer.remote.base import Remote, TargetSpec
+from deployer.remote.base import Remote
+from deployer.host import TargetSpec
 from deployer.remote.connect import connect
 
 

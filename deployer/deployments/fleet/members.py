@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from deployer.errors import ProfileError
-from deployer.profile.host import probe_address
+from deployer.host import probe_address
 from deployer.profile.model import Profile, Replica, Router, Target
 from deployer.remote.connect import spec_of, ssh_address
 from deployer.secrets import MASK

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from deployer.errors import DeployError, NotFound, ProfileError
 from deployer.box.push import expand_workdir, make_owned_dirs
-from deployer.remote.base import Remote, TargetSpec
+from deployer.remote.base import Remote
+from deployer.host import TargetSpec
 from deployer.remote.connect import conversing
 
 if TYPE_CHECKING:

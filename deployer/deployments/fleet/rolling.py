@@ -22,7 +22,7 @@ from deployer.deployments.fleet.members import Fleet, ReplicaMember, RouterMembe
 from deployer.deployments.fleet.report import FleetReport, ReplicaResult, failed_result, replica_result
 from deployer.deployments.fleet.router import (DRAIN_TIMEOUT_S, READY_TIMEOUT_S, add_worker, remove_worker,
                                                wait_workers, workers)
-from deployer.profile.host import probe_address
+from deployer.host import probe_address
 from deployer.remote.base import Remote
 from deployer.box.process import arm_router_repair, disarm_repair
 from deployer.box.push import Layout

@@ -31,7 +31,7 @@ from deployer.deployments.fleet.router_pending import pending_id, worker_answers
 from deployer.deployments.fleet.router_key import (CONTROL_KEY_VAR, SHIM, control_entry, key_of, secret_args,
                                                    with_new_key)
 from deployer.deployments.fleet.router_replace import fall_back, replace_router
-from deployer.profile.host import probe_address
+from deployer.host import probe_address
 from deployer.profile.model import Profile
 from deployer.box.push import Layout, RunDir, new_run_id, push
 from deployer.render.bundle import Bundle, Word, flag_tokens, render_launch

@@ -8,7 +8,7 @@ from deployer.export.prometheus import (AddressOf, PromExport, Reach, Role, Scra
                                         engine_labels, engine_target, reach_of, written_address)
 from deployer.deployments.fleet.members import RouterMember, fleet_of
 from deployer.deployments.fleet.router import metrics_port
-from deployer.profile.host import host_port
+from deployer.host import host_port
 from deployer.profile.model import Profile
 
 

@@ -19,7 +19,7 @@ from deployer.deployments.fleet.oncall import fleet_down
 from deployer.deployments.fleet.report import SERVING, FleetReport
 from deployer.deployments.fleet.up import fleet_up
 from deployer.runner.up import UpOptions
-from deployer.profile.host import probe_address
+from deployer.host import probe_address
 from deployer.profile.model import Profile, Target
 from deployer.remote.connect import conversing
 from deployer.smoke import Endpoint, SmokeCase, SmokeOptions, ask

@@ -17,7 +17,7 @@ from deployer.deployments.nodes.checks import compare, dist_init_problems, netwo
 from deployer.deployments.nodes.plan import NodePlan, multinode_of, plan_nodes
 from deployer.runner.fanout import at_once
 from deployer.deployments.nodes.watch import NodeSession
-from deployer.local_history import home
+from deployer.local.history import home
 from deployer.preflight.checks import PreflightReport, run_preflight
 from deployer.preflight.facts import Facts, gather_facts
 from deployer.prepare.environment import EnvPrepared

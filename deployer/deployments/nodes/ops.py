@@ -15,7 +15,7 @@ from typing import Any
 from deployer.errors import ProfileError
 from deployer.deployments.nodes.diagnose import first_crash
 from deployer.deployments.nodes.plan import NodePlan, plan_nodes
-from deployer.profile.host import host_port
+from deployer.host import host_port
 from deployer.runner.fanout import at_once
 from deployer.logtext import bounded_diagnosis
 from deployer.operate import deployment as ops
@@ -24,7 +24,8 @@ from deployer.runner.up import diagnose_state
 from deployer.profile.model import Profile
 from deployer.box.push import RunDir
 from deployer.box.process import listener
-from deployer.remote.base import EndpointUnreachable, TargetSpec
+from deployer.remote.base import EndpointUnreachable
+from deployer.host import TargetSpec
 from deployer.supervisor.base import UP
 
 Notify = Callable[[str], None]

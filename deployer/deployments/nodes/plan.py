@@ -15,7 +15,7 @@ from typing import Any
 from deployer.engines.base import MultiNode
 from deployer.errors import ProfileError
 from deployer.flag_names import option_key
-from deployer.profile.host import host_port
+from deployer.host import host_port
 from deployer.profile.model import Node, Profile, Target
 
 GROUP_MISSES = 3           # consecutive failed looks before a supervisor calls a peer lost

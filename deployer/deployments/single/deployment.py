@@ -111,7 +111,7 @@ class SingleHost(Deployment):
         return Upgraded(plan, prof, opts.python, applied)
 
     def up(self, opts: UpOptions, emit: EventSink) -> UpReport:
-        from deployer.operate.remembered import remember
+        from deployer.local.remembered import remember
         from deployer.runner.up import up
 
         prof = self._profile()
@@ -143,7 +143,7 @@ class SingleHost(Deployment):
     def planned(self, model_config: Path | None = None, weights_of: WeightsOf | None = None) -> PlanReport:
         """`plan`; `weights_of`: what the weights would take, given this host's connection and profile (a fleet's
         asks every host; default: this host)."""
-        from deployer.local_history import home
+        from deployer.local.history import home
         from deployer.preflight.checks import run_preflight
         from deployer.remote.connect import conversing, target_spec
         from deployer.runner.install import engine_download_note, plan_environment, planned_weights, unbuilt_problem
@@ -178,7 +178,7 @@ class SingleHost(Deployment):
     def status(self) -> StatusReport:
         ref = self.ref
         if ref.name is None:  # every deployment on the host: also under each workdir the local history knows there
-            from deployer.operate.known import workdirs_on
+            from deployer.local.lookup import workdirs_on
 
             looked = tuple(dict.fromkeys([ref.workdir, *workdirs_on(self.origin.host or ref.spec.host)]))
             return HostStatus(ops.status(ref, also=looked), one=False, host=self.origin.host or ref.spec.host,

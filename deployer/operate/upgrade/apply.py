@@ -12,7 +12,7 @@ from typing import Any
 
 from deployer.errors import DeployError, LaunchFailed, Unhealthy
 from deployer.events import EventSink
-from deployer.local_history import History
+from deployer.local.history import History
 from deployer.operate.upgrade.loadcheck import Gate, LoadNumbers, judge, measure
 from deployer.operate.upgrade.plan import UpgradePlan
 from deployer.profile.model import Profile, Upgrade, UpgradeGates

@@ -11,7 +11,7 @@ from typing import Any
 
 from deployer.engines.renames import load_renames
 from deployer.events import EventSink
-from deployer.local_history import home
+from deployer.local.history import home
 from deployer.operate.upgrade.compare import Comparison, Side, compare, memory_rows
 from deployer.operate.upgrade.release import Release, for_release
 from deployer.preflight.checks import PreflightReport, run_preflight

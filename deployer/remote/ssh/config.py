@@ -25,7 +25,7 @@ from deployer.errors import AuthFailed, HostKeyMismatch, HostKeyUnknown, RemoteE
 if TYPE_CHECKING:
     import paramiko
 
-    from deployer.remote.base import TargetSpec
+    from deployer.host import TargetSpec
 
 DEFAULT_SSH_CONFIG = "~/.ssh/config"
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"

@@ -34,8 +34,8 @@ from deployer.remote.base import (
     Helper,
     HttpReply,
     Result,
-    TargetSpec,
 )
+from deployer.host import TargetSpec
 from deployer.remote.conversation import BareHelper
 from deployer.remote.ssh.channel import SSHSession, collect, send_stdin, text
 from deployer.remote.ssh.config import (
