@@ -50,6 +50,11 @@ def clip(text: str, limit: int = EXCERPT_CHARS) -> str:
     return f"{text[:limit]} ... [{len(text) - limit} more characters cut]"
 
 
+def shown(value: Any, limit: int = 160) -> str:
+    """Any value as one printable, clipped line of a report's text (a member's error, a note, a detail)."""
+    return clip(printable(str(value)), limit)
+
+
 def clip_tail(text: str, limit: int = EXCERPT_CHARS, head_missing: bool = False) -> str:
     """The end of an overlong line (where a progress bar or the last words are), noting what was cut before it;
     `head_missing`: the text is already only the end of a longer line."""

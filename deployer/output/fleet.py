@@ -8,7 +8,7 @@ import sys
 import threading
 from typing import Any
 
-from deployer.logtext import clip, printable
+from deployer.logtext import shown
 from deployer.output.fleet_status import status_lines as status_lines   # the table's home; named here too
 from deployer.events import (
     AttemptStarted, BecameReady, PhaseEntered, Changed, Diagnosed, Drift, EngineExited, EngineHung, Event, FollowerExited, Info,
@@ -40,35 +40,33 @@ class FleetProgress:
         pass
 
 
-def _t(value: Any, limit: int = 160) -> str:
-    return clip(printable(str(value)), limit)
 
 
 def event_text(event: Event) -> str | None:  # noqa: C901 (one branch per event class)
     if isinstance(event, PhaseEntered):
-        return f"{event.phase:<20} {event.elapsed:7.1f}s  {_t(event.line, 110)}"
+        return f"{event.phase:<20} {event.elapsed:7.1f}s  {shown(event.line, 110)}"
     if isinstance(event, AttemptStarted):
         return f"attempt {event.attempt} (content {event.content_hash[:12]})"
     if isinstance(event, BecameReady):
-        return _t(event.message or f"ready after {event.elapsed:.1f}s")
+        return shown(event.message or f"ready after {event.elapsed:.1f}s")
     if isinstance(event, EngineExited):
         return f"engine died ({event.how()}) after {event.elapsed:.1f}s"
     if isinstance(event, (EngineHung, StartupTimedOut)):
         return f"{event.kind} after {event.elapsed:.1f}s"
     if isinstance(event, Diagnosed):
-        return f"diagnosis {event.signature or 'unknown'}: {_t(event.summary)}"
+        return f"diagnosis {event.signature or 'unknown'}: {shown(event.summary)}"
     if isinstance(event, Changed):
-        return f"changing: {_t(event.reason)}"
+        return f"changing: {shown(event.reason)}"
     if isinstance(event, Info):
-        return _t(event.message, 300)
+        return shown(event.message, 300)
     if isinstance(event, FollowerExited):
-        return f"engine died ({_t(event.message)})"
+        return f"engine died ({shown(event.message)})"
     if isinstance(event, (Warn, Drift, Problem, RollingBack, Restored, SupervisorLost)):
-        return f"{event.kind}: " + _t(event.message, 300)
+        return f"{event.kind}: " + shown(event.message, 300)
     if isinstance(event, PortTakenSeen):
-        return f"port {event.port} taken by {_t(', '.join(event.holders))}"
+        return f"port {event.port} taken by {shown(', '.join(event.holders))}"
     if isinstance(event, StartPredicted):
-        return f"predicted: {_t(event.summary, 300)}"
+        return f"predicted: {shown(event.summary, 300)}"
     if isinstance(event, StartSlow):
-        return f"slow start: {_t(event.message, 300)}"
+        return f"slow start: {shown(event.message, 300)}"
     return None

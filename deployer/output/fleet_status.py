@@ -6,12 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from deployer.logtext import clip, printable
+from deployer.logtext import shown
 from deployer.output.serving import serving_lines
 
 
-def _t(value: Any, limit: int = 160) -> str:
-    return clip(printable(str(value)), limit)
 
 
 def status_lines(data: dict[str, Any]) -> list[str]:
@@ -24,7 +22,7 @@ def status_lines(data: dict[str, Any]) -> list[str]:
         if row.get("pid"):
             line += f"  pid {row['pid']} content {str(row.get('content_hash'))[:12]} restarts {row.get('restarts')}"
         if row.get("error"):
-            line += f"  {_t(row['error'], 300)}"
+            line += f"  {shown(row['error'], 300)}"
         if row.get("in_router") is False and isinstance(row.get("pulled"), dict):
             line += f"  router: {row.get('router_health')}: {_pulled(row['pulled'])}"
         elif row.get("in_router") is False:
@@ -32,7 +30,7 @@ def status_lines(data: dict[str, Any]) -> list[str]:
                     "`deploy up` or `deploy restart` of the fleet to add it back)"
         lines.append(line)
         for url in row.get("foreign_workers") or []:
-            lines.append(f"  {'':<20} ALARM: the router routes to {_t(url, 200)}, which is not a replica of this fleet "
+            lines.append(f"  {'':<20} ALARM: the router routes to {shown(url, 200)}, which is not a replica of this fleet "
                          "(registered by someone else: it receives prompts)")
         lines += [f"  {'':<20} {text}" for text in serving_lines(row.get("metrics"))]
         ready = row.get("readiness")
@@ -44,7 +42,7 @@ def status_lines(data: dict[str, Any]) -> list[str]:
 
 def _pulled(pulled: dict[str, Any]) -> str:
     """Why the router's watch holds a replica out, and what comes next."""
-    why = _t(pulled.get("reason") or "no engine step", 200)
+    why = shown(pulled.get("reason") or "no engine step", 200)
     if pulled.get("not_back"):
-        return f"{why}; {_t(pulled['not_back'])}: `deploy up` or `deploy restart` of the fleet adds it back"
+        return f"{why}; {shown(pulled['not_back'])}: `deploy up` or `deploy restart` of the fleet adds it back"
     return f"{why}; added back once it serves again (its supervisor restarts it)"

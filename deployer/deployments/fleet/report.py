@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deployer.errors import DeployError, LaunchFailed, PartlyFailed
-from deployer.logtext import clip, printable
+from deployer.logtext import shown
 from deployer.deployments.fleet.canary_judge import Verdict
 from deployer.deployments.fleet.members import ReplicaMember
 from deployer.deployments.fleet.router import RouterReport
@@ -121,11 +121,11 @@ def report_lines(report: dict[str, Any]) -> list[str]:
         where = f"r{r['index']}@{r['host']}"
         line = f"  {where:<20} {r['status']:<16} {r['url']}"
         if r.get("error"):
-            line += f"  {_t(r['error'], 300)}"
+            line += f"  {shown(r['error'], 300)}"
         lines.append(line)
         diag = r.get("diagnosis") or {}
         if diag:
-            lines.append(f"  {'':<20} diagnosis {diag.get('signature') or 'unknown'}: {_t(diag.get('summary', ''))}")
+            lines.append(f"  {'':<20} diagnosis {diag.get('signature') or 'unknown'}: {shown(diag.get('summary', ''))}")
         restored = r.get("restored") or {}
         if restored:
             lines.append(f"  {'':<20} previous version {str(restored.get('content_hash'))[:12]} brought back: "
@@ -137,19 +137,15 @@ def report_lines(report: dict[str, Any]) -> list[str]:
         if router.get("status") == "ready":
             line += f"  {len(router.get('workers') or [])} workers ({router.get('action')})"
         elif router.get("detail"):
-            line += f"  {_t(router['detail'], 300)}"
+            line += f"  {shown(router['detail'], 300)}"
         lines.append(line)
     for note in report.get("notes") or []:
-        lines.append(f"  {_t(note, 300)}")
+        lines.append(f"  {shown(note, 300)}")
     for check in (report.get("canary") or {}).get("checks") or []:  # a canary's gates (deployments/fleet/canary_judge.py)
         verdict = {True: "ok", False: "FAILED", None: "not compared"}[check.get("passed")]
-        lines.append(f"    {check['name']}: {verdict} ({_t(check.get('note') or '', 200)})")
+        lines.append(f"    {check['name']}: {verdict} ({shown(check.get('note') or '', 200)})")
     ready = sum(1 for r in report["replicas"] if serves(r["status"], r.get("restored")))
     lines.append(f"{report['name']}: {report['status']} ({ready} of {len(report['replicas'])} replicas serving)")
     if (report.get("restart") or {}).get("text"):
-        lines.append(f"  each replica: {_t(report['restart']['text'], 300)}")
+        lines.append(f"  each replica: {shown(report['restart']['text'], 300)}")
     return lines
-
-
-def _t(value: Any, limit: int = 160) -> str:
-    return clip(printable(str(value)), limit)
