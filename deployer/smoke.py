@@ -141,6 +141,18 @@ class SmokeReport:
                 "model": None if a is None else a.model,
                 "answer": None if a is None else a.text[:ANSWER_MAX], "up": self.up}
 
+    def lines(self) -> list[str]:
+        """The verdict, a line per phase with its time and details, and the answer the model gave."""
+        verdict = "ok" if self.ok else f"FAILED (exit {self.exit_code})"
+        lines = [f"smoke {self.name} on {self.host}: {verdict}"]
+        for p in self.phases.values():
+            took = f"{p.duration_s:6.2f}s" if p.status != "skipped" else " " * 7
+            lines.append(f"  {p.name:<9} {p.status:<7} {took}  {p.details}")
+        if self.answer is not None:
+            a = self.answer
+            lines.append(f"  answer ({a.model}, {a.latency_ms:.0f} ms): {a.text[:120]!r}")
+        return lines
+
     def smoke_cases(self) -> list[SmokeCase]:
         classname = f"smoke.{self.name or 'profile'}"
         return [SmokeCase(p.name, classname, p.status, p.duration_s, p.details, p.text or p.details)

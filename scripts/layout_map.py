@@ -116,6 +116,13 @@ SYMBOLS: dict[tuple[str, str], str] = {
     ("deployer.export.prometheus", "node_targets"): "deployer.deployments.nodes.scrape",
     ("deployer.remote.base", "TargetSpec"): "deployer.host",
     ("deployer.remote.base", "LOCAL"): "deployer.host",
+    # issue 38: the read commands' reports render themselves (lines()); their text moved beside them
+    ("deployer.output.text", "describe_crash"): "deployer.deployments.status_text",
+    ("deployer.output.text", "unhealthy_text"): "deployer.deployments.status_text",
+    ("deployer.output.text", "timeline_text"): "deployer.deployments.history_text",
+    ("deployer.output.text", "run_lines"): "deployer.deployments.history_text",
+    ("deployer.output.text", "change_lines"): "deployer.deployments.history_text",
+    ("deployer.output.serving", "serving_lines"): "deployer.deployments.status_text",
 }
 FILES: dict[str, str] = {
     "templates/sglang.sh.j2": "deployer/engines/sglang/launch.sh.j2",

@@ -9,7 +9,7 @@ import click
 
 from deployer.cli import show
 from deployer.cli.options import NODE, _target_options
-from deployer.output.text import describe_crash
+from deployer.deployments.status_text import describe_crash
 from deployer.deployments.base import DownOptions, LogOptions, Select
 from deployer.deployments.resolve import READ, STOP, resolve
 from deployer.errors import PartlyFailed

@@ -5,6 +5,7 @@ across hosts; `--live` asks each host), and the user's effective defaults with w
 from __future__ import annotations
 
 import posixpath
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,31 @@ class KnownReport:
     def to_json(self) -> Any:
         return self.rows
 
+    def lines(self) -> list[str]:
+        """A table (NAME HOST WORKDIR VERSION STATE WHEN, and NOW with `live`); with no row, a line saying the local
+        history is empty, or none where `ls --host` said on stderr where it looked."""
+        if not self.rows:
+            return [] if self.nothing_found else ["no deployments in the local history (deploy up records them)"]
+        head = ["NAME", "HOST", "WORKDIR", "VERSION", "STATE", "WHEN"] + (["NOW"] if self.live else [])
+        table = [head] + [_known_cells(row, self.live) for row in self.rows]
+        widths = [max(len(r[i]) for r in table) for i in range(len(head))]
+        return ["  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip() for cells in table]
+
     exit_code = 0
+
+
+def _known_cells(row: Row, live: bool) -> list[str]:
+    from deployer.deployments.status_text import ago, when
+
+    at = row.get("at")
+    seen = f"{when(at)} ({ago(max(time.time() - at, 0))} ago)" if isinstance(at, (int, float)) else "?"
+    cells = [str(row["name"]), str(row["host"]), str(row["workdir"]), str(row.get("version") or "")[:12],
+             str(row.get("state")), seen]
+    if live:
+        now = row.get("live") or {}
+        cells.append(f"unknown: {now['error']}" if now.get("error") else
+                     f"{now.get('status')} ({'healthy' if now.get('healthy') else 'not healthy'})")
+    return cells
 
 
 @dataclass(frozen=True)

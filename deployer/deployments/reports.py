@@ -1,6 +1,7 @@
 """The typed reports the Deployment methods return: each gives exactly the JSON the CLI prints (`to_json()`)
-and the command's exit code (`exit_code`). How a report is shown to people is the CLI's business, chosen by
-the report's type (deployer.output.text), never by the kind of deployment.
+and the command's exit code (`exit_code`); most also give their text for people (`lines()`: the `Renders` protocol,
+printed by deployer.output.text, which keeps a form by type only for what depends on the terminal or a live sink).
+Never chosen by the kind of deployment.
 
 `up`, `restart` and `rollback` return an `UpResult` (the runner's UpReport for a single host or a node group, the
 fleet's FleetReport); `smoke` a `Smoked` (deployer.smoke's SmokeReport, the fleet's FleetSmokeReport); `plan` a
@@ -28,6 +29,13 @@ if TYPE_CHECKING:
     SmokeResult = Smoked
 
 Row = dict[str, Any]
+
+
+class Renders(Protocol):
+    """A report that gives its own text for people: the lines deployer.output.text prints (on stderr where
+    `text_on_stderr` says so: a fleet's up report, beside its event lines)."""
+
+    def lines(self) -> list[str]: ...
 
 
 class UpResult(Protocol):
@@ -67,6 +75,11 @@ class HostStatus:
         return (f"no deployments on {self.host} under {', '.join(self.looked)} (the workdir given or the default, "
                 "and every workdir the local history knows on this host)")
 
+    def lines(self) -> list[str]:
+        from deployer.deployments.status_text import row_lines
+
+        return row_lines(self.rows)
+
     @property
     def exit_code(self) -> int:
         return worst_exit_code(self.rows)
@@ -82,6 +95,11 @@ class NodeStatus:
         members = [row.to_json() for row in self.rows]
         return deployment_json(self.rows[0].name if self.rows else "", "nodes", members, self.exit_code,
                                serving=bool(self.rows) and self.rows[0].serving)
+
+    def lines(self) -> list[str]:
+        from deployer.deployments.status_text import node_lines
+
+        return node_lines(self.rows)
 
     @property
     def exit_code(self) -> int:
@@ -102,6 +120,11 @@ class FleetStatus:
         shared = deployment_json(str(self.data.get("name", "")), "fleet", replicas, self.code,
                                  router=self.data.get("router"), serving=bool(self.data.get("serving")))
         return {**self.data, **shared}
+
+    def lines(self) -> list[str]:
+        from deployer.deployments.status_text import fleet_lines
+
+        return fleet_lines(self.data)
 
     @property
     def exit_code(self) -> int:
@@ -208,6 +231,11 @@ class HistoryReport:
     def to_json(self) -> Any:
         return [entry.to_json() for entry in self.entries]
 
+    def lines(self) -> list[str]:
+        from deployer.deployments.history_text import history_lines
+
+        return history_lines(self.entries)
+
     exit_code = 0
 
 
@@ -219,6 +247,11 @@ class DiagnosisReport:
 
     def to_json(self) -> Any:
         return self.data
+
+    def lines(self) -> list[str]:
+        from deployer.deployments.history_text import diagnosis_lines
+
+        return diagnosis_lines(self.data)
 
     exit_code = 0
 

@@ -1,6 +1,5 @@
 """Output of fleet operations for people: every event on its own line, prefixed with the member and host it came
-from (`r1@gpu-b`), so hosts working at once read side by side; and the fleet's report table (its status table
-is in deployer.output.fleet_status)."""
+from (`r1@gpu-b`), so hosts working at once read side by side (its status table: deployer.deployments.status_text)."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ import threading
 from typing import Any
 
 from deployer.logtext import shown
-from deployer.output.fleet_status import status_lines as status_lines   # the table's home; named here too
 from deployer.events import (
     AttemptStarted, BecameReady, PhaseEntered, Changed, Diagnosed, Drift, EngineExited, EngineHung, Event, FollowerExited, Info,
     PortTakenSeen, Problem, Progressed, Restored, RollingBack, StartPredicted, StartSlow, StartupTimedOut,

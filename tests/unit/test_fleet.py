@@ -20,7 +20,7 @@ from deployer.errors import LaunchFailed, PartlyFailed, ProfileError, TargetErro
 from deployer.runner.fanout import TaggedSink, fan_out
 from deployer.deployments.fleet.members import fleet_of, http_url
 from deployer.deployments.fleet.oncall import _exit_code, _mark_in_router, pick_member
-from deployer.output.fleet import status_lines
+from deployer.deployments.status_text import fleet_lines as status_lines
 from deployer.operate.deployment import status_code
 from deployer.box.push import RunDir
 from deployer.box.records import RunView

@@ -263,7 +263,7 @@ def test_drain_s_sets_vllms_shutdown_timeout_and_the_supervisors_stop() -> None:
 def test_status_and_history_show_the_hang_its_progress_and_its_frame() -> None:
     from types import SimpleNamespace
 
-    from deployer.output.text import describe_crash
+    from deployer.deployments.status_text import describe_crash
     from deployer.operate.history import _hung
 
     hung = {"at": 1.0, "reason": "2 running, 0 waiting and no engine step for 21 s (hang_s 20, derived)",

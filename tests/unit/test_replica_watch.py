@@ -19,7 +19,7 @@ from deployer.deployments.fleet.members import fleet_of
 from deployer.deployments.fleet.oncall import PULLED, _mark_in_router
 from deployer.deployments.fleet.router_key import CONTROL_KEY_VAR
 from deployer.operate.history import lock_event_text
-from deployer.output.fleet_status import status_lines
+from deployer.deployments.status_text import fleet_lines as status_lines
 from deployer.profile.loader import load_profile
 from deployer.secrets import secret_var
 from deployer.supervisor.protocol import REPLICAS_FILE

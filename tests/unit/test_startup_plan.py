@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from deployer.output.text import timeline_text
+from deployer.deployments.history_text import timeline_text
 from deployer.engines import engine_for
 from deployer.events import Event, StartSlow
 from deployer.observe.timeline import PastStart, Phase, Prediction, Range, StartKey, Timeline, predict
