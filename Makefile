@@ -34,7 +34,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	@PYTHON=$(PYTHON) bash scripts/provision-test-host.sh install
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet --no-compile -e '.[test]'
 	touch $@
 
 # What the tests need on this machine (sshd, sftp-server, ssh client, unshare, pkill, iproute2, nft, python3).

@@ -33,7 +33,7 @@ cpu_venv_lock "$DIR"   # creates DIR's parent first: a fresh machine has no ~/.c
 start=$(date +%s)
 rm -rf "$DIR"
 $PY -m venv "$DIR"
-"$DIR/bin/python" -m pip install --quiet --disable-pip-version-check "smg==$SMG_VERSION"
+"$DIR/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile "smg==$SMG_VERSION"
 "$DIR/bin/smg" launch --help >/dev/null
 echo "$STAMP" > "$DIR/.stamp"
 wheelhouse

@@ -21,7 +21,7 @@ fi
 start=$(date +%s)
 rm -rf "$DIR"
 $PY -m venv "$DIR"
-"$DIR/bin/python" -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION"
+"$DIR/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile "uv==$UV_VERSION"
 "$DIR/bin/uv" --version >/dev/null
 echo "$STAMP" > "$DIR/.stamp"
 echo "uv venv built in $(( $(date +%s) - start ))s: $DIR ($("$DIR/bin/uv" --version))"

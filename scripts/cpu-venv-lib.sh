@@ -2,7 +2,7 @@
 # real code in it (its argument parser runs on this CPU; no GPU, no CUDA torch).
 #
 #   cpu_venv_begin DIR STAMP WHAT       lock DIR, and exit 0 (saying so) when it is already built for STAMP
-#   cpu_venv_new DIR                    an empty venv in DIR; PIP becomes its quiet `pip install` command
+#   cpu_venv_new DIR                    an empty venv in DIR; PIP becomes its quiet `pip install --no-compile`
 #   cpu_venv_lock DIR                   one builder per DIR: a second build waits for the first (fd 9)
 #   cpu_venv_fresh DIR STAMP            true when DIR holds a venv built for exactly STAMP
 #   cpu_venv_build DIR WHAT TORCH NODEPS_ARRAY DEPS_ARRAY
@@ -29,7 +29,9 @@ cpu_venv_begin() {
 cpu_venv_new() {
   rm -rf "$1"
   "${PY:-python3}" -m venv "$1"
-  PIP=("$1/bin/python" -m pip install --quiet --disable-pip-version-check)
+  # --no-compile: pip byte-compiles every module it installs (~90,000 files across the tiers' venvs, ~4 ms each:
+  # most of a cold build's CPU), while an engine imports a few thousand of them, compiled once on first import
+  PIP=("$1/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile)
 }
 
 cpu_venv_fresh() {
