@@ -61,6 +61,7 @@ def fleet_up(tmp_path: Path, bed: HostBed, name: str) -> tuple[Path, dict[str, A
     return prof, data, home, urls
 
 
+@pytest.mark.slow("a fleet up, then a rolling restart interrupted mid-drain and the drained replica waited back into the router")
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_rolling_restart_adds_the_drained_replica_back(tmp_path: Path, bed: HostBed,
                                                                       how: signal.Signals) -> None:
@@ -91,6 +92,7 @@ def test_an_interrupted_rolling_restart_adds_the_drained_replica_back(tmp_path: 
     assert fleet_deploy(bed, "down", str(prof), home=home).returncode == 0
 
 
+@pytest.mark.slow("a fleet up, then the guard's own re-add after kill -9 of the client: waits out stop + load + up to 10 s")
 def test_kill_9_after_the_drain_the_router_takes_the_replica_back_by_itself(tmp_path: Path, bed: HostBed) -> None:
     """No further command but reads: the guard armed on the router's host before the drain sees the client gone and
     adds the replica back once it answers, within stop + load + 10 s; until then `status` exits 9, never 0."""

@@ -155,6 +155,7 @@ def test_rolling_restart_through_the_real_router_loses_no_request(tmp_path: Path
     assert fleet_deploy(bed, "down", str(prof), home=home).returncode == 0
 
 
+@pytest.mark.slow("a fleet up, then a rollout whose first replica crashes at start, is diagnosed and is rolled back under load")
 def test_an_upgrade_that_will_not_start_stops_the_rollout_and_rolls_that_replica_back(
         tmp_path: Path, bed: HostBed) -> None:
     home = tmp_path / "home"

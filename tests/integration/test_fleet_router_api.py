@@ -99,6 +99,7 @@ def chat(front: str) -> int:
     return call(f"{front}/v1/chat/completions", "POST", body, key=CLIENT_KEY)[0]
 
 
+@pytest.mark.slow("a fleet (two replicas and the real router) up twice, requests through it, four statuses and a down")
 def test_the_router_refuses_a_foreign_worker_and_status_names_a_planted_one(
         tmp_path: Path, bed: HostBed, foreign: tuple[str, list[str]]) -> None:
     home = tmp_path / "home"

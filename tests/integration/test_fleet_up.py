@@ -148,6 +148,7 @@ def test_a_failed_host_does_not_hide_the_others(tmp_path: Path, bed: HostBed) ->
     assert fleet_deploy(bed, "down", str(prof), home=home).returncode == 0
 
 
+@pytest.mark.slow("two whole fleets (two replicas and a real router each) up side by side, then down")
 def test_two_fleets_routers_share_a_host(tmp_path: Path, bed: HostBed) -> None:
     """smg's metrics server defaults to 0.0.0.0:29000: deployer gives each router its own (port + 1, its address)."""
     home = tmp_path / "home"

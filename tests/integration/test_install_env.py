@@ -18,6 +18,7 @@ from install_helpers import PACKAGE, TORCH_CU128, cuda_mismatch, envs, install_p
 
 pytestmark = pytest.mark.integration
 
+@pytest.mark.slow("two real managed environments built on the target (python -m venv and pip install), one reused between")
 def test_up_builds_reuses_and_rebuilds_the_managed_environment(tmp_path: Path, sshd: Any) -> None:
     wheels = tmp_path / "wheels"
     make_wheel(wheels, "1.0")

@@ -138,6 +138,7 @@ def _runs(tmp_path: Path, name: str) -> list[Path]:
     return sorted((tmp_path / "work" / name / "runs").iterdir())
 
 
+@pytest.mark.slow("five ups (four versions, then one that crashes at start), a down, three prunes and a rollback")
 def test_retention_drops_old_secrets_and_prune_keeps_what_restart_and_rollback_need(tmp_path: Path,
                                                                                     sshd: Any) -> None:
     prof = write_profile(tmp_path, sshd, name="ret", env={"HF_TOKEN": "${CYCLE_HF}"},
