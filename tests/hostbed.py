@@ -11,8 +11,9 @@ from __future__ import annotations
 import contextlib
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sshbed import SSHD, keygen, known_hosts_name, make_sshd, public_key
 
@@ -41,6 +42,7 @@ class HostBed:
     ssh_config: Path
     identity_file: Path
     known_hosts: Path
+    nets: list[Any] = field(default_factory=list)   # net_host_bed: each host's netbed.NetHost (its faults)
 
     def ssh_argv(self, alias: str, command: str) -> list[str]:
         """argv of a plain OpenSSH client running `command` on the host named `alias`."""
@@ -119,4 +121,4 @@ def net_host_bed(d: Path, count: int = 2) -> Iterator[HostBed]:
             workdir.mkdir()
             hosts.append(Host(alias=f"node-{i}", sshd=net.sshd, workdir=workdir))
         ssh_config, known_hosts = _write_client_files(d, hosts, identity)
-        yield HostBed(hosts=hosts, ssh_config=ssh_config, identity_file=identity, known_hosts=known_hosts)
+        yield HostBed(hosts=hosts, ssh_config=ssh_config, identity_file=identity, known_hosts=known_hosts, nets=nets)

@@ -98,6 +98,10 @@ class NetHost:
         """Every packet on the link dropped, both ways: connections stay open and hear nothing."""
         self._drop_rule("drop")
 
+    def block_port(self, port: int) -> None:
+        """TCP to `port` dropped on the link both ways: a connect to it times out; ssh and everything else pass."""
+        self._drop_rule(f"tcp dport {int(port)} drop")
+
     def loss(self, percent: int) -> None:
         self._drop_rule(f"numgen random mod 100 < {int(percent)} drop")
 

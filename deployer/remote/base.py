@@ -232,6 +232,19 @@ class Helper(Protocol):
         """The kernel ring buffer's last lines ("" when the target does not let this user read it)."""
         return str(self._ask("kernel_log", {"lines": lines}, "reading the kernel log").get("text") or "")
 
+    def listen(self, port: int, peers: int, timeout_s: float) -> int:
+        """Listen on 0.0.0.0:`port` until `peers` connections came or `timeout_s` passed: how many came
+        (HelperRefused, kind "bind", when the port cannot be bound)."""
+        reply = self._ask("listen", {"port": port, "peers": peers, "timeout_s": timeout_s},
+                          f"listening on port {port}", timeout_s + FILE_WAIT_S)
+        return int(reply.get("accepted") or 0)
+
+    def reach(self, address: str, port: int, timeout_s: float) -> str | None:
+        """Connect to `address`:`port`, again until `timeout_s`: None once it answered, else the last error."""
+        reply = self._ask("reach", {"address": address, "port": port, "timeout_s": timeout_s},
+                          f"connecting to {address}:{port}", timeout_s + FILE_WAIT_S)
+        return None if reply.get("reached") else str(reply.get("error") or "no answer")
+
     def lease_show(self, path: str) -> dict[str, Any]:
         """The lock's lease as the target's clock judges it (`held`, `expires_in`, ...; {"held": False}: no file)."""
         lease = self._ask("lease_show", {"path": path}, f"reading the lock {path}").get("lease")

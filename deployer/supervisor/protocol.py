@@ -92,6 +92,8 @@ OPS: Dict[str, Op] = {
     # push.py's retention of pushed model directories
     "models_prune": Op(True, "push"),
     # programs of their own, for minutes: not fenced, as when they were exec channels (the client's lock guards them)
+    "listen": Op(False, "reach"),       # a node group's dist-init port held open a moment (reach.py)
+    "reach": Op(False, "reach"),        # ... and connected to from a follower
     "fetch": Op(False, "fetch", program=True),  # weights from the hub (fetch.py's lines)
     "push": Op(False, "push", program=True),    # a model directory received (push.py's lines)
     "feed": Op(False),                          # {stream, data_b64?, eof?}: a program's stdin

@@ -77,3 +77,30 @@ def test_two_nodes_on_the_same_port_of_separate_hosts_serve_and_restart_as_a_gro
              "both ranks restarted and ready", 60)
     assert state(bed, 0)["pid"] != before[0], "rank 0 was restarted with the group, not left serving alone"
     assert deploy("down", str(prof), home=home, timeout=60).returncode == 0
+
+
+def test_a_follower_that_cannot_reach_node_0s_dist_init_port_is_refused_before_anything_starts(
+        tmp_path: Path, net_bed: HostBed) -> None:
+    """Node 0's link drops TCP to the dist-init port (a firewall between the boxes; ssh still passes): preflight's
+    look (node 0's helper listens on the port, node 1's connects to it over the link) names the follower, the address
+    and why, exit 4, and no node has a run."""
+    bed = net_bed
+    data: dict[str, Any] = {
+        "name": "cut",
+        "nodes": [h.sshd.target(h.workdir) for h in bed.hosts],
+        "engine": {"kind": "sglang", "python": "/usr/bin/python3", "model_path": "Qwen/Qwen3-8B", "port": ENGINE_PORT,
+                   "host": "0.0.0.0", "args": {"tp_size": 2}, "env": {"PYTHONPATH": str(STANDIN)},
+                   "dist_init_port": DIST_PORT},
+    }
+    prof = tmp_path / "cut.yaml"
+    prof.write_text(yaml.safe_dump(data, sort_keys=False))
+    for host in bed.hosts:  # each node a GPU box for preflight: the stand-in nvidia-smi (one idle H200)
+        (host.sshd.bin_dir / "nvidia-smi").symlink_to(STANDIN / "bin" / "nvidia-smi")
+    bed.nets[0].block_port(DIST_PORT)
+    up = deploy("up", str(prof), home=tmp_path / "home", timeout=150)
+    assert up.returncode == 4, up.stderr[-3000:]
+    assert (f"cannot reach node 0's dist-init address {bed.hosts[0].addr}:{DIST_PORT} (timed out)"
+            in up.stderr), up.stderr
+    assert "node 1" in up.stderr and "Traceback" not in up.stderr, up.stderr
+    assert not any((h.workdir / "cut" / "runs").exists() and any((h.workdir / "cut" / "runs").iterdir())
+                   for h in bed.hosts)

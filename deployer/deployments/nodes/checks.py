@@ -5,7 +5,6 @@ reachable from every follower (node 0 listens on it for a moment, each follower 
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable
 
 from deployer.deployments.nodes.net import decide, gather_net, node0_address
@@ -14,7 +13,7 @@ from deployer.runner.fanout import at_once
 from deployer.deployments.nodes.watch import NodeSession
 from deployer.preflight.facts import Facts
 from deployer.profile.model import Profile
-from deployer.remote.program import SUPERVISOR_PYTHON
+from deployer.errors import DeployError
 from deployer.box.process import port_free
 
 REACH_TIMEOUT_S = 10.0
@@ -81,48 +80,24 @@ def dist_init_problems(sessions: list[NodeSession], plans: list[NodePlan]) -> li
     return _reach(sessions, plans[0].addr, port)
 
 
-LISTEN_PY = """import socket, sys, time
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(64); s.settimeout(0.2)
-print("@@listening", flush=True)
-want, got, end = int(sys.argv[2]), 0, time.monotonic() + float(sys.argv[3])
-while got < want and time.monotonic() < end:
-    try:
-        c, _ = s.accept(); c.close(); got += 1
-    except OSError:
-        pass
-"""
-CONNECT_PY = """import socket, sys, time
-end = time.monotonic() + float(sys.argv[3])
-while True:
-    try:
-        socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2).close(); print("@@reached"); break
-    except OSError as e:
-        if time.monotonic() >= end:
-            print("@@unreachable", e); break
-        time.sleep(0.2)
-"""
-
-
 def _reach(sessions: list[NodeSession], addr: str, port: int) -> list[str]:
-    """Node 0 listens on the dist-init port for a moment; every follower connects to <node 0>:<port>."""
+    """Node 0 listens on the dist-init port for a moment; every follower connects to <node 0>:<port> (the helper's
+    `listen` and `reach`, supervisor/reach.py: all at once, each node's in its own helper)."""
     leader, followers = sessions[0], sessions[1:]
-    listen = f"{SUPERVISOR_PYTHON} -c {_q(LISTEN_PY)} {port} {len(followers)} {REACH_TIMEOUT_S:g}"
-    out: list[str] = []
 
-    def look(s: NodeSession) -> str:
-        if s.rank == 0:
-            return s.remote.run(listen, timeout=REACH_TIMEOUT_S + 15, check=False).stdout
-        return s.remote.run(f"{SUPERVISOR_PYTHON} -c {_q(CONNECT_PY)} {_q(addr)} {port} {REACH_TIMEOUT_S:g}",
-                            timeout=REACH_TIMEOUT_S + 15, check=False).stdout
+    def look(s: NodeSession) -> str | None:
+        """None: node 0 listened, or a follower reached it; else why not."""
+        try:
+            if s.rank == 0:
+                s.remote.helper.listen(port, len(followers), REACH_TIMEOUT_S)
+                return None
+            return s.remote.helper.reach(addr, port, REACH_TIMEOUT_S)
+        except DeployError as e:
+            return str(e)
 
-    results = at_once(look, [leader, *followers])
-    for s, text in zip(followers, results[1:]):
-        if "@@reached" not in text:
-            why = text.split("@@unreachable", 1)[1].strip() if "@@unreachable" in text else "no answer"
-            out.append(f"{s.plan.label} cannot reach node 0's dist-init address {addr}:{port} ({why})")
+    listened, *reached = at_once(look, [leader, *followers])
+    out = [f"{s.plan.label} cannot reach node 0's dist-init address {addr}:{port} ({why})"
+           for s, why in zip(followers, reached) if why is not None]
+    if out and listened is not None:
+        out.append(f"{leader.plan.label} could not listen on its dist-init port {port}: {listened}")
     return out
-
-
-def _q(text: str) -> str:
-    return shlex.quote(text)
