@@ -42,21 +42,30 @@ def health(addr: str, port: int) -> int | None:
         return None
 
 
-def test_two_nodes_on_the_same_port_of_separate_hosts_serve_and_restart_as_a_group(
-        tmp_path: Path, net_bed: HostBed) -> None:
-    bed = net_bed
+def pair_profile(tmp_path: Path, bed: HostBed, name: str, extra: dict[str, Any] | None = None) -> Path:
+    """The stand-in SGLang over both hosts, each rank on ENGINE_PORT of its own host, node 0's rendezvous on
+    DIST_PORT; `extra`: more top-level sections."""
     data: dict[str, Any] = {
-        "name": "pair",
+        "name": name,
         "nodes": [h.sshd.target(h.workdir) for h in bed.hosts],
         "engine": {"kind": "sglang", "python": "/usr/bin/python3", "model_path": "Qwen/Qwen3-8B", "port": ENGINE_PORT,
                    "host": "0.0.0.0", "args": {"tp_size": 2}, "env": {"PYTHONPATH": str(STANDIN)},
                    "dist_init_port": DIST_PORT},
+        **(extra or {}),
+    }
+    prof = tmp_path / f"{name}.yaml"
+    prof.write_text(yaml.safe_dump(data, sort_keys=False))
+    return prof
+
+
+def test_two_nodes_on_the_same_port_of_separate_hosts_serve_and_restart_as_a_group(
+        tmp_path: Path, net_bed: HostBed) -> None:
+    bed = net_bed
+    prof = pair_profile(tmp_path, bed, "pair", {
         "health": {"interval_s": 0.3, "startup_timeout_s": 60, "stall_timeout_s": 30},
         "retry": {"max_attempts": 2, "backoff_s": 0.2},
         "restart": {"grace_s": 2, "policy": "on-failure", "backoff_s": [0.5, 2]},
-    }
-    prof = tmp_path / "pair.yaml"
-    prof.write_text(yaml.safe_dump(data, sort_keys=False))
+    })
     home = tmp_path / "home"
     up = deploy("up", str(prof), "--json", "--skip-preflight", home=home, timeout=150)
     assert up.returncode == 0, up.stderr[-3000:] + up.stdout[-3000:]
@@ -85,15 +94,7 @@ def test_a_follower_that_cannot_reach_node_0s_dist_init_port_is_refused_before_a
     look (node 0's helper listens on the port, node 1's connects to it over the link) names the follower, the address
     and why, exit 4, and no node has a run."""
     bed = net_bed
-    data: dict[str, Any] = {
-        "name": "cut",
-        "nodes": [h.sshd.target(h.workdir) for h in bed.hosts],
-        "engine": {"kind": "sglang", "python": "/usr/bin/python3", "model_path": "Qwen/Qwen3-8B", "port": ENGINE_PORT,
-                   "host": "0.0.0.0", "args": {"tp_size": 2}, "env": {"PYTHONPATH": str(STANDIN)},
-                   "dist_init_port": DIST_PORT},
-    }
-    prof = tmp_path / "cut.yaml"
-    prof.write_text(yaml.safe_dump(data, sort_keys=False))
+    prof = pair_profile(tmp_path, bed, "cut")
     for host in bed.hosts:  # each node a GPU box for preflight: the stand-in nvidia-smi (one idle H200)
         (host.sshd.bin_dir / "nvidia-smi").symlink_to(STANDIN / "bin" / "nvidia-smi")
     bed.nets[0].block_port(DIST_PORT)
