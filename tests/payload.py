@@ -1,6 +1,6 @@
-"""The supervisor's files as a deployment holds them (remote/program.py: `supervise.py`, one program, and the entry
-files `supervise_guard.py`, `supervise_lease.py` that run it for another module), for tests that run them as the
-target does (`python3 -B supervise.py start RUN`); and the snapshot as a program of its own (on the target the helper
+"""The supervisor's files as a deployment's root holds them (remote/program.py: the payload, `payload/<sha256>.py`,
+and the entry files that name its hash and run one module's main from it: `supervise.py`, `supervise_guard.py`,
+`supervise_lease.py`), for tests that run them as the target does (`python3 -B supervise.py start RUN`); and the snapshot as a program of its own (on the target the helper
 answers it). Built once per content into a folder named by its hash, each file written atomically: tests running in
 parallel share it and never see a half-written file."""
 
@@ -11,11 +11,12 @@ import os
 import tempfile
 from pathlib import Path
 
-from deployer.remote.program import ROOT_ENTRIES, payload_files, program
+from deployer.remote.program import ROOT_ENTRIES, payload_bundle, payload_files, payload_name, program
 
 
 def _files() -> dict[str, bytes]:
-    return {**payload_files(ROOT_ENTRIES), "snapshot.py": program(("snapshot",))}
+    return {payload_name(): payload_bundle()[0], **payload_files(ROOT_ENTRIES, in_run_dir=False),
+            "snapshot.py": program(("snapshot",))}
 
 
 def payload_program(name: str) -> Path:
@@ -24,9 +25,9 @@ def payload_program(name: str) -> Path:
     digest = hashlib.sha256(b"".join(hashlib.sha256(data).digest() for _, data in sorted(files.items()))).hexdigest()
     folder = Path(tempfile.gettempdir()) / f"deployer-test-payload-{os.geteuid()}" / digest
     if not all((folder / n).is_file() and (folder / n).read_bytes() == data for n, data in files.items()):
-        folder.mkdir(parents=True, exist_ok=True, mode=0o755)
+        (folder / "payload").mkdir(parents=True, exist_ok=True, mode=0o755)
         for n, data in files.items():
-            tmp = folder / f".{n}.{os.getpid()}.tmp"
+            tmp = (folder / n).with_name(f".{(folder / n).name}.{os.getpid()}.tmp")
             tmp.write_bytes(data)
             tmp.chmod(0o644)
             os.replace(tmp, folder / n)

@@ -1,10 +1,11 @@
 """Push: the deployment's directory layout on the target and the atomic upload of one attempt's run dir.
 
-    <workdir>/<name>/lock, supervise.py, current -> runs/<id>
+    <workdir>/<name>/lock, supervise.py, supervise_guard.py, supervise_lease.py, current -> runs/<id>
+    <workdir>/<name>/payload/<sha256>.py   the supervisor payload, one file per version, named by its hash
     <workdir>/<name>/runs/<id>/launch.sh (0700), env (0600), profile.json, supervise.py, supervise_guard.py,
                                supervise.json, state.json, engine.log, outcome.json
-(names and record keys: supervisor/protocol.py; supervise.py, the supervisor's program, and the entry
-files that run it for another module: remote/program.py.)
+(names and record keys: supervisor/protocol.py; the payload and the entry files that name its hash and run one
+module's main from it: remote/program.py; which payloads stay: box/retention.py.)
 Every file goes to a temporary name (in the helper's `install` request, or over SFTP when large) and is renamed
 into place after its hash is checked. A push
 checks the free space first and either completes (every file verified) or removes its half-written run dir.
@@ -25,7 +26,8 @@ from deployer.errors import DeployError, DiskFull, LockLost, RemoteError, Target
 from deployer.remote.base import Remote
 from deployer.remote.base import HelperRefused
 from deployer.remote.oneshot import UNSAFE_HINT
-from deployer.remote.program import ROOT_ENTRIES, RUN_DIR_ENTRIES, helper_bundle, payload_files
+from deployer.remote.program import PAYLOAD_DIR, ROOT_ENTRIES, RUN_DIR_ENTRIES, payload_bundle, payload_files
+from deployer.remote.program import payload_name
 from deployer.secrets import mask_data
 from deployer.supervisor.protocol import ENGINE_LOG, ENV_FILE, LAUNCH_SH, OUTCOME_JSON, PROFILE_JSON
 from deployer.supervisor.protocol import STATE_JSON, SUPERVISE_JSON, ProfileRecord, SuperviseConfig
@@ -38,8 +40,8 @@ if TYPE_CHECKING:  # annotations only: the on-call commands read layouts without
 
 # The deployment lock's lease, a program of its own kept at the deployment's root (deployer/box/lock.py runs it).
 LEASE_FILE = "supervise_lease.py"
-# The supervisor's files in a run dir (remote/program.py: one program, supervise.py, and the guard's entry file).
-SUPERVISOR_FILES = tuple(payload_files(RUN_DIR_ENTRIES))
+# The supervisor's files in a run dir (remote/program.py: the entry files naming the payload's hash).
+SUPERVISOR_FILES = tuple(payload_files(RUN_DIR_ENTRIES, in_run_dir=True))
 # Free space a push needs beyond its files: state.json, outcome.json and the engine's first log lines.
 SPACE_HEADROOM = 256 << 10
 # ... and beyond the supervisor files at the deployment's root: the lock's lease record and its events.
@@ -47,8 +49,9 @@ SYNC_HEADROOM = 64 << 10
 
 
 def _sync_supervisor(remote: Remote, folder: str) -> None:
-    """Put the supervisor and lease files that differ from this deployer's copy (none: one round trip)."""
-    sources = payload_files(ROOT_ENTRIES)
+    """Put the payload and the root's entry files that differ from this deployer's (none: one round trip)."""
+    # the payload first: an entry is never in place before the file it names
+    sources = {payload_name(): payload_bundle()[0], **payload_files(ROOT_ENTRIES, in_run_dir=False)}
     # The hashes and the free space in one request: a fresh target's full disk is named before any write.
     facts = remote.helper.disk(folder, [posixpath.join(folder, name) for name in sources])
     have = dict(zip(sources, facts.digests))
@@ -58,6 +61,8 @@ def _sync_supervisor(remote: Remote, folder: str) -> None:
     need_k = -(-(sum(len(data) for data in stale.values()) + SYNC_HEADROOM) // 1024)
     if facts.free is not None and facts.free // 1024 < need_k:
         raise _no_space(remote, folder, str(facts.free // 1024), need_k, "the supervisor and the lock")
+    if payload_name() in stale:
+        make_owned_dirs(remote, posixpath.join(folder, PAYLOAD_DIR), folder)
     remote.put_all([(data, posixpath.join(folder, name), 0o644) for name, data in stale.items()])
 
 
@@ -133,6 +138,10 @@ class Layout:
     def supervisor(self) -> str:
         return posixpath.join(self.root, "supervise.py")
 
+    @property
+    def payloads(self) -> str:
+        return posixpath.join(self.root, PAYLOAD_DIR)
+
     def run(self, run_id: str) -> RunDir:
         return RunDir(posixpath.join(self.runs, run_id), run_id)
 
@@ -182,7 +191,7 @@ def engine_spec(profile: Profile, written_hash: str | None = None) -> Supervised
         fatal=FatalWatch([p.pattern for p in fatal_patterns()], FATAL_GRACE_S), logs=profile.logs,
         probe=probe_config(profile), record=RecordFields(profile=profile.public_dict(), health_path=profile.health.path,
                             written_hash=written_hash, kind=profile.engine.kind,
-                            secret_templates=profile.templates, helper=helper_bundle()[1]))
+                            secret_templates=profile.templates, helper=payload_bundle()[1]))
 
 
 def supervisor_config(profile: Profile) -> SuperviseConfig:
@@ -207,7 +216,7 @@ def push(remote: Remote, layout: Layout, bundle: Bundle, record: Mapping[str, An
     files = [(ENV_FILE, bundle.env.encode(), 0o600), (LAUNCH_SH, bundle.script.encode(), 0o700),
              (PROFILE_JSON, json.dumps(record, indent=1).encode(), 0o644),
              (SUPERVISE_JSON, json.dumps(config, indent=1).encode(), 0o644),
-             *((name, data, 0o644) for name, data in payload_files(RUN_DIR_ENTRIES).items())]
+             *((name, data, 0o644) for name, data in payload_files(RUN_DIR_ENTRIES, in_run_dir=True).items())]
     _make_run_dir(remote, layout, run, sum(len(data) for _, data, _ in files) + SPACE_HEADROOM)
     try:
         remote.put_all([(data, run.file(name), mode) for name, data, mode in files])

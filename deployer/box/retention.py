@@ -8,6 +8,11 @@ in a timeout or a crash before ready never needs its secrets again, current or n
 deleted whole, except those same runs and any run whose state still looks alive: they are never deleted.
 `deploy prune` applies the same plan on demand, with `--keep` and `--dry-run`.
 
+The supervisor payloads (`<deployment>/payload/<sha256>.py`, one per deployer version, named by the entry files of
+the runs and the root: remote/program.py) stay while a kept run dir or the root names one, and the one this deployer
+runs; another goes only when older than PAYLOAD_UNUSED_S, so a payload another deployer has just put there (before
+it takes the lock and pushes a run naming it) is never taken from under it.
+
 Pushed model directories (`engine.weights.push`, `<workdir>/.deployer/models/<content>/`) are shared by every
 deployment of the workdir: one goes once no kept run of any of them loads it and nothing pushed or reused it for
 MODELS_UNUSED_S (a `deploy prepare` ahead of its `up`), and never while a push of it runs.
@@ -24,10 +29,12 @@ from deployer.prepare.pushed import models_dir
 from deployer.prepare.weights import size_text
 from deployer.box.push import Layout, expand_workdir
 from deployer.remote.base import Remote
+from deployer.remote.program import payload_bundle
 from deployer.supervisor.base import LIVE
 
 DEFAULT_KEEP = 10
 MODELS_UNUSED_S = 24 * 3600.0   # a pushed directory no kept run loads stays this long after its last push or reuse
+PAYLOAD_UNUSED_S = 3600.0       # a payload nothing names stays this long after it was written
 
 @dataclass(frozen=True)
 class RunSummary:
@@ -38,6 +45,15 @@ class RunSummary:
     reached_ready: bool
     status: str
     has_env: bool
+    payload: str = ""    # the sha256 of the payload its supervise.py names ("": a program of its own)
+
+
+@dataclass(frozen=True)
+class Payloads:
+    """The payloads in a deployment dir (sha256 -> seconds since written) and the one its root's entries name."""
+
+    ages: dict[str, float]
+    root: str = ""
 
 
 @dataclass
@@ -47,10 +63,11 @@ class RetentionPlan:
     delete: list[str] = field(default_factory=list)          # run ids whose dir goes
     drop_env: list[str] = field(default_factory=list)        # run ids (kept) whose env file goes
     protected: dict[str, str] = field(default_factory=dict)  # run id -> why it is never deleted
+    drop_payloads: list[str] = field(default_factory=list)   # sha256s of the payload files that go
 
     def to_json(self) -> dict[str, Any]:
         return {"keep": self.keep, "runs": self.runs, "delete": self.delete, "drop_env": self.drop_env,
-                "protected": self.protected}
+                "protected": self.protected, "drop_payloads": self.drop_payloads}
 
 
 def plan_retention(runs: list[RunSummary], current: str | None, keep: int) -> RetentionPlan:
@@ -67,6 +84,13 @@ def plan_retention(runs: list[RunSummary], current: str | None, keep: int) -> Re
         elif run.has_env and not (run.run_id in protected and _needs_env(run, current)):
             plan.drop_env.append(run.run_id)
     return plan
+
+
+def unused_payloads(runs: list[RunSummary], plan: RetentionPlan, payloads: Payloads, own: str) -> list[str]:
+    """Pure: the payloads no run that stays, nor the root, nor this deployer (`own`) names, written long enough
+    ago (PAYLOAD_UNUSED_S) that no push of another deployer can be about to name them."""
+    named = {r.payload for r in runs if r.run_id not in plan.delete} | {payloads.root, own}
+    return sorted(d for d, age in payloads.ages.items() if d not in named and age >= PAYLOAD_UNUSED_S)
 
 
 def _needs_env(run: RunSummary, current: str | None) -> bool:
@@ -89,29 +113,36 @@ def _protected(runs: list[RunSummary], current: str | None) -> dict[str, str]:
     return out
 
 
-def run_summaries(remote: Remote, layout: Layout) -> tuple[list[RunSummary], str | None]:
-    """Every run (oldest first) and the current run's id, read on the target in one request (the helper's `runs`)."""
+def run_summaries(remote: Remote, layout: Layout) -> tuple[list[RunSummary], str | None, Payloads]:
+    """Every run (oldest first), the current run's id and the payloads, read on the target in one request (the
+    helper's `runs`)."""
     data = remote.helper.runs(layout.runs)
     try:
-        runs = [RunSummary(str(r["id"]), str(r["hash"]), bool(r["ready"]), str(r["status"]), bool(r["env"]))
-                for r in data["runs"]]
-    except (KeyError, TypeError):
+        runs = [RunSummary(str(r["id"]), str(r["hash"]), bool(r["ready"]), str(r["status"]), bool(r["env"]),
+                           str(r.get("payload") or "")) for r in data["runs"]]
+        payloads = Payloads({str(p["digest"]): float(p["age_s"]) for p in data.get("payloads") or []},
+                            str(data.get("root_payload") or ""))
+    except (KeyError, TypeError, ValueError):
         raise TargetError(f"cannot list the runs of {layout.root} on {remote.label}: "
                           f"the deployer helper answered {str(data)[:200]}") from None
     current = data.get("current")
-    return runs, str(current) if current else None
+    return runs, str(current) if current else None, payloads
 
 
 def retention_plan(remote: Remote, layout: Layout, keep: int) -> RetentionPlan:
-    runs, current = run_summaries(remote, layout)
-    return plan_retention(runs, current, keep)
+    runs, current, payloads = run_summaries(remote, layout)
+    plan = plan_retention(runs, current, keep)
+    plan.drop_payloads = unused_payloads(runs, plan, payloads, payload_bundle()[1])
+    return plan
 
 
 def apply_plan(remote: Remote, layout: Layout, plan: RetentionPlan) -> None:
-    """Env files first (the secrets: also those of the dirs that go), then whole run dirs; one request."""
+    """Env files first (the secrets: also those of the dirs that go), then whole run dirs, then the payloads
+    nothing names; one request."""
     dirs = [posixpath.join(layout.runs, r) for r in plan.delete]
     envs = [posixpath.join(layout.runs, r, "env") for r in plan.drop_env] + [posixpath.join(d, "env") for d in dirs]
-    remote.helper.remove([*envs, *dirs], layout.root)
+    payloads = [posixpath.join(layout.payloads, f"{digest}.py") for digest in plan.drop_payloads]
+    remote.helper.remove([*envs, *dirs, *payloads], layout.root)
 
 
 def tidy(remote: Remote, layout: Layout, keep: int) -> RetentionPlan:

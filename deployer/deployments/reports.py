@@ -274,6 +274,8 @@ class PruneReport:
         out += [f"  {verb} run {run_id}" for run_id in result["delete"]]
         out += [f"  {verb} the env file of run {run_id}" for run_id in result["drop_env"]]
         out += [f"  kept run {run_id}: {why}" for run_id, why in result["protected"].items()]
+        out += [f"  {verb} the supervisor payload {digest[:12]} (nothing names it)"
+                for digest in result.get("drop_payloads") or ()]
         models = result.get("models") or {}
         out += [f"  {verb} the pushed model dir {content[:12]} (no kept run loads it)"
                 for content in models.get("removed") or ()]
@@ -282,7 +284,7 @@ class PruneReport:
         if models.get("removed"):
             out.append(f"  {size_text(models.get('freed_bytes') or 0)} {'to free' if dry_run else 'freed'} by the "
                        "model dirs")
-        if not result["delete"] and not result["drop_env"] and not models.get("removed"):
+        if not (result["delete"] or result["drop_env"] or result.get("drop_payloads") or models.get("removed")):
             out.append("  nothing to prune")
         return out
 

@@ -39,7 +39,7 @@ from deployer.remote.base import Session, Transport
 from deployer.remote.oneshot import ProgramHelper
 from deployer.supervisor.protocol import IN_HELPER   # supervisor commands the helper answers itself
 from deployer.remote.oneshot import known
-from deployer.remote.program import SUPERVISOR_PYTHON, TARGET_CACHE, helper_bundle
+from deployer.remote.program import SUPERVISOR_PYTHON, TARGET_CACHE, payload_bundle
 
 START_TIMEOUT_S = 30.0   # from the exec to the helper's hello (a first contact also uploads it)
 REPLY_MARGIN_S = 15.0    # beyond a command's own timeout (the helper enforces that one and answers)
@@ -137,7 +137,7 @@ exec(compile(src, path, "exec"), {"__name__": "__main__", "CODES": codes,
 
 def start_line() -> str:
     """The one exec line: run the cached helper, or receive it, cache it and run it (one python either way)."""
-    payload, digest = helper_bundle()
+    payload, digest = payload_bundle()
     return f'exec {SUPERVISOR_PYTHON} -c {shlex.quote(_LOADER)} {TARGET_CACHE}/helper-{digest}.py {digest} {len(payload)}'
 
 
@@ -191,7 +191,7 @@ class Conversation(Helper):
     @property
     def version(self) -> str:
         """The helper's content hash (what a run dir records as the helper that wrote it)."""
-        return str(self.hello.get("version") or helper_bundle()[1])
+        return str(self.hello.get("version") or payload_bundle()[1])
 
     # -- the conversation ---------------------------------------------------------------------------------
 
@@ -239,7 +239,7 @@ class Conversation(Helper):
 
     def _greet(self, session: Session) -> dict[str, Any]:
         deadline = time.monotonic() + START_TIMEOUT_S
-        payload, digest = helper_bundle()
+        payload, digest = payload_bundle()
         while True:
             left = deadline - time.monotonic()
             if left <= 0:

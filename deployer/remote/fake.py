@@ -28,7 +28,8 @@ from typing import Any
 
 from deployer.errors import NotFound, RemoteError
 from deployer.remote.base import Hasher, HttpReply, NoLine, Result, Transport
-from deployer.remote.program import SUPERVISOR_PYTHON, helper_bundle
+from deployer.remote.program import SUPERVISOR_PYTHON, payload_bundle
+from deployer.supervisor.files import named_payload
 from deployer.supervisor.protocol import ENGINE_LOG, OUTCOME_JSON, PROFILE_JSON, STATE_JSON, State
 
 FAKE = "fake"
@@ -296,8 +297,9 @@ class FakeRemote:
         s.on("^" + re.escape(SUPERVISOR_PYTHON) + " ", self._supervisor_program)
 
     def _supervisor_program(self, cmd: str, _stdin: bytes) -> Result:
-        words = shlex.split(cmd[len(SUPERVISOR_PYTHON):])   # `- ARGV`: this deployer's copy over stdin
-        return self.supervise(words[1:])
+        # `PATH/supervise.py ARGV` (a deployment's entry file) or `- supervise ARGV` (this deployer's payload over stdin)
+        words = shlex.split(cmd[len(SUPERVISOR_PYTHON):])
+        return self.supervise(words[2:] if words[:2] == ["-", "supervise"] else words[1:])
 
     def _children(self, folder: str) -> list[str]:
         found = {p[len(folder) + 1:].split("/", 1)[0] for p in (*self.dirs, *self.files) if p.startswith(folder + "/")}
@@ -479,8 +481,12 @@ class FakeRemote:
             out.append({"id": rid, "hash": str(record.get("content_hash", "")),
                         "ready": bool(state.get("ready_at")) or outcome.get("outcome") == "ready",
                         "status": str(state.get("status", "unknown")),
-                        "env": posixpath.join(d, "env") in self.files})
-        return {"ok": True, "runs": out, "current": self.current(posixpath.dirname(runs_dir))}
+                        "env": posixpath.join(d, "env") in self.files,
+                        "payload": named_payload(self.files.get(posixpath.join(d, "supervise.py"), b""))})
+        root = posixpath.dirname(runs_dir)
+        payloads = [{"digest": name[:-3], "age_s": 0.0} for name in self._children(posixpath.join(root, "payload"))]
+        return {"ok": True, "runs": out, "current": self.current(root), "payloads": payloads,
+                "root_payload": named_payload(self.files.get(posixpath.join(root, "supervise.py"), b""))}
 
     def _op_models_prune(self, r: dict[str, Any]) -> dict[str, Any]:
         """The retention of pushed model directories: the fake's targets push none."""
@@ -511,7 +517,7 @@ class FakeSession:
 
     def __init__(self, target: FakeRemote) -> None:
         self._target = target
-        self._out: deque[str] = deque([json.dumps({"hello": {"version": helper_bundle()[1], "fake": True}})])
+        self._out: deque[str] = deque([json.dumps({"hello": {"version": payload_bundle()[1], "fake": True}})])
         self._ready = threading.Condition()
         self._closed = False
 

@@ -18,19 +18,9 @@ from typing import Any
 
 from deployer.errors import TargetError
 from deployer.remote.base import CommandTimedOut, Helper, HelperRefused, Remote, Result
-from deployer.remote.program import SUPERVISOR, helper_entries
-from deployer.remote.program import PACKAGE, SUPERVISOR_PYTHON, program
+from deployer.remote.program import SUPERVISOR_PYTHON, payload_bundle
 from deployer.supervisor.protocol import OPS
 
-# One helper request (JSON in argv) answered by the helper's own dispatcher, its reply line on stdout.
-ONE_REQUEST_MAIN = """import io, sys
-from %s.helper import Helper
-def main(argv):
-    out = io.BytesIO()
-    Helper(out).handle(argv[0].encode())
-    sys.stdout.write(out.getvalue().decode())
-    return 0
-""" % PACKAGE
 UNSAFE_HINT = "use a target.workdir that only the deploying user can write"
 
 
@@ -52,8 +42,8 @@ class ProgramHelper(Helper):
         self.remote = remote
 
     def supervise(self, argv: Sequence[str], timeout: float) -> Result:
-        """A supervisor command from this deployer's copy, sent over stdin (nothing on disk is used)."""
-        return self.remote.run(_line(*argv), timeout=timeout, check=False, stdin=program((SUPERVISOR,)))
+        """A supervisor command from this deployer's payload, sent over stdin (nothing on disk is used)."""
+        return self.remote.run(_line("supervise", *argv), timeout=timeout, check=False, stdin=payload_bundle()[0])
 
     def snapshot(self, argv: Sequence[str], timeout: float) -> dict[str, Any]:
         """The helper's `snapshot` request, answered by this deployer's copy of the helper (a program of its own)."""
@@ -73,8 +63,7 @@ class ProgramHelper(Helper):
         """One helper request answered by this deployer's copy of the helper, as a program of its own."""
         known(op)
         request = json.dumps({"id": 0, "op": op, **fields})
-        result = self.remote.run(_line(request), timeout=wait_s, check=False,
-                                 stdin=program(helper_entries(), ONE_REQUEST_MAIN))
+        result = self.remote.run(_line("request", request), timeout=wait_s, check=False, stdin=payload_bundle()[0])
         try:
             reply = json.loads(result.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):

@@ -1,10 +1,13 @@
-"""The target-side programs as the remote seam ships them: the supervisor modules' sources loaded in memory.
+"""The one payload the remote seam ships to a target: every supervisor module's source in one program, named by its
+sha256 (`payload_bundle()`).
 
 `bootstrap(sources)` builds one Python program that holds (module name, source) pairs as the package PACKAGE (the
 supervisor's modules import each other relatively; each runs when first imported) and runs one module's
-`main(argv)`: sent over stdin (`python3 -B -S - ARGS`: a supervisor command, one helper request on a bare connection), stored on the target as one
-file (the helper, conversation.py; it runs itself again for its program ops: the weights' fetch and push) or held
-by a deployment (supervise.py and its entry files, push.py). Nothing here runs a command; it only builds bytes.
+`main(argv)`: the helper's unless its runner names another (ENTRY). The same bytes are cached by the helper's loader
+(`helper-<sha256>.py`, conversation.py; the helper runs itself again for its program ops: the weights' fetch and
+push), held once by each deployment (`payload/<sha256>.py`, run by the entry files that name its hash: supervise.py,
+supervise_guard.py, supervise_lease.py) and sent over stdin on a bare connection (`python3 -B -S - supervise ARGS`,
+`- request JSON`: oneshot.py). Nothing here runs a command; it only builds bytes.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ PACKAGE = "deployer_supervisor"
 
 # Each module is run when it is first imported (a meta path finder over SOURCES): a helper start runs the modules
 # the helper imports, not the program ops' (fetch, push: urllib and http.client, a third of a start) until one runs.
-# ENTRY: the module whose main runs, when a file runs this program for another module than its own (ENTRY_FILE).
+# ENTRY: the module whose main runs, when a file runs this program for another module than its default (ENTRY_FILE).
 # CODES (a dict of name -> code object) and SAVE_CODES are given by the helper's loader (remote/conversation.py),
 # which keeps the compiled modules beside the cached helper (compiling them costs ~20 ms of every start), loaded only
 # when their keyed hash checks out.
@@ -43,7 +46,6 @@ CODES = globals().get("CODES") or {}
 FRESH = {}
 PACKAGE = %r
 SOURCES = dict(%r)
-MAIN = %r
 ENTRY = globals().get("ENTRY") or %r
 if ENTRY.startswith("supervise_"):  # an entry file an older deployer wrote names its module with the old prefix
     ENTRY = ENTRY[len("supervise_"):]
@@ -67,13 +69,8 @@ if globals().get("SAVE_CODES") and any(name not in CODES for name in SOURCES):
     for _name in SOURCES:
         _code(_name)
     SAVE_CODES(dict(CODES, **FRESH))
-if MAIN is None:
-    __import__(PACKAGE + "." + ENTRY)
-    _main = sys.modules[PACKAGE + "." + ENTRY]
-else:
-    _main = sys.modules["deployer_main"] = types.ModuleType("deployer_main")
-    exec(compile(MAIN, "<deployer deployer_main.py>", "exec"), _main.__dict__)
-sys.exit(_main.main(sys.argv[1:]))
+__import__(PACKAGE + "." + ENTRY)
+sys.exit(sys.modules[PACKAGE + "." + ENTRY].main(sys.argv[1:]))
 """
 
 # The programs sent to the target are named by their entry modules; which modules each loads, and in what order, is
@@ -83,12 +80,11 @@ SUPERVISOR = "supervise"            # the supervisor's command line: `supervise.
 HELPER = "helper"                   # the helper: every op of its table (protocol.OPS) is shipped with it
 
 
-def bootstrap(sources: list[tuple[str, str]], main: str | None = None, entry: str | None = None) -> bytes:
+def bootstrap(sources: list[tuple[str, str]], entry: str | None = None) -> bytes:
     """A program for `python3 -B -S -` that holds (module name, source) pairs as the modules of the package PACKAGE,
-    each run when first imported (their relative imports find each other there), and runs the `main` of module `entry` (default: the last), or
-    `main`'s: the source of a module outside the package (it imports the package's modules by their full name:
-    `PACKAGE.base`)."""
-    return (_BOOTSTRAP % (PACKAGE, sources, main, entry or sources[-1][0])).encode()
+    each run when first imported (their relative imports find each other there), and runs the `main` of module
+    `entry` (default: the last) unless its runner gives ENTRY."""
+    return (_BOOTSTRAP % (PACKAGE, sources, entry or sources[-1][0])).encode()
 
 
 def supervisor_source(name: str) -> str:
@@ -96,57 +92,76 @@ def supervisor_source(name: str) -> str:
     return (Path(deployer.supervisor.__file__).parent / f"{name}.py").read_text(encoding="utf-8")
 
 
-# What a deployment holds of the payload: one program, supervise.py (`python3 -B supervise.py start RUN`, every
-# module a run dir needs inside it), and entry files that run it with another module's main: the guard that repairs
-# a replace whose client was killed (`python3 -B supervise_guard.py arm ...`), in a run dir and at the deployment's
-# root, and the lock's lease program at the root (push.py).
-ENTRY_FILE = """import os
-path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "supervise.py")
-with open(path, "rb") as f:
-    code = compile(f.read(), path, "exec")
-exec(code, {"__name__": "__main__", "ENTRY": %r})
-"""
-RUN_DIR_ENTRIES = ("guard",)
-ROOT_ENTRIES = ("guard", "lease")
+# What a deployment holds of the payload (deployer/box/push.py): the payload itself once, named by its hash
+# (`<deployment>/payload/<sha256>.py`), and small entry files that name that hash and run one module's main from it:
+# supervise.py (`python3 -B supervise.py start RUN`), the guard that repairs a replace whose client was killed
+# (`supervise_guard.py arm ...`), in a run dir and at the deployment's root, and the lock's lease at the root. An entry
+# opens the payload without following a link, runs it only when it is this user's own, not writable by others, and
+# its sha256 is the one it names; else it says so in one line and runs nothing. It finds the deployment from its own
+# real path (a run dir is two levels below it); an ENTRY given by whoever runs it (an older deployer's entry file)
+# wins. Retention (box/retention.py) keeps every payload a kept run dir or the root names.
+PAYLOAD_DIR = "payload"
+PAYLOAD_NAMED = "PAYLOAD = "      # the line an entry names its payload's hash on (supervisor/files.py reads it)
+ENTRY_FILE = '''"""deployer: runs the supervisor payload this file names by its sha256, after checking it."""
+import hashlib, os, sys
+PAYLOAD = %r
+ENTRY = globals().get("ENTRY") or %r
+here = os.path.dirname(os.path.realpath(globals().get("__file__") or sys.argv[0]))
+path = os.path.join(%s, "payload", PAYLOAD + ".py")
+try:
+    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb") as f:
+        st, src = os.fstat(f.fileno()), f.read()
+except OSError as e:
+    sys.exit("deployer: cannot read the supervisor payload %%s: %%s" %% (path, e.strerror or e))
+if st.st_uid != os.geteuid() or st.st_mode & 0o022 or hashlib.sha256(src).hexdigest() != PAYLOAD:
+    sys.exit("deployer: %%s is not this user's own or not the payload named here: nothing run" %% path)
+exec(compile(src, path, "exec"), {"__name__": "__main__", "ENTRY": ENTRY})
+'''
+RUN_DIR_ENTRIES = (SUPERVISOR, "guard")
+ROOT_ENTRIES = (SUPERVISOR, "guard", "lease")
 
 
 def entry_file(module: str) -> str:
-    """The name of the file that runs supervise.py with `module`'s main (`guard` -> supervise_guard.py): the names
-    deployments on targets have always had, which running guards, @reboot lines and older deployers use."""
-    return f"supervise_{module}.py"
+    """The name of the file that runs `module`'s main (`guard` -> supervise_guard.py, `supervise` -> supervise.py):
+    the names deployments on targets have always had, which running guards, @reboot lines and older deployers use."""
+    return "supervise.py" if module == SUPERVISOR else f"supervise_{module}.py"
 
 
-def payload_files(entries: tuple[str, ...]) -> dict[str, bytes]:
-    """`{"supervise.py": program, "supervise_guard.py": entry}`: the payload's files with the entry files `entries`."""
-    return {"supervise.py": program(run_dir_entries()),
-            **{entry_file(name): (ENTRY_FILE % name).encode() for name in entries}}
+def payload_files(entries: tuple[str, ...], in_run_dir: bool) -> dict[str, bytes]:
+    """`{"supervise.py": entry, "supervise_guard.py": entry}`: the entry files `entries`, each naming this deployer's
+    payload; `in_run_dir`: they live in a run dir (the payload is two levels up), else at the deployment's root."""
+    digest = payload_bundle()[1]
+    root = "os.path.dirname(os.path.dirname(here))" if in_run_dir else "here"
+    return {entry_file(name): (ENTRY_FILE % (digest, name, root)).encode() for name in entries}
 
 
-@lru_cache(maxsize=None)
-def program(entries: tuple[str, ...], main: str | None = None, entry: str | None = None) -> bytes:
-    """The payload modules `entries` need (load_order) as one program (`python3 -B -`); `main`: the source of a last
-    module whose `main` runs; else the `main` of module `entry` (default: the first of `entries`)."""
-    return bootstrap([(name, supervisor_source(name)) for name in load_order(entries)], main, entry or entries[0])
+def payload_name() -> str:
+    """The payload's path below a deployment's root: `payload/<sha256>.py`."""
+    return f"{PAYLOAD_DIR}/{payload_bundle()[1]}.py"
 
 
 @lru_cache(maxsize=1)
-def helper_bundle() -> tuple[bytes, str]:
-    """The helper program (one file) and its content hash: the name it is cached under on a target."""
-    payload = program(helper_entries())
-    return payload, hashlib.sha256(payload).hexdigest()
+def payload_bundle() -> tuple[bytes, str]:
+    """The one payload (every supervisor module; the helper's main unless an entry names another) and its sha256:
+    what the helper's loader caches and runs, what a deployment holds under payload/, what a bare connection sends."""
+    data = program(payload_entries())
+    return data, hashlib.sha256(data).hexdigest()
 
 
-def helper_entries() -> tuple[str, ...]:
-    """The helper and the modules its table of operations names (it imports those by name, for a program op)."""
+def payload_entries() -> tuple[str, ...]:
+    """The helper (the payload's default main), the modules the entry files run, and the modules the helper's table
+    of operations names (it imports those by name, for a program op)."""
     from deployer.supervisor.protocol import OPS
 
-    return (HELPER, *sorted({op.module for op in OPS.values() if op.module}))
+    ops = sorted({op.module for op in OPS.values() if op.module} - set(ROOT_ENTRIES) - {HELPER})
+    return (HELPER, *ROOT_ENTRIES, *ops)
 
 
-def run_dir_entries() -> tuple[str, ...]:
-    """What a deployment's supervise.py runs: the supervisor, and the modules its entry files run (the guard, the
-    lease)."""
-    return (SUPERVISOR, *sorted(set(RUN_DIR_ENTRIES) | set(ROOT_ENTRIES)))
+@lru_cache(maxsize=None)
+def program(entries: tuple[str, ...]) -> bytes:
+    """The payload modules `entries` need (load_order) as one program (`python3 -B -S -`) that runs the `main` of
+    the first of `entries` unless its runner names another (ENTRY)."""
+    return bootstrap([(name, supervisor_source(name)) for name in load_order(entries)], entries[0])
 
 
 # A relative import of a sibling, at any indent (`from .base import X`, also inside a function). Read as text, not with

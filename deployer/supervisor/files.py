@@ -25,7 +25,9 @@ its owner, and the last component is never a link.
     find_bytes {path, needle_b64, offset}  the first offset at or after `offset` -> {at: int | null}
     kernel_log {lines}                  the kernel ring buffer's last lines (dmesg)         -> {text}
     lease_show {path}                   the lock's lease as `supervise_lease.py PATH --show` -> {lease}
-    runs {path}                         every run of a runs dir (retention's summary) -> {runs, current}
+    runs {path}                         every run of a runs dir (retention's summary), the payload each run's
+                                        supervise.py names, the root's, and the payloads there (their age)
+                                        -> {runs, current, root_payload, payloads: [{digest, age_s}]}
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -265,9 +268,51 @@ def _record(path: str) -> Dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+# An entry file names the payload it runs on one line (remote/program.py's ENTRY_FILE); a run dir whose supervise.py
+# has none holds a whole program of its own (an older deployer's).
+_PAYLOAD_LINE = re.compile(rb"^PAYLOAD = '([0-9a-f]{64})'$", re.MULTILINE)
+_PAYLOAD_FILE = re.compile(r"^([0-9a-f]{64})\.py$")
+ENTRY_HEAD = 4096
+
+
+def named_payload(text: bytes) -> str:
+    """The sha256 of the payload an entry file's text names, or ""."""
+    found = _PAYLOAD_LINE.search(text[:ENTRY_HEAD])
+    return found.group(1).decode("ascii") if found else ""
+
+
+def _named_by(path: str) -> str:
+    try:
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb") as f:
+            return named_payload(f.read(ENTRY_HEAD))
+    except OSError:
+        return ""
+
+
+def _payloads(folder: str) -> List[Dict[str, Any]]:
+    """The payload files of a deployment dir's payload/ (not links), with their age."""
+    out: List[Dict[str, Any]] = []
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return out
+    now = time.time()
+    for name in names:
+        found = _PAYLOAD_FILE.match(name)
+        try:
+            st = os.lstat(os.path.join(folder, name))
+        except OSError:
+            continue
+        if found and stat.S_ISREG(st.st_mode):
+            out.append({"digest": found.group(1), "age_s": max(0.0, now - st.st_mtime)})
+    return out
+
+
 def runs(req: Dict[str, Any]) -> Dict[str, Any]:
-    """Retention's summary of every run (oldest first) and the current one's id (its records never followed)."""
+    """Retention's summary of every run (oldest first), the current one's id, and the payloads (its records never
+    followed)."""
     folder = str(req["path"])
+    root = os.path.dirname(folder)
     out: List[Dict[str, Any]] = []
     try:
         names = sorted(os.listdir(folder))
@@ -283,10 +328,12 @@ def runs(req: Dict[str, Any]) -> Dict[str, Any]:
         state, outcome = _record(os.path.join(d, "state.json")), _record(os.path.join(d, "outcome.json"))
         out.append({"id": rid, "hash": str(_record(os.path.join(d, "profile.json")).get("content_hash", "")),
                     "ready": bool(state.get("ready_at")) or outcome.get("outcome") == "ready",
-                    "status": str(state.get("status", "unknown")), "env": os.path.lexists(os.path.join(d, "env"))})
+                    "status": str(state.get("status", "unknown")), "env": os.path.lexists(os.path.join(d, "env")),
+                    "payload": _named_by(os.path.join(d, "supervise.py"))})
     try:
-        current: Optional[str] = os.path.basename(os.readlink(os.path.join(os.path.dirname(folder), "current")))
+        current: Optional[str] = os.path.basename(os.readlink(os.path.join(root, "current")))
     except OSError:
         current = None
-    return {"runs": out, "current": current}
+    return {"runs": out, "current": current, "root_payload": _named_by(os.path.join(root, "supervise.py")),
+            "payloads": _payloads(os.path.join(root, "payload"))}
 

@@ -82,7 +82,7 @@ import sys
 import threading
 from typing import Any, BinaryIO, Callable
 
-from .supervise import dispatch
+from .supervise import dispatch, main as supervise_main
 from .base import PYTHON_FLAGS, SuperviseError, UnsafePath, communicate_bounded, make_dirs
 from .lease import FENCE_ENV, LeaseError, Refused, acquire, still_ours, update
 from .snapshot import snapshot as take_snapshot
@@ -530,9 +530,16 @@ def main(argv: list[str] | None = None) -> int:
     if args and args[0] in OPS and OPS[args[0]].program:   # a program op's child: that module's main
         module = importlib.import_module("." + str(OPS[args[0]].module), __package__)
         return int(module.main(args[1:]))
+    if args[:1] == ["supervise"]:   # a supervisor command on a bare connection (remote/oneshot.py)
+        return supervise_main(args[1:])
+    if args[:1] == ["request"] and len(args) == 2:   # one request, its reply line on stdout (remote/oneshot.py)
+        out = io.BytesIO()
+        Helper(out).handle(args[1].encode())
+        sys.stdout.write(out.getvalue().decode())
+        return 0
     if not args or args[0] != "serve":
-        print("usage: helper.py serve [VERSION] | " + " | ".join(n for n, op in OPS.items() if op.program),
-              file=sys.stderr)
+        print("usage: helper.py serve [VERSION] | supervise ARGV | request JSON | "
+              + " | ".join(n for n, op in OPS.items() if op.program), file=sys.stderr)
         return 2
     try:
         return serve(args[1] if len(args) > 1 else "", sys.stdin.buffer, sys.stdout.buffer)

@@ -23,13 +23,13 @@ from deployer.remote.base import Remote, Session
 from deployer.host import TargetSpec
 from deployer.remote.connect import connect
 from deployer.remote.conversation import HELPERS_KEPT, PROGRAM_MARKER, Conversation, start_line
-from deployer.remote.program import SUPERVISOR_PYTHON, helper_bundle
+from deployer.remote.program import SUPERVISOR_PYTHON, payload_bundle
 from deployer.remote.ssh.connection import SSHRemote
 from sshbed import SSHD
 
 pytestmark = pytest.mark.integration
 
-CACHED = '"${XDG_CACHE_HOME:-$HOME/.cache}/deployer/helper-%s.py"' % helper_bundle()[1]
+CACHED = '"${XDG_CACHE_HOME:-$HOME/.cache}/deployer/helper-%s.py"' % payload_bundle()[1]
 RECORD = '"${XDG_CACHE_HOME:-$HOME/.cache}/deployer/python"'
 
 
@@ -43,7 +43,7 @@ def ssh(sshd: SSHD) -> Iterator[SSHRemote]:
 
 
 def test_first_contact_ships_the_helper_in_the_same_exec_and_later_ones_reuse_it(ssh: SSHRemote, sshd: SSHD) -> None:
-    payload, digest = helper_bundle()
+    payload, digest = payload_bundle()
     ssh.run(f"rm -f {CACHED}")
     offset = sshd.log_offset()
     first = Conversation.open(ssh)
@@ -69,7 +69,7 @@ def test_a_damaged_cached_helper_is_replaced(ssh: SSHRemote) -> None:
         assert conv.shipped == 1 and conv.run("echo ok").stdout == "ok\n"
     finally:
         conv.close()
-    assert hashlib.sha256(ssh.run(f"cat {CACHED}").stdout.encode()).hexdigest() == helper_bundle()[1]
+    assert hashlib.sha256(ssh.run(f"cat {CACHED}").stdout.encode()).hexdigest() == payload_bundle()[1]
 
 
 def test_the_interpreter_is_recorded_and_used_while_it_exists(ssh: SSHRemote, tmp_path: Path) -> None:
@@ -245,7 +245,7 @@ def test_start_line_is_one_shell_line_that_holds_no_secret_and_no_program() -> N
     line = start_line()
     # the loader only (~2 KB: verify, store, record the interpreter, load compiled code); the program (~90 KB)
     # travels over stdin
-    assert len(line) < 3000 < len(helper_bundle()[0]) and "lease" not in line
+    assert len(line) < 3000 < len(payload_bundle()[0]) and "lease" not in line
 
 
 def test_a_helper_start_runs_no_site_code_and_imports_only_what_it_uses(tmp_path: Path) -> None:
@@ -262,7 +262,7 @@ def test_a_helper_start_runs_no_site_code_and_imports_only_what_it_uses(tmp_path
     subprocess.run([python, "-c", "pass"], env=env, check=True)
     assert (tmp_path / "site-ran").exists()        # the bed can tell: a python with site runs the .pth
     (tmp_path / "site-ran").unlink()
-    payload, _ = helper_bundle()
+    payload, _ = payload_bundle()
     done = subprocess.run(["bash", "-c", start_line()], input=f"{PROGRAM_MARKER} {len(payload)}\n".encode() + payload,
                           env=env, capture_output=True, timeout=60)
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.decode().splitlines()
@@ -287,7 +287,7 @@ def test_storing_a_new_helper_keeps_only_the_newest_versions(tmp_path: Path, mon
     finally:
         conv.close()
     kept = sorted(p.name for p in cache.glob("helper-*.py"))
-    assert len(kept) == HELPERS_KEPT and f"helper-{helper_bundle()[1]}.py" in kept
+    assert len(kept) == HELPERS_KEPT and f"helper-{payload_bundle()[1]}.py" in kept
     assert f"helper-{6:064x}.py" in kept and f"helper-{0:064x}.py" not in kept  # the oldest went
 
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from deploy_helpers import REPO, deploy, write_profile
-from deployer.remote.program import helper_bundle
+from deployer.remote.program import payload_bundle
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300),
               pytest.mark.slow("waits out what a user waits: the lease (30 s) and the 60 s answer bound")]
@@ -44,7 +44,7 @@ def descends(pid: int, root: int) -> bool:
 
 def helpers(sshd: Any) -> set[int]:
     """The helper processes (by their program's cached file name) that this sshd runs now, by host pid."""
-    marker = f"helper-{helper_bundle()[1]}.py".encode()
+    marker = f"helper-{payload_bundle()[1]}.py".encode()
     found = set()
     for entry in os.listdir("/proc"):
         if entry.isdigit():

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from deployer.remote.program import helper_bundle
+from deployer.remote.program import payload_bundle
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +34,7 @@ class HelperPipe:
     """One helper process over a pipe; `answer` sends a raw line and waits (bounded) for the one reply."""
 
     def __init__(self, tmp: Path) -> None:
-        payload, digest = helper_bundle()
+        payload, digest = payload_bundle()
         program = tmp / f"helper-{digest}.py"
         program.write_bytes(payload)
         self.proc = subprocess.Popen([PY, "-B", str(program), "serve", digest], stdin=subprocess.PIPE,

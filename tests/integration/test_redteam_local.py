@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from deploy_helpers import deploy, free_port, write_profile
-from deployer.remote.program import helper_bundle, supervisor_source
+from deployer.remote.program import payload_bundle, supervisor_source
 from deployer.supervisor import ports
 from sshbed import SSHD, make_sshd
 
@@ -372,7 +372,7 @@ def test_a_tampered_code_table_is_never_loaded(tmp_path: Path, own_home_sshd: SS
     bed = own_home_sshd
     prof = write_profile(tmp_path, bed, name="demo", workdir=tmp_path / "work")
     first = deploy("status", str(prof), home=tmp_path / "h")
-    tables = sorted(_cache(bed).glob(f"helper-{helper_bundle()[1]}.*.code"))
+    tables = sorted(_cache(bed).glob(f"helper-{payload_bundle()[1]}.*.code"))
     assert len(tables) == 1, first.stderr
     python = (_cache(bed) / "python").read_text().strip()
     evil = _evil_table(python, victim.path)
@@ -391,7 +391,7 @@ def test_a_cache_another_user_can_write_is_not_used(tmp_path: Path, own_home_ssh
     prof = write_profile(tmp_path, bed, name="demo", workdir=tmp_path / "work")
     first = deploy("status", str(prof), home=tmp_path / "h")
     cache = _cache(bed)
-    table = next(cache.glob(f"helper-{helper_bundle()[1]}.*.code"))
+    table = next(cache.glob(f"helper-{payload_bundle()[1]}.*.code"))
     evil = _evil_table((cache / "python").read_text().strip(), victim.path)
     cache.chmod(0o777)
     (victim.path.parent / "evil.code").write_bytes(evil)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from deploy_helpers import deploy, events, write_profile
-from deployer.remote.program import helper_bundle
+from deployer.remote.program import payload_bundle
 
 pytestmark = pytest.mark.integration
 
@@ -27,7 +27,7 @@ def test_up_status_logs_down(tmp_path: Path, sshd: Any) -> None:
     report = evs[-1]
     assert report["event"] == "report" and report["status"] == "ready"
     run_record = json.loads((Path(report["run_dir"]) / "profile.json").read_text())
-    assert run_record["helper"] == helper_bundle()[1]  # the run dir names the target-side helper that wrote it
+    assert run_record["helper"] == payload_bundle()[1]  # the run dir names the target-side helper that wrote it
     # on-call from another laptop: only the name, an ~/.ssh/config alias and the workdir
     st = deploy("status", "demo", "--host", "deployer-test", "--workdir", str(tmp_path / "work"), "--json",
                 home=tmp_path / "other-laptop", env={"DEPLOYER_SSH_CONFIG": str(sshd.ssh_config)})

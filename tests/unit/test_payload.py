@@ -15,13 +15,14 @@ from deployer.box.push import SUPERVISOR_FILES
 from deployer.remote.local import LocalRemote
 from deployer.remote.program import (
     ROOT_ENTRIES,
-    helper_bundle,
-    helper_entries,
+    RUN_DIR_ENTRIES,
     load_order,
+    payload_bundle,
+    payload_entries,
     payload_files,
-    run_dir_entries,
     supervisor_source,
 )
+from deployer.supervisor.files import named_payload
 
 SUPERVISOR_DIR = Path(program_mod.__file__).parents[1] / "supervisor"
 
@@ -39,7 +40,7 @@ def imported(name: str) -> set[str]:
     return found & package
 
 
-@pytest.mark.parametrize("entries", [("supervise",), run_dir_entries(), helper_entries(), ("snapshot",)])
+@pytest.mark.parametrize("entries", [("supervise",), RUN_DIR_ENTRIES, payload_entries(), ("snapshot",)])
 def test_each_program_loads_every_module_it_imports_after_what_that_imports(entries: tuple[str, ...]) -> None:
     order = load_order(entries)
     assert set(entries) <= set(order) and len(order) == len(set(order))
@@ -47,15 +48,15 @@ def test_each_program_loads_every_module_it_imports_after_what_that_imports(entr
         assert imported(name) <= set(order[:i]), (name, order)
 
 
-def test_the_helper_ships_every_module_of_the_package_its_table_of_operations_names() -> None:
+def test_the_one_payload_ships_every_module_of_the_package() -> None:
     from deployer.supervisor.protocol import OPS
 
-    shipped = set(load_order(helper_entries()))
-    assert {op.module for op in OPS.values() if op.module} <= shipped
+    shipped = set(load_order(payload_entries()))
+    assert {op.module for op in OPS.values() if op.module} | set(ROOT_ENTRIES) <= shipped
     modules = {p.stem for p in SUPERVISOR_DIR.glob("*.py")}
-    assert shipped == modules - {"guard", "__init__"}   # the guard runs from a deployment's own files only
+    assert shipped == modules - {"__init__"}
     for name in shipped:
-        assert f"({name!r}, ".encode() in helper_bundle()[0]
+        assert f"({name!r}, ".encode() in payload_bundle()[0]
 
 
 def test_a_module_imported_only_by_another_is_shipped_and_a_cycle_is_this_deployers_bug(
@@ -68,11 +69,14 @@ def test_a_module_imported_only_by_another_is_shipped_and_a_cycle_is_this_deploy
         program_mod.load_order.__wrapped__(("d",))
 
 
-def test_a_run_dir_holds_the_supervisor_and_the_helper_ships_the_protocol() -> None:
+def test_a_run_dir_and_the_root_hold_entry_files_that_name_the_one_payload_by_its_hash() -> None:
     assert set(SUPERVISOR_FILES) == {"supervise.py", "supervise_guard.py"}
-    assert {"protocol", "guard", "lease"} <= set(load_order(run_dir_entries()))
-    assert set(payload_files(ROOT_ENTRIES)) == {"supervise.py", "supervise_guard.py", "supervise_lease.py"}
-    assert b"SUPERVISE_JSON" in helper_bundle()[0]
+    root = payload_files(ROOT_ENTRIES, in_run_dir=False)
+    assert set(root) == {"supervise.py", "supervise_guard.py", "supervise_lease.py"}
+    for files in (root, payload_files(RUN_DIR_ENTRIES, in_run_dir=True)):
+        for data in files.values():
+            assert named_payload(data) == payload_bundle()[1] and len(data) < 2000
+    assert b"SUPERVISE_JSON" in payload_bundle()[0]
 
 
 def test_a_bare_connections_helper_runs_this_deployers_own_programs(tmp_path: Path) -> None:
@@ -116,17 +120,82 @@ def test_each_file_a_deployment_holds_runs_its_own_modules_main(name: str, usage
     assert "Traceback" not in done.stderr
 
 
+# The entry file deployers before the payload was named by its hash wrote: it runs the supervise.py beside it.
+OLD_ENTRY_FILE = """import os
+path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "supervise.py")
+with open(path, "rb") as f:
+    code = compile(f.read(), path, "exec")
+exec(code, {"__name__": "__main__", "ENTRY": %r})
+"""
+
+
 def test_an_entry_file_an_older_deployer_wrote_still_runs_its_module_in_the_new_program(tmp_path: Path) -> None:
     """A deployment root's supervise_guard.py written by a deployer from before the modules lost their `supervise_`
     prefix names its module `supervise_guard`; beside a newer supervise.py it still runs the guard's main."""
     import subprocess
     import sys
 
-    from deployer.remote.program import ENTRY_FILE
+    from payload import payload_program
 
-    (tmp_path / "supervise.py").write_bytes(payload_files(ROOT_ENTRIES)["supervise.py"])
-    (tmp_path / "supervise_guard.py").write_text(ENTRY_FILE % "supervise_guard")
+    root = payload_program("supervise.py").parent
+    (tmp_path / "payload").symlink_to(root / "payload")   # the payload that supervise.py names, as a root has it
+    (tmp_path / "supervise.py").write_bytes(payload_files(ROOT_ENTRIES, in_run_dir=False)["supervise.py"])
+    (tmp_path / "supervise_guard.py").write_text(OLD_ENTRY_FILE % "supervise_guard")
     done = subprocess.run([sys.executable, "-B", str(tmp_path / "supervise_guard.py")], capture_output=True,
                           text=True, timeout=30)
     assert done.returncode != 0 and "usage: supervise_guard.py arm" in done.stdout + done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def _root_with_payload(tmp_path: Path) -> Path:
+    """A deployment root as a push leaves it: payload/<sha256>.py (0644) and the root's entry files."""
+    data, digest = payload_bundle()
+    (tmp_path / "payload").mkdir()
+    (tmp_path / "payload" / f"{digest}.py").write_bytes(data)
+    (tmp_path / "payload" / f"{digest}.py").chmod(0o644)
+    for name, text in payload_files(ROOT_ENTRIES, in_run_dir=False).items():
+        (tmp_path / name).write_bytes(text)
+    run = tmp_path / "runs" / "r1"
+    run.mkdir(parents=True)
+    for name, text in payload_files(RUN_DIR_ENTRIES, in_run_dir=True).items():
+        (run / name).write_bytes(text)
+    return tmp_path / "payload" / f"{digest}.py"
+
+
+def _run(script: Path, *args: str) -> tuple[int, str]:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-B", "-S", str(script), *args], capture_output=True, text=True,
+                          timeout=30)
+    return done.returncode, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("where", ["supervise.py", "runs/r1/supervise.py", "runs/r1/supervise_guard.py"])
+def test_an_entry_runs_the_payload_its_hash_names_from_the_root_or_a_run_dir(tmp_path: Path, where: str) -> None:
+    _root_with_payload(tmp_path)
+    code, said = _run(tmp_path / where)
+    usage = "usage: supervise_guard.py arm" if "guard" in where else "usage: supervise.py start|stop"
+    assert code == 2 and usage in said and "Traceback" not in said, said
+    code, said = _run(tmp_path / "runs" / "r1" / "supervise.py", "status", str(tmp_path / "runs" / "r1"))
+    assert code == 0 and json.loads(said)["status"] == "absent", said
+
+
+@pytest.mark.parametrize("spoil", ["tampered", "missing", "symlink", "others-write"])
+def test_an_entry_runs_nothing_from_a_payload_that_is_not_the_one_it_names(tmp_path: Path, spoil: str) -> None:
+    """The payload changed (another byte), gone, swapped for a link, or writable by another user: one line, exit
+    non-zero, not one line of it run (a payload that ran would print the supervisor's usage)."""
+    payload = _root_with_payload(tmp_path)
+    if spoil == "tampered":
+        payload.write_bytes(payload.read_bytes().replace(b"usage: supervise.py", b"usage: supervise.PY"))
+    elif spoil == "missing":
+        payload.unlink()
+    elif spoil == "symlink":
+        real = tmp_path / "elsewhere.py"
+        payload.rename(real)
+        payload.symlink_to(real)
+    else:
+        payload.chmod(0o666)
+    code, said = _run(tmp_path / "runs" / "r1" / "supervise.py")
+    assert code == 1 and "usage" not in said and "Traceback" not in said, said
+    assert len(said.strip().splitlines()) == 1 and str(payload) in said, said

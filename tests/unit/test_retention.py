@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from deployer.box.retention import RunSummary, plan_retention
+from deployer.box.retention import PAYLOAD_UNUSED_S, Payloads, RunSummary, plan_retention, unused_payloads
 
 
-def run(n: int, version: str, ready: bool, status: str = "stopped", env: bool = True) -> RunSummary:
-    return RunSummary(f"2026113{n:02d}", version, ready, status, env)
+def run(n: int, version: str, ready: bool, status: str = "stopped", env: bool = True, payload: str = "") -> RunSummary:
+    return RunSummary(f"2026113{n:02d}", version, ready, status, env, payload)
 
 
 def test_keeps_the_newest_n_and_the_env_files_restart_and_rollback_need() -> None:
@@ -37,3 +37,18 @@ def test_only_runs_that_reached_ready_or_the_live_current_keep_their_env() -> No
     runs = [run(1, "a", True), run(2, "b", False, "exited"), run(3, "c", False, "running")]
     assert plan_retention(runs, current=runs[2].run_id, keep=5).drop_env == [runs[1].run_id]
     assert plan_retention(runs, current=runs[1].run_id, keep=5).drop_env == [runs[1].run_id, runs[2].run_id]
+
+
+def test_a_payload_stays_while_a_kept_run_the_root_or_this_deployer_names_it_or_while_it_is_new() -> None:
+    """Runs 1-2 go (keep 2): the payload only they named goes once old; what runs 3-4 name, what the root's entries
+    name, this deployer's own, and one written within the hour (another deployer's push may be about to name it)
+    stay; a payload of an old run of its own (no name: "") is nothing to keep."""
+    old = PAYLOAD_UNUSED_S + 1
+    runs = [run(1, "a", False, "exited", payload="p1"), run(2, "a", False, "exited", payload="p2"),
+            run(3, "a", True, payload="p3"), run(4, "b", True, payload=""),]
+    plan = plan_retention(runs, current=runs[-1].run_id, keep=2)
+    assert plan.delete == [runs[0].run_id, runs[1].run_id]
+    ages = {"p1": old, "p2": old, "p3": old, "root": old, "mine": old, "fresh": 10.0, "stray": old}
+    assert unused_payloads(runs, plan, Payloads(ages, root="root"), own="mine") == ["p1", "p2", "stray"]
+    assert unused_payloads(runs, plan_retention(runs, runs[-1].run_id, keep=4), Payloads(ages, "root"), "mine") \
+        == ["stray"]

@@ -19,7 +19,7 @@ import pytest
 
 from deployer.supervisor.protocol import OPS
 
-from deployer.remote.program import helper_bundle
+from deployer.remote.program import payload_bundle
 
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
@@ -28,7 +28,7 @@ class Helper:
     """One helper process; `ask` sends requests and collects the replies by id (they may come out of order)."""
 
     def __init__(self, tmp: Path) -> None:
-        payload, digest = helper_bundle()
+        payload, digest = payload_bundle()
         self.program = tmp / f"helper-{digest}.py"
         self.program.write_bytes(payload)
         env = {"PATH": os.environ["PATH"], "HOME": str(tmp)}
@@ -75,7 +75,7 @@ def helper(tmp_path: Path) -> Iterator[Helper]:
 
 
 def test_hello_names_the_version_and_the_home(helper: Helper, tmp_path: Path) -> None:
-    assert helper.hello["version"] == helper_bundle()[1] and helper.hello["home"] == str(tmp_path)
+    assert helper.hello["version"] == payload_bundle()[1] and helper.hello["home"] == str(tmp_path)
     assert helper.hello["pid"] == helper.proc.pid and helper.hello["protocol"] == 1
 
 
@@ -274,10 +274,21 @@ def test_find_bytes_runs_and_lease_show(helper: Helper, tmp_path: Path) -> None:
     (root / "runs" / "r2" / "profile.json").write_text(json.dumps({"content_hash": "h2"}))
     (root / "runs" / "r2" / "env").write_text("A=1")
     (root / "current").symlink_to("runs/r2")
-    assert helper.ask("runs", path=str(root / "runs")) == {
-        "id": 4, "ok": True, "current": "r2",
-        "runs": [{"id": "r1", "hash": "", "ready": True, "status": "exited", "env": False},
-                 {"id": "r2", "hash": "h2", "ready": False, "status": "unknown", "env": True}]}
+    a, b, c = "a" * 64, "b" * 64, "c" * 64
+    (root / "runs" / "r2" / "supervise.py").write_text(f'"""an entry"""\nimport os\nPAYLOAD = {a!r}\n')
+    (root / "supervise.py").write_text(f"PAYLOAD = {b!r}\n")
+    (root / "payload").mkdir()
+    for name in (f"{a}.py", f"{c}.py", "notes.txt"):
+        (root / "payload" / name).write_text("x")
+    os.utime(root / "payload" / f"{c}.py", (time.time() - 7200, time.time() - 7200))
+    (root / "payload" / f"{b}.py").symlink_to(root / "payload" / f"{a}.py")   # a link is no payload of ours
+    reply = helper.ask("runs", path=str(root / "runs"))
+    ages = {p["digest"]: p["age_s"] for p in reply.pop("payloads")}
+    assert reply == {
+        "id": 4, "ok": True, "current": "r2", "root_payload": b,
+        "runs": [{"id": "r1", "hash": "", "ready": True, "status": "exited", "env": False, "payload": ""},
+                 {"id": "r2", "hash": "h2", "ready": False, "status": "unknown", "env": True, "payload": a}]}
+    assert set(ages) == {a, c} and ages[a] < 60 and 7100 < ages[c] < 7300
     assert helper.ask("lease_show", path=str(root / "lock"))["lease"] == {"held": False}
     helper.ask("lease_take", path=str(root / "lock"), holder=holder("up"), token="t1", lease_s=30, mode="take")
     shown = helper.ask("lease_show", path=str(root / "lock"))["lease"]

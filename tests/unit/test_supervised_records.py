@@ -17,7 +17,7 @@ from deployer.deployments.fleet import router as router_mod
 from deployer.deployments.fleet.members import fleet_of
 from deployer.profile.loader import load_profile
 from deployer.profile.model import Target
-from deployer.remote.program import helper_bundle
+from deployer.remote.program import payload_bundle
 from deployer.render.bundle import render
 from deployer.box import switch
 from deployer.box.push import Layout, profile_record, supervisor_config
@@ -107,7 +107,7 @@ def test_engine_records_are_the_previous_releases(tmp_path: Path) -> None:
         "waiting_metrics": []}  # SGLang without enable_metrics serves no /metrics: the supervisor never asks it
     _pinned("engine-supervise.json", config)
     record = dict(profile_record(profile, bundle, attempt=2, up_id="feedc0ffee12", written_hash="ab" * 32))
-    assert record.pop("helper") == helper_bundle()[1]
+    assert record.pop("helper") == payload_bundle()[1]
     health = record["profile"]["health"]
     assert {k: health.pop(k) for k in ("probe_interval_s", "probe_failures", "probe_timeout_s")} == {
         "probe_interval_s": 30.0, "probe_failures": 3, "probe_timeout_s": 30.0}
