@@ -82,7 +82,7 @@ import sys
 import threading
 from typing import Any, BinaryIO, Callable
 
-from .supervise import dispatch, main as supervise_main
+from .supervise import dispatch, main as supervise_main, status_of
 from .base import PYTHON_FLAGS, SuperviseError, UnsafePath, communicate_bounded, make_dirs
 from .lease import FENCE_ENV, LeaseError, Refused, acquire, still_ours, update
 from .snapshot import snapshot as take_snapshot
@@ -240,9 +240,13 @@ class Helper:
 
     def snapshot(self, req: dict[str, Any]) -> dict[str, Any]:
         try:
-            return {"data": take_snapshot([str(a) for a in req["argv"]])}
+            return {"data": take_snapshot([str(a) for a in req["argv"]], self.live_status)}
         except SuperviseError as e:
             raise RequestError(str(e), "snapshot") from None
+
+    def live_status(self, run_dir: str) -> dict[str, Any]:
+        """A run's live status, as `supervise.py status` says it (its state, its processes alive or not)."""
+        return status_of(run_dir)
 
     def install(self, req: dict[str, Any]) -> dict[str, Any]:
         files = [(str(f["path"]), int(f["mode"]), str(f["sha256"]), base64.b64decode(f["data_b64"]))

@@ -22,7 +22,7 @@ import json
 import os
 import subprocess
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from .supervise import status_of
 from .base import CRASHED, EXIT_BAD_INPUT, SuperviseError
@@ -308,9 +308,10 @@ def _dmesg() -> str | None:
 
 
 def deployment(root: str, runs_wanted: int | None, log_tail: int | None, previous: bool,
-               which_attempt: str | None = None, log_count: int | None = None) -> dict[str, Any]:
+               which_attempt: str | None = None, log_count: int | None = None,
+               live: Callable[[str], dict[str, Any]] = status_of) -> dict[str, Any]:
     """Everything the on-call read commands need of one deployment dir (`log_tail`: the log's last bytes,
-    `log_count`: its last lines)."""
+    `log_count`: its last lines; `live`: a run dir's live status, what `supervise.py status` says)."""
     runs, current = list_runs(root), current_run(root)
     shown = log_run(runs, current, previous) if log_tail is not None or log_count is not None else None
     picked = set(runs if runs_wanted is None else runs[len(runs) - runs_wanted:] if runs_wanted else [])
@@ -322,7 +323,7 @@ def deployment(root: str, runs_wanted: int | None, log_tail: int | None, previou
     status = None
     if current:
         try:
-            status = status_of(os.path.join(root, "runs", current))
+            status = live(os.path.join(root, "runs", current))
         except SuperviseError as e:
             status = {"status": "absent", "error": str(e)[:300]}
     told = None  # the run whose attempt is diagnosed: the newest failed one, or a crashed current one
@@ -363,7 +364,7 @@ def _tail_text(path: str) -> str:
         return ""
 
 
-def workdir(path: str) -> dict[str, Any]:
+def workdir(path: str, live: Callable[[str], dict[str, Any]] = status_of) -> dict[str, Any]:
     """Every deployment under a workdir (directories that have a runs/ dir), each with its current run only."""
     try:
         names = sorted(n for n in os.listdir(path) if not n.startswith(".")
@@ -371,7 +372,8 @@ def workdir(path: str) -> dict[str, Any]:
     except OSError:
         names = []
     return {"workdir": path,
-            "deployments": {n: deployment(os.path.join(path, n), 0, None, False, "current") for n in names}}
+            "deployments": {n: deployment(os.path.join(path, n), 0, None, False, "current", live=live)
+                            for n in names}}
 
 
 def _count(opts: dict[str, str], name: str) -> int | None:
@@ -408,14 +410,15 @@ def _parse(argv: list[str]) -> tuple[str, dict[str, str], set[str]]:
     return pos[0], opts, flags
 
 
-def snapshot(argv: list[str]) -> dict[str, Any]:
+def snapshot(argv: list[str], live: Callable[[str], dict[str, Any]] = status_of) -> dict[str, Any]:
+    """The snapshot `argv` asks for; `live`: a run dir's live status (the helper's own supervisor answer)."""
     path, opts, flags = _parse(argv)
     root = os.path.abspath(os.path.expanduser(path))  # `~/x` arrives unexpanded: the target's home, no extra trip
     if "workdir" in flags:
-        return workdir(root)
+        return workdir(root, live)
     runs = _count(opts, "runs") if "runs" in opts else 0
     return deployment(root, runs, _count(opts, "log-tail") if "log-tail" in opts else None, "previous" in flags,
-                      opts.get("attempt"), _count(opts, "log-lines") if "log-lines" in opts else None)
+                      opts.get("attempt"), _count(opts, "log-lines") if "log-lines" in opts else None, live)
 
 
 def main(argv: list[str] | None = None) -> int:

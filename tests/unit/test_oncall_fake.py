@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_pipeline_fake import CRASH, OPTS, PORT, WORKDIR, profile  # noqa: E402
+from test_pipeline_fake import CRASH, OPTS, PORT, WORKDIR, deployment_dir, profile  # noqa: E402
 
 import deployer.remote.connect as connect_mod  # noqa: E402
 from deployer.deployments.nodes import ops as node_ops  # noqa: E402
@@ -184,7 +184,7 @@ def test_history_shows_the_locks_events_among_the_attempts(monkeypatch: pytest.M
     assert started is not None
     holder = {"owner": "ann@laptop", "pid": 1, "host_id": "laptop/b", "command": "up"}
     event = {"at": started + 5, "event": "lock-broken", "by": {**holder, "owner": "bob@desk"}, "from": holder}
-    fake.files[posixpath.join(WORKDIR, "demo", "lock-events.jsonl")] = (json.dumps(event) + "\n").encode()
+    Path(deployment_dir(fake), "lock-events.jsonl").write_text(json.dumps(event) + "\n")
     hosts(monkeypatch, {"gpu-box": fake})
     entries = history(REF)
     assert [(e.lock, e.outcome) for e in entries] == [(True, "lock-broken"), (False, "ready")]

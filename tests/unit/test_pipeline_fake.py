@@ -1,7 +1,8 @@
 """The single-host `up` against the scripted fake target (deployer/remote/fake.py): no sshd, no processes.
 
-The pipeline runs unchanged over the real helper conversation; the fake answers its requests from memory and its
-fake supervisor "starts" engines whose log and fate each test scripts. Reports and events are read in their JSON
+The pipeline runs unchanged over the real helper conversation; the real helper answers its requests on the fake
+box's own files (a temporary home per box) and the fake supervisor "starts" engines whose log and fate each test
+scripts. Reports and events are read in their JSON
 form (what `--json` prints), which stays the same whatever types carry them.
 """
 
@@ -18,9 +19,10 @@ from deployer.errors import LaunchFailed, LockLost
 from deployer.runner.up import UpOptions, up
 from deployer.profile.model import Profile
 from deployer.remote.fake import EngineScript, FakeRemote
+from deployer.remote.program import payload_name
 
 CASES = Path(__file__).resolve().parents[1] / "cases" / "sglang"
-WORKDIR = "/srv/deploy"
+WORKDIR = "~/deploy"   # under the fake box's own home (each FakeRemote has one)
 PORT = 30000
 CRASH = "starting\nTraceback (most recent call last):\n  File \"x.py\", line 1\nRuntimeError: the fake engine broke\n"
 
@@ -28,6 +30,15 @@ CRASH = "starting\nTraceback (most recent call last):\n  File \"x.py\", line 1\n
 @pytest.fixture(autouse=True)
 def local_history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DEPLOYER_HOME", str(tmp_path / "home"))
+
+
+def deployment_dir(fake: FakeRemote, name: str = "demo") -> str:
+    """Where WORKDIR's deployment `name` lives on the fake box."""
+    return posixpath.join(fake.home, WORKDIR.removeprefix("~/"), name)
+
+
+def read_json(path: str) -> Any:
+    return json.loads(Path(path).read_bytes())
 
 
 def profile(**args: Any) -> Profile:
@@ -67,20 +78,24 @@ def test_ready_on_the_first_attempt() -> None:
     assert [a["outcome"] for a in report["attempts"]] == ["ready"]
     assert kinds(events)[0] == "attempt" and kinds(events)[-1] == "ready"
     assert {"attempt", "pushed", "ready"} <= set(kinds(events))
-    root = posixpath.join(WORKDIR, "demo")
+    root = deployment_dir(fake)
     run_id = report["attempts"][0]["run_id"]
     assert fake.current(root) == run_id and report["run_dir"] == posixpath.join(root, "runs", run_id)
-    # what the target keeps: the run dir as push writes it, the outcome, the supervisor beside the lock
-    run = report["run_dir"]
-    for name in ("launch.sh", "env", "profile.json", "supervise.json", "supervise.py", "supervise_guard.py"):
-        assert posixpath.join(run, name) in fake.files, name
-    assert json.loads(fake.files[posixpath.join(run, "outcome.json")])["outcome"] == "ready"
-    assert json.loads(fake.files[posixpath.join(run, "profile.json")])["content_hash"] == report["content_hash"]
-    assert posixpath.join(root, "supervise_lease.py") in fake.files
+    # what the target keeps: the run dir as push writes it (modes too), the outcome, the supervisor beside the lock
+    run = Path(report["run_dir"])
+    modes = {name: (run / name).stat().st_mode & 0o777 for name in ("launch.sh", "env", "profile.json",
+                                                                  "supervise.json", "supervise.py",
+                                                                  "supervise_guard.py")}
+    assert modes == {"launch.sh": 0o700, "env": 0o600, "profile.json": 0o644, "supervise.json": 0o644,
+                     "supervise.py": 0o644, "supervise_guard.py": 0o644}
+    assert read_json(str(run / "outcome.json"))["outcome"] == "ready"
+    assert read_json(str(run / "profile.json"))["content_hash"] == report["content_hash"]
+    assert Path(root, "supervise_lease.py").is_file() and Path(root, payload_name()).is_file()
     # one helper, every request through it; no command the fake was not scripted for
     assert fake.spawned == 1 and not fake.unknown
     ops = [r["op"] for r in fake.requests]
-    assert ops[0] == "mkdirs" and "lease_take" in ops and ops[-1] == "lease_beat"
+    assert ops[:2] == ["run", "mkdirs"]   # the workdir's `~` spelt out (printf "$HOME"), then its dirs made
+    assert "lease_take" in ops and ops[-1] == "lease_beat"
     assert fake.requests[-1]["release"] is True
 
 
@@ -111,9 +126,9 @@ def test_a_crash_healed_by_a_change_on_attempt_two() -> None:
     assert "mem_fraction_static" not in fake.started[0].record["profile"]["engine"]["args"]
     assert fake.started[1].record["profile"]["engine"]["args"]["mem_fraction_static"] == changed
     assert kinds(events).count("attempt") == 2 and "diagnosis" in kinds(events) and "change" in kinds(events)
-    outcome = json.loads(fake.files[posixpath.join(fake.started[0].run_dir, "outcome.json")])
+    outcome = read_json(posixpath.join(fake.started[0].run_dir, "outcome.json"))
     assert outcome["outcome"] == "crashed" and outcome["change"]["args"] == first["change"]["args"]
-    assert fake.current(posixpath.join(WORKDIR, "demo")) == second["run_id"] and not fake.unknown
+    assert fake.current(deployment_dir(fake)) == second["run_id"] and not fake.unknown
 
 
 def test_a_failed_replace_brings_the_previous_version_back() -> None:
@@ -135,7 +150,7 @@ def test_a_failed_replace_brings_the_previous_version_back() -> None:
     assert report["replaced"] == old
     assert report["restored"]["run_id"] == old and report["restored"]["status"] == "ready"
     assert [s.run_dir.rsplit("/", 1)[1] for s in fake.started] == [old, report["attempts"][0]["run_id"], old]
-    assert fake.current(posixpath.join(WORKDIR, "demo")) == old and fake.listening[PORT].endswith(old)
+    assert fake.current(deployment_dir(fake)) == old and fake.listening[PORT].endswith(old)
     assert not fake.unknown
 
 

@@ -209,7 +209,7 @@ def test_off_without_an_interval() -> None:
 
 def _profile(**health: Any) -> Profile:
     return Profile.model_validate({
-        "name": "demo", "target": {"host": "gpu-box", "workdir": "/srv/deploy"},
+        "name": "demo", "target": {"host": "gpu-box", "workdir": "~/deploy"},
         "engine": {"kind": "vllm", "python": "/usr/bin/python3", "model_path": "/models/tiny", "port": 30000,
                    "args": {"served_model_name": ["tiny-chat", "alias"], "api_key": "sk-x"}},
         "health": {"interval_s": 0.05, "startup_timeout_s": 20, "stall_timeout_s": 10, **health},
