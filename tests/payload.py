@@ -11,7 +11,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from deployer.remote.program import ROOT_ENTRIES, payload_bundle, payload_files, payload_name, program
+from deployer.remote.program import ROOT_ENTRIES, RUN_DIR_ENTRIES, payload_bundle, payload_files, payload_name, program
 
 
 def _files() -> dict[str, bytes]:
@@ -32,3 +32,16 @@ def payload_program(name: str) -> Path:
             tmp.chmod(0o644)
             os.replace(tmp, folder / n)
     return folder / name
+
+
+def hold_like_a_deployment(root: Path, run: Path) -> None:
+    """`root` and its run dir `run` as a push leaves them: the payload once at root/payload/<sha256>.py, the run dir's
+    entry files naming it (the @reboot entry and a guard run the run dir's own supervise.py)."""
+    data, digest = payload_bundle()
+    (root / "payload").mkdir(mode=0o700, exist_ok=True)
+    held = root / "payload" / f"{digest}.py"
+    if not held.exists():
+        held.write_bytes(data)
+        held.chmod(0o644)
+    for name, text in payload_files(RUN_DIR_ENTRIES, in_run_dir=True).items():
+        (run / name).write_bytes(text)

@@ -9,7 +9,6 @@ import base64
 import json
 import os
 import shlex
-import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,7 +17,8 @@ from typing import Any
 import pytest
 
 from sshbed import write_stand_in_crontab
-from test_supervise_bash import LAUNCH, READY, READY_THEN_SLEEP, SUPERVISE, make_run, start, state_of, status_is, sup, wait_for
+from payload import hold_like_a_deployment
+from test_supervise_bash import LAUNCH, READY, READY_THEN_SLEEP, make_run, start, state_of, status_is, sup, wait_for
 from deployer.supervisor.snapshot import rotated_window
 
 pytestmark = pytest.mark.integration
@@ -94,7 +94,8 @@ def _crontab_env(tmp_path: Path) -> tuple[dict[str, str], Path]:
 @pytest.fixture()
 def dep_run(tmp_path: Path) -> Iterator[Callable[..., Path]]:
     """Run dirs where deployer puts them: <workdir>/<name>/runs/<id> (the boot entry names <workdir>/<name>),
-    each with its own copy of the supervisor (push puts one in every run dir: the entry runs that copy).
+    each with the supervisor's entry files naming the deployment's payload, as a push leaves them (the @reboot
+    entry runs the run dir's own supervise.py).
     Whatever they still run is stopped at teardown."""
     made: list[Path] = []
 
@@ -107,8 +108,7 @@ def dep_run(tmp_path: Path) -> Iterator[Callable[..., Path]]:
         (run / "supervise.json").write_text(json.dumps({
             "launch": "launch.sh", "env_file": "env", "log": "engine.log", "grace_s": 1, "ready_pattern": READY,
             "restart": {"policy": "no"}, **cfg}))
-        for module in SUPERVISE.parent.glob("supervise*.py"):
-            shutil.copy(module, run / module.name)
+        hold_like_a_deployment(tmp_path / "work" / "dep", run)
         made.append(run)
         return run
 
