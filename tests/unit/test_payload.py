@@ -76,6 +76,8 @@ def test_a_run_dir_and_the_root_hold_entry_files_that_name_the_one_payload_by_it
     for files in (root, payload_files(RUN_DIR_ENTRIES, in_run_dir=True)):
         for data in files.values():
             assert named_payload(data) == payload_bundle()[1] and len(data) < 2000
+            ast.parse(data, feature_version=(3, 8))   # the target's python may be 3.8
+    ast.parse(payload_bundle()[0], feature_version=(3, 8))
     assert b"SUPERVISE_JSON" in payload_bundle()[0]
 
 
