@@ -38,7 +38,8 @@ if TYPE_CHECKING:  # annotations only: the on-call commands read layouts without
     from deployer.profile.model import Profile
     from deployer.render.bundle import Bundle
 
-# The deployment lock's lease, a program of its own kept at the deployment's root (deployer/box/lock.py runs it).
+# The deployment lock's lease program at the deployment's root (an entry file naming the payload), kept for older
+# deployers: this one's helper holds the lease (deployer/box/lock.py).
 LEASE_FILE = "supervise_lease.py"
 # The supervisor's files in a run dir (remote/program.py: the entry files naming the payload's hash).
 SUPERVISOR_FILES = tuple(payload_files(RUN_DIR_ENTRIES, in_run_dir=True))
