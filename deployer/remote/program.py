@@ -103,7 +103,14 @@ def supervisor_source(name: str) -> str:
 PAYLOAD_DIR = "payload"
 PAYLOAD_NAMED = "PAYLOAD = "      # the line an entry names its payload's hash on (supervisor/files.py reads it)
 ENTRY_FILE = '''"""deployer: runs the supervisor payload this file names by its sha256, after checking it."""
-import hashlib, os, sys
+import os, sys
+try:  # the builtin sha256: hashlib would load OpenSSL, ~4 MB of every supervisor's memory for one hash
+    from _sha256 import sha256
+except ImportError:
+    try:
+        from _sha2 import sha256
+    except ImportError:
+        from hashlib import sha256
 PAYLOAD = %r
 ENTRY = globals().get("ENTRY") or %r
 here = os.path.dirname(os.path.realpath(globals().get("__file__") or sys.argv[0]))
@@ -113,7 +120,7 @@ try:
         st, src = os.fstat(f.fileno()), f.read()
 except OSError as e:
     sys.exit("deployer: cannot read the supervisor payload %%s: %%s" %% (path, e.strerror or e))
-if st.st_uid != os.geteuid() or st.st_mode & 0o022 or hashlib.sha256(src).hexdigest() != PAYLOAD:
+if st.st_uid != os.geteuid() or st.st_mode & 0o022 or sha256(src).hexdigest() != PAYLOAD:
     sys.exit("deployer: %%s is not this user's own or not the payload named here: nothing run" %% path)
 exec(compile(src, path, "exec"), {"__name__": "__main__", "ENTRY": ENTRY})
 '''
