@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from deployer.errors import NotFound, RemoteError
+from deployer.errors import RemoteError
 from deployer.remote.base import Hasher, HttpReply, NoLine, Result
 from deployer.remote.program import SUPERVISOR_PYTHON, payload_bundle
 from deployer.supervisor.helper import Helper, RequestError
@@ -134,12 +134,7 @@ class FakeRemote:
         raise RemoteError("the fake takes uploads through its helper only (`install`)", host=FAKE)
 
     def read(self, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes:
-        try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                return f.read(limit)
-        except FileNotFoundError:
-            raise NotFound(f"{FAKE}: {path}: no such file") from None
+        raise RemoteError("the fake reads through its helper only (`read`)", host=FAKE)
 
     def run(self, cmd: str, *, timeout: float = 60.0, check: bool = True, stdin: bytes | None = None) -> Result:
         raise RemoteError("the fake answers commands through its helper only (open a Conversation on it)", host=FAKE)
