@@ -2,8 +2,8 @@
 
 Each watched deployment (a `deploy dashboard` argument, resolved as every command resolves it) answers `status()`
 for the overview: the typed report `deploy status --json` prints from; its rows (a single host's, every deployment
-of a host's, a group's nodes: `StatusRow`s; a fleet's members: the JSON its report carries) are read with
-dashboard/readers.py, so a row shows every field status shows (engine and version from the run's own record).
+of a host's, a group's nodes: `StatusRow`s; a fleet's members: `FleetMember`s, each with its `StatusRow`) are read
+with dashboard/readers.py, so a row shows every field status shows (engine and version from the run's own record).
 A row's page asks the part it is (`Deployment.member`) for its `history()` (the attempts) and reads its engine log
 by offset (`Deployment.log_window`). The memory picture comes
 from `plan()` of a deployment named by a profile file, asked once per part (a preflight trip) and kept.
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_for
 from dataclasses import dataclass, field
@@ -31,11 +31,11 @@ from typing import Any, TypeVar
 
 from deployer.dashboard.model import Attempt, DeploymentDetail, GpuMemory, LogChunk, LogRequest, OverviewRow, Rollback
 from deployer.dashboard.readers import (
-    attempts_from_history, drift_from_lines, memory_from_plan, row_from_status, row_of_status,
+    attempts_from_history, drift_from_lines, memory_from_plan, row_of_member, row_of_status,
 )
 from deployer.dashboard.source import MAX_LOG_BYTES, NoAnswer
 from deployer.deployments.base import Deployment, Select
-from deployer.deployments.reports import FleetStatus
+from deployer.deployments.reports import FleetMember, FleetStatus
 from deployer.operate.rows import StatusRow
 from deployer.errors import DeployError, NotFound
 
@@ -237,19 +237,16 @@ class LiveSource:
                               engine=watched.engine, engine_version=watched.version)
             return [self._keep(row, _Part(watched, Select(), name, "", deployment), ())]
         if isinstance(report, FleetStatus):
-            data = report.to_json()
-            members = [*(data.get("members") or ()), *([data["router"]] if data.get("router") else [])]
-            return [self._member_row(watched, m) for m in members]
+            return [self._member_row(watched, m) for m in report.members]
         return [self._host_row(watched, r) for r in report.rows]
 
-    def _member_row(self, watched: Watched, status: Mapping[str, Any]) -> OverviewRow:
-        name, host = str(status.get("name", "")), str(status.get("host", ""))
-        router = status.get("role") == "router"
-        select = Select(router=True) if router else Select(replica=int(status.get("index") or 0))
-        row = row_from_status(status, row_key(name, host), engine=None if router else watched.engine,
-                              version=None if router else watched.version)
-        drift = tuple(str(d) for d in status.get("drift") or ())
-        return self._keep(row, _Part(watched, select, name, host, watched.deployment), drift)
+    def _member_row(self, watched: Watched, member: FleetMember) -> OverviewRow:
+        router = member.role == "router"
+        select = Select(router=True) if router else Select(replica=member.index or 0)
+        host = member.row.host if member.row is not None else member.host
+        row = row_of_member(member, row_key(member.name, host), engine=None if router else watched.engine,
+                            version=None if router else watched.version)
+        return self._keep(row, _Part(watched, select, member.name, host, watched.deployment), member.drift)
 
     def _host_row(self, watched: Watched, status: StatusRow) -> OverviewRow:
         node = None if status.node is None else status.node.rank

@@ -4,8 +4,11 @@ Deployment interface hands it the same data the CLI prints (issue 27: the page i
 - `row_of_status`: one typed status row (operate/rows.py `StatusRow`, what `deploy status --json` prints from) ->
   `OverviewRow`: every field status shows (state, engine and version, model, pid, uptime, restarts, crash loop,
   last crash and its diagnosis, lock holder, serving metrics).
-- `row_from_status`: one `deploy status --json` row as JSON (a fleet's members: FleetStatus carries JSON; a member's
-  row carries role, index, member; a node group's carries node) -> `OverviewRow`, through `StatusRow` when whole.
+- `row_of_member`: one member of a fleet's status (deployments/reports.py `FleetMember`: its place and its typed
+  row, or none when absent or unreachable) -> `OverviewRow`.
+- `row_from_status`: one `deploy status --json` row as JSON (for a source that has only the CLI's output: a fleet
+  member's row carries role, index, member; a node group's carries node) -> `OverviewRow`, through `StatusRow`
+  when whole.
 - `rows_from_fleet_status`: `deploy status --json` of a fleet (`replicas`, `router`) -> one row per member.
 - `attempts_from_history`: `deploy history --json` (newest first, lock takeovers among them) -> attempts, oldest
   first.
@@ -21,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from deployer.dashboard.model import Attempt, Diagnosis, Drift, GpuMemory, LastCrash, OverviewRow
+from deployer.deployments.reports import FleetMember
 from deployer.operate.rows import StatusRow
 
 MIB = 1 << 20
@@ -76,6 +80,16 @@ def row_from_status(row: Mapping[str, Any], key: str, *, engine: str | None = No
                                       "last_crash": None, "diagnosis": None, "lock": None, "unhealthy": None})
     return row_of_status(typed, key, kind=kind, member=None if member is None else str(member), engine=engine,
                          version=version)
+
+
+def row_of_member(member: FleetMember, key: str, *, engine: str | None = None,
+                  version: str | None = None) -> OverviewRow:
+    """A fleet member's row: its typed status row as any other's (kind: its role, member: its tag); a member with
+    none (absent, unreachable) shows its place and its state."""
+    if member.row is not None:
+        return row_of_status(member.row, key, kind=member.role, member=member.tag, engine=engine, version=version)
+    return OverviewRow(key=key, name=member.name, host=member.host, status=member.status, kind=member.role,
+                       member=member.tag, engine=engine, engine_version=version)
 
 
 def serving_of(metrics: Any) -> dict[str, Any]:

@@ -107,11 +107,50 @@ class NodeStatus:
 
 
 @dataclass(frozen=True)
+class FleetMember:
+    """One member of a fleet's status, typed: its place (`role` replica or router, `index`, `tag` r0.. / router, the
+    `host` the profile names), status's row of it (None when there is none: `status` absent or unreachable, `error`
+    why) and its drift."""
+
+    role: str
+    index: int | None
+    tag: str
+    name: str
+    host: str
+    status: str
+    row: StatusRow | None = None
+    error: str | None = None
+
+    @classmethod
+    def of(cls, row: Row) -> FleetMember:
+        """From the member's `deploy status --json` row: a whole row read through StatusRow."""
+        try:
+            typed: StatusRow | None = StatusRow.of(row)
+        except (KeyError, TypeError, ValueError):
+            typed = None   # absent, unreachable: only what the fleet knows of the member
+        index = row.get("index")
+        return cls(role=str(row.get("role") or "replica"), index=None if index is None else int(index),
+                   tag=str(row.get("member") or ""), name=str(row.get("name") or ""),
+                   host=str(row.get("alias") or row.get("host") or ""), status=str(row.get("status") or "unknown"),
+                   row=typed, error=None if row.get("error") is None else str(row["error"]))
+
+    @property
+    def drift(self) -> tuple[str, ...]:
+        return () if self.row is None else tuple(self.row.drift)
+
+
+@dataclass(frozen=True)
 class FleetStatus:
-    """`status` of a replica fleet: every member's row and the fleet's code (9: partly serving)."""
+    """`status` of a replica fleet: every member's row and the fleet's code (9: partly serving); `members` reads
+    them typed (the replicas, then the router)."""
 
     data: Row
     code: int
+
+    @property
+    def members(self) -> list[FleetMember]:
+        rows = [*(self.data.get("replicas") or ()), *([self.data["router"]] if self.data.get("router") else [])]
+        return [FleetMember.of(row) for row in rows]
 
     def to_json(self) -> Any:
         """The deployment shape, its members the replicas (still under `replicas` too, as before the shape was

@@ -16,7 +16,7 @@ from deployer.dashboard.live import LiveSource, Watched
 from deployer.dashboard.model import LogRequest
 from deployer.dashboard.source import MAX_LOG_BYTES, NoAnswer
 from deployer.deployments.base import Deployment, Select
-from deployer.deployments.reports import HostStatus
+from deployer.deployments.reports import FleetStatus, HostStatus
 from deployer.operate.rows import StatusRow
 from deployer.box.snapshot import LogWindow
 
@@ -155,3 +155,39 @@ def test_a_line_longer_than_a_whole_read_is_handed_on_rather_than_stall() -> Non
     (row,) = source.overview()
     chunk = source.log(row.key, LogRequest(0, 1 << 20))
     assert chunk is not None and chunk.end == MAX_LOG_BYTES and len(chunk.lines[0]) == MAX_LOG_BYTES
+
+
+class StandInFleet(StandInDeployment):
+    """Stand-in for a fleet's Deployment: its status is a FleetStatus (r0 ready, r1 never deployed, the router);
+    `member` records which part each page asks for."""
+
+    def __init__(self) -> None:
+        super().__init__("chat", "gpu-a")
+        self.asked: list[Select] = []
+
+    def status(self) -> FleetStatus:   # type: ignore[override]
+        row = super().status().rows[0].to_json()
+        place = {"url": "http://gpu-a:30000", "alias": "gpu-a"}
+        replicas = [{**row, "name": "chat-r0", "role": "replica", "index": 0, "member": "r0", **place,
+                     "in_router": True, "router_health": "healthy"},
+                    {"name": "chat-r1", "host": "gpu-b", "status": "absent", "healthy": False, "serving": False,
+                     "role": "replica", "index": 1, "member": "r1", "url": "http://gpu-b:30000", "alias": "gpu-b",
+                     "in_router": None, "router_health": None}]
+        router = {**row, "name": "chat-router", "role": "router", "index": None, "member": "router", **place}
+        return FleetStatus({"name": "chat", "serving": False, "code": 9, "replicas": replicas, "router": router}, 9)
+
+    def member(self, select: Select) -> StandInDeployment:
+        self.asked.append(select)
+        return self
+
+
+def test_a_fleets_members_are_rows_and_each_page_asks_its_own_member() -> None:
+    fleet = StandInFleet()
+    source = LiveSource([watched(fleet)])
+    rows = source.overview()
+    assert [(r.name, r.kind, r.member, r.status, r.engine_version) for r in rows] == [
+        ("chat-r0", "replica", "r0", "ready", None), ("chat-r1", "replica", "r1", "absent", None),
+        ("chat-router", "router", "router", "ready", None)]
+    for row in rows:
+        source.detail(row.key)
+    assert fleet.asked == [Select(replica=0), Select(replica=1), Select(router=True)]

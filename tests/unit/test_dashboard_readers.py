@@ -10,7 +10,8 @@ from deployer.dashboard import (
     with_phases,
 )
 from deployer.dashboard.model import LastCrash, OverviewRow
-from deployer.dashboard.readers import row_of_status
+from deployer.dashboard.readers import row_of_member, row_of_status
+from deployer.deployments.reports import FleetStatus
 from deployer.operate.rows import StatusRow
 from deployer.diagnose.drift import Drift as EngineDrift
 from deployer.engines.sglang.memory import MemoryPlan
@@ -43,6 +44,13 @@ def test_a_fleet_status_gives_its_replicas_then_its_router() -> None:
         ("chat-r0", "replica", "r0", "ready"), ("chat-r1", "replica", "r1", "absent"),
         ("chat-router", "router", "router", "ready")]
     assert rows_from_fleet_status({**fleet, "router": None}, lambda m: str(m["member"]))[-1].key == "r1"
+    # the live source reads the report's members typed (FleetStatus.members), the same rows
+    members = FleetStatus(fleet, 6).members
+    assert [(m.role, m.index, m.tag, m.host, m.row is not None) for m in members] == [
+        ("replica", 0, "r0", "gpu-1", True), ("replica", 1, "r1", "gpu-2", False), ("router", None, "router",
+                                                                                  "root@gpu", True)]
+    typed = [row_of_member(m, f"chat-{m.tag}") for m in members]
+    assert typed == rows
 
 
 def test_history_becomes_the_timeline_oldest_first_without_the_lock_rows() -> None:
