@@ -96,12 +96,12 @@ def supervisor_source(name: str) -> str:
 # (`<deployment>/payload/<sha256>.py`), and small entry files that name that hash and run one module's main from it:
 # supervise.py (`python3 -B supervise.py start RUN`), the guard that repairs a replace whose client was killed
 # (`supervise_guard.py arm ...`), in a run dir and at the deployment's root, and the lock's lease at the root. An entry
-# opens the payload without following a link, runs it only when it is this user's own, not writable by others, and
-# its sha256 is the one it names; else it says so in one line and runs nothing. It finds the deployment from its own
+# opens the payload without following a link, reads it only when it is a regular file of this user's own, not
+# writable by others and of the size it names (at most that much), runs it only when its sha256 is the one it
+# names; else it says so in one line and runs nothing. It finds the deployment from its own
 # real path (a run dir is two levels below it); an ENTRY given by whoever runs it (an older deployer's entry file)
 # wins. Retention (box/retention.py) keeps every payload a kept run dir or the root names.
 PAYLOAD_DIR = "payload"
-PAYLOAD_NAMED = "PAYLOAD = "      # the line an entry names its payload's hash on (supervisor/files.py reads it)
 ENTRY_FILE = '''"""deployer: runs the supervisor payload this file names by its sha256, after checking it."""
 import os, sys
 try:  # the builtin sha256: hashlib would load OpenSSL, ~4 MB of every supervisor's memory for one hash
@@ -111,16 +111,18 @@ except ImportError:
         from _sha2 import sha256
     except ImportError:
         from hashlib import sha256
-PAYLOAD = %r
+PAYLOAD, SIZE = %r, %d
 ENTRY = globals().get("ENTRY") or %r
 here = os.path.dirname(os.path.realpath(globals().get("__file__") or sys.argv[0]))
 path = os.path.join(%s, "payload", PAYLOAD + ".py")
 try:
     with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb") as f:
-        st, src = os.fstat(f.fileno()), f.read()
+        st = os.fstat(f.fileno())
+        ours = st.st_mode & 0o170000 == 0o100000 and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+        src = f.read(SIZE + 1) if ours and st.st_size == SIZE else b""
 except OSError as e:
     sys.exit("deployer: cannot read the supervisor payload %%s: %%s" %% (path, e.strerror or e))
-if st.st_uid != os.geteuid() or st.st_mode & 0o022 or sha256(src).hexdigest() != PAYLOAD:
+if sha256(src).hexdigest() != PAYLOAD:
     sys.exit("deployer: %%s is not this user's own or not the payload named here: nothing run" %% path)
 exec(compile(src, path, "exec"), {"__name__": "__main__", "ENTRY": ENTRY})
 '''
@@ -137,9 +139,9 @@ def entry_file(module: str) -> str:
 def payload_files(entries: tuple[str, ...], in_run_dir: bool) -> dict[str, bytes]:
     """`{"supervise.py": entry, "supervise_guard.py": entry}`: the entry files `entries`, each naming this deployer's
     payload; `in_run_dir`: they live in a run dir (the payload is two levels up), else at the deployment's root."""
-    digest = payload_bundle()[1]
+    data, digest = payload_bundle()
     root = "os.path.dirname(os.path.dirname(here))" if in_run_dir else "here"
-    return {entry_file(name): (ENTRY_FILE % (digest, name, root)).encode() for name in entries}
+    return {entry_file(name): (ENTRY_FILE % (digest, len(data), name, root)).encode() for name in entries}
 
 
 def payload_name() -> str:

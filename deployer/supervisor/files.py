@@ -270,7 +270,7 @@ def _record(path: str) -> Dict[str, Any]:
 
 # An entry file names the payload it runs on one line (remote/program.py's ENTRY_FILE); a run dir whose supervise.py
 # has none holds a whole program of its own (an older deployer's).
-_PAYLOAD_LINE = re.compile(rb"^PAYLOAD = '([0-9a-f]{64})'$", re.MULTILINE)
+_PAYLOAD_LINE = re.compile(rb"^PAYLOAD(?:, SIZE)? = '([0-9a-f]{64})'(?:, \d+)?$", re.MULTILINE)
 _PAYLOAD_FILE = re.compile(r"^([0-9a-f]{64})\.py$")
 ENTRY_HEAD = 4096
 

@@ -4,6 +4,7 @@ entry modules import, each module after the siblings it imports, and a run dir h
 from __future__ import annotations
 
 import ast
+import os
 import json
 from pathlib import Path
 
@@ -150,18 +151,15 @@ def test_an_entry_file_an_older_deployer_wrote_still_runs_its_module_in_the_new_
 
 
 def _root_with_payload(tmp_path: Path) -> Path:
-    """A deployment root as a push leaves it: payload/<sha256>.py (0644) and the root's entry files."""
-    data, digest = payload_bundle()
-    (tmp_path / "payload").mkdir()
-    (tmp_path / "payload" / f"{digest}.py").write_bytes(data)
-    (tmp_path / "payload" / f"{digest}.py").chmod(0o644)
-    for name, text in payload_files(ROOT_ENTRIES, in_run_dir=False).items():
-        (tmp_path / name).write_bytes(text)
+    """A deployment root as a push leaves it (the payload, the root's and run dir r1's entry files); the payload."""
+    from payload import hold_like_a_deployment
+
     run = tmp_path / "runs" / "r1"
     run.mkdir(parents=True)
-    for name, text in payload_files(RUN_DIR_ENTRIES, in_run_dir=True).items():
-        (run / name).write_bytes(text)
-    return tmp_path / "payload" / f"{digest}.py"
+    hold_like_a_deployment(tmp_path, run)
+    for name, text in payload_files(ROOT_ENTRIES, in_run_dir=False).items():
+        (tmp_path / name).write_bytes(text)
+    return tmp_path / "payload" / f"{payload_bundle()[1]}.py"
 
 
 def _run(script: Path, *args: str) -> tuple[int, str]:
@@ -183,10 +181,12 @@ def test_an_entry_runs_the_payload_its_hash_names_from_the_root_or_a_run_dir(tmp
     assert code == 0 and json.loads(said)["status"] == "absent", said
 
 
-@pytest.mark.parametrize("spoil", ["tampered", "missing", "symlink", "others-write"])
+@pytest.mark.parametrize("spoil", ["tampered", "missing", "symlink", "others-write", "fifo", "grown"])
 def test_an_entry_runs_nothing_from_a_payload_that_is_not_the_one_it_names(tmp_path: Path, spoil: str) -> None:
-    """The payload changed (another byte), gone, swapped for a link, or writable by another user: one line, exit
-    non-zero, not one line of it run (a payload that ran would print the supervisor's usage)."""
+    """The payload changed (another byte), gone, swapped for a link, writable by another user, swapped for a FIFO
+    (not a regular file) or grown past its size (64 MB more; the entry reads no further than the size it names):
+    one line, exit non-zero, not one line of it run (a payload that ran would print the supervisor's
+    usage)."""
     payload = _root_with_payload(tmp_path)
     if spoil == "tampered":
         payload.write_bytes(payload.read_bytes().replace(b"usage: supervise.py", b"usage: supervise.PY"))
@@ -196,8 +196,14 @@ def test_an_entry_runs_nothing_from_a_payload_that_is_not_the_one_it_names(tmp_p
         real = tmp_path / "elsewhere.py"
         payload.rename(real)
         payload.symlink_to(real)
-    else:
+    elif spoil == "others-write":
         payload.chmod(0o666)
+    elif spoil == "fifo":
+        payload.unlink()
+        os.mkfifo(payload, 0o644)
+    else:
+        with payload.open("ab") as f:
+            f.write(b"\n" * (64 << 20))
     code, said = _run(tmp_path / "runs" / "r1" / "supervise.py")
     assert code == 1 and "usage" not in said and "Traceback" not in said, said
     assert len(said.strip().splitlines()) == 1 and str(payload) in said, said
