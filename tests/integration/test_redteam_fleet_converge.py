@@ -12,6 +12,7 @@ the real router smg, the stand-in engine draining 2 s on SIGTERM).
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sys
 import time
@@ -136,7 +137,9 @@ def test_sigterm_of_a_rolling_up_inside_a_replicas_stop_ends_without_the_409(tmp
             up.kill()
     text = out.decode() + err.decode()
     assert up.returncode == 130 and "Traceback" not in text, text[-3000:]
-    assert "409" not in text and "already in progress" not in text, text[-3000:]
+    # the router's 409 as a number of its own: content hashes, run ids and timestamps (.409 s) hold "409" too
+    assert not re.search(r"(?<![0-9a-fA-F.])409(?![0-9a-fA-F])", text) and "already in progress" not in text, \
+        text[-3000:]
     bound = DRAIN_S + load_s + 10
     deadline = sent + bound
     while router_healthy(bed, data) != set(urls) and time.monotonic() < deadline:
