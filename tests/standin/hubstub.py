@@ -247,9 +247,15 @@ def _handler(hub: HubStub) -> type[BaseHTTPRequestHandler]:
                     self.connection.shutdown(2)  # the connection drops mid-transfer
                     return
                 end = min(sent + step, len(body), cut if cut is not None else len(body))
-                self.wfile.write(body[sent:end])
+                # Counted before the write: a client that has read a byte must find it counted (counting after
+                # raced a client that finished and asserted while this thread had not yet counted its last part).
                 hub.count(name, end - sent)
                 hub.last_byte_at = time.time()
+                try:
+                    self.wfile.write(body[sent:end])
+                except OSError:
+                    hub.count(name, sent - end)  # not handed over: the client had gone
+                    raise
                 sent = end
                 if hub.rate:
                     ahead = sent / hub.rate - (time.monotonic() - began)
