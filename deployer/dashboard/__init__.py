@@ -3,7 +3,8 @@ memory plan, effective-args drift and live engine log. A read-only view over a `
 as the CLI, whose `--json` field names its typed values mirror); nothing of it runs on the GPU boxes.
 
 - model.py: the typed values (OverviewRow, DeploymentDetail, Attempt, GpuMemory, Drift, LogChunk, ...).
-- readers.py: the CLI's `--json` outputs (status, fleet status, history, plan, drift lines) read into them.
+- readers.py: typed status rows and fleet members, and the CLI's `--json` outputs (history, plan, drift lines),
+  read into them.
 - source.py: the `DashboardSource` protocol, `StaticSource` (fixed values: tests, `--demo`), `Throttled`.
 - shown.py: what may leave the server (control sequences stripped, secrets masked, JSON no parser reads as HTML).
 - server.py: the standard-library HTTP server (127.0.0.1 by default, a per-run token sent as a header, a strict CSP).
@@ -20,8 +21,7 @@ from deployer.dashboard.model import (
     Phase, Rollback,
 )
 from deployer.dashboard.readers import (
-    attempts_from_history, drift_from_lines, memory_from_plan, row_from_status, row_of_status, rows_from_fleet_status,
-    with_phases,
+    attempts_from_history, drift_from_lines, memory_from_plan, row_of_member, row_of_status, with_phases,
 )
 from deployer.dashboard.server import DashboardConfig, DashboardServer, running
 from deployer.dashboard.source import DashboardSource, StaticSource, Throttled
@@ -30,6 +30,6 @@ __all__ = [
     "Attempt", "Change", "DashboardConfig", "DashboardServer", "DashboardSource", "DeploymentDetail", "Diagnosis",
     "Drift", "GpuMemory", "LastCrash", "LogChunk", "LogRequest", "OverviewRow", "Phase", "Rollback", "StaticSource",
     "Throttled",
-    "attempts_from_history", "drift_from_lines", "memory_from_plan", "row_from_status", "row_of_status",
-    "rows_from_fleet_status", "running", "with_phases",
+    "attempts_from_history", "drift_from_lines", "memory_from_plan", "row_of_member", "row_of_status", "running",
+    "with_phases",
 ]

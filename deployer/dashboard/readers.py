@@ -1,15 +1,12 @@
-"""The CLI's `--json` outputs read into the dashboard's typed values: what a real `DashboardSource` needs when the
-Deployment interface hands it the same data the CLI prints (issue 27: the page is a view, not a source).
+"""Typed status rows and fleet members, and the CLI's `--json` outputs, read into the dashboard's typed values:
+what a real `DashboardSource` needs when the Deployment interface hands it the same data the CLI prints (issue 27:
+the page is a view, not a source).
 
 - `row_of_status`: one typed status row (operate/rows.py `StatusRow`, what `deploy status --json` prints from) ->
   `OverviewRow`: every field status shows (state, engine and version, model, pid, uptime, restarts, crash loop,
   last crash and its diagnosis, lock holder, serving metrics).
 - `row_of_member`: one member of a fleet's status (deployments/reports.py `FleetMember`: its place and its typed
   row, or none when absent or unreachable) -> `OverviewRow`.
-- `row_from_status`: one `deploy status --json` row as JSON (for a source that has only the CLI's output: a fleet
-  member's row carries role, index, member; a node group's carries node) -> `OverviewRow`, through `StatusRow`
-  when whole.
-- `rows_from_fleet_status`: `deploy status --json` of a fleet (`replicas`, `router`) -> one row per member.
 - `attempts_from_history`: `deploy history --json` (newest first, lock takeovers among them) -> attempts, oldest
   first.
 - `memory_from_plan`: `deploy plan --json`'s `memory` block and `facts.gpus` -> one `GpuMemory` per GPU.
@@ -20,7 +17,7 @@ Deployment interface hands it the same data the CLI prints (issue 27: the page i
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from deployer.dashboard.model import Attempt, Diagnosis, Drift, GpuMemory, LastCrash, OverviewRow
@@ -61,27 +58,6 @@ def _lock_text(lock: Mapping[str, Any] | None) -> str | None:
     return None if not lock else str(lock.get("text") or "locked")
 
 
-def row_from_status(row: Mapping[str, Any], key: str, *, engine: str | None = None,
-                    version: str | None = None) -> OverviewRow:
-    """One status row's JSON; `kind` from what the row says it is (a fleet member's `role`, a node's `node`),
-    `member` its tag or rank. A whole row is read through `StatusRow` (as the CLI reads it); one that is not (a
-    member that is absent) gives what it has."""
-    kind, member = "deployment", row.get("member")
-    if row.get("role") in ("replica", "router"):
-        kind = str(row["role"])
-    elif row.get("node") is not None:
-        kind, member = "node", row["node"]
-    try:
-        typed = StatusRow.of(row)
-    except (KeyError, TypeError, ValueError):
-        return OverviewRow.from_json({**row, **serving_of(row.get("metrics")), "key": key, "kind": kind,
-                                      "member": member, "engine": row.get("engine") or engine,
-                                      "engine_version": row.get("engine_version") or version,
-                                      "last_crash": None, "diagnosis": None, "lock": None, "unhealthy": None})
-    return row_of_status(typed, key, kind=kind, member=None if member is None else str(member), engine=engine,
-                         version=version)
-
-
 def row_of_member(member: FleetMember, key: str, *, engine: str | None = None,
                   version: str | None = None) -> OverviewRow:
     """A fleet member's row: its typed status row as any other's (kind: its role, member: its tag); a member with
@@ -104,13 +80,6 @@ def serving_of(metrics: Any) -> dict[str, Any]:
             "tokens_per_s": metrics.get("generation_tokens_per_s"),
             "kv_usage_pct": None if kv is None else round(float(kv) * 100, 1),
             "p99_latency_ms": None if p99 is None else round(float(p99) * 1000, 1)}
-
-
-def rows_from_fleet_status(fleet: Mapping[str, Any], key_of: Callable[[Mapping[str, Any]], str], *,
-                           engine: str | None = None, version: str | None = None) -> list[OverviewRow]:
-    """A fleet's status: its replicas, then its router when it has one."""
-    members = [*(fleet.get("replicas") or ()), *([fleet["router"]] if fleet.get("router") else [])]
-    return [row_from_status(m, key_of(m), engine=engine, version=version) for m in members]
 
 
 def attempts_from_history(rows: Sequence[Mapping[str, Any]]) -> list[Attempt]:

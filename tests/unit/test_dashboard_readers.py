@@ -3,16 +3,14 @@ history, plan of either engine, drift lines) read into the dashboard's typed val
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from deployer.dashboard import (
-    GpuMemory, attempts_from_history, drift_from_lines, memory_from_plan, row_from_status, rows_from_fleet_status,
-    with_phases,
-)
+from deployer.dashboard import GpuMemory, attempts_from_history, drift_from_lines, memory_from_plan, with_phases
 from deployer.dashboard.model import LastCrash, OverviewRow
 from deployer.dashboard.readers import row_of_member, row_of_status
 from deployer.deployments.reports import FleetStatus
-from deployer.operate.rows import StatusRow
+from deployer.operate.rows import NodeFacts, StatusRow
 from deployer.diagnose.drift import Drift as EngineDrift
 from deployer.engines.sglang.memory import MemoryPlan
 from deployer.engines.vllm.memory import VllmMemoryPlan
@@ -25,10 +23,10 @@ STATUS = {"name": "qwen", "host": "root@gpu", "status": "ready", "pid": 4242, "u
 
 
 def test_a_status_row_of_each_shape_gets_its_kind() -> None:
-    single = row_from_status(STATUS, "qwen@gpu", engine="sglang", version="0.5.23")
+    single = row_of_status(StatusRow.of(STATUS), "qwen@gpu", engine="sglang", version="0.5.23")
     assert (single.kind, single.member, single.engine, single.engine_version, single.serving) == \
         ("deployment", None, "sglang", "0.5.23", True)
-    node = row_from_status({**STATUS, "node": 1, "role": "dummy health"}, "qwen-n1")
+    node = row_of_status(replace(StatusRow.of(STATUS), node=NodeFacts(1, "dummy health")), "qwen-n1")
     assert (node.kind, node.member) == ("node", "1")
 
 
@@ -39,18 +37,18 @@ def test_a_fleet_status_gives_its_replicas_then_its_router() -> None:
               "role": "replica", "index": 1, "member": "r1"}
     router = {**STATUS, "name": "chat-router", "role": "router", "index": None, "member": "router"}
     fleet = {"name": "chat", "serving": False, "code": 6, "replicas": [replica, absent], "router": router}
-    rows = rows_from_fleet_status(fleet, lambda m: f"chat-{m['member']}")
-    assert [(r.key, r.kind, r.member, r.status) for r in rows] == [
-        ("chat-r0", "replica", "r0", "ready"), ("chat-r1", "replica", "r1", "absent"),
-        ("chat-router", "router", "router", "ready")]
-    assert rows_from_fleet_status({**fleet, "router": None}, lambda m: str(m["member"]))[-1].key == "r1"
-    # the live source reads the report's members typed (FleetStatus.members), the same rows
     members = FleetStatus(fleet, 6).members
     assert [(m.role, m.index, m.tag, m.host, m.row is not None) for m in members] == [
         ("replica", 0, "r0", "gpu-1", True), ("replica", 1, "r1", "gpu-2", False), ("router", None, "router",
                                                                                   "root@gpu", True)]
-    typed = [row_of_member(m, f"chat-{m.tag}") for m in members]
-    assert typed == rows
+    rows = [row_of_member(m, f"chat-{m.tag}", engine="sglang") for m in members]
+    assert [(r.key, r.kind, r.member, r.status, r.host, r.engine, r.pid) for r in rows] == [
+        ("chat-r0", "replica", "r0", "ready", "root@gpu", "sglang", 4242),
+        ("chat-r1", "replica", "r1", "absent", "gpu-2", "sglang", None),
+        ("chat-router", "router", "router", "ready", "root@gpu", "sglang", 4242)]
+    assert rows[0] == replace(row_of_status(StatusRow.of(replica), "chat-r0", engine="sglang"), kind="replica",
+                              member="r0")  # a present member's row is its typed status row's
+    assert [m.tag for m in FleetStatus({**fleet, "router": None}, 6).members] == ["r0", "r1"]
 
 
 def test_history_becomes_the_timeline_oldest_first_without_the_lock_rows() -> None:
