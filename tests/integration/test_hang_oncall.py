@@ -23,8 +23,11 @@ pytestmark = pytest.mark.integration
 
 def test_a_hung_engine_is_restarted_and_on_call_reads_say_hung(tmp_path: Path, sshd: Any) -> None:
     dead = tmp_path / "dead-core"
+    # The request stays in flight far longer than the `status` calls that see it take on a loaded box: with 2 s it
+    # could end before the core died (nothing running: no hang, a red run). While the core lives, the hang watch's
+    # one-token nudge is answered and restarts its clock, so a long request alone is never called hung.
     prof = write_profile(tmp_path, sshd, name="hang", args={"enable_metrics": True},
-                         env={"STANDIN_DEAD_CORE_FILE": str(dead), "STANDIN_CHAT_DELAY_S": "2"},
+                         env={"STANDIN_DEAD_CORE_FILE": str(dead), "STANDIN_CHAT_DELAY_S": "60"},
                          extra={"health": {"hang_s": 3},
                                 "restart": {"backoff_s": [0.2, 0.4], "window_s": 60, "grace_s": 2}})
     assert deploy("up", str(prof), "--skip-preflight", home=tmp_path / "h").returncode == 0

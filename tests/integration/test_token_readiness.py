@@ -84,7 +84,8 @@ def test_an_idle_engine_that_generates_nothing_is_a_crash_and_restarted(tmp_path
 
 def test_a_loaded_engine_that_fails_the_probe_is_unhealthy_never_restarted(tmp_path: Path, sshd: Any) -> None:
     dead = tmp_path / "dead-core"
-    prof = _profile(tmp_path, sshd, "busy", dead, STANDIN_CHAT_DELAY_S="4")
+    # in flight long enough for the `status` calls below to see it running on a loaded box before the core dies
+    prof = _profile(tmp_path, sshd, "busy", dead, STANDIN_CHAT_DELAY_S="12")
     assert deploy("up", str(prof), "--skip-preflight", home=tmp_path / "h").returncode == 0
     first = status_row(sshd, tmp_path, "busy")[1]
     chat = json.dumps({"model": "Qwen/Qwen3-8B", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
