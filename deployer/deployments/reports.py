@@ -149,8 +149,7 @@ class FleetStatus:
 
     @property
     def members(self) -> list[FleetMember]:
-        rows = [*(self.data.get("replicas") or ()), *([self.data["router"]] if self.data.get("router") else [])]
-        return [FleetMember.of(row) for row in rows]
+        return [FleetMember.of(row) for row in fleet_member_rows(self.data)]
 
     def to_json(self) -> Any:
         """The deployment shape, its members the replicas (still under `replicas` too, as before the shape was
@@ -171,6 +170,11 @@ class FleetStatus:
 
 
 StatusReport = Union[HostStatus, NodeStatus, FleetStatus]
+
+
+def fleet_member_rows(data: Row) -> list[Row]:
+    """A fleet status's member rows as its JSON holds them: the replicas, then the router when it has one."""
+    return [*(data.get("replicas") or ()), *([data["router"]] if data.get("router") else [])]
 
 
 def deployment_json(name: str, kind: str, members: list[Row], code: int, *, router: Row | None = None,

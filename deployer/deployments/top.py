@@ -8,7 +8,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from deployer.deployments.reports import FleetStatus, HostStatus, NodeStatus, Row, StatusReport
+from deployer.deployments.reports import (
+    FleetStatus, HostStatus, NodeStatus, Row, StatusReport, fleet_member_rows,
+)
 
 
 @dataclass(frozen=True)
@@ -73,9 +75,8 @@ class TopReport:
 
 def _rows(name: str | None, status: StatusReport) -> list[TopRow]:
     if isinstance(status, FleetStatus):
-        data = status.data
-        members = [*data.get("replicas", []), *([data["router"]] if data.get("router") else [])]
-        return [TopRow.of(str(data.get("name")), str(r.get("member")), r) for r in members]
+        name = str(status.data.get("name"))
+        return [TopRow.of(name, str(r.get("member")), r) for r in fleet_member_rows(status.data)]
     if isinstance(status, NodeStatus):
         return [TopRow.of(name or r.name, f"node {r.node.rank if r.node else '?'}", r.to_json()) for r in status.rows]
     assert isinstance(status, HostStatus)
